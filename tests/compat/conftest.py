@@ -1,0 +1,256 @@
+"""Fixtures for the compat suite: real clients against a real broker process.
+
+By default one raftka broker is started for the session (`bootstrap`) and tests that need
+their own broker use `broker_factory`. With `--bootstrap-servers HOST:PORT` the suite runs
+against that external Kafka-compatible broker instead, and `broker_factory` tests are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import BrokerProcess, JavaTool, find_java_jars  # noqa: E402
+
+BROKERS_KEY = pytest.StashKey[list[BrokerProcess]]()
+SESSION_BROKER_KEY = pytest.StashKey[BrokerProcess]()
+SESSION_BROKER_USERS = {"bootstrap", "new_topic"}
+LOG_TAIL_LINES = 40
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("raftka compat")
+    group.addoption(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        default=None,
+        help="run the compat suite against this external Kafka-compatible broker "
+        "instead of starting raftka",
+    )
+    group.addoption(
+        "--broker-config",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="extra --config for the session broker (repeatable)",
+    )
+
+
+def _external_bootstrap(config: pytest.Config) -> str | None:
+    return config.getoption("--bootstrap-servers")
+
+
+def _track(request: pytest.FixtureRequest, broker: BrokerProcess) -> None:
+    """Remember which brokers a test used, so a failure report can show their logs."""
+    brokers = request.node.stash.setdefault(BROKERS_KEY, [])
+    if broker not in brokers:
+        brokers.append(broker)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        brokers = list(item.stash.get(BROKERS_KEY, []))
+        session_broker = item.config.stash.get(SESSION_BROKER_KEY, None)
+        used = set(getattr(item, "fixturenames", ()))
+        if session_broker is not None and used & SESSION_BROKER_USERS:
+            brokers.insert(0, session_broker)
+        for broker in brokers:
+            report.sections.append(
+                (
+                    f"broker {broker.bootstrap} log tail ({broker.log_path})",
+                    broker.log_tail(LOG_TAIL_LINES),
+                )
+            )
+
+
+# -- brokers -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def _session_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess | None]:
+    if _external_bootstrap(request.config):
+        yield None
+        return
+    config = {}
+    for item in request.config.getoption("--broker-config"):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise pytest.UsageError(f"--broker-config expects KEY=VALUE, got {item!r}")
+        config[key] = value
+    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("session-broker"))
+    request.config.stash[SESSION_BROKER_KEY] = broker
+    try:
+        broker.start()
+        yield broker
+        broker.stop()
+    finally:
+        broker.kill()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(request: pytest.FixtureRequest, _session_broker: BrokerProcess | None) -> str:
+    """HOST:PORT of the shared session broker (or of --bootstrap-servers)."""
+    external = _external_bootstrap(request.config)
+    if external:
+        return external
+    assert _session_broker is not None
+    return _session_broker.bootstrap
+
+
+@pytest.fixture
+def broker_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., BrokerProcess]]:
+    """`broker_factory(config=None) -> BrokerProcess`, started; stopped cleanly after the test."""
+    if _external_bootstrap(request.config):
+        pytest.skip("needs its own raftka broker process; not available with --bootstrap-servers")
+    started: list[BrokerProcess] = []
+
+    def factory(config: dict[str, str] | None = None, **kwargs: object) -> BrokerProcess:
+        base_dir = tmp_path_factory.mktemp("broker")
+        broker = BrokerProcess(config, base_dir=base_dir, **kwargs)  # type: ignore[arg-type]
+        started.append(broker)
+        _track(request, broker)
+        return broker.start()
+
+    try:
+        yield factory
+        errors = []
+        for broker in started:
+            try:
+                broker.stop()
+            except AssertionError as exc:
+                errors.append(str(exc))
+        if errors:
+            pytest.fail("broker did not shut down cleanly:\n" + "\n".join(errors))
+    finally:
+        for broker in started:
+            broker.kill()
+
+
+# -- topics --------------------------------------------------------------------------------
+
+
+def _topic_prefix(node_name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", node_name).strip("-")[:80] or "t"
+
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int = 1,
+    config: dict[str, str] | None = None,
+    replication_factor: int = 1,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create a topic with AdminClient and wait until Metadata shows a leader per partition."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                config=dict(config or {}),
+            )
+        ],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    futures[name].result(timeout=timeout_s)
+
+    deadline = time.monotonic() + timeout_s
+    last_state = "no metadata yet"
+    while True:
+        try:
+            metadata = admin.list_topics(topic=name, timeout=5)
+            topic = metadata.topics.get(name)
+            if topic is None or topic.error is not None:
+                last_state = f"topic error {topic.error if topic else 'missing'}"
+            else:
+                ready = sorted(
+                    p.id for p in topic.partitions.values() if p.error is None and p.leader >= 0
+                )
+                if ready == list(range(partitions)):
+                    return
+                last_state = f"partitions with leaders: {ready} of {partitions}"
+        except KafkaException as exc:
+            last_state = f"metadata request failed: {exc}"
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"topic {name!r} not ready on {bootstrap} after {timeout_s} s ({last_state})"
+            )
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def new_topic(request: pytest.FixtureRequest, bootstrap: str) -> Callable[..., str]:
+    """`new_topic(partitions=1, config=None, name=None, bootstrap=None) -> str`.
+
+    Creates a uniquely named topic on `bootstrap` (default: the session broker) and returns
+    once Metadata lists every partition with a leader. `replication_factor=1` may be passed.
+    """
+    prefix = _topic_prefix(request.node.name)
+    session_bootstrap = bootstrap
+
+    def make(
+        partitions: int = 1,
+        config: dict[str, str] | None = None,
+        name: str | None = None,
+        bootstrap: str | None = None,
+        replication_factor: int = 1,
+    ) -> str:
+        topic = name or f"{prefix}-{uuid.uuid4().hex[:10]}"
+        create_topic(
+            bootstrap or session_bootstrap,
+            topic,
+            partitions=partitions,
+            config=config,
+            replication_factor=replication_factor,
+        )
+        return topic
+
+    return make
+
+
+# -- client tools --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def java_tool() -> JavaTool:
+    """`java_tool(*args, timeout=60) -> list[str]`: runs KafkaTool (see java/KafkaTool.java)."""
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if not (java and javac):
+        pytest.skip("java/javac not found: install a JDK (see scripts/setup)")
+    jars = find_java_jars()
+    if jars is None:
+        pytest.skip("Java client jars not found: run scripts/setup")
+    tool = JavaTool(jars, java=java, javac=javac)
+    tool.compile()
+    return tool
+
+
+@pytest.fixture(scope="session")
+def kcat_bin() -> str:
+    """Path to kcat."""
+    path = shutil.which("kcat")
+    if path is None:
+        pytest.skip("kcat not found: run scripts/setup as root or apt-get install kcat")
+    return path

@@ -1,0 +1,364 @@
+"""Broker processes and client tools for the compat suite.
+
+Nothing here imports pytest, so `scripts/bench` can reuse `BrokerProcess`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+JAVA_BUILD_DIR = JAVA_DIR / "build"
+JAVA_JAR_NAMES = (
+    "kafka-clients.jar",
+    "slf4j-api.jar",
+    "lz4-java.jar",
+    "snappy-java.jar",
+    "zstd-jni.jar",
+)
+
+API_VERSIONS_KEY = 18
+UNSUPPORTED_VERSION = 35
+
+
+class BrokerStartError(RuntimeError):
+    """The broker process exited or did not answer ApiVersions in time."""
+
+
+class BrokerStopError(AssertionError):
+    """The broker did not shut down cleanly (timeout or non-zero exit code)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def split_host_port(bootstrap: str) -> tuple[str, int]:
+    first = bootstrap.split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _api_versions_request_v3(correlation_id: int) -> bytes:
+    """ApiVersions v3, as librdkafka sends it first (flexible request header v2)."""
+    client_id = b"raftka-harness"
+    header = struct.pack(">hhi", API_VERSIONS_KEY, 3, correlation_id)
+    header += struct.pack(">h", len(client_id)) + client_id + b"\x00"  # no tagged fields
+    software_name = b"raftka-harness"
+    software_version = b"0.1"
+    body = bytes([len(software_name) + 1]) + software_name
+    body += bytes([len(software_version) + 1]) + software_version + b"\x00"
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise ConnectionError("connection closed by broker")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def probe_api_versions(bootstrap: str, timeout_s: float = 2.0) -> int:
+    """Send one ApiVersions request and return the response's error code.
+
+    0 means the broker accepted v3; 35 (UNSUPPORTED_VERSION) is also a valid Kafka answer
+    (the broker then lists its versions). Raises OSError/ConnectionError/ValueError otherwise.
+    """
+    host, port = split_host_port(bootstrap)
+    correlation_id = 0x5AF7
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.settimeout(timeout_s)
+        sock.sendall(_api_versions_request_v3(correlation_id))
+        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+        if not 6 <= size <= 1 << 20:
+            raise ValueError(f"implausible ApiVersions response size {size}")
+        response = _recv_exactly(sock, size)
+    got_correlation_id, error_code = struct.unpack(">ih", response[:6])
+    if got_correlation_id != correlation_id:
+        raise ValueError(f"correlation id {got_correlation_id} != {correlation_id}")
+    return error_code
+
+
+def _set_parent_death_signal() -> None:
+    """Runs in the child before exec: die with SIGKILL if the test process dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class BrokerProcess:
+    """One raftka broker running as `python -m broker serve` in a subprocess.
+
+    The broker listens on 127.0.0.1:<port>; its stdout and stderr go to `broker.log` in
+    `data_dir`'s parent folder. `start()` returns once the port answers a Kafka ApiVersions
+    request. The child is killed if the test process dies, so no broker outlives a run.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, str] | None = None,
+        *,
+        port: int | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 20.0,
+        python: str = sys.executable,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.config = dict(config or {})
+        self.port = port or free_port()
+        if base_dir is None:
+            base_dir = tempfile.mkdtemp(prefix="raftka-broker-")
+        self.base_dir = Path(base_dir)
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = Path(data_dir) if data_dir is not None else self.base_dir / "data"
+        self.log_path = self.base_dir / "broker.log"
+        self.startup_timeout_s = startup_timeout_s
+        self.python = python
+        self.extra_args = list(extra_args or [])
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- what tests read -------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError("broker not started")
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        argv = [self.python, "-m", "broker", "serve", "--listen", self.bootstrap]
+        argv += ["--data-dir", str(self.data_dir)]
+        for key, value in self.config.items():
+            argv += ["--config", f"{key}={value}"]
+        return argv + self.extra_args
+
+    def log_tail(self, n: int = 40) -> str:
+        """The last `n` lines the broker wrote to stdout/stderr (all starts appended)."""
+        try:
+            with open(self.log_path, errors="replace") as log:
+                return "".join(deque(log, maxlen=n))
+        except FileNotFoundError:
+            return "(no broker log yet)\n"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> BrokerProcess:
+        if self.is_running():
+            raise RuntimeError(f"broker already running (pid {self.pid})")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        argv = self.command()
+        with open(self.log_path, "ab") as log:
+            log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
+            log.flush()
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+            )
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_set_parent_death_signal,
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        last_error: Exception | None = None
+        while True:
+            code = self.returncode
+            if code is not None:
+                raise BrokerStartError(
+                    f"broker exited with code {code} during start-up\n"
+                    f"command: {' '.join(self.command())}\n"
+                    f"--- broker log tail ({self.log_path}) ---\n{self.log_tail(40)}"
+                )
+            try:
+                error_code = probe_api_versions(self.bootstrap, timeout_s=1.0)
+                if error_code in (0, UNSUPPORTED_VERSION):
+                    return
+                last_error = ValueError(f"ApiVersions error code {error_code}")
+            except (OSError, ValueError) as exc:
+                last_error = exc
+            if time.monotonic() >= deadline:
+                raise BrokerStartError(
+                    f"broker on {self.bootstrap} did not answer ApiVersions within "
+                    f"{self.startup_timeout_s:.0f} s (last error: {last_error!r})\n"
+                    f"command: {' '.join(self.command())}\n"
+                    f"--- broker log tail ({self.log_path}) ---\n{self.log_tail(40)}"
+                )
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 15) -> None:
+        """SIGTERM, wait, and require exit code 0 (a clean shutdown)."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            code = None if proc is None else proc.returncode
+            if code not in (None, 0):
+                raise BrokerStopError(
+                    f"broker {self.bootstrap} had already exited with code {code}\n"
+                    f"--- broker log tail ---\n{self.log_tail(40)}"
+                )
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise BrokerStopError(
+                f"broker {self.bootstrap} (pid {proc.pid}) did not exit within {timeout} s "
+                f"of SIGTERM; killed\n--- broker log tail ---\n{self.log_tail(40)}"
+            ) from None
+        if code != 0:
+            raise BrokerStopError(
+                f"broker {self.bootstrap} exited with code {code} after SIGTERM (expected 0)\n"
+                f"--- broker log tail ---\n{self.log_tail(40)}"
+            )
+
+    def kill(self) -> None:
+        """SIGKILL and reap; a no-op if the broker is not running."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def restart(self, timeout: float = 15) -> BrokerProcess:
+        """Clean stop, then start again on the same port and data dir."""
+        self.stop(timeout=timeout)
+        return self.start()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start() if not self.is_running() else self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if exc_info[0] is None:
+            self.stop()
+        else:
+            self.kill()
+
+    def __repr__(self) -> str:
+        state = f"pid {self._proc.pid}" if self.is_running() else "stopped"
+        return f"BrokerProcess({self.bootstrap}, {state}, data_dir={self.data_dir})"
+
+
+# -- Java client tool ------------------------------------------------------------------------
+
+
+class JavaToolError(RuntimeError):
+    """KafkaTool exited non-zero or timed out."""
+
+
+def find_java_jars() -> list[Path] | None:
+    """kafka-clients and its dependencies from shigawire-apache-flink-libraries, or None."""
+    candidates = [Path(sysconfig.get_paths()["purelib"]) / "pyflink" / "lib"]
+    candidates += [Path(p) / "pyflink" / "lib" for p in sys.path if p]
+    for lib in candidates:
+        jars = [lib / name for name in JAVA_JAR_NAMES]
+        if all(jar.is_file() for jar in jars):
+            return jars
+    return None
+
+
+class JavaTool:
+    """Compiles `java/KafkaTool.java` on demand and runs its commands.
+
+    Calling it returns the tool's stdout lines; `.json(...)` parses each line as JSON.
+    """
+
+    def __init__(self, jars: list[Path], java: str = "java", javac: str = "javac") -> None:
+        self.jars = jars
+        self.java = java
+        self.javac = javac
+        self.source = JAVA_DIR / "KafkaTool.java"
+        self.build_dir = JAVA_BUILD_DIR
+
+    @property
+    def classpath(self) -> str:
+        return os.pathsep.join([str(self.build_dir), *map(str, self.jars)])
+
+    def compile(self) -> None:
+        """Compile when the class file is missing or older than the source."""
+        class_file = self.build_dir / "KafkaTool.class"
+        if class_file.exists() and class_file.stat().st_mtime >= self.source.stat().st_mtime:
+            return
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            [
+                self.javac,
+                "-nowarn",
+                "-cp",
+                os.pathsep.join(map(str, self.jars)),
+                "-d",
+                str(self.build_dir),
+                str(self.source),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            raise JavaToolError(f"javac failed:\n{result.stderr}{result.stdout}")
+
+    def __call__(self, *args: object, timeout: float = 60) -> list[str]:
+        argv = [self.java, "-XX:TieredStopAtLevel=1", "-cp", self.classpath, "KafkaTool"]
+        argv += [str(a) for a in args]
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+            raise JavaToolError(
+                f"KafkaTool {' '.join(map(str, args))} timed out after {timeout} s\n"
+                f"--- stderr ---\n{stderr[-4000:]}"
+            ) from None
+        if result.returncode != 0:
+            raise JavaToolError(
+                f"KafkaTool {' '.join(map(str, args))} exited with {result.returncode}\n"
+                f"--- stderr ---\n{result.stderr[-4000:]}\n--- stdout ---\n{result.stdout[-2000:]}"
+            )
+        return result.stdout.splitlines()
+
+    def json(self, *args: object, timeout: float = 60) -> list[dict]:
+        return [json.loads(line) for line in self(*args, timeout=timeout) if line.strip()]
