@@ -1,0 +1,96 @@
+"""The `raftka` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
+from broker.server import Broker, Listener
+
+logger = logging.getLogger("raftka")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raftka", description="A Kafka-wire-compatible broker with Raft-replicated logs."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run a broker until SIGTERM/SIGINT")
+    serve.add_argument(
+        "--listen",
+        default="127.0.0.1:9092",
+        help="HOST:PORT for Kafka clients (default %(default)s)",
+    )
+    serve.add_argument(
+        "--data-dir", default="./data", type=Path, help="partition logs and metadata"
+    )
+    serve.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Kafka broker config, e.g. log.segment.bytes=1048576 (repeatable)",
+    )
+    serve.add_argument(
+        "--config-file", type=Path, help="a Kafka-style .properties file or a .toml file"
+    )
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    commands.add_parser("configs", help="list every broker and topic config with its default")
+    return parser
+
+
+async def _serve(broker: Broker) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.run)
+
+            async for signum in signals:
+                logger.info("raftka: %s received, shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+def _print_configs() -> None:
+    from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS
+
+    for title, table in (("broker configs", BROKER_CONFIGS), ("topic configs", TOPIC_CONFIGS)):
+        print(f"# {title}")
+        for definition in table.values():
+            default = definition.render(definition.default)
+            print(f"{definition.name}={'' if default is None else default}  # {definition.doc}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "configs":
+        _print_configs()
+        return 0
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        file_values = load_config_file(args.config_file) if args.config_file else None
+        config = BrokerConfig(parse_assignments(args.config), file_values=file_values)
+        listener = Listener.parse(args.listen)
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"raftka: {exc}", file=sys.stderr)
+        return 2
+    broker = Broker(config, listener, args.data_dir)
+    try:
+        trio.run(_serve, broker)
+    except OSError as exc:
+        print(f"raftka: cannot serve on {args.listen}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

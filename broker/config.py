@@ -1,0 +1,474 @@
+"""Broker and topic configuration, by Kafka's names, types and defaults.
+
+A broker config comes from (highest first) `--config k=v`, `RAFTKA_<NAME>` environment
+variables (dots and dashes as underscores, e.g. RAFTKA_LOG_SEGMENT_BYTES), a properties/TOML
+file, then the default. A topic config is the topic's own override, else the broker config
+it is derived from (`segment.bytes` ← `log.segment.bytes`), else the default. DescribeConfigs
+reports every config with its value and source exactly as Kafka's would.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs v3+ config types."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs config sources."""
+
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigError(ValueError):
+    """An invalid config name or value; the message names both and what is accepted."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    minimum: int | None = None
+    choices: tuple[str, ...] | None = None
+    read_only: bool = False
+
+    def parse(self, raw: Any) -> Any:
+        """Parse and validate a value given as text (or already typed)."""
+        if raw is None:
+            if self.default is None:
+                return None
+            raise ConfigError(f"{self.name}: a value is required")
+        try:
+            if self.type == ConfigType.BOOLEAN:
+                if isinstance(raw, bool):
+                    value: Any = raw
+                elif str(raw).strip().lower() in ("true", "false"):
+                    value = str(raw).strip().lower() == "true"
+                else:
+                    raise ValueError
+            elif self.type in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = int(str(raw).strip())
+                limit = LONG_MAX if self.type == ConfigType.LONG else INT_MAX
+                if not -limit - 1 <= value <= limit:
+                    raise ValueError
+            elif self.type == ConfigType.DOUBLE:
+                value = float(raw)
+            else:
+                value = str(raw).strip()
+        except ValueError:
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: "
+                f"expected {self.type.name.lower()}"
+            ) from None
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(
+                f"Invalid value {value} for configuration {self.name}: "
+                f"value must be at least {self.minimum}"
+            )
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(
+                f"Invalid value {value!r} for configuration {self.name}: "
+                f"must be one of {', '.join(self.choices)}"
+            )
+        return value
+
+    def render(self, value: Any) -> str | None:
+        """Kafka's textual form of a value, as DescribeConfigs reports it."""
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+
+def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
+    return {d.name: d for d in items}
+
+
+B, S, I, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
+DAY_MS = 24 * 3600 * 1000
+
+BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("node.id", I, 1, "This broker's id.", minimum=0, read_only=True),
+    ConfigDef("broker.id", I, -1, "Alias of node.id (Kafka's ZooKeeper-era name).", read_only=True),
+    ConfigDef(
+        "broker.rack", S, None, "Rack (host) of this broker, for replica placement.", read_only=True
+    ),
+    ConfigDef(
+        "listeners",
+        S,
+        "PLAINTEXT://127.0.0.1:9092",
+        "Address the broker listens on.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "advertised.listeners",
+        S,
+        None,
+        "Address given to clients in Metadata, if it differs from listeners.",
+        read_only=True,
+    ),
+    ConfigDef("log.dirs", S, "./data", "Data directory.", read_only=True),
+    ConfigDef("num.partitions", I, 1, "Partitions of an auto-created topic.", minimum=1),
+    ConfigDef(
+        "default.replication.factor", I, 1, "Replication factor of auto-created topics.", minimum=1
+    ),
+    ConfigDef(
+        "auto.create.topics.enable",
+        B,
+        True,
+        "Create a topic when a client asks for its metadata or produces to it.",
+    ),
+    ConfigDef("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    ConfigDef(
+        "message.max.bytes", I, 1048588, "Largest record batch the broker accepts.", minimum=0
+    ),
+    ConfigDef(
+        "socket.request.max.bytes",
+        I,
+        104857600,
+        "Largest request frame; larger frames close the connection.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "queued.max.requests",
+        I,
+        500,
+        "Requests a connection may have in flight before the broker stops reading it.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "connections.max.idle.ms", L, 600000, "Idle connections are closed after this.", minimum=-1
+    ),
+    ConfigDef("log.segment.bytes", I, 1073741824, "Segment size that triggers a roll.", minimum=14),
+    ConfigDef(
+        "log.roll.ms", L, None, "Segment age that triggers a roll (overrides hours).", minimum=1
+    ),
+    ConfigDef("log.roll.hours", I, 168, "Segment age that triggers a roll, in hours.", minimum=1),
+    ConfigDef(
+        "log.retention.ms",
+        L,
+        None,
+        "Delete segments older than this (-1: keep forever; overrides minutes/hours).",
+        minimum=-1,
+    ),
+    ConfigDef(
+        "log.retention.minutes", I, None, "Retention in minutes (overrides hours).", minimum=-1
+    ),
+    ConfigDef("log.retention.hours", I, 168, "Retention in hours.", minimum=-1),
+    ConfigDef(
+        "log.retention.bytes", L, -1, "Delete old segments beyond this partition size.", minimum=-1
+    ),
+    ConfigDef(
+        "log.retention.check.interval.ms", L, 300000, "How often retention is enforced.", minimum=1
+    ),
+    ConfigDef(
+        "log.flush.interval.messages",
+        L,
+        LONG_MAX,
+        "fsync a partition after this many records.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "log.flush.interval.ms",
+        L,
+        None,
+        "fsync a partition this long after its first unflushed record.",
+        minimum=0,
+    ),
+    ConfigDef(
+        "log.flush.scheduler.interval.ms",
+        L,
+        LONG_MAX,
+        "How often the flusher checks partitions.",
+        minimum=0,
+    ),
+    ConfigDef(
+        "log.index.interval.bytes", I, 4096, "Bytes between offset index entries.", minimum=0
+    ),
+    ConfigDef("log.index.size.max.bytes", I, 10485760, "Largest index file.", minimum=4),
+    ConfigDef(
+        "log.message.timestamp.type",
+        S,
+        "CreateTime",
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's.",
+        choices=("CreateTime", "LogAppendTime"),
+    ),
+    ConfigDef("log.cleanup.policy", S, "delete", "Only delete is supported.", choices=("delete",)),
+    ConfigDef(
+        "compression.type",
+        S,
+        "producer",
+        "Batches are stored as the producer compressed them.",
+        choices=("producer",),
+    ),
+    ConfigDef("min.insync.replicas", I, 1, "Replicas that must hold an acks=all write.", minimum=1),
+    ConfigDef(
+        "offsets.topic.num.partitions",
+        I,
+        50,
+        "Partitions of __consumer_offsets.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "offsets.topic.replication.factor",
+        S,
+        "3",
+        "Replication factor of __consumer_offsets (capped by live brokers).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "offsets.retention.minutes",
+        I,
+        10080,
+        "Committed offsets of an empty group expire after this.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "group.initial.rebalance.delay.ms",
+        I,
+        3000,
+        "Delay of the first rebalance of a new group.",
+        minimum=0,
+    ),
+    ConfigDef("group.min.session.timeout.ms", I, 6000, "Smallest session timeout allowed."),
+    ConfigDef("group.max.session.timeout.ms", I, 1800000, "Largest session timeout allowed."),
+)
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("cleanup.policy", S, "delete", "Only delete is supported.", choices=("delete",)),
+    ConfigDef(
+        "compression.type",
+        S,
+        "producer",
+        "Batches are stored as the producer compressed them.",
+        choices=("producer",),
+    ),
+    ConfigDef(
+        "max.message.bytes", I, 1048588, "Largest record batch this topic accepts.", minimum=0
+    ),
+    ConfigDef(
+        "message.timestamp.type",
+        S,
+        "CreateTime",
+        "CreateTime or LogAppendTime.",
+        choices=("CreateTime", "LogAppendTime"),
+    ),
+    ConfigDef("segment.bytes", I, 1073741824, "Segment size that triggers a roll.", minimum=14),
+    ConfigDef("segment.ms", L, 7 * DAY_MS, "Segment age that triggers a roll.", minimum=1),
+    ConfigDef("segment.index.bytes", I, 10485760, "Largest index file.", minimum=4),
+    ConfigDef("index.interval.bytes", I, 4096, "Bytes between offset index entries.", minimum=0),
+    ConfigDef(
+        "retention.ms", L, 7 * DAY_MS, "Delete segments older than this (-1: never).", minimum=-1
+    ),
+    ConfigDef(
+        "retention.bytes", L, -1, "Delete old segments beyond this partition size.", minimum=-1
+    ),
+    ConfigDef("flush.messages", L, LONG_MAX, "fsync after this many records.", minimum=1),
+    ConfigDef(
+        "flush.ms", L, LONG_MAX, "fsync this long after the first unflushed record.", minimum=0
+    ),
+    ConfigDef("min.insync.replicas", I, 1, "Replicas that must hold an acks=all write.", minimum=1),
+)
+
+# Topic config → the broker config it falls back to (Kafka's "synonyms").
+TOPIC_SYNONYMS: dict[str, str] = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "min.insync.replicas": "min.insync.replicas",
+}
+
+ENV_PREFIX = "RAFTKA_"
+
+
+def _env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper().replace(".", "_").replace("-", "_")
+
+
+def load_config_file(path: Path) -> dict[str, str]:
+    """Read a Java-style .properties file, or TOML if the name ends in .toml."""
+    text = path.read_text()
+    if path.suffix == ".toml":
+        flat: dict[str, str] = {}
+
+        def walk(prefix: str, table: Mapping[str, Any]) -> None:
+            for key, value in table.items():
+                name = f"{prefix}{key}"
+                if isinstance(value, Mapping):
+                    walk(name + ".", value)
+                else:
+                    flat[name] = (
+                        "true" if value is True else "false" if value is False else str(value)
+                    )
+
+        walk("", tomllib.loads(text))
+        return flat
+    values: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"{path}:{lineno}: expected name=value, got {line!r}")
+        values[line[:sep].strip()] = line[sep + 1 :].strip()
+    return values
+
+
+class BrokerConfig:
+    """Resolved broker configuration: a value and a source for every known config."""
+
+    def __init__(
+        self,
+        overrides: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        file_values: Mapping[str, str] | None = None,
+    ) -> None:
+        environ = os.environ if environ is None else environ
+        self._static: dict[str, Any] = {}
+        sources: list[Mapping[str, str]] = [file_values or {}]
+        env_values = {
+            name: environ[_env_name(name)] for name in BROKER_CONFIGS if _env_name(name) in environ
+        }
+        sources += [env_values, overrides or {}]
+        for source in sources:
+            for name, raw in source.items():
+                definition = BROKER_CONFIGS.get(name)
+                if definition is None:
+                    raise ConfigError(
+                        f"Unknown broker config {name!r}; known configs: "
+                        "see `raftka configs` or the README"
+                    )
+                self._static[name] = definition.parse(raw)
+
+    def get(self, name: str) -> Any:
+        if name in self._static:
+            return self._static[name]
+        if name == "log.roll.ms":
+            return self.get("log.roll.hours") * 3600 * 1000
+        if name == "log.retention.ms":
+            minutes = self._static.get("log.retention.minutes")
+            if minutes is not None:
+                return -1 if minutes < 0 else minutes * 60 * 1000
+            hours = self.get("log.retention.hours")
+            return -1 if hours < 0 else hours * 3600 * 1000
+        if name == "log.flush.interval.ms":
+            return self.get("log.flush.scheduler.interval.ms")
+        return BROKER_CONFIGS[name].default
+
+    def source(self, name: str) -> ConfigSource:
+        if name in self._static:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        return ConfigSource.DEFAULT_CONFIG
+
+    def describe(self) -> Iterable[tuple[ConfigDef, str | None, ConfigSource]]:
+        for name, definition in BROKER_CONFIGS.items():
+            yield definition, definition.render(self.get(name)), self.source(name)
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Parse a topic's config overrides; raises ConfigError naming the bad entry."""
+    parsed: dict[str, Any] = {}
+    for name, raw in configs.items():
+        definition = TOPIC_CONFIGS.get(name)
+        if definition is None:
+            raise ConfigError(f"Unknown topic config name: {name}")
+        parsed[name] = definition.parse(raw)
+    return parsed
+
+
+class TopicConfig:
+    """A topic's effective configuration: its overrides over the broker's values."""
+
+    def __init__(self, broker: BrokerConfig, overrides: Mapping[str, Any]) -> None:
+        self.broker = broker
+        self.overrides = dict(overrides)
+
+    def get(self, name: str) -> Any:
+        if name in self.overrides:
+            return self.overrides[name]
+        synonym = TOPIC_SYNONYMS.get(name)
+        if synonym is not None:
+            return self.broker.get(synonym)
+        return TOPIC_CONFIGS[name].default
+
+    def source(self, name: str) -> ConfigSource:
+        if name in self.overrides:
+            return ConfigSource.DYNAMIC_TOPIC_CONFIG
+        synonym = TOPIC_SYNONYMS.get(name)
+        if synonym is not None:
+            return self.broker.source(synonym)
+        return ConfigSource.DEFAULT_CONFIG
+
+    def describe(self) -> Iterable[tuple[ConfigDef, str | None, ConfigSource]]:
+        for name, definition in TOPIC_CONFIGS.items():
+            yield definition, definition.render(self.get(name)), self.source(name)
+
+    def synonyms(self, name: str) -> list[tuple[str, str | None, ConfigSource]]:
+        """Kafka's synonym list for DescribeConfigs: the topic value, then the broker's."""
+        found: list[tuple[str, str | None, ConfigSource]] = []
+        definition = TOPIC_CONFIGS[name]
+        if name in self.overrides:
+            found.append(
+                (name, definition.render(self.overrides[name]), ConfigSource.DYNAMIC_TOPIC_CONFIG)
+            )
+        synonym = TOPIC_SYNONYMS.get(name)
+        if synonym is not None:
+            broker_def = BROKER_CONFIGS[synonym]
+            value = broker_def.render(self.broker.get(synonym))
+            found.append((synonym, value, self.broker.source(synonym)))
+        return found
+
+
+def parse_assignments(items: Iterable[str]) -> dict[str, str]:
+    """`name=value` command-line items as a dict; raises ConfigError on a malformed item."""
+    result: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"expected name=value, got {item!r}")
+        result[name.strip()] = value.strip()
+    return result
+
+
+ConfigLookup = Callable[[str], Any]

@@ -1,0 +1,230 @@
+"""One client connection: framing, dispatch, in-order responses, back-pressure.
+
+Requests on a connection may be processed concurrently (a Produce waiting for its flush
+does not hold up the next request's work) but responses leave in request order, as Kafka
+requires. A connection holds at most `queued.max.requests` requests and a bounded number of
+request bytes in flight; past that the broker stops reading from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from protocol.api import (
+    API_VERSIONS_KEY,
+    FrameError,
+    RequestPrefix,
+    decode_request,
+    encode_response,
+    read_prefix,
+)
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+logger = logging.getLogger("raftka.connection")
+
+_SIZE = struct.Struct(">i")
+IN_FLIGHT_BYTES_MAX = 128 * 1024 * 1024
+RECEIVE_CHUNK_BYTES = 256 * 1024
+
+
+@dataclass(eq=False)
+class RequestContext:
+    """What a handler may know about the request it serves."""
+
+    broker: Broker
+    header: Any
+    api_key: int
+    api_version: int
+    client_host: str
+    client_port: int
+
+
+@dataclass(eq=False)
+class _Slot:
+    """A response position in the connection's order; filled when its handler finishes."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    frame: bytes | None = None
+    close_after: bool = False
+    request_bytes: int = 0
+
+
+class Connection:
+    def __init__(self, broker: Broker, stream: trio.SocketStream) -> None:
+        self.broker = broker
+        self.stream = stream
+        try:
+            host, port = stream.socket.getpeername()[:2]
+        except OSError:
+            host, port = "?", 0
+        self.client_host: str = host
+        self.client_port: int = port
+        self.peer = f"{host}:{port}"
+        self._buffer = bytearray()
+        self._in_flight_bytes = 0
+        self._bytes_released = trio.Event()
+        self.max_frame_bytes: int = broker.config.get("socket.request.max.bytes")
+        self.max_in_flight: int = broker.config.get("queued.max.requests")
+
+    async def serve(self) -> None:
+        send, receive = trio.open_memory_channel[_Slot](self.max_in_flight)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_responses, receive, nursery.cancel_scope)
+                async with send:
+                    await self._read_requests(send, nursery)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        finally:
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                await self.stream.aclose()
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def _receive_exactly(self, count: int) -> bool:
+        while len(self._buffer) < count:
+            data = await self.stream.receive_some(
+                max(RECEIVE_CHUNK_BYTES, count - len(self._buffer))
+            )
+            if not data:
+                if self._buffer:
+                    logger.info(
+                        "connection from %s closed in the middle of a frame (%d of %d bytes)",
+                        self.peer,
+                        len(self._buffer),
+                        count,
+                    )
+                return False
+            self._buffer += data
+        return True
+
+    async def _read_requests(
+        self, send: trio.MemorySendChannel[_Slot], nursery: trio.Nursery
+    ) -> None:
+        idle_ms = self.broker.config.get("connections.max.idle.ms")
+        idle_s = float("inf") if idle_ms < 0 else idle_ms / 1000
+        while True:
+            with trio.move_on_after(idle_s) as idle:
+                if not await self._receive_exactly(4):
+                    return
+            if idle.cancelled_caught:
+                logger.info("closing idle connection from %s", self.peer)
+                return
+            (size,) = _SIZE.unpack_from(self._buffer, 0)
+            if size < 0 or size > self.max_frame_bytes:
+                logger.warning(
+                    "closing connection from %s: request of %d bytes exceeds "
+                    "socket.request.max.bytes=%d",
+                    self.peer,
+                    size,
+                    self.max_frame_bytes,
+                )
+                return
+            if not await self._receive_exactly(4 + size):
+                return
+            frame = bytes(self._buffer[4 : 4 + size])
+            del self._buffer[: 4 + size]
+            try:
+                prefix = read_prefix(frame)
+            except FrameError as exc:
+                logger.warning("closing connection from %s: %s", self.peer, exc)
+                return
+            await self._wait_for_budget(size)
+            slot = _Slot(request_bytes=size)
+            self._in_flight_bytes += size
+            stop = self._dispatch(frame, prefix, slot, nursery)
+            await send.send(slot)
+            if stop:
+                return
+
+    async def _wait_for_budget(self, size: int) -> None:
+        while self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX:
+            await self._bytes_released.wait()
+
+    def _dispatch(
+        self, frame: bytes, prefix: RequestPrefix, slot: _Slot, nursery: trio.Nursery
+    ) -> bool:
+        """Start the request's handler; True if the connection must stop after it."""
+        handler = self.broker.handlers.get(prefix.api_key)
+        if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
+            if prefix.api_key == API_VERSIONS_KEY:
+                # KIP-511: answer a too-new ApiVersions in the v0 format so the client can
+                # learn our range and retry.
+                from broker.handlers.api_versions import unsupported_version_response
+
+                slot.frame = encode_response(
+                    prefix.correlation_id, unsupported_version_response(self.broker)
+                )
+                slot.done.set()
+                return False
+            what = "unknown api key" if handler is None else "unsupported version"
+            logger.warning(
+                "closing connection from %s: %s (api key %d, version %d)",
+                self.peer,
+                what,
+                prefix.api_key,
+                prefix.api_version,
+            )
+            slot.close_after = True
+            slot.done.set()
+            return True
+        try:
+            header, request = decode_request(frame, prefix)
+        except FrameError as exc:
+            logger.warning("closing connection from %s: %s", self.peer, exc)
+            slot.close_after = True
+            slot.done.set()
+            return True
+        context = RequestContext(
+            broker=self.broker,
+            header=header,
+            api_key=prefix.api_key,
+            api_version=prefix.api_version,
+            client_host=self.client_host,
+            client_port=self.client_port,
+        )
+        nursery.start_soon(self._run_handler, handler.handle, context, request, prefix, slot)
+        return False
+
+    async def _run_handler(
+        self, handle: Any, context: RequestContext, request: Any, prefix: RequestPrefix, slot: _Slot
+    ) -> None:
+        try:
+            response = await handle(context, request)
+            if response is not None:
+                slot.frame = encode_response(prefix.correlation_id, response)
+        except Exception:
+            logger.exception(
+                "closing connection from %s: handler for api key %d v%d failed",
+                self.peer,
+                prefix.api_key,
+                prefix.api_version,
+            )
+            slot.close_after = True
+        finally:
+            slot.done.set()
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def _write_responses(
+        self, receive: trio.MemoryReceiveChannel[_Slot], scope: trio.CancelScope
+    ) -> None:
+        async with receive:
+            async for slot in receive:
+                await slot.done.wait()
+                self._in_flight_bytes -= slot.request_bytes
+                self._bytes_released.set()
+                self._bytes_released = trio.Event()
+                if slot.frame is not None:
+                    await self.stream.send_all(slot.frame)
+                if slot.close_after:
+                    break
+        scope.cancel()

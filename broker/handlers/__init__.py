@@ -1,0 +1,42 @@
+"""Kafka API handlers, one module per API family, and the table ApiVersions advertises."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from broker.handlers import (
+    api_versions,
+    configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    topics_admin,
+)
+
+Handle = Callable[[Any, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    min_version: int
+    max_version: int
+    handle: Handle
+
+
+# api key → handler; ApiVersions advertises exactly these ranges.
+HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
+    {
+        0: ApiHandler(3, 9, produce.handle_produce),
+        1: ApiHandler(4, 12, fetch.handle_fetch),
+        2: ApiHandler(1, 7, list_offsets.handle_list_offsets),
+        3: ApiHandler(0, 12, metadata.handle_metadata),
+        18: ApiHandler(0, 3, api_versions.handle_api_versions),
+        19: ApiHandler(2, 7, topics_admin.handle_create_topics),
+        20: ApiHandler(1, 6, topics_admin.handle_delete_topics),
+        32: ApiHandler(1, 4, configs.handle_describe_configs),
+    }
+)

@@ -1,0 +1,144 @@
+"""Fetch: byte ranges of segment files up to the high watermark, with long polling.
+
+Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells the
+client that no session was created, so it keeps sending full fetch requests. A request that
+names a session we never handed out gets FETCH_SESSION_ID_NOT_FOUND, as Kafka answers for an
+evicted session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.common import NO_THROTTLE, response_schema
+from log import OffsetOutOfRange
+from protocol.api import build
+
+READ_COMMITTED = 1
+
+
+def _read_all(context: Any, request: Any, module: Any) -> tuple[list[Any], int, list[Any]]:
+    """One pass over the requested partitions: (topic responses, bytes, partitions read)."""
+    broker = context.broker
+    remaining = request.max_bytes if request.max_bytes > 0 else 0
+    hard_limit = False
+    min_one_batch = not hard_limit
+    total_bytes = 0
+    watched = []
+    responses = []
+    by_id = hasattr(request.topics[0], "topic_id") if request.topics else False
+    for wanted in request.topics:
+        if by_id:
+            topic = broker.topics.topics_by_id.get(wanted.topic_id)
+            name = topic.name if topic is not None else None
+        else:
+            name = wanted.topic
+            topic = broker.topics.get(name)
+        partitions = []
+        for p in wanted.partitions:
+            fields: dict[str, Any] = {
+                "partition_index": p.partition,
+                "error_code": ErrorCode.none,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": None,
+                "preferred_read_replica": -1,
+                "records": None,
+            }
+            partition = (
+                topic.partitions[p.partition]
+                if topic is not None and 0 <= p.partition < len(topic.partitions)
+                else None
+            )
+            epoch = getattr(p, "current_leader_epoch", -1)
+            if partition is None:
+                fields["error_code"] = (
+                    ErrorCode.unknown_topic_id
+                    if by_id and topic is None
+                    else ErrorCode.unknown_topic_or_partition
+                )
+            elif epoch >= 0 and epoch < partition.leader_epoch:
+                fields["error_code"] = ErrorCode.fenced_leader_epoch
+            elif epoch > partition.leader_epoch:
+                fields["error_code"] = ErrorCode.unknown_leader_epoch
+            else:
+                log = partition.log
+                high_watermark = partition.high_watermark
+                stable = partition.last_stable_offset
+                limit = high_watermark if request.isolation_level != READ_COMMITTED else stable
+                fields.update(
+                    high_watermark=high_watermark,
+                    last_stable_offset=stable,
+                    log_start_offset=log.log_start_offset,
+                )
+                watched.append(partition)
+                max_bytes = min(p.partition_max_bytes, remaining)
+                try:
+                    records = (
+                        log.read(p.fetch_offset, max_bytes, limit, min_one_batch)
+                        if max_bytes > 0 or min_one_batch
+                        else b""
+                    )
+                except OffsetOutOfRange:
+                    fields["error_code"] = ErrorCode.offset_out_of_range
+                    records = b""
+                if records:
+                    min_one_batch = False
+                    remaining = max(0, remaining - len(records))
+                    total_bytes += len(records)
+                fields["records"] = records
+                if request.isolation_level == READ_COMMITTED:
+                    fields["aborted_transactions"] = ()
+            partitions.append(build(module.PartitionData, **fields))
+        responses.append(
+            build(
+                module.FetchableTopicResponse,
+                topic=name or "",
+                topic_id=getattr(wanted, "topic_id", None),
+                partitions=tuple(partitions),
+            )
+        )
+    return responses, total_bytes, watched
+
+
+async def handle_fetch(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    session_id = getattr(request, "session_id", 0)
+    if session_id != 0:
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.fetch_session_id_not_found,
+            session_id=0,
+            responses=(),
+        )
+    responses, total_bytes, watched = _read_all(context, request, module)
+    max_wait_s = max(request.max_wait.total_seconds(), 0)
+    if total_bytes < request.min_bytes and max_wait_s > 0 and watched:
+        with trio.move_on_after(max_wait_s):
+            while total_bytes < request.min_bytes:
+                await _any_appended(watched)
+                responses, total_bytes, watched = _read_all(context, request, module)
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(responses),
+    )
+
+
+async def _any_appended(partitions: list[Any]) -> None:
+    """Wait until any of the partitions has an append (or is deleted)."""
+    woken = trio.Event()
+    for partition in partitions:
+        partition.waiters.add(woken)
+    try:
+        await woken.wait()
+    finally:
+        for partition in partitions:
+            partition.waiters.discard(woken)

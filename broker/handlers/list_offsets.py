@@ -1,0 +1,73 @@
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.common import NO_THROTTLE, response_schema
+from protocol.api import build
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
+
+
+def _lookup(partition: Any, timestamp: int, isolation_level: int) -> tuple[int, int]:
+    """(offset, timestamp) per Kafka's ListOffsets rules; (-1, -1) when nothing matches."""
+    log = partition.log
+    if timestamp == LATEST:
+        end = (
+            partition.last_stable_offset
+            if isolation_level == READ_COMMITTED
+            else partition.high_watermark
+        )
+        return end, -1
+    if timestamp == EARLIEST:
+        return log.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = log.max_timestamp_and_offset()
+        if found is None or found[1] >= partition.high_watermark:
+            return -1, -1
+        return found[1], found[0]
+    found = log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return -1, -1
+    return found
+
+
+async def handle_list_offsets(context: Any, request: Any) -> Any:
+    broker = context.broker
+    entity, module = response_schema(context)
+    isolation = getattr(request, "isolation_level", 0)
+    topics = []
+    for wanted in request.topics:
+        partitions = []
+        for p in wanted.partitions:
+            partition = broker.topics.partition(wanted.name, p.partition_index)
+            fields: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "error_code": ErrorCode.none,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            leader_epoch = getattr(p, "current_leader_epoch", -1)
+            if partition is None:
+                fields["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif leader_epoch >= 0 and leader_epoch < partition.leader_epoch:
+                fields["error_code"] = ErrorCode.fenced_leader_epoch
+            elif leader_epoch > partition.leader_epoch:
+                fields["error_code"] = ErrorCode.unknown_leader_epoch
+            else:
+                offset, timestamp = _lookup(partition, p.timestamp, isolation)
+                fields.update(offset=offset, timestamp=timestamp)
+                if offset >= 0:
+                    fields["leader_epoch"] = partition.log.epoch_for_offset(offset)
+            partitions.append(build(module.ListOffsetsPartitionResponse, **fields))
+        topics.append(
+            build(module.ListOffsetsTopicResponse, name=wanted.name, partitions=tuple(partitions))
+        )
+    return build(entity, throttle_time=NO_THROTTLE, topics=tuple(topics))

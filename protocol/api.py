@@ -1,0 +1,114 @@
+"""Kafka request/response framing on top of kio's generated entities.
+
+A request frame (after its 4-byte size prefix) starts with a fixed prefix that every header
+version shares: api_key int16, api_version int16, correlation_id int32. That prefix is read
+with `struct` so that even a request we cannot decode can be answered or logged by its
+correlation id. Everything else is kio.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import sys
+from dataclasses import dataclass, fields
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+
+API_VERSIONS_KEY = 18
+
+_PREFIX = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """A frame that cannot be decoded; the connection that sent it is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPrefix:
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
+    if len(frame) < _PREFIX.size:
+        raise FrameError(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame, 0)
+    return RequestPrefix(api_key, api_version, correlation_id)
+
+
+@cache
+def request_type(api_key: int, api_version: int) -> type[Any] | None:
+    """kio's request entity for this key and version, or None if kio does not know it."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+@cache
+def response_type(api_key: int, api_version: int) -> type[Any]:
+    return load_response_schema(api_key, api_version)
+
+
+def schema_module(entity_type: type[Any]) -> ModuleType:
+    """The generated module of an entity, which also holds its nested entity classes."""
+    return sys.modules[entity_type.__module__]
+
+
+@cache
+def _field_names(entity_type: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in fields(entity_type))
+
+
+def build(entity_type: type[Any], **values: Any) -> Any:
+    """Instantiate a kio entity from values meant for any version of it.
+
+    Fields the version does not have are dropped; fields it has but that were not given
+    keep their schema defaults. This lets one handler serve a range of versions.
+    """
+    names = _field_names(entity_type)
+    return entity_type(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(entity_type: type[Any], name: str) -> bool:
+    return name in _field_names(entity_type)
+
+
+def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[Any, Any]:
+    """Decode the header and body of a request frame: (header, request entity).
+
+    Raises FrameError for anything kio cannot read (unknown key/version, truncated or
+    malformed data, trailing garbage is tolerated as Kafka does).
+    """
+    req_type = request_type(prefix.api_key, prefix.api_version)
+    if req_type is None:
+        raise FrameError(f"unknown api key {prefix.api_key} version {prefix.api_version}")
+    header_type = RequestHeaderV2 if req_type.__flexible__ else RequestHeaderV1
+    try:
+        header, header_size = entity_reader(header_type)(frame, 0)
+        body, _ = entity_reader(req_type)(frame, header_size)
+    except Exception as exc:  # kio raises several types for malformed input
+        raise FrameError(f"cannot decode {req_type.__name__} v{prefix.api_version}: {exc}") from exc
+    return header, body
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """A complete response frame: size prefix, response header (v0 or v1), body."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    header_type = response.__header_schema__
+    entity_writer(header_type)(buf, header_type(correlation_id=correlation_id))
+    entity_writer(type(response))(buf, response)
+    frame = buf.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    del frame
+    return buf.getvalue()
