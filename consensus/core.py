@@ -1,0 +1,692 @@
+"""Deterministic Raft core for one partition, whose Raft log is the Kafka partition log.
+
+The core does no I/O and reads no clock: inputs are `step(message)`, `tick()`, `propose(...)`,
+`propose_config_change(...)` and `transfer_leadership(...)`; outputs are collected into a
+`Ready`. Election timeouts are randomized from the seed in `RaftConfig`, so a run is a pure
+function of its inputs.
+
+Positions are Kafka offsets. An entry is a record batch covering [base_offset, last_offset]
+whose epoch is the Raft term (partitionLeaderEpoch). The commit index is the high watermark:
+one past the last offset of the highest committed batch.
+
+How a driver uses it -- the one ordering rule:
+
+    while running:
+        feed inputs (step / tick / propose ...)
+        if core.has_ready():
+            rd = core.ready()
+            1. persist rd.hard_state (if set), then truncate the log to rd.truncate_to (if
+               set) and append rd.entries -- durably (fsync) -- BEFORE step 2;
+            2. send rd.messages;
+            3. apply: expose rd.high_watermark to consumers / acks=all waiters, note
+               rd.soft_state (role, leader) for Metadata;
+            4. core.advance(rd).
+
+No input may be fed between `ready()` and `advance()` (the core asserts this): a driver that
+persists asynchronously queues inputs meanwhile. Entries not yet persisted are kept inside the
+core (`LogView.unstable`); the durable log is only read, never written, by the core.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from consensus.progress import Progress, ProgressState
+from consensus.quorum import VoteResult, committed_end, majority_size, vote_result
+from consensus.raft_log import LogView
+from consensus.storage import RaftLog
+from consensus.types import (
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MessageType,
+    NodeId,
+    Role,
+    decode_voters,
+    encode_voters,
+)
+
+
+class NotLeaderError(Exception):
+    """This node cannot accept the request now (Kafka NOT_LEADER_OR_FOLLOWER)."""
+
+    def __init__(self, leader_id: NodeId | None, reason: str = "not leader") -> None:
+        super().__init__(f"{reason} (leader: {leader_id})")
+        self.leader_id = leader_id
+
+
+class ConfigChangeError(Exception):
+    """A membership change was refused: one change at a time, after the leader's no-op."""
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    node_id: NodeId
+    group: str
+    # Voter set used until the log holds a CONFIG batch (the partition's replica set).
+    voters: frozenset[NodeId]
+    election_timeout_ticks: int = 10
+    heartbeat_interval_ticks: int = 1
+    max_append_bytes: int = 1 << 20
+    max_inflight_appends: int = 16
+    pre_vote: bool = True
+    check_quorum: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SoftState:
+    role: Role
+    leader_id: NodeId | None
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Work for the driver; fields are None / empty when there is nothing of that kind."""
+
+    hard_state: HardState | None
+    truncate_to: int | None
+    entries: tuple[Entry, ...]
+    messages: tuple[Message, ...]
+    high_watermark: int | None
+    soft_state: SoftState | None
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What Metadata needs: leader, leader epoch (= term), in-sync replicas."""
+
+    node_id: NodeId
+    role: Role
+    leader_id: NodeId | None
+    term: int
+    high_watermark: int
+    log_end_offset: int
+    voters: frozenset[NodeId]
+    # Leader only: itself plus followers caught up to the high watermark that answered
+    # within the last election timeout. Empty on other roles (they do not know).
+    in_sync_replicas: tuple[NodeId, ...] = field(default=())
+
+
+class RaftCore:
+    def __init__(
+        self, config: RaftConfig, log: RaftLog, hard_state: HardState | None = None
+    ) -> None:
+        hard_state = hard_state or HardState()
+        self.config = config
+        self.id = config.node_id
+        self.log = LogView(log)
+        self.term = hard_state.term
+        self.voted_for = hard_state.voted_for
+        self.leader_id: NodeId | None = None
+        self.role = Role.FOLLOWER
+        # Not persisted: a restarted node relearns it from the leader.
+        self.high_watermark = self.log.log_start_offset()
+        self.progress: dict[NodeId, Progress] = {}
+        self.votes: dict[NodeId, bool] = {}
+        self.lead_transferee: NodeId | None = None
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.leader_ticks = 0
+        self.term_start_offset = 0  # offset of this leader's no-op
+        self._rng = random.Random(f"{config.seed}:{config.group}:{config.node_id}")
+        self.randomized_election_timeout = config.election_timeout_ticks
+        self._configs: list[tuple[int, frozenset[NodeId]]] = [
+            (e.base_offset, decode_voters(e.payload)) for e in log.config_entries()
+        ]
+        self.voters = self._configs[-1][1] if self._configs else config.voters
+        self._messages: list[Message] = []
+        self._awaiting_advance = False
+        self._step_role: Callable[[Message], None] = self._step_follower
+        self._prev_hard_state = hard_state
+        self._prev_soft_state = self._soft_state()
+        self._prev_high_watermark = self.high_watermark
+        self._reset_election_timeout()
+
+    # ---------------------------------------------------------------- read-only views
+    def status(self) -> Status:
+        isr: tuple[NodeId, ...] = ()
+        if self.role is Role.LEADER:
+            recent = self.leader_ticks - self.config.election_timeout_ticks
+            isr = tuple(
+                sorted(
+                    [self.id]
+                    + [
+                        node
+                        for node, pr in self.progress.items()
+                        if pr.match_end >= self.high_watermark
+                        and pr.last_response_tick is not None
+                        and pr.last_response_tick >= recent
+                    ]
+                )
+            )
+        return Status(
+            node_id=self.id,
+            role=self.role,
+            leader_id=self.leader_id,
+            term=self.term,
+            high_watermark=self.high_watermark,
+            log_end_offset=self.log.log_end_offset(),
+            voters=self.voters,
+            in_sync_replicas=isr,
+        )
+
+    @property
+    def promotable(self) -> bool:
+        return self.id in self.voters
+
+    # ---------------------------------------------------------------- Ready handshake
+    def has_ready(self) -> bool:
+        return bool(
+            self._messages
+            or self.log.unstable
+            or self.log.pending_truncate is not None
+            or self._hard_state() != self._prev_hard_state
+            or self.high_watermark != self._prev_high_watermark
+            or self._soft_state() != self._prev_soft_state
+        )
+
+    def ready(self) -> Ready:
+        assert not self._awaiting_advance, "advance() the previous Ready first"
+        hard_state = self._hard_state()
+        soft_state = self._soft_state()
+        rd = Ready(
+            hard_state=hard_state if hard_state != self._prev_hard_state else None,
+            truncate_to=self.log.pending_truncate,
+            entries=tuple(self.log.unstable),
+            messages=tuple(self._messages),
+            high_watermark=(
+                self.high_watermark if self.high_watermark != self._prev_high_watermark else None
+            ),
+            soft_state=soft_state if soft_state != self._prev_soft_state else None,
+        )
+        self._messages = []
+        self._prev_hard_state = hard_state
+        self._prev_soft_state = soft_state
+        self._prev_high_watermark = self.high_watermark
+        self._awaiting_advance = True
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        """The driver persisted, sent and applied `rd`."""
+        assert self._awaiting_advance, "advance() without ready()"
+        self._awaiting_advance = False
+        if rd.entries or rd.truncate_to is not None:
+            self.log.persisted()
+
+    # ---------------------------------------------------------------- inputs
+    def tick(self) -> None:
+        self._check_input()
+        if self.role is Role.LEADER:
+            self._tick_leader()
+        else:
+            self._tick_election()
+
+    def campaign(self) -> None:
+        """Start an election now (as an election timeout would)."""
+        self._check_input()
+        self._hup()
+
+    def propose(self, record_count: int, payload: bytes) -> Entry:
+        """Append a client batch; returns it with its assigned offsets and epoch."""
+        self._check_input()
+        assert record_count >= 1
+        self._require_leader()
+        return self._append_as_leader(record_count, payload, EntryKind.DATA)
+
+    def propose_config_change(
+        self, add: NodeId | None = None, remove: NodeId | None = None
+    ) -> Entry:
+        """Add or remove one voter. Takes effect on append (single-server change)."""
+        self._check_input()
+        self._require_leader()
+        if (add is None) == (remove is None):
+            raise ConfigChangeError("exactly one of add / remove")
+        if self.high_watermark <= self.term_start_offset:
+            raise ConfigChangeError("leader has not committed an entry of its term yet")
+        if self._configs and self._configs[-1][0] >= self.high_watermark:
+            raise ConfigChangeError("previous membership change not committed yet")
+        if add is not None:
+            if add in self.voters:
+                raise ConfigChangeError(f"{add} is already a voter")
+            voters = self.voters | {add}
+        else:
+            assert remove is not None
+            if remove not in self.voters:
+                raise ConfigChangeError(f"{remove} is not a voter")
+            if len(self.voters) == 1:
+                raise ConfigChangeError("cannot remove the last voter")
+            voters = self.voters - {remove}
+        return self._append_as_leader(1, encode_voters(voters), EntryKind.CONFIG)
+
+    def transfer_leadership(self, to: NodeId) -> None:
+        """Hand leadership to `to` (clean shutdown): catch it up, then send TimeoutNow.
+
+        Proposals are refused meanwhile; the transfer is abandoned after an election timeout.
+        """
+        self._check_input()
+        self._require_leader()
+        if to == self.id or self.lead_transferee == to:
+            return
+        if to not in self.progress or to not in self.voters:
+            raise ValueError(f"{to} is not a voter")
+        self.lead_transferee = to
+        self.election_elapsed = 0
+        if self.progress[to].match_end == self.log.log_end_offset():
+            self._send(MessageType.TIMEOUT_NOW, to)
+        else:
+            self._send_append(to)
+
+    def step(self, m: Message) -> None:
+        self._check_input()
+        assert m.to == self.id and m.group == self.config.group, m
+        if m.term > self.term:
+            if m.type in (MessageType.PRE_VOTE, MessageType.VOTE):
+                in_lease = (
+                    self.config.check_quorum
+                    and self.leader_id is not None
+                    and self.election_elapsed < self.config.election_timeout_ticks
+                )
+                if in_lease and not m.force:
+                    return  # a healthy leader exists: do not let a rejoining node disrupt it
+            if m.type is MessageType.PRE_VOTE or (
+                m.type is MessageType.PRE_VOTE_RESPONSE and not m.reject
+            ):
+                pass  # pre-vote terms are hypothetical: never adopt them
+            elif m.type in (MessageType.APPEND, MessageType.HEARTBEAT):
+                self._become_follower(m.term, m.from_id)
+            else:
+                self._become_follower(m.term, None)
+        elif m.term < self.term:
+            if m.type in (MessageType.APPEND, MessageType.HEARTBEAT) and (
+                self.config.check_quorum or self.config.pre_vote
+            ):
+                # A stale leader must learn our term, or it would never step down when its
+                # messages (ours ignored) are all it sees.
+                self._send(MessageType.APPEND_RESPONSE, m.from_id)
+            elif m.type is MessageType.PRE_VOTE:
+                self._send(MessageType.PRE_VOTE_RESPONSE, m.from_id, reject=True)
+            return
+        if m.type in (MessageType.PRE_VOTE, MessageType.VOTE):
+            self._handle_vote_request(m)
+            return
+        self._step_role(m)
+
+    # ---------------------------------------------------------------- role changes
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.voted_for = None
+        self.leader_id = None
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self._reset_election_timeout()
+        self.lead_transferee = None
+        self.votes = {}
+        self.progress = {}
+
+    def _become_follower(self, term: int, leader_id: NodeId | None) -> None:
+        self._reset(term)
+        self.leader_id = leader_id
+        self.role = Role.FOLLOWER
+        self._step_role = self._step_follower
+
+    def _become_pre_candidate(self) -> None:
+        # Term and vote stay: a pre-vote changes nothing durable.
+        self.votes = {}
+        self.leader_id = None
+        self.role = Role.PRE_CANDIDATE
+        self._step_role = self._step_candidate
+
+    def _become_candidate(self) -> None:
+        self._reset(self.term + 1)
+        self.voted_for = self.id
+        self.role = Role.CANDIDATE
+        self._step_role = self._step_candidate
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.leader_id = self.id
+        self.role = Role.LEADER
+        self._step_role = self._step_leader
+        self.leader_ticks = 0
+        self._sync_progress()
+        self.term_start_offset = self.log.log_end_offset()
+        # Control batch of the new epoch: committing it commits every earlier entry.
+        self._append_as_leader(1, b"", EntryKind.NOOP)
+
+    def _sync_progress(self) -> None:
+        """Track exactly the voters other than this node."""
+        for node in list(self.progress):
+            if node not in self.voters:
+                del self.progress[node]
+        for node in self.voters:
+            if node != self.id and node not in self.progress:
+                self.progress[node] = Progress(
+                    next_offset=self.log.log_end_offset(),
+                    max_inflight=self.config.max_inflight_appends,
+                    match_end=self.log.log_start_offset(),
+                )
+        if self.lead_transferee is not None and self.lead_transferee not in self.progress:
+            self.lead_transferee = None
+
+    # ---------------------------------------------------------------- ticks and elections
+    def _tick_election(self) -> None:
+        self.election_elapsed += 1
+        if self.promotable and self.election_elapsed >= self.randomized_election_timeout:
+            self.election_elapsed = 0
+            self._hup()
+
+    def _tick_leader(self) -> None:
+        self.leader_ticks += 1
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.config.election_timeout_ticks:
+            self.election_elapsed = 0
+            if self.config.check_quorum:
+                if not self._quorum_active():
+                    self._become_follower(self.term, None)
+                    return
+                for pr in self.progress.values():
+                    pr.recent_active = False
+            self.lead_transferee = None  # a transfer that took this long has failed
+        if self.heartbeat_elapsed >= self.config.heartbeat_interval_ticks:
+            self.heartbeat_elapsed = 0
+            for node, pr in self.progress.items():
+                hw = min(pr.match_end, self.high_watermark)
+                self._send(MessageType.HEARTBEAT, node, high_watermark=hw)
+
+    def _quorum_active(self) -> bool:
+        active = {node: pr.recent_active for node, pr in self.progress.items()}
+        active[self.id] = True
+        return sum(1 for v in self.voters if active.get(v)) >= majority_size(len(self.voters))
+
+    def _reset_election_timeout(self) -> None:
+        timeout = self.config.election_timeout_ticks
+        self.randomized_election_timeout = timeout + self._rng.randrange(timeout)
+
+    def _hup(self, transfer: bool = False) -> None:
+        if self.role is Role.LEADER or not self.promotable:
+            return
+        self._campaign(pre_vote=self.config.pre_vote and not transfer, transfer=transfer)
+
+    def _campaign(self, pre_vote: bool, transfer: bool) -> None:
+        if pre_vote:
+            self._become_pre_candidate()
+            vote_term, request = self.term + 1, MessageType.PRE_VOTE
+        else:
+            self._become_candidate()
+            vote_term, request = self.term, MessageType.VOTE
+        self.votes[self.id] = True
+        if self._tally() is not VoteResult.PENDING:
+            return
+        last_offset, last_epoch = self.log.last_offset_and_epoch()
+        for node in sorted(self.voters):
+            if node != self.id:
+                self._messages.append(
+                    Message(
+                        group=self.config.group,
+                        type=request,
+                        from_id=self.id,
+                        to=node,
+                        term=vote_term,
+                        last_offset=last_offset,
+                        last_epoch=last_epoch,
+                        force=transfer,
+                    )
+                )
+
+    def _tally(self) -> VoteResult:
+        result = vote_result(self.voters, self.votes)
+        if result is VoteResult.WON:
+            if self.role is Role.PRE_CANDIDATE:
+                self._campaign(pre_vote=False, transfer=False)
+            else:
+                self._become_leader()
+        elif result is VoteResult.LOST:
+            self._become_follower(self.term, None)
+        return result
+
+    def _handle_vote_request(self, m: Message) -> None:
+        response = (
+            MessageType.PRE_VOTE_RESPONSE
+            if m.type is MessageType.PRE_VOTE
+            else MessageType.VOTE_RESPONSE
+        )
+        can_vote = (
+            self.voted_for == m.from_id
+            or (self.voted_for is None and self.leader_id is None)
+            or (m.type is MessageType.PRE_VOTE and m.term > self.term)
+        )
+        last_offset, last_epoch = self.log.last_offset_and_epoch()
+        up_to_date = (m.last_epoch, m.last_offset) >= (last_epoch, last_offset)
+        if can_vote and up_to_date:
+            self._send(response, m.from_id, term=m.term)
+            if m.type is MessageType.VOTE:
+                self.election_elapsed = 0
+                self.voted_for = m.from_id
+        else:
+            self._send(response, m.from_id, reject=True)
+
+    # ---------------------------------------------------------------- per-role steps
+    def _step_follower(self, m: Message) -> None:
+        if m.type is MessageType.APPEND:
+            self.election_elapsed = 0
+            self.leader_id = m.from_id
+            self._handle_append(m)
+        elif m.type is MessageType.HEARTBEAT:
+            self.election_elapsed = 0
+            self.leader_id = m.from_id
+            self._handle_heartbeat(m)
+        elif m.type is MessageType.TIMEOUT_NOW:
+            self._hup(transfer=True)
+
+    def _step_candidate(self, m: Message) -> None:
+        expected = (
+            MessageType.PRE_VOTE_RESPONSE
+            if self.role is Role.PRE_CANDIDATE
+            else MessageType.VOTE_RESPONSE
+        )
+        if m.type is MessageType.APPEND:
+            self._become_follower(m.term, m.from_id)
+            self._handle_append(m)
+        elif m.type is MessageType.HEARTBEAT:
+            self._become_follower(m.term, m.from_id)
+            self._handle_heartbeat(m)
+        elif m.type is expected:
+            self.votes.setdefault(m.from_id, not m.reject)
+            self._tally()
+
+    def _step_leader(self, m: Message) -> None:
+        pr = self.progress.get(m.from_id)
+        if pr is None:
+            return
+        if m.type is MessageType.APPEND_RESPONSE:
+            pr.recent_active = True
+            pr.last_response_tick = self.leader_ticks
+            if m.reject:
+                probe = self.log.find_conflict_by_epoch(m.hint_offset, m.hint_epoch)
+                if pr.maybe_decrease(m.prev_offset, probe):
+                    if pr.state is ProgressState.REPLICATE:
+                        pr.become_probe()
+                    self._send_append(m.from_id)
+                return
+            was_paused = pr.paused
+            if not pr.maybe_update(m.match_end):
+                return
+            if pr.state is ProgressState.PROBE:
+                pr.become_replicate()
+            else:
+                pr.inflights.free_to(m.match_end)
+            if self._maybe_commit():
+                self._broadcast_append()
+            elif was_paused:
+                self._send_append(m.from_id)
+            if self.role is not Role.LEADER:
+                return  # stepped down after committing its own removal
+            while self._send_append(m.from_id, send_if_empty=False):
+                pass
+            if m.from_id == self.lead_transferee and pr.match_end == self.log.log_end_offset():
+                self._send(MessageType.TIMEOUT_NOW, m.from_id)
+        elif m.type is MessageType.HEARTBEAT_RESPONSE:
+            pr.recent_active = True
+            pr.last_response_tick = self.leader_ticks
+            pr.probe_sent = False
+            if pr.state is ProgressState.REPLICATE and pr.inflights.full:
+                pr.inflights.free_first()
+            if pr.match_end < self.log.log_end_offset():
+                self._send_append(m.from_id)
+
+    # ---------------------------------------------------------------- replication
+    def _append_as_leader(self, record_count: int, payload: bytes, kind: EntryKind) -> Entry:
+        base = self.log.log_end_offset()
+        entry = Entry(base, base + record_count - 1, self.term, payload, kind)
+        self._append_entries([entry])
+        self._broadcast_append(send_if_empty=False)
+        self._maybe_commit()
+        return entry
+
+    def _append_entries(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
+        self.log.append(entries)
+        changed = False
+        for entry in entries:
+            if entry.kind is EntryKind.CONFIG:
+                self._configs.append((entry.base_offset, decode_voters(entry.payload)))
+                changed = True
+        if changed:
+            self._apply_config()
+
+    def _truncate_to(self, offset: int) -> None:
+        assert offset >= self.high_watermark, "a committed entry must never be truncated"
+        self.log.truncate_to(offset)
+        if self._configs and self._configs[-1][0] >= offset:
+            self._configs = [c for c in self._configs if c[0] < offset]
+            self._apply_config()
+
+    def _apply_config(self) -> None:
+        self.voters = self._configs[-1][1] if self._configs else self.config.voters
+        if self.role is Role.LEADER:
+            self._sync_progress()
+            for node, pr in self.progress.items():
+                if pr.state is ProgressState.PROBE and not pr.probe_sent:
+                    self._send_append(node)
+
+    def _send_append(self, to: NodeId, send_if_empty: bool = True) -> bool:
+        pr = self.progress[to]
+        if pr.paused:
+            return False
+        end = self.log.log_end_offset()
+        entries = (
+            self.log.entries_from(pr.next_offset, self.config.max_append_bytes)
+            if pr.next_offset < end
+            else []
+        )
+        if not entries and not send_if_empty:
+            return False
+        prev = pr.next_offset - 1
+        self._send(
+            MessageType.APPEND,
+            to,
+            prev_offset=prev,
+            prev_epoch=self.log.epoch_at(prev),
+            entries=tuple(entries),
+            high_watermark=self.high_watermark,
+        )
+        pr.sent_append(entries[-1].end_offset if entries else pr.next_offset)
+        return True
+
+    def _broadcast_append(self, send_if_empty: bool = True) -> None:
+        for node in list(self.progress):
+            self._send_append(node, send_if_empty)
+
+    def _maybe_commit(self) -> bool:
+        match_ends = {node: pr.match_end for node, pr in self.progress.items()}
+        match_ends[self.id] = self.log.log_end_offset()
+        end = committed_end(self.voters, match_ends)
+        # Raft §5.4.2: only an entry of the leader's own term is committed by counting.
+        if end <= self.high_watermark or self.log.epoch_at(end - 1) != self.term:
+            return False
+        self.high_watermark = end
+        if (
+            self.id not in self.voters
+            and self._configs
+            and self._configs[-1][0] < self.high_watermark
+        ):
+            self._become_follower(self.term, None)  # its own removal is committed
+        return True
+
+    def _handle_append(self, m: Message) -> None:
+        if m.prev_offset < self.high_watermark - 1:
+            # Already committed here; tell the leader how far we certainly match.
+            self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=self.high_watermark)
+            return
+        if not self.log.is_batch_end(m.prev_offset, m.prev_epoch):
+            hint = self.log.find_conflict_by_epoch(m.prev_offset, m.prev_epoch)
+            self._send(
+                MessageType.APPEND_RESPONSE,
+                m.from_id,
+                reject=True,
+                prev_offset=m.prev_offset,
+                hint_offset=hint,
+                hint_epoch=self.log.epoch_at(hint),
+            )
+            return
+        for i, entry in enumerate(m.entries):
+            if entry.base_offset < self.log.log_end_offset():
+                existing = self.log.entry_at(entry.base_offset)
+                if existing.epoch == entry.epoch:
+                    assert existing.last_offset == entry.last_offset, (existing, entry)
+                    continue
+                self._truncate_to(entry.base_offset)
+            self._append_entries(m.entries[i:])
+            break
+        last_new_end = m.entries[-1].end_offset if m.entries else m.prev_offset + 1
+        new_hw = min(m.high_watermark, last_new_end)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+        self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=last_new_end)
+
+    def _handle_heartbeat(self, m: Message) -> None:
+        # The leader capped the value at what it knows we hold, so it is safe to take.
+        new_hw = min(m.high_watermark, self.log.log_end_offset())
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+        self._send(MessageType.HEARTBEAT_RESPONSE, m.from_id)
+
+    # ---------------------------------------------------------------- helpers
+    def _send(
+        self,
+        type: MessageType,
+        to: NodeId,
+        term: int | None = None,
+        **fields: object,
+    ) -> None:
+        self._messages.append(
+            Message(
+                group=self.config.group,
+                type=type,
+                from_id=self.id,
+                to=to,
+                term=self.term if term is None else term,
+                **fields,  # type: ignore[arg-type]
+            )
+        )
+
+    def _require_leader(self) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id)
+        if self.lead_transferee is not None:
+            raise NotLeaderError(self.leader_id, "leadership transfer in progress")
+
+    def _check_input(self) -> None:
+        assert not self._awaiting_advance, "no input between ready() and advance()"
+
+    def _hard_state(self) -> HardState:
+        return HardState(self.term, self.voted_for)
+
+    def _soft_state(self) -> SoftState:
+        return SoftState(self.role, self.leader_id, self.term)

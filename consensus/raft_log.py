@@ -1,0 +1,115 @@
+"""The core's view of its log: durable batches (read through `RaftLog`) plus an unstable tail.
+
+Like etcd's unstable log, batches the core has accepted but the driver has not yet written
+live here until `persisted()` is called. A truncation of durable batches is recorded as a
+pending truncation point the driver applies before appending the unstable tail.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from consensus.storage import RaftLog
+from consensus.types import Entry
+
+
+class LogView:
+    def __init__(self, stable: RaftLog) -> None:
+        self.stable = stable
+        # Durable batches are valid strictly below `unstable_offset`; the tail starts there.
+        self.unstable_offset = stable.log_end_offset()
+        self.unstable: list[Entry] = []
+        self.pending_truncate: int | None = None
+
+    def log_start_offset(self) -> int:
+        return self.stable.log_start_offset()
+
+    def log_end_offset(self) -> int:
+        return self.unstable[-1].end_offset if self.unstable else self.unstable_offset
+
+    def entry_at(self, offset: int) -> Entry:
+        assert self.log_start_offset() <= offset < self.log_end_offset(), offset
+        if offset >= self.unstable_offset:
+            i = bisect.bisect_right(self.unstable, offset, key=lambda e: e.base_offset) - 1
+            return self.unstable[i]
+        return self.stable.entry_at(offset)
+
+    def epoch_at(self, offset: int) -> int:
+        """Epoch of the batch covering `offset`; 0 before the log start (nothing there)."""
+        if offset < self.log_start_offset():
+            return 0
+        return self.entry_at(offset).epoch
+
+    def last_offset_and_epoch(self) -> tuple[int, int]:
+        last = self.log_end_offset() - 1
+        return last, self.epoch_at(last)
+
+    def is_batch_end(self, offset: int, epoch: int) -> bool:
+        """Whether this log holds a batch of `epoch` ending exactly at `offset`."""
+        if offset < self.log_start_offset():
+            return offset == self.log_start_offset() - 1
+        if offset >= self.log_end_offset():
+            return False
+        entry = self.entry_at(offset)
+        return entry.epoch == epoch and entry.last_offset == offset
+
+    def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
+        out: list[Entry] = []
+        used = 0
+        if offset < self.unstable_offset:
+            for entry in self.stable.entries_from(offset, max_bytes):
+                if entry.base_offset >= self.unstable_offset:
+                    break
+                out.append(entry)
+                used += entry.size_bytes
+            if out and out[-1].end_offset < self.unstable_offset:
+                return out  # the byte budget ran out inside durable storage
+            offset = out[-1].end_offset if out else offset
+        i = bisect.bisect_left(self.unstable, offset, key=lambda e: e.base_offset)
+        for entry in self.unstable[i:]:
+            if out and used + entry.size_bytes > max_bytes:
+                break
+            out.append(entry)
+            used += entry.size_bytes
+        return out
+
+    def find_conflict_by_epoch(self, offset: int, epoch: int) -> int:
+        """Largest batch end <= `offset` whose batch epoch is <= `epoch`.
+
+        Everything after it may differ from a log whose batch at `offset` has epoch `epoch`,
+        everything up to it may match; log_start_offset - 1 when nothing qualifies.
+        """
+        start = self.log_start_offset()
+        offset = min(offset, self.log_end_offset() - 1)
+        while offset >= start:
+            entry = self.entry_at(offset)
+            if entry.epoch <= epoch and entry.last_offset <= offset:
+                return entry.last_offset
+            offset = entry.base_offset - 1
+        return start - 1
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            assert entry.base_offset == self.log_end_offset(), "offsets are contiguous"
+            self.unstable.append(entry)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after batch boundary `offset`."""
+        if offset >= self.unstable_offset:
+            i = bisect.bisect_left(self.unstable, offset, key=lambda e: e.base_offset)
+            del self.unstable[i:]
+            return
+        self.unstable.clear()
+        self.unstable_offset = offset
+        if self.pending_truncate is None or offset < self.pending_truncate:
+            self.pending_truncate = offset
+
+    def persisted(self) -> None:
+        """The driver applied the pending truncation and appended the whole unstable tail."""
+        self.unstable_offset = self.log_end_offset()
+        self.unstable.clear()
+        self.pending_truncate = None
+        assert self.stable.log_end_offset() == self.unstable_offset, (
+            "driver must persist every entry of the Ready before advance()"
+        )

@@ -1,0 +1,94 @@
+"""The narrow read interface the Raft core needs from a partition log, and an in-memory one.
+
+The core only ever reads durable storage through `RaftLog`. Writes (truncate, append) are
+done by the driver from a `Ready`; `MemoryRaftLog` offers them for tests and the simulation.
+A Kafka segment log backs the same protocol in the broker: `entry_at` is a lookup through the
+offset index, `config_entries` can come from an index of control batches kept on recovery.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Protocol
+
+from consensus.types import Entry, EntryKind
+
+
+class RaftLog(Protocol):
+    """Durable log as the core sees it. Offsets are contiguous: no gaps between batches."""
+
+    def log_start_offset(self) -> int:
+        """First offset held (0 until retention deletes segments)."""
+        ...
+
+    def log_end_offset(self) -> int:
+        """Offset the next batch would get (exclusive end)."""
+        ...
+
+    def entry_at(self, offset: int) -> Entry:
+        """The batch covering `offset`; log_start_offset <= offset < log_end_offset."""
+        ...
+
+    def entries_from(self, offset: int, max_bytes: int) -> Sequence[Entry]:
+        """Batches starting at batch boundary `offset`, as many as fit in `max_bytes` but at
+        least one when the log is not empty there (a batch larger than the budget still
+        travels alone, as Kafka's fetch does)."""
+        ...
+
+    def config_entries(self) -> Sequence[Entry]:
+        """Every CONFIG batch still in the log, ascending by offset."""
+        ...
+
+
+class MemoryRaftLog:
+    """In-memory RaftLog with the writes a driver performs; used by tests and the simulation."""
+
+    def __init__(self, log_start_offset: int = 0) -> None:
+        self._start = log_start_offset
+        self._entries: list[Entry] = []
+        self._bases: list[int] = []
+
+    # -- RaftLog --------------------------------------------------------------------------
+    def log_start_offset(self) -> int:
+        return self._start
+
+    def log_end_offset(self) -> int:
+        return self._entries[-1].end_offset if self._entries else self._start
+
+    def entry_at(self, offset: int) -> Entry:
+        assert self._start <= offset < self.log_end_offset(), (offset, self.log_end_offset())
+        return self._entries[bisect.bisect_right(self._bases, offset) - 1]
+
+    def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
+        i = bisect.bisect_left(self._bases, offset)
+        assert i == len(self._bases) or self._bases[i] == offset, "offset must start a batch"
+        out: list[Entry] = []
+        used = 0
+        for entry in self._entries[i:]:
+            if out and used + entry.size_bytes > max_bytes:
+                break
+            out.append(entry)
+            used += entry.size_bytes
+        return out
+
+    def config_entries(self) -> list[Entry]:
+        return [e for e in self._entries if e.kind is EntryKind.CONFIG]
+
+    # -- driver writes --------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after `offset` (a batch boundary)."""
+        i = bisect.bisect_left(self._bases, offset)
+        assert i == len(self._bases) or self._bases[i] == offset, "offset must start a batch"
+        del self._entries[i:]
+        del self._bases[i:]
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            assert entry.base_offset == self.log_end_offset(), "offsets are contiguous"
+            assert entry.last_offset >= entry.base_offset
+            self._entries.append(entry)
+            self._bases.append(entry.base_offset)
+
+    def all_entries(self) -> list[Entry]:
+        return list(self._entries)

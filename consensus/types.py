@@ -1,0 +1,124 @@
+"""Plain value types shared by the Raft core, its storage and a later transport.
+
+Everything here is a frozen dataclass or an enum so a transport can encode it field by field;
+nothing holds a reference to a core, a clock or a socket.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+NodeId = int
+
+
+class EntryKind(enum.IntEnum):
+    """What a log entry (a Kafka record batch) carries, as far as Raft cares."""
+
+    DATA = 0  # ordinary record batch produced by a client
+    NOOP = 1  # control batch a new leader appends so it can commit earlier terms
+    CONFIG = 2  # control batch carrying the full voter set after a membership change
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One Raft entry = one Kafka record batch covering offsets [base_offset, last_offset].
+
+    `epoch` is the Raft term of the leader that created the batch (Kafka's
+    partitionLeaderEpoch). Within one epoch batch boundaries are fixed by that epoch's leader,
+    so two logs holding an entry with the same base offset and epoch hold the same entry.
+    """
+
+    base_offset: int
+    last_offset: int
+    epoch: int
+    payload: bytes
+    kind: EntryKind = EntryKind.DATA
+
+    @property
+    def record_count(self) -> int:
+        return self.last_offset - self.base_offset + 1
+
+    @property
+    def end_offset(self) -> int:
+        """Offset just past this batch (exclusive end, Kafka style)."""
+        return self.last_offset + 1
+
+    @property
+    def size_bytes(self) -> int:
+        """Approximate wire size used for the per-append byte budget."""
+        return len(self.payload) + 61  # 61 = Kafka record batch header overhead
+
+
+def encode_voters(voters: frozenset[NodeId]) -> bytes:
+    """Payload of a CONFIG entry: the full voter set, ascending, comma separated."""
+    return ",".join(str(v) for v in sorted(voters)).encode("ascii")
+
+
+def decode_voters(payload: bytes) -> frozenset[NodeId]:
+    text = payload.decode("ascii")
+    return frozenset(int(part) for part in text.split(",")) if text else frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be on disk before any message of the same Ready is sent."""
+
+    term: int = 0
+    voted_for: NodeId | None = None
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre_candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+class MessageType(enum.IntEnum):
+    APPEND = 1
+    APPEND_RESPONSE = 2
+    HEARTBEAT = 3
+    HEARTBEAT_RESPONSE = 4
+    PRE_VOTE = 5
+    PRE_VOTE_RESPONSE = 6
+    VOTE = 7
+    VOTE_RESPONSE = 8
+    TIMEOUT_NOW = 9
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A Raft message for one group; many groups share one broker-to-broker connection.
+
+    Field use by type:
+    - APPEND: prev_offset/prev_epoch (last offset and epoch of the batch before `entries`;
+      log_start_offset - 1 and epoch 0 when there is none), entries, high_watermark.
+    - APPEND_RESPONSE: reject; on success match_end (follower log end known to match the
+      leader); on reject prev_offset echoes the rejected probe and hint_offset/hint_epoch
+      point at the follower's last batch that may match (fast backoff).
+    - HEARTBEAT: high_watermark (already capped at what the follower is known to hold).
+    - HEARTBEAT_RESPONSE: nothing beyond the header.
+    - PRE_VOTE / VOTE: last_offset/last_epoch of the candidate's log; `force` is set by a
+      leadership transfer so voters ignore their leader lease. PRE_VOTE carries the term the
+      candidate would campaign in.
+    - PRE_VOTE_RESPONSE / VOTE_RESPONSE: reject.
+    - TIMEOUT_NOW: nothing beyond the header.
+    """
+
+    group: str
+    type: MessageType
+    from_id: NodeId
+    to: NodeId
+    term: int
+    prev_offset: int = -1
+    prev_epoch: int = 0
+    entries: tuple[Entry, ...] = field(default=())
+    high_watermark: int = 0
+    reject: bool = False
+    match_end: int = 0
+    hint_offset: int = -1
+    hint_epoch: int = 0
+    last_offset: int = -1
+    last_epoch: int = 0
+    force: bool = False
