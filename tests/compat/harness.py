@@ -140,6 +140,7 @@ class BrokerProcess:
         self.python = python
         self.extra_args = list(extra_args or [])
         self._proc: subprocess.Popen[bytes] | None = None
+        self._killed = False  # the last exit was our SIGKILL, not a crash
 
     # -- what tests read -------------------------------------------------------------------
 
@@ -181,6 +182,7 @@ class BrokerProcess:
         if self.is_running():
             raise RuntimeError(f"broker already running (pid {self.pid})")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._killed = False
         argv = self.command()
         with open(self.log_path, "ab") as log:
             log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
@@ -233,11 +235,15 @@ class BrokerProcess:
             time.sleep(0.05)
 
     def stop(self, timeout: float = 15) -> None:
-        """SIGTERM, wait, and require exit code 0 (a clean shutdown)."""
+        """SIGTERM, wait, and require exit code 0 (a clean shutdown).
+
+        A no-op if the broker is not running because `kill()` stopped it; an error if it
+        exited by itself with a non-zero code.
+        """
         proc = self._proc
         if proc is None or proc.poll() is not None:
             code = None if proc is None else proc.returncode
-            if code not in (None, 0):
+            if code not in (None, 0) and not self._killed:
                 raise BrokerStopError(
                     f"broker {self.bootstrap} had already exited with code {code}\n"
                     f"--- broker log tail ---\n{self.log_tail(40)}"
@@ -264,6 +270,7 @@ class BrokerProcess:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+            self._killed = True
 
     def restart(self, timeout: float = 15) -> BrokerProcess:
         """Clean stop, then start again on the same port and data dir."""
