@@ -1,0 +1,353 @@
+"""Small helpers shared by the compat tests: confluent-kafka produce/consume with bounded
+waits, and a raw Kafka-protocol socket for sending hand-built (or broken) frames."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import crc32c
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+
+def _host_port(bootstrap: str) -> tuple[str, int]:
+    first = bootstrap.split(",")[0]
+    host, _, port = first.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+# --------------------------------------------------------------------------- librdkafka
+
+
+@dataclass
+class Delivered:
+    """One delivery report."""
+
+    index: int
+    partition: int
+    offset: int
+    error: KafkaError | None
+
+
+@dataclass
+class ProduceResult:
+    reports: list[Delivered] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Delivered]:
+        return [r for r in self.reports if r.error is not None]
+
+    def offsets_by_partition(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for r in sorted(self.reports, key=lambda r: r.index):
+            if r.error is None:
+                out.setdefault(r.partition, []).append(r.offset)
+        return out
+
+
+def make_producer(bootstrap: str, **conf: Any) -> Producer:
+    base: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "message.timeout.ms": 30000,
+        "socket.timeout.ms": 10000,
+    }
+    base.update({k.replace("_", "."): v for k, v in conf.items()})
+    return Producer(base)
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[dict[str, Any]],
+    timeout: float = 60.0,
+    producer: Producer | None = None,
+    **conf: Any,
+) -> ProduceResult:
+    """Produce `records` (dicts of Producer.produce keyword arguments) and wait for every
+    delivery report (bounded by `timeout`)."""
+    p = producer or make_producer(bootstrap, **conf)
+    result = ProduceResult()
+    sent = 0
+
+    def cb_for(i: int) -> Callable[[KafkaError | None, Any], None]:
+        def cb(err: KafkaError | None, msg: Any) -> None:
+            result.reports.append(Delivered(i, msg.partition(), msg.offset(), err))
+
+        return cb
+
+    for rec in records:
+        while True:
+            try:
+                p.produce(topic, on_delivery=cb_for(sent), **rec)
+                break
+            except BufferError:
+                p.poll(0.05)
+        sent += 1
+        if sent % 1000 == 0:
+            p.poll(0)
+    remaining = p.flush(timeout)
+    assert remaining == 0, f"{remaining} of {sent} records not delivered within {timeout}s"
+    assert len(result.reports) == sent
+    return result
+
+
+def make_consumer(bootstrap: str, **conf: Any) -> Consumer:
+    base: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        # librdkafka's Python binding insists on a group id; nothing is committed.
+        "group.id": f"compat-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+        "socket.timeout.ms": 10000,
+    }
+    base.update(conf)
+    return Consumer(base)
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    partitions: Iterable[int] | int = 1,
+    start: int = 0,
+    count: int | None = None,
+    timeout: float = 60.0,
+    consumer: Consumer | None = None,
+    **conf: Any,
+) -> dict[int, list[Any]]:
+    """Assign `partitions` from offset `start` and read until every partition reached its
+    end (partition EOF) or, when `count` is given, until `count` records were read in total.
+    Returns records per partition in the order received. Fails on any consumer error or
+    when the deadline passes."""
+    if isinstance(partitions, int):
+        partitions = range(partitions)
+    parts = list(partitions)
+    c = consumer or make_consumer(bootstrap, **conf)
+    out: dict[int, list[Any]] = {p: [] for p in parts}
+    try:
+        c.assign([TopicPartition(topic, p, start) for p in parts])
+        at_eof: set[int] = set()
+        total = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            if count is not None and total >= count:
+                break
+            if count is None and at_eof >= set(parts):
+                break
+            left = deadline - time.monotonic()
+            assert left > 0, (
+                f"timed out after {timeout}s: read {total} records"
+                f" (wanted {count if count is not None else 'all'}), eof at {sorted(at_eof)}"
+            )
+            for m in c.consume(num_messages=10000, timeout=min(left, 1.0)):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_eof.add(m.partition())
+                        continue
+                    raise AssertionError(f"consumer error: {err}")
+                out[m.partition()].append(m)
+                at_eof.discard(m.partition())
+                total += 1
+    finally:
+        if consumer is None:
+            c.close()
+    return out
+
+
+def watermarks(bootstrap: str, topic: str, partition: int = 0, timeout: float = 10.0):
+    c = make_consumer(bootstrap)
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+    finally:
+        c.close()
+
+
+def strictly_increasing(seq: list[int]) -> bool:
+    return all(a < b for a, b in zip(seq, seq[1:], strict=False))
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval=0.2) -> Any:
+    """Poll `predicate` until it returns a truthy value; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as e:  # noqa: BLE001 - reported on timeout
+            last_exc = e
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last_exc
+        time.sleep(interval)
+
+
+def roundtrip_works(bootstrap: str, topic: str) -> None:
+    """A fresh client can still produce to and consume from `topic`: the broker is healthy."""
+    marker = uuid.uuid4().hex.encode()
+    res = produce(bootstrap, topic, [{"value": marker, "partition": 0}], timeout=30, acks="all")
+    assert not res.errors, res.errors
+    offset = res.reports[0].offset
+    got = consume(bootstrap, topic, [0], start=offset, count=1, timeout=30)
+    assert [m.value() for m in got[0]] == [marker]
+
+
+# ------------------------------------------------------------------------ raw protocol
+
+
+def zigzag_varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def record_batch(
+    values: list[bytes], base_timestamp: int | None = None, corrupt_crc: bool = False
+) -> bytes:
+    """A magic-2 record batch (uncompressed, no producer id) holding `values` as records
+    with null keys, as a client would send it in a Produce request."""
+    ts = int(time.time() * 1000) if base_timestamp is None else base_timestamp
+    records = bytearray()
+    for i, v in enumerate(values):
+        body = (
+            b"\x00"  # attributes
+            + zigzag_varint(0)  # timestamp delta
+            + zigzag_varint(i)  # offset delta
+            + zigzag_varint(-1)  # null key
+            + zigzag_varint(len(v))
+            + v
+            + zigzag_varint(0)  # no headers
+        )
+        records += zigzag_varint(len(body)) + body
+    after_crc = struct.pack(
+        ">hiqqqhii",
+        0,  # attributes
+        len(values) - 1,  # last offset delta
+        ts,  # base timestamp
+        ts,  # max timestamp
+        -1,  # producer id
+        -1,  # producer epoch
+        -1,  # base sequence
+        len(values),
+    ) + bytes(records)
+    crc = crc32c.crc32c(after_crc)
+    if corrupt_crc:
+        crc ^= 0xDEADBEEF
+    # batch length counts from partitionLeaderEpoch to the end
+    batch_length = 4 + 1 + 4 + len(after_crc)
+    return struct.pack(">qiibI", 0, batch_length, -1, 2, crc) + after_crc
+
+
+class RawConnection:
+    """A plain TCP connection speaking Kafka framing (4-byte big-endian size prefix)."""
+
+    def __init__(self, bootstrap: str, timeout: float = 10.0):
+        self.sock = socket.create_connection(_host_port(bootstrap), timeout=timeout)
+        self.sock.settimeout(timeout)
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_frame(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+    def send_request(self, request: Any, api_version: int | None = None) -> int:
+        """Encode a kio request entity with its header (the header version kio associates
+        with the entity) and send it. `api_version` overrides the version in the header."""
+        from kio.serial import entity_writer
+        from kio.static.primitive import i16, i32
+
+        self.correlation_id += 1
+        header_cls = request.__header_schema__
+        header = header_cls(
+            request_api_key=i16(request.__api_key__),
+            request_api_version=i16(request.__version__ if api_version is None else api_version),
+            correlation_id=i32(self.correlation_id),
+            client_id="raftka-compat",
+        )
+        buf = io.BytesIO()
+        entity_writer(header_cls)(buf, header)
+        entity_writer(type(request))(buf, request)
+        self.send_frame(buf.getvalue())
+        return self.correlation_id
+
+    def _recv_exact(self, n: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < n:
+            chunk = self.sock.recv(n - len(chunks))
+            if not chunk:
+                raise ConnectionError(f"connection closed after {len(chunks)} of {n} bytes")
+            chunks += chunk
+        return bytes(chunks)
+
+    def recv_frame(self) -> bytes:
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        return self._recv_exact(size)
+
+    def recv_response(self, response_cls: type, flexible_header: bool | None = None) -> Any:
+        """Read one response frame; check its correlation id; decode the body with kio.
+        The response header is v1 (tagged fields) for flexible responses, except for
+        ApiVersions whose response header is always v0."""
+        from kio.serial import entity_reader
+
+        frame = self.recv_frame()
+        (corr,) = struct.unpack(">i", frame[:4])
+        assert corr == self.correlation_id, (corr, self.correlation_id)
+        pos = 4
+        if flexible_header is None:
+            flexible_header = response_cls.__flexible__ and response_cls.__api_key__ != 18
+        if flexible_header:
+            assert frame[pos] == 0, "unexpected tagged fields in response header"
+            pos += 1
+        value, _size = entity_reader(response_cls)(frame, pos)
+        return value
+
+    def wait_closed(self, timeout: float = 10.0) -> bool:
+        """True if the peer closes the connection (EOF or reset) within `timeout` without
+        sending anything; fails if it sends data instead."""
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+        assert data == b"", f"expected the connection to be closed, got {data[:64]!r}"
+        return True
+
+
+def api_versions_v0(bootstrap: str) -> dict[int, tuple[int, int]]:
+    """The broker's ApiVersions table {api_key: (min, max)} via a v0 request."""
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest
+    from kio.schema.api_versions.v0.response import ApiVersionsResponse
+
+    with RawConnection(bootstrap) as conn:
+        conn.send_request(ApiVersionsRequest())
+        resp = conn.recv_response(ApiVersionsResponse)
+    assert resp.error_code == 0, resp.error_code
+    return {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in resp.api_keys}
