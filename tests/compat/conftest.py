@@ -23,7 +23,7 @@ from harness import BrokerProcess, JavaTool, find_java_jars  # noqa: E402
 
 BROKERS_KEY = pytest.StashKey[list[BrokerProcess]]()
 SESSION_BROKER_KEY = pytest.StashKey[BrokerProcess]()
-SESSION_BROKER_USERS = {"bootstrap", "new_topic"}
+SESSION_BROKER_USERS = {"bootstrap"}
 LOG_TAIL_LINES = 40
 
 
@@ -64,7 +64,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         brokers = list(item.stash.get(BROKERS_KEY, []))
         session_broker = item.config.stash.get(SESSION_BROKER_KEY, None)
         used = set(getattr(item, "fixturenames", ()))
-        if session_broker is not None and used & SESSION_BROKER_USERS:
+        wants_session = session_broker is not None and used & SESSION_BROKER_USERS
+        if wants_session and session_broker not in brokers:
             brokers.insert(0, session_broker)
         for broker in brokers:
             report.sections.append(
@@ -201,14 +202,14 @@ def create_topic(
 
 
 @pytest.fixture
-def new_topic(request: pytest.FixtureRequest, bootstrap: str) -> Callable[..., str]:
+def new_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
     """`new_topic(partitions=1, config=None, name=None, bootstrap=None) -> str`.
 
-    Creates a uniquely named topic on `bootstrap` (default: the session broker) and returns
-    once Metadata lists every partition with a leader. `replication_factor=1` may be passed.
+    Creates a uniquely named topic on `bootstrap` (default: the session broker, started on
+    first use) and returns once Metadata lists every partition with a leader.
+    `replication_factor=1` may be passed too.
     """
     prefix = _topic_prefix(request.node.name)
-    session_bootstrap = bootstrap
 
     def make(
         partitions: int = 1,
@@ -217,9 +218,14 @@ def new_topic(request: pytest.FixtureRequest, bootstrap: str) -> Callable[..., s
         bootstrap: str | None = None,
         replication_factor: int = 1,
     ) -> str:
+        if bootstrap is None:
+            bootstrap = request.getfixturevalue("bootstrap")
+            session_broker = request.config.stash.get(SESSION_BROKER_KEY, None)
+            if session_broker is not None:
+                _track(request, session_broker)
         topic = name or f"{prefix}-{uuid.uuid4().hex[:10]}"
         create_topic(
-            bootstrap or session_bootstrap,
+            bootstrap,
             topic,
             partitions=partitions,
             config=config,
