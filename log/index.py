@@ -1,0 +1,194 @@
+"""Sparse indexes of one segment: where a batch is (offset index) and when (time index).
+
+Each index lives in memory as two parallel arrays and on disk as an append-only file of
+fixed-size big-endian entries, Kafka's layout: `.index` holds (relative offset int32,
+position int32), `.timeindex` holds (timestamp int64, relative offset int32). New entries
+are buffered and reach the file on `write_pending` (called before a flush, a roll and a
+close), so an index file may lag its segment after a crash; recovery rebuilds what is
+missing. An index never says what bytes mean, only where or when they are.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_right
+from pathlib import Path
+
+
+class _SparseIndex:
+    """Entries (key, value), keys strictly increasing, values non-decreasing."""
+
+    ENTRY: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max_entries
+        self.keys = array("q")
+        self.values = array("q")
+        self._pending = bytearray()
+        self._fd: int | None = None
+
+    # -- encoding between memory (absolute) and disk (Kafka's relative) values ----------------
+    def _encode(self, key: int, value: int) -> bytes:
+        raise NotImplementedError
+
+    def _decode(self, raw_key: int, raw_value: int) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def _entry_is_sane(self, key: int, value: int, log_size: int, next_offset: int) -> bool:
+        raise NotImplementedError
+
+    # -- file handling ----------------------------------------------------------------------
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def load(self, log_size: int, next_offset: int) -> bool:
+        """Read the file; returns False (and stays empty) if it is missing or implausible."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return False
+        size = self.ENTRY.size
+        if len(raw) % size:
+            return False
+        keys = array("q")
+        values = array("q")
+        last_key = -(2**63)
+        last_value = -(2**63)
+        for raw_key, raw_value in self.ENTRY.iter_unpack(raw):
+            key, value = self._decode(raw_key, raw_value)
+            if key <= last_key or value < last_value:
+                return False
+            if not self._entry_is_sane(key, value, log_size, next_offset):
+                return False
+            keys.append(key)
+            values.append(value)
+            last_key, last_value = key, value
+        self.keys, self.values = keys, values
+        return True
+
+    def reset(self, entries: list[tuple[int, int]]) -> None:
+        """Replace every entry, in memory and on disk."""
+        self.keys = array("q", (k for k, _ in entries))
+        self.values = array("q", (v for _, v in entries))
+        fd = self._file()
+        os.ftruncate(fd, 0)
+        self._pending = bytearray(b"".join(self._encode(k, v) for k, v in entries))
+        self.write_pending()
+
+    def append(self, key: int, value: int) -> None:
+        self.keys.append(key)
+        self.values.append(value)
+        self._pending += self._encode(key, value)
+
+    def write_pending(self) -> bool:
+        """Write buffered entries to the file; True if there were any."""
+        if not self._pending:
+            return False
+        data = bytes(self._pending)
+        self._pending.clear()
+        fd = self._file()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        return True
+
+    def drop_from(self, count: int) -> None:
+        """Keep only the first `count` entries, in memory and on disk."""
+        if count >= len(self.keys):
+            return
+        self.write_pending()
+        del self.keys[count:]
+        del self.values[count:]
+        os.ftruncate(self._file(), count * self.ENTRY.size)
+
+    def fileno(self) -> int:
+        return self._file()
+
+    @property
+    def is_full(self) -> bool:
+        return len(self.keys) >= self.max_entries
+
+    @property
+    def entries(self) -> int:
+        return len(self.keys)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self.write_pending()
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._pending.clear()
+        self.path.unlink(missing_ok=True)
+
+
+class OffsetIndex(_SparseIndex):
+    """Maps a batch's base offset to its byte position in the segment."""
+
+    ENTRY = struct.Struct(">ii")
+
+    def _encode(self, key: int, value: int) -> bytes:
+        return self.ENTRY.pack(key - self.base_offset, value)
+
+    def _decode(self, raw_key: int, raw_value: int) -> tuple[int, int]:
+        return raw_key + self.base_offset, raw_value
+
+    def _entry_is_sane(self, key: int, value: int, log_size: int, next_offset: int) -> bool:
+        return key >= self.base_offset and key < next_offset and 0 <= value < log_size
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the last entry at or before `offset`; the segment start if none.
+
+        The batch containing `offset` starts at or after the returned position.
+        """
+        slot = bisect_right(self.keys, offset) - 1
+        if slot < 0:
+            return self.base_offset, 0
+        return self.keys[slot], self.values[slot]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries for batches starting at `offset` or later."""
+        self.drop_from(bisect_right(self.keys, offset - 1))
+
+
+class TimeIndex(_SparseIndex):
+    """Maps a timestamp to the offset of the first batch reaching it (max timestamp so far)."""
+
+    ENTRY = struct.Struct(">qi")
+
+    def _encode(self, key: int, value: int) -> bytes:
+        return self.ENTRY.pack(key, value - self.base_offset)
+
+    def _decode(self, raw_key: int, raw_value: int) -> tuple[int, int]:
+        return raw_key, raw_value + self.base_offset
+
+    def _entry_is_sane(self, key: int, value: int, log_size: int, next_offset: int) -> bool:
+        return self.base_offset <= value < next_offset
+
+    def lookup(self, timestamp_ms: int) -> int:
+        """An offset at or before the first batch whose max timestamp >= `timestamp_ms`."""
+        slot = bisect_right(self.keys, timestamp_ms) - 1
+        if slot < 0:
+            return self.base_offset
+        # Batches before this entry's batch have smaller max timestamps: an entry is added
+        # only when the running maximum strictly grows, pointing at the batch that grew it.
+        return self.values[slot]
+
+    def last_entry(self) -> tuple[int, int] | None:
+        if not self.keys:
+            return None
+        return self.keys[-1], self.values[-1]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries that point at offset `offset` or later."""
+        self.drop_from(bisect_right(self.values, offset - 1))

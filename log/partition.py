@@ -1,0 +1,647 @@
+"""A partition's log: ordered segments in `<data-dir>/<topic>-<partition>/`.
+
+`PartitionLog` assigns offsets, stamps leader epochs, rolls, reads, flushes, recovers after a
+crash and enforces retention. It is not thread-safe: every method runs on the owner's
+thread, except the function `flush_job` returns, which may run in a worker thread while
+appends continue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.records import (
+    BatchHeader,
+    UnsupportedBatch,
+    record_timestamps,
+    set_log_append_time,
+    stamp_batches,
+)
+
+from .config import LogConfig
+from .epochs import LeaderEpochCache, write_file_atomically
+from .segment import LogSegment
+
+logger = logging.getLogger("raftka.log")
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+# Left behind by an interrupted atomic write or segment deletion; never data.
+_STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+class OffsetOutOfRange(Exception):
+    """A fetch offset outside [log_start_offset, log_end_offset] (OFFSET_OUT_OF_RANGE)."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} is outside [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class NonContiguousAppend(ValueError):
+    """Replicated batches that do not continue exactly at the log end offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """Where an append landed. `offset_of_max_timestamp` is the base offset of the batch
+    holding `max_timestamp` (-1 when no batch had a timestamp)."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    bytes: int
+
+
+def _read_offset_file(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="ascii").strip())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+class PartitionLog:
+    """One partition's segments. Offsets in [log_start_offset, log_end_offset) are readable."""
+
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+        # Use `open`; this only sets fields.
+        self.directory = directory
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.epochs = LeaderEpochCache()
+        self._epochs_dirty = False
+        self._log_start_dirty = False
+        self._directory_dirty = False
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        # Guards the recovery-point file against flush jobs racing a truncation.
+        self._durable_lock = threading.Lock()
+        self._durable_generation = 0
+        self.recovery_point = 0  # every offset below is on disk with its indexes
+
+    # -- opening and recovery -------------------------------------------------------------
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open the partition folder, creating it, or recovering it after a crash.
+
+        After an unclean shutdown every segment at or after the recovery point is validated
+        batch by batch; a torn or corrupt batch is cut off with everything after it.
+        """
+        log = cls(directory, config, now_ms)
+        directory.mkdir(parents=True, exist_ok=True)
+        log._open_segments(now_ms)
+        return log
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            segment_index_bytes=self.config.segment_index_bytes,
+            now_ms=now_ms,
+        )
+
+    def _open_segments(self, now_ms: int) -> None:
+        directory = self.directory
+        log_bases: set[int] = set()
+        index_files: list[tuple[int, Path]] = []
+        for path in directory.iterdir():
+            if path.name.endswith(_STRAY_SUFFIXES):
+                path.unlink(missing_ok=True)
+                continue
+            match = _SEGMENT_FILE.match(path.name)
+            if match is None:
+                continue
+            base = int(match.group(1))
+            if match.group(2) == "log":
+                log_bases.add(base)
+            else:
+                index_files.append((base, path))
+        for base, path in index_files:
+            if base not in log_bases:
+                path.unlink(missing_ok=True)
+
+        clean_marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = clean_marker.exists()
+        recovery_point = _read_offset_file(directory / RECOVERY_POINT_FILE) or 0
+        persisted_start = _read_offset_file(directory / LOG_START_OFFSET_FILE)
+        cached_epochs = LeaderEpochCache.read_checkpoint(directory / LEADER_EPOCH_CHECKPOINT)
+
+        bases = sorted(log_bases)
+        recovering = not clean
+        recovered_from: int | None = None
+        epoch_starts: list[tuple[int, int]] = []
+        for i, base in enumerate(bases):
+            segment = self._new_segment(base, now_ms)
+            if self.segments and base < self.segments[-1].next_offset:
+                # Overlaps its predecessor: not a segment this log could have written.
+                logger.warning("%s: removing overlapping segment %s", directory, base)
+                segment.delete()
+                for later in bases[i + 1 :]:
+                    self._new_segment(later, now_ms).delete()
+                break
+            below_recovery_point = i + 1 < len(bases) and bases[i + 1] <= recovery_point
+            trusted = (clean or below_recovery_point) and recovered_from is None
+            if trusted and not segment.load_trusted():
+                logger.warning("%s: rebuilding indexes of segment %s", directory, base)
+                trusted = False
+            if not trusted:
+                recovering = True
+                if recovered_from is None:
+                    recovered_from = base
+                result = segment.recover()
+                epoch_starts.extend(result.epoch_starts)
+                if result.error is not None:
+                    dropped = bases[i + 1 :]
+                    logger.warning(
+                        "%s: recovery truncated %d bytes at offset %d (%s)%s",
+                        directory,
+                        result.truncated_bytes,
+                        segment.next_offset,
+                        result.error,
+                        f" and removed {len(dropped)} later segments" if dropped else "",
+                    )
+                    self._append_segment(segment)
+                    for later in dropped:
+                        self._new_segment(later, now_ms).delete()
+                    break
+            self._append_segment(segment)
+
+        if not self.segments:
+            self._append_segment(self._new_segment(persisted_start or 0, now_ms))
+            self._directory_dirty = True
+        self.log_end_offset = self.segments[-1].next_offset
+        first_base = self.segments[0].base_offset
+        self.log_start_offset = min(max(first_base, persisted_start or 0), self.log_end_offset)
+
+        if cached_epochs is None:
+            if self.log_end_offset > first_base:
+                logger.info("%s: rebuilding the leader-epoch cache from the log", directory)
+            self.epochs = self._epochs_from_log()
+            self._epochs_dirty = True
+        else:
+            self.epochs = cached_epochs
+            if recovered_from is not None:
+                self._epochs_dirty |= self.epochs.truncate_from_end(recovered_from)
+                for epoch, start in epoch_starts:
+                    self._epochs_dirty |= self.epochs.assign(epoch, start)
+        self._epochs_dirty |= self.epochs.truncate_from_end(self.log_end_offset)
+        self._epochs_dirty |= self.epochs.truncate_from_start(self.log_start_offset)
+
+        if clean and not recovering:
+            self.recovery_point = self.log_end_offset
+        else:
+            self.recovery_point = min(
+                recovery_point,
+                self.log_end_offset if recovered_from is None else recovered_from,
+            )
+        clean_marker.unlink(missing_ok=True)
+
+    def _epochs_from_log(self) -> LeaderEpochCache:
+        cache = LeaderEpochCache()
+        for segment in self.segments:
+            for header in segment.batches_from(0):
+                cache.assign(header.partition_leader_epoch, header.base_offset)
+        return cache
+
+    def _append_segment(self, segment: LogSegment) -> None:
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs; index sizes apply to segments created from now on."""
+        self.config = config
+        for segment in self.segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+    # -- appending ------------------------------------------------------------------------
+    def _roll_if_due(self, append_bytes: int, last_offset: int, max_ts: int, now_ms: int) -> None:
+        active = self.segments[-1]
+        if active.roll_due(
+            append_bytes,
+            last_offset,
+            max_ts,
+            self.config.segment_bytes,
+            self.config.segment_ms,
+            now_ms,
+        ):
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        active = self.segments[-1]
+        if active.size_bytes == 0:
+            return active
+        active.seal()
+        segment = self._new_segment(self.log_end_offset, now_ms)
+        self._append_segment(segment)
+        self._directory_dirty = True
+        return segment
+
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        leader_epoch: int,
+        now_ms: int,
+    ) -> AppendInfo:
+        """Append validated batches as the leader, with one write.
+
+        `headers` must describe batches tiling `records` from position 0 (as returned by
+        `validate_produce_records`). Offsets are assigned from `log_end_offset`, the leader
+        epoch is stamped, and with LogAppendTime the timestamp is set and the CRC recomputed.
+        A writable `records` (bytearray, writable memoryview) is stamped in place, so the
+        caller holds the batches as stored; anything else is copied once.
+        """
+        if not headers:
+            raise ValueError("append needs at least one batch")
+        size = len(records)
+        if headers[0].position != 0 or headers[-1].end_position != size:
+            raise ValueError("headers do not tile the records buffer")
+        count = 0
+        for header in headers:
+            count += header.last_offset_delta + 1
+        first_offset = self.log_end_offset
+        last_offset = first_offset + count - 1
+        log_append_time_ms = now_ms if self.config.message_timestamp_type_log_append else -1
+        if log_append_time_ms >= 0:
+            max_timestamp, offset_of_max = log_append_time_ms, first_offset
+        else:
+            max_timestamp, offset_of_max = self._max_timestamp_of(headers, first_offset)
+        self._roll_if_due(size, last_offset, max_timestamp, now_ms)
+
+        buf: bytearray | memoryview
+        if isinstance(records, bytearray) or (
+            isinstance(records, memoryview) and not records.readonly
+        ):
+            buf = records
+        else:
+            buf = bytearray(records)
+        stamp_batches(buf, headers, first_offset, leader_epoch)
+        if log_append_time_ms >= 0:
+            for header in headers:
+                set_log_append_time(buf, header, log_append_time_ms)
+        self.segments[-1].append(buf, headers, first_offset, log_append_time_ms)
+        self.log_end_offset = last_offset + 1
+        self._unflushed_messages += count
+        if leader_epoch >= 0 and self.epochs.assign(leader_epoch, first_offset):
+            self._epochs_dirty = True
+        return AppendInfo(
+            first_offset, last_offset, log_append_time_ms, max_timestamp, offset_of_max, size
+        )
+
+    @staticmethod
+    def _max_timestamp_of(headers: Sequence[BatchHeader], first_offset: int) -> tuple[int, int]:
+        max_timestamp, offset_of_max = -1, -1
+        offset = first_offset
+        for header in headers:
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, offset
+            offset += header.last_offset_delta + 1
+        return max_timestamp, offset_of_max
+
+    def append_replicated(
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        now_ms: int | None = None,
+    ) -> AppendInfo:
+        """Append batches that already carry offsets and epochs (a follower copying its
+        leader). They must start at `log_end_offset` and be contiguous, else
+        NonContiguousAppend and nothing is written. `now_ms` drives segment.ms rolling.
+        """
+        if not headers:
+            raise ValueError("append needs at least one batch")
+        size = len(records)
+        if headers[0].position != 0 or headers[-1].end_position != size:
+            raise ValueError("headers do not tile the records buffer")
+        expected = self.log_end_offset
+        for header in headers:
+            if header.base_offset != expected:
+                raise NonContiguousAppend(
+                    f"batch at offset {header.base_offset}, expected {expected}"
+                )
+            expected = header.base_offset + header.last_offset_delta + 1
+        first_offset = self.log_end_offset
+        max_timestamp, offset_of_max = self._max_timestamp_of(headers, first_offset)
+        now = self._last_flush_ms if now_ms is None else now_ms
+        self._roll_if_due(size, expected - 1, max_timestamp, now)
+        self.segments[-1].append(records, headers, first_offset)
+        self.log_end_offset = expected
+        self._unflushed_messages += expected - first_offset
+        for header in headers:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch != self.epochs.latest_epoch:
+                self._epochs_dirty |= self.epochs.assign(epoch, header.base_offset)
+        return AppendInfo(first_offset, expected - 1, -1, max_timestamp, offset_of_max, size)
+
+    # -- reading --------------------------------------------------------------------------
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    def read(
+        self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> bytes:
+        """Whole batches from the one containing `fetch_offset`, from a single segment.
+
+        Stops before any batch reaching `max_offset` (the high watermark: its last offset
+        >= max_offset) and at `max_bytes`, except that with `min_one_batch` (KIP-74) a first
+        batch larger than max_bytes comes back whole. `log_end_offset` reads b"";
+        outside [log_start_offset, log_end_offset] raises OffsetOutOfRange.
+        """
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            raise OffsetOutOfRange(fetch_offset, self.log_start_offset, self.log_end_offset)
+        if fetch_offset == self.log_end_offset or fetch_offset >= max_offset:
+            return b""
+        for segment in self.segments[self._segment_index(fetch_offset) :]:
+            data = segment.read(fetch_offset, max_bytes, max_offset, min_one_batch)
+            if data is not None:
+                return data
+        return b""
+
+    def _batch_bytes(self, segment: LogSegment, header: BatchHeader) -> bytes:
+        return segment.pread(header.batch_length + 12, header.position)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `log_start_offset` whose
+        timestamp is >= `timestamp_ms` (ListOffsets), or None.
+
+        Batches are found through the time index; only the one matching batch is decoded.
+        If its records cannot be decoded, answers its first offset and max timestamp.
+        """
+        start = self.log_start_offset
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp_ms or segment.next_offset <= start:
+                continue
+            from_offset = max(segment.time_index.lookup(timestamp_ms), start)
+            _, position = segment.offset_index.lookup(from_offset)
+            for header in segment.batches_from(position):
+                last = header.base_offset + header.last_offset_delta
+                if header.max_timestamp < timestamp_ms or last < start:
+                    continue
+                try:
+                    for offset, timestamp in record_timestamps(self._batch_bytes(segment, header)):
+                        if timestamp >= timestamp_ms and offset >= start:
+                            return offset, timestamp
+                except UnsupportedBatch:
+                    return max(header.base_offset, start), header.max_timestamp
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(max timestamp, offset of the first record carrying it), or (-1, -1) if no record
+        has a timestamp (ListOffsets MAX_TIMESTAMP)."""
+        best: LogSegment | None = None
+        for segment in self.segments:
+            if segment.max_timestamp >= 0 and (
+                best is None or segment.max_timestamp > best.max_timestamp
+            ):
+                best = segment
+        if best is None:
+            return -1, -1
+        header = best.find_batch(best.offset_of_max_timestamp)
+        if header is None:
+            return best.max_timestamp, best.offset_of_max_timestamp
+        try:
+            for offset, timestamp in record_timestamps(self._batch_bytes(best, header)):
+                if timestamp == header.max_timestamp:
+                    return timestamp, offset
+        except UnsupportedBatch:
+            pass
+        return header.max_timestamp, header.base_offset
+
+    # -- epochs ---------------------------------------------------------------------------
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """Leader epoch that wrote `offset`, per the leader-epoch cache."""
+        return self.epochs.epoch_for_offset(offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch (KIP-101): (largest known epoch <= `epoch`, its end offset)."""
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def last_batch_epoch(self) -> int:
+        """Epoch of the newest stamped batch (the cache's latest epoch), -1 if none."""
+        return self.epochs.latest_epoch
+
+    # -- durability -----------------------------------------------------------------------
+    def should_flush(self, now_ms: int) -> bool:
+        """Whether flush.messages or flush.ms asks for an fsync now."""
+        if self._unflushed_messages == 0:
+            return False
+        return (
+            self._unflushed_messages >= self.config.flush_messages
+            or now_ms - self._last_flush_ms >= self.config.flush_ms
+        )
+
+    def flush_job(self, now_ms: int | None = None) -> Callable[[], None] | None:
+        """A function that makes everything appended so far durable, or None if nothing is
+        pending. It may run in a worker thread while appends, rolls and retention go on;
+        when it returns, `recovery_point` has reached the log end offset at the call.
+        """
+        dirty = [segment for segment in self.segments if segment.dirty]
+        target = self.log_end_offset
+        if (
+            not dirty
+            and not self._epochs_dirty
+            and not self._log_start_dirty
+            and not self._directory_dirty
+            and target <= self.recovery_point
+        ):
+            return None
+        descriptors: list[int] = []
+        for segment in dirty:
+            segment.write_indexes()
+            descriptors += segment.fsync_targets()
+            segment.dirty = False
+        epochs = self.epochs.serialize() if self._epochs_dirty else None
+        log_start = self.log_start_offset if self._log_start_dirty else None
+        sync_directory = self._directory_dirty
+        self._epochs_dirty = self._log_start_dirty = self._directory_dirty = False
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+        generation = self._durable_generation
+        directory = self.directory
+
+        def flush() -> None:
+            try:
+                for fd in descriptors:
+                    os.fsync(fd)
+            finally:
+                for fd in descriptors:
+                    os.close(fd)
+            if sync_directory:
+                dir_fd = os.open(directory, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+            with self._durable_lock:
+                # A truncation since the job was made invalidates its view of the log.
+                if generation != self._durable_generation or not directory.exists():
+                    return
+                if epochs is not None:
+                    write_file_atomically(directory / LEADER_EPOCH_CHECKPOINT, epochs)
+                if log_start is not None:
+                    write_file_atomically(
+                        directory / LOG_START_OFFSET_FILE, f"{log_start}\n".encode()
+                    )
+                if target > self.recovery_point:
+                    write_file_atomically(directory / RECOVERY_POINT_FILE, f"{target}\n".encode())
+                    self.recovery_point = target
+
+        return flush
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """Run a flush job on this thread."""
+        job = self.flush_job(now_ms)
+        if job is not None:
+            job()
+
+    # -- retention and truncation -----------------------------------------------------------
+    def _delete_first_segment(self) -> None:
+        segment = self.segments.pop(0)
+        self._bases.pop(0)
+        segment.delete()
+        self._directory_dirty = True
+        if self.segments[0].base_offset > self.log_start_offset:
+            self.log_start_offset = self.segments[0].base_offset
+            self._epochs_dirty |= self.epochs.truncate_from_start(self.log_start_offset)
+
+    def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Delete whole old segments by retention.ms (a segment's largest timestamp, or its
+        file time if it has none) and retention.bytes, oldest first. Never deletes the active
+        segment, nor one with offsets at or above `high_watermark`. Returns how many went.
+        """
+        limit = self.log_end_offset if high_watermark is None else high_watermark
+        deleted = 0
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            while len(self.segments) > 1 and self.segments[1].base_offset <= limit:
+                segment = self.segments[0]
+                largest = (
+                    segment.max_timestamp
+                    if segment.max_timestamp >= 0
+                    else segment.last_modified_ms()
+                )
+                if now_ms - largest <= retention_ms:
+                    break
+                self._delete_first_segment()
+                deleted += 1
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            excess = self.size_bytes - retention_bytes
+            while (
+                len(self.segments) > 1
+                and self.segments[1].base_offset <= limit
+                and excess >= self.segments[0].size_bytes
+            ):
+                excess -= self.segments[0].size_bytes
+                self._delete_first_segment()
+                deleted += 1
+        if deleted:
+            logger.info("%s: retention deleted %d segments", self.directory, deleted)
+        return deleted
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance `log_start_offset` to `offset` (DeleteRecords); returns the new value.
+
+        Segments wholly below it are deleted. Raises OffsetOutOfRange past the log end.
+        """
+        if offset > self.log_end_offset or offset < 0:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._log_start_dirty = True
+            self._epochs_dirty |= self.epochs.truncate_from_start(offset)
+            while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+                self._delete_first_segment()
+        return self.log_start_offset
+
+    def _lower_recovery_point(self, offset: int) -> None:
+        with self._durable_lock:
+            self._durable_generation += 1
+            if offset < self.recovery_point:
+                self.recovery_point = offset
+                write_file_atomically(self.directory / RECOVERY_POINT_FILE, f"{offset}\n".encode())
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch whose last offset is >= `offset`, with its index entries and
+        epochs (a Raft follower's divergent suffix). A batch containing `offset` goes whole,
+        so `log_end_offset` may end below `offset`. Truncating below the first segment
+        empties the log and restarts it at `offset`.
+        """
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset, self._last_flush_ms)
+            return
+        self._lower_recovery_point(offset)
+        while self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+            self._bases.pop()
+            self._directory_dirty = True
+        active = self.segments[-1]
+        active.truncate_to(offset)
+        active.write_indexes()
+        self.log_end_offset = active.next_offset
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._epochs_dirty |= self.epochs.truncate_from_end(self.log_end_offset)
+        self._lower_recovery_point(self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        """Delete all data and restart the log empty at `offset` (e.g. after a snapshot)."""
+        self._lower_recovery_point(0)
+        for segment in self.segments:
+            segment.delete()
+        self.segments.clear()
+        self._bases.clear()
+        self._append_segment(self._new_segment(offset, now_ms))
+        self._directory_dirty = True
+        self.log_start_offset = self.log_end_offset = offset
+        self._log_start_dirty = True
+        self.epochs = LeaderEpochCache()
+        self._epochs_dirty = True
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self.segments)
+
+    def close(self) -> None:
+        """Flush everything, mark the folder cleanly shut down and release descriptors."""
+        self.segments[-1].seal()
+        self._log_start_dirty = True
+        self.flush()
+        write_file_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+        for segment in self.segments:
+            segment.close()
+
+    def delete(self) -> None:
+        """Close descriptors and remove the partition folder."""
+        with self._durable_lock:
+            self._durable_generation += 1
+            for segment in self.segments:
+                segment.close()
+            shutil.rmtree(self.directory, ignore_errors=True)

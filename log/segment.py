@@ -1,0 +1,421 @@
+"""One segment of a partition log: a `.log` file of whole batches plus its two indexes.
+
+A segment knows where batches are and their offsets and timestamps (from the batch headers),
+nothing about producers, epochs or retention policy; `PartitionLog` decides those.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.records import (
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    read_batch_header,
+    scan_batches,
+)
+
+from .index import OffsetIndex, TimeIndex
+
+OFFSET_INDEX_ENTRY_BYTES = 8
+TIME_INDEX_ENTRY_BYTES = 12
+#: Largest offset distance from a segment's base that its int32 relative offsets can hold.
+MAX_RELATIVE_OFFSET = 2**31 - 1
+#: Bytes read per system call when walking batch headers or recovering a segment.
+SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+HEADER_WINDOW_BYTES = 64 * 1024
+
+
+def segment_file_stem(base_offset: int) -> str:
+    """Kafka's segment name: the base offset as 20 zero-padded digits."""
+    return f"{base_offset:020d}"
+
+
+@dataclass(slots=True)
+class RecoveryResult:
+    """What `LogSegment.recover` kept and dropped."""
+
+    truncated_bytes: int
+    error: str | None
+    epoch_starts: list[tuple[int, int]] = field(default_factory=list)  # (epoch, start offset)
+
+
+class LogSegment:
+    """A segment file with cached descriptor, its indexes and running statistics.
+
+    `size_bytes` and `next_offset` describe what has been written through this object; reads
+    never look past `size_bytes`.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        segment_index_bytes: int,
+        now_ms: int,
+    ) -> None:
+        stem = segment_file_stem(base_offset)
+        self.base_offset = base_offset
+        self.log_path = directory / f"{stem}.log"
+        self.index_interval_bytes = index_interval_bytes
+        self.offset_index = OffsetIndex(
+            directory / f"{stem}.index",
+            base_offset,
+            max(1, segment_index_bytes // OFFSET_INDEX_ENTRY_BYTES),
+        )
+        self.time_index = TimeIndex(
+            directory / f"{stem}.timeindex",
+            base_offset,
+            max(1, segment_index_bytes // TIME_INDEX_ENTRY_BYTES),
+        )
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size_bytes = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset  # base offset of the batch holding it
+        self.first_batch_timestamp = -1  # segment.ms counts from here, or from created_ms
+        self.created_ms = now_ms
+        self._bytes_since_index_entry = 0
+        self.dirty = False  # written since the last flush job
+
+    # -- writing --------------------------------------------------------------------------
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        first_offset: int,
+        log_append_time_ms: int = -1,
+    ) -> None:
+        """Write `data` (exactly the batches `headers` describe) with one system call.
+
+        Batches take consecutive offsets from `first_offset`; `log_append_time_ms` >= 0
+        overrides their max timestamps. On a failed write the file is cut back, so the
+        segment stays as it was.
+        """
+        position = self.size_bytes
+        view = memoryview(data)
+        try:
+            written = 0
+            while written < len(view):
+                written += os.write(self.fd, view[written:])
+        except BaseException:
+            os.ftruncate(self.fd, position)
+            raise
+        offset = first_offset
+        for header in headers:
+            timestamp = header.max_timestamp if log_append_time_ms < 0 else log_append_time_ms
+            self._account(offset, position + header.position, header.size_bytes, timestamp)
+            offset += header.last_offset_delta + 1
+        self.size_bytes = position + len(view)
+        self.next_offset = offset
+        self.dirty = True
+
+    def _account(self, base_offset: int, position: int, size: int, max_timestamp: int) -> None:
+        if self.first_batch_timestamp < 0 and position == 0:
+            self.first_batch_timestamp = max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = base_offset
+        if self._bytes_since_index_entry > self.index_interval_bytes:
+            self.offset_index.append(base_offset, position)
+            self._maybe_append_time_entry()
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += size
+
+    def _maybe_append_time_entry(self) -> None:
+        last = self.time_index.last_entry()
+        if self.max_timestamp >= 0 and (last is None or self.max_timestamp > last[0]):
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def seal(self) -> None:
+        """Record the final max timestamp in the time index (on roll and on close)."""
+        self._maybe_append_time_entry()
+        self.write_indexes()
+        self.dirty = True
+
+    def write_indexes(self) -> None:
+        """Move buffered index entries into the index files."""
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    @property
+    def is_index_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def roll_due(
+        self,
+        append_bytes: int,
+        last_offset: int,
+        max_timestamp: int,
+        segment_bytes: int,
+        segment_ms: int,
+        now_ms: int,
+    ) -> bool:
+        """Whether an append of `append_bytes` ending at `last_offset` needs a new segment.
+
+        Like Kafka, segment.ms compares the incoming batches' max timestamp with the first
+        batch's, and falls back to wall-clock age when either has no timestamp.
+        """
+        if self.size_bytes == 0:
+            return False
+        if self.size_bytes + append_bytes > segment_bytes:
+            return True
+        if self.is_index_full or last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
+            return True
+        if self.first_batch_timestamp >= 0 and max_timestamp >= 0:
+            return max_timestamp - self.first_batch_timestamp > segment_ms
+        return now_ms - self.created_ms > segment_ms
+
+    # -- reading --------------------------------------------------------------------------
+    def pread(self, length: int, position: int) -> bytes:
+        """Exactly `length` bytes from `position` (which must lie within the segment)."""
+        data = os.pread(self.fd, length, position)
+        if len(data) < length:
+            parts = [data]
+            got = len(data)
+            while got < length:
+                more = os.pread(self.fd, length - got, position + got)
+                if not more:
+                    raise OSError(f"{self.log_path}: short read at {position + got}")
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        return data
+
+    def batches_from(self, position: int, end: int | None = None) -> Iterator[BatchHeader]:
+        """Headers (with file positions) of the batches from `position` up to `end`."""
+        end = self.size_bytes if end is None else end
+        window = b""
+        window_start = position
+        while position + RECORD_BATCH_OVERHEAD <= end:
+            rel = position - window_start
+            if rel + RECORD_BATCH_OVERHEAD > len(window):
+                window = self.pread(min(end - position, HEADER_WINDOW_BYTES), position)
+                window_start, rel = position, 0
+            header = read_batch_header(window, rel)._replace(position=position)
+            if header.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
+                return
+            yield header
+            position += header.batch_length + LOG_OVERHEAD
+
+    def find_batch(self, offset: int) -> BatchHeader | None:
+        """The first batch whose last offset is >= `offset`, or None."""
+        _, position = self.offset_index.lookup(offset)
+        for header in self.batches_from(position):
+            if header.base_offset + header.last_offset_delta >= offset:
+                return header
+        return None
+
+    def read(
+        self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> bytes | None:
+        """Whole batches from the one containing `fetch_offset`; None if none is here.
+
+        Stops before a batch whose last offset is >= `max_offset` and before exceeding
+        `max_bytes`, except that `min_one_batch` returns a first batch larger than
+        `max_bytes` whole. Usually one pread: the window covers the index gap and max_bytes.
+        """
+        _, position = self.offset_index.lookup(fetch_offset)
+        end = self.size_bytes
+        if position >= end:
+            return None
+        want = max(max_bytes, 0) + 2 * self.index_interval_bytes + RECORD_BATCH_OVERHEAD
+        window = self.pread(min(end - position, want), position)
+        window_start = position
+
+        def header_at(pos: int) -> BatchHeader:
+            rel = pos - window_start
+            if rel + RECORD_BATCH_OVERHEAD <= len(window):
+                return read_batch_header(window, rel)
+            return read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, pos))
+
+        while position + RECORD_BATCH_OVERHEAD <= end:
+            header = header_at(position)
+            if header.base_offset + header.last_offset_delta >= fetch_offset:
+                break
+            position += header.batch_length + LOG_OVERHEAD
+        else:
+            return None
+        start = stop = position
+        while stop + RECORD_BATCH_OVERHEAD <= end:
+            header = header_at(stop)
+            if header.base_offset + header.last_offset_delta >= max_offset:
+                break
+            size = header.batch_length + LOG_OVERHEAD
+            if stop + size - start > max_bytes:
+                if stop == start and min_one_batch:
+                    stop += size
+                break
+            stop += size
+        if stop == start:
+            return b""
+        lo, hi = start - window_start, stop - window_start
+        if hi <= len(window):
+            return window if lo == 0 and hi == len(window) else window[lo:hi]
+        return self.pread(stop - start, start)
+
+    # -- recovery -------------------------------------------------------------------------
+    def load_trusted(self) -> bool:
+        """Adopt the files of a cleanly written segment; False if they do not add up.
+
+        Reads the index files and walks only the batches after the last offset-index entry.
+        """
+        file_size = os.fstat(self.fd).st_size
+        if not self.offset_index.load(file_size, 2**63 - 1):
+            return False
+        last_offset, position = (
+            (self.offset_index.keys[-1], self.offset_index.values[-1])
+            if self.offset_index.entries
+            else (self.base_offset, 0)
+        )
+        next_offset = last_offset
+        max_timestamp, offset_of_max = -1, self.base_offset
+        check_first = self.offset_index.entries > 0
+        for header in self.batches_from(position, file_size):
+            if check_first and header.base_offset != last_offset:
+                return False  # the last entry does not point at the batch it names
+            check_first = False
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, header.base_offset
+            next_offset = header.base_offset + header.last_offset_delta + 1
+            position = header.position + header.batch_length + LOG_OVERHEAD
+        if position != file_size:
+            return False
+        if not self.time_index.load(file_size, next_offset):
+            return False
+        last_time = self.time_index.last_entry()
+        if last_time is not None and last_time[0] >= max_timestamp:
+            max_timestamp, offset_of_max = last_time
+        self.size_bytes = file_size
+        self.next_offset = next_offset
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max
+        self._bytes_since_index_entry = file_size - (
+            self.offset_index.values[-1] if self.offset_index.entries else 0
+        )
+        if file_size:
+            self.first_batch_timestamp = read_batch_header(
+                self.pread(RECORD_BATCH_OVERHEAD, 0)
+            ).max_timestamp
+        return True
+
+    def recover(self) -> RecoveryResult:
+        """Validate every batch (length, magic, CRC, offsets), cut the file after the last
+        good one and rebuild both indexes. Returns what was dropped and epoch changes seen.
+        """
+        file_size = os.fstat(self.fd).st_size
+        self.size_bytes = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = -1
+        self._bytes_since_index_entry = 0
+        self.offset_index.reset([])
+        self.time_index.reset([])
+        epoch_starts: list[tuple[int, int]] = []
+        last_epoch = None
+        position = 0
+        chunk = SCAN_CHUNK_BYTES
+        error: str | None = None
+        while position < file_size:
+            buf = self.pread(min(chunk, file_size - position), position)
+            scan = scan_batches(buf, 0, verify_crc=True, next_offset=self.next_offset)
+            for header in scan.headers:
+                self._account(
+                    header.base_offset,
+                    position + header.position,
+                    header.batch_length + LOG_OVERHEAD,
+                    header.max_timestamp,
+                )
+                self.next_offset = header.base_offset + header.last_offset_delta + 1
+                if header.partition_leader_epoch != last_epoch:
+                    last_epoch = header.partition_leader_epoch
+                    epoch_starts.append((last_epoch, header.base_offset))
+            position += scan.valid_end
+            if scan.error is None:
+                continue
+            if scan.incomplete:
+                rest = len(buf) - scan.valid_end
+                if rest < RECORD_BATCH_OVERHEAD:
+                    if position + RECORD_BATCH_OVERHEAD <= file_size:
+                        continue
+                else:
+                    size = read_batch_header(buf, scan.valid_end).batch_length + LOG_OVERHEAD
+                    if position + size <= file_size:
+                        chunk = max(chunk, size)
+                        continue
+            error = f"{scan.error} in {self.log_path.name}"
+            break
+        self.size_bytes = position
+        if position < file_size:
+            os.ftruncate(self.fd, position)
+        if self.size_bytes == 0:
+            self.first_batch_timestamp = -1
+        self.write_indexes()
+        self.dirty = True
+        return RecoveryResult(file_size - position, error, epoch_starts)
+
+    # -- truncation and removal -------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= `offset`; returns bytes removed.
+
+        A batch containing `offset` goes too, so `next_offset` may end below `offset`.
+        """
+        header = self.find_batch(offset)
+        if header is None:
+            return 0
+        removed = self.size_bytes - header.position
+        os.ftruncate(self.fd, header.position)
+        self.size_bytes = header.position
+        self.next_offset = header.base_offset
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        self._rescan_tail()
+        self.dirty = True
+        return removed
+
+    def _rescan_tail(self) -> None:
+        last_time = self.time_index.last_entry()
+        self.max_timestamp, self.offset_of_max_timestamp = (
+            last_time if last_time is not None else (-1, self.base_offset)
+        )
+        position = self.offset_index.values[-1] if self.offset_index.entries else 0
+        self._bytes_since_index_entry = self.size_bytes - position
+        for header in self.batches_from(position):
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.base_offset
+        if self.size_bytes == 0:
+            self.first_batch_timestamp = -1
+
+    def last_modified_ms(self) -> int:
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def fsync_targets(self) -> list[int]:
+        """Descriptors a flush must fsync; the caller owns (and closes) the duplicates."""
+        return [
+            os.dup(self.fd),
+            os.dup(self.offset_index.fileno()),
+            os.dup(self.time_index.fileno()),
+        ]
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.log_path.unlink(missing_ok=True)

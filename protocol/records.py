@@ -1,0 +1,436 @@
+"""A view of Kafka's v2 record-batch header (magic 2), without I/O or broker state.
+
+Records inside a batch stay opaque: produce validation, offset stamping and log scanning
+read only the fixed 61-byte header, so their cost grows with the number of batches, never
+with the number of records. The one exception, `record_timestamps`, decodes a single batch
+for ListOffsets, which is not on the data path.
+
+Layout (all big-endian, Kafka's `DefaultRecordBatch`)::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+    crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+    maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
+    recordsCount int32 | records...
+
+`batchLength` counts the bytes after itself; the CRC-32C covers attributes..end of batch, so
+`baseOffset` and `partitionLeaderEpoch` can be rewritten without recomputing it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import crc32c
+
+# Field offsets inside a batch.
+BASE_OFFSET_OFFSET = 0
+BATCH_LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORDS_OFFSET = 61
+
+#: Bytes before `batchLength`'s payload starts: baseOffset + batchLength (Kafka's LOG_OVERHEAD).
+LOG_OVERHEAD = 12
+#: Size of the whole v2 header, i.e. of a batch with no records.
+RECORD_BATCH_OVERHEAD = 61
+#: Smallest `batchLength` a v2 batch can declare.
+MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+#: Smallest `batchLength` of any message format (Kafka's LegacyRecord.RECORD_OVERHEAD_V0);
+#: anything below is garbage regardless of magic.
+MIN_LEGACY_BATCH_LENGTH = 14
+
+MAGIC_V2 = 2
+
+# Compression codecs (attributes bits 0-2).
+COMPRESSION_MASK = 0x07
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+
+# Attribute flags.
+TIMESTAMP_TYPE_MASK = 0x08  # set: LogAppendTime, clear: CreateTime
+TRANSACTIONAL_FLAG_MASK = 0x10
+CONTROL_FLAG_MASK = 0x20
+DELETE_HORIZON_FLAG_MASK = 0x40
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+# Kafka error codes raised by validation.
+CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER.size == RECORD_BATCH_OVERHEAD
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+
+Buffer = bytes | bytearray | memoryview
+
+
+class BatchHeader(NamedTuple):
+    """The decoded 61-byte header of one v2 batch, plus where it starts in its buffer."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the whole batch occupies, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def end_position(self) -> int:
+        """Position just after this batch in its buffer."""
+        return self.position + self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG_MASK)
+
+
+class InvalidRecords(Exception):
+    """Produce records that Kafka would reject; `error_code` is the Kafka error code."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+def read_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Decode the header at `pos`. Raises struct.error if fewer than 61 bytes remain.
+
+    Does not check magic, length or CRC; see `validate_produce_records` and `scan_batches`.
+    """
+    return BatchHeader(pos, *_HEADER.unpack_from(buf, pos))
+
+
+def batch_crc(buf: Buffer, pos: int, size_bytes: int) -> int:
+    """CRC-32C of the batch at `pos` as Kafka computes it (attributes..end of batch)."""
+    with memoryview(buf) as view:
+        return crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size_bytes])
+
+
+def validate_produce_records(
+    buf: Buffer,
+    max_batch_bytes: int,
+    *,
+    produce_version: int | None = None,
+) -> list[BatchHeader]:
+    """Check the batches of one partition's produce data and return their headers.
+
+    The batches must tile `buf` exactly. For each batch, in Kafka's order: truncation or an
+    impossible length -> CORRUPT_MESSAGE; larger than `max_batch_bytes` (message.max.bytes)
+    -> MESSAGE_TOO_LARGE; magic other than 2 -> UNSUPPORTED_FOR_MESSAGE_FORMAT; CRC mismatch
+    -> CORRUPT_MESSAGE; unknown codec -> UNSUPPORTED_COMPRESSION_TYPE; recordsCount < 1,
+    lastOffsetDelta != recordsCount - 1, or maxTimestamp < baseTimestamp -> INVALID_RECORD.
+
+    With `produce_version` (the Produce request's version, i.e. the data came from a client)
+    Kafka's ProduceRequest checks apply too: from v3 exactly one batch and magic 2 (both
+    INVALID_RECORD), zstd only from v7 (UNSUPPORTED_COMPRESSION_TYPE), and no control
+    batches (INVALID_RECORD). An empty `buf` returns [] unless those checks apply.
+    """
+    view = memoryview(buf)
+    end = len(view)
+    headers: list[BatchHeader] = []
+    pos = 0
+    strict = produce_version is not None and produce_version >= 3
+    while pos < end:
+        remaining = end - pos
+        if remaining < LOG_OVERHEAD:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"truncated batch at byte {pos}")
+        base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(view, pos)
+        if batch_length < MIN_LEGACY_BATCH_LENGTH:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"batch length {batch_length} at byte {pos}")
+        size = batch_length + LOG_OVERHEAD
+        if size > max_batch_bytes:
+            raise InvalidRecords(
+                MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds the limit {max_batch_bytes}"
+            )
+        if size > remaining:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"truncated batch at byte {pos}")
+        magic = view[pos + MAGIC_OFFSET]
+        if magic != MAGIC_V2:
+            raise InvalidRecords(
+                INVALID_RECORD if strict else UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"magic {magic} is not supported; only record batches with magic 2 are",
+            )
+        if batch_length < MIN_BATCH_LENGTH:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"batch length {batch_length} at byte {pos}")
+        header = BatchHeader(pos, *_HEADER.unpack_from(view, pos))
+        if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {pos}")
+        _check_batch_fields(header, produce_version)
+        headers.append(header)
+        pos += size
+        if strict and pos < end:
+            raise InvalidRecords(
+                INVALID_RECORD,
+                f"produce v{produce_version} allows exactly one record batch per partition",
+            )
+    if strict and not headers:
+        raise InvalidRecords(
+            INVALID_RECORD, f"produce v{produce_version} needs one record batch per partition"
+        )
+    return headers
+
+
+def _check_batch_fields(header: BatchHeader, produce_version: int | None) -> None:
+    compression = header.attributes & COMPRESSION_MASK
+    if compression > COMPRESSION_ZSTD:
+        raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"unknown codec {compression}")
+    if produce_version is not None:
+        if compression == COMPRESSION_ZSTD and produce_version < 7:
+            raise InvalidRecords(
+                UNSUPPORTED_COMPRESSION_TYPE, f"zstd needs produce v7, got v{produce_version}"
+            )
+        if header.attributes & CONTROL_FLAG_MASK:
+            raise InvalidRecords(INVALID_RECORD, "clients may not write control batches")
+    if header.records_count < 1:
+        raise InvalidRecords(INVALID_RECORD, f"invalid record count {header.records_count}")
+    if header.last_offset_delta != header.records_count - 1:
+        raise InvalidRecords(
+            INVALID_RECORD,
+            f"lastOffsetDelta {header.last_offset_delta} does not match "
+            f"recordsCount {header.records_count}",
+        )
+    if header.max_timestamp != NO_TIMESTAMP and header.max_timestamp < header.base_timestamp:
+        raise InvalidRecords(
+            INVALID_RECORD,
+            f"maxTimestamp {header.max_timestamp} < baseTimestamp {header.base_timestamp}",
+        )
+
+
+def stamp_batches(
+    buf: bytearray | memoryview,
+    headers: Sequence[BatchHeader],
+    first_offset: int,
+    leader_epoch: int,
+) -> int:
+    """Assign consecutive offsets from `first_offset` and set partitionLeaderEpoch, in place.
+
+    Both fields lie outside the CRC. Returns the last offset assigned. `headers` keep their
+    old `base_offset`; re-read them if needed.
+    """
+    offset = first_offset
+    pack_offset = _INT64.pack_into
+    pack_epoch = _INT32.pack_into
+    for header in headers:
+        pack_offset(buf, header.position, offset)
+        pack_epoch(buf, header.position + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+        offset += header.last_offset_delta + 1
+    return offset - 1
+
+
+def set_log_append_time(buf: bytearray | memoryview, header: BatchHeader, timestamp_ms: int) -> int:
+    """Mark the batch as LogAppendTime with maxTimestamp = `timestamp_ms`; recompute the CRC.
+
+    Follows Kafka's `DefaultRecordBatch.setMaxTimestamp`: baseTimestamp and the records are
+    left alone (readers take maxTimestamp for every record of a LogAppendTime batch).
+    Returns the new CRC.
+    """
+    pos = header.position
+    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    crc = batch_crc(buf, pos, header.size_bytes)
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, crc)
+    return crc
+
+
+class BatchScan(NamedTuple):
+    """Result of `scan_batches`: the good prefix of a buffer and why the scan stopped."""
+
+    headers: list[BatchHeader]
+    valid_end: int  # position just after the last good batch
+    error: str | None  # None: stopped at the end of the buffer or at `max_batches`
+    incomplete: bool  # the bytes after valid_end may be the start of a batch cut short
+
+
+def scan_batches(
+    buf: Buffer,
+    pos: int = 0,
+    *,
+    verify_crc: bool = True,
+    next_offset: int | None = None,
+    max_batches: int = 1 << 62,
+) -> BatchScan:
+    """Walk batches from `pos` and stop at the first one that is torn or corrupt.
+
+    A batch is good when its length is plausible and lies wholly inside `buf`, its magic is 2,
+    its CRC matches (if `verify_crc`), its lastOffsetDelta is not negative and (when
+    `next_offset` is given) its base offset does not go back below the previous batch's end.
+    `incomplete` is True when the stop is at a batch that merely runs past the end of `buf`:
+    a reader of a larger file should fetch more bytes before calling it torn.
+    """
+    view = memoryview(buf)
+    end = len(view)
+    headers: list[BatchHeader] = []
+    unpack = _HEADER.unpack_from
+    while pos < end and len(headers) < max_batches:
+        if end - pos < RECORD_BATCH_OVERHEAD:
+            return BatchScan(headers, pos, f"{end - pos} stray bytes at {pos}", True)
+        header = BatchHeader(pos, *unpack(view, pos))
+        size = header.batch_length + LOG_OVERHEAD
+        if header.batch_length < MIN_BATCH_LENGTH:
+            return BatchScan(headers, pos, f"batch length {header.batch_length} at {pos}", False)
+        if header.magic != MAGIC_V2:
+            return BatchScan(headers, pos, f"magic {header.magic} at {pos}", False)
+        if header.last_offset_delta < 0:
+            return BatchScan(headers, pos, f"negative lastOffsetDelta at {pos}", False)
+        if next_offset is not None and header.base_offset < next_offset:
+            return BatchScan(headers, pos, f"offset {header.base_offset} at {pos} goes back", False)
+        if pos + size > end:
+            return BatchScan(headers, pos, f"batch at {pos} runs past the end", True)
+        if verify_crc and crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
+            return BatchScan(headers, pos, f"CRC mismatch in batch at {pos}", False)
+        headers.append(header)
+        next_offset = header.base_offset + header.last_offset_delta + 1
+        pos += size
+    return BatchScan(headers, pos, None, False)
+
+
+def iter_batch_headers(buf: Buffer, pos: int = 0) -> Iterator[BatchHeader]:
+    """Yield headers of the whole batches from `pos` on, without CRC checks.
+
+    Stops silently at the end or at the first batch that does not fit; use `scan_batches`
+    to learn where and why.
+    """
+    view = memoryview(buf)
+    end = len(view)
+    unpack = _HEADER.unpack_from
+    while end - pos >= RECORD_BATCH_OVERHEAD:
+        header = BatchHeader(pos, *unpack(view, pos))
+        if header.batch_length < MIN_BATCH_LENGTH or pos + header.batch_length + 12 > end:
+            return
+        yield header
+        pos += header.batch_length + LOG_OVERHEAD
+
+
+# -- Slow path: decoding the records of ONE batch (ListOffsets by timestamp only) ----------
+
+
+class UnsupportedBatch(Exception):
+    """The batch's records cannot be decoded here (unknown codec or malformed records)."""
+
+
+def _decompress(codec: int, payload: bytes) -> bytes:
+    import cramjam  # imported lazily: only ListOffsets by timestamp needs it
+
+    if codec == COMPRESSION_NONE:
+        return payload
+    if codec == COMPRESSION_GZIP:
+        return bytes(cramjam.gzip.decompress(payload))
+    if codec == COMPRESSION_SNAPPY:
+        # Java clients use xerial's framing ("\x82SNAPPY\0" + 4-byte length-prefixed blocks).
+        if payload[:8] == b"\x82SNAPPY\x00":
+            out = bytearray()
+            pos = 16
+            while pos + 4 <= len(payload):
+                (block_len,) = struct.unpack_from(">i", payload, pos)
+                pos += 4
+                out += bytes(cramjam.snappy.decompress_raw(payload[pos : pos + block_len]))
+                pos += block_len
+            return bytes(out)
+        return bytes(cramjam.snappy.decompress_raw(payload))
+    if codec == COMPRESSION_LZ4:
+        return bytes(cramjam.lz4.decompress(payload))
+    if codec == COMPRESSION_ZSTD:
+        return bytes(cramjam.zstd.decompress(payload))
+    raise UnsupportedBatch(f"unknown codec {codec}")
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise UnsupportedBatch("malformed varint")
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+    return (raw >> 1) ^ -(raw & 1), pos  # zig-zag
+
+
+def record_timestamps(batch: Buffer) -> list[tuple[int, int]]:
+    """(offset, timestamp) of every record in one whole batch, in order.
+
+    For a LogAppendTime batch every record carries maxTimestamp, as in Kafka. Raises
+    UnsupportedBatch if the records cannot be decoded.
+    """
+    header = read_batch_header(batch, 0)
+    if header.is_log_append_time:
+        return [(header.base_offset + i, header.max_timestamp) for i in range(header.records_count)]
+    try:
+        records = _decompress(header.compression, bytes(batch[RECORDS_OFFSET : header.size_bytes]))
+    except UnsupportedBatch:
+        raise
+    except Exception as exc:  # cramjam raises its own error types
+        raise UnsupportedBatch(f"cannot decompress: {exc}") from exc
+    result: list[tuple[int, int]] = []
+    pos = 0
+    for _ in range(min(header.records_count, len(records))):
+        length, body = _read_varint(records, pos)
+        if length < 0 or body + length > len(records):
+            raise UnsupportedBatch("malformed record length")
+        field = body + 1  # skip the record's attributes byte
+        timestamp_delta, field = _read_varint(records, field)
+        offset_delta, field = _read_varint(records, field)
+        result.append((header.base_offset + offset_delta, header.base_timestamp + timestamp_delta))
+        pos = body + length
+    return result
