@@ -1,0 +1,491 @@
+"""Deterministic simulation of Raft groups: one seed reproduces a whole run.
+
+A run has a safety phase (message loss, delay, duplication, reordering, crashes with restart
+from persisted state, SIGSTOP-like pauses, partitions, client proposals and membership
+changes) followed by a liveness phase (faults stop; a leader must be elected and a new
+proposal committed on every voter within a bounded number of ticks). Invariants are checked
+as every Ready is processed:
+
+- election safety: at most one leader per term;
+- vote safety: a node's term never goes back and its vote never changes within a term;
+- log matching: two logs with a batch of the same (base offset, epoch) agree on it and on
+  everything before it (checked with a hash chain over each durable log);
+- leader completeness: a new leader's log holds every entry committed in an earlier term;
+- state machine safety: every committed (offset -> epoch, payload) is recorded once and every
+  node's committed prefix must match the record; no committed batch is ever truncated;
+- high watermark: monotonic per node (a restart starts over) and never past the durable log.
+
+Run one seed: `python -m consensus.sim --seed N`; many: `--seeds 1000 --seed-start 0`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from consensus.core import ConfigChangeError, NotLeaderError, RaftConfig, RaftCore, Ready
+from consensus.storage import MemoryRaftLog
+from consensus.types import Entry, EntryKind, HardState, Message, NodeId, Role
+
+GROUP = "sim-0"
+
+
+class SimulationFailure(AssertionError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SimParams:
+    """Fault rates are per tick (events) or per message (network)."""
+
+    nodes: int = 3
+    spare_nodes: int = 0  # started outside the voter set, for membership changes
+    safety_ticks: int = 120
+    liveness_ticks_max: int = 250
+    election_timeout_ticks: int = 10
+    drop_rate: float = 0.05
+    duplicate_rate: float = 0.03
+    delay_rate: float = 0.3
+    max_delay_ticks: int = 4
+    crash_rate: float = 0.01
+    leader_crash_rate: float = 0.02  # leaders are where interesting histories start
+    restart_rate: float = 0.1
+    pause_rate: float = 0.01
+    partition_rate: float = 0.015
+    heal_rate: float = 0.08
+    skip_tick_rate: float = 0.05
+    proposal_rate: float = 0.3
+    config_change_rate: float = 0.0
+    max_append_bytes: int = 400
+    max_inflight_appends: int = 4
+
+    @staticmethod
+    def for_seed(seed: int) -> SimParams:
+        """Vary the shape of the run with the seed: 3 or 5 voters, membership on some."""
+        rng = random.Random(f"params:{seed}")
+        nodes = rng.choice((3, 3, 5))
+        membership = rng.random() < 0.3
+        return SimParams(
+            nodes=nodes,
+            spare_nodes=1 if membership else 0,
+            config_change_rate=0.05 if membership else 0.0,
+            drop_rate=rng.choice((0.0, 0.05, 0.2)),
+            duplicate_rate=rng.choice((0.0, 0.03, 0.1)),
+            crash_rate=rng.choice((0.0, 0.01, 0.03)),
+            leader_crash_rate=rng.choice((0.0, 0.02, 0.08)),
+            partition_rate=rng.choice((0.0, 0.015, 0.04)),
+            max_append_bytes=rng.choice((1, 400, 4096)),
+            max_inflight_appends=rng.choice((1, 4, 64)),
+            safety_ticks=rng.choice((150, 300)),
+        )
+
+
+@dataclass
+class SimNode:
+    node_id: NodeId
+    log: MemoryRaftLog = field(default_factory=MemoryRaftLog)
+    hard_state: HardState = field(default_factory=HardState)
+    chain: list[int] = field(default_factory=list)  # hash chain parallel to log entries
+    core: RaftCore | None = None
+    high_watermark: int = 0
+    paused_until: int = -1
+
+
+@dataclass(order=True)
+class InFlight:
+    deliver_at: int
+    seq: int
+    message: Message = field(compare=False)
+
+
+class Simulation:
+    def __init__(self, seed: int, params: SimParams | None = None) -> None:
+        self.seed = seed
+        self.params = params or SimParams.for_seed(seed)
+        self.rng = random.Random(seed)
+        self.now = 0
+        self.seq = 0
+        p = self.params
+        self.initial_voters = frozenset(range(1, p.nodes + 1))
+        self.nodes = {n: SimNode(n) for n in range(1, p.nodes + p.spare_nodes + 1)}
+        self.network: list[InFlight] = []
+        self.partition: dict[NodeId, int] | None = None  # node -> side
+        self.faults = True
+        # Invariant records.
+        self.leader_of_term: dict[int, NodeId] = {}
+        self.committed: dict[int, tuple[int, int, bytes]] = {}  # base -> (last, epoch, payload)
+        # Term of the leader that first committed each batch (the first node to see it
+        # committed is always that leader: followers learn the high watermark from it).
+        self.commit_term: dict[int, int] = {}
+        self.batch_chain: dict[tuple[int, int], tuple[int, int]] = {}  # (base, epoch) -> ...
+        self.trace: deque[str] = deque(maxlen=60)
+        self.proposals = 0
+        self.steps = 0
+        for node in self.nodes.values():
+            self._start(node)
+
+    # ------------------------------------------------------------------ lifecycle
+    def _start(self, node: SimNode) -> None:
+        config = RaftConfig(
+            node_id=node.node_id,
+            group=GROUP,
+            voters=self.initial_voters,
+            election_timeout_ticks=self.params.election_timeout_ticks,
+            max_append_bytes=self.params.max_append_bytes,
+            max_inflight_appends=self.params.max_inflight_appends,
+            seed=self.seed,
+        )
+        node.core = RaftCore(config, node.log, node.hard_state)
+        node.high_watermark = node.core.high_watermark
+        node.paused_until = -1
+
+    def _crash(self, node: SimNode) -> None:
+        self._note(f"crash {node.node_id}")
+        node.core = None
+
+    def _fail(self, what: str) -> SimulationFailure:
+        recent = "\n  ".join(self.trace)
+        return SimulationFailure(
+            f"seed {self.seed} tick {self.now}: {what}\n  recent events:\n  {recent}\n"
+            f"reproduce: python -m consensus.sim --seed {self.seed}  |  "
+            f"pytest tests/unit/test_raft_sim.py --raft-seeds 1 --raft-seed-start {self.seed}"
+        )
+
+    def _note(self, event: str) -> None:
+        self.trace.append(f"t{self.now} {event}")
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> None:
+        p = self.params
+        for _ in range(p.safety_ticks):
+            self._tick_world()
+        self._end_faults()
+        deadline = self.now + p.liveness_ticks_max
+        target: Entry | None = None
+        target_leader: tuple[NodeId, int] | None = None
+        while self.now < deadline:
+            leader = self._stable_leader()
+            if leader is not None:
+                core = self.nodes[leader].core
+                assert core is not None
+                if target is None or target_leader != (leader, core.term):
+                    try:
+                        target = core.propose(1, f"live-{self.now}".encode())
+                        target_leader = (leader, core.term)
+                        self._drain(self.nodes[leader])
+                    except NotLeaderError:
+                        target = None
+                if target is not None and self._committed_everywhere(target):
+                    return
+            self._tick_world()
+        raise self._fail(
+            f"liveness: no leader committed a new proposal within {p.liveness_ticks_max} ticks"
+            f" after faults stopped (roles: {self._roles()})"
+        )
+
+    def _roles(self) -> str:
+        return ", ".join(
+            f"{n.node_id}:{n.core.role.value}/t{n.core.term}/hw{n.core.high_watermark}"
+            if n.core
+            else f"{n.node_id}:down"
+            for n in self.nodes.values()
+        )
+
+    def _end_faults(self) -> None:
+        self.faults = False
+        self.partition = None
+        self._note("faults stop")
+        for node in self.nodes.values():
+            if node.core is None:
+                self._start(node)
+            node.paused_until = -1
+
+    def _stable_leader(self) -> NodeId | None:
+        terms = [n.core.term for n in self.nodes.values() if n.core is not None]
+        for node in self.nodes.values():
+            core = node.core
+            if core is not None and core.role is Role.LEADER and core.term == max(terms):
+                return node.node_id
+        return None
+
+    def _committed_everywhere(self, entry: Entry) -> bool:
+        leader = self._stable_leader()
+        if leader is None:
+            return False
+        leader_core = self.nodes[leader].core
+        assert leader_core is not None
+        for node_id in leader_core.voters:
+            core = self.nodes[node_id].core
+            if core is None or core.high_watermark <= entry.last_offset:
+                return False
+        recorded = self.committed.get(entry.base_offset)
+        return recorded == (entry.last_offset, entry.epoch, entry.payload)
+
+    def _tick_world(self) -> None:
+        self.now += 1
+        rng = self.rng
+        p = self.params
+        if self.faults:
+            self._inject_faults()
+        for node in self.nodes.values():
+            if node.core is None or node.paused_until >= self.now:
+                continue
+            if self.faults and rng.random() < p.skip_tick_rate:
+                continue  # clock skew
+            node.core.tick()
+            self._drain(node)
+        if rng.random() < p.proposal_rate:
+            self._propose()
+        if self.faults and rng.random() < p.config_change_rate:
+            self._change_membership()
+        self._deliver()
+
+    def _inject_faults(self) -> None:
+        rng = self.rng
+        p = self.params
+        for node in self.nodes.values():
+            if node.core is None:
+                if rng.random() < p.restart_rate:
+                    self._note(f"restart {node.node_id}")
+                    self._start(node)
+            elif rng.random() < (
+                p.leader_crash_rate if node.core.role is Role.LEADER else p.crash_rate
+            ):
+                self._crash(node)
+            elif rng.random() < p.pause_rate:
+                node.paused_until = self.now + rng.randrange(5, 40)
+                self._note(f"pause {node.node_id} until t{node.paused_until}")
+        if self.partition is None:
+            if rng.random() < p.partition_rate:
+                ids = list(self.nodes)
+                self.partition = {n: rng.randrange(2) for n in ids}
+                self._note(f"partition {self.partition}")
+        elif rng.random() < p.heal_rate:
+            self.partition = None
+            self._note("heal")
+
+    def _propose(self) -> None:
+        leaders = [
+            n for n in self.nodes.values() if n.core is not None and n.core.role is Role.LEADER
+        ]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        assert node.core is not None
+        self.proposals += 1
+        count = self.rng.randrange(1, 5)
+        payload = f"p{self.proposals}".encode() * self.rng.randrange(1, 30)
+        try:
+            node.core.propose(count, payload)
+        except NotLeaderError:
+            return
+        self._drain(node)
+
+    def _change_membership(self) -> None:
+        leaders = [
+            n for n in self.nodes.values() if n.core is not None and n.core.role is Role.LEADER
+        ]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        core = node.core
+        assert core is not None
+        outside = [n for n in self.nodes if n not in core.voters]
+        try:
+            if outside and (len(core.voters) <= 3 or self.rng.random() < 0.5):
+                target = self.rng.choice(outside)
+                core.propose_config_change(add=target)
+                self._note(f"{node.node_id} proposes add {target}")
+            elif len(core.voters) > 3:
+                target = self.rng.choice(sorted(core.voters))
+                core.propose_config_change(remove=target)
+                self._note(f"{node.node_id} proposes remove {target}")
+        except (ConfigChangeError, NotLeaderError):
+            return
+        self._drain(node)
+
+    def _deliver(self) -> None:
+        """Deliver due messages in random order; zero-delay replies go in the same tick."""
+        rng = self.rng
+        p = self.params
+        for _ in range(4):
+            due = [f for f in self.network if f.deliver_at <= self.now]
+            if not due:
+                return
+            self.network = [f for f in self.network if f.deliver_at > self.now]
+            rng.shuffle(due)
+            for flight in due:
+                m = flight.message
+                node = self.nodes[m.to]
+                if node.core is None:
+                    continue
+                if node.paused_until >= self.now:
+                    self.network.append(InFlight(node.paused_until + 1, flight.seq, m))
+                    continue
+                if self.partition is not None and self.partition.get(
+                    m.from_id
+                ) != self.partition.get(m.to):
+                    continue
+                if self.faults:
+                    if rng.random() < p.drop_rate:
+                        continue
+                    if rng.random() < p.duplicate_rate:
+                        self._send(m)
+                self.steps += 1
+                node.core.step(m)
+                self._drain(node)
+
+    def _send(self, m: Message) -> None:
+        self.seq += 1
+        delay = 0
+        if self.rng.random() < self.params.delay_rate:
+            delay = self.rng.randrange(1, self.params.max_delay_ticks + 1 if self.faults else 2)
+        self.network.append(InFlight(self.now + delay, self.seq, m))
+
+    # ------------------------------------------------------------------ Ready + invariants
+    def _drain(self, node: SimNode) -> None:
+        core = node.core
+        assert core is not None
+        while core.has_ready():
+            rd = core.ready()
+            self._persist(node, rd)
+            if self.faults and self.rng.random() < self.params.crash_rate / 10:
+                # Crash after persisting, before sending: the ordering rule makes this safe.
+                self._crash(node)
+                return
+            for m in rd.messages:
+                self._send(m)
+            self._apply(node, rd)
+            core.advance(rd)
+
+    def _persist(self, node: SimNode, rd: Ready) -> None:
+        if rd.hard_state is not None:
+            old = node.hard_state
+            new = rd.hard_state
+            if new.term < old.term:
+                raise self._fail(f"node {node.node_id} term went back {old} -> {new}")
+            if new.term == old.term and old.voted_for not in (None, new.voted_for):
+                raise self._fail(f"node {node.node_id} changed its vote in a term {old} -> {new}")
+            node.hard_state = new
+        if rd.truncate_to is not None:
+            for e in node.log.all_entries():
+                if e.base_offset >= rd.truncate_to and self.committed.get(e.base_offset) == (
+                    e.last_offset,
+                    e.epoch,
+                    e.payload,
+                ):
+                    raise self._fail(f"node {node.node_id} truncated committed batch {e}")
+            node.log.truncate_to(rd.truncate_to)
+            del node.chain[len(node.log.all_entries()) :]
+            self._note(f"{node.node_id} truncate to {rd.truncate_to}")
+        if rd.entries:
+            node.log.append(rd.entries)
+            for e in rd.entries:
+                prev = node.chain[-1] if node.chain else 0
+                h = hash((prev, e.base_offset, e.last_offset, e.epoch, e.payload, e.kind))
+                node.chain.append(h)
+                key = (e.base_offset, e.epoch)
+                seen = self.batch_chain.setdefault(key, (e.last_offset, h))
+                if seen != (e.last_offset, h):
+                    raise self._fail(
+                        f"log matching: node {node.node_id} batch {e} differs from another"
+                        " log's batch with the same offset and epoch, or its prefix does"
+                    )
+
+    def _apply(self, node: SimNode, rd: Ready) -> None:
+        core = node.core
+        assert core is not None
+        if rd.soft_state is not None:
+            s = rd.soft_state
+            self._note(f"{node.node_id} {s.role.value} term {s.term} leader {s.leader_id}")
+            if s.role is Role.LEADER:
+                holder = self.leader_of_term.setdefault(s.term, node.node_id)
+                if holder != node.node_id:
+                    raise self._fail(f"election safety: {holder} and {node.node_id} lead {s.term}")
+                self._check_leader_completeness(node)
+        if rd.high_watermark is not None:
+            new_hw = rd.high_watermark
+            if new_hw < node.high_watermark:
+                raise self._fail(
+                    f"node {node.node_id} high watermark went back {node.high_watermark}"
+                    f" -> {new_hw}"
+                )
+            if new_hw > node.log.log_end_offset():
+                raise self._fail(f"node {node.node_id} high watermark {new_hw} past its log")
+            offset = node.high_watermark
+            while offset < new_hw:
+                e = node.log.entry_at(offset)
+                if e.base_offset != offset:
+                    raise self._fail(f"node {node.node_id} hw {offset} inside a batch")
+                record = (e.last_offset, e.epoch, e.payload)
+                self.commit_term.setdefault(offset, core.term)
+                if self.committed.setdefault(offset, record) != record:
+                    raise self._fail(
+                        f"state machine safety: node {node.node_id} committed {e} but"
+                        f" {self.committed[offset]} was committed at that offset"
+                    )
+                offset = e.end_offset
+            if offset != new_hw:
+                raise self._fail(f"node {node.node_id} hw {new_hw} inside a batch")
+            node.high_watermark = new_hw
+
+    def _check_leader_completeness(self, node: SimNode) -> None:
+        core = node.core
+        assert core is not None
+        end = core.log.log_end_offset()
+        for base, (last, epoch, payload) in self.committed.items():
+            if self.commit_term[base] >= core.term:
+                continue  # Raft promises only entries committed in earlier terms
+            if base >= end:
+                raise self._fail(f"leader completeness: leader {node.node_id} lacks offset {base}")
+            e = core.log.entry_at(base)
+            if (e.base_offset, e.last_offset, e.epoch, e.payload) != (base, last, epoch, payload):
+                raise self._fail(
+                    f"leader completeness: leader {node.node_id} has {e} at committed {base}"
+                )
+
+    def summary(self) -> str:
+        committed = max((v[0] + 1 for v in self.committed.values()), default=0)
+        return (
+            f"seed {self.seed}: {self.params.nodes} voters, {self.now} ticks, {self.steps}"
+            f" messages, {len(self.leader_of_term)} leader terms, committed end {committed}"
+        )
+
+
+def run_seed(seed: int) -> Simulation:
+    sim = Simulation(seed)
+    sim.run()
+    return sim
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--seed", type=int, help="run one seed and print its summary")
+    parser.add_argument("--seeds", type=int, default=1000)
+    parser.add_argument("--seed-start", type=int, default=0)
+    parser.add_argument("--trace", action="store_true", help="print recent events on success")
+    args = parser.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else range(args.seed_start, args.seed_start + args.seeds)
+    started = time.monotonic()
+    failures = 0
+    for seed in seeds:
+        try:
+            sim = run_seed(seed)
+        except SimulationFailure as failure:
+            failures += 1
+            print(failure, file=sys.stderr)
+            continue
+        if args.seed is not None:
+            print(sim.summary())
+            if args.trace:
+                print("\n".join(sim.trace))
+    print(f"{len(seeds)} seeds, {failures} failed, {time.monotonic() - started:.1f}s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
