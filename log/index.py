@@ -156,6 +156,11 @@ class OffsetIndex(_SparseIndex):
             return self.base_offset, 0
         return self.keys[slot], self.values[slot]
 
+    def position_after(self, offset: int) -> int | None:
+        """Position of the first indexed batch starting after `offset`, if any."""
+        slot = bisect_right(self.keys, offset)
+        return self.values[slot] if slot < len(self.values) else None
+
     def truncate_to(self, offset: int) -> None:
         """Drop entries for batches starting at `offset` or later."""
         self.drop_from(bisect_right(self.keys, offset - 1))

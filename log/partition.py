@@ -68,6 +68,14 @@ class AppendInfo:
     bytes: int
 
 
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _read_offset_file(path: Path) -> int | None:
     try:
         return int(path.read_text(encoding="ascii").strip())
@@ -92,9 +100,16 @@ class PartitionLog:
         self._directory_dirty = False
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
-        # Guards the recovery-point file against flush jobs racing a truncation.
+        # Flush jobs may finish in any order on worker threads; the recovery point only
+        # advances over a prefix of finished jobs, and a truncation (new generation) voids
+        # the jobs made before it. All of this state is guarded by `_durable_lock`.
         self._durable_lock = threading.Lock()
         self._durable_generation = 0
+        self._jobs_issued = 0
+        self._jobs_done_through = 0
+        self._job_targets: dict[int, int] = {}
+        self._epochs_written_by = 0
+        self._log_start_written_by = 0
         self.recovery_point = 0  # every offset below is on disk with its indexes
 
     # -- opening and recovery -------------------------------------------------------------
@@ -456,8 +471,10 @@ class PartitionLog:
 
     def flush_job(self, now_ms: int | None = None) -> Callable[[], None] | None:
         """A function that makes everything appended so far durable, or None if nothing is
-        pending. It may run in a worker thread while appends, rolls and retention go on;
-        when it returns, `recovery_point` has reached the log end offset at the call.
+        pending. It may run in a worker thread while appends, rolls, retention and other jobs
+        go on. `recovery_point` reaches this call's log end offset once this job and every
+        job made before it have finished; a job that is never run holds it back until
+        `close`.
         """
         dirty = [segment for segment in self.segments if segment.dirty]
         target = self.log_end_offset
@@ -481,7 +498,10 @@ class PartitionLog:
         self._unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms
-        generation = self._durable_generation
+        with self._durable_lock:
+            self._jobs_issued += 1
+            ticket = self._jobs_issued
+            generation = self._durable_generation
         directory = self.directory
 
         def flush() -> None:
@@ -491,33 +511,60 @@ class PartitionLog:
             finally:
                 for fd in descriptors:
                     os.close(fd)
-            if sync_directory:
-                dir_fd = os.open(directory, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+            if sync_directory and directory.exists():
+                _fsync_directory(directory)
             with self._durable_lock:
-                # A truncation since the job was made invalidates its view of the log.
-                if generation != self._durable_generation or not directory.exists():
-                    return
-                if epochs is not None:
+                current = generation == self._durable_generation
+                if current and epochs is not None and ticket > self._epochs_written_by:
                     write_file_atomically(directory / LEADER_EPOCH_CHECKPOINT, epochs)
-                if log_start is not None:
+                    self._epochs_written_by = ticket
+                if current and log_start is not None and ticket > self._log_start_written_by:
                     write_file_atomically(
                         directory / LOG_START_OFFSET_FILE, f"{log_start}\n".encode()
                     )
-                if target > self.recovery_point:
-                    write_file_atomically(directory / RECOVERY_POINT_FILE, f"{target}\n".encode())
-                    self.recovery_point = target
+                    self._log_start_written_by = ticket
+                self._job_targets[ticket] = target if current else -1
+                reached = -1
+                while self._jobs_done_through + 1 in self._job_targets:
+                    self._jobs_done_through += 1
+                    reached = max(reached, self._job_targets.pop(self._jobs_done_through))
+                if current and reached > self.recovery_point:
+                    write_file_atomically(directory / RECOVERY_POINT_FILE, f"{reached}\n".encode())
+                    self.recovery_point = reached
 
         return flush
 
     def flush(self, now_ms: int | None = None) -> None:
-        """Run a flush job on this thread."""
-        job = self.flush_job(now_ms)
-        if job is not None:
-            job()
+        """Make everything durable now, on this thread, regardless of jobs in flight."""
+        for segment in self.segments:
+            segment.write_indexes()
+            for fd in segment.fsync_targets():
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        _fsync_directory(self.directory)
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+        for segment in self.segments:
+            segment.dirty = False
+        with self._durable_lock:
+            # Jobs made before this point have nothing left to add; let them finish quietly.
+            self._durable_generation += 1
+            self._job_targets.clear()
+            self._jobs_done_through = self._jobs_issued
+            self._epochs_written_by = self._log_start_written_by = self._jobs_issued
+            directory = self.directory
+            write_file_atomically(directory / LEADER_EPOCH_CHECKPOINT, self.epochs.serialize())
+            write_file_atomically(
+                directory / LOG_START_OFFSET_FILE, f"{self.log_start_offset}\n".encode()
+            )
+            write_file_atomically(
+                directory / RECOVERY_POINT_FILE, f"{self.log_end_offset}\n".encode()
+            )
+            self.recovery_point = self.log_end_offset
+        self._epochs_dirty = self._log_start_dirty = self._directory_dirty = False
 
     # -- retention and truncation -----------------------------------------------------------
     def _delete_first_segment(self) -> None:
@@ -620,9 +667,11 @@ class PartitionLog:
         self._append_segment(self._new_segment(offset, now_ms))
         self._directory_dirty = True
         self.log_start_offset = self.log_end_offset = offset
-        self._log_start_dirty = True
         self.epochs = LeaderEpochCache()
-        self._epochs_dirty = True
+        # Written now: a stale checkpoint would outlive the data it describes.
+        with self._durable_lock:
+            write_file_atomically(self.directory / LEADER_EPOCH_CHECKPOINT, self.epochs.serialize())
+            write_file_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -632,7 +681,6 @@ class PartitionLog:
     def close(self) -> None:
         """Flush everything, mark the folder cleanly shut down and release descriptors."""
         self.segments[-1].seal()
-        self._log_start_dirty = True
         self.flush()
         write_file_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
         for segment in self.segments:

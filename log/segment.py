@@ -223,6 +223,10 @@ class LogSegment:
         """
         _, position = self.offset_index.lookup(fetch_offset)
         end = self.size_bytes
+        # The first indexed batch after max_offset starts past every batch we may return.
+        bound = self.offset_index.position_after(max_offset)
+        if bound is not None:
+            end = min(end, bound)
         if position >= end:
             return None
         want = max(max_bytes, 0) + 2 * self.index_interval_bytes + RECORD_BATCH_OVERHEAD

@@ -238,3 +238,26 @@ def test_delete_removes_folder(log: PartitionLog) -> None:
     produce(log, encode_batch())
     log.delete()
     assert not log.directory.exists()
+
+
+def test_flush_jobs_finishing_out_of_order(log: PartitionLog) -> None:
+    produce(log, encode_batch(count=5))
+    first = log.flush_job(NOW)
+    produce(log, encode_batch(count=5))
+    second = log.flush_job(NOW)
+    assert first is not None and second is not None
+    second()
+    assert log.recovery_point == 0  # the first job's fsyncs may not have happened yet
+    first()
+    assert log.recovery_point == 10
+    assert (log.directory / "recovery-point-offset-checkpoint").read_text() == "10\n"
+
+
+def test_flush_job_made_before_truncation_does_not_advance(log: PartitionLog) -> None:
+    produce(log, encode_batch(count=5))
+    produce(log, encode_batch(count=5))
+    job = log.flush_job(NOW)
+    assert job is not None
+    log.truncate_to(5)
+    job()
+    assert log.recovery_point <= 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from batches import encode_batch
@@ -19,7 +20,10 @@ CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=100)
 append = st.tuples(st.just("append"), st.integers(1, 4), st.integers(1, 3), st.integers(0, 90))
 truncate = st.tuples(st.just("truncate"), st.integers(0, 200), st.just(0), st.just(0))
 other = st.tuples(
-    st.sampled_from(["flush", "close", "kill", "roll"]), st.just(0), st.just(0), st.just(0)
+    st.sampled_from(["flush", "job", "jobs", "close", "kill", "roll"]),
+    st.just(0),
+    st.just(0),
+    st.just(0),
 )
 steps = st.lists(st.one_of(append, append, append, truncate, other), max_size=30)
 
@@ -62,6 +66,7 @@ def test_random_operations_keep_log_consistent(
         log = PartitionLog.open(directory, CONFIG, NOW)
         model: list[tuple[int, int, int]] = []  # (base offset, last offset, epoch)
         epoch = 0
+        jobs: list[Callable[[], None]] = []
         for op, a, b, c in ops:
             if op == "append":
                 epoch = max(epoch, b)
@@ -76,6 +81,14 @@ def test_random_operations_keep_log_consistent(
                     epoch = model[-1][2]
             elif op == "flush":
                 log.flush(NOW)
+            elif op == "job":
+                job = log.flush_job(NOW)
+                if job is not None:
+                    jobs.append(job)
+            elif op == "jobs":
+                for job in reversed(jobs):
+                    job()
+                jobs.clear()
             elif op == "roll":
                 log.roll(NOW)
             elif op in ("close", "kill"):
@@ -83,7 +96,9 @@ def test_random_operations_keep_log_consistent(
                     log.close()
                 else:
                     kill(log)
+                jobs.clear()  # a job outliving its process never runs
                 log = PartitionLog.open(directory, CONFIG, NOW)
             check(log, model)
+            assert log.recovery_point <= log.log_end_offset
             assert [e for e, _ in log.epochs.entries] == sorted({m[2] for m in model})
         log.close()
