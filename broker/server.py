@@ -14,6 +14,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.connection import Connection
+from broker.groups import coordinator_for
 from broker.handlers import HANDLERS, ApiHandler
 from broker.topics import TopicManager, now_ms
 
@@ -63,11 +64,13 @@ class Broker:
         self.handlers: Mapping[int, ApiHandler] = HANDLERS
         self.cluster_id = read_or_create_cluster_id(data_dir, self.node_id)
         self.topics = TopicManager(data_dir, config)
+        self.groups = coordinator_for(self.topics, config)
         self.advertised = listener
         self.bound_port = listener.port
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         self.topics.load()
+        self.groups.load()
         try:
             async with trio.open_nursery() as nursery:
                 listeners = await trio.open_tcp_listeners(
@@ -82,6 +85,7 @@ class Broker:
                 )
                 nursery.start_soon(self._flush_logs)
                 nursery.start_soon(self._enforce_retention)
+                nursery.start_soon(self.groups.run)
                 logger.info(
                     "raftka: serving on %s:%d (node %d, cluster %s, data %s)",
                     self.listener.host,

@@ -1,0 +1,29 @@
+"""Kafka's classic consumer-group protocol: the group coordinator and its durable state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.groups.coordinator import CoordinatorConfig, GroupCoordinator, valid_group_id
+from broker.groups.group import GroupState, JoinResult, Reply, SyncResult
+from broker.groups.store import OFFSETS_TOPIC, MemoryOffsetsLog, TopicOffsetsLog
+
+__all__ = [
+    "OFFSETS_TOPIC",
+    "CoordinatorConfig",
+    "GroupCoordinator",
+    "GroupState",
+    "JoinResult",
+    "MemoryOffsetsLog",
+    "Reply",
+    "SyncResult",
+    "TopicOffsetsLog",
+    "coordinator_for",
+    "valid_group_id",
+]
+
+
+def coordinator_for(topics: Any, config: Any) -> GroupCoordinator:
+    """The coordinator of a broker: its groups live in that broker's `__consumer_offsets`."""
+    offsets_log = TopicOffsetsLog(topics, config.get("offsets.topic.num.partitions"))
+    return GroupCoordinator(offsets_log, CoordinatorConfig.from_broker_config(config))

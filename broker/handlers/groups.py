@@ -1,0 +1,402 @@
+"""Consumer-group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch,
+ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+
+Each handler maps its request (any supported version) onto `broker.groups` and builds the
+response with `build`, which keeps only the fields the version has. JoinGroup and SyncGroup
+wait for the group; they run as their own tasks, so the connection's other requests go on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups import GroupCoordinator, Reply
+from broker.groups.coordinator import OFFSET_METADATA_MAX_BYTES
+from broker.groups.records import OffsetValue
+from broker.handlers.common import NO_THROTTLE, response_schema
+from broker.topics import now_ms
+from protocol.api import build
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+INIT_PRODUCER_ID_KEY = 22
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def _coordinator(context: Any) -> GroupCoordinator:
+    coordinator: GroupCoordinator = context.broker.groups
+    return coordinator
+
+
+def _ms(value: Any) -> int:
+    """A kio duration (timedelta) or plain number as milliseconds."""
+    if hasattr(value, "total_seconds"):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
+def _client_id(context: Any) -> str:
+    return getattr(context.header, "client_id", None) or ""
+
+
+# -- FindCoordinator -----------------------------------------------------------------------
+
+
+async def handle_find_coordinator(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    broker = context.broker
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+
+    def answer(key: str) -> dict[str, Any]:
+        found = {
+            "node_id": broker.node_id,
+            "host": broker.advertised.host,
+            "port": broker.advertised.port,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+        }
+        if key_type == KEY_TYPE_GROUP:
+            # Kafka creates the offsets topic when a coordinator is first looked up.
+            _coordinator(context).offsets_log.topic()  # type: ignore[attr-defined]
+            return found
+        if key_type == KEY_TYPE_TRANSACTION and INIT_PRODUCER_ID_KEY in broker.handlers:
+            return found
+        error = (
+            ErrorCode.coordinator_not_available
+            if key_type == KEY_TYPE_TRANSACTION
+            else ErrorCode.invalid_request
+        )
+        return {
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_code": error,
+            "error_message": error.name.upper(),
+        }
+
+    if context.api_version >= 4:
+        coordinators = tuple(
+            build(module.Coordinator, key=key, **answer(key)) for key in request.coordinator_keys
+        )
+        return build(entity, throttle_time=NO_THROTTLE, coordinators=coordinators)
+    return build(entity, throttle_time=NO_THROTTLE, **answer(request.key))
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
+
+
+async def handle_join_group(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    version = context.api_version
+    session_timeout_ms = _ms(request.session_timeout)
+    rebalance_timeout = getattr(request, "rebalance_timeout", None)
+    outcome = _coordinator(context).join_group(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=_client_id(context),
+        client_host=f"/{context.client_host}",
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=(
+            session_timeout_ms if rebalance_timeout is None else _ms(rebalance_timeout)
+        ),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols],
+        require_known_member_id=version >= 4,
+    )
+    result = await outcome.wait() if isinstance(outcome, Reply) else outcome
+    members = tuple(
+        build(
+            module.JoinGroupResponseMember,
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            metadata=m.metadata,
+        )
+        for m in result.members
+    )
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=(result.protocol_name or "") if version < 7 else result.protocol_name,
+        leader=result.leader,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=members,
+    )
+
+
+async def handle_sync_group(context: Any, request: Any) -> Any:
+    entity, _ = response_schema(context)
+    outcome = _coordinator(context).sync_group(
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={a.member_id: a.assignment for a in request.assignments},
+    )
+    result = await outcome.wait() if isinstance(outcome, Reply) else outcome
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+async def handle_heartbeat(context: Any, request: Any) -> Any:
+    entity, _ = response_schema(context)
+    error = _coordinator(context).heartbeat(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+    )
+    return build(entity, throttle_time=NO_THROTTLE, error_code=error)
+
+
+async def handle_leave_group(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    if context.api_version < 3:
+        top, errors = _coordinator(context).leave_group(
+            request.group_id, [(request.member_id, None)]
+        )
+        error = top if top != ErrorCode.none else errors[0]
+        return build(entity, throttle_time=NO_THROTTLE, error_code=error)
+    identities = [(m.member_id, m.group_instance_id) for m in request.members]
+    top, errors = _coordinator(context).leave_group(request.group_id, identities)
+    members = tuple(
+        build(
+            module.MemberResponse,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            error_code=error,
+        )
+        for (member_id, instance_id), error in zip(identities, errors, strict=True)
+    )
+    return build(entity, throttle_time=NO_THROTTLE, error_code=top, members=members)
+
+
+# -- offsets -------------------------------------------------------------------------------
+
+
+async def handle_offset_commit(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    topics = context.broker.topics
+    commit_ms = now_ms()
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    valid: dict[tuple[str, int], OffsetValue] = {}
+    for topic in request.topics:
+        known = topics.get(topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if known is None or not 0 <= p.partition_index < len(known.partitions):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                errors[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                valid[tp] = OffsetValue(
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    metadata,
+                    commit_ms,
+                )
+    group_error = await _coordinator(context).commit_offsets(
+        request.group_id,
+        request.generation_id_or_member_epoch,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        valid,
+    )
+    for tp in valid:
+        errors[tp] = group_error
+    if group_error == ErrorCode.invalid_group_id:
+        errors = dict.fromkeys(errors, group_error)
+    response_topics = tuple(
+        build(
+            module.OffsetCommitResponseTopic,
+            name=topic.name,
+            partitions=tuple(
+                build(
+                    module.OffsetCommitResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=errors[(topic.name, p.partition_index)],
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return build(entity, throttle_time=NO_THROTTLE, topics=response_topics)
+
+
+def _fetch_group(
+    context: Any, group_id: str, topics: Any, topic_type: Any, partition_type: Any
+) -> tuple[ErrorCode, tuple[Any, ...]]:
+    wanted = (
+        None
+        if topics is None
+        else [(t.name, index) for t in topics for index in t.partition_indexes]
+    )
+    error, offsets = _coordinator(context).fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), value in offsets.items():
+        by_topic.setdefault(topic, []).append(
+            build(
+                partition_type,
+                partition_index=partition,
+                committed_offset=-1 if value is None else value.offset,
+                committed_leader_epoch=-1 if value is None else value.leader_epoch,
+                metadata="" if value is None else value.metadata,
+                error_code=ErrorCode.none,
+            )
+        )
+    return error, tuple(
+        build(topic_type, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+    )
+
+
+async def handle_offset_fetch(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    if context.api_version >= 8:
+        groups = []
+        for group in request.groups:
+            error, topics = _fetch_group(
+                context,
+                group.group_id,
+                group.topics,
+                module.OffsetFetchResponseTopics,
+                module.OffsetFetchResponsePartitions,
+            )
+            groups.append(
+                build(
+                    module.OffsetFetchResponseGroup,
+                    group_id=group.group_id,
+                    topics=topics,
+                    error_code=error,
+                )
+            )
+        return build(entity, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    error, topics = _fetch_group(
+        context,
+        request.group_id,
+        request.topics,
+        module.OffsetFetchResponseTopic,
+        module.OffsetFetchResponsePartition,
+    )
+    return build(entity, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+
+
+async def handle_offset_delete(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    topics = context.broker.topics
+    unknown = set()
+    wanted = []
+    for topic in request.topics:
+        known = topics.get(topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if known is None or not 0 <= p.partition_index < len(known.partitions):
+                unknown.add(tp)
+            else:
+                wanted.append(tp)
+    error, results = await _coordinator(context).delete_offsets(request.group_id, wanted)
+    if error != ErrorCode.none:
+        return build(entity, throttle_time=NO_THROTTLE, error_code=error, topics=())
+    response_topics = tuple(
+        build(
+            module.OffsetDeleteResponseTopic,
+            name=topic.name,
+            partitions=tuple(
+                build(
+                    module.OffsetDeleteResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=(
+                        ErrorCode.unknown_topic_or_partition
+                        if (topic.name, p.partition_index) in unknown
+                        else results[(topic.name, p.partition_index)]
+                    ),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return build(
+        entity, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=response_topics
+    )
+
+
+# -- listing, describing, deleting groups --------------------------------------------------
+
+
+async def handle_list_groups(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    listed = _coordinator(context).list_groups(
+        getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
+    )
+    groups = tuple(
+        build(
+            module.ListedGroup,
+            group_id=group_id,
+            protocol_type=protocol_type,
+            group_state=state,
+            group_type="classic",
+        )
+        for group_id, protocol_type, state in listed
+    )
+    return build(entity, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
+
+
+async def handle_describe_groups(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    described = []
+    for group_id in request.groups:
+        error, group = _coordinator(context).describe_group(group_id)
+        members = tuple(
+            build(
+                module.DescribedGroupMember,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata,
+                member_assignment=m.assignment,
+            )
+            for m in group.members
+        )
+        described.append(
+            build(
+                module.DescribedGroup,
+                error_code=error,
+                group_id=group_id,
+                group_state=group.state,
+                protocol_type=group.protocol_type,
+                protocol_data=group.protocol,
+                members=members,
+                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            )
+        )
+    return build(entity, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+async def handle_delete_groups(context: Any, request: Any) -> Any:
+    entity, module = response_schema(context)
+    results = await _coordinator(context).delete_groups(request.groups_names)
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            build(module.DeletableGroupResult, group_id=group_id, error_code=error)
+            for group_id, error in results.items()
+        ),
+    )
