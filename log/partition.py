@@ -15,8 +15,8 @@ import shutil
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from protocol.records import (
     BatchHeader,
@@ -55,8 +55,7 @@ class NonContiguousAppend(ValueError):
     """Replicated batches that do not continue exactly at the log end offset."""
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     """Where an append landed. `offset_of_max_timestamp` is the base offset of the batch
     holding `max_timestamp` (-1 when no batch had a timestamp)."""
 
@@ -125,14 +124,19 @@ class PartitionLog:
         log._open_segments(now_ms)
         return log
 
-    def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
-        return LogSegment(
+    def _new_segment(self, base_offset: int, now_ms: int, *, fresh: bool = False) -> LogSegment:
+        segment = LogSegment(
             self.directory,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             segment_index_bytes=self.config.segment_index_bytes,
             now_ms=now_ms,
         )
+        if fresh:
+            # Create the index files now: a missing one later means it was lost.
+            segment.offset_index.fileno()
+            segment.time_index.fileno()
+        return segment
 
     def _open_segments(self, now_ms: int) -> None:
         directory = self.directory
@@ -201,7 +205,7 @@ class PartitionLog:
             self._append_segment(segment)
 
         if not self.segments:
-            self._append_segment(self._new_segment(persisted_start or 0, now_ms))
+            self._append_segment(self._new_segment(persisted_start or 0, now_ms, fresh=True))
             self._directory_dirty = True
         self.log_end_offset = self.segments[-1].next_offset
         first_base = self.segments[0].base_offset
@@ -270,7 +274,7 @@ class PartitionLog:
         if active.size_bytes == 0:
             return active
         active.seal()
-        segment = self._new_segment(self.log_end_offset, now_ms)
+        segment = self._new_segment(self.log_end_offset, now_ms, fresh=True)
         self._append_segment(segment)
         self._directory_dirty = True
         return segment
@@ -664,7 +668,7 @@ class PartitionLog:
             segment.delete()
         self.segments.clear()
         self._bases.clear()
-        self._append_segment(self._new_segment(offset, now_ms))
+        self._append_segment(self._new_segment(offset, now_ms, fresh=True))
         self._directory_dirty = True
         self.log_start_offset = self.log_end_offset = offset
         self.epochs = LeaderEpochCache()

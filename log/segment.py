@@ -281,10 +281,14 @@ class LogSegment:
         next_offset = last_offset
         max_timestamp, offset_of_max = -1, self.base_offset
         check_first = self.offset_index.entries > 0
+        since_entry = 0
         for header in self.batches_from(position, file_size):
             if check_first and header.base_offset != last_offset:
                 return False  # the last entry does not point at the batch it names
+            if since_entry > self.index_interval_bytes:
+                return False  # this batch should have an entry: the index is behind
             check_first = False
+            since_entry += header.batch_length + LOG_OVERHEAD
             if header.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max = header.max_timestamp, header.base_offset
             next_offset = header.base_offset + header.last_offset_delta + 1

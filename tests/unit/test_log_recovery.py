@@ -189,3 +189,14 @@ def test_unflushed_epochs_follow_recovered_log(tmp_path: Path) -> None:
     again = PartitionLog.open(tmp_path / "t-0", SMALL, NOW)
     assert again.epochs.entries == [(1, 0), (3, 3)]
     assert again.last_batch_epoch() == 3
+
+
+def test_index_behind_its_segment_is_rebuilt(tmp_path: Path) -> None:
+    log, data = fill(tmp_path / "t-0", batches=80)
+    entries = [seg.offset_index.entries for seg in log.segments]
+    log.close()
+    first_index = tmp_path / "t-0" / "00000000000000000000.index"
+    os.truncate(first_index, 8)  # keeps one entry: plausible, but behind
+    again = PartitionLog.open(tmp_path / "t-0", SMALL, NOW)
+    assert [seg.offset_index.entries for seg in again.segments] == entries
+    assert everything(again) == data
