@@ -502,10 +502,10 @@ class PartitionLog:
         self._unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms
-        with self._durable_lock:
-            self._jobs_issued += 1
-            ticket = self._jobs_issued
-            generation = self._durable_generation
+        # Only the owner's thread changes these two, so no lock (a job may hold it for fsyncs).
+        self._jobs_issued += 1
+        ticket = self._jobs_issued
+        generation = self._durable_generation
         directory = self.directory
 
         def flush() -> None:

@@ -261,3 +261,30 @@ def test_flush_job_made_before_truncation_does_not_advance(log: PartitionLog) ->
     log.truncate_to(5)
     job()
     assert log.recovery_point <= 5
+
+
+def test_flush_jobs_in_threads_while_appending(log: PartitionLog) -> None:
+    import threading
+
+    threads = []
+    for i in range(200):
+        produce(log, encode_batch(count=2, value_size=40))
+        if i % 20 == 0:
+            log.update_config(
+                LogConfig(segment_bytes=2000, index_interval_bytes=200, retention_bytes=6000)
+            )
+            log.enforce_retention(NOW)
+        job = log.flush_job(NOW)
+        if job is not None and i % 7 == 0:
+            thread = threading.Thread(target=job)
+            thread.start()
+            threads.append(thread)
+        elif job is not None:
+            job()
+    for thread in threads:
+        thread.join()
+    assert log.recovery_point == log.log_end_offset == 400
+    log.close()
+    reopened = PartitionLog.open(log.directory, SMALL, NOW)
+    assert reopened.log_end_offset == 400
+    assert read_all(reopened)[-1] == (398, 399)
