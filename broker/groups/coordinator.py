@@ -176,6 +176,10 @@ class GroupCoordinator:
         for group_id in [g for g, group in self.groups.items() if not group.offsets]:
             if group_id not in metadata or metadata[group_id] is None:
                 del self.groups[group_id]
+        if count:
+            logger.info(
+                "loaded %d groups from %d %s records", len(self.groups), count, OFFSETS_TOPIC
+            )
         return count
 
     def _restore(self, group: Group, stored: GroupMetadataValue, now: float) -> None:

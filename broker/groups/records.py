@@ -45,8 +45,9 @@ def java_string_hashcode(text: str) -> int:
 
 def partition_for_group(group_id: str, num_partitions: int) -> int:
     """Kafka's `Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount`."""
-    # Utils.abs maps Integer.MIN_VALUE to 0 (it masks the sign bit) rather than overflowing.
-    return (java_string_hashcode(group_id) & 0x7FFFFFFF) % num_partitions
+    h = java_string_hashcode(group_id)
+    # Utils.abs maps Integer.MIN_VALUE to 0 rather than overflowing.
+    return (0 if h == -(2**31) else abs(h)) % num_partitions
 
 
 # -- writing ---------------------------------------------------------------------------------
