@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import crc32c
 
@@ -366,13 +366,32 @@ class UnsupportedBatch(Exception):
     """The batch's records cannot be decoded here (unknown codec or malformed records)."""
 
 
-def _decompress(codec: int, payload: bytes) -> bytes:
+#: Largest decompressed size `record_timestamps` accepts (a guard against compression bombs).
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+
+
+def _decompress_bounded(module: Any, payload: bytes, limit: int) -> bytes:
+    # decompress_into fails rather than overrun its buffer; grow it up to the limit.
+    size = min(limit, max(64 * 1024, 8 * len(payload)))
+    while True:
+        out = bytearray(size)
+        try:
+            written = module.decompress_into(payload, out)
+        except Exception as exc:  # cramjam.DecompressionError, also for a short buffer
+            if size >= limit:
+                raise UnsupportedBatch(f"cannot decompress within {limit} bytes: {exc}") from exc
+            size = min(limit, size * 8)
+            continue
+        return bytes(out[:written])
+
+
+def _decompress(codec: int, payload: bytes, limit: int) -> bytes:
     import cramjam  # imported lazily: only ListOffsets by timestamp needs it
 
     if codec == COMPRESSION_NONE:
         return payload
     if codec == COMPRESSION_GZIP:
-        return bytes(cramjam.gzip.decompress(payload))
+        return _decompress_bounded(cramjam.gzip, payload, limit)
     if codec == COMPRESSION_SNAPPY:
         # Java clients use xerial's framing ("\x82SNAPPY\0" + 4-byte length-prefixed blocks).
         if payload[:8] == b"\x82SNAPPY\x00":
@@ -380,15 +399,19 @@ def _decompress(codec: int, payload: bytes) -> bytes:
             pos = 16
             while pos + 4 <= len(payload):
                 (block_len,) = struct.unpack_from(">i", payload, pos)
-                pos += 4
-                out += bytes(cramjam.snappy.decompress_raw(payload[pos : pos + block_len]))
-                pos += block_len
+                block = payload[pos + 4 : pos + 4 + block_len]
+                if len(out) + cramjam.snappy.decompress_raw_len(block) > limit:
+                    raise UnsupportedBatch(f"snappy batch larger than {limit} bytes")
+                out += bytes(cramjam.snappy.decompress_raw(block))
+                pos += 4 + block_len
             return bytes(out)
+        if cramjam.snappy.decompress_raw_len(payload) > limit:
+            raise UnsupportedBatch(f"snappy batch larger than {limit} bytes")
         return bytes(cramjam.snappy.decompress_raw(payload))
     if codec == COMPRESSION_LZ4:
-        return bytes(cramjam.lz4.decompress(payload))
+        return _decompress_bounded(cramjam.lz4, payload, limit)
     if codec == COMPRESSION_ZSTD:
-        return bytes(cramjam.zstd.decompress(payload))
+        return _decompress_bounded(cramjam.zstd, payload, limit)
     raise UnsupportedBatch(f"unknown codec {codec}")
 
 
@@ -407,22 +430,27 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     return (raw >> 1) ^ -(raw & 1), pos  # zig-zag
 
 
-def record_timestamps(batch: Buffer) -> list[tuple[int, int]]:
-    """(offset, timestamp) of every record in one whole batch, in order.
+def record_timestamps(
+    batch: Buffer, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+) -> Iterator[tuple[int, int]]:
+    """Yield (offset, timestamp) of each record in one whole batch, in order.
 
     For a LogAppendTime batch every record carries maxTimestamp, as in Kafka. Raises
-    UnsupportedBatch if the records cannot be decoded.
+    UnsupportedBatch (possibly after yielding some records) if the records cannot be
+    decoded or would decompress to more than `max_decompressed_bytes`.
     """
     header = read_batch_header(batch, 0)
     if header.is_log_append_time:
-        return [(header.base_offset + i, header.max_timestamp) for i in range(header.records_count)]
+        for i in range(header.records_count):
+            yield header.base_offset + i, header.max_timestamp
+        return
+    payload = bytes(batch[RECORDS_OFFSET : header.size_bytes])
     try:
-        records = _decompress(header.compression, bytes(batch[RECORDS_OFFSET : header.size_bytes]))
+        records = _decompress(header.compression, payload, max_decompressed_bytes)
     except UnsupportedBatch:
         raise
     except Exception as exc:  # cramjam raises its own error types
         raise UnsupportedBatch(f"cannot decompress: {exc}") from exc
-    result: list[tuple[int, int]] = []
     pos = 0
     for _ in range(min(header.records_count, len(records))):
         length, body = _read_varint(records, pos)
@@ -431,6 +459,5 @@ def record_timestamps(batch: Buffer) -> list[tuple[int, int]]:
         field = body + 1  # skip the record's attributes byte
         timestamp_delta, field = _read_varint(records, field)
         offset_delta, field = _read_varint(records, field)
-        result.append((header.base_offset + offset_delta, header.base_timestamp + timestamp_delta))
+        yield header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
         pos = body + length
-    return result

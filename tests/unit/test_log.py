@@ -274,8 +274,8 @@ def test_flush_jobs_in_threads_while_appending(log: PartitionLog) -> None:
                 LogConfig(segment_bytes=2000, index_interval_bytes=200, retention_bytes=6000)
             )
             log.enforce_retention(NOW)
-        job = log.flush_job(NOW)
-        if job is not None and i % 7 == 0:
+        job = log.flush_job(NOW) if i % 5 == 0 or i == 199 else None
+        if job is not None and i % 3 == 0:
             thread = threading.Thread(target=job)
             thread.start()
             threads.append(thread)

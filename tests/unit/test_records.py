@@ -113,7 +113,7 @@ def test_set_log_append_time() -> None:
     assert after.is_log_append_time
     assert after.max_timestamp == 12345
     assert after.base_timestamp == 50
-    assert r.record_timestamps(buf) == [(0, 12345), (1, 12345)]
+    assert list(r.record_timestamps(buf)) == [(0, 12345), (1, 12345)]
 
 
 def test_scan_stops_at_torn_or_corrupt_batch() -> None:
@@ -136,4 +136,11 @@ def test_record_timestamps_plain_and_gzip() -> None:
     ts = [10, 30, 20]
     for gzip in (False, True):
         batch = encode_batch(count=3, base_offset=5, timestamps=ts, gzip=gzip)
-        assert r.record_timestamps(batch) == [(5, 10), (6, 30), (7, 20)]
+        assert list(r.record_timestamps(batch)) == [(5, 10), (6, 30), (7, 20)]
+
+
+def test_record_timestamps_refuses_compression_bombs() -> None:
+    batch = encode_batch(count=50, value_size=10_000, gzip=True)
+    assert len(list(r.record_timestamps(batch))) == 50
+    with pytest.raises(r.UnsupportedBatch):
+        list(r.record_timestamps(batch, max_decompressed_bytes=100_000))
