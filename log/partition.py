@@ -99,6 +99,7 @@ class PartitionLog:
         self._directory_dirty = False
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
+        self._clock_ms = now_ms  # latest time a caller told us; flush.ms counts from it
         # Flush jobs may finish in any order on worker threads; the recovery point only
         # advances over a prefix of finished jobs, and a truncation (new generation) voids
         # the jobs made before it. All of this state is guarded by `_durable_lock`.
@@ -304,6 +305,7 @@ class PartitionLog:
             count += header.last_offset_delta + 1
         first_offset = self.log_end_offset
         last_offset = first_offset + count - 1
+        self._clock_ms = now_ms
         log_append_time_ms = now_ms if self.config.message_timestamp_type_log_append else -1
         if log_append_time_ms >= 0:
             max_timestamp, offset_of_max = log_append_time_ms, first_offset
@@ -365,7 +367,9 @@ class PartitionLog:
             expected = header.base_offset + header.last_offset_delta + 1
         first_offset = self.log_end_offset
         max_timestamp, offset_of_max = self._max_timestamp_of(headers, first_offset)
-        now = self._last_flush_ms if now_ms is None else now_ms
+        if now_ms is not None:
+            self._clock_ms = now_ms
+        now = self._clock_ms
         self._roll_if_due(size, expected - 1, max_timestamp, now)
         self.segments[-1].append(records, headers, first_offset)
         self.log_end_offset = expected
@@ -466,6 +470,7 @@ class PartitionLog:
     # -- durability -----------------------------------------------------------------------
     def should_flush(self, now_ms: int) -> bool:
         """Whether flush.messages or flush.ms asks for an fsync now."""
+        self._clock_ms = now_ms
         if self._unflushed_messages == 0:
             return False
         return (
@@ -500,8 +505,7 @@ class PartitionLog:
         sync_directory = self._directory_dirty
         self._epochs_dirty = self._log_start_dirty = self._directory_dirty = False
         self._unflushed_messages = 0
-        if now_ms is not None:
-            self._last_flush_ms = now_ms
+        self._last_flush_ms = self._clock_ms if now_ms is None else now_ms
         # Only the owner's thread changes these two, so no lock (a job may hold it for fsyncs).
         self._jobs_issued += 1
         ticket = self._jobs_issued
@@ -549,8 +553,7 @@ class PartitionLog:
                     os.close(fd)
         _fsync_directory(self.directory)
         self._unflushed_messages = 0
-        if now_ms is not None:
-            self._last_flush_ms = now_ms
+        self._last_flush_ms = self._clock_ms if now_ms is None else now_ms
         for segment in self.segments:
             segment.dirty = False
         with self._durable_lock:
@@ -646,7 +649,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             return
         if offset <= self.segments[0].base_offset:
-            self.truncate_fully_and_start_at(offset, self._last_flush_ms)
+            self.truncate_fully_and_start_at(offset, self._clock_ms)
             return
         self._lower_recovery_point(offset)
         while self.segments[-1].base_offset >= offset:

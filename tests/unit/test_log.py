@@ -288,3 +288,16 @@ def test_flush_jobs_in_threads_while_appending(log: PartitionLog) -> None:
     reopened = PartitionLog.open(log.directory, SMALL, NOW)
     assert reopened.log_end_offset == 400
     assert read_all(reopened)[-1] == (398, 399)
+
+
+def test_flush_ms_counts_from_the_last_flush(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(flush_ms=1000), NOW)
+    produce(log, encode_batch(), now_ms=NOW + 500)
+    assert not log.should_flush(NOW + 999)
+    assert log.should_flush(NOW + 1000)
+    job = log.flush_job()  # no time given: the last time seen counts
+    assert job is not None
+    job()
+    produce(log, encode_batch(), now_ms=NOW + 1500)
+    assert not log.should_flush(NOW + 1500)
+    assert log.should_flush(NOW + 2000)
