@@ -167,7 +167,11 @@ class OffsetIndex(_SparseIndex):
 
 
 class TimeIndex(_SparseIndex):
-    """Maps a timestamp to the offset of the first batch reaching it (max timestamp so far)."""
+    """Maps a timestamp to the first batch whose max timestamp reached it (running maximum).
+
+    Entries hold that batch's base offset; Kafka stores its last offset, and either value
+    leads a lookup to the same batch.
+    """
 
     ENTRY = struct.Struct(">qi")
 
