@@ -82,6 +82,13 @@ class Connection:
                     await self._read_requests(send, nursery)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
+        except BaseExceptionGroup as group:
+            # The nursery wraps a peer's reset; only other errors may escape.
+            _, rest = group.split(
+                (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
+            )
+            if rest is not None:
+                raise rest from None
         finally:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True

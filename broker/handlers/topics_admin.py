@@ -13,6 +13,8 @@ from protocol.api import build
 
 
 def _created_configs(module: Any, topic: Any) -> tuple[Any, ...]:
+    if not hasattr(module, "CreatableTopicConfigs"):  # CreateTopics v4 and older
+        return ()
     return tuple(
         build(
             module.CreatableTopicConfigs,
