@@ -19,7 +19,8 @@ def _admin(bootstrap: str) -> Any:
 
 
 def list_groups(bootstrap: str, out: TextIO = sys.stdout) -> int:
-    result = _admin(bootstrap).list_consumer_groups(request_timeout=TIMEOUT_S).result()
+    admin = _admin(bootstrap)  # kept referenced: a collected client cancels its requests
+    result = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result()
     rows = sorted((g.group_id, str(getattr(g.state, "name", g.state))) for g in result.valid)
     _table(["GROUP", "STATE"], [list(r) for r in rows], out)
     for error in result.errors:
