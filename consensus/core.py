@@ -181,13 +181,19 @@ class RaftCore:
 
     # ---------------------------------------------------------------- Ready handshake
     def has_ready(self) -> bool:
-        return bool(
+        if (
             self._messages
             or self.log.unstable
             or self.log.pending_truncate is not None
-            or self._hard_state() != self._prev_hard_state
             or self.high_watermark != self._prev_high_watermark
-            or self._soft_state() != self._prev_soft_state
+        ):
+            return True
+        hs, ss = self._prev_hard_state, self._prev_soft_state
+        return (
+            hs.term != self.term
+            or hs.voted_for != self.voted_for
+            or ss.role is not self.role
+            or ss.leader_id != self.leader_id
         )
 
     def ready(self) -> Ready:

@@ -21,15 +21,18 @@ Run one seed: `python -m consensus.sim --seed N`; many: `--seeds 1000 --seed-sta
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import random
 import sys
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from consensus.core import ConfigChangeError, NotLeaderError, RaftConfig, RaftCore, Ready
 from consensus.storage import MemoryRaftLog
-from consensus.types import Entry, EntryKind, HardState, Message, NodeId, Role
+from consensus.types import Entry, HardState, Message, NodeId, Role
 
 GROUP = "sim-0"
 
@@ -57,6 +60,7 @@ class SimParams:
     pause_rate: float = 0.01
     partition_rate: float = 0.015
     heal_rate: float = 0.08
+    isolate_leader_rate: float = 0.02  # partition one current leader away from everyone
     skip_tick_rate: float = 0.05
     proposal_rate: float = 0.3
     config_change_rate: float = 0.0
@@ -77,6 +81,7 @@ class SimParams:
             duplicate_rate=rng.choice((0.0, 0.03, 0.1)),
             crash_rate=rng.choice((0.0, 0.01, 0.03)),
             leader_crash_rate=rng.choice((0.0, 0.02, 0.08)),
+            isolate_leader_rate=rng.choice((0.0, 0.02, 0.06)),
             partition_rate=rng.choice((0.0, 0.015, 0.04)),
             max_append_bytes=rng.choice((1, 400, 4096)),
             max_inflight_appends=rng.choice((1, 4, 64)),
@@ -260,7 +265,14 @@ class Simulation:
                 node.paused_until = self.now + rng.randrange(5, 40)
                 self._note(f"pause {node.node_id} until t{node.paused_until}")
         if self.partition is None:
-            if rng.random() < p.partition_rate:
+            leaders = [
+                n for n, node in self.nodes.items() if node.core and node.core.role is Role.LEADER
+            ]
+            if leaders and rng.random() < p.isolate_leader_rate:
+                isolated = rng.choice(leaders)
+                self.partition = {n: int(n == isolated) for n in self.nodes}
+                self._note(f"isolate leader {isolated}")
+            elif rng.random() < p.partition_rate:
                 ids = list(self.nodes)
                 self.partition = {n: rng.randrange(2) for n in ids}
                 self._note(f"partition {self.partition}")
@@ -462,28 +474,54 @@ def run_seed(seed: int) -> Simulation:
     return sim
 
 
+def _run_range(start: int, stop: int) -> list[tuple[int, str]]:
+    failures = []
+    for seed in range(start, stop):
+        try:
+            run_seed(seed)
+        except SimulationFailure as failure:
+            failures.append((seed, str(failure)))
+    return failures
+
+
+def run_seeds(start: int, count: int, workers: int = 1) -> list[tuple[int, str]]:
+    """Run seeds [start, start + count); returns (seed, report) for each failing seed."""
+    if workers <= 1 or count < 50:
+        return _run_range(start, start + count)
+    chunk = max(1, count // (workers * 8))
+    bounds = [(s, min(s + chunk, start + count)) for s in range(start, start + count, chunk)]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        results = pool.map(_run_range, *zip(*bounds, strict=True))
+        return [failure for chunk_failures in results for failure in chunk_failures]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description="Deterministic Raft simulation")
     parser.add_argument("--seed", type=int, help="run one seed and print its summary")
     parser.add_argument("--seeds", type=int, default=1000)
     parser.add_argument("--seed-start", type=int, default=0)
-    parser.add_argument("--trace", action="store_true", help="print recent events on success")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--trace", action="store_true", help="print recent events of --seed")
     args = parser.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else range(args.seed_start, args.seed_start + args.seeds)
     started = time.monotonic()
-    failures = 0
-    for seed in seeds:
+    if args.seed is not None:
         try:
-            sim = run_seed(seed)
+            sim = run_seed(args.seed)
         except SimulationFailure as failure:
-            failures += 1
             print(failure, file=sys.stderr)
-            continue
-        if args.seed is not None:
-            print(sim.summary())
-            if args.trace:
-                print("\n".join(sim.trace))
-    print(f"{len(seeds)} seeds, {failures} failed, {time.monotonic() - started:.1f}s")
+            return 1
+        print(sim.summary())
+        if args.trace:
+            print("\n".join(sim.trace))
+        return 0
+    failures = run_seeds(args.seed_start, args.seeds, args.workers)
+    for _, report in failures:
+        print(report, file=sys.stderr)
+    print(
+        f"{args.seeds} seeds from {args.seed_start}: {len(failures)} failed"
+        f" {sorted(seed for seed, _ in failures)[:20]}, {time.monotonic() - started:.1f}s"
+    )
     return 1 if failures else 0
 
 
