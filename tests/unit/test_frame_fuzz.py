@@ -1,0 +1,167 @@
+"""Random and mutated request frames never crash the decoder or a handler.
+
+Every frame goes through the same steps as on a connection: prefix, version check,
+decode, handler, response encoding. Decoding may refuse a frame (FrameError: the connection
+would be closed); nothing else may fail, and stored data must stay readable.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
+from kio.serial import entity_writer
+
+from broker.config import BrokerConfig
+from broker.connection import RequestContext
+from broker.server import Broker, Listener
+from protocol.api import FrameError, build, decode_request, encode_response, read_prefix, request_type
+from protocol.records import validate_produce_records
+from batches import encode_batch
+
+TOPIC = "fuzzed"
+
+
+def _frame(api_key: int, version: int, **values: Any) -> bytes:
+    entity = request_type(api_key, version)
+    assert entity is not None
+    header_type = HeaderV2 if entity.__flexible__ else HeaderV1
+    buf = io.BytesIO()
+    entity_writer(header_type)(
+        buf,
+        header_type(
+            request_api_key=api_key, request_api_version=version, correlation_id=7, client_id="f"
+        ),
+    )
+    entity_writer(entity)(buf, build(entity, **values))
+    return buf.getvalue()
+
+
+def _seed_frames() -> list[bytes]:
+    frames = []
+    batch = encode_batch([(b"k", b"v"), (None, b"w")])
+    for version in (0, 3):
+        frames.append(
+            _frame(18, version, client_software_name="fuzz", client_software_version="1.0")
+        )
+    for version in (1, 4, 9, 12):
+        m = __import__(f"kio.schema.metadata.v{version}.request", fromlist=["_"])
+        topic = build(m.MetadataRequestTopic, name=TOPIC, topic_id=uuid.UUID(int=0))
+        frames.append(_frame(3, version, topics=(topic,), allow_auto_topic_creation=True,
+                             include_topic_authorized_operations=False,
+                             include_cluster_authorized_operations=False))
+    for version in (3, 9):
+        m = __import__(f"kio.schema.produce.v{version}.request", fromlist=["_"])
+        data = build(m.PartitionProduceData, index=0, records=batch)
+        topic = build(m.TopicProduceData, name=TOPIC, partition_data=(data,))
+        frames.append(_frame(0, version, transactional_id=None, acks=1,
+                             timeout=datetime.timedelta(seconds=1), topic_data=(topic,)))
+    for version in (4, 12):
+        m = __import__(f"kio.schema.fetch.v{version}.request", fromlist=["_"])
+        part = build(m.FetchPartition, partition=0, fetch_offset=0, partition_max_bytes=65536)
+        topic = build(m.FetchTopic, topic=TOPIC, partitions=(part,))
+        frames.append(_frame(1, version, replica_id=-1, max_wait=datetime.timedelta(0),
+                             min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                             topics=(topic,), forgotten_topics_data=()))
+    for version in (1, 7):
+        m = __import__(f"kio.schema.list_offsets.v{version}.request", fromlist=["_"])
+        part = build(m.ListOffsetsPartition, partition_index=0, timestamp=-1)
+        topic = build(m.ListOffsetsTopic, name=TOPIC, partitions=(part,))
+        frames.append(_frame(2, version, replica_id=-1, isolation_level=0, topics=(topic,)))
+    m = __import__("kio.schema.create_topics.v7.request", fromlist=["_"])
+    topic = build(m.CreatableTopic, name="made", num_partitions=2, replication_factor=1,
+                  assignments=(), configs=())
+    frames.append(_frame(19, 7, topics=(topic,), timeout=datetime.timedelta(seconds=1)))
+    m = __import__("kio.schema.describe_configs.v4.request", fromlist=["_"])
+    resource = build(m.DescribeConfigsResource, resource_type=2, resource_name=TOPIC,
+                     configuration_keys=None)
+    frames.append(_frame(32, 4, resources=(resource,), include_synonyms=True))
+    return frames
+
+
+SEEDS = _seed_frames()
+
+
+@st.composite
+def mutated_frames(draw: st.DrawFn) -> bytes:
+    frame = bytearray(draw(st.sampled_from(SEEDS)))
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.sampled_from(["flip", "truncate", "insert", "delete"]))
+        position = draw(st.integers(0, max(len(frame) - 1, 0)))
+        if kind == "flip" and frame:
+            frame[position] = draw(st.integers(0, 255))
+        elif kind == "truncate":
+            del frame[position:]
+        elif kind == "insert":
+            frame[position:position] = draw(st.binary(max_size=8))
+        elif kind == "delete":
+            del frame[position : position + draw(st.integers(1, 8))]
+    return bytes(frame)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Broker:
+    config = BrokerConfig({"num.partitions": "2"}, environ={})
+    instance = Broker(config, Listener("127.0.0.1", 0), Path(tmp_path_factory.mktemp("data")))
+    instance.topics.create_topic(TOPIC, 2, 1, {})
+    return instance
+
+
+def _serve_frame(broker: Broker, frame: bytes) -> None:
+    try:
+        prefix = read_prefix(frame)
+    except FrameError:
+        return
+    handler = broker.handlers.get(prefix.api_key)
+    if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
+        return
+    try:
+        header, request = decode_request(frame, prefix)
+    except FrameError:
+        return
+    context = RequestContext(broker, header, prefix.api_key, prefix.api_version, "127.0.0.1", 1)
+
+    async def run() -> Any:
+        with trio.fail_after(5):
+            return await handler.handle(context, request)
+
+    response = trio.run(run)
+    if response is not None:
+        encode_response(prefix.correlation_id, response)
+
+
+def _check_logs_readable(broker: Broker) -> None:
+    for partition in broker.topics.all_partitions():
+        log = partition.log
+        data = log.read(log.log_start_offset, 1 << 30, log.log_end_offset, True)
+        headers = validate_produce_records(data, 1 << 30)
+        if headers:
+            assert headers[-1].last_offset == log.log_end_offset - 1
+
+
+def test_seed_frames_are_served(broker: Broker) -> None:
+    for frame in SEEDS:
+        _serve_frame(broker, frame)
+    _check_logs_readable(broker)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frame=mutated_frames())
+def test_mutated_frames_never_crash(broker: Broker, frame: bytes) -> None:
+    _serve_frame(broker, frame)
+    _check_logs_readable(broker)
+
+
+@settings(max_examples=200, deadline=None)
+@given(frame=st.binary(max_size=256))
+def test_random_frames_never_crash(broker: Broker, frame: bytes) -> None:
+    _serve_frame(broker, frame)
