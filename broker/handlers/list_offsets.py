@@ -65,7 +65,9 @@ async def handle_list_offsets(context: Any, request: Any) -> Any:
                 offset, timestamp = _lookup(partition, p.timestamp, isolation)
                 fields.update(offset=offset, timestamp=timestamp)
                 if offset >= 0:
-                    fields["leader_epoch"] = partition.log.epoch_for_offset(offset)
+                    # Kafka reports the epoch that wrote the offset, or -1 when none is known.
+                    epoch_of_offset = partition.log.epoch_for_offset(offset)
+                    fields["leader_epoch"] = -1 if epoch_of_offset is None else epoch_of_offset
             partitions.append(build(module.ListOffsetsPartitionResponse, **fields))
         topics.append(
             build(module.ListOffsetsTopicResponse, name=wanted.name, partitions=tuple(partitions))
