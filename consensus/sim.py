@@ -13,7 +13,8 @@ as every Ready is processed:
 - leader completeness: a new leader's log holds every entry committed in an earlier term;
 - state machine safety: every committed (offset -> epoch, payload) is recorded once and every
   node's committed prefix must match the record; no committed batch is ever truncated;
-- high watermark: monotonic per node (a restart starts over) and never past the durable log.
+- high watermark: monotonic per node (a restart starts over) and never past the durable log;
+  a leader only moves it to the end of a batch of its own epoch (Raft §5.4.2).
 
 Run one seed: `python -m consensus.sim --seed N`; many: `--seeds 1000 --seed-start 0`.
 """
@@ -64,6 +65,7 @@ class SimParams:
     skip_tick_rate: float = 0.05
     proposal_rate: float = 0.3
     config_change_rate: float = 0.0
+    transfer_rate: float = 0.01  # a leader hands over (clean shutdown)
     max_append_bytes: int = 400
     max_inflight_appends: int = 4
 
@@ -73,6 +75,18 @@ class SimParams:
         rng = random.Random(f"params:{seed}")
         nodes = rng.choice((3, 3, 5))
         membership = rng.random() < 0.3
+        if rng.random() < 0.3:
+            # Leader churn: one batch per append and frequent leader loss leave old-epoch
+            # batches half replicated across many terms (the paper's Figure 8 histories).
+            return SimParams(
+                nodes=5,
+                safety_ticks=300,
+                drop_rate=0.1,
+                max_append_bytes=1,
+                max_inflight_appends=1,
+                leader_crash_rate=0.05,
+                isolate_leader_rate=0.05,
+            )
         return SimParams(
             nodes=nodes,
             spare_nodes=1 if membership else 0,
@@ -247,6 +261,8 @@ class Simulation:
             self._propose()
         if self.faults and rng.random() < p.config_change_rate:
             self._change_membership()
+        if self.faults and rng.random() < p.transfer_rate:
+            self._transfer()
         self._deliver()
 
     def _inject_faults(self) -> None:
@@ -317,6 +333,26 @@ class Simulation:
                 core.propose_config_change(remove=target)
                 self._note(f"{node.node_id} proposes remove {target}")
         except (ConfigChangeError, NotLeaderError):
+            return
+        self._drain(node)
+
+    def _transfer(self) -> None:
+        leaders = [
+            n for n in self.nodes.values() if n.core is not None and n.core.role is Role.LEADER
+        ]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        core = node.core
+        assert core is not None
+        others = sorted(v for v in core.voters if v != node.node_id)
+        if not others:
+            return
+        target = self.rng.choice(others)
+        self._note(f"{node.node_id} transfers leadership to {target}")
+        try:
+            core.transfer_leadership(target)
+        except NotLeaderError:
             return
         self._drain(node)
 
@@ -428,6 +464,11 @@ class Simulation:
                 )
             if new_hw > node.log.log_end_offset():
                 raise self._fail(f"node {node.node_id} high watermark {new_hw} past its log")
+            if core.role is Role.LEADER and node.log.entry_at(new_hw - 1).epoch != core.term:
+                raise self._fail(
+                    f"commit rule: leader {node.node_id} advanced its high watermark to"
+                    f" {new_hw}, not past a batch of its own epoch {core.term}"
+                )
             offset = node.high_watermark
             while offset < new_hw:
                 e = node.log.entry_at(offset)
