@@ -45,6 +45,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python loads its protocol schemas with deprecated importlib.resources calls.
+    for message in ("read_text is deprecated", "open_text is deprecated"):
+        config.addinivalue_line("filterwarnings", f"ignore:{message}:DeprecationWarning")
+
+
 def _external_bootstrap(config: pytest.Config) -> str | None:
     return config.getoption("--bootstrap-servers")
 
