@@ -114,12 +114,14 @@ def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
     return {d.name: d for d in items}
 
 
-B, S, I, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
+B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
 DAY_MS = 24 * 3600 * 1000
 
 BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
-    ConfigDef("node.id", I, 1, "This broker's id.", minimum=0, read_only=True),
-    ConfigDef("broker.id", I, -1, "Alias of node.id (Kafka's ZooKeeper-era name).", read_only=True),
+    ConfigDef("node.id", INT, 1, "This broker's id.", minimum=0, read_only=True),
+    ConfigDef(
+        "broker.id", INT, -1, "Alias of node.id (Kafka's ZooKeeper-era name).", read_only=True
+    ),
     ConfigDef(
         "broker.rack", S, None, "Rack (host) of this broker, for replica placement.", read_only=True
     ),
@@ -138,9 +140,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         read_only=True,
     ),
     ConfigDef("log.dirs", S, "./data", "Data directory.", read_only=True),
-    ConfigDef("num.partitions", I, 1, "Partitions of an auto-created topic.", minimum=1),
+    ConfigDef("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
     ConfigDef(
-        "default.replication.factor", I, 1, "Replication factor of auto-created topics.", minimum=1
+        "default.replication.factor",
+        INT,
+        1,
+        "Replication factor of auto-created topics.",
+        minimum=1,
     ),
     ConfigDef(
         "auto.create.topics.enable",
@@ -150,18 +156,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef("delete.topic.enable", B, True, "Allow DeleteTopics."),
     ConfigDef(
-        "message.max.bytes", I, 1048588, "Largest record batch the broker accepts.", minimum=0
+        "message.max.bytes", INT, 1048588, "Largest record batch the broker accepts.", minimum=0
     ),
     ConfigDef(
         "socket.request.max.bytes",
-        I,
+        INT,
         104857600,
         "Largest request frame; larger frames close the connection.",
         minimum=1,
     ),
     ConfigDef(
         "queued.max.requests",
-        I,
+        INT,
         500,
         "Requests a connection may have in flight before the broker stops reading it.",
         minimum=1,
@@ -169,11 +175,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef(
         "connections.max.idle.ms", L, 600000, "Idle connections are closed after this.", minimum=-1
     ),
-    ConfigDef("log.segment.bytes", I, 1073741824, "Segment size that triggers a roll.", minimum=14),
+    ConfigDef(
+        "log.segment.bytes", INT, 1073741824, "Segment size that triggers a roll.", minimum=14
+    ),
     ConfigDef(
         "log.roll.ms", L, None, "Segment age that triggers a roll (overrides hours).", minimum=1
     ),
-    ConfigDef("log.roll.hours", I, 168, "Segment age that triggers a roll, in hours.", minimum=1),
+    ConfigDef("log.roll.hours", INT, 168, "Segment age that triggers a roll, in hours.", minimum=1),
     ConfigDef(
         "log.retention.ms",
         L,
@@ -182,9 +190,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         minimum=-1,
     ),
     ConfigDef(
-        "log.retention.minutes", I, None, "Retention in minutes (overrides hours).", minimum=-1
+        "log.retention.minutes", INT, None, "Retention in minutes (overrides hours).", minimum=-1
     ),
-    ConfigDef("log.retention.hours", I, 168, "Retention in hours.", minimum=-1),
+    ConfigDef("log.retention.hours", INT, 168, "Retention in hours.", minimum=-1),
     ConfigDef(
         "log.retention.bytes", L, -1, "Delete old segments beyond this partition size.", minimum=-1
     ),
@@ -213,9 +221,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         minimum=0,
     ),
     ConfigDef(
-        "log.index.interval.bytes", I, 4096, "Bytes between offset index entries.", minimum=0
+        "log.index.interval.bytes", INT, 4096, "Bytes between offset index entries.", minimum=0
     ),
-    ConfigDef("log.index.size.max.bytes", I, 10485760, "Largest index file.", minimum=4),
+    ConfigDef("log.index.size.max.bytes", INT, 10485760, "Largest index file.", minimum=4),
     ConfigDef(
         "log.message.timestamp.type",
         S,
@@ -231,10 +239,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "Batches are stored as the producer compressed them.",
         choices=("producer",),
     ),
-    ConfigDef("min.insync.replicas", I, 1, "Replicas that must hold an acks=all write.", minimum=1),
+    ConfigDef(
+        "min.insync.replicas", INT, 1, "Replicas that must hold an acks=all write.", minimum=1
+    ),
     ConfigDef(
         "offsets.topic.num.partitions",
-        I,
+        INT,
         50,
         "Partitions of __consumer_offsets.",
         minimum=1,
@@ -249,20 +259,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef(
         "offsets.retention.minutes",
-        I,
+        INT,
         10080,
         "Committed offsets of an empty group expire after this.",
         minimum=1,
     ),
     ConfigDef(
         "group.initial.rebalance.delay.ms",
-        I,
+        INT,
         3000,
         "Delay of the first rebalance of a new group.",
         minimum=0,
     ),
-    ConfigDef("group.min.session.timeout.ms", I, 6000, "Smallest session timeout allowed."),
-    ConfigDef("group.max.session.timeout.ms", I, 1800000, "Largest session timeout allowed."),
+    ConfigDef("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
+    ConfigDef("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
 )
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
@@ -275,7 +285,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
         choices=("producer",),
     ),
     ConfigDef(
-        "max.message.bytes", I, 1048588, "Largest record batch this topic accepts.", minimum=0
+        "max.message.bytes", INT, 1048588, "Largest record batch this topic accepts.", minimum=0
     ),
     ConfigDef(
         "message.timestamp.type",
@@ -284,10 +294,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
         "CreateTime or LogAppendTime.",
         choices=("CreateTime", "LogAppendTime"),
     ),
-    ConfigDef("segment.bytes", I, 1073741824, "Segment size that triggers a roll.", minimum=14),
+    ConfigDef("segment.bytes", INT, 1073741824, "Segment size that triggers a roll.", minimum=14),
     ConfigDef("segment.ms", L, 7 * DAY_MS, "Segment age that triggers a roll.", minimum=1),
-    ConfigDef("segment.index.bytes", I, 10485760, "Largest index file.", minimum=4),
-    ConfigDef("index.interval.bytes", I, 4096, "Bytes between offset index entries.", minimum=0),
+    ConfigDef("segment.index.bytes", INT, 10485760, "Largest index file.", minimum=4),
+    ConfigDef("index.interval.bytes", INT, 4096, "Bytes between offset index entries.", minimum=0),
     ConfigDef(
         "retention.ms", L, 7 * DAY_MS, "Delete segments older than this (-1: never).", minimum=-1
     ),
@@ -298,7 +308,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef(
         "flush.ms", L, LONG_MAX, "fsync this long after the first unflushed record.", minimum=0
     ),
-    ConfigDef("min.insync.replicas", I, 1, "Replicas that must hold an acks=all write.", minimum=1),
+    ConfigDef(
+        "min.insync.replicas", INT, 1, "Replicas that must hold an acks=all write.", minimum=1
+    ),
 )
 
 # Topic config → the broker config it falls back to (Kafka's "synonyms").
@@ -431,6 +443,9 @@ class TopicConfig:
         if synonym is not None:
             return self.broker.get(synonym)
         return TOPIC_CONFIGS[name].default
+
+    def render(self, name: str) -> str | None:
+        return TOPIC_CONFIGS[name].render(self.get(name))
 
     def source(self, name: str) -> ConfigSource:
         if name in self.overrides:

@@ -28,6 +28,7 @@ from log import LogConfig, PartitionLog
 logger = logging.getLogger("raftka.topics")
 
 TOPIC_NAME_MAX_LENGTH = 249
+MAX_PARTITIONS = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__cluster_metadata"})
 
@@ -203,10 +204,10 @@ class TopicManager:
             raise TopicError(
                 ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
             )
-        if num_partitions > 100_000:
+        if num_partitions > MAX_PARTITIONS:
             raise TopicError(
                 ErrorCode.invalid_partitions,
-                f"Number of partitions {num_partitions} is above the limit of 100000.",
+                f"Number of partitions {num_partitions} is above the limit of {MAX_PARTITIONS}.",
             )
         if replication_factor <= 0:
             raise TopicError(
@@ -226,15 +227,8 @@ class TopicManager:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         if validate_only:
             return None
-        topic_id = uuid.uuid4()
-        record = {
-            "id": str(topic_id),
-            "partitions": num_partitions,
-            "configs": {k: v for k, v in configs.items() if v is not None},
-        }
-        with self._env.begin(write=True) as txn:
-            txn.put(f"topic/{name}".encode(), json.dumps(record).encode())
-        topic = self._open_topic(name, topic_id, num_partitions, overrides)
+        topic = self._open_topic(name, uuid.uuid4(), num_partitions, overrides)
+        self._store(topic)
         logger.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
@@ -254,6 +248,58 @@ class TopicManager:
             partition.notify_appended()
         logger.info("deleted topic %s", name)
         return topic
+
+    def _store(self, topic: Topic) -> None:
+        record = {
+            "id": str(topic.topic_id),
+            "partitions": len(topic.partitions),
+            "configs": {k: topic.config.render(k) for k in topic.config.overrides},
+        }
+        with self._env.begin(write=True) as txn:
+            txn.put(f"topic/{topic.name}".encode(), json.dumps(record).encode())
+
+    def alter_topic_configs(self, name: str, overrides: Mapping[str, Any]) -> None:
+        """Replace a topic's config overrides (already validated) and apply them to its logs."""
+        topic = self.topics[name]
+        topic.config = TopicConfig(self.broker_config, overrides)
+        self._store(topic)
+        log_config = log_config_for(topic.config)
+        for partition in topic.partitions:
+            partition.log.update_config(log_config)
+        logger.info("altered configs of topic %s: %s", name, dict(overrides))
+
+    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        """Grow a topic to `total` partitions (CreatePartitions); raises TopicError."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(
+                ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+            )
+        current = len(topic.partitions)
+        if total < current:
+            raise TopicError(
+                ErrorCode.invalid_partitions,
+                f"Topic currently has {current} partitions, which is higher than the "
+                f"requested {total}.",
+            )
+        if total == current:
+            raise TopicError(
+                ErrorCode.invalid_partitions, f"Topic already has {current} partitions."
+            )
+        if total > MAX_PARTITIONS:
+            raise TopicError(
+                ErrorCode.invalid_partitions,
+                f"Number of partitions {total} is above the limit of {MAX_PARTITIONS}.",
+            )
+        if validate_only:
+            return
+        log_config = log_config_for(topic.config)
+        now = now_ms()
+        for index in range(current, total):
+            log = PartitionLog.open(self.data_dir / f"{name}-{index}", log_config, now)
+            topic.partitions.append(Partition(topic=topic, index=index, log=log))
+        self._store(topic)
+        logger.info("topic %s now has %d partitions", name, total)
 
     def _open_topic(
         self, name: str, topic_id: uuid.UUID, num_partitions: int, overrides: Mapping[str, Any]

@@ -47,8 +47,14 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         18: ApiHandler(0, 3, api_versions.handle_api_versions),
         19: ApiHandler(2, 7, topics_admin.handle_create_topics),
         20: ApiHandler(1, 6, topics_admin.handle_delete_topics),
+        21: ApiHandler(0, 2, topics_admin.handle_delete_records),
+        23: ApiHandler(2, 4, list_offsets.handle_offset_for_leader_epoch),
         32: ApiHandler(1, 4, configs.handle_describe_configs),
+        33: ApiHandler(0, 2, configs.handle_alter_configs),
+        37: ApiHandler(0, 3, topics_admin.handle_create_partitions),
         42: ApiHandler(0, 2, groups.handle_delete_groups),
+        44: ApiHandler(0, 1, configs.handle_incremental_alter_configs),
         47: ApiHandler(0, 0, groups.handle_offset_delete),
+        60: ApiHandler(0, 1, metadata.handle_describe_cluster),
     }
 )

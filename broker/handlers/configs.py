@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import BROKER_CONFIGS
+from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, validate_topic_configs
 from broker.handlers.common import NO_THROTTLE, response_schema
 from protocol.api import build
 
@@ -61,7 +61,10 @@ async def handle_describe_configs(context: Any, request: Any) -> Any:
                     d for d in topic.config.describe() if keys is None or d[0].name in keys
                 ]
                 configs = _entries(
-                    module, request, described, lambda name, _v, _s: topic.config.synonyms(name)
+                    module,
+                    request,
+                    described,
+                    lambda name, _v, _s, config=topic.config: config.synonyms(name),
                 )
         elif resource.resource_type == RESOURCE_BROKER:
             if resource.resource_name not in ("", str(broker.node_id)):
@@ -98,3 +101,109 @@ async def handle_describe_configs(context: Any, request: Any) -> Any:
             )
         )
     return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _alter_topic(
+    broker: Any, name: str, changes: dict[str, str | None], replace: bool, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    topic = broker.topics.get(name)
+    if topic is None:
+        return ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist."
+    overrides: dict[str, Any] = {} if replace else dict(topic.config.overrides)
+    try:
+        parsed = validate_topic_configs({k: v for k, v in changes.items() if v is not None})
+    except ConfigError as exc:
+        return ErrorCode.invalid_config, str(exc)
+    for key, value in changes.items():
+        if value is None:
+            overrides.pop(key, None)
+        else:
+            overrides[key] = parsed[key]
+    if not validate_only:
+        broker.topics.alter_topic_configs(name, overrides)
+    return ErrorCode.none, None
+
+
+def _resource_result(module: Any, resource: Any, error: ErrorCode, message: str | None) -> Any:
+    return build(
+        module.AlterConfigsResourceResponse,
+        error_code=error,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+    )
+
+
+BROKER_DYNAMIC_UNSUPPORTED = (
+    "Dynamic broker configs are not supported; set broker configs at start-up with "
+    "--config NAME=VALUE or --config-file"
+)
+
+
+async def handle_incremental_alter_configs(context: Any, request: Any) -> Any:
+    broker = context.broker
+    entity, module = response_schema(context)
+    results = []
+    for resource in request.resources:
+        error, message = ErrorCode.none, None
+        if resource.resource_type == RESOURCE_TOPIC:
+            changes: dict[str, str | None] = {}
+            for entry in resource.configs:
+                if entry.config_operation == SET:
+                    changes[entry.name] = entry.value
+                elif entry.config_operation == DELETE:
+                    changes[entry.name] = None
+                else:
+                    error = ErrorCode.invalid_config
+                    message = (
+                        f"Config {entry.name} is not a list; APPEND and SUBTRACT apply only "
+                        "to list configs"
+                    )
+                    break
+                if entry.name not in TOPIC_CONFIGS:
+                    error, message = (
+                        ErrorCode.invalid_config,
+                        f"Unknown topic config name: {entry.name}",
+                    )
+                    break
+            if error == ErrorCode.none:
+                error, message = _alter_topic(
+                    broker, resource.resource_name, changes, False, request.validate_only
+                )
+        elif resource.resource_type == RESOURCE_BROKER:
+            error, message = ErrorCode.invalid_config, BROKER_DYNAMIC_UNSUPPORTED
+        else:
+            error, message = (
+                ErrorCode.invalid_request,
+                f"Unsupported resource type {resource.resource_type} for IncrementalAlterConfigs",
+            )
+        results.append(_resource_result(module, resource, error, message))
+    return build(entity, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def handle_alter_configs(context: Any, request: Any) -> Any:
+    """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
+    broker = context.broker
+    entity, module = response_schema(context)
+    results = []
+    for resource in request.resources:
+        if resource.resource_type == RESOURCE_TOPIC:
+            error, message = _alter_topic(
+                broker,
+                resource.resource_name,
+                {c.name: c.value for c in resource.configs},
+                True,
+                request.validate_only,
+            )
+        elif resource.resource_type == RESOURCE_BROKER:
+            error, message = ErrorCode.invalid_config, BROKER_DYNAMIC_UNSUPPORTED
+        else:
+            error, message = (
+                ErrorCode.invalid_request,
+                f"Unsupported resource type {resource.resource_type} for AlterConfigs",
+            )
+        results.append(_resource_result(module, resource, error, message))
+    return build(entity, throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -73,3 +73,37 @@ async def handle_list_offsets(context: Any, request: Any) -> Any:
             build(module.ListOffsetsTopicResponse, name=wanted.name, partitions=tuple(partitions))
         )
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def handle_offset_for_leader_epoch(context: Any, request: Any) -> Any:
+    """KIP-101/KIP-320: the end offset of a leader epoch, for truncation detection."""
+    broker = context.broker
+    entity, module = response_schema(context)
+    topics = []
+    for wanted in request.topics:
+        partitions = []
+        for p in wanted.partitions:
+            partition = broker.topics.partition(wanted.topic, p.partition)
+            fields: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "partition": p.partition,
+                "leader_epoch": -1,
+                "end_offset": -1,
+            }
+            current = getattr(p, "current_leader_epoch", -1)
+            if partition is None:
+                fields["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif 0 <= current < partition.leader_epoch:
+                fields["error_code"] = ErrorCode.fenced_leader_epoch
+            elif current > partition.leader_epoch:
+                fields["error_code"] = ErrorCode.unknown_leader_epoch
+            else:
+                epoch, end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
+                fields.update(leader_epoch=epoch, end_offset=end_offset)
+            partitions.append(build(module.EpochEndOffset, **fields))
+        topics.append(
+            build(
+                module.OffsetForLeaderTopicResult, topic=wanted.topic, partitions=tuple(partitions)
+            )
+        )
+    return build(entity, throttle_time=NO_THROTTLE, topics=tuple(topics))

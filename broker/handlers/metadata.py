@@ -113,3 +113,28 @@ async def handle_metadata(context: Any, request: Any) -> Any:
         topics=tuple(entries),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+
+
+async def handle_describe_cluster(context: Any, request: Any) -> Any:
+    broker = context.broker
+    entity, module = response_schema(context)
+    address = broker.advertised
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=(
+            build(
+                module.DescribeClusterBroker,
+                broker_id=broker.node_id,
+                host=address.host,
+                port=address.port,
+                rack=broker.config.get("broker.rack"),
+            ),
+        ),
+        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )

@@ -147,3 +147,71 @@ async def handle_delete_topics(context: Any, request: Any) -> Any:
             )
         )
     return build(entity, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def handle_create_partitions(context: Any, request: Any) -> Any:
+    broker = context.broker
+    entity, module = response_schema(context)
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for wanted in request.topics:
+        error, message = ErrorCode.none, None
+        try:
+            if counts[wanted.name] > 1:
+                raise TopicError(
+                    ErrorCode.invalid_request, f"Duplicate topic {wanted.name} in the request."
+                )
+            if wanted.assignments:
+                unknown = {
+                    b for a in wanted.assignments for b in a.broker_ids if b != broker.node_id
+                }
+                if unknown:
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"Unknown broker(s) {sorted(unknown)} in the replica assignment.",
+                    )
+            broker.topics.add_partitions(wanted.name, wanted.count, request.validate_only)
+        except TopicError as exc:
+            error, message = exc.error_code, exc.message
+        results.append(
+            build(
+                module.CreatePartitionsTopicResult,
+                name=wanted.name,
+                error_code=error,
+                error_message=message,
+            )
+        )
+    return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def handle_delete_records(context: Any, request: Any) -> Any:
+    """Advance log start offsets; offset -1 means the high watermark."""
+    broker = context.broker
+    entity, module = response_schema(context)
+    topics = []
+    for wanted in request.topics:
+        partitions = []
+        for p in wanted.partitions:
+            partition = broker.topics.partition(wanted.name, p.partition_index)
+            error, low_watermark = ErrorCode.none, -1
+            if partition is None:
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                offset = partition.high_watermark if p.offset == -1 else p.offset
+                if offset < 0 or offset > partition.high_watermark:
+                    error = ErrorCode.offset_out_of_range
+                else:
+                    partition.log.delete_records_before(offset)
+                low_watermark = partition.log.log_start_offset
+            partitions.append(
+                build(
+                    module.DeleteRecordsPartitionResult,
+                    partition_index=p.partition_index,
+                    low_watermark=low_watermark,
+                    error_code=error,
+                )
+            )
+        topics.append(
+            build(module.DeleteRecordsTopicResult, name=wanted.name, partitions=tuple(partitions))
+        )
+    return build(entity, throttle_time=NO_THROTTLE, topics=tuple(topics))
