@@ -34,11 +34,18 @@ def _poll_n(consumer: KafkaConsumer, n: int, timeout: float = 60.0) -> list:
     return out
 
 
-@pytest.mark.parametrize("acks", [1, "all"])
-def test_producer_consumer_round_trip_with_keys(bootstrap, new_topic, acks):
+@pytest.mark.parametrize(
+    "producer_conf",
+    [
+        pytest.param({"acks": 1}, id="acks1"),
+        # The client's defaults: acks=all with idempotence (InitProducerId, sequences).
+        pytest.param({}, id="defaults"),
+    ],
+)
+def test_producer_consumer_round_trip_with_keys(bootstrap, new_topic, producer_conf):
     topic = new_topic(partitions=2)
     n = 1000
-    producer = _producer(bootstrap, acks=acks)
+    producer = _producer(bootstrap, **producer_conf)
     try:
         futures = [
             (i, producer.send(topic, key=f"key{i % 17}".encode(), value=f"value{i}".encode()))
@@ -76,7 +83,7 @@ def test_producer_consumer_round_trip_with_keys(bootstrap, new_topic, acks):
 
 def test_seek_to_offset(bootstrap, new_topic):
     topic = new_topic(partitions=1)
-    producer = _producer(bootstrap, acks="all")
+    producer = _producer(bootstrap, acks=1)
     try:
         futures = [
             producer.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0) for i in range(50)
