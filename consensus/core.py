@@ -114,8 +114,17 @@ class Status:
 
 class RaftCore:
     def __init__(
-        self, config: RaftConfig, log: RaftLog, hard_state: HardState | None = None
+        self,
+        config: RaftConfig,
+        log: RaftLog,
+        hard_state: HardState | None = None,
+        high_watermark: int | None = None,
     ) -> None:
+        """Start as a follower from durable state.
+
+        `high_watermark` may be a checkpoint of a previously applied high watermark (Kafka's
+        replication-offset-checkpoint); without it the node relearns it from the leader.
+        """
         hard_state = hard_state or HardState()
         self.config = config
         self.id = config.node_id
@@ -124,8 +133,10 @@ class RaftCore:
         self.voted_for = hard_state.voted_for
         self.leader_id: NodeId | None = None
         self.role = Role.FOLLOWER
-        # Not persisted: a restarted node relearns it from the leader.
         self.high_watermark = self.log.log_start_offset()
+        if high_watermark is not None:
+            assert self.high_watermark <= high_watermark <= self.log.log_end_offset()
+            self.high_watermark = high_watermark
         self.progress: dict[NodeId, Progress] = {}
         self.votes: dict[NodeId, bool] = {}
         self.lead_transferee: NodeId | None = None

@@ -462,3 +462,22 @@ def test_status_reports_leader_epoch_and_in_sync_replicas() -> None:
     net.propose(1, 1, b"b")
     assert net[1].status().in_sync_replicas == (1, 2)
     assert net[2].status().leader_id == 1 and net[2].status().in_sync_replicas == ()
+
+
+def test_restart_from_high_watermark_checkpoint() -> None:
+    net = Net([1, 2, 3])
+    net.elect(1)
+    net.propose(1, 4, b"abcd")
+    hw = net[2].high_watermark
+    restarted = RaftCore(net.config(2), net.logs[2], net.hard_states[2], high_watermark=hw)
+    assert restarted.high_watermark == hw == 5
+    assert not restarted.has_ready()
+
+
+def test_simulation_failure_names_its_reproduction() -> None:
+    from consensus.sim import Simulation
+
+    sim = Simulation(3)
+    report = str(sim._fail("example"))
+    assert "python -m consensus.sim --seed 3" in report
+    assert "--raft-seeds 1 --raft-seed-start 3" in report
