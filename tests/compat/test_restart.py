@@ -127,6 +127,8 @@ def _kill9_while_producing(broker_factory, new_topic, acks: str) -> None:
     assert bg.error is None, bg.error
     acked = dict(bg.acked)
     assert len(acked) >= 3000
+    # The kill interrupted the stream: records were still queued or in flight.
+    assert bg.failed > 0 and bg.sent > len(acked), (bg.sent, len(acked), bg.failed)
 
     broker.start()
     msgs = _read_all(broker.bootstrap, topic)
