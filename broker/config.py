@@ -225,6 +225,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef("log.index.size.max.bytes", INT, 10485760, "Largest index file.", minimum=4),
     ConfigDef(
+        "producer.id.expiration.ms",
+        INT,
+        86400000,
+        "Forget an idempotent producer's sequence state after it has been idle this long.",
+        minimum=1,
+    ),
+    ConfigDef(
         "log.message.timestamp.type",
         S,
         "CreateTime",

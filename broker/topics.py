@@ -28,6 +28,9 @@ from log import LogConfig, PartitionLog
 logger = logging.getLogger("raftka.topics")
 
 TOPIC_NAME_MAX_LENGTH = 249
+#: Producer ids reserved durably at a time, so a restart never hands out one twice.
+PRODUCER_ID_BLOCK_SIZE = 1000
+_NEXT_PRODUCER_ID_KEY = b"producer-ids/next-block"
 MAX_PARTITIONS = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__cluster_metadata"})
@@ -69,6 +72,7 @@ def validate_topic_name(name: str) -> None:
 
 def log_config_for(config: TopicConfig) -> LogConfig:
     return LogConfig(
+        producer_id_expiration_ms=config.broker.get("producer.id.expiration.ms"),
         segment_bytes=config.get("segment.bytes"),
         segment_ms=config.get("segment.ms"),
         retention_ms=config.get("retention.ms"),
@@ -136,6 +140,26 @@ class TopicManager:
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         data_dir.mkdir(parents=True, exist_ok=True)
         self._env = lmdb.open(str(data_dir / "metadata.lmdb"), map_size=1 << 30, subdir=True)
+        self._producer_ids = range(0)  # the unused rest of the reserved block
+
+    # -- producer ids (InitProducerId) ---------------------------------------------------
+
+    def next_producer_id(self) -> int:
+        """A producer id never handed out before by this data directory.
+
+        Ids are reserved in blocks of PRODUCER_ID_BLOCK_SIZE, committed to lmdb before any
+        id of the block is used (ids of a block unused at shutdown are skipped).
+        """
+        if not self._producer_ids:
+            with self._env.begin(write=True) as txn:
+                raw = txn.get(_NEXT_PRODUCER_ID_KEY)
+                start = int(raw) if raw is not None else 0
+                end = start + PRODUCER_ID_BLOCK_SIZE
+                txn.put(_NEXT_PRODUCER_ID_KEY, str(end).encode())
+            self._producer_ids = range(start, end)
+        producer_id = self._producer_ids[0]
+        self._producer_ids = self._producer_ids[1:]
+        return producer_id
 
     # -- lifecycle ---------------------------------------------------------------------
 

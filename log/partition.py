@@ -28,6 +28,12 @@ from protocol.records import (
 
 from .config import LogConfig
 from .epochs import LeaderEpochCache, write_file_atomically
+from .producer_state import (
+    ProducerStateManager,
+    delete_snapshots_after,
+    load_latest_snapshot,
+    write_snapshot,
+)
 from .segment import LogSegment
 
 logger = logging.getLogger("raftka.log")
@@ -94,6 +100,8 @@ class PartitionLog:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.epochs = LeaderEpochCache()
+        # Idempotent producers' sequences; rebuilt from snapshots and batch headers on open.
+        self.producer_state = ProducerStateManager(config.producer_id_expiration_ms)
         self._epochs_dirty = False
         self._log_start_dirty = False
         self._directory_dirty = False
@@ -233,7 +241,23 @@ class PartitionLog:
                 recovery_point,
                 self.log_end_offset if recovered_from is None else recovered_from,
             )
+        self._load_producer_state()
         clean_marker.unlink(missing_ok=True)
+
+    def _load_producer_state(self) -> None:
+        """Producer state as of the log end: the newest snapshot at or below it, then the
+        headers of the batches after it (all of the log if there is no snapshot)."""
+        expiration_ms = self.config.producer_id_expiration_ms
+        loaded = load_latest_snapshot(self.directory, self.log_end_offset, expiration_ms)
+        if loaded is None:
+            start, state = self.segments[0].base_offset, ProducerStateManager(expiration_ms)
+        else:
+            start, state = loaded
+        for segment in self.segments[self._segment_index(start) :]:
+            _, position = segment.offset_index.lookup(start)
+            state.replay(h for h in segment.batches_from(position) if h.base_offset >= start)
+        state.remove_expired(self._clock_ms)
+        self.producer_state = state
 
     def _epochs_from_log(self) -> LeaderEpochCache:
         cache = LeaderEpochCache()
@@ -275,6 +299,8 @@ class PartitionLog:
         if active.size_bytes == 0:
             return active
         active.seal()
+        # Like Kafka, a snapshot per roll bounds the headers replayed after a crash.
+        write_snapshot(self.directory, self.log_end_offset, self.producer_state)
         segment = self._new_segment(self.log_end_offset, now_ms, fresh=True)
         self._append_segment(segment)
         self._directory_dirty = True
@@ -326,6 +352,12 @@ class PartitionLog:
                 set_log_append_time(buf, header, log_append_time_ms)
         self.segments[-1].append(buf, headers, first_offset, log_append_time_ms)
         self.log_end_offset = last_offset + 1
+        offset = first_offset
+        for header in headers:
+            if header.producer_id >= 0:
+                timestamp = log_append_time_ms if log_append_time_ms >= 0 else header.max_timestamp
+                self.producer_state.update(header, offset, timestamp)
+            offset += header.last_offset_delta + 1
         self._unflushed_messages += count
         if leader_epoch >= 0 and self.epochs.assign(leader_epoch, first_offset):
             self._epochs_dirty = True
@@ -373,6 +405,7 @@ class PartitionLog:
         self._roll_if_due(size, expected - 1, max_timestamp, now)
         self.segments[-1].append(records, headers, first_offset)
         self.log_end_offset = expected
+        self.producer_state.replay(headers)
         self._unflushed_messages += expected - first_offset
         for header in headers:
             epoch = header.partition_leader_epoch
@@ -589,6 +622,7 @@ class PartitionLog:
         segment, nor one with offsets at or above `high_watermark`. Returns how many went.
         """
         limit = self.log_end_offset if high_watermark is None else high_watermark
+        self.producer_state.remove_expired(now_ms)
         deleted = 0
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
@@ -651,6 +685,7 @@ class PartitionLog:
         if offset <= self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, self._clock_ms)
             return
+        delete_snapshots_after(self.directory, offset)
         self._lower_recovery_point(offset)
         while self.segments[-1].base_offset >= offset:
             self.segments.pop().delete()
@@ -663,6 +698,7 @@ class PartitionLog:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._epochs_dirty |= self.epochs.truncate_from_end(self.log_end_offset)
         self._lower_recovery_point(self.log_end_offset)
+        self._load_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
         """Delete all data and restart the log empty at `offset` (e.g. after a snapshot)."""
@@ -675,6 +711,8 @@ class PartitionLog:
         self._directory_dirty = True
         self.log_start_offset = self.log_end_offset = offset
         self.epochs = LeaderEpochCache()
+        delete_snapshots_after(self.directory, -1)
+        self.producer_state = ProducerStateManager(self.config.producer_id_expiration_ms)
         # Written now: a stale checkpoint would outlive the data it describes.
         with self._durable_lock:
             write_file_atomically(self.directory / LEADER_EPOCH_CHECKPOINT, self.epochs.serialize())
@@ -689,6 +727,7 @@ class PartitionLog:
         """Flush everything, mark the folder cleanly shut down and release descriptors."""
         self.segments[-1].seal()
         self.flush()
+        write_snapshot(self.directory, self.log_end_offset, self.producer_state)
         write_file_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
         for segment in self.segments:
             segment.close()

@@ -15,6 +15,7 @@ from broker.handlers import (
     list_offsets,
     metadata,
     produce,
+    producer_ids,
     topics_admin,
 )
 
@@ -48,6 +49,11 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         19: ApiHandler(2, 7, topics_admin.handle_create_topics),
         20: ApiHandler(1, 6, topics_admin.handle_delete_topics),
         21: ApiHandler(0, 2, topics_admin.handle_delete_records),
+        22: ApiHandler(
+            producer_ids.INIT_PRODUCER_ID_MIN_VERSION,
+            producer_ids.INIT_PRODUCER_ID_MAX_VERSION,
+            producer_ids.handle_init_producer_id,
+        ),
         23: ApiHandler(2, 4, list_offsets.handle_offset_for_leader_epoch),
         32: ApiHandler(1, 4, configs.handle_describe_configs),
         33: ApiHandler(0, 2, configs.handle_alter_configs),

@@ -2,6 +2,13 @@
 
 Records stay opaque: only the 61-byte batch headers are read and only baseOffset and
 partitionLeaderEpoch are rewritten (LogAppendTime topics also restamp maxTimestamp).
+
+Batches with a producer id are checked against the partition's producer state (epoch and
+sequence, `log.producer_state`) right before the append, with no await in between, so no
+other request can interleave. A retried duplicate is not appended; its answer carries the
+original base offset, as Kafka's does. Transactional batches are refused with
+INVALID_TXN_STATE: this broker has no transaction coordinator, so no transaction can be
+ongoing (what Kafka answers for a transactional write outside a transaction).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.common import NO_THROTTLE, response_schema
 from broker.topics import now_ms
+from log.producer_state import BatchMetadata, ProducerStateError
 from protocol.api import build
 from protocol.records import InvalidRecords, validate_produce_records
 
@@ -27,6 +35,18 @@ def _append_time(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
+def _check_producer_state(log: Any, headers: list[Any]) -> BatchMetadata | None:
+    """The retained batch `headers` duplicates, if any; raises ProducerStateError."""
+    for header in headers:
+        if header.is_transactional:
+            raise ProducerStateError(
+                ErrorCode.invalid_txn_state,
+                "Transactional records are not supported: this broker has no transaction "
+                "coordinator, so no transaction can be ongoing",
+            )
+    return log.producer_state.check(headers)
+
+
 async def handle_produce(context: Any, request: Any) -> Any:
     broker = context.broker
     entity, module = response_schema(context)
@@ -35,11 +55,11 @@ async def handle_produce(context: Any, request: Any) -> Any:
     flushes = []
     topic_responses = []
     now = now_ms()
-    for topic_data in request.topic_data:
+    for topic_data in request.topic_data or ():
         name = topic_data.name
         topic = broker.topics.get(name)
         partition_responses = []
-        for data in topic_data.partition_data:
+        for data in topic_data.partition_data or ():
             fields: dict[str, Any] = {
                 "index": data.index,
                 "error_code": ErrorCode.none,
@@ -85,6 +105,28 @@ async def handle_produce(context: Any, request: Any) -> Any:
                     )
                 else:
                     log = partition.log
+                    try:
+                        duplicate = _check_producer_state(log, headers)
+                    except ProducerStateError as exc:
+                        fields["error_code"] = ErrorCode(exc.error_code)
+                        fields["error_message"] = exc.message
+                        fields["log_start_offset"] = log.log_start_offset
+                        logger.info(
+                            "rejected produce to %s-%d from %s: %s",
+                            name,
+                            data.index,
+                            context.client_host,
+                            exc.message,
+                        )
+                        partition_responses.append(build(module.PartitionProduceResponse, **fields))
+                        continue
+                    if duplicate is not None:
+                        fields["base_offset"] = duplicate.first_offset
+                        if log.config.message_timestamp_type_log_append:
+                            fields["log_append_time"] = _append_time(duplicate.timestamp_ms)
+                        fields["log_start_offset"] = log.log_start_offset
+                        partition_responses.append(build(module.PartitionProduceResponse, **fields))
+                        continue
                     info = log.append(bytearray(records), headers, partition.leader_epoch, now)
                     partition.notify_appended()
                     fields["base_offset"] = info.first_offset
