@@ -35,27 +35,52 @@ def health_topic(new_topic) -> str:
     return new_topic(partitions=1)
 
 
+@pytest.fixture
+def bystander(bootstrap):
+    """A well-behaved connection, open (and used once) before the bad input is sent."""
+    with RawConnection(bootstrap) as conn:
+        _api_versions_ok(conn)
+        yield conn
+
+
+def _api_versions_ok(conn: RawConnection) -> None:
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest
+    from kio.schema.api_versions.v0.response import ApiVersionsResponse
+
+    conn.send_request(ApiVersionsRequest())
+    resp = conn.recv_response(ApiVersionsResponse)
+    assert resp.error_code == 0
+    assert any(int(a.api_key) == PRODUCE for a in resp.api_keys)
+
+
+def _broker_still_healthy(bootstrap: str, topic: str, bystander: RawConnection) -> None:
+    # The connection that was open all along still gets answers...
+    _api_versions_ok(bystander)
+    # ...and new clients can produce and consume.
+    roundtrip_works(bootstrap, topic)
+
+
 def _header_v1(api_key: int, api_version: int, correlation_id: int = 1) -> bytes:
     client_id = b"raftka-compat"
     return struct.pack(">hhih", api_key, api_version, correlation_id, len(client_id)) + client_id
 
 
-def test_http_request_instead_of_kafka(bootstrap, health_topic):
+def test_http_request_instead_of_kafka(bootstrap, health_topic, bystander):
     # "GET " read as a size is ~1.1 GB, over socket.request.max.bytes: the broker closes.
     with RawConnection(bootstrap) as conn:
         conn.send_raw(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert conn.wait_closed(), "connection still open after an HTTP request"
-    roundtrip_works(bootstrap, health_topic)
+    _broker_still_healthy(bootstrap, health_topic, bystander)
 
 
-def test_garbage_frame(bootstrap, health_topic):
+def test_garbage_frame(bootstrap, health_topic, bystander):
     with RawConnection(bootstrap) as conn:
         conn.send_frame(b"\xff\xfe" + os.urandom(62))  # api key -2: no such API
         assert conn.wait_closed(), "connection still open after a garbage frame"
-    roundtrip_works(bootstrap, health_topic)
+    _broker_still_healthy(bootstrap, health_topic, bystander)
 
 
-def test_random_bytes_then_close(bootstrap, health_topic):
+def test_random_bytes_then_close(bootstrap, health_topic, bystander):
     for _ in range(5):
         # The broker may close as soon as it has seen enough.
         with (
@@ -63,10 +88,10 @@ def test_random_bytes_then_close(bootstrap, health_topic):
             contextlib.suppress(BrokenPipeError, ConnectionResetError),
         ):
             conn.send_raw(os.urandom(512))
-    roundtrip_works(bootstrap, health_topic)
+    _broker_still_healthy(bootstrap, health_topic, bystander)
 
 
-def test_frame_over_socket_request_max_bytes(bootstrap, health_topic):
+def test_frame_over_socket_request_max_bytes(bootstrap, health_topic, bystander):
     with RawConnection(bootstrap) as conn:
         # Only the size prefix: the broker must refuse without waiting for 100 MB of body.
         conn.send_raw(struct.pack(">i", SOCKET_REQUEST_MAX_BYTES + 1))
@@ -78,10 +103,10 @@ def test_frame_over_socket_request_max_bytes(bootstrap, health_topic):
     with RawConnection(bootstrap) as conn:
         conn.send_raw(struct.pack(">i", -1) + b"\x00" * 16)
         assert conn.wait_closed(), "negative frame size: connection not closed"
-    roundtrip_works(bootstrap, health_topic)
+    _broker_still_healthy(bootstrap, health_topic, bystander)
 
 
-def test_truncated_frame_then_close(bootstrap, health_topic):
+def test_truncated_frame_then_close(bootstrap, health_topic, bystander):
     for declared, sent in ((1000, 10), (64, 63), (4, 0)):
         with RawConnection(bootstrap) as conn:
             payload = _header_v1(API_VERSIONS, 0) + b"\x00" * 64
@@ -90,7 +115,7 @@ def test_truncated_frame_then_close(bootstrap, health_topic):
     # A size prefix cut short, too.
     with RawConnection(bootstrap) as conn:
         conn.send_raw(b"\x00\x00")
-    roundtrip_works(bootstrap, health_topic)
+    _broker_still_healthy(bootstrap, health_topic, bystander)
     # The broker keeps serving requests on a connection that sends a frame in pieces.
     with RawConnection(bootstrap) as conn:
         from kio.schema.api_versions.v0.request import ApiVersionsRequest
@@ -109,22 +134,22 @@ def test_truncated_frame_then_close(bootstrap, health_topic):
         assert conn.recv_response(ApiVersionsResponse).error_code == 0
 
 
-def test_unknown_api_key(bootstrap, health_topic):
+def test_unknown_api_key(bootstrap, health_topic, bystander):
     with RawConnection(bootstrap) as conn:
         conn.send_frame(_header_v1(9999, 0) + b"\x00" * 8)
         assert conn.wait_closed(), "unknown API key: connection not closed"
-    roundtrip_works(bootstrap, health_topic)
+    _broker_still_healthy(bootstrap, health_topic, bystander)
 
 
-def test_known_api_with_undecodable_body(bootstrap, health_topic):
+def test_known_api_with_undecodable_body(bootstrap, health_topic, bystander):
     # Metadata v1 whose topic array claims 1000 entries and then ends.
     with RawConnection(bootstrap) as conn:
         conn.send_frame(_header_v1(3, 1) + struct.pack(">i", 1000) + b"\x00\x05ab")
         assert conn.wait_closed(), "undecodable Metadata body: connection not closed"
-    roundtrip_works(bootstrap, health_topic)
+    _broker_still_healthy(bootstrap, health_topic, bystander)
 
 
-def test_api_versions_too_new(bootstrap, health_topic):
+def test_api_versions_too_new(bootstrap, health_topic, bystander):
     from kio.schema.api_versions.v0.response import ApiVersionsResponse
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
@@ -150,7 +175,7 @@ def test_api_versions_too_new(bootstrap, health_topic):
         ok = conn.recv_response(V3)
         assert ok.error_code == 0
         assert any(int(a.api_key) == PRODUCE for a in ok.api_keys)
-    roundtrip_works(bootstrap, health_topic)
+    _broker_still_healthy(bootstrap, health_topic, bystander)
 
 
 def _produce_classes(bootstrap: str):
@@ -184,7 +209,7 @@ def _produce_request(req_mod, topic: str, batch: bytes):
     )
 
 
-def test_produce_with_corrupt_crc(bootstrap, health_topic):
+def test_produce_with_corrupt_crc(bootstrap, health_topic, bystander):
     topic = health_topic
     req_mod, resp_mod = _produce_classes(bootstrap)
     before = watermarks(bootstrap, topic)
@@ -208,4 +233,4 @@ def test_produce_with_corrupt_crc(bootstrap, health_topic):
         assert p.base_offset == before[1]
     low, high = watermarks(bootstrap, topic)
     assert high == before[1] + 2
-    roundtrip_works(bootstrap, topic)
+    _broker_still_healthy(bootstrap, topic, bystander)
