@@ -224,12 +224,21 @@ class Simulation:
             node.paused_until = -1
 
     def _stable_leader(self) -> NodeId | None:
-        terms = [n.core.term for n in self.nodes.values() if n.core is not None]
+        """A leader no voter of its configuration has seen a newer term from.
+
+        Nodes removed from the configuration are not counted: a removed node that never
+        learnt of its removal may sit at a higher term forever without disturbing anyone.
+        """
+        best: tuple[int, NodeId] | None = None
         for node in self.nodes.values():
             core = node.core
-            if core is not None and core.role is Role.LEADER and core.term == max(terms):
-                return node.node_id
-        return None
+            if core is None or core.role is not Role.LEADER:
+                continue
+            voters = (self.nodes[v].core for v in core.voters)
+            newest = all(v is None or v.term <= core.term for v in voters)
+            if newest and (best is None or core.term > best[0]):
+                best = (core.term, node.node_id)
+        return best[1] if best else None
 
     def _committed_everywhere(self, entry: Entry) -> bool:
         leader = self._stable_leader()
