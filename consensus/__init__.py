@@ -1,4 +1,16 @@
-"""Deterministic Raft core: one group per partition, the Raft log is the Kafka log."""
+"""Deterministic Raft core: one group per partition, the Raft log is the Kafka log.
+
+- `RaftCore(config, log, hard_state, high_watermark=None)`: inputs `step(message)`,
+  `tick()`, `propose(record_count, payload)`, `propose_config_change(add=|remove=)`,
+  `transfer_leadership(to)`, `campaign()`; output `ready()` -> `Ready`, then `advance(rd)`.
+  The ordering rule (persist, send, apply, advance) is in `consensus.core`.
+- `RaftLog`: the read-only view of the durable partition log the core needs;
+  `MemoryRaftLog` implements it (plus the driver's writes) for tests.
+- `Message`: plain dataclass carrying the group (topic-partition), so one broker-to-broker
+  connection can carry every group's traffic.
+- `status()`: role, leader, term (= leader epoch), high watermark, in-sync replicas.
+- `consensus.sim`: seeded fault-injection simulation (`python -m consensus.sim --seed N`).
+"""
 
 from consensus.core import (
     ConfigChangeError,
