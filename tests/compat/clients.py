@@ -108,7 +108,7 @@ def make_consumer(bootstrap: str, **conf: Any) -> Consumer:
         "enable.partition.eof": True,
         "socket.timeout.ms": 10000,
     }
-    base.update(conf)
+    base.update({k.replace("_", "."): v for k, v in conf.items()})
     return Consumer(base)
 
 

@@ -346,3 +346,46 @@ def test_produce_to_unknown_topic_auto_creates_it(bootstrap):
     assert sorted(v for msgs in got.values() for v in _values(msgs)) == sorted(
         f"a{i}".encode() for i in range(10)
     )
+
+
+def test_null_and_empty_keys_values_headers(bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    recs = [
+        {"key": None, "value": b"no key"},
+        {"key": b"tombstone", "value": None},
+        {"key": b"", "value": b""},
+        {"key": None, "value": None},
+        {"key": b"h", "value": b"headers", "headers": [("a", None), ("", b""), ("a", b"2")]},
+    ]
+    res = produce(bootstrap, topic, [dict(r, partition=0) for r in recs])
+    assert not res.errors
+    got = consume(bootstrap, topic, [0], count=len(recs))[0]
+    assert [(m.key(), m.value()) for m in got] == [(r["key"], r["value"]) for r in recs]
+    assert [m.headers() for m in got[:4]] == [None] * 4
+    assert got[4].headers() == [("a", None), ("", b""), ("a", b"2")]
+
+
+def test_fetch_returns_a_batch_larger_than_the_partition_fetch_limit(bootstrap, new_topic):
+    # Kafka (KIP-74) returns the first batch even if it exceeds max.partition.fetch.bytes,
+    # so a consumer with a small limit still makes progress.
+    topic = new_topic(partitions=1)
+    values = [os.urandom(20_000) for _ in range(5)]
+    res = produce(
+        bootstrap, topic, [{"value": v, "partition": 0} for v in values], compression_type="none"
+    )
+    assert not res.errors
+    got = consume(bootstrap, topic, [0], count=5, max_partition_fetch_bytes=1024)
+    assert _values(got[0]) == values
+
+
+def test_out_of_range_offset_resets_per_policy(bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    res = produce(
+        bootstrap, topic, [{"value": f"r{i}".encode(), "partition": 0} for i in range(10)]
+    )
+    assert not res.errors
+    offs = res.offsets_by_partition()[0]
+    # The broker answers OFFSET_OUT_OF_RANGE; librdkafka then applies auto.offset.reset.
+    got = consume(bootstrap, topic, [0], start=offs[-1] + 1000, count=10, timeout=30)[0]
+    assert [m.offset() for m in got] == offs
+    assert _values(got) == [f"r{i}".encode() for i in range(10)]

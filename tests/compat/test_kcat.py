@@ -84,3 +84,19 @@ def test_compressed_produce_and_consume(kcat_bin, bootstrap, new_topic):
     )  # fmt: skip
     out = _kcat(kcat_bin, "-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-e")
     assert out.splitlines() == lines
+
+
+def test_consume_relative_to_end_and_exact_offset(kcat_bin, bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    lines = [f"msg {i}" for i in range(50)]
+    _kcat(kcat_bin, "-b", bootstrap, "-P", "-t", topic, "-p", "0", stdin="\n".join(lines) + "\n")
+    # The last 5 (ListOffsets latest, then fetch from end - 5).
+    out = _kcat(kcat_bin, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "-5", "-e")
+    assert out.splitlines() == lines[-5:]
+    # From an absolute offset, with a record count limit.
+    out = _kcat(
+        kcat_bin, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "10", "-c", "3",
+        "-f", "%o %s\n",
+    )  # fmt: skip
+    # A fresh topic's offsets start at 0, so offset 10 holds the 11th line.
+    assert out.splitlines() == [f"{i} {lines[i]}" for i in (10, 11, 12)]
