@@ -8,6 +8,7 @@ import re
 import threading
 
 from clients import consume, make_producer, produce, wait_until, watermarks
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 
 
 def _read_all(bootstrap: str, topic: str, partition: int = 0) -> list:
@@ -24,7 +25,9 @@ def _produce_next(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
 
 def test_clean_restart_keeps_records_and_continues_offsets(broker_factory, new_topic):
     broker = broker_factory()
-    topic = new_topic(partitions=2, bootstrap=broker.bootstrap)
+    topic = new_topic(
+        partitions=2, bootstrap=broker.bootstrap, config={"max.message.bytes": "300000"}
+    )
     n = 2000
     recs = [
         {"key": f"k{i}".encode(), "value": f"v{i}".encode(), "partition": i % 2} for i in range(n)
@@ -36,6 +39,15 @@ def test_clean_restart_keeps_records_and_continues_offsets(broker_factory, new_t
 
     broker.stop()  # SIGTERM; asserts a clean exit
     broker.start()
+
+    # The topic, its partitions and its configs survive.
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert sorted(md.topics[topic].partitions) == [0, 1]
+    res_ = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([res_], request_timeout=10)[res_].result(timeout=15)
+    assert entries["max.message.bytes"].value == "300000"
+    assert ConfigSource(entries["max.message.bytes"].source) == ConfigSource.DYNAMIC_TOPIC_CONFIG
 
     for p in (0, 1):
         low, high = watermarks(broker.bootstrap, topic, p)
