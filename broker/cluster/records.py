@@ -1,0 +1,254 @@
+"""Cluster metadata records: the entries of the `__cluster_metadata` Raft group.
+
+Each entry of the metadata log is a genuine, uncompressed v2 Kafka record batch; each record in
+it carries one metadata record: key = the record type name (ASCII), value = the record as JSON
+with a `version` field so the format can evolve. A broker that meets a type it does not know, or
+a version newer than it understands, refuses it with `MetadataRecordError` rather than guess.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeAlias
+
+from protocol import batch_builder
+from protocol.batch_builder import BatchDecodeError, build_batch, is_control_batch, iter_batches
+
+
+class MetadataRecordError(ValueError):
+    """A metadata record or batch that cannot be decoded: unknown type or version, bad fields."""
+
+
+def _replica_lists(value: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(node) for node in replicas) for replicas in value)
+
+
+@dataclass(frozen=True)
+class _Record:
+    """Base of every metadata record: JSON encoding with a per-type version."""
+
+    #: The newest version of this record type that this code reads and writes.
+    VERSION: ClassVar[int] = 1
+
+    @classmethod
+    def type_name(cls) -> str:
+        return cls.__name__
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": self.VERSION}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, uuid.UUID):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = [list(v) if isinstance(v, tuple) else v for v in value]
+            elif isinstance(value, Mapping):
+                value = dict(sorted(value.items()))
+            out[f.name] = value
+        return out
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        version = data.get("version")
+        if not isinstance(version, int) or version < 1:
+            raise MetadataRecordError(f"{cls.type_name()} record has no valid version: {version!r}")
+        if version > cls.VERSION:
+            raise MetadataRecordError(
+                f"{cls.type_name()} record version {version} is newer than the highest "
+                f"this broker reads ({cls.VERSION})"
+            )
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in data:
+                raise MetadataRecordError(f"{cls.type_name()} record lacks field {f.name!r}")
+            kwargs[f.name] = data[f.name]
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise MetadataRecordError(f"bad {cls.type_name()} record: {exc}") from None
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Any:
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MetadataRecordError(f"{cls.type_name()} record is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise MetadataRecordError(f"{cls.type_name()} record is not a JSON object")
+        return cls.from_dict(data)
+
+
+@dataclass(frozen=True)
+class RegisterBroker(_Record):
+    """A broker joined (or rejoined, with a new incarnation id) the cluster."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    incarnation_id: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_id", int(self.node_id))
+        object.__setattr__(self, "port", int(self.port))
+        if not isinstance(self.host, str) or not isinstance(self.incarnation_id, str):
+            raise ValueError("host and incarnation_id must be strings")
+        if self.rack is not None and not isinstance(self.rack, str):
+            raise ValueError("rack must be a string or null")
+
+
+@dataclass(frozen=True)
+class UnregisterBroker(_Record):
+    """A broker left the cluster for good."""
+
+    node_id: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_id", int(self.node_id))
+
+
+def _configs(value: Mapping[str, str]) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError("configs must be an object")
+    out = {}
+    for name, raw in value.items():
+        if not isinstance(name, str) or not isinstance(raw, str):
+            raise ValueError("config names and values must be strings")
+        out[name] = raw
+    return out
+
+
+def _topic_id(value: uuid.UUID | str) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
+@dataclass(frozen=True)
+class CreateTopic(_Record):
+    """A topic with its replica list per partition (first replica = preferred leader)."""
+
+    name: str
+    topic_id: uuid.UUID
+    replicas: tuple[tuple[int, ...], ...]
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError("name must be a string")
+        object.__setattr__(self, "topic_id", _topic_id(self.topic_id))
+        object.__setattr__(self, "replicas", _replica_lists(self.replicas))
+        object.__setattr__(self, "configs", _configs(self.configs))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class DeleteTopic(_Record):
+    topic_id: uuid.UUID
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_id", _topic_id(self.topic_id))
+
+
+@dataclass(frozen=True)
+class AlterTopicConfigs(_Record):
+    """The topic's complete new set of config overrides (not a delta)."""
+
+    topic_id: uuid.UUID
+    configs: dict[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_id", _topic_id(self.topic_id))
+        object.__setattr__(self, "configs", _configs(self.configs))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class CreatePartitions(_Record):
+    """Partitions appended to a topic, numbered on from its current count."""
+
+    topic_id: uuid.UUID
+    new_replicas: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_id", _topic_id(self.topic_id))
+        object.__setattr__(self, "new_replicas", _replica_lists(self.new_replicas))
+
+
+MetadataRecord: TypeAlias = (
+    RegisterBroker
+    | UnregisterBroker
+    | CreateTopic
+    | DeleteTopic
+    | AlterTopicConfigs
+    | CreatePartitions
+)
+
+RECORD_TYPES: dict[str, type[_Record]] = {
+    cls.type_name(): cls
+    for cls in (
+        RegisterBroker,
+        UnregisterBroker,
+        CreateTopic,
+        DeleteTopic,
+        AlterTopicConfigs,
+        CreatePartitions,
+    )
+}
+
+
+def decode_record(key: bytes | None, value: bytes | None) -> MetadataRecord:
+    """One metadata record from its Kafka record's key (type name) and value (JSON)."""
+    if key is None or value is None:
+        raise MetadataRecordError("metadata record with a null key or value")
+    name = key.decode(errors="replace")
+    cls = RECORD_TYPES.get(name)
+    if cls is None:
+        raise MetadataRecordError(f"unknown metadata record type {name!r}")
+    record: MetadataRecord = cls.from_bytes(value)
+    return record
+
+
+def encode_batch(
+    records: Sequence[MetadataRecord], *, timestamp_ms: int = 0, base_offset: int = 0
+) -> bytes:
+    """One uncompressed v2 batch, one Kafka record per metadata record (key = type name)."""
+    if not records:
+        raise ValueError("a metadata batch needs at least one record")
+    return build_batch(
+        [(r.type_name().encode(), r.to_bytes()) for r in records],
+        timestamp_ms,
+        base_offset=base_offset,
+    )
+
+
+def decode_batch_with_offsets(batch: bytes | memoryview) -> list[tuple[int, MetadataRecord]]:
+    """(offset, record) for each record of one batch; raises MetadataRecordError."""
+    try:
+        kafka_records = batch_builder.decode_batch(batch)
+    except BatchDecodeError as exc:
+        raise MetadataRecordError(f"bad metadata batch: {exc}") from None
+    return [(r.offset, decode_record(r.key, r.value)) for r in kafka_records]
+
+
+def decode_batch(batch: bytes | memoryview) -> list[MetadataRecord]:
+    """The metadata records of one batch (exactly one batch, header included)."""
+    return [record for _, record in decode_batch_with_offsets(batch)]
+
+
+def iter_log_records(buf: bytes | memoryview) -> Iterator[tuple[int, MetadataRecord]]:
+    """(offset, record) over a run of whole batches, e.g. read from the metadata log.
+
+    Control batches (the Raft no-op a new leader appends) are skipped; a truncated tail is
+    ignored, as `protocol.batch_builder.iter_batches` does.
+    """
+    for attributes, batch in iter_batches(buf):
+        if is_control_batch(attributes):
+            continue
+        yield from decode_batch_with_offsets(batch)
