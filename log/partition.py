@@ -437,6 +437,13 @@ class PartitionLog:
                 return data
         return b""
 
+    def batch_header_at(self, offset: int) -> BatchHeader | None:
+        """Header of the batch containing `offset` (position relative to its segment), or
+        None outside [log_start_offset, log_end_offset). Reads headers only, never records."""
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            return None
+        return self.segments[self._segment_index(offset)].find_batch(offset)
+
     def _batch_bytes(self, segment: LogSegment, header: BatchHeader) -> bytes:
         return segment.pread(header.batch_length + 12, header.position)
 

@@ -1,0 +1,186 @@
+"""A partition's segment log as a Raft group's storage.
+
+The Raft log *is* the partition log: an entry is one record batch, its position the batch's
+offset range, its term the batch's partitionLeaderEpoch. This module adapts `PartitionLog`
+to the consensus package's storage protocol (read view + durable writes) and keeps each
+group's hard state (term, vote) in lmdb.
+
+Entries travel between replicas as batch bytes. Every replica stamps baseOffset and
+partitionLeaderEpoch itself when it persists an entry (both lie outside the CRC), so a batch
+proposed unstamped and the same batch read back from a leader's log persist identically.
+A leader's no-op and a voter-set change are Kafka control batches (LEADER_CHANGE and
+KRAFT_VOTERS), which consumers skip like transaction markers.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import crc32c
+import lmdb
+
+from consensus.types import Entry, EntryKind, HardState
+from log import PartitionLog
+from protocol.batch_builder import build_batch, decode_batch
+from protocol.records import (
+    CONTROL_FLAG_MASK,
+    BatchHeader,
+    read_batch_header,
+    scan_batches,
+    stamp_batches,
+)
+
+CONTROL_KEY = struct.Struct(">hh")
+CONTROL_LEADER_CHANGE = 2
+CONTROL_KRAFT_VOTERS = 6
+ATTRIBUTES_OFFSET = 21
+_INT16 = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+NO_TIMESTAMP = -1
+
+
+def control_batch(kind: EntryKind, payload: bytes) -> bytes:
+    """A one-record control batch for a NOOP (LEADER_CHANGE) or CONFIG (KRAFT_VOTERS) entry.
+
+    Every replica builds it from the entry alone, so it carries no timestamp (-1): the bytes
+    must come out identical everywhere.
+    """
+    control_type = CONTROL_KRAFT_VOTERS if kind is EntryKind.CONFIG else CONTROL_LEADER_CHANGE
+    batch = bytearray(build_batch([(CONTROL_KEY.pack(0, control_type), payload)], NO_TIMESTAMP))
+    attributes = _INT16.unpack_from(batch, ATTRIBUTES_OFFSET)[0] | CONTROL_FLAG_MASK
+    _INT16.pack_into(batch, ATTRIBUTES_OFFSET, attributes)
+    _CRC.pack_into(batch, ATTRIBUTES_OFFSET - 4, crc32c.crc32c(bytes(batch[ATTRIBUTES_OFFSET:])))
+    return bytes(batch)
+
+
+def _kind_of(header: BatchHeader, batch: bytes | memoryview) -> tuple[EntryKind, bytes]:
+    """Entry kind and the payload the Raft core expects for a stored batch."""
+    if not header.attributes & CONTROL_FLAG_MASK:
+        return EntryKind.DATA, bytes(batch)
+    records = decode_batch(batch, check_crc=False)
+    if records and records[0].key is not None and len(records[0].key) == CONTROL_KEY.size:
+        _, control_type = CONTROL_KEY.unpack(records[0].key)
+        if control_type == CONTROL_KRAFT_VOTERS:
+            return EntryKind.CONFIG, records[0].value or b""
+    return EntryKind.NOOP, b""
+
+
+class HardStateStore:
+    """Term and vote of every Raft group on this broker, durable in one lmdb environment."""
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self._env = lmdb.open(str(path), map_size=1 << 28, subdir=True, max_dbs=1)
+
+    def load(self, group: str) -> HardState:
+        with self._env.begin() as txn:
+            raw = txn.get(group.encode())
+        if raw is None:
+            return HardState()
+        term, voted_for = struct.unpack(">qi", raw)
+        return HardState(term=term, voted_for=None if voted_for < 0 else voted_for)
+
+    def save(self, group: str, hard_state: HardState) -> None:
+        voted_for = -1 if hard_state.voted_for is None else hard_state.voted_for
+        with self._env.begin(write=True) as txn:
+            txn.put(group.encode(), struct.pack(">qi", hard_state.term, voted_for))
+
+    def delete(self, group: str) -> None:
+        with self._env.begin(write=True) as txn:
+            txn.delete(group.encode())
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class PartitionRaftStorage:
+    """`PartitionLog` as a Raft group's storage: the core's read view and its writes."""
+
+    def __init__(self, group: str, log: PartitionLog, hard_states: HardStateStore) -> None:
+        self.group = group
+        self.log = log
+        self.hard_states = hard_states
+        self.raft_log = self
+
+    # -- the core's read view (consensus.storage.RaftLog) ---------------------------------
+
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def entry_at(self, offset: int) -> Entry:
+        header = self.log.batch_header_at(offset)
+        assert header is not None, f"{self.group}: no batch covers offset {offset}"
+        kind = EntryKind.DATA
+        payload = b""
+        if header.attributes & CONTROL_FLAG_MASK:
+            batch = self.log.read(header.base_offset, 1, self.log.log_end_offset, True)
+            kind, payload = _kind_of(header, batch[: header.size_bytes])
+        return Entry(
+            header.base_offset, header.last_offset, header.partition_leader_epoch, payload, kind
+        )
+
+    def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
+        data = self.log.read(offset, max_bytes, self.log.log_end_offset, True)
+        entries = []
+        view = memoryview(data)
+        for header in scan_batches(data, verify_crc=False).headers:
+            batch = view[header.position : header.end_position]
+            kind, payload = _kind_of(header, batch)
+            entries.append(
+                Entry(
+                    header.base_offset,
+                    header.last_offset,
+                    header.partition_leader_epoch,
+                    payload,
+                    kind,
+                )
+            )
+        return entries
+
+    def config_entries(self) -> list[Entry]:
+        # Replica sets change only through cluster metadata for now; no CONFIG batches.
+        return []
+
+    # -- durable writes (consensus.driver.GroupStorage) -----------------------------------
+
+    def load_hard_state(self) -> HardState:
+        return self.hard_states.load(self.group)
+
+    def save_hard_state(self, hard_state: HardState) -> None:
+        self.hard_states.save(self.group, hard_state)
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Persist entries as stamped batches with one write (the log's flush policy decides
+        when it is fsynced)."""
+        if not entries:
+            return
+        now = time.time_ns() // 1_000_000
+        buffer = bytearray()
+        for entry in entries:
+            start = len(buffer)
+            if entry.kind is EntryKind.DATA:
+                buffer += entry.payload
+            else:
+                buffer += control_batch(entry.kind, entry.payload)
+            header = read_batch_header(buffer, start)
+            expected = entry.last_offset - entry.base_offset
+            if header.last_offset_delta != expected or header.size_bytes != len(buffer) - start:
+                raise ValueError(
+                    f"{self.group}: entry {entry.base_offset}-{entry.last_offset} does not "
+                    "hold exactly one batch of its record count"
+                )
+            stamp_batches(buffer, [header], entry.base_offset, entry.epoch)
+        headers = scan_batches(buffer, verify_crc=False).headers
+        self.log.append_replicated(buffer, headers, now)
+
+    def high_watermark_checkpoint(self) -> int | None:
+        return None

@@ -1,0 +1,153 @@
+"""Raft groups whose storage is the real segment log: entries are stamped batches on disk."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from batches import encode_batch
+
+from broker.replication import HardStateStore, PartitionRaftStorage
+from consensus.core import RaftConfig, RaftCore
+from consensus.types import EntryKind, HardState, Message, Role
+from log import LogConfig, PartitionLog
+from protocol.records import CONTROL_FLAG_MASK, scan_batches, validate_produce_records
+
+GROUP = "orders-0"
+
+
+class Replica:
+    def __init__(self, node_id: int, root: Path, voters: frozenset[int]) -> None:
+        self.node_id = node_id
+        self.root = root
+        self.voters = voters
+        self.hard_states = HardStateStore(root / "raft.lmdb")
+        self.open()
+
+    def open(self) -> None:
+        self.log = PartitionLog.open(self.root / GROUP, LogConfig(), time.time_ns() // 1_000_000)
+        self.storage = PartitionRaftStorage(GROUP, self.log, self.hard_states)
+        self.core = RaftCore(
+            RaftConfig(node_id=self.node_id, group=GROUP, voters=self.voters, seed=self.node_id),
+            self.storage,
+            self.storage.load_hard_state(),
+        )
+        self.high_watermark = 0
+
+    def drain(self, outbox: list[Message]) -> None:
+        while self.core.has_ready():
+            rd = self.core.ready()
+            if rd.hard_state is not None:
+                self.storage.save_hard_state(rd.hard_state)
+            if rd.truncate_to is not None:
+                self.storage.truncate_to(rd.truncate_to)
+            self.storage.append(rd.entries)
+            outbox.extend(rd.messages)
+            if rd.high_watermark is not None:
+                self.high_watermark = rd.high_watermark
+            self.core.advance(rd)
+
+
+def run(replicas: dict[int, Replica], ticks: int, down: frozenset[int] = frozenset()) -> None:
+    outbox: list[Message] = []
+    for _ in range(ticks):
+        for node_id, replica in replicas.items():
+            if node_id not in down:
+                replica.core.tick()
+                replica.drain(outbox)
+        while outbox:
+            message = outbox.pop(0)
+            if message.to in down or message.from_id in down:
+                continue
+            target = replicas[message.to]
+            target.core.step(message)
+            target.drain(outbox)
+
+
+def leader_of(replicas: dict[int, Replica], down: frozenset[int] = frozenset()) -> Replica:
+    leaders = [r for i, r in replicas.items() if i not in down and r.core.role is Role.LEADER]
+    assert len(leaders) == 1, [r.core.role for r in replicas.values()]
+    return leaders[0]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> dict[int, Replica]:
+    voters = frozenset({1, 2, 3})
+    return {i: Replica(i, tmp_path / f"node-{i}", voters) for i in voters}
+
+
+def test_hard_state_survives_reopen(tmp_path: Path) -> None:
+    store = HardStateStore(tmp_path / "raft.lmdb")
+    store.save("t-0", HardState(term=7, voted_for=2))
+    store.close()
+    assert HardStateStore(tmp_path / "raft.lmdb").load("t-0") == HardState(term=7, voted_for=2)
+
+
+def test_replicated_batches_are_identical_on_every_replica(cluster: dict[int, Replica]) -> None:
+    run(cluster, 40)
+    leader = leader_of(cluster)
+    proposed = []
+    for i in range(20):
+        batch = encode_batch([(b"k%d" % i, b"v" * i)] * (i % 3 + 1))
+        count = len(validate_produce_records(batch, 1 << 20))
+        entry = leader.core.propose(i % 3 + 1, batch)
+        proposed.append(entry)
+        assert count == 1
+        leader.drain([])
+        run(cluster, 1)
+    run(cluster, 5)
+    end = leader.log.log_end_offset
+    assert leader.high_watermark == end
+    contents = {
+        node_id: replica.log.read(0, 1 << 30, end, True) for node_id, replica in cluster.items()
+    }
+    assert len(set(contents.values())) == 1, "replicas hold different bytes"
+    scan = scan_batches(contents[leader.node_id])
+    assert scan.error is None, scan
+    headers = scan.headers
+    assert headers[0].attributes & CONTROL_FLAG_MASK, "a new leader's no-op is a control batch"
+    data = [h for h in headers if not h.attributes & CONTROL_FLAG_MASK]
+    assert [(h.base_offset, h.partition_leader_epoch) for h in data] == [
+        (e.base_offset, e.epoch) for e in proposed
+    ]
+    assert scan_batches(contents[leader.node_id], verify_crc=True).error is None
+
+
+def test_new_leader_after_crash_and_rejoin_truncates_nothing_committed(
+    cluster: dict[int, Replica],
+) -> None:
+    run(cluster, 40)
+    old = leader_of(cluster)
+    for i in range(5):
+        old.core.propose(1, encode_batch([(None, b"before-%d" % i)]))
+        old.drain([])
+    run(cluster, 3)
+    committed = old.high_watermark
+    down = frozenset({old.node_id})
+    run(cluster, 60, down)
+    new = leader_of(cluster, down)
+    assert new.node_id != old.node_id
+    assert new.core.term > old.core.term
+    new.core.propose(1, encode_batch([(None, b"after")]))
+    new.drain([])
+    run(cluster, 3, down)
+    # The old leader restarts from its durable state and catches up.
+    old.log.close()
+    old.open()
+    run(cluster, 30)
+    end = new.log.log_end_offset
+    assert old.log.log_end_offset == end
+    assert old.log.read(0, 1 << 30, end, True) == new.log.read(0, 1 << 30, end, True)
+    assert old.high_watermark >= committed
+
+
+def test_entry_kinds_read_back_from_the_log(cluster: dict[int, Replica]) -> None:
+    run(cluster, 40)
+    leader = leader_of(cluster)
+    leader.core.propose(2, encode_batch([(None, b"a"), (None, b"b")]))
+    leader.drain([])
+    entries = leader.storage.entries_from(0, 1 << 20)
+    assert [e.kind for e in entries] == [EntryKind.NOOP, EntryKind.DATA]
+    assert leader.storage.entry_at(entries[1].last_offset).base_offset == entries[1].base_offset
+    assert leader.storage.entry_at(0).kind is EntryKind.NOOP
