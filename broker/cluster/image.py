@@ -1,0 +1,551 @@
+"""The in-memory view of cluster metadata, built by applying committed metadata records.
+
+Every broker applies the committed records of `__cluster_metadata` in offset order to its
+`MetadataImage`; each `apply` returns the `Change`s the broker must reconcile (open or delete
+partition logs, update configs, learn a broker's address). Applying must give the same image on
+every broker, so a record that does not fit the image (a topic that already exists, an unknown
+topic id) is skipped with a warning rather than raising: the controller validates with the
+`validate_*` methods before it proposes, so such records only come from races it lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.cluster.placement import place_replicas
+from broker.cluster.records import (
+    AlterTopicConfigs,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    MetadataRecord,
+    RegisterBroker,
+    UnregisterBroker,
+)
+from broker.config import ConfigError, validate_topic_configs
+from broker.topics import MAX_PARTITIONS, TopicError, validate_topic_name
+
+logger = logging.getLogger("raftka.cluster")
+
+IMAGE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    incarnation_id: str
+
+
+@dataclass
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    #: Replica list per partition; the first replica is the preferred leader.
+    replicas: list[tuple[int, ...]]
+    #: Config overrides as strings (parse with broker.config.validate_topic_configs).
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.replicas[0]) if self.replicas else 0
+
+
+# -- changes the broker reconciles --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerRegistered:
+    broker: BrokerInfo
+    #: The registration this one replaces (a restart with a new incarnation), if any.
+    previous: BrokerInfo | None = None
+
+
+@dataclass(frozen=True)
+class BrokerUnregistered:
+    node_id: int
+
+
+@dataclass(frozen=True)
+class TopicCreated:
+    name: str
+    topic_id: uuid.UUID
+    replicas: tuple[tuple[int, ...], ...]
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class TopicDeleted:
+    name: str
+    topic_id: uuid.UUID
+    replicas: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class PartitionsAdded:
+    name: str
+    topic_id: uuid.UUID
+    #: Index of the first new partition; new_replicas[i] is partition first_index + i.
+    first_index: int
+    new_replicas: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class ConfigsChanged:
+    name: str
+    topic_id: uuid.UUID
+    #: The topic's complete new override set.
+    configs: Mapping[str, str]
+
+
+Change = (
+    BrokerRegistered
+    | BrokerUnregistered
+    | TopicCreated
+    | TopicDeleted
+    | PartitionsAdded
+    | ConfigsChanged
+)
+
+#: One (partition index, broker ids) manual assignment, as CreateTopics carries them.
+Assignment = tuple[int, Sequence[int]]
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def _check_null_configs(configs: Mapping[str, str | None]) -> None:
+    nulls = [name for name, value in configs.items() if value is None]
+    if nulls:
+        raise TopicError(
+            ErrorCode.invalid_config,
+            "Null value not supported for topic configs: " + ",".join(nulls),
+        )
+
+
+def _parse_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    try:
+        return validate_topic_configs(configs)
+    except ConfigError as exc:
+        raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+
+
+def _unable_to_replicate(replication_factor: int, brokers: int) -> TopicError:
+    return TopicError(
+        ErrorCode.invalid_replication_factor,
+        f"Unable to replicate the partition {replication_factor} time(s): The target "
+        f"replication factor of {replication_factor} cannot be reached because only "
+        f"{brokers} broker(s) are registered.",
+    )
+
+
+class MetadataImage:
+    """Brokers and topics as of `applied_offset` of the metadata log."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicImage] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicImage] = {}
+        #: Offset of the last applied record; -1 for an empty image.
+        self.applied_offset = -1
+
+    # -- queries -----------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicImage | None:
+        return self.topics.get(name)
+
+    def leader_counts(self) -> dict[int, int]:
+        """Partitions each broker is the preferred leader (first replica) of."""
+        counts = dict.fromkeys(self.brokers, 0)
+        for topic in self.topics.values():
+            for replicas in topic.replicas:
+                if replicas:
+                    counts[replicas[0]] = counts.get(replicas[0], 0) + 1
+        return counts
+
+    def partitions_of(self, node_id: int) -> list[tuple[str, int]]:
+        """(topic, partition) of every replica placed on `node_id`."""
+        return [
+            (topic.name, index)
+            for topic in self.topics.values()
+            for index, replicas in enumerate(topic.replicas)
+            if node_id in replicas
+        ]
+
+    # -- applying committed records ------------------------------------------------------
+
+    def apply(self, record: MetadataRecord, offset: int) -> list[Change]:
+        """Apply the committed record at `offset`; a record at or below applied_offset is a
+        no-op (re-delivery after a snapshot or restart)."""
+        if offset <= self.applied_offset:
+            return []
+        self.applied_offset = offset
+        match record:
+            case RegisterBroker():
+                return self._register(record)
+            case UnregisterBroker():
+                previous = self.brokers.pop(record.node_id, None)
+                return [BrokerUnregistered(record.node_id)] if previous else []
+            case CreateTopic():
+                return self._create_topic(record, offset)
+            case DeleteTopic():
+                topic = self.topics_by_id.pop(record.topic_id, None)
+                if topic is None:
+                    logger.warning("offset %d deletes unknown topic id %s", offset, record.topic_id)
+                    return []
+                del self.topics[topic.name]
+                return [TopicDeleted(topic.name, topic.topic_id, tuple(topic.replicas))]
+            case AlterTopicConfigs():
+                topic = self.topics_by_id.get(record.topic_id)
+                if topic is None:
+                    logger.warning("offset %d alters unknown topic id %s", offset, record.topic_id)
+                    return []
+                topic.configs = dict(record.configs)
+                return [ConfigsChanged(topic.name, topic.topic_id, dict(record.configs))]
+            case CreatePartitions():
+                topic = self.topics_by_id.get(record.topic_id)
+                if topic is None:
+                    logger.warning(
+                        "offset %d adds partitions to unknown topic id %s", offset, record.topic_id
+                    )
+                    return []
+                first = topic.num_partitions
+                topic.replicas.extend(record.new_replicas)
+                return [PartitionsAdded(topic.name, topic.topic_id, first, record.new_replicas)]
+        raise TypeError(f"not a metadata record: {record!r}")
+
+    def _register(self, record: RegisterBroker) -> list[Change]:
+        broker = BrokerInfo(
+            record.node_id, record.host, record.port, record.rack, record.incarnation_id
+        )
+        previous = self.brokers.get(record.node_id)
+        self.brokers[record.node_id] = broker
+        if previous == broker:
+            return []
+        return [BrokerRegistered(broker, previous)]
+
+    def _create_topic(self, record: CreateTopic, offset: int) -> list[Change]:
+        if record.name in self.topics or record.topic_id in self.topics_by_id:
+            logger.warning("offset %d creates topic %s that exists", offset, record.name)
+            return []
+        topic = TopicImage(
+            record.name, record.topic_id, list(record.replicas), dict(record.configs)
+        )
+        self.topics[topic.name] = topic
+        self.topics_by_id[topic.topic_id] = topic
+        return [TopicCreated(topic.name, topic.topic_id, record.replicas, dict(record.configs))]
+
+    # -- validation before proposing (controller) ----------------------------------------
+
+    def _live(self, live_brokers: Collection[int] | None) -> list[int]:
+        if live_brokers is None:
+            return sorted(self.brokers)
+        return sorted(b for b in live_brokers if b in self.brokers)
+
+    def _validate_assignment(self, replicas: Sequence[int], replication_factor: int | None) -> None:
+        """Kafka's ReplicationControlManager.validateManualPartitionAssignment."""
+        if not replicas:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                "The manual partition assignment includes an empty replica list.",
+            )
+        previous = None
+        for node_id in sorted(replicas):
+            if node_id not in self.brokers:
+                raise TopicError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"The manual partition assignment includes broker {node_id}, but no such "
+                    "broker is registered.",
+                )
+            if node_id == previous:
+                raise TopicError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"The manual partition assignment includes the broker {node_id} more than "
+                    "once.",
+                )
+            previous = node_id
+        if replication_factor is not None and len(replicas) != replication_factor:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes a partition with {len(replicas)} "
+                "replica(s), but this is not consistent with previous partitions, which have "
+                f"{replication_factor} replica(s).",
+            )
+
+    def _place(
+        self, count: int, replication_factor: int, live: Sequence[int], first_partition: int = 0
+    ) -> list[list[int]]:
+        if replication_factor > len(live):
+            raise _unable_to_replicate(replication_factor, len(live))
+        brokers = [(node_id, self.brokers[node_id].rack) for node_id in live]
+        return place_replicas(
+            count,
+            replication_factor,
+            brokers,
+            self.leader_counts(),
+            first_partition=first_partition,
+        )
+
+    def validate_create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignments: Sequence[Assignment] | None = None,
+        configs: Mapping[str, str | None] | None = None,
+        live_brokers: Collection[int] | None = None,
+        *,
+        default_num_partitions: int = 1,
+        default_replication_factor: int = 1,
+    ) -> list[list[int]]:
+        """Check a CreateTopics entry as Kafka's KRaft controller does and return the replica
+        list of each partition (the manual assignment, or placed on `live_brokers`).
+
+        Raises TopicError(error code, Kafka's message). -1 for num_partitions or
+        replication_factor means the default (KIP-464). `live_brokers` defaults to every
+        registered broker. Checks in Kafka's order: name, existence, configs, then the
+        assignment or partition count and replication factor.
+        """
+        validate_topic_name(name)
+        key = _collision_key(name)
+        for existing in self.topics:
+            if existing != name and _collision_key(existing) == key:
+                raise TopicError(
+                    ErrorCode.invalid_topic_exception,
+                    f"Topic '{name}' collides with existing topic: {existing}",
+                )
+        configs = configs or {}
+        _check_null_configs(configs)
+        if name in self.topics:
+            raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        _parse_configs(configs)
+        live = self._live(live_brokers)
+        if assignments:
+            if replication_factor != -1:
+                raise TopicError(
+                    ErrorCode.invalid_request,
+                    "A manual partition assignment was specified, but replication factor was "
+                    "not set to -1.",
+                )
+            if num_partitions != -1:
+                raise TopicError(
+                    ErrorCode.invalid_request,
+                    "A manual partition assignment was specified, but numPartitions was not "
+                    "set to -1.",
+                )
+            by_index: dict[int, list[int]] = {}
+            rf: int | None = None
+            for index, replicas in assignments:
+                if index in by_index:
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"Found multiple manual partition assignments for partition {index}",
+                    )
+                self._validate_assignment(replicas, rf)
+                rf = len(replicas)
+                if not any(node_id in live for node_id in replicas):
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        "All brokers specified in the manual partition assignment for "
+                        f"partition {index} are fenced or in controlled shutdown.",
+                    )
+                by_index[index] = list(replicas)
+            if sorted(by_index) != list(range(len(by_index))):
+                raise TopicError(
+                    ErrorCode.invalid_replica_assignment,
+                    "partitions should be a consecutive 0-based integer sequence",
+                )
+            if len(by_index) > MAX_PARTITIONS:
+                raise TopicError(
+                    ErrorCode.invalid_partitions,
+                    f"Number of partitions {len(by_index)} is above the limit of {MAX_PARTITIONS}.",
+                )
+            return [by_index[i] for i in range(len(by_index))]
+        if replication_factor < -1 or replication_factor == 0:
+            raise TopicError(
+                ErrorCode.invalid_replication_factor,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            )
+        if num_partitions < -1 or num_partitions == 0:
+            raise TopicError(
+                ErrorCode.invalid_partitions,
+                "Number of partitions was set to an invalid non-positive value.",
+            )
+        if num_partitions == -1:
+            num_partitions = default_num_partitions
+        if replication_factor == -1:
+            replication_factor = default_replication_factor
+        if num_partitions > MAX_PARTITIONS:
+            raise TopicError(
+                ErrorCode.invalid_partitions,
+                f"Number of partitions {num_partitions} is above the limit of {MAX_PARTITIONS}.",
+            )
+        return self._place(num_partitions, replication_factor, live)
+
+    def plan_create_topic(
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        num_partitions: int,
+        replication_factor: int,
+        assignments: Sequence[Assignment] | None = None,
+        configs: Mapping[str, str | None] | None = None,
+        live_brokers: Collection[int] | None = None,
+        *,
+        default_num_partitions: int = 1,
+        default_replication_factor: int = 1,
+    ) -> CreateTopic:
+        """validate_create_topic, then the record to propose (configs in Kafka's string form)."""
+        replicas = self.validate_create_topic(
+            name,
+            num_partitions,
+            replication_factor,
+            assignments,
+            configs,
+            live_brokers,
+            default_num_partitions=default_num_partitions,
+            default_replication_factor=default_replication_factor,
+        )
+        return CreateTopic(name, topic_id, replicas, _render_configs(configs or {}))
+
+    def _existing(self, name: str) -> TopicImage:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        return topic
+
+    def validate_create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None = None,
+        live_brokers: Collection[int] | None = None,
+    ) -> CreatePartitions:
+        """Check a CreatePartitions entry (grow `name` to `count` partitions) as Kafka's
+        controller does; returns the record to propose. Raises TopicError."""
+        topic = self._existing(name)
+        current = topic.num_partitions
+        if count == current:
+            raise TopicError(
+                ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
+            )
+        if count < current:
+            raise TopicError(
+                ErrorCode.invalid_partitions,
+                f"The topic {name} currently has {current} partition(s); {count} would not be "
+                "an increase.",
+            )
+        if count > MAX_PARTITIONS:
+            raise TopicError(
+                ErrorCode.invalid_partitions,
+                f"Number of partitions {count} is above the limit of {MAX_PARTITIONS}.",
+            )
+        additional = count - current
+        live = self._live(live_brokers)
+        if assignments is not None:
+            if len(assignments) != additional:
+                raise TopicError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Attempted to add {additional} additional partition(s), but only "
+                    f"{len(assignments)} assignment(s) were specified.",
+                )
+            for i, replicas in enumerate(assignments):
+                self._validate_assignment(replicas, topic.replication_factor)
+                if not any(node_id in live for node_id in replicas):
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        "All brokers specified in the manual partition assignment for "
+                        f"partition {current + i} are fenced or in controlled shutdown.",
+                    )
+            new_replicas = [list(r) for r in assignments]
+        else:
+            new_replicas = self._place(additional, topic.replication_factor, live, current)
+        return CreatePartitions(topic.topic_id, new_replicas)
+
+    def validate_delete_topic(self, name: str) -> DeleteTopic:
+        """The record deleting `name`; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
+        return DeleteTopic(self._existing(name).topic_id)
+
+    def validate_alter_configs(
+        self, name: str, configs: Mapping[str, str | None]
+    ) -> AlterTopicConfigs:
+        """The record replacing `name`'s overrides with `configs`; INVALID_CONFIG if bad."""
+        topic = self._existing(name)
+        _check_null_configs(configs)
+        _parse_configs(configs)
+        return AlterTopicConfigs(topic.topic_id, _render_configs(configs))
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": IMAGE_FORMAT_VERSION,
+            "applied_offset": self.applied_offset,
+            "brokers": [
+                {
+                    "node_id": b.node_id,
+                    "host": b.host,
+                    "port": b.port,
+                    "rack": b.rack,
+                    "incarnation_id": b.incarnation_id,
+                }
+                for b in sorted(self.brokers.values(), key=lambda b: b.node_id)
+            ],
+            "topics": [
+                {
+                    "name": t.name,
+                    "topic_id": str(t.topic_id),
+                    "replicas": [list(r) for r in t.replicas],
+                    "configs": dict(sorted(t.configs.items())),
+                }
+                for t in sorted(self.topics.values(), key=lambda t: t.name)
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MetadataImage:
+        version = data.get("version")
+        if version != IMAGE_FORMAT_VERSION:
+            raise ValueError(f"metadata image format version {version!r} is not supported")
+        image = cls()
+        image.applied_offset = int(data["applied_offset"])
+        for b in data["brokers"]:
+            broker = BrokerInfo(
+                int(b["node_id"]), b["host"], int(b["port"]), b["rack"], b["incarnation_id"]
+            )
+            image.brokers[broker.node_id] = broker
+        for t in data["topics"]:
+            topic = TopicImage(
+                t["name"],
+                uuid.UUID(t["topic_id"]),
+                [tuple(int(n) for n in r) for r in t["replicas"]],
+                dict(t["configs"]),
+            )
+            image.topics[topic.name] = topic
+            image.topics_by_id[topic.topic_id] = topic
+        return image
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MetadataImage) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _render_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    return {name: value for name, value in configs.items() if value is not None}
