@@ -1,0 +1,79 @@
+"""Snapshots of the metadata image in lmdb, so a restart does not replay the whole log.
+
+One lmdb environment `<data-dir>/cluster-metadata.lmdb` holds key `image` (the image as JSON)
+and `applied-offset` (decimal), written in one transaction: a snapshot is all or nothing.
+After loading, the broker replays the metadata log from `applied_offset + 1`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lmdb
+
+from broker.cluster.image import MetadataImage
+
+SNAPSHOT_DIR_NAME = "cluster-metadata.lmdb"
+_IMAGE_KEY = b"image"
+_OFFSET_KEY = b"applied-offset"
+
+
+class SnapshotError(ValueError):
+    """A snapshot that exists but cannot be read back."""
+
+
+class SnapshotStore:
+    """The snapshot environment of one data directory (open once per process)."""
+
+    def __init__(self, data_dir: Path, map_size: int = 1 << 30) -> None:
+        self.path = Path(data_dir) / SNAPSHOT_DIR_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._env = lmdb.open(str(self.path), map_size=map_size, subdir=True)
+
+    def save(self, image: MetadataImage) -> None:
+        raw = json.dumps(image.to_dict(), separators=(",", ":")).encode()
+        with self._env.begin(write=True) as txn:
+            txn.put(_IMAGE_KEY, raw)
+            txn.put(_OFFSET_KEY, str(image.applied_offset).encode())
+        self._env.sync(True)
+
+    def load(self) -> MetadataImage:
+        with self._env.begin() as txn:
+            raw = txn.get(_IMAGE_KEY)
+            offset = txn.get(_OFFSET_KEY)
+        if raw is None:
+            return MetadataImage()
+        try:
+            image = MetadataImage.from_dict(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SnapshotError(f"unreadable metadata snapshot in {self.path}: {exc}") from None
+        if offset is None or int(offset) != image.applied_offset:
+            raise SnapshotError(
+                f"metadata snapshot in {self.path}: applied offset {offset!r} does not match "
+                f"the image's {image.applied_offset}"
+            )
+        return image
+
+    def close(self) -> None:
+        self._env.close()
+
+    def __enter__(self) -> SnapshotStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def save_snapshot(data_dir: Path, image: MetadataImage) -> None:
+    """Write `image` as the snapshot of `data_dir`, replacing any earlier one atomically."""
+    with SnapshotStore(data_dir) as store:
+        store.save(image)
+
+
+def load_snapshot(data_dir: Path) -> MetadataImage:
+    """The snapshot of `data_dir`; an empty image when there is none (nothing is created)."""
+    if not (Path(data_dir) / SNAPSHOT_DIR_NAME).exists():
+        return MetadataImage()
+    with SnapshotStore(data_dir) as store:
+        return store.load()
