@@ -1,0 +1,434 @@
+"""Broker-to-broker TCP transport: every Raft group's messages share one connection per peer.
+
+Each node dials one outbound connection to every peer (lazily, on the first message; re-dialled
+with capped exponential backoff when it breaks) and accepts inbound connections from its
+peers. A connection starts with a HELLO naming the dialling node; unknown ids are refused.
+Raft messages and FORWARD_REQUESTs travel on the sender's outbound connection; the
+FORWARD_RESPONSE comes back on the same connection.
+
+`send()` never blocks: messages are queued per peer within a byte budget and dropped (and
+counted) beyond it or while the peer is unreachable -- Raft retransmits. A sender task per peer
+writes everything queued since its last write as one frame, so the heartbeats of many groups
+coalesce into one write.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+import trio
+
+from consensus.codec import (
+    FRAME_HEADER_BYTES,
+    CodecError,
+    ForwardRequest,
+    ForwardResponse,
+    Frame,
+    Hello,
+    decode_frame,
+    encode_forward_request,
+    encode_forward_response,
+    encode_hello,
+    encode_messages,
+    frame_length,
+    message_size_bytes,
+)
+from consensus.types import Message, NodeId
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+MessageHandler = Callable[[Message], None]
+ForwardHandler = Callable[[str, bytes], Awaitable[tuple[int, bytes]]]
+
+_CONNECTION_ERRORS = (
+    OSError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    EOFError,
+    CodecError,
+)
+
+# Kafka's UNKNOWN_SERVER_ERROR: the forward handler raised or none is installed.
+UNKNOWN_SERVER_ERROR = -1
+
+
+class ForwardError(Exception):
+    """A forwarded request got no response: peer unreachable, connection lost or timeout."""
+
+
+class ForwardTimeout(ForwardError):
+    pass
+
+
+class ForwardRemoteError(ForwardError):
+    """The peer's forward handler answered with a non-zero error code."""
+
+    def __init__(self, error_code: int, payload: bytes) -> None:
+        super().__init__(f"peer answered error code {error_code}")
+        self.error_code = error_code
+        self.payload = payload
+
+
+@dataclass(slots=True)
+class TransportStats:
+    messages_sent: int = 0
+    messages_received: int = 0
+    frames_sent: int = 0
+    # Dropped because the peer's queue was over budget, the peer was unreachable, or the
+    # connection broke with the message still queued.
+    messages_dropped: int = 0
+    # Received messages whose from/to did not match the connection (dropped).
+    messages_misaddressed: int = 0
+    connections_refused: int = 0
+    dial_failures: int = 0
+
+
+class _PendingForward:
+    __slots__ = ("peer", "done", "response", "error")
+
+    def __init__(self, peer: NodeId) -> None:
+        self.peer = peer
+        self.done = trio.Event()
+        self.response: ForwardResponse | None = None
+        self.error: ForwardError | None = None
+
+    def fail(self, error: ForwardError) -> None:
+        if not self.done.is_set():
+            self.error = error
+            self.done.set()
+
+
+@dataclass(slots=True)
+class _Peer:
+    node_id: NodeId
+    address: Address
+    messages: list[Message] = field(default_factory=list)
+    queued_bytes: int = 0
+    forwards: list[tuple[int, list[bytes | bytearray]]] = field(default_factory=list)
+    wanted: trio.Event = field(default_factory=trio.Event)  # work queued or a dial requested
+    unreachable: bool = False  # the last dial failed; drop messages until one succeeds
+    connected: bool = False
+
+    def wake(self) -> None:
+        self.wanted.set()
+
+
+class _FrameReader:
+    """Reads length-prefixed frames from a stream into one growing buffer."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+
+    async def _fill(self, want: int) -> None:
+        while len(self._buffer) < want:
+            chunk = await self._stream.receive_some(max(65536, want - len(self._buffer)))
+            if not chunk:
+                raise EOFError("connection closed by peer")
+            self._buffer += chunk
+
+    async def read(self) -> Frame:
+        await self._fill(FRAME_HEADER_BYTES)
+        length = frame_length(self._buffer)
+        end = FRAME_HEADER_BYTES + length
+        await self._fill(end)
+        with memoryview(self._buffer) as view:
+            frame = decode_frame(view[FRAME_HEADER_BYTES:end])
+        del self._buffer[:end]
+        return frame
+
+
+async def _write_parts(stream: trio.abc.SendStream, parts: list[bytes | bytearray]) -> None:
+    for part in parts:
+        await stream.send_all(part)
+
+
+class PeerTransport:
+    def __init__(
+        self,
+        node_id: NodeId,
+        listen: Address,
+        peers: Mapping[NodeId, Address],
+        on_message: MessageHandler | None = None,
+        queue_bytes_max: int = 64 << 20,
+        frame_bytes_max: int = 8 << 20,
+        backoff_min_s: float = 0.1,
+        backoff_max_s: float = 2.0,
+        connect_timeout_s: float = 2.0,
+        handshake_timeout_s: float = 5.0,
+    ) -> None:
+        """`peers` maps every other node's id to its address (an entry for `node_id` itself
+        is ignored). Received messages go to `on_message` in arrival order."""
+        self.node_id = node_id
+        self.listen = listen
+        self._peers = {
+            peer: _Peer(peer, address) for peer, address in peers.items() if peer != node_id
+        }
+        self._on_message = on_message
+        self._forward_handler: ForwardHandler | None = None
+        self.queue_bytes_max = queue_bytes_max
+        self.frame_bytes_max = frame_bytes_max
+        self.backoff_min_s = backoff_min_s
+        self.backoff_max_s = backoff_max_s
+        self.connect_timeout_s = connect_timeout_s
+        self.handshake_timeout_s = handshake_timeout_s
+        self.stats = TransportStats()
+        self._request_ids = itertools.count(1)
+        self._pending: dict[int, _PendingForward] = {}
+        self.running = False
+        self.port: int | None = None  # the bound port once running (useful with port 0)
+
+    # ------------------------------------------------------------------ configuration
+    def set_message_handler(self, on_message: MessageHandler | None) -> None:
+        self._on_message = on_message
+
+    def set_forward_handler(self, handler: ForwardHandler | None) -> None:
+        """Serve incoming FORWARD_REQUESTs, each in its own task. The handler returns
+        (error_code, payload); if it raises, the caller gets UNKNOWN_SERVER_ERROR."""
+        self._forward_handler = handler
+
+    @property
+    def peer_ids(self) -> frozenset[NodeId]:
+        return frozenset(self._peers)
+
+    # ------------------------------------------------------------------ sending
+    def send(self, message: Message) -> None:
+        """Queue `message` for `message.to`; never blocks. Dropped (counted) when the peer is
+        unknown or unreachable or its queue is over budget."""
+        peer = self._peers.get(message.to)
+        if peer is None:
+            self.stats.messages_dropped += 1
+            return
+        peer.wake()
+        if peer.unreachable:
+            self.stats.messages_dropped += 1
+            return
+        size = message_size_bytes(message)
+        if peer.queued_bytes + size > self.queue_bytes_max:
+            self.stats.messages_dropped += 1
+            return
+        peer.messages.append(message)
+        peer.queued_bytes += size
+
+    async def forward(self, to: NodeId, group: str, payload: bytes, timeout_s: float) -> bytes:
+        """Send a FORWARD_REQUEST to `to` and return the payload of its response.
+
+        Raises ForwardRemoteError for a non-zero error code, ForwardTimeout after
+        `timeout_s`, ForwardError when the peer is unknown or unreachable or the
+        connection breaks before the response arrives.
+        """
+        peer = self._peers.get(to)
+        if peer is None:
+            raise ForwardError(f"node {to} is not a peer of node {self.node_id}")
+        peer.wake()
+        if peer.unreachable:
+            raise ForwardError(f"node {to} is unreachable")
+        request_id = next(self._request_ids)
+        pending = _PendingForward(to)
+        self._pending[request_id] = pending
+        peer.forwards.append((request_id, encode_forward_request(request_id, group, payload)))
+        try:
+            with trio.move_on_after(timeout_s):
+                await pending.done.wait()
+        finally:
+            self._pending.pop(request_id, None)
+            peer.forwards = [f for f in peer.forwards if f[0] != request_id]
+        if not pending.done.is_set():
+            raise ForwardTimeout(f"no response from node {to} within {timeout_s} s")
+        if pending.error is not None:
+            raise pending.error
+        response = pending.response
+        assert response is not None
+        if response.error_code != 0:
+            raise ForwardRemoteError(response.error_code, response.payload)
+        return response.payload
+
+    # ------------------------------------------------------------------ serving
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on `listen` and keep one sender per peer until cancelled."""
+        host, port = self.listen
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                self.port = listeners[0].socket.getsockname()[1]
+                for listener in listeners:
+                    nursery.start_soon(trio.serve_listeners, self._serve_inbound, [listener])
+                for peer in self._peers.values():
+                    nursery.start_soon(self._run_peer, peer)
+                task_status.started()
+        finally:
+            self.running = False
+            for listener in listeners:
+                await trio.aclose_forcefully(listener)
+            for pending in list(self._pending.values()):
+                pending.fail(ForwardError("transport stopped"))
+
+    async def _run_peer(self, peer: _Peer) -> None:
+        backoff_s = self.backoff_min_s
+        while True:
+            await peer.wanted.wait()
+            try:
+                with trio.fail_after(self.connect_timeout_s):
+                    stream = await trio.open_tcp_stream(*peer.address)
+            except (OSError, trio.TooSlowError) as exc:
+                self.stats.dial_failures += 1
+                if not peer.unreachable:
+                    log.info("node %s: cannot reach node %s: %s", self.node_id, peer.node_id, exc)
+                peer.unreachable = True
+                peer.wanted = trio.Event()  # re-dial only when there is traffic again
+                self._discard_queue(peer, ForwardError(f"cannot connect to node {peer.node_id}"))
+                await trio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, self.backoff_max_s)
+                continue
+            peer.unreachable = False
+            backoff_s = self.backoff_min_s
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read_responses, stream, peer, nursery.cancel_scope)
+                    await self._write_loop(stream, peer, nursery.cancel_scope)
+            finally:
+                peer.connected = False
+                self._discard_queue(peer, ForwardError(f"connection to node {peer.node_id} lost"))
+                await trio.aclose_forcefully(stream)
+            await trio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, self.backoff_max_s)
+
+    async def _write_loop(
+        self, stream: trio.SocketStream, peer: _Peer, connection: trio.CancelScope
+    ) -> None:
+        try:
+            await stream.send_all(encode_hello(self.node_id))
+            peer.connected = True
+            while True:
+                await peer.wanted.wait()
+                peer.wanted = trio.Event()
+                forwards, peer.forwards = peer.forwards, []
+                messages, peer.messages = peer.messages, []
+                peer.queued_bytes = 0
+                for _, parts in forwards:
+                    await _write_parts(stream, parts)
+                # Cut frames at frame_bytes_max so one frame never holds the whole queue.
+                start, used = 0, 0
+                for i, m in enumerate(messages):
+                    used += message_size_bytes(m)
+                    if used >= self.frame_bytes_max:
+                        await self._write_messages(stream, messages[start : i + 1])
+                        start, used = i + 1, 0
+                if start < len(messages):
+                    await self._write_messages(stream, messages[start:])
+        except _CONNECTION_ERRORS as exc:
+            log.info("node %s: connection to node %s lost: %s", self.node_id, peer.node_id, exc)
+            connection.cancel()
+
+    async def _write_messages(self, stream: trio.SocketStream, messages: list[Message]) -> None:
+        await _write_parts(stream, encode_messages(messages))
+        self.stats.frames_sent += 1
+        self.stats.messages_sent += len(messages)
+
+    async def _read_responses(
+        self, stream: trio.SocketStream, peer: _Peer, connection: trio.CancelScope
+    ) -> None:
+        reader = _FrameReader(stream)
+        try:
+            while True:
+                frame = await reader.read()
+                if not isinstance(frame, ForwardResponse):
+                    raise CodecError(f"unexpected {type(frame).__name__} on outbound connection")
+                pending = self._pending.get(frame.request_id)
+                if (
+                    pending is not None
+                    and pending.peer == peer.node_id
+                    and not pending.done.is_set()
+                ):
+                    pending.response = frame
+                    pending.done.set()
+        except _CONNECTION_ERRORS as exc:
+            log.info("node %s: connection to node %s closed: %s", self.node_id, peer.node_id, exc)
+            connection.cancel()
+
+    def _discard_queue(self, peer: _Peer, error: ForwardError) -> None:
+        self.stats.messages_dropped += len(peer.messages)
+        peer.messages = []
+        peer.queued_bytes = 0
+        peer.forwards = []
+        for pending in list(self._pending.values()):
+            if pending.peer == peer.node_id:
+                pending.fail(error)
+
+    async def _serve_inbound(self, stream: trio.SocketStream) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._read_inbound(stream, nursery)
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _read_inbound(self, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+        reader = _FrameReader(stream)
+        peer_id: NodeId | None = None
+        try:
+            with trio.fail_after(self.handshake_timeout_s):
+                hello = await reader.read()
+            if not isinstance(hello, Hello) or hello.node_id not in self._peers:
+                self.stats.connections_refused += 1
+                log.warning("node %s: refused inbound connection (%r)", self.node_id, hello)
+                return
+            peer_id = hello.node_id
+            send_lock = trio.Lock()
+            while True:
+                frame = await reader.read()
+                if isinstance(frame, list):
+                    self._deliver(peer_id, frame)
+                elif isinstance(frame, ForwardRequest):
+                    nursery.start_soon(self._serve_forward, stream, send_lock, frame)
+                else:
+                    raise CodecError(f"unexpected {type(frame).__name__} on inbound connection")
+        except (*_CONNECTION_ERRORS, trio.TooSlowError) as exc:
+            if not isinstance(exc, EOFError):
+                log.info("node %s: inbound from %s closed: %s", self.node_id, peer_id, exc)
+
+    def _deliver(self, peer_id: NodeId, messages: list[Message]) -> None:
+        self.stats.messages_received += len(messages)
+        for m in messages:
+            if m.from_id != peer_id or m.to != self.node_id:
+                self.stats.messages_misaddressed += 1
+                continue
+            if self._on_message is not None:
+                self._on_message(m)
+
+    async def _serve_forward(
+        self, stream: trio.SocketStream, send_lock: trio.Lock, request: ForwardRequest
+    ) -> None:
+        handler = self._forward_handler
+        error_code, payload = UNKNOWN_SERVER_ERROR, b""
+        if handler is not None:
+            try:
+                error_code, payload = await handler(request.group, request.payload)
+            except Exception:
+                log.exception("node %s: forward handler failed for %r", self.node_id, request.group)
+                error_code, payload = UNKNOWN_SERVER_ERROR, b""
+        try:
+            parts = encode_forward_response(request.request_id, error_code, payload)
+        except CodecError:
+            log.exception("node %s: cannot encode forward response", self.node_id)
+            parts = encode_forward_response(request.request_id, UNKNOWN_SERVER_ERROR, b"")
+        try:
+            async with send_lock:
+                await _write_parts(stream, parts)
+        except _CONNECTION_ERRORS:
+            pass  # the requester sees the connection loss
+
+
+__all__ = [
+    "ForwardError",
+    "ForwardRemoteError",
+    "ForwardTimeout",
+    "PeerTransport",
+    "TransportStats",
+    "UNKNOWN_SERVER_ERROR",
+]
