@@ -419,7 +419,9 @@ class MetadataImage:
             default_num_partitions=default_num_partitions,
             default_replication_factor=default_replication_factor,
         )
-        return CreateTopic(name, topic_id, replicas, _render_configs(configs or {}))
+        return CreateTopic(
+            name, topic_id, tuple(map(tuple, replicas)), _render_configs(configs or {})
+        )
 
     def _existing(self, name: str) -> TopicImage:
         topic = self.topics.get(name)
@@ -476,7 +478,7 @@ class MetadataImage:
             new_replicas = [list(r) for r in assignments]
         else:
             new_replicas = self._place(additional, topic.replication_factor, live, current)
-        return CreatePartitions(topic.topic_id, new_replicas)
+        return CreatePartitions(topic.topic_id, tuple(map(tuple, new_replicas)))
 
     def validate_delete_topic(self, name: str) -> DeleteTopic:
         """The record deleting `name`; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
