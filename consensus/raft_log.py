@@ -78,16 +78,22 @@ class LogView:
         """Largest batch end <= `offset` whose batch epoch is <= `epoch`.
 
         Everything after it may differ from a log whose batch at `offset` has epoch `epoch`,
-        everything up to it may match; log_start_offset - 1 when nothing qualifies.
+        everything up to it may match; log_start_offset - 1 when nothing qualifies. Epochs
+        never decrease along a Raft log, so this is a binary search (O(log n) lookups), the
+        same question Kafka's leader-epoch cache answers with end_offset_for_epoch.
         """
-        start = self.log_start_offset()
-        offset = min(offset, self.log_end_offset() - 1)
-        while offset >= start:
-            entry = self.entry_at(offset)
-            if entry.epoch <= epoch and entry.last_offset <= offset:
-                return entry.last_offset
-            offset = entry.base_offset - 1
-        return start - 1
+        lo, hi = self.log_start_offset() - 1, min(offset, self.log_end_offset() - 1)
+        # Invariant: epoch_at(lo) <= epoch (or lo is before the log); answer in [lo, hi].
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.entry_at(mid).epoch <= epoch:
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo < self.log_start_offset():
+            return lo
+        entry = self.entry_at(lo)
+        return entry.last_offset if entry.last_offset <= offset else entry.base_offset - 1
 
     def append(self, entries: Sequence[Entry]) -> None:
         for entry in entries:

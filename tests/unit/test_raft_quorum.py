@@ -99,3 +99,28 @@ def test_log_view_find_conflict_by_epoch() -> None:
     assert view.find_conflict_by_epoch(100, 1) == 4
     assert view.find_conflict_by_epoch(9, 0) == -1
     assert view.is_batch_end(4, 1) and not view.is_batch_end(3, 1) and view.is_batch_end(-1, 0)
+
+
+def _linear_conflict(entries: list[Entry], offset: int, epoch: int) -> int:
+    for entry in reversed(entries):
+        if entry.epoch <= epoch and entry.last_offset <= offset:
+            return entry.last_offset
+    return -1
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.integers(0, 2)), min_size=0, max_size=30),
+    st.integers(-1, 80),
+    st.integers(0, 40),
+)
+def test_find_conflict_by_epoch_matches_a_backward_walk(
+    shape: list[tuple[int, int]], offset: int, epoch: int
+) -> None:
+    entries: list[Entry] = []
+    current_epoch, base = 1, 0
+    for count, epoch_step in shape:  # epochs never decrease along a Raft log
+        current_epoch += epoch_step
+        entries.append(Entry(base, base + count - 1, current_epoch, b""))
+        base += count
+    view = LogView(_log(*entries))
+    assert view.find_conflict_by_epoch(offset, epoch) == _linear_conflict(entries, offset, epoch)
