@@ -1,0 +1,254 @@
+"""RaftNode end to end in one process: each node its own transport on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+
+import pytest
+import trio
+
+from consensus import HardState, MemoryRaftLog, NotLeaderError, Role
+from consensus.driver import GroupUpdate, RaftGroup, RaftNode
+from consensus.transport import PeerTransport
+from consensus.types import Entry
+
+TICK_MS = 20
+NODES = (1, 2, 3)
+VOTERS = frozenset(NODES)
+
+
+class MemoryGroupStorage:
+    """GroupStorage over a MemoryRaftLog; survives a simulated restart by being reused."""
+
+    def __init__(self) -> None:
+        self.raft_log = MemoryRaftLog()
+        self.hard_state = HardState()
+
+    def load_hard_state(self) -> HardState:
+        return self.hard_state
+
+    def save_hard_state(self, hard_state: HardState) -> None:
+        self.hard_state = hard_state
+
+    def truncate_to(self, offset: int) -> None:
+        self.raft_log.truncate_to(offset)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        self.raft_log.append(entries)
+
+    def high_watermark_checkpoint(self) -> int | None:
+        return None
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+class Cluster:
+    """Three RaftNodes, each run in its own cancel scope so a test can crash and restart one."""
+
+    def __init__(self, nursery: trio.Nursery, groups: Sequence[str]) -> None:
+        self.nursery = nursery
+        self.addresses = {
+            node: ("127.0.0.1", port) for node, port in zip(NODES, free_ports(3), strict=True)
+        }
+        self.groups = list(groups)
+        self.storage = {(node, g): MemoryGroupStorage() for node in NODES for g in groups}
+        self.nodes: dict[int, RaftNode] = {}
+        self.scopes: dict[int, trio.CancelScope] = {}
+        self.updates: dict[int, list[GroupUpdate]] = {node: [] for node in NODES}
+
+    async def start(self, node: int) -> None:
+        transport = PeerTransport(node, self.addresses[node], self.addresses)
+        raft_node = RaftNode(node, transport, tick_ms=TICK_MS, seed=7)
+        for g in self.groups:
+            raft_node.add_group(g, VOTERS, self.storage[node, g], self.updates[node].append)
+        self.nodes[node] = raft_node
+        scope = trio.CancelScope()
+        self.scopes[node] = scope
+
+        async def run(task_status: trio.TaskStatus[None]) -> None:
+            with scope:
+                await raft_node.run(task_status=task_status)
+
+        await self.nursery.start(run)
+
+    async def crash(self, node: int) -> None:
+        self.scopes[node].cancel()
+        raft_node = self.nodes.pop(node)
+        with trio.fail_after(2):
+            while raft_node.transport.running:
+                await trio.sleep(0.01)
+
+    def group(self, node: int, g: str) -> RaftGroup:
+        raft_group = self.nodes[node].group(g)
+        assert raft_group is not None
+        return raft_group
+
+    async def leader(self, g: str, timeout_s: float = 3.0) -> int:
+        """Wait for exactly one live node to lead `g` with every live node agreeing."""
+        with trio.fail_after(timeout_s):
+            while True:
+                leaders = [n for n in self.nodes if self.group(n, g).role is Role.LEADER]
+                if len(leaders) == 1:
+                    leader = leaders[0]
+                    term = self.group(leader, g).term
+                    if all(
+                        self.group(n, g).leader_id == leader and self.group(n, g).term == term
+                        for n in self.nodes
+                    ):
+                        return leader
+                await trio.sleep(TICK_MS / 1000)
+
+    async def propose_committed(self, g: str, payload: bytes, records: int = 1) -> Entry:
+        leader = await self.leader(g)
+        raft_group = self.group(leader, g)
+        entry = raft_group.propose(records, payload)
+        assert entry in self.storage[leader, g].raft_log.all_entries()  # persisted on return
+        assert await raft_group.wait_committed(entry.end_offset, timeout_s=3)
+        return entry
+
+    async def replicated(self, g: str, entry: Entry, timeout_s: float = 3.0) -> None:
+        """Every live node holds `entry` and knows it is committed."""
+        with trio.fail_after(timeout_s):
+            for node in self.nodes:
+                assert await self.group(node, g).wait_committed(entry.end_offset, timeout_s)
+                assert entry in self.storage[node, g].raft_log.all_entries()
+
+
+def run_cluster(groups: Sequence[str], scenario: Callable[[Cluster], Awaitable[None]]) -> None:
+    async def main() -> None:
+        with trio.fail_after(25):
+            async with trio.open_nursery() as nursery:
+                cluster = Cluster(nursery, groups)
+                for node in NODES:
+                    await cluster.start(node)
+                await scenario(cluster)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_elect_replicate_crash_failover_and_restart_catch_up() -> None:
+    async def scenario(cluster: Cluster) -> None:
+        g = "orders-0"
+        first = await cluster.propose_committed(g, b"batch-1", records=3)
+        await cluster.replicated(g, first)
+        old_leader = await cluster.leader(g)
+        updates = cluster.updates[old_leader]
+        assert any(u.soft_state and u.soft_state.role is Role.LEADER for u in updates)
+        assert any(u.high_watermark == first.end_offset for u in updates)
+
+        await cluster.crash(old_leader)
+        new_leader = await cluster.leader(g, timeout_s=5)
+        assert new_leader != old_leader
+        second = await cluster.propose_committed(g, b"batch-2", records=2)
+        assert second.epoch > first.epoch
+
+        await cluster.start(old_leader)  # same port, same storage (hard state and log)
+        await cluster.replicated(g, second, timeout_s=5)
+        assert cluster.group(old_leader, g).leader_id == new_leader
+
+    run_cluster(["orders-0"], scenario)
+
+
+def test_fifty_groups_on_three_nodes() -> None:
+    groups = [f"t-{i}" for i in range(50)]
+
+    async def scenario(cluster: Cluster) -> None:
+        for g in groups:
+            await cluster.leader(g, timeout_s=5)
+        leaders = {await cluster.leader(g) for g in groups}
+        assert len(leaders) > 1, "election timeouts are spread per group"
+        entries = {g: await cluster.propose_committed(g, g.encode()) for g in groups}
+        for g, entry in entries.items():
+            await cluster.replicated(g, entry)
+
+    run_cluster(groups, scenario)
+
+
+def test_not_leader_and_lost_leadership_while_waiting() -> None:
+    async def scenario(cluster: Cluster) -> None:
+        g = "p-0"
+        leader = await cluster.leader(g)
+        follower = next(n for n in NODES if n != leader)
+        with pytest.raises(NotLeaderError) as not_leader:
+            cluster.group(follower, g).propose(1, b"x")
+        assert not_leader.value.leader_id == leader
+        # Cut the leader off from its followers: its acks=all waiter must not hang.
+        others = [n for n in NODES if n != leader]
+        for n in others:
+            await cluster.crash(n)
+        entry = cluster.group(leader, g).propose(1, b"never committed")
+        with pytest.raises(NotLeaderError):
+            await cluster.group(leader, g).wait_committed(entry.end_offset, timeout_s=5)
+        assert not await cluster.group(leader, g).wait_committed(entry.end_offset, 0.05)
+
+    run_cluster(["p-0"], scenario)
+
+
+def test_shutdown_transfers_leadership() -> None:
+    groups = [f"s-{i}" for i in range(10)]
+
+    async def scenario(cluster: Cluster) -> None:
+        for g in groups:
+            await cluster.propose_committed(g, b"x")
+        leaders = {g: await cluster.leader(g) for g in groups}
+        node = max(set(leaders.values()), key=list(leaders.values()).count)
+        await cluster.nodes[node].shutdown(timeout_s=3)
+        for g in groups:
+            assert cluster.group(node, g).role is not Role.LEADER
+        await cluster.crash(node)
+        for g in groups:
+            # Handed over, not timed out: a leader exists at once among the survivors.
+            new_leader = await cluster.leader(g, timeout_s=0.5)
+            assert new_leader != node
+
+    run_cluster(groups, scenario)
+
+
+def test_messages_for_unknown_groups_are_dropped_and_removed_groups_fail_waiters() -> None:
+    async def scenario(cluster: Cluster) -> None:
+        g = "r-0"
+        leader = await cluster.leader(g)
+        follower = next(n for n in NODES if n != leader)
+        waiter_result: list[BaseException] = []
+
+        async def wait_forever() -> None:
+            try:
+                await cluster.group(follower, g).wait_committed(10**9, timeout_s=10)
+            except NotLeaderError as exc:
+                waiter_result.append(exc)
+
+        cluster.nursery.start_soon(wait_forever)
+        await trio.sleep(0.05)
+        cluster.nodes[follower].remove_group(g)
+        await trio.sleep(0.01)
+        assert len(waiter_result) == 1
+        stats = cluster.nodes[follower].stats
+        with trio.fail_after(2):
+            while stats.messages_unknown_group == 0:
+                await trio.sleep(TICK_MS / 1000)
+        assert cluster.nodes[follower].group(g) is None
+
+    run_cluster(["r-0"], scenario)
+
+
+def test_ticking_a_thousand_idle_followers() -> None:
+    """Not a timed assertion: it exercises the tick path at scale (see scripts for figures)."""
+    transport = PeerTransport(1, ("127.0.0.1", 0), {2: ("127.0.0.1", 1), 3: ("127.0.0.1", 2)})
+    node = RaftNode(1, transport, election_timeout_ticks=10**6)
+    for i in range(1000):
+        node.add_group(f"t-{i}", VOTERS, MemoryGroupStorage())
+    for _ in range(10):
+        node.tick()
+    assert all(g.role is Role.FOLLOWER for g in node.groups.values())
