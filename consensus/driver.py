@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 class GroupStorage(Protocol):
     """Durable state of one group; the broker implements it over its segment log."""
 
-    raft_log: RaftLog  # the read view the core uses
+    @property
+    def raft_log(self) -> RaftLog:
+        """The read view the core uses (a plain attribute satisfies this)."""
+        ...
 
     def load_hard_state(self) -> HardState: ...
 

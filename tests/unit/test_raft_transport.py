@@ -96,8 +96,9 @@ def test_large_payload_is_its_own_part_not_copied() -> None:
     entry = Entry(0, 9, 1, payload)
     parts = encode_messages([Message("t-0", MessageType.APPEND, 1, 2, 1, entries=(entry,))])
     assert any(part is payload for part in parts)
-    [[decoded]] = decode_stream(b"".join(parts))
-    assert decoded.entries == (entry,)
+    [frame] = decode_stream(b"".join(parts))
+    assert isinstance(frame, list)
+    assert frame[0].entries == (entry,)
 
 
 @settings(max_examples=300)
