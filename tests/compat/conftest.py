@@ -25,6 +25,7 @@ BROKERS_KEY = pytest.StashKey[list[BrokerProcess]]()
 SESSION_BROKER_KEY = pytest.StashKey[BrokerProcess]()
 SESSION_BROKER_USERS = {"bootstrap"}
 LOG_TAIL_LINES = 40
+DEFAULT_TEST_TIMEOUT_S = 180
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,6 +50,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # kafka-python loads its protocol schemas with deprecated importlib.resources calls.
     for message in ("read_text is deprecated", "open_text is deprecated"):
         config.addinivalue_line("filterwarnings", f"ignore:{message}:DeprecationWarning")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A client waiting on a broker that never answers must fail the test, not hang the run.
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    compat_dir = Path(__file__).resolve().parent
+    for item in items:
+        in_compat = compat_dir in Path(str(item.path)).resolve().parents
+        if in_compat and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(DEFAULT_TEST_TIMEOUT_S))
 
 
 def _external_bootstrap(config: pytest.Config) -> str | None:
