@@ -486,9 +486,13 @@ def test_groups_cli_describes_a_live_group(bootstrap: str, new_topic: Any) -> No
     c = ThreadConsumer(bootstrap, topic, group, **{"enable.auto.commit": False})
     try:
         wait_until(lambda: len(c.assignment) == 2, 60, "an assignment")
+        # Asynchronous: the consumer's own thread serves the commit's answer.
         c.consumer.commit(
             offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 5)],
-            asynchronous=False,
+            asynchronous=True,
+        )
+        wait_until(
+            lambda: committed(bootstrap, group, topic, 2) == {0: 2, 1: 5}, 30, "the commit"
         )
         root = Path(__file__).resolve().parents[2]
         out = subprocess.run(
