@@ -25,50 +25,44 @@ logger = logging.getLogger("raftka.producer_ids")
 INIT_PRODUCER_ID_MIN_VERSION = 0
 INIT_PRODUCER_ID_MAX_VERSION = 5
 
-#: Ids reserved durably at a time, so that a restart (even kill -9) never reuses one.
-PRODUCER_ID_BLOCK_SIZE = 1000
+# Same file, key and id scheme as broker.producer_ids, which the Broker opens at start-up.
 PRODUCER_IDS_FILE = "producer-ids.lmdb"
-_NEXT_BLOCK_KEY = b"next-block"
-_COUNTER_BITS = 32
+PRODUCER_ID_BLOCK_SIZE = 1000
+NODE_ID_SPACE = 1 << 16
+_NEXT_BLOCK_KEY = b"producer-ids/next-block"
 
 
 class ProducerIdAllocator:
-    """Producer ids that no broker of the cluster hands out twice.
-
-    An id is `node_id << 32 | counter`: brokers never collide without talking to each other
-    (until ids come from the cluster metadata log, like Kafka's AllocateProducerIds), and
-    the counter is reserved in blocks committed to lmdb before any id of a block is used.
-    """
+    """Ids `sequence * NODE_ID_SPACE + node_id`: brokers never collide, and the sequence is
+    reserved in blocks committed to lmdb before any id of a block is used, so a restart
+    (even kill -9) never reuses one."""
 
     def __init__(self, path: Path, node_id: int, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
-        if not 0 <= node_id < 1 << 31:
-            raise ValueError(f"node id {node_id} out of range")
+        if not 0 <= node_id < NODE_ID_SPACE:
+            raise ValueError(f"node.id must be below {NODE_ID_SPACE}, got {node_id}")
         self.node_id = node_id
         self.block_size = block_size
         self._env = lmdb.open(str(path), map_size=1 << 20, subdir=True)
         self._unused = range(0)
 
-    def next_id(self) -> int:
+    def next_producer_id(self) -> int:
         if not self._unused:
             with self._env.begin(write=True) as txn:
                 raw = txn.get(_NEXT_BLOCK_KEY)
                 start = int(raw) if raw is not None else 0
-                end = start + self.block_size
-                if end > 1 << _COUNTER_BITS:
-                    raise RuntimeError("producer ids of this broker are exhausted")
-                txn.put(_NEXT_BLOCK_KEY, str(end).encode())
-            self._unused = range(start, end)
-        counter = self._unused[0]
+                txn.put(_NEXT_BLOCK_KEY, str(start + self.block_size).encode())
+            self._unused = range(start, start + self.block_size)
+        sequence = self._unused[0]
         self._unused = self._unused[1:]
-        return self.node_id << _COUNTER_BITS | counter
+        return sequence * NODE_ID_SPACE + self.node_id
 
     def close(self) -> None:
         self._env.close()
 
 
-def _allocator(broker: Any) -> ProducerIdAllocator:
-    """The broker's allocator, opened in its data directory on first use."""
-    allocator: ProducerIdAllocator | None = getattr(broker, "producer_ids", None)
+def _allocator(broker: Any) -> Any:
+    """The broker's allocator; opened here on first use if the broker has none."""
+    allocator = getattr(broker, "producer_ids", None)
     if allocator is None:
         allocator = ProducerIdAllocator(broker.data_dir / PRODUCER_IDS_FILE, broker.node_id)
         broker.producer_ids = allocator
@@ -91,7 +85,7 @@ async def handle_init_producer_id(context: Any, request: Any) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
-    producer_id = context.broker.producer_ids.next_producer_id()
+    producer_id = _allocator(context.broker).next_producer_id()
     return build(
         entity,
         throttle_time=NO_THROTTLE,

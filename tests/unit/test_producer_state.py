@@ -301,10 +301,10 @@ def test_producer_ids_are_unique_across_reopen_and_nodes(tmp_path: Path) -> None
     from broker.handlers.producer_ids import ProducerIdAllocator
 
     first = ProducerIdAllocator(tmp_path / "a.lmdb", node_id=1, block_size=10)
-    ids = [first.next_id() for _ in range(15)]
+    ids = [first.next_producer_id() for _ in range(15)]
     first.close()  # the rest of the second block is skipped, never reused
     again = ProducerIdAllocator(tmp_path / "a.lmdb", node_id=1, block_size=10)
-    more = [again.next_id() for _ in range(5)]
+    more = [again.next_producer_id() for _ in range(5)]
     other = ProducerIdAllocator(tmp_path / "b.lmdb", node_id=2, block_size=10)
-    assert len(set(ids + more + [other.next_id()])) == 21
+    assert len(set(ids + more + [other.next_producer_id()])) == 21
     assert min(ids + more) >= 0 and more[0] > ids[-1]
