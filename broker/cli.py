@@ -11,7 +11,7 @@ from pathlib import Path
 import trio
 
 from broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
-from broker.server import Broker, Listener
+from broker.server import Broker, ClusterSpec, Listener
 
 logger = logging.getLogger("raftka")
 
@@ -39,6 +39,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--config-file", type=Path, help="a Kafka-style .properties file or a .toml file"
+    )
+    serve.add_argument("--node-id", type=int, help="this broker's id (Kafka's node.id, default 1)")
+    serve.add_argument(
+        "--raft-listen", metavar="HOST:PORT", help="address for Raft traffic from other brokers"
+    )
+    serve.add_argument(
+        "--peers",
+        default="",
+        metavar="ID@HOST:PORT,...",
+        help="every voter's --raft-listen address, this broker's included",
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     commands.add_parser("configs", help="list every broker and topic config with its default")
@@ -95,12 +105,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         file_values = load_config_file(args.config_file) if args.config_file else None
-        config = BrokerConfig(parse_assignments(args.config), file_values=file_values)
+        overrides = parse_assignments(args.config)
+        if args.node_id is not None:
+            overrides["node.id"] = str(args.node_id)
+        config = BrokerConfig(overrides, file_values=file_values)
         listener = Listener.parse(args.listen)
+        peers = ClusterSpec.parse_peers(args.peers)
+        raft_listen = Listener.parse(args.raft_listen) if args.raft_listen else None
+        node_id = config.get("node.id")
+        if peers and node_id not in peers:
+            raise ValueError(f"--peers must include this broker's node id {node_id}")
+        if peers and raft_listen is None:
+            raft_listen = peers[node_id]
+        cluster = ClusterSpec(raft_listen=raft_listen, peers=peers)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2
-    broker = Broker(config, listener, args.data_dir)
+    try:
+        broker = Broker(config, listener, args.data_dir, cluster)
+    except ValueError as exc:
+        print(f"raftka: {exc}", file=sys.stderr)
+        return 2
     try:
         trio.run(_serve, broker)
     except OSError as exc:

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
+from broker.cluster.controller import Controller
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.groups import coordinator_for
 from broker.handlers import HANDLERS, ApiHandler
+from broker.producer_ids import ProducerIdAllocator
+from broker.replication import HardStateStore
 from broker.topics import TopicManager, now_ms
+from consensus.driver import RaftNode
+from consensus.transport import PeerTransport
 
 logger = logging.getLogger("raftka.server")
 
@@ -38,14 +44,50 @@ class Listener:
         return cls(host.strip("[]") or "0.0.0.0", int(port))
 
 
-def read_or_create_cluster_id(data_dir: Path, node_id: int) -> str:
+@dataclass(frozen=True)
+class ClusterSpec:
+    """This broker's place in the cluster: its Raft address and every voter's."""
+
+    raft_listen: Listener | None = None
+    peers: dict[int, Listener] = field(default_factory=dict)
+
+    @classmethod
+    def parse_peers(cls, text: str) -> dict[int, Listener]:
+        """`1@HOST:PORT,2@HOST:PORT,...` as {node id: Raft address}."""
+        peers: dict[int, Listener] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            node, sep, address = item.partition("@")
+            if not sep or not node.isdigit():
+                raise ValueError(f"expected NODE_ID@HOST:PORT in --peers, got {item!r}")
+            peers[int(node)] = Listener.parse(address)
+        return peers
+
+    def voters(self, node_id: int) -> frozenset[int]:
+        return frozenset(self.peers) | {node_id}
+
+    def cluster_id(self) -> str | None:
+        """A multi-broker cluster's id, the same on every broker started with these peers."""
+        if not self.peers:
+            return None
+        spec = ",".join(f"{n}@{a.host}:{a.port}" for n, a in sorted(self.peers.items()))
+        digest = hashlib.sha256(spec.encode()).digest()[:16]
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def read_or_create_cluster_id(data_dir: Path, node_id: int, wanted: str | None = None) -> str:
     """Kafka's meta.properties: a cluster id that stays with the data directory."""
     meta = data_dir / "meta.properties"
     if meta.exists():
         for line in meta.read_text().splitlines():
             if line.startswith("cluster.id="):
-                return line.split("=", 1)[1].strip()
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+                found = line.split("=", 1)[1].strip()
+                if wanted is not None and found != wanted:
+                    raise ValueError(
+                        f"{data_dir} belongs to cluster {found}, not to the cluster of these "
+                        f"--peers ({wanted}); use another --data-dir"
+                    )
+                return found
+    cluster_id = wanted or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     data_dir.mkdir(parents=True, exist_ok=True)
     tmp = meta.with_suffix(".tmp")
     tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
@@ -54,25 +96,52 @@ def read_or_create_cluster_id(data_dir: Path, node_id: int) -> str:
 
 
 class Broker:
-    """A single raftka broker. `run()` serves until cancelled, then shuts down cleanly."""
+    """One raftka broker. `run()` serves until cancelled, then shuts down cleanly."""
 
-    def __init__(self, config: BrokerConfig, listener: Listener, data_dir: Path) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        listener: Listener,
+        data_dir: Path,
+        cluster: ClusterSpec | None = None,
+    ) -> None:
         self.config = config
         self.listener = listener
         self.data_dir = data_dir
+        self.cluster = cluster or ClusterSpec()
         self.node_id: int = config.get("node.id")
         self.handlers: Mapping[int, ApiHandler] = HANDLERS
-        self.cluster_id = read_or_create_cluster_id(data_dir, self.node_id)
-        self.topics = TopicManager(data_dir, config)
-        self.groups = coordinator_for(self.topics, config)
+        self.cluster_id = read_or_create_cluster_id(
+            data_dir, self.node_id, self.cluster.cluster_id()
+        )
+        raft_listen = self.cluster.raft_listen or Listener("127.0.0.1", 0)
+        self.transport = PeerTransport(
+            self.node_id,
+            (raft_listen.host, raft_listen.port),
+            {n: (a.host, a.port) for n, a in self.cluster.peers.items()},
+        )
+        self.node = RaftNode(self.node_id, self.transport, seed=self.node_id)
+        self.hard_states = HardStateStore(data_dir / "raft.lmdb")
+        self.topics = TopicManager(data_dir, config, self.node, self.hard_states)
+        self.controller = Controller(
+            self.node,
+            self.cluster.voters(self.node_id),
+            data_dir,
+            config,
+            self.topics,
+            self.hard_states,
+        )
+        self.producer_ids = ProducerIdAllocator(data_dir / "producer-ids.lmdb", self.node_id)
+        self.groups = coordinator_for(self, config)
         self.advertised = listener
         self.bound_port = listener.port
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        self.topics.load()
-        self.groups.load()
         try:
             async with trio.open_nursery() as nursery:
+                if self.cluster.peers:
+                    await nursery.start(self.transport.run)
+                await nursery.start(self.node.run)
                 listeners = await trio.open_tcp_listeners(
                     self.listener.port, host=self.listener.host
                 )
@@ -83,9 +152,15 @@ class Broker:
                     if advertised
                     else Listener(self.listener.host, self.bound_port)
                 )
+                await self.controller.register(
+                    self.advertised.host, self.advertised.port, self.config.get("broker.rack")
+                )
+                self.groups.load()
                 nursery.start_soon(self._flush_logs)
                 nursery.start_soon(self._enforce_retention)
                 nursery.start_soon(self.groups.run)
+                if self.cluster.peers:
+                    nursery.start_soon(self.controller.gossip_leaders)
                 logger.info(
                     "raftka: serving on %s:%d (node %d, cluster %s, data %s)",
                     self.listener.host,
@@ -95,11 +170,27 @@ class Broker:
                     self.data_dir,
                 )
                 task_status.started(self.bound_port)
-                await trio.serve_listeners(self._serve_connection, listeners)
+                try:
+                    await trio.serve_listeners(self._serve_connection, listeners)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await self._hand_over_leadership()
         finally:
             started = time.monotonic()
             self.topics.close()
+            self.controller.log.close()
+            self.hard_states.close()
+            self.producer_ids.close()
             logger.info("raftka: logs flushed and closed in %.2f s", time.monotonic() - started)
+
+    async def _hand_over_leadership(self) -> None:
+        """Clean shutdown: move every group this broker leads to an up-to-date follower so
+        clients fail over without waiting for an election timeout."""
+        if not self.cluster.peers:
+            return
+        started = time.monotonic()
+        await self.node.shutdown(timeout_s=3.0)
+        logger.info("raftka: leadership handed over in %.2f s", time.monotonic() - started)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         await Connection(self, stream).serve()
@@ -109,9 +200,10 @@ class Broker:
         while True:
             await trio.sleep(FLUSH_CHECK_INTERVAL_S)
             now = now_ms()
-            for partition in self.topics.all_partitions():
-                if partition.log.should_flush(now):
-                    job = partition.log.flush_job()
+            for partition in list(self.topics.local_partitions()):
+                log = partition.log
+                if log is not None and log.should_flush(now):
+                    job = log.flush_job()
                     if job is not None:
                         await trio.to_thread.run_sync(job)
 
@@ -121,8 +213,10 @@ class Broker:
             await trio.sleep(interval_s)
             now = now_ms()
             deleted = 0
-            for partition in self.topics.all_partitions():
-                deleted += partition.log.enforce_retention(now)
+            for partition in list(self.topics.local_partitions()):
+                if partition.log is not None and partition.group is not None:
+                    # Only committed data may be deleted; Raft needs the rest.
+                    deleted += partition.log.enforce_retention(now, partition.high_watermark)
                 await trio.lowlevel.checkpoint()
             if deleted:
                 logger.info("retention deleted %d segments", deleted)

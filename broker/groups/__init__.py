@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-def coordinator_for(topics: Any, config: Any) -> GroupCoordinator:
-    """The coordinator of a broker: its groups live in that broker's `__consumer_offsets`."""
-    offsets_log = TopicOffsetsLog(topics, config.get("offsets.topic.num.partitions"))
+def coordinator_for(broker: Any, config: Any) -> GroupCoordinator:
+    """The coordinator of a broker: its groups live in the cluster's `__consumer_offsets`."""
+    offsets_log = TopicOffsetsLog(broker, config.get("offsets.topic.num.partitions"))
     return GroupCoordinator(offsets_log, CoordinatorConfig.from_broker_config(config))

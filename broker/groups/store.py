@@ -14,9 +14,8 @@ from typing import Any
 
 import trio
 
-from broker.topics import Topic, TopicError, TopicManager, now_ms
+from broker.topics import Topic, now_ms
 from protocol.batch_builder import BatchDecodeError, build_batch, decode_batch, iter_batches
-from protocol.records import validate_produce_records
 
 logger = logging.getLogger("raftka.groups")
 
@@ -27,6 +26,7 @@ REPLAY_READ_BYTES = 4 * 1024 * 1024
 OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 * 1024)}
 
 KeyValue = tuple[bytes, bytes | None]
+COMMIT_TIMEOUT_S = 10.0
 
 
 def records_of(buf: bytes | memoryview) -> Iterator[KeyValue]:
@@ -43,48 +43,65 @@ def records_of(buf: bytes | memoryview) -> Iterator[KeyValue]:
 
 
 class TopicOffsetsLog:
-    def __init__(self, topics: TopicManager, num_partitions: int) -> None:
-        self.topics = topics
+    """The coordinator's records in `__consumer_offsets`, proposed to each partition's Raft
+    group and acknowledged once committed (a majority of its replicas hold them)."""
+
+    def __init__(self, broker: Any, num_partitions: int) -> None:
+        self.broker = broker
         self.num_partitions = num_partitions
 
-    def topic(self) -> Topic:
-        """The offsets topic, created with `num_partitions` partitions if it does not exist."""
-        topic = self.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            try:
-                topic = self.topics.create_topic(
-                    OFFSETS_TOPIC, self.num_partitions, 1, OFFSETS_TOPIC_CONFIGS
-                )
-            except TopicError:
-                topic = self.topics.get(OFFSETS_TOPIC)
-            assert topic is not None
-        if len(topic.partitions) != self.num_partitions:
+    def topic(self) -> Topic | None:
+        topic: Topic | None = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is not None and len(topic.partitions) != self.num_partitions:
             # The topic's own count wins over a changed offsets.topic.num.partitions, as in
             # Kafka: moving groups between partitions would lose their records.
             self.num_partitions = len(topic.partitions)
         return topic
 
-    async def append(self, partition: int, records: list[KeyValue]) -> None:
+    async def ensure_topic(self) -> Topic | None:
+        """The offsets topic, created through the controller on first use (Kafka creates it
+        when a coordinator is first looked up). None while it cannot be created."""
         topic = self.topic()
+        if topic is not None:
+            return topic
+        wanted_rf = int(self.broker.config.get("offsets.topic.replication.factor"))
+        live = max(1, len(self.broker.controller.live_brokers()))
+        result = await self.broker.controller.execute(
+            {
+                "op": "create_topic",
+                "name": OFFSETS_TOPIC,
+                "num_partitions": self.num_partitions,
+                "replication_factor": max(1, min(wanted_rf, live)),
+                "configs": OFFSETS_TOPIC_CONFIGS,
+            }
+        )
+        if result["error_code"] not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS
+            logger.warning("cannot create %s: %s", OFFSETS_TOPIC, result["error_message"])
+        return self.topic()
+
+    async def append(self, partition: int, records: list[KeyValue]) -> None:
+        topic = await self.ensure_topic()
+        if topic is None:
+            raise OSError(f"{OFFSETS_TOPIC} does not exist yet")
         target = topic.partitions[partition]
-        now = now_ms()
-        batch = bytearray(build_batch(records, now))
-        headers = validate_produce_records(batch, len(batch))
+        batch = build_batch(records, now_ms())
+        entry = target.propose(batch, len(records))
+        if not await target.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S):
+            raise OSError(f"{target.name}: the records did not commit in time")
         log = target.log
-        log.append(batch, headers, target.leader_epoch, now)
-        target.notify_appended()
-        if log.should_flush(now):
+        now = now_ms()
+        if log is not None and log.should_flush(now):
             job = log.flush_job()
             if job is not None:
                 await trio.to_thread.run_sync(job)
 
     def replay(self) -> Iterator[KeyValue]:
-        topic = self.topics.get(OFFSETS_TOPIC)
+        topic = self.topic()
         if topic is None:
             return
-        self.num_partitions = len(topic.partitions)
         for partition in topic.partitions:
-            yield from read_partition(partition.log)
+            if partition.log is not None:
+                yield from read_partition(partition.log)
 
 
 def read_partition(log: Any) -> Iterator[KeyValue]:

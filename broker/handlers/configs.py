@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError, validate_topic_configs
+from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS
 from broker.handlers.common import NO_THROTTLE, response_schema
 from protocol.api import build
 
@@ -106,25 +106,24 @@ async def handle_describe_configs(context: Any, request: Any) -> Any:
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _alter_topic(
+async def _alter_topic(
     broker: Any, name: str, changes: dict[str, str | None], replace: bool, validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
     topic = broker.topics.get(name)
     if topic is None:
         return ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist."
-    overrides: dict[str, Any] = {} if replace else dict(topic.config.overrides)
-    try:
-        parsed = validate_topic_configs({k: v for k, v in changes.items() if v is not None})
-    except ConfigError as exc:
-        return ErrorCode.invalid_config, str(exc)
+    overrides: dict[str, str] = (
+        {} if replace else {k: topic.config.render(k) for k in topic.config.overrides}
+    )
     for key, value in changes.items():
         if value is None:
             overrides.pop(key, None)
         else:
-            overrides[key] = parsed[key]
-    if not validate_only:
-        broker.topics.alter_topic_configs(name, overrides)
-    return ErrorCode.none, None
+            overrides[key] = value
+    result = await broker.controller.execute(
+        {"op": "alter_configs", "name": name, "configs": overrides, "validate_only": validate_only}
+    )
+    return ErrorCode(result["error_code"]), result["error_message"]
 
 
 def _resource_result(module: Any, resource: Any, error: ErrorCode, message: str | None) -> Any:
@@ -170,7 +169,7 @@ async def handle_incremental_alter_configs(context: Any, request: Any) -> Any:
                     )
                     break
             if error == ErrorCode.none:
-                error, message = _alter_topic(
+                error, message = await _alter_topic(
                     broker, resource.resource_name, changes, False, request.validate_only
                 )
         elif resource.resource_type == RESOURCE_BROKER:
@@ -191,7 +190,7 @@ async def handle_alter_configs(context: Any, request: Any) -> Any:
     results = []
     for resource in request.resources:
         if resource.resource_type == RESOURCE_TOPIC:
-            error, message = _alter_topic(
+            error, message = await _alter_topic(
                 broker,
                 resource.resource_name,
                 {c.name: c.value for c in resource.configs},

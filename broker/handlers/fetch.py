@@ -24,8 +24,8 @@ def _read_all(context: Any, request: Any, module: Any) -> tuple[list[Any], int, 
     """One pass over the requested partitions: (topic responses, bytes, partitions read)."""
     broker = context.broker
     remaining = request.max_bytes if request.max_bytes > 0 else 0
-    hard_limit = False
-    min_one_batch = not hard_limit
+    # KIP-74: the first partition with data returns at least one whole batch.
+    min_one_batch = True
     total_bytes = 0
     watched = []
     responses = []
@@ -61,6 +61,9 @@ def _read_all(context: Any, request: Any, module: Any) -> tuple[list[Any], int, 
                     if by_id and topic is None
                     else ErrorCode.unknown_topic_or_partition
                 )
+            elif not partition.is_leader or partition.log is None:
+                # Consumers read from the leader (no fetch-from-follower, KIP-392).
+                fields["error_code"] = ErrorCode.not_leader_or_follower
             elif epoch >= 0 and epoch < partition.leader_epoch:
                 fields["error_code"] = ErrorCode.fenced_leader_epoch
             elif epoch > partition.leader_epoch:

@@ -14,8 +14,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups import GroupCoordinator, Reply
 from broker.groups.coordinator import OFFSET_METADATA_MAX_BYTES
-from broker.groups.records import OffsetValue
+from broker.groups.records import OffsetValue, partition_for_group
 from broker.handlers.common import NO_THROTTLE, response_schema
+from broker.handlers.metadata import brokers_of, partition_leader
 from broker.topics import now_ms
 from protocol.api import build
 
@@ -49,25 +50,36 @@ async def handle_find_coordinator(context: Any, request: Any) -> Any:
     broker = context.broker
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
 
-    def answer(key: str) -> dict[str, Any]:
-        found = {
-            "node_id": broker.node_id,
-            "host": broker.advertised.host,
-            "port": broker.advertised.port,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
+    async def answer(key: str) -> dict[str, Any]:
         if key_type == KEY_TYPE_GROUP:
             # Kafka creates the offsets topic when a coordinator is first looked up.
-            _coordinator(context).offsets_log.topic()  # type: ignore[attr-defined]
-            return found
-        if key_type == KEY_TYPE_TRANSACTION and INIT_PRODUCER_ID_KEY in broker.handlers:
-            return found
-        error = (
-            ErrorCode.coordinator_not_available
-            if key_type == KEY_TYPE_TRANSACTION
-            else ErrorCode.invalid_request
-        )
+            offsets_log = _coordinator(context).offsets_log
+            topic = await offsets_log.ensure_topic()  # type: ignore[attr-defined]
+            if topic is not None:
+                partition = topic.partitions[partition_for_group(key, len(topic.partitions))]
+                leader, _epoch = partition_leader(broker, partition)
+                for node_id, host, port, _rack in brokers_of(broker):
+                    if node_id == leader:
+                        return {
+                            "node_id": node_id,
+                            "host": host,
+                            "port": port,
+                            "error_code": ErrorCode.none,
+                            "error_message": None,
+                        }
+            error = ErrorCode.coordinator_not_available
+        elif key_type == KEY_TYPE_TRANSACTION and INIT_PRODUCER_ID_KEY in broker.handlers:
+            return {
+                "node_id": broker.node_id,
+                "host": broker.advertised.host,
+                "port": broker.advertised.port,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+            }
+        elif key_type == KEY_TYPE_TRANSACTION:
+            error = ErrorCode.coordinator_not_available
+        else:
+            error = ErrorCode.invalid_request
         return {
             "node_id": -1,
             "host": "",
@@ -78,10 +90,13 @@ async def handle_find_coordinator(context: Any, request: Any) -> Any:
 
     if context.api_version >= 4:
         coordinators = tuple(
-            build(module.Coordinator, key=key, **answer(key)) for key in request.coordinator_keys
+            [
+                build(module.Coordinator, key=key, **await answer(key))
+                for key in request.coordinator_keys
+            ]
         )
         return build(entity, throttle_time=NO_THROTTLE, coordinators=coordinators)
-    return build(entity, throttle_time=NO_THROTTLE, **answer(request.key))
+    return build(entity, throttle_time=NO_THROTTLE, **await answer(request.key))
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------

@@ -57,6 +57,8 @@ async def handle_list_offsets(context: Any, request: Any) -> Any:
             leader_epoch = getattr(p, "current_leader_epoch", -1)
             if partition is None:
                 fields["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif not partition.is_leader:
+                fields["error_code"] = ErrorCode.not_leader_or_follower
             elif leader_epoch >= 0 and leader_epoch < partition.leader_epoch:
                 fields["error_code"] = ErrorCode.fenced_leader_epoch
             elif leader_epoch > partition.leader_epoch:
@@ -93,6 +95,8 @@ async def handle_offset_for_leader_epoch(context: Any, request: Any) -> Any:
             current = getattr(p, "current_leader_epoch", -1)
             if partition is None:
                 fields["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif not partition.is_leader:
+                fields["error_code"] = ErrorCode.not_leader_or_follower
             elif 0 <= current < partition.leader_epoch:
                 fields["error_code"] = ErrorCode.fenced_leader_epoch
             elif current > partition.leader_epoch:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -10,31 +11,42 @@ from broker.handlers.common import NO_THROTTLE, response_schema
 from broker.topics import Topic, TopicError, validate_topic_name
 from protocol.api import build
 
+logger = logging.getLogger("raftka.metadata")
+
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
+def partition_leader(broker: Any, partition: Any) -> tuple[int, int]:
+    """(leader id, leader epoch) as this broker knows it; (-1, -1) while unknown."""
+    if partition.group is not None:
+        leader = partition.leader_id
+        return (-1, -1) if leader is None else (leader, partition.leader_epoch)
+    return broker.controller.leader_hints.get(partition.name, (-1, -1))
+
+
 def _topic_entry(module: Any, broker: Any, topic: Topic) -> Any:
-    node = broker.node_id
-    partitions = tuple(
-        build(
-            module.MetadataResponsePartition,
-            error_code=ErrorCode.none,
-            partition_index=p.index,
-            leader_id=node,
-            leader_epoch=p.leader_epoch,
-            replica_nodes=(node,),
-            isr_nodes=(node,),
-            offline_replicas=(),
+    partitions = []
+    for p in topic.partitions:
+        leader, epoch = partition_leader(broker, p)
+        partitions.append(
+            build(
+                module.MetadataResponsePartition,
+                error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+                partition_index=p.index,
+                leader_id=leader,
+                leader_epoch=epoch,
+                replica_nodes=p.replicas,
+                isr_nodes=p.in_sync_replicas(),
+                offline_replicas=(),
+            )
         )
-        for p in topic.partitions
-    )
     return build(
         module.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.is_internal,
-        partitions=partitions,
+        partitions=tuple(partitions),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
 
@@ -49,6 +61,33 @@ def _error_entry(module: Any, name: str | None, topic_id: Any, error: ErrorCode)
         partitions=(),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+
+
+async def _auto_create(broker: Any, name: str) -> ErrorCode:
+    result = await broker.controller.execute(
+        {"op": "create_topic", "name": name, "num_partitions": -1, "replication_factor": -1}
+    )
+    code = ErrorCode(result["error_code"])
+    if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+        logger.info("auto-creating topic %s failed: %s", name, result["error_message"])
+    return code
+
+
+def brokers_of(broker: Any) -> list[tuple[int, str, int, str | None]]:
+    """Registered brokers (node id, host, port, rack); this one even before registration."""
+    registered = {
+        b.node_id: (b.node_id, b.host, b.port, b.rack)
+        for b in broker.controller.image.brokers.values()
+    }
+    if broker.node_id not in registered:
+        address = broker.advertised
+        registered[broker.node_id] = (
+            broker.node_id,
+            address.host,
+            address.port,
+            broker.config.get("broker.rack"),
+        )
+    return [registered[n] for n in sorted(registered)]
 
 
 async def handle_metadata(context: Any, request: Any) -> Any:
@@ -81,35 +120,30 @@ async def handle_metadata(context: Any, request: Any) -> Any:
                 except TopicError as exc:
                     entries.append(_error_entry(module, name, None, exc.error_code))
                     continue
-                if allow_create:
-                    try:
-                        topic = topics.create_topic(name, -1, -1, {})
-                    except TopicError as exc:
-                        entries.append(_error_entry(module, name, None, exc.error_code))
-                        continue
-                else:
+                if not allow_create:
                     entries.append(
                         _error_entry(module, name, None, ErrorCode.unknown_topic_or_partition)
                     )
                     continue
-            assert topic is not None
+                code = await _auto_create(broker, name)
+                topic = topics.get(name)
+                if topic is None:
+                    # Kafka answers LEADER_NOT_AVAILABLE while a new topic is being created.
+                    if code in (ErrorCode.none, ErrorCode.topic_already_exists):
+                        code = ErrorCode.leader_not_available
+                    entries.append(_error_entry(module, name, None, code))
+                    continue
             entries.append(_topic_entry(module, broker, topic))
-    address = broker.advertised
-    brokers = (
-        build(
-            module.MetadataResponseBroker,
-            node_id=broker.node_id,
-            host=address.host,
-            port=broker.bound_port if address.port == 0 else address.port,
-            rack=broker.config.get("broker.rack"),
-        ),
+    brokers = tuple(
+        build(module.MetadataResponseBroker, node_id=node_id, host=host, port=port, rack=rack)
+        for node_id, host, port, rack in brokers_of(broker)
     )
     return build(
         entity,
         throttle_time=NO_THROTTLE,
         brokers=brokers,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=broker.controller.controller_id,
         topics=tuple(entries),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
@@ -118,7 +152,6 @@ async def handle_metadata(context: Any, request: Any) -> Any:
 async def handle_describe_cluster(context: Any, request: Any) -> Any:
     broker = context.broker
     entity, module = response_schema(context)
-    address = broker.advertised
     return build(
         entity,
         throttle_time=NO_THROTTLE,
@@ -126,15 +159,10 @@ async def handle_describe_cluster(context: Any, request: Any) -> Any:
         error_message=None,
         endpoint_type=1,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=(
-            build(
-                module.DescribeClusterBroker,
-                broker_id=broker.node_id,
-                host=address.host,
-                port=address.port,
-                rack=broker.config.get("broker.rack"),
-            ),
+        controller_id=broker.controller.controller_id,
+        brokers=tuple(
+            build(module.DescribeClusterBroker, broker_id=n, host=h, port=p, rack=r)
+            for n, h, p, r in brokers_of(broker)
         ),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )

@@ -1,7 +1,11 @@
-"""Produce: validate each partition's batch by its header, append, answer per partition.
+"""Produce: validate each partition's batch by its header, propose it to the partition's
+Raft group, answer per partition.
 
 Records stay opaque: only the 61-byte batch headers are read and only baseOffset and
-partitionLeaderEpoch are rewritten (LogAppendTime topics also restamp maxTimestamp).
+partitionLeaderEpoch are rewritten (LogAppendTime topics also restamp maxTimestamp). acks=1
+answers once the leader has appended the batch; acks=all once a majority of the replicas has
+(the partition's high watermark passed it). Only the leader accepts writes: any other broker
+answers NOT_LEADER_OR_FOLLOWER so the client refreshes its metadata.
 
 Batches with a producer id are checked against the partition's producer state (epoch and
 sequence, `log.producer_state`) right before the append, with no await in between, so no
@@ -21,10 +25,11 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.common import NO_THROTTLE, response_schema
-from broker.topics import now_ms
+from broker.topics import Partition, now_ms
+from consensus.core import NotLeaderError
 from log.producer_state import BatchMetadata, ProducerStateError
 from protocol.api import build
-from protocol.records import InvalidRecords, validate_produce_records
+from protocol.records import InvalidRecords, set_log_append_time, validate_produce_records
 
 logger = logging.getLogger("raftka.produce")
 
@@ -47,106 +52,141 @@ def _check_producer_state(log: Any, headers: list[Any]) -> BatchMetadata | None:
     return log.producer_state.check(headers)
 
 
+def _append(
+    context: Any, partition: Partition, records: bytes, acks: int, now: int, version: int
+) -> tuple[dict[str, Any], int | None]:
+    """Validate and propose one partition's batch: (response fields, end offset to wait for
+    with acks=all, or None)."""
+    topic = partition.topic
+    fields: dict[str, Any] = {"error_code": ErrorCode.none}
+    try:
+        headers = validate_produce_records(
+            records, topic.config.get("max.message.bytes"), produce_version=version
+        )
+    except InvalidRecords as exc:
+        fields.update(error_code=ErrorCode(exc.error_code), error_message=exc.message)
+        if exc.error_code == ErrorCode.invalid_record:
+            fields["record_errors"] = ((0, exc.message),)
+        logger.info(
+            "rejected produce to %s from %s: %s", partition.name, context.client_host, exc.message
+        )
+        return fields, None
+    log = partition.log
+    if not partition.is_leader or log is None:
+        fields["error_code"] = ErrorCode.not_leader_or_follower
+        return fields, None
+    fields["log_start_offset"] = log.log_start_offset
+    if acks == -1:
+        in_sync = len(partition.in_sync_replicas())
+        required = topic.config.get("min.insync.replicas")
+        if in_sync < required:
+            fields.update(
+                error_code=ErrorCode.not_enough_replicas,
+                error_message=f"{partition.name} has {in_sync} in-sync replicas, "
+                f"min.insync.replicas is {required}",
+            )
+            return fields, None
+    try:
+        duplicate = _check_producer_state(log, headers)
+    except ProducerStateError as exc:
+        fields.update(error_code=ErrorCode(exc.error_code), error_message=exc.message)
+        logger.info(
+            "rejected produce to %s from %s: %s", partition.name, context.client_host, exc.message
+        )
+        return fields, None
+    if duplicate is not None:
+        fields["base_offset"] = duplicate.first_offset
+        if log.config.message_timestamp_type_log_append:
+            fields["log_append_time"] = _append_time(duplicate.timestamp_ms)
+        return fields, duplicate.last_offset + 1 if acks == -1 else None
+    buffer = bytearray(records)
+    if log.config.message_timestamp_type_log_append:
+        # The leader stamps the time before replication so every replica stores the same batch.
+        set_log_append_time(buffer, headers[0], now)
+        fields["log_append_time"] = _append_time(now)
+    try:
+        entry = partition.propose(buffer, headers[0].last_offset_delta + 1)
+    except NotLeaderError:
+        fields["error_code"] = ErrorCode.not_leader_or_follower
+        return fields, None
+    fields["base_offset"] = entry.base_offset
+    return fields, entry.end_offset if acks == -1 else None
+
+
+async def _await_commit(
+    partition: Partition, end_offset: int, timeout_s: float, fields: dict[str, Any]
+) -> None:
+    try:
+        if not await partition.wait_committed(end_offset, timeout_s):
+            fields.update(
+                error_code=ErrorCode.request_timed_out,
+                error_message=f"{partition.name}: not replicated to a majority in time",
+            )
+    except NotLeaderError:
+        fields["error_code"] = ErrorCode.not_leader_or_follower
+
+
 async def handle_produce(context: Any, request: Any) -> Any:
     broker = context.broker
     entity, module = response_schema(context)
     acks = request.acks
     version = context.api_version
-    flushes = []
-    topic_responses = []
     now = now_ms()
+    results: list[tuple[str, list[dict[str, Any]]]] = []
+    commits: list[tuple[Partition, int, dict[str, Any]]] = []
     for topic_data in request.topic_data or ():
         name = topic_data.name
         topic = broker.topics.get(name)
-        partition_responses = []
+        partition_results = []
         for data in topic_data.partition_data or ():
-            fields: dict[str, Any] = {
-                "index": data.index,
-                "error_code": ErrorCode.none,
+            partition = None if topic is None else broker.topics.partition(name, data.index)
+            if acks not in (-1, 0, 1):
+                fields: dict[str, Any] = {"error_code": ErrorCode.invalid_required_acks}
+            elif partition is None or topic is None:
+                fields = {"error_code": ErrorCode.unknown_topic_or_partition}
+            elif topic.is_internal:
+                fields = {
+                    "error_code": ErrorCode.invalid_topic_exception,
+                    "error_message": f"Cannot append to internal topic {name}",
+                }
+            else:
+                fields, wait_for = _append(
+                    context, partition, data.records or b"", acks, now, version
+                )
+                if wait_for is not None:
+                    commits.append((partition, wait_for, fields))
+            fields["index"] = data.index
+            partition_results.append(fields)
+        results.append((name, partition_results))
+    if commits:
+        timeout_s = max(request.timeout.total_seconds(), 0.001)
+        async with trio.open_nursery() as nursery:
+            for partition, end_offset, fields in commits:
+                nursery.start_soon(_await_commit, partition, end_offset, timeout_s, fields)
+    if acks == 0:
+        return None
+    topic_responses = []
+    for name, partition_results in results:
+        responses = []
+        for fields in partition_results:
+            errors = fields.pop("record_errors", ())
+            values = {
                 "base_offset": -1,
                 "log_append_time": None,
                 "log_start_offset": -1,
-                "record_errors": (),
                 "error_message": None,
+                **fields,
+                "record_errors": tuple(
+                    build(
+                        module.BatchIndexAndErrorMessage,
+                        batch_index=index,
+                        batch_index_error_message=message,
+                    )
+                    for index, message in errors
+                ),
             }
-            partition = None if topic is None else broker.topics.partition(name, data.index)
-            if acks not in (-1, 0, 1):
-                fields["error_code"] = ErrorCode.invalid_required_acks
-            elif partition is None:
-                fields["error_code"] = ErrorCode.unknown_topic_or_partition
-            elif topic.is_internal:
-                fields["error_code"] = ErrorCode.invalid_topic_exception
-                fields["error_message"] = f"Cannot append to internal topic {name}"
-            else:
-                records = data.records or b""
-                try:
-                    headers = validate_produce_records(
-                        records,
-                        topic.config.get("max.message.bytes"),
-                        produce_version=version,
-                    )
-                except InvalidRecords as exc:
-                    fields["error_code"] = ErrorCode(exc.error_code)
-                    fields["error_message"] = exc.message
-                    if exc.error_code == ErrorCode.invalid_record:
-                        fields["record_errors"] = (
-                            build(
-                                module.BatchIndexAndErrorMessage,
-                                batch_index=0,
-                                batch_index_error_message=exc.message,
-                            ),
-                        )
-                    logger.info(
-                        "rejected produce to %s-%d from %s: %s",
-                        name,
-                        data.index,
-                        context.client_host,
-                        exc.message,
-                    )
-                else:
-                    log = partition.log
-                    try:
-                        duplicate = _check_producer_state(log, headers)
-                    except ProducerStateError as exc:
-                        fields["error_code"] = ErrorCode(exc.error_code)
-                        fields["error_message"] = exc.message
-                        fields["log_start_offset"] = log.log_start_offset
-                        logger.info(
-                            "rejected produce to %s-%d from %s: %s",
-                            name,
-                            data.index,
-                            context.client_host,
-                            exc.message,
-                        )
-                        partition_responses.append(build(module.PartitionProduceResponse, **fields))
-                        continue
-                    if duplicate is not None:
-                        fields["base_offset"] = duplicate.first_offset
-                        if log.config.message_timestamp_type_log_append:
-                            fields["log_append_time"] = _append_time(duplicate.timestamp_ms)
-                        fields["log_start_offset"] = log.log_start_offset
-                        partition_responses.append(build(module.PartitionProduceResponse, **fields))
-                        continue
-                    info = log.append(bytearray(records), headers, partition.leader_epoch, now)
-                    partition.notify_appended()
-                    fields["base_offset"] = info.first_offset
-                    fields["log_append_time"] = _append_time(info.log_append_time_ms)
-                    fields["log_start_offset"] = log.log_start_offset
-                    if acks != 0 and log.should_flush(now):
-                        job = log.flush_job()
-                        if job is not None:
-                            flushes.append(job)
-            partition_responses.append(build(module.PartitionProduceResponse, **fields))
+            responses.append(build(module.PartitionProduceResponse, **values))
         topic_responses.append(
-            build(
-                module.TopicProduceResponse,
-                name=name,
-                partition_responses=tuple(partition_responses),
-            )
+            build(module.TopicProduceResponse, name=name, partition_responses=tuple(responses))
         )
-    # flush.messages / flush.ms due now: the records are on disk before we acknowledge them.
-    for job in flushes:
-        await trio.to_thread.run_sync(job)
-    if acks == 0:
-        return None
     return build(entity, responses=tuple(topic_responses), throttle_time=NO_THROTTLE)

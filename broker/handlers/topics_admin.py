@@ -1,4 +1,4 @@
-"""CreateTopics and DeleteTopics."""
+"""CreateTopics, DeleteTopics, CreatePartitions (through the controller) and DeleteRecords."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.common import NO_THROTTLE, response_schema
-from broker.topics import TopicError
 from protocol.api import build
 
 
@@ -43,63 +42,38 @@ async def handle_create_topics(context: Any, request: Any) -> Any:
             "replication_factor": -1,
             "configs": None,
         }
-        try:
-            if counts[wanted.name] > 1:
-                raise TopicError(
-                    ErrorCode.invalid_request,
-                    f"Create topics request from client contains topic {wanted.name} "
-                    "more than once.",
-                )
-            num_partitions = wanted.num_partitions
-            replication_factor = wanted.replication_factor
-            if wanted.assignments:
-                if num_partitions != -1 or replication_factor != -1:
-                    raise TopicError(
-                        ErrorCode.invalid_request,
-                        "Both numPartitions or replicationFactor and replicasAssignments "
-                        "were set. Both cannot be used at the same time.",
-                    )
-                indexes = sorted(a.partition_index for a in wanted.assignments)
-                if indexes != list(range(len(indexes))):
-                    raise TopicError(
-                        ErrorCode.invalid_replica_assignment,
-                        "Partitions should be a consecutive 0-based integer sequence.",
-                    )
-                sizes = {len(a.broker_ids) for a in wanted.assignments}
-                unknown = {
-                    b for a in wanted.assignments for b in a.broker_ids if b != broker.node_id
-                }
-                if unknown or sizes != {1}:
-                    raise TopicError(
-                        ErrorCode.invalid_replica_assignment,
-                        f"Replica assignment names unknown brokers {sorted(unknown)} "
-                        f"or a replication factor other than 1; live brokers: [{broker.node_id}]",
-                    )
-                num_partitions, replication_factor = len(indexes), 1
-            configs = {c.name: c.value for c in wanted.configs}
-            topic = broker.topics.create_topic(
-                wanted.name,
-                num_partitions,
-                replication_factor,
-                configs,
-                validate_only=request.validate_only,
+        if counts[wanted.name] > 1:
+            fields.update(
+                error_code=ErrorCode.invalid_request,
+                error_message=f"Create topics request from client contains topic {wanted.name} "
+                "more than once.",
             )
-            if topic is not None:
-                fields.update(
-                    topic_id=topic.topic_id,
-                    num_partitions=len(topic.partitions),
-                    replication_factor=1,
-                    configs=_created_configs(module, topic),
-                )
-            else:
-                fields.update(
-                    num_partitions=num_partitions
-                    if num_partitions != -1
-                    else broker.config.get("num.partitions"),
-                    replication_factor=1,
-                )
-        except TopicError as exc:
-            fields.update(error_code=exc.error_code, error_message=exc.message)
+            results.append(build(module.CreatableTopicResult, **fields))
+            continue
+        result = await broker.controller.execute(
+            {
+                "op": "create_topic",
+                "name": wanted.name,
+                "num_partitions": wanted.num_partitions,
+                "replication_factor": wanted.replication_factor,
+                "assignments": [
+                    (a.partition_index, list(a.broker_ids)) for a in wanted.assignments
+                ],
+                "configs": {c.name: c.value for c in getattr(wanted, "configs", ())},
+                "validate_only": request.validate_only,
+            }
+        )
+        fields.update(
+            error_code=ErrorCode(result["error_code"]), error_message=result["error_message"]
+        )
+        if result["error_code"] == 0:
+            fields.update(
+                num_partitions=result["num_partitions"],
+                replication_factor=result["replication_factor"],
+            )
+            topic = broker.topics.get(wanted.name)
+            if topic is not None and not request.validate_only:
+                fields.update(topic_id=topic.topic_id, configs=_created_configs(module, topic))
         results.append(build(module.CreatableTopicResult, **fields))
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(results))
 
@@ -118,10 +92,8 @@ async def handle_delete_topics(context: Any, request: Any) -> Any:
             by_id = broker.topics.topics_by_id.get(topic_id)
             name = by_id.name if by_id is not None else None
             if name is None:
-                error, message = (
-                    ErrorCode.unknown_topic_id,
-                    "This server does not host this topic ID.",
-                )
+                error = ErrorCode.unknown_topic_id
+                message = "This server does not host this topic ID."
         if name is not None:
             topic = broker.topics.get(name)
             if not broker.config.get("delete.topic.enable"):
@@ -132,11 +104,10 @@ async def handle_delete_topics(context: Any, request: Any) -> Any:
                     f"Cannot delete internal topic {name}.",
                 )
             else:
-                try:
-                    deleted = broker.topics.delete_topic(name)
-                    topic_id = deleted.topic_id
-                except TopicError as exc:
-                    error, message = exc.error_code, exc.message
+                if topic is not None:
+                    topic_id = topic.topic_id
+                result = await broker.controller.execute({"op": "delete_topic", "name": name})
+                error, message = ErrorCode(result["error_code"]), result["error_message"]
         results.append(
             build(
                 module.DeletableTopicResult,
@@ -155,24 +126,22 @@ async def handle_create_partitions(context: Any, request: Any) -> Any:
     counts = Counter(t.name for t in request.topics)
     results = []
     for wanted in request.topics:
-        error, message = ErrorCode.none, None
-        try:
-            if counts[wanted.name] > 1:
-                raise TopicError(
-                    ErrorCode.invalid_request, f"Duplicate topic {wanted.name} in the request."
-                )
-            if wanted.assignments:
-                unknown = {
-                    b for a in wanted.assignments for b in a.broker_ids if b != broker.node_id
+        if counts[wanted.name] > 1:
+            error = ErrorCode.invalid_request
+            message: str | None = f"Duplicate topic {wanted.name} in the request."
+        else:
+            result = await broker.controller.execute(
+                {
+                    "op": "create_partitions",
+                    "name": wanted.name,
+                    "count": wanted.count,
+                    "assignments": [list(a.broker_ids) for a in wanted.assignments]
+                    if wanted.assignments
+                    else None,
+                    "validate_only": request.validate_only,
                 }
-                if unknown:
-                    raise TopicError(
-                        ErrorCode.invalid_replica_assignment,
-                        f"Unknown broker(s) {sorted(unknown)} in the replica assignment.",
-                    )
-            broker.topics.add_partitions(wanted.name, wanted.count, request.validate_only)
-        except TopicError as exc:
-            error, message = exc.error_code, exc.message
+            )
+            error, message = ErrorCode(result["error_code"]), result["error_message"]
         results.append(
             build(
                 module.CreatePartitionsTopicResult,
@@ -196,6 +165,8 @@ async def handle_delete_records(context: Any, request: Any) -> Any:
             error, low_watermark = ErrorCode.none, -1
             if partition is None:
                 error = ErrorCode.unknown_topic_or_partition
+            elif not partition.is_leader or partition.log is None:
+                error = ErrorCode.not_leader_or_follower
             else:
                 offset = partition.high_watermark if p.offset == -1 else p.offset
                 if offset < 0 or offset > partition.high_watermark:

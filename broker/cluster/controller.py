@@ -1,0 +1,324 @@
+"""The cluster metadata group and the controller that writes to it.
+
+`__cluster_metadata` is a Raft group over every voter (like KRaft's controller quorum). Its
+committed records are applied, in offset order, to this broker's `MetadataImage`, and the
+changes are reconciled into `TopicManager` (open or delete partition logs and Raft groups).
+Admin operations (create/delete topics, configs, partitions, broker registration) are
+validated and proposed by the group's leader, the controller; any other broker forwards them
+to it over the peer transport and relays the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from broker.cluster.image import (
+    BrokerRegistered,
+    Change,
+    ConfigsChanged,
+    MetadataImage,
+    PartitionsAdded,
+    TopicCreated,
+    TopicDeleted,
+)
+from broker.cluster.records import MetadataRecord, RegisterBroker, encode_batch, iter_log_records
+from broker.config import BrokerConfig
+from broker.replication import HardStateStore, PartitionRaftStorage
+from broker.topics import TopicError, TopicManager, now_ms
+from consensus.core import NotLeaderError
+from consensus.driver import GroupUpdate, RaftGroup, RaftNode
+from consensus.transport import ForwardError, ForwardRemoteError
+from consensus.types import Role
+from log import LogConfig, PartitionLog
+from protocol.records import scan_batches
+
+logger = logging.getLogger("raftka.controller")
+
+METADATA_GROUP = "__cluster_metadata-0"
+CONTROLLER_RPC = "__controller"
+LEADERS_RPC = "__leaders"
+COMMIT_TIMEOUT_S = 10.0
+FORWARD_TIMEOUT_S = 15.0
+REPLAY_READ_BYTES = 4 * 1024 * 1024
+
+
+class Controller:
+    """This broker's view of cluster metadata, and the controller when it leads the group."""
+
+    def __init__(
+        self,
+        node: RaftNode,
+        voters: frozenset[int],
+        data_dir: Path,
+        broker_config: BrokerConfig,
+        topics: TopicManager,
+        hard_states: HardStateStore,
+    ) -> None:
+        self.node = node
+        self.node_id = node.node_id
+        self.voters = voters
+        self.broker_config = broker_config
+        self.topics = topics
+        self.image = MetadataImage()
+        self.applied_end = 0
+        self.applied = trio.Event()
+        self.log = PartitionLog.open(
+            data_dir / METADATA_GROUP, LogConfig(retention_ms=-1), now_ms()
+        )
+        storage = PartitionRaftStorage(METADATA_GROUP, self.log, hard_states)
+        self.group: RaftGroup = node.add_group(METADATA_GROUP, voters, storage, self._on_update)
+        if voters == frozenset({self.node_id}):
+            self.group.campaign()
+        self.leader_hints: dict[str, tuple[int, int]] = {}
+        node.transport.set_forward_handler(self._serve_forward)
+
+    # -- applying committed records -----------------------------------------------------
+
+    def _on_update(self, update: GroupUpdate) -> None:
+        if update.high_watermark is not None:
+            self._apply_committed(min(update.high_watermark, self.log.log_end_offset))
+
+    def _apply_committed(self, high_watermark: int) -> None:
+        while self.applied_end < high_watermark:
+            data = self.log.read(self.applied_end, REPLAY_READ_BYTES, high_watermark, True)
+            if not data:
+                break
+            end = self.applied_end
+            for offset, record in iter_log_records(data):
+                for change in self.image.apply(record, offset):
+                    self._reconcile(change)
+            # Batch ends (control batches included) from the raw headers.
+            headers = scan_batches(data, verify_crc=False).headers
+            if headers:
+                end = headers[-1].next_offset
+            if end <= self.applied_end:
+                break
+            self.applied_end = end
+        self.applied.set()
+        self.applied = trio.Event()
+
+    def _reconcile(self, change: Change) -> None:
+        try:
+            if isinstance(change, TopicCreated):
+                self.topics.add_topic(change.name, change.topic_id, change.replicas, change.configs)
+            elif isinstance(change, PartitionsAdded):
+                self.topics.add_partitions(change.name, change.new_replicas)
+            elif isinstance(change, ConfigsChanged):
+                self.topics.alter_configs(change.name, change.configs)
+            elif isinstance(change, TopicDeleted):
+                self.topics.remove_topic(change.topic_id)
+            elif isinstance(change, BrokerRegistered):
+                broker = change.broker
+                logger.info(
+                    "broker %d registered at %s:%d (rack %s)",
+                    broker.node_id,
+                    broker.host,
+                    broker.port,
+                    broker.rack,
+                )
+        except Exception:
+            # Every broker applies the same records; a local failure (disk) must not stop
+            # the rest of the metadata from applying.
+            logger.exception("could not apply metadata change %s", change)
+
+    # -- views ----------------------------------------------------------------------------
+
+    @property
+    def controller_id(self) -> int:
+        leader = self.group.leader_id
+        return -1 if leader is None else leader
+
+    @property
+    def is_controller(self) -> bool:
+        return self.group.role is Role.LEADER
+
+    def live_brokers(self) -> list[int]:
+        return sorted(self.image.brokers)
+
+    # -- executing admin operations -------------------------------------------------------
+
+    async def execute(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Run an admin command on the controller (here or forwarded); returns its result
+        dict with at least `error_code` and `error_message`."""
+        deadline = trio.current_time() + FORWARD_TIMEOUT_S
+        while True:
+            if self.is_controller:
+                return await self._execute_here(command)
+            leader = self.group.leader_id
+            if leader is not None and leader != self.node_id:
+                try:
+                    raw = await self.node.transport.forward(
+                        leader, CONTROLLER_RPC, json.dumps(command).encode(), FORWARD_TIMEOUT_S
+                    )
+                    return dict(json.loads(raw))
+                except ForwardRemoteError as exc:
+                    if exc.error_code != ErrorCode.not_controller:
+                        return _error(
+                            ErrorCode(exc.error_code), exc.payload.decode(errors="replace")
+                        )
+                except ForwardError as exc:
+                    logger.info("forwarding to controller %s failed: %s", leader, exc)
+            if trio.current_time() >= deadline:
+                return _error(
+                    ErrorCode.not_controller,
+                    "No controller is available: the metadata quorum has no leader",
+                )
+            await trio.sleep(0.05)
+
+    async def _serve_forward(self, group: str, payload: bytes) -> tuple[int, bytes]:
+        if group == LEADERS_RPC:
+            return 0, json.dumps(self.local_leaders()).encode()
+        if group != CONTROLLER_RPC:
+            return int(ErrorCode.invalid_request), f"unknown rpc {group}".encode()
+        if not self.is_controller:
+            return int(ErrorCode.not_controller), b"not the controller"
+        result = await self._execute_here(json.loads(payload))
+        return 0, json.dumps(result).encode()
+
+    async def _execute_here(self, command: dict[str, Any]) -> dict[str, Any]:
+        handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = getattr(
+            self, f"_op_{command.get('op')}", None
+        )
+        if handler is None:
+            return _error(ErrorCode.invalid_request, f"unknown controller operation {command!r}")
+        try:
+            return await handler(command)
+        except TopicError as exc:
+            return _error(exc.error_code, exc.message)
+        except NotLeaderError:
+            return _error(ErrorCode.not_controller, "this broker lost the controller role")
+
+    async def _commit(self, records: list[MetadataRecord]) -> None:
+        """Propose records as one batch and wait until they are applied here."""
+        entry = self.group.propose(len(records), encode_batch(records, timestamp_ms=now_ms()))
+        if not await self.group.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S):
+            raise TopicError(
+                ErrorCode.request_timed_out,
+                "The metadata change did not commit in time; a majority of brokers may be down",
+            )
+        while self.applied_end < entry.end_offset:
+            await self.applied.wait()
+
+    async def _op_create_topic(self, command: dict[str, Any]) -> dict[str, Any]:
+        record = self.image.plan_create_topic(
+            command["name"],
+            uuid.uuid4(),
+            command["num_partitions"],
+            command["replication_factor"],
+            [tuple(a) for a in command["assignments"]] if command.get("assignments") else None,
+            command.get("configs") or {},
+            self.live_brokers(),
+            default_num_partitions=self.broker_config.get("num.partitions"),
+            default_replication_factor=self.broker_config.get("default.replication.factor"),
+        )
+        if not command.get("validate_only"):
+            await self._commit([record])
+        return {
+            "error_code": 0,
+            "error_message": None,
+            "topic_id": str(record.topic_id),
+            "num_partitions": len(record.replicas),
+            "replication_factor": len(record.replicas[0]),
+        }
+
+    async def _op_delete_topic(self, command: dict[str, Any]) -> dict[str, Any]:
+        record = self.image.validate_delete_topic(command["name"])
+        await self._commit([record])
+        return {"error_code": 0, "error_message": None, "topic_id": str(record.topic_id)}
+
+    async def _op_alter_configs(self, command: dict[str, Any]) -> dict[str, Any]:
+        record = self.image.validate_alter_configs(command["name"], command["configs"])
+        if not command.get("validate_only"):
+            await self._commit([record])
+        return {"error_code": 0, "error_message": None}
+
+    async def _op_create_partitions(self, command: dict[str, Any]) -> dict[str, Any]:
+        record = self.image.validate_create_partitions(
+            command["name"], command["count"], command.get("assignments"), self.live_brokers()
+        )
+        if not command.get("validate_only"):
+            await self._commit([record])
+        return {"error_code": 0, "error_message": None}
+
+    async def _op_register_broker(self, command: dict[str, Any]) -> dict[str, Any]:
+        record = RegisterBroker(
+            command["node_id"],
+            command["host"],
+            command["port"],
+            command.get("rack"),
+            command["incarnation_id"],
+        )
+        current = self.image.brokers.get(record.node_id)
+        if current is None or (current.host, current.port, current.rack) != (
+            record.host,
+            record.port,
+            record.rack,
+        ):
+            await self._commit([record])
+        return {"error_code": 0, "error_message": None}
+
+    # -- registration and leadership gossip -----------------------------------------------
+
+    async def register(self, host: str, port: int, rack: str | None) -> None:
+        """Register this broker's client address; retried until the metadata says so."""
+        incarnation = uuid.uuid4().hex
+        started = time.monotonic()
+        while True:
+            current = self.image.brokers.get(self.node_id)
+            if current is not None and (current.host, current.port, current.rack) == (
+                host,
+                port,
+                rack,
+            ):
+                logger.info("registered with the cluster in %.2f s", time.monotonic() - started)
+                return
+            result = await self.execute(
+                {
+                    "op": "register_broker",
+                    "node_id": self.node_id,
+                    "host": host,
+                    "port": port,
+                    "rack": rack,
+                    "incarnation_id": incarnation,
+                }
+            )
+            if result["error_code"] != 0:
+                logger.info("registration not accepted yet: %s", result["error_message"])
+                await trio.sleep(0.2)
+
+    def local_leaders(self) -> dict[str, tuple[int, int]]:
+        """Partitions this broker leads: name → (leader id, leader epoch)."""
+        return {
+            p.name: (self.node_id, p.leader_epoch)
+            for p in self.topics.local_partitions()
+            if p.is_leader
+        }
+
+    async def gossip_leaders(self, interval_s: float = 0.5) -> None:
+        """Learn the leaders of partitions not hosted here by asking every peer."""
+        peers = [p for p in self.voters if p != self.node_id]
+        while True:
+            hints: dict[str, tuple[int, int]] = {}
+            for peer in peers:
+                try:
+                    raw = await self.node.transport.forward(peer, LEADERS_RPC, b"", interval_s * 4)
+                except ForwardError:
+                    continue
+                for name, (leader, epoch) in json.loads(raw).items():
+                    if name not in hints or hints[name][1] < epoch:
+                        hints[name] = (leader, epoch)
+            self.leader_hints = hints
+            await trio.sleep(interval_s)
+
+
+def _error(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"error_code": int(code), "error_message": message}
