@@ -483,16 +483,21 @@ def test_groups_cli_describes_a_live_group(bootstrap: str, new_topic: Any) -> No
     topic = new_topic(partitions=2)
     produce_values(bootstrap, topic, 10, 2)
     group = group_id()
-    c = ThreadConsumer(bootstrap, topic, group, **{"enable.auto.commit": False})
+    # librdkafka heartbeats from its own threads: the member stays alive between polls.
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([topic])
     try:
-        wait_until(lambda: len(c.assignment) == 2, 60, "an assignment")
-        # Asynchronous: the consumer's own thread serves the commit's answer.
-        c.consumer.commit(
+        wait_until(lambda: c.poll(0.2) is None and len(c.assignment()) == 2, 60, "an assignment")
+        c.commit(
             offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 5)],
-            asynchronous=True,
-        )
-        wait_until(
-            lambda: committed(bootstrap, group, topic, 2) == {0: 2, 1: 5}, 30, "the commit"
+            asynchronous=False,
         )
         root = Path(__file__).resolve().parents[2]
         out = subprocess.run(
