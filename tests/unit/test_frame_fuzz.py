@@ -112,7 +112,12 @@ def mutated_frames(draw: st.DrawFn) -> bytes:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Broker:
     config = BrokerConfig({"num.partitions": "2"}, environ={})
     instance = Broker(config, Listener("127.0.0.1", 0), Path(tmp_path_factory.mktemp("data")))
-    instance.topics.create_topic(TOPIC, 2, 1, {})
+    trio.run(instance.controller.register, "127.0.0.1", 9092, None)
+    created = trio.run(
+        instance.controller.execute,
+        {"op": "create_topic", "name": TOPIC, "num_partitions": 2, "replication_factor": 1},
+    )
+    assert created["error_code"] == 0, created
     return instance
 
 
@@ -140,8 +145,9 @@ def _serve_frame(broker: Broker, frame: bytes) -> None:
 
 
 def _check_logs_readable(broker: Broker) -> None:
-    for partition in broker.topics.all_partitions():
+    for partition in broker.topics.local_partitions():
         log = partition.log
+        assert log is not None
         data = log.read(log.log_start_offset, 1 << 30, log.log_end_offset, True)
         headers = validate_produce_records(data, 1 << 30)
         if headers:
