@@ -183,7 +183,9 @@ async def handle_produce(context: Any, request: Any) -> Any:
                         batch_index_error_message=message,
                     )
                     for index, message in errors
-                ),
+                )
+                if hasattr(module, "BatchIndexAndErrorMessage")  # Produce v8+
+                else (),
             }
             responses.append(build(module.PartitionProduceResponse, **values))
         topic_responses.append(
