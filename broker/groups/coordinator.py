@@ -167,8 +167,8 @@ class GroupCoordinator:
         now = self.clock_ms()
         for group_id, stored in metadata.items():
             if stored is None:
-                group = self.groups.get(group_id)
-                if group is not None and not group.offsets:
+                deleted = self.groups.get(group_id)
+                if deleted is not None and not deleted.offsets:
                     del self.groups[group_id]
                 continue
             group = self.groups.setdefault(group_id, Group(group_id))
