@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import BrokerProcess, JavaTool, find_java_jars  # noqa: E402
+from harness import BrokerProcess, ClusterProcess, JavaTool, find_java_jars  # noqa: E402
 
 BROKERS_KEY = pytest.StashKey[list[BrokerProcess]]()
 SESSION_BROKER_KEY = pytest.StashKey[BrokerProcess]()
@@ -159,6 +159,42 @@ def broker_factory(
     finally:
         for broker in started:
             broker.kill()
+
+
+@pytest.fixture
+def cluster_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., ClusterProcess]]:
+    """`cluster_factory(size=3, config=None) -> ClusterProcess`, started (every node lists
+    all brokers); stopped after the test (a node left paused is resumed first). A failure
+    report shows every node's log tail."""
+    if _external_bootstrap(request.config):
+        pytest.skip("needs its own raftka cluster; not available with --bootstrap-servers")
+    started: list[ClusterProcess] = []
+
+    def factory(
+        size: int = 3, config: dict[str, str] | None = None, **kwargs: object
+    ) -> ClusterProcess:
+        base_dir = tmp_path_factory.mktemp("cluster")
+        cluster = ClusterProcess(size, config, base_dir=base_dir, **kwargs)  # type: ignore[arg-type]
+        started.append(cluster)
+        for node in cluster.nodes:
+            _track(request, node)
+        return cluster.start()
+
+    try:
+        yield factory
+        errors = []
+        for cluster in started:
+            try:
+                cluster.stop()
+            except AssertionError as exc:
+                errors.append(str(exc))
+        if errors:
+            pytest.fail("cluster did not shut down cleanly:\n" + "\n".join(errors))
+    finally:
+        for cluster in started:
+            cluster.kill()
 
 
 # -- topics --------------------------------------------------------------------------------

@@ -369,3 +369,251 @@ class JavaTool:
 
     def json(self, *args: object, timeout: float = 60) -> list[dict]:
         return [json.loads(line) for line in self(*args, timeout=timeout) if line.strip()]
+
+
+# -- a local multi-broker cluster ------------------------------------------------------------
+
+
+def metadata_brokers(bootstrap: str, timeout_s: float = 5.0) -> tuple[list[int], int]:
+    """(sorted broker ids, controller id) from one Metadata request to `bootstrap` only."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
+    md = admin.list_topics(timeout=timeout_s)
+    return sorted(md.brokers), md.controller_id
+
+
+class ClusterNode(BrokerProcess):
+    """One voter of a `ClusterProcess`: a `BrokerProcess` with a node id and a Raft port.
+
+    Adds `pause()` (SIGSTOP) and `resume()` (SIGCONT); `stop()` resumes a paused node first.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        raft_port: int,
+        peers: str,
+        config: dict[str, str] | None = None,
+        **kwargs: object,
+    ) -> None:
+        self.node_id = node_id
+        self.raft_port = raft_port
+        self.peers = peers
+        self.paused = False
+        extra = ["--node-id", str(node_id), "--raft-listen", f"127.0.0.1:{raft_port}"]
+        extra += ["--peers", peers]
+        super().__init__(config, extra_args=extra, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def raft_address(self) -> str:
+        return f"127.0.0.1:{self.raft_port}"
+
+    def spawn(self) -> None:
+        """Launch the process without waiting for it to answer (see `wait_ready`).
+
+        A voter only starts serving clients once it has registered with the metadata
+        quorum, so a cluster's nodes must all be launched before any is waited for.
+        """
+        if self.is_running():
+            raise RuntimeError(f"broker already running (pid {self.pid})")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._killed = False
+        self.paused = False
+        argv = self.command()
+        with open(self.log_path, "ab") as log:
+            log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
+            log.flush()
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+            )
+            # Launched from the calling thread: PR_SET_PDEATHSIG fires when the *thread*
+            # that forked the child exits, so never spawn from a short-lived thread.
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_set_parent_death_signal,
+            )
+
+    def wait_ready(self) -> ClusterNode:
+        """Until the node answers ApiVersions (it has registered); kills it on failure."""
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def start(self) -> ClusterNode:
+        self.spawn()
+        return self.wait_ready()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays alive but does nothing (no ticks, no answers)."""
+        if not self.is_running():
+            raise RuntimeError(f"node {self.node_id} is not running")
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after `pause()`."""
+        if self.is_running():
+            os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.paused:
+            self.resume()
+        super().stop(timeout=timeout)
+
+    def kill(self) -> None:
+        super().kill()
+        self.paused = False
+
+    def __repr__(self) -> str:
+        state = f"pid {self._proc.pid}" if self.is_running() else "stopped"
+        if self.paused:
+            state += ", paused"
+        return f"ClusterNode({self.node_id}, {self.bootstrap}, raft {self.raft_port}, {state})"
+
+
+class ClusterProcess:
+    """`size` raftka brokers on free ports (Kafka and Raft), each with its own data dir
+    under `base_dir/node-N/`, every one listing all voters in `--peers`.
+
+    `start()` launches all nodes at once and returns when every node answers Metadata
+    listing all `size` brokers. `nodes[i]` is a `ClusterNode` (`kill()`, `stop()`,
+    `start()`, `pause()`, `resume()`, `data_dir`); `node(id)` looks one up by node id.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        config: dict[str, str] | None = None,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 30.0,
+        python: str = sys.executable,
+    ) -> None:
+        python = os.path.abspath(python) if os.sep in python else python
+        if base_dir is None:
+            base_dir = tempfile.mkdtemp(prefix="raftka-cluster-")
+        self.base_dir = Path(base_dir)
+        self.startup_timeout_s = startup_timeout_s
+        kafka_ports: list[int] = []
+        raft_ports: list[int] = []
+        while len(kafka_ports) < size:
+            for ports in (kafka_ports, raft_ports):
+                port = free_port()
+                while port in kafka_ports or port in raft_ports:
+                    port = free_port()
+                ports.append(port)
+        peers = ",".join(f"{i + 1}@127.0.0.1:{raft_ports[i]}" for i in range(size))
+        self.nodes = [
+            ClusterNode(
+                i + 1,
+                raft_ports[i],
+                peers,
+                config,
+                port=kafka_ports[i],
+                base_dir=self.base_dir / f"node-{i + 1}",
+                startup_timeout_s=startup_timeout_s,
+                python=python,
+            )
+            for i in range(size)
+        ]
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's Kafka address, comma-separated (a client's bootstrap.servers)."""
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def node(self, node_id: int) -> ClusterNode:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    def running(self) -> list[ClusterNode]:
+        return [n for n in self.nodes if n.is_running() and not n.paused]
+
+    def start(self) -> ClusterProcess:
+        try:
+            for node in self.nodes:
+                node.spawn()
+            for node in self.nodes:
+                node.wait_ready()
+            self.wait_formed()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def wait_formed(self, timeout_s: float | None = None) -> None:
+        """Until every running node answers Metadata listing all nodes as brokers."""
+        timeout_s = self.startup_timeout_s if timeout_s is None else timeout_s
+        want = sorted(n.node_id for n in self.nodes)
+        deadline = time.monotonic() + timeout_s
+        last: dict[int, object] = {}
+        while True:
+            pending = []
+            for node in self.running():
+                try:
+                    ids, _controller = metadata_brokers(node.bootstrap, timeout_s=2.0)
+                    last[node.node_id] = ids
+                    if ids != want:
+                        pending.append(node)
+                except Exception as exc:  # noqa: BLE001 - reported on timeout
+                    last[node.node_id] = exc
+                    pending.append(node)
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                tails = "\n".join(
+                    f"--- node {n.node_id} log tail ({n.log_path}) ---\n{n.log_tail(30)}"
+                    for n in pending
+                )
+                raise BrokerStartError(
+                    f"cluster did not form within {timeout_s:.0f} s: brokers seen per node "
+                    f"{last} (want {want})\n{tails}"
+                )
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM every node (one at a time, so leadership can move) and require exit 0."""
+        errors = []
+        for node in self.nodes:
+            try:
+                node.stop(timeout=timeout)
+            except AssertionError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise BrokerStopError("\n".join(errors))
+
+    def kill(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+    def log_tails(self, n: int = 40) -> str:
+        return "\n".join(
+            f"--- node {node.node_id} ({node.bootstrap}) log tail ---\n{node.log_tail(n)}"
+            for node in self.nodes
+        )
+
+    def __enter__(self) -> ClusterProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if exc_info[0] is None:
+                self.stop()
+        finally:
+            self.kill()
+
+    def __repr__(self) -> str:
+        return f"ClusterProcess({self.nodes!r})"
