@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clients import RawConnection, make_producer, wait_until
+from clients import RawConnection, make_producer, wait_until, watermarks
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 SESSION_TIMEOUT_MS = 6000
@@ -139,6 +139,11 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
         c.close()
 
 
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Log-end offsets (high watermarks); a log may begin with a leader's control batch."""
+    return {p: watermarks(bootstrap, topic, p)[1] for p in range(partitions)}
+
+
 def owners(procs: list[ConsumerProcess]) -> list[list[int] | None]:
     return [p.assignment for p in procs]
 
@@ -216,12 +221,14 @@ def test_commit_then_restart_consumer_and_broker_resumes_at_the_commit(
 
     first = consume(20)
     assert len(first) == 20
-    # No commit yet is -1001 (librdkafka's OFFSET_INVALID): that partition starts at 0.
-    positions = {p: max(o, 0) for p, o in committed(bootstrap, group, topic, 3).items()}
-    assert sum(positions.values()) == 20
+    positions = committed(bootstrap, group, topic, 3)
+    for part, offset in positions.items():
+        mine = [o for p, o in first if p == part]
+        # Committed = the next offset to read; -1001 (OFFSET_INVALID) if nothing was read.
+        assert offset == (mine[-1] + 1 if mine else -1001)
 
     broker.restart()  # SIGTERM
-    assert {p: max(o, 0) for p, o in committed(bootstrap, group, topic, 3).items()} == positions
+    assert committed(bootstrap, group, topic, 3) == positions
     second = consume(20)
     broker.kill()  # kill -9
     broker.start()
@@ -230,9 +237,9 @@ def test_commit_then_restart_consumer_and_broker_resumes_at_the_commit(
     assert len(set(seen)) == 60, "a record was read twice or skipped"
     for part in range(3):
         offsets = [o for p, o in second if p == part]
-        if offsets:
+        if offsets and positions[part] >= 0:
             assert offsets[0] == positions[part], "did not resume exactly at the commit"
-    assert committed(bootstrap, group, topic, 3) == {0: 20, 1: 20, 2: 20}
+    assert committed(bootstrap, group, topic, 3) == end_offsets(bootstrap, topic, 3)
 
 
 # -- assignors and static membership ---------------------------------------------------------
@@ -312,9 +319,7 @@ def test_static_member_restart_keeps_partitions_without_rebalance(
     b = ThreadConsumer(bootstrap, topic, group, **{"group.instance.id": "static-b"})
     b2 = None
     try:
-        wait_until(
-            lambda: len(a.assignment) == 2 and len(b.assignment) == 2, 60, "a stable group"
-        )
+        wait_until(lambda: len(a.assignment) == 2 and len(b.assignment) == 2, 60, "a stable group")
         before_a, before_b = set(a.assignment), set(b.assignment)
         a_assignments = len(a.assigned)
         b.close()  # a static member does not leave the group on close
@@ -353,11 +358,8 @@ def test_kcat_balanced_consumer(bootstrap: str, new_topic: Any, kcat_bin: str) -
     )
     lines = [line for line in out.stdout.splitlines() if line.strip()]
     assert sorted(line.split()[2] for line in lines) == sorted(f"m{i}" for i in range(20))
-    wait_until(
-        lambda: committed(bootstrap, group, topic, 2) == {0: 10, 1: 10},
-        15,
-        "kcat's commits",
-    )
+    ends = end_offsets(bootstrap, topic, 2)
+    wait_until(lambda: committed(bootstrap, group, topic, 2) == ends, 15, "kcat's commits")
 
 
 def test_kafka_python_group_consumer(bootstrap: str, new_topic: Any) -> None:
@@ -382,9 +384,10 @@ def test_kafka_python_group_consumer(bootstrap: str, new_topic: Any) -> None:
             break
     consumer.commit()
     assert sorted(values) == sorted(f"m{i}" for i in range(30))
-    assert [consumer.committed(KTopicPartition(topic, p)) for p in range(3)] == [10, 10, 10]
+    ends = end_offsets(bootstrap, topic, 3)
+    assert {p: consumer.committed(KTopicPartition(topic, p)) for p in range(3)} == ends
     consumer.close()
-    assert committed(bootstrap, group, topic, 3) == {0: 10, 1: 10, 2: 10}
+    assert committed(bootstrap, group, topic, 3) == ends
 
 
 def test_java_consumer_subscribe_and_commit_sync(
@@ -395,11 +398,12 @@ def test_java_consumer_subscribe_and_commit_sync(
     group = group_id()
     rows = java_tool.json("consume-group", bootstrap, topic, group, 30, 60000, timeout=120)
     assert sorted(r["value"] for r in rows) == sorted(f"m{i}" for i in range(30))
-    assert committed(bootstrap, group, topic, 3) == {0: 10, 1: 10, 2: 10}
-    # The group resumes from its commits: nothing is left to read.
+    ends = end_offsets(bootstrap, topic, 3)
+    assert committed(bootstrap, group, topic, 3) == ends
+    # The group resumes from its commits: only the new records are read.
     produce_values(bootstrap, topic, 3, 3)
     rows = java_tool.json("consume-group", bootstrap, topic, group, 3, 60000, timeout=120)
-    assert sorted(r["offset"] for r in rows) == [10, 10, 10]
+    assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(ends.items())
 
 
 # -- bad input -------------------------------------------------------------------------------
@@ -510,9 +514,10 @@ def test_groups_cli_describes_a_live_group(bootstrap: str, new_topic: Any) -> No
         )
         assert out.returncode == 0, out.stderr
         rows = [line.split() for line in out.stdout.splitlines() if line.startswith(group)]
+        ends = end_offsets(bootstrap, topic, 2)
         assert [r[1:6] for r in rows] == [
-            [topic, "0", "2", "5", "3"],
-            [topic, "1", "5", "5", "0"],
+            [topic, "0", "2", str(ends[0]), str(ends[0] - 2)],
+            [topic, "1", "5", str(ends[1]), str(ends[1] - 5)],
         ]
         listed = subprocess.run(
             [sys.executable, "-m", "broker", "groups", "list", "--bootstrap", bootstrap],

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.config import BrokerConfig
 from broker.groups.records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -20,8 +19,8 @@ from broker.groups.records import (
     java_string_hashcode,
     partition_for_group,
 )
-from broker.groups.store import OFFSETS_TOPIC, TopicOffsetsLog, read_partition
-from broker.topics import TopicManager
+from broker.groups.store import read_partition
+from log import LogConfig, PartitionLog
 from protocol.batch_builder import (
     BatchDecodeError,
     build_batch,
@@ -127,30 +126,19 @@ def test_corrupt_batches_are_rejected() -> None:
     assert read_batch_header(batch).magic == 2
 
 
-def test_topic_offsets_log_appends_and_replays(tmp_path: Path) -> None:
-    import trio
-
-    config = BrokerConfig({"offsets.topic.num.partitions": "3"}, environ={})
-    topics = TopicManager(tmp_path, config)
-    store = TopicOffsetsLog(topics, 3)
+def test_replay_reads_every_batch_of_a_partition_log(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "__consumer_offsets-1", LogConfig(segment_bytes=300), 1)
     records = [
         (OffsetKey("g", "t", i).encode(), OffsetValue(i, -1, "", 1).encode()) for i in range(5)
     ]
-
-    async def write() -> None:
-        await store.append(1, records)
-        await store.append(1, [(records[0][0], None)])
-
-    trio.run(write)
-    topic = topics.get(OFFSETS_TOPIC)
-    assert topic is not None and topic.is_internal and len(topic.partitions) == 3
-    assert topic.config.get("retention.ms") == -1
-    topics.close()
-
-    reopened = TopicManager(tmp_path, config)
-    reopened.load()
-    replayed = list(TopicOffsetsLog(reopened, 3).replay())
-    assert replayed == [*records, (records[0][0], None)]
-    log = reopened.get(OFFSETS_TOPIC).partitions[1].log  # type: ignore[union-attr]
-    assert len(list(read_partition(log))) == 6
-    reopened.close()
+    expected: list[tuple[bytes, bytes | None]] = []
+    for i in range(8):  # several segments
+        batch = bytearray(build_batch(records[: 1 + i % 5], 1))
+        log.append(batch, validate_produce_records(batch, 1 << 20), 0, 1)
+        expected += records[: 1 + i % 5]
+    tombstone = bytearray(build_batch([(records[0][0], None)], 1))
+    log.append(tombstone, validate_produce_records(tombstone, 1 << 20), 0, 1)
+    expected.append((records[0][0], None))
+    assert len(log.segments) > 1
+    assert list(read_partition(log)) == expected
+    log.close()
