@@ -713,8 +713,8 @@ class GroupCoordinator:
             return ErrorCode.illegal_generation
         if group.is_(GroupState.EMPTY):
             return ErrorCode.unknown_member_id
+        # A later deadline needs no wake-up: the timer finds it when the old one fires.
         member.session_deadline_ms = self.clock_ms() + member.session_timeout_ms
-        self._wake()
         if group.is_(GroupState.PREPARING_REBALANCE):
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
