@@ -17,11 +17,12 @@ _NEXT_BLOCK_KEY = b"producer-ids/next-block"
 
 
 class ProducerIdAllocator:
-    def __init__(self, path: Path, node_id: int) -> None:
+    def __init__(self, path: Path, node_id: int, block_size: int = BLOCK_SIZE) -> None:
         if not 0 <= node_id < NODE_ID_SPACE:
             raise ValueError(f"node.id must be below {NODE_ID_SPACE}, got {node_id}")
         path.mkdir(parents=True, exist_ok=True)
         self.node_id = node_id
+        self.block_size = block_size
         self._env = lmdb.open(str(path), map_size=1 << 20, subdir=True)
         self._sequences = range(0)
 
@@ -30,8 +31,8 @@ class ProducerIdAllocator:
             with self._env.begin(write=True) as txn:
                 raw = txn.get(_NEXT_BLOCK_KEY)
                 start = int(raw) if raw is not None else 0
-                txn.put(_NEXT_BLOCK_KEY, str(start + BLOCK_SIZE).encode())
-            self._sequences = range(start, start + BLOCK_SIZE)
+                txn.put(_NEXT_BLOCK_KEY, str(start + self.block_size).encode())
+            self._sequences = range(start, start + self.block_size)
         sequence = self._sequences[0]
         self._sequences = self._sequences[1:]
         return sequence * NODE_ID_SPACE + self.node_id

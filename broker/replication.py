@@ -40,6 +40,7 @@ ATTRIBUTES_OFFSET = 21
 _INT16 = struct.Struct(">h")
 _CRC = struct.Struct(">I")
 NO_TIMESTAMP = -1
+HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 
 
 def control_batch(kind: EntryKind, payload: bytes) -> bytes:
@@ -99,10 +100,17 @@ class HardStateStore:
 class PartitionRaftStorage:
     """`PartitionLog` as a Raft group's storage: the core's read view and its writes."""
 
-    def __init__(self, group: str, log: PartitionLog, hard_states: HardStateStore) -> None:
+    def __init__(
+        self,
+        group: str,
+        log: PartitionLog,
+        hard_states: HardStateStore,
+        single_voter: bool = False,
+    ) -> None:
         self.group = group
         self.log = log
         self.hard_states = hard_states
+        self.single_voter = single_voter
         self.raft_log = self
 
     # -- the core's read view (consensus.storage.RaftLog) ---------------------------------
@@ -183,4 +191,24 @@ class PartitionRaftStorage:
         self.log.append_replicated(buffer, headers, now)
 
     def high_watermark_checkpoint(self) -> int | None:
+        """A lower bound of the committed offset, so a restarted replica need not append a
+        no-op (an offset gap) before serving what it already committed."""
+        if self.single_voter:
+            # Its own log is a majority: whatever it persisted was committed.
+            return self.log.log_end_offset
+        path = self.log.directory / HIGH_WATERMARK_CHECKPOINT
+        try:
+            value = int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if self.log.log_start_offset <= value <= self.log.log_end_offset:
+            return value
         return None
+
+    def save_high_watermark(self, high_watermark: int) -> None:
+        """Kafka's replication-offset-checkpoint, per partition: written at clean shutdown."""
+        value = max(self.log.log_start_offset, min(high_watermark, self.log.log_end_offset))
+        path = self.log.directory / HIGH_WATERMARK_CHECKPOINT
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{value}\n")
+        tmp.replace(path)

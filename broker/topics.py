@@ -94,6 +94,7 @@ class Partition:
     index: int
     replicas: tuple[int, ...]
     log: PartitionLog | None = None
+    storage: PartitionRaftStorage | None = None
     group: RaftGroup | None = None
     waiters: set[trio.Event] = field(default_factory=set)
 
@@ -274,7 +275,10 @@ class TopicManager:
             self.data_dir / partition.name, log_config_for(partition.topic.config), now_ms()
         )
         partition.log = log
-        storage = PartitionRaftStorage(partition.name, log, self.hard_states)
+        storage = PartitionRaftStorage(
+            partition.name, log, self.hard_states, partition.replicas == (self.node_id,)
+        )
+        partition.storage = storage
 
         def on_update(update: GroupUpdate) -> None:
             if update.high_watermark is not None or update.soft_state is not None:
@@ -288,6 +292,8 @@ class TopicManager:
             partition.group.campaign()
 
     def _close_partition(self, partition: Partition) -> None:
+        if partition.group is not None and partition.storage is not None:
+            partition.storage.save_high_watermark(partition.group.high_watermark)
         if partition.group is not None:
             self.node.remove_group(partition.name)
             partition.group = None

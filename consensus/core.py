@@ -75,6 +75,10 @@ class RaftConfig:
     pre_vote: bool = True
     check_quorum: bool = True
     seed: int = 0
+    # A new leader whose log is known committed to its end appends no no-op: it has nothing
+    # to commit, and a Kafka partition then keeps offsets without gaps (a new topic starts at
+    # offset 0). The broker sets this; the classic behaviour (always a no-op) is the default.
+    skip_noop_when_committed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +378,13 @@ class RaftCore:
         self._sync_progress()
         self.term_start_offset = self.log.log_end_offset()
         # Control batch of the new epoch: committing it commits every earlier entry.
-        self._append_as_leader(1, b"", EntryKind.NOOP)
+        if not self.config.skip_noop_when_committed or (
+            self.high_watermark < self.log.log_end_offset()
+        ):
+            self._append_as_leader(1, b"", EntryKind.NOOP)
+        else:
+            # Announce the new leader at once (an empty append probes each follower's log).
+            self._broadcast_append(send_if_empty=True)
 
     def _sync_progress(self) -> None:
         """Track exactly the voters other than this node."""

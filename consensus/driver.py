@@ -287,6 +287,7 @@ class RaftNode:
             election_timeout_ticks=self.election_timeout_ticks,
             heartbeat_interval_ticks=self.heartbeat_interval_ticks,
             seed=self.seed,  # the core mixes group and node id into its random stream
+            skip_noop_when_committed=True,
         )
         core = RaftCore(
             config,

@@ -74,7 +74,9 @@ class Controller:
         self.log = PartitionLog.open(
             data_dir / METADATA_GROUP, LogConfig(retention_ms=-1), now_ms()
         )
-        storage = PartitionRaftStorage(METADATA_GROUP, self.log, hard_states)
+        storage = PartitionRaftStorage(
+            METADATA_GROUP, self.log, hard_states, voters == frozenset({self.node_id})
+        )
         self.group: RaftGroup = node.add_group(METADATA_GROUP, voters, storage, self._on_update)
         if voters == frozenset({self.node_id}):
             self.group.campaign()

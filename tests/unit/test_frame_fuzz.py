@@ -24,7 +24,14 @@ from kio.serial import entity_writer
 from broker.config import BrokerConfig
 from broker.connection import RequestContext
 from broker.server import Broker, Listener
-from protocol.api import FrameError, build, decode_request, encode_response, read_prefix, request_type
+from protocol.api import (
+    FrameError,
+    build,
+    decode_request,
+    encode_response,
+    read_prefix,
+    request_type,
+)
 from protocol.records import validate_produce_records
 from batches import encode_batch
 
@@ -56,34 +63,66 @@ def _seed_frames() -> list[bytes]:
     for version in (1, 4, 9, 12):
         m = __import__(f"kio.schema.metadata.v{version}.request", fromlist=["_"])
         topic = build(m.MetadataRequestTopic, name=TOPIC, topic_id=uuid.UUID(int=0))
-        frames.append(_frame(3, version, topics=(topic,), allow_auto_topic_creation=True,
-                             include_topic_authorized_operations=False,
-                             include_cluster_authorized_operations=False))
+        frames.append(
+            _frame(
+                3,
+                version,
+                topics=(topic,),
+                allow_auto_topic_creation=True,
+                include_topic_authorized_operations=False,
+                include_cluster_authorized_operations=False,
+            )
+        )
     for version in (3, 9):
         m = __import__(f"kio.schema.produce.v{version}.request", fromlist=["_"])
         data = build(m.PartitionProduceData, index=0, records=batch)
         topic = build(m.TopicProduceData, name=TOPIC, partition_data=(data,))
-        frames.append(_frame(0, version, transactional_id=None, acks=1,
-                             timeout=datetime.timedelta(seconds=1), topic_data=(topic,)))
+        frames.append(
+            _frame(
+                0,
+                version,
+                transactional_id=None,
+                acks=1,
+                timeout=datetime.timedelta(seconds=1),
+                topic_data=(topic,),
+            )
+        )
     for version in (4, 12):
         m = __import__(f"kio.schema.fetch.v{version}.request", fromlist=["_"])
         part = build(m.FetchPartition, partition=0, fetch_offset=0, partition_max_bytes=65536)
         topic = build(m.FetchTopic, topic=TOPIC, partitions=(part,))
-        frames.append(_frame(1, version, replica_id=-1, max_wait=datetime.timedelta(0),
-                             min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                             topics=(topic,), forgotten_topics_data=()))
+        frames.append(
+            _frame(
+                1,
+                version,
+                replica_id=-1,
+                max_wait=datetime.timedelta(0),
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                topics=(topic,),
+                forgotten_topics_data=(),
+            )
+        )
     for version in (1, 7):
         m = __import__(f"kio.schema.list_offsets.v{version}.request", fromlist=["_"])
         part = build(m.ListOffsetsPartition, partition_index=0, timestamp=-1)
         topic = build(m.ListOffsetsTopic, name=TOPIC, partitions=(part,))
         frames.append(_frame(2, version, replica_id=-1, isolation_level=0, topics=(topic,)))
     m = __import__("kio.schema.create_topics.v7.request", fromlist=["_"])
-    topic = build(m.CreatableTopic, name="made", num_partitions=2, replication_factor=1,
-                  assignments=(), configs=())
+    topic = build(
+        m.CreatableTopic,
+        name="made",
+        num_partitions=2,
+        replication_factor=1,
+        assignments=(),
+        configs=(),
+    )
     frames.append(_frame(19, 7, topics=(topic,), timeout=datetime.timedelta(seconds=1)))
     m = __import__("kio.schema.describe_configs.v4.request", fromlist=["_"])
-    resource = build(m.DescribeConfigsResource, resource_type=2, resource_name=TOPIC,
-                     configuration_keys=None)
+    resource = build(
+        m.DescribeConfigsResource, resource_type=2, resource_name=TOPIC, configuration_keys=None
+    )
     frames.append(_frame(32, 4, resources=(resource,), include_synonyms=True))
     return frames
 

@@ -298,7 +298,7 @@ def test_replicated_appends_update_state(tmp_path: Path) -> None:
 
 
 def test_producer_ids_are_unique_across_reopen_and_nodes(tmp_path: Path) -> None:
-    from broker.handlers.producer_ids import ProducerIdAllocator
+    from broker.producer_ids import ProducerIdAllocator
 
     first = ProducerIdAllocator(tmp_path / "a.lmdb", node_id=1, block_size=10)
     ids = [first.next_producer_id() for _ in range(15)]

@@ -18,8 +18,11 @@ GROUP = "orders-0"
 
 
 class Replica:
-    def __init__(self, node_id: int, root: Path, voters: frozenset[int]) -> None:
+    def __init__(
+        self, node_id: int, root: Path, voters: frozenset[int], skip_noop: bool = False
+    ) -> None:
         self.node_id = node_id
+        self.skip_noop = skip_noop
         self.root = root
         self.voters = voters
         self.hard_states = HardStateStore(root / "raft.lmdb")
@@ -29,7 +32,13 @@ class Replica:
         self.log = PartitionLog.open(self.root / GROUP, LogConfig(), time.time_ns() // 1_000_000)
         self.storage = PartitionRaftStorage(GROUP, self.log, self.hard_states)
         self.core = RaftCore(
-            RaftConfig(node_id=self.node_id, group=GROUP, voters=self.voters, seed=self.node_id),
+            RaftConfig(
+                node_id=self.node_id,
+                group=GROUP,
+                voters=self.voters,
+                seed=self.node_id,
+                skip_noop_when_committed=self.skip_noop,
+            ),
             self.storage,
             self.storage.load_hard_state(),
         )
@@ -151,3 +160,15 @@ def test_entry_kinds_read_back_from_the_log(cluster: dict[int, Replica]) -> None
     assert [e.kind for e in entries] == [EntryKind.NOOP, EntryKind.DATA]
     assert leader.storage.entry_at(entries[1].last_offset).base_offset == entries[1].base_offset
     assert leader.storage.entry_at(0).kind is EntryKind.NOOP
+
+
+def test_fresh_partition_starts_at_offset_zero_without_a_noop(tmp_path: Path) -> None:
+    voters = frozenset({1, 2, 3})
+    replicas = {i: Replica(i, tmp_path / f"node-{i}", voters, skip_noop=True) for i in voters}
+    run(replicas, 40)
+    leader = leader_of(replicas)
+    entry = leader.core.propose(1, encode_batch([(None, b"first")]))
+    leader.drain([])
+    run(replicas, 3)
+    assert entry.base_offset == 0
+    assert all(r.high_watermark == 1 for r in replicas.values())
