@@ -14,7 +14,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,6 +182,8 @@ class TopicManager:
         self.hard_states = hard_states
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
+        # Called with a partition whenever its Raft role, leader or term changes here.
+        self.leadership_listeners: list[Callable[[Partition], None]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
 
     def close(self) -> None:
@@ -283,6 +285,9 @@ class TopicManager:
         def on_update(update: GroupUpdate) -> None:
             if update.high_watermark is not None or update.soft_state is not None:
                 partition.notify_appended()
+            if update.soft_state is not None:
+                for listener in self.leadership_listeners:
+                    listener(partition)
 
         partition.group = self.node.add_group(
             partition.name, frozenset(partition.replicas), storage, on_update
