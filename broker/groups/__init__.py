@@ -6,7 +6,12 @@ from typing import Any
 
 from broker.groups.coordinator import CoordinatorConfig, GroupCoordinator, valid_group_id
 from broker.groups.group import GroupState, JoinResult, Reply, SyncResult
-from broker.groups.store import OFFSETS_TOPIC, MemoryOffsetsLog, TopicOffsetsLog
+from broker.groups.store import (
+    OFFSETS_TOPIC,
+    MemoryOffsetsLog,
+    NotCoordinatorError,
+    TopicOffsetsLog,
+)
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -15,6 +20,7 @@ __all__ = [
     "GroupState",
     "JoinResult",
     "MemoryOffsetsLog",
+    "NotCoordinatorError",
     "Reply",
     "SyncResult",
     "TopicOffsetsLog",
@@ -26,4 +32,7 @@ __all__ = [
 def coordinator_for(broker: Any, config: Any) -> GroupCoordinator:
     """The coordinator of a broker: its groups live in the cluster's `__consumer_offsets`."""
     offsets_log = TopicOffsetsLog(broker, config.get("offsets.topic.num.partitions"))
-    return GroupCoordinator(offsets_log, CoordinatorConfig.from_broker_config(config))
+    coordinator = GroupCoordinator(offsets_log, CoordinatorConfig.from_broker_config(config))
+    # It serves the groups of the offsets partitions this broker leads, as leadership moves.
+    broker.topics.leadership_listeners.append(coordinator.on_partition_leadership)
+    return coordinator

@@ -8,7 +8,13 @@ which `run()` calls when the earliest deadline passes; time comes from an inject
 (trio's by default) so `trio.testing.MockClock` drives the timeouts in tests.
 
 Committed offsets and group metadata are records in `__consumer_offsets` (see
-`broker.groups.records`), written through an `OffsetsLog` and replayed by `load()`.
+`broker.groups.records`), written through an `OffsetsLog`. As in Kafka's
+GroupMetadataManager, a broker coordinates only the groups of the offsets partitions it
+leads: when it becomes leader of one (`become_leader`, driven by the topic manager's
+leadership listeners) the partition is "loading" -- its groups get
+COORDINATOR_LOAD_IN_PROGRESS -- until its log is committed and replayed; when it loses
+leadership (`resign`) its groups are dropped from memory. Groups of partitions it does not
+own get NOT_COORDINATOR, so clients look the coordinator up again.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from broker.groups.records import (
     decode_key,
     partition_for_group,
 )
+from broker.groups.store import NotCoordinatorError
 
 logger = logging.getLogger("raftka.groups")
 
@@ -60,10 +67,22 @@ class OffsetsLog(Protocol):
     num_partitions: int
 
     async def append(self, partition: int, records: list[KeyValue]) -> None:
-        """Append the records as one batch; returns once they are durable per flush policy."""
+        """Append the records as one batch; returns once they are committed (and durable per
+        flush policy). Raises NotCoordinatorError when this broker cannot (or no longer)
+        lead the partition."""
 
-    def replay(self) -> Iterator[KeyValue]:
-        """Every record ever appended, in log order per partition."""
+    def leader_epoch(self, partition: int) -> int | None:
+        """The epoch at which this broker leads the partition now; None when it does not."""
+
+    def led_partitions(self) -> dict[int, int]:
+        """Partition -> leader epoch of every partition this broker leads now."""
+
+    async def wait_caught_up(self, partition: int, epoch: int) -> bool:
+        """Wait until the partition's log is committed up to its end; False once this broker
+        no longer leads it at `epoch`."""
+
+    def replay(self, partition: int) -> Iterator[KeyValue]:
+        """The committed records of one partition, in log order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,21 +157,107 @@ class GroupCoordinator:
         self.clock_ms = clock_ms
         self.wall_clock_ms = wall_clock_ms
         self.groups: dict[str, Group] = {}
+        # Offsets partitions this broker coordinates: leader epoch of the loaded ones, and
+        # of the ones whose groups are being loaded.
+        self.owned: dict[int, int] = {}
+        self.loading: dict[int, int] = {}
         self._deadlines_changed = trio.Event()
-        self._write_send, self._write_receive = trio.open_memory_channel[_WriteJob](math.inf)
+        self._nursery: trio.Nursery | None = None
+        self._writers: dict[int, trio.MemorySendChannel[_WriteJob]] = {}
+        self._pending_writes: list[_WriteJob] = []
 
-    # -- lifecycle -------------------------------------------------------------------------
+    # -- ownership of offsets partitions -----------------------------------------------------
 
     def load(self) -> int:
-        """Rebuild groups and offsets from the log; returns the number of records read."""
+        """Start loading every offsets partition this broker already leads (the others load
+        as leadership arrives); returns how many were scheduled."""
+        led = self.offsets_log.led_partitions()
+        for partition, epoch in led.items():
+            self.become_leader(partition, epoch)
+        return len(led)
+
+    def on_partition_leadership(self, partition: Any) -> None:
+        """A `TopicManager` leadership listener: follows `__consumer_offsets` partitions."""
+        if partition.topic.name != OFFSETS_TOPIC:
+            return
+        if partition.log is not None and partition.is_leader:
+            self.become_leader(partition.index, partition.leader_epoch)
+        else:
+            self.resign(partition.index)
+
+    def become_leader(self, partition: int, epoch: int) -> None:
+        """This broker leads `partition` at `epoch`: load its groups, then serve them."""
+        if self.owned.get(partition) == epoch or self.loading.get(partition) == epoch:
+            return
+        if partition in self.owned:
+            self.resign(partition)  # a new term: reload what the log holds now
+        self.loading[partition] = epoch
+        logger.info("loading groups of %s-%d (epoch %d)", OFFSETS_TOPIC, partition, epoch)
+        if self._nursery is not None:
+            self._nursery.start_soon(self._load_partition, partition, epoch)
+        # Otherwise run() starts the load.
+
+    def resign(self, partition: int) -> None:
+        """This broker no longer leads `partition`: forget its groups at once."""
+        was_owned = self.owned.pop(partition, None) is not None
+        was_loading = self.loading.pop(partition, None) is not None
+        dropped = 0
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            dropped += 1
+            for member in group.members.values():
+                if member.join_reply is not None:
+                    member.join_reply.set(JoinResult(ErrorCode.not_coordinator, member.member_id))
+                    member.join_reply = None
+                if member.sync_reply is not None:
+                    member.sync_reply.set(SyncResult(ErrorCode.not_coordinator))
+                    member.sync_reply = None
+        if was_owned or was_loading or dropped:
+            logger.info(
+                "no longer coordinating %s-%d: dropped %d groups", OFFSETS_TOPIC, partition, dropped
+            )
+        self._wake()
+
+    async def _load_partition(self, partition: int, epoch: int) -> None:
+        try:
+            caught_up = await self.offsets_log.wait_caught_up(partition, epoch)
+        except Exception:
+            logger.exception("cannot load %s-%d", OFFSETS_TOPIC, partition)
+            caught_up = False
+        if self.loading.get(partition) != epoch:
+            return  # resigned, or a newer term's load took over
+        if not caught_up:
+            self.resign(partition)
+            return
+        try:
+            count = self._replay(partition)
+        except Exception:
+            logger.exception("cannot replay %s-%d", OFFSETS_TOPIC, partition)
+            self.resign(partition)
+            return
+        del self.loading[partition]
+        self.owned[partition] = epoch
+        if count:
+            logger.info(
+                "loaded %s-%d (epoch %d): %d records",
+                OFFSETS_TOPIC,
+                partition,
+                epoch,
+                count,
+            )
+        self._wake()
+
+    def _replay(self, partition: int) -> int:
+        """Rebuild the groups of one partition from its records; returns how many were read."""
+        loaded: dict[str, Group] = {}
         metadata: dict[str, GroupMetadataValue | None] = {}
         count = 0
-        for key, value in self.offsets_log.replay():
+        for key, value in self.offsets_log.replay(partition):
             count += 1
             try:
                 decoded = decode_key(key)
                 if isinstance(decoded, OffsetKey):
-                    group = self.groups.setdefault(decoded.group_id, Group(decoded.group_id))
+                    group = loaded.setdefault(decoded.group_id, Group(decoded.group_id))
                     tp = (decoded.topic, decoded.partition)
                     if value is None:
                         group.offsets.pop(tp, None)
@@ -167,20 +272,37 @@ class GroupCoordinator:
         now = self.clock_ms()
         for group_id, stored in metadata.items():
             if stored is None:
-                deleted = self.groups.get(group_id)
+                deleted = loaded.get(group_id)
                 if deleted is not None and not deleted.offsets:
-                    del self.groups[group_id]
+                    del loaded[group_id]
                 continue
-            group = self.groups.setdefault(group_id, Group(group_id))
+            group = loaded.setdefault(group_id, Group(group_id))
             self._restore(group, stored, now)
-        for group_id in [g for g, group in self.groups.items() if not group.offsets]:
+        for group_id in [g for g, group in loaded.items() if not group.offsets]:
             if group_id not in metadata or metadata[group_id] is None:
-                del self.groups[group_id]
-        if count:
-            logger.info(
-                "loaded %d groups from %d %s records", len(self.groups), count, OFFSETS_TOPIC
-            )
+                del loaded[group_id]
+        for group_id, group in loaded.items():
+            if self.partition_for(group_id) == partition:
+                self.groups[group_id] = group
         return count
+
+    def is_loading(self) -> bool:
+        return bool(self.loading)
+
+    def owner_error(self, group_id: str) -> ErrorCode:
+        """NONE when this broker coordinates the group; NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS otherwise."""
+        partition = self.partition_for(group_id)
+        if partition in self.loading:
+            return ErrorCode.coordinator_load_in_progress
+        epoch = self.owned.get(partition)
+        if epoch is None:
+            return ErrorCode.not_coordinator
+        if self.offsets_log.leader_epoch(partition) != epoch:
+            # Leadership moved without this broker hearing of it (or the partition is gone).
+            self.resign(partition)
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
 
     def _restore(self, group: Group, stored: GroupMetadataValue, now: float) -> None:
         group.generation_id = stored.generation
@@ -205,23 +327,37 @@ class GroupCoordinator:
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
 
     async def run(self) -> None:
-        """Persist records, fire deadlines and expire offsets until cancelled."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._write_records)
-            nursery.start_soon(self._expire_offsets_periodically)
-            while True:
-                self._deadlines_changed = trio.Event()
-                deadline = self.next_deadline_ms()
-                with trio.move_on_after(
-                    max(0.0, (deadline - self.clock_ms()) / 1000) if deadline else math.inf
-                ):
-                    await self._deadlines_changed.wait()
-                self.tick()
+        """Load partitions, persist records, fire deadlines and expire offsets until
+        cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for partition, epoch in list(self.loading.items()):
+                    nursery.start_soon(self._load_partition, partition, epoch)
+                for job in self._pending_writes:
+                    self._submit(job)
+                self._pending_writes.clear()
+                nursery.start_soon(self._expire_offsets_periodically)
+                while True:
+                    self._deadlines_changed = trio.Event()
+                    deadline = self.next_deadline_ms()
+                    with trio.move_on_after(
+                        max(0.0, (deadline - self.clock_ms()) / 1000) if deadline else math.inf
+                    ):
+                        await self._deadlines_changed.wait()
+                    self.tick()
+        finally:
+            self._nursery = None
+            self._writers.clear()
 
-    async def _write_records(self) -> None:
-        async for job in self._write_receive:
+    async def _write_records(self, receive: trio.MemoryReceiveChannel[_WriteJob]) -> None:
+        """Appends of one partition, one at a time and in order."""
+        async for job in receive:
             try:
                 await self.offsets_log.append(job.partition, job.records)
+            except NotCoordinatorError as exc:
+                logger.info("cannot append to %s-%d: %s", OFFSETS_TOPIC, job.partition, exc)
+                job.error = exc
             except Exception as exc:
                 logger.exception("cannot append to %s-%d", OFFSETS_TOPIC, job.partition)
                 job.error = exc
@@ -235,9 +371,20 @@ class GroupCoordinator:
     def _wake(self) -> None:
         self._deadlines_changed.set()
 
+    def _submit(self, job: _WriteJob) -> None:
+        if self._nursery is None:
+            self._pending_writes.append(job)
+            return
+        send = self._writers.get(job.partition)
+        if send is None:
+            send, receive = trio.open_memory_channel[_WriteJob](math.inf)
+            self._writers[job.partition] = send
+            self._nursery.start_soon(self._write_records, receive)
+        send.send_nowait(job)
+
     def _persist(self, group_id: str, records: list[KeyValue]) -> _WriteJob:
-        job = _WriteJob(partition_for_group(group_id, self.offsets_log.num_partitions), records)
-        self._write_send.send_nowait(job)
+        job = _WriteJob(self.partition_for(group_id), records)
+        self._submit(job)
         return job
 
     def _persist_group(self, group: Group) -> _WriteJob:
@@ -245,6 +392,16 @@ class GroupCoordinator:
             group.group_id,
             [(GroupMetadataKey(group.group_id).encode(), group.to_record().encode())],
         )
+
+    @staticmethod
+    def write_error(job: _WriteJob) -> ErrorCode:
+        """Kafka's mapping of a failed append to `__consumer_offsets`: NOT_LEADER_OR_FOLLOWER
+        becomes NOT_COORDINATOR, anything else COORDINATOR_NOT_AVAILABLE."""
+        if job.error is None:
+            return ErrorCode.none
+        if isinstance(job.error, NotCoordinatorError):
+            return ErrorCode.not_coordinator
+        return ErrorCode.coordinator_not_available
 
     def partition_for(self, group_id: str) -> int:
         return partition_for_group(group_id, self.offsets_log.num_partitions)
@@ -441,6 +598,9 @@ class GroupCoordinator:
     ) -> JoinResult | Reply[JoinResult]:
         if not valid_group_id(group_id):
             return JoinResult(ErrorCode.invalid_group_id, member_id)
+        error = self.owner_error(group_id)
+        if error != ErrorCode.none:
+            return JoinResult(error, member_id)
         if not (
             self.config.min_session_timeout_ms
             <= session_timeout_ms
@@ -641,6 +801,9 @@ class GroupCoordinator:
     ) -> SyncResult | Reply[SyncResult]:
         if not valid_group_id(group_id):
             return SyncResult(ErrorCode.invalid_group_id)
+        error = self.owner_error(group_id)
+        if error != ErrorCode.none:
+            return SyncResult(error)
         group = self.groups.get(group_id)
         if group is None:
             return SyncResult(ErrorCode.unknown_member_id)
@@ -699,6 +862,9 @@ class GroupCoordinator:
     ) -> ErrorCode:
         if not valid_group_id(group_id):
             return ErrorCode.invalid_group_id
+        error = self.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -726,6 +892,9 @@ class GroupCoordinator:
         members = list(members)
         if not valid_group_id(group_id):
             return ErrorCode.invalid_group_id, [ErrorCode.invalid_group_id] * len(members)
+        error = self.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error, [error] * len(members)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
@@ -762,6 +931,9 @@ class GroupCoordinator:
         """Kafka's group checks for an OffsetCommit (doCommitOffsets), without changes."""
         if not valid_group_id(group_id):
             return ErrorCode.invalid_group_id
+        error = self.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
@@ -802,7 +974,7 @@ class GroupCoordinator:
         job = self._persist(group_id, records)
         await job.done.wait()
         if job.error is not None:
-            return ErrorCode.coordinator_not_available
+            return self.write_error(job)
         # A group deleted while the append waited keeps it deleted.
         if self.groups.get(group_id) is group:
             group.offsets.update(offsets)
@@ -814,6 +986,9 @@ class GroupCoordinator:
         """Committed offsets of the given partitions (None: all the group has)."""
         if not valid_group_id(group_id):
             return ErrorCode.invalid_group_id, {}
+        error = self.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error, {}
         group = self.groups.get(group_id)
         stored = {} if group is None else group.offsets
         if partitions is None:
@@ -825,6 +1000,9 @@ class GroupCoordinator:
     ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
         if not valid_group_id(group_id):
             return ErrorCode.invalid_group_id, {}
+        error = self.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error, {}
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.group_id_not_found, {}
@@ -848,6 +1026,8 @@ class GroupCoordinator:
                 group_id, [(OffsetKey(group_id, t, p).encode(), None) for t, p in deleted]
             )
             await job.done.wait()
+            if job.error is not None:
+                return self.write_error(job), {}
             for tp in deleted:
                 group.offsets.pop(tp, None)
         return ErrorCode.none, results
@@ -858,7 +1038,10 @@ class GroupCoordinator:
         retention = self.config.offsets_retention_ms
         expired_total = 0
         for group in list(self.groups.values()):
-            if not group.is_(GroupState.EMPTY):
+            if (
+                not group.is_(GroupState.EMPTY)
+                or self.partition_for(group.group_id) not in self.owned
+            ):
                 continue
             expired = [
                 tp
@@ -901,10 +1084,14 @@ class GroupCoordinator:
             (g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
             if not g.is_(GroupState.DEAD)
+            and self.partition_for(g.group_id) in self.owned
             and (not wanted_states or g.state.value.lower() in wanted_states)
         ]
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupDescription]:
+        error = self.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error, GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.none, GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
@@ -932,6 +1119,8 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if not valid_group_id(group_id):
                 results[group_id] = ErrorCode.invalid_group_id
+            elif (error := self.owner_error(group_id)) != ErrorCode.none:
+                results[group_id] = error
             elif group is None or group.is_(GroupState.DEAD):
                 results[group_id] = ErrorCode.group_id_not_found
             elif not group.is_(GroupState.EMPTY):
@@ -943,9 +1132,11 @@ class GroupCoordinator:
                 records.append((GroupMetadataKey(group_id).encode(), None))
                 group.transition(GroupState.DEAD, self.wall_clock_ms())
                 del self.groups[group_id]
-                jobs.append(self._persist(group_id, records))
+                jobs.append((group_id, self._persist(group_id, records)))
                 results[group_id] = ErrorCode.none
                 logger.info("deleted group %s", group_id)
-        for job in jobs:
+        for group_id, job in jobs:
             await job.done.wait()
+            if job.error is not None:
+                results[group_id] = self.write_error(job)
         return results

@@ -2,8 +2,11 @@
 
 `TopicOffsetsLog` writes each group of records as one genuine uncompressed v2 batch into the
 group's partition (created on first use as an internal topic), honouring the partition's
-flush policy before an append returns, and reads every batch back on start-up.
-`MemoryOffsetsLog` is the in-memory double for tests; it stores real batches too.
+flush policy before an append returns. A broker serves the groups of the partitions it
+leads: on becoming leader it waits for the partition's log to be committed
+(`wait_caught_up`) and replays the committed records (`replay`).
+`MemoryOffsetsLog` is the in-memory double for tests; it stores real batches too, and
+which partitions it "leads" (and at which epoch) is up to the test.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 
 import trio
 
-from broker.topics import Topic, now_ms
+from broker.topics import Partition, Topic, now_ms
+from consensus.core import NotLeaderError
 from protocol.batch_builder import BatchDecodeError, build_batch, decode_batch, iter_batches
 
 logger = logging.getLogger("raftka.groups")
@@ -27,6 +31,12 @@ OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 *
 
 KeyValue = tuple[bytes, bytes | None]
 COMMIT_TIMEOUT_S = 10.0
+CATCH_UP_POLL_S = 1.0
+
+
+class NotCoordinatorError(Exception):
+    """The append was refused or not committed because this broker does not (or no longer)
+    lead the partition: Kafka answers NOT_COORDINATOR so clients find the new one."""
 
 
 def records_of(buf: bytes | memoryview) -> Iterator[KeyValue]:
@@ -85,9 +95,13 @@ class TopicOffsetsLog:
             raise OSError(f"{OFFSETS_TOPIC} does not exist yet")
         target = topic.partitions[partition]
         batch = build_batch(records, now_ms())
-        entry = target.propose(batch, len(records))
-        if not await target.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S):
-            raise OSError(f"{target.name}: the records did not commit in time")
+        try:
+            entry = target.propose(batch, len(records))
+            committed = await target.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S)
+        except NotLeaderError as exc:
+            raise NotCoordinatorError(f"{target.name}: {exc}") from exc
+        if not committed:
+            raise NotCoordinatorError(f"{target.name}: the records did not commit in time")
         log = target.log
         now = now_ms()
         if log is not None and log.should_flush(now):
@@ -95,18 +109,61 @@ class TopicOffsetsLog:
             if job is not None:
                 await trio.to_thread.run_sync(job)
 
-    def replay(self) -> Iterator[KeyValue]:
+    def _partition(self, partition: int) -> Partition | None:
+        topic = self.topic()
+        if topic is None or not 0 <= partition < len(topic.partitions):
+            return None
+        return topic.partitions[partition]
+
+    def leader_epoch(self, partition: int) -> int | None:
+        """The epoch at which this broker leads the partition; None when it does not."""
+        target = self._partition(partition)
+        if target is None or target.log is None or not target.is_leader:
+            return None
+        return target.leader_epoch
+
+    def led_partitions(self) -> dict[int, int]:
+        """Partition -> leader epoch of every offsets partition this broker leads now."""
         topic = self.topic()
         if topic is None:
+            return {}
+        return {
+            p.index: p.leader_epoch for p in topic.partitions if p.log is not None and p.is_leader
+        }
+
+    async def wait_caught_up(self, partition: int, epoch: int) -> bool:
+        """Wait until the partition's high watermark reaches its log end (a new leader's log
+        is committed once an entry of its own term is); False once this broker no longer
+        leads it at `epoch`."""
+        while True:
+            target = self._partition(partition)
+            if (
+                target is None
+                or target.log is None
+                or not target.is_leader
+                or target.leader_epoch != epoch
+            ):
+                return False
+            end = target.log.log_end_offset
+            if target.high_watermark >= end:
+                return True
+            try:
+                await target.wait_committed(end, CATCH_UP_POLL_S)
+            except NotLeaderError:
+                return False
+
+    def replay(self, partition: int) -> Iterator[KeyValue]:
+        """The committed records of one partition, in log order."""
+        target = self._partition(partition)
+        if target is None or target.log is None or target.group is None:
             return
-        for partition in topic.partitions:
-            if partition.log is not None:
-                yield from read_partition(partition.log)
+        yield from read_partition(target.log, target.high_watermark)
 
 
-def read_partition(log: Any) -> Iterator[KeyValue]:
+def read_partition(log: Any, end: int | None = None) -> Iterator[KeyValue]:
+    """Records of the batches below `end` (default: the log end)."""
     offset = log.log_start_offset
-    end = log.log_end_offset
+    end = log.log_end_offset if end is None else min(end, log.log_end_offset)
     while offset < end:
         data = log.read(offset, REPLAY_READ_BYTES, end, True)
         if not data:
@@ -124,20 +181,48 @@ def read_partition(log: Any) -> Iterator[KeyValue]:
 
 
 class MemoryOffsetsLog:
-    """An in-memory `__consumer_offsets`: real v2 batches per partition, for tests."""
+    """An in-memory `__consumer_offsets`: real v2 batches per partition, for tests.
+
+    It leads every partition at epoch 0 unless told otherwise (`epochs`); `caught_up`
+    gates `wait_caught_up`, `fail_appends` makes appends fail with that exception."""
 
     def __init__(self, num_partitions: int = 50) -> None:
         self.num_partitions = num_partitions
         self.batches: dict[int, list[bytes]] = {}
-        self.fail_appends = False
+        self.fail_appends: bool | BaseException = False
+        self.epochs: dict[int, int] | None = None  # None: leads every partition at epoch 0
+        self.caught_up: dict[int, trio.Event] = {}
+        self.append_gate: trio.Event | None = None
 
     async def append(self, partition: int, records: list[KeyValue]) -> None:
         await trio.lowlevel.checkpoint()
+        if self.append_gate is not None:
+            await self.append_gate.wait()
+        if isinstance(self.fail_appends, BaseException):
+            raise self.fail_appends
         if self.fail_appends:
             raise OSError("append failed (test)")
+        if self.leader_epoch(partition) is None:
+            raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{partition}: not the leader (test)")
         self.batches.setdefault(partition, []).append(build_batch(records, now_ms()))
 
-    def replay(self) -> Iterator[KeyValue]:
-        for partition in sorted(self.batches):
-            for batch in self.batches[partition]:
-                yield from records_of(batch)
+    def leader_epoch(self, partition: int) -> int | None:
+        if self.epochs is None:
+            return 0 if 0 <= partition < self.num_partitions else None
+        return self.epochs.get(partition)
+
+    def led_partitions(self) -> dict[int, int]:
+        if self.epochs is None:
+            return dict.fromkeys(range(self.num_partitions), 0)
+        return dict(self.epochs)
+
+    async def wait_caught_up(self, partition: int, epoch: int) -> bool:
+        gate = self.caught_up.get(partition)
+        if gate is not None:
+            await gate.wait()
+        await trio.lowlevel.checkpoint()
+        return self.leader_epoch(partition) == epoch
+
+    def replay(self, partition: int) -> Iterator[KeyValue]:
+        for batch in self.batches.get(partition, []):
+            yield from records_of(batch)

@@ -263,6 +263,11 @@ def _fetch_group(
         else [(t.name, index) for t in topics for index in t.partition_indexes]
     )
     error, offsets = _coordinator(context).fetch_offsets(group_id, wanted)
+    partition_error = ErrorCode.none
+    if error != ErrorCode.none and context.api_version < 2 and wanted is not None:
+        # v0-1 have no group-level error code: each partition carries it (as in Kafka).
+        offsets = dict.fromkeys(wanted)
+        partition_error = error
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), value in offsets.items():
         by_topic.setdefault(topic, []).append(
@@ -272,7 +277,7 @@ def _fetch_group(
                 committed_offset=-1 if value is None else value.offset,
                 committed_leader_epoch=-1 if value is None else value.leader_epoch,
                 metadata="" if value is None else value.metadata,
-                error_code=ErrorCode.none,
+                error_code=partition_error,
             )
         )
     return error, tuple(
@@ -356,9 +361,12 @@ async def handle_offset_delete(context: Any, request: Any) -> Any:
 
 async def handle_list_groups(context: Any, request: Any) -> Any:
     entity, module = response_schema(context)
-    listed = _coordinator(context).list_groups(
+    coordinator = _coordinator(context)
+    listed = coordinator.list_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
+    # Only the groups this broker coordinates; while some of them still load, Kafka says so.
+    error = ErrorCode.coordinator_load_in_progress if coordinator.is_loading() else ErrorCode.none
     groups = tuple(
         build(
             module.ListedGroup,
@@ -369,7 +377,7 @@ async def handle_list_groups(context: Any, request: Any) -> Any:
         )
         for group_id, protocol_type, state in listed
     )
-    return build(entity, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
+    return build(entity, throttle_time=NO_THROTTLE, error_code=error, groups=groups)
 
 
 async def handle_describe_groups(context: Any, request: Any) -> Any:

@@ -150,6 +150,7 @@ def run(
         coordinator.load()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(coordinator.run)
+            await wait_for(lambda: not coordinator.is_loading())
             await test(Harness(coordinator, nursery))
             nursery.cancel_scope.cancel()
 
