@@ -31,7 +31,6 @@ from log import LogConfig, PartitionLog
 logger = logging.getLogger("raftka.topics")
 
 TOPIC_NAME_MAX_LENGTH = 249
-#: Producer ids reserved durably at a time, so a restart never hands out one twice.
 MAX_PARTITIONS = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__cluster_metadata"})
