@@ -66,11 +66,11 @@ def schema_module(entity_type: type[Any]) -> ModuleType:
 
 
 @cache
-def _field_names(entity_type: type[Any]) -> frozenset[str]:
+def _field_names(entity_type: Any) -> frozenset[str]:
     return frozenset(f.name for f in fields(entity_type))
 
 
-def build(entity_type: type[Any], **values: Any) -> Any:
+def build(entity_type: Any, **values: Any) -> Any:
     """Instantiate a kio entity from values meant for any version of it.
 
     Fields the version does not have are dropped; fields it has but that were not given
@@ -80,12 +80,8 @@ def build(entity_type: type[Any], **values: Any) -> Any:
     return entity_type(**{k: v for k, v in values.items() if k in names})
 
 
-def has_field(entity_type: type[Any], name: str) -> bool:
-    return name in _field_names(entity_type)
-
-
 @cache
-def _checked_fields(entity_type: type[Any]) -> tuple[tuple[str, bool, type[Any] | None], ...]:
+def _checked_fields(entity_type: Any) -> tuple[tuple[str, bool, type[Any] | None], ...]:
     """(name, may be null, nested entity type) for the array and struct fields of an entity."""
     checked = []
     for f in fields(entity_type):
@@ -98,7 +94,7 @@ def _checked_fields(entity_type: type[Any]) -> tuple[tuple[str, bool, type[Any] 
 
 def _check_nulls(entity: Any) -> None:
     """Kafka rejects a null where the schema allows none (kio decodes a -1 length as None)."""
-    for name, nullable, nested in _checked_fields(type(entity)):
+    for name, nullable, nested in _checked_fields(entity.__class__):
         value = getattr(entity, name)
         if value is None:
             if not nullable:
