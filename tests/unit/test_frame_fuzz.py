@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+from batches import encode_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
@@ -33,7 +34,6 @@ from protocol.api import (
     request_type,
 )
 from protocol.records import validate_produce_records
-from batches import encode_batch
 
 TOPIC = "fuzzed"
 
