@@ -165,6 +165,7 @@ class GroupCoordinator:
         self._nursery: trio.Nursery | None = None
         self._writers: dict[int, trio.MemorySendChannel[_WriteJob]] = {}
         self._pending_writes: list[_WriteJob] = []
+        self._storing: set[tuple[str, int]] = set()  # (group, generation) assignments storing
 
     # -- ownership of offsets partitions -----------------------------------------------------
 
@@ -833,22 +834,60 @@ class GroupCoordinator:
         if member.sync_reply is not None:
             member.sync_reply.set(SyncResult(ErrorCode.rebalance_in_progress))
         member.sync_reply = reply
-        if member_id == group.leader_id:
+        if member_id == group.leader_id and (group_id, group.generation_id) not in self._storing:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             group.rebalance_deadline_ms = None
             group.pending_sync.clear()
-            group.transition(GroupState.STABLE, self.wall_clock_ms())
-            now = self.clock_ms()
-            for m in group.members.values():
-                if m.sync_reply is not None:
-                    m.sync_reply.set(self._sync_result(group, m))
-                    m.sync_reply = None
-                    m.session_deadline_ms = now + m.session_timeout_ms
-            self._persist_group(group)
-            self._wake()
-            logger.info("group %s is stable at generation %d", group.group_id, group.generation_id)
+            # As Kafka: the group turns Stable (and members get their assignment) once its
+            # metadata with the assignment is committed to `__consumer_offsets`.
+            job = self._persist_group(group)
+            if self._nursery is None:
+                self._complete_sync(group)
+            else:
+                # A repeated leader SyncGroup meanwhile waits for this store.
+                self._storing.add((group_id, group.generation_id))
+                self._nursery.start_soon(self._finish_sync, group, group.generation_id, job)
         return reply
+
+    async def _finish_sync(self, group: Group, generation: int, job: _WriteJob) -> None:
+        try:
+            await job.done.wait()
+        finally:
+            self._storing.discard((group.group_id, generation))
+        if (
+            self.groups.get(group.group_id) is not group
+            or group.generation_id != generation
+            or not group.is_(GroupState.COMPLETING_REBALANCE)
+        ):
+            return  # the group moved on (or is no longer coordinated here) meanwhile
+        if job.error is None:
+            self._complete_sync(group)
+            return
+        error = self.write_error(job)
+        logger.info(
+            "group %s: cannot store the assignment of generation %d (%s); rebalancing",
+            group.group_id,
+            generation,
+            error.name,
+        )
+        for m in group.members.values():
+            m.assignment = b""
+            if m.sync_reply is not None:
+                m.sync_reply.set(SyncResult(error))
+                m.sync_reply = None
+        self._prepare_rebalance(group)
+
+    def _complete_sync(self, group: Group) -> None:
+        group.transition(GroupState.STABLE, self.wall_clock_ms())
+        now = self.clock_ms()
+        for m in group.members.values():
+            if m.sync_reply is not None:
+                m.sync_reply.set(self._sync_result(group, m))
+                m.sync_reply = None
+                m.session_deadline_ms = now + m.session_timeout_ms
+        self._wake()
+        logger.info("group %s is stable at generation %d", group.group_id, group.generation_id)
 
     def _sync_result(self, group: Group, member: Member) -> SyncResult:
         return SyncResult(

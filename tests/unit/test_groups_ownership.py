@@ -444,3 +444,63 @@ def test_memory_log_only_serves_the_partitions_it_leads() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_assignment_is_given_once_stored_and_a_failed_store_answers_not_coordinator() -> None:
+    group_id = group_on(1)
+
+    async def body(cl: Cluster) -> None:
+        c = cl.coordinator
+        p = cl.p(1)
+        cl.lead(1, 1)
+        await wait_for(lambda: 1 in c.owned)
+
+        async def stable_attempt() -> tuple[Reply[SyncResult], str]:
+            joined = join(c, group_id)
+            assert isinstance(joined, Reply)
+            await wait_for(lambda: joined.is_set)
+            result = joined.value
+            assert result is not None and result.error == E.none
+            synced = c.sync_group(
+                group_id=group_id,
+                generation_id=result.generation_id,
+                member_id=result.member_id,
+                group_instance_id=None,
+                protocol_type=None,
+                protocol_name=None,
+                assignments={result.member_id: b"a"},
+            )
+            assert isinstance(synced, Reply)
+            return synced, result.member_id
+
+        # The store is refused: no assignment, the group rebalances.
+        p.propose_error = NotLeaderError(2, "transferring leadership")
+        synced, member = await stable_attempt()
+        assert not synced.is_set
+        assert c.groups[group_id].state == GroupState.COMPLETING_REBALANCE
+        await wait_for(lambda: synced.is_set)
+        assert synced.value == SyncResult(E.not_coordinator)
+        assert c.groups[group_id].state == GroupState.PREPARING_REBALANCE
+        assert c.groups[group_id].members[member].assignment == b""
+        # Once stores commit, the rejoined member gets its assignment.
+        p.propose_error = None
+        rejoined = join(c, group_id, member)
+        assert isinstance(rejoined, Reply)
+        await wait_for(lambda: rejoined.is_set)
+        result = rejoined.value
+        assert result is not None and result.error == E.none
+        synced = c.sync_group(
+            group_id=group_id,
+            generation_id=result.generation_id,
+            member_id=member,
+            group_instance_id=None,
+            protocol_type=None,
+            protocol_name=None,
+            assignments={member: b"b"},
+        )
+        assert isinstance(synced, Reply)
+        await wait_for(lambda: synced.is_set)
+        assert synced.value is not None and synced.value.assignment == b"b"
+        assert c.groups[group_id].state == GroupState.STABLE
+
+    run(body)
