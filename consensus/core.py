@@ -268,7 +268,13 @@ class RaftCore:
         if (add is None) == (remove is None):
             raise ConfigChangeError("exactly one of add / remove")
         if self.high_watermark <= self.term_start_offset:
-            raise ConfigChangeError("leader has not committed an entry of its term yet")
+            # Safety (single-server changes): an entry of this term must commit first, or an
+            # uncommitted change from an earlier term could still win with another majority.
+            if self.log.log_end_offset() == self.term_start_offset:
+                # No no-op was appended at election (skip_noop_when_committed): add one now
+                # so an idle partition can still change membership once it commits.
+                self._append_as_leader(1, b"", EntryKind.NOOP)
+            raise ConfigChangeError("leader has not committed an entry of its term yet; retry")
         if self._configs and self._configs[-1][0] >= self.high_watermark:
             raise ConfigChangeError("previous membership change not committed yet")
         if add is not None:

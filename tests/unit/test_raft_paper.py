@@ -481,3 +481,23 @@ def test_simulation_failure_names_its_reproduction() -> None:
     report = str(sim._fail("example"))
     assert "python -m consensus.sim --seed 3" in report
     assert "--raft-seeds 1 --raft-seed-start 3" in report
+
+
+def test_membership_change_on_idle_leader_without_noop_appends_one_then_succeeds() -> None:
+    net = Net([1, 2, 3])
+    net.elect(1)
+    net.propose(1, 1, b"a")
+    # Restart everyone from a checkpoint saying the whole log (no-op + one batch) is committed.
+    options = {**net.options, "skip_noop_when_committed": True}
+    for i in (1, 2, 3):
+        config = RaftConfig(node_id=i, group=GROUP, voters=net.voters, seed=7, **options)  # type: ignore[arg-type]
+        net.cores[i] = RaftCore(config, net.logs[i], net.hard_states[i], high_watermark=2)
+    leader = net.elect(2)
+    assert leader.log.log_end_offset() == 2, "no no-op: the log was already committed"
+    with pytest.raises(ConfigChangeError):
+        leader.propose_config_change(remove=3)
+    net.deliver()
+    assert net.entries(2)[-1].kind is EntryKind.NOOP and leader.high_watermark == 3
+    leader.propose_config_change(remove=3)
+    net.deliver()
+    assert net[1].voters == frozenset({1, 2})
