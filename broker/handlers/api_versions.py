@@ -21,7 +21,8 @@ def unsupported_version_response(broker: Any) -> Any:
     return ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,
         api_keys=tuple(
-            ApiVersionV0(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in _ranges(broker)
+            build(ApiVersionV0, api_key=k, min_version=lo, max_version=hi)
+            for k, lo, hi in _ranges(broker)
         ),
     )
 
