@@ -13,7 +13,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, response_schema
+from broker.handlers.common import NO_THROTTLE, leader_error, response_schema
 from log import OffsetOutOfRange
 from protocol.api import build
 
@@ -54,21 +54,14 @@ def _read_all(context: Any, request: Any, module: Any) -> tuple[list[Any], int, 
                 if topic is not None and 0 <= p.partition < len(topic.partitions)
                 else None
             )
-            epoch = getattr(p, "current_leader_epoch", -1)
-            if partition is None:
+            # Consumers read from the leader (no fetch-from-follower, KIP-392).
+            error = leader_error(partition, getattr(p, "current_leader_epoch", -1))
+            if error is not None:
                 fields["error_code"] = (
-                    ErrorCode.unknown_topic_id
-                    if by_id and topic is None
-                    else ErrorCode.unknown_topic_or_partition
+                    ErrorCode.unknown_topic_id if by_id and topic is None else error
                 )
-            elif not partition.is_leader or partition.log is None:
-                # Consumers read from the leader (no fetch-from-follower, KIP-392).
-                fields["error_code"] = ErrorCode.not_leader_or_follower
-            elif epoch >= 0 and epoch < partition.leader_epoch:
-                fields["error_code"] = ErrorCode.fenced_leader_epoch
-            elif epoch > partition.leader_epoch:
-                fields["error_code"] = ErrorCode.unknown_leader_epoch
             else:
+                assert partition is not None and partition.log is not None
                 log = partition.log
                 high_watermark = partition.high_watermark
                 stable = partition.last_stable_offset

@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, response_schema
+from broker.handlers.common import NO_THROTTLE, leader_error, response_schema
 from protocol.api import build
 
 LATEST = -1
@@ -54,15 +54,9 @@ async def handle_list_offsets(context: Any, request: Any) -> Any:
                 "offset": -1,
                 "leader_epoch": -1,
             }
-            leader_epoch = getattr(p, "current_leader_epoch", -1)
-            if partition is None:
-                fields["error_code"] = ErrorCode.unknown_topic_or_partition
-            elif not partition.is_leader:
-                fields["error_code"] = ErrorCode.not_leader_or_follower
-            elif leader_epoch >= 0 and leader_epoch < partition.leader_epoch:
-                fields["error_code"] = ErrorCode.fenced_leader_epoch
-            elif leader_epoch > partition.leader_epoch:
-                fields["error_code"] = ErrorCode.unknown_leader_epoch
+            error = leader_error(partition, getattr(p, "current_leader_epoch", -1))
+            if error is not None:
+                fields["error_code"] = error
             else:
                 offset, timestamp = _lookup(partition, p.timestamp, isolation)
                 fields.update(offset=offset, timestamp=timestamp)
@@ -92,15 +86,9 @@ async def handle_offset_for_leader_epoch(context: Any, request: Any) -> Any:
                 "leader_epoch": -1,
                 "end_offset": -1,
             }
-            current = getattr(p, "current_leader_epoch", -1)
-            if partition is None:
-                fields["error_code"] = ErrorCode.unknown_topic_or_partition
-            elif not partition.is_leader:
-                fields["error_code"] = ErrorCode.not_leader_or_follower
-            elif 0 <= current < partition.leader_epoch:
-                fields["error_code"] = ErrorCode.fenced_leader_epoch
-            elif current > partition.leader_epoch:
-                fields["error_code"] = ErrorCode.unknown_leader_epoch
+            error = leader_error(partition, getattr(p, "current_leader_epoch", -1))
+            if error is not None:
+                fields["error_code"] = error
             else:
                 epoch, end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
                 fields.update(leader_epoch=epoch, end_offset=end_offset)
