@@ -178,7 +178,7 @@ class Broker:
         finally:
             started = time.monotonic()
             self.topics.close()
-            self.controller.log.close()
+            self.controller.close()
             self.hard_states.close()
             self.producer_ids.close()
             logger.info("raftka: logs flushed and closed in %.2f s", time.monotonic() - started)

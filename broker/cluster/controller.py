@@ -25,12 +25,12 @@ from broker.cluster.image import (
     BrokerRegistered,
     Change,
     ConfigsChanged,
-    MetadataImage,
     PartitionsAdded,
     TopicCreated,
     TopicDeleted,
 )
 from broker.cluster.records import MetadataRecord, RegisterBroker, encode_batch, iter_log_records
+from broker.cluster.snapshot import SnapshotStore
 from broker.config import BrokerConfig
 from broker.replication import HardStateStore, PartitionRaftStorage
 from broker.topics import TopicError, TopicManager, now_ms
@@ -68,16 +68,21 @@ class Controller:
         self.voters = voters
         self.broker_config = broker_config
         self.topics = topics
-        self.image = MetadataImage()
-        self.applied_end = 0
         self.applied = trio.Event()
+        # The image as of the last snapshot: start-up need not replay the whole log.
+        self.snapshots = SnapshotStore(data_dir)
+        self.image = self.snapshots.load()
+        self.applied_end = self.image.applied_offset + 1
+        self._restore_from_image()
         self.log = PartitionLog.open(
             data_dir / METADATA_GROUP, LogConfig(retention_ms=-1), now_ms()
         )
-        storage = PartitionRaftStorage(
+        self.storage = PartitionRaftStorage(
             METADATA_GROUP, self.log, hard_states, voters == frozenset({self.node_id})
         )
-        self.group: RaftGroup = node.add_group(METADATA_GROUP, voters, storage, self._on_update)
+        self.group: RaftGroup = node.add_group(
+            METADATA_GROUP, voters, self.storage, self._on_update
+        )
         if voters == frozenset({self.node_id}):
             self.group.campaign()
         self.leader_hints: dict[str, tuple[int, int]] = {}
@@ -85,11 +90,29 @@ class Controller:
 
     # -- applying committed records -----------------------------------------------------
 
+    def _restore_from_image(self) -> None:
+        for topic in list(self.image.topics.values()):
+            self._reconcile(
+                TopicCreated(topic.name, topic.topic_id, tuple(topic.replicas), dict(topic.configs))
+            )
+        if self.image.topics:
+            logger.info(
+                "restored %d topics from the metadata snapshot at offset %d",
+                len(self.image.topics),
+                self.image.applied_offset,
+            )
+
+    def close(self) -> None:
+        self.storage.save_high_watermark(self.group.high_watermark)
+        self.snapshots.close()
+        self.log.close()
+
     def _on_update(self, update: GroupUpdate) -> None:
         if update.high_watermark is not None:
             self._apply_committed(min(update.high_watermark, self.log.log_end_offset))
 
     def _apply_committed(self, high_watermark: int) -> None:
+        changed = False
         while self.applied_end < high_watermark:
             data = self.log.read(self.applied_end, REPLAY_READ_BYTES, high_watermark, True)
             if not data:
@@ -105,6 +128,9 @@ class Controller:
             if end <= self.applied_end:
                 break
             self.applied_end = end
+            changed = True
+        if changed:
+            self.snapshots.save(self.image)
         self.applied.set()
         self.applied = trio.Event()
 
