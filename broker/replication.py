@@ -14,6 +14,7 @@ KRAFT_VOTERS), which consumers skip like transaction markers.
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ from protocol.records import (
     scan_batches,
     stamp_batches,
 )
+
+logger = logging.getLogger("raftka.replication")
 
 CONTROL_KEY = struct.Struct(">hh")
 CONTROL_LEADER_CHANGE = 2
@@ -134,6 +137,15 @@ class PartitionRaftStorage:
         )
 
     def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
+        if offset < self.log.log_start_offset:
+            # Retention keeps what followers still need; an older offset cannot be served.
+            logger.warning(
+                "%s: a follower needs offset %d, below the log start %d",
+                self.group,
+                offset,
+                self.log.log_start_offset,
+            )
+            return []
         data = self.log.read(offset, max_bytes, self.log.log_end_offset, True)
         entries = []
         view = memoryview(data)

@@ -215,8 +215,8 @@ class Broker:
             deleted = 0
             for partition in list(self.topics.local_partitions()):
                 if partition.log is not None and partition.group is not None:
-                    # Only committed data may be deleted; Raft needs the rest.
-                    deleted += partition.log.enforce_retention(now, partition.high_watermark)
+                    # Only what every replica holds may go: Raft replicates from the log.
+                    deleted += partition.log.enforce_retention(now, partition.group.deletable_end())
                 await trio.lowlevel.checkpoint()
             if deleted:
                 logger.info("retention deleted %d segments", deleted)

@@ -120,6 +120,16 @@ class RaftGroup:
     def status(self) -> Status:
         return self._core.status()
 
+    def deletable_end(self) -> int:
+        """Offset below which the log may be deleted (retention): committed, and on a leader
+        also held by every follower, since without snapshots a follower can only catch up
+        from the leader's log."""
+        end = self._core.high_watermark
+        if self._core.role is Role.LEADER:
+            for progress in self._core.progress.values():
+                end = min(end, progress.match_end)
+        return end
+
     def _up_to_date_follower(self) -> NodeId | None:
         """The follower known to hold the most of our log, preferring recently active ones."""
         best: tuple[bool, int, int] | None = None

@@ -172,7 +172,11 @@ async def handle_delete_records(context: Any, request: Any) -> Any:
                 if offset < 0 or offset > partition.high_watermark:
                     error = ErrorCode.offset_out_of_range
                 else:
-                    partition.log.delete_records_before(offset)
+                    # Never below what a follower still has to copy from this log.
+                    assert partition.group is not None
+                    partition.log.delete_records_before(
+                        min(offset, partition.group.deletable_end())
+                    )
                 low_watermark = partition.log.log_start_offset
             partitions.append(
                 build(
