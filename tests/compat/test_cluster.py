@@ -310,6 +310,24 @@ def test_metadata_lists_all_brokers_and_rf3_placement(cluster_factory) -> None:
         futures[bad].result(timeout=30)
     assert info.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR, info.value
 
+    # RF 1: each broker reports the leaders of partitions it does not host too.
+    single = f"rf1-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, single, partitions=3, replication_factor=1)
+
+    def led(node: ClusterNode) -> list[dict[str, Any]] | None:
+        found = [partition_state(node.bootstrap, single, p) for p in range(3)]
+        return found if all(s["leader"] >= 0 for s in found) else None
+
+    for node in cluster.nodes:
+        states = wait_until(
+            lambda node=node: led(node),
+            10,
+            f"node {node.node_id} to report a leader for every partition of {single}",
+        )
+        for s in states:
+            assert s["replicas"] == [s["leader"]], s
+    assert len({s["leader"] for s in states}) == 3, f"RF 1 partitions share a broker: {states}"
+
 
 def test_create_topics_on_non_controller_broker(cluster_factory) -> None:
     cluster = cluster_factory()
