@@ -134,12 +134,12 @@ class Partition:
                 return tuple(r for r in self.replicas if r in isr)
         return self.replicas
 
-    def propose(self, records: bytes | bytearray, record_count: int) -> Entry:
+    def propose(self, records: bytes, record_count: int) -> Entry:
         """Append one batch as leader: persisted locally before this returns; raises
         NotLeaderError when this broker does not lead the partition."""
         if self.group is None:
             raise NotLeaderError(None, f"{self.name} is not hosted on this broker")
-        return self.group.propose(record_count, bytes(records))
+        return self.group.propose(record_count, records)
 
     async def wait_committed(self, end_offset: int, timeout_s: float) -> bool:
         assert self.group is not None

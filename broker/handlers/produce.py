@@ -99,13 +99,14 @@ def _append(
         if log.config.message_timestamp_type_log_append:
             fields["log_append_time"] = _append_time(duplicate.timestamp_ms)
         return fields, duplicate.last_offset + 1 if acks == -1 else None
-    buffer = bytearray(records)
     if log.config.message_timestamp_type_log_append:
         # The leader stamps the time before replication so every replica stores the same batch.
-        set_log_append_time(buffer, headers[0], now)
+        stamped = bytearray(records)
+        set_log_append_time(stamped, headers[0], now)
+        records = bytes(stamped)
         fields["log_append_time"] = _append_time(now)
     try:
-        entry = partition.propose(buffer, headers[0].last_offset_delta + 1)
+        entry = partition.propose(records, headers[0].last_offset_delta + 1)
     except NotLeaderError:
         fields["error_code"] = ErrorCode.not_leader_or_follower
         return fields, None
