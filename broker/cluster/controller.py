@@ -83,6 +83,9 @@ class Controller:
         self.group: RaftGroup = node.add_group(
             METADATA_GROUP, voters, self.storage, self._on_update
         )
+        # Records committed before a crash but after the last snapshot apply now, not at
+        # the next metadata change.
+        self._apply_committed(min(self.group.high_watermark, self.log.log_end_offset))
         if voters == frozenset({self.node_id}):
             self.group.campaign()
         self.leader_hints: dict[str, tuple[int, int]] = {}

@@ -253,3 +253,26 @@ def test_retention_bytes_deletes_old_segments(broker_factory, new_topic):
     assert got[0].offset() == low
     assert [m.value() for m in got] == values[offsets.index(low) :]
     assert len(got) * 1000 >= 1024 * 1024  # at least retention.bytes minus one segment kept
+
+
+def test_topics_come_back_from_the_metadata_log_without_a_snapshot(broker_factory, new_topic):
+    """The metadata snapshot only shortens start-up: a broker that lost it (or crashed
+    before writing it) rebuilds its topics from the replicated metadata log."""
+    import shutil
+
+    broker = broker_factory()
+    topic = new_topic(partitions=3, bootstrap=broker.bootstrap, config={"retention.ms": "600000"})
+    acked = _produce_next(broker.bootstrap, topic, [b"a", b"b", b"c"])
+    broker.stop()
+    shutil.rmtree(broker.data_dir / "cluster-metadata.lmdb")
+    broker.start()
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert sorted(md.topics[topic].partitions) == [0, 1, 2]
+    res_ = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([res_], request_timeout=10)[res_].result(timeout=15)
+    assert entries["retention.ms"].value == "600000"
+    msgs = _read_all(broker.bootstrap, topic)
+    assert [m.offset() for m in msgs] == acked
+    assert [m.value() for m in msgs] == [b"a", b"b", b"c"]
