@@ -77,6 +77,7 @@ async def _serve(broker: Broker) -> None:
 
             async for signum in signals:
                 logger.info("raftka: %s received, shutting down", signal.Signals(signum).name)
+                await broker.hand_over_leadership()
                 nursery.cancel_scope.cancel()
                 break
 

@@ -170,11 +170,7 @@ class Broker:
                     self.data_dir,
                 )
                 task_status.started(self.bound_port)
-                try:
-                    await trio.serve_listeners(self._serve_connection, listeners)
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await self._hand_over_leadership()
+                await trio.serve_listeners(self._serve_connection, listeners)
         finally:
             started = time.monotonic()
             self.topics.close()
@@ -183,9 +179,9 @@ class Broker:
             self.producer_ids.close()
             logger.info("raftka: logs flushed and closed in %.2f s", time.monotonic() - started)
 
-    async def _hand_over_leadership(self) -> None:
-        """Clean shutdown: move every group this broker leads to an up-to-date follower so
-        clients fail over without waiting for an election timeout."""
+    async def hand_over_leadership(self) -> None:
+        """First step of a clean shutdown, while the broker still runs: move every group it
+        leads to an up-to-date follower so clients fail over without an election timeout."""
         if not self.cluster.peers:
             return
         started = time.monotonic()
