@@ -417,6 +417,32 @@ def test_leader_kill9_failover_loses_no_acked_record(cluster_factory, idempotent
     )
 
 
+def test_clean_shutdown_hands_leadership_over(cluster_factory) -> None:
+    """SIGTERM on a leader moves leadership to a caught-up follower in one election (its
+    epoch goes up by exactly one) before the broker exits, and loses nothing acked."""
+    cluster = cluster_factory()
+    topic = f"handover-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=1, replication_factor=3)
+
+    def settled() -> dict[str, Any] | None:
+        state = state_from_any(cluster.nodes, topic)
+        return state if len(state["isr"]) == 3 else None
+
+    state = wait_until(settled, 15, f"ISR of 3 for {topic}-0")
+    values = [b"before-%d" % i for i in range(200)]
+    res = produce(cluster.bootstrap, topic, [{"value": v, "partition": 0} for v in values])
+    assert not res.errors, res.errors[:3]
+    old = cluster.node(state["leader"])
+    old.stop()  # SIGTERM; asserts a clean exit
+    assert "leadership handed over" in old.log_tail(80), old.log_tail(80)
+    survivors = [n for n in cluster.nodes if n is not old]
+    new_state, waited = wait_new_leader(survivors, topic, old.node_id, state["epoch"], 10)
+    print(f"leader {old.node_id} -> {new_state['leader']} after a clean stop ({waited:.2f} s)")
+    assert new_state["epoch"] == state["epoch"] + 1, (state, new_state)
+    msgs = consume(survivors[0].bootstrap, topic, [0], start=0, timeout=60)[0]
+    assert [m.value() for m in msgs if m.value() is not None][: len(values)] == values
+
+
 def after_leader_node(cluster: ClusterProcess, state: dict[str, Any]) -> str:
     return cluster.node(state["leader"]).bootstrap
 
