@@ -141,9 +141,21 @@ class Partition:
             raise NotLeaderError(None, f"{self.name} is not hosted on this broker")
         return self.group.propose(record_count, records)
 
-    async def wait_committed(self, end_offset: int, timeout_s: float) -> bool:
-        assert self.group is not None
-        return await self.group.wait_committed(end_offset, timeout_s)
+    async def wait_committed(self, entry: Entry, timeout_s: float) -> bool:
+        """Whether `entry` (proposed here) committed in time; NotLeaderError if leadership
+        was lost first or the entry was replaced by a later leader's."""
+        if self.group is None:
+            raise NotLeaderError(None, f"{self.name} is no longer hosted on this broker")
+        return await self.group.wait_committed(entry.end_offset, timeout_s, entry.epoch)
+
+    async def wait_high_watermark(
+        self, end_offset: int, timeout_s: float, epoch: int | None = None
+    ) -> bool:
+        """Whether the high watermark reached `end_offset` in time (with `epoch`: and the
+        batch ending there is still the one written in that epoch)."""
+        if self.group is None:
+            raise NotLeaderError(None, f"{self.name} is no longer hosted on this broker")
+        return await self.group.wait_committed(end_offset, timeout_s, epoch)
 
     def notify_appended(self) -> None:
         """Wake the Fetch requests long-polling this partition."""

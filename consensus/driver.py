@@ -161,27 +161,39 @@ class RaftGroup:
         self._core.campaign()
         self._drive()
 
-    async def wait_committed(self, end_offset: int, timeout_s: float) -> bool:
+    async def wait_committed(
+        self, end_offset: int, timeout_s: float, epoch: int | None = None
+    ) -> bool:
         """True once high_watermark >= end_offset; False on timeout.
 
-        Waiting as leader (acks=all): raises NotLeaderError if this node loses leadership (or
-        its term changes) first -- the entry may yet commit or be truncated, as in Kafka.
-        Waiting as follower: only the high watermark or the timeout ends the wait.
+        With `epoch` (the proposed entry's), True also means the log still holds that entry:
+        a high watermark that passed the offset under a later leader, after the entry was
+        truncated, raises NotLeaderError instead. Waiting as leader (acks=all): raises
+        NotLeaderError if this node loses leadership (or its term changes) first -- the entry
+        may yet commit or be truncated, as in Kafka. Waiting as follower: only the high
+        watermark or the timeout ends the wait.
         """
-        if self._core.high_watermark >= end_offset:
-            return True
-        self._check_live()
-        waiter = _Waiter(end_offset, as_leader=self._core.role is Role.LEADER)
-        heapq.heappush(self._waiters, (end_offset, next(self._seq), waiter))
-        with trio.move_on_after(timeout_s):
-            await waiter.done.wait()
-        if waiter.error is not None:
-            raise waiter.error
-        if waiter.done.is_set():
-            return True
-        self._waiters = [w for w in self._waiters if w[2] is not waiter]
-        heapq.heapify(self._waiters)
-        return self._core.high_watermark >= end_offset
+        if self._core.high_watermark < end_offset:
+            self._check_live()
+            waiter = _Waiter(end_offset, as_leader=self._core.role is Role.LEADER)
+            heapq.heappush(self._waiters, (end_offset, next(self._seq), waiter))
+            with trio.move_on_after(timeout_s):
+                await waiter.done.wait()
+            if waiter.error is not None:
+                raise waiter.error
+            if not waiter.done.is_set():
+                self._waiters = [w for w in self._waiters if w[2] is not waiter]
+                heapq.heapify(self._waiters)
+                if self._core.high_watermark < end_offset:
+                    return False
+        last = end_offset - 1
+        log = self._core.log
+        if epoch is not None and last >= log.log_start_offset() and log.epoch_at(last) != epoch:
+            raise NotLeaderError(
+                self._core.leader_id,
+                f"{self.name}: the entry ending at {last} was replaced by a later leader's",
+            )
+        return True
 
     def _tick(self) -> None:
         core = self._core
@@ -218,15 +230,17 @@ class RaftGroup:
             storage.append(rd.entries)
 
     def _apply(self, rd: Ready) -> None:
+        # Leadership first: a leader's waiter must not be woken by a high watermark that a
+        # later leader moved past an entry it truncated, in the same Ready.
+        if rd.soft_state is not None:
+            if rd.soft_state.role is not Role.LEADER:
+                self._fail_leader_waiters(NotLeaderError(rd.soft_state.leader_id))
+            self._on_soft_state()
         if rd.high_watermark is not None:
             hw = rd.high_watermark
             while self._waiters and self._waiters[0][0] <= hw:
                 _, _, waiter = heapq.heappop(self._waiters)
                 waiter.done.set()
-        if rd.soft_state is not None:
-            if rd.soft_state.role is not Role.LEADER:
-                self._fail_leader_waiters(NotLeaderError(rd.soft_state.leader_id))
-            self._on_soft_state()
         if self._on_update is not None and (
             rd.high_watermark is not None or rd.soft_state is not None
         ):

@@ -22,6 +22,8 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
+from protocol.bounds import BoundsError, check_request
+
 API_VERSIONS_KEY = 18
 
 _PREFIX = struct.Struct(">hhi")
@@ -114,6 +116,11 @@ def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[An
     if req_type is None:
         raise FrameError(f"unknown api key {prefix.api_key} version {prefix.api_version}")
     header_type = RequestHeaderV2 if req_type.__flexible__ else RequestHeaderV1
+    try:
+        # Before kio: its native reader aborts the process on an absurd array length.
+        check_request(frame, req_type)
+    except BoundsError as exc:
+        raise FrameError(f"malformed {req_type.__name__} v{prefix.api_version}: {exc}") from None
     try:
         header, header_size = entity_reader(header_type)(frame, 0)
         body, _ = entity_reader(req_type)(frame, header_size)

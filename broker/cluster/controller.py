@@ -231,7 +231,7 @@ class Controller:
     async def _commit(self, records: list[MetadataRecord]) -> None:
         """Propose records as one batch and wait until they are applied here."""
         entry = self.group.propose(len(records), encode_batch(records, timestamp_ms=now_ms()))
-        if not await self.group.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S):
+        if not await self.group.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S, entry.epoch):
             raise TopicError(
                 ErrorCode.request_timed_out,
                 "The metadata change did not commit in time; a majority of brokers may be down",

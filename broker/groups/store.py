@@ -97,7 +97,7 @@ class TopicOffsetsLog:
         batch = build_batch(records, now_ms())
         try:
             entry = target.propose(batch, len(records))
-            committed = await target.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S)
+            committed = await target.wait_committed(entry, COMMIT_TIMEOUT_S)
         except NotLeaderError as exc:
             raise NotCoordinatorError(f"{target.name}: {exc}") from exc
         if not committed:
@@ -148,7 +148,7 @@ class TopicOffsetsLog:
             if target.high_watermark >= end:
                 return True
             try:
-                await target.wait_committed(end, CATCH_UP_POLL_S)
+                await target.wait_high_watermark(end, CATCH_UP_POLL_S)
             except NotLeaderError:
                 return False
 

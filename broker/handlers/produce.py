@@ -54,9 +54,9 @@ def _check_producer_state(log: Any, headers: list[Any]) -> BatchMetadata | None:
 
 def _append(
     context: Any, partition: Partition, records: bytes, acks: int, now: int, version: int
-) -> tuple[dict[str, Any], int | None]:
-    """Validate and propose one partition's batch: (response fields, end offset to wait for
-    with acks=all, or None)."""
+) -> tuple[dict[str, Any], tuple[int, int | None] | None]:
+    """Validate and propose one partition's batch: (response fields, what acks=all waits
+    for: the end offset and the epoch of the batch there, or None)."""
     topic = partition.topic
     fields: dict[str, Any] = {"error_code": ErrorCode.none}
     try:
@@ -98,7 +98,9 @@ def _append(
         fields["base_offset"] = duplicate.first_offset
         if log.config.message_timestamp_type_log_append:
             fields["log_append_time"] = _append_time(duplicate.timestamp_ms)
-        return fields, duplicate.last_offset + 1 if acks == -1 else None
+        # Written earlier, maybe by an earlier leader: it is committed once the high
+        # watermark passes it (producer state forgets batches a truncation removed).
+        return fields, (duplicate.last_offset + 1, None) if acks == -1 else None
     if log.config.message_timestamp_type_log_append:
         # The leader stamps the time before replication so every replica stores the same batch.
         stamped = bytearray(records)
@@ -111,14 +113,15 @@ def _append(
         fields["error_code"] = ErrorCode.not_leader_or_follower
         return fields, None
     fields["base_offset"] = entry.base_offset
-    return fields, entry.end_offset if acks == -1 else None
+    return fields, (entry.end_offset, entry.epoch) if acks == -1 else None
 
 
 async def _await_commit(
-    partition: Partition, end_offset: int, timeout_s: float, fields: dict[str, Any]
+    partition: Partition, wait_for: tuple[int, int | None], timeout_s: float, fields: dict[str, Any]
 ) -> None:
+    end_offset, epoch = wait_for
     try:
-        if not await partition.wait_committed(end_offset, timeout_s):
+        if not await partition.wait_high_watermark(end_offset, timeout_s, epoch):
             fields.update(
                 error_code=ErrorCode.request_timed_out,
                 error_message=f"{partition.name}: not replicated to a majority in time",
@@ -134,7 +137,7 @@ async def handle_produce(context: Any, request: Any) -> Any:
     version = context.api_version
     now = now_ms()
     results: list[tuple[str, list[dict[str, Any]]]] = []
-    commits: list[tuple[Partition, int, dict[str, Any]]] = []
+    commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]] = []
     for topic_data in request.topic_data or ():
         name = topic_data.name
         topic = broker.topics.get(name)
@@ -162,8 +165,8 @@ async def handle_produce(context: Any, request: Any) -> Any:
     if commits:
         timeout_s = max(request.timeout.total_seconds(), 0.001)
         async with trio.open_nursery() as nursery:
-            for partition, end_offset, fields in commits:
-                nursery.start_soon(_await_commit, partition, end_offset, timeout_s, fields)
+            for partition, wait_for, fields in commits:
+                nursery.start_soon(_await_commit, partition, wait_for, timeout_s, fields)
     if acks == 0:
         return None
     topic_responses = []

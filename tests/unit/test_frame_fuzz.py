@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_writer
+from trio.testing import MockClock
 
 from broker.config import BrokerConfig
 from broker.connection import RequestContext
@@ -36,6 +37,7 @@ from protocol.api import (
 from protocol.records import validate_produce_records
 
 TOPIC = "fuzzed"
+MAX_VIRTUAL_WAIT_S = 100 * 24 * 3600  # past Kafka's longest max_wait (int32 milliseconds)
 
 
 def _frame(api_key: int, version: int, **values: Any) -> bytes:
@@ -175,10 +177,12 @@ def _serve_frame(broker: Broker, frame: bytes) -> None:
     context = RequestContext(broker, header, prefix.api_key, prefix.api_version, "127.0.0.1", 1)
 
     async def run() -> Any:
-        with trio.fail_after(5):
+        # Virtual time: a mutated max_wait of days is a legitimate long poll, not a hang;
+        # a request that never finishes still fails here.
+        with trio.fail_after(MAX_VIRTUAL_WAIT_S):
             return await handler.handle(context, request)
 
-    response = trio.run(run)
+    response = trio.run(run, clock=MockClock(autojump_threshold=0))
     if response is not None:
         encode_response(prefix.correlation_id, response)
 
@@ -210,3 +214,19 @@ def test_mutated_frames_never_crash(broker: Broker, frame: bytes) -> None:
 @given(frame=st.binary(max_size=256))
 def test_random_frames_never_crash(broker: Broker, frame: bytes) -> None:
     _serve_frame(broker, frame)
+
+
+def test_absurd_array_length_is_refused_not_allocated(broker: Broker) -> None:
+    """kio's native reader reserves memory for a declared array length; a frame claiming
+    billions of elements must be refused before it reaches kio (which would abort)."""
+    fetch = SEEDS[[i for i, f in enumerate(SEEDS) if f[:4] == b"\x00\x01\x00\x0c"][0]]
+    prefix = read_prefix(fetch)
+    # Fetch v12: after the header and the fixed fields comes the compact topics array.
+    header_end = 8 + 2 + len(b"f") + 1  # key/version/correlation, client id "f", no tags
+    fixed = 4 + 4 + 4 + 4 + 1 + 4 + 4  # replica id .. session epoch
+    topics_at = header_end + fixed
+    huge = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F])  # uvarint 2**32 - 1 elements
+    frame = fetch[:topics_at] + huge + fetch[topics_at + 1 :]
+    with pytest.raises(FrameError, match="cannot fit"):
+        decode_request(frame, prefix)
+    _serve_frame(broker, frame)  # and the full path survives it too

@@ -122,7 +122,12 @@ class FakePartition:
             self.committed = self.log.log_end_offset
         return SimpleNamespace(end_offset=self.log.log_end_offset)
 
-    async def wait_committed(self, end_offset: int, timeout_s: float) -> bool:
+    async def wait_committed(self, entry: Any, timeout_s: float) -> bool:
+        return await self.wait_high_watermark(entry.end_offset, timeout_s)
+
+    async def wait_high_watermark(
+        self, end_offset: int, timeout_s: float, epoch: int | None = None
+    ) -> bool:
         epoch = self.leader_epoch
         with trio.move_on_after(timeout_s):
             while self.high_watermark < end_offset:
