@@ -549,7 +549,10 @@ class RaftCore:
                     self._send_append(m.from_id)
                 return
             was_paused = pr.paused
-            if not pr.maybe_update(m.match_end):
+            # A successful probe that confirms the known match (an empty log, or a new
+            # leader's empty append) also ends probing, as in etcd's MsgAppResp handling.
+            confirms_probe = pr.state is ProgressState.PROBE and m.match_end == pr.match_end
+            if not pr.maybe_update(m.match_end) and not confirms_probe:
                 return
             if pr.state is ProgressState.PROBE:
                 pr.become_replicate()

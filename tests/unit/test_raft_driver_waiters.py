@@ -1,0 +1,156 @@
+"""acks=all waits: only the proposed entry's own commit may succeed.
+
+A leader that is cut off, replaced, and then hears from the new leader truncates its
+uncommitted entry and learns a high watermark past that entry's offset, possibly in one
+Ready. Its waiter must fail (the client retries); succeeding would acknowledge a record that
+no replica holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+from test_raft_driver import VOTERS, MemoryGroupStorage
+
+from consensus import NotLeaderError, Role
+from consensus.core import RaftConfig, RaftCore
+from consensus.driver import RaftGroup
+from consensus.types import Message
+
+GROUP = "orders-0"
+
+
+class Pump:
+    """Three RaftGroups whose messages are delivered by hand; a node can be cut off."""
+
+    def __init__(self) -> None:
+        self.outbox: list[Message] = []
+        self.cut: set[int] = set()
+        self.groups: dict[int, RaftGroup] = {}
+        for node in sorted(VOTERS):
+            storage = MemoryGroupStorage()
+            core = RaftCore(
+                RaftConfig(
+                    node_id=node,
+                    group=GROUP,
+                    voters=VOTERS,
+                    seed=node,
+                    skip_noop_when_committed=True,
+                ),
+                storage.raft_log,
+            )
+            self.groups[node] = RaftGroup(GROUP, core, storage, self, None, lambda: None)
+
+    def send(self, message: Message) -> None:
+        self.outbox.append(message)
+
+    def deliver(self) -> None:
+        while self.outbox:
+            m = self.outbox.pop(0)
+            if m.from_id in self.cut or m.to in self.cut:
+                continue
+            self.groups[m.to]._step(m)
+
+    def tick(self, times: int) -> None:
+        for _ in range(times):
+            for node, group in self.groups.items():
+                if node not in self.cut:
+                    group._tick()
+            self.deliver()
+
+    def leader(self) -> RaftGroup:
+        leaders = [g for n, g in self.groups.items() if n not in self.cut and g.role is Role.LEADER]
+        assert len(leaders) == 1
+        return leaders[0]
+
+
+def test_replaced_leader_fails_its_waiter_instead_of_acknowledging() -> None:
+    async def scenario() -> None:
+        pump = Pump()
+        pump.groups[1].campaign()
+        pump.deliver()
+        old = pump.leader()
+        committed = old.propose(1, b"committed")
+        pump.deliver()
+        assert old.high_watermark >= committed.end_offset
+
+        # Cut the leader off right after it appends an entry nobody else receives.
+        pump.cut.add(1)
+        lost = old.propose(1, b"never replicated")
+        outcome: dict[str, Any] = {}
+
+        async def wait() -> None:
+            try:
+                outcome["ok"] = await old.wait_committed(lost.end_offset, 30, lost.epoch)
+            except NotLeaderError as exc:
+                outcome["error"] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0)
+            # The others elect a new leader and commit past the lost entry's offset.
+            pump.tick(40)
+            new = pump.leader()
+            assert new is not old
+            for i in range(3):
+                new.propose(1, b"new-%d" % i)
+                pump.deliver()
+            assert new.high_watermark > lost.end_offset
+            # The old leader hears from the new one: truncation and a high watermark past
+            # `lost` arrive together.
+            pump.cut.clear()
+            pump.tick(3)
+            await trio.sleep(0)
+        assert "error" in outcome, outcome
+        assert old.role is not Role.LEADER
+
+    trio.run(scenario)
+
+
+def test_waiter_succeeds_for_its_own_committed_entry() -> None:
+    async def scenario() -> None:
+        pump = Pump()
+        pump.groups[2].campaign()
+        pump.deliver()
+        leader = pump.leader()
+        entry = leader.propose(1, b"x")
+        async with trio.open_nursery() as nursery:
+            result: list[bool] = []
+
+            async def wait() -> None:
+                result.append(await leader.wait_committed(entry.end_offset, 30, entry.epoch))
+
+            nursery.start_soon(wait)
+            await trio.sleep(0)
+            pump.deliver()
+        assert result == [True]
+
+    trio.run(scenario)
+
+
+@pytest.mark.parametrize("epoch_shift", [1])
+def test_high_watermark_over_a_replaced_entry_is_not_its_commit(epoch_shift: int) -> None:
+    """Without waiting (the high watermark already passed): the epoch check alone decides."""
+
+    async def scenario() -> None:
+        pump = Pump()
+        pump.groups[1].campaign()
+        pump.deliver()
+        old = pump.leader()
+        pump.cut.add(1)
+        lost = old.propose(1, b"lost")
+        pump.tick(40)
+        new = pump.leader()
+        for i in range(3):
+            new.propose(1, b"n%d" % i)
+            pump.deliver()
+        pump.cut.clear()
+        pump.tick(3)
+        assert old.high_watermark >= lost.end_offset
+        with pytest.raises(NotLeaderError):
+            await old.wait_committed(lost.end_offset, 1, lost.epoch)
+        assert lost.epoch + epoch_shift <= new.term
+
+    trio.run(scenario)
