@@ -179,6 +179,16 @@ class BrokerProcess:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> BrokerProcess:
+        self.spawn()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def spawn(self) -> None:
+        """Launch the broker process without waiting for it to answer."""
         if self.is_running():
             raise RuntimeError(f"broker already running (pid {self.pid})")
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -191,6 +201,8 @@ class BrokerProcess:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
             )
+            # Launched from the calling thread: PR_SET_PDEATHSIG fires when the *thread*
+            # that forked the child exits, so never spawn from a short-lived thread.
             self._proc = subprocess.Popen(
                 argv,
                 cwd=REPO_ROOT,
@@ -200,12 +212,6 @@ class BrokerProcess:
                 stderr=subprocess.STDOUT,
                 preexec_fn=_set_parent_death_signal,
             )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.kill()
-            raise
-        return self
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -415,30 +421,8 @@ class ClusterNode(BrokerProcess):
         A voter only starts serving clients once it has registered with the metadata
         quorum, so a cluster's nodes must all be launched before any is waited for.
         """
-        if self.is_running():
-            raise RuntimeError(f"broker already running (pid {self.pid})")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._killed = False
         self.paused = False
-        argv = self.command()
-        with open(self.log_path, "ab") as log:
-            log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
-            log.flush()
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
-            )
-            # Launched from the calling thread: PR_SET_PDEATHSIG fires when the *thread*
-            # that forked the child exits, so never spawn from a short-lived thread.
-            self._proc = subprocess.Popen(
-                argv,
-                cwd=REPO_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_set_parent_death_signal,
-            )
+        super().spawn()
 
     def wait_ready(self) -> ClusterNode:
         """Until the node answers ApiVersions (it has registered); kills it on failure."""
