@@ -20,7 +20,6 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from protocol.bounds import BoundsError, check_request
 
@@ -82,30 +81,6 @@ def build(entity_type: Any, **values: Any) -> Any:
     return entity_type(**{k: v for k, v in values.items() if k in names})
 
 
-@cache
-def _checked_fields(entity_type: Any) -> tuple[tuple[str, bool, type[Any] | None], ...]:
-    """(name, may be null, nested entity type) for the array and struct fields of an entity."""
-    checked = []
-    for f in fields(entity_type):
-        kind = classify_field(f)
-        nested = kind.type_ if isinstance(kind, EntityField | EntityTupleField) else None
-        if kind.is_array or nested is not None:
-            checked.append((f.name, is_optional(f), nested))
-    return tuple(checked)
-
-
-def _check_nulls(entity: Any) -> None:
-    """Kafka rejects a null where the schema allows none (kio decodes a -1 length as None)."""
-    for name, nullable, nested in _checked_fields(entity.__class__):
-        value = getattr(entity, name)
-        if value is None:
-            if not nullable:
-                raise FrameError(f"{type(entity).__name__}.{name} is null")
-        elif nested is not None:
-            for item in value if isinstance(value, tuple) else (value,):
-                _check_nulls(item)
-
-
 def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[Any, Any]:
     """Decode the header and body of a request frame: (header, request entity).
 
@@ -126,7 +101,6 @@ def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[An
         body, _ = entity_reader(req_type)(frame, header_size)
     except Exception as exc:  # kio raises several types for malformed input
         raise FrameError(f"cannot decode {req_type.__name__} v{prefix.api_version}: {exc}") from exc
-    _check_nulls(body)
     return header, body
 
 

@@ -1,10 +1,11 @@
-"""Check a request's lengths against the frame before kio decodes it.
+"""Check a request's lengths (and nulls) against the frame before kio decodes it.
 
 kio's native reader trusts length prefixes: an array that claims billions of elements makes
 it reserve memory for them and the process aborts, which no exception handler can catch. This
 walk follows the same schema as kio but only reads lengths and skips payloads, so a frame is
-handed to kio only once every array, string and bytes field fits inside it. It does no
-per-record work: record batches are skipped by their length.
+handed to kio only once every array, string and bytes field fits inside it. It also refuses a
+null array where the schema allows none, as Kafka's parser does (kio would yield None). It
+does no per-record work: record batches are skipped by their length.
 """
 
 from __future__ import annotations
@@ -145,6 +146,8 @@ def _step(buf: memoryview, pos: int, end: int, step: tuple[Any, ...], flexible: 
                 return pos
         return check_entity(buf, pos, end, nested)
     count, pos = _array_length(buf, pos, end, flexible)
+    if count < 0 and not nullable:
+        raise BoundsError("null array where the schema allows none")
     if kind == _PRIMITIVE_ARRAY:
         size = _FIXED_SIZES.get(kafka_type)
         if size is not None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS
+from broker.config import TOPIC_CONFIGS
 from broker.handlers.common import NO_THROTTLE, response_schema
 from protocol.api import build
 
@@ -14,9 +14,13 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
 
-def _entries(module: Any, request: Any, described: Any, synonyms_of: Any) -> tuple[Any, ...]:
+def _entries(
+    module: Any, request: Any, described: Any, keys: set[str] | None, synonyms_of: Any
+) -> tuple[Any, ...]:
     entries = []
     for definition, value, source in described:
+        if keys is not None and definition.name not in keys:
+            continue
         synonyms = ()
         if getattr(request, "include_synonyms", False):
             synonyms = tuple(
@@ -57,13 +61,11 @@ async def handle_describe_configs(context: Any, request: Any) -> Any:
                     f"Topic {resource.resource_name} does not exist.",
                 )
             else:
-                described = [
-                    d for d in topic.config.describe() if keys is None or d[0].name in keys
-                ]
                 configs = _entries(
                     module,
                     request,
-                    described,
+                    topic.config.describe(),
+                    keys,
                     lambda name, _v, _s, config=topic.config: config.synonyms(name),
                 )
         elif resource.resource_type == RESOURCE_BROKER:
@@ -74,16 +76,13 @@ async def handle_describe_configs(context: Any, request: Any) -> Any:
                     f"but received {resource.resource_name}",
                 )
             else:
-                described = [
-                    d for d in broker.config.describe() if keys is None or d[0].name in keys
-                ]
+                # A static broker config's only synonym is itself.
                 configs = _entries(
                     module,
                     request,
-                    described,
-                    lambda name, value, source: (
-                        [(name, value, source)] if name in BROKER_CONFIGS else []
-                    ),
+                    broker.config.describe(),
+                    keys,
+                    lambda name, value, source: [(name, value, source)],
                 )
         else:
             error, message = (

@@ -230,3 +230,14 @@ def test_absurd_array_length_is_refused_not_allocated(broker: Broker) -> None:
     with pytest.raises(FrameError, match="cannot fit"):
         decode_request(frame, prefix)
     _serve_frame(broker, frame)  # and the full path survives it too
+
+
+def test_null_array_where_none_is_allowed_is_refused() -> None:
+    """ListOffsets v1 with a null topics array: Kafka's parser refuses it, so do we."""
+    frame = (
+        b"\x00\x02\x00\x01\x00\x00\x00\x00\x00\x00"  # ListOffsets v1, correlation 0, client ""
+        b"\x07\x00\x01f"  # replica id
+        b"\xff\xff\xff\xff"  # topics: null
+    )
+    with pytest.raises(FrameError, match="null array"):
+        decode_request(frame, read_prefix(frame))
