@@ -47,6 +47,8 @@ _PAYLOAD_LEN = struct.Struct(">I")
 
 _FLAG_REJECT = 1
 _FLAG_FORCE = 2
+_FLAG_AT_LEADER_END = 4
+_KNOWN_FLAGS = _FLAG_REJECT | _FLAG_FORCE | _FLAG_AT_LEADER_END
 
 Buffer = bytes | bytearray | memoryview
 
@@ -136,7 +138,11 @@ def _write_message(out: _PartsWriter, m: Message) -> None:
     group = m.group.encode("utf-8")
     if len(group) > 0xFFFF:
         raise CodecError(f"group name of {len(group)} bytes is too long")
-    flags = (_FLAG_REJECT if m.reject else 0) | (_FLAG_FORCE if m.force else 0)
+    flags = (
+        (_FLAG_REJECT if m.reject else 0)
+        | (_FLAG_FORCE if m.force else 0)
+        | (_FLAG_AT_LEADER_END if m.at_leader_end else 0)
+    )
     try:
         out.write(
             _MESSAGE.pack(
@@ -273,7 +279,7 @@ def _read_message(r: _Reader) -> Message:
         message_type = MessageType(type_code)
     except ValueError:
         raise CodecError(f"unknown message type {type_code}") from None
-    if flags & ~(_FLAG_REJECT | _FLAG_FORCE):
+    if flags & ~_KNOWN_FLAGS:
         raise CodecError(f"unknown message flags {flags:#x}")
     group = r.text(group_len)
     if entry_count * _ENTRY.size > len(r.view) - r.pos:
@@ -305,6 +311,7 @@ def _read_message(r: _Reader) -> Message:
         last_offset=last_offset,
         last_epoch=last_epoch,
         force=bool(flags & _FLAG_FORCE),
+        at_leader_end=bool(flags & _FLAG_AT_LEADER_END),
     )
 
 

@@ -9,22 +9,34 @@ Positions are Kafka offsets. An entry is a record batch covering [base_offset, l
 whose epoch is the Raft term (partitionLeaderEpoch). The commit index is the high watermark:
 one past the last offset of the highest committed batch.
 
-How a driver uses it -- the one ordering rule:
+How a driver uses it -- the durability contract, stated once:
 
     while running:
         feed inputs (step / tick / propose ...)
         if core.has_ready():
             rd = core.ready()
-            1. persist rd.hard_state (if set), then truncate the log to rd.truncate_to (if
-               set) and append rd.entries -- durably (fsync) -- BEFORE step 2;
-            2. send rd.messages;
+            1. write rd.hard_state (if set), truncate the log to rd.truncate_to (if set) and
+               append rd.entries;
+            2. send rd.messages -- but only once what they depend on is durable:
+               - if rd.hard_state is set, every message waits until the hard state is durable
+                 (a vote or a term must never be forgotten after it was acted on);
+               - if rd.entries must be synced (the flush policy says so), every message except
+                 a leader's APPEND and HEARTBEAT (`can_send_before_sync`) waits for that sync:
+                 a follower's APPEND_RESPONSE claims its log holds the entries;
             3. apply: expose rd.high_watermark to consumers / acks=all waiters, note
                rd.soft_state (role, leader) for Metadata;
-            4. core.advance(rd).
+            4. core.advance(rd, durable=...): durable=False when step 2 still waits for a
+               sync; later, once the sync is done, core.mark_durable(end, generation) with the
+               log end and `log_generation` read right after advance().
+
+A leader counts itself toward the high watermark only up to `durable_end`, so with a
+sync-every-append policy an entry commits only once a majority has synced it (the leader's
+own sync included, Raft thesis §10.2.1). "Durable" is whatever the driver's flush policy
+promises: the page cache for Kafka's default, an fsync with flush.messages=1.
 
 No input may be fed between `ready()` and `advance()` (the core asserts this): a driver that
-persists asynchronously queues inputs meanwhile. Entries not yet persisted are kept inside the
-core (`LogView.unstable`); the durable log is only read, never written, by the core.
+persists asynchronously queues inputs meanwhile. Entries not yet written are kept inside the
+core (`LogView.unstable`); the written log is only read, never written, by the core.
 """
 
 from __future__ import annotations
@@ -48,6 +60,16 @@ from consensus.types import (
     decode_voters,
     encode_voters,
 )
+
+
+def can_send_before_sync(m: Message) -> bool:
+    """Whether `m` may leave before the sync its Ready waits for (step 2 above).
+
+    A leader's APPEND and HEARTBEAT claim nothing about its own durable log: it counts
+    itself toward commit only up to `durable_end`. Everything else (responses, votes,
+    TIMEOUT_NOW) waits.
+    """
+    return m.type is MessageType.APPEND or m.type is MessageType.HEARTBEAT
 
 
 class NotLeaderError(Exception):
@@ -138,6 +160,10 @@ class RaftCore:
         self.leader_id: NodeId | None = None
         self.role = Role.FOLLOWER
         self.high_watermark = self.log.log_start_offset()
+        # What the driver confirmed durable (see the contract above); what a restart finds
+        # on disk counts. Bumped generation = a truncation made older confirmations stale.
+        self.durable_end = self.log.log_end_offset()
+        self.log_generation = 0
         if high_watermark is not None:
             assert self.high_watermark <= high_watermark <= self.log.log_end_offset()
             self.high_watermark = high_watermark
@@ -232,12 +258,30 @@ class RaftCore:
         self._awaiting_advance = True
         return rd
 
-    def advance(self, rd: Ready) -> None:
-        """The driver persisted, sent and applied `rd`."""
+    def advance(self, rd: Ready, durable: bool = True) -> None:
+        """The driver wrote, sent and applied `rd`. `durable`: its entries (and every entry
+        written before them) are as durable as the flush policy requires; pass False while a
+        sync is still pending and call `mark_durable` when it is done."""
         assert self._awaiting_advance, "advance() without ready()"
         self._awaiting_advance = False
         if rd.entries or rd.truncate_to is not None:
             self.log.persisted()
+        if durable:
+            self._set_durable_end(self.log.log_end_offset())
+
+    def mark_durable(self, end_offset: int, generation: int) -> None:
+        """Entries below `end_offset` are durable, as of `log_generation` == `generation`
+        (read after the advance() that wrote them); stale confirmations are ignored."""
+        self._check_input()
+        if generation == self.log_generation:
+            self._set_durable_end(min(end_offset, self.log.unstable_offset))
+
+    def _set_durable_end(self, end_offset: int) -> None:
+        if end_offset <= self.durable_end:
+            return
+        self.durable_end = end_offset
+        if self.role is Role.LEADER and self._maybe_commit():
+            self._broadcast_append()
 
     # ---------------------------------------------------------------- inputs
     def tick(self) -> None:
@@ -599,6 +643,8 @@ class RaftCore:
     def _truncate_to(self, offset: int) -> None:
         assert offset >= self.high_watermark, "a committed entry must never be truncated"
         self.log.truncate_to(offset)
+        self.durable_end = min(self.durable_end, offset)
+        self.log_generation += 1
         if self._configs and self._configs[-1][0] >= offset:
             self._configs = [c for c in self._configs if c[0] < offset]
             self._apply_config()
@@ -624,6 +670,7 @@ class RaftCore:
         if not entries and not send_if_empty:
             return False
         prev = pr.next_offset - 1
+        sent_end = entries[-1].end_offset if entries else pr.next_offset
         self._send(
             MessageType.APPEND,
             to,
@@ -631,8 +678,9 @@ class RaftCore:
             prev_epoch=self.log.epoch_at(prev),
             entries=tuple(entries),
             high_watermark=self.high_watermark,
+            at_leader_end=sent_end == end,
         )
-        pr.sent_append(entries[-1].end_offset if entries else pr.next_offset)
+        pr.sent_append(sent_end)
         return True
 
     def _broadcast_append(self, send_if_empty: bool = True) -> None:
@@ -641,7 +689,7 @@ class RaftCore:
 
     def _maybe_commit(self) -> bool:
         match_ends = {node: pr.match_end for node, pr in self.progress.items()}
-        match_ends[self.id] = self.log.log_end_offset()
+        match_ends[self.id] = min(self.durable_end, self.log.log_end_offset())
         end = committed_end(self.voters, match_ends)
         # Raft §5.4.2: only an entry of the leader's own term is committed by counting.
         if end <= self.high_watermark or self.log.epoch_at(end - 1) != self.term:
@@ -681,6 +729,17 @@ class RaftCore:
             self._append_entries(m.entries[i:])
             break
         last_new_end = m.entries[-1].end_offset if m.entries else m.prev_offset + 1
+        if (
+            m.at_leader_end
+            and last_new_end < self.log.log_end_offset()
+            and last_new_end >= self.high_watermark
+            and self.log.epoch_at(last_new_end) < m.term
+        ):
+            # A suffix of an older epoch that the leader's log never held (a deposed leader's
+            # unreplicated tail): it can never commit, so drop it now rather than wait for a
+            # write that conflicts with it -- replicas converge with no further writes.
+            # Entries of the leader's own term beyond it came from later appends: kept.
+            self._truncate_to(last_new_end)
         new_hw = min(m.high_watermark, last_new_end)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw

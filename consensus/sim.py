@@ -14,7 +14,16 @@ as every Ready is processed:
 - state machine safety: every committed (offset -> epoch, payload) is recorded once and every
   node's committed prefix must match the record; no committed batch is ever truncated;
 - high watermark: monotonic per node (a restart starts over) and never past the durable log;
-  a leader only moves it to the end of a batch of its own epoch (Raft §5.4.2).
+  a leader only moves it to the end of a batch of its own epoch (Raft §5.4.2);
+- convergence: once faults stop, the voters' logs become identical and fully committed with
+  no client writes (a deposed leader's unreplicated tail must not outlive it).
+
+Storage is modelled as the broker's is. With Kafka's default flush policy a write is durable
+once written (the page cache survives a process crash, which is what a crash is then). With
+`sync_every_append` (flush.messages=1) a write becomes durable only when its fsync completes
+a few ticks later; the messages that depend on it are held until then (the core's contract),
+and a crash is a machine crash that loses everything unsynced -- of one node or of every node
+at once. No committed entry may be lost either way.
 
 Run one seed: `python -m consensus.sim --seed N`; many: `--seeds 1000 --seed-start 0`.
 """
@@ -31,7 +40,14 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from consensus.core import ConfigChangeError, NotLeaderError, RaftConfig, RaftCore, Ready
+from consensus.core import (
+    ConfigChangeError,
+    NotLeaderError,
+    RaftConfig,
+    RaftCore,
+    Ready,
+    can_send_before_sync,
+)
 from consensus.storage import MemoryRaftLog
 from consensus.types import Entry, HardState, Message, NodeId, Role
 
@@ -68,6 +84,11 @@ class SimParams:
     transfer_rate: float = 0.01  # a leader hands over (clean shutdown)
     max_append_bytes: int = 400
     max_inflight_appends: int = 4
+    # flush.messages=1: fsync before acknowledging; crashes then lose what was not synced.
+    sync_every_append: bool = False
+    max_sync_delay_ticks: int = 2
+    crash_all_rate: float = 0.0  # every node loses power at once (sync_every_append only)
+    convergence_ticks_max: int = 200
 
     @staticmethod
     def for_seed(seed: int) -> SimParams:
@@ -75,6 +96,12 @@ class SimParams:
         rng = random.Random(f"params:{seed}")
         nodes = rng.choice((3, 3, 5))
         membership = rng.random() < 0.3
+        sync = rng.random() < 0.4
+        sync_params = {
+            "sync_every_append": sync,
+            "crash_all_rate": rng.choice((0.0, 0.005, 0.02)) if sync else 0.0,
+            "max_sync_delay_ticks": rng.choice((0, 1, 3)),
+        }
         if rng.random() < 0.3:
             # Leader churn: one batch per append and frequent leader loss leave old-epoch
             # batches half replicated across many terms (the paper's Figure 8 histories).
@@ -86,6 +113,7 @@ class SimParams:
                 max_inflight_appends=1,
                 leader_crash_rate=0.05,
                 isolate_leader_rate=0.05,
+                **sync_params,
             )
         return SimParams(
             nodes=nodes,
@@ -100,14 +128,30 @@ class SimParams:
             max_append_bytes=rng.choice((1, 400, 4096)),
             max_inflight_appends=rng.choice((1, 4, 64)),
             safety_ticks=rng.choice((150, 300)),
+            **sync_params,
         )
+
+
+@dataclass
+class PendingSync:
+    """An fsync in flight: what it makes durable and the messages that wait for it."""
+
+    done_at: int
+    entries: list[Entry]
+    hard_state: HardState
+    end_offset: int
+    generation: int
+    held: list[Message]
 
 
 @dataclass
 class SimNode:
     node_id: NodeId
-    log: MemoryRaftLog = field(default_factory=MemoryRaftLog)
+    log: MemoryRaftLog = field(default_factory=MemoryRaftLog)  # as written (page cache)
     hard_state: HardState = field(default_factory=HardState)
+    durable_entries: list[Entry] = field(default_factory=list)  # as last synced
+    durable_hard_state: HardState = field(default_factory=HardState)
+    syncs: deque[PendingSync] = field(default_factory=deque)
     chain: list[int] = field(default_factory=list)  # hash chain parallel to log entries
     core: RaftCore | None = None
     high_watermark: int = 0
@@ -134,6 +178,7 @@ class Simulation:
         self.network: list[InFlight] = []
         self.partition: dict[NodeId, int] | None = None  # node -> side
         self.faults = True
+        self.proposing = True
         # Invariant records.
         self.leader_of_term: dict[int, NodeId] = {}
         self.committed: dict[int, tuple[int, int, bytes]] = {}  # base -> (last, epoch, payload)
@@ -165,8 +210,26 @@ class Simulation:
         node.paused_until = -1
 
     def _crash(self, node: SimNode) -> None:
-        self._note(f"crash {node.node_id}")
         node.core = None
+        node.syncs.clear()
+        if not self.params.sync_every_append:
+            self._note(f"crash {node.node_id}")
+            return  # a process crash: the page cache keeps every write
+        lost = node.log.log_end_offset() - (
+            node.durable_entries[-1].end_offset if node.durable_entries else 0
+        )
+        self._note(f"power loss {node.node_id} (log back to its last sync, {lost} offsets)")
+        node.log = MemoryRaftLog()
+        node.log.append(node.durable_entries)
+        node.hard_state = node.durable_hard_state
+        node.chain = []
+        for e in node.durable_entries:
+            node.chain.append(self._chain_hash(node, e))
+
+    @staticmethod
+    def _chain_hash(node: SimNode, e: Entry) -> int:
+        prev = node.chain[-1] if node.chain else 0
+        return hash((prev, e.base_offset, e.last_offset, e.epoch, e.payload, e.kind))
 
     def _fail(self, what: str) -> SimulationFailure:
         recent = "\n  ".join(self.trace)
@@ -185,6 +248,8 @@ class Simulation:
         for _ in range(p.safety_ticks):
             self._tick_world()
         self._end_faults()
+        self._converge()
+        self.proposing = True
         deadline = self.now + p.liveness_ticks_max
         target: Entry | None = None
         target_leader: tuple[NodeId, int] | None = None
@@ -206,6 +271,37 @@ class Simulation:
         raise self._fail(
             f"liveness: no leader committed a new proposal within {p.liveness_ticks_max} ticks"
             f" after faults stopped (roles: {self._roles()})"
+        )
+
+    def _converge(self) -> None:
+        """With no client writes, the voters' logs must become identical and committed."""
+        self.proposing = False
+        deadline = self.now + self.params.convergence_ticks_max
+        while self.now < deadline:
+            self._tick_world()
+            leader = self._stable_leader()
+            if leader is None:
+                continue
+            leader_core = self.nodes[leader].core
+            assert leader_core is not None
+            expected = self.nodes[leader].log.all_entries()
+            if leader_core.high_watermark != leader_core.log.log_end_offset():
+                continue
+            if all(
+                (core := self.nodes[v].core) is not None
+                and self.nodes[v].log.all_entries() == expected
+                and core.high_watermark == leader_core.high_watermark
+                for v in leader_core.voters
+            ):
+                return
+        ends = {
+            n.node_id: (n.log.log_end_offset(), n.core.high_watermark if n.core else None)
+            for n in self.nodes.values()
+        }
+        raise self._fail(
+            f"convergence: voters' logs still differ {self.params.convergence_ticks_max} ticks"
+            f" after faults stopped with no writes ((log end, hw) per node: {ends};"
+            f" roles: {self._roles()})"
         )
 
     def _roles(self) -> str:
@@ -268,7 +364,8 @@ class Simulation:
                 continue  # clock skew
             node.core.tick()
             self._drain(node)
-        if rng.random() < p.proposal_rate:
+        self._complete_syncs()
+        if self.proposing and rng.random() < p.proposal_rate:
             self._propose()
         if self.faults and rng.random() < p.config_change_rate:
             self._change_membership()
@@ -291,6 +388,11 @@ class Simulation:
             elif rng.random() < p.pause_rate:
                 node.paused_until = self.now + rng.randrange(5, 40)
                 self._note(f"pause {node.node_id} until t{node.paused_until}")
+        if p.sync_every_append and rng.random() < p.crash_all_rate:
+            self._note("power loss everywhere")
+            for node in self.nodes.values():
+                if node.core is not None:
+                    self._crash(node)
         if self.partition is None:
             leaders = [
                 n for n, node in self.nodes.items() if node.core and node.core.role is Role.LEADER
@@ -413,13 +515,44 @@ class Simulation:
             rd = core.ready()
             self._persist(node, rd)
             if self.faults and self.rng.random() < self.params.crash_rate / 10:
-                # Crash after persisting, before sending: the ordering rule makes this safe.
+                # Crash after writing, before sending: the ordering rule makes this safe.
                 self._crash(node)
                 return
+            must_sync = self.params.sync_every_append and (
+                bool(rd.entries) or rd.hard_state is not None or bool(node.syncs)
+            )
+            held: list[Message] = []
             for m in rd.messages:
-                self._send(m)
+                if must_sync and (rd.hard_state is not None or not can_send_before_sync(m)):
+                    held.append(m)
+                else:
+                    self._send(m)
             self._apply(node, rd)
-            core.advance(rd)
+            core.advance(rd, durable=not must_sync)
+            if must_sync:
+                delay = self.rng.randrange(self.params.max_sync_delay_ticks + 1)
+                node.syncs.append(
+                    PendingSync(
+                        done_at=self.now + delay,
+                        entries=node.log.all_entries(),
+                        hard_state=node.hard_state,
+                        end_offset=node.log.log_end_offset(),
+                        generation=core.log_generation,
+                        held=held,
+                    )
+                )
+
+    def _complete_syncs(self) -> None:
+        """fsyncs finish in order: the synced state becomes durable, held messages leave."""
+        for node in self.nodes.values():
+            while node.core is not None and node.syncs and node.syncs[0].done_at <= self.now:
+                sync = node.syncs.popleft()
+                node.durable_entries = sync.entries
+                node.durable_hard_state = sync.hard_state
+                for m in sync.held:
+                    self._send(m)
+                node.core.mark_durable(sync.end_offset, sync.generation)
+                self._drain(node)
 
     def _persist(self, node: SimNode, rd: Ready) -> None:
         if rd.hard_state is not None:
@@ -444,8 +577,7 @@ class Simulation:
         if rd.entries:
             node.log.append(rd.entries)
             for e in rd.entries:
-                prev = node.chain[-1] if node.chain else 0
-                h = hash((prev, e.base_offset, e.last_offset, e.epoch, e.payload, e.kind))
+                h = self._chain_hash(node, e)
                 node.chain.append(h)
                 key = (e.base_offset, e.epoch)
                 seen = self.batch_chain.setdefault(key, (e.last_offset, h))

@@ -93,7 +93,9 @@ class Message:
 
     Field use by type:
     - APPEND: prev_offset/prev_epoch (last offset and epoch of the batch before `entries`;
-      log_start_offset - 1 and epoch 0 when there is none), entries, high_watermark.
+      log_start_offset - 1 and epoch 0 when there is none), entries, high_watermark;
+      `at_leader_end` when `entries` reach the leader's log end as it was when sent (the
+      follower then drops any suffix of older epochs beyond them: the leader never had it).
     - APPEND_RESPONSE: reject; on success match_end (follower log end known to match the
       leader); on reject prev_offset echoes the rejected probe and hint_offset/hint_epoch
       point at the follower's last batch that may match (fast backoff).
@@ -122,3 +124,4 @@ class Message:
     last_offset: int = -1
     last_epoch: int = 0
     force: bool = False
+    at_leader_end: bool = False
