@@ -1,0 +1,368 @@
+"""The checker: Jepsen's Kafka invariants over a run's history.
+
+Anomaly kinds (each counted; any one fails the run):
+
+- `lost-write`: an acknowledged send whose value no poll ever returned, although polls
+  returned a later offset of the same partition.
+- `unseen`: an acknowledged send missing from the final read (faults over, cluster healed,
+  every partition read from the beginning to its high watermark).
+- `duplicate`: one value at two or more offsets (from acks and polls together).
+- `inconsistent-offset`: one offset holding two or more values (from acks and polls).
+- `nonmonotonic-poll`: a consumer read an offset at or below one it had already read from that
+  partition in the same assignment epoch (an `assign` event starts a new epoch).
+- `poll-skip`: a consumer's consecutive reads of a partition jumped over an offset that some
+  ack or poll shows holds a record (gaps of control batches hold none, so they pass).
+- `commit-backwards`: a group's acknowledged commit of a partition is lower than one
+  acknowledged before it was sent.
+- `committed-backwards`: committed offsets read back (OffsetFetch) went down, or were below a
+  commit acknowledged before the read was sent.
+- `final-read-incomplete`: the final read did not reach every high watermark in time.
+- `replica-divergence`: a partition's replicas were not byte-identical once quiet.
+- `node-crash`: a broker exited without a nemesis stopping it; `unclean-stop`: a SIGTERM
+  did not end in a clean exit; `workload-error`: a client thread died.
+
+`check(events)` returns a `CheckResult`; `python -m tests.chaos.checker HISTORY` checks a
+history file again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.history import Event, read_history
+
+ANOMALY_KINDS = (
+    "lost-write",
+    "unseen",
+    "duplicate",
+    "inconsistent-offset",
+    "nonmonotonic-poll",
+    "poll-skip",
+    "commit-backwards",
+    "committed-backwards",
+    "final-read-incomplete",
+    "replica-divergence",
+    "node-crash",
+    "unclean-stop",
+    "workload-error",
+)
+EXAMPLES_PER_KIND = 8
+
+
+@dataclass
+class CheckResult:
+    """Counts of operations and anomalies, with a few examples of each anomaly."""
+
+    operations: int = 0
+    sends: int = 0
+    acknowledged: int = 0
+    failed: int = 0
+    unknown: int = 0
+    polls: int = 0
+    records_read: int = 0
+    commits: int = 0
+    faults: int = 0
+    anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
+    examples: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def anomaly_count(self) -> int:
+        return sum(self.anomalies.values())
+
+    @property
+    def valid(self) -> bool:
+        return self.anomaly_count == 0
+
+    def add(self, kind: str, example: Any) -> None:
+        self.anomalies[kind] += 1
+        if len(self.examples[kind]) < EXAMPLES_PER_KIND:
+            self.examples[kind].append(example)
+
+    def report(self) -> str:
+        """Counts, then every anomaly kind found with its examples."""
+        lines = [
+            f"operations {self.operations}: sends {self.sends} (acknowledged "
+            f"{self.acknowledged}, failed {self.failed}, unknown {self.unknown}), polls "
+            f"{self.polls} ({self.records_read} records), commits {self.commits}; "
+            f"faults {self.faults}",
+            "anomalies: "
+            + (", ".join(f"{k} {v}" for k, v in self.anomalies.items() if v) or "none"),
+        ]
+        for kind, examples in self.examples.items():
+            lines.append(f"  {kind} (first {len(examples)} of {self.anomalies[kind]}):")
+            lines += [f"    {example}" for example in examples]
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operations": self.operations,
+            "sends": self.sends,
+            "acknowledged": self.acknowledged,
+            "failed": self.failed,
+            "unknown": self.unknown,
+            "polls": self.polls,
+            "records_read": self.records_read,
+            "commits": self.commits,
+            "faults": self.faults,
+            "anomalies": self.anomalies,
+            "examples": dict(self.examples),
+            "notes": self.notes,
+        }
+
+
+def _int_keys(offsets: dict[str, int]) -> dict[int, int]:
+    """JSON object keys are strings; partitions are ints."""
+    return {int(p): int(o) for p, o in offsets.items()}
+
+
+def check(events: Iterable[Event]) -> CheckResult:
+    """Every invariant over one run's events (in recorded order)."""
+    result = CheckResult()
+    events = list(events)
+
+    acked: dict[str, tuple[int, int, Event]] = {}  # value -> (partition, offset, send event)
+    offsets_of_value: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    values_at: dict[tuple[int, int], set[str]] = defaultdict(set)
+    read_values: set[str] = set()
+    final_values: set[str] = set()
+    max_read_offset: dict[int, int] = {}
+    final_read: Event | None = None
+    commits: list[Event] = []
+    observed: list[Event] = []
+
+    for event in events:
+        kind = event["type"]
+        if kind == "send":
+            result.sends += 1
+            outcome = event["outcome"]
+            if outcome == "ok":
+                result.acknowledged += 1
+                where = (event["partition"], event["offset"])
+                acked[event["value"]] = (*where, event)
+                offsets_of_value[event["value"]].add(where)
+                values_at[where].add(event["value"])
+            elif outcome == "failed":
+                result.failed += 1
+            else:
+                result.unknown += 1
+        elif kind == "poll":
+            result.polls += 1
+            for partition, offset, value in event["records"]:
+                result.records_read += 1
+                offsets_of_value[value].add((partition, offset))
+                values_at[(partition, offset)].add(value)
+                read_values.add(value)
+                if event["process"] == "final":
+                    final_values.add(value)
+                if offset > max_read_offset.get(partition, -1):
+                    max_read_offset[partition] = offset
+        elif kind == "commit":
+            result.commits += 1
+            commits.append(event)
+        elif kind == "committed":
+            observed.append(event)
+        elif kind == "final-read":
+            final_read = event
+        elif kind == "nemesis" and event["phase"] == "start":
+            result.faults += 1
+        elif kind == "replicas":
+            for diff in event.get("diffs", []):
+                result.add("replica-divergence", diff)
+            if not event.get("compared", True):
+                result.notes.append(f"replicas not compared: {event.get('detail')}")
+        elif kind == "node-exit":
+            tail = event.get("log_tail", "").strip().splitlines()[-3:]
+            result.add(
+                "node-crash",
+                {"t": event["t"], "node": event["node"], "code": event["code"], "log": tail},
+            )
+        elif kind == "unclean-stop":
+            result.add(
+                "unclean-stop",
+                {"t": event["t"], "node": event["node"], "detail": event["detail"][:500]},
+            )
+        elif kind == "workload-error":
+            result.add("workload-error", {"process": event["process"], "error": event["error"]})
+        elif kind == "client-fatal":
+            result.notes.append(f"{event['process']}: fatal producer error {event['error']}")
+    result.operations = result.sends + result.polls + result.commits + len(observed)
+
+    # Duplicates and inconsistent offsets, from acks and polls together.
+    for value, places in offsets_of_value.items():
+        if len(places) > 1:
+            result.add("duplicate", {"value": value, "offsets": sorted(places)})
+    for (partition, offset), values in values_at.items():
+        if len(values) > 1:
+            result.add(
+                "inconsistent-offset",
+                {"partition": partition, "offset": offset, "values": sorted(values)},
+            )
+
+    # Lost writes: acknowledged, never read, though later offsets of the partition were.
+    for value, (partition, offset, send) in sorted(acked.items(), key=lambda kv: kv[1][:2]):
+        if value not in read_values and max_read_offset.get(partition, -1) > offset:
+            result.add(
+                "lost-write",
+                {
+                    "value": value,
+                    "partition": partition,
+                    "offset": offset,
+                    "acked_at": send["t"],
+                    "max_read_offset": max_read_offset[partition],
+                },
+            )
+
+    # Acknowledged writes missing from the final read.
+    if final_read is None:
+        result.add("final-read-incomplete", {"detail": "no final read in the history"})
+    else:
+        if not final_read["complete"]:
+            result.add(
+                "final-read-incomplete",
+                {
+                    "high_watermarks": final_read["high_watermarks"],
+                    "positions": final_read["positions"],
+                },
+            )
+        for value, (partition, offset, send) in sorted(acked.items(), key=lambda kv: kv[1][:2]):
+            if value not in final_values:
+                result.add(
+                    "unseen",
+                    {
+                        "value": value,
+                        "partition": partition,
+                        "offset": offset,
+                        "acked_at": send["t"],
+                    },
+                )
+
+    _check_polls(events, values_at, result)
+    _check_commits(commits, observed, result)
+    return result
+
+
+def _check_polls(
+    events: list[Event], values_at: dict[tuple[int, int], set[str]], result: CheckResult
+) -> None:
+    """Non-monotonic polls and skips, per consumer and partition within an assignment epoch."""
+    known: dict[int, list[int]] = defaultdict(list)  # offsets that hold a record
+    for partition, offset in values_at:
+        known[partition].append(offset)
+    for offsets in known.values():
+        offsets.sort()
+    last: dict[tuple[str, int], int] = {}  # (process, partition) -> last offset read
+    for event in events:
+        if event["type"] == "assign":
+            process = event["process"]
+            for key in [k for k in last if k[0] == process]:
+                del last[key]
+            continue
+        if event["type"] != "poll":
+            continue
+        process = event["process"]
+        for partition, offset, _value in event["records"]:
+            previous = last.get((process, partition))
+            last[(process, partition)] = offset
+            if previous is None:
+                continue
+            where = {"process": process, "partition": partition, "t": event["t"]}
+            if offset <= previous:
+                result.add("nonmonotonic-poll", {**where, "offset": offset, "previous": previous})
+            elif offset > previous + 1:
+                offsets = known[partition]
+                i = bisect.bisect_right(offsets, previous)
+                if i < len(offsets) and offsets[i] < offset:
+                    result.add(
+                        "poll-skip",
+                        {**where, "from": previous, "to": offset, "skipped": offsets[i]},
+                    )
+
+
+def _check_commits(commits: list[Event], observed: list[Event], result: CheckResult) -> None:
+    """Acknowledged commits and committed offsets read back never go down in real time."""
+    # (group, partition) -> acknowledged commits as (completed at, offset, event)
+    acked: dict[tuple[str, int], list[tuple[float, int, Event]]] = defaultdict(list)
+    for event in commits:
+        if event["outcome"] == "ok":
+            for partition, offset in _int_keys(event["offsets"]).items():
+                acked[(event["group"], partition)].append((event["t"], offset, event))
+    for entries in acked.values():
+        entries.sort(key=lambda e: e[0])
+
+    def highest_acked_before(key: tuple[str, int], t: float) -> tuple[int, Event | None]:
+        best, best_event = -1, None
+        for completed, offset, event in acked.get(key, []):
+            if completed >= t:
+                break
+            if offset > best:
+                best, best_event = offset, event
+        return best, best_event
+
+    for (group, partition), entries in acked.items():
+        for _completed, offset, event in entries:
+            before, before_event = highest_acked_before((group, partition), event["t0"])
+            if offset < before:
+                result.add(
+                    "commit-backwards",
+                    {
+                        "group": group,
+                        "partition": partition,
+                        "offset": offset,
+                        "process": event["process"],
+                        "t0": event["t0"],
+                        "earlier": before,
+                        "earlier_by": before_event["process"] if before_event else None,
+                    },
+                )
+
+    seen: dict[tuple[str, int], tuple[int, float]] = {}
+    for event in observed:
+        for partition, offset in _int_keys(event["offsets"]).items():
+            key = (event["group"], partition)
+            if key in seen and offset < seen[key][0]:
+                result.add(
+                    "committed-backwards",
+                    {
+                        "group": event["group"],
+                        "partition": partition,
+                        "read": offset,
+                        "t": event["t"],
+                        "earlier_read": seen[key][0],
+                        "earlier_t": seen[key][1],
+                    },
+                )
+            before, _ = highest_acked_before(key, event["t0"])
+            if offset < before:
+                result.add(
+                    "committed-backwards",
+                    {
+                        "group": event["group"],
+                        "partition": partition,
+                        "read": offset,
+                        "t": event["t"],
+                        "acknowledged_commit": before,
+                    },
+                )
+            if key not in seen or offset >= seen[key][0]:
+                seen[key] = (offset, event["t"])
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m tests.chaos.checker HISTORY.jsonl", file=sys.stderr)
+        return 2
+    result = check(read_history(Path(argv[0])))
+    print(result.report())
+    return 0 if result.valid else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,283 @@
+"""A raftka cluster whose brokers each run in their own network namespace.
+
+Built on the compat harness: a `NamespacedNode` is a `ClusterNode` (start, SIGTERM stop,
+SIGKILL, SIGSTOP/SIGCONT, log in `broker.log`) launched through `ip netns exec` and listening
+on its namespace's address; `ChaosCluster` is a `ClusterProcess` over such nodes. Also here:
+the questions nemeses ask the cluster (partition leaders, a group's coordinator) and the full
+disk (a size-limited tmpfs per broker and a filler file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+from tests.chaos.netns import ChaosNetwork, RunResources, run_command
+from tests.compat.harness import ClusterNode, ClusterProcess, split_host_port
+
+KAFKA_PORT = 9092
+RAFT_PORT = 9093
+FIND_COORDINATOR_KEY = 10
+FILLER_NAME = "chaos-filler"
+FILL_CHUNK_BYTES = 1 << 20
+
+
+class NamespacedNode(ClusterNode):
+    """A cluster voter inside network namespace `netns`, reachable at `host`.
+
+    Its data directory may be given (a mounted small filesystem for the full-disk nemesis);
+    the pid is the broker's own (`ip netns exec` execs the command), so SIGSTOP and SIGKILL
+    reach the broker itself.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        netns: str,
+        peers: str,
+        config: dict[str, str],
+        *,
+        base_dir: Path,
+        data_dir: Path,
+        python: str,
+        startup_timeout_s: float,
+    ) -> None:
+        self.host = host
+        self.netns = netns
+        super().__init__(
+            node_id,
+            RAFT_PORT,
+            peers,
+            config,
+            port=KAFKA_PORT,
+            base_dir=base_dir,
+            data_dir=data_dir,
+            python=python,
+            startup_timeout_s=startup_timeout_s,
+        )
+        self.extra_args = ["--node-id", str(node_id), "--raft-listen", self.raft_address]
+        self.extra_args += ["--peers", peers]
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+    def command(self) -> list[str]:
+        return ["ip", "netns", "exec", self.netns, *super().command()]
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running() else "stopped"
+        if self.paused:
+            state += ", paused"
+        return f"NamespacedNode({self.node_id}, {self.bootstrap}, {state})"
+
+
+class ChaosCluster(ClusterProcess):
+    """`ClusterProcess` over `NamespacedNode`s, one per namespace of `network`.
+
+    With `disk_bytes`, every broker's data directory lives on its own tmpfs of that size
+    (`disk_dir(node_id)`), so one broker's disk can be filled without touching the others.
+    """
+
+    def __init__(
+        self,
+        network: ChaosNetwork,
+        resources: RunResources,
+        base_dir: Path,
+        config: dict[str, str],
+        *,
+        disk_bytes: int | None = None,
+        startup_timeout_s: float = 45.0,
+        python: str = sys.executable,
+    ) -> None:
+        self.base_dir = base_dir
+        self.startup_timeout_s = startup_timeout_s
+        self.network = network
+        self.resources = resources
+        self.disk_bytes = disk_bytes
+        peers = ",".join(f"{n}@{network.address(n)}:{RAFT_PORT}" for n in network.node_ids)
+        self.nodes = []
+        for node_id in network.node_ids:
+            node_dir = base_dir / f"node-{node_id}"
+            self.nodes.append(
+                NamespacedNode(
+                    node_id,
+                    network.address(node_id),
+                    network.netns(node_id),
+                    peers,
+                    config,
+                    base_dir=node_dir,
+                    data_dir=node_dir / "disk" / "data",
+                    python=python,
+                    startup_timeout_s=startup_timeout_s,
+                )
+            )
+
+    def disk_dir(self, node_id: int) -> Path:
+        """The broker's filesystem root (its data directory is `data` inside it)."""
+        return self.base_dir / f"node-{node_id}" / "disk"
+
+    def mount_disks(self) -> None:
+        """A tmpfs of `disk_bytes` under every broker's data directory (before start)."""
+        if self.disk_bytes is None:
+            return
+        for node in self.nodes:
+            disk = self.disk_dir(node.node_id)
+            disk.mkdir(parents=True, exist_ok=True)
+            self.resources.add_mount(str(disk))
+            run_command(
+                [
+                    "mount",
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    f"size={self.disk_bytes},mode=0755",
+                    "tmpfs",
+                    str(disk),
+                ]
+            )
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def live_bootstrap(self) -> str:
+        """Addresses of the brokers that are running and not paused (all when none is)."""
+        live = [n.bootstrap for n in self.running()]
+        return ",".join(live) if live else self.bootstrap
+
+
+# -- full disk -------------------------------------------------------------------------------
+
+
+def fill_disk(disk: Path, max_bytes: int) -> int:
+    """Write a filler file until the filesystem at `disk` has no space left; bytes written.
+
+    Bounded by `max_bytes` (the filesystem's size) so a filesystem that never reports ENOSPC
+    cannot make this loop forever.
+    """
+    filler = disk / FILLER_NAME
+    written = 0
+    chunk = b"\0" * FILL_CHUNK_BYTES
+    with open(filler, "ab", buffering=0) as out:
+        while written <= max_bytes:
+            try:
+                written += out.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                if len(chunk) == 1:
+                    break
+                chunk = chunk[: len(chunk) // 16 or 1]
+        with contextlib.suppress(OSError):
+            os.fsync(out.fileno())
+    return written
+
+
+def free_disk(disk: Path) -> None:
+    """Delete the filler file: the space returns at once."""
+    with contextlib.suppress(FileNotFoundError):
+        (disk / FILLER_NAME).unlink()
+
+
+# -- questions to the cluster ----------------------------------------------------------------
+
+
+def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dict[int, int]:
+    """{partition: leader node id} from Metadata; empty when no broker answered."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000, "log_level": 0})
+    try:
+        md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException:
+        return {}
+    if md is None or md.error is not None:
+        return {}
+    return {p.id: p.leader for p in md.partitions.values() if p.leader >= 0}
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise ConnectionError("connection closed by broker")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def find_coordinator(address: str, group: str, timeout_s: float = 3.0) -> int | None:
+    """The node id of `group`'s coordinator, by a FindCoordinator v1 request to `address`.
+
+    None when the broker answers with an error (e.g. COORDINATOR_NOT_AVAILABLE) or not at all.
+    """
+    host, port = split_host_port(address)
+    client_id = b"raftka-chaos"
+    key = group.encode()
+    correlation_id = 0x0C0C
+    payload = struct.pack(">hhih", FIND_COORDINATOR_KEY, 1, correlation_id, len(client_id))
+    payload += client_id + struct.pack(">h", len(key)) + key + b"\x00"  # key_type 0: group
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+            if not 14 <= size <= 1 << 16:
+                return None
+            response = _recv_exactly(sock, size)
+    except OSError:
+        return None
+    got_correlation_id, _throttle_ms, error_code, message_len = struct.unpack(
+        ">iihh", response[:12]
+    )
+    if got_correlation_id != correlation_id or error_code != 0:
+        return None
+    pos = 12 + max(message_len, 0)
+    (node_id,) = struct.unpack(">i", response[pos : pos + 4])
+    return node_id if node_id >= 0 else None
+
+
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, replication_factor: int, timeout_s: float = 60
+) -> None:
+    """Create `topic` and wait until Metadata shows a leader for every partition."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout_s
+    last_error = "no answer"
+    while time.monotonic() < deadline:
+        future = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)],
+            operation_timeout=10,
+            request_timeout=10,
+        )[topic]
+        try:
+            future.result(timeout=15)
+            break
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                break
+            last_error = str(error)
+        time.sleep(0.5)
+    while time.monotonic() < deadline:
+        if len(partition_leaders(bootstrap, topic)) == partitions:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"topic {topic} not ready within {timeout_s} s (last error: {last_error})")

@@ -1,0 +1,487 @@
+"""Nemeses: the faults, each injected and repaired on a schedule bounded by the run's time.
+
+A nemesis has `inject()` (returns what it did, or None when it found no target) and
+`repair()`. `NemesisThread` runs one nemesis: a quiet interval, the fault, a hold, the repair,
+again until the deadline; every start and end is a `nemesis` event in the history, which the
+plot shades. Several nemeses run at once as several threads: node operations take a per-node
+lock and partitions are owned per nemesis (`ChaosNetwork.block`), so they compose.
+
+Names (`NEMESES`): kill-random, kill-leader, kill-coordinator (SIGKILL, then restart),
+pause (SIGSTOP/SIGCONT), partition-leader (a partition's leader cut off from every other
+broker), partition-majority (a random minority from the majority), partition-bridge (two halves
+that only one broker sees both of), disk-full (one broker's filesystem filled, then emptied),
+rolling-restart (SIGTERM and restart every broker, one at a time).
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tests.chaos.cluster import (
+    ChaosCluster,
+    NamespacedNode,
+    fill_disk,
+    find_coordinator,
+    free_disk,
+    partition_leaders,
+)
+from tests.chaos.history import History
+from tests.chaos.netns import ChaosNetwork
+from tests.compat.harness import BrokerStartError, BrokerStopError
+
+T = TypeVar("T")
+
+QUIET_S = (2.0, 4.0)  # healthy time before each fault
+HOLD_S = (4.0, 7.0)  # how long a fault lasts
+RESTART_TIMEOUT_S = 45.0
+ROLLING_PAUSE_S = 2.0  # between one broker's restart and the next one's SIGTERM
+MAX_CRASH_RESTARTS = 5  # per broker, by the watchdog
+
+
+class Spawner:
+    """Starts broker processes from one thread that lives as long as the run.
+
+    The harness sets PR_SET_PDEATHSIG, which fires when the *thread* that forked the broker
+    exits; a broker restarted from a nemesis thread would die with that thread.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="chaos-spawner", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            request()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the spawner thread and return its result (or raise its exception)."""
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def request() -> None:
+            try:
+                outcome["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                outcome["error"] = exc
+            done.set()
+
+        self._requests.put(request)
+        done.wait()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._thread.join(10)
+
+
+@dataclass
+class NemesisContext:
+    """What nemeses act on, shared by every nemesis thread of a run."""
+
+    cluster: ChaosCluster
+    network: ChaosNetwork
+    history: History
+    spawner: Spawner
+    topic: str
+    group: str
+    log: Callable[[str], None]
+    disk_bytes: int | None = None
+    expected_down: set[int] = field(default_factory=set)
+    crash_restarts: dict[int, int] = field(default_factory=dict)
+    _node_locks: dict[int, threading.RLock] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def node_lock(self, node_id: int) -> threading.RLock:
+        with self._lock:
+            return self._node_locks.setdefault(node_id, threading.RLock())
+
+    def running_nodes(self) -> list[NamespacedNode]:
+        return [n for n in self.cluster.nodes if n.is_running() and not n.paused]
+
+    def kill(self, node: NamespacedNode) -> None:
+        with self.node_lock(node.node_id):
+            self.expected_down.add(node.node_id)
+            node.kill()
+
+    def restart(self, node: NamespacedNode) -> str:
+        """Start a stopped broker and wait until it answers; a description of the outcome."""
+        with self.node_lock(node.node_id):
+            if node.is_running():
+                self.expected_down.discard(node.node_id)
+                return f"node {node.node_id} already running"
+            self.spawner.call(node.spawn)
+            self.expected_down.discard(node.node_id)
+        try:
+            node.wait_ready()
+        except BrokerStartError as exc:
+            self.history.record(
+                "nemesis",
+                name="restart",
+                phase="info",
+                detail=f"node {node.node_id} did not start: {str(exc)[:2000]}",
+            )
+            return f"node {node.node_id} failed to start (see history)"
+        return f"node {node.node_id} restarted"
+
+    def leader_of_some_partition(self, rng: random.Random) -> tuple[int | None, str]:
+        """(node id, why) of the leader of a random partition of the workload's topic."""
+        leaders = partition_leaders(self.cluster.live_bootstrap(), self.topic)
+        if not leaders:
+            return None, "no leader known"
+        partition = rng.choice(sorted(leaders))
+        return leaders[partition], f"leader of {self.topic}-{partition}"
+
+    def coordinator(self, rng: random.Random) -> tuple[int | None, str]:
+        """(node id, why) of the group's coordinator, by FindCoordinator to running brokers."""
+        nodes = self.running_nodes()
+        rng.shuffle(nodes)
+        for node in nodes:
+            node_id = find_coordinator(node.bootstrap, self.group)
+            if node_id is not None:
+                return node_id, f"coordinator of group {self.group} (per node {node.node_id})"
+        return None, "no coordinator known"
+
+    def heal_all(self) -> list[str]:
+        """Undo every fault: network, pauses, filled disks, stopped brokers."""
+        done = []
+        self.network.heal()
+        for node in self.cluster.nodes:
+            with self.node_lock(node.node_id):
+                if node.paused:
+                    node.resume()
+                    done.append(f"resumed node {node.node_id}")
+            if self.disk_bytes is not None:
+                free_disk(self.cluster.disk_dir(node.node_id))
+        for node in self.cluster.nodes:
+            if not node.is_running():
+                done.append(self.restart(node))
+        return done
+
+
+class Nemesis:
+    """One kind of fault. Subclasses set `name` and implement `inject` and `repair`."""
+
+    name = "none"
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        self.ctx = ctx
+        self.rng = rng
+
+    def inject(self) -> str | None:
+        raise NotImplementedError
+
+    def repair(self) -> str | None:
+        raise NotImplementedError
+
+    def pick_node(self, node_id: int | None) -> NamespacedNode | None:
+        if node_id is not None:
+            node = self.ctx.cluster.node(node_id)
+            if node.is_running():
+                return node
+        running = self.ctx.running_nodes()
+        return self.rng.choice(running) if running else None
+
+
+class KillNemesis(Nemesis):
+    """SIGKILL a broker chosen by `target()`; the repair restarts it."""
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        super().__init__(ctx, rng)
+        self.victim: NamespacedNode | None = None
+
+    def target(self) -> tuple[int | None, str]:
+        return None, "random node"
+
+    def inject(self) -> str | None:
+        node_id, why = self.target()
+        node = self.pick_node(node_id)
+        if node is None:
+            return None
+        if node.node_id != node_id:
+            why = "random node" if node_id is None else f"{why}: not running, random node"
+        self.ctx.kill(node)
+        self.victim = node
+        return f"kill -9 node {node.node_id} ({why})"
+
+    def repair(self) -> str | None:
+        if self.victim is None:
+            return None
+        victim, self.victim = self.victim, None
+        return self.ctx.restart(victim)
+
+
+class KillRandom(KillNemesis):
+    name = "kill-random"
+
+
+class KillLeader(KillNemesis):
+    name = "kill-leader"
+
+    def target(self) -> tuple[int | None, str]:
+        return self.ctx.leader_of_some_partition(self.rng)
+
+
+class KillCoordinator(KillNemesis):
+    name = "kill-coordinator"
+
+    def target(self) -> tuple[int | None, str]:
+        return self.ctx.coordinator(self.rng)
+
+
+class Pause(Nemesis):
+    """SIGSTOP a broker (half the time a partition leader); the repair sends SIGCONT."""
+
+    name = "pause"
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        super().__init__(ctx, rng)
+        self.victim: NamespacedNode | None = None
+
+    def inject(self) -> str | None:
+        node_id, why = None, "random node"
+        if self.rng.random() < 0.5:
+            node_id, why = self.ctx.leader_of_some_partition(self.rng)
+        node = self.pick_node(node_id)
+        if node is None:
+            return None
+        with self.ctx.node_lock(node.node_id):
+            if not node.is_running():
+                return None
+            node.pause()
+        self.victim = node
+        return f"SIGSTOP node {node.node_id} ({why if node.node_id == node_id else 'random node'})"
+
+    def repair(self) -> str | None:
+        if self.victim is None:
+            return None
+        victim, self.victim = self.victim, None
+        with self.ctx.node_lock(victim.node_id):
+            victim.resume()
+        return f"SIGCONT node {victim.node_id}"
+
+
+def pairs_between(side_a: list[int], side_b: list[int]) -> list[tuple[int, int]]:
+    return [(a, b) for a in side_a for b in side_b]
+
+
+class PartitionNemesis(Nemesis):
+    """Drops packets between groups of brokers; the repair lifts this nemesis's drops."""
+
+    def sides(self) -> tuple[list[tuple[int, int]], str]:
+        raise NotImplementedError
+
+    def inject(self) -> str | None:
+        pairs, description = self.sides()
+        self.ctx.network.block(self.name, pairs)
+        return description
+
+    def repair(self) -> str | None:
+        self.ctx.network.heal(self.name)
+        return "healed"
+
+
+class PartitionLeader(PartitionNemesis):
+    name = "partition-leader"
+
+    def sides(self) -> tuple[list[tuple[int, int]], str]:
+        ids = list(self.ctx.network.node_ids)
+        node_id, why = self.ctx.leader_of_some_partition(self.rng)
+        if node_id not in ids:
+            node_id, why = self.rng.choice(ids), "random node"
+        others = [n for n in ids if n != node_id]
+        return pairs_between([node_id], others), f"isolate node {node_id} ({why}) from {others}"
+
+
+class PartitionMajority(PartitionNemesis):
+    name = "partition-majority"
+
+    def sides(self) -> tuple[list[tuple[int, int]], str]:
+        ids = list(self.ctx.network.node_ids)
+        self.rng.shuffle(ids)
+        minority, majority = sorted(ids[: len(ids) // 2]), sorted(ids[len(ids) // 2 :])
+        return pairs_between(minority, majority), f"minority {minority} | majority {majority}"
+
+
+class PartitionBridge(PartitionNemesis):
+    name = "partition-bridge"
+
+    def sides(self) -> tuple[list[tuple[int, int]], str]:
+        ids = list(self.ctx.network.node_ids)
+        self.rng.shuffle(ids)
+        bridge = ids[0]
+        half = (len(ids) - 1) // 2
+        left, right = sorted(ids[1 : 1 + half]), sorted(ids[1 + half :])
+        return (
+            pairs_between(left, right),
+            f"{left} | {right}, node {bridge} sees both sides",
+        )
+
+
+class DiskFull(Nemesis):
+    """Fills one broker's filesystem with a filler file; the repair deletes it."""
+
+    name = "disk-full"
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        super().__init__(ctx, rng)
+        self.victim: int | None = None
+
+    def inject(self) -> str | None:
+        assert self.ctx.disk_bytes is not None, "disk-full needs the brokers on small disks"
+        node_id, why = None, "random node"
+        if self.rng.random() < 0.5:
+            node_id, why = self.ctx.leader_of_some_partition(self.rng)
+        if node_id not in self.ctx.network.node_ids:
+            node_id, why = self.rng.choice(self.ctx.network.node_ids), "random node"
+        written = fill_disk(self.ctx.cluster.disk_dir(node_id), self.ctx.disk_bytes)
+        self.victim = node_id
+        return f"filled the disk of node {node_id} ({why}) with {written >> 20} MiB"
+
+    def repair(self) -> str | None:
+        if self.victim is None:
+            return None
+        victim, self.victim = self.victim, None
+        free_disk(self.ctx.cluster.disk_dir(victim))
+        return f"freed the disk of node {victim}"
+
+
+class RollingRestart(Nemesis):
+    """SIGTERM every broker in turn, restarting each before the next (one fault window)."""
+
+    name = "rolling-restart"
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        super().__init__(ctx, rng)
+        self.deadline = float("inf")
+
+    def inject(self) -> str | None:
+        steps = []
+        for node in self.ctx.cluster.nodes:
+            if time.monotonic() >= self.deadline:
+                break
+            with self.ctx.node_lock(node.node_id):
+                if not node.is_running():
+                    continue
+                self.ctx.expected_down.add(node.node_id)
+                try:
+                    node.stop()
+                    steps.append(f"SIGTERM node {node.node_id}")
+                except BrokerStopError as exc:
+                    self.ctx.history.record(
+                        "unclean-stop", node=node.node_id, detail=str(exc)[:3000]
+                    )
+                    steps.append(f"SIGTERM node {node.node_id}: unclean stop")
+            steps.append(self.ctx.restart(node))
+            time.sleep(ROLLING_PAUSE_S)
+        return "; ".join(steps) if steps else None
+
+    def repair(self) -> str | None:
+        return "rolling restart done"
+
+
+NEMESES: dict[str, type[Nemesis]] = {
+    cls.name: cls
+    for cls in (
+        KillRandom,
+        KillLeader,
+        KillCoordinator,
+        Pause,
+        PartitionLeader,
+        PartitionMajority,
+        PartitionBridge,
+        DiskFull,
+        RollingRestart,
+    )
+}
+
+
+class NemesisThread(threading.Thread):
+    """Runs one nemesis until `deadline` (monotonic): quiet, inject, hold, repair, repeat.
+
+    A fault still in place at the deadline is repaired then; `stop()` ends the schedule early.
+    """
+
+    def __init__(self, nemesis: Nemesis, deadline: float) -> None:
+        super().__init__(name=f"nemesis-{nemesis.name}", daemon=True)
+        self.nemesis = nemesis
+        self.deadline = deadline
+        self.stop_event = threading.Event()
+        self.faults = 0
+        self.error: BaseException | None = None
+        if isinstance(nemesis, RollingRestart):
+            nemesis.deadline = deadline
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds` but not past the deadline; False when time is up."""
+        remaining = min(seconds, self.deadline - time.monotonic())
+        if remaining > 0:
+            self.stop_event.wait(remaining)
+        return not self.stop_event.is_set() and time.monotonic() < self.deadline
+
+    def run(self) -> None:
+        nemesis, ctx, rng = self.nemesis, self.nemesis.ctx, self.nemesis.rng
+        try:
+            while self._wait(rng.uniform(*QUIET_S)):
+                detail = nemesis.inject()
+                if detail is None:
+                    ctx.history.record(
+                        "nemesis", name=nemesis.name, phase="info", detail="no target"
+                    )
+                    continue
+                self.faults += 1
+                ctx.history.record("nemesis", name=nemesis.name, phase="start", detail=detail)
+                ctx.log(f"{nemesis.name}: {detail}")
+                self._wait(rng.uniform(*HOLD_S))
+                detail = nemesis.repair()
+                ctx.history.record("nemesis", name=nemesis.name, phase="end", detail=detail)
+                ctx.log(f"{nemesis.name}: {detail}")
+        except BaseException as exc:  # noqa: BLE001 - the runner reports it and heals
+            self.error = exc
+            ctx.history.record("nemesis", name=nemesis.name, phase="info", detail=f"error: {exc!r}")
+
+
+class Watchdog(threading.Thread):
+    """Notices brokers that exited although no nemesis stopped them, and restarts them.
+
+    Each such exit is a `node-exit` event (a crash, which fails the run); restarts are
+    bounded per broker so a broker that cannot start does not loop forever.
+    """
+
+    def __init__(self, ctx: NemesisContext) -> None:
+        super().__init__(name="chaos-watchdog", daemon=True)
+        self.ctx = ctx
+        self.stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(RESTART_TIMEOUT_S + 5)
+
+    def run(self) -> None:
+        while not self.stop_event.wait(0.5):
+            for node in self.ctx.cluster.nodes:
+                with self.ctx.node_lock(node.node_id):
+                    code = node.returncode
+                    if code is None or node.node_id in self.ctx.expected_down:
+                        continue
+                    restarts = self.ctx.crash_restarts.get(node.node_id, 0)
+                    self.ctx.expected_down.add(node.node_id)
+                self.ctx.history.record(
+                    "node-exit", node=node.node_id, code=code, log_tail=node.log_tail(30)
+                )
+                self.ctx.log(f"watchdog: node {node.node_id} exited with code {code}")
+                if restarts >= MAX_CRASH_RESTARTS or self.stop_event.wait(2.0):
+                    continue
+                self.ctx.crash_restarts[node.node_id] = restarts + 1
+                self.ctx.log(f"watchdog: {self.ctx.restart(node)}")

@@ -1,0 +1,302 @@
+"""One fault-test run, from an empty machine back to an empty machine.
+
+`run_chaos(config)`: build the network and a fresh cluster, create the topic, start the
+workload, run the nemeses until the time limit, heal everything, let the workload run on
+for a few seconds, stop it, read every partition from the beginning, compare the replicas
+once quiet, stop the brokers, check the history and draw the picture. Whatever happens,
+brokers, mounts, namespaces and the bridge are gone when it returns; a run with an
+anomaly or an error keeps its directory (history, broker logs, data) for a post-mortem.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import shutil
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.chaos.checker import CheckResult, check
+from tests.chaos.cluster import ChaosCluster, create_topic
+from tests.chaos.history import History, read_history
+from tests.chaos.nemesis import (
+    NEMESES,
+    NemesisContext,
+    NemesisThread,
+    Spawner,
+    Watchdog,
+)
+from tests.chaos.netns import ChaosNetwork, RunResources, cleanup_stale_runs
+from tests.chaos.plot import plot_run
+from tests.chaos.replicas import compare_replicas
+from tests.chaos.workload import (
+    WorkloadConfig,
+    final_read,
+    start_workload,
+    stop_workers,
+)
+from tests.compat.harness import BrokerStopError
+
+TOPIC = "chaos"
+GROUP = "chaos-group"
+BROKER_CONFIG = {
+    # A small __consumer_offsets keeps start-up light on two shared cores.
+    "offsets.topic.num.partitions": "10",
+    "group.initial.rebalance.delay.ms": "500",
+    # Small segments, so runs cross segment rolls on every replica.
+    "log.segment.bytes": "262144",
+}
+WARMUP_TIMEOUT_S = 20.0
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One run: which nemeses (together), how long, how big."""
+
+    nemeses: tuple[str, ...]
+    out_dir: Path
+    nodes: int = 3
+    time_limit_s: float = 30.0
+    seed: int = 0
+    partitions: int = 4
+    replication_factor: int = 3
+    producers: int = 3
+    sends_per_second: float = 40.0
+    disk_mib: int = 128
+    recovery_s: float = 5.0
+    final_read_timeout_s: float = 60.0
+    quiet_timeout_s: float = 20.0
+
+    @property
+    def label(self) -> str:
+        return "+".join(self.nemeses)
+
+
+@dataclass
+class ChaosResult:
+    """What a run found: the checker's result, plus an error if the run itself failed."""
+
+    config: ChaosConfig
+    run_dir: Path
+    check: CheckResult = field(default_factory=CheckResult)
+    png: Path | None = None
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.check.valid
+
+    def report(self) -> str:
+        lines = [
+            f"{self.config.label} (seed {self.config.seed}, {self.config.nodes} nodes, "
+            f"{self.config.time_limit_s:.0f} s of faults): {'ok' if self.ok else 'FAILED'} "
+            f"in {self.elapsed_s:.0f} s",
+            self.check.report(),
+            f"run directory: {self.run_dir}",
+        ]
+        if self.png is not None:
+            lines.append(f"plot: {self.png}")
+        if self.error:
+            lines.append(f"run error:\n{self.error}")
+        if not self.ok:
+            lines.append(
+                f"reproduce with: scripts/chaos --nodes {self.config.nodes} --nemesis "
+                f"{','.join(self.config.nemeses)} --time-limit {self.config.time_limit_s:g} "
+                f"--seed {self.config.seed}"
+            )
+        return "\n".join(lines)
+
+
+def _client_logger(run_dir: Path, tag: str) -> logging.Logger:
+    """librdkafka's log lines go to clients.log, not to the terminal."""
+    logger = logging.getLogger(f"raftka.chaos.{tag}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = logging.FileHandler(run_dir / "clients.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
+def _close_logger(logger: logging.Logger) -> None:
+    for handler in list(logger.handlers):
+        handler.close()
+        logger.removeHandler(handler)
+
+
+def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosResult:
+    """Run one fault test as described in the module docstring; never leaves anything behind."""
+    unknown = [n for n in config.nemeses if n not in NEMESES]
+    if unknown:
+        raise ValueError(f"unknown nemesis {unknown}; known: {sorted(NEMESES)}")
+    started = time.monotonic()
+    tag = secrets.token_hex(3)
+    run_dir = config.out_dir / f"{config.label}-seed{config.seed}-{tag}"
+    run_dir.mkdir(parents=True)
+    result = ChaosResult(config, run_dir)
+    run_log = open(run_dir / "run.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
+
+    def say(message: str) -> None:
+        line = f"[{time.monotonic() - started:6.1f}s] {config.label}: {message}"
+        log(line)
+        run_log.write(line + "\n")
+        run_log.flush()
+
+    for line in cleanup_stale_runs():
+        say(line)
+    resources = RunResources(tag)
+    history = History(run_dir / "history.jsonl")
+    logger = _client_logger(run_dir, tag)
+    spawner = Spawner()
+    cluster: ChaosCluster | None = None
+    workers: list = []
+    watchdog: Watchdog | None = None
+    threads: list[NemesisThread] = []
+    try:
+        network = ChaosNetwork(resources, range(1, config.nodes + 1))
+        network.create()
+        say(
+            f"network {network.subnet} on bridge {network.bridge}, brokers at "
+            f"{', '.join(network.address(n) for n in network.node_ids)}"
+        )
+        disk_bytes = config.disk_mib << 20 if "disk-full" in config.nemeses else None
+        cluster = ChaosCluster(network, resources, run_dir, BROKER_CONFIG, disk_bytes=disk_bytes)
+        cluster.mount_disks()
+        spawner.call(cluster.start)
+        say("cluster formed")
+        create_topic(cluster.bootstrap, TOPIC, config.partitions, config.replication_factor)
+        workload = WorkloadConfig(
+            bootstrap=cluster.bootstrap,
+            topic=TOPIC,
+            partitions=config.partitions,
+            group=GROUP,
+            producers=config.producers,
+            sends_per_second=config.sends_per_second,
+        )
+        producers, consumers = start_workload(workload, history, logger)
+        workers = [*producers, *consumers]
+        ctx = NemesisContext(
+            cluster=cluster,
+            network=network,
+            history=history,
+            spawner=spawner,
+            topic=TOPIC,
+            group=GROUP,
+            log=say,
+            disk_bytes=disk_bytes,
+        )
+        watchdog = Watchdog(ctx)
+        watchdog.start()
+        warmup_until = time.monotonic() + WARMUP_TIMEOUT_S
+        while time.monotonic() < warmup_until and not (
+            history.counts["send:ok"] and history.counts["commit"]
+        ):
+            time.sleep(0.2)
+        say(f"workload running ({history.counts['send:ok']} acknowledged sends so far)")
+
+        history.record("phase", name="faults")
+        deadline = time.monotonic() + config.time_limit_s
+        threads = [
+            NemesisThread(NEMESES[name](ctx, random.Random(f"{config.seed}:{name}")), deadline)
+            for name in config.nemeses
+        ]
+        for thread in threads:
+            thread.start()
+        next_progress = time.monotonic() + PROGRESS_EVERY_S
+        while any(t.is_alive() for t in threads):
+            for thread in threads:
+                thread.join(0.2)
+            if time.monotonic() >= next_progress:
+                next_progress += PROGRESS_EVERY_S
+                counts = history.counts
+                say(
+                    f"{counts['send']} sends ({counts['send:ok']} ok, {counts['send:failed']} "
+                    f"failed, {counts['send:unknown']} unknown), {counts['poll']} polls, "
+                    f"{counts['commit']} commits"
+                )
+            if time.monotonic() > deadline + 120:
+                raise TimeoutError("a nemesis did not finish within 120 s of the time limit")
+        for thread in threads:
+            if thread.error is not None:
+                raise RuntimeError(f"nemesis {thread.nemesis.name} failed: {thread.error!r}")
+
+        for line in ctx.heal_all():
+            say(f"heal: {line}")
+        cluster.wait_formed(60)
+        history.record("phase", name="healed")
+        say(f"healed; workload runs {config.recovery_s:g} s more")
+        time.sleep(config.recovery_s)
+        still = stop_workers(workers, workload.message_timeout_ms / 1000 + 15)
+        if still:
+            raise TimeoutError(f"workload threads did not stop: {still}")
+        history.record("phase", name="final read")
+        complete = final_read(workload, history, logger, config.final_read_timeout_s)
+        say(f"final read {'complete' if complete else 'INCOMPLETE'}")
+        table, diffs = compare_replicas(
+            {node.node_id: node.data_dir for node in cluster.nodes}, config.quiet_timeout_s
+        )
+        history.record(
+            "replicas",
+            identical=not diffs,
+            partitions={
+                name: {str(n): list(d) for n, d in row.items()} for name, row in table.items()
+            },
+            diffs=diffs,
+        )
+        say(
+            f"replicas of {len(table)} partitions "
+            + ("byte-identical" if not diffs else f"DIFFER in {[d['partition'] for d in diffs]}")
+        )
+        watchdog.stop()
+        watchdog = None
+        try:
+            cluster.stop(timeout=20)
+        except BrokerStopError as exc:
+            history.record("unclean-stop", node=None, detail=str(exc)[:3000])
+    except BaseException as exc:  # noqa: BLE001 - reported in the result; teardown follows
+        result.error = "".join(traceback.format_exception(exc))
+        say(f"run error: {exc!r}")
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        for thread in threads:
+            thread.stop()
+        if watchdog is not None:
+            watchdog.stop()
+        stop_workers(workers, 20)
+        if cluster is not None:
+            cluster.kill()
+        spawner.close()
+        history.close()
+        result.check = check(read_history(history.path))
+        if cluster is not None and cluster.disk_bytes is not None and not result.ok:
+            for node in cluster.nodes:  # the tmpfs goes with the mount: keep a copy
+                if node.data_dir.exists():
+                    shutil.copytree(node.data_dir, node.base_dir / "data-at-end", symlinks=True)
+        errors = resources.release_all()
+        if errors:
+            say(f"teardown errors: {errors}")
+            result.error = (result.error or "") + f"\nteardown errors: {errors}"
+        _close_logger(logger)
+        result.elapsed_s = time.monotonic() - started
+        try:
+            result.png = plot_run(
+                read_history(history.path),
+                run_dir / "chaos.png",
+                f"{config.label}, seed {config.seed}, {config.nodes} nodes",
+            )
+        except Exception as exc:  # noqa: BLE001 - a missing picture does not hide the result
+            say(f"plot failed: {exc!r}")
+        (run_dir / "result.txt").write_text(result.report() + "\n")
+        say("ok" if result.ok else f"FAILED: {result.check.anomaly_count} anomalies")
+        run_log.close()
+    if result.ok:
+        for node_id in range(1, config.nodes + 1):  # keep logs and history, not broker data
+            shutil.rmtree(run_dir / f"node-{node_id}" / "disk", ignore_errors=True)
+    return result
