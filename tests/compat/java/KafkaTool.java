@@ -1,31 +1,57 @@
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Base64;
 import java.util.Collection;
 import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.ListIterator;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.UUID;
 import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.DeletedRecords;
+import org.apache.kafka.clients.admin.ListOffsetsOptions;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -45,7 +71,9 @@ public class KafkaTool {
                     + "  produce BOOTSTRAP TOPIC COUNT [k=v...]\n"
                     + "  consume-assign BOOTSTRAP TOPIC PARTITION OFFSET|earliest|latest COUNT"
                     + " TIMEOUT_MS [k=v...]\n"
-                    + "  consume-group BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_MS [k=v...]\n";
+                    + "  consume-group BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_MS [k=v...]\n"
+                    + "  delete-records BOOTSTRAP TOPIC PARTITION BEFORE_OFFSET [k=v...]\n"
+                    + SparkConnector.USAGE;
 
     public static void main(String[] args) {
         silenceSlf4jWarning();
@@ -92,6 +120,21 @@ public class KafkaTool {
                 need(args, 6);
                 return consumeGroup(bootstrap, args[2], args[3], Integer.parseInt(args[4]),
                         Long.parseLong(args[5]), props(args, 6));
+            case "delete-records":
+                need(args, 5);
+                return deleteRecords(bootstrap, args[2], Integer.parseInt(args[3]),
+                        Long.parseLong(args[4]), props(args, 5));
+            case "spark-write":
+                need(args, 5);
+                return SparkConnector.write(bootstrap, args[2], args[3],
+                        Double.parseDouble(args[4]), props(args, 5));
+            case "spark-offsets":
+                need(args, 4);
+                return SparkConnector.offsets(bootstrap, args[2], args[3], props(args, 4));
+            case "spark-replay":
+                need(args, 6);
+                return SparkConnector.replay(bootstrap, args[2], args[3], args[4],
+                        Boolean.parseBoolean(args[5]), args, 6);
             default:
                 throw new UsageException("unknown command: " + command);
         }
@@ -144,6 +187,18 @@ public class KafkaTool {
                         + ",\"replicas\":" + nodeIds(p.replicas())
                         + ",\"isr\":" + nodeIds(p.isr()) + "}");
             }
+        }
+        return 0;
+    }
+
+    private static int deleteRecords(String bootstrap, String topic, int partition, long before,
+            Properties overrides) throws Exception {
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (Admin admin = admin(bootstrap, overrides)) {
+            DeletedRecords deleted = admin.deleteRecords(
+                    Map.of(tp, RecordsToDelete.beforeOffset(before))).lowWatermarks().get(tp).get();
+            System.out.println("{\"topic\":" + str(topic) + ",\"partition\":" + partition
+                    + ",\"low_watermark\":" + deleted.lowWatermark() + "}");
         }
         return 0;
     }
@@ -328,6 +383,896 @@ public class KafkaTool {
             // No slf4j on the class path: nothing to silence.
         } finally {
             System.setErr(err);
+        }
+    }
+
+    // -- Spark's Kafka connector ---------------------------------------------------------------
+
+    /**
+     * What Spark's Kafka connector (spark-sql-kafka-0-10) does with the Java client, call for
+     * call, without Spark: the driver's {@code KafkaOffsetReaderAdmin} (an Admin built from the
+     * driver's consumer configs: describeTopics, then listOffsets with
+     * {@code ListOffsetsOptions(isolation.level)}), the executors' {@code KafkaDataConsumer}
+     * (a KafkaConsumer with no group management: assign, seek, poll, position,
+     * seekToBeginning/seekToEnd for the available range, and the same handling of invisible
+     * offsets and of {@code OffsetOutOfRangeException} under {@code failOnDataLoss}), and the
+     * sink's {@code KafkaWriteTask} (a KafkaProducer with default settings and
+     * ByteArraySerializer).
+     *
+     * <p>Bytes travel as base64 (null stays null) in both the records file and the JSON lines.
+     * A Spark query failure (data loss with failOnDataLoss=true, no offset for a starting
+     * timestamp, a poll timeout, a failed write) is one {@code query_failed} line and exit code
+     * 0; anything else unexpected is exit code 1.
+     */
+    static final class SparkConnector {
+        static final String USAGE =
+                "  spark-write BOOTSTRAP TOPIC RECORDS_FILE RATE_PER_S [k=v...]\n"
+                + "      RECORDS_FILE: one record a line, tab-separated PARTITION TIMESTAMP KEY"
+                + " VALUE HEADERS;\n"
+                + "      '-' is null (partition: the producer's partitioner; timestamp: now);"
+                + " bytes in base64;\n"
+                + "      HEADERS: comma-separated NAME_B64:VALUE_B64 (value '-' is null)."
+                + " RATE 0: as fast as possible\n"
+                + "  spark-offsets BOOTSTRAP TOPIC TIMESTAMP[,TIMESTAMP...]|- [k=v...]\n"
+                + "  spark-replay BOOTSTRAP TOPIC[:P,P...] STARTING ENDING FAIL_ON_DATA_LOSS"
+                + " [--pause-after=N]\n"
+                + "      [--poll-timeout-ms=N] [--timestamp-strategy=error|latest] [k=v...]\n"
+                + "      STARTING: earliest | offsets:P=O,... | timestamps:P=T,... |"
+                + " timestamp:T\n"
+                + "      ENDING: latest | offsets:P=O,... | timestamps:P=T,... | timestamp:T\n"
+                + "      (offset -2 is earliest, -1 latest, as in Spark's JSON options)\n";
+
+        /** KafkaOffsetRangeLimit.EARLIEST / LATEST and KafkaDataConsumer.UNKNOWN_OFFSET. */
+        static final long EARLIEST = -2L;
+        static final long LATEST = -1L;
+        static final long UNKNOWN_OFFSET = -2L;
+        /** Spark's default poll timeout is spark.network.timeout, 120 s. */
+        static final long DEFAULT_POLL_TIMEOUT_MS = 120_000L;
+        /** fetchoffset.numretries and fetchoffset.retryintervalms defaults. */
+        static final int OFFSET_FETCH_ATTEMPTS = 3;
+        static final long OFFSET_FETCH_RETRY_INTERVAL_MS = 1000L;
+
+        private SparkConnector() {}
+
+        // -- JSON out ------------------------------------------------------------------------
+
+        static Map<String, Object> obj(Object... keyValues) {
+            Map<String, Object> out = new LinkedHashMap<>();
+            for (int i = 0; i < keyValues.length; i += 2) {
+                out.put((String) keyValues[i], keyValues[i + 1]);
+            }
+            return out;
+        }
+
+        static String json(Object value) {
+            if (value == null) {
+                return "null";
+            }
+            if (value instanceof String) {
+                return str((String) value);
+            }
+            if (value instanceof Number || value instanceof Boolean) {
+                return value.toString();
+            }
+            if (value instanceof byte[]) {
+                return str(Base64.getEncoder().encodeToString((byte[]) value));
+            }
+            StringBuilder out = new StringBuilder();
+            if (value instanceof Map) {
+                out.append('{');
+                boolean first = true;
+                for (Map.Entry<?, ?> e : ((Map<?, ?>) value).entrySet()) {
+                    out.append(first ? "" : ",").append(str(String.valueOf(e.getKey())))
+                            .append(':').append(json(e.getValue()));
+                    first = false;
+                }
+                return out.append('}').toString();
+            }
+            if (value instanceof Collection) {
+                out.append('[');
+                boolean first = true;
+                for (Object item : (Collection<?>) value) {
+                    out.append(first ? "" : ",").append(json(item));
+                    first = false;
+                }
+                return out.append(']').toString();
+            }
+            return str(value.toString());
+        }
+
+        static synchronized void emit(String key, Object value) {
+            System.out.println(json(obj(key, value)));
+            System.out.flush();
+        }
+
+        static String describe(Throwable e) {
+            return e.getClass().getSimpleName() + ": " + e.getMessage();
+        }
+
+        static Map<String, Object> recordJson(ConsumerRecord<byte[], byte[]> r) {
+            List<Object> headers = new ArrayList<>();
+            for (Header h : r.headers()) {
+                headers.add(java.util.Arrays.asList(h.key(),
+                        h.value() == null ? null : (Object) h.value()));
+            }
+            return obj("topic", r.topic(), "partition", r.partition(), "offset", r.offset(),
+                    "timestamp", r.timestamp(), "timestamp_type", r.timestampType().name,
+                    "key", r.key(), "value", r.value(), "headers", headers,
+                    "leader_epoch", r.leaderEpoch().orElse(-1));
+        }
+
+        // -- configs Spark forces (KafkaSourceProvider) --------------------------------------
+
+        /** kafkaParamsForDriver: what the driver's Admin is created with. */
+        static Map<String, Object> driverParams(String bootstrap, Properties specified) {
+            Map<String, Object> params = specifiedParams(bootstrap, specified);
+            params.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
+                    ByteArrayDeserializer.class.getName());
+            params.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
+                    ByteArrayDeserializer.class.getName());
+            params.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+            params.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+            params.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 1);
+            params.putIfAbsent(ConsumerConfig.RECEIVE_BUFFER_CONFIG, 65536);
+            return params;
+        }
+
+        /** kafkaParamsForExecutors with a batch query's group id (batchUniqueGroupId). */
+        static Map<String, Object> executorParams(String bootstrap, Properties specified,
+                String uniqueGroupId) {
+            Map<String, Object> params = specifiedParams(bootstrap, specified);
+            params.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
+                    ByteArrayDeserializer.class.getName());
+            params.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
+                    ByteArrayDeserializer.class.getName());
+            params.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "none");
+            params.putIfAbsent(ConsumerConfig.GROUP_ID_CONFIG, uniqueGroupId + "-executor");
+            params.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+            params.putIfAbsent(ConsumerConfig.RECEIVE_BUFFER_CONFIG, 65536);
+            return params;
+        }
+
+        /** kafkaParamsForProducer: the user's kafka.* options and byte-array serializers. */
+        static Map<String, Object> producerParams(String bootstrap, Properties specified) {
+            Map<String, Object> params = specifiedParams(bootstrap, specified);
+            params.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG,
+                    ByteArraySerializer.class.getName());
+            params.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG,
+                    ByteArraySerializer.class.getName());
+            return params;
+        }
+
+        /** The query's kafka.* options with the prefix dropped (convertToSpecifiedParams). */
+        static Map<String, Object> specifiedParams(String bootstrap, Properties specified) {
+            Map<String, Object> params = new HashMap<>();
+            params.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            for (String name : specified.stringPropertyNames()) {
+                params.put(name, specified.getProperty(name));
+            }
+            return params;
+        }
+
+        static IsolationLevel isolationLevel(Map<String, Object> driverParams) {
+            Object level = driverParams.get(ConsumerConfig.ISOLATION_LEVEL_CONFIG);
+            String name = level == null ? ConsumerConfig.DEFAULT_ISOLATION_LEVEL : (String) level;
+            return IsolationLevel.valueOf(name.toUpperCase(Locale.ROOT));
+        }
+
+        // -- sink: KafkaWriteTask ------------------------------------------------------------
+
+        static byte[] bytes(String field) {
+            return field.equals("-") ? null : Base64.getDecoder().decode(field);
+        }
+
+        static ProducerRecord<byte[], byte[]> parseRecord(String topic, String line) {
+            String[] f = line.split("\t", -1);
+            if (f.length != 5) {
+                throw new UsageException("records file: expected 5 tab-separated fields, got "
+                        + f.length + ": " + line);
+            }
+            Integer partition = f[0].equals("-") ? null : Integer.valueOf(f[0]);
+            Long timestamp = f[1].equals("-") ? null : Long.valueOf(f[1]);
+            List<Header> headers = new ArrayList<>();
+            if (!f[4].isEmpty() && !f[4].equals("-")) {
+                for (String pair : f[4].split(",")) {
+                    int colon = pair.indexOf(':');
+                    String name = new String(Base64.getDecoder().decode(pair.substring(0, colon)),
+                            StandardCharsets.UTF_8);
+                    headers.add(new RecordHeader(name, bytes(pair.substring(colon + 1))));
+                }
+            }
+            return new ProducerRecord<>(topic, partition, timestamp, bytes(f[2]), bytes(f[3]),
+                    headers);
+        }
+
+        /**
+         * Sends every record of RECORDS_FILE the way KafkaWriteTask does (send with a callback
+         * that keeps the first failure, stop sending once one failed, flush at the end). Each
+         * acknowledgement is printed when it arrives: {"ack": {index, partition, offset,
+         * timestamp}}; then {"write": {sent, acked, failed}}.
+         */
+        static int write(String bootstrap, String topic, String recordsFile, double ratePerS,
+                Properties specified) throws Exception {
+            List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();
+            for (String line : Files.readAllLines(Paths.get(recordsFile), StandardCharsets.UTF_8)) {
+                if (!line.isEmpty()) {
+                    records.add(parseRecord(topic, line));
+                }
+            }
+            AtomicReference<Exception> failedWrite = new AtomicReference<>();
+            AtomicInteger acked = new AtomicInteger();
+            int sent = 0;
+            long startNs = System.nanoTime();
+            try (KafkaProducer<byte[], byte[]> producer =
+                    new KafkaProducer<>(producerParams(bootstrap, specified))) {
+                for (int i = 0; i < records.size() && failedWrite.get() == null; i++) {
+                    final int index = i;
+                    producer.send(records.get(i), (RecordMetadata md, Exception e) -> {
+                        if (e != null) {
+                            failedWrite.compareAndSet(null, e);
+                            return;
+                        }
+                        acked.incrementAndGet();
+                        emit("ack", obj("index", index, "partition", md.partition(),
+                                "offset", md.offset(), "timestamp", md.timestamp()));
+                    });
+                    sent++;
+                    if (ratePerS > 0) {
+                        long dueNs = startNs + (long) ((i + 1) * 1e9 / ratePerS);
+                        long sleepMs = (dueNs - System.nanoTime()) / 1_000_000L;
+                        if (sleepMs > 0) {
+                            Thread.sleep(sleepMs);
+                        }
+                    }
+                }
+                producer.flush();
+            }
+            Exception failure = failedWrite.get();
+            if (failure != null) {
+                emit("query_failed", obj("error", "write_failed", "message", describe(failure)));
+            }
+            emit("write", obj("sent", sent, "acked", acked.get(),
+                    "failed", failure == null ? null : describe(failure)));
+            return 0;
+        }
+
+        // -- driver: KafkaOffsetReaderAdmin --------------------------------------------------
+
+        /** The topic name and, for Spark's "assign" option, the assigned partitions. */
+        static final class Strategy {
+            final String topic;
+            final Set<Integer> assigned;  // null: "subscribe"
+
+            Strategy(String spec) {
+                int colon = spec.indexOf(':');
+                if (colon < 0) {
+                    topic = spec;
+                    assigned = null;
+                } else {
+                    topic = spec.substring(0, colon);
+                    assigned = new TreeSet<>();
+                    for (String p : spec.substring(colon + 1).split(",")) {
+                        assigned.add(Integer.valueOf(p));
+                    }
+                }
+            }
+
+            /** ConsumerStrategy.assignedTopicPartitions: describeTopics, then filter. */
+            List<TopicPartition> partitions(Admin admin) throws Exception {
+                TopicDescription description =
+                        admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                List<TopicPartition> out = new ArrayList<>();
+                if (description.isInternal()) {
+                    return out;
+                }
+                for (TopicPartitionInfo info : description.partitions()) {
+                    if (assigned == null || assigned.contains(info.partition())) {
+                        out.add(new TopicPartition(topic, info.partition()));
+                    }
+                }
+                return out;
+            }
+        }
+
+        /** A parsed startingOffsets/endingOffsets(ByTimestamp)/starting/endingTimestamp. */
+        static final class RangeLimit {
+            final String kind;  // earliest, latest, offsets, timestamps, timestamp
+            final Map<Integer, Long> perPartition = new TreeMap<>();
+            long globalTimestamp;
+
+            RangeLimit(String spec) {
+                int colon = spec.indexOf(':');
+                kind = colon < 0 ? spec : spec.substring(0, colon);
+                switch (kind) {
+                    case "earliest":
+                    case "latest":
+                        break;
+                    case "offsets":
+                    case "timestamps":
+                        for (String pair : spec.substring(colon + 1).split(",")) {
+                            int eq = pair.indexOf('=');
+                            perPartition.put(Integer.valueOf(pair.substring(0, eq)),
+                                    Long.valueOf(pair.substring(eq + 1)));
+                        }
+                        break;
+                    case "timestamp":
+                        globalTimestamp = Long.parseLong(spec.substring(colon + 1));
+                        break;
+                    default:
+                        throw new UsageException("bad offsets spec: " + spec);
+                }
+            }
+        }
+
+        /** Raised where Spark fails the query; becomes one query_failed line. */
+        static final class QueryFailed extends RuntimeException {
+            private static final long serialVersionUID = 1L;
+            final Map<String, Object> details;
+
+            QueryFailed(Map<String, Object> details) {
+                super(String.valueOf(details.get("message")));
+                this.details = details;
+            }
+        }
+
+        static final class Driver implements AutoCloseable {
+            final Map<String, Object> params;
+            final Strategy strategy;
+            final ListOffsetsOptions listOffsetsOptions;
+            Admin admin;
+
+            Driver(Map<String, Object> params, Strategy strategy) {
+                this.params = params;
+                this.strategy = strategy;
+                this.listOffsetsOptions = new ListOffsetsOptions(isolationLevel(params));
+            }
+
+            Admin admin() {
+                if (admin == null) {
+                    admin = Admin.create(params);
+                }
+                return admin;
+            }
+
+            @Override
+            public void close() {
+                if (admin != null) {
+                    admin.close();
+                    admin = null;
+                }
+            }
+
+            interface Body {
+                Map<TopicPartition, Long> apply(List<TopicPartition> partitions) throws Exception;
+            }
+
+            /** partitionsAssignedToAdmin + withRetries: three attempts, a fresh Admin each. */
+            Map<TopicPartition, Long> withPartitions(Body body) throws Exception {
+                Exception last = null;
+                for (int attempt = 1; attempt <= OFFSET_FETCH_ATTEMPTS; attempt++) {
+                    try {
+                        return body.apply(strategy.partitions(admin()));
+                    } catch (QueryFailed e) {
+                        throw e;
+                    } catch (Exception e) {
+                        last = e;
+                        emit("retry", obj("attempt", attempt, "error", describe(e)));
+                        Thread.sleep(OFFSET_FETCH_RETRY_INTERVAL_MS);
+                        close();
+                    }
+                }
+                throw last;
+            }
+
+            Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> listOffsets(
+                    Map<TopicPartition, OffsetSpec> specs) throws Exception {
+                if (specs.isEmpty()) {
+                    return Map.of();
+                }
+                return admin().listOffsets(specs, listOffsetsOptions).all().get();
+            }
+
+            /** fetchPartitionOffsets: earliest/latest stay unresolved (late binding). */
+            Map<TopicPartition, Long> partitionOffsets(RangeLimit limit, boolean isStarting,
+                    String timestampStrategy) throws Exception {
+                switch (limit.kind) {
+                    case "earliest":
+                    case "latest": {
+                        long unresolved = limit.kind.equals("earliest") ? EARLIEST : LATEST;
+                        Map<TopicPartition, Long> out = new TreeMap<>(BY_PARTITION);
+                        for (TopicPartition tp : strategy.partitions(admin())) {
+                            out.put(tp, unresolved);
+                        }
+                        return out;
+                    }
+                    case "offsets": {
+                        Map<TopicPartition, Long> out = new TreeMap<>(BY_PARTITION);
+                        Set<Integer> have = new TreeSet<>();
+                        for (TopicPartition tp : strategy.partitions(admin())) {
+                            have.add(tp.partition());
+                        }
+                        if (!have.equals(limit.perPartition.keySet())) {
+                            throw new QueryFailed(obj("error", "partitions_mismatch",
+                                    "message", "If startingOffsets contains specific offsets,"
+                                            + " you must specify all TopicPartitions. Specified: "
+                                            + limit.perPartition.keySet() + " Assigned: " + have));
+                        }
+                        limit.perPartition.forEach(
+                                (p, o) -> out.put(new TopicPartition(strategy.topic, p), o));
+                        return out;
+                    }
+                    default:
+                        return timestampOffsets(limit, isStarting, timestampStrategy);
+                }
+            }
+
+            /** fetchSpecific/GlobalTimestampBasedOffsets and fetchSpecificOffsets0. */
+            Map<TopicPartition, Long> timestampOffsets(RangeLimit limit, boolean isStarting,
+                    String timestampStrategy) throws Exception {
+                return withPartitions(partitions -> {
+                    Map<TopicPartition, Long> timestamps = new TreeMap<>(BY_PARTITION);
+                    if (limit.kind.equals("timestamps")) {
+                        Set<Integer> have = new TreeSet<>();
+                        partitions.forEach(tp -> have.add(tp.partition()));
+                        if (!have.equals(limit.perPartition.keySet())) {
+                            throw new QueryFailed(obj("error", "partitions_mismatch",
+                                    "message", "If starting/endingOffsetsByTimestamp contains"
+                                            + " specific offsets, you must specify all topics."
+                                            + " Specified: " + limit.perPartition.keySet()
+                                            + " Assigned: " + have));
+                        }
+                        limit.perPartition.forEach(
+                                (p, t) -> timestamps.put(new TopicPartition(strategy.topic, p), t));
+                    } else {
+                        partitions.forEach(tp -> timestamps.put(tp, limit.globalTimestamp));
+                    }
+                    Map<TopicPartition, OffsetSpec> specs = new HashMap<>();
+                    timestamps.forEach((tp, t) -> specs.put(tp, OffsetSpec.forTimestamp(t)));
+                    Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> found =
+                            listOffsets(specs);
+                    // readTimestampOffsets: no match is an error or "latest" for a start,
+                    // always "latest" for an end.
+                    Map<TopicPartition, Long> offsets = new TreeMap<>(BY_PARTITION);
+                    for (Map.Entry<TopicPartition, Long> e : timestamps.entrySet()) {
+                        long offset = found.get(e.getKey()).offset();
+                        if (offset == -1L) {
+                            if (isStarting && timestampStrategy.equals("error")) {
+                                throw new QueryFailed(obj("error", "no_offset_for_timestamp",
+                                        "partition", e.getKey().partition(),
+                                        "timestamp", e.getValue(),
+                                        "message", "No offset matched from request of"
+                                                + " topic-partition " + e.getKey()
+                                                + " and timestamp " + e.getValue() + "."));
+                            }
+                            offset = LATEST;
+                        }
+                        offsets.put(e.getKey(), offset);
+                    }
+                    // Resolve latest/earliest through the Admin, as fetchSpecificOffsets0 does.
+                    Map<TopicPartition, OffsetSpec> unresolved = new HashMap<>();
+                    offsets.forEach((tp, o) -> {
+                        if (o == LATEST) {
+                            unresolved.put(tp, OffsetSpec.latest());
+                        } else if (o == EARLIEST) {
+                            unresolved.put(tp, OffsetSpec.earliest());
+                        }
+                    });
+                    listOffsets(unresolved).forEach((tp, info) -> offsets.put(tp, info.offset()));
+                    return offsets;
+                });
+            }
+        }
+
+        static final java.util.Comparator<TopicPartition> BY_PARTITION =
+                java.util.Comparator.comparing(TopicPartition::topic)
+                        .thenComparingInt(TopicPartition::partition);
+
+        /**
+         * Admin.describeTopics, then for each isolation level listOffsets earliest, latest and
+         * forTimestamp(T) per partition: {"partition": {...}} then {"offsets": {partition,
+         * isolation, earliest, latest, by_timestamp: [{timestamp, offset, record_timestamp,
+         * leader_epoch}]}}.
+         */
+        static int offsets(String bootstrap, String topic, String timestampList,
+                Properties specified) throws Exception {
+            List<Long> timestamps = new ArrayList<>();
+            if (!timestampList.equals("-")) {
+                for (String t : timestampList.split(",")) {
+                    timestamps.add(Long.valueOf(t));
+                }
+            }
+            Map<String, Object> params = driverParams(bootstrap, specified);
+            try (Admin admin = Admin.create(params)) {
+                TopicDescription description =
+                        admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                List<TopicPartition> partitions = new ArrayList<>();
+                for (TopicPartitionInfo info : description.partitions()) {
+                    partitions.add(new TopicPartition(topic, info.partition()));
+                    emit("partition", obj("topic", topic, "partition", info.partition(),
+                            "leader", info.leader() == null ? -1 : info.leader().id(),
+                            "replicas", ids(info.replicas()), "isr", ids(info.isr())));
+                }
+                for (IsolationLevel level : List.of(IsolationLevel.READ_UNCOMMITTED,
+                        IsolationLevel.READ_COMMITTED)) {
+                    ListOffsetsOptions options = new ListOffsetsOptions(level);
+                    Map<TopicPartition, OffsetSpec> earliest = new HashMap<>();
+                    Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
+                    partitions.forEach(tp -> {
+                        earliest.put(tp, OffsetSpec.earliest());
+                        latest.put(tp, OffsetSpec.latest());
+                    });
+                    var first = admin.listOffsets(earliest, options).all().get();
+                    var last = admin.listOffsets(latest, options).all().get();
+                    List<Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo>> byTs =
+                            new ArrayList<>();
+                    for (long t : timestamps) {
+                        Map<TopicPartition, OffsetSpec> specs = new HashMap<>();
+                        partitions.forEach(tp -> specs.put(tp, OffsetSpec.forTimestamp(t)));
+                        byTs.add(admin.listOffsets(specs, options).all().get());
+                    }
+                    for (TopicPartition tp : partitions) {
+                        List<Object> found = new ArrayList<>();
+                        for (int i = 0; i < timestamps.size(); i++) {
+                            ListOffsetsResult.ListOffsetsResultInfo info = byTs.get(i).get(tp);
+                            found.add(obj("timestamp", timestamps.get(i), "offset", info.offset(),
+                                    "record_timestamp", info.timestamp(),
+                                    "leader_epoch", info.leaderEpoch().orElse(-1)));
+                        }
+                        emit("offsets", obj("partition", tp.partition(),
+                                "isolation", level.toString().toLowerCase(Locale.ROOT),
+                                "earliest", first.get(tp).offset(),
+                                "latest", last.get(tp).offset(), "by_timestamp", found));
+                    }
+                }
+            }
+            return 0;
+        }
+
+        static List<Integer> ids(List<Node> nodes) {
+            List<Integer> out = new ArrayList<>();
+            nodes.forEach(n -> out.add(n.id()));
+            return out;
+        }
+
+        // -- a batch query: KafkaBatch.planInputPartitions + KafkaBatchPartitionReader --------
+
+        /**
+         * Plans the query on the "driver" (offset ranges through the Admin), then reads every
+         * range on an "executor" (one KafkaDataConsumer per partition, one after another).
+         * Prints {"range": {...}} per partition as planned, {"record": {...}} per row, events
+         * ({"skipped": ...} for invisible offsets, {"data_loss": ...} when failOnDataLoss is
+         * false), {"paused": ...} when --pause-after is reached (a line on stdin resumes), and
+         * {"done": {...}} per partition; or {"query_failed": {...}} where Spark fails.
+         */
+        static int replay(String bootstrap, String strategySpec, String starting, String ending,
+                boolean failOnDataLoss, String[] args, int from) throws Exception {
+            long pauseAfter = -1;
+            long pollTimeoutMs = DEFAULT_POLL_TIMEOUT_MS;
+            String timestampStrategy = "error";
+            List<String> rest = new ArrayList<>();
+            for (int i = from; i < args.length; i++) {
+                String a = args[i];
+                if (a.startsWith("--pause-after=")) {
+                    pauseAfter = Long.parseLong(a.substring("--pause-after=".length()));
+                } else if (a.startsWith("--poll-timeout-ms=")) {
+                    pollTimeoutMs = Long.parseLong(a.substring("--poll-timeout-ms=".length()));
+                } else if (a.startsWith("--timestamp-strategy=")) {
+                    timestampStrategy = a.substring("--timestamp-strategy=".length());
+                } else {
+                    rest.add(a);
+                }
+            }
+            Properties specified = props(rest.toArray(new String[0]), 0);
+            Strategy strategy = new Strategy(strategySpec);
+            RangeLimit startLimit = new RangeLimit(starting);
+            RangeLimit endLimit = new RangeLimit(ending);
+            String uniqueGroupId = "spark-kafka-relation-" + UUID.randomUUID();
+
+            Map<TopicPartition, Long> fromOffsets;
+            Map<TopicPartition, Long> untilOffsets;
+            try (Driver driver = new Driver(driverParams(bootstrap, specified), strategy)) {
+                fromOffsets = driver.partitionOffsets(startLimit, true, timestampStrategy);
+                untilOffsets = driver.partitionOffsets(endLimit, false, timestampStrategy);
+            } catch (QueryFailed e) {
+                emit("query_failed", e.details);
+                return 0;
+            }
+            if (!fromOffsets.keySet().equals(untilOffsets.keySet())) {
+                emit("query_failed", obj("error", "partitions_changed", "message",
+                        "different topic partitions for starting and ending offsets"));
+                return 0;
+            }
+            for (TopicPartition tp : fromOffsets.keySet()) {
+                emit("range", obj("topic", tp.topic(), "partition", tp.partition(),
+                        "from", fromOffsets.get(tp), "until", untilOffsets.get(tp)));
+            }
+
+            Map<String, Object> executorParams =
+                    executorParams(bootstrap, specified, uniqueGroupId);
+            long[] emitted = {0};
+            BufferedReader stdin =
+                    new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            for (TopicPartition tp : fromOffsets.keySet()) {
+                try (PartitionReader reader = new PartitionReader(tp, executorParams,
+                        fromOffsets.get(tp), untilOffsets.get(tp), pollTimeoutMs,
+                        failOnDataLoss)) {
+                    ConsumerRecord<byte[], byte[]> r;
+                    while ((r = reader.next()) != null) {
+                        emit("record", recordJson(r));
+                        emitted[0]++;
+                        if (emitted[0] == pauseAfter) {
+                            emit("paused", obj("partition", tp.partition(),
+                                    "next_offset", r.offset() + 1));
+                            stdin.readLine();
+                        }
+                    }
+                    emit("done", reader.summary());
+                } catch (QueryFailed e) {
+                    emit("query_failed", e.details);
+                    return 0;
+                }
+            }
+            return 0;
+        }
+
+        /** KafkaBatchPartitionReader over one KafkaDataConsumer. */
+        static final class PartitionReader implements AutoCloseable {
+            final TopicPartition tp;
+            final DataConsumer consumer;
+            final long fromOffset;
+            final long untilOffset;
+            final long pollTimeoutMs;
+            final boolean failOnDataLoss;
+            long nextOffset;
+            long records;
+
+            PartitionReader(TopicPartition tp, Map<String, Object> params, long from, long until,
+                    long pollTimeoutMs, boolean failOnDataLoss) {
+                this.tp = tp;
+                this.consumer = new DataConsumer(tp, params, failOnDataLoss);
+                // resolveRange: earliest/latest bound late, on the executor, by the consumer.
+                if (from < 0 || until < 0) {
+                    long[] available = consumer.availableOffsetRange();
+                    from = from < 0 ? available[0] : from;
+                    until = until < 0 ? available[1] : until;
+                }
+                this.fromOffset = from;
+                this.untilOffset = until;
+                this.nextOffset = from;
+                this.pollTimeoutMs = pollTimeoutMs;
+                this.failOnDataLoss = failOnDataLoss;
+            }
+
+            ConsumerRecord<byte[], byte[]> next() {
+                if (nextOffset >= untilOffset) {
+                    return null;
+                }
+                ConsumerRecord<byte[], byte[]> r =
+                        consumer.get(nextOffset, untilOffset, pollTimeoutMs);
+                if (r != null) {
+                    nextOffset = r.offset() + 1;
+                    records++;
+                }
+                return r;
+            }
+
+            Map<String, Object> summary() {
+                return obj("topic", tp.topic(), "partition", tp.partition(), "from", fromOffset,
+                        "until", untilOffset, "records", records, "polls", consumer.polls,
+                        "data_loss", consumer.dataLoss,
+                        "offset_out_of_range", consumer.offsetOutOfRange,
+                        "group_id", consumer.groupId);
+            }
+
+            @Override
+            public void close() {
+                consumer.close();
+            }
+        }
+
+        /** FetchedData: the records of the last poll and where that poll left the consumer. */
+        static final class FetchedData {
+            ListIterator<ConsumerRecord<byte[], byte[]>> records =
+                    Collections.emptyListIterator();
+            long nextOffsetInFetchedData = UNKNOWN_OFFSET;
+            long offsetAfterPoll = UNKNOWN_OFFSET;
+            long[] availableOffsetRange = {UNKNOWN_OFFSET, UNKNOWN_OFFSET};
+
+            void withNewPoll(List<ConsumerRecord<byte[], byte[]>> polled, long afterPoll,
+                    long[] range) {
+                records = polled.listIterator();
+                nextOffsetInFetchedData = UNKNOWN_OFFSET;
+                offsetAfterPoll = afterPoll;
+                availableOffsetRange = range;
+            }
+
+            ConsumerRecord<byte[], byte[]> next() {
+                ConsumerRecord<byte[], byte[]> r = records.next();
+                nextOffsetInFetchedData = r.offset() + 1;
+                return r;
+            }
+
+            ConsumerRecord<byte[], byte[]> previous() {
+                ConsumerRecord<byte[], byte[]> r = records.previous();
+                nextOffsetInFetchedData = r.offset();
+                return r;
+            }
+
+            void reset() {
+                records = Collections.emptyListIterator();
+                nextOffsetInFetchedData = UNKNOWN_OFFSET;
+                offsetAfterPoll = UNKNOWN_OFFSET;
+                availableOffsetRange = new long[] {UNKNOWN_OFFSET, UNKNOWN_OFFSET};
+            }
+        }
+
+        /** KafkaDataConsumer over InternalKafkaConsumer, for one partition. */
+        static final class DataConsumer implements AutoCloseable {
+            final TopicPartition tp;
+            final KafkaConsumer<byte[], byte[]> consumer;
+            final String groupId;
+            final boolean failOnDataLoss;
+            final FetchedData fetchedData = new FetchedData();
+            long polls;
+            long dataLoss;
+            long offsetOutOfRange;
+
+            DataConsumer(TopicPartition tp, Map<String, Object> params, boolean failOnDataLoss) {
+                this.tp = tp;
+                this.groupId = (String) params.get(ConsumerConfig.GROUP_ID_CONFIG);
+                this.failOnDataLoss = failOnDataLoss;
+                this.consumer = new KafkaConsumer<>(params);
+                consumer.assign(List.of(tp));
+            }
+
+            @Override
+            public void close() {
+                consumer.close();
+            }
+
+            /** InternalKafkaConsumer.getAvailableOffsetRange: {earliest, latest}. */
+            long[] availableOffsetRange() {
+                consumer.seekToBeginning(Set.of(tp));
+                long earliest = consumer.position(tp);
+                consumer.seekToEnd(Set.of(tp));
+                long latest = consumer.position(tp);
+                return new long[] {earliest, latest};
+            }
+
+            /** InternalKafkaConsumer.fetch: seek, poll, position, available range. */
+            void fetchData(long offset, long pollTimeoutMs) {
+                consumer.seek(tp, offset);
+                ConsumerRecords<byte[], byte[]> polled =
+                        consumer.poll(Duration.ofMillis(pollTimeoutMs));
+                List<ConsumerRecord<byte[], byte[]>> records = polled.records(tp);
+                long offsetAfterPoll = consumer.position(tp);
+                long[] range = availableOffsetRange();
+                polls++;
+                if (records.isEmpty()) {
+                    if (offset < range[0] || offset >= range[1]) {
+                        throw new OffsetOutOfRangeException(Map.of(tp, offset));
+                    } else if (offset == offsetAfterPoll) {
+                        throw new QueryFailed(obj("error", "timeout", "partition",
+                                tp.partition(), "offset", offset, "message",
+                                "Cannot fetch record for offset " + offset + " in "
+                                        + pollTimeoutMs + " milliseconds"));
+                    }
+                }
+                fetchedData.withNewPoll(new ArrayList<>(records), offsetAfterPoll, range);
+            }
+
+            /** KafkaDataConsumer.get: the record at `offset`, or the next one Spark accepts. */
+            ConsumerRecord<byte[], byte[]> get(long offset, long untilOffset,
+                    long pollTimeoutMs) {
+                long toFetchOffset = offset;
+                while (toFetchOffset != UNKNOWN_OFFSET) {
+                    try {
+                        Object[] fetched = fetchRecord(toFetchOffset, untilOffset, pollTimeoutMs);
+                        @SuppressWarnings("unchecked")
+                        ConsumerRecord<byte[], byte[]> r =
+                                (ConsumerRecord<byte[], byte[]>) fetched[0];
+                        if (r != null) {
+                            return r;
+                        }
+                        long next = (Long) fetched[1];
+                        if (fetched.length == 2) {
+                            emit("skipped", obj("partition", tp.partition(),
+                                    "from", toFetchOffset, "to", Math.min(next, untilOffset)));
+                        }
+                        toFetchOffset = next;
+                        if (toFetchOffset >= untilOffset) {
+                            fetchedData.reset();
+                            toFetchOffset = UNKNOWN_OFFSET;
+                        }
+                    } catch (OffsetOutOfRangeException e) {
+                        fetchedData.reset();
+                        if (failOnDataLoss) {
+                            throw dataLossFailure(toFetchOffset, untilOffset, e);
+                        }
+                        dataLoss++;
+                        long old = toFetchOffset;
+                        toFetchOffset = earliestAvailableOffsetBetween(toFetchOffset, untilOffset);
+                        long skippedTo = toFetchOffset == UNKNOWN_OFFSET ? untilOffset
+                                : toFetchOffset;
+                        offsetOutOfRange += skippedTo - old;
+                        emit("data_loss", obj("partition", tp.partition(), "from", old,
+                                "to", skippedTo, "cause", describe(e)));
+                    }
+                }
+                fetchedData.reset();
+                return null;
+            }
+
+            QueryFailed dataLossFailure(long start, long end, Throwable cause) {
+                dataLoss++;
+                return new QueryFailed(obj("error", "data_loss", "topic", tp.topic(),
+                        "partition", tp.partition(), "from", start, "until", end,
+                        "cause", cause == null ? null : describe(cause),
+                        "message", "Cannot fetch offset " + start + " (GroupId: " + groupId
+                                + ", TopicPartition: " + tp + "). Some data may have been lost"
+                                + " because they are not available in Kafka any more."));
+            }
+
+            /** getEarliestAvailableOffsetBetween. */
+            long earliestAvailableOffsetBetween(long offset, long untilOffset) {
+                long[] range = availableOffsetRange();
+                if (offset >= range[1] || range[0] >= untilOffset) {
+                    return UNKNOWN_OFFSET;
+                } else if (offset >= range[0]) {
+                    return offset;
+                }
+                return range[0];
+            }
+
+            /**
+             * fetchRecord: {record or null, next offset to fetch}; a third element marks a
+             * skip already reported as data loss (not an invisible offset).
+             */
+            Object[] fetchRecord(long offset, long untilOffset, long pollTimeoutMs) {
+                if (offset != fetchedData.nextOffsetInFetchedData) {
+                    fetchData(offset, pollTimeoutMs);
+                } else if (!fetchedData.records.hasNext()) {
+                    if (offset < fetchedData.offsetAfterPoll) {
+                        long next = fetchedData.offsetAfterPoll;
+                        fetchedData.reset();
+                        return new Object[] {null, next};
+                    }
+                    fetchData(offset, pollTimeoutMs);
+                }
+                if (!fetchedData.records.hasNext()) {
+                    if (offset > fetchedData.offsetAfterPoll) {
+                        throw new IllegalStateException("seek to " + offset
+                                + " and poll but the offset was reset to "
+                                + fetchedData.offsetAfterPoll);
+                    }
+                    return new Object[] {null, fetchedData.offsetAfterPoll};
+                }
+                ConsumerRecord<byte[], byte[]> r = fetchedData.next();
+                if (r.offset() > offset) {
+                    if (fetchedData.availableOffsetRange[0] <= offset) {
+                        // `offset` is still there but invisible (a control batch): skip to r.
+                        fetchedData.previous();
+                        return new Object[] {null, r.offset()};
+                    }
+                    if (failOnDataLoss) {
+                        throw dataLossFailure(offset, r.offset(), null);
+                    }
+                    dataLoss++;
+                    if (r.offset() >= untilOffset) {
+                        emit("data_loss", obj("partition", tp.partition(), "from", offset,
+                                "to", untilOffset, "cause", null));
+                        return new Object[] {null, untilOffset, "data_loss"};
+                    }
+                    emit("data_loss", obj("partition", tp.partition(), "from", offset,
+                            "to", r.offset(), "cause", null));
+                    return new Object[] {r, fetchedData.nextOffsetInFetchedData};
+                } else if (r.offset() < offset) {
+                    throw new IllegalStateException(
+                            "Tried to fetch " + offset + " but the returned record offset was "
+                                    + r.offset());
+                }
+                return new Object[] {r, fetchedData.nextOffsetInFetchedData};
+            }
         }
     }
 
