@@ -30,7 +30,11 @@ from conftest import create_topic
 from harness import ClusterProcess, JavaTool
 
 SPARK_POLL_TIMEOUT_MS = 30000
-BASE_TIMESTAMP_MS = 1_700_000_000_000
+
+
+def recent_base_timestamp_ms() -> int:
+    """An hour ago, to the second: old enough to look up, too young for retention."""
+    return (int(time.time()) - 3600) * 1000
 
 
 # -- records as Spark's sink writes them -----------------------------------------------------
@@ -62,9 +66,13 @@ class SinkRecord:
         return "\t".join(fields)
 
 
-def sample_records(count: int, partitions: int, seed: int = 7) -> list[SinkRecord]:
+def sample_records(
+    count: int, partitions: int, base_timestamp_ms: int | None = None, seed: int = 7
+) -> list[SinkRecord]:
     """Keys, null keys, null and empty values, binary bytes, headers (repeated names, null
-    values, none at all) and explicit timestamps that grow by 10 ms a record."""
+    values, none at all) and explicit timestamps that grow by 10 ms a record; record i goes
+    to partition i % partitions."""
+    base = recent_base_timestamp_ms() if base_timestamp_ms is None else base_timestamp_ms
     rng = random.Random(seed)
     out = []
     for i in range(count):
@@ -86,7 +94,7 @@ def sample_records(count: int, partitions: int, seed: int = 7) -> list[SinkRecor
                 value=value,
                 headers=headers,
                 partition=i % partitions,
-                timestamp=BASE_TIMESTAMP_MS + 10 * i,
+                timestamp=base + 10 * i,
             )
         )
     return out
@@ -308,3 +316,131 @@ def test_sink_write_then_batch_read_every_field(java_tool, bootstrap, new_topic,
     query = spark_read(java_tool, bootstrap, f"{topic}:1", "offsets:1=5", "offsets:1=20").succeeded()
     assert query.ranges == {1: (5, 20)}
     assert_rows_are(query, written, {1: by_partition[1][5:20]})
+
+
+def first_at_or_after(
+    written: Written, partition: int, timestamp: int, log_start: int = 0
+) -> tuple[int, int]:
+    """(offset, timestamp) of the first record at or after `log_start` stamped at or after
+    `timestamp`, or (-1, -1): ListOffsets by timestamp as Kafka answers it."""
+    for index in written.by_partition()[partition]:
+        offset = written.offsets[index][1]
+        if offset >= log_start and written.timestamps[index] >= timestamp:
+            return offset, written.timestamps[index]
+    return -1, -1
+
+
+def test_list_offsets_and_timestamp_ranges(java_tool, bootstrap, new_topic, tmp_path):
+    """The driver's Admin.listOffsets: earliest, latest (the high watermark) and by timestamp
+    agree under read_uncommitted and read_committed, and startingOffsetsByTimestamp /
+    endingOffsetsByTimestamp / startingTimestamp select exactly the matching rows."""
+    partitions = 3
+    topic = new_topic(partitions=partitions)
+    base = recent_base_timestamp_ms()
+    records = sample_records(240, partitions, base_timestamp_ms=base)
+    written = spark_write(java_tool, bootstrap, topic, records, tmp_path)
+    counts = {p: len(ix) for p, ix in written.by_partition().items()}
+
+    # Before every record, exactly on one (index 100 is in partition 1), between two records
+    # of each partition, after every record.
+    probes = [base - 60_000, base + 10 * 100, base + 10 * 150 + 5, base + 10 * 240 + 1]
+    found = spark_offsets(java_tool, bootstrap, topic, probes)
+    assert set(found) == {(i, p) for i in ("read_uncommitted", "read_committed") for p in range(3)}
+    for (isolation, p), row in found.items():
+        assert (row["earliest"], row["latest"]) == (0, counts[p]), (isolation, row)
+        for probe in row["by_timestamp"]:
+            want = first_at_or_after(written, p, probe["timestamp"])
+            got = (probe["offset"], probe["record_timestamp"])
+            assert got == want, f"{isolation} partition {p} timestamp {probe['timestamp']}"
+
+    # startingOffsetsByTimestamp / endingOffsetsByTimestamp: per partition [start, end).
+    start_ts = {p: base + 10 * (30 + p) for p in range(partitions)}
+    end_ts = {p: base + 10 * (200 + p) + 1 for p in range(partitions)}
+    query = spark_read(
+        java_tool,
+        bootstrap,
+        topic,
+        "timestamps:" + ",".join(f"{p}={t}" for p, t in start_ts.items()),
+        "timestamps:" + ",".join(f"{p}={t}" for p, t in end_ts.items()),
+    ).succeeded()
+    want: dict[int, list[int]] = {}
+    for p in range(partitions):
+        start = first_at_or_after(written, p, start_ts[p])[0]
+        end = first_at_or_after(written, p, end_ts[p])[0]
+        assert query.ranges[p] == (start, end), (p, query.ranges[p])
+        want[p] = [i for i in written.by_partition()[p] if start <= written.offsets[i][1] < end]
+        assert want[p], "the probe timestamps select nothing"
+    assert_rows_are(query, written, want)
+
+    # startingTimestamp (one timestamp for every partition) after the last record: Spark
+    # fails the query by default, or starts at latest with the "latest" strategy.
+    late = f"timestamp:{base + 10 * 240 + 1}"
+    failed = spark_read(java_tool, bootstrap, topic, late, "latest").failed
+    assert failed is not None and failed["error"] == "no_offset_for_timestamp", failed
+    query = spark_read(
+        java_tool, bootstrap, topic, late, "latest", True, "--timestamp-strategy=latest"
+    ).succeeded()
+    assert query.ranges == {p: (counts[p], -1) for p in range(partitions)}
+    assert {p: (d["from"], d["until"]) for p, d in query.done.items()} == {
+        p: (counts[p], counts[p]) for p in range(partitions)
+    }
+    assert query.rows == []
+    # An ending timestamp after the last record means latest.
+    query = spark_read(java_tool, bootstrap, topic, "earliest", late).succeeded()
+    assert query.ranges == {p: (-2, counts[p]) for p in range(partitions)}
+    assert_rows_are(query, written, written.by_partition())
+
+
+def test_deleted_start_of_range_fails_or_skips_per_fail_on_data_loss(
+    java_tool, bootstrap, new_topic, tmp_path
+):
+    """DeleteRecords removes the start of a range a query planned earlier (as a streaming
+    query's next batch would): with failOnDataLoss=true the query fails naming the partition
+    and offsets; with false it skips to the earliest offset and reads the rest exactly."""
+    partitions = 2
+    topic = new_topic(partitions=partitions)
+    records = sample_records(200, partitions)
+    written = spark_write(java_tool, bootstrap, topic, records, tmp_path)
+    by_partition = written.by_partition()
+    deleted_before = 37
+    [low] = java_tool.json("delete-records", bootstrap, topic, 0, deleted_before)
+    assert low["low_watermark"] == deleted_before
+
+    found = spark_offsets(java_tool, bootstrap, topic, [recent_base_timestamp_ms() - 60_000])
+    for isolation in ("read_uncommitted", "read_committed"):
+        assert found[(isolation, 0)]["earliest"] == deleted_before
+        assert found[(isolation, 1)]["earliest"] == 0
+        # A timestamp before every record finds the first record still there.
+        [probe] = found[(isolation, 0)]["by_timestamp"]
+        assert probe["offset"] == deleted_before, probe
+
+    planned = "offsets:0=0,1=0"
+    failed = spark_read(java_tool, bootstrap, topic, planned, "latest", True).failed
+    assert failed is not None, "failOnDataLoss=true read a deleted range without failing"
+    assert failed["error"] == "data_loss", failed
+    assert (failed["partition"], failed["from"]) == (0, 0), failed
+    assert failed["until"] == len(by_partition[0]), failed
+    assert "OffsetOutOfRange" in (failed["cause"] or ""), failed
+
+    query = spark_read(java_tool, bootstrap, topic, planned, "latest", False).succeeded()
+    assert [(d["partition"], d["from"], d["to"]) for d in query.data_loss] == [
+        (0, 0, deleted_before)
+    ], query.data_loss
+    assert query.done[0]["offset_out_of_range"] == deleted_before
+    assert_rows_are(
+        query, written, {0: by_partition[0][deleted_before:], 1: by_partition[1]}
+    )
+
+    # "earliest" is bound on the executor: it starts after the deletion, no data loss.
+    query = spark_read(java_tool, bootstrap, topic, "earliest", "latest", True).succeeded()
+    assert query.done[0]["from"] == deleted_before and not query.data_loss
+    assert_rows_are(
+        query, written, {0: by_partition[0][deleted_before:], 1: by_partition[1]}
+    )
+
+    # A range entirely deleted: skipped whole with failOnDataLoss=false.
+    query = spark_read(
+        java_tool, bootstrap, f"{topic}:0", "offsets:0=3", "offsets:0=20", False
+    ).succeeded()
+    assert query.rows == []
+    assert [(d["from"], d["to"]) for d in query.data_loss] == [(3, 20)], query.data_loss
