@@ -1,0 +1,105 @@
+"""`python -m pipeline generate|run ...`, which `scripts/pipeline` runs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="scripts/pipeline",
+        description="Click events into raftka, and a Spark job counting page views per minute.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="produce JSON click events to topic 'events'")
+    gen.add_argument("--rate", type=float, required=True, help="events per second (wall time)")
+    gen.add_argument("--duration", type=float, required=True, help="seconds to run")
+    gen.add_argument(
+        "--speedup", type=float, default=1.0, help="event time runs this many times faster"
+    )
+    gen.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+    gen.add_argument("--users", type=int, default=50, help="distinct users (default 50)")
+    gen.add_argument("--seed", type=int, help="random seed, for a reproducible stream")
+    gen.add_argument(
+        "--start",
+        help="event time of the first event (ISO 8601, UTC); default: now, or after the "
+        "newest event already in the topic",
+    )
+
+    run = commands.add_parser("run", help="the Structured Streaming job (Ctrl-C stops it)")
+    run.add_argument("--checkpoint", required=True, metavar="DIR", help="Spark checkpoint")
+    run.add_argument("--source", choices=("raftka", "kafka"), default="raftka")
+    run.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+    bounded = run.add_mutually_exclusive_group()
+    bounded.add_argument(
+        "--available-now",
+        "--once",
+        action="store_true",
+        help="process the events present now, emit what that finishes, and stop",
+    )
+    bounded.add_argument("--duration", type=float, help="stop after this many seconds")
+    run.add_argument(
+        "--trigger-interval", default="5 seconds", help="micro-batch interval (default 5 s)"
+    )
+    run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    run.add_argument(
+        "--packages",
+        help="Maven coordinates for spark.jars.packages, e.g. Spark's Kafka connector "
+        "for --source kafka",
+    )
+    run.add_argument("--jars", help="comma-separated jars for spark.jars")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "generate":
+        from pipeline.clicks import generate, parse_ts
+
+        try:
+            result = generate(
+                args.bootstrap,
+                rate=args.rate,
+                duration_s=args.duration,
+                speedup=args.speedup,
+                users=args.users,
+                seed=args.seed,
+                start_ms=parse_ts(args.start) if args.start else None,
+            )
+        except KeyboardInterrupt:
+            print("generate: interrupted", file=sys.stderr)
+            return 130
+        return 0 if result.failed == 0 else 1
+
+    from pipeline.page_counts import PageCountsJob, PipelineError
+    from pipeline.session import SparkSetupError, local_session
+
+    conf = {}
+    if args.packages:
+        conf["spark.jars.packages"] = args.packages
+    if args.jars:
+        conf["spark.jars"] = args.jars
+    checkpoint = os.path.abspath(args.checkpoint)
+    try:
+        spark = local_session("raftka-page-counts", master=args.master, conf=conf)
+        job = PageCountsJob(spark, args.bootstrap, checkpoint, source=args.source)
+        job.run(
+            available_now=args.available_now,
+            duration_s=args.duration,
+            interval=args.trigger_interval,
+        )
+    except (PipelineError, SparkSetupError) as exc:
+        print(f"run: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
