@@ -13,13 +13,16 @@ from them:
   after which a consumer may legitimately read a partition from another position.
 - `commit`: `process`, `group`, `t0`, `offsets` ({partition: next offset}), `outcome`
   (`ok` or `failed` with `error`); `committed`: `process`, `group`, `t0`, `offsets` read back
-  with OffsetFetch.
-- `nemesis`: `name`, `phase` (`start` / `end` / `info`), `detail`.
+  with OffsetFetch (-1: none).
+- `nemesis`: `name`, `phase` (`start` with `t0` when injecting began / `end` / `info`),
+  `detail`; `phase`: `name`, a step of the run (faults, healed, final read).
 - `final-read`: `complete`, `high_watermarks`, `positions` (records are `poll` events of
   process `final`).
 - `replicas`: `identical`, `partitions` (per partition, per node: bytes and digest of the
   concatenated segment files), `diffs`.
-- `node-exit`: `node`, `code`: a broker exited without a nemesis stopping it.
+- `node-exit`: `node`, `code`, `log_tail`: a broker exited without a nemesis stopping it;
+  `unclean-stop`: `node`, `detail`: SIGTERM did not end in exit code 0 in time.
+- `workload-error`: `process`, `error`, `traceback`; `client-fatal`: `process`, `error`.
 """
 
 from __future__ import annotations

@@ -171,6 +171,7 @@ class Nemesis:
     """One kind of fault. Subclasses set `name` and implement `inject` and `repair`."""
 
     name = "none"
+    hold_s = HOLD_S
 
     def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
         self.ctx = ctx
@@ -358,10 +359,16 @@ class RollingRestart(Nemesis):
     """SIGTERM every broker in turn, restarting each before the next (one fault window)."""
 
     name = "rolling-restart"
+    hold_s = (0.0, 0.0)
 
     def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
         super().__init__(ctx, rng)
         self.deadline = float("inf")
+
+    def step(self, steps: list[str], detail: str) -> None:
+        steps.append(detail)
+        self.ctx.history.record("nemesis", name=self.name, phase="info", detail=detail)
+        self.ctx.log(f"{self.name}: {detail}")
 
     def inject(self) -> str | None:
         steps = []
@@ -374,15 +381,15 @@ class RollingRestart(Nemesis):
                 self.ctx.expected_down.add(node.node_id)
                 try:
                     node.stop()
-                    steps.append(f"SIGTERM node {node.node_id}")
+                    self.step(steps, f"SIGTERM node {node.node_id}: clean exit")
                 except BrokerStopError as exc:
                     self.ctx.history.record(
                         "unclean-stop", node=node.node_id, detail=str(exc)[:3000]
                     )
-                    steps.append(f"SIGTERM node {node.node_id}: unclean stop")
-            steps.append(self.ctx.restart(node))
+                    self.step(steps, f"SIGTERM node {node.node_id}: unclean stop")
+            self.step(steps, self.ctx.restart(node))
             time.sleep(ROLLING_PAUSE_S)
-        return "; ".join(steps) if steps else None
+        return f"restarted {len(steps) // 2} brokers one at a time" if steps else None
 
     def repair(self) -> str | None:
         return "rolling restart done"
@@ -434,6 +441,7 @@ class NemesisThread(threading.Thread):
         nemesis, ctx, rng = self.nemesis, self.nemesis.ctx, self.nemesis.rng
         try:
             while self._wait(rng.uniform(*QUIET_S)):
+                t0 = ctx.history.now()
                 detail = nemesis.inject()
                 if detail is None:
                     ctx.history.record(
@@ -441,9 +449,11 @@ class NemesisThread(threading.Thread):
                     )
                     continue
                 self.faults += 1
-                ctx.history.record("nemesis", name=nemesis.name, phase="start", detail=detail)
+                ctx.history.record(
+                    "nemesis", name=nemesis.name, phase="start", t0=t0, detail=detail
+                )
                 ctx.log(f"{nemesis.name}: {detail}")
-                self._wait(rng.uniform(*HOLD_S))
+                self._wait(rng.uniform(*nemesis.hold_s))
                 detail = nemesis.repair()
                 ctx.history.record("nemesis", name=nemesis.name, phase="end", detail=detail)
                 ctx.log(f"{nemesis.name}: {detail}")

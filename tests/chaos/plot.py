@@ -36,7 +36,7 @@ def fault_windows(events: list[Event], end_t: float) -> dict[str, list[tuple[flo
             continue
         name = event["name"]
         if event["phase"] == "start":
-            open_at[name] = event["t"]
+            open_at[name] = event.get("t0", event["t"])  # the fault began before it was logged
         elif event["phase"] == "end" and name in open_at:
             windows.setdefault(name, []).append((open_at.pop(name), event["t"]))
     for name, start in open_at.items():

@@ -68,7 +68,7 @@ class ChaosConfig:
     producers: int = 3
     sends_per_second: float = 40.0
     disk_mib: int = 128
-    recovery_s: float = 5.0
+    recovery_s: float = 3.0
     final_read_timeout_s: float = 60.0
     quiet_timeout_s: float = 20.0
 

@@ -353,9 +353,8 @@ class CommittedObserver(Worker):
                     result = consumer.committed(partitions, timeout=5)
                 except KafkaException:
                     continue
-                offsets = {
-                    tp.partition: tp.offset for tp in result if tp.error is None and tp.offset >= 0
-                }
+                # No committed offset reads as -1: after an acknowledged commit, a regression.
+                offsets = {tp.partition: max(tp.offset, -1) for tp in result if tp.error is None}
                 if offsets:
                     self.history.record(
                         "committed",
