@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import base64
 import json
+import queue
 import random
 import subprocess
+import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -313,7 +316,9 @@ def test_sink_write_then_batch_read_every_field(java_tool, bootstrap, new_topic,
         assert_rows_are(query, written, by_partition)
 
     # The "assign" strategy and specific offsets: one partition, [5, 20).
-    query = spark_read(java_tool, bootstrap, f"{topic}:1", "offsets:1=5", "offsets:1=20").succeeded()
+    query = spark_read(
+        java_tool, bootstrap, f"{topic}:1", "offsets:1=5", "offsets:1=20"
+    ).succeeded()
     assert query.ranges == {1: (5, 20)}
     assert_rows_are(query, written, {1: by_partition[1][5:20]})
 
@@ -427,16 +432,12 @@ def test_deleted_start_of_range_fails_or_skips_per_fail_on_data_loss(
         (0, 0, deleted_before)
     ], query.data_loss
     assert query.done[0]["offset_out_of_range"] == deleted_before
-    assert_rows_are(
-        query, written, {0: by_partition[0][deleted_before:], 1: by_partition[1]}
-    )
+    assert_rows_are(query, written, {0: by_partition[0][deleted_before:], 1: by_partition[1]})
 
     # "earliest" is bound on the executor: it starts after the deletion, no data loss.
     query = spark_read(java_tool, bootstrap, topic, "earliest", "latest", True).succeeded()
     assert query.done[0]["from"] == deleted_before and not query.data_loss
-    assert_rows_are(
-        query, written, {0: by_partition[0][deleted_before:], 1: by_partition[1]}
-    )
+    assert_rows_are(query, written, {0: by_partition[0][deleted_before:], 1: by_partition[1]})
 
     # A range entirely deleted: skipped whole with failOnDataLoss=false.
     query = spark_read(
@@ -444,3 +445,245 @@ def test_deleted_start_of_range_fails_or_skips_per_fail_on_data_loss(
     ).succeeded()
     assert query.rows == []
     assert [(d["from"], d["to"]) for d in query.data_loss] == [(3, 20)], query.data_loss
+
+
+# -- three brokers ----------------------------------------------------------------------------
+
+
+class ToolProcess:
+    """A KafkaTool command running in the background: its JSON lines arrive on a queue while
+    the test kills brokers; a line on stdin resumes a `--pause-after` pause."""
+
+    def __init__(self, java_tool: JavaTool, *args: object) -> None:
+        argv = [java_tool.java, "-XX:TieredStopAtLevel=1", "-cp", java_tool.classpath]
+        argv += ["KafkaTool", *map(str, args)]
+        self.args = args
+        self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by __exit__
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip():
+                self.lines.put(json.loads(line))
+        self.lines.put(None)
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float) -> None:
+        """Until a line satisfies `predicate` (every line is kept in `seen`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                line = self.lines.get(timeout=max(left, 0.01))
+            except queue.Empty:
+                raise AssertionError(
+                    f"KafkaTool {self.args[0]}: no such line in {timeout} s "
+                    f"({len(self.seen)} lines)\n{self.stderr_tail()}"
+                ) from None
+            if line is None:
+                raise AssertionError(
+                    f"KafkaTool {self.args[0]} exited with {self.proc.wait()}\n{self.stderr_tail()}"
+                )
+            self.seen.append(line)
+            if predicate(line):
+                return
+
+    def resume(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+
+    def finish(self, timeout: float) -> list[dict[str, Any]]:
+        """Every line, once the process exited with 0."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"KafkaTool {self.args[0]} still running after {timeout} s\n{self.stderr_tail()}"
+            ) from None
+        self.reader.join(10)
+        while (line := self.lines.get_nowait() if not self.lines.empty() else None) is not None:
+            self.seen.append(line)
+        assert code == 0, f"KafkaTool {self.args[0]} exited with {code}\n{self.stderr_tail()}"
+        return self.seen
+
+    def stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        return "--- stderr ---\n" + self.stderr.read()[-4000:]
+
+    def __enter__(self) -> ToolProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+
+
+def describe(java_tool: JavaTool, bootstrap: str, topic: str) -> dict[int, dict[str, Any]]:
+    """Admin.describeTopics through the tool: partition -> {leader, replicas, isr}."""
+    rows = java_tool.json("describe-topic", bootstrap, topic)
+    return {r["partition"]: r for r in rows}
+
+
+def wait_leader(
+    java_tool: JavaTool,
+    nodes: list[Any],
+    topic: str,
+    partition: int = 0,
+    not_on: int | None = None,
+    isr: int = 1,
+    timeout: float = 30,
+) -> int:
+    """The partition's leader as the live `nodes` report it, once it is not `not_on` and
+    the ISR has at least `isr` brokers."""
+    bootstrap = ",".join(n.bootstrap for n in nodes)
+
+    def settled() -> int | None:
+        state = describe(java_tool, bootstrap, topic)[partition]
+        ok = state["leader"] not in (-1, not_on) and len(state["isr"]) >= isr
+        return state["leader"] if ok else None
+
+    return wait_until(settled, timeout, f"a leader for {topic}-{partition} (not {not_on})", 0.5)
+
+
+def test_three_nodes_sink_and_batch_read_rf3(java_tool, cluster_factory, tmp_path):
+    """The same round trip on a three-broker cluster, replication factor 3."""
+    cluster: ClusterProcess = cluster_factory()
+    topic = f"spark-rf3-{uuid.uuid4().hex[:8]}"
+    partitions = 3
+    create_topic(cluster.bootstrap, topic, partitions=partitions, replication_factor=3)
+    records = sample_records(300, partitions)
+    written = spark_write(java_tool, cluster.bootstrap, topic, records, tmp_path)
+    counts = {p: len(ix) for p, ix in written.by_partition().items()}
+    found = spark_offsets(java_tool, cluster.bootstrap, topic, [records[0].timestamp or 0])
+    for (isolation, p), row in found.items():
+        assert (row["earliest"], row["latest"]) == (0, counts[p]), (isolation, row)
+        [probe] = row["by_timestamp"]
+        assert (probe["offset"], probe["record_timestamp"]) == first_at_or_after(
+            written, p, probe["timestamp"]
+        )
+    for isolation in ("read_uncommitted", "read_committed"):
+        query = spark_read(
+            java_tool,
+            cluster.bootstrap,
+            topic,
+            "earliest",
+            "latest",
+            True,
+            f"isolation.level={isolation}",
+        ).succeeded()
+        assert_rows_are(query, written, written.by_partition())
+        assert not query.skipped and not query.data_loss
+
+
+def write_through_failover_with_gap(
+    java_tool: JavaTool,
+    cluster: ClusterProcess,
+    topic: str,
+    records: list[SinkRecord],
+    tmp_path: Path,
+) -> tuple[Written, int, int]:
+    """The sink writes `records` at 500 a second to a one-partition RF 3 topic while its
+    leader is replaced by one that must append a control batch.
+
+    A new leader appends that batch when it cannot tell its log is committed to its end.
+    Both followers are stopped (SIGSTOP) for a moment in the middle of the write: the
+    leader keeps appending and sending what it can no longer commit, and the followers find
+    those entries in their sockets once resumed, after the leader itself was stopped. One
+    of them is elected with uncommitted entries, appends the control batch, and the sink's
+    producer carries on there once the old leader is SIGKILLed. The old leader is restarted
+    and back in the ISR on return. Returns (what was written, old leader, new leader)."""
+    leader = wait_leader(java_tool, cluster.nodes, topic, isr=3)
+    followers = [n for n in cluster.nodes if n.node_id != leader]
+    path = records_file(tmp_path, records)
+    with ToolProcess(java_tool, "spark-write", cluster.bootstrap, topic, path, 500) as writer:
+        acks = 0
+
+        def counted(line: dict[str, Any]) -> bool:
+            nonlocal acks
+            acks += "ack" in line
+            return acks >= len(records) // 3
+
+        writer.wait_for(counted, 60)
+        for node in followers:
+            node.pause()
+        time.sleep(0.3)  # well under the leader's check-quorum timeout
+        cluster.node(leader).pause()
+        for node in followers:
+            node.resume()
+        successor = wait_leader(java_tool, followers, topic, not_on=leader, timeout=30)
+        cluster.node(leader).kill()
+        written = parse_write(writer.finish(120), records)
+    cluster.node(leader).start()
+    wait_leader(java_tool, cluster.nodes, topic, isr=3, timeout=60)
+    return written, leader, successor
+
+
+@pytest.mark.timeout(240)
+def test_three_nodes_gap_and_leader_killed_mid_read(java_tool, cluster_factory, tmp_path):
+    """A leader change leaves a gap in the offsets (the new leader's control batch), and a
+    leader SIGKILLed in the middle of the executor's read does not change the result: the
+    query returns exactly the written rows of the range it planned, skipping the gap as
+    invisible offsets, never as data loss."""
+    cluster: ClusterProcess = cluster_factory()
+    topic = f"spark-kill-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=1, replication_factor=3)
+    records = [
+        SinkRecord(
+            key=f"k{i}".encode(),
+            value=b"v%05d" % i,
+            headers=(("i", str(i).encode()),),
+            partition=0,
+        )
+        for i in range(3000)
+    ]
+    written, old, new = write_through_failover_with_gap(
+        java_tool, cluster, topic, records, tmp_path
+    )
+    offsets = [written.offsets[i][1] for i in range(len(records))]
+    assert offsets == sorted(set(offsets)), "the idempotent sink wrote twice or out of order"
+    found = spark_offsets(java_tool, cluster.bootstrap, topic, [])
+    latest = found[("read_uncommitted", 0)]["latest"]
+    assert found[("read_committed", 0)]["latest"] == latest
+    assert offsets[-1] < latest
+    gap = sorted(set(range(latest)) - set(offsets))
+    print(f"\nsink: leader {old} replaced by {new}; of {latest} offsets, {gap} hold no record")
+    assert gap, "the new leader appended no control batch"
+
+    # The executor reads [earliest, latest), a few KB a fetch; a third of the way through
+    # the current leader dies.
+    leader = wait_leader(java_tool, cluster.nodes, topic, isr=3)
+    options = [f"--pause-after={latest // 3}", "max.partition.fetch.bytes=4096"]
+    args = replay_args(topic, "earliest", "latest", True, options)
+    with ToolProcess(java_tool, "spark-replay", cluster.bootstrap, *args) as reader:
+        reader.wait_for(lambda line: "paused" in line, 60)
+        cluster.node(leader).kill()
+        killed_at = time.monotonic()
+        reader.resume()
+        query = Query()
+        for line in reader.finish(120):
+            query.add(line)
+    took = time.monotonic() - killed_at
+    new_leader = wait_leader(java_tool, cluster.nodes, topic, not_on=leader)
+    print(
+        f"read: leader {leader} killed after {latest // 3} rows; {new_leader} took over; "
+        f"the read finished {took:.1f} s after the kill"
+    )
+
+    query.succeeded()
+    assert (query.done[0]["from"], query.done[0]["until"]) == (0, latest), query.done
+    assert query.done[0]["data_loss"] == 0 and not query.data_loss, query.data_loss
+    assert_rows_are(query, written, {0: list(range(len(records)))})
+    skipped = sorted({o for s in query.skipped for o in range(s["from"], s["to"])})
+    assert skipped == gap, f"skipped as invisible {skipped}, offsets without records {gap}"
+    cluster.node(leader).start()
