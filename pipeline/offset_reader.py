@@ -13,13 +13,20 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
 from pipeline.errors import SourceError
-from pipeline.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition
+from pipeline.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    SourceOptions,
+    TopicPartition,
+    client_settings,
+)
 
 
 def make_admin(client_config: Mapping[str, str]) -> AdminClient:
     """An AdminClient from the user's kafka.* options; a bad option is a `SourceError`."""
     try:
-        return AdminClient(dict(client_config))
+        return AdminClient(client_settings(client_config))
     except KafkaException as exc:
         raise SourceError(f"bad kafka.* option for the Kafka client: {exc}") from None
 

@@ -8,10 +8,12 @@ message names the option at fault, before any Spark job starts.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # Offsets inside startingOffsets/endingOffsets JSON that stand for "resolve on the broker".
 EARLIEST = -2
@@ -52,6 +54,13 @@ TopicPartition = tuple[str, int]
 
 class OptionError(ValueError):
     """An option is missing, unknown in this combination, or malformed."""
+
+
+def client_settings(config: Mapping[str, str]) -> dict[str, Any]:
+    """A confluent-kafka client's settings: `config` with librdkafka's log lines sent to the
+    `pipeline.kafka` logger (served by the client's poll, so an unreachable broker does not
+    print a connection failure every few milliseconds on stderr)."""
+    return {**config, "logger": logging.getLogger("pipeline.kafka")}
 
 
 # -- offsets JSON (Spark's JsonUtils) -------------------------------------------------------

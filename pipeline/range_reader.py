@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from pipeline.errors import SourceError, report_data_loss
+from pipeline.options import client_settings
 
 LOG = logging.getLogger("pipeline.range_reader")
 
@@ -83,7 +84,7 @@ def read_range(
     if position >= end:
         return
     try:
-        consumer = Consumer(dict(consumer_config))
+        consumer = Consumer(client_settings(consumer_config))
     except KafkaException as exc:
         raise SourceError(f"bad kafka.* option for the Kafka consumer: {exc}") from None
     try:

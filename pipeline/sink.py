@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline.errors import SourceError
-from pipeline.options import OptionError, SinkOptions
+from pipeline.options import OptionError, SinkOptions, client_settings
 
 FLUSH_TIMEOUT_S = 120.0
 POLL_EVERY = 1000  # rows between producer.poll(0) calls, to serve delivery reports
@@ -109,7 +109,7 @@ def write_rows(rows: Iterable[Any], options: SinkOptions, columns: SinkColumns) 
     Raises `SourceError` naming the topic and the first error when any record failed.
     """
     try:
-        producer = Producer(options.producer_config())
+        producer = Producer(client_settings(options.producer_config()))
     except KafkaException as exc:
         raise SourceError(f"bad kafka.* option for the Kafka producer: {exc}") from None
     failures: list[str] = []
