@@ -447,6 +447,69 @@ def test_deleted_start_of_range_fails_or_skips_per_fail_on_data_loss(
     assert [(d["from"], d["to"]) for d in query.data_loss] == [(3, 20)], query.data_loss
 
 
+def test_retention_deleted_start_of_range(java_tool, broker_factory, new_topic, tmp_path):
+    """Time retention deletes the segments holding the start of a planned range: the
+    earliest offset moves past them, and the executor treats the range as Spark does with
+    failOnDataLoss true (the query fails) and false (it reads from the earliest offset)."""
+    broker = broker_factory({"log.retention.check.interval.ms": "200"})
+    topic = new_topic(
+        partitions=1,
+        bootstrap=broker.bootstrap,
+        config={"segment.bytes": "2048", "retention.ms": str(3600 * 1000)},
+    )
+    now_ms = int(time.time() * 1000)
+
+    def batch(name: str, count: int, timestamp: int) -> list[SinkRecord]:
+        return [
+            SinkRecord(
+                key=f"{name}-{i}".encode(),
+                value=b"%s-%04d-" % (name.encode(), i) + bytes(40),
+                partition=0,
+                timestamp=timestamp + i,
+            )
+            for i in range(count)
+        ]
+
+    # Two writes stamped two hours ago fill segments of their own; the recent write lands
+    # in the last, active segment, which retention never deletes.
+    old_a = batch("old-a", 80, now_ms - 2 * 3600 * 1000)
+    old_b = batch("old-b", 80, now_ms - 2 * 3600 * 1000 + 1000)
+    recent = batch("recent", 40, now_ms - 60 * 1000)
+    written = [
+        spark_write(java_tool, broker.bootstrap, topic, part, tmp_path)
+        for part in (old_a, old_b, recent)
+    ]
+    rows = [
+        (written_part.offsets[i][1], written_part.expected_row(i))
+        for written_part in written
+        for i in range(len(written_part.records))
+    ]
+    assert [offset for offset, _ in rows] == list(range(200))
+
+    def earliest() -> int | None:
+        found = spark_offsets(java_tool, broker.bootstrap, topic, [now_ms - 3 * 3600 * 1000])
+        first = found[("read_uncommitted", 0)]
+        return first["earliest"] if first["earliest"] > 0 else None
+
+    start = wait_until(earliest, 30, "retention to delete the old segments", 0.5)
+    print(f"\nretention moved the earliest offset to {start}")
+    assert 0 < start <= 160, start
+    found = spark_offsets(java_tool, broker.bootstrap, topic, [now_ms - 3 * 3600 * 1000])
+    for isolation in ("read_uncommitted", "read_committed"):
+        row = found[(isolation, 0)]
+        assert (row["earliest"], row["latest"]) == (start, 200), row
+        assert row["by_timestamp"][0]["offset"] == start, row
+
+    failed = spark_read(java_tool, broker.bootstrap, topic, "offsets:0=0", "latest", True).failed
+    assert failed is not None and failed["error"] == "data_loss", failed
+    assert (failed["partition"], failed["from"], failed["until"]) == (0, 0, 200), failed
+
+    query = spark_read(java_tool, broker.bootstrap, topic, "offsets:0=0", "latest", False)
+    query.succeeded()
+    assert [(d["from"], d["to"]) for d in query.data_loss] == [(0, start)], query.data_loss
+    assert query.rows == [row for offset, row in rows if offset >= start]
+
+
 # -- three brokers ----------------------------------------------------------------------------
 
 
