@@ -323,6 +323,23 @@ def test_sink_write_then_batch_read_every_field(java_tool, bootstrap, new_topic,
     assert_rows_are(query, written, {1: by_partition[1][5:20]})
 
 
+def test_log_append_time_topic(java_tool, bootstrap, new_topic, tmp_path):
+    """On a LogAppendTime topic the rows carry the broker's append time, as the sink's
+    acknowledgements reported it, whatever timestamp the writer gave."""
+    topic = new_topic(partitions=1, config={"message.timestamp.type": "LogAppendTime"})
+    before_ms = int(time.time() * 1000)
+    records = sample_records(50, 1, base_timestamp_ms=before_ms - 3600 * 1000)
+    written = spark_write(java_tool, bootstrap, topic, records, tmp_path)
+    after_ms = int(time.time() * 1000)
+    query = spark_read(java_tool, bootstrap, topic).succeeded()
+    assert len(query.rows) == len(records)
+    for index, row in enumerate(query.rows):
+        assert row["timestamp_type"] == "LogAppendTime", row
+        assert row["timestamp"] == written.timestamps[index], (row, written.timestamps[index])
+        assert before_ms - 1000 <= row["timestamp"] <= after_ms + 1000, row
+        assert (row["key"], row["value"]) == (records[index].key, records[index].value)
+
+
 def first_at_or_after(
     written: Written, partition: int, timestamp: int, log_start: int = 0
 ) -> tuple[int, int]:
