@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import crc32c
@@ -73,13 +73,30 @@ def _kind_of(header: BatchHeader, batch: bytes | memoryview) -> tuple[EntryKind,
 
 
 class HardStateStore:
-    """Term and vote of every Raft group on this broker, durable in one lmdb environment."""
+    """Term and vote of every Raft group on this broker, in one lmdb environment.
+
+    `save` and `delete` only stage a change (and `load` sees it at once); `commit_job`
+    returns the function that commits every staged change in one transaction, run in a
+    worker thread by the Raft driver before any message that depends on them leaves. The
+    environment does not fsync on commit (a process crash keeps what was committed, from the
+    page cache); a commit job asked to fsync syncs everything committed so far.
+    """
 
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(str(path), map_size=1 << 28, subdir=True, max_dbs=1)
+        self._env = lmdb.open(
+            str(path), map_size=1 << 28, subdir=True, max_dbs=1, sync=False, metasync=False
+        )
+        self._latest: dict[str, HardState] = {}  # staged or committed, as load() sees it
+        self._staged: dict[str, HardState | None] = {}  # None: delete
+        self._unsynced = False
 
     def load(self, group: str) -> HardState:
+        hard_state = self._latest.get(group)
+        if hard_state is not None:
+            return hard_state
+        if group in self._staged:
+            return HardState()  # deleted, not yet committed
         with self._env.begin() as txn:
             raw = txn.get(group.encode())
         if raw is None:
@@ -88,15 +105,44 @@ class HardStateStore:
         return HardState(term=term, voted_for=None if voted_for < 0 else voted_for)
 
     def save(self, group: str, hard_state: HardState) -> None:
-        voted_for = -1 if hard_state.voted_for is None else hard_state.voted_for
-        with self._env.begin(write=True) as txn:
-            txn.put(group.encode(), struct.pack(">qi", hard_state.term, voted_for))
+        self._latest[group] = hard_state
+        self._staged[group] = hard_state
 
     def delete(self, group: str) -> None:
-        with self._env.begin(write=True) as txn:
-            txn.delete(group.encode())
+        self._latest.pop(group, None)
+        self._staged[group] = None
+
+    def commit_job(self, fsync: bool) -> Callable[[], None] | None:
+        if not self._staged and not (fsync and self._unsynced):
+            return None
+        batch, self._staged = self._staged, {}
+        self._unsynced = not fsync
+        env, staged = self._env, self._staged
+
+        def commit() -> None:
+            try:
+                with env.begin(write=True) as txn:
+                    for group, hard_state in batch.items():
+                        key = group.encode()
+                        if hard_state is None:
+                            txn.delete(key)
+                            continue
+                        voted_for = -1 if hard_state.voted_for is None else hard_state.voted_for
+                        txn.put(key, struct.pack(">qi", hard_state.term, voted_for))
+                if fsync:
+                    env.sync(True)
+            except lmdb.Error as exc:
+                for group, hard_state in batch.items():
+                    staged.setdefault(group, hard_state)  # a newer staged value wins
+                raise OSError(f"hard state commit failed: {exc}") from exc
+
+        return commit
 
     def close(self) -> None:
+        """Commit and fsync whatever is staged, then close (on shutdown, after the driver)."""
+        job = self.commit_job(fsync=True)
+        if job is not None:
+            job()
         self._env.close()
 
 
@@ -178,9 +224,19 @@ class PartitionRaftStorage:
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
 
+    def entries_need_sync(self) -> bool:
+        return self.log.flush_due_by_messages()
+
+    def hard_state_needs_sync(self) -> bool:
+        # Only a log synced on every append makes promises a forgotten vote could break.
+        return self.log.config.flush_messages <= 1
+
+    def sync_job(self) -> Callable[[], None] | None:
+        return self.log.flush_job()
+
     def append(self, entries: Sequence[Entry]) -> None:
-        """Persist entries as stamped batches with one write (the log's flush policy decides
-        when it is fsynced)."""
+        """Write entries as stamped batches with one write; the driver asks the flush policy
+        (`entries_need_sync`) whether they must be fsynced before they are acknowledged."""
         if not entries:
             return
         now = time.time_ns() // 1_000_000

@@ -120,8 +120,10 @@ class Broker:
             (raft_listen.host, raft_listen.port),
             {n: (a.host, a.port) for n, a in self.cluster.peers.items()},
         )
-        self.node = RaftNode(self.node_id, self.transport, seed=self.node_id)
         self.hard_states = HardStateStore(data_dir / "raft.lmdb")
+        self.node = RaftNode(
+            self.node_id, self.transport, seed=self.node_id, hard_states=self.hard_states
+        )
         self.topics = TopicManager(data_dir, config, self.node, self.hard_states)
         self.controller = Controller(
             self.node,
@@ -192,16 +194,19 @@ class Broker:
         await Connection(self, stream).serve()
 
     async def _flush_logs(self) -> None:
-        """fsync partitions per their flush.messages / flush.ms, off the event loop."""
+        """fsync partitions per flush.ms (and flush.messages left pending by an idle
+        partition), off the event loop. Acknowledgements that depend on an fsync wait for
+        the Raft driver's sync tickets, not for this loop."""
         while True:
             await trio.sleep(FLUSH_CHECK_INTERVAL_S)
             now = now_ms()
             for partition in list(self.topics.local_partitions()):
                 log = partition.log
                 if log is not None and log.should_flush(now):
-                    job = log.flush_job()
-                    if job is not None:
-                        await trio.to_thread.run_sync(job)
+                    async with self.node.sync_lock:
+                        job = log.flush_job()
+                        if job is not None:
+                            await trio.to_thread.run_sync(job)
 
     async def _enforce_retention(self) -> None:
         interval_s = self.config.get("log.retention.check.interval.ms") / 1000

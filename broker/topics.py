@@ -148,6 +148,13 @@ class Partition:
             raise NotLeaderError(None, f"{self.name} is no longer hosted on this broker")
         return await self.group.wait_committed(entry.end_offset, timeout_s, entry.epoch)
 
+    async def wait_durable(self, entry: Entry, timeout_s: float) -> bool:
+        """Whether `entry` (proposed here) is stored as durably as the flush policy requires
+        (after its fsync under flush.messages=1) in time; NotLeaderError as above."""
+        if self.group is None:
+            raise NotLeaderError(None, f"{self.name} is no longer hosted on this broker")
+        return await self.group.wait_durable(entry.end_offset, timeout_s, entry.epoch)
+
     async def wait_high_watermark(
         self, end_offset: int, timeout_s: float, epoch: int | None = None
     ) -> bool:

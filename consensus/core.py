@@ -157,6 +157,12 @@ class RaftCore:
         self.log = LogView(log)
         self.term = hard_state.term
         self.voted_for = hard_state.voted_for
+        last_epoch = self.log.last_offset_and_epoch()[1]
+        if last_epoch > self.term:
+            # Entries may reach the log before the hard state that adopted their term is
+            # committed (a crash in between). No vote in that term was acted on then: messages
+            # depending on a vote wait for its commit.
+            self.term, self.voted_for = last_epoch, None
         self.leader_id: NodeId | None = None
         self.role = Role.FOLLOWER
         self.high_watermark = self.log.log_start_offset()

@@ -1,9 +1,19 @@
 """The trio driver: many Raft groups (partitions) of one node on one `PeerTransport`.
 
 Every input -- a tick, an inbound message, a proposal, a transfer -- is fed to the group's
-`RaftCore` and its `Ready` is handled at once, synchronously, in the core's order: persist hard
-state, truncate, append (durable on return), send messages, apply (high watermark, soft state,
-waiters, `on_update`), advance. No await happens in between, so no other input can slip in.
+`RaftCore` and its `Ready` is handled at once, synchronously, in the core's order: write hard
+state, truncate, append, send messages, apply (high watermark, soft state, waiters,
+`on_update`), advance. No await happens in between, so no other input can slip in.
+
+Durability follows the core's contract (consensus.core) and is enforced here only. Writes
+land in the page cache on the event loop; whatever must be durable before a message leaves
+-- a changed hard state (always), appended entries (when the storage's flush policy says
+so) -- becomes a *sync ticket*, and the messages that depend on it are held. One task per
+node, `RaftNode.run_syncs`, takes every pending ticket at once and does their work in one
+worker thread: one lmdb commit for the hard states of all groups, then the fsyncs the
+policies ask for. Only then are the held messages sent and `RaftCore.mark_durable` called,
+which lets a leader count itself toward commit and wakes `wait_durable` (acks=1 under
+flush.messages=1). fsync and lmdb commits never run on the event loop.
 """
 
 from __future__ import annotations
@@ -17,7 +27,15 @@ from typing import Protocol
 
 import trio
 
-from consensus.core import NotLeaderError, RaftConfig, RaftCore, Ready, SoftState, Status
+from consensus.core import (
+    NotLeaderError,
+    RaftConfig,
+    RaftCore,
+    Ready,
+    SoftState,
+    Status,
+    can_send_before_sync,
+)
 from consensus.storage import RaftLog
 from consensus.transport import PeerTransport
 from consensus.types import Entry, HardState, Message, NodeId, Role
@@ -36,16 +54,51 @@ class GroupStorage(Protocol):
     def load_hard_state(self) -> HardState: ...
 
     def save_hard_state(self, hard_state: HardState) -> None:
-        """Durable on return."""
+        """Stage the new hard state: `load_hard_state` returns it at once, and the node's
+        `HardStateCommitter` makes it durable with the next sync ticket."""
         ...
 
     def truncate_to(self, offset: int) -> None: ...
 
     def append(self, entries: Sequence[Entry]) -> None:
-        """Entries carry their offsets and epoch; durable on return."""
+        """Write entries (they carry their offsets and epoch) to the page cache."""
         ...
 
     def high_watermark_checkpoint(self) -> int | None: ...
+
+    def entries_need_sync(self) -> bool:
+        """Whether the flush policy wants what was written so far fsynced before it is
+        acknowledged (flush.messages reached)."""
+        ...
+
+    def hard_state_needs_sync(self) -> bool:
+        """Whether a changed term or vote must be fsynced, not only committed to the page
+        cache, before messages that depend on it leave."""
+        ...
+
+    def sync_job(self) -> Callable[[], None] | None:
+        """A function, run in a worker thread, that fsyncs everything written so far; None
+        when nothing is pending. Called only inside `RaftNode.sync_lock`."""
+        ...
+
+
+class HardStateCommitter(Protocol):
+    """Where the staged hard states of all groups of a node are committed, in one go."""
+
+    def commit_job(self, fsync: bool) -> Callable[[], None] | None:
+        """A function, run in a worker thread, that commits every hard state staged so far
+        (and fsyncs it if asked); None when nothing is staged or in need of a sync."""
+        ...
+
+
+@dataclass(slots=True)
+class _SyncTicket:
+    group: RaftGroup
+    held: list[Message]
+    end_offset: int
+    generation: int
+    fsync_log: bool
+    fsync_hard_state: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +126,41 @@ class _Waiter:
         self.as_leader = as_leader
 
 
+class _WaiterHeap:
+    """Tasks waiting for a mark (high watermark, durable end) to reach their offset."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, _Waiter]] = []
+        self._seq = itertools.count()
+
+    def add(self, end_offset: int, as_leader: bool) -> _Waiter:
+        waiter = _Waiter(end_offset, as_leader)
+        heapq.heappush(self._heap, (end_offset, next(self._seq), waiter))
+        return waiter
+
+    def discard(self, waiter: _Waiter) -> None:
+        self._heap = [w for w in self._heap if w[2] is not waiter]
+        heapq.heapify(self._heap)
+
+    def release_through(self, mark: int) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= mark:
+            heapq.heappop(heap)[2].done.set()
+
+    def fail(self, error: NotLeaderError, only_leaders: bool) -> None:
+        keep = []
+        for item in self._heap:
+            waiter = item[2]
+            if waiter.as_leader or not only_leaders:
+                waiter.error = error
+                waiter.done.set()
+            else:
+                keep.append(item)
+        if len(keep) != len(self._heap):
+            heapq.heapify(keep)
+            self._heap = keep
+
+
 class RaftGroup:
     """One partition's Raft group on this node. All methods are synchronous except waits."""
 
@@ -83,16 +171,17 @@ class RaftGroup:
         storage: GroupStorage,
         transport: PeerTransport,
         on_update: Callable[[GroupUpdate], None] | None,
-        on_soft_state: Callable[[], None],
+        node: RaftNode,
     ) -> None:
         self.name = name
         self._core = core
         self._storage = storage
         self._transport = transport
         self._on_update = on_update
-        self._on_soft_state = on_soft_state
-        self._waiters: list[tuple[int, int, _Waiter]] = []  # heap by end offset
-        self._seq = itertools.count()
+        self._node = node
+        self._commit_waiters = _WaiterHeap()
+        self._durable_waiters = _WaiterHeap()
+        self._tickets_pending = 0
         self.removed = False
         self._drive()
 
@@ -116,6 +205,11 @@ class RaftGroup:
     @property
     def log_end_offset(self) -> int:
         return self._core.log.log_end_offset()
+
+    @property
+    def durable_end(self) -> int:
+        """Offsets below it are as durable as the flush policy requires."""
+        return self._core.durable_end
 
     def status(self) -> Status:
         return self._core.status()
@@ -173,19 +267,37 @@ class RaftGroup:
         may yet commit or be truncated, as in Kafka. Waiting as follower: only the high
         watermark or the timeout ends the wait.
         """
-        if self._core.high_watermark < end_offset:
-            self._check_live()
-            waiter = _Waiter(end_offset, as_leader=self._core.role is Role.LEADER)
-            heapq.heappush(self._waiters, (end_offset, next(self._seq), waiter))
-            with trio.move_on_after(timeout_s):
-                await waiter.done.wait()
-            if waiter.error is not None:
-                raise waiter.error
-            if not waiter.done.is_set():
-                self._waiters = [w for w in self._waiters if w[2] is not waiter]
-                heapq.heapify(self._waiters)
-                if self._core.high_watermark < end_offset:
-                    return False
+        if not await self._wait_mark(self._commit_waiters, "high_watermark", end_offset, timeout_s):
+            return False
+        self._check_epoch(end_offset, epoch)
+        return True
+
+    async def wait_durable(self, end_offset: int, timeout_s: float, epoch: int | None) -> bool:
+        """True once the local log holds everything below `end_offset` as durably as the
+        flush policy requires (acks=1); False on timeout. Raises NotLeaderError like
+        `wait_committed` when leadership is lost first or the entry was replaced."""
+        if not await self._wait_mark(self._durable_waiters, "durable_end", end_offset, timeout_s):
+            return False
+        self._check_epoch(end_offset, epoch)
+        return True
+
+    async def _wait_mark(
+        self, waiters: _WaiterHeap, mark: str, end_offset: int, timeout_s: float
+    ) -> bool:
+        if getattr(self._core, mark) >= end_offset:
+            return True
+        self._check_live()
+        waiter = waiters.add(end_offset, as_leader=self._core.role is Role.LEADER)
+        with trio.move_on_after(timeout_s):
+            await waiter.done.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        if not waiter.done.is_set():
+            waiters.discard(waiter)
+            return getattr(self._core, mark) >= end_offset
+        return True
+
+    def _check_epoch(self, end_offset: int, epoch: int | None) -> None:
         last = end_offset - 1
         log = self._core.log
         if epoch is not None and last >= log.log_start_offset() and log.epoch_at(last) != epoch:
@@ -193,7 +305,6 @@ class RaftGroup:
                 self._core.leader_id,
                 f"{self.name}: the entry ending at {last} was replaced by a later leader's",
             )
-        return True
 
     def _tick(self) -> None:
         core = self._core
@@ -212,15 +323,40 @@ class RaftGroup:
     # ------------------------------------------------------------------ Ready
     def _drive(self) -> None:
         core = self._core
+        storage = self._storage
+        send = self._transport.send
         while core.has_ready():
             rd = core.ready()
-            self._persist(rd)
+            self._write(rd)
+            fsync_log = bool(rd.entries) and storage.entries_need_sync()
+            # Once a ticket is pending, later Readys queue behind it: none may claim more
+            # durability than the one before it has.
+            needs_ticket = rd.hard_state is not None or fsync_log or self._tickets_pending > 0
+            held: list[Message] = []
             for m in rd.messages:
-                self._transport.send(m)
+                if needs_ticket and (rd.hard_state is not None or not can_send_before_sync(m)):
+                    held.append(m)
+                else:
+                    send(m)
             self._apply(rd)
-            core.advance(rd)
+            core.advance(rd, durable=not needs_ticket)
+            if needs_ticket:
+                self._tickets_pending += 1
+                self._node._queue_sync(
+                    _SyncTicket(
+                        group=self,
+                        held=held,
+                        end_offset=core.log.log_end_offset(),
+                        generation=core.log_generation,
+                        fsync_log=fsync_log,
+                        fsync_hard_state=rd.hard_state is not None
+                        and storage.hard_state_needs_sync(),
+                    )
+                )
+            else:
+                self._durable_waiters.release_through(core.durable_end)
 
-    def _persist(self, rd: Ready) -> None:
+    def _write(self, rd: Ready) -> None:
         storage = self._storage
         if rd.hard_state is not None:
             storage.save_hard_state(rd.hard_state)
@@ -229,43 +365,38 @@ class RaftGroup:
         if rd.entries:
             storage.append(rd.entries)
 
+    def _synced(self, ticket: _SyncTicket) -> None:
+        """The ticket's sync is done: its messages leave, its entries count as durable."""
+        self._tickets_pending -= 1
+        if self.removed:
+            return
+        for m in ticket.held:
+            self._transport.send(m)
+        self._core.mark_durable(ticket.end_offset, ticket.generation)
+        self._durable_waiters.release_through(self._core.durable_end)
+        self._drive()
+
     def _apply(self, rd: Ready) -> None:
         # Leadership first: a leader's waiter must not be woken by a high watermark that a
         # later leader moved past an entry it truncated, in the same Ready.
         if rd.soft_state is not None:
             if rd.soft_state.role is not Role.LEADER:
-                self._fail_leader_waiters(NotLeaderError(rd.soft_state.leader_id))
-            self._on_soft_state()
+                error = NotLeaderError(rd.soft_state.leader_id)
+                self._commit_waiters.fail(error, only_leaders=True)
+                self._durable_waiters.fail(error, only_leaders=True)
+            self._node._note_soft_state()
         if rd.high_watermark is not None:
-            hw = rd.high_watermark
-            while self._waiters and self._waiters[0][0] <= hw:
-                _, _, waiter = heapq.heappop(self._waiters)
-                waiter.done.set()
+            self._commit_waiters.release_through(rd.high_watermark)
         if self._on_update is not None and (
             rd.high_watermark is not None or rd.soft_state is not None
         ):
             self._on_update(GroupUpdate(self.name, rd.high_watermark, rd.soft_state))
 
-    def _fail_leader_waiters(self, error: NotLeaderError) -> None:
-        keep = []
-        for item in self._waiters:
-            waiter = item[2]
-            if waiter.as_leader:
-                waiter.error = error
-                waiter.done.set()
-            else:
-                keep.append(item)
-        if len(keep) != len(self._waiters):
-            heapq.heapify(keep)
-            self._waiters = keep
-
     def _remove(self) -> None:
         self.removed = True
         error = NotLeaderError(None, f"group {self.name} was removed from this node")
-        for _, _, waiter in self._waiters:
-            waiter.error = error
-            waiter.done.set()
-        self._waiters = []
+        self._commit_waiters.fail(error, only_leaders=False)
+        self._durable_waiters.fail(error, only_leaders=False)
 
 
 class RaftNode:
@@ -279,7 +410,10 @@ class RaftNode:
         seed: int = 0,
         election_timeout_ticks: int = 10,
         heartbeat_interval_ticks: int = 1,
+        hard_states: HardStateCommitter | None = None,
     ) -> None:
+        """`hard_states` commits the groups' staged hard states (None: the storages keep
+        them durable themselves, as in-memory test doubles do)."""
         assert transport.node_id == node_id, (transport.node_id, node_id)
         self.node_id = node_id
         self.transport = transport
@@ -290,6 +424,12 @@ class RaftNode:
         self.stats = DriverStats()
         self._groups: dict[str, RaftGroup] = {}
         self._soft_state_changed = trio.Event()
+        self._hard_states = hard_states
+        self._tickets: list[_SyncTicket] = []
+        self._tickets_queued = trio.Event()
+        # Held by whoever fsyncs partition logs, so a flush job that finds nothing to do
+        # knows no other job is still syncing what it would have covered.
+        self.sync_lock = trio.Lock()
         transport.set_message_handler(self._on_message)
 
     # ------------------------------------------------------------------ groups
@@ -319,9 +459,7 @@ class RaftNode:
             storage.load_hard_state(),
             storage.high_watermark_checkpoint(),
         )
-        raft_group = RaftGroup(
-            group, core, storage, self.transport, on_update, self._note_soft_state
-        )
+        raft_group = RaftGroup(group, core, storage, self.transport, on_update, self)
         self._groups[group] = raft_group
         return raft_group
 
@@ -345,6 +483,7 @@ class RaftNode:
         async with trio.open_nursery() as nursery:
             if not self.transport.running:
                 await nursery.start(self.transport.run)
+            nursery.start_soon(self.run_syncs)
             task_status.started()
             interval_s = self.tick_ms / 1000
             deadline = trio.current_time()
@@ -355,6 +494,57 @@ class RaftNode:
                     deadline = now  # fell behind (paused or overloaded): do not burst ticks
                 await trio.sleep_until(deadline)
                 self.tick()
+
+    # ------------------------------------------------------------------ durability
+    def _queue_sync(self, ticket: _SyncTicket) -> None:
+        self._tickets.append(ticket)
+        self._tickets_queued.set()
+
+    async def run_syncs(self) -> None:
+        """Serve sync tickets until cancelled (run() starts it): every ticket pending at a
+        time is served by one worker-thread call, then released in the order queued."""
+        while True:
+            await self._tickets_queued.wait()
+            self._tickets_queued = trio.Event()
+            tickets, self._tickets = self._tickets, []
+            await self._serve(tickets)
+
+    async def _serve(self, tickets: list[_SyncTicket]) -> None:
+        failures = 0
+        while True:
+            try:
+                async with self.sync_lock:
+                    jobs: list[Callable[[], None]] = []
+                    if self._hard_states is not None:
+                        fsync = any(t.fsync_hard_state for t in tickets)
+                        job = self._hard_states.commit_job(fsync)
+                        if job is not None:
+                            jobs.append(job)
+                    synced: set[int] = set()
+                    for ticket in tickets:
+                        group = ticket.group
+                        if ticket.fsync_log and not group.removed and id(group) not in synced:
+                            synced.add(id(group))
+                            job = group._storage.sync_job()
+                            if job is not None:
+                                jobs.append(job)
+                    if jobs:
+                        await trio.to_thread.run_sync(_run_all, jobs)
+                break
+            except OSError as exc:
+                # Nothing waiting on this sync may go ahead; retry until storage recovers.
+                failures += 1
+                delay_s = min(5.0, 0.1 * 2**failures)
+                log.error(
+                    "node %s: sync of %d groups failed (%s); retrying in %.1f s",
+                    self.node_id,
+                    len({id(t.group) for t in tickets}),
+                    exc,
+                    delay_s,
+                )
+                await trio.sleep(delay_s)
+        for ticket in tickets:
+            ticket.group._synced(ticket)
 
     def tick(self) -> None:
         """One tick of every group (run() calls this; tests and benchmarks may too)."""
@@ -403,4 +593,16 @@ class RaftNode:
         self._soft_state_changed = trio.Event()
 
 
-__all__ = ["DriverStats", "GroupStorage", "GroupUpdate", "RaftGroup", "RaftNode"]
+def _run_all(jobs: list[Callable[[], None]]) -> None:
+    for job in jobs:
+        job()
+
+
+__all__ = [
+    "DriverStats",
+    "GroupStorage",
+    "GroupUpdate",
+    "HardStateCommitter",
+    "RaftGroup",
+    "RaftNode",
+]

@@ -508,6 +508,10 @@ class PartitionLog:
         return self.epochs.latest_epoch
 
     # -- durability -----------------------------------------------------------------------
+    def flush_due_by_messages(self) -> bool:
+        """Whether flush.messages asks for an fsync of what was appended so far."""
+        return 0 < self.config.flush_messages <= self._unflushed_messages
+
     def should_flush(self, now_ms: int) -> bool:
         """Whether flush.messages or flush.ms asks for an fsync now."""
         self._clock_ms = now_ms
@@ -556,6 +560,10 @@ class PartitionLog:
             try:
                 for fd in descriptors:
                     os.fsync(fd)
+            except OSError:
+                for segment in dirty:
+                    segment.dirty = True  # a later job must sync them again
+                raise
             finally:
                 for fd in descriptors:
                     os.close(fd)

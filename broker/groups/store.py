@@ -102,12 +102,6 @@ class TopicOffsetsLog:
             raise NotCoordinatorError(f"{target.name}: {exc}") from exc
         if not committed:
             raise NotCoordinatorError(f"{target.name}: the records did not commit in time")
-        log = target.log
-        now = now_ms()
-        if log is not None and log.should_flush(now):
-            job = log.flush_job()
-            if job is not None:
-                await trio.to_thread.run_sync(job)
 
     def _partition(self, partition: int) -> Partition | None:
         topic = self.topic()

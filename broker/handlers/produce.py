@@ -3,9 +3,11 @@ Raft group, answer per partition.
 
 Records stay opaque: only the 61-byte batch headers are read and only baseOffset and
 partitionLeaderEpoch are rewritten (LogAppendTime topics also restamp maxTimestamp). acks=1
-answers once the leader has appended the batch; acks=all once a majority of the replicas has
-(the partition's high watermark passed it). Only the leader accepts writes: any other broker
-answers NOT_LEADER_OR_FOLLOWER so the client refreshes its metadata.
+answers once the leader has stored the batch as durably as the flush policy requires (written
+to the page cache by default; fsynced with flush.messages=1); acks=all once a majority of
+the replicas has, by the same measure (the partition's high watermark passed it). Only the
+leader accepts writes: any other broker answers NOT_LEADER_OR_FOLLOWER so the client
+refreshes its metadata.
 
 Batches with a producer id are checked against the partition's producer state (epoch and
 sequence, `log.producer_state`) right before the append, with no await in between, so no
@@ -55,8 +57,8 @@ def _check_producer_state(log: Any, headers: list[Any]) -> BatchMetadata | None:
 def _append(
     context: Any, partition: Partition, records: bytes, acks: int, now: int, version: int
 ) -> tuple[dict[str, Any], tuple[int, int | None] | None]:
-    """Validate and propose one partition's batch: (response fields, what acks=all waits
-    for: the end offset and the epoch of the batch there, or None)."""
+    """Validate and propose one partition's batch: (response fields, what the answer waits
+    for: the end offset and the epoch of the batch there, or None when it need not wait)."""
     topic = partition.topic
     fields: dict[str, Any] = {"error_code": ErrorCode.none}
     try:
@@ -100,7 +102,7 @@ def _append(
             fields["log_append_time"] = _append_time(duplicate.timestamp_ms)
         # Written earlier, maybe by an earlier leader: it is committed once the high
         # watermark passes it (producer state forgets batches a truncation removed).
-        return fields, (duplicate.last_offset + 1, None) if acks == -1 else None
+        return fields, _wait_for(partition, acks, duplicate.last_offset + 1, None)
     if log.config.message_timestamp_type_log_append:
         # The leader stamps the time before replication so every replica stores the same batch.
         stamped = bytearray(records)
@@ -113,18 +115,40 @@ def _append(
         fields["error_code"] = ErrorCode.not_leader_or_follower
         return fields, None
     fields["base_offset"] = entry.base_offset
-    return fields, (entry.end_offset, entry.epoch) if acks == -1 else None
+    return fields, _wait_for(partition, acks, entry.end_offset, entry.epoch)
 
 
-async def _await_commit(
-    partition: Partition, wait_for: tuple[int, int | None], timeout_s: float, fields: dict[str, Any]
+def _wait_for(
+    partition: Partition, acks: int, end_offset: int, epoch: int | None
+) -> tuple[int, int | None] | None:
+    if acks == -1:
+        return end_offset, epoch
+    group = partition.group
+    if acks == 1 and group is not None and group.durable_end < end_offset:
+        return end_offset, epoch  # an fsync the flush policy asked for is still running
+    return None
+
+
+async def _await_ack(
+    partition: Partition,
+    acks: int,
+    wait_for: tuple[int, int | None],
+    timeout_s: float,
+    fields: dict[str, Any],
 ) -> None:
     end_offset, epoch = wait_for
     try:
-        if not await partition.wait_high_watermark(end_offset, timeout_s, epoch):
+        if acks == -1:
+            done = await partition.wait_high_watermark(end_offset, timeout_s, epoch)
+            missed = "not replicated to a majority in time"
+        else:
+            assert partition.group is not None
+            done = await partition.group.wait_durable(end_offset, timeout_s, epoch)
+            missed = "not synced to disk in time"
+        if not done:
             fields.update(
                 error_code=ErrorCode.request_timed_out,
-                error_message=f"{partition.name}: not replicated to a majority in time",
+                error_message=f"{partition.name}: {missed}",
             )
     except NotLeaderError:
         fields["error_code"] = ErrorCode.not_leader_or_follower
@@ -166,7 +190,7 @@ async def handle_produce(context: Any, request: Any) -> Any:
         timeout_s = max(request.timeout.total_seconds(), 0.001)
         async with trio.open_nursery() as nursery:
             for partition, wait_for, fields in commits:
-                nursery.start_soon(_await_commit, partition, wait_for, timeout_s, fields)
+                nursery.start_soon(_await_ack, partition, acks, wait_for, timeout_s, fields)
     if acks == 0:
         return None
     topic_responses = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import io
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +150,27 @@ def mutated_frames(draw: st.DrawFn) -> bytes:
     return bytes(frame)
 
 
+def _run(broker: Broker, fn: Callable[..., Awaitable[Any]], *args: Any, **run_kw: Any) -> Any:
+    """trio.run(fn, *args) with the broker's Raft sync task serving meanwhile, as in a
+    running broker (elections and appends wait for it)."""
+
+    async def main() -> Any:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.node.run_syncs)
+            result = await fn(*args)
+            nursery.cancel_scope.cancel()
+        return result
+
+    return trio.run(main, **run_kw)
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Broker:
     config = BrokerConfig({"num.partitions": "2"}, environ={})
     instance = Broker(config, Listener("127.0.0.1", 0), Path(tmp_path_factory.mktemp("data")))
-    trio.run(instance.controller.register, "127.0.0.1", 9092, None)
-    created = trio.run(
+    _run(instance, instance.controller.register, "127.0.0.1", 9092, None)
+    created = _run(
+        instance,
         instance.controller.execute,
         {"op": "create_topic", "name": TOPIC, "num_partitions": 2, "replication_factor": 1},
     )
@@ -182,7 +198,7 @@ def _serve_frame(broker: Broker, frame: bytes) -> None:
         with trio.fail_after(MAX_VIRTUAL_WAIT_S):
             return await handler.handle(context, request)
 
-    response = trio.run(run, clock=MockClock(autojump_threshold=0))
+    response = _run(broker, run, clock=MockClock(autojump_threshold=0))
     if response is not None:
         encode_response(prefix.correlation_id, response)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 import trio
 
-from consensus import HardState, MemoryRaftLog, NotLeaderError, Role
+from consensus import HardState, MemoryRaftLog, Message, MessageType, NotLeaderError, Role
 from consensus.driver import GroupUpdate, RaftGroup, RaftNode
 from consensus.transport import PeerTransport
 from consensus.types import Entry
@@ -19,11 +20,19 @@ VOTERS = frozenset(NODES)
 
 
 class MemoryGroupStorage:
-    """GroupStorage over a MemoryRaftLog; survives a simulated restart by being reused."""
+    """GroupStorage over a MemoryRaftLog; survives a simulated restart by being reused.
 
-    def __init__(self) -> None:
+    With `sync_every_append` it behaves like a log with flush.messages=1 and records, in
+    `events`, each sync as ("sync", end offset) when the (slow) fsync finishes.
+    """
+
+    def __init__(
+        self, sync_every_append: bool = False, events: list[tuple[str, int]] | None = None
+    ) -> None:
         self.raft_log = MemoryRaftLog()
         self.hard_state = HardState()
+        self.sync_every_append = sync_every_append
+        self.events = events if events is not None else []
 
     def load_hard_state(self) -> HardState:
         return self.hard_state
@@ -39,6 +48,22 @@ class MemoryGroupStorage:
 
     def high_watermark_checkpoint(self) -> int | None:
         return None
+
+    def entries_need_sync(self) -> bool:
+        return self.sync_every_append
+
+    def hard_state_needs_sync(self) -> bool:
+        return self.sync_every_append
+
+    def sync_job(self) -> Callable[[], None] | None:
+        end = self.raft_log.log_end_offset()
+        events = self.events
+
+        def sync() -> None:
+            time.sleep(0.005)  # long enough for a premature acknowledgement to show
+            events.append(("sync", end))
+
+        return sync
 
 
 def free_ports(n: int) -> list[int]:
@@ -56,19 +81,36 @@ def free_ports(n: int) -> list[int]:
 class Cluster:
     """Three RaftNodes, each run in its own cancel scope so a test can crash and restart one."""
 
-    def __init__(self, nursery: trio.Nursery, groups: Sequence[str]) -> None:
+    def __init__(
+        self, nursery: trio.Nursery, groups: Sequence[str], sync_every_append: bool = False
+    ) -> None:
         self.nursery = nursery
         self.addresses = {
             node: ("127.0.0.1", port) for node, port in zip(NODES, free_ports(3), strict=True)
         }
         self.groups = list(groups)
-        self.storage = {(node, g): MemoryGroupStorage() for node in NODES for g in groups}
+        # One ordered record per node: its storage's syncs and the messages it sent.
+        self.events: dict[int, list[tuple[str, int]]] = {node: [] for node in NODES}
+        self.storage = {
+            (node, g): MemoryGroupStorage(sync_every_append, self.events[node])
+            for node in NODES
+            for g in groups
+        }
         self.nodes: dict[int, RaftNode] = {}
         self.scopes: dict[int, trio.CancelScope] = {}
         self.updates: dict[int, list[GroupUpdate]] = {node: [] for node in NODES}
 
     async def start(self, node: int) -> None:
         transport = PeerTransport(node, self.addresses[node], self.addresses)
+        send = transport.send
+        events = self.events[node]
+
+        def recording_send(m: Message) -> None:
+            if m.type is MessageType.APPEND_RESPONSE and not m.reject:
+                events.append(("ack", m.match_end))
+            send(m)
+
+        transport.send = recording_send  # type: ignore[method-assign]
         raft_node = RaftNode(node, transport, tick_ms=TICK_MS, seed=7)
         for g in self.groups:
             raft_node.add_group(g, VOTERS, self.storage[node, g], self.updates[node].append)
@@ -125,11 +167,15 @@ class Cluster:
                 assert entry in self.storage[node, g].raft_log.all_entries()
 
 
-def run_cluster(groups: Sequence[str], scenario: Callable[[Cluster], Awaitable[None]]) -> None:
+def run_cluster(
+    groups: Sequence[str],
+    scenario: Callable[[Cluster], Awaitable[None]],
+    sync_every_append: bool = False,
+) -> None:
     async def main() -> None:
         with trio.fail_after(25):
             async with trio.open_nursery() as nursery:
-                cluster = Cluster(nursery, groups)
+                cluster = Cluster(nursery, groups, sync_every_append)
                 for node in NODES:
                     await cluster.start(node)
                 await scenario(cluster)
@@ -252,3 +298,48 @@ def test_ticking_a_thousand_idle_followers() -> None:
     for _ in range(10):
         node.tick()
     assert all(g.role is Role.FOLLOWER for g in node.groups.values())
+
+
+def _synced_end(events: list[tuple[str, int]]) -> int:
+    return max((value for kind, value in events if kind == "sync"), default=0)
+
+
+def test_sync_every_append_acknowledges_only_after_fsync() -> None:
+    """flush.messages=1: acks=1 (wait_durable) never precedes the leader's fsync, acks=all
+    (wait_committed) never precedes a majority's, and no follower claims a match (sends an
+    APPEND_RESPONSE) beyond what it has synced."""
+
+    async def scenario(cluster: Cluster) -> None:
+        leader = await cluster.leader("d-0")
+        group = cluster.group(leader, "d-0")
+        for i in range(20):
+            entry = group.propose(3, f"batch-{i}".encode())
+            assert group.durable_end < entry.end_offset  # written, not yet synced
+            assert await group.wait_durable(entry.end_offset, 3, entry.epoch)
+            assert _synced_end(cluster.events[leader]) >= entry.end_offset
+            assert await group.wait_committed(entry.end_offset, 3, entry.epoch)
+            synced = [n for n in NODES if _synced_end(cluster.events[n]) >= entry.end_offset]
+            assert len(synced) >= 2, (entry, synced)
+        for node in NODES:
+            synced = 0
+            for kind, value in cluster.events[node]:
+                if kind == "sync":
+                    synced = max(synced, value)
+                else:
+                    assert value <= synced, (node, kind, value, synced)
+
+    run_cluster(["d-0"], scenario, sync_every_append=True)
+
+
+def test_default_policy_acknowledges_on_write() -> None:
+    """Kafka's default (no flush.messages): written is durable enough; nothing is fsynced."""
+
+    async def scenario(cluster: Cluster) -> None:
+        leader = await cluster.leader("d-0")
+        group = cluster.group(leader, "d-0")
+        entry = group.propose(1, b"x")
+        assert group.durable_end >= entry.end_offset
+        assert await group.wait_committed(entry.end_offset, 3, entry.epoch)
+        assert all(_synced_end(cluster.events[n]) == 0 for n in NODES)
+
+    run_cluster(["d-0"], scenario)

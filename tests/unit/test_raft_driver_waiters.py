@@ -23,10 +23,12 @@ GROUP = "orders-0"
 
 
 class Pump:
-    """Three RaftGroups whose messages are delivered by hand; a node can be cut off."""
+    """Three RaftGroups whose messages are delivered by hand; a node can be cut off. It is
+    also their host: sync tickets are served as messages are delivered."""
 
     def __init__(self) -> None:
         self.outbox: list[Message] = []
+        self.tickets: list[Any] = []
         self.cut: set[int] = set()
         self.groups: dict[int, RaftGroup] = {}
         for node in sorted(VOTERS):
@@ -41,13 +43,24 @@ class Pump:
                 ),
                 storage.raft_log,
             )
-            self.groups[node] = RaftGroup(GROUP, core, storage, self, None, lambda: None)
+            self.groups[node] = RaftGroup(GROUP, core, storage, self, None, self)  # type: ignore[arg-type]
 
     def send(self, message: Message) -> None:
         self.outbox.append(message)
 
+    def _queue_sync(self, ticket: Any) -> None:
+        self.tickets.append(ticket)
+
+    def _note_soft_state(self) -> None:
+        pass
+
     def deliver(self) -> None:
-        while self.outbox:
+        while self.outbox or self.tickets:
+            while self.tickets:
+                ticket = self.tickets.pop(0)
+                ticket.group._synced(ticket)
+            if not self.outbox:
+                continue
             m = self.outbox.pop(0)
             if m.from_id in self.cut or m.to in self.cut:
                 continue
