@@ -38,7 +38,7 @@ import sys
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from consensus.core import (
     ConfigChangeError,
@@ -97,11 +97,17 @@ class SimParams:
         nodes = rng.choice((3, 3, 5))
         membership = rng.random() < 0.3
         sync = rng.random() < 0.4
-        sync_params = {
-            "sync_every_append": sync,
-            "crash_all_rate": rng.choice((0.0, 0.005, 0.02)) if sync else 0.0,
-            "max_sync_delay_ticks": rng.choice((0, 1, 3)),
-        }
+        crash_all_rate = rng.choice((0.0, 0.005, 0.02)) if sync else 0.0
+        max_sync_delay_ticks = rng.choice((0, 1, 3))
+        return replace(
+            SimParams._shape_for(rng, nodes, membership),
+            sync_every_append=sync,
+            crash_all_rate=crash_all_rate,
+            max_sync_delay_ticks=max_sync_delay_ticks,
+        )
+
+    @staticmethod
+    def _shape_for(rng: random.Random, nodes: int, membership: bool) -> SimParams:
         if rng.random() < 0.3:
             # Leader churn: one batch per append and frequent leader loss leave old-epoch
             # batches half replicated across many terms (the paper's Figure 8 histories).
@@ -113,7 +119,6 @@ class SimParams:
                 max_inflight_appends=1,
                 leader_crash_rate=0.05,
                 isolate_leader_rate=0.05,
-                **sync_params,
             )
         return SimParams(
             nodes=nodes,
@@ -128,7 +133,6 @@ class SimParams:
             max_append_bytes=rng.choice((1, 400, 4096)),
             max_inflight_appends=rng.choice((1, 4, 64)),
             safety_ticks=rng.choice((150, 300)),
-            **sync_params,
         )
 
 
