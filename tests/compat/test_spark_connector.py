@@ -315,6 +315,16 @@ def test_sink_write_then_batch_read_every_field(java_tool, bootstrap, new_topic,
         assert not query.skipped and not query.data_loss
         assert_rows_are(query, written, by_partition)
 
+    # The next micro-batch of a streaming query starts where the last one ended: after
+    # more writes it holds exactly the new rows.
+    ended = {p: done["until"] for p, done in query.done.items()}
+    more = sample_records(90, partitions, seed=8)
+    more_written = spark_write(java_tool, bootstrap, topic, more, tmp_path)
+    starting = "offsets:" + ",".join(f"{p}={o}" for p, o in sorted(ended.items()))
+    query = spark_read(java_tool, bootstrap, topic, starting, "latest").succeeded()
+    assert {p: d["from"] for p, d in query.done.items()} == ended
+    assert_rows_are(query, more_written, more_written.by_partition())
+
     # The "assign" strategy and specific offsets: one partition, [5, 20).
     query = spark_read(
         java_tool, bootstrap, f"{topic}:1", "offsets:1=5", "offsets:1=20"
