@@ -36,6 +36,7 @@ SUMMARY_KINDS = (
     ("crash", "node-crash"),
     ("stop", "unclean-stop"),
     ("wl", "workload-error"),
+    ("proto", "client-protocol-error"),
 )
 
 

@@ -20,6 +20,8 @@ Anomaly kinds (each counted; any one fails the run):
 - `replica-divergence`: a partition's replicas were not byte-identical once quiet.
 - `node-crash`: a broker exited without a nemesis stopping it; `unclean-stop`: a SIGTERM
   did not end in a clean exit; `workload-error`: a client thread died.
+- `client-protocol-error`: a client could not parse a broker's response (librdkafka's
+  PROTOERR), so it never saw that response's error codes.
 
 `check(events)` returns a `CheckResult`; `python -m tests.chaos.checker HISTORY` checks a
 history file again.
@@ -51,6 +53,7 @@ ANOMALY_KINDS = (
     "node-crash",
     "unclean-stop",
     "workload-error",
+    "client-protocol-error",
 )
 EXAMPLES_PER_KIND = 8
 
@@ -137,6 +140,8 @@ def check(events: Iterable[Event]) -> CheckResult:
     final_read: Event | None = None
     commits: list[Event] = []
     observed: list[Event] = []
+    protocol_examples: list[dict[str, Any]] = []
+    protocol_failures: int | None = None  # from the summary event, when there is one
 
     for event in events:
         kind = event["type"]
@@ -191,9 +196,19 @@ def check(events: Iterable[Event]) -> CheckResult:
             )
         elif kind == "workload-error":
             result.add("workload-error", {"process": event["process"], "error": event["error"]})
+        elif kind == "client-protocol-error":
+            protocol_examples.append(
+                {"t": event["t"], "process": event["process"], "detail": event["detail"]}
+            )
+        elif kind == "client-protocol-errors":
+            protocol_failures = sum(event["failures"].values())
         elif kind == "client-fatal":
             result.notes.append(f"{event['process']}: fatal producer error {event['error']}")
     result.operations = result.sends + result.polls + result.commits + len(observed)
+    for example in protocol_examples:
+        result.add("client-protocol-error", example)
+    if protocol_failures is not None:
+        result.anomalies["client-protocol-error"] = protocol_failures
 
     # Duplicates and inconsistent offsets, from acks and polls together.
     for value, places in offsets_of_value.items():

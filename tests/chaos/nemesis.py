@@ -96,6 +96,7 @@ class NemesisContext:
     log: Callable[[str], None]
     disk_bytes: int | None = None
     expected_down: set[int] = field(default_factory=set)
+    starting: set[int] = field(default_factory=set)  # spawned, not yet answering
     crash_restarts: dict[int, int] = field(default_factory=dict)
     _node_locks: dict[int, threading.RLock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -120,6 +121,7 @@ class NemesisContext:
                 return f"node {node.node_id} already running"
             self.spawner.call(node.spawn)
             self.expected_down.discard(node.node_id)
+            self.starting.add(node.node_id)
         try:
             node.wait_ready()
         except BrokerStartError as exc:
@@ -130,6 +132,8 @@ class NemesisContext:
                 detail=f"node {node.node_id} did not start: {str(exc)[:2000]}",
             )
             return f"node {node.node_id} failed to start (see history)"
+        finally:
+            self.starting.discard(node.node_id)
         return f"node {node.node_id} restarted"
 
     def leader_of_some_partition(self, rng: random.Random) -> tuple[int | None, str]:
@@ -376,7 +380,8 @@ class RollingRestart(Nemesis):
             if time.monotonic() >= self.deadline:
                 break
             with self.ctx.node_lock(node.node_id):
-                if not node.is_running():
+                # A broker another nemesis is restarting has not installed its SIGTERM handler.
+                if not node.is_running() or node.node_id in self.ctx.starting:
                     continue
                 self.ctx.expected_down.add(node.node_id)
                 try:
@@ -389,7 +394,7 @@ class RollingRestart(Nemesis):
                     self.step(steps, f"SIGTERM node {node.node_id}: unclean stop")
             self.step(steps, self.ctx.restart(node))
             time.sleep(ROLLING_PAUSE_S)
-        return f"restarted {len(steps) // 2} brokers one at a time" if steps else None
+        return f"restarted {len(steps) // 2} broker(s) one at a time" if steps else None
 
     def repair(self) -> str | None:
         return "rolling restart done"

@@ -34,6 +34,7 @@ from tests.chaos.netns import ChaosNetwork, RunResources, cleanup_stale_runs
 from tests.chaos.plot import plot_run
 from tests.chaos.replicas import compare_replicas
 from tests.chaos.workload import (
+    ProtocolErrorRecorder,
     WorkloadConfig,
     final_read,
     start_workload,
@@ -74,7 +75,7 @@ class ChaosConfig:
 
     @property
     def label(self) -> str:
-        return "+".join(self.nemeses)
+        return "all" if set(self.nemeses) == set(NEMESES) else "+".join(self.nemeses)
 
 
 @dataclass
@@ -105,22 +106,25 @@ class ChaosResult:
         if self.error:
             lines.append(f"run error:\n{self.error}")
         if not self.ok:
+            label = self.config.label
+            nemeses = label if label == "all" else ",".join(self.config.nemeses)
             lines.append(
                 f"reproduce with: scripts/chaos --nodes {self.config.nodes} --nemesis "
-                f"{','.join(self.config.nemeses)} --time-limit {self.config.time_limit_s:g} "
+                f"{nemeses} --time-limit {self.config.time_limit_s:g} "
                 f"--seed {self.config.seed}"
             )
         return "\n".join(lines)
 
 
-def _client_logger(run_dir: Path, tag: str) -> logging.Logger:
-    """librdkafka's log lines go to clients.log, not to the terminal."""
+def _client_logger(run_dir: Path, tag: str, recorder: logging.Handler) -> logging.Logger:
+    """librdkafka's log lines go to clients.log (not the terminal) and to `recorder`."""
     logger = logging.getLogger(f"raftka.chaos.{tag}")
     logger.propagate = False
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     handler = logging.FileHandler(run_dir / "clients.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
     logger.addHandler(handler)
+    logger.addHandler(recorder)
     return logger
 
 
@@ -152,7 +156,8 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         say(line)
     resources = RunResources(tag)
     history = History(run_dir / "history.jsonl")
-    logger = _client_logger(run_dir, tag)
+    protocol_errors = ProtocolErrorRecorder(history)
+    logger = _client_logger(run_dir, tag, protocol_errors)
     spawner = Spawner()
     cluster: ChaosCluster | None = None
     workers: list = []
@@ -273,6 +278,7 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         if cluster is not None:
             cluster.kill()
         spawner.close()
+        protocol_errors.record_summary()
         history.close()
         result.check = check(read_history(history.path))
         if cluster is not None and cluster.disk_bytes is not None and not result.ok:

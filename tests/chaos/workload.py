@@ -129,6 +129,8 @@ class ProducerWorker(Worker):
                 "message.timeout.ms": self.config.message_timeout_ms,
                 "request.timeout.ms": 5000,
                 "retry.backoff.ms": 100,
+                # Idempotence state changes (epoch bumps and why) go to clients.log.
+                "debug": "eos",
             }
         )
 
@@ -204,6 +206,41 @@ class ProducerWorker(Worker):
                 error=f"no delivery report at the end ({remaining} in the queue)",
             )
         self.pending.clear()
+
+
+class ProtocolErrorRecorder(logging.Handler):
+    """Turns librdkafka's protocol parse failures into `client-protocol-error` events.
+
+    A parse failure means a client could not read a broker's response, so it never saw that
+    response's error codes (it keeps asking the same broker instead of refreshing metadata).
+    The first few per client are recorded with their log lines; `record_summary()` records
+    the count per client.
+    """
+
+    KEPT_PER_CLIENT = 3
+
+    def __init__(self, history: History) -> None:
+        super().__init__(logging.DEBUG)
+        self.history = history
+        self.failures: dict[str, int] = {}
+        self.cause: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if not message.startswith("PROTOERR"):
+            return
+        process = record.threadName.removeprefix("chaos-")
+        if "parse failure" not in message:  # what was wrong comes first, on its own line
+            self.cause[process] = message
+            return
+        count = self.failures[process] = self.failures.get(process, 0) + 1
+        if count <= self.KEPT_PER_CLIENT:
+            detail = f"{self.cause.pop(process, '')} / {message}"
+            self.history.record("client-protocol-error", process=process, detail=detail[:800])
+
+    def record_summary(self) -> None:
+        if self.failures:
+            self.history.record("client-protocol-errors", failures=self.failures)
 
 
 def record_poll(history: History, process: str, messages: list[Message]) -> list[Message]:
