@@ -31,6 +31,7 @@ class Net:
         election_timeout_ticks: int = 10,
         max_append_bytes: int = 1 << 20,
         max_inflight_appends: int = 16,
+        skip_noop_when_committed: bool = False,
         logs: dict[NodeId, list[Entry]] | None = None,
         terms: dict[NodeId, int] | None = None,
     ) -> None:
@@ -42,6 +43,7 @@ class Net:
             election_timeout_ticks=election_timeout_ticks,
             max_append_bytes=max_append_bytes,
             max_inflight_appends=max_inflight_appends,
+            skip_noop_when_committed=skip_noop_when_committed,
         )
         self.logs: dict[NodeId, MemoryRaftLog] = {}
         self.hard_states: dict[NodeId, HardState] = {}

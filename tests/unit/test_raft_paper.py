@@ -324,6 +324,60 @@ def test_paused_leader_resuming_steps_down_for_newer_term() -> None:
     assert net[1].term == net[new_leader].term and net[1].leader_id == new_leader
 
 
+@pytest.mark.parametrize("skip_noop", [True, False])
+def test_deposed_leader_unreplicated_tail_is_dropped_with_no_further_writes(
+    skip_noop: bool,
+) -> None:
+    """A paused leader keeps a batch no follower received. Once it follows the new leader,
+    the append that reaches the new leader's log end drops that older-epoch tail: replicas
+    converge with no new write (what Kafka gets by truncating to the leader's epoch end)."""
+    net = Net([1, 2, 3], skip_noop_when_committed=skip_noop)
+    net.elect(1)
+    net.propose(1, 3)
+    net.tick(2)
+    net.isolate(1)
+    stale = net.propose(1, 5)
+    net.tick(40, only=[2, 3])
+    [new_leader] = [i for i in (2, 3) if net[i].role is Role.LEADER]
+    leader_end = net[new_leader].log.log_end_offset()
+    net.heal()
+    net.tick(5)
+    assert net.entries(1) == net.entries(2) == net.entries(3)
+    assert stale not in net.entries(1)
+    assert net[1].log.log_end_offset() == leader_end
+    assert net[1].high_watermark == net[new_leader].high_watermark == leader_end
+
+
+def test_append_at_leader_end_keeps_entries_of_the_leaders_own_term() -> None:
+    """A delayed append that reached the leader's end when sent must not drop what the same
+    leader appended later (only older epochs are a deposed leader's tail)."""
+    net = Net([1, 2, 3], skip_noop_when_committed=True)
+    leader = net.elect(1)
+    net.propose(1)
+    net.tick(2)
+    end = leader.log.log_end_offset()
+    delayed = Message(
+        group=GROUP,
+        type=MessageType.APPEND,
+        from_id=1,
+        to=2,
+        term=leader.term,
+        prev_offset=end - 1,
+        prev_epoch=leader.log.epoch_at(end - 1),
+        high_watermark=leader.high_watermark,
+        at_leader_end=True,
+    )
+    net.drop = lambda m: m.type is MessageType.APPEND_RESPONSE  # keep `later` uncommitted
+    later = net.propose(1, 2)
+    assert later in net.entries(2) and net[2].high_watermark == end
+    net[2].step(delayed)
+    net.drain(2)
+    assert later in net.entries(2)
+    net.drop = lambda m: False
+    net.tick(2)
+    assert net.entries(2) == net.entries(1)
+
+
 # ---------------------------------------------------------------------- leadership transfer
 def test_transfer_leadership_to_caught_up_follower() -> None:
     net = Net([1, 2, 3])
