@@ -206,7 +206,11 @@ class Broker:
                     async with self.node.sync_lock:
                         job = log.flush_job()
                         if job is not None:
-                            await trio.to_thread.run_sync(job)
+                            try:
+                                await trio.to_thread.run_sync(job)
+                            except OSError as exc:
+                                # The segments stay dirty; the next round tries again.
+                                logger.error("fsync of %s failed: %s", partition.name, exc)
 
     async def _enforce_retention(self) -> None:
         interval_s = self.config.get("log.retention.check.interval.ms") / 1000

@@ -80,6 +80,11 @@ class NotLeaderError(Exception):
         self.leader_id = leader_id
 
 
+class StorageError(NotLeaderError):
+    """This node could not write to its log (a full disk, an I/O error): nothing of the
+    request was stored (Kafka KAFKA_STORAGE_ERROR)."""
+
+
 class ConfigChangeError(Exception):
     """A membership change was refused: one change at a time, after the leader's no-op."""
 

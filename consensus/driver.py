@@ -18,9 +18,11 @@ flush.messages=1). fsync and lmdb commits never run on the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,6 +36,7 @@ from consensus.core import (
     Ready,
     SoftState,
     Status,
+    StorageError,
     can_send_before_sync,
 )
 from consensus.storage import RaftLog
@@ -41,6 +44,10 @@ from consensus.transport import PeerTransport
 from consensus.types import Entry, HardState, Message, NodeId, Role
 
 log = logging.getLogger(__name__)
+
+# After a failed write a replica of a multi-voter group stays a follower this long, so a
+# broker with a full disk does not win elections it cannot serve.
+STORAGE_FAILURE_CAMPAIGN_PAUSE_S = 5.0
 
 
 class GroupStorage(Protocol):
@@ -182,6 +189,7 @@ class RaftGroup:
         self._commit_waiters = _WaiterHeap()
         self._durable_waiters = _WaiterHeap()
         self._tickets_pending = 0
+        self._no_campaign_until = 0.0
         self.removed = False
         self._drive()
 
@@ -235,9 +243,12 @@ class RaftGroup:
 
     # ------------------------------------------------------------------ inputs
     def propose(self, record_count: int, payload: bytes) -> Entry:
-        """Append a batch as leader; persisted (storage.append) and sent before returning.
+        """Append a batch as leader; written (storage.append) before returning, and sent to
+        the followers.
 
-        Raises NotLeaderError when this node is not the leader or is handing leadership over.
+        Raises NotLeaderError when this node is not the leader or is handing leadership over,
+        StorageError (a NotLeaderError) when the write failed: nothing was stored and this
+        node no longer leads.
         """
         self._check_live()
         entry = self._core.propose(record_count, payload)
@@ -308,13 +319,22 @@ class RaftGroup:
 
     def _tick(self) -> None:
         core = self._core
+        if self._no_campaign_until and core.role is not Role.LEADER:
+            if time.monotonic() < self._no_campaign_until:
+                return  # no election timer: it must not campaign yet
+            self._no_campaign_until = 0.0
         core.tick()
         if core.has_ready():
-            self._drive()
+            self._drive_quietly()
 
     def _step(self, m: Message) -> None:
         self._core.step(m)
-        self._drive()
+        self._drive_quietly()
+
+    def _drive_quietly(self) -> None:
+        """_drive for inputs that have no caller to tell: a storage failure is logged."""
+        with contextlib.suppress(StorageError):
+            self._drive()
 
     def _check_live(self) -> None:
         if self.removed:
@@ -327,7 +347,10 @@ class RaftGroup:
         send = self._transport.send
         while core.has_ready():
             rd = core.ready()
-            self._write(rd)
+            try:
+                self._write(rd)
+            except OSError as exc:
+                raise self._storage_failed(exc) from exc
             fsync_log = bool(rd.entries) and storage.entries_need_sync()
             # Once a ticket is pending, later Readys queue behind it: none may claim more
             # durability than the one before it has.
@@ -365,6 +388,26 @@ class RaftGroup:
         if rd.entries:
             storage.append(rd.entries)
 
+    def _storage_failed(self, exc: OSError) -> StorageError:
+        """A write failed mid-Ready: start over from what storage holds, as a restart of
+        this group would. The Ready's messages are dropped, unwritten entries forgotten."""
+        old = self._core
+        storage = self._storage
+        error = StorageError(None, f"{self.name}: cannot write to the log: {exc}")
+        log.error("node %s: %s; this replica restarts as a follower", old.id, error)
+        self._commit_waiters.fail(error, only_leaders=True)
+        self._durable_waiters.fail(error, only_leaders=True)
+        end = storage.raft_log.log_end_offset()
+        self._core = RaftCore(
+            old.config, storage.raft_log, storage.load_hard_state(), min(old.high_watermark, end)
+        )
+        if len(old.voters) > 1:
+            self._no_campaign_until = time.monotonic() + STORAGE_FAILURE_CAMPAIGN_PAUSE_S
+        if self._on_update is not None:
+            self._on_update(GroupUpdate(self.name, None, self._core._soft_state()))
+        self._node._note_soft_state()
+        return error
+
     def _synced(self, ticket: _SyncTicket) -> None:
         """The ticket's sync is done: its messages leave, its entries count as durable."""
         self._tickets_pending -= 1
@@ -374,7 +417,7 @@ class RaftGroup:
             self._transport.send(m)
         self._core.mark_durable(ticket.end_offset, ticket.generation)
         self._durable_waiters.release_through(self._core.durable_end)
-        self._drive()
+        self._drive_quietly()
 
     def _apply(self, rd: Ready) -> None:
         # Leadership first: a leader's waiter must not be woken by a high watermark that a

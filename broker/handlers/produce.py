@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.common import NO_THROTTLE, response_schema
 from broker.topics import Partition, now_ms
-from consensus.core import NotLeaderError
+from consensus.core import NotLeaderError, StorageError
 from log.producer_state import BatchMetadata, ProducerStateError
 from protocol.api import build
 from protocol.records import InvalidRecords, set_log_append_time, validate_produce_records
@@ -111,6 +111,9 @@ def _append(
         fields["log_append_time"] = _append_time(now)
     try:
         entry = partition.propose(records, headers[0].last_offset_delta + 1)
+    except StorageError as exc:
+        fields.update(error_code=ErrorCode.kafka_storage_error, error_message=str(exc))
+        return fields, None
     except NotLeaderError:
         fields["error_code"] = ErrorCode.not_leader_or_follower
         return fields, None

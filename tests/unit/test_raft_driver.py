@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -10,6 +11,7 @@ import pytest
 import trio
 
 from consensus import HardState, MemoryRaftLog, Message, MessageType, NotLeaderError, Role
+from consensus.core import StorageError
 from consensus.driver import GroupUpdate, RaftGroup, RaftNode
 from consensus.transport import PeerTransport
 from consensus.types import Entry
@@ -33,6 +35,7 @@ class MemoryGroupStorage:
         self.hard_state = HardState()
         self.sync_every_append = sync_every_append
         self.events = events if events is not None else []
+        self.disk_full = False
 
     def load_hard_state(self) -> HardState:
         return self.hard_state
@@ -44,6 +47,8 @@ class MemoryGroupStorage:
         self.raft_log.truncate_to(offset)
 
     def append(self, entries: Sequence[Entry]) -> None:
+        if self.disk_full:
+            raise OSError(errno.ENOSPC, "No space left on device")
         self.raft_log.append(entries)
 
     def high_watermark_checkpoint(self) -> int | None:
@@ -343,3 +348,40 @@ def test_default_policy_acknowledges_on_write() -> None:
         assert all(_synced_end(cluster.events[n]) == 0 for n in NODES)
 
     run_cluster(["d-0"], scenario)
+
+
+def test_full_disk_on_the_leader_refuses_writes_and_recovers() -> None:
+    """A leader whose write fails answers StorageError with nothing stored, stops leading
+    (and does not campaign while its disk is full); the others carry on; once space
+    returns it catches up and the logs converge."""
+
+    async def scenario(cluster: Cluster) -> None:
+        first = await cluster.propose_committed("f-0", b"before")
+        leader = await cluster.leader("f-0")
+        storage = cluster.storage[leader, "f-0"]
+        storage.disk_full = True
+        before = storage.raft_log.all_entries()
+        with pytest.raises(StorageError):
+            cluster.group(leader, "f-0").propose(1, b"refused")
+        assert storage.raft_log.all_entries() == before
+        assert cluster.group(leader, "f-0").role is not Role.LEADER
+        with trio.fail_after(5):
+            while True:
+                others = [n for n in NODES if n != leader]
+                leaders = [n for n in others if cluster.group(n, "f-0").role is Role.LEADER]
+                if leaders:
+                    break
+                await trio.sleep(TICK_MS / 1000)
+        group = cluster.group(leaders[0], "f-0")
+        during = group.propose(1, b"during")
+        assert await group.wait_committed(during.end_offset, 3, during.epoch)
+        assert cluster.group(leader, "f-0").role is Role.FOLLOWER
+        storage.disk_full = False
+        await cluster.replicated("f-0", during)
+        assert first in storage.raft_log.all_entries()
+        assert (
+            storage.raft_log.all_entries()
+            == cluster.storage[leaders[0], "f-0"].raft_log.all_entries()
+        )
+
+    run_cluster(["f-0"], scenario)
