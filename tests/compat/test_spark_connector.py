@@ -777,3 +777,23 @@ def test_three_nodes_gap_and_leader_killed_mid_read(java_tool, cluster_factory, 
     skipped = sorted({o for s in query.skipped for o in range(s["from"], s["to"])})
     assert skipped == gap, f"skipped as invisible {skipped}, offsets without records {gap}"
     cluster.node(leader).start()
+
+    # read_committed reads the same rows; timestamps around the gap find the records.
+    query = spark_read(
+        java_tool,
+        cluster.bootstrap,
+        topic,
+        "earliest",
+        "latest",
+        True,
+        "isolation.level=read_committed",
+    ).succeeded()
+    assert_rows_are(query, written, {0: list(range(len(records)))})
+    around = [
+        written.timestamps[i] for i, o in enumerate(offsets) if o in (gap[0] - 1, gap[-1] + 1)
+    ]
+    found = spark_offsets(java_tool, cluster.bootstrap, topic, around)
+    for isolation in ("read_uncommitted", "read_committed"):
+        for probe in found[(isolation, 0)]["by_timestamp"]:
+            want = first_at_or_after(written, 0, probe["timestamp"])
+            assert (probe["offset"], probe["record_timestamp"]) == want, (isolation, probe)
