@@ -6,7 +6,12 @@ Anomaly kinds (each counted; any one fails the run):
   returned a later offset of the same partition.
 - `unseen`: an acknowledged send missing from the final read (faults over, cluster healed,
   every partition read from the beginning to its high watermark).
-- `duplicate`: one value at two or more offsets (from acks and polls together).
+- `duplicate`: one value at two or more offsets (from acks and polls together), unless the
+  log shows each copy written under a different producer epoch: librdkafka bumps the epoch of
+  an idempotent producer after message timeouts and then re-sends records that may already
+  be stored (confluentinc/librdkafka#4953), which no broker can tell from new records.
+  Those are counted as `client_duplicates`, not anomalies; the epoch bumps are in clients.log
+  and the history (`client-epoch` events).
 - `inconsistent-offset`: one offset holding two or more values (from acks and polls).
 - `nonmonotonic-poll`: a consumer read an offset at or below one it had already read from that
   partition in the same assignment epoch (an `assign` event starts a new epoch).
@@ -71,6 +76,7 @@ class CheckResult:
     records_read: int = 0
     commits: int = 0
     faults: int = 0
+    client_duplicates: int = 0
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
     examples: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     notes: list[str] = field(default_factory=list)
@@ -94,7 +100,12 @@ class CheckResult:
             f"operations {self.operations}: sends {self.sends} (acknowledged "
             f"{self.acknowledged}, failed {self.failed}, unknown {self.unknown}), polls "
             f"{self.polls} ({self.records_read} records), commits {self.commits}; "
-            f"faults {self.faults}",
+            f"faults {self.faults}"
+            + (
+                f"; duplicates from client epoch bumps {self.client_duplicates}"
+                if self.client_duplicates
+                else ""
+            ),
             "anomalies: "
             + (", ".join(f"{k} {v}" for k, v in self.anomalies.items() if v) or "none"),
         ]
@@ -115,6 +126,7 @@ class CheckResult:
             "records_read": self.records_read,
             "commits": self.commits,
             "faults": self.faults,
+            "client_duplicates": self.client_duplicates,
             "anomalies": self.anomalies,
             "examples": dict(self.examples),
             "notes": self.notes,
@@ -124,6 +136,18 @@ class CheckResult:
 def _int_keys(offsets: dict[str, int]) -> dict[int, int]:
     """JSON object keys are strings; partitions are ints."""
     return {int(p): int(o) for p, o in offsets.items()}
+
+
+def duplicated_values(events: Iterable[Event]) -> dict[str, set[tuple[int, int]]]:
+    """{value: its (partition, offset)s} for values at more than one offset."""
+    places: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for event in events:
+        if event["type"] == "send" and event["outcome"] == "ok":
+            places[event["value"]].add((event["partition"], event["offset"]))
+        elif event["type"] == "poll":
+            for partition, offset, value in event["records"]:
+                places[value].add((partition, offset))
+    return {value: where for value, where in places.items() if len(where) > 1}
 
 
 def check(events: Iterable[Event]) -> CheckResult:
@@ -142,6 +166,8 @@ def check(events: Iterable[Event]) -> CheckResult:
     observed: list[Event] = []
     protocol_examples: list[dict[str, Any]] = []
     protocol_failures: int | None = None  # from the summary event, when there is one
+    # value -> [[partition, offset, producer id, producer epoch, sequence]] from the log
+    provenance: dict[str, list[list[int]]] = {}
 
     for event in events:
         kind = event["type"]
@@ -196,6 +222,8 @@ def check(events: Iterable[Event]) -> CheckResult:
             )
         elif kind == "workload-error":
             result.add("workload-error", {"process": event["process"], "error": event["error"]})
+        elif kind == "provenance":
+            provenance.update(event["duplicates"])
         elif kind == "client-protocol-error":
             protocol_examples.append(
                 {"t": event["t"], "process": event["process"], "detail": event["detail"]}
@@ -212,8 +240,17 @@ def check(events: Iterable[Event]) -> CheckResult:
 
     # Duplicates and inconsistent offsets, from acks and polls together.
     for value, places in offsets_of_value.items():
-        if len(places) > 1:
-            result.add("duplicate", {"value": value, "offsets": sorted(places)})
+        if len(places) <= 1:
+            continue
+        writers = provenance.get(value, [])
+        epochs = {(w[2], w[3]) for w in writers}
+        if len(writers) == len(places) and len(epochs) == len(writers):
+            result.client_duplicates += 1
+            continue
+        result.add(
+            "duplicate",
+            {"value": value, "offsets": sorted(places), "pid_epoch_seq": [w[2:] for w in writers]},
+        )
     for (partition, offset), values in values_at.items():
         if len(values) > 1:
             result.add(

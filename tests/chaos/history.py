@@ -23,6 +23,9 @@ from them:
 - `node-exit`: `node`, `code`, `log_tail`: a broker exited without a nemesis stopping it;
   `unclean-stop`: `node`, `detail`: SIGTERM did not end in exit code 0 in time.
 - `workload-error`: `process`, `error`, `traceback`; `client-fatal`: `process`, `error`.
+- `provenance`: `duplicates`: {value: [[partition, offset, producer id, producer epoch,
+  sequence]]} of duplicated values, from a replica's log; `client-epoch`: `process`,
+  `detail`: librdkafka's idempotent producer bumped its epoch or saw a sequence error.
 - `client-protocol-error`: `process`, `detail` (a response the client could not parse; the
   first few per client); `client-protocol-errors`: `failures` per client, at the end.
 """

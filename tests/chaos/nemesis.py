@@ -446,6 +446,8 @@ class NemesisThread(threading.Thread):
         nemesis, ctx, rng = self.nemesis, self.nemesis.ctx, self.nemesis.rng
         try:
             while self._wait(rng.uniform(*QUIET_S)):
+                if self.deadline - time.monotonic() < nemesis.hold_s[0]:
+                    break  # too little time left for a whole fault
                 t0 = ctx.history.now()
                 detail = nemesis.inject()
                 if detail is None:

@@ -138,3 +138,26 @@ def compare_replicas(
         if not differing or time.monotonic() >= deadline:
             return table, [describe_divergence(name, replicas) for name, replicas in differing]
         time.sleep(1.0)
+
+
+def producers_at(segments: list[Path], offsets: set[int]) -> dict[int, tuple[int, int, int]]:
+    """{offset: (producer id, producer epoch, sequence)} of the records at `offsets`.
+
+    From batch headers only: a record's sequence is its batch's base sequence plus its offset
+    delta (no compaction, so offsets in a batch are contiguous).
+    """
+    found: dict[int, tuple[int, int, int]] = {}
+    data = log_bytes(segments)
+    pos = 0
+    while pos + BATCH_HEADER_BYTES <= len(data) and len(found) < len(offsets):
+        base_offset, length = struct.unpack_from(">qi", data, pos)
+        (last_delta,) = struct.unpack_from(">i", data, pos + 23)
+        producer_id, producer_epoch, base_sequence = struct.unpack_from(">qhi", data, pos + 43)
+        for offset in offsets:
+            if base_offset <= offset <= base_offset + last_delta:
+                delta = offset - base_offset
+                found[offset] = (producer_id, producer_epoch, base_sequence + delta)
+        if length <= 0:
+            break
+        pos += 12 + length
+    return found

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.chaos.checker import CheckResult, check
+from tests.chaos.checker import CheckResult, check, duplicated_values
 from tests.chaos.cluster import ChaosCluster, create_topic
 from tests.chaos.history import History, read_history
 from tests.chaos.nemesis import (
@@ -32,7 +32,7 @@ from tests.chaos.nemesis import (
 )
 from tests.chaos.netns import ChaosNetwork, RunResources, cleanup_stale_runs
 from tests.chaos.plot import plot_run
-from tests.chaos.replicas import compare_replicas
+from tests.chaos.replicas import compare_replicas, partition_logs, producers_at
 from tests.chaos.workload import (
     ProtocolErrorRecorder,
     WorkloadConfig,
@@ -132,6 +132,32 @@ def _close_logger(logger: logging.Logger) -> None:
     for handler in list(logger.handlers):
         handler.close()
         logger.removeHandler(handler)
+
+
+def _record_provenance(history: History, cluster: ChaosCluster) -> None:
+    """For every duplicated value, the producer id, epoch and sequence of each copy."""
+    duplicates = dict(list(duplicated_values(read_history(history.path)).items())[:200])
+    if not duplicates:
+        return
+    wanted: dict[int, set[int]] = {}
+    for places in duplicates.values():
+        for partition, offset in places:
+            wanted.setdefault(partition, set()).add(offset)
+    writers: dict[tuple[int, int], tuple[int, int, int]] = {}
+    for partition, offsets in wanted.items():
+        for node in cluster.nodes:
+            segments = partition_logs(node.data_dir).get(f"{TOPIC}-{partition}")
+            if segments:
+                for offset, writer in producers_at(segments, offsets).items():
+                    writers[(partition, offset)] = writer
+                break
+    history.record(
+        "provenance",
+        duplicates={
+            value: [[p, o, *writers[(p, o)]] for p, o in sorted(places) if (p, o) in writers]
+            for value, places in duplicates.items()
+        },
+    )
 
 
 def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosResult:
@@ -258,6 +284,7 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             f"replicas of {len(table)} partitions "
             + ("byte-identical" if not diffs else f"DIFFER in {[d['partition'] for d in diffs]}")
         )
+        _record_provenance(history, cluster)
         watchdog.stop()
         watchdog = None
         try:

@@ -227,9 +227,15 @@ class ProtocolErrorRecorder(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
+        process = record.threadName.removeprefix("chaos-")
+        if message.startswith("ERRSEQ") or (
+            message.startswith("DRAIN") and "bumped epoch" in message
+        ):
+            # Why an idempotent producer changed epoch: duplicates across epochs follow.
+            self.history.record("client-epoch", process=process, detail=message[:800])
+            return
         if not message.startswith("PROTOERR"):
             return
-        process = record.threadName.removeprefix("chaos-")
         if "parse failure" not in message:  # what was wrong comes first, on its own line
             self.cause[process] = message
             return
