@@ -921,7 +921,10 @@ public class KafkaTool {
                         emit("offsets", obj("partition", tp.partition(),
                                 "isolation", level.toString().toLowerCase(Locale.ROOT),
                                 "earliest", first.get(tp).offset(),
-                                "latest", last.get(tp).offset(), "by_timestamp", found));
+                                "earliest_leader_epoch", first.get(tp).leaderEpoch().orElse(-1),
+                                "latest", last.get(tp).offset(),
+                                "latest_leader_epoch", last.get(tp).leaderEpoch().orElse(-1),
+                                "by_timestamp", found));
                     }
                 }
             }
