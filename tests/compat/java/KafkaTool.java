@@ -420,7 +420,8 @@ public class KafkaTool {
                 + "      STARTING: earliest | offsets:P=O,... | timestamps:P=T,... |"
                 + " timestamp:T\n"
                 + "      ENDING: latest | offsets:P=O,... | timestamps:P=T,... | timestamp:T\n"
-                + "      (offset -2 is earliest, -1 latest, as in Spark's JSON options)\n";
+                + "      (offset -2 is earliest, -1 latest, as in Spark's JSON options)\n"
+                + "  k=v after a spark-* command: the query's kafka.* options, prefix dropped\n";
 
         /** KafkaOffsetRangeLimit.EARLIEST / LATEST and KafkaDataConsumer.UNKNOWN_OFFSET. */
         static final long EARLIEST = -2L;
