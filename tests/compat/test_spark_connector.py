@@ -1,11 +1,11 @@
 """Spark's own Kafka connector (spark-sql-kafka-0-10) against raftka, replayed call for call.
 
-The connector jar cannot be downloaded here, but all it does with Kafka goes through the Java
-kafka-clients library, which can: `KafkaTool spark-*` (java/KafkaTool.java) makes the same
-client calls with the same configs as Spark's driver (an Admin: describeTopics, listOffsets
-with ListOffsetsOptions(isolation.level)), its executors (a KafkaConsumer with no group
-management: assign, seek, poll, position, seekToBeginning/seekToEnd; invisible offsets and
-OffsetOutOfRange handled as KafkaDataConsumer does under failOnDataLoss) and its sink (a
+The connector jar cannot be downloaded here, but everything it does with Kafka goes through
+the Java kafka-clients library, which is installed: `KafkaTool spark-*` (java/KafkaTool.java)
+makes the same client calls with the same configs as Spark's driver (an Admin: describeTopics,
+listOffsets with ListOffsetsOptions(isolation.level)), its executors (a KafkaConsumer with no
+group management: assign, seek, poll, position, seekToBeginning/seekToEnd; invisible offsets
+and OffsetOutOfRange handled as KafkaDataConsumer does under failOnDataLoss) and its sink (a
 KafkaProducer with default settings: idempotent, acks=all). These tests check what a Spark
 user would see: the rows of a batch query over `[startingOffsets, endingOffsets)` are exactly
 the records written, with their keys, values, headers, offsets and timestamps.
