@@ -159,6 +159,7 @@ class Broker:
                 )
                 self.groups.load()
                 nursery.start_soon(self._flush_logs)
+                nursery.start_soon(self.controller.save_snapshots)
                 nursery.start_soon(self._enforce_retention)
                 nursery.start_soon(self.groups.run)
                 if self.cluster.peers:

@@ -433,7 +433,11 @@ class RaftGroup:
         if self._on_update is not None and (
             rd.high_watermark is not None or rd.soft_state is not None
         ):
-            self._on_update(GroupUpdate(self.name, rd.high_watermark, rd.soft_state))
+            try:
+                self._on_update(GroupUpdate(self.name, rd.high_watermark, rd.soft_state))
+            except Exception:
+                # The Ready is written and sent: the core must still be advanced.
+                log.exception("%s: applying an update failed", self.name)
 
     def _remove(self) -> None:
         self.removed = True

@@ -69,6 +69,7 @@ class Controller:
         self.broker_config = broker_config
         self.topics = topics
         self.applied = trio.Event()
+        self._snapshot_due = trio.Event()  # the image changed since the last snapshot
         # The image as of the last snapshot: start-up need not replay the whole log.
         self.snapshots = SnapshotStore(data_dir)
         self.image = self.snapshots.load()
@@ -106,9 +107,27 @@ class Controller:
             )
 
     def close(self) -> None:
-        self.storage.save_high_watermark(self.group.high_watermark)
+        try:
+            if self._snapshot_due.is_set():
+                self.snapshots.save(self.image)
+            self.storage.save_high_watermark(self.group.high_watermark)
+        except OSError as exc:
+            logger.error("metadata state not saved at shutdown (replayed at start): %s", exc)
         self.snapshots.close()
         self.log.close()
+
+    async def save_snapshots(self, min_interval_s: float = 1.0) -> None:
+        """Snapshot the image after changes, at most once per `min_interval_s`, in a worker
+        thread. A failure (a full disk) is logged and retried: the log stays the truth."""
+        while True:
+            await self._snapshot_due.wait()
+            self._snapshot_due = trio.Event()
+            try:
+                await trio.to_thread.run_sync(self.snapshots.save_job(self.image))
+            except OSError as exc:
+                logger.error("%s; retrying", exc)
+                self._snapshot_due.set()
+            await trio.sleep(min_interval_s)
 
     def _on_update(self, update: GroupUpdate) -> None:
         if update.high_watermark is not None:
@@ -133,7 +152,7 @@ class Controller:
             self.applied_end = end
             changed = True
         if changed:
-            self.snapshots.save(self.image)
+            self._snapshot_due.set()
         self.applied.set()
         self.applied = trio.Event()
 

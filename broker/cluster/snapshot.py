@@ -8,6 +8,7 @@ After loading, the broker replays the metadata log from `applied_offset + 1`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import lmdb
@@ -32,11 +33,25 @@ class SnapshotStore:
         self._env = lmdb.open(str(self.path), map_size=map_size, subdir=True)
 
     def save(self, image: MetadataImage) -> None:
+        self.save_job(image)()
+
+    def save_job(self, image: MetadataImage) -> Callable[[], None]:
+        """The image serialized now; the returned function commits and fsyncs it and may run
+        in a worker thread while the image changes. Raises OSError if the write fails."""
         raw = json.dumps(image.to_dict(), separators=(",", ":")).encode()
-        with self._env.begin(write=True) as txn:
-            txn.put(_IMAGE_KEY, raw)
-            txn.put(_OFFSET_KEY, str(image.applied_offset).encode())
-        self._env.sync(True)
+        offset = str(image.applied_offset).encode()
+        env = self._env
+
+        def save() -> None:
+            try:
+                with env.begin(write=True) as txn:
+                    txn.put(_IMAGE_KEY, raw)
+                    txn.put(_OFFSET_KEY, offset)
+                env.sync(True)
+            except lmdb.Error as exc:
+                raise OSError(f"metadata snapshot not saved: {exc}") from exc
+
+        return save
 
     def load(self) -> MetadataImage:
         with self._env.begin() as txn:
