@@ -121,18 +121,23 @@ class LeaderEpochCache:
         return True
 
 
-def write_file_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` by `data` so that a crash leaves the old or the new content, durably."""
+def write_file_atomically(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace `path` by `data` so that a crash leaves the old or the new content, durably
+    (file and directory fsynced) unless `durable` is False: then a process crash keeps it
+    and whoever asked must fsync it later."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

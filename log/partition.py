@@ -81,6 +81,17 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _fsync_file(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return  # replaced or deleted since: its successor is synced on its own
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _read_offset_file(path: Path) -> int | None:
     try:
         return int(path.read_text(encoding="ascii").strip())
@@ -105,6 +116,9 @@ class PartitionLog:
         self._epochs_dirty = False
         self._log_start_dirty = False
         self._directory_dirty = False
+        # Small files written without fsync on the owner's thread; the next flush job
+        # syncs them (and the directory) in its worker thread.
+        self._files_to_sync: set[Path] = set()
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._clock_ms = now_ms  # latest time a caller told us; flush.ms counts from it
@@ -299,8 +313,11 @@ class PartitionLog:
         if active.size_bytes == 0:
             return active
         active.seal()
-        # Like Kafka, a snapshot per roll bounds the headers replayed after a crash.
-        write_snapshot(self.directory, self.log_end_offset, self.producer_state)
+        # Like Kafka, a snapshot per roll bounds the headers replayed after a crash. A lost
+        # one only means more headers to replay: no fsync here, the next flush job syncs it.
+        self._files_to_sync.add(
+            write_snapshot(self.directory, self.log_end_offset, self.producer_state, False)
+        )
         segment = self._new_segment(self.log_end_offset, now_ms, fresh=True)
         self._append_segment(segment)
         self._directory_dirty = True
@@ -536,9 +553,12 @@ class PartitionLog:
             and not self._epochs_dirty
             and not self._log_start_dirty
             and not self._directory_dirty
+            and not self._files_to_sync
             and target <= self.recovery_point
         ):
             return None
+        files = self._files_to_sync
+        self._files_to_sync = set()
         descriptors: list[int] = []
         for segment in dirty:
             segment.write_indexes()
@@ -546,7 +566,7 @@ class PartitionLog:
             segment.dirty = False
         epochs = self.epochs.serialize() if self._epochs_dirty else None
         log_start = self.log_start_offset if self._log_start_dirty else None
-        sync_directory = self._directory_dirty
+        sync_directory = self._directory_dirty or bool(files)
         self._epochs_dirty = self._log_start_dirty = self._directory_dirty = False
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock_ms if now_ms is None else now_ms
@@ -560,9 +580,13 @@ class PartitionLog:
             try:
                 for fd in descriptors:
                     os.fsync(fd)
+                for path in files:
+                    _fsync_file(path)
             except OSError:
                 for segment in dirty:
                     segment.dirty = True  # a later job must sync them again
+                self._files_to_sync |= files
+                self._directory_dirty = True
                 raise
             finally:
                 for fd in descriptors:
@@ -599,6 +623,9 @@ class PartitionLog:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+        for path in self._files_to_sync:
+            _fsync_file(path)
+        self._files_to_sync.clear()
         _fsync_directory(self.directory)
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock_ms if now_ms is None else now_ms
@@ -687,7 +714,11 @@ class PartitionLog:
             self._durable_generation += 1
             if offset < self.recovery_point:
                 self.recovery_point = offset
-                write_file_atomically(self.directory / RECOVERY_POINT_FILE, f"{offset}\n".encode())
+                # Not fsynced here (it runs inside a Raft Ready, on the event loop): recovery
+                # always re-checks the last segment, and the next flush job syncs this file.
+                path = self.directory / RECOVERY_POINT_FILE
+                write_file_atomically(path, f"{offset}\n".encode(), durable=False)
+                self._files_to_sync.add(path)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch whose last offset is >= `offset`, with its index entries and

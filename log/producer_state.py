@@ -292,11 +292,16 @@ def list_snapshots(directory: Path) -> list[int]:
     return sorted(offsets)
 
 
-def write_snapshot(directory: Path, offset: int, state: ProducerStateManager) -> None:
-    """Store `state` as of `offset` durably and keep only the newest SNAPSHOTS_KEPT files."""
-    write_file_atomically(snapshot_path(directory, offset), state.serialize())
+def write_snapshot(
+    directory: Path, offset: int, state: ProducerStateManager, durable: bool = True
+) -> Path:
+    """Store `state` as of `offset` (fsynced unless `durable` is False) and keep only the
+    newest SNAPSHOTS_KEPT files; returns the snapshot's path."""
+    path = snapshot_path(directory, offset)
+    write_file_atomically(path, state.serialize(), durable)
     for old in list_snapshots(directory)[:-SNAPSHOTS_KEPT]:
         snapshot_path(directory, old).unlink(missing_ok=True)
+    return path
 
 
 def delete_snapshots_after(directory: Path, offset: int) -> None:
