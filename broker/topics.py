@@ -124,6 +124,14 @@ class Partition:
         return min(self.group.high_watermark, self.log.log_end_offset)
 
     @property
+    def high_watermark_behind_epoch_start(self) -> bool:
+        """A new leader has not yet committed up to where its epoch started: its high
+        watermark may be below what the previous leader reported (Kafka answers
+        ListOffsets with OFFSET_NOT_AVAILABLE then, KAFKA-7703)."""
+        start = None if self.group is None else self.group.leader_epoch_start_offset
+        return start is not None and self.high_watermark < start
+
+    @property
     def last_stable_offset(self) -> int:
         return self.high_watermark
 

@@ -215,6 +215,13 @@ class RaftGroup:
         return self._core.log.log_end_offset()
 
     @property
+    def leader_epoch_start_offset(self) -> int | None:
+        """As leader: the log end offset when it was elected (Kafka's leader epoch start
+        offset); None on other roles."""
+        core = self._core
+        return core.term_start_offset if core.role is Role.LEADER else None
+
+    @property
     def durable_end(self) -> int:
         """Offsets below it are as durable as the flush policy requires."""
         return self._core.durable_end

@@ -15,10 +15,17 @@ MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
 
 
+class OffsetNotAvailable(Exception):
+    """The answer would come from a high watermark the new leader has not caught up yet."""
+
+
 def _lookup(partition: Any, timestamp: int, isolation_level: int) -> tuple[int, int]:
-    """(offset, timestamp) per Kafka's ListOffsets rules; (-1, -1) when nothing matches."""
+    """(offset, timestamp) per Kafka's ListOffsets rules; (-1, -1) when nothing matches.
+    Raises OffsetNotAvailable where Kafka answers OFFSET_NOT_AVAILABLE (retriable)."""
     log = partition.log
     if timestamp == LATEST:
+        if partition.high_watermark_behind_epoch_start:
+            raise OffsetNotAvailable
         end = (
             partition.last_stable_offset
             if isolation_level == READ_COMMITTED
@@ -34,6 +41,8 @@ def _lookup(partition: Any, timestamp: int, isolation_level: int) -> tuple[int, 
         return found[1], found[0]
     found = log.offset_for_timestamp(timestamp)
     if found is None or found[0] >= partition.high_watermark:
+        if partition.high_watermark_behind_epoch_start:
+            raise OffsetNotAvailable
         return -1, -1
     return found
 
@@ -58,7 +67,11 @@ async def handle_list_offsets(context: Any, request: Any) -> Any:
             if error is not None:
                 fields["error_code"] = error
             else:
-                offset, timestamp = _lookup(partition, p.timestamp, isolation)
+                try:
+                    offset, timestamp = _lookup(partition, p.timestamp, isolation)
+                except OffsetNotAvailable:
+                    offset, timestamp = -1, -1
+                    fields["error_code"] = ErrorCode.offset_not_available
                 fields.update(offset=offset, timestamp=timestamp)
                 if offset >= 0:
                     # Kafka reports the epoch that wrote the offset, or -1 when none is known.
