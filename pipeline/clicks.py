@@ -197,12 +197,11 @@ def generate(
     started = clock()
     first_ts = last_ts = start_ms
     for i in range(total):
-        # Pace by the schedule, not by sleeps, so the rate holds over the whole run.
-        wait_s = started + i / rate - clock()
-        if wait_s > 0:
+        # Pace by the schedule, not by sleeps, so the rate holds over the whole run. (A
+        # negative poll timeout would wait forever.)
+        due = started + i / rate
+        while (wait_s := due - clock()) > 0:
             producer.poll(min(wait_s, 0.05))
-            while started + i / rate > clock():
-                producer.poll(min(started + i / rate - clock(), 0.05))
         ts_ms = int(start_ms + i * step_ms) - rng.randrange(MAX_DELAY_MS if i else 1)
         first_ts, last_ts = min(first_ts, ts_ms), max(last_ts, ts_ms)
         user = f"user-{rng.randrange(users):03d}"

@@ -220,7 +220,9 @@ class PageCountsJob:
                 self._report(query, printed)
                 if deadline is not None and clock() >= deadline:
                     break
-            query.awaitTermination(0)  # raises the query's failure, if any
+            failure = query.exception()
+            if failure is not None:
+                raise PipelineError(f"the query failed: {failure}")
         except KeyboardInterrupt:
             self._say("run: interrupted")
         finally:

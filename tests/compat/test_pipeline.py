@@ -1,0 +1,167 @@
+"""The click-stream pipeline end to end: `scripts/pipeline generate` into a real broker, the
+page-count job over it, and restarts from its checkpoint.
+
+The job runs in the test's shared SparkSession (`spark_fixtures.spark`) except in the test
+of the command line, which starts `scripts/pipeline run` as a user would.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clients import consume
+from harness import REPO_ROOT
+
+from pipeline.clicks import parse_ts
+from pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError, kafka_package
+
+pytest_plugins = ["spark_fixtures"]  # the shared SparkSession fixture `spark`
+
+PIPELINE = str(REPO_ROOT / "scripts" / "pipeline")
+WINDOW_MS = 60_000
+WATERMARK_MS = 30_000
+
+
+def pipeline(*args: str, timeout: float = 120) -> str:
+    """Run `scripts/pipeline ARGS`; its stdout (it must exit 0)."""
+    result = subprocess.run(
+        [PIPELINE, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, (
+        f"scripts/pipeline {' '.join(args)} exited {result.returncode}\n"
+        f"--- stdout ---\n{result.stdout[-3000:]}\n--- stderr ---\n{result.stderr[-3000:]}"
+    )
+    return result.stdout
+
+
+def iso(ms: int) -> str:
+    from pipeline.clicks import format_ts
+
+    return format_ts(ms).replace(".000Z", "Z")
+
+
+def window_counts_from_events(bootstrap: str) -> tuple[dict[tuple[str, str], int], int]:
+    """Views per (window start, page) computed directly from `events`, and the largest
+    event time: what the job must report."""
+    events = [m for ms in consume(bootstrap, "events", partitions=3).values() for m in ms]
+    counts: Counter[tuple[str, str]] = Counter()
+    newest = 0
+    for message in events:
+        event = json.loads(message.value())
+        ts_ms = parse_ts(event["ts"])
+        newest = max(newest, ts_ms)
+        counts[(iso(ts_ms - ts_ms % WINDOW_MS), event["page"])] += 1
+    return dict(counts), newest
+
+
+def written_counts(bootstrap: str) -> tuple[list[tuple[bytes, bytes]], dict[tuple[str, str], int]]:
+    """Every record in `page-counts`, and views per (window start, page) from them; a
+    window written twice must have been written with the same key and value."""
+    records = [(m.key(), m.value()) for m in consume(bootstrap, COUNTS_TOPIC, partitions=1)[0]]
+    views: dict[tuple[str, str], int] = {}
+    values: dict[bytes, bytes] = {}
+    for key, value in records:
+        assert values.setdefault(key, value) == value, (
+            f"{key!r} written as {values[key]!r} and {value!r}"
+        )
+        record = json.loads(value)
+        assert json.loads(key) == {k: record[k] for k in ("window_start", "window_end", "page")}
+        views[(record["window_start"], record["page"])] = record["views"]
+    return records, views
+
+
+def finished(expected: dict[tuple[str, str], int], newest_ms: int) -> dict[tuple[str, str], int]:
+    """The windows the 30 s watermark has closed once the newest event has been read."""
+    watermark_ms = newest_ms - WATERMARK_MS
+    return {
+        (start, page): n
+        for (start, page), n in expected.items()
+        if parse_ts(start) + WINDOW_MS <= watermark_ms
+    }
+
+
+def forget_last_commit(checkpoint: Path) -> None:
+    """As if the job died after its last batch wrote its windows but before the checkpoint
+    recorded that batch as done."""
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    for name in (str(commits[-1]), f".{commits[-1]}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+
+
+def run_job(spark: Any, bootstrap: str, checkpoint: Path) -> str:
+    out = io.StringIO()
+    PageCountsJob(spark, bootstrap, str(checkpoint), out=out).run(available_now=True)
+    return out.getvalue()
+
+
+@pytest.mark.timeout(420)
+def test_window_counts_match_the_events_across_restarts(broker_factory, spark, tmp_path) -> None:
+    bootstrap = broker_factory().bootstrap
+    checkpoint = tmp_path / "checkpoint"
+
+    out = pipeline(
+        "generate", "--rate", "250", "--duration", "4", "--speedup", "60", "--seed", "3",
+        "--start", "2026-01-01T00:00:10Z", "--bootstrap", bootstrap,
+    )  # fmt: skip
+    assert "generate: 1000 events to events" in out, out
+
+    console = run_job(spark, bootstrap, checkpoint)
+    expected, newest = window_counts_from_events(bootstrap)
+    first_records, written = written_counts(bootstrap)
+    want = finished(expected, newest)
+    assert len(want) >= 3 * 6, f"too few finished windows to test: {sorted(want)}"
+    assert written == want
+    assert "2026-01-01 00:01:00 - 00:02:00  /home" in console, console
+
+    # More events on the same timeline (generate continues after the newest event).
+    out = pipeline(
+        "generate", "--rate", "250", "--duration", "2", "--speedup", "60", "--seed", "4",
+        "--bootstrap", bootstrap,
+    )  # fmt: skip
+    assert "generate: 500 events to events" in out, out
+    run_job(spark, bootstrap, checkpoint)
+    expected, newest = window_counts_from_events(bootstrap)
+    records, written = written_counts(bootstrap)
+    assert records[: len(first_records)] == first_records
+    assert written == finished(expected, newest)
+    assert len(written) > len(want)
+
+    # A restart with nothing new writes nothing; one after a crash rewrites at most the
+    # last batch's windows, with the same keys and values (checked by written_counts).
+    run_job(spark, bootstrap, checkpoint)
+    assert len(written_counts(bootstrap)[0]) == len(records)
+    forget_last_commit(checkpoint)
+    run_job(spark, bootstrap, checkpoint)
+    assert written_counts(bootstrap)[1] == written
+
+
+@pytest.mark.timeout(300)
+def test_command_line_run_and_a_missing_spark_connector(broker_factory, spark, tmp_path) -> None:
+    bootstrap = broker_factory().bootstrap
+    pipeline(
+        "generate", "--rate", "300", "--duration", "2", "--speedup", "90", "--seed", "5",
+        "--start", "2026-01-01T00:00:00Z", "--bootstrap", bootstrap,
+    )  # fmt: skip
+
+    with pytest.raises(PipelineError, match=kafka_package(spark.version).replace(".", r"\.")):
+        PageCountsJob(spark, bootstrap, str(tmp_path / "kafka"), source="kafka").run(
+            available_now=True
+        )
+
+    out = pipeline(
+        "run", "--checkpoint", str(tmp_path / "checkpoint"), "--bootstrap", bootstrap,
+        "--duration", "30", "--trigger-interval", "2 seconds",
+        timeout=240,
+    )  # fmt: skip
+    expected, newest = window_counts_from_events(bootstrap)
+    want = finished(expected, newest)
+    assert written_counts(bootstrap)[1] == want
+    assert f"{len(want)} window(s) written" in out, out
+    assert "2026-01-01 00:01:00 - 00:02:00  /home" in out, out
+    assert "run: stopped after" in out, out
