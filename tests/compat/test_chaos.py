@@ -18,11 +18,6 @@ from tests.chaos.netns import chaos_unavailable_reason
 from tests.chaos.runner import ChaosConfig, run_chaos
 
 FAULT_SECONDS = 30.0
-# Nemeses whose anomalies are known and being fixed in the broker; each still runs and reports.
-KNOWN_ANOMALIES = {
-    "disk-full": "a broker exits on ENOSPC instead of refusing writes with KAFKA_STORAGE_ERROR, "
-    "and one restarted on a full disk never reopens its partitions (issue 7, in progress)",
-}
 # Start-up, warm-up, healing, final read and replica comparison take 20-60 s more.
 RUN_TIMEOUT_S = 240
 
@@ -41,15 +36,7 @@ def chaos_machine(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S)
-@pytest.mark.parametrize(
-    "nemesis",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_ANOMALIES[name], strict=False))
-        if name in KNOWN_ANOMALIES
-        else name
-        for name in NEMESES
-    ],
-)
+@pytest.mark.parametrize("nemesis", list(NEMESES))
 def test_no_anomaly_under_nemesis(
     nemesis: str, chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
