@@ -14,6 +14,7 @@ import argparse
 import random
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import FrameType
@@ -58,7 +59,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, help="seed of the nemeses' choices (default random)")
     parser.add_argument(
-        "--out", type=Path, default=Path("chaos-runs"), help="where run directories go"
+        "--out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "raftka-chaos",
+        help="where run directories go (default %(default)s)",
     )
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
