@@ -223,7 +223,7 @@ class ProtocolErrorRecorder(logging.Handler):
         super().__init__(logging.DEBUG)
         self.history = history
         self.failures: dict[str, int] = {}
-        self.cause: dict[str, str] = {}
+        self.pending: dict[str, str] = {}  # a kept failure waiting for its cause line
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
@@ -236,15 +236,25 @@ class ProtocolErrorRecorder(logging.Handler):
             return
         if not message.startswith("PROTOERR"):
             return
-        if "parse failure" not in message:  # what was wrong comes first, on its own line
-            self.cause[process] = message
+        if "parse failure" not in message:  # what was wrong follows, on its own line
+            failure = self.pending.pop(process, None)
+            if failure is not None:
+                self._record(process, f"{failure} / {message}")
             return
         count = self.failures[process] = self.failures.get(process, 0) + 1
         if count <= self.KEPT_PER_CLIENT:
-            detail = f"{self.cause.pop(process, '')} / {message}"
-            self.history.record("client-protocol-error", process=process, detail=detail[:800])
+            previous = self.pending.pop(process, None)
+            if previous is not None:
+                self._record(process, previous)
+            self.pending[process] = message
+
+    def _record(self, process: str, detail: str) -> None:
+        self.history.record("client-protocol-error", process=process, detail=detail[:800])
 
     def record_summary(self) -> None:
+        for process, failure in self.pending.items():
+            self._record(process, failure)
+        self.pending.clear()
         if self.failures:
             self.history.record("client-protocol-errors", failures=self.failures)
 
