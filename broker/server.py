@@ -144,6 +144,7 @@ class Broker:
                 if self.cluster.peers:
                     await nursery.start(self.transport.run)
                 await nursery.start(self.node.run)
+                await nursery.start(self.controller.apply_metadata)
                 listeners = await trio.open_tcp_listeners(
                     self.listener.port, host=self.listener.host
                 )

@@ -238,8 +238,12 @@ class TopicManager:
                 yield partition
 
     # -- following the metadata image ----------------------------------------------------
+    # Called by the controller's apply task, one change at a time. Partition logs are opened
+    # (directory scan, recovery) and deleted in worker threads, so a topic of thousands of
+    # partitions does not stall the event loop; until its log is open a partition hosted
+    # here answers as if it were not (clients retry).
 
-    def add_topic(
+    async def add_topic(
         self,
         name: str,
         topic_id: uuid.UUID,
@@ -252,21 +256,33 @@ class TopicManager:
         )
         self.topics[name] = topic
         self.topics_by_id[topic_id] = topic
-        self.add_partitions(name, replicas)
+        await self.add_partitions(name, replicas)
         return topic
 
-    def add_partitions(self, name: str, replicas: Sequence[Sequence[int]]) -> None:
+    async def add_partitions(self, name: str, replicas: Sequence[Sequence[int]]) -> None:
         topic = self.topics[name]
         started = time.monotonic()
-        opened = 0
+        hosted = []
         for replica_set in replicas:
             partition = Partition(
                 topic=topic, index=len(topic.partitions), replicas=tuple(replica_set)
             )
             topic.partitions.append(partition)
             if self.node_id in partition.replicas:
-                self._open_partition(partition)
-                opened += 1
+                hosted.append(partition)
+        opened = 0
+        for partition in hosted:
+            log = await trio.to_thread.run_sync(
+                PartitionLog.open,
+                self.data_dir / partition.name,
+                log_config_for(topic.config),
+                now_ms(),
+            )
+            if self.topics_by_id.get(topic.topic_id) is not topic:
+                log.close()  # deleted meanwhile
+                return
+            self._attach_partition(partition, log)
+            opened += 1
         if opened:
             logger.info(
                 "topic %s: hosting %d of %d partitions (%.2f s)",
@@ -284,24 +300,24 @@ class TopicManager:
             if partition.log is not None:
                 partition.log.update_config(log_config)
 
-    def remove_topic(self, topic_id: uuid.UUID) -> Topic | None:
+    async def remove_topic(self, topic_id: uuid.UUID) -> Topic | None:
         topic = self.topics_by_id.pop(topic_id, None)
         if topic is None:
             return None
         del self.topics[topic.name]
+        directories = []
         for partition in topic.partitions:
             if partition.log is not None:
-                directory = partition.log.directory
+                directories.append(partition.log.directory)
                 self._close_partition(partition)
                 self.hard_states.delete(partition.name)
-                shutil.rmtree(directory, ignore_errors=True)
+        for directory in directories:
+            await trio.to_thread.run_sync(shutil.rmtree, directory, True)
         logger.info("deleted topic %s", topic.name)
         return topic
 
-    def _open_partition(self, partition: Partition) -> None:
-        log = PartitionLog.open(
-            self.data_dir / partition.name, log_config_for(partition.topic.config), now_ms()
-        )
+    def _attach_partition(self, partition: Partition, log: PartitionLog) -> None:
+        """Host `partition` on its opened log: its Raft group starts here."""
         partition.log = log
         storage = PartitionRaftStorage(
             partition.name, log, self.hard_states, partition.replicas == (self.node_id,)

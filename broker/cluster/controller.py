@@ -70,11 +70,12 @@ class Controller:
         self.topics = topics
         self.applied = trio.Event()
         self._snapshot_due = trio.Event()  # the image changed since the last snapshot
+        self._committed = trio.Event()  # the high watermark moved: records to apply
         # The image as of the last snapshot: start-up need not replay the whole log.
         self.snapshots = SnapshotStore(data_dir)
         self.image = self.snapshots.load()
         self.applied_end = self.image.applied_offset + 1
-        self._restore_from_image()
+        self._restored = False
         self.log = PartitionLog.open(
             data_dir / METADATA_GROUP, LogConfig(retention_ms=-1), now_ms()
         )
@@ -84,9 +85,6 @@ class Controller:
         self.group: RaftGroup = node.add_group(
             METADATA_GROUP, voters, self.storage, self._on_update
         )
-        # Records committed before a crash but after the last snapshot apply now, not at
-        # the next metadata change.
-        self._apply_committed(min(self.group.high_watermark, self.log.log_end_offset))
         if voters == frozenset({self.node_id}):
             self.group.campaign()
         self.leader_hints: dict[str, tuple[int, int]] = {}
@@ -94,11 +92,26 @@ class Controller:
 
     # -- applying committed records -----------------------------------------------------
 
-    def _restore_from_image(self) -> None:
-        for topic in list(self.image.topics.values()):
-            self._reconcile(
-                TopicCreated(topic.name, topic.topic_id, tuple(topic.replicas), dict(topic.configs))
-            )
+    async def apply_metadata(
+        self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Apply committed metadata records, in offset order, until cancelled. Reports
+        started once the snapshot's topics are open and every record committed before a
+        restart is applied. Runs outside the metadata group's Ready, so opening or deleting
+        many partitions never holds up Raft."""
+        if not self._restored:
+            self._restored = True
+            for topic in list(self.image.topics.values()):
+                change = TopicCreated(
+                    topic.name, topic.topic_id, tuple(topic.replicas), dict(topic.configs)
+                )
+                await self._reconcile(change)
+        await self._apply_committed()
+        task_status.started()
+        while True:
+            await self._committed.wait()
+            self._committed = trio.Event()
+            await self._apply_committed()
         if self.image.topics:
             logger.info(
                 "restored %d topics from the metadata snapshot at offset %d",
@@ -131,9 +144,10 @@ class Controller:
 
     def _on_update(self, update: GroupUpdate) -> None:
         if update.high_watermark is not None:
-            self._apply_committed(min(update.high_watermark, self.log.log_end_offset))
+            self._committed.set()
 
-    def _apply_committed(self, high_watermark: int) -> None:
+    async def _apply_committed(self) -> None:
+        high_watermark = min(self.group.high_watermark, self.log.log_end_offset)
         changed = False
         while self.applied_end < high_watermark:
             data = self.log.read(self.applied_end, REPLAY_READ_BYTES, high_watermark, True)
@@ -142,7 +156,7 @@ class Controller:
             end = self.applied_end
             for offset, record in iter_log_records(data):
                 for change in self.image.apply(record, offset):
-                    self._reconcile(change)
+                    await self._reconcile(change)
             # Batch ends (control batches included) from the raw headers.
             headers = scan_batches(data, verify_crc=False).headers
             if headers:
@@ -156,16 +170,18 @@ class Controller:
         self.applied.set()
         self.applied = trio.Event()
 
-    def _reconcile(self, change: Change) -> None:
+    async def _reconcile(self, change: Change) -> None:
         try:
             if isinstance(change, TopicCreated):
-                self.topics.add_topic(change.name, change.topic_id, change.replicas, change.configs)
+                await self.topics.add_topic(
+                    change.name, change.topic_id, change.replicas, change.configs
+                )
             elif isinstance(change, PartitionsAdded):
-                self.topics.add_partitions(change.name, change.new_replicas)
+                await self.topics.add_partitions(change.name, change.new_replicas)
             elif isinstance(change, ConfigsChanged):
                 self.topics.alter_configs(change.name, change.configs)
             elif isinstance(change, TopicDeleted):
-                self.topics.remove_topic(change.topic_id)
+                await self.topics.remove_topic(change.topic_id)
             elif isinstance(change, BrokerRegistered):
                 broker = change.broker
                 logger.info(

@@ -151,12 +151,14 @@ def mutated_frames(draw: st.DrawFn) -> bytes:
 
 
 def _run(broker: Broker, fn: Callable[..., Awaitable[Any]], *args: Any, **run_kw: Any) -> Any:
-    """trio.run(fn, *args) with the broker's Raft sync task serving meanwhile, as in a
-    running broker (elections and appends wait for it)."""
+    """trio.run(fn, *args) with the broker's Raft sync task and metadata applier running
+    meanwhile, as in a running broker (elections, appends and admin operations wait for
+    them)."""
 
     async def main() -> Any:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.node.run_syncs)
+            await nursery.start(broker.controller.apply_metadata)
             result = await fn(*args)
             nursery.cancel_scope.cancel()
         return result
