@@ -285,7 +285,9 @@ class RaftGroup:
         may yet commit or be truncated, as in Kafka. Waiting as follower: only the high
         watermark or the timeout ends the wait.
         """
-        if not await self._wait_mark(self._commit_waiters, "high_watermark", end_offset, timeout_s):
+        if not await self._wait_mark(
+            self._commit_waiters, self._high_watermark, end_offset, timeout_s
+        ):
             return False
         self._check_epoch(end_offset, epoch)
         return True
@@ -294,15 +296,27 @@ class RaftGroup:
         """True once the local log holds everything below `end_offset` as durably as the
         flush policy requires (acks=1); False on timeout. Raises NotLeaderError like
         `wait_committed` when leadership is lost first or the entry was replaced."""
-        if not await self._wait_mark(self._durable_waiters, "durable_end", end_offset, timeout_s):
+        if not await self._wait_mark(
+            self._durable_waiters, self._durable_end, end_offset, timeout_s
+        ):
             return False
         self._check_epoch(end_offset, epoch)
         return True
 
+    def _high_watermark(self) -> int:
+        return self._core.high_watermark
+
+    def _durable_end(self) -> int:
+        return self._core.durable_end
+
     async def _wait_mark(
-        self, waiters: _WaiterHeap, mark: str, end_offset: int, timeout_s: float
+        self,
+        waiters: _WaiterHeap,
+        mark: Callable[[], int],
+        end_offset: int,
+        timeout_s: float,
     ) -> bool:
-        if getattr(self._core, mark) >= end_offset:
+        if mark() >= end_offset:
             return True
         self._check_live()
         waiter = waiters.add(end_offset, as_leader=self._core.role is Role.LEADER)
@@ -312,7 +326,7 @@ class RaftGroup:
             raise waiter.error
         if not waiter.done.is_set():
             waiters.discard(waiter)
-            return getattr(self._core, mark) >= end_offset
+            return mark() >= end_offset
         return True
 
     def _check_epoch(self, end_offset: int, epoch: int | None) -> None:
