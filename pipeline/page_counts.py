@@ -140,7 +140,7 @@ class PageCountsJob:
             .mode("append")
             .save()
         )
-        self._say(f"batch {batch_id}: {len(rows)} finished window(s) written to {COUNTS_TOPIC}")
+        self._say(f"batch {batch_id}: {len(rows)} finished window(s) -> {COUNTS_TOPIC}")
         for value in sorted(row["value"] for row in rows):
             self._say(describe_window(value))
 
@@ -191,9 +191,8 @@ class PageCountsJob:
                 continue
             watermark = progress.get("eventTime", {}).get("watermark", "-")
             self._say(
-                f"batch {batch_id}: {rows} events, "
-                f"{progress.get('processedRowsPerSecond', 0):,.0f} events/s, "
-                f"watermark {watermark}"
+                f"batch {batch_id} done: {rows} events read "
+                f"({progress.get('processedRowsPerSecond', 0):,.0f}/s), watermark {watermark}"
             )
 
     def run(
