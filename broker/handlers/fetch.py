@@ -47,7 +47,7 @@ def _read_all(context: Any, request: Any, module: Any) -> tuple[list[Any], int, 
                 "log_start_offset": -1,
                 "aborted_transactions": None,
                 "preferred_read_replica": -1,
-                "records": None,
+                "records": b"",  # empty, never null: librdkafka rejects a null MessageSet
             }
             partition = (
                 topic.partitions[p.partition]
