@@ -272,12 +272,7 @@ class TopicManager:
                 hosted.append(partition)
         opened = 0
         for partition in hosted:
-            log = await trio.to_thread.run_sync(
-                PartitionLog.open,
-                self.data_dir / partition.name,
-                log_config_for(topic.config),
-                now_ms(),
-            )
+            log = await self._open_log(partition)
             if self.topics_by_id.get(topic.topic_id) is not topic:
                 log.close()  # deleted meanwhile
                 return
@@ -316,6 +311,26 @@ class TopicManager:
         logger.info("deleted topic %s", topic.name)
         return topic
 
+    async def _open_log(self, partition: Partition) -> PartitionLog:
+        """Open (or create) the partition's log in a worker thread; a failure (a full disk)
+        is logged and retried until it succeeds, so the replica comes back by itself."""
+        failures = 0
+        while True:
+            try:
+                return await trio.to_thread.run_sync(
+                    PartitionLog.open,
+                    self.data_dir / partition.name,
+                    log_config_for(partition.topic.config),
+                    now_ms(),
+                )
+            except OSError as exc:
+                failures += 1
+                delay_s = min(10.0, 0.2 * 2**failures)
+                logger.error(
+                    "%s: cannot open the log (%s); retrying in %.1f s", partition.name, exc, delay_s
+                )
+                await trio.sleep(delay_s)
+
     def _attach_partition(self, partition: Partition, log: PartitionLog) -> None:
         """Host `partition` on its opened log: its Raft group starts here."""
         partition.log = log
@@ -339,12 +354,20 @@ class TopicManager:
             partition.group.campaign()
 
     def _close_partition(self, partition: Partition) -> None:
-        if partition.group is not None and partition.storage is not None:
-            partition.storage.save_high_watermark(partition.group.high_watermark)
+        try:
+            if partition.group is not None and partition.storage is not None:
+                partition.storage.save_high_watermark(partition.group.high_watermark)
+        except OSError as exc:
+            logger.error("%s: high watermark checkpoint not saved: %s", partition.name, exc)
         if partition.group is not None:
             self.node.remove_group(partition.name)
             partition.group = None
         if partition.log is not None:
-            partition.log.close()
+            try:
+                partition.log.close()
+            except OSError as exc:
+                logger.error(
+                    "%s: not closed cleanly (%s); the next start recovers it", partition.name, exc
+                )
             partition.log = None
         partition.notify_appended()

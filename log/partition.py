@@ -770,13 +770,17 @@ class PartitionLog:
         return sum(segment.size_bytes for segment in self.segments)
 
     def close(self) -> None:
-        """Flush everything, mark the folder cleanly shut down and release descriptors."""
-        self.segments[-1].seal()
-        self.flush()
-        write_snapshot(self.directory, self.log_end_offset, self.producer_state)
-        write_file_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
-        for segment in self.segments:
-            segment.close()
+        """Flush everything, mark the folder cleanly shut down and release descriptors. If a
+        write fails (a full disk) the descriptors are still released, the folder stays
+        unmarked (the next open recovers it) and the OSError propagates."""
+        try:
+            self.segments[-1].seal()
+            self.flush()
+            write_snapshot(self.directory, self.log_end_offset, self.producer_state)
+            write_file_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+        finally:
+            for segment in self.segments:
+                segment.close()
 
     def delete(self) -> None:
         """Close descriptors and remove the partition folder."""
