@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.chaos.netns import ChaosNetwork, RunResources, run_command
-from tests.compat.harness import ClusterNode, ClusterProcess, split_host_port
+from tests.compat.harness import ClusterNode, ClusterProcess, _recv_exactly, split_host_port
 
 KAFKA_PORT = 9092
 RAFT_PORT = 9093
@@ -207,17 +207,6 @@ def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dic
     if md is None or md.error is not None:
         return {}
     return {p.id: p.leader for p in md.partitions.values() if p.leader >= 0}
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise ConnectionError("connection closed by broker")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
 
 
 def find_coordinator(address: str, group: str, timeout_s: float = 3.0) -> int | None:

@@ -149,8 +149,11 @@ class ProducerWorker(Worker):
             )
             return
         outcome = "unknown" if error.code() in INDEFINITE_SEND_ERRORS else "failed"
+        self._record_unsent(value, t0, outcome, error.name())
+
+    def _record_unsent(self, value: str, t0: float | None, outcome: str, error: str) -> None:
         self.history.record(
-            "send", process=self.process, value=value, t0=t0, outcome=outcome, error=error.name()
+            "send", process=self.process, value=value, t0=t0, outcome=outcome, error=error
         )
 
     def work(self) -> None:
@@ -164,26 +167,10 @@ class ProducerWorker(Worker):
             try:
                 producer.produce(self.config.topic, value.encode(), on_delivery=self._on_delivery)
             except BufferError:
-                t0 = self.pending.pop(value)
-                self.history.record(
-                    "send",
-                    process=self.process,
-                    value=value,
-                    t0=t0,
-                    outcome="failed",
-                    error="local queue full",
-                )
+                self._record_unsent(value, self.pending.pop(value), "failed", "local queue full")
             except KafkaException as exc:
-                t0 = self.pending.pop(value)
                 error = exc.args[0]
-                self.history.record(
-                    "send",
-                    process=self.process,
-                    value=value,
-                    t0=t0,
-                    outcome="failed",
-                    error=error.name(),
-                )
+                self._record_unsent(value, self.pending.pop(value), "failed", error.name())
                 if error.fatal():
                     # Delivery reports of the dead producer's queue arrive through flush.
                     self.history.record("client-fatal", process=self.process, error=str(error))
