@@ -11,11 +11,13 @@ then be written again, always with the same key and value.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -110,20 +112,13 @@ class PageCountsJob:
         self.out.write(line + "\n")
         self.out.flush()
 
-    def _require_connector(self) -> None:
-        if self.source != "kafka":
-            return
-        jvm: Any = self.spark.sparkContext._jvm  # noqa: SLF001 - the only way to ask the JVM
-        try:
-            jvm.org.apache.spark.util.Utils.classForName(SPARK_KAFKA_PROVIDER, True, False)
-        except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
-            raise PipelineError(
-                "--source kafka needs Spark's Kafka connector, which is not on the classpath "
-                f"(class {SPARK_KAFKA_PROVIDER} not found). Add it with "
-                f"--packages {kafka_package(self.spark.version)} (downloads from Maven "
-                "Central) or --jars with the connector jar and its kafka-clients jar, or use "
-                "--source raftka."
-            ) from None
+    def _missing_connector(self) -> PipelineError:
+        return PipelineError(
+            "--source kafka needs Spark's Kafka connector, which is not on Spark's classpath "
+            f"({SPARK_KAFKA_PROVIDER}). Add it with --packages "
+            f"{kafka_package(self.spark.version)} (downloaded from Maven Central), or --jars "
+            "with the connector jar and its kafka-clients jar, or use --source raftka."
+        )
 
     def _emit(self, batch: DataFrame, batch_id: int) -> None:
         # A handful of windows per batch: collecting them once beats computing the
@@ -148,7 +143,6 @@ class PageCountsJob:
         self, *, available_now: bool, interval: str = DEFAULT_TRIGGER_INTERVAL
     ) -> StreamingQuery:
         """Start the query (topics are created first if missing)."""
-        self._require_connector()
         ensure_topic(self.bootstrap, EVENTS_TOPIC, EVENTS_PARTITIONS)
         ensure_topic(self.bootstrap, COUNTS_TOPIC, 1)
         try:
@@ -160,6 +154,10 @@ class PageCountsJob:
                 .load()
             )
         except AnalysisException as exc:
+            # Spark's own lookup of the format is the one that counts: the connector may come
+            # from --packages, --jars or a jar in Spark's own folder.
+            if self.source == "kafka" and "data source: kafka" in str(exc).lower():
+                raise self._missing_connector() from None
             raise PipelineError(
                 f"cannot read {EVENTS_TOPIC} with format {self.source}: {exc}"
             ) from None
@@ -213,19 +211,28 @@ class PageCountsJob:
         )
         deadline = None if duration_s is None else clock() + duration_s
         printed: set[int] = set()
+        stop = threading.Event()
+        # PySpark's own SIGINT handler calls into the JVM from inside the signal handler,
+        # which breaks the py4j call the main thread is in; a flag stops the query cleanly.
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                handlers[signum] = signal.signal(signum, lambda *_: stop.set())
         try:
-            while query.isActive:
+            while query.isActive and not stop.is_set():
                 query.awaitTermination(1)
                 self._report(query, printed)
                 if deadline is not None and clock() >= deadline:
                     break
+            if stop.is_set():
+                self._say("run: interrupted")
             failure = query.exception()
             if failure is not None:
                 raise PipelineError(f"the query failed: {failure}")
-        except KeyboardInterrupt:
-            self._say("run: interrupted")
         finally:
             query.stop()
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
             self._report(query, printed)
         self._say(
             f"run: stopped after {self.result.batches} batch(es), {self.result.events} events "
