@@ -18,7 +18,7 @@ import pytest
 from clients import consume
 from harness import REPO_ROOT
 
-from pipeline.clicks import parse_ts
+from pipeline.clicks import format_ts, parse_ts
 from pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError, kafka_package
 
 pytest_plugins = ["spark_fixtures"]  # the shared SparkSession fixture `spark`
@@ -41,8 +41,7 @@ def pipeline(*args: str, timeout: float = 120) -> str:
 
 
 def iso(ms: int) -> str:
-    from pipeline.clicks import format_ts
-
+    """A window bound as the job writes it: whole seconds, UTC."""
     return format_ts(ms).replace(".000Z", "Z")
 
 
