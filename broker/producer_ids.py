@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lmdb
+import trio
 
 NODE_ID_SPACE = 1 << 16
 BLOCK_SIZE = 1000
@@ -25,17 +26,24 @@ class ProducerIdAllocator:
         self.block_size = block_size
         self._env = lmdb.open(str(path), map_size=1 << 20, subdir=True)
         self._sequences = range(0)
+        self._reserving = trio.Lock()
 
-    def next_producer_id(self) -> int:
-        if not self._sequences:
-            with self._env.begin(write=True) as txn:
-                raw = txn.get(_NEXT_BLOCK_KEY)
-                start = int(raw) if raw is not None else 0
-                txn.put(_NEXT_BLOCK_KEY, str(start + self.block_size).encode())
-            self._sequences = range(start, start + self.block_size)
-        sequence = self._sequences[0]
-        self._sequences = self._sequences[1:]
+    async def next_producer_id(self) -> int:
+        """A new id; reserving a block commits (and fsyncs) lmdb in a worker thread."""
+        async with self._reserving:
+            if not self._sequences:
+                start = await trio.to_thread.run_sync(self._reserve_block)
+                self._sequences = range(start, start + self.block_size)
+            sequence = self._sequences[0]
+            self._sequences = self._sequences[1:]
         return sequence * NODE_ID_SPACE + self.node_id
+
+    def _reserve_block(self) -> int:
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(_NEXT_BLOCK_KEY)
+            start = int(raw) if raw is not None else 0
+            txn.put(_NEXT_BLOCK_KEY, str(start + self.block_size).encode())
+        return start
 
     def close(self) -> None:
         self._env.close()

@@ -40,7 +40,7 @@ async def handle_init_producer_id(context: Any, request: Any) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
-    producer_id = context.broker.producer_ids.next_producer_id()
+    producer_id = await context.broker.producer_ids.next_producer_id()
     return build(
         entity,
         throttle_time=NO_THROTTLE,

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 from batches import encode_batch
 
 from log import LogConfig, PartitionLog
@@ -300,11 +301,14 @@ def test_replicated_appends_update_state(tmp_path: Path) -> None:
 def test_producer_ids_are_unique_across_reopen_and_nodes(tmp_path: Path) -> None:
     from broker.producer_ids import ProducerIdAllocator
 
+    async def take(allocator: ProducerIdAllocator, count: int) -> list[int]:
+        return [await allocator.next_producer_id() for _ in range(count)]
+
     first = ProducerIdAllocator(tmp_path / "a.lmdb", node_id=1, block_size=10)
-    ids = [first.next_producer_id() for _ in range(15)]
+    ids = trio.run(take, first, 15)
     first.close()  # the rest of the second block is skipped, never reused
     again = ProducerIdAllocator(tmp_path / "a.lmdb", node_id=1, block_size=10)
-    more = [again.next_producer_id() for _ in range(5)]
+    more = trio.run(take, again, 5)
     other = ProducerIdAllocator(tmp_path / "b.lmdb", node_id=2, block_size=10)
-    assert len(set(ids + more + [other.next_producer_id()])) == 21
+    assert len(set(ids + more + trio.run(take, other, 1))) == 21
     assert min(ids + more) >= 0 and more[0] > ids[-1]
