@@ -23,8 +23,9 @@ def test_flush_messages_1_acknowledges_after_fsync(broker_factory, new_topic, ac
     broker = broker_factory()
     topic = new_topic(partitions=1, bootstrap=broker.bootstrap, config={"flush.messages": "1"})
     producer = make_producer(broker.bootstrap, acks=acks, **{"linger.ms": 0})
+    acked: list = []
     for i in range(20):
-        acked = []
+        acked.clear()
         producer.produce(topic, f"r{i}".encode(), on_delivery=lambda e, m: acked.append((e, m)))
         producer.flush(10)
         [(error, message)] = acked
