@@ -37,7 +37,7 @@ LARGE_PAYLOAD_BYTES = 32 << 10
 
 _LEN = struct.Struct(">I")
 _KIND = struct.Struct(">B")
-_HELLO = struct.Struct(">4sHi")
+_HELLO = struct.Struct(">Hi")  # after the 4-byte MAGIC
 _COUNT = struct.Struct(">I")
 _MESSAGE = struct.Struct(">BBiiqqiqqqiqiHI")
 _ENTRY = struct.Struct(">qqiBI")
@@ -130,7 +130,7 @@ def _frame(
 
 
 def encode_hello(node_id: NodeId) -> bytes:
-    body = _HELLO.pack(MAGIC, VERSION, node_id)
+    body = MAGIC + _HELLO.pack(VERSION, node_id)
     return _LEN.pack(len(body) + 1) + _KIND.pack(FrameKind.HELLO) + body
 
 
@@ -237,7 +237,7 @@ class _Reader:
             raise CodecError(f"truncated frame at byte {self.pos}")
         values = st.unpack_from(self.view, self.pos)
         self.pos += st.size
-        return values  # type: ignore[no-any-return]
+        return values
 
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.view):
@@ -322,7 +322,8 @@ def decode_frame(body: Buffer) -> Frame:
         (kind_code,) = r.unpack(_KIND)
         frame: Frame
         if kind_code == FrameKind.HELLO:
-            magic, version, node_id = r.unpack(_HELLO)
+            magic = r.take(len(MAGIC))
+            version, node_id = r.unpack(_HELLO)
             if magic != MAGIC or version != VERSION:
                 raise CodecError(f"bad hello: magic {magic!r} version {version}")
             frame = Hello(node_id)
