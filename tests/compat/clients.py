@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import crc32c
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def _host_port(bootstrap: str) -> tuple[str, int]:
@@ -351,3 +352,51 @@ def api_versions_v0(bootstrap: str) -> dict[int, tuple[int, int]]:
         resp = conn.recv_response(ApiVersionsResponse)
     assert resp.error_code == 0, resp.error_code
     return {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in resp.api_keys}
+
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int = 1,
+    config: dict[str, str] | None = None,
+    replication_factor: int = 1,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create a topic with AdminClient and wait until Metadata shows a leader per partition."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                config=dict(config or {}),
+            )
+        ],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    futures[name].result(timeout=timeout_s)
+
+    deadline = time.monotonic() + timeout_s
+    last_state = "no metadata yet"
+    while True:
+        try:
+            metadata = admin.list_topics(topic=name, timeout=5)
+            topic = metadata.topics.get(name)
+            if topic is None or topic.error is not None:
+                last_state = f"topic error {topic.error if topic else 'missing'}"
+            else:
+                ready = sorted(
+                    p.id for p in topic.partitions.values() if p.error is None and p.leader >= 0
+                )
+                if ready == list(range(partitions)):
+                    return
+                last_state = f"partitions with leaders: {ready} of {partitions}"
+        except KafkaException as exc:
+            last_state = f"metadata request failed: {exc}"
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"topic {name!r} not ready on {bootstrap} after {timeout_s} s ({last_state})"
+            )
+        time.sleep(0.1)

@@ -7,21 +7,20 @@ against that external Kafka-compatible broker instead, and `broker_factory` test
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from clients import create_topic  # noqa: E402
 from harness import BrokerProcess, ClusterProcess, JavaTool, find_java_jars  # noqa: E402
+from required import clients_required, missing_client  # noqa: E402
 
 BROKERS_KEY = pytest.StashKey[list[BrokerProcess]]()
 SESSION_BROKER_KEY = pytest.StashKey[BrokerProcess]()
@@ -52,6 +51,32 @@ def pytest_configure(config: pytest.Config) -> None:
     # kafka-python loads its protocol schemas with deprecated importlib.resources calls.
     for message in ("read_text is deprecated", "open_text is deprecated"):
         config.addinivalue_line("filterwarnings", f"ignore:{message}:DeprecationWarning")
+
+
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under scripts/test every compat test must run: a skip there means a client or tool
+    is missing or a test skipped itself for a reason nobody reviewed, so the run fails."""
+    if not _skipped or not clients_required():
+        return
+    if session.config.getoption("--bootstrap-servers"):
+        return  # against another broker, the tests that need raftka processes skip by design
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(
+            f"{len(_skipped)} compat test(s) skipped where every test must run "
+            "(RAFTKA_REQUIRE_CLIENTS=0 allows it): " + ", ".join(_skipped[:10]),
+            red=True,
+        )
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -206,57 +231,6 @@ def _topic_prefix(node_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", node_name).strip("-")[:80] or "t"
 
 
-def create_topic(
-    bootstrap: str,
-    name: str,
-    partitions: int = 1,
-    config: dict[str, str] | None = None,
-    replication_factor: int = 1,
-    timeout_s: float = 30.0,
-) -> None:
-    """Create a topic with AdminClient and wait until Metadata shows a leader per partition."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [
-            NewTopic(
-                name,
-                num_partitions=partitions,
-                replication_factor=replication_factor,
-                config=dict(config or {}),
-            )
-        ],
-        operation_timeout=timeout_s,
-        request_timeout=timeout_s,
-    )
-    futures[name].result(timeout=timeout_s)
-
-    deadline = time.monotonic() + timeout_s
-    last_state = "no metadata yet"
-    while True:
-        try:
-            metadata = admin.list_topics(topic=name, timeout=5)
-            topic = metadata.topics.get(name)
-            if topic is None or topic.error is not None:
-                last_state = f"topic error {topic.error if topic else 'missing'}"
-            else:
-                ready = sorted(
-                    p.id for p in topic.partitions.values() if p.error is None and p.leader >= 0
-                )
-                if ready == list(range(partitions)):
-                    return
-                last_state = f"partitions with leaders: {ready} of {partitions}"
-        except KafkaException as exc:
-            last_state = f"metadata request failed: {exc}"
-        if time.monotonic() >= deadline:
-            raise TimeoutError(
-                f"topic {name!r} not ready on {bootstrap} after {timeout_s} s ({last_state})"
-            )
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def new_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
     """`new_topic(partitions=1, config=None, name=None, bootstrap=None) -> str`.
@@ -295,22 +269,15 @@ def new_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
 # -- client tools --------------------------------------------------------------------------
 
 
-def _missing_tool(reason: str) -> NoReturn:
-    """Skip on a developer's machine; fail in CI, where scripts/setup installs every tool."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI must have every client)")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def java_tool() -> JavaTool:
     """`java_tool(*args, timeout=60) -> list[str]`: runs KafkaTool (see java/KafkaTool.java)."""
     java, javac = shutil.which("java"), shutil.which("javac")
     if not (java and javac):
-        _missing_tool("java/javac not found: install a JDK (see scripts/setup)")
+        missing_client("java/javac not found: install a JDK (see scripts/setup)")
     jars = find_java_jars()
     if jars is None:
-        _missing_tool("Java client jars not found: run scripts/setup")
+        missing_client("Java client jars not found: run scripts/setup")
     tool = JavaTool(jars, java=java, javac=javac)
     tool.compile()
     return tool
@@ -321,5 +288,5 @@ def kcat_bin() -> str:
     """Path to kcat."""
     path = shutil.which("kcat")
     if path is None:
-        _missing_tool("kcat not found: run scripts/setup as root or apt-get install kcat")
+        missing_client("kcat not found: run scripts/setup as root or apt-get install kcat")
     return path

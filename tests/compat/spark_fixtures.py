@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from required import missing_client
 
 SPARK_TEST_CONF = {
     # Small data: few tasks, quick no-data batches, no progress bars on the console.
@@ -19,22 +20,15 @@ SPARK_TEST_CONF = {
 }
 
 
-def _missing(reason: str) -> None:
-    """Skip on a developer's machine; fail in CI, where scripts/setup installs PySpark."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI must have PySpark and Java 17)")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession with format("raftka") registered, shared by all Spark tests."""
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        _missing("pyspark not installed: run scripts/setup")
+        missing_client("pyspark not installed: run scripts/setup")
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
-        _missing("java not found: Spark needs Java 17")
+        missing_client("java not found: Spark needs Java 17")
     from pipeline.session import local_session
 
     session = local_session("raftka-compat", master="local[2]", conf=SPARK_TEST_CONF)

@@ -17,10 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import RawConnection, consume, make_consumer, make_producer, produce, wait_until
+from clients import (
+    RawConnection,
+    consume,
+    create_topic,
+    make_consumer,
+    make_producer,
+    produce,
+    wait_until,
+)
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import create_topic
 from harness import ClusterNode, ClusterProcess
 
 pytestmark = pytest.mark.timeout(240)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from clients import consume, produce, wait_until, watermarks
 from confluent_kafka import KafkaError
-from conftest import _missing_tool
+from required import missing_client
 
 FILESYSTEM_BYTES = 24 << 20
 
@@ -30,7 +30,7 @@ def small_filesystem(path: Path) -> Iterator[Path]:
         text=True,
     )
     if mounted.returncode != 0:
-        _missing_tool(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
+        missing_client(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
     try:
         yield path
     finally:
@@ -50,7 +50,7 @@ def fill(path: Path) -> Path:
 @pytest.mark.timeout(240)
 def test_full_disk_refuses_writes_keeps_reads_and_recovers(broker_factory, new_topic, tmp_path):
     if os.geteuid() != 0:
-        _missing_tool("a full-disk test mounts a tmpfs: run as root")
+        missing_client("a full-disk test mounts a tmpfs: run as root")
     with small_filesystem(tmp_path / "disk") as disk:
         broker = broker_factory(data_dir=disk / "data")
         topic = new_topic(partitions=1, bootstrap=broker.bootstrap)

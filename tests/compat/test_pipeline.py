@@ -21,6 +21,9 @@ from harness import REPO_ROOT
 from pipeline.clicks import format_ts, parse_ts
 from pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError, kafka_package
 
+# Spark jobs end to end: a few minutes.
+pytestmark = pytest.mark.slow
+
 pytest_plugins = ["spark_fixtures"]  # the shared SparkSession fixture `spark`
 
 PIPELINE = str(REPO_ROOT / "scripts" / "pipeline")

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import wait_until
-from conftest import create_topic
+from clients import create_topic, wait_until
 from harness import ClusterProcess, JavaTool
+
+# Replays of Spark's Kafka connector calls through the Java client.
+pytestmark = pytest.mark.slow
 
 SPARK_POLL_TIMEOUT_MS = 30000
 

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import consume, make_consumer, produce, wait_until, watermarks
+from clients import consume, create_topic, make_consumer, produce, wait_until, watermarks
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from conftest import create_topic
 from harness import free_port
 
 from pipeline.options import (
@@ -31,6 +30,9 @@ from pipeline.options import (
     parse_source_options,
     rate_limit,
 )
+
+# A Spark session and streaming queries: minutes, not seconds.
+pytestmark = pytest.mark.slow
 
 pytest_plugins = ["spark_fixtures"]  # the shared SparkSession fixture `spark`
 
