@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeAlias
+from typing import ClassVar, Self, TypeAlias
 
 from protocol import batch_builder
 from protocol.batch_builder import BatchDecodeError, build_batch, is_control_batch, iter_batches
@@ -37,8 +37,8 @@ class _Record:
     def type_name(cls) -> str:
         return cls.__name__
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"version": self.VERSION}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"version": self.VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, uuid.UUID):
@@ -54,7 +54,7 @@ class _Record:
         return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+    def from_dict(cls, data: Mapping[str, object]) -> Self:
         version = data.get("version")
         if not isinstance(version, int) or version < 1:
             raise MetadataRecordError(f"{cls.type_name()} record has no valid version: {version!r}")
@@ -63,7 +63,7 @@ class _Record:
                 f"{cls.type_name()} record version {version} is newer than the highest "
                 f"this broker reads ({cls.VERSION})"
             )
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         for f in fields(cls):
             if f.name not in data:
                 raise MetadataRecordError(f"{cls.type_name()} record lacks field {f.name!r}")
@@ -74,7 +74,7 @@ class _Record:
             raise MetadataRecordError(f"bad {cls.type_name()} record: {exc}") from None
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> Any:
+    def from_bytes(cls, raw: bytes) -> Self:
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -190,7 +190,7 @@ MetadataRecord: TypeAlias = (
     | CreatePartitions
 )
 
-RECORD_TYPES: dict[str, type[_Record]] = {
+RECORD_TYPES: dict[str, type[MetadataRecord]] = {
     cls.type_name(): cls
     for cls in (
         RegisterBroker,
@@ -211,8 +211,7 @@ def decode_record(key: bytes | None, value: bytes | None) -> MetadataRecord:
     cls = RECORD_TYPES.get(name)
     if cls is None:
         raise MetadataRecordError(f"unknown metadata record type {name!r}")
-    record: MetadataRecord = cls.from_bytes(value)
-    return record
+    return cls.from_bytes(value)
 
 
 def encode_batch(
@@ -228,7 +227,9 @@ def encode_batch(
     )
 
 
-def decode_batch_with_offsets(batch: bytes | memoryview) -> list[tuple[int, MetadataRecord]]:
+def decode_metadata_batch_with_offsets(
+    batch: bytes | memoryview,
+) -> list[tuple[int, MetadataRecord]]:
     """(offset, record) for each record of one batch; raises MetadataRecordError."""
     try:
         kafka_records = batch_builder.decode_batch(batch)
@@ -237,9 +238,9 @@ def decode_batch_with_offsets(batch: bytes | memoryview) -> list[tuple[int, Meta
     return [(r.offset, decode_record(r.key, r.value)) for r in kafka_records]
 
 
-def decode_batch(batch: bytes | memoryview) -> list[MetadataRecord]:
+def decode_metadata_batch(batch: bytes | memoryview) -> list[MetadataRecord]:
     """The metadata records of one batch (exactly one batch, header included)."""
-    return [record for _, record in decode_batch_with_offsets(batch)]
+    return [record for _, record in decode_metadata_batch_with_offsets(batch)]
 
 
 def iter_log_records(buf: bytes | memoryview) -> Iterator[tuple[int, MetadataRecord]]:
@@ -251,4 +252,4 @@ def iter_log_records(buf: bytes | memoryview) -> Iterator[tuple[int, MetadataRec
     for attributes, batch in iter_batches(buf):
         if is_control_batch(attributes):
             continue
-        yield from decode_batch_with_offsets(batch)
+        yield from decode_metadata_batch_with_offsets(batch)

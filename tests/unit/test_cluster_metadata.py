@@ -26,8 +26,8 @@ from broker.cluster import (
     TopicCreated,
     TopicDeleted,
     UnregisterBroker,
-    decode_batch,
-    decode_batch_with_offsets,
+    decode_metadata_batch,
+    decode_metadata_batch_with_offsets,
     encode_batch,
     iter_log_records,
     load_snapshot,
@@ -90,8 +90,8 @@ def test_batch_round_trip_is_a_valid_kafka_batch() -> None:
     batch = encode_batch(ALL_RECORDS, timestamp_ms=1_700_000_000_000, base_offset=40)
     [header] = validate_produce_records(batch, 1 << 20)
     assert header.base_offset == 40
-    assert decode_batch(batch) == ALL_RECORDS
-    offsets = [offset for offset, _ in decode_batch_with_offsets(batch)]
+    assert decode_metadata_batch(batch) == ALL_RECORDS
+    offsets = [offset for offset, _ in decode_metadata_batch_with_offsets(batch)]
     assert offsets == list(range(40, 40 + len(ALL_RECORDS)))
 
 
@@ -106,9 +106,9 @@ def test_bad_batches() -> None:
     batch = bytearray(encode_batch([DeleteTopic(TID)]))
     batch[-1] ^= 0xFF
     with pytest.raises(MetadataRecordError, match="CRC"):
-        decode_batch(bytes(batch))
+        decode_metadata_batch(bytes(batch))
     with pytest.raises(MetadataRecordError, match="unknown metadata record type"):
-        decode_batch(build_batch([(b"Nope", b"{}")], 0))
+        decode_metadata_batch(build_batch([(b"Nope", b"{}")], 0))
     with pytest.raises(ValueError):
         encode_batch([])
 
