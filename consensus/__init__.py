@@ -6,8 +6,9 @@
   The ordering rule (persist, send, apply, advance) is in `consensus.core`.
 - `RaftLog`: the read-only view of the durable partition log the core needs;
   `MemoryRaftLog` implements it (plus the driver's writes) for tests.
-- `Message`: plain dataclass carrying the group (topic-partition), so one broker-to-broker
-  connection can carry every group's traffic.
+- `Message`: plain dataclass carrying its Raft group id (`group`, the partition's name), so
+  one broker-to-broker connection can carry every group's traffic.
+- `RaftInvariantError`: a broken invariant (a bug); it propagates and stops the driver.
 - `status()`: role, leader, term (= leader epoch), high watermark, in-sync replicas.
 - `consensus.sim`: seeded fault-injection simulation (`python -m consensus.sim --seed N`).
 """
@@ -21,6 +22,7 @@ from consensus.core import (
     SoftState,
     Status,
 )
+from consensus.errors import RaftInvariantError
 from consensus.storage import MemoryRaftLog, RaftLog
 from consensus.types import Entry, EntryKind, HardState, Message, MessageType, NodeId, Role
 
@@ -36,6 +38,7 @@ __all__ = [
     "NotLeaderError",
     "RaftConfig",
     "RaftCore",
+    "RaftInvariantError",
     "RaftLog",
     "Ready",
     "Role",

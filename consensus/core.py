@@ -34,7 +34,7 @@ sync-every-append policy an entry commits only once a majority has synced it (th
 own sync included, Raft thesis §10.2.1). "Durable" is whatever the driver's flush policy
 promises: the page cache for Kafka's default, an fsync with flush.messages=1.
 
-No input may be fed between `ready()` and `advance()` (the core asserts this): a driver that
+No input may be fed between `ready()` and `advance()` (RaftInvariantError otherwise): a driver that
 persists asynchronously queues inputs meanwhile. Entries not yet written are kept inside the
 core (`LogView.unstable`); the written log is only read, never written, by the core.
 """
@@ -45,6 +45,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from consensus.errors import RaftInvariantError
 from consensus.progress import Progress, ProgressState
 from consensus.quorum import VoteResult, committed_end, majority_size, vote_result
 from consensus.raft_log import LogView
@@ -92,6 +93,8 @@ class ConfigChangeError(Exception):
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
     node_id: NodeId
+    # The Raft group id (the broker uses the partition's "<topic>-<partition>" name); it
+    # travels in every Message so that many groups share one connection.
     group: str
     # Voter set used until the log holds a CONFIG batch (the partition's replica set).
     voters: frozenset[NodeId]
@@ -176,7 +179,12 @@ class RaftCore:
         self.durable_end = self.log.log_end_offset()
         self.log_generation = 0
         if high_watermark is not None:
-            assert self.high_watermark <= high_watermark <= self.log.log_end_offset()
+            if not self.high_watermark <= high_watermark <= self.log.log_end_offset():
+                raise RaftInvariantError(
+                    f"group {config.group!r} node {config.node_id}: high watermark checkpoint"
+                    f" {high_watermark} outside the log [{self.high_watermark},"
+                    f" {self.log.log_end_offset()}]"
+                )
             self.high_watermark = high_watermark
         self.progress: dict[NodeId, Progress] = {}
         self.votes: dict[NodeId, bool] = {}
@@ -249,7 +257,8 @@ class RaftCore:
         )
 
     def ready(self) -> Ready:
-        assert not self._awaiting_advance, "advance() the previous Ready first"
+        if self._awaiting_advance:
+            raise RaftInvariantError(f"{self._name()}: ready() before the last Ready's advance()")
         hard_state = self._hard_state()
         soft_state = self._soft_state()
         rd = Ready(
@@ -273,7 +282,8 @@ class RaftCore:
         """The driver wrote, sent and applied `rd`. `durable`: its entries (and every entry
         written before them) are as durable as the flush policy requires; pass False while a
         sync is still pending and call `mark_durable` when it is done."""
-        assert self._awaiting_advance, "advance() without ready()"
+        if not self._awaiting_advance:
+            raise RaftInvariantError(f"{self._name()}: advance() without a ready() before it")
         self._awaiting_advance = False
         if rd.entries or rd.truncate_to is not None:
             self.log.persisted()
@@ -310,7 +320,8 @@ class RaftCore:
     def propose(self, record_count: int, payload: bytes) -> Entry:
         """Append a client batch; returns it with its assigned offsets and epoch."""
         self._check_input()
-        assert record_count >= 1
+        if record_count < 1:
+            raise ValueError(f"a batch holds at least one record, not {record_count}")
         self._require_leader()
         return self._append_as_leader(record_count, payload, EntryKind.DATA)
 
@@ -320,7 +331,11 @@ class RaftCore:
         """Add or remove one voter. Takes effect on append (single-server change)."""
         self._check_input()
         self._require_leader()
-        if (add is None) == (remove is None):
+        if add is not None and remove is None:
+            node, adding = add, True
+        elif remove is not None and add is None:
+            node, adding = remove, False
+        else:
             raise ConfigChangeError("exactly one of add / remove")
         if self.high_watermark <= self.term_start_offset:
             # Safety (single-server changes): an entry of this term must commit first, or an
@@ -332,17 +347,16 @@ class RaftCore:
             raise ConfigChangeError("leader has not committed an entry of its term yet; retry")
         if self._configs and self._configs[-1][0] >= self.high_watermark:
             raise ConfigChangeError("previous membership change not committed yet")
-        if add is not None:
-            if add in self.voters:
-                raise ConfigChangeError(f"{add} is already a voter")
-            voters = self.voters | {add}
+        if adding:
+            if node in self.voters:
+                raise ConfigChangeError(f"{node} is already a voter")
+            voters = self.voters | {node}
         else:
-            assert remove is not None
-            if remove not in self.voters:
-                raise ConfigChangeError(f"{remove} is not a voter")
+            if node not in self.voters:
+                raise ConfigChangeError(f"{node} is not a voter")
             if len(self.voters) == 1:
                 raise ConfigChangeError("cannot remove the last voter")
-            voters = self.voters - {remove}
+            voters = self.voters - {node}
         return self._append_as_leader(1, encode_voters(voters), EntryKind.CONFIG)
 
     def transfer_leadership(self, to: NodeId) -> None:
@@ -365,7 +379,10 @@ class RaftCore:
 
     def step(self, m: Message) -> None:
         self._check_input()
-        assert m.to == self.id and m.group == self.config.group, m
+        if m.to != self.id or m.group != self.config.group:
+            raise RaftInvariantError(
+                f"{self._name()}: stepped a {m.type.name} for node {m.to} of group {m.group!r}"
+            )
         if m.term > self.term:
             if m.type in (MessageType.PRE_VOTE, MessageType.VOTE):
                 in_lease = (
@@ -652,7 +669,11 @@ class RaftCore:
             self._apply_config()
 
     def _truncate_to(self, offset: int) -> None:
-        assert offset >= self.high_watermark, "a committed entry must never be truncated"
+        if offset < self.high_watermark:
+            raise RaftInvariantError(
+                f"{self._name()}: truncation to {offset} would drop committed entries below"
+                f" the high watermark {self.high_watermark}"
+            )
         self.log.truncate_to(offset)
         self.durable_end = min(self.durable_end, offset)
         self.log_generation += 1
@@ -734,7 +755,13 @@ class RaftCore:
             if entry.base_offset < self.log.log_end_offset():
                 existing = self.log.entry_at(entry.base_offset)
                 if existing.epoch == entry.epoch:
-                    assert existing.last_offset == entry.last_offset, (existing, entry)
+                    if existing.last_offset != entry.last_offset:
+                        raise RaftInvariantError(
+                            f"{self._name()}: log matching broken: the batch at"
+                            f" {entry.base_offset} of epoch {entry.epoch} ends at"
+                            f" {existing.last_offset} here but at {entry.last_offset} in an"
+                            f" append from node {m.from_id}"
+                        )
                     continue
                 self._truncate_to(entry.base_offset)
             self._append_entries(m.entries[i:])
@@ -789,7 +816,11 @@ class RaftCore:
             raise NotLeaderError(self.leader_id, "leadership transfer in progress")
 
     def _check_input(self) -> None:
-        assert not self._awaiting_advance, "no input between ready() and advance()"
+        if self._awaiting_advance:
+            raise RaftInvariantError(f"{self._name()}: input between ready() and advance()")
+
+    def _name(self) -> str:
+        return f"group {self.config.group!r} node {self.id}"
 
     def _hard_state(self) -> HardState:
         return HardState(self.term, self.voted_for)

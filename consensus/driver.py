@@ -482,7 +482,8 @@ class RaftNode:
     ) -> None:
         """`hard_states` commits the groups' staged hard states (None: the storages keep
         them durable themselves, as in-memory test doubles do)."""
-        assert transport.node_id == node_id, (transport.node_id, node_id)
+        if transport.node_id != node_id:
+            raise ValueError(f"node {node_id} given the transport of node {transport.node_id}")
         self.node_id = node_id
         self.transport = transport
         self.tick_ms = tick_ms

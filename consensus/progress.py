@@ -6,6 +6,8 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
+from consensus.errors import RaftInvariantError
+
 
 class ProgressState(enum.Enum):
     # Unsure where the follower's log diverges: one append in flight, wait for its answer.
@@ -26,7 +28,11 @@ class Inflights:
         return len(self.ends) >= self.capacity
 
     def add(self, end_offset: int) -> None:
-        assert not self.full, "caller must check `full` before sending"
+        if self.full:
+            raise RaftInvariantError(
+                f"append ending at {end_offset} sent with {self.capacity} appends in flight:"
+                " the caller must check `full` before sending"
+            )
         self.ends.append(end_offset)
 
     def free_to(self, end_offset: int) -> None:

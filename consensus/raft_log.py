@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
+from consensus.errors import RaftInvariantError
 from consensus.storage import RaftLog
 from consensus.types import Entry
 
@@ -29,7 +30,11 @@ class LogView:
         return self.unstable[-1].end_offset if self.unstable else self.unstable_offset
 
     def entry_at(self, offset: int) -> Entry:
-        assert self.log_start_offset() <= offset < self.log_end_offset(), offset
+        if not self.log_start_offset() <= offset < self.log_end_offset():
+            raise RaftInvariantError(
+                f"no entry at offset {offset}: the log holds"
+                f" [{self.log_start_offset()}, {self.log_end_offset()})"
+            )
         if offset >= self.unstable_offset:
             i = bisect.bisect_right(self.unstable, offset, key=lambda e: e.base_offset) - 1
             return self.unstable[i]
@@ -97,7 +102,11 @@ class LogView:
 
     def append(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
-            assert entry.base_offset == self.log_end_offset(), "offsets are contiguous"
+            if entry.base_offset != self.log_end_offset():
+                raise RaftInvariantError(
+                    f"entry at offset {entry.base_offset} appended at log end offset"
+                    f" {self.log_end_offset()}: offsets must be contiguous"
+                )
             self.unstable.append(entry)
 
     def truncate_to(self, offset: int) -> None:
@@ -116,6 +125,8 @@ class LogView:
         self.unstable_offset = self.log_end_offset()
         self.unstable.clear()
         self.pending_truncate = None
-        assert self.stable.log_end_offset() == self.unstable_offset, (
-            "driver must persist every entry of the Ready before advance()"
-        )
+        if self.stable.log_end_offset() != self.unstable_offset:
+            raise RaftInvariantError(
+                f"the driver must persist every entry of a Ready before advance(): the log"
+                f" ends at {self.stable.log_end_offset()}, the Ready at {self.unstable_offset}"
+            )

@@ -48,6 +48,7 @@ from consensus.core import (
     Ready,
     can_send_before_sync,
 )
+from consensus.errors import RaftInvariantError
 from consensus.storage import MemoryRaftLog
 from consensus.types import Entry, HardState, Message, NodeId, Role
 
@@ -243,11 +244,23 @@ class Simulation:
             f"pytest tests/unit/test_raft_sim.py --raft-seeds 1 --raft-seed-start {self.seed}"
         )
 
+    def _core_of(self, node: SimNode) -> RaftCore:
+        """The core of a node the caller knows to be running."""
+        if node.core is None:
+            raise self._fail(f"node {node.node_id} is down where a running node was expected")
+        return node.core
+
     def _note(self, event: str) -> None:
         self.trace.append(f"t{self.now} {event}")
 
     # ------------------------------------------------------------------ running
     def run(self) -> None:
+        try:
+            self._run()
+        except RaftInvariantError as exc:
+            raise self._fail(f"invariant: {exc}") from exc
+
+    def _run(self) -> None:
         p = self.params
         for _ in range(p.safety_ticks):
             self._tick_world()
@@ -260,8 +273,7 @@ class Simulation:
         while self.now < deadline:
             leader = self._stable_leader()
             if leader is not None:
-                core = self.nodes[leader].core
-                assert core is not None
+                core = self._core_of(self.nodes[leader])
                 if target is None or target_leader != (leader, core.term):
                     try:
                         target = core.propose(1, f"live-{self.now}".encode())
@@ -286,8 +298,7 @@ class Simulation:
             leader = self._stable_leader()
             if leader is None:
                 continue
-            leader_core = self.nodes[leader].core
-            assert leader_core is not None
+            leader_core = self._core_of(self.nodes[leader])
             expected = self.nodes[leader].log.all_entries()
             if leader_core.high_watermark != leader_core.log.log_end_offset():
                 continue
@@ -346,8 +357,7 @@ class Simulation:
         leader = self._stable_leader()
         if leader is None:
             return False
-        leader_core = self.nodes[leader].core
-        assert leader_core is not None
+        leader_core = self._core_of(self.nodes[leader])
         for node_id in leader_core.voters:
             core = self.nodes[node_id].core
             if core is None or core.high_watermark <= entry.last_offset:
@@ -420,12 +430,12 @@ class Simulation:
         if not leaders:
             return
         node = self.rng.choice(leaders)
-        assert node.core is not None
+        core = self._core_of(node)
         self.proposals += 1
         count = self.rng.randrange(1, 5)
         payload = f"p{self.proposals}".encode() * self.rng.randrange(1, 30)
         try:
-            node.core.propose(count, payload)
+            core.propose(count, payload)
         except NotLeaderError:
             return
         self._drain(node)
@@ -437,8 +447,7 @@ class Simulation:
         if not leaders:
             return
         node = self.rng.choice(leaders)
-        core = node.core
-        assert core is not None
+        core = self._core_of(node)
         outside = [n for n in self.nodes if n not in core.voters]
         try:
             if outside and (len(core.voters) <= 3 or self.rng.random() < 0.5):
@@ -460,8 +469,7 @@ class Simulation:
         if not leaders:
             return
         node = self.rng.choice(leaders)
-        core = node.core
-        assert core is not None
+        core = self._core_of(node)
         others = sorted(v for v in core.voters if v != node.node_id)
         if not others:
             return
@@ -513,8 +521,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ Ready + invariants
     def _drain(self, node: SimNode) -> None:
-        core = node.core
-        assert core is not None
+        core = self._core_of(node)
         while core.has_ready():
             rd = core.ready()
             self._persist(node, rd)
@@ -592,8 +599,7 @@ class Simulation:
                     )
 
     def _apply(self, node: SimNode, rd: Ready) -> None:
-        core = node.core
-        assert core is not None
+        core = self._core_of(node)
         if rd.soft_state is not None:
             s = rd.soft_state
             self._note(f"{node.node_id} {s.role.value} term {s.term} leader {s.leader_id}")
@@ -634,8 +640,7 @@ class Simulation:
             node.high_watermark = new_hw
 
     def _check_leader_completeness(self, node: SimNode) -> None:
-        core = node.core
-        assert core is not None
+        core = self._core_of(node)
         end = core.log.log_end_offset()
         for base, (last, epoch, payload) in self.committed.items():
             if self.commit_term[base] >= core.term:

@@ -12,6 +12,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Protocol
 
+from consensus.errors import RaftInvariantError
 from consensus.types import Entry, EntryKind
 
 
@@ -57,12 +58,15 @@ class MemoryRaftLog:
         return self._entries[-1].end_offset if self._entries else self._start
 
     def entry_at(self, offset: int) -> Entry:
-        assert self._start <= offset < self.log_end_offset(), (offset, self.log_end_offset())
+        if not self._start <= offset < self.log_end_offset():
+            raise RaftInvariantError(
+                f"no entry at offset {offset}: the log holds [{self._start},"
+                f" {self.log_end_offset()})"
+            )
         return self._entries[bisect.bisect_right(self._bases, offset) - 1]
 
     def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
-        i = bisect.bisect_left(self._bases, offset)
-        assert i == len(self._bases) or self._bases[i] == offset, "offset must start a batch"
+        i = self._batch_index(offset)
         out: list[Entry] = []
         used = 0
         for entry in self._entries[i:]:
@@ -78,17 +82,30 @@ class MemoryRaftLog:
     # -- driver writes --------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after `offset` (a batch boundary)."""
-        i = bisect.bisect_left(self._bases, offset)
-        assert i == len(self._bases) or self._bases[i] == offset, "offset must start a batch"
+        i = self._batch_index(offset)
         del self._entries[i:]
         del self._bases[i:]
 
     def append(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
-            assert entry.base_offset == self.log_end_offset(), "offsets are contiguous"
-            assert entry.last_offset >= entry.base_offset
+            if entry.base_offset != self.log_end_offset():
+                raise RaftInvariantError(
+                    f"entry at offset {entry.base_offset} appended at log end offset"
+                    f" {self.log_end_offset()}: offsets must be contiguous"
+                )
+            if entry.last_offset < entry.base_offset:
+                raise RaftInvariantError(
+                    f"entry [{entry.base_offset}, {entry.last_offset}] holds no offset"
+                )
             self._entries.append(entry)
             self._bases.append(entry.base_offset)
+
+    def _batch_index(self, offset: int) -> int:
+        """Index of the batch starting at `offset`; the batch count at or past the log end."""
+        i = bisect.bisect_left(self._bases, offset)
+        if offset < self.log_end_offset() and (i == len(self._bases) or self._bases[i] != offset):
+            raise RaftInvariantError(f"offset {offset} does not start a batch")
+        return i
 
     def all_entries(self) -> list[Entry]:
         return list(self._entries)

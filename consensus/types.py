@@ -91,7 +91,8 @@ class MessageType(enum.IntEnum):
 class Message:
     """A Raft message for one group; many groups share one broker-to-broker connection.
 
-    Field use by type:
+    `group` is the Raft group id (the broker's partition name, "<topic>-<partition>"), never
+    a consumer group. Field use by type:
     - APPEND: prev_offset/prev_epoch (last offset and epoch of the batch before `entries`;
       log_start_offset - 1 and epoch 0 when there is none), entries, high_watermark;
       `at_leader_end` when `entries` reach the leader's log end as it was when sent (the

@@ -16,6 +16,7 @@ from consensus import (
     NotLeaderError,
     RaftConfig,
     RaftCore,
+    RaftInvariantError,
     Role,
 )
 from consensus.progress import ProgressState
@@ -500,7 +501,7 @@ def test_ready_orders_persistence_before_messages_and_forbids_input_until_advanc
     assert rd.hard_state == HardState(term=1, voted_for=1)
     assert {m.type for m in rd.messages} == {MessageType.VOTE}
     assert rd.soft_state is not None and rd.soft_state.role is Role.CANDIDATE
-    with pytest.raises(AssertionError):
+    with pytest.raises(RaftInvariantError, match="between ready"):
         core.tick()
     core.advance(rd)
     core.tick()
