@@ -2,13 +2,15 @@
 
 from .config import LogConfig
 from .epochs import LeaderEpochCache
-from .partition import AppendInfo, NonContiguousAppend, OffsetOutOfRange, PartitionLog
+from .errors import LogInvariantError, NonContiguousAppend, OffsetOutOfRange
+from .partition import AppendInfo, PartitionLog
 from .segment import LogSegment
 
 __all__ = [
     "AppendInfo",
     "LeaderEpochCache",
     "LogConfig",
+    "LogInvariantError",
     "LogSegment",
     "NonContiguousAppend",
     "OffsetOutOfRange",

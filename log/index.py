@@ -16,6 +16,8 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from .errors import LogInvariantError
+
 
 class _SparseIndex:
     """Entries (key, value), keys strictly increasing, values non-decreasing."""
@@ -82,6 +84,13 @@ class _SparseIndex:
         self.write_pending()
 
     def append(self, key: int, value: int) -> None:
+        """Add an entry after the last one; LogInvariantError (nothing added) if its key does
+        not increase or its value decreases, since lookups bisect these arrays."""
+        if self.keys and (key <= self.keys[-1] or value < self.values[-1]):
+            raise LogInvariantError(
+                f"{self.path.name}: entry ({key}, {value}) after ({self.keys[-1]},"
+                f" {self.values[-1]}): keys must increase and values must not decrease"
+            )
         self.keys.append(key)
         self.values.append(value)
         self._pending += self._encode(key, value)

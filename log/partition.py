@@ -28,6 +28,7 @@ from protocol.records import (
 
 from .config import LogConfig
 from .epochs import LeaderEpochCache, write_file_atomically
+from .errors import LogInvariantError, NonContiguousAppend, OffsetOutOfRange
 from .producer_state import (
     ProducerStateManager,
     delete_snapshots_after,
@@ -45,20 +46,6 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 # Left behind by an interrupted atomic write or segment deletion; never data.
 _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
-
-
-class OffsetOutOfRange(Exception):
-    """A fetch offset outside [log_start_offset, log_end_offset] (OFFSET_OUT_OF_RANGE)."""
-
-    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
-        super().__init__(f"offset {offset} is outside [{log_start_offset}, {log_end_offset}]")
-        self.offset = offset
-        self.log_start_offset = log_start_offset
-        self.log_end_offset = log_end_offset
-
-
-class NonContiguousAppend(ValueError):
-    """Replicated batches that do not continue exactly at the log end offset."""
 
 
 class AppendInfo(NamedTuple):
@@ -724,9 +711,15 @@ class PartitionLog:
         """Drop every batch whose last offset is >= `offset`, with its index entries and
         epochs (a Raft follower's divergent suffix). A batch containing `offset` goes whole,
         so `log_end_offset` may end below `offset`. Truncating below the first segment
-        empties the log and restarts it at `offset`.
+        empties the log and restarts it at `offset`; to `log_end_offset` changes nothing.
+        An offset past the end or negative raises LogInvariantError (nothing changes).
         """
-        if offset >= self.log_end_offset:
+        if offset > self.log_end_offset or offset < 0:
+            raise LogInvariantError(
+                f"{self.directory}: truncation to offset {offset} outside the log"
+                f" [0, {self.log_end_offset}]"
+            )
+        if offset == self.log_end_offset:
             return
         if offset <= self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, self._clock_ms)
@@ -748,6 +741,8 @@ class PartitionLog:
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
         """Delete all data and restart the log empty at `offset` (e.g. after a snapshot)."""
+        if offset < 0:
+            raise LogInvariantError(f"{self.directory}: a log cannot start at offset {offset}")
         self._lower_recovery_point(0)
         for segment in self.segments:
             segment.delete()

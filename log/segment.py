@@ -19,6 +19,7 @@ from protocol.records import (
     scan_batches,
 )
 
+from .errors import LogInvariantError
 from .index import OffsetIndex, TimeIndex
 
 OFFSET_INDEX_ENTRY_BYTES = 8
@@ -94,27 +95,66 @@ class LogSegment:
     ) -> None:
         """Write `data` (exactly the batches `headers` describe) with one system call.
 
-        Batches take consecutive offsets from `first_offset`; `log_append_time_ms` >= 0
-        overrides their max timestamps. On a failed write the file is cut back, so the
-        segment stays as it was.
+        Batches take consecutive offsets from `first_offset`, which must be `next_offset`;
+        `log_append_time_ms` >= 0 overrides their max timestamps. Raises LogInvariantError
+        (nothing written) when the offsets do not continue the segment or do not fit its
+        int32 relative offsets. On a failed write, or an index entry refused after it, the
+        file is cut back, so the segment stays as it was.
         """
+        end_offset = first_offset
+        for header in headers:
+            end_offset += header.last_offset_delta + 1
+        if first_offset != self.next_offset:
+            raise LogInvariantError(
+                f"{self.log_path}: batches from offset {first_offset} appended at the"
+                f" segment's end offset {self.next_offset}"
+            )
+        if end_offset - 1 - self.base_offset > MAX_RELATIVE_OFFSET:
+            raise LogInvariantError(
+                f"{self.log_path}: offset {end_offset - 1} is beyond the int32 relative"
+                f" offsets of a segment based at {self.base_offset}"
+            )
         position = self.size_bytes
         view = memoryview(data)
+        before = self._accounting()
         try:
             written = 0
             while written < len(view):
                 written += os.write(self.fd, view[written:])
+            offset = first_offset
+            for header in headers:
+                timestamp = header.max_timestamp if log_append_time_ms < 0 else log_append_time_ms
+                self._account(offset, position + header.position, header.size_bytes, timestamp)
+                offset += header.last_offset_delta + 1
         except BaseException:
             os.ftruncate(self.fd, position)
+            self._restore_accounting(before)
             raise
-        offset = first_offset
-        for header in headers:
-            timestamp = header.max_timestamp if log_append_time_ms < 0 else log_append_time_ms
-            self._account(offset, position + header.position, header.size_bytes, timestamp)
-            offset += header.last_offset_delta + 1
         self.size_bytes = position + len(view)
-        self.next_offset = offset
+        self.next_offset = end_offset
         self.dirty = True
+
+    def _accounting(self) -> tuple[int, int, int, int, int, int]:
+        return (
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+            self.first_batch_timestamp,
+            self._bytes_since_index_entry,
+            self.offset_index.entries,
+            self.time_index.entries,
+        )
+
+    def _restore_accounting(self, state: tuple[int, int, int, int, int, int]) -> None:
+        (
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+            self.first_batch_timestamp,
+            self._bytes_since_index_entry,
+            offset_entries,
+            time_entries,
+        ) = state
+        self.offset_index.drop_from(offset_entries)
+        self.time_index.drop_from(time_entries)
 
     def _account(self, base_offset: int, position: int, size: int, max_timestamp: int) -> None:
         if self.first_batch_timestamp < 0 and position == 0:
