@@ -78,7 +78,8 @@ UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-assert _HEADER.size == RECORD_BATCH_OVERHEAD
+if _HEADER.size != RECORD_BATCH_OVERHEAD:
+    raise ImportError(f"batch header layout of {_HEADER.size} bytes, not {RECORD_BATCH_OVERHEAD}")
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
