@@ -8,9 +8,9 @@ Wire format (all integers big-endian):
     message = type:u8 flags:u8 from:i32 to:i32 term:i64 prev_offset:i64 prev_epoch:i32
               high_watermark:i64 match_end:i64 hint_offset:i64 hint_epoch:i32
               last_offset:i64 last_epoch:i32 group_len:u16 entry_count:u32
-              group:utf8 entry*
+              group:utf8 entry*                        (group = the Raft group id)
     entry   = base_offset:i64 last_offset:i64 epoch:i32 kind:u8 payload_len:u32 payload
-    FORWARD_REQUEST  = request_id:u64 group_len:u16 group:utf8 payload_len:u32 payload
+    FORWARD_REQUEST  = request_id:u64 rpc_len:u16 rpc:utf8 payload_len:u32 payload
     FORWARD_RESPONSE = request_id:u64 error_code:i16 payload_len:u32 payload
 
 Payloads are Kafka record batches of up to ~1 MiB. Encoding returns a list of parts in which
@@ -73,8 +73,11 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class ForwardRequest:
+    """A request for the peer's forward handler. `rpc` names what is asked (the broker's
+    RPC names); it is not a Raft group."""
+
     request_id: int
-    group: str
+    rpc: str
     payload: bytes
 
 
@@ -181,8 +184,8 @@ def encode_messages(messages: Sequence[Message]) -> list[bytes | bytearray]:
     return _frame(FrameKind.MESSAGES, out.finish(), size)
 
 
-def encode_forward_request(request_id: int, group: str, payload: bytes) -> list[bytes | bytearray]:
-    name = group.encode("utf-8")
+def encode_forward_request(request_id: int, rpc: str, payload: bytes) -> list[bytes | bytearray]:
+    name = rpc.encode("utf-8")
     out = _PartsWriter()
     try:
         out.write(_FORWARD_REQUEST.pack(request_id, len(name)))
@@ -250,7 +253,7 @@ class _Reader:
         try:
             return self.take(n).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise CodecError(f"group name is not UTF-8: {exc}") from exc
+            raise CodecError(f"group or rpc name is not UTF-8: {exc}") from exc
 
     def finish(self) -> None:
         if self.pos != len(self.view):
@@ -333,10 +336,10 @@ def decode_frame(body: Buffer) -> Frame:
                 raise CodecError(f"message count {count} exceeds the frame")
             frame = [_read_message(r) for _ in range(count)]
         elif kind_code == FrameKind.FORWARD_REQUEST:
-            request_id, group_len = r.unpack(_FORWARD_REQUEST)
-            group = r.text(group_len)
+            request_id, rpc_len = r.unpack(_FORWARD_REQUEST)
+            rpc = r.text(rpc_len)
             (payload_len,) = r.unpack(_PAYLOAD_LEN)
-            frame = ForwardRequest(request_id, group, r.take(payload_len))
+            frame = ForwardRequest(request_id, rpc, r.take(payload_len))
         elif kind_code == FrameKind.FORWARD_RESPONSE:
             request_id, error_code, payload_len = r.unpack(_FORWARD_RESPONSE)
             frame = ForwardResponse(request_id, error_code, r.take(payload_len))

@@ -10,6 +10,15 @@ FORWARD_RESPONSE comes back on the same connection.
 counted) beyond it or while the peer is unreachable -- Raft retransmits. A sender task per peer
 writes everything queued since its last write as one frame, so the heartbeats of many groups
 coalesce into one write.
+
+The byte budget (`queue_bytes_max` per peer) counts everything waiting to be written to that
+peer: Raft messages, forwarded requests (refused with ForwardError when they do not fit) and
+the responses to the peer's forwarded requests (always sent, since their work is done; while
+they wait, messages and requests to that peer yield to them).
+
+Each inbound connection serves at most `forwards_in_flight_max` forwarded requests at once;
+when that many are running it stops reading from the peer until one finishes, so a peer that
+forwards faster than this node serves is slowed down by TCP instead of piling up tasks.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
 MessageHandler = Callable[[Message], None]
+# (rpc, payload) -> (error_code, payload); `rpc` is the name the requester chose.
 ForwardHandler = Callable[[str, bytes], Awaitable[tuple[int, bytes]]]
 
 _CONNECTION_ERRORS = (
@@ -85,21 +95,31 @@ class TransportStats:
     messages_misaddressed: int = 0
     connections_refused: int = 0
     dial_failures: int = 0
+    # Forwarded requests refused because they did not fit the peer's byte budget.
+    forwards_refused: int = 0
 
 
 class _PendingForward:
-    __slots__ = ("peer", "done", "response", "error")
+    """A forwarded request awaiting its answer: a response, or the error that ended it."""
+
+    __slots__ = ("peer", "done", "outcome")
 
     def __init__(self, peer: NodeId) -> None:
         self.peer = peer
         self.done = trio.Event()
-        self.response: ForwardResponse | None = None
-        self.error: ForwardError | None = None
+        self.outcome: ForwardResponse | ForwardError | None = None
 
-    def fail(self, error: ForwardError) -> None:
+    def settle(self, outcome: ForwardResponse | ForwardError) -> None:
         if not self.done.is_set():
-            self.error = error
+            self.outcome = outcome
             self.done.set()
+
+
+@dataclass(slots=True)
+class _QueuedForward:
+    request_id: int
+    parts: list[bytes | bytearray]
+    size_bytes: int
 
 
 @dataclass(slots=True)
@@ -107,14 +127,29 @@ class _Peer:
     node_id: NodeId
     address: Address
     messages: list[Message] = field(default_factory=list)
-    queued_bytes: int = 0
-    forwards: list[tuple[int, list[bytes | bytearray]]] = field(default_factory=list)
+    message_bytes: int = 0
+    forwards: list[_QueuedForward] = field(default_factory=list)
+    forward_bytes: int = 0
+    # Responses to this peer's forwarded requests, encoded and not yet written.
+    response_bytes: int = 0
     wanted: trio.Event = field(default_factory=trio.Event)  # work queued or a dial requested
     unreachable: bool = False  # the last dial failed; drop messages until one succeeds
     connected: bool = False
 
+    @property
+    def queued_bytes(self) -> int:
+        """What the byte budget counts: everything waiting to be written to this peer."""
+        return self.message_bytes + self.forward_bytes + self.response_bytes
+
     def wake(self) -> None:
         self.wanted.set()
+
+    def withdraw_forward(self, request_id: int) -> None:
+        for i, queued in enumerate(self.forwards):
+            if queued.request_id == request_id:
+                del self.forwards[i]
+                self.forward_bytes -= queued.size_bytes
+                return
 
 
 class _FrameReader:
@@ -156,13 +191,20 @@ class PeerTransport:
         on_message: MessageHandler | None = None,
         queue_bytes_max: int = 64 << 20,
         frame_bytes_max: int = 8 << 20,
+        forwards_in_flight_max: int = 64,
         backoff_min_s: float = 0.1,
         backoff_max_s: float = 2.0,
         connect_timeout_s: float = 2.0,
         handshake_timeout_s: float = 5.0,
     ) -> None:
         """`peers` maps every other node's id to its address (an entry for `node_id` itself
-        is ignored). Received messages go to `on_message` in arrival order."""
+        is ignored). Received messages go to `on_message` in arrival order.
+
+        `queue_bytes_max` is the byte budget per peer, `forwards_in_flight_max` the number of
+        forwarded requests served at once per inbound connection (see the module docstring).
+        """
+        if forwards_in_flight_max < 1:
+            raise ValueError(f"forwards_in_flight_max must be >= 1, not {forwards_in_flight_max}")
         self.node_id = node_id
         self.listen = listen
         self._peers = {
@@ -172,6 +214,7 @@ class PeerTransport:
         self._forward_handler: ForwardHandler | None = None
         self.queue_bytes_max = queue_bytes_max
         self.frame_bytes_max = frame_bytes_max
+        self.forwards_in_flight_max = forwards_in_flight_max
         self.backoff_min_s = backoff_min_s
         self.backoff_max_s = backoff_max_s
         self.connect_timeout_s = connect_timeout_s
@@ -187,13 +230,19 @@ class PeerTransport:
         self._on_message = on_message
 
     def set_forward_handler(self, handler: ForwardHandler | None) -> None:
-        """Serve incoming FORWARD_REQUESTs, each in its own task. The handler returns
-        (error_code, payload); if it raises, the caller gets UNKNOWN_SERVER_ERROR."""
+        """Serve incoming FORWARD_REQUESTs, each in its own task (at most
+        `forwards_in_flight_max` at once per connection). The handler gets (rpc, payload)
+        and returns (error_code, payload); if it raises, the caller gets UNKNOWN_SERVER_ERROR."""
         self._forward_handler = handler
 
     @property
     def peer_ids(self) -> frozenset[NodeId]:
         return frozenset(self._peers)
+
+    def queued_bytes(self, peer: NodeId) -> int:
+        """Bytes waiting to be written to `peer` (messages, forwarded requests and
+        responses): what its byte budget `queue_bytes_max` bounds."""
+        return self._peers[peer].queued_bytes
 
     # ------------------------------------------------------------------ sending
     def send(self, message: Message) -> None:
@@ -212,14 +261,14 @@ class PeerTransport:
             self.stats.messages_dropped += 1
             return
         peer.messages.append(message)
-        peer.queued_bytes += size
+        peer.message_bytes += size
 
-    async def forward(self, to: NodeId, group: str, payload: bytes, timeout_s: float) -> bytes:
-        """Send a FORWARD_REQUEST to `to` and return the payload of its response.
+    async def forward(self, to: NodeId, rpc: str, payload: bytes, timeout_s: float) -> bytes:
+        """Send a FORWARD_REQUEST named `rpc` to `to` and return the payload of its response.
 
         Raises ForwardRemoteError for a non-zero error code, ForwardTimeout after
-        `timeout_s`, ForwardError when the peer is unknown or unreachable or the
-        connection breaks before the response arrives.
+        `timeout_s`, ForwardError when the peer is unknown or unreachable, the request does
+        not fit its byte budget, or the connection breaks before the response arrives.
         """
         peer = self._peers.get(to)
         if peer is None:
@@ -228,24 +277,32 @@ class PeerTransport:
         if peer.unreachable:
             raise ForwardError(f"node {to} is unreachable")
         request_id = next(self._request_ids)
+        parts = encode_forward_request(request_id, rpc, payload)
+        size = sum(len(part) for part in parts)
+        if peer.queued_bytes + size > self.queue_bytes_max:
+            self.stats.forwards_refused += 1
+            raise ForwardError(
+                f"a forward of {size} bytes does not fit the queue to node {to}"
+                f" ({peer.queued_bytes} of {self.queue_bytes_max} bytes used)"
+            )
         pending = _PendingForward(to)
         self._pending[request_id] = pending
-        peer.forwards.append((request_id, encode_forward_request(request_id, group, payload)))
+        peer.forwards.append(_QueuedForward(request_id, parts, size))
+        peer.forward_bytes += size
         try:
             with trio.move_on_after(timeout_s):
                 await pending.done.wait()
         finally:
             self._pending.pop(request_id, None)
-            peer.forwards = [f for f in peer.forwards if f[0] != request_id]
-        if not pending.done.is_set():
+            peer.withdraw_forward(request_id)
+        outcome = pending.outcome
+        if outcome is None:
             raise ForwardTimeout(f"no response from node {to} within {timeout_s} s")
-        if pending.error is not None:
-            raise pending.error
-        response = pending.response
-        assert response is not None
-        if response.error_code != 0:
-            raise ForwardRemoteError(response.error_code, response.payload)
-        return response.payload
+        if isinstance(outcome, ForwardError):
+            raise outcome
+        if outcome.error_code != 0:
+            raise ForwardRemoteError(outcome.error_code, outcome.payload)
+        return outcome.payload
 
     # ------------------------------------------------------------------ serving
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -257,7 +314,7 @@ class PeerTransport:
             async with trio.open_nursery() as nursery:
                 self.port = listeners[0].socket.getsockname()[1]
                 for listener in listeners:
-                    nursery.start_soon(trio.serve_listeners, self._serve_inbound, [listener])
+                    nursery.start_soon(trio.serve_listeners, self.serve_inbound, [listener])
                 for peer in self._peers.values():
                     nursery.start_soon(self._run_peer, peer)
                 task_status.started()
@@ -266,7 +323,7 @@ class PeerTransport:
             for listener in listeners:
                 await trio.aclose_forcefully(listener)
             for pending in list(self._pending.values()):
-                pending.fail(ForwardError("transport stopped"))
+                pending.settle(ForwardError("transport stopped"))
 
     async def _run_peer(self, peer: _Peer) -> None:
         backoff_s = self.backoff_min_s
@@ -309,9 +366,9 @@ class PeerTransport:
                 peer.wanted = trio.Event()
                 forwards, peer.forwards = peer.forwards, []
                 messages, peer.messages = peer.messages, []
-                peer.queued_bytes = 0
-                for _, parts in forwards:
-                    await _write_parts(stream, parts)
+                peer.forward_bytes = peer.message_bytes = 0
+                for queued in forwards:
+                    await _write_parts(stream, queued.parts)
                 # Cut frames at frame_bytes_max so one frame never holds the whole queue.
                 start, used = 0, 0
                 for i, m in enumerate(messages):
@@ -340,13 +397,8 @@ class PeerTransport:
                 if not isinstance(frame, ForwardResponse):
                     raise CodecError(f"unexpected {type(frame).__name__} on outbound connection")
                 pending = self._pending.get(frame.request_id)
-                if (
-                    pending is not None
-                    and pending.peer == peer.node_id
-                    and not pending.done.is_set()
-                ):
-                    pending.response = frame
-                    pending.done.set()
+                if pending is not None and pending.peer == peer.node_id:
+                    pending.settle(frame)
         except _CONNECTION_ERRORS as exc:
             log.info("node %s: connection to node %s closed: %s", self.node_id, peer.node_id, exc)
             connection.cancel()
@@ -354,13 +406,16 @@ class PeerTransport:
     def _discard_queue(self, peer: _Peer, error: ForwardError) -> None:
         self.stats.messages_dropped += len(peer.messages)
         peer.messages = []
-        peer.queued_bytes = 0
         peer.forwards = []
+        peer.forward_bytes = peer.message_bytes = 0
         for pending in list(self._pending.values()):
             if pending.peer == peer.node_id:
-                pending.fail(error)
+                pending.settle(error)
 
-    async def _serve_inbound(self, stream: trio.SocketStream) -> None:
+    async def serve_inbound(self, stream: trio.abc.Stream) -> None:
+        """Serve one connection a peer dialled (the listener calls this for each one) until
+        it closes or breaks; then close it. Messages go to the message handler, forwarded
+        requests to the forward handler."""
         try:
             async with trio.open_nursery() as nursery:
                 await self._read_inbound(stream, nursery)
@@ -368,7 +423,7 @@ class PeerTransport:
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _read_inbound(self, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+    async def _read_inbound(self, stream: trio.abc.Stream, nursery: trio.Nursery) -> None:
         reader = _FrameReader(stream)
         peer_id: NodeId | None = None
         try:
@@ -379,13 +434,20 @@ class PeerTransport:
                 log.warning("node %s: refused inbound connection (%r)", self.node_id, hello)
                 return
             peer_id = hello.node_id
+            peer = self._peers[peer_id]
             send_lock = trio.Lock()
+            slots = trio.CapacityLimiter(self.forwards_in_flight_max)
             while True:
                 frame = await reader.read()
                 if isinstance(frame, list):
                     self._deliver(peer_id, frame)
                 elif isinstance(frame, ForwardRequest):
-                    nursery.start_soon(self._serve_forward, stream, send_lock, frame)
+                    slot = object()
+                    # All slots busy: read nothing more from this peer until one frees.
+                    await slots.acquire_on_behalf_of(slot)
+                    nursery.start_soon(
+                        self._serve_forward, stream, send_lock, peer, frame, slots, slot
+                    )
                 else:
                     raise CodecError(f"unexpected {type(frame).__name__} on inbound connection")
         except (*_CONNECTION_ERRORS, trio.TooSlowError) as exc:
@@ -402,26 +464,42 @@ class PeerTransport:
                 self._on_message(m)
 
     async def _serve_forward(
-        self, stream: trio.SocketStream, send_lock: trio.Lock, request: ForwardRequest
+        self,
+        stream: trio.abc.SendStream,
+        send_lock: trio.Lock,
+        peer: _Peer,
+        request: ForwardRequest,
+        slots: trio.CapacityLimiter,
+        slot: object,
     ) -> None:
+        try:
+            parts = await self._answer_forward(request)
+            size = sum(len(part) for part in parts)
+            peer.response_bytes += size
+            try:
+                async with send_lock:
+                    await _write_parts(stream, parts)
+            except _CONNECTION_ERRORS:
+                pass  # the requester sees the connection loss
+            finally:
+                peer.response_bytes -= size
+        finally:
+            slots.release_on_behalf_of(slot)
+
+    async def _answer_forward(self, request: ForwardRequest) -> list[bytes | bytearray]:
         handler = self._forward_handler
         error_code, payload = UNKNOWN_SERVER_ERROR, b""
         if handler is not None:
             try:
-                error_code, payload = await handler(request.group, request.payload)
+                error_code, payload = await handler(request.rpc, request.payload)
             except Exception:
-                log.exception("node %s: forward handler failed for %r", self.node_id, request.group)
+                log.exception("node %s: forward handler failed for %r", self.node_id, request.rpc)
                 error_code, payload = UNKNOWN_SERVER_ERROR, b""
         try:
-            parts = encode_forward_response(request.request_id, error_code, payload)
+            return encode_forward_response(request.request_id, error_code, payload)
         except CodecError:
             log.exception("node %s: cannot encode forward response", self.node_id)
-            parts = encode_forward_response(request.request_id, UNKNOWN_SERVER_ERROR, b"")
-        try:
-            async with send_lock:
-                await _write_parts(stream, parts)
-        except _CONNECTION_ERRORS:
-            pass  # the requester sees the connection loss
+            return encode_forward_response(request.request_id, UNKNOWN_SERVER_ERROR, b"")
 
 
 __all__ = [

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,8 @@ from consensus.codec import (
     encode_forward_response,
     encode_hello,
     encode_messages,
+    frame_length,
+    message_size_bytes,
 )
 from consensus.transport import (
     UNKNOWN_SERVER_ERROR,
@@ -76,17 +79,17 @@ def test_messages_round_trip(batch: list[Message]) -> None:
 
 @given(I32, st.integers(0, 2**64 - 1), st.text(max_size=30), st.binary(max_size=200))
 def test_hello_and_forward_frames_round_trip(
-    node_id: int, request_id: int, group: str, payload: bytes
+    node_id: int, request_id: int, rpc: str, payload: bytes
 ) -> None:
     error_code = node_id % 32768
     stream = (
         encode_hello(node_id)
-        + b"".join(encode_forward_request(request_id, group, payload))
+        + b"".join(encode_forward_request(request_id, rpc, payload))
         + b"".join(encode_forward_response(request_id, error_code, payload))
     )
     assert decode_stream(stream) == [
         Hello(node_id),
-        ForwardRequest(request_id, group, payload),
+        ForwardRequest(request_id, rpc, payload),
         ForwardResponse(request_id, error_code, payload),
     ]
 
@@ -347,5 +350,111 @@ def test_unknown_node_id_is_refused_and_garbage_closes_connection() -> None:
             transports[2].send(heartbeat("t-0", 2, 1))
             await eventually(lambda: len(inboxes[1]) == 1)
             nursery.cancel_scope.cancel()
+
+    run_trio(scenario)
+
+
+def test_forwards_beyond_the_bound_wait_for_a_slot_and_all_complete() -> None:
+    async def scenario() -> None:
+        ports = free_ports(2)
+        addresses = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1])}
+        inbox: list[Message] = []
+        t1 = PeerTransport(1, addresses[1], addresses)
+        t2 = PeerTransport(2, addresses[2], addresses, inbox.append, forwards_in_flight_max=4)
+        running = started = most = 0
+        gate = trio.Event()
+
+        async def handler(rpc: str, payload: bytes) -> tuple[int, bytes]:
+            nonlocal running, started, most
+            running += 1
+            started += 1
+            most = max(most, running)
+            await gate.wait()
+            await trio.sleep(0.001)
+            running -= 1
+            return 0, payload[::-1]
+
+        t2.set_forward_handler(handler)
+        results: dict[int, bytes] = {}
+
+        async def one(i: int) -> None:
+            results[i] = await t1.forward(2, "echo", f"request {i}".encode(), timeout_s=15)
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t1.run)
+            await nursery.start(t2.run)
+            async with trio.open_nursery() as requests:
+                for i in range(20):
+                    requests.start_soon(one, i)
+                await eventually(lambda: started == 4)
+                t1.send(heartbeat("t-0", 1, 2))
+                await trio.sleep(0.3)
+                # Back-pressure: the fifth request and the heartbeat behind it stay unread.
+                assert (started, inbox) == (4, [])
+                gate.set()
+            assert results == {i: f"request {i}".encode()[::-1] for i in range(20)}
+            assert most == 4
+            await eventually(lambda: len(inbox) == 1)
+            nursery.cancel_scope.cancel()
+
+    run_trio(scenario)
+
+
+def test_queued_forward_requests_count_toward_the_byte_budget() -> None:
+    async def scenario() -> None:
+        # Never run: everything stays queued for node 2.
+        t1 = PeerTransport(1, ("127.0.0.1", 0), {2: ("127.0.0.1", 1)}, queue_bytes_max=1000)
+        small = heartbeat("t-0", 1, 2)
+        t1.send(small)
+        assert t1.queued_bytes(2) == message_size_bytes(small)
+        outcome: list[Exception] = []
+
+        async def forward(payload_bytes: int, timeout_s: float) -> None:
+            try:
+                await t1.forward(2, "r", bytes(payload_bytes), timeout_s=timeout_s)
+            except ForwardError as exc:
+                outcome.append(exc)
+
+        request_bytes = sum(len(part) for part in encode_forward_request(1, "r", bytes(500)))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(forward, 500, 0.5)
+            await trio.testing.wait_all_tasks_blocked()
+            assert t1.queued_bytes(2) == message_size_bytes(small) + request_bytes
+            # Another request does not fit next to the first: refused at once.
+            await forward(500, 10)
+            assert "does not fit the queue to node 2" in str(outcome[0])
+            assert t1.stats.forwards_refused == 1
+            # A message that would fit without the queued request is dropped.
+            big = Message("t-0", MessageType.APPEND, 1, 2, 1, entries=(Entry(0, 0, 1, bytes(400)),))
+            assert message_size_bytes(small) + message_size_bytes(big) < 1000
+            t1.send(big)
+            assert t1.stats.messages_dropped == 1
+        assert isinstance(outcome[1], ForwardTimeout)
+        assert t1.queued_bytes(2) == message_size_bytes(small)  # the timed-out request left
+
+    run_trio(scenario)
+
+
+def test_forward_responses_count_toward_the_byte_budget_until_written() -> None:
+    async def scenario() -> None:
+        t2 = PeerTransport(2, ("127.0.0.1", 0), {1: ("127.0.0.1", 1)})
+        answer = bytes(range(256)) * 400
+
+        async def handler(rpc: str, payload: bytes) -> tuple[int, bytes]:
+            return 0, answer
+
+        t2.set_forward_handler(handler)
+        # Lockstep: the response's write blocks until this side reads it.
+        peer_end, node_end = trio.testing.lockstep_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(t2.serve_inbound, node_end)
+            await peer_end.send_all(encode_hello(1) + b"".join(encode_forward_request(7, "r", b"")))
+            await eventually(lambda: t2.queued_bytes(1) > len(answer))
+            received = bytearray()
+            while len(received) < 4 or len(received) < 4 + frame_length(received[:4]):
+                received += await peer_end.receive_some(1 << 20)
+            assert decode_stream(received) == [ForwardResponse(7, 0, answer)]
+            await eventually(lambda: t2.queued_bytes(1) == 0)
+            await peer_end.aclose()
 
     run_trio(scenario)
