@@ -1,5 +1,8 @@
 """The trio driver: many Raft groups (partitions) of one node on one `PeerTransport`.
 
+Here "group" always means a Raft group, named by its id (the broker uses the partition's
+"<topic>-<partition>" name); consumer groups live in the broker.
+
 Every input -- a tick, an inbound message, a proposal, a transfer -- is fed to the group's
 `RaftCore` and its `Ready` is handled at once, synchronously, in the core's order: write hard
 state, truncate, append, send messages, apply (high watermark, soft state, waiters,
@@ -51,7 +54,7 @@ STORAGE_FAILURE_CAMPAIGN_PAUSE_S = 5.0
 
 
 class GroupStorage(Protocol):
-    """Durable state of one group; the broker implements it over its segment log."""
+    """Durable state of one Raft group; the broker implements it over its segment log."""
 
     @property
     def raft_log(self) -> RaftLog:
@@ -112,7 +115,7 @@ class _SyncTicket:
 class GroupUpdate:
     """What changed in one Ready: a new high watermark and/or new soft state (None = same)."""
 
-    group: str
+    group: str  # the Raft group id
     high_watermark: int | None
     soft_state: SoftState | None
 
@@ -509,8 +512,8 @@ class RaftNode:
         storage: GroupStorage,
         on_update: Callable[[GroupUpdate], None] | None = None,
     ) -> RaftGroup:
-        """Start hosting `group` from its durable state. `voters` is the replica set used
-        until the log holds a membership (CONFIG) batch."""
+        """Start hosting Raft group `group` (its id) from its durable state. `voters` is the
+        replica set used until the log holds a membership (CONFIG) batch."""
         if group in self._groups:
             raise ValueError(f"group {group!r} is already hosted on node {self.node_id}")
         config = RaftConfig(
@@ -539,6 +542,7 @@ class RaftNode:
             raft_group._remove()
 
     def group(self, name: str) -> RaftGroup | None:
+        """The Raft group hosted here under id `name`, if any."""
         return self._groups.get(name)
 
     @property
