@@ -134,7 +134,7 @@ class Broker:
             self.hard_states,
         )
         self.producer_ids = ProducerIdAllocator(data_dir / "producer-ids.lmdb", self.node_id)
-        self.groups = coordinator_for(self, config)
+        self.groups = coordinator_for(self.topics, self.controller, config)
         self.advertised = listener
         self.bound_port = listener.port
 

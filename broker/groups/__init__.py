@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from broker.groups.coordinator import CoordinatorConfig, GroupCoordinator, valid_group_id
-from broker.groups.group import GroupState, JoinResult, Reply, SyncResult
+from broker.groups.config import CoordinatorConfig
+from broker.groups.coordinator import GroupCoordinator, Reply
+from broker.groups.group import ConsumerGroup, GroupState, JoinResult, SyncResult, valid_group_id
 from broker.groups.store import (
     OFFSETS_TOPIC,
     MemoryOffsetsLog,
     NotCoordinatorError,
+    OffsetsLog,
     TopicOffsetsLog,
 )
 
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.services import ControllerClient
+    from broker.topics import TopicManager
+
 __all__ = [
     "OFFSETS_TOPIC",
+    "ConsumerGroup",
     "CoordinatorConfig",
     "GroupCoordinator",
     "GroupState",
     "JoinResult",
     "MemoryOffsetsLog",
     "NotCoordinatorError",
+    "OffsetsLog",
     "Reply",
     "SyncResult",
     "TopicOffsetsLog",
@@ -29,10 +38,12 @@ __all__ = [
 ]
 
 
-def coordinator_for(broker: Any, config: Any) -> GroupCoordinator:
+def coordinator_for(
+    topics: TopicManager, controller: ControllerClient, config: BrokerConfig
+) -> GroupCoordinator:
     """The coordinator of a broker: its groups live in the cluster's `__consumer_offsets`."""
-    offsets_log = TopicOffsetsLog(broker, config.get("offsets.topic.num.partitions"))
+    offsets_log = TopicOffsetsLog(topics, controller, config)
     coordinator = GroupCoordinator(offsets_log, CoordinatorConfig.from_broker_config(config))
     # It serves the groups of the offsets partitions this broker leads, as leadership moves.
-    broker.topics.leadership_listeners.append(coordinator.on_partition_leadership)
+    topics.leadership_listeners.append(coordinator.on_partition_leadership)
     return coordinator

@@ -1,7 +1,7 @@
 """One consumer group's state: members, generation, selected protocol, committed offsets.
 
-The transitions themselves live in `GroupCoordinator`; this module holds the data and the
-small queries Kafka's `GroupMetadata` answers (who has rejoined, which protocol wins).
+The transitions themselves live in `broker.groups.rebalance`; this module holds the data and
+the small queries Kafka's `GroupMetadata` answers (who has rejoined, which protocol wins).
 """
 
 from __future__ import annotations
@@ -10,14 +10,23 @@ import enum
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Protocol, TypeVar
 
-import trio
 from kio.schema.errors import ErrorCode
 
-from broker.groups.records import GroupMetadataValue, MemberRecord, OffsetValue
+from broker.groups.records import (
+    STRING_LENGTH_MAX,
+    GroupMetadataValue,
+    MemberRecord,
+    OffsetValue,
+)
 
-T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+def valid_group_id(group_id: str | None) -> bool:
+    """Non-empty, and short enough for the int16-length strings of the record keys."""
+    return group_id is not None and 0 < len(group_id.encode()) <= STRING_LENGTH_MAX
 
 
 class GroupState(enum.Enum):
@@ -28,26 +37,11 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-class Reply(Generic[T]):
-    """A response that is decided later (JoinGroup and SyncGroup wait for the group)."""
+class Answer(Protocol[T_contra]):
+    """Where the answer of a waiting JoinGroup or SyncGroup goes once the group decides it.
+    Only the first answer counts; later ones are ignored."""
 
-    def __init__(self) -> None:
-        self._event = trio.Event()
-        self.value: T | None = None
-
-    @property
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def set(self, value: T) -> None:
-        if not self._event.is_set():
-            self.value = value
-            self._event.set()
-
-    async def wait(self) -> T:
-        await self._event.wait()
-        assert self.value is not None
-        return self.value
+    def set(self, value: T_contra) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +83,8 @@ class Member:
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
     session_deadline_ms: float = 0.0
-    join_reply: Reply[JoinResult] | None = None
-    sync_reply: Reply[SyncResult] | None = None
+    join_reply: Answer[JoinResult] | None = None
+    sync_reply: Answer[SyncResult] | None = None
 
     @property
     def is_awaiting_join(self) -> bool:
@@ -133,7 +127,7 @@ class Member:
 
 
 @dataclass(eq=False)
-class Group:
+class ConsumerGroup:
     group_id: str
     state: GroupState = GroupState.EMPTY
     generation_id: int = 0

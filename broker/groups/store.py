@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import trio
+from kio.schema.errors import ErrorCode
 
+from broker.cluster.commands import CreateTopicCommand
 from broker.topics import Partition, Topic, now_ms
 from consensus.core import NotLeaderError
 from protocol.batch_builder import BatchDecodeError, build_batch, decode_batch, iter_batches
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.services import ControllerClient, TopicsView
 
 logger = logging.getLogger("raftka.groups")
 
@@ -39,6 +45,48 @@ class NotCoordinatorError(Exception):
     lead the partition: Kafka answers NOT_COORDINATOR so clients find the new one."""
 
 
+class OffsetsLog(Protocol):
+    """Where the coordinator's records go: the partitions of `__consumer_offsets`."""
+
+    num_partitions: int
+
+    async def ensure_created(self) -> None:
+        """Create the topic if it does not exist yet (Kafka does when a coordinator is first
+        looked up); a failure is logged, and appends fail until it exists."""
+
+    async def append(self, partition: int, records: list[KeyValue]) -> None:
+        """Append the records as one batch; returns once they are committed (and durable per
+        flush policy). Raises NotCoordinatorError when this broker cannot (or no longer)
+        lead the partition."""
+
+    def leader_epoch(self, partition: int) -> int | None:
+        """The epoch at which this broker leads the partition now; None when it does not."""
+
+    def led_partitions(self) -> dict[int, int]:
+        """Partition -> leader epoch of every partition this broker leads now."""
+
+    async def wait_caught_up(self, partition: int, epoch: int) -> bool:
+        """Wait until the partition's log is committed up to its end; False once this broker
+        no longer leads it at `epoch`."""
+
+    def replay(self, partition: int) -> Iterator[KeyValue]:
+        """The committed records of one partition, in log order."""
+
+
+class ReadableLog(Protocol):
+    """What replay reads of a partition's log (`log.PartitionLog`)."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def read(
+        self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> bytes: ...
+
+
 def records_of(buf: bytes | memoryview) -> Iterator[KeyValue]:
     """(key, value) of every record of every batch in `buf`; unreadable batches are skipped."""
     for attributes, batch in iter_batches(buf):
@@ -56,12 +104,16 @@ class TopicOffsetsLog:
     """The coordinator's records in `__consumer_offsets`, proposed to each partition's Raft
     group and acknowledged once committed (a majority of its replicas hold them)."""
 
-    def __init__(self, broker: Any, num_partitions: int) -> None:
-        self.broker = broker
-        self.num_partitions = num_partitions
+    def __init__(
+        self, topics: TopicsView, controller: ControllerClient, config: BrokerConfig
+    ) -> None:
+        self.topics = topics
+        self.controller = controller
+        self.config = config
+        self.num_partitions: int = int(config.get("offsets.topic.num.partitions"))
 
     def topic(self) -> Topic | None:
-        topic: Topic | None = self.broker.topics.get(OFFSETS_TOPIC)
+        topic = self.topics.get(OFFSETS_TOPIC)
         if topic is not None and len(topic.partitions) != self.num_partitions:
             # The topic's own count wins over a changed offsets.topic.num.partitions, as in
             # Kafka: moving groups between partitions would lose their records.
@@ -74,20 +126,22 @@ class TopicOffsetsLog:
         topic = self.topic()
         if topic is not None:
             return topic
-        wanted_rf = int(self.broker.config.get("offsets.topic.replication.factor"))
-        live = max(1, len(self.broker.controller.live_brokers()))
-        result = await self.broker.controller.execute(
-            {
-                "op": "create_topic",
-                "name": OFFSETS_TOPIC,
-                "num_partitions": self.num_partitions,
-                "replication_factor": max(1, min(wanted_rf, live)),
-                "configs": OFFSETS_TOPIC_CONFIGS,
-            }
+        wanted_rf = int(self.config.get("offsets.topic.replication.factor"))
+        live = max(1, len(self.controller.live_brokers()))
+        result = await self.controller.execute(
+            CreateTopicCommand(
+                name=OFFSETS_TOPIC,
+                num_partitions=self.num_partitions,
+                replication_factor=max(1, min(wanted_rf, live)),
+                configs=OFFSETS_TOPIC_CONFIGS,
+            )
         )
-        if result["error_code"] not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS
-            logger.warning("cannot create %s: %s", OFFSETS_TOPIC, result["error_message"])
+        if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            logger.warning("cannot create %s: %s", OFFSETS_TOPIC, result.error_message)
         return self.topic()
+
+    async def ensure_created(self) -> None:
+        await self.ensure_topic()
 
     async def append(self, partition: int, records: list[KeyValue]) -> None:
         topic = await self.ensure_topic()
@@ -149,12 +203,12 @@ class TopicOffsetsLog:
     def replay(self, partition: int) -> Iterator[KeyValue]:
         """The committed records of one partition, in log order."""
         target = self._partition(partition)
-        if target is None or target.log is None or target.group is None:
+        if target is None or target.log is None or not target.is_local:
             return
         yield from read_partition(target.log, target.high_watermark)
 
 
-def read_partition(log: Any, end: int | None = None) -> Iterator[KeyValue]:
+def read_partition(log: ReadableLog, end: int | None = None) -> Iterator[KeyValue]:
     """Records of the batches below `end` (default: the log end)."""
     offset = log.log_start_offset
     end = log.log_end_offset if end is None else min(end, log.log_end_offset)
@@ -187,6 +241,9 @@ class MemoryOffsetsLog:
         self.epochs: dict[int, int] | None = None  # None: leads every partition at epoch 0
         self.caught_up: dict[int, trio.Event] = {}
         self.append_gate: trio.Event | None = None
+
+    async def ensure_created(self) -> None:
+        await trio.lowlevel.checkpoint()
 
     async def append(self, partition: int, records: list[KeyValue]) -> None:
         await trio.lowlevel.checkpoint()

@@ -8,15 +8,17 @@ wait for the group; they run as their own tasks, so the connection's other reque
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups import GroupCoordinator, Reply
-from broker.groups.coordinator import OFFSET_METADATA_MAX_BYTES
+from broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
+from broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from broker.groups.records import OffsetValue, partition_for_group
 from broker.handlers.common import NO_THROTTLE, response_schema
 from broker.handlers.metadata import brokers_of, partition_leader
+from broker.services import RequestContext
 from broker.topics import now_ms
 from protocol.api import build
 
@@ -26,39 +28,38 @@ INIT_PRODUCER_ID_KEY = 22
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
-def _coordinator(context: Any) -> GroupCoordinator:
-    coordinator: GroupCoordinator = context.broker.groups
-    return coordinator
+def _coordinator(context: RequestContext) -> GroupCoordinator:
+    return context.services.groups
 
 
-def _ms(value: Any) -> int:
+def _ms(value: datetime.timedelta | int) -> int:
     """A kio duration (timedelta) or plain number as milliseconds."""
-    if hasattr(value, "total_seconds"):
+    if isinstance(value, datetime.timedelta):
         return round(value.total_seconds() * 1000)
     return int(value)
 
 
-def _client_id(context: Any) -> str:
-    return getattr(context.header, "client_id", None) or ""
+def _client_id(context: RequestContext) -> str:
+    return context.header.client_id or ""
 
 
 # -- FindCoordinator -----------------------------------------------------------------------
 
 
-async def handle_find_coordinator(context: Any, request: Any) -> Any:
+async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
-    broker = context.broker
+    services = context.services
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
 
-    async def answer(key: str) -> dict[str, Any]:
+    async def answer(key: str) -> dict[str, object]:
         if key_type == KEY_TYPE_GROUP:
             # Kafka creates the offsets topic when a coordinator is first looked up.
-            offsets_log = _coordinator(context).offsets_log
-            topic = await offsets_log.ensure_topic()  # type: ignore[attr-defined]
+            await _coordinator(context).ensure_offsets_topic()
+            topic = services.topics.get(OFFSETS_TOPIC)
             if topic is not None:
                 partition = topic.partitions[partition_for_group(key, len(topic.partitions))]
-                leader, _epoch = partition_leader(broker, partition)
-                for node_id, host, port, _rack in brokers_of(broker):
+                leader, _epoch = partition_leader(services.controller, partition)
+                for node_id, host, port, _rack in brokers_of(services):
                     if node_id == leader:
                         return {
                             "node_id": node_id,
@@ -68,11 +69,11 @@ async def handle_find_coordinator(context: Any, request: Any) -> Any:
                             "error_message": None,
                         }
             error = ErrorCode.coordinator_not_available
-        elif key_type == KEY_TYPE_TRANSACTION and INIT_PRODUCER_ID_KEY in broker.handlers:
+        elif key_type == KEY_TYPE_TRANSACTION and INIT_PRODUCER_ID_KEY in services.handlers:
             return {
-                "node_id": broker.node_id,
-                "host": broker.advertised.host,
-                "port": broker.advertised.port,
+                "node_id": services.identity.node_id,
+                "host": services.identity.advertised_host,
+                "port": services.identity.advertised_port,
                 "error_code": ErrorCode.none,
                 "error_message": None,
             }
@@ -102,11 +103,12 @@ async def handle_find_coordinator(context: Any, request: Any) -> Any:
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
 
 
-async def handle_join_group(context: Any, request: Any) -> Any:
+async def handle_join_group(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     version = context.api_version
     session_timeout_ms = _ms(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
+    await _coordinator(context).wait_for_write_room(request.group_id)
     outcome = _coordinator(context).join_group(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -145,8 +147,9 @@ async def handle_join_group(context: Any, request: Any) -> Any:
     )
 
 
-async def handle_sync_group(context: Any, request: Any) -> Any:
+async def handle_sync_group(context: RequestContext, request: Any) -> Any:
     entity, _ = response_schema(context)
+    await _coordinator(context).wait_for_write_room(request.group_id)
     outcome = _coordinator(context).sync_group(
         group_id=request.group_id,
         generation_id=request.generation_id,
@@ -167,7 +170,7 @@ async def handle_sync_group(context: Any, request: Any) -> Any:
     )
 
 
-async def handle_heartbeat(context: Any, request: Any) -> Any:
+async def handle_heartbeat(context: RequestContext, request: Any) -> Any:
     entity, _ = response_schema(context)
     error = _coordinator(context).heartbeat(
         request.group_id,
@@ -178,7 +181,7 @@ async def handle_heartbeat(context: Any, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, error_code=error)
 
 
-async def handle_leave_group(context: Any, request: Any) -> Any:
+async def handle_leave_group(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     if context.api_version < 3:
         top, errors = _coordinator(context).leave_group(
@@ -203,9 +206,9 @@ async def handle_leave_group(context: Any, request: Any) -> Any:
 # -- offsets -------------------------------------------------------------------------------
 
 
-async def handle_offset_commit(context: Any, request: Any) -> Any:
+async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
-    topics = context.broker.topics
+    topics = context.services.topics
     commit_ms = now_ms()
     errors: dict[tuple[str, int], ErrorCode] = {}
     valid: dict[tuple[str, int], OffsetValue] = {}
@@ -255,7 +258,7 @@ async def handle_offset_commit(context: Any, request: Any) -> Any:
 
 
 def _fetch_group(
-    context: Any, group_id: str, topics: Any, topic_type: Any, partition_type: Any
+    context: RequestContext, group_id: str, topics: Any, topic_type: Any, partition_type: Any
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     wanted = (
         None
@@ -285,7 +288,7 @@ def _fetch_group(
     )
 
 
-async def handle_offset_fetch(context: Any, request: Any) -> Any:
+async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     if context.api_version >= 8:
         groups = []
@@ -316,9 +319,9 @@ async def handle_offset_fetch(context: Any, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 
-async def handle_offset_delete(context: Any, request: Any) -> Any:
+async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
-    topics = context.broker.topics
+    topics = context.services.topics
     unknown = set()
     wanted = []
     for topic in request.topics:
@@ -359,7 +362,7 @@ async def handle_offset_delete(context: Any, request: Any) -> Any:
 # -- listing, describing, deleting groups --------------------------------------------------
 
 
-async def handle_list_groups(context: Any, request: Any) -> Any:
+async def handle_list_groups(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     coordinator = _coordinator(context)
     listed = coordinator.list_groups(
@@ -380,7 +383,7 @@ async def handle_list_groups(context: Any, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, error_code=error, groups=groups)
 
 
-async def handle_describe_groups(context: Any, request: Any) -> Any:
+async def handle_describe_groups(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     described = []
     for group_id in request.groups:
@@ -412,7 +415,7 @@ async def handle_describe_groups(context: Any, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-async def handle_delete_groups(context: Any, request: Any) -> Any:
+async def handle_delete_groups(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     results = await _coordinator(context).delete_groups(request.groups_names)
     return build(

@@ -619,13 +619,13 @@ def test_offsets_of_an_empty_group_expire_after_retention() -> None:
         await h.c.commit_offsets("simple", -1, "", None, offsets(p0=1))
         now["ms"] += CONFIG.offsets_retention_ms + 1
         # Not empty: kept.
-        assert h.c.expire_offsets() == 1  # only "simple" expires
+        assert await h.c.expire_offsets() == 1  # only "simple" expires
         assert "simple" not in h.c.groups
         h.c.leave_group("g", [(member, None)])
         await wait_for(lambda: h.group().state == GroupState.EMPTY)
-        assert h.c.expire_offsets() == 0  # became empty just now
+        assert await h.c.expire_offsets() == 0  # became empty just now
         now["ms"] += CONFIG.offsets_retention_ms
-        assert h.c.expire_offsets() == 1
+        assert await h.c.expire_offsets() == 1
         assert "g" not in h.c.groups
         await trio.sleep(0.01)
 

@@ -16,6 +16,7 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
+from broker.config import BrokerConfig
 from broker.groups import (
     OFFSETS_TOPIC,
     CoordinatorConfig,
@@ -96,7 +97,7 @@ class FakePartition:
         self.topic = topic
         self.index = index
         self.log = FakeLog()
-        self.group = object()
+        self.is_local = True  # hosted here, with a Raft group of its own
         self.is_leader = False
         self.leader_epoch = 0
         self.committed = 0
@@ -137,14 +138,25 @@ class FakePartition:
         return self.high_watermark >= end_offset
 
 
+class NoController:
+    """A controller client for a test in which nothing is created."""
+
+    def live_brokers(self) -> list[int]:
+        return [1]
+
+    async def execute(self, command: object) -> object:
+        raise AssertionError(f"unexpected controller command {command}")
+
+
 class Cluster:
     """The offsets topic of one broker, whose leadership the test moves."""
 
     def __init__(self) -> None:
         self.topic = SimpleNamespace(name=OFFSETS_TOPIC, partitions=[])
         self.topic.partitions.extend(FakePartition(self.topic, i) for i in range(N))
-        broker = SimpleNamespace(topics={OFFSETS_TOPIC: self.topic})
-        self.log = TopicOffsetsLog(broker, N)
+        config = BrokerConfig({"offsets.topic.num.partitions": str(N)}, environ={})
+        # The topic exists: the controller is never asked to create it.
+        self.log = TopicOffsetsLog({OFFSETS_TOPIC: self.topic}, NoController(), config)
         self.coordinator = GroupCoordinator(self.log, CONFIG)
 
     def p(self, index: int) -> FakePartition:
@@ -353,7 +365,7 @@ def test_losing_leadership_drops_the_groups_and_answers_waiting_members() -> Non
         # Timers and expiry leave the lost partition alone.
         before = list(cl.p(0).log.batches)
         await trio.sleep(120)
-        c.expire_offsets()
+        await c.expire_offsets()
         assert cl.p(0).log.batches == before
 
         # Regaining it loads the group back from the log.

@@ -1,0 +1,29 @@
+"""The group coordinator's settings, taken from the broker configuration (Kafka's names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+
+OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000  # Kafka's offsets.retention.check.interval.ms
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> CoordinatorConfig:
+        return cls(
+            initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+            min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+            max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+            offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+        )

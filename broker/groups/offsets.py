@@ -1,0 +1,219 @@
+"""Committed offsets of the groups this broker coordinates: OffsetCommit, OffsetFetch,
+OffsetDelete and expiry after offsets.retention.minutes.
+
+An offset is applied to its group once its record is committed to `__consumer_offsets`;
+a failed append changes nothing. Every write waits for room in its partition's queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.config import CoordinatorConfig
+from broker.groups.group import GroupState, valid_group_id
+from broker.groups.ownership import Ownership
+from broker.groups.rebalance import Instant, RebalanceMachine
+from broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
+from broker.groups.store import KeyValue
+from broker.groups.writes import WriteQueue
+
+logger = logging.getLogger("raftka.groups")
+
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+TopicPartition = tuple[str, int]
+
+
+class GroupOffsets:
+    """The offsets of `machine`'s groups, written through `writes`."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        machine: RebalanceMachine,
+        ownership: Ownership,
+        writes: WriteQueue,
+        now: Callable[[], Instant],
+    ) -> None:
+        self.config = config
+        self.machine = machine
+        self.ownership = ownership
+        self.writes = writes
+        self._now = now
+
+    def validate_commit(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's group checks for an OffsetCommit (doCommitOffsets), without changes."""
+        if not valid_group_id(group_id):
+            return ErrorCode.invalid_group_id
+        error = self.ownership.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error
+        group = self.machine.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.is_static_member_fenced(member_id, group_instance_id):
+            return ErrorCode.fenced_instance_id
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return ErrorCode.none  # a group that only stores offsets (no group management)
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    async def commit(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, OffsetValue],
+    ) -> ErrorCode:
+        """Validate, append the offsets to the group's partition, then apply them."""
+        error = self.validate_commit(group_id, generation_id, member_id, group_instance_id)
+        if error != ErrorCode.none or not offsets:
+            return error
+        await self.writes.wait_for_room(group_id)
+        # The group may have changed while the request waited for room.
+        error = self.validate_commit(group_id, generation_id, member_id, group_instance_id)
+        if error != ErrorCode.none:
+            return error
+        group = self.machine.group_for_offsets(group_id)
+        self.machine.keep_alive(group, member_id, self._now())
+        records: list[KeyValue] = [
+            (OffsetKey(group_id, topic, partition).encode(), value.encode())
+            for (topic, partition), value in offsets.items()
+        ]
+        error = await self.writes.append(group_id, records).wait()
+        if error != ErrorCode.none:
+            return error
+        # A group deleted while the append waited keeps it deleted.
+        if self.machine.groups.get(group_id) is group:
+            group.offsets.update(offsets)
+        return ErrorCode.none
+
+    def fetch(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None
+    ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
+        """Committed offsets of the given partitions (None: all the group has)."""
+        if not valid_group_id(group_id):
+            return ErrorCode.invalid_group_id, {}
+        error = self.ownership.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error, {}
+        group = self.machine.groups.get(group_id)
+        stored = {} if group is None else group.offsets
+        if partitions is None:
+            return ErrorCode.none, dict(sorted(stored.items()))
+        return ErrorCode.none, {tp: stored.get(tp) for tp in partitions}
+
+    async def delete(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete: refused for the topics a live group subscribes to."""
+        error, results, deleted = self._plan_delete(group_id, partitions)
+        if error != ErrorCode.none or not deleted:
+            return error, results
+        await self.writes.wait_for_room(group_id)
+        error, results, deleted = self._plan_delete(group_id, partitions)
+        if error != ErrorCode.none or not deleted:
+            return error, results
+        group = self.machine.groups[group_id]
+        records: list[KeyValue] = [(OffsetKey(group_id, t, p).encode(), None) for t, p in deleted]
+        error = await self.writes.append(group_id, records).wait()
+        if error != ErrorCode.none:
+            return error, {}
+        for tp in deleted:
+            group.offsets.pop(tp, None)
+        return ErrorCode.none, results
+
+    def _plan_delete(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode], list[TopicPartition]]:
+        """(error, result per partition, the partitions whose offsets to tombstone)."""
+        if not valid_group_id(group_id):
+            return ErrorCode.invalid_group_id, {}, []
+        error = self.ownership.owner_error(group_id)
+        if error != ErrorCode.none:
+            return error, {}, []
+        group = self.machine.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ErrorCode.group_id_not_found, {}, []
+        subscribed: set[str] = set()
+        if not group.is_(GroupState.EMPTY):
+            topics = group.subscribed_topics()
+            if topics is None:
+                return ErrorCode.non_empty_group, {}, []
+            subscribed = topics
+        results: dict[TopicPartition, ErrorCode] = {}
+        deleted = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                results[tp] = ErrorCode.group_subscribed_to_topic
+            else:
+                results[tp] = ErrorCode.none
+                if tp in group.offsets:
+                    deleted.append(tp)
+        return ErrorCode.none, results, deleted
+
+    async def expire(self) -> int:
+        """Drop offsets of empty groups older than offsets.retention.minutes, and the empty
+        groups left without offsets; tombstone them. Returns how many offsets expired."""
+        expired_total = 0
+        for group_id in list(self.machine.groups):
+            if self._expiry(group_id) is not None:
+                await self.writes.wait_for_room(group_id)
+                expired_total += self._expire_group(group_id)
+        if expired_total:
+            logger.info("removed %d expired offsets", expired_total)
+        return expired_total
+
+    def _expiry(self, group_id: str) -> list[TopicPartition] | None:
+        """The group's expired offsets; None when expiry leaves the group as it is."""
+        group = self.machine.groups.get(group_id)
+        if (
+            group is None
+            or not group.is_(GroupState.EMPTY)
+            or not self.ownership.is_owned(group_id)
+        ):
+            return None
+        retention = self.config.offsets_retention_ms
+        now_wall_ms = self._now().wall_ms
+        expired = [
+            tp
+            for tp, value in group.offsets.items()
+            if (
+                group.current_state_timestamp_ms
+                if group.protocol_type and group.current_state_timestamp_ms >= 0
+                else value.commit_timestamp_ms
+            )
+            + retention
+            <= now_wall_ms
+        ]
+        if not expired and (group.offsets or group.members):
+            return None
+        return expired
+
+    def _expire_group(self, group_id: str) -> int:
+        expired = self._expiry(group_id)  # again: the group may have changed meanwhile
+        if expired is None:
+            return 0
+        group = self.machine.groups[group_id]
+        records: list[KeyValue] = [(OffsetKey(group_id, t, p).encode(), None) for t, p in expired]
+        for tp in expired:
+            del group.offsets[tp]
+        if not group.offsets and not group.members:
+            self.machine.delete(group_id, self._now().wall_ms)
+            records.append((GroupMetadataKey(group_id).encode(), None))
+        if records:
+            self.writes.append(group_id, records)
+        return len(expired)
