@@ -10,6 +10,7 @@ from pathlib import Path
 
 import trio
 
+from broker.cluster.controller import MetadataApplyError
 from broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
 from broker.server import Broker, ClusterSpec, Listener
 
@@ -131,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         trio.run(_serve, broker)
     except OSError as exc:
         print(f"raftka: cannot serve on {args.listen}: {exc}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:
+        if group.subgroup(MetadataApplyError) is None:
+            raise
+        # The controller logged the record, its offset and the cause as critical.
+        print("raftka: stopped: a metadata record could not be applied", file=sys.stderr)
         return 1
     return 0
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from broker.handlers.api_versions import unsupported_version_response
+from broker.services import BrokerServices, RequestContext
 from protocol.api import (
     API_VERSIONS_KEY,
     FrameError,
@@ -25,25 +27,13 @@ from protocol.api import (
 )
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.handlers import Handle
 
 logger = logging.getLogger("raftka.connection")
 
 _SIZE = struct.Struct(">i")
 IN_FLIGHT_BYTES_MAX = 128 * 1024 * 1024
 RECEIVE_CHUNK_BYTES = 256 * 1024
-
-
-@dataclass(eq=False)
-class RequestContext:
-    """What a handler may know about the request it serves."""
-
-    broker: Broker
-    header: Any
-    api_key: int
-    api_version: int
-    client_host: str
-    client_port: int
 
 
 @dataclass(eq=False)
@@ -57,8 +47,10 @@ class _Slot:
 
 
 class Connection:
-    def __init__(self, broker: Broker, stream: trio.SocketStream) -> None:
-        self.broker = broker
+    def __init__(self, services: BrokerServices, stream: trio.SocketStream) -> None:
+        self.services = services
+        self.config = services.config
+        self.handlers = services.handlers
         self.stream = stream
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -70,8 +62,8 @@ class Connection:
         self._buffer = bytearray()
         self._in_flight_bytes = 0
         self._bytes_released = trio.Event()
-        self.max_frame_bytes: int = broker.config.get("socket.request.max.bytes")
-        self.max_in_flight: int = broker.config.get("queued.max.requests")
+        self.max_frame_bytes: int = self.config.get("socket.request.max.bytes")
+        self.max_in_flight: int = self.config.get("queued.max.requests")
 
     async def serve(self) -> None:
         send, receive = trio.open_memory_channel[_Slot](self.max_in_flight)
@@ -116,7 +108,7 @@ class Connection:
     async def _read_requests(
         self, send: trio.MemorySendChannel[_Slot], nursery: trio.Nursery
     ) -> None:
-        idle_ms = self.broker.config.get("connections.max.idle.ms")
+        idle_ms: int = self.config.get("connections.max.idle.ms")
         idle_s = float("inf") if idle_ms < 0 else idle_ms / 1000
         while True:
             with trio.move_on_after(idle_s) as idle:
@@ -160,15 +152,13 @@ class Connection:
         self, frame: bytes, prefix: RequestPrefix, slot: _Slot, nursery: trio.Nursery
     ) -> bool:
         """Start the request's handler; True if the connection must stop after it."""
-        handler = self.broker.handlers.get(prefix.api_key)
+        handler = self.handlers.get(prefix.api_key)
         if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
             if prefix.api_key == API_VERSIONS_KEY:
                 # KIP-511: answer a too-new ApiVersions in the v0 format so the client can
                 # learn our range and retry.
-                from broker.handlers.api_versions import unsupported_version_response
-
                 slot.frame = encode_response(
-                    prefix.correlation_id, unsupported_version_response(self.broker)
+                    prefix.correlation_id, unsupported_version_response(self.handlers)
                 )
                 slot.done.set()
                 return False
@@ -191,7 +181,7 @@ class Connection:
             slot.done.set()
             return True
         context = RequestContext(
-            broker=self.broker,
+            services=self.services,
             header=header,
             api_key=prefix.api_key,
             api_version=prefix.api_version,
@@ -202,7 +192,12 @@ class Connection:
         return False
 
     async def _run_handler(
-        self, handle: Any, context: RequestContext, request: Any, prefix: RequestPrefix, slot: _Slot
+        self,
+        handle: Handle,
+        context: RequestContext,
+        request: Any,
+        prefix: RequestPrefix,
+        slot: _Slot,
     ) -> None:
         try:
             response = await handle(context, request)

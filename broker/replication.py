@@ -23,6 +23,7 @@ from pathlib import Path
 import crc32c
 import lmdb
 
+from consensus.errors import RaftInvariantError
 from consensus.types import Entry, EntryKind, HardState
 from log import PartitionLog
 from protocol.batch_builder import build_batch, decode_batch
@@ -91,26 +92,26 @@ class HardStateStore:
         self._staged: dict[str, HardState | None] = {}  # None: delete
         self._unsynced = False
 
-    def load(self, group: str) -> HardState:
-        hard_state = self._latest.get(group)
+    def load(self, raft_group_id: str) -> HardState:
+        hard_state = self._latest.get(raft_group_id)
         if hard_state is not None:
             return hard_state
-        if group in self._staged:
+        if raft_group_id in self._staged:
             return HardState()  # deleted, not yet committed
         with self._env.begin() as txn:
-            raw = txn.get(group.encode())
+            raw = txn.get(raft_group_id.encode())
         if raw is None:
             return HardState()
         term, voted_for = struct.unpack(">qi", raw)
         return HardState(term=term, voted_for=None if voted_for < 0 else voted_for)
 
-    def save(self, group: str, hard_state: HardState) -> None:
-        self._latest[group] = hard_state
-        self._staged[group] = hard_state
+    def save(self, raft_group_id: str, hard_state: HardState) -> None:
+        self._latest[raft_group_id] = hard_state
+        self._staged[raft_group_id] = hard_state
 
-    def delete(self, group: str) -> None:
-        self._latest.pop(group, None)
-        self._staged[group] = None
+    def delete(self, raft_group_id: str) -> None:
+        self._latest.pop(raft_group_id, None)
+        self._staged[raft_group_id] = None
 
     def commit_job(self, fsync: bool) -> Callable[[], None] | None:
         if not self._staged and not (fsync and self._unsynced):
@@ -122,8 +123,8 @@ class HardStateStore:
         def commit() -> None:
             try:
                 with env.begin(write=True) as txn:
-                    for group, hard_state in batch.items():
-                        key = group.encode()
+                    for raft_group_id, hard_state in batch.items():
+                        key = raft_group_id.encode()
                         if hard_state is None:
                             txn.delete(key)
                             continue
@@ -132,8 +133,8 @@ class HardStateStore:
                 if fsync:
                     env.sync(True)
             except lmdb.Error as exc:
-                for group, hard_state in batch.items():
-                    staged.setdefault(group, hard_state)  # a newer staged value wins
+                for raft_group_id, hard_state in batch.items():
+                    staged.setdefault(raft_group_id, hard_state)  # a newer staged value wins
                 raise OSError(f"hard state commit failed: {exc}") from exc
 
         return commit
@@ -151,12 +152,12 @@ class PartitionRaftStorage:
 
     def __init__(
         self,
-        group: str,
+        raft_group_id: str,
         log: PartitionLog,
         hard_states: HardStateStore,
         single_voter: bool = False,
     ) -> None:
-        self.group = group
+        self.raft_group_id = raft_group_id
         self.log = log
         self.hard_states = hard_states
         self.single_voter = single_voter
@@ -172,7 +173,12 @@ class PartitionRaftStorage:
 
     def entry_at(self, offset: int) -> Entry:
         header = self.log.batch_header_at(offset)
-        assert header is not None, f"{self.group}: no batch covers offset {offset}"
+        if header is None:
+            raise RaftInvariantError(
+                f"{self.raft_group_id}: the core asked for the entry at offset {offset}, which "
+                f"no batch of the log [{self.log.log_start_offset}, {self.log.log_end_offset}) "
+                "covers"
+            )
         kind = EntryKind.DATA
         payload = b""
         if header.attributes & CONTROL_FLAG_MASK:
@@ -187,7 +193,7 @@ class PartitionRaftStorage:
             # Retention keeps what followers still need; an older offset cannot be served.
             logger.warning(
                 "%s: a follower needs offset %d, below the log start %d",
-                self.group,
+                self.raft_group_id,
                 offset,
                 self.log.log_start_offset,
             )
@@ -213,13 +219,13 @@ class PartitionRaftStorage:
         # Replica sets change only through cluster metadata for now; no CONFIG batches.
         return []
 
-    # -- durable writes (consensus.driver.GroupStorage) -----------------------------------
+    # -- durable writes (consensus.driver.RaftGroupStorage) -----------------------------------
 
     def load_hard_state(self) -> HardState:
-        return self.hard_states.load(self.group)
+        return self.hard_states.load(self.raft_group_id)
 
     def save_hard_state(self, hard_state: HardState) -> None:
-        self.hard_states.save(self.group, hard_state)
+        self.hard_states.save(self.raft_group_id, hard_state)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
@@ -251,7 +257,7 @@ class PartitionRaftStorage:
             expected = entry.last_offset - entry.base_offset
             if header.last_offset_delta != expected or header.size_bytes != len(buffer) - start:
                 raise ValueError(
-                    f"{self.group}: entry {entry.base_offset}-{entry.last_offset} does not "
+                    f"{self.raft_group_id}: entry {entry.base_offset}-{entry.last_offset} does not "
                     "hold exactly one batch of its record count"
                 )
             stamp_batches(buffer, [header], entry.base_offset, entry.epoch)

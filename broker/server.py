@@ -7,7 +7,6 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,9 +16,10 @@ from broker.cluster.controller import Controller
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.groups import coordinator_for
-from broker.handlers import HANDLERS, ApiHandler
+from broker.handlers import HANDLERS
 from broker.producer_ids import ProducerIdAllocator
 from broker.replication import HardStateStore
+from broker.services import BrokerIdentity, BrokerServices
 from broker.topics import TopicManager, now_ms
 from consensus.driver import RaftNode
 from consensus.transport import PeerTransport
@@ -110,7 +110,6 @@ class Broker:
         self.data_dir = data_dir
         self.cluster = cluster or ClusterSpec()
         self.node_id: int = config.get("node.id")
-        self.handlers: Mapping[int, ApiHandler] = HANDLERS
         self.cluster_id = read_or_create_cluster_id(
             data_dir, self.node_id, self.cluster.cluster_id()
         )
@@ -135,8 +134,20 @@ class Broker:
         )
         self.producer_ids = ProducerIdAllocator(data_dir / "producer-ids.lmdb", self.node_id)
         self.groups = coordinator_for(self.topics, self.controller, config)
-        self.advertised = listener
         self.bound_port = listener.port
+        # Until the listener is bound the configured address stands in for the advertised one.
+        self.identity = BrokerIdentity(
+            self.node_id, self.cluster_id, config.get("broker.rack"), listener.host, listener.port
+        )
+        self.services = BrokerServices(
+            config=config,
+            identity=self.identity,
+            topics=self.topics,
+            controller=self.controller,
+            groups=self.groups,
+            producer_ids=self.producer_ids,
+            handlers=HANDLERS,
+        )
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -150,14 +161,13 @@ class Broker:
                 )
                 self.bound_port = listeners[0].socket.getsockname()[1]
                 advertised = self.config.get("advertised.listeners")
-                self.advertised = (
+                address = (
                     Listener.parse(advertised)
                     if advertised
                     else Listener(self.listener.host, self.bound_port)
                 )
-                await self.controller.register(
-                    self.advertised.host, self.advertised.port, self.config.get("broker.rack")
-                )
+                self.identity.advertise(address.host, address.port)
+                await self.controller.register(address.host, address.port, self.identity.rack)
                 self.groups.load()
                 nursery.start_soon(self._flush_logs)
                 nursery.start_soon(self.controller.save_snapshots)
@@ -184,7 +194,7 @@ class Broker:
             logger.info("raftka: logs flushed and closed in %.2f s", time.monotonic() - started)
 
     async def hand_over_leadership(self) -> None:
-        """First step of a clean shutdown, while the broker still runs: move every group it
+        """First step of a clean shutdown, while the broker still runs: move every Raft group it
         leads to an up-to-date follower so clients fail over without an election timeout."""
         if not self.cluster.peers:
             return
@@ -193,7 +203,7 @@ class Broker:
         logger.info("raftka: leadership handed over in %.2f s", time.monotonic() - started)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        await Connection(self, stream).serve()
+        await Connection(self.services, stream).serve()
 
     async def _flush_logs(self) -> None:
         """fsync partitions per flush.ms (and flush.messages left pending by an idle
@@ -221,9 +231,9 @@ class Broker:
             now = now_ms()
             deleted = 0
             for partition in list(self.topics.local_partitions()):
-                if partition.log is not None and partition.group is not None:
+                if partition.log is not None and partition.raft is not None:
                     # Only what every replica holds may go: Raft replicates from the log.
-                    deleted += partition.log.enforce_retention(now, partition.group.deletable_end())
+                    deleted += partition.log.enforce_retention(now, partition.raft.deletable_end())
                 await trio.lowlevel.checkpoint()
             if deleted:
                 logger.info("retention deleted %d segments", deleted)

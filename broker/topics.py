@@ -10,7 +10,6 @@ by their replica sets only.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import time
 import uuid
@@ -19,55 +18,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
-from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig, TopicConfig, validate_topic_configs
 from broker.replication import HardStateStore, PartitionRaftStorage
 from consensus.core import NotLeaderError
-from consensus.driver import GroupUpdate, RaftGroup, RaftNode
+from consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
 from consensus.types import Entry, Role
 from log import LogConfig, PartitionLog
 
 logger = logging.getLogger("raftka.topics")
 
-TOPIC_NAME_MAX_LENGTH = 249
-MAX_PARTITIONS = 10_000
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__cluster_metadata"})
+# Kafka's internal topics: consumer-group state, and (as a partition name) the metadata log.
+OFFSETS_TOPIC = "__consumer_offsets"
+METADATA_TOPIC = "__cluster_metadata"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, METADATA_TOPIC})
 
 
-class TopicError(Exception):
-    """A topic operation that Kafka answers with an error code and message."""
-
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
+class PartitionNotHostedError(RuntimeError):
+    """A partition's local state (its log and Raft group) was used on a broker that does not
+    host it; callers check `Partition.is_local` first."""
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's topic name rules (kafka.common.internals.Topic.validate)."""
-    if not name:
-        raise TopicError(
-            ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty"
-        )
-    if name in (".", ".."):
-        raise TopicError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
-    if len(name) > TOPIC_NAME_MAX_LENGTH:
-        raise TopicError(
-            ErrorCode.invalid_topic_exception,
-            f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX_LENGTH} characters",
-        )
-    if not _LEGAL_TOPIC.match(name):
-        raise TopicError(
-            ErrorCode.invalid_topic_exception,
-            f'Topic name "{name}" is illegal, it contains a character other than '
-            "ASCII alphanumerics, '.', '_' and '-'",
-        )
 
 
 def log_config_for(config: TopicConfig) -> LogConfig:
@@ -94,7 +67,7 @@ class Partition:
     replicas: tuple[int, ...]
     log: PartitionLog | None = None
     storage: PartitionRaftStorage | None = None
-    group: RaftGroup | None = None
+    raft: RaftGroup | None = None
     waiters: set[trio.Event] = field(default_factory=set)
 
     @property
@@ -103,32 +76,46 @@ class Partition:
 
     @property
     def is_local(self) -> bool:
-        return self.group is not None
+        return self.raft is not None
 
     @property
     def is_leader(self) -> bool:
-        return self.group is not None and self.group.role is Role.LEADER
+        return self.raft is not None and self.raft.role is Role.LEADER
 
     @property
     def leader_id(self) -> int | None:
-        return None if self.group is None else self.group.leader_id
+        return None if self.raft is None else self.raft.leader_id
 
     @property
     def leader_epoch(self) -> int:
-        return -1 if self.group is None else self.group.term
+        return -1 if self.raft is None else self.raft.term
+
+    @property
+    def hosted_log(self) -> PartitionLog:
+        """The partition's log; PartitionNotHostedError when this broker does not host it."""
+        if self.log is None:
+            raise PartitionNotHostedError(f"{self.name} is not hosted on this broker")
+        return self.log
+
+    @property
+    def hosted_raft(self) -> RaftGroup:
+        """The partition's Raft group; PartitionNotHostedError when this broker does not
+        host it."""
+        if self.raft is None:
+            raise PartitionNotHostedError(f"{self.name} is not hosted on this broker")
+        return self.raft
 
     @property
     def high_watermark(self) -> int:
-        assert self.group is not None and self.log is not None
         # Committed offsets the log holds; a restarted follower may lag its own log.
-        return min(self.group.high_watermark, self.log.log_end_offset)
+        return min(self.hosted_raft.high_watermark, self.hosted_log.log_end_offset)
 
     @property
     def high_watermark_behind_epoch_start(self) -> bool:
         """A new leader has not yet committed up to where its epoch started: its high
         watermark may be below what the previous leader reported (Kafka answers
         ListOffsets with OFFSET_NOT_AVAILABLE then, KAFKA-7703)."""
-        start = None if self.group is None else self.group.leader_epoch_start_offset
+        start = None if self.raft is None else self.raft.leader_epoch_start_offset
         return start is not None and self.high_watermark < start
 
     @property
@@ -136,8 +123,8 @@ class Partition:
         return self.high_watermark
 
     def in_sync_replicas(self) -> tuple[int, ...]:
-        if self.group is not None and self.group.role is Role.LEADER:
-            isr = self.group.status().in_sync_replicas
+        if self.raft is not None and self.raft.role is Role.LEADER:
+            isr = self.raft.status().in_sync_replicas
             if isr:
                 return tuple(r for r in self.replicas if r in isr)
         return self.replicas
@@ -145,32 +132,32 @@ class Partition:
     def propose(self, records: bytes, record_count: int) -> Entry:
         """Append one batch as leader: persisted locally before this returns; raises
         NotLeaderError when this broker does not lead the partition."""
-        if self.group is None:
+        if self.raft is None:
             raise NotLeaderError(None, f"{self.name} is not hosted on this broker")
-        return self.group.propose(record_count, records)
+        return self.raft.propose(record_count, records)
 
     async def wait_committed(self, entry: Entry, timeout_s: float) -> bool:
         """Whether `entry` (proposed here) committed in time; NotLeaderError if leadership
         was lost first or the entry was replaced by a later leader's."""
-        if self.group is None:
+        if self.raft is None:
             raise NotLeaderError(None, f"{self.name} is no longer hosted on this broker")
-        return await self.group.wait_committed(entry.end_offset, timeout_s, entry.epoch)
+        return await self.raft.wait_committed(entry.end_offset, timeout_s, entry.epoch)
 
     async def wait_durable(self, entry: Entry, timeout_s: float) -> bool:
         """Whether `entry` (proposed here) is stored as durably as the flush policy requires
         (after its fsync under flush.messages=1) in time; NotLeaderError as above."""
-        if self.group is None:
+        if self.raft is None:
             raise NotLeaderError(None, f"{self.name} is no longer hosted on this broker")
-        return await self.group.wait_durable(entry.end_offset, timeout_s, entry.epoch)
+        return await self.raft.wait_durable(entry.end_offset, timeout_s, entry.epoch)
 
     async def wait_high_watermark(
         self, end_offset: int, timeout_s: float, epoch: int | None = None
     ) -> bool:
         """Whether the high watermark reached `end_offset` in time (with `epoch`: and the
         batch ending there is still the one written in that epoch)."""
-        if self.group is None:
+        if self.raft is None:
             raise NotLeaderError(None, f"{self.name} is no longer hosted on this broker")
-        return await self.group.wait_committed(end_offset, timeout_s, epoch)
+        return await self.raft.wait_committed(end_offset, timeout_s, epoch)
 
     def notify_appended(self) -> None:
         """Wake the Fetch requests long-polling this partition."""
@@ -339,29 +326,29 @@ class TopicManager:
         )
         partition.storage = storage
 
-        def on_update(update: GroupUpdate) -> None:
+        def on_update(update: RaftGroupUpdate) -> None:
             if update.high_watermark is not None or update.soft_state is not None:
                 partition.notify_appended()
             if update.soft_state is not None:
                 for listener in self.leadership_listeners:
                     listener(partition)
 
-        partition.group = self.node.add_group(
+        partition.raft = self.node.add_raft_group(
             partition.name, frozenset(partition.replicas), storage, on_update
         )
         if partition.replicas == (self.node_id,):
             # A single replica is its own majority: no reason to wait an election timeout.
-            partition.group.campaign()
+            partition.raft.campaign()
 
     def _close_partition(self, partition: Partition) -> None:
         try:
-            if partition.group is not None and partition.storage is not None:
-                partition.storage.save_high_watermark(partition.group.high_watermark)
+            if partition.raft is not None and partition.storage is not None:
+                partition.storage.save_high_watermark(partition.raft.high_watermark)
         except OSError as exc:
             logger.error("%s: high watermark checkpoint not saved: %s", partition.name, exc)
-        if partition.group is not None:
-            self.node.remove_group(partition.name)
-            partition.group = None
+        if partition.raft is not None:
+            self.node.remove_raft_group(partition.name)
+            partition.raft = None
         if partition.log is not None:
             try:
                 partition.log.close()

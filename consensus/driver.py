@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 STORAGE_FAILURE_CAMPAIGN_PAUSE_S = 5.0
 
 
-class GroupStorage(Protocol):
+class RaftGroupStorage(Protocol):
     """Durable state of one Raft group; the broker implements it over its segment log."""
 
     @property
@@ -112,7 +112,7 @@ class _SyncTicket:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupUpdate:
+class RaftGroupUpdate:
     """What changed in one Ready: a new high watermark and/or new soft state (None = same)."""
 
     group: str  # the Raft group id
@@ -178,9 +178,9 @@ class RaftGroup:
         self,
         name: str,
         core: RaftCore,
-        storage: GroupStorage,
+        storage: RaftGroupStorage,
         transport: PeerTransport,
-        on_update: Callable[[GroupUpdate], None] | None,
+        on_update: Callable[[RaftGroupUpdate], None] | None,
         node: RaftNode,
     ) -> None:
         self.name = name
@@ -428,7 +428,7 @@ class RaftGroup:
         if len(old.voters) > 1:
             self._no_campaign_until = time.monotonic() + STORAGE_FAILURE_CAMPAIGN_PAUSE_S
         if self._on_update is not None:
-            self._on_update(GroupUpdate(self.name, None, self._core._soft_state()))
+            self._on_update(RaftGroupUpdate(self.name, None, self._core._soft_state()))
         self._node._note_soft_state()
         return error
 
@@ -458,7 +458,7 @@ class RaftGroup:
             rd.high_watermark is not None or rd.soft_state is not None
         ):
             try:
-                self._on_update(GroupUpdate(self.name, rd.high_watermark, rd.soft_state))
+                self._on_update(RaftGroupUpdate(self.name, rd.high_watermark, rd.soft_state))
             except Exception:
                 # The Ready is written and sent: the core must still be advanced.
                 log.exception("%s: applying an update failed", self.name)
@@ -494,7 +494,7 @@ class RaftNode:
         self.election_timeout_ticks = election_timeout_ticks
         self.heartbeat_interval_ticks = heartbeat_interval_ticks
         self.stats = DriverStats()
-        self._groups: dict[str, RaftGroup] = {}
+        self._raft_groups: dict[str, RaftGroup] = {}
         self._soft_state_changed = trio.Event()
         self._hard_states = hard_states
         self._tickets: list[_SyncTicket] = []
@@ -505,16 +505,16 @@ class RaftNode:
         transport.set_message_handler(self._on_message)
 
     # ------------------------------------------------------------------ groups
-    def add_group(
+    def add_raft_group(
         self,
         group: str,
         voters: frozenset[NodeId],
-        storage: GroupStorage,
-        on_update: Callable[[GroupUpdate], None] | None = None,
+        storage: RaftGroupStorage,
+        on_update: Callable[[RaftGroupUpdate], None] | None = None,
     ) -> RaftGroup:
         """Start hosting Raft group `group` (its id) from its durable state. `voters` is the
         replica set used until the log holds a membership (CONFIG) batch."""
-        if group in self._groups:
+        if group in self._raft_groups:
             raise ValueError(f"group {group!r} is already hosted on node {self.node_id}")
         config = RaftConfig(
             node_id=self.node_id,
@@ -532,22 +532,22 @@ class RaftNode:
             storage.high_watermark_checkpoint(),
         )
         raft_group = RaftGroup(group, core, storage, self.transport, on_update, self)
-        self._groups[group] = raft_group
+        self._raft_groups[group] = raft_group
         return raft_group
 
-    def remove_group(self, group: str) -> None:
+    def remove_raft_group(self, group: str) -> None:
         """Stop hosting `group`; its waiters get NotLeaderError, later messages are dropped."""
-        raft_group = self._groups.pop(group, None)
+        raft_group = self._raft_groups.pop(group, None)
         if raft_group is not None:
             raft_group._remove()
 
-    def group(self, name: str) -> RaftGroup | None:
+    def raft_group(self, name: str) -> RaftGroup | None:
         """The Raft group hosted here under id `name`, if any."""
-        return self._groups.get(name)
+        return self._raft_groups.get(name)
 
     @property
-    def groups(self) -> dict[str, RaftGroup]:
-        return dict(self._groups)
+    def raft_groups(self) -> dict[str, RaftGroup]:
+        return dict(self._raft_groups)
 
     # ------------------------------------------------------------------ running
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -621,7 +621,7 @@ class RaftNode:
 
     def tick(self) -> None:
         """One tick of every group (run() calls this; tests and benchmarks may too)."""
-        for raft_group in list(self._groups.values()):
+        for raft_group in list(self._raft_groups.values()):
             raft_group._tick()
 
     async def shutdown(self, timeout_s: float) -> None:
@@ -629,7 +629,7 @@ class RaftNode:
         `timeout_s` for the handovers. The transport must still be running; cancel run()
         afterwards."""
         with trio.move_on_after(timeout_s):
-            for raft_group in list(self._groups.values()):
+            for raft_group in list(self._raft_groups.values()):
                 if raft_group.role is not Role.LEADER:
                     continue
                 target = raft_group._up_to_date_follower()
@@ -646,7 +646,7 @@ class RaftNode:
     def _led_with_followers(self) -> list[RaftGroup]:
         return [
             g
-            for g in self._groups.values()
+            for g in self._raft_groups.values()
             if g.role is Role.LEADER and g._up_to_date_follower() is not None
         ]
 
@@ -655,7 +655,7 @@ class RaftNode:
         if m.to != self.node_id:
             self.stats.messages_misaddressed += 1
             return
-        raft_group = self._groups.get(m.group)
+        raft_group = self._raft_groups.get(m.group)
         if raft_group is None:
             self.stats.messages_unknown_group += 1
             return
@@ -673,8 +673,8 @@ def _run_all(jobs: list[Callable[[], None]]) -> None:
 
 __all__ = [
     "DriverStats",
-    "GroupStorage",
-    "GroupUpdate",
+    "RaftGroupStorage",
+    "RaftGroupUpdate",
     "HardStateCommitter",
     "RaftGroup",
     "RaftNode",

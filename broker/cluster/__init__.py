@@ -2,8 +2,13 @@
 
 - `records`: metadata record types and their encoding as Kafka v2 record batches.
 - `image`: `MetadataImage`, built by applying committed records; the controller's validation.
+- `validation`: Kafka's rules for topic names, partition counts and config overrides.
 - `placement`: deterministic, rack-aware replica placement that spreads preferred leaders.
-- `snapshot`: the image saved to and loaded from lmdb.
+- `commands`: the admin commands the controller executes, typed, and their wire form.
+
+These are pure (no trio, lmdb, Raft or log) and are what this package exports. The parts
+with I/O are imported from their modules: `snapshot` (the image saved to and loaded from
+lmdb) and `controller` (the metadata Raft group's leader and every broker's apply loop).
 """
 
 from broker.cluster.image import (
@@ -33,7 +38,6 @@ from broker.cluster.records import (
     encode_batch,
     iter_log_records,
 )
-from broker.cluster.snapshot import SnapshotError, SnapshotStore, load_snapshot, save_snapshot
 
 __all__ = [
     "AlterTopicConfigs",
@@ -51,8 +55,6 @@ __all__ = [
     "PartitionsAdded",
     "PlacementError",
     "RegisterBroker",
-    "SnapshotError",
-    "SnapshotStore",
     "TopicCreated",
     "TopicDeleted",
     "TopicImage",
@@ -61,7 +63,5 @@ __all__ = [
     "decode_metadata_batch_with_offsets",
     "encode_batch",
     "iter_log_records",
-    "load_snapshot",
     "place_replicas",
-    "save_snapshot",
 ]

@@ -1,11 +1,11 @@
-"""The cluster metadata group and the controller that writes to it.
+"""The cluster metadata Raft group and the controller that writes to it.
 
 `__cluster_metadata` is a Raft group over every voter (like KRaft's controller quorum). Its
 committed records are applied, in offset order, to this broker's `MetadataImage`, and the
 changes are reconciled into `TopicManager` (open or delete partition logs and Raft groups).
 Admin operations (create/delete topics, configs, partitions, broker registration) are
-validated and proposed by the group's leader, the controller; any other broker forwards them
-to it over the peer transport and relays the answer.
+validated and proposed by that Raft group's leader, the controller; any other broker forwards
+them to it over the peer transport and relays the answer.
 """
 
 from __future__ import annotations
@@ -16,11 +16,21 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import trio
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.commands import (
+    AlterConfigsCommand,
+    Command,
+    CommandDecodeError,
+    CommandResult,
+    CreatePartitionsCommand,
+    CreateTopicCommand,
+    DeleteTopicCommand,
+    RegisterBrokerCommand,
+)
 from broker.cluster.image import (
     BrokerRegistered,
     Change,
@@ -31,11 +41,12 @@ from broker.cluster.image import (
 )
 from broker.cluster.records import MetadataRecord, RegisterBroker, encode_batch, iter_log_records
 from broker.cluster.snapshot import SnapshotStore
+from broker.cluster.validation import TopicError
 from broker.config import BrokerConfig
 from broker.replication import HardStateStore, PartitionRaftStorage
-from broker.topics import TopicError, TopicManager, now_ms
+from broker.topics import METADATA_TOPIC, TopicManager, now_ms
 from consensus.core import NotLeaderError
-from consensus.driver import GroupUpdate, RaftGroup, RaftNode
+from consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
 from consensus.transport import ForwardError, ForwardRemoteError
 from consensus.types import Role
 from log import LogConfig, PartitionLog
@@ -43,16 +54,26 @@ from protocol.records import scan_batches
 
 logger = logging.getLogger("raftka.controller")
 
-METADATA_GROUP = "__cluster_metadata-0"
+METADATA_GROUP = f"{METADATA_TOPIC}-0"  # the metadata Raft group and its log folder
 CONTROLLER_RPC = "__controller"
 LEADERS_RPC = "__leaders"
 COMMIT_TIMEOUT_S = 10.0
 FORWARD_TIMEOUT_S = 15.0
 REPLAY_READ_BYTES = 4 * 1024 * 1024
 
+C = TypeVar("C", bound=Command)
+CommandHandler = Callable[[Command], Awaitable[CommandResult]]
+
+
+class MetadataApplyError(RuntimeError):
+    """A committed metadata change could not be applied on this broker. Its state would
+    differ from the cluster metadata from here on, so the apply loop (and the broker) stops;
+    the cause is chained."""
+
 
 class Controller:
-    """This broker's view of cluster metadata, and the controller when it leads the group."""
+    """This broker's view of cluster metadata, and the controller when it leads the metadata
+    Raft group."""
 
     def __init__(
         self,
@@ -82,12 +103,24 @@ class Controller:
         self.storage = PartitionRaftStorage(
             METADATA_GROUP, self.log, hard_states, voters == frozenset({self.node_id})
         )
-        self.group: RaftGroup = node.add_group(
+        self.raft: RaftGroup = node.add_raft_group(
             METADATA_GROUP, voters, self.storage, self._on_update
         )
         if voters == frozenset({self.node_id}):
-            self.group.campaign()
+            self.raft.campaign()
         self.leader_hints: dict[str, tuple[int, int]] = {}
+        # Set when a change failed to apply: the image is ahead of this broker's state, so
+        # it must not be saved as a snapshot (a restart replays the log from the last one).
+        self.diverged = False
+        self._command_handlers: dict[type[Command], CommandHandler] = dict(
+            [
+                _route(CreateTopicCommand, self._create_topic),
+                _route(DeleteTopicCommand, self._delete_topic),
+                _route(AlterConfigsCommand, self._alter_configs),
+                _route(CreatePartitionsCommand, self._create_partitions),
+                _route(RegisterBrokerCommand, self._register_broker),
+            ]
+        )
         node.transport.set_forward_handler(self._serve_forward)
 
     # -- applying committed records -----------------------------------------------------
@@ -97,33 +130,43 @@ class Controller:
     ) -> None:
         """Apply committed metadata records, in offset order, until cancelled. Reports
         started once the snapshot's topics are open and every record committed before a
-        restart is applied. Runs outside the metadata group's Ready, so opening or deleting
-        many partitions never holds up Raft."""
+        restart is applied. Runs outside the metadata Raft group's Ready, so opening or deleting
+        many partitions never holds up Raft.
+
+        Raises MetadataApplyError if a change cannot be applied here (after logging it): the
+        broker must stop rather than serve from state that differs from the metadata."""
         if not self._restored:
             self._restored = True
             for topic in list(self.image.topics.values()):
                 change = TopicCreated(
                     topic.name, topic.topic_id, tuple(topic.replicas), dict(topic.configs)
                 )
-                await self._reconcile(change)
+                try:
+                    await self._reconcile(change)
+                except Exception as exc:
+                    raise self._apply_failed(
+                        f"topic {topic.name} of the metadata snapshot at offset "
+                        f"{self.image.applied_offset}",
+                        exc,
+                    ) from exc
+            if self.image.topics:
+                logger.info(
+                    "restored %d topics from the metadata snapshot at offset %d",
+                    len(self.image.topics),
+                    self.image.applied_offset,
+                )
         await self._apply_committed()
         task_status.started()
         while True:
             await self._committed.wait()
             self._committed = trio.Event()
             await self._apply_committed()
-        if self.image.topics:
-            logger.info(
-                "restored %d topics from the metadata snapshot at offset %d",
-                len(self.image.topics),
-                self.image.applied_offset,
-            )
 
     def close(self) -> None:
         try:
-            if self._snapshot_due.is_set():
+            if self._snapshot_due.is_set() and not self.diverged:
                 self.snapshots.save(self.image)
-            self.storage.save_high_watermark(self.group.high_watermark)
+            self.storage.save_high_watermark(self.raft.high_watermark)
         except OSError as exc:
             logger.error("metadata state not saved at shutdown (replayed at start): %s", exc)
         self.snapshots.close()
@@ -142,12 +185,12 @@ class Controller:
                 self._snapshot_due.set()
             await trio.sleep(min_interval_s)
 
-    def _on_update(self, update: GroupUpdate) -> None:
+    def _on_update(self, update: RaftGroupUpdate) -> None:
         if update.high_watermark is not None:
             self._committed.set()
 
     async def _apply_committed(self) -> None:
-        high_watermark = min(self.group.high_watermark, self.log.log_end_offset)
+        high_watermark = min(self.raft.high_watermark, self.log.log_end_offset)
         changed = False
         while self.applied_end < high_watermark:
             data = self.log.read(self.applied_end, REPLAY_READ_BYTES, high_watermark, True)
@@ -155,8 +198,13 @@ class Controller:
                 break
             end = self.applied_end
             for offset, record in iter_log_records(data):
-                for change in self.image.apply(record, offset):
-                    await self._reconcile(change)
+                try:
+                    for change in self.image.apply(record, offset):
+                        await self._reconcile(change)
+                except Exception as exc:
+                    raise self._apply_failed(
+                        f"metadata record {record} at offset {offset}", exc
+                    ) from exc
             # Batch ends (control batches included) from the raw headers.
             headers = scan_batches(data, verify_crc=False).headers
             if headers:
@@ -171,70 +219,79 @@ class Controller:
         self.applied = trio.Event()
 
     async def _reconcile(self, change: Change) -> None:
-        try:
-            if isinstance(change, TopicCreated):
-                await self.topics.add_topic(
-                    change.name, change.topic_id, change.replicas, change.configs
-                )
-            elif isinstance(change, PartitionsAdded):
-                await self.topics.add_partitions(change.name, change.new_replicas)
-            elif isinstance(change, ConfigsChanged):
-                self.topics.alter_configs(change.name, change.configs)
-            elif isinstance(change, TopicDeleted):
-                await self.topics.remove_topic(change.topic_id)
-            elif isinstance(change, BrokerRegistered):
-                broker = change.broker
-                logger.info(
-                    "broker %d registered at %s:%d (rack %s)",
-                    broker.node_id,
-                    broker.host,
-                    broker.port,
-                    broker.rack,
-                )
-        except Exception:
-            # Every broker applies the same records; a local failure (disk) must not stop
-            # the rest of the metadata from applying.
-            logger.exception("could not apply metadata change %s", change)
+        """Bring TopicManager in line with one change. Conditions it can recover from (a log
+        that cannot be opened yet) it retries itself; anything it raises is unexpected."""
+        if isinstance(change, TopicCreated):
+            await self.topics.add_topic(
+                change.name, change.topic_id, change.replicas, change.configs
+            )
+        elif isinstance(change, PartitionsAdded):
+            await self.topics.add_partitions(change.name, change.new_replicas)
+        elif isinstance(change, ConfigsChanged):
+            self.topics.alter_configs(change.name, change.configs)
+        elif isinstance(change, TopicDeleted):
+            await self.topics.remove_topic(change.topic_id)
+        elif isinstance(change, BrokerRegistered):
+            broker = change.broker
+            logger.info(
+                "broker %d registered at %s:%d (rack %s)",
+                broker.node_id,
+                broker.host,
+                broker.port,
+                broker.rack,
+            )
+
+    def _apply_failed(self, what: str, exc: Exception) -> MetadataApplyError:
+        """Log a failed apply as critical and return the error that stops the apply loop."""
+        self.diverged = True
+        logger.critical(
+            "cannot apply %s: %r. This broker stops: it would otherwise serve from state that "
+            "differs from the cluster metadata. Fix the cause (the traceback follows) and "
+            "restart it; it applies the metadata log again from its last snapshot.",
+            what,
+            exc,
+        )
+        return MetadataApplyError(f"cannot apply {what}: {exc!r}")
 
     # -- views ----------------------------------------------------------------------------
 
     @property
     def controller_id(self) -> int:
-        leader = self.group.leader_id
+        leader = self.raft.leader_id
         return -1 if leader is None else leader
 
     @property
     def is_controller(self) -> bool:
-        return self.group.role is Role.LEADER
+        return self.raft.role is Role.LEADER
 
     def live_brokers(self) -> list[int]:
         return sorted(self.image.brokers)
 
     # -- executing admin operations -------------------------------------------------------
 
-    async def execute(self, command: dict[str, Any]) -> dict[str, Any]:
-        """Run an admin command on the controller (here or forwarded); returns its result
-        dict with at least `error_code` and `error_message`."""
+    async def execute(self, command: Command) -> CommandResult:
+        """Run an admin command on the controller (here, or forwarded to it) and return its
+        result; failures are results with Kafka's error code and message."""
         deadline = trio.current_time() + FORWARD_TIMEOUT_S
         while True:
             if self.is_controller:
                 return await self._execute_here(command)
-            leader = self.group.leader_id
+            leader = self.raft.leader_id
             if leader is not None and leader != self.node_id:
                 try:
                     raw = await self.node.transport.forward(
-                        leader, CONTROLLER_RPC, json.dumps(command).encode(), FORWARD_TIMEOUT_S
+                        leader, CONTROLLER_RPC, command.to_wire(), FORWARD_TIMEOUT_S
                     )
-                    return dict(json.loads(raw))
+                    return CommandResult.from_wire(raw)
                 except ForwardRemoteError as exc:
                     if exc.error_code != ErrorCode.not_controller:
-                        return _error(
+                        return CommandResult.error(
                             ErrorCode(exc.error_code), exc.payload.decode(errors="replace")
                         )
                 except ForwardError as exc:
                     logger.info("forwarding to controller %s failed: %s", leader, exc)
             if trio.current_time() >= deadline:
-                return _error(
+                return CommandResult.error(
                     ErrorCode.not_controller,
                     "No controller is available: the metadata quorum has no leader",
                 )
@@ -247,26 +304,32 @@ class Controller:
             return int(ErrorCode.invalid_request), f"unknown rpc {group}".encode()
         if not self.is_controller:
             return int(ErrorCode.not_controller), b"not the controller"
-        result = await self._execute_here(json.loads(payload))
-        return 0, json.dumps(result).encode()
+        try:
+            command = Command.from_wire(payload)
+        except CommandDecodeError as exc:
+            return 0, CommandResult.error(ErrorCode.invalid_request, str(exc)).to_wire()
+        result = await self._execute_here(command)
+        return 0, result.to_wire()
 
-    async def _execute_here(self, command: dict[str, Any]) -> dict[str, Any]:
-        handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = getattr(
-            self, f"_op_{command.get('op')}", None
-        )
+    async def _execute_here(self, command: Command) -> CommandResult:
+        handler = self._command_handlers.get(type(command))
         if handler is None:
-            return _error(ErrorCode.invalid_request, f"unknown controller operation {command!r}")
+            return CommandResult.error(
+                ErrorCode.invalid_request, f"unknown controller operation {command!r}"
+            )
         try:
             return await handler(command)
         except TopicError as exc:
-            return _error(exc.error_code, exc.message)
+            return CommandResult.error(exc.error_code, exc.message)
         except NotLeaderError:
-            return _error(ErrorCode.not_controller, "this broker lost the controller role")
+            return CommandResult.error(
+                ErrorCode.not_controller, "this broker lost the controller role"
+            )
 
     async def _commit(self, records: list[MetadataRecord]) -> None:
         """Propose records as one batch and wait until they are applied here."""
-        entry = self.group.propose(len(records), encode_batch(records, timestamp_ms=now_ms()))
-        if not await self.group.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S, entry.epoch):
+        entry = self.raft.propose(len(records), encode_batch(records, timestamp_ms=now_ms()))
+        if not await self.raft.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S, entry.epoch):
             raise TopicError(
                 ErrorCode.request_timed_out,
                 "The metadata change did not commit in time; a majority of brokers may be down",
@@ -274,54 +337,48 @@ class Controller:
         while self.applied_end < entry.end_offset:
             await self.applied.wait()
 
-    async def _op_create_topic(self, command: dict[str, Any]) -> dict[str, Any]:
+    async def _create_topic(self, command: CreateTopicCommand) -> CommandResult:
         record = self.image.plan_create_topic(
-            command["name"],
+            command.name,
             uuid.uuid4(),
-            command["num_partitions"],
-            command["replication_factor"],
-            [tuple(a) for a in command["assignments"]] if command.get("assignments") else None,
-            command.get("configs") or {},
+            command.num_partitions,
+            command.replication_factor,
+            command.assignments or None,
+            command.configs,
             self.live_brokers(),
             default_num_partitions=self.broker_config.get("num.partitions"),
             default_replication_factor=self.broker_config.get("default.replication.factor"),
         )
-        if not command.get("validate_only"):
+        if not command.validate_only:
             await self._commit([record])
-        return {
-            "error_code": 0,
-            "error_message": None,
-            "topic_id": str(record.topic_id),
-            "num_partitions": len(record.replicas),
-            "replication_factor": len(record.replicas[0]),
-        }
-
-    async def _op_delete_topic(self, command: dict[str, Any]) -> dict[str, Any]:
-        record = self.image.validate_delete_topic(command["name"])
-        await self._commit([record])
-        return {"error_code": 0, "error_message": None, "topic_id": str(record.topic_id)}
-
-    async def _op_alter_configs(self, command: dict[str, Any]) -> dict[str, Any]:
-        record = self.image.validate_alter_configs(command["name"], command["configs"])
-        if not command.get("validate_only"):
-            await self._commit([record])
-        return {"error_code": 0, "error_message": None}
-
-    async def _op_create_partitions(self, command: dict[str, Any]) -> dict[str, Any]:
-        record = self.image.validate_create_partitions(
-            command["name"], command["count"], command.get("assignments"), self.live_brokers()
+        return CommandResult(
+            topic_id=record.topic_id,
+            num_partitions=len(record.replicas),
+            replication_factor=len(record.replicas[0]),
         )
-        if not command.get("validate_only"):
-            await self._commit([record])
-        return {"error_code": 0, "error_message": None}
 
-    async def _op_register_broker(self, command: dict[str, Any]) -> dict[str, Any]:
+    async def _delete_topic(self, command: DeleteTopicCommand) -> CommandResult:
+        record = self.image.validate_delete_topic(command.name)
+        await self._commit([record])
+        return CommandResult(topic_id=record.topic_id)
+
+    async def _alter_configs(self, command: AlterConfigsCommand) -> CommandResult:
+        record = self.image.validate_alter_configs(command.name, command.configs)
+        if not command.validate_only:
+            await self._commit([record])
+        return CommandResult()
+
+    async def _create_partitions(self, command: CreatePartitionsCommand) -> CommandResult:
+        record = self.image.validate_create_partitions(
+            command.name, command.count, command.assignments, self.live_brokers()
+        )
+        if not command.validate_only:
+            await self._commit([record])
+        return CommandResult()
+
+    async def _register_broker(self, command: RegisterBrokerCommand) -> CommandResult:
         record = RegisterBroker(
-            command["node_id"],
-            command["host"],
-            command["port"],
-            command.get("rack"),
-            command["incarnation_id"],
+            command.node_id, command.host, command.port, command.rack, command.incarnation_id
         )
         current = self.image.brokers.get(record.node_id)
         if current is None or (current.host, current.port, current.rack) != (
@@ -330,7 +387,7 @@ class Controller:
             record.rack,
         ):
             await self._commit([record])
-        return {"error_code": 0, "error_message": None}
+        return CommandResult()
 
     # -- registration and leadership gossip -----------------------------------------------
 
@@ -348,17 +405,10 @@ class Controller:
                 logger.info("registered with the cluster in %.2f s", time.monotonic() - started)
                 return
             result = await self.execute(
-                {
-                    "op": "register_broker",
-                    "node_id": self.node_id,
-                    "host": host,
-                    "port": port,
-                    "rack": rack,
-                    "incarnation_id": incarnation,
-                }
+                RegisterBrokerCommand(self.node_id, host, port, rack, incarnation)
             )
-            if result["error_code"] != 0:
-                logger.info("registration not accepted yet: %s", result["error_message"])
+            if result.error_code != ErrorCode.none:
+                logger.info("registration not accepted yet: %s", result.error_message)
                 await trio.sleep(0.2)
 
     def local_leaders(self) -> dict[str, tuple[int, int]]:
@@ -386,5 +436,14 @@ class Controller:
             await trio.sleep(interval_s)
 
 
-def _error(code: ErrorCode, message: str) -> dict[str, Any]:
-    return {"error_code": int(code), "error_message": message}
+def _route(
+    command_type: type[C], handler: Callable[[C], Awaitable[CommandResult]]
+) -> tuple[type[Command], CommandHandler]:
+    """One entry of the dispatch table: `handler` runs the commands of `command_type`."""
+
+    async def run(command: Command) -> CommandResult:
+        if not isinstance(command, command_type):
+            raise TypeError(f"{command!r} routed to the handler of {command_type.__name__}")
+        return await handler(command)
+
+    return command_type, run

@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from kio.schema.errors import ErrorCode
 
@@ -28,12 +28,45 @@ from broker.cluster.records import (
     RegisterBroker,
     UnregisterBroker,
 )
-from broker.config import ConfigError, validate_topic_configs
-from broker.topics import MAX_PARTITIONS, TopicError, validate_topic_name
+from broker.cluster.validation import (
+    MAX_PARTITIONS,
+    TopicError,
+    check_no_null_configs,
+    validate_topic_config_values,
+    validate_topic_name,
+)
 
 logger = logging.getLogger("raftka.cluster")
 
 IMAGE_FORMAT_VERSION = 1
+
+
+class BrokerSnapshot(TypedDict):
+    """One registered broker in the snapshot format (JSON)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    incarnation_id: str
+
+
+class TopicSnapshot(TypedDict):
+    """One topic in the snapshot format (JSON): its id as a string, replica lists as lists."""
+
+    name: str
+    topic_id: str
+    replicas: list[list[int]]
+    configs: dict[str, str]
+
+
+class ImageSnapshot(TypedDict):
+    """The whole image in the snapshot format (JSON), version IMAGE_FORMAT_VERSION."""
+
+    version: int
+    applied_offset: int
+    brokers: list[BrokerSnapshot]
+    topics: list[TopicSnapshot]
 
 
 @dataclass(frozen=True)
@@ -125,22 +158,6 @@ Assignment = tuple[int, Sequence[int]]
 
 def _collision_key(name: str) -> str:
     return name.replace(".", "_")
-
-
-def _check_null_configs(configs: Mapping[str, str | None]) -> None:
-    nulls = [name for name, value in configs.items() if value is None]
-    if nulls:
-        raise TopicError(
-            ErrorCode.invalid_config,
-            "Null value not supported for topic configs: " + ",".join(nulls),
-        )
-
-
-def _parse_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
-    try:
-        return validate_topic_configs(configs)
-    except ConfigError as exc:
-        raise TopicError(ErrorCode.invalid_config, str(exc)) from None
 
 
 def _unable_to_replicate(replication_factor: int, brokers: int) -> TopicError:
@@ -328,10 +345,10 @@ class MetadataImage:
                     f"Topic '{name}' collides with existing topic: {existing}",
                 )
         configs = configs or {}
-        _check_null_configs(configs)
+        check_no_null_configs(configs)
         if name in self.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
-        _parse_configs(configs)
+        validate_topic_config_values(configs)
         live = self._live(live_brokers)
         if assignments:
             if replication_factor != -1:
@@ -489,13 +506,13 @@ class MetadataImage:
     ) -> AlterTopicConfigs:
         """The record replacing `name`'s overrides with `configs`; INVALID_CONFIG if bad."""
         topic = self._existing(name)
-        _check_null_configs(configs)
-        _parse_configs(configs)
+        check_no_null_configs(configs)
+        validate_topic_config_values(configs)
         return AlterTopicConfigs(topic.topic_id, _render_configs(configs))
 
     # -- snapshots -------------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ImageSnapshot:
         return {
             "version": IMAGE_FORMAT_VERSION,
             "applied_offset": self.applied_offset,
@@ -521,7 +538,7 @@ class MetadataImage:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MetadataImage:
+    def from_dict(cls, data: ImageSnapshot) -> MetadataImage:
         version = data.get("version")
         if version != IMAGE_FORMAT_VERSION:
             raise ValueError(f"metadata image format version {version!r} is not supported")

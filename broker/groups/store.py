@@ -19,7 +19,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.commands import CreateTopicCommand
-from broker.topics import Partition, Topic, now_ms
+from broker.topics import OFFSETS_TOPIC, Partition, Topic, now_ms
 from consensus.core import NotLeaderError
 from protocol.batch_builder import BatchDecodeError, build_batch, decode_batch, iter_batches
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("raftka.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 REPLAY_READ_BYTES = 4 * 1024 * 1024
 # Offsets and group metadata must outlive time-based retention: Kafka compacts this topic,
 # raftka (delete policy only) keeps it whole and tombstones what expires.

@@ -18,8 +18,10 @@ from broker.handlers import (
     producer_ids,
     topics_admin,
 )
+from broker.services import RequestContext
 
-Handle = Callable[[Any, Any], Awaitable[Any]]
+# Request and response are kio entities of the request's version, which kio types as Any.
+Handle = Callable[[RequestContext, Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)

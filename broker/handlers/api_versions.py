@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
@@ -11,30 +12,34 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.common import NO_THROTTLE, response_schema
 from protocol.api import build
 
+if TYPE_CHECKING:
+    from broker.handlers import ApiHandler
+    from broker.services import RequestContext
 
-def _ranges(broker: Any) -> list[tuple[int, int, int]]:
-    return sorted((key, h.min_version, h.max_version) for key, h in broker.handlers.items())
+
+def _ranges(handlers: Mapping[int, ApiHandler]) -> list[tuple[int, int, int]]:
+    return sorted((key, h.min_version, h.max_version) for key, h in handlers.items())
 
 
-def unsupported_version_response(broker: Any) -> Any:
+def unsupported_version_response(handlers: Mapping[int, ApiHandler]) -> ApiVersionsResponseV0:
     """KIP-511: a too-new ApiVersions request is answered in v0 with UNSUPPORTED_VERSION."""
     return ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,
         api_keys=tuple(
             build(ApiVersionV0, api_key=k, min_version=lo, max_version=hi)
-            for k, lo, hi in _ranges(broker)
+            for k, lo, hi in _ranges(handlers)
         ),
     )
 
 
-async def handle_api_versions(context: Any, request: Any) -> Any:
+async def handle_api_versions(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     return build(
         entity,
         error_code=ErrorCode.none,
         api_keys=tuple(
             module.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, lo, hi in _ranges(context.broker)
+            for k, lo, hi in _ranges(context.services.handlers)
         ),
         throttle_time=NO_THROTTLE,
         supported_features=(),

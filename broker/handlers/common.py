@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import datetime
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from protocol.api import response_type, schema_module
 
+if TYPE_CHECKING:
+    from broker.services import RequestContext
+    from broker.topics import Partition
+
 NO_THROTTLE = datetime.timedelta(0)
 
 
-def response_schema(context: Any) -> tuple[type[Any], ModuleType]:
+def response_schema(context: RequestContext) -> tuple[type[Any], ModuleType]:
     """The response entity for the request being served and its module (nested classes)."""
     entity = response_type(context.api_key, context.api_version)
     return entity, schema_module(entity)
 
 
-def leader_error(partition: Any, current_leader_epoch: int) -> ErrorCode | None:
-    """Why this broker cannot answer a leader-only request for `partition` (KIP-320 epoch
-    fencing included), or None when it can."""
+def led_partition(partition: Partition | None, current_leader_epoch: int) -> Partition | ErrorCode:
+    """`partition` when this broker leads it and may answer a leader-only request for it at
+    `current_leader_epoch` (KIP-320 epoch fencing); otherwise the error Kafka answers."""
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     if not partition.is_leader or partition.log is None:
@@ -30,4 +34,4 @@ def leader_error(partition: Any, current_leader_epoch: int) -> ErrorCode | None:
         return ErrorCode.fenced_leader_epoch
     if current_leader_epoch > partition.leader_epoch:
         return ErrorCode.unknown_leader_epoch
-    return None
+    return partition

@@ -2,20 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import TOPIC_CONFIGS
+from broker.cluster.commands import AlterConfigsCommand
+from broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, TopicConfig
 from broker.handlers.common import NO_THROTTLE, response_schema
 from protocol.api import build
+
+if TYPE_CHECKING:
+    from broker.services import ControllerClient, RequestContext, TopicsView
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
+# (config, its value as text, where the value comes from), as DescribeConfigs reports it.
+Described = tuple[ConfigDef, str | None, ConfigSource]
+Synonym = tuple[str, str | None, ConfigSource]
+SynonymsOf = Callable[[str, str | None, ConfigSource], Iterable[Synonym]]
+
+
+def _topic_synonyms(config: TopicConfig) -> SynonymsOf:
+    return lambda name, _value, _source: config.synonyms(name)
+
+
+def _broker_synonyms(name: str, value: str | None, source: ConfigSource) -> list[Synonym]:
+    """A static broker config's only synonym is itself."""
+    return [(name, value, source)]
+
 
 def _entries(
-    module: Any, request: Any, described: Any, keys: set[str] | None, synonyms_of: Any
+    module: ModuleType,
+    request: Any,
+    described: Iterable[Described],
+    keys: set[str] | None,
+    synonyms_of: SynonymsOf,
 ) -> tuple[Any, ...]:
     entries = []
     for definition, value, source in described:
@@ -46,15 +70,15 @@ def _entries(
     return tuple(entries)
 
 
-async def handle_describe_configs(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_describe_configs(context: RequestContext, request: Any) -> Any:
+    services = context.services
     entity, module = response_schema(context)
     results = []
     for resource in request.resources:
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         error, message, configs = ErrorCode.none, None, ()
         if resource.resource_type == RESOURCE_TOPIC:
-            topic = broker.topics.get(resource.resource_name)
+            topic = services.topics.get(resource.resource_name)
             if topic is None:
                 error, message = (
                     ErrorCode.unknown_topic_or_partition,
@@ -66,23 +90,19 @@ async def handle_describe_configs(context: Any, request: Any) -> Any:
                     request,
                     topic.config.describe(),
                     keys,
-                    lambda name, _v, _s, config=topic.config: config.synonyms(name),
+                    _topic_synonyms(topic.config),
                 )
         elif resource.resource_type == RESOURCE_BROKER:
-            if resource.resource_name not in ("", str(broker.node_id)):
+            node_id = services.identity.node_id
+            if resource.resource_name not in ("", str(node_id)):
                 error, message = (
                     ErrorCode.invalid_request,
-                    f"Unexpected broker id, expected {broker.node_id} or empty string, "
+                    f"Unexpected broker id, expected {node_id} or empty string, "
                     f"but received {resource.resource_name}",
                 )
             else:
-                # A static broker config's only synonym is itself.
                 configs = _entries(
-                    module,
-                    request,
-                    broker.config.describe(),
-                    keys,
-                    lambda name, value, source: [(name, value, source)],
+                    module, request, services.config.describe(), keys, _broker_synonyms
                 )
         else:
             error, message = (
@@ -106,12 +126,17 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 async def _alter_topic(
-    broker: Any, name: str, changes: dict[str, str | None], replace: bool, validate_only: bool
+    topics: TopicsView,
+    controller: ControllerClient,
+    name: str,
+    changes: dict[str, str | None],
+    replace: bool,
+    validate_only: bool,
 ) -> tuple[ErrorCode, str | None]:
-    topic = broker.topics.get(name)
+    topic = topics.get(name)
     if topic is None:
         return ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist."
-    overrides: dict[str, str] = (
+    overrides: dict[str, str | None] = (
         {} if replace else {k: topic.config.render(k) for k in topic.config.overrides}
     )
     for key, value in changes.items():
@@ -119,13 +144,15 @@ async def _alter_topic(
             overrides.pop(key, None)
         else:
             overrides[key] = value
-    result = await broker.controller.execute(
-        {"op": "alter_configs", "name": name, "configs": overrides, "validate_only": validate_only}
+    result = await controller.execute(
+        AlterConfigsCommand(name=name, configs=overrides, validate_only=validate_only)
     )
-    return ErrorCode(result["error_code"]), result["error_message"]
+    return result.error_code, result.error_message
 
 
-def _resource_result(module: Any, resource: Any, error: ErrorCode, message: str | None) -> Any:
+def _resource_result(
+    module: ModuleType, resource: Any, error: ErrorCode, message: str | None
+) -> Any:
     return build(
         module.AlterConfigsResourceResponse,
         error_code=error,
@@ -141,8 +168,8 @@ BROKER_DYNAMIC_UNSUPPORTED = (
 )
 
 
-async def handle_incremental_alter_configs(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_incremental_alter_configs(context: RequestContext, request: Any) -> Any:
+    services = context.services
     entity, module = response_schema(context)
     results = []
     for resource in request.resources:
@@ -169,7 +196,12 @@ async def handle_incremental_alter_configs(context: Any, request: Any) -> Any:
                     break
             if error == ErrorCode.none:
                 error, message = await _alter_topic(
-                    broker, resource.resource_name, changes, False, request.validate_only
+                    services.topics,
+                    services.controller,
+                    resource.resource_name,
+                    changes,
+                    False,
+                    request.validate_only,
                 )
         elif resource.resource_type == RESOURCE_BROKER:
             error, message = ErrorCode.invalid_config, BROKER_DYNAMIC_UNSUPPORTED
@@ -182,15 +214,16 @@ async def handle_incremental_alter_configs(context: Any, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def handle_alter_configs(context: Any, request: Any) -> Any:
+async def handle_alter_configs(context: RequestContext, request: Any) -> Any:
     """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
-    broker = context.broker
+    services = context.services
     entity, module = response_schema(context)
     results = []
     for resource in request.resources:
         if resource.resource_type == RESOURCE_TOPIC:
             error, message = await _alter_topic(
-                broker,
+                services.topics,
+                services.controller,
                 resource.resource_name,
                 {c.name: c.value for c in resource.configs},
                 True,

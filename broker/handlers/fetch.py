@@ -8,35 +8,43 @@ evicted session.
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, leader_error, response_schema
+from broker.handlers.common import NO_THROTTLE, led_partition, response_schema
 from log import OffsetOutOfRange
 from protocol.api import build
+
+if TYPE_CHECKING:
+    from broker.services import RequestContext
+    from broker.topics import Partition, Topic
 
 READ_COMMITTED = 1
 
 
-def _read_all(context: Any, request: Any, module: Any) -> tuple[list[Any], int, list[Any]]:
+def _read_all(
+    context: RequestContext, request: Any, module: ModuleType
+) -> tuple[list[Any], int, list[Partition]]:
     """One pass over the requested partitions: (topic responses, bytes, partitions read)."""
-    broker = context.broker
+    topics = context.services.topics
     remaining = request.max_bytes if request.max_bytes > 0 else 0
     # KIP-74: the first partition with data returns at least one whole batch.
     min_one_batch = True
     total_bytes = 0
-    watched = []
+    watched: list[Partition] = []
     responses = []
     by_id = hasattr(request.topics[0], "topic_id") if request.topics else False
     for wanted in request.topics:
+        topic: Topic | None
         if by_id:
-            topic = broker.topics.topics_by_id.get(wanted.topic_id)
+            topic = topics.topics_by_id.get(wanted.topic_id)
             name = topic.name if topic is not None else None
         else:
             name = wanted.topic
-            topic = broker.topics.get(name)
+            topic = topics.get(name)
         partitions = []
         for p in wanted.partitions:
             fields: dict[str, Any] = {
@@ -55,14 +63,14 @@ def _read_all(context: Any, request: Any, module: Any) -> tuple[list[Any], int, 
                 else None
             )
             # Consumers read from the leader (no fetch-from-follower, KIP-392).
-            error = leader_error(partition, getattr(p, "current_leader_epoch", -1))
-            if error is not None:
+            led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
+            if isinstance(led, ErrorCode):
                 fields["error_code"] = (
-                    ErrorCode.unknown_topic_id if by_id and topic is None else error
+                    ErrorCode.unknown_topic_id if by_id and topic is None else led
                 )
             else:
-                assert partition is not None and partition.log is not None
-                log = partition.log
+                partition = led
+                log = partition.hosted_log
                 high_watermark = partition.high_watermark
                 stable = partition.last_stable_offset
                 limit = high_watermark if request.isolation_level != READ_COMMITTED else stable
@@ -101,7 +109,7 @@ def _read_all(context: Any, request: Any, module: Any) -> tuple[list[Any], int, 
     return responses, total_bytes, watched
 
 
-async def handle_fetch(context: Any, request: Any) -> Any:
+async def handle_fetch(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     session_id = getattr(request, "session_id", 0)
     if session_id != 0:
@@ -128,7 +136,7 @@ async def handle_fetch(context: Any, request: Any) -> Any:
     )
 
 
-async def _any_appended(partitions: list[Any]) -> None:
+async def _any_appended(partitions: list[Partition]) -> None:
     """Wait until any of the partitions has an append (or is deleted)."""
     woken = trio.Event()
     for partition in partitions:

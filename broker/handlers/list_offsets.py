@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, leader_error, response_schema
+from broker.handlers.common import NO_THROTTLE, led_partition, response_schema
 from protocol.api import build
+
+if TYPE_CHECKING:
+    from broker.services import RequestContext
+    from broker.topics import Partition
 
 LATEST = -1
 EARLIEST = -2
@@ -19,10 +23,10 @@ class OffsetNotAvailable(Exception):
     """The answer would come from a high watermark the new leader has not caught up yet."""
 
 
-def _lookup(partition: Any, timestamp: int, isolation_level: int) -> tuple[int, int]:
+def _lookup(partition: Partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
     """(offset, timestamp) per Kafka's ListOffsets rules; (-1, -1) when nothing matches.
     Raises OffsetNotAvailable where Kafka answers OFFSET_NOT_AVAILABLE (retriable)."""
-    log = partition.log
+    log = partition.hosted_log
     if timestamp == LATEST:
         if partition.high_watermark_behind_epoch_start:
             raise OffsetNotAvailable
@@ -39,23 +43,23 @@ def _lookup(partition: Any, timestamp: int, isolation_level: int) -> tuple[int, 
         if found is None or found[1] >= partition.high_watermark:
             return -1, -1
         return found[1], found[0]
-    found = log.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= partition.high_watermark:
+    at_timestamp = log.offset_for_timestamp(timestamp)
+    if at_timestamp is None or at_timestamp[0] >= partition.high_watermark:
         if partition.high_watermark_behind_epoch_start:
             raise OffsetNotAvailable
         return -1, -1
-    return found
+    return at_timestamp
 
 
-async def handle_list_offsets(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
+    topics_view = context.services.topics
     entity, module = response_schema(context)
     isolation = getattr(request, "isolation_level", 0)
     topics = []
     for wanted in request.topics:
         partitions = []
         for p in wanted.partitions:
-            partition = broker.topics.partition(wanted.name, p.partition_index)
+            partition = topics_view.partition(wanted.name, p.partition_index)
             fields: dict[str, Any] = {
                 "partition_index": p.partition_index,
                 "error_code": ErrorCode.none,
@@ -63,10 +67,11 @@ async def handle_list_offsets(context: Any, request: Any) -> Any:
                 "offset": -1,
                 "leader_epoch": -1,
             }
-            error = leader_error(partition, getattr(p, "current_leader_epoch", -1))
-            if error is not None:
-                fields["error_code"] = error
+            led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
+            if isinstance(led, ErrorCode):
+                fields["error_code"] = led
             else:
+                partition = led
                 try:
                     offset, timestamp = _lookup(partition, p.timestamp, isolation)
                 except OffsetNotAvailable:
@@ -75,7 +80,7 @@ async def handle_list_offsets(context: Any, request: Any) -> Any:
                 fields.update(offset=offset, timestamp=timestamp)
                 if offset >= 0:
                     # Kafka reports the epoch that wrote the offset, or -1 when none is known.
-                    epoch_of_offset = partition.log.epoch_for_offset(offset)
+                    epoch_of_offset = partition.hosted_log.epoch_for_offset(offset)
                     fields["leader_epoch"] = -1 if epoch_of_offset is None else epoch_of_offset
             partitions.append(build(module.ListOffsetsPartitionResponse, **fields))
         topics.append(
@@ -84,26 +89,26 @@ async def handle_list_offsets(context: Any, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-async def handle_offset_for_leader_epoch(context: Any, request: Any) -> Any:
+async def handle_offset_for_leader_epoch(context: RequestContext, request: Any) -> Any:
     """KIP-101/KIP-320: the end offset of a leader epoch, for truncation detection."""
-    broker = context.broker
+    topics_view = context.services.topics
     entity, module = response_schema(context)
     topics = []
     for wanted in request.topics:
         partitions = []
         for p in wanted.partitions:
-            partition = broker.topics.partition(wanted.topic, p.partition)
+            partition = topics_view.partition(wanted.topic, p.partition)
             fields: dict[str, Any] = {
                 "error_code": ErrorCode.none,
                 "partition": p.partition,
                 "leader_epoch": -1,
                 "end_offset": -1,
             }
-            error = leader_error(partition, getattr(p, "current_leader_epoch", -1))
-            if error is not None:
-                fields["error_code"] = error
+            led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
+            if isinstance(led, ErrorCode):
+                fields["error_code"] = led
             else:
-                epoch, end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
+                epoch, end_offset = led.hosted_log.end_offset_for_epoch(p.leader_epoch)
                 fields.update(leader_epoch=epoch, end_offset=end_offset)
             partitions.append(build(module.EpochEndOffset, **fields))
         topics.append(

@@ -3,31 +3,39 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+import uuid
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.commands import CreateTopicCommand
+from broker.cluster.validation import TopicError, validate_topic_name
 from broker.handlers.common import NO_THROTTLE, response_schema
-from broker.topics import Topic, TopicError, validate_topic_name
+from broker.topics import Topic
 from protocol.api import build
+
+if TYPE_CHECKING:
+    from broker.services import BrokerServices, ControllerClient, RequestContext
+    from broker.topics import Partition
 
 logger = logging.getLogger("raftka.metadata")
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
-def partition_leader(broker: Any, partition: Any) -> tuple[int, int]:
+def partition_leader(controller: ControllerClient, partition: Partition) -> tuple[int, int]:
     """(leader id, leader epoch) as this broker knows it; (-1, -1) while unknown."""
-    if partition.group is not None:
+    if partition.raft is not None:
         leader = partition.leader_id
         return (-1, -1) if leader is None else (leader, partition.leader_epoch)
-    return broker.controller.leader_hints.get(partition.name, (-1, -1))
+    return controller.leader_hints.get(partition.name, (-1, -1))
 
 
-def _topic_entry(module: Any, broker: Any, topic: Topic) -> Any:
+def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic) -> Any:
     partitions = []
     for p in topic.partitions:
-        leader, epoch = partition_leader(broker, p)
+        leader, epoch = partition_leader(controller, p)
         partitions.append(
             build(
                 module.MetadataResponsePartition,
@@ -51,7 +59,9 @@ def _topic_entry(module: Any, broker: Any, topic: Topic) -> Any:
     )
 
 
-def _error_entry(module: Any, name: str | None, topic_id: Any, error: ErrorCode) -> Any:
+def _error_entry(
+    module: ModuleType, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode
+) -> Any:
     return build(
         module.MetadataResponseTopic,
         error_code=error,
@@ -63,43 +73,39 @@ def _error_entry(module: Any, name: str | None, topic_id: Any, error: ErrorCode)
     )
 
 
-async def _auto_create(broker: Any, name: str) -> ErrorCode:
-    result = await broker.controller.execute(
-        {"op": "create_topic", "name": name, "num_partitions": -1, "replication_factor": -1}
+async def _auto_create(controller: ControllerClient, name: str) -> ErrorCode:
+    result = await controller.execute(
+        CreateTopicCommand(name=name, num_partitions=-1, replication_factor=-1)
     )
-    code = ErrorCode(result["error_code"])
+    code = result.error_code
     if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-        logger.info("auto-creating topic %s failed: %s", name, result["error_message"])
+        logger.info("auto-creating topic %s failed: %s", name, result.error_message)
     return code
 
 
-def brokers_of(broker: Any) -> list[tuple[int, str, int, str | None]]:
+def brokers_of(services: BrokerServices) -> list[tuple[int, str, int, str | None]]:
     """Registered brokers (node id, host, port, rack); this one even before registration."""
     registered = {
         b.node_id: (b.node_id, b.host, b.port, b.rack)
-        for b in broker.controller.image.brokers.values()
+        for b in services.controller.image.brokers.values()
     }
-    if broker.node_id not in registered:
-        address = broker.advertised
-        registered[broker.node_id] = (
-            broker.node_id,
-            address.host,
-            address.port,
-            broker.config.get("broker.rack"),
-        )
+    me = services.identity
+    if me.node_id not in registered:
+        registered[me.node_id] = (me.node_id, me.advertised_host, me.advertised_port, me.rack)
     return [registered[n] for n in sorted(registered)]
 
 
-async def handle_metadata(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_metadata(context: RequestContext, request: Any) -> Any:
+    services = context.services
+    controller = services.controller
     entity, module = response_schema(context)
-    topics = broker.topics
+    topics = services.topics
     requested = request.topics
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if requested is None or (context.api_version == 0 and not requested):
-        entries = [_topic_entry(module, broker, t) for t in list(topics.topics.values())]
+        entries = [_topic_entry(module, controller, t) for t in list(topics.topics.values())]
     else:
-        allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config.get(
+        allow_create = getattr(request, "allow_auto_topic_creation", True) and services.config.get(
             "auto.create.topics.enable"
         )
         entries = []
@@ -107,11 +113,11 @@ async def handle_metadata(context: Any, request: Any) -> Any:
             name = getattr(wanted, "name", None)
             topic_id = getattr(wanted, "topic_id", None)
             if name is None:
-                by_id = topics.topics_by_id.get(topic_id)
+                by_id = None if topic_id is None else topics.topics_by_id.get(topic_id)
                 if by_id is None:
                     entries.append(_error_entry(module, None, topic_id, ErrorCode.unknown_topic_id))
                 else:
-                    entries.append(_topic_entry(module, broker, by_id))
+                    entries.append(_topic_entry(module, controller, by_id))
                 continue
             topic = topics.get(name)
             if topic is None:
@@ -125,7 +131,7 @@ async def handle_metadata(context: Any, request: Any) -> Any:
                         _error_entry(module, name, None, ErrorCode.unknown_topic_or_partition)
                     )
                     continue
-                code = await _auto_create(broker, name)
+                code = await _auto_create(controller, name)
                 topic = topics.get(name)
                 if topic is None:
                     # Kafka answers LEADER_NOT_AVAILABLE while a new topic is being created.
@@ -133,24 +139,24 @@ async def handle_metadata(context: Any, request: Any) -> Any:
                         code = ErrorCode.leader_not_available
                     entries.append(_error_entry(module, name, None, code))
                     continue
-            entries.append(_topic_entry(module, broker, topic))
+            entries.append(_topic_entry(module, controller, topic))
     brokers = tuple(
         build(module.MetadataResponseBroker, node_id=node_id, host=host, port=port, rack=rack)
-        for node_id, host, port, rack in brokers_of(broker)
+        for node_id, host, port, rack in brokers_of(services)
     )
     return build(
         entity,
         throttle_time=NO_THROTTLE,
         brokers=brokers,
-        cluster_id=broker.cluster_id,
-        controller_id=broker.controller.controller_id,
+        cluster_id=services.identity.cluster_id,
+        controller_id=controller.controller_id,
         topics=tuple(entries),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
 
 
-async def handle_describe_cluster(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_describe_cluster(context: RequestContext, request: Any) -> Any:
+    services = context.services
     entity, module = response_schema(context)
     return build(
         entity,
@@ -158,11 +164,11 @@ async def handle_describe_cluster(context: Any, request: Any) -> Any:
         error_code=ErrorCode.none,
         error_message=None,
         endpoint_type=1,
-        cluster_id=broker.cluster_id,
-        controller_id=broker.controller.controller_id,
+        cluster_id=services.identity.cluster_id,
+        controller_id=services.controller.controller_id,
         brokers=tuple(
             build(module.DescribeClusterBroker, broker_id=n, host=h, port=p, rack=r)
-            for n, h, p, r in brokers_of(broker)
+            for n, h, p, r in brokers_of(services)
         ),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )

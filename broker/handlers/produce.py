@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -31,7 +32,16 @@ from broker.topics import Partition, now_ms
 from consensus.core import NotLeaderError, StorageError
 from log.producer_state import BatchMetadata, ProducerStateError
 from protocol.api import build
-from protocol.records import InvalidRecords, set_log_append_time, validate_produce_records
+from protocol.records import (
+    BatchHeader,
+    InvalidRecords,
+    set_log_append_time,
+    validate_produce_records,
+)
+
+if TYPE_CHECKING:
+    from broker.services import RequestContext
+    from log import PartitionLog
 
 logger = logging.getLogger("raftka.produce")
 
@@ -42,7 +52,9 @@ def _append_time(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-def _check_producer_state(log: Any, headers: list[Any]) -> BatchMetadata | None:
+def _check_producer_state(
+    log: PartitionLog, headers: Sequence[BatchHeader]
+) -> BatchMetadata | None:
     """The retained batch `headers` duplicates, if any; raises ProducerStateError."""
     for header in headers:
         if header.is_transactional:
@@ -55,7 +67,7 @@ def _check_producer_state(log: Any, headers: list[Any]) -> BatchMetadata | None:
 
 
 def _append(
-    context: Any, partition: Partition, records: bytes, acks: int, now: int, version: int
+    context: RequestContext, partition: Partition, records: bytes, acks: int, now: int, version: int
 ) -> tuple[dict[str, Any], tuple[int, int | None] | None]:
     """Validate and propose one partition's batch: (response fields, what the answer waits
     for: the end offset and the epoch of the batch there, or None when it need not wait)."""
@@ -126,8 +138,8 @@ def _wait_for(
 ) -> tuple[int, int | None] | None:
     if acks == -1:
         return end_offset, epoch
-    group = partition.group
-    if acks == 1 and group is not None and group.durable_end < end_offset:
+    raft = partition.raft
+    if acks == 1 and raft is not None and raft.durable_end < end_offset:
         return end_offset, epoch  # an fsync the flush policy asked for is still running
     return None
 
@@ -145,8 +157,7 @@ async def _await_ack(
             done = await partition.wait_high_watermark(end_offset, timeout_s, epoch)
             missed = "not replicated to a majority in time"
         else:
-            assert partition.group is not None
-            done = await partition.group.wait_durable(end_offset, timeout_s, epoch)
+            done = await partition.hosted_raft.wait_durable(end_offset, timeout_s, epoch)
             missed = "not synced to disk in time"
         if not done:
             fields.update(
@@ -157,8 +168,8 @@ async def _await_ack(
         fields["error_code"] = ErrorCode.not_leader_or_follower
 
 
-async def handle_produce(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_produce(context: RequestContext, request: Any) -> Any:
+    topics = context.services.topics
     entity, module = response_schema(context)
     acks = request.acks
     version = context.api_version
@@ -167,10 +178,10 @@ async def handle_produce(context: Any, request: Any) -> Any:
     commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]] = []
     for topic_data in request.topic_data or ():
         name = topic_data.name
-        topic = broker.topics.get(name)
+        topic = topics.get(name)
         partition_results = []
         for data in topic_data.partition_data or ():
-            partition = None if topic is None else broker.topics.partition(name, data.index)
+            partition = None if topic is None else topics.partition(name, data.index)
             if acks not in (-1, 0, 1):
                 fields: dict[str, Any] = {"error_code": ErrorCode.invalid_required_acks}
             elif partition is None or topic is None:

@@ -11,12 +11,15 @@ at once (initTransactions fails with a clear exception) instead of retrying fore
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.common import NO_THROTTLE, response_schema
 from protocol.api import build
+
+if TYPE_CHECKING:
+    from broker.services import RequestContext
 
 logger = logging.getLogger("raftka.producer_ids")
 
@@ -24,7 +27,7 @@ INIT_PRODUCER_ID_MIN_VERSION = 0
 INIT_PRODUCER_ID_MAX_VERSION = 5
 
 
-async def handle_init_producer_id(context: Any, request: Any) -> Any:
+async def handle_init_producer_id(context: RequestContext, request: Any) -> Any:
     entity, _module = response_schema(context)
     if request.transactional_id is not None:
         logger.info(
@@ -40,7 +43,7 @@ async def handle_init_producer_id(context: Any, request: Any) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
-    producer_id = await context.broker.producer_ids.next_producer_id()
+    producer_id = await context.services.producer_ids.next_producer_id()
     return build(
         entity,
         throttle_time=NO_THROTTLE,

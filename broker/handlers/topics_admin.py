@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.commands import CreatePartitionsCommand, CreateTopicCommand, DeleteTopicCommand
 from broker.handlers.common import NO_THROTTLE, response_schema
 from protocol.api import build
 
+if TYPE_CHECKING:
+    from broker.services import RequestContext
+    from broker.topics import Topic
 
-def _created_configs(module: Any, topic: Any) -> tuple[Any, ...]:
+
+def _created_configs(module: ModuleType, topic: Topic) -> tuple[Any, ...]:
     if not hasattr(module, "CreatableTopicConfigs"):  # CreateTopics v4 and older
         return ()
     return tuple(
@@ -27,8 +33,8 @@ def _created_configs(module: Any, topic: Any) -> tuple[Any, ...]:
     )
 
 
-async def handle_create_topics(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_create_topics(context: RequestContext, request: Any) -> Any:
+    services = context.services
     entity, module = response_schema(context)
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -50,36 +56,33 @@ async def handle_create_topics(context: Any, request: Any) -> Any:
             )
             results.append(build(module.CreatableTopicResult, **fields))
             continue
-        result = await broker.controller.execute(
-            {
-                "op": "create_topic",
-                "name": wanted.name,
-                "num_partitions": wanted.num_partitions,
-                "replication_factor": wanted.replication_factor,
-                "assignments": [
-                    (a.partition_index, list(a.broker_ids)) for a in wanted.assignments
-                ],
-                "configs": {c.name: c.value for c in getattr(wanted, "configs", ())},
-                "validate_only": request.validate_only,
-            }
-        )
-        fields.update(
-            error_code=ErrorCode(result["error_code"]), error_message=result["error_message"]
-        )
-        if result["error_code"] == 0:
-            fields.update(
-                num_partitions=result["num_partitions"],
-                replication_factor=result["replication_factor"],
+        result = await services.controller.execute(
+            CreateTopicCommand(
+                name=wanted.name,
+                num_partitions=wanted.num_partitions,
+                replication_factor=wanted.replication_factor,
+                assignments=tuple(
+                    (a.partition_index, tuple(a.broker_ids)) for a in wanted.assignments
+                ),
+                configs={c.name: c.value for c in getattr(wanted, "configs", ())},
+                validate_only=request.validate_only,
             )
-            topic = broker.topics.get(wanted.name)
+        )
+        fields.update(error_code=result.error_code, error_message=result.error_message)
+        if result.error_code == ErrorCode.none:
+            fields.update(
+                num_partitions=result.num_partitions,
+                replication_factor=result.replication_factor,
+            )
+            topic = services.topics.get(wanted.name)
             if topic is not None and not request.validate_only:
                 fields.update(topic_id=topic.topic_id, configs=_created_configs(module, topic))
         results.append(build(module.CreatableTopicResult, **fields))
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def handle_delete_topics(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_delete_topics(context: RequestContext, request: Any) -> Any:
+    services = context.services
     entity, module = response_schema(context)
     if hasattr(request, "topics"):
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -89,14 +92,14 @@ async def handle_delete_topics(context: Any, request: Any) -> Any:
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
         if name is None:
-            by_id = broker.topics.topics_by_id.get(topic_id)
+            by_id = services.topics.topics_by_id.get(topic_id)
             name = by_id.name if by_id is not None else None
             if name is None:
                 error = ErrorCode.unknown_topic_id
                 message = "This server does not host this topic ID."
         if name is not None:
-            topic = broker.topics.get(name)
-            if not broker.config.get("delete.topic.enable"):
+            topic = services.topics.get(name)
+            if not services.config.get("delete.topic.enable"):
                 error, message = ErrorCode.topic_deletion_disabled, "Topic deletion is disabled."
             elif topic is not None and topic.is_internal:
                 error, message = (
@@ -106,8 +109,8 @@ async def handle_delete_topics(context: Any, request: Any) -> Any:
             else:
                 if topic is not None:
                     topic_id = topic.topic_id
-                result = await broker.controller.execute({"op": "delete_topic", "name": name})
-                error, message = ErrorCode(result["error_code"]), result["error_message"]
+                result = await services.controller.execute(DeleteTopicCommand(name=name))
+                error, message = result.error_code, result.error_message
         results.append(
             build(
                 module.DeletableTopicResult,
@@ -120,8 +123,8 @@ async def handle_delete_topics(context: Any, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def handle_create_partitions(context: Any, request: Any) -> Any:
-    broker = context.broker
+async def handle_create_partitions(context: RequestContext, request: Any) -> Any:
+    services = context.services
     entity, module = response_schema(context)
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -130,18 +133,17 @@ async def handle_create_partitions(context: Any, request: Any) -> Any:
             error = ErrorCode.invalid_request
             message: str | None = f"Duplicate topic {wanted.name} in the request."
         else:
-            result = await broker.controller.execute(
-                {
-                    "op": "create_partitions",
-                    "name": wanted.name,
-                    "count": wanted.count,
-                    "assignments": [list(a.broker_ids) for a in wanted.assignments]
+            result = await services.controller.execute(
+                CreatePartitionsCommand(
+                    name=wanted.name,
+                    count=wanted.count,
+                    assignments=tuple(tuple(a.broker_ids) for a in wanted.assignments)
                     if wanted.assignments
                     else None,
-                    "validate_only": request.validate_only,
-                }
+                    validate_only=request.validate_only,
+                )
             )
-            error, message = ErrorCode(result["error_code"]), result["error_message"]
+            error, message = result.error_code, result.error_message
         results.append(
             build(
                 module.CreatePartitionsTopicResult,
@@ -153,15 +155,15 @@ async def handle_create_partitions(context: Any, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-async def handle_delete_records(context: Any, request: Any) -> Any:
+async def handle_delete_records(context: RequestContext, request: Any) -> Any:
     """Advance log start offsets; offset -1 means the high watermark."""
-    broker = context.broker
+    topics_view = context.services.topics
     entity, module = response_schema(context)
     topics = []
     for wanted in request.topics:
         partitions = []
         for p in wanted.partitions:
-            partition = broker.topics.partition(wanted.name, p.partition_index)
+            partition = topics_view.partition(wanted.name, p.partition_index)
             error, low_watermark = ErrorCode.none, -1
             if partition is None:
                 error = ErrorCode.unknown_topic_or_partition
@@ -173,10 +175,8 @@ async def handle_delete_records(context: Any, request: Any) -> Any:
                     error = ErrorCode.offset_out_of_range
                 else:
                     # Never below what a follower still has to copy from this log.
-                    assert partition.group is not None
-                    partition.log.delete_records_before(
-                        min(offset, partition.group.deletable_end())
-                    )
+                    deletable_end = partition.hosted_raft.deletable_end()
+                    partition.log.delete_records_before(min(offset, deletable_end))
                 low_watermark = partition.log.log_start_offset
             partitions.append(
                 build(

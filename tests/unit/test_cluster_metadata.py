@@ -22,7 +22,6 @@ from broker.cluster import (
     PartitionsAdded,
     PlacementError,
     RegisterBroker,
-    SnapshotStore,
     TopicCreated,
     TopicDeleted,
     UnregisterBroker,
@@ -30,12 +29,11 @@ from broker.cluster import (
     decode_metadata_batch_with_offsets,
     encode_batch,
     iter_log_records,
-    load_snapshot,
     place_replicas,
-    save_snapshot,
 )
 from broker.cluster.records import decode_record
-from broker.topics import TopicError
+from broker.cluster.snapshot import SnapshotStore, load_snapshot, save_snapshot
+from broker.cluster.validation import TopicError
 from protocol.batch_builder import build_batch
 from protocol.records import validate_produce_records
 

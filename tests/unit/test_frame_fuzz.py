@@ -19,14 +19,16 @@ import trio
 from batches import encode_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_writer
 from trio.testing import MockClock
 
+from broker.cluster.commands import CreateTopicCommand
 from broker.config import BrokerConfig
-from broker.connection import RequestContext
 from broker.server import Broker, Listener
+from broker.services import RequestContext
 from protocol.api import (
     FrameError,
     build,
@@ -175,9 +177,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Broker:
     created = _run(
         instance,
         instance.controller.execute,
-        {"op": "create_topic", "name": TOPIC, "num_partitions": 2, "replication_factor": 1},
+        CreateTopicCommand(name=TOPIC, num_partitions=2, replication_factor=1),
     )
-    assert created["error_code"] == 0, created
+    assert created.error_code == ErrorCode.none, created
     return instance
 
 
@@ -186,14 +188,16 @@ def _serve_frame(broker: Broker, frame: bytes) -> None:
         prefix = read_prefix(frame)
     except FrameError:
         return
-    handler = broker.handlers.get(prefix.api_key)
+    handler = broker.services.handlers.get(prefix.api_key)
     if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
         return
     try:
         header, request = decode_request(frame, prefix)
     except FrameError:
         return
-    context = RequestContext(broker, header, prefix.api_key, prefix.api_version, "127.0.0.1", 1)
+    context = RequestContext(
+        broker.services, header, prefix.api_key, prefix.api_version, "127.0.0.1", 1
+    )
 
     async def run() -> Any:
         # Virtual time: a mutated max_wait of days is a legitimate long poll, not a hang;

@@ -25,7 +25,7 @@ class LeaderView:
 
     high_watermark: int
     behind: bool
-    log: Any = field(default_factory=LogView)
+    hosted_log: Any = field(default_factory=LogView)
 
     @property
     def last_stable_offset(self) -> int:
@@ -44,11 +44,11 @@ def test_latest_is_not_available_until_the_new_leader_commits_its_epoch_start() 
 
 def test_timestamp_lookup_past_the_high_watermark_waits_for_the_new_leader() -> None:
     log = LogView(by_timestamp={100: (5, 100), 200: (11, 200)})
-    behind = LeaderView(high_watermark=10, behind=True, log=log)
+    behind = LeaderView(high_watermark=10, behind=True, hosted_log=log)
     assert _lookup(behind, 100, 0) == (5, 100)  # below the high watermark: a real answer
     with pytest.raises(OffsetNotAvailable):
         _lookup(behind, 200, 0)
-    assert _lookup(LeaderView(high_watermark=10, behind=False, log=log), 200, 0) == (-1, -1)
+    assert _lookup(LeaderView(high_watermark=10, behind=False, hosted_log=log), 200, 0) == (-1, -1)
 
 
 def test_earliest_is_always_available() -> None:

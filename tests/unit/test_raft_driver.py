@@ -12,7 +12,7 @@ import trio
 
 from consensus import HardState, MemoryRaftLog, Message, MessageType, NotLeaderError, Role
 from consensus.core import StorageError
-from consensus.driver import GroupUpdate, RaftGroup, RaftNode
+from consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
 from consensus.transport import PeerTransport
 from consensus.types import Entry
 
@@ -21,8 +21,8 @@ NODES = (1, 2, 3)
 VOTERS = frozenset(NODES)
 
 
-class MemoryGroupStorage:
-    """GroupStorage over a MemoryRaftLog; survives a simulated restart by being reused.
+class MemoryRaftGroupStorage:
+    """RaftGroupStorage over a MemoryRaftLog; survives a simulated restart by being reused.
 
     With `sync_every_append` it behaves like a log with flush.messages=1 and records, in
     `events`, each sync as ("sync", end offset) when the (slow) fsync finishes.
@@ -115,14 +115,14 @@ class Cluster:
         # One ordered record per node: its storage's syncs and the messages it sent.
         self.events: dict[int, list[tuple[str, int]]] = {node: [] for node in NODES}
         self.storage = {
-            (node, g): MemoryGroupStorage(sync_every_append, self.events[node])
+            (node, g): MemoryRaftGroupStorage(sync_every_append, self.events[node])
             for node in NODES
             for g in groups
         }
         self.committers = {node: CountingCommitter() for node in NODES}
         self.nodes: dict[int, RaftNode] = {}
         self.scopes: dict[int, trio.CancelScope] = {}
-        self.updates: dict[int, list[GroupUpdate]] = {node: [] for node in NODES}
+        self.updates: dict[int, list[RaftGroupUpdate]] = {node: [] for node in NODES}
 
     async def start(self, node: int) -> None:
         transport = PeerTransport(node, self.addresses[node], self.addresses)
@@ -141,7 +141,7 @@ class Cluster:
         for g in self.groups:
             storage = self.storage[node, g]
             storage.committer = self.committers[node]
-            raft_node.add_group(g, VOTERS, storage, self.updates[node].append)
+            raft_node.add_raft_group(g, VOTERS, storage, self.updates[node].append)
         self.nodes[node] = raft_node
         scope = trio.CancelScope()
         self.scopes[node] = scope
@@ -159,8 +159,8 @@ class Cluster:
             while raft_node.transport.running:
                 await trio.sleep(0.01)
 
-    def group(self, node: int, g: str) -> RaftGroup:
-        raft_group = self.nodes[node].group(g)
+    def raft_group(self, node: int, g: str) -> RaftGroup:
+        raft_group = self.nodes[node].raft_group(g)
         assert raft_group is not None
         return raft_group
 
@@ -168,12 +168,13 @@ class Cluster:
         """Wait for exactly one live node to lead `g` with every live node agreeing."""
         with trio.fail_after(timeout_s):
             while True:
-                leaders = [n for n in self.nodes if self.group(n, g).role is Role.LEADER]
+                leaders = [n for n in self.nodes if self.raft_group(n, g).role is Role.LEADER]
                 if len(leaders) == 1:
                     leader = leaders[0]
-                    term = self.group(leader, g).term
+                    term = self.raft_group(leader, g).term
                     if all(
-                        self.group(n, g).leader_id == leader and self.group(n, g).term == term
+                        self.raft_group(n, g).leader_id == leader
+                        and self.raft_group(n, g).term == term
                         for n in self.nodes
                     ):
                         return leader
@@ -181,7 +182,7 @@ class Cluster:
 
     async def propose_committed(self, g: str, payload: bytes, records: int = 1) -> Entry:
         leader = await self.leader(g)
-        raft_group = self.group(leader, g)
+        raft_group = self.raft_group(leader, g)
         entry = raft_group.propose(records, payload)
         assert entry in self.storage[leader, g].raft_log.all_entries()  # persisted on return
         assert await raft_group.wait_committed(entry.end_offset, timeout_s=3)
@@ -191,7 +192,7 @@ class Cluster:
         """Every live node holds `entry` and knows it is committed."""
         with trio.fail_after(timeout_s):
             for node in self.nodes:
-                assert await self.group(node, g).wait_committed(entry.end_offset, timeout_s)
+                assert await self.raft_group(node, g).wait_committed(entry.end_offset, timeout_s)
                 assert entry in self.storage[node, g].raft_log.all_entries()
 
 
@@ -230,7 +231,7 @@ def test_elect_replicate_crash_failover_and_restart_catch_up() -> None:
 
         await cluster.start(old_leader)  # same port, same storage (hard state and log)
         await cluster.replicated(g, second, timeout_s=5)
-        assert cluster.group(old_leader, g).leader_id == new_leader
+        assert cluster.raft_group(old_leader, g).leader_id == new_leader
 
     run_cluster(["orders-0"], scenario)
 
@@ -261,16 +262,16 @@ def test_not_leader_and_lost_leadership_while_waiting() -> None:
         leader = await cluster.leader(g)
         follower = next(n for n in NODES if n != leader)
         with pytest.raises(NotLeaderError) as not_leader:
-            cluster.group(follower, g).propose(1, b"x")
+            cluster.raft_group(follower, g).propose(1, b"x")
         assert not_leader.value.leader_id == leader
         # Cut the leader off from its followers: its acks=all waiter must not hang.
         others = [n for n in NODES if n != leader]
         for n in others:
             await cluster.crash(n)
-        entry = cluster.group(leader, g).propose(1, b"never committed")
+        entry = cluster.raft_group(leader, g).propose(1, b"never committed")
         with pytest.raises(NotLeaderError):
-            await cluster.group(leader, g).wait_committed(entry.end_offset, timeout_s=5)
-        assert not await cluster.group(leader, g).wait_committed(entry.end_offset, 0.05)
+            await cluster.raft_group(leader, g).wait_committed(entry.end_offset, timeout_s=5)
+        assert not await cluster.raft_group(leader, g).wait_committed(entry.end_offset, 0.05)
 
     run_cluster(["p-0"], scenario)
 
@@ -285,7 +286,7 @@ def test_shutdown_transfers_leadership() -> None:
         node = max(set(leaders.values()), key=list(leaders.values()).count)
         await cluster.nodes[node].shutdown(timeout_s=3)
         for g in groups:
-            assert cluster.group(node, g).role is not Role.LEADER
+            assert cluster.raft_group(node, g).role is not Role.LEADER
         await cluster.crash(node)
         for g in groups:
             # Handed over, not timed out: a leader exists at once among the survivors.
@@ -304,20 +305,20 @@ def test_messages_for_unknown_groups_are_dropped_and_removed_groups_fail_waiters
 
         async def wait_forever() -> None:
             try:
-                await cluster.group(follower, g).wait_committed(10**9, timeout_s=10)
+                await cluster.raft_group(follower, g).wait_committed(10**9, timeout_s=10)
             except NotLeaderError as exc:
                 waiter_result.append(exc)
 
         cluster.nursery.start_soon(wait_forever)
         await trio.sleep(0.05)
-        cluster.nodes[follower].remove_group(g)
+        cluster.nodes[follower].remove_raft_group(g)
         await trio.sleep(0.01)
         assert len(waiter_result) == 1
         stats = cluster.nodes[follower].stats
         with trio.fail_after(2):
             while stats.messages_unknown_group == 0:
                 await trio.sleep(TICK_MS / 1000)
-        assert cluster.nodes[follower].group(g) is None
+        assert cluster.nodes[follower].raft_group(g) is None
 
     run_cluster(["r-0"], scenario)
 
@@ -327,10 +328,10 @@ def test_ticking_a_thousand_idle_followers() -> None:
     transport = PeerTransport(1, ("127.0.0.1", 0), {2: ("127.0.0.1", 1), 3: ("127.0.0.1", 2)})
     node = RaftNode(1, transport, election_timeout_ticks=10**6)
     for i in range(1000):
-        node.add_group(f"t-{i}", VOTERS, MemoryGroupStorage())
+        node.add_raft_group(f"t-{i}", VOTERS, MemoryRaftGroupStorage())
     for _ in range(10):
         node.tick()
-    assert all(g.role is Role.FOLLOWER for g in node.groups.values())
+    assert all(g.role is Role.FOLLOWER for g in node.raft_groups.values())
 
 
 def _synced_end(events: list[tuple[str, int]]) -> int:
@@ -344,7 +345,7 @@ def test_sync_every_append_acknowledges_only_after_fsync() -> None:
 
     async def scenario(cluster: Cluster) -> None:
         leader = await cluster.leader("d-0")
-        group = cluster.group(leader, "d-0")
+        group = cluster.raft_group(leader, "d-0")
         for i in range(20):
             entry = group.propose(3, f"batch-{i}".encode())
             assert group.durable_end < entry.end_offset  # written, not yet synced
@@ -369,7 +370,7 @@ def test_default_policy_acknowledges_on_write() -> None:
 
     async def scenario(cluster: Cluster) -> None:
         leader = await cluster.leader("d-0")
-        group = cluster.group(leader, "d-0")
+        group = cluster.raft_group(leader, "d-0")
         entry = group.propose(1, b"x")
         assert group.durable_end >= entry.end_offset
         assert await group.wait_committed(entry.end_offset, 3, entry.epoch)
@@ -390,20 +391,20 @@ def test_full_disk_on_the_leader_refuses_writes_and_recovers() -> None:
         storage.disk_full = True
         before = storage.raft_log.all_entries()
         with pytest.raises(StorageError):
-            cluster.group(leader, "f-0").propose(1, b"refused")
+            cluster.raft_group(leader, "f-0").propose(1, b"refused")
         assert storage.raft_log.all_entries() == before
-        assert cluster.group(leader, "f-0").role is not Role.LEADER
+        assert cluster.raft_group(leader, "f-0").role is not Role.LEADER
         with trio.fail_after(5):
             while True:
                 others = [n for n in NODES if n != leader]
-                leaders = [n for n in others if cluster.group(n, "f-0").role is Role.LEADER]
+                leaders = [n for n in others if cluster.raft_group(n, "f-0").role is Role.LEADER]
                 if leaders:
                     break
                 await trio.sleep(TICK_MS / 1000)
-        group = cluster.group(leaders[0], "f-0")
+        group = cluster.raft_group(leaders[0], "f-0")
         during = group.propose(1, b"during")
         assert await group.wait_committed(during.end_offset, 3, during.epoch)
-        assert cluster.group(leader, "f-0").role is Role.FOLLOWER
+        assert cluster.raft_group(leader, "f-0").role is Role.FOLLOWER
         storage.disk_full = False
         await cluster.replicated("f-0", during)
         assert first in storage.raft_log.all_entries()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from test_raft_driver import VOTERS, MemoryGroupStorage
+from test_raft_driver import VOTERS, MemoryRaftGroupStorage
 
 from consensus import NotLeaderError, Role
 from consensus.core import RaftConfig, RaftCore
@@ -32,7 +32,7 @@ class Pump:
         self.cut: set[int] = set()
         self.groups: dict[int, RaftGroup] = {}
         for node in sorted(VOTERS):
-            storage = MemoryGroupStorage()
+            storage = MemoryRaftGroupStorage()
             core = RaftCore(
                 RaftConfig(
                     node_id=node,

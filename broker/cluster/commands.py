@@ -1,0 +1,328 @@
+"""Admin commands the controller executes, and their results.
+
+Handlers build a command and call `Controller.execute`; the controller (the metadata group's
+leader) validates it against the image and proposes the metadata records it implies. A broker
+that is not the controller forwards the command to it over the peer transport. The wire form
+of commands and results is defined here only: a JSON object with the command's `op` name and
+its fields (`Command.to_wire` / `Command.from_wire`, `CommandResult.to_wire` / `from_wire`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, Self
+
+from kio.schema.errors import ErrorCode
+
+
+class CommandDecodeError(ValueError):
+    """A command or result from another broker that cannot be decoded: not a JSON object, an
+    unknown op, or a missing or mistyped field."""
+
+
+class _WireFields:
+    """Typed reads of one decoded command or result; a bad field raises CommandDecodeError."""
+
+    def __init__(self, what: str, data: Mapping[str, object]) -> None:
+        self.what = what
+        self.data = data
+
+    def _bad(self, name: str, expected: str) -> CommandDecodeError:
+        return CommandDecodeError(f"{self.what}: field {name!r} must be {expected}")
+
+    def _get(self, name: str) -> object:
+        if name not in self.data:
+            raise CommandDecodeError(f"{self.what}: field {name!r} is missing")
+        return self.data[name]
+
+    def integer(self, name: str) -> int:
+        value = self._get(name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self._bad(name, "an integer")
+        return value
+
+    def optional_integer(self, name: str) -> int | None:
+        if self.data.get(name) is None:
+            return None
+        return self.integer(name)
+
+    def string(self, name: str) -> str:
+        value = self._get(name)
+        if not isinstance(value, str):
+            raise self._bad(name, "a string")
+        return value
+
+    def optional_string(self, name: str) -> str | None:
+        """Absent and null both read as None."""
+        if self.data.get(name) is None:
+            return None
+        return self.string(name)
+
+    def flag(self, name: str) -> bool:
+        """Absent and null both read as False."""
+        value = self.data.get(name)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self._bad(name, "a boolean")
+        return value
+
+    def configs(self, name: str, *, required: bool) -> dict[str, str | None]:
+        """Config name → value (null allowed); when not required, absent and null read as
+        no configs."""
+        value = self._get(name) if required else self.data.get(name)
+        if value is None and not required:
+            return {}
+        if not isinstance(value, dict):
+            raise self._bad(name, "an object")
+        out: dict[str, str | None] = {}
+        for key, raw in value.items():
+            if not isinstance(key, str) or not (raw is None or isinstance(raw, str)):
+                raise self._bad(name, "an object of strings")
+            out[key] = raw
+        return out
+
+    def _broker_ids(self, name: str, value: object) -> tuple[int, ...]:
+        if not isinstance(value, list | tuple):
+            raise self._bad(name, "lists of broker ids")
+        ids = []
+        for node_id in value:
+            if not isinstance(node_id, int) or isinstance(node_id, bool):
+                raise self._bad(name, "lists of broker ids")
+            ids.append(node_id)
+        return tuple(ids)
+
+    def replica_lists(self, name: str) -> tuple[tuple[int, ...], ...] | None:
+        """A list of broker-id lists; absent and null read as None."""
+        value = self.data.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self._bad(name, "a list")
+        return tuple(self._broker_ids(name, replicas) for replicas in value)
+
+    def partition_assignments(self, name: str) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """A list of [partition index, [broker ids]]; absent and null read as none."""
+        value = self.data.get(name)
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise self._bad(name, "a list")
+        out = []
+        for entry in value:
+            if not isinstance(entry, list) or len(entry) != 2:
+                raise self._bad(name, "a list of [partition index, broker ids]")
+            index, replicas = entry
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise self._bad(name, "a list of [partition index, broker ids]")
+            out.append((index, self._broker_ids(name, replicas)))
+        return tuple(out)
+
+
+def _json_object(what: str, payload: bytes) -> dict[str, object]:
+    try:
+        data = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CommandDecodeError(f"{what} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CommandDecodeError(f"{what} is not a JSON object: {data!r}")
+    return data
+
+
+@dataclass(frozen=True)
+class Command:
+    """Base of every controller command. `OP` names it on the wire."""
+
+    OP: ClassVar[str]
+
+    def to_wire(self) -> bytes:
+        """JSON: {"op": OP, field: value, ...}; tuples become lists."""
+        body: dict[str, object] = {"op": self.OP}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            body[f.name] = dict(value) if isinstance(value, Mapping) else value
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        raise NotImplementedError
+
+    @staticmethod
+    def from_wire(payload: bytes) -> Command:
+        """The command `to_wire` encoded; CommandDecodeError for an unknown op or bad field."""
+        data = _json_object("controller command", payload)
+        op = data.get("op")
+        cls = COMMAND_TYPES.get(op) if isinstance(op, str) else None
+        if cls is None:
+            raise CommandDecodeError(f"unknown controller operation {data!r}")
+        return cls._from_wire_fields(_WireFields(f"controller operation {op}", data))
+
+
+@dataclass(frozen=True)
+class CreateTopicCommand(Command):
+    """CreateTopics for one topic. -1 partitions or replication factor: the broker default."""
+
+    OP: ClassVar[str] = "create_topic"
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    #: Manual placement: (partition index, broker ids); then both counts must be -1.
+    assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+    validate_only: bool = False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(
+            name=wire.string("name"),
+            num_partitions=wire.integer("num_partitions"),
+            replication_factor=wire.integer("replication_factor"),
+            assignments=wire.partition_assignments("assignments"),
+            configs=wire.configs("configs", required=False),
+            validate_only=wire.flag("validate_only"),
+        )
+
+
+@dataclass(frozen=True)
+class DeleteTopicCommand(Command):
+    OP: ClassVar[str] = "delete_topic"
+
+    name: str
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(name=wire.string("name"))
+
+
+@dataclass(frozen=True)
+class AlterConfigsCommand(Command):
+    """Replace a topic's config overrides with `configs` (the complete new set)."""
+
+    OP: ClassVar[str] = "alter_configs"
+
+    name: str
+    configs: Mapping[str, str | None]
+    validate_only: bool = False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(
+            name=wire.string("name"),
+            configs=wire.configs("configs", required=True),
+            validate_only=wire.flag("validate_only"),
+        )
+
+
+@dataclass(frozen=True)
+class CreatePartitionsCommand(Command):
+    """Grow a topic to `count` partitions."""
+
+    OP: ClassVar[str] = "create_partitions"
+
+    name: str
+    count: int
+    #: Broker ids of each new partition; None places them automatically.
+    assignments: tuple[tuple[int, ...], ...] | None = None
+    validate_only: bool = False
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(
+            name=wire.string("name"),
+            count=wire.integer("count"),
+            assignments=wire.replica_lists("assignments"),
+            validate_only=wire.flag("validate_only"),
+        )
+
+
+@dataclass(frozen=True)
+class RegisterBrokerCommand(Command):
+    """A broker's client address; a new `incarnation_id` per start."""
+
+    OP: ClassVar[str] = "register_broker"
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    incarnation_id: str
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(
+            node_id=wire.integer("node_id"),
+            host=wire.string("host"),
+            port=wire.integer("port"),
+            rack=wire.optional_string("rack"),
+            incarnation_id=wire.string("incarnation_id"),
+        )
+
+
+#: Every command type by its wire name.
+COMMAND_TYPES: dict[str, type[Command]] = {
+    cls.OP: cls
+    for cls in (
+        CreateTopicCommand,
+        DeleteTopicCommand,
+        AlterConfigsCommand,
+        CreatePartitionsCommand,
+        RegisterBrokerCommand,
+    )
+}
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The outcome of a command: an error code and Kafka's message, and for a created topic
+    its id, partition count and replication factor."""
+
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    topic_id: uuid.UUID | None = None
+    num_partitions: int | None = None
+    replication_factor: int | None = None
+
+    @classmethod
+    def error(cls, error_code: ErrorCode, message: str) -> CommandResult:
+        return cls(error_code=error_code, error_message=message)
+
+    def to_wire(self) -> bytes:
+        """JSON with `error_code` and `error_message`, and each other field that is set."""
+        body: dict[str, object] = {
+            "error_code": int(self.error_code),
+            "error_message": self.error_message,
+        }
+        if self.topic_id is not None:
+            body["topic_id"] = str(self.topic_id)
+        if self.num_partitions is not None:
+            body["num_partitions"] = self.num_partitions
+        if self.replication_factor is not None:
+            body["replication_factor"] = self.replication_factor
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_wire(cls, payload: bytes) -> CommandResult:
+        """The result `to_wire` encoded; CommandDecodeError if it is malformed."""
+        wire = _WireFields("controller result", _json_object("controller result", payload))
+        try:
+            error_code = ErrorCode(wire.integer("error_code"))
+            topic_id = wire.optional_string("topic_id")
+            return cls(
+                error_code=error_code,
+                error_message=wire.optional_string("error_message"),
+                topic_id=None if topic_id is None else uuid.UUID(topic_id),
+                num_partitions=wire.optional_integer("num_partitions"),
+                replication_factor=wire.optional_integer("replication_factor"),
+            )
+        except CommandDecodeError:
+            raise
+        except ValueError as exc:  # an unknown error code or a malformed topic id
+            raise CommandDecodeError(f"controller result: {exc}") from None

@@ -1,0 +1,67 @@
+"""Kafka's rules for topic names, partition counts and topic config overrides.
+
+Pure checks (no I/O, no trio): the controller applies them before it proposes a metadata
+record, and the Metadata handler checks a name before it auto-creates a topic. A broken rule
+raises `TopicError` with the error code and message Kafka answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from kio.schema.errors import ErrorCode
+
+from broker.config import ConfigError, validate_topic_configs
+
+TOPIC_NAME_MAX_LENGTH = 249
+MAX_PARTITIONS = 10_000
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+class TopicError(Exception):
+    """A topic operation that Kafka answers with an error code and message."""
+
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic name rules (kafka.common.internals.Topic.validate)."""
+    if not name:
+        raise TopicError(
+            ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty"
+        )
+    if name in (".", ".."):
+        raise TopicError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
+    if len(name) > TOPIC_NAME_MAX_LENGTH:
+        raise TopicError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX_LENGTH} characters",
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise TopicError(
+            ErrorCode.invalid_topic_exception,
+            f'Topic name "{name}" is illegal, it contains a character other than '
+            "ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+def check_no_null_configs(configs: Mapping[str, str | None]) -> None:
+    """INVALID_CONFIG naming every override whose value is null."""
+    nulls = [name for name, value in configs.items() if value is None]
+    if nulls:
+        raise TopicError(
+            ErrorCode.invalid_config,
+            "Null value not supported for topic configs: " + ",".join(nulls),
+        )
+
+
+def validate_topic_config_values(configs: Mapping[str, str | None]) -> None:
+    """INVALID_CONFIG for an unknown topic config name or a value it does not accept."""
+    try:
+        validate_topic_configs(configs)
+    except ConfigError as exc:
+        raise TopicError(ErrorCode.invalid_config, str(exc)) from None

@@ -1,0 +1,133 @@
+"""What a request handler may use of its broker: narrow, typed views of the broker's parts.
+
+A handler is called with a `RequestContext`: the request's header, API key and version, the
+client's address, and the `BrokerServices` — the topics it reads, the controller it sends
+commands to, the group coordinator, the producer-id allocator, the broker config and this
+broker's identity. The `Broker` builds the services once; a handler reaches nothing else.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol
+
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+
+if TYPE_CHECKING:
+    from broker.cluster.commands import Command, CommandResult
+    from broker.cluster.image import BrokerInfo
+    from broker.config import BrokerConfig
+    from broker.groups import GroupCoordinator
+    from broker.handlers import ApiHandler
+    from broker.topics import Partition, Topic
+
+
+class TopicsView(Protocol):
+    """The topics this broker knows of, with their partitions (local or not)."""
+
+    @property
+    def topics(self) -> Mapping[str, Topic]: ...
+
+    @property
+    def topics_by_id(self) -> Mapping[uuid.UUID, Topic]: ...
+
+    def get(self, name: str) -> Topic | None: ...
+
+    def partition(self, name: str, index: int) -> Partition | None: ...
+
+
+class MetadataView(Protocol):
+    """The part of the cluster metadata image a handler reads."""
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerInfo]: ...
+
+
+class ControllerClient(Protocol):
+    """The cluster controller as a handler uses it: metadata reads and commands, which the
+    controller forwards to the controller leader when this broker is not it."""
+
+    @property
+    def controller_id(self) -> int: ...
+
+    @property
+    def image(self) -> MetadataView: ...
+
+    @property
+    def leader_hints(self) -> Mapping[str, tuple[int, int]]:
+        """Partition name -> (leader id, leader epoch) of partitions hosted elsewhere."""
+        ...
+
+    def live_brokers(self) -> list[int]: ...
+
+    async def execute(self, command: Command) -> CommandResult:
+        """Run an admin command on the controller; failures come back as results."""
+        ...
+
+
+class ProducerIdSource(Protocol):
+    async def next_producer_id(self) -> int:
+        """An id no broker of the cluster has handed out, before or after a restart."""
+        ...
+
+
+class BrokerIdentity:
+    """This broker as clients see it. The advertised address is the configured listener
+    until the listener is bound, then the address the broker advertises (`advertise`)."""
+
+    __slots__ = ("node_id", "cluster_id", "rack", "_advertised_host", "_advertised_port")
+
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        rack: str | None,
+        advertised_host: str,
+        advertised_port: int,
+    ) -> None:
+        self.node_id: Final = node_id
+        self.cluster_id: Final = cluster_id
+        self.rack: Final = rack
+        self._advertised_host = advertised_host
+        self._advertised_port = advertised_port
+
+    @property
+    def advertised_host(self) -> str:
+        return self._advertised_host
+
+    @property
+    def advertised_port(self) -> int:
+        return self._advertised_port
+
+    def advertise(self, host: str, port: int) -> None:
+        self._advertised_host = host
+        self._advertised_port = port
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BrokerServices:
+    """Everything of its broker a handler may use."""
+
+    config: BrokerConfig
+    identity: BrokerIdentity
+    topics: TopicsView
+    controller: ControllerClient
+    groups: GroupCoordinator
+    producer_ids: ProducerIdSource
+    # api key -> handler: what ApiVersions advertises and the connection dispatches to.
+    handlers: Mapping[int, ApiHandler]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RequestContext:
+    """What a handler may know about the request it serves."""
+
+    services: BrokerServices
+    header: RequestHeaderV1 | RequestHeaderV2
+    api_key: int
+    api_version: int
+    client_host: str
+    client_port: int

@@ -1,0 +1,159 @@
+"""The controller of a one-broker cluster: typed commands, their forwarded wire form, and a
+metadata record that cannot be applied stopping the apply loop."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode
+
+from broker.cluster.commands import (
+    AlterConfigsCommand,
+    CommandResult,
+    CreatePartitionsCommand,
+    CreateTopicCommand,
+    DeleteTopicCommand,
+)
+from broker.cluster.controller import CONTROLLER_RPC, MetadataApplyError
+from broker.cluster.records import CreateTopic, encode_batch
+from broker.cluster.snapshot import load_snapshot
+from broker.config import BrokerConfig, ConfigError
+from broker.server import Broker, Listener
+
+T = TypeVar("T")
+
+
+def _broker(data_dir: Path) -> Broker:
+    return Broker(BrokerConfig({}, environ={}), Listener("127.0.0.1", 0), data_dir)
+
+
+def _close(broker: Broker) -> None:
+    broker.topics.close()
+    broker.controller.close()
+    broker.hard_states.close()
+    broker.producer_ids.close()
+
+
+def _run(broker: Broker, fn: Callable[[], Awaitable[T]]) -> T:
+    """fn() with the broker's Raft node and metadata apply loop running, as in a broker."""
+
+    async def main() -> T:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(broker.node.run_syncs)
+                await nursery.start(broker.controller.apply_metadata)
+                await broker.controller.register("127.0.0.1", 9092, None)
+                result = await fn()
+                nursery.cancel_scope.cancel()
+        return result
+
+    return trio.run(main)
+
+
+def test_commands_run_on_the_controller(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    controller = broker.controller
+
+    async def scenario() -> list[CommandResult]:
+        return [
+            await controller.execute(CreateTopicCommand("t", 2, 1)),
+            await controller.execute(CreateTopicCommand("t", 2, 1)),
+            await controller.execute(AlterConfigsCommand("t", {"retention.ms": "5"})),
+            await controller.execute(AlterConfigsCommand("t", {"retention.ms": "soon"})),
+            await controller.execute(CreatePartitionsCommand("t", 3)),
+            await controller.execute(CreateTopicCommand("v", 4, 1, validate_only=True)),
+        ]
+
+    try:
+        created, again, altered, bad_config, grown, validated = _run(broker, scenario)
+        topic = controller.image.topics["t"]
+        assert created == CommandResult(
+            topic_id=topic.topic_id, num_partitions=2, replication_factor=1
+        )
+        assert again == CommandResult.error(
+            ErrorCode.topic_already_exists, "Topic 't' already exists."
+        )
+        assert altered == CommandResult()
+        assert bad_config.error_code == ErrorCode.invalid_config
+        assert grown == CommandResult()
+        assert validated.error_code == ErrorCode.none and validated.num_partitions == 4
+        assert topic.configs == {"retention.ms": "5"} and topic.num_partitions == 3
+        assert "v" not in controller.image.topics
+        local = broker.topics.get("t")
+        assert local is not None and len(local.partitions) == 3
+    finally:
+        _close(broker)
+
+
+def test_forwarded_commands_decode_and_answer_in_the_wire_form(tmp_path: Path) -> None:
+    """What the controller answers a broker that forwards a command to it."""
+    broker = _broker(tmp_path)
+    controller = broker.controller
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        forward = controller._serve_forward  # the handler the peer transport calls
+        return [
+            await forward(CONTROLLER_RPC, CreateTopicCommand("t", 1, 1).to_wire()),
+            await forward(CONTROLLER_RPC, b'{"op": "delete_topic", "name": "t"}'),
+            await forward(CONTROLLER_RPC, DeleteTopicCommand("t").to_wire()),
+            await forward(CONTROLLER_RPC, b'{"op": "frobnicate", "name": "t"}'),
+        ]
+
+    try:
+        answers = _run(broker, scenario)
+        assert [status for status, _ in answers] == [0, 0, 0, 0]
+        created, deleted, missing, unknown = (CommandResult.from_wire(raw) for _, raw in answers)
+        assert created.error_code == ErrorCode.none and created.num_partitions == 1
+        assert deleted == CommandResult(topic_id=created.topic_id)
+        assert missing.error_code == ErrorCode.unknown_topic_or_partition
+        assert unknown.error_code == ErrorCode.invalid_request
+        assert unknown.error_message is not None
+        assert unknown.error_message.startswith("unknown controller operation")
+    finally:
+        _close(broker)
+
+
+def test_a_record_that_cannot_be_applied_stops_the_apply_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A committed record this broker cannot apply (a topic config it does not know, as a
+    newer controller might write) stops `apply_metadata` rather than leave the broker without
+    the topic every other broker has."""
+    broker = _broker(tmp_path)
+    controller = broker.controller
+    record = CreateTopic("t", uuid.uuid4(), ((broker.node_id,),), {"no.such.config": "1"})
+    proposed_at: list[int] = []
+
+    async def propose_and_wait() -> None:
+        entry = controller.raft.propose(1, encode_batch([record]))
+        proposed_at.append(entry.end_offset - 1)
+        await trio.sleep_forever()
+
+    caplog.set_level(logging.CRITICAL, logger="raftka.controller")
+    try:
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(
+                MetadataApplyError,
+                match="cannot apply metadata record CreateTopic",
+                check=lambda exc: isinstance(exc.__cause__, ConfigError),
+            )
+        ):
+            _run(broker, propose_and_wait)
+        [offset] = proposed_at
+        [logged] = [r for r in caplog.records if r.levelno == logging.CRITICAL]
+        assert f"at offset {offset}" in logged.getMessage()
+        assert "no.such.config" in logged.getMessage()
+        assert "restart" in logged.getMessage()
+        assert controller.image.applied_offset == offset  # the image took it ...
+        assert broker.topics.get("t") is None  # ... this broker could not
+        assert controller.diverged
+    finally:
+        _close(broker)
+    # The image that is ahead of the broker is not saved: a restart applies the record again.
+    assert load_snapshot(tmp_path).applied_offset < offset
