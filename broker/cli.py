@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         listener = Listener.parse(args.listen)
         peers = ClusterSpec.parse_peers(args.peers)
         raft_listen = Listener.parse(args.raft_listen) if args.raft_listen else None
-        node_id = config.get("node.id")
+        node_id = config.get_int("node.id")
         if peers and node_id not in peers:
             raise ValueError(f"--peers must include this broker's node id {node_id}")
         if peers and raft_listen is None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import enum
 import os
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar, TypeVar
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -33,6 +33,23 @@ class ConfigType(enum.IntEnum):
     LIST = 7
     CLASS = 8
     PASSWORD = 9
+
+
+# A parsed config value: what ConfigDef.parse returns for each ConfigType (None: no value).
+ConfigValue = bool | int | float | str | None
+
+_T = TypeVar("_T", bool, int, float, str)
+
+
+def python_type(config_type: ConfigType) -> type[bool] | type[int] | type[float] | type[str]:
+    """The Python type ConfigDef.parse gives a value of this config type."""
+    if config_type == ConfigType.BOOLEAN:
+        return bool
+    if config_type in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+        return int
+    if config_type == ConfigType.DOUBLE:
+        return float
+    return str
 
 
 class ConfigSource(enum.IntEnum):
@@ -53,13 +70,13 @@ class ConfigError(ValueError):
 class ConfigDef:
     name: str
     type: ConfigType
-    default: Any
+    default: ConfigValue
     doc: str
     minimum: int | None = None
     choices: tuple[str, ...] | None = None
     read_only: bool = False
 
-    def parse(self, raw: Any) -> Any:
+    def parse(self, raw: ConfigValue) -> ConfigValue:
         """Parse and validate a value given as text (or already typed)."""
         if raw is None:
             if self.default is None:
@@ -68,7 +85,7 @@ class ConfigDef:
         try:
             if self.type == ConfigType.BOOLEAN:
                 if isinstance(raw, bool):
-                    value: Any = raw
+                    value: ConfigValue = raw
                 elif str(raw).strip().lower() in ("true", "false"):
                     value = str(raw).strip().lower() == "true"
                 else:
@@ -89,7 +106,8 @@ class ConfigDef:
                 f"Invalid value {raw!r} for configuration {self.name}: "
                 f"expected {self.type.name.lower()}"
             ) from None
-        if self.minimum is not None and value < self.minimum:
+        # Only numeric configs declare a minimum.
+        if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:
             raise ConfigError(
                 f"Invalid value {value} for configuration {self.name}: "
                 f"value must be at least {self.minimum}"
@@ -101,7 +119,7 @@ class ConfigDef:
             )
         return value
 
-    def render(self, value: Any) -> str | None:
+    def render(self, value: ConfigValue) -> str | None:
         """Kafka's textual form of a value, as DescribeConfigs reports it."""
         if value is None:
             return None
@@ -350,7 +368,7 @@ def load_config_file(path: Path) -> dict[str, str]:
     if path.suffix == ".toml":
         flat: dict[str, str] = {}
 
-        def walk(prefix: str, table: Mapping[str, Any]) -> None:
+        def walk(prefix: str, table: Mapping[str, object]) -> None:
             for key, value in table.items():
                 name = f"{prefix}{key}"
                 if isinstance(value, Mapping):
@@ -374,8 +392,65 @@ def load_config_file(path: Path) -> dict[str, str]:
     return values
 
 
-class BrokerConfig:
+class _TypedConfigs:
+    """Typed reads of configs by name. A getter that does not match the config's declared
+    ConfigType, or a non-optional getter for a config that may have no value, raises
+    TypeError naming the config: a programming error, not a bad config value."""
+
+    _definitions: ClassVar[Mapping[str, ConfigDef]]
+    # Configs without a default that `get` still always computes from others.
+    _computed: ClassVar[frozenset[str]] = frozenset()
+
+    def get(self, name: str) -> ConfigValue:
+        raise NotImplementedError
+
+    def get_bool(self, name: str) -> bool:
+        return self._required(name, bool, "get_bool")
+
+    def get_int(self, name: str) -> int:
+        """An INT, SHORT or LONG config."""
+        return self._required(name, int, "get_int")
+
+    def get_str(self, name: str) -> str:
+        return self._required(name, str, "get_str")
+
+    def get_optional_str(self, name: str) -> str | None:
+        return self._value(name, str, "get_optional_str")
+
+    def _required(self, name: str, wanted: type[_T], getter: str) -> _T:
+        definition = self._definitions[name]
+        if definition.default is None and name not in self._computed:
+            raise TypeError(
+                f"{getter}({name!r}): {name} has no default, so it may have no value; "
+                f"read it with get_optional_{wanted.__name__}"
+            )
+        value = self._value(name, wanted, getter)
+        if value is None:
+            raise TypeError(f"{getter}({name!r}): {name} has no value")
+        return value
+
+    def _value(self, name: str, wanted: type[_T], getter: str) -> _T | None:
+        definition = self._definitions[name]
+        declared = python_type(definition.type)
+        if declared is not wanted:
+            raise TypeError(
+                f"{getter}({name!r}): {name} is declared {definition.type.name} "
+                f"({declared.__name__}), not {wanted.__name__}"
+            )
+        value = self.get(name)
+        if value is None:
+            return None
+        # A bool is an int to isinstance; parse never gives one for an integer config.
+        if not isinstance(value, wanted) or isinstance(value, bool) != (wanted is bool):
+            raise TypeError(f"{getter}({name!r}): {name} holds {value!r}, not {wanted.__name__}")
+        return value
+
+
+class BrokerConfig(_TypedConfigs):
     """Resolved broker configuration: a value and a source for every known config."""
+
+    _definitions = BROKER_CONFIGS
+    _computed = frozenset({"log.roll.ms", "log.retention.ms", "log.flush.interval.ms"})
 
     def __init__(
         self,
@@ -384,7 +459,7 @@ class BrokerConfig:
         file_values: Mapping[str, str] | None = None,
     ) -> None:
         environ = os.environ if environ is None else environ
-        self._static: dict[str, Any] = {}
+        self._static: dict[str, ConfigValue] = {}
         sources: list[Mapping[str, str]] = [file_values or {}]
         env_values = {
             name: environ[_env_name(name)] for name in BROKER_CONFIGS if _env_name(name) in environ
@@ -400,19 +475,20 @@ class BrokerConfig:
                     )
                 self._static[name] = definition.parse(raw)
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> ConfigValue:
+        """The config's value; the typed getters check its type as well."""
         if name in self._static:
             return self._static[name]
         if name == "log.roll.ms":
-            return self.get("log.roll.hours") * 3600 * 1000
+            return self.get_int("log.roll.hours") * 3600 * 1000
         if name == "log.retention.ms":
             minutes = self._static.get("log.retention.minutes")
-            if minutes is not None:
+            if isinstance(minutes, int):
                 return -1 if minutes < 0 else minutes * 60 * 1000
-            hours = self.get("log.retention.hours")
+            hours = self.get_int("log.retention.hours")
             return -1 if hours < 0 else hours * 3600 * 1000
         if name == "log.flush.interval.ms":
-            return self.get("log.flush.scheduler.interval.ms")
+            return self.get_int("log.flush.scheduler.interval.ms")
         return BROKER_CONFIGS[name].default
 
     def source(self, name: str) -> ConfigSource:
@@ -425,9 +501,9 @@ class BrokerConfig:
             yield definition, definition.render(self.get(name)), self.source(name)
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, ConfigValue]:
     """Parse a topic's config overrides; raises ConfigError naming the bad entry."""
-    parsed: dict[str, Any] = {}
+    parsed: dict[str, ConfigValue] = {}
     for name, raw in configs.items():
         definition = TOPIC_CONFIGS.get(name)
         if definition is None:
@@ -436,14 +512,17 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
     return parsed
 
 
-class TopicConfig:
+class TopicConfig(_TypedConfigs):
     """A topic's effective configuration: its overrides over the broker's values."""
 
-    def __init__(self, broker: BrokerConfig, overrides: Mapping[str, Any]) -> None:
+    _definitions = TOPIC_CONFIGS
+
+    def __init__(self, broker: BrokerConfig, overrides: Mapping[str, ConfigValue]) -> None:
         self.broker = broker
         self.overrides = dict(overrides)
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> ConfigValue:
+        """The config's value; the typed getters check its type as well."""
         if name in self.overrides:
             return self.overrides[name]
         synonym = TOPIC_SYNONYMS.get(name)
@@ -491,6 +570,3 @@ def parse_assignments(items: Iterable[str]) -> dict[str, str]:
             raise ConfigError(f"expected name=value, got {item!r}")
         result[name.strip()] = value.strip()
     return result
-
-
-ConfigLookup = Callable[[str], Any]

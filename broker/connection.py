@@ -62,8 +62,8 @@ class Connection:
         self._buffer = bytearray()
         self._in_flight_bytes = 0
         self._bytes_released = trio.Event()
-        self.max_frame_bytes: int = self.config.get("socket.request.max.bytes")
-        self.max_in_flight: int = self.config.get("queued.max.requests")
+        self.max_frame_bytes: int = self.config.get_int("socket.request.max.bytes")
+        self.max_in_flight: int = self.config.get_int("queued.max.requests")
 
     async def serve(self) -> None:
         send, receive = trio.open_memory_channel[_Slot](self.max_in_flight)
@@ -108,7 +108,7 @@ class Connection:
     async def _read_requests(
         self, send: trio.MemorySendChannel[_Slot], nursery: trio.Nursery
     ) -> None:
-        idle_ms: int = self.config.get("connections.max.idle.ms")
+        idle_ms: int = self.config.get_int("connections.max.idle.ms")
         idle_s = float("inf") if idle_ms < 0 else idle_ms / 1000
         while True:
             with trio.move_on_after(idle_s) as idle:

@@ -109,7 +109,7 @@ class Broker:
         self.listener = listener
         self.data_dir = data_dir
         self.cluster = cluster or ClusterSpec()
-        self.node_id: int = config.get("node.id")
+        self.node_id: int = config.get_int("node.id")
         self.cluster_id = read_or_create_cluster_id(
             data_dir, self.node_id, self.cluster.cluster_id()
         )
@@ -137,7 +137,11 @@ class Broker:
         self.bound_port = listener.port
         # Until the listener is bound the configured address stands in for the advertised one.
         self.identity = BrokerIdentity(
-            self.node_id, self.cluster_id, config.get("broker.rack"), listener.host, listener.port
+            self.node_id,
+            self.cluster_id,
+            config.get_optional_str("broker.rack"),
+            listener.host,
+            listener.port,
         )
         self.services = BrokerServices(
             config=config,
@@ -160,7 +164,7 @@ class Broker:
                     self.listener.port, host=self.listener.host
                 )
                 self.bound_port = listeners[0].socket.getsockname()[1]
-                advertised = self.config.get("advertised.listeners")
+                advertised = self.config.get_optional_str("advertised.listeners")
                 address = (
                     Listener.parse(advertised)
                     if advertised
@@ -225,7 +229,7 @@ class Broker:
                                 logger.error("fsync of %s failed: %s", partition.name, exc)
 
     async def _enforce_retention(self) -> None:
-        interval_s = self.config.get("log.retention.check.interval.ms") / 1000
+        interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
         while True:
             await trio.sleep(interval_s)
             now = now_ms()

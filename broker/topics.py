@@ -44,17 +44,18 @@ def now_ms() -> int:
 
 
 def log_config_for(config: TopicConfig) -> LogConfig:
+    timestamp_type = config.get_str("message.timestamp.type")
     return LogConfig(
-        producer_id_expiration_ms=config.broker.get("producer.id.expiration.ms"),
-        segment_bytes=config.get("segment.bytes"),
-        segment_ms=config.get("segment.ms"),
-        retention_ms=config.get("retention.ms"),
-        retention_bytes=config.get("retention.bytes"),
-        flush_messages=config.get("flush.messages"),
-        flush_ms=config.get("flush.ms"),
-        index_interval_bytes=config.get("index.interval.bytes"),
-        segment_index_bytes=config.get("segment.index.bytes"),
-        message_timestamp_type_log_append=config.get("message.timestamp.type") == "LogAppendTime",
+        producer_id_expiration_ms=config.broker.get_int("producer.id.expiration.ms"),
+        segment_bytes=config.get_int("segment.bytes"),
+        segment_ms=config.get_int("segment.ms"),
+        retention_ms=config.get_int("retention.ms"),
+        retention_bytes=config.get_int("retention.bytes"),
+        flush_messages=config.get_int("flush.messages"),
+        flush_ms=config.get_int("flush.ms"),
+        index_interval_bytes=config.get_int("index.interval.bytes"),
+        segment_index_bytes=config.get_int("segment.index.bytes"),
+        message_timestamp_type_log_append=timestamp_type == "LogAppendTime",
     )
 
 

@@ -346,8 +346,8 @@ class Controller:
             command.assignments or None,
             command.configs,
             self.live_brokers(),
-            default_num_partitions=self.broker_config.get("num.partitions"),
-            default_replication_factor=self.broker_config.get("default.replication.factor"),
+            default_num_partitions=self.broker_config.get_int("num.partitions"),
+            default_replication_factor=self.broker_config.get_int("default.replication.factor"),
         )
         if not command.validate_only:
             await self._commit([record])

@@ -22,8 +22,8 @@ class CoordinatorConfig:
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> CoordinatorConfig:
         return cls(
-            initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
-            min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
-            max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
-            offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+            initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+            min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
+            max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+            offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
         )

@@ -109,7 +109,7 @@ class TopicOffsetsLog:
         self.topics = topics
         self.controller = controller
         self.config = config
-        self.num_partitions: int = int(config.get("offsets.topic.num.partitions"))
+        self.num_partitions: int = config.get_int("offsets.topic.num.partitions")
 
     def topic(self) -> Topic | None:
         topic = self.topics.get(OFFSETS_TOPIC)
@@ -125,7 +125,7 @@ class TopicOffsetsLog:
         topic = self.topic()
         if topic is not None:
             return topic
-        wanted_rf = int(self.config.get("offsets.topic.replication.factor"))
+        wanted_rf = int(self.config.get_str("offsets.topic.replication.factor"))
         live = max(1, len(self.controller.live_brokers()))
         result = await self.controller.execute(
             CreateTopicCommand(

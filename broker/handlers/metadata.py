@@ -105,9 +105,8 @@ async def handle_metadata(context: RequestContext, request: Any) -> Any:
     if requested is None or (context.api_version == 0 and not requested):
         entries = [_topic_entry(module, controller, t) for t in list(topics.topics.values())]
     else:
-        allow_create = getattr(request, "allow_auto_topic_creation", True) and services.config.get(
-            "auto.create.topics.enable"
-        )
+        auto_create = services.config.get_bool("auto.create.topics.enable")
+        allow_create = getattr(request, "allow_auto_topic_creation", True) and auto_create
         entries = []
         for wanted in requested:
             name = getattr(wanted, "name", None)

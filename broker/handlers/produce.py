@@ -75,7 +75,7 @@ def _append(
     fields: dict[str, Any] = {"error_code": ErrorCode.none}
     try:
         headers = validate_produce_records(
-            records, topic.config.get("max.message.bytes"), produce_version=version
+            records, topic.config.get_int("max.message.bytes"), produce_version=version
         )
     except InvalidRecords as exc:
         fields.update(error_code=ErrorCode(exc.error_code), error_message=exc.message)
@@ -92,7 +92,7 @@ def _append(
     fields["log_start_offset"] = log.log_start_offset
     if acks == -1:
         in_sync = len(partition.in_sync_replicas())
-        required = topic.config.get("min.insync.replicas")
+        required = topic.config.get_int("min.insync.replicas")
         if in_sync < required:
             fields.update(
                 error_code=ErrorCode.not_enough_replicas,

@@ -99,7 +99,7 @@ async def handle_delete_topics(context: RequestContext, request: Any) -> Any:
                 message = "This server does not host this topic ID."
         if name is not None:
             topic = services.topics.get(name)
-            if not services.config.get("delete.topic.enable"):
+            if not services.config.get_bool("delete.topic.enable"):
                 error, message = ErrorCode.topic_deletion_disabled, "Topic deletion is disabled."
             elif topic is not None and topic.is_internal:
                 error, message = (
