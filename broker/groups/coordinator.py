@@ -220,9 +220,7 @@ class GroupCoordinator:
         require_known_member_id: bool,
     ) -> JoinResult | Reply[JoinResult]:
         """The answer now, or a `Reply` that gets it once the group decides."""
-        if not valid_group_id(group_id):
-            return JoinResult(ErrorCode.invalid_group_id, member_id)
-        error = self.ownership.owner_error(group_id)
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return JoinResult(error, member_id)
         request = JoinRequest(
@@ -253,9 +251,7 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> SyncResult | Reply[SyncResult]:
         """The answer now, or a `Reply` that gets it once the group decides."""
-        if not valid_group_id(group_id):
-            return SyncResult(ErrorCode.invalid_group_id)
-        error = self.ownership.owner_error(group_id)
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return SyncResult(error)
         request = SyncRequest(
@@ -274,9 +270,7 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
-        if not valid_group_id(group_id):
-            return ErrorCode.invalid_group_id
-        error = self.ownership.owner_error(group_id)
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return error
         return self.machine.heartbeat(
@@ -288,9 +282,7 @@ class GroupCoordinator:
     ) -> tuple[ErrorCode, list[ErrorCode]]:
         """(top-level error, one error per (member id, group instance id) leaving)."""
         leaving = list(members)
-        if not valid_group_id(group_id):
-            return ErrorCode.invalid_group_id, [ErrorCode.invalid_group_id] * len(leaving)
-        error = self.ownership.owner_error(group_id)
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return error, [error] * len(leaving)
         return self.machine.leave(group_id, leaving, self.now())
@@ -391,9 +383,7 @@ class GroupCoordinator:
         return results
 
     def _delete_error(self, group_id: str) -> ErrorCode:
-        if not valid_group_id(group_id):
-            return ErrorCode.invalid_group_id
-        error = self.ownership.owner_error(group_id)
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return error
         group = self.groups.get(group_id)

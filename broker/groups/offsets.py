@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from kio.schema.errors import ErrorCode
 
 from broker.groups.config import CoordinatorConfig
-from broker.groups.group import GroupState, valid_group_id
+from broker.groups.group import GroupState
 from broker.groups.ownership import Ownership
 from broker.groups.rebalance import Instant, RebalanceMachine
 from broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
@@ -48,9 +48,7 @@ class GroupOffsets:
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
         """Kafka's group checks for an OffsetCommit (doCommitOffsets), without changes."""
-        if not valid_group_id(group_id):
-            return ErrorCode.invalid_group_id
-        error = self.ownership.owner_error(group_id)
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return error
         group = self.machine.groups.get(group_id)
@@ -105,9 +103,7 @@ class GroupOffsets:
         self, group_id: str, partitions: Iterable[TopicPartition] | None
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
         """Committed offsets of the given partitions (None: all the group has)."""
-        if not valid_group_id(group_id):
-            return ErrorCode.invalid_group_id, {}
-        error = self.ownership.owner_error(group_id)
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return error, {}
         group = self.machine.groups.get(group_id)
@@ -140,9 +136,7 @@ class GroupOffsets:
         self, group_id: str, partitions: list[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode], list[TopicPartition]]:
         """(error, result per partition, the partitions whose offsets to tombstone)."""
-        if not valid_group_id(group_id):
-            return ErrorCode.invalid_group_id, {}, []
-        error = self.ownership.owner_error(group_id)
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return error, {}, []
         group = self.machine.groups.get(group_id)

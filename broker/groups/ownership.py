@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.groups.group import ConsumerGroup, GroupState, Member
+from broker.groups.group import ConsumerGroup, GroupState, Member, valid_group_id
 from broker.groups.records import (
     GroupMetadataValue,
     OffsetKey,
@@ -58,6 +58,13 @@ class Ownership:
 
     def is_owned(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.owned
+
+    def request_error(self, group_id: str) -> ErrorCode:
+        """What a request for the group gets before the group is looked at: INVALID_GROUP_ID
+        for an id Kafka refuses, else `owner_error`."""
+        if not valid_group_id(group_id):
+            return ErrorCode.invalid_group_id
+        return self.owner_error(group_id)
 
     def owner_error(self, group_id: str) -> ErrorCode:
         """NONE when this broker coordinates the group; NOT_COORDINATOR or
