@@ -169,9 +169,10 @@ class OffsetReader:
             return {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in spec.offsets.items()}
         if spec.kind == "timestamps":
             timestamps = dict(spec.timestamps)
-        else:
-            assert spec.timestamp is not None
+        elif spec.timestamp is not None:
             timestamps = {tp: spec.timestamp for tp in tps}
+        else:
+            raise SourceError(f"option '{option}' of kind {spec.kind!r} names no timestamp")
         found = self.for_timestamps(timestamps)
         unmatched = [tp for tp, offset in found.items() if offset < 0]
         if unmatched and not spec.no_match_latest:
