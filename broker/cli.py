@@ -10,9 +10,9 @@ from pathlib import Path
 
 import trio
 
-from broker.cluster.controller import MetadataApplyError
-from broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
-from broker.server import Broker, ClusterSpec, Listener
+from raftka.broker.cluster.controller import MetadataApplyError
+from raftka.broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
+from raftka.broker.server import Broker, ClusterSpec, Listener
 
 logger = logging.getLogger("raftka")
 
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _groups(args: argparse.Namespace) -> int:
-    from broker.groups import admin_cli
+    from raftka.broker.groups import admin_cli
 
     if args.action == "list":
         return admin_cli.list_groups(args.bootstrap)
@@ -84,7 +84,7 @@ async def _serve(broker: Broker) -> None:
 
 
 def _print_configs() -> None:
-    from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS
+    from raftka.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS
 
     for title, table in (("broker configs", BROKER_CONFIGS), ("topic configs", TOPIC_CONFIGS)):
         print(f"# {title}")

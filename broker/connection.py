@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.handlers.api_versions import unsupported_version_response
-from broker.services import BrokerServices, RequestContext
-from protocol.api import (
+from raftka.broker.handlers.api_versions import unsupported_version_response
+from raftka.broker.services import BrokerServices, RequestContext
+from raftka.protocol.api import (
     API_VERSIONS_KEY,
     FrameError,
     RequestPrefix,
@@ -27,7 +27,7 @@ from protocol.api import (
 )
 
 if TYPE_CHECKING:
-    from broker.handlers import Handle
+    from raftka.broker.handlers import Handle
 
 logger = logging.getLogger("raftka.connection")
 

@@ -23,11 +23,11 @@ from pathlib import Path
 import crc32c
 import lmdb
 
-from consensus.errors import RaftInvariantError
-from consensus.types import Entry, EntryKind, HardState
-from log import PartitionLog
-from protocol.batch_builder import build_batch, decode_batch
-from protocol.records import (
+from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.types import Entry, EntryKind, HardState
+from raftka.log import PartitionLog
+from raftka.protocol.batch_builder import build_batch, decode_batch
+from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
     BatchHeader,
     read_batch_header,

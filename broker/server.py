@@ -12,17 +12,17 @@ from pathlib import Path
 
 import trio
 
-from broker.cluster.controller import Controller
-from broker.config import BrokerConfig
-from broker.connection import Connection
-from broker.groups import coordinator_for
-from broker.handlers import HANDLERS
-from broker.producer_ids import ProducerIdAllocator
-from broker.replication import HardStateStore
-from broker.services import BrokerIdentity, BrokerServices
-from broker.topics import TopicManager, now_ms
-from consensus.driver import RaftNode
-from consensus.transport import PeerTransport
+from raftka.broker.cluster.controller import Controller
+from raftka.broker.config import BrokerConfig
+from raftka.broker.connection import Connection
+from raftka.broker.groups import coordinator_for
+from raftka.broker.handlers import HANDLERS
+from raftka.broker.producer_ids import ProducerIdAllocator
+from raftka.broker.replication import HardStateStore
+from raftka.broker.services import BrokerIdentity, BrokerServices
+from raftka.broker.topics import TopicManager, now_ms
+from raftka.consensus.driver import RaftNode
+from raftka.consensus.transport import PeerTransport
 
 logger = logging.getLogger("raftka.server")
 

@@ -17,12 +17,12 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
 if TYPE_CHECKING:
-    from broker.cluster.commands import Command, CommandResult
-    from broker.cluster.image import BrokerInfo
-    from broker.config import BrokerConfig
-    from broker.groups import GroupCoordinator
-    from broker.handlers import ApiHandler
-    from broker.topics import Partition, Topic
+    from raftka.broker.cluster.commands import Command, CommandResult
+    from raftka.broker.cluster.image import BrokerInfo
+    from raftka.broker.config import BrokerConfig
+    from raftka.broker.groups import GroupCoordinator
+    from raftka.broker.handlers import ApiHandler
+    from raftka.broker.topics import Partition, Topic
 
 
 class TopicsView(Protocol):

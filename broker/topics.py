@@ -19,12 +19,12 @@ from pathlib import Path
 
 import trio
 
-from broker.config import BrokerConfig, TopicConfig, validate_topic_configs
-from broker.replication import HardStateStore, PartitionRaftStorage
-from consensus.core import NotLeaderError
-from consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
-from consensus.types import Entry, Role
-from log import LogConfig, PartitionLog
+from raftka.broker.config import BrokerConfig, TopicConfig, validate_topic_configs
+from raftka.broker.replication import HardStateStore, PartitionRaftStorage
+from raftka.consensus.core import NotLeaderError
+from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
+from raftka.consensus.types import Entry, Role
+from raftka.log import LogConfig, PartitionLog
 
 logger = logging.getLogger("raftka.topics")
 

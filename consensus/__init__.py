@@ -13,7 +13,7 @@
 - `consensus.sim`: seeded fault-injection simulation (`python -m consensus.sim --seed N`).
 """
 
-from consensus.core import (
+from raftka.consensus.core import (
     ConfigChangeError,
     NotLeaderError,
     RaftConfig,
@@ -22,9 +22,9 @@ from consensus.core import (
     SoftState,
     Status,
 )
-from consensus.errors import RaftInvariantError
-from consensus.storage import MemoryRaftLog, RaftLog
-from consensus.types import Entry, EntryKind, HardState, Message, MessageType, NodeId, Role
+from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.storage import MemoryRaftLog, RaftLog
+from raftka.consensus.types import Entry, EntryKind, HardState, Message, MessageType, NodeId, Role
 
 __all__ = [
     "ConfigChangeError",

@@ -26,7 +26,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from consensus.types import Entry, EntryKind, Message, MessageType, NodeId
+from raftka.consensus.types import Entry, EntryKind, Message, MessageType, NodeId
 
 MAGIC = b"RFTK"
 VERSION = 1

@@ -45,12 +45,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from consensus.errors import RaftInvariantError
-from consensus.progress import Progress, ProgressState
-from consensus.quorum import VoteResult, committed_end, majority_size, vote_result
-from consensus.raft_log import LogView
-from consensus.storage import RaftLog
-from consensus.types import (
+from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.progress import Progress, ProgressState
+from raftka.consensus.quorum import VoteResult, committed_end, majority_size, vote_result
+from raftka.consensus.raft_log import LogView
+from raftka.consensus.storage import RaftLog
+from raftka.consensus.types import (
     Entry,
     EntryKind,
     HardState,

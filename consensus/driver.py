@@ -32,7 +32,7 @@ from typing import Protocol
 
 import trio
 
-from consensus.core import (
+from raftka.consensus.core import (
     NotLeaderError,
     RaftConfig,
     RaftCore,
@@ -42,9 +42,9 @@ from consensus.core import (
     StorageError,
     can_send_before_sync,
 )
-from consensus.storage import RaftLog
-from consensus.transport import PeerTransport
-from consensus.types import Entry, HardState, Message, NodeId, Role
+from raftka.consensus.storage import RaftLog
+from raftka.consensus.transport import PeerTransport
+from raftka.consensus.types import Entry, HardState, Message, NodeId, Role
 
 log = logging.getLogger(__name__)
 

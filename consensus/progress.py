@@ -6,7 +6,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
-from consensus.errors import RaftInvariantError
+from raftka.consensus.errors import RaftInvariantError
 
 
 class ProgressState(enum.Enum):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Mapping
 
-from consensus.types import NodeId
+from raftka.consensus.types import NodeId
 
 
 def majority_size(voter_count: int) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from consensus.errors import RaftInvariantError
-from consensus.storage import RaftLog
-from consensus.types import Entry
+from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.storage import RaftLog
+from raftka.consensus.types import Entry
 
 
 class LogView:

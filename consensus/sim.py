@@ -40,7 +40,7 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from consensus.core import (
+from raftka.consensus.core import (
     ConfigChangeError,
     NotLeaderError,
     RaftConfig,
@@ -48,9 +48,9 @@ from consensus.core import (
     Ready,
     can_send_before_sync,
 )
-from consensus.errors import RaftInvariantError
-from consensus.storage import MemoryRaftLog
-from consensus.types import Entry, HardState, Message, NodeId, Role
+from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.storage import MemoryRaftLog
+from raftka.consensus.types import Entry, HardState, Message, NodeId, Role
 
 GROUP = "sim-0"
 

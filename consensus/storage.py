@@ -12,8 +12,8 @@ import bisect
 from collections.abc import Sequence
 from typing import Protocol
 
-from consensus.errors import RaftInvariantError
-from consensus.types import Entry, EntryKind
+from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.types import Entry, EntryKind
 
 
 class RaftLog(Protocol):

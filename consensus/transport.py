@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from consensus.codec import (
+from raftka.consensus.codec import (
     FRAME_HEADER_BYTES,
     CodecError,
     ForwardRequest,
@@ -45,7 +45,7 @@ from consensus.codec import (
     frame_length,
     message_size_bytes,
 )
-from consensus.types import Message, NodeId
+from raftka.consensus.types import Message, NodeId
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from protocol.records import (
+from raftka.protocol.records import (
     BatchHeader,
     UnsupportedBatch,
     record_timestamps,

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import crc32c
 
-from protocol.records import BatchHeader
+from raftka.protocol.records import BatchHeader
 
 from .epochs import write_file_atomically
 

@@ -1,4 +1,4 @@
-"""`python -m pipeline generate|run ...`, which `scripts/pipeline` runs."""
+"""`python -m raftka.pipeline generate|run ...`, which `scripts/pipeline` runs."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "generate":
-        from pipeline.clicks import generate, parse_ts
+        from raftka.pipeline.clicks import generate, parse_ts
 
         try:
             result = generate(
@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         return 0 if result.failed == 0 else 1
 
-    from pipeline.page_counts import PageCountsJob, PipelineError
-    from pipeline.session import SparkSetupError, local_session
+    from raftka.pipeline.page_counts import PageCountsJob, PipelineError
+    from raftka.pipeline.session import SparkSetupError, local_session
 
     conf = {}
     if args.packages:

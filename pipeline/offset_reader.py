@@ -12,8 +12,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
-from pipeline.errors import SourceError
-from pipeline.options import (
+from raftka.pipeline.errors import SourceError
+from raftka.pipeline.options import (
     EARLIEST,
     LATEST,
     OffsetSpec,

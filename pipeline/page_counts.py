@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's usual name
 from pyspark.sql.streaming import StreamingQuery
 
-from pipeline.clicks import EVENTS_PARTITIONS, EVENTS_TOPIC, ensure_topic
+from raftka.pipeline.clicks import EVENTS_PARTITIONS, EVENTS_TOPIC, ensure_topic
 
 COUNTS_TOPIC = "page-counts"
 WINDOW = "1 minute"

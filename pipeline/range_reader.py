@@ -19,8 +19,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from pipeline.errors import SourceError, report_data_loss
-from pipeline.options import client_settings
+from raftka.pipeline.errors import SourceError, report_data_loss
+from raftka.pipeline.options import client_settings
 
 LOG = logging.getLogger("pipeline.range_reader")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pipeline.source import RaftkaDataSource
+from raftka.pipeline.source import RaftkaDataSource
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,8 +20,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pipeline.errors import SourceError
-from pipeline.options import OptionError, SinkOptions, client_settings
+from raftka.pipeline.errors import SourceError
+from raftka.pipeline.options import OptionError, SinkOptions, client_settings
 
 FLUSH_TIMEOUT_S = 120.0
 POLL_EVERY = 1000  # rows between producer.poll(0) calls, to serve delivery reports

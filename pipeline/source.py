@@ -42,9 +42,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.errors import SourceError, report_data_loss
-from pipeline.offset_reader import OffsetReader
-from pipeline.options import (
+from raftka.pipeline.errors import SourceError, report_data_loss
+from raftka.pipeline.offset_reader import OffsetReader
+from raftka.pipeline.options import (
     OptionError,
     SinkOptions,
     SourceOptions,
@@ -55,8 +55,8 @@ from pipeline.options import (
     parse_source_options,
     rate_limit,
 )
-from pipeline.range_reader import OffsetRange, read_range
-from pipeline.sink import SinkColumns, WrittenRecords, check_sink_schema, write_rows
+from raftka.pipeline.range_reader import OffsetRange, read_range
+from raftka.pipeline.sink import SinkColumns, WrittenRecords, check_sink_schema, write_rows
 
 LOG = logging.getLogger("pipeline.source")
 

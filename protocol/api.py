@@ -21,7 +21,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from protocol.bounds import BoundsError, check_request
+from raftka.protocol.bounds import BoundsError, check_request
 
 API_VERSIONS_KEY = 18
 

@@ -11,7 +11,7 @@ with I/O are imported from their modules: `snapshot` (the image saved to and loa
 lmdb) and `controller` (the metadata Raft group's leader and every broker's apply loop).
 """
 
-from broker.cluster.image import (
+from raftka.broker.cluster.image import (
     BrokerInfo,
     BrokerRegistered,
     BrokerUnregistered,
@@ -23,8 +23,8 @@ from broker.cluster.image import (
     TopicDeleted,
     TopicImage,
 )
-from broker.cluster.placement import PlacementError, place_replicas
-from broker.cluster.records import (
+from raftka.broker.cluster.placement import PlacementError, place_replicas
+from raftka.broker.cluster.records import (
     AlterTopicConfigs,
     CreatePartitions,
     CreateTopic,

@@ -21,7 +21,7 @@ from typing import TypeVar
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.commands import (
+from raftka.broker.cluster.commands import (
     AlterConfigsCommand,
     Command,
     CommandDecodeError,
@@ -31,7 +31,7 @@ from broker.cluster.commands import (
     DeleteTopicCommand,
     RegisterBrokerCommand,
 )
-from broker.cluster.image import (
+from raftka.broker.cluster.image import (
     BrokerRegistered,
     Change,
     ConfigsChanged,
@@ -39,18 +39,23 @@ from broker.cluster.image import (
     TopicCreated,
     TopicDeleted,
 )
-from broker.cluster.records import MetadataRecord, RegisterBroker, encode_batch, iter_log_records
-from broker.cluster.snapshot import SnapshotStore
-from broker.cluster.validation import TopicError
-from broker.config import BrokerConfig
-from broker.replication import HardStateStore, PartitionRaftStorage
-from broker.topics import METADATA_TOPIC, TopicManager, now_ms
-from consensus.core import NotLeaderError
-from consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
-from consensus.transport import ForwardError, ForwardRemoteError
-from consensus.types import Role
-from log import LogConfig, PartitionLog
-from protocol.records import scan_batches
+from raftka.broker.cluster.records import (
+    MetadataRecord,
+    RegisterBroker,
+    encode_batch,
+    iter_log_records,
+)
+from raftka.broker.cluster.snapshot import SnapshotStore
+from raftka.broker.cluster.validation import TopicError
+from raftka.broker.config import BrokerConfig
+from raftka.broker.replication import HardStateStore, PartitionRaftStorage
+from raftka.broker.topics import METADATA_TOPIC, TopicManager, now_ms
+from raftka.consensus.core import NotLeaderError
+from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
+from raftka.consensus.transport import ForwardError, ForwardRemoteError
+from raftka.consensus.types import Role
+from raftka.log import LogConfig, PartitionLog
+from raftka.protocol.records import scan_batches
 
 logger = logging.getLogger("raftka.controller")
 

@@ -18,8 +18,8 @@ from typing import TypedDict
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.placement import place_replicas
-from broker.cluster.records import (
+from raftka.broker.cluster.placement import place_replicas
+from raftka.broker.cluster.records import (
     AlterTopicConfigs,
     CreatePartitions,
     CreateTopic,
@@ -28,7 +28,7 @@ from broker.cluster.records import (
     RegisterBroker,
     UnregisterBroker,
 )
-from broker.cluster.validation import (
+from raftka.broker.cluster.validation import (
     MAX_PARTITIONS,
     TopicError,
     check_no_null_configs,

@@ -14,8 +14,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Self, TypeAlias
 
-from protocol import batch_builder
-from protocol.batch_builder import BatchDecodeError, build_batch, is_control_batch, iter_batches
+from raftka.protocol import batch_builder
+from raftka.protocol.batch_builder import (
+    BatchDecodeError,
+    build_batch,
+    is_control_batch,
+    iter_batches,
+)
 
 
 class MetadataRecordError(ValueError):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import lmdb
 
-from broker.cluster.image import MetadataImage
+from raftka.broker.cluster.image import MetadataImage
 
 SNAPSHOT_DIR_NAME = "cluster-metadata.lmdb"
 _IMAGE_KEY = b"image"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import ConfigError, validate_topic_configs
+from raftka.broker.config import ConfigError, validate_topic_configs
 
 TOPIC_NAME_MAX_LENGTH = 249
 MAX_PARTITIONS = 10_000

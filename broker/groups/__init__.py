@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.groups.config import CoordinatorConfig
-from broker.groups.coordinator import GroupCoordinator, Reply
-from broker.groups.group import ConsumerGroup, GroupState, JoinResult, SyncResult, valid_group_id
-from broker.groups.store import (
+from raftka.broker.groups.config import CoordinatorConfig
+from raftka.broker.groups.coordinator import GroupCoordinator, Reply
+from raftka.broker.groups.group import (
+    ConsumerGroup,
+    GroupState,
+    JoinResult,
+    SyncResult,
+    valid_group_id,
+)
+from raftka.broker.groups.store import (
     OFFSETS_TOPIC,
     MemoryOffsetsLog,
     NotCoordinatorError,
@@ -16,9 +22,9 @@ from broker.groups.store import (
 )
 
 if TYPE_CHECKING:
-    from broker.config import BrokerConfig
-    from broker.services import ControllerClient
-    from broker.topics import TopicManager
+    from raftka.broker.config import BrokerConfig
+    from raftka.broker.services import ControllerClient
+    from raftka.broker.topics import TopicManager
 
 __all__ = [
     "OFFSETS_TOPIC",

@@ -26,17 +26,23 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.groups.config import CoordinatorConfig
-from broker.groups.group import ConsumerGroup, GroupState, JoinResult, SyncResult, valid_group_id
-from broker.groups.offsets import GroupOffsets, TopicPartition
-from broker.groups.ownership import Ownership
-from broker.groups.rebalance import Instant, JoinRequest, RebalanceMachine, SyncRequest
-from broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
-from broker.groups.store import KeyValue, OffsetsLog
-from broker.groups.writes import Append, WriteQueue
+from raftka.broker.groups.config import CoordinatorConfig
+from raftka.broker.groups.group import (
+    ConsumerGroup,
+    GroupState,
+    JoinResult,
+    SyncResult,
+    valid_group_id,
+)
+from raftka.broker.groups.offsets import GroupOffsets, TopicPartition
+from raftka.broker.groups.ownership import Ownership
+from raftka.broker.groups.rebalance import Instant, JoinRequest, RebalanceMachine, SyncRequest
+from raftka.broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
+from raftka.broker.groups.store import KeyValue, OffsetsLog
+from raftka.broker.groups.writes import Append, WriteQueue
 
 if TYPE_CHECKING:
-    from broker.topics import Partition
+    from raftka.broker.topics import Partition
 
 logger = logging.getLogger("raftka.groups")
 

@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.records import (
+from raftka.broker.groups.records import (
     STRING_LENGTH_MAX,
     GroupMetadataValue,
     MemberRecord,

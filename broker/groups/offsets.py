@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.config import CoordinatorConfig
-from broker.groups.group import GroupState
-from broker.groups.ownership import Ownership
-from broker.groups.rebalance import Instant, RebalanceMachine
-from broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
-from broker.groups.store import KeyValue
-from broker.groups.writes import WriteQueue
+from raftka.broker.groups.config import CoordinatorConfig
+from raftka.broker.groups.group import GroupState
+from raftka.broker.groups.ownership import Ownership
+from raftka.broker.groups.rebalance import Instant, RebalanceMachine
+from raftka.broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
+from raftka.broker.groups.store import KeyValue
+from raftka.broker.groups.writes import WriteQueue
 
 logger = logging.getLogger("raftka.groups")
 

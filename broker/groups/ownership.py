@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.groups.group import ConsumerGroup, GroupState, Member, valid_group_id
-from broker.groups.records import (
+from raftka.broker.groups.group import ConsumerGroup, GroupState, Member, valid_group_id
+from raftka.broker.groups.records import (
     GroupMetadataValue,
     OffsetKey,
     OffsetValue,
@@ -26,11 +26,11 @@ from broker.groups.records import (
     decode_key,
     partition_for_group,
 )
-from broker.groups.store import OFFSETS_TOPIC, OffsetsLog
+from raftka.broker.groups.store import OFFSETS_TOPIC, OffsetsLog
 
 if TYPE_CHECKING:
-    from broker.groups.rebalance import Instant, RebalanceMachine
-    from broker.topics import Partition
+    from raftka.broker.groups.rebalance import Instant, RebalanceMachine
+    from raftka.broker.topics import Partition
 
 logger = logging.getLogger("raftka.groups")
 

@@ -30,9 +30,9 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.config import CoordinatorConfig
-from broker.groups.deadlines import DeadlineHeap
-from broker.groups.group import (
+from raftka.broker.groups.config import CoordinatorConfig
+from raftka.broker.groups.deadlines import DeadlineHeap
+from raftka.broker.groups.group import (
     Answer,
     ConsumerGroup,
     GroupState,

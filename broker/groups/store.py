@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.commands import CreateTopicCommand
-from broker.topics import OFFSETS_TOPIC, Partition, Topic, now_ms
-from consensus.core import NotLeaderError
-from protocol.batch_builder import BatchDecodeError, build_batch, decode_batch, iter_batches
+from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.topics import OFFSETS_TOPIC, Partition, Topic, now_ms
+from raftka.consensus.core import NotLeaderError
+from raftka.protocol.batch_builder import BatchDecodeError, build_batch, decode_batch, iter_batches
 
 if TYPE_CHECKING:
-    from broker.config import BrokerConfig
-    from broker.services import ControllerClient, TopicsView
+    from raftka.broker.config import BrokerConfig
+    from raftka.broker.services import ControllerClient, TopicsView
 
 logger = logging.getLogger("raftka.groups")
 

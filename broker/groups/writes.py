@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.groups.records import GroupMetadataKey, GroupMetadataValue, partition_for_group
-from broker.groups.store import OFFSETS_TOPIC, KeyValue, NotCoordinatorError, OffsetsLog
+from raftka.broker.groups.records import GroupMetadataKey, GroupMetadataValue, partition_for_group
+from raftka.broker.groups.store import OFFSETS_TOPIC, KeyValue, NotCoordinatorError, OffsetsLog
 
 logger = logging.getLogger("raftka.groups")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from broker.handlers import (
+from raftka.broker.handlers import (
     api_versions,
     configs,
     fetch,
@@ -18,7 +18,7 @@ from broker.handlers import (
     producer_ids,
     topics_admin,
 )
-from broker.services import RequestContext
+from raftka.broker.services import RequestContext
 
 # Request and response are kio entities of the request's version, which kio types as Any.
 Handle = Callable[[RequestContext, Any], Awaitable[Any]]

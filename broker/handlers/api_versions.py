@@ -9,12 +9,12 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, response_schema
-from protocol.api import build
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from broker.handlers import ApiHandler
-    from broker.services import RequestContext
+    from raftka.broker.handlers import ApiHandler
+    from raftka.broker.services import RequestContext
 
 
 def _ranges(handlers: Mapping[int, ApiHandler]) -> list[tuple[int, int, int]]:

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from protocol.api import response_type, schema_module
+from raftka.protocol.api import response_type, schema_module
 
 if TYPE_CHECKING:
-    from broker.services import RequestContext
-    from broker.topics import Partition
+    from raftka.broker.services import RequestContext
+    from raftka.broker.topics import Partition
 
 NO_THROTTLE = datetime.timedelta(0)
 

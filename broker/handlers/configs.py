@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.commands import AlterConfigsCommand
-from broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, TopicConfig
-from broker.handlers.common import NO_THROTTLE, response_schema
-from protocol.api import build
+from raftka.broker.cluster.commands import AlterConfigsCommand
+from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, TopicConfig
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from broker.services import ControllerClient, RequestContext, TopicsView
+    from raftka.broker.services import ControllerClient, RequestContext, TopicsView
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

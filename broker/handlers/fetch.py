@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, led_partition, response_schema
-from log import OffsetOutOfRange
-from protocol.api import build
+from raftka.broker.handlers.common import NO_THROTTLE, led_partition, response_schema
+from raftka.log import OffsetOutOfRange
+from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from broker.services import RequestContext
-    from broker.topics import Partition, Topic
+    from raftka.broker.services import RequestContext
+    from raftka.broker.topics import Partition, Topic
 
 READ_COMMITTED = 1
 

@@ -13,14 +13,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
-from broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
-from broker.groups.records import OffsetValue, partition_for_group
-from broker.handlers.common import NO_THROTTLE, response_schema
-from broker.handlers.metadata import brokers_of, partition_leader
-from broker.services import RequestContext
-from broker.topics import now_ms
-from protocol.api import build
+from raftka.broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
+from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
+from raftka.broker.groups.records import OffsetValue, partition_for_group
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.metadata import brokers_of, partition_leader
+from raftka.broker.services import RequestContext
+from raftka.broker.topics import now_ms
+from raftka.protocol.api import build
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, led_partition, response_schema
-from protocol.api import build
+from raftka.broker.handlers.common import NO_THROTTLE, led_partition, response_schema
+from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from broker.services import RequestContext
-    from broker.topics import Partition
+    from raftka.broker.services import RequestContext
+    from raftka.broker.topics import Partition
 
 LATEST = -1
 EARLIEST = -2

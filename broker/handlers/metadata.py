@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.commands import CreateTopicCommand
-from broker.cluster.validation import TopicError, validate_topic_name
-from broker.handlers.common import NO_THROTTLE, response_schema
-from broker.topics import Topic
-from protocol.api import build
+from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.cluster.validation import TopicError, validate_topic_name
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.topics import Topic
+from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from broker.services import BrokerServices, ControllerClient, RequestContext
-    from broker.topics import Partition
+    from raftka.broker.services import BrokerServices, ControllerClient, RequestContext
+    from raftka.broker.topics import Partition
 
 logger = logging.getLogger("raftka.metadata")
 

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, response_schema
-from broker.topics import Partition, now_ms
-from consensus.core import NotLeaderError, StorageError
-from log.producer_state import BatchMetadata, ProducerStateError
-from protocol.api import build
-from protocol.records import (
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.topics import Partition, now_ms
+from raftka.consensus.core import NotLeaderError, StorageError
+from raftka.log.producer_state import BatchMetadata, ProducerStateError
+from raftka.protocol.api import build
+from raftka.protocol.records import (
     BatchHeader,
     InvalidRecords,
     set_log_append_time,
@@ -40,8 +40,8 @@ from protocol.records import (
 )
 
 if TYPE_CHECKING:
-    from broker.services import RequestContext
-    from log import PartitionLog
+    from raftka.broker.services import RequestContext
+    from raftka.log import PartitionLog
 
 logger = logging.getLogger("raftka.produce")
 

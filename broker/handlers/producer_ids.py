@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.common import NO_THROTTLE, response_schema
-from protocol.api import build
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from broker.services import RequestContext
+    from raftka.broker.services import RequestContext
 
 logger = logging.getLogger("raftka.producer_ids")
 

@@ -8,13 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.commands import CreatePartitionsCommand, CreateTopicCommand, DeleteTopicCommand
-from broker.handlers.common import NO_THROTTLE, response_schema
-from protocol.api import build
+from raftka.broker.cluster.commands import (
+    CreatePartitionsCommand,
+    CreateTopicCommand,
+    DeleteTopicCommand,
+)
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from broker.services import RequestContext
-    from broker.topics import Topic
+    from raftka.broker.services import RequestContext
+    from raftka.broker.topics import Topic
 
 
 def _created_configs(module: ModuleType, topic: Topic) -> tuple[Any, ...]:

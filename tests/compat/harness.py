@@ -110,7 +110,7 @@ def _set_parent_death_signal() -> None:
 
 
 class BrokerProcess:
-    """One raftka broker running as `python -m broker serve` in a subprocess.
+    """One raftka broker running as `python -m raftka.broker serve` in a subprocess.
 
     The broker listens on 127.0.0.1:<port>; its stdout and stderr go to `broker.log` in
     `data_dir`'s parent folder. `start()` returns once the port answers a Kafka ApiVersions
@@ -162,7 +162,7 @@ class BrokerProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def command(self) -> list[str]:
-        argv = [self.python, "-m", "broker", "serve", "--listen", self.bootstrap]
+        argv = [self.python, "-m", "raftka.broker", "serve", "--listen", self.bootstrap]
         argv += ["--data-dir", str(self.data_dir)]
         for key, value in self.config.items():
             argv += ["--config", f"{key}={value}"]

@@ -29,7 +29,7 @@ def spark() -> Iterator[Any]:
         missing_client("pyspark not installed: run scripts/setup")
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         missing_client("java not found: Spark needs Java 17")
-    from pipeline.session import local_session
+    from raftka.pipeline.session import local_session
 
     session = local_session("raftka-compat", master="local[2]", conf=SPARK_TEST_CONF)
     try:

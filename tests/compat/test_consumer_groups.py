@@ -507,7 +507,7 @@ def test_groups_cli_describes_a_live_group(bootstrap: str, new_topic: Any) -> No
         )
         root = Path(__file__).resolve().parents[2]
         out = subprocess.run(
-            [sys.executable, "-m", "broker", "groups", "describe", group]
+            [sys.executable, "-m", "raftka.broker", "groups", "describe", group]
             + ["--bootstrap", bootstrap],
             capture_output=True,
             text=True,
@@ -522,7 +522,7 @@ def test_groups_cli_describes_a_live_group(bootstrap: str, new_topic: Any) -> No
             [topic, "1", "5", str(ends[1]), str(ends[1] - 5)],
         ]
         listed = subprocess.run(
-            [sys.executable, "-m", "broker", "groups", "list", "--bootstrap", bootstrap],
+            [sys.executable, "-m", "raftka.broker", "groups", "list", "--bootstrap", bootstrap],
             capture_output=True,
             text=True,
             timeout=60,

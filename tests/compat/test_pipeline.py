@@ -18,8 +18,8 @@ import pytest
 from clients import consume
 from harness import REPO_ROOT
 
-from pipeline.clicks import format_ts, parse_ts
-from pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError, kafka_package
+from raftka.pipeline.clicks import format_ts, parse_ts
+from raftka.pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError, kafka_package
 
 # Spark jobs end to end: a few minutes.
 pytestmark = pytest.mark.slow

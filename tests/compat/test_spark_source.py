@@ -22,7 +22,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from harness import free_port
 
-from pipeline.options import (
+from raftka.pipeline.options import (
     OptionError,
     offsets_from_json,
     offsets_to_json,

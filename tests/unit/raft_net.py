@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from consensus import (
+from raftka.consensus import (
     Entry,
     HardState,
     MemoryRaftLog,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.cluster import (
+from raftka.broker.cluster import (
     AlterTopicConfigs,
     BrokerRegistered,
     ConfigsChanged,
@@ -31,11 +31,11 @@ from broker.cluster import (
     iter_log_records,
     place_replicas,
 )
-from broker.cluster.records import decode_record
-from broker.cluster.snapshot import SnapshotStore, load_snapshot, save_snapshot
-from broker.cluster.validation import TopicError
-from protocol.batch_builder import build_batch
-from protocol.records import validate_produce_records
+from raftka.broker.cluster.records import decode_record
+from raftka.broker.cluster.snapshot import SnapshotStore, load_snapshot, save_snapshot
+from raftka.broker.cluster.validation import TopicError
+from raftka.protocol.batch_builder import build_batch
+from raftka.protocol.records import validate_produce_records
 
 TID = uuid.UUID("00000000-0000-0000-0000-000000000001")
 TID2 = uuid.UUID("00000000-0000-0000-0000-000000000002")
@@ -94,7 +94,7 @@ def test_batch_round_trip_is_a_valid_kafka_batch() -> None:
 
 
 def test_batch_keys_are_type_names() -> None:
-    from protocol.batch_builder import decode_batch as decode_kafka
+    from raftka.protocol.batch_builder import decode_batch as decode_kafka
 
     batch = encode_batch([DeleteTopic(TID), UnregisterBroker(3)])
     assert [r.key for r in decode_kafka(batch)] == [b"DeleteTopic", b"UnregisterBroker"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config import (
+from raftka.broker.config import (
     BROKER_CONFIGS,
     LONG_MAX,
     TOPIC_CONFIGS,

@@ -13,18 +13,18 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.commands import (
+from raftka.broker.cluster.commands import (
     AlterConfigsCommand,
     CommandResult,
     CreatePartitionsCommand,
     CreateTopicCommand,
     DeleteTopicCommand,
 )
-from broker.cluster.controller import CONTROLLER_RPC, MetadataApplyError
-from broker.cluster.records import CreateTopic, encode_batch
-from broker.cluster.snapshot import load_snapshot
-from broker.config import BrokerConfig, ConfigError
-from broker.server import Broker, Listener
+from raftka.broker.cluster.controller import CONTROLLER_RPC, MetadataApplyError
+from raftka.broker.cluster.records import CreateTopic, encode_batch
+from raftka.broker.cluster.snapshot import load_snapshot
+from raftka.broker.config import BrokerConfig, ConfigError
+from raftka.broker.server import Broker, Listener
 
 T = TypeVar("T")
 

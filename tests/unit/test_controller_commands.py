@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.commands import (
+from raftka.broker.cluster.commands import (
     COMMAND_TYPES,
     AlterConfigsCommand,
     Command,

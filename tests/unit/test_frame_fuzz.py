@@ -25,11 +25,11 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_writer
 from trio.testing import MockClock
 
-from broker.cluster.commands import CreateTopicCommand
-from broker.config import BrokerConfig
-from broker.server import Broker, Listener
-from broker.services import RequestContext
-from protocol.api import (
+from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.config import BrokerConfig
+from raftka.broker.server import Broker, Listener
+from raftka.broker.services import RequestContext
+from raftka.protocol.api import (
     FrameError,
     build,
     decode_request,
@@ -37,7 +37,7 @@ from protocol.api import (
     read_prefix,
     request_type,
 )
-from protocol.records import validate_produce_records
+from raftka.protocol.records import validate_produce_records
 
 TOPIC = "fuzzed"
 MAX_VIRTUAL_WAIT_S = 100 * 24 * 3600  # past Kafka's longest max_wait (int32 milliseconds)

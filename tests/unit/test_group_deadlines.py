@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.groups.deadlines import STALE_ENTRIES_SLACK, DeadlineHeap
+from raftka.broker.groups.deadlines import STALE_ENTRIES_SLACK, DeadlineHeap
 
 
 class Counter:

@@ -11,9 +11,9 @@ from typing import Generic, TypeVar
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.groups.config import CoordinatorConfig
-from broker.groups.group import ConsumerGroup, GroupState, JoinResult, SyncResult
-from broker.groups.rebalance import (
+from raftka.broker.groups.config import CoordinatorConfig
+from raftka.broker.groups.group import ConsumerGroup, GroupState, JoinResult, SyncResult
+from raftka.broker.groups.rebalance import (
     DeadlineKey,
     DeadlineKind,
     Instant,

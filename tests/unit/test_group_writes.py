@@ -9,16 +9,16 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from broker.groups import CoordinatorConfig, GroupCoordinator, MemoryOffsetsLog
-from broker.groups.records import (
+from raftka.broker.groups import CoordinatorConfig, GroupCoordinator, MemoryOffsetsLog
+from raftka.broker.groups.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetKey,
     OffsetValue,
     decode_key,
 )
-from broker.groups.store import KeyValue, records_of
-from broker.groups.writes import WRITES_QUEUED_MAX, WriteQueue
+from raftka.broker.groups.store import KeyValue, records_of
+from raftka.broker.groups.writes import WRITES_QUEUED_MAX, WriteQueue
 
 E = ErrorCode
 N = 1  # one offsets partition: every group shares its queue

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from broker.groups import (
+from raftka.broker.groups import (
     CoordinatorConfig,
     GroupCoordinator,
     GroupState,
@@ -20,7 +20,7 @@ from broker.groups import (
     Reply,
     SyncResult,
 )
-from broker.groups.records import OffsetValue
+from raftka.broker.groups.records import OffsetValue
 
 E = ErrorCode
 SESSION_MS = 10_000
@@ -567,7 +567,7 @@ def test_offsets_and_group_survive_a_reload() -> None:
 
 
 def h_partition(group_id: str, n: int) -> int:
-    from broker.groups.records import partition_for_group
+    from raftka.broker.groups.records import partition_for_group
 
     return partition_for_group(group_id, n)
 

@@ -16,8 +16,8 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
-from broker.groups import (
+from raftka.broker.config import BrokerConfig
+from raftka.broker.groups import (
     OFFSETS_TOPIC,
     CoordinatorConfig,
     GroupCoordinator,
@@ -28,9 +28,9 @@ from broker.groups import (
     SyncResult,
     TopicOffsetsLog,
 )
-from broker.groups.records import OffsetKey, OffsetValue, partition_for_group
-from consensus.core import NotLeaderError
-from protocol.batch_builder import build_batch
+from raftka.broker.groups.records import OffsetKey, OffsetValue, partition_for_group
+from raftka.consensus.core import NotLeaderError
+from raftka.protocol.batch_builder import build_batch
 
 E = ErrorCode
 N = 3

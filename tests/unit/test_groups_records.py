@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.groups.records import (
+from raftka.broker.groups.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberRecord,
@@ -19,16 +19,16 @@ from broker.groups.records import (
     java_string_hashcode,
     partition_for_group,
 )
-from broker.groups.store import read_partition
-from log import LogConfig, PartitionLog
-from protocol.batch_builder import (
+from raftka.broker.groups.store import read_partition
+from raftka.log import LogConfig, PartitionLog
+from raftka.protocol.batch_builder import (
     BatchDecodeError,
     build_batch,
     decode_batch,
     decode_varint,
     encode_varint,
 )
-from protocol.records import read_batch_header, validate_produce_records
+from raftka.protocol.records import read_batch_header, validate_produce_records
 
 
 @pytest.mark.parametrize(

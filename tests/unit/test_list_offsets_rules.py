@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from broker.handlers.list_offsets import EARLIEST, LATEST, OffsetNotAvailable, _lookup
+from raftka.broker.handlers.list_offsets import EARLIEST, LATEST, OffsetNotAvailable, _lookup
 
 
 @dataclass

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from batches import encode_batch
 
-from log import LogConfig, NonContiguousAppend, OffsetOutOfRange, PartitionLog
-from protocol.records import iter_batch_headers, validate_produce_records
+from raftka.log import LogConfig, NonContiguousAppend, OffsetOutOfRange, PartitionLog
+from raftka.protocol.records import iter_batch_headers, validate_produce_records
 
 NOW = 1_700_000_000_000
 SMALL = LogConfig(segment_bytes=2000, index_interval_bytes=200)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from batches import encode_batch
 
-from log import LogConfig, LogInvariantError, LogSegment, NonContiguousAppend, PartitionLog
-from log.segment import MAX_RELATIVE_OFFSET
-from protocol.records import validate_produce_records
+from raftka.log import LogConfig, LogInvariantError, LogSegment, NonContiguousAppend, PartitionLog
+from raftka.log.segment import MAX_RELATIVE_OFFSET
+from raftka.protocol.records import validate_produce_records
 
 NOW = 1_700_000_000_000
 

@@ -11,8 +11,8 @@ from batches import encode_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from log import LogConfig, PartitionLog
-from protocol.records import iter_batch_headers, validate_produce_records
+from raftka.log import LogConfig, PartitionLog
+from raftka.protocol.records import iter_batch_headers, validate_produce_records
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=100)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from batches import encode_batch
 
-from log import LogConfig, PartitionLog
-from log.partition import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_CHECKPOINT, RECOVERY_POINT_FILE
-from log.segment import LogSegment, RecoveryResult
-from protocol.records import iter_batch_headers, validate_produce_records
+from raftka.log import LogConfig, PartitionLog
+from raftka.log.partition import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_CHECKPOINT, RECOVERY_POINT_FILE
+from raftka.log.segment import LogSegment, RecoveryResult
+from raftka.protocol.records import iter_batch_headers, validate_produce_records
 
 NOW = 1_700_000_000_000
 SMALL = LogConfig(segment_bytes=3000, index_interval_bytes=150)

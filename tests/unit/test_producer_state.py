@@ -10,8 +10,8 @@ import pytest
 import trio
 from batches import encode_batch
 
-from log import LogConfig, PartitionLog
-from log.producer_state import (
+from raftka.log import LogConfig, PartitionLog
+from raftka.log.producer_state import (
     BATCHES_KEPT,
     INT32_MAX,
     INVALID_PRODUCER_EPOCH,
@@ -22,7 +22,7 @@ from log.producer_state import (
     increment_sequence,
     list_snapshots,
 )
-from protocol.records import BatchHeader, validate_produce_records
+from raftka.protocol.records import BatchHeader, validate_produce_records
 
 NOW = 1_700_000_000_000
 SMALL = LogConfig(segment_bytes=1500, index_interval_bytes=150)
@@ -299,7 +299,7 @@ def test_replicated_appends_update_state(tmp_path: Path) -> None:
 
 
 def test_producer_ids_are_unique_across_reopen_and_nodes(tmp_path: Path) -> None:
-    from broker.producer_ids import ProducerIdAllocator
+    from raftka.broker.producer_ids import ProducerIdAllocator
 
     async def take(allocator: ProducerIdAllocator, count: int) -> list[int]:
         return [await allocator.next_producer_id() for _ in range(count)]

@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Callable, Sequence
 import pytest
 import trio
 
-from consensus import HardState, MemoryRaftLog, Message, MessageType, NotLeaderError, Role
-from consensus.core import StorageError
-from consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
-from consensus.transport import PeerTransport
-from consensus.types import Entry
+from raftka.consensus import HardState, MemoryRaftLog, Message, MessageType, NotLeaderError, Role
+from raftka.consensus.core import StorageError
+from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
+from raftka.consensus.transport import PeerTransport
+from raftka.consensus.types import Entry
 
 TICK_MS = 20
 NODES = (1, 2, 3)

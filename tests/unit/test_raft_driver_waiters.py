@@ -14,10 +14,10 @@ import pytest
 import trio
 from test_raft_driver import VOTERS, MemoryRaftGroupStorage
 
-from consensus import NotLeaderError, Role
-from consensus.core import RaftConfig, RaftCore
-from consensus.driver import RaftGroup
-from consensus.types import Message
+from raftka.consensus import NotLeaderError, Role
+from raftka.consensus.core import RaftConfig, RaftCore
+from raftka.consensus.driver import RaftGroup
+from raftka.consensus.types import Message
 
 GROUP = "orders-0"
 

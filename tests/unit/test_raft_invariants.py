@@ -10,7 +10,7 @@ import pytest
 import trio
 from raft_net import GROUP
 
-from consensus import (
+from raftka.consensus import (
     Entry,
     HardState,
     MemoryRaftLog,
@@ -20,10 +20,10 @@ from consensus import (
     RaftCore,
     RaftInvariantError,
 )
-from consensus.driver import RaftNode
-from consensus.progress import Inflights
-from consensus.raft_log import LogView
-from consensus.transport import PeerTransport
+from raftka.consensus.driver import RaftNode
+from raftka.consensus.progress import Inflights
+from raftka.consensus.raft_log import LogView
+from raftka.consensus.transport import PeerTransport
 
 
 def follower(entries: list[Entry], high_watermark: int | None = None) -> RaftCore:

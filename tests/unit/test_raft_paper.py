@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from raft_net import GROUP, Net
 
-from consensus import (
+from raftka.consensus import (
     ConfigChangeError,
     Entry,
     EntryKind,
@@ -19,8 +19,8 @@ from consensus import (
     RaftInvariantError,
     Role,
 )
-from consensus.progress import ProgressState
-from consensus.types import encode_voters
+from raftka.consensus.progress import ProgressState
+from raftka.consensus.types import encode_voters
 
 
 def E(
@@ -530,7 +530,7 @@ def test_restart_from_high_watermark_checkpoint() -> None:
 
 
 def test_simulation_failure_names_its_reproduction() -> None:
-    from consensus.sim import Simulation
+    from raftka.consensus.sim import Simulation
 
     sim = Simulation(3)
     report = str(sim._fail("example"))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consensus import Entry, MemoryRaftLog
-from consensus.progress import Progress, ProgressState
-from consensus.quorum import VoteResult, committed_end, majority_size, vote_result
-from consensus.raft_log import LogView
+from raftka.consensus import Entry, MemoryRaftLog
+from raftka.consensus.progress import Progress, ProgressState
+from raftka.consensus.quorum import VoteResult, committed_end, majority_size, vote_result
+from raftka.consensus.raft_log import LogView
 
 
 def test_majority_size() -> None:

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from consensus import Message, MessageType, RaftCore
-from consensus.sim import SimParams, Simulation, SimulationFailure, run_seed, run_seeds
+from raftka.consensus import Message, MessageType, RaftCore
+from raftka.consensus.sim import SimParams, Simulation, SimulationFailure, run_seed, run_seeds
 
 # Runs that once failed, with their parameters pinned so later changes to the seed-to-params
 # mapping cannot silently turn them into different runs. Each must keep passing.

@@ -12,7 +12,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consensus.codec import (
+from raftka.consensus.codec import (
     CodecError,
     ForwardRequest,
     ForwardResponse,
@@ -26,14 +26,14 @@ from consensus.codec import (
     frame_length,
     message_size_bytes,
 )
-from consensus.transport import (
+from raftka.consensus.transport import (
     UNKNOWN_SERVER_ERROR,
     ForwardError,
     ForwardRemoteError,
     ForwardTimeout,
     PeerTransport,
 )
-from consensus.types import Entry, EntryKind, Message, MessageType
+from raftka.consensus.types import Entry, EntryKind, Message, MessageType
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)

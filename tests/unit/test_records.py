@@ -7,7 +7,7 @@ import struct
 import pytest
 from batches import encode_batch
 
-from protocol import records as r
+from raftka.protocol import records as r
 
 
 def test_header_parse() -> None:

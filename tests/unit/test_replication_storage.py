@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from batches import encode_batch
 
-from broker.replication import HardStateStore, PartitionRaftStorage
-from consensus.core import RaftConfig, RaftCore
-from consensus.types import EntryKind, HardState, Message, Role
-from log import LogConfig, PartitionLog
-from protocol.records import CONTROL_FLAG_MASK, scan_batches, validate_produce_records
+from raftka.broker.replication import HardStateStore, PartitionRaftStorage
+from raftka.consensus.core import RaftConfig, RaftCore
+from raftka.consensus.types import EntryKind, HardState, Message, Role
+from raftka.log import LogConfig, PartitionLog
+from raftka.protocol.records import CONTROL_FLAG_MASK, scan_batches, validate_produce_records
 
 GROUP = "orders-0"
 

@@ -1,0 +1,1 @@
+"""raftka, a Kafka-wire-compatible broker with Raft-replicated partition logs."""
