@@ -12,6 +12,7 @@ import trio
 
 from raftka.broker.cluster.controller import MetadataApplyError
 from raftka.broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
+from raftka.broker.http_endpoint import EndpointBindError
 from raftka.broker.server import Broker, ClusterSpec, Listener
 
 logger = logging.getLogger("raftka")
@@ -93,6 +94,13 @@ def _print_configs() -> None:
             print(f"{definition.name}={'' if default is None else default}  # {definition.doc}")
 
 
+def _first(group: BaseExceptionGroup[EndpointBindError]) -> BaseException:
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "configs":
@@ -134,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raftka: cannot serve on {args.listen}: {exc}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:
+        bind_errors = group.subgroup(EndpointBindError)
+        if bind_errors is not None:
+            print(f"raftka: metrics.listen: {_first(bind_errors)}", file=sys.stderr)
+            return 1
         if group.subgroup(MetadataApplyError) is None:
             raise
         # The controller logged the record, its offset and the cause as critical.

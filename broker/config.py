@@ -158,6 +158,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         read_only=True,
     ),
     ConfigDef("log.dirs", S, "./data", "Data directory.", read_only=True),
+    ConfigDef(
+        "metrics.listen",
+        S,
+        "",
+        "HOST:PORT of the HTTP endpoint for /metrics (Prometheus), /healthz and /readyz; "
+        "empty: no endpoint.",
+        read_only=True,
+    ),
     ConfigDef("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
     ConfigDef(
         "default.replication.factor",

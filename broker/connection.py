@@ -3,19 +3,22 @@
 Requests on a connection may be processed concurrently (a Produce waiting for its flush
 does not hold up the next request's work) but responses leave in request order, as Kafka
 requires. A connection holds at most `queued.max.requests` requests and a bounded number of
-request bytes in flight; past that the broker stops reading from it.
+request bytes in flight; past that the broker stops reading from it. Each request a handler
+serves is counted once in the broker's metrics, when its response is written.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from raftka.broker.handlers.api_versions import unsupported_version_response
+from raftka.broker.metrics import HANDLER_FAILED, error_name
 from raftka.broker.services import BrokerServices, RequestContext
 from raftka.protocol.api import (
     API_VERSIONS_KEY,
@@ -44,6 +47,10 @@ class _Slot:
     frame: bytes | None = None
     close_after: bool = False
     request_bytes: int = 0
+    # For the request metrics: set when a handler serves the request.
+    api_key: int | None = None
+    received_s: float = 0.0
+    error: str | None = None
 
 
 class Connection:
@@ -51,6 +58,7 @@ class Connection:
         self.services = services
         self.config = services.config
         self.handlers = services.handlers
+        self.metrics = services.metrics
         self.stream = stream
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -67,6 +75,7 @@ class Connection:
 
     async def serve(self) -> None:
         send, receive = trio.open_memory_channel[_Slot](self.max_in_flight)
+        self.metrics.connection_opened()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_responses, receive, nursery.cancel_scope)
@@ -82,6 +91,7 @@ class Connection:
             if rest is not None:
                 raise rest from None
         finally:
+            self.metrics.connection_closed()
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 await self.stream.aclose()
@@ -129,6 +139,7 @@ class Connection:
                 return
             if not await self._receive_exactly(4 + size):
                 return
+            received_s = time.perf_counter()
             frame = bytes(self._buffer[4 : 4 + size])
             del self._buffer[: 4 + size]
             try:
@@ -137,7 +148,7 @@ class Connection:
                 logger.warning("closing connection from %s: %s", self.peer, exc)
                 return
             await self._wait_for_budget(size)
-            slot = _Slot(request_bytes=size)
+            slot = _Slot(request_bytes=size, received_s=received_s)
             self._in_flight_bytes += size
             stop = self._dispatch(frame, prefix, slot, nursery)
             await send.send(slot)
@@ -180,6 +191,7 @@ class Connection:
             slot.close_after = True
             slot.done.set()
             return True
+        slot.api_key = prefix.api_key
         context = RequestContext(
             services=self.services,
             header=header,
@@ -203,7 +215,11 @@ class Connection:
             response = await handle(context, request)
             if response is not None:
                 slot.frame = encode_response(prefix.correlation_id, response)
+                code = getattr(response, "error_code", 0)
+                if code:
+                    slot.error = error_name(code)
         except Exception:
+            slot.error = HANDLER_FAILED
             logger.exception(
                 "closing connection from %s: handler for api key %d v%d failed",
                 self.peer,
@@ -227,6 +243,10 @@ class Connection:
                 self._bytes_released = trio.Event()
                 if slot.frame is not None:
                     await self.stream.send_all(slot.frame)
+                if slot.api_key is not None:
+                    self.metrics.request_done(
+                        slot.api_key, time.perf_counter() - slot.received_s, slot.error
+                    )
                 if slot.close_after:
                     break
         scope.cancel()

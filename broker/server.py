@@ -8,21 +8,26 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 
 import trio
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from raftka.broker.cluster.controller import Controller
 from raftka.broker.config import BrokerConfig
 from raftka.broker.connection import Connection
 from raftka.broker.groups import coordinator_for
 from raftka.broker.handlers import HANDLERS
+from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
+from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.replication import HardStateStore
 from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.topics import TopicManager, now_ms
 from raftka.consensus.driver import RaftNode
 from raftka.consensus.transport import PeerTransport
+from raftka.protocol.api import api_name
 
 logger = logging.getLogger("raftka.server")
 
@@ -135,6 +140,26 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(data_dir / "producer-ids.lmdb", self.node_id)
         self.groups = coordinator_for(self.topics, self.controller, config)
         self.bound_port = listener.port
+        self.registered = False
+        self.metrics = BrokerMetrics(
+            {key: api_name(key, handler.max_version) for key, handler in HANDLERS.items()},
+            live_topics=lambda: self.topics.topics,
+        )
+        self.metrics.registry.register(
+            BrokerStateCollector(self.topics, self.controller, self.groups, self.node)
+        )
+        metrics_listen = config.get_str("metrics.listen")
+        self.http: HttpEndpoint | None = None
+        if metrics_listen:
+            try:
+                address = Listener.parse(metrics_listen)
+            except ValueError as exc:
+                raise ValueError(f"metrics.listen: {exc}") from None
+            self.http = HttpEndpoint(
+                address.host,
+                address.port,
+                {"/metrics": self._metrics, "/healthz": self._health, "/readyz": self._readiness},
+            )
         # Until the listener is bound the configured address stands in for the advertised one.
         self.identity = BrokerIdentity(
             self.node_id,
@@ -151,11 +176,17 @@ class Broker:
             groups=self.groups,
             producer_ids=self.producer_ids,
             handlers=HANDLERS,
+            metrics=self.metrics,
         )
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
+                if self.http is not None:
+                    # First: /healthz answers, and /readyz says why not, while the broker
+                    # waits for the cluster.
+                    await nursery.start(self.http.run)
+                    nursery.start_soon(self.metrics.measure_event_loop_lag)
                 if self.cluster.peers:
                     await nursery.start(self.transport.run)
                 await nursery.start(self.node.run)
@@ -172,6 +203,7 @@ class Broker:
                 )
                 self.identity.advertise(address.host, address.port)
                 await self.controller.register(address.host, address.port, self.identity.rack)
+                self.registered = True
                 self.groups.load()
                 nursery.start_soon(self._flush_logs)
                 nursery.start_soon(self.controller.save_snapshots)
@@ -205,6 +237,35 @@ class Broker:
         started = time.monotonic()
         await self.node.shutdown(timeout_s=3.0)
         logger.info("raftka: leadership handed over in %.2f s", time.monotonic() - started)
+
+    def not_ready_reason(self) -> str | None:
+        """Why the broker cannot serve its share of the cluster yet (None: it can): it must
+        be registered with the cluster and know a leader of the metadata Raft group and of
+        every partition it hosts."""
+        if not self.registered or self.node_id not in self.controller.image.brokers:
+            return f"broker {self.node_id} is not registered with the cluster"
+        if self.controller.raft.leader_id is None:
+            return "no leader known for the metadata Raft group (no controller)"
+        for partition in self.topics.all_partitions():
+            if self.node_id not in partition.replicas:
+                continue
+            if partition.raft is None:
+                return f"partition {partition.name} is still being opened"
+            if partition.raft.leader_id is None:
+                return f"no leader known for partition {partition.name}"
+        return None
+
+    def _metrics(self) -> HttpResponse:
+        return HttpResponse(HTTPStatus.OK, self.metrics.exposition(), CONTENT_TYPE_LATEST)
+
+    def _health(self) -> HttpResponse:
+        return HttpResponse.text(HTTPStatus.OK, "ok")
+
+    def _readiness(self) -> HttpResponse:
+        reason = self.not_ready_reason()
+        if reason is None:
+            return HttpResponse.text(HTTPStatus.OK, "ready")
+        return HttpResponse.text(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {reason}")
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         await Connection(self.services, stream).serve()

@@ -2,8 +2,9 @@
 
 A handler is called with a `RequestContext`: the request's header, API key and version, the
 client's address, and the `BrokerServices` — the topics it reads, the controller it sends
-commands to, the group coordinator, the producer-id allocator, the broker config and this
-broker's identity. The `Broker` builds the services once; a handler reaches nothing else.
+commands to, the group coordinator, the producer-id allocator, the broker config, this
+broker's identity and its metrics. The `Broker` builds the services once; a handler reaches
+nothing else.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from raftka.broker.config import BrokerConfig
     from raftka.broker.groups import GroupCoordinator
     from raftka.broker.handlers import ApiHandler
+    from raftka.broker.metrics import BrokerMetrics
     from raftka.broker.topics import Partition, Topic
 
 
@@ -119,6 +121,8 @@ class BrokerServices:
     producer_ids: ProducerIdSource
     # api key -> handler: what ApiVersions advertises and the connection dispatches to.
     handlers: Mapping[int, ApiHandler]
+    # Counted per request, per produced batch and per fetched partition.
+    metrics: BrokerMetrics
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -194,6 +194,9 @@ class RaftGroup:
         self._tickets_pending = 0
         self._no_campaign_until = 0.0
         self.removed = False
+        # (term, leader) of the last leader this node learned of; counted for monitoring.
+        self._known_leadership: tuple[int, NodeId] | None = None
+        self.leader_changes = 0
         self._drive()
 
     # ------------------------------------------------------------------ views
@@ -231,6 +234,13 @@ class RaftGroup:
 
     def status(self) -> Status:
         return self._core.status()
+
+    def follower_match_ends(self) -> dict[NodeId, int]:
+        """As leader: each follower's log end offset known to match ours; empty on other
+        roles (they do not track followers)."""
+        if self._core.role is not Role.LEADER:
+            return {}
+        return {node: pr.match_end for node, pr in self._core.progress.items()}
 
     def deletable_end(self) -> int:
         """Offset below which the log may be deleted (retention): committed, and on a leader
@@ -447,6 +457,10 @@ class RaftGroup:
         # Leadership first: a leader's waiter must not be woken by a high watermark that a
         # later leader moved past an entry it truncated, in the same Ready.
         if rd.soft_state is not None:
+            leader = rd.soft_state.leader_id
+            if leader is not None and self._known_leadership != (rd.soft_state.term, leader):
+                self._known_leadership = (rd.soft_state.term, leader)
+                self.leader_changes += 1
             if rd.soft_state.role is not Role.LEADER:
                 error = NotLeaderError(rd.soft_state.leader_id)
                 self._commit_waiters.fail(error, only_leaders=True)

@@ -127,6 +127,7 @@ async def handle_fetch(context: RequestContext, request: Any) -> Any:
             while total_bytes < request.min_bytes:
                 await _any_appended(watched)
                 responses, total_bytes, watched = _read_all(context, request, module)
+    _count(context, responses)
     return build(
         entity,
         throttle_time=NO_THROTTLE,
@@ -134,6 +135,18 @@ async def handle_fetch(context: RequestContext, request: Any) -> Any:
         session_id=0,
         responses=tuple(responses),
     )
+
+
+def _count(context: RequestContext, responses: list[Any]) -> None:
+    """Bytes out per topic and partition errors of the response sent (not of the reads
+    a long poll discarded)."""
+    metrics = context.services.metrics
+    for topic_response in responses:
+        for partition in topic_response.partitions:
+            if partition.records:
+                metrics.fetched(topic_response.topic, len(partition.records))
+            if partition.error_code:
+                metrics.request_error(context.api_key, partition.error_code)
 
 
 async def _any_appended(partitions: list[Partition]) -> None:

@@ -130,6 +130,7 @@ def _append(
         fields["error_code"] = ErrorCode.not_leader_or_follower
         return fields, None
     fields["base_offset"] = entry.base_offset
+    context.services.metrics.produced(topic.name, len(records), headers[0].last_offset_delta + 1)
     return fields, _wait_for(partition, acks, entry.end_offset, entry.epoch)
 
 
@@ -166,6 +167,14 @@ async def _await_ack(
             )
     except NotLeaderError:
         fields["error_code"] = ErrorCode.not_leader_or_follower
+
+
+def _count_errors(context: RequestContext, results: list[tuple[str, list[dict[str, Any]]]]) -> None:
+    metrics = context.services.metrics
+    for _, partition_results in results:
+        for fields in partition_results:
+            if fields["error_code"]:
+                metrics.request_error(context.api_key, fields["error_code"])
 
 
 async def handle_produce(context: RequestContext, request: Any) -> Any:
@@ -205,6 +214,7 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
         async with trio.open_nursery() as nursery:
             for partition, wait_for, fields in commits:
                 nursery.start_soon(_await_ack, partition, acks, wait_for, timeout_s, fields)
+    _count_errors(context, results)
     if acks == 0:
         return None
     topic_responses = []

@@ -414,3 +414,29 @@ def test_full_disk_on_the_leader_refuses_writes_and_recovers() -> None:
         )
 
     run_cluster(["f-0"], scenario)
+
+
+def test_leader_changes_and_follower_match_ends_for_monitoring() -> None:
+    g = "m-0"
+
+    async def scenario(cluster: Cluster) -> None:
+        entry = await cluster.propose_committed(g, b"x")
+        await cluster.replicated(g, entry)
+        leader = await cluster.leader(g)
+        before = {node: cluster.raft_group(node, g).leader_changes for node in NODES}
+        assert all(count >= 1 for count in before.values()), before
+        follower = next(n for n in NODES if n != leader)
+        assert cluster.raft_group(follower, g).follower_match_ends() == {}
+        caught_up = {n: entry.end_offset for n in NODES if n != leader}
+        with trio.fail_after(3):
+            while cluster.raft_group(leader, g).follower_match_ends() != caught_up:
+                await trio.sleep(TICK_MS / 1000)
+
+        await cluster.crash(leader)
+        new_leader = await cluster.leader(g, timeout_s=5)
+        assert cluster.raft_group(new_leader, g).leader_changes > before[new_leader]
+        assert set(cluster.raft_group(new_leader, g).follower_match_ends()) == set(NODES) - {
+            new_leader
+        }
+
+    run_cluster([g], scenario)

@@ -1,0 +1,231 @@
+"""The broker's HTTP endpoint (`metrics.listen`): a small HTTP/1.1 responder on trio.
+
+One request per connection, answered with `Connection: close`. Only GET; the path picks a
+route, the query string is ignored. A request head is at most REQUEST_HEAD_BYTES_MAX bytes
+and must arrive within REQUEST_TIMEOUT_S; anything malformed gets 400, an unknown path 404,
+another method 405. At most CONNECTIONS_MAX connections are served at once (more get 503).
+A connection's failure is logged and ends that connection only: never another one, never
+the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+
+import trio
+
+logger = logging.getLogger("raftka.http")
+
+REQUEST_HEAD_BYTES_MAX = 8192
+REQUEST_TIMEOUT_S = 5.0
+RESPONSE_TIMEOUT_S = 10.0
+CONNECTIONS_MAX = 32
+RECEIVE_CHUNK_BYTES = 4096
+# After answering, what the client still sends is read and dropped (within these bounds)
+# before closing: closing with unread input resets the connection, and the client could
+# lose the answer (a 400 for an over-long request, say).
+LINGER_S = 1.0
+LINGER_BYTES_MAX = 1 << 20
+
+TEXT = "text/plain; charset=utf-8"
+
+# RFC 9110 token characters (methods, header names) and a request target in origin form.
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TARGET = re.compile(rb"/[\x21-\x7e]*")
+_VERSION = re.compile(rb"HTTP/1\.[01]")
+_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+
+
+class EndpointBindError(OSError):
+    """The endpoint's address cannot be listened on (in use, not this host's)."""
+
+
+class HttpError(Exception):
+    """A request that cannot be served; `status` is the answer's."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: HTTPStatus
+    body: bytes
+    content_type: str = TEXT
+
+    @classmethod
+    def text(cls, status: HTTPStatus, line: str) -> HttpResponse:
+        return cls(status, (line + "\n").encode())
+
+    def encode(self) -> bytes:
+        head = (
+            f"HTTP/1.1 {self.status.value} {self.status.phrase}\r\n"
+            f"Content-Type: {self.content_type}\r\n"
+            f"Content-Length: {len(self.body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        return head.encode("ascii") + self.body
+
+
+def parse_request_line(line: bytes) -> HttpRequest:
+    """`METHOD SP /target SP HTTP/1.x` (without its line end); HttpError 400 otherwise."""
+    parts = line.split(b" ")
+    if len(parts) != 3:
+        raise HttpError(HTTPStatus.BAD_REQUEST, "malformed request line")
+    method, target, version = parts
+    if not _TOKEN.fullmatch(method):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "malformed method")
+    if not _TARGET.fullmatch(target):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "malformed request target")
+    if not _VERSION.fullmatch(version):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "not HTTP/1.0 or HTTP/1.1")
+    path = target.split(b"?", 1)[0].split(b"#", 1)[0]
+    return HttpRequest(method.decode("ascii"), path.decode("ascii"))
+
+
+def parse_request_head(head: bytes) -> HttpRequest:
+    """A whole request head (request line and header fields, without the blank line that
+    ends it; lines end in CRLF or LF); HttpError 400 if any line is malformed."""
+    lines = head.split(b"\n")
+    lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    request = parse_request_line(lines[0])
+    for field in lines[1:]:
+        name, colon, value = field.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "malformed header field")
+    return request
+
+
+def head_end(buffer: bytes | bytearray) -> tuple[int, int] | None:
+    """(end of the head, start of what follows it) once the blank line has arrived."""
+    found = [(i, i + len(mark)) for mark in (b"\r\n\r\n", b"\n\n") if (i := buffer.find(mark)) >= 0]
+    return min(found) if found else None
+
+
+async def read_request(stream: trio.abc.ReceiveStream) -> HttpRequest | None:
+    """Read and parse one request head; None if the peer closed without sending anything.
+    The request line is checked as soon as it has arrived, so garbage is refused at once."""
+    buffer = bytearray()
+    line_checked = False
+    while True:
+        end = head_end(buffer)
+        if end is not None:
+            return parse_request_head(bytes(buffer[: end[0]]))
+        if not line_checked:
+            newline = buffer.find(b"\n")
+            if newline >= 0:
+                parse_request_line(bytes(buffer[:newline]).removesuffix(b"\r"))
+                line_checked = True
+            elif not _could_start_request(buffer):
+                raise HttpError(HTTPStatus.BAD_REQUEST, "malformed method")
+        if len(buffer) >= REQUEST_HEAD_BYTES_MAX:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST, f"request head exceeds {REQUEST_HEAD_BYTES_MAX} bytes"
+            )
+        data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+        if not data:
+            if not buffer:
+                return None
+            raise HttpError(HTTPStatus.BAD_REQUEST, "connection closed within the request")
+        buffer += data
+
+
+def _could_start_request(received: bytes | bytearray) -> bool:
+    """Whether a request line's first bytes may still become a valid method."""
+    method = bytes(received).split(b" ", 1)[0]
+    return not method or _TOKEN.fullmatch(method) is not None
+
+
+Route = Callable[[], HttpResponse]
+
+
+async def _drain(stream: trio.SocketStream) -> None:
+    dropped = 0
+    with trio.move_on_after(LINGER_S):
+        while dropped < LINGER_BYTES_MAX:
+            data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+            if not data:
+                return
+            dropped += len(data)
+
+
+class HttpEndpoint:
+    """Serves `routes` (path -> what answers a GET of it) on `host:port` until cancelled."""
+
+    def __init__(self, host: str, port: int, routes: Mapping[str, Route]) -> None:
+        self.host = host
+        self.port = port
+        self.routes = dict(routes)
+        self.bound_port = port
+        self._serving = 0
+
+    async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        except OSError as exc:
+            raise EndpointBindError(
+                exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from exc
+        self.bound_port = listeners[0].socket.getsockname()[1]
+        paths = ", ".join(sorted(self.routes))
+        logger.info("http: serving %s on %s:%d", paths, self.host, self.bound_port)
+        task_status.started(self.bound_port)
+        await trio.serve_listeners(self._serve_connection, listeners)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        self._serving += 1
+        response: HttpResponse | None
+        try:
+            if self._serving > CONNECTIONS_MAX:
+                response = HttpResponse.text(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
+            else:
+                response = await self._answer(stream)
+            if response is not None:
+                with trio.move_on_after(RESPONSE_TIMEOUT_S):
+                    await stream.send_all(response.encode())
+                    await stream.send_eof()
+                await _drain(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        except Exception:
+            # One connection's failure must not end the endpoint or the broker.
+            logger.exception("http: connection failed")
+        finally:
+            self._serving -= 1
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                await stream.aclose()
+
+    async def _answer(self, stream: trio.SocketStream) -> HttpResponse | None:
+        try:
+            with trio.move_on_after(REQUEST_TIMEOUT_S) as timer:
+                request = await read_request(stream)
+            if timer.cancelled_caught:
+                raise HttpError(HTTPStatus.REQUEST_TIMEOUT, "no complete request in time")
+        except HttpError as exc:
+            return HttpResponse.text(exc.status, exc.message)
+        if request is None:
+            return None
+        if request.method != "GET":
+            return HttpResponse.text(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served")
+        route = self.routes.get(request.path)
+        if route is None:
+            known = ", ".join(sorted(self.routes))
+            return HttpResponse.text(HTTPStatus.NOT_FOUND, f"no such path; try {known}")
+        try:
+            return route()
+        except Exception:
+            logger.exception("http: GET %s failed", request.path)
+            return HttpResponse.text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
