@@ -10,6 +10,7 @@ from pathlib import Path
 
 import trio
 
+from raftka.broker.admin.cli import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 from raftka.broker.cluster.controller import MetadataApplyError
 from raftka.broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
 from raftka.broker.http_endpoint import EndpointBindError
@@ -54,22 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     commands.add_parser("configs", help="list every broker and topic config with its default")
-    groups = commands.add_parser("groups", help="list or describe consumer groups of a broker")
-    groups.add_argument("action", choices=("list", "describe"))
-    groups.add_argument("group", nargs="?", help="the group to describe")
-    groups.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of a broker")
+    add_admin_commands(commands)
     return parser
-
-
-def _groups(args: argparse.Namespace) -> int:
-    from raftka.broker.groups import admin_cli
-
-    if args.action == "list":
-        return admin_cli.list_groups(args.bootstrap)
-    if not args.group:
-        print("raftka groups describe: a GROUP is required", file=sys.stderr)
-        return 2
-    return admin_cli.describe_group(args.bootstrap, args.group)
 
 
 async def _serve(broker: Broker) -> None:
@@ -106,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "configs":
         _print_configs()
         return 0
-    if args.command == "groups":
-        return _groups(args)
+    if args.command in ADMIN_COMMANDS:
+        return run_admin_command(args)
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -72,7 +72,7 @@ def test_the_wheel_installs_one_package_named_raftka(installed: Path) -> None:
 def test_raftka_serve_from_the_wheel_works_with_kcat(installed: Path, kcat_bin: str) -> None:
     raftka = installed / "bin" / "raftka"
     help_text = _run([str(raftka), "--help"], cwd=installed.parent)
-    for command in ("serve", "configs", "groups"):
+    for command in ("serve", "configs", "topics", "groups", "cluster"):
         assert command in help_text, help_text
     assert "num.partitions" in _run([str(raftka), "configs"], cwd=installed.parent)
 

@@ -1,0 +1,283 @@
+"""The admin subcommands of `raftka`: argument parsing and output, one place for all.
+
+Every command takes --bootstrap-servers, --output table|json and --timeout; bad arguments
+exit 2 (argparse), a broker that refuses or does not answer exits 1 with one message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TextIO
+
+from raftka.broker.admin import cluster, groups, topics
+from raftka.broker.admin.common import DEFAULT_TIMEOUT_S, AdminError, Target, print_json
+
+ADMIN_COMMANDS = ("topics", "groups", "cluster")
+
+# A command: (parsed arguments, target) -> (JSON document, table printer).
+Printer = Callable[[dict[str, Any], TextIO], None]
+Command = Callable[[argparse.Namespace, Target], tuple[dict[str, Any], Printer]]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _replication_factor(text: str) -> int:
+    value = int(text) if text.lstrip("-").isdigit() else None
+    if value is None or (value < 1 and value != -1):
+        raise argparse.ArgumentTypeError(
+            f"expected a number >= 1 (or -1: broker default), got {text!r}"
+        )
+    return value
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds, got {value:g}")
+    return value
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _topic_partitions(text: str) -> tuple[str, tuple[int, ...]]:
+    topic, _, listed = text.partition(":")
+    try:
+        partitions = tuple(int(p) for p in listed.split(",")) if listed else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected TOPIC or TOPIC:P,P..., got {text!r}") from None
+    if not topic or any(p < 0 for p in partitions):
+        raise argparse.ArgumentTypeError(f"expected TOPIC or TOPIC:P,P..., got {text!r}")
+    return topic, partitions
+
+
+def _datetime(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 time such as 2026-01-31T12:00:00Z, got {text!r}"
+        ) from None
+    # Kafka's tool reads a time without a zone as local time.
+    return moment if moment.tzinfo else moment.astimezone()
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        dest="bootstrap_servers",
+        default="127.0.0.1:9092",
+        metavar="HOST:PORT[,...]",
+        help="brokers to ask first (default %(default)s)",
+    )
+    common.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table (default): aligned columns; json: one JSON document on stdout",
+    )
+    common.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up when no broker answers within this time (default %(default)g)",
+    )
+    return common
+
+
+def _topics_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser("topics", help="list, describe, create, alter or delete topics")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", parents=[common], help="topics with their sizes")
+    listing.add_argument("--include-internal", action="store_true", help="also __ topics")
+    listing.set_defaults(
+        run=lambda a, t: (topics.list_topics(t, a.include_internal), topics.print_list)
+    )
+
+    describe = actions.add_parser(
+        "describe", parents=[common], help="partitions, leaders, ISR and configs"
+    )
+    describe.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
+    describe.add_argument("--include-internal", action="store_true", help="also __ topics")
+    describe.set_defaults(
+        run=lambda a, t: (
+            topics.describe_topics(t, a.topics, a.include_internal),
+            topics.print_describe,
+        )
+    )
+
+    create = actions.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("topic", metavar="TOPIC")
+    create.add_argument(
+        "--partitions",
+        type=_positive_int,
+        default=-1,
+        metavar="N",
+        help="default: the broker's num.partitions",
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=_replication_factor,
+        default=-1,
+        metavar="R",
+        help="default: the broker's default.replication.factor",
+    )
+    create.add_argument(
+        "--config", type=_assignment, action="append", default=[], metavar="NAME=VALUE"
+    )
+    create.set_defaults(
+        run=lambda a, t: (
+            topics.create_topic(t, a.topic, a.partitions, a.replication_factor, dict(a.config)),
+            topics.print_done,
+        )
+    )
+
+    alter = actions.add_parser(
+        "alter", parents=[common], help="add partitions, set or reset configs"
+    )
+    alter.add_argument("topic", metavar="TOPIC")
+    alter.add_argument(
+        "--partitions", type=_positive_int, metavar="N", help="the new partition count"
+    )
+    alter.add_argument(
+        "--config", type=_assignment, action="append", default=[], metavar="NAME=VALUE"
+    )
+    alter.add_argument(
+        "--delete-config", action="append", default=[], metavar="NAME", help="back to default"
+    )
+    alter.set_defaults(
+        run=lambda a, t: (
+            topics.alter_topic(t, a.topic, a.partitions, dict(a.config), a.delete_config),
+            topics.print_done,
+        ),
+        parser=alter,
+        check=lambda a: (
+            None
+            if a.partitions is not None or a.config or a.delete_config
+            else "nothing to alter: give --partitions, --config or --delete-config"
+        ),
+    )
+
+    delete = actions.add_parser("delete", parents=[common], help="delete topics")
+    delete.add_argument("topics", nargs="+", metavar="TOPIC")
+    delete.set_defaults(run=lambda a, t: (topics.delete_topics(t, a.topics), topics.print_done))
+
+
+def _groups_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser("groups", help="list, describe, delete or reset consumer groups")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", parents=[common], help="groups and their states")
+    listing.set_defaults(run=lambda a, t: (groups.list_groups(t), groups.print_list))
+
+    describe = actions.add_parser(
+        "describe", parents=[common], help="members, committed offsets and lag"
+    )
+    describe.add_argument("group", metavar="GROUP")
+    describe.set_defaults(
+        run=lambda a, t: (groups.describe_group(t, a.group), groups.print_describe)
+    )
+
+    delete = actions.add_parser("delete", parents=[common], help="delete empty groups")
+    delete.add_argument("groups", nargs="+", metavar="GROUP")
+    delete.set_defaults(run=lambda a, t: (groups.delete_groups(t, a.groups), groups.print_deleted))
+
+    reset = actions.add_parser(
+        "reset-offsets",
+        parents=[common],
+        help="plan (default) or --execute new committed offsets for an inactive group",
+    )
+    reset.add_argument("group", metavar="GROUP")
+    reset.add_argument(
+        "--topic",
+        type=_topic_partitions,
+        action="append",
+        required=True,
+        metavar="TOPIC[:P,...]",
+        help="a topic, or some of its partitions (repeatable)",
+    )
+    scenario = reset.add_mutually_exclusive_group(required=True)
+    scenario.add_argument("--to-earliest", action="store_true")
+    scenario.add_argument("--to-latest", action="store_true")
+    scenario.add_argument("--to-datetime", type=_datetime, metavar="ISO8601")
+    scenario.add_argument("--shift-by", type=int, metavar="N")
+    reset.add_argument(
+        "--execute", action="store_true", help="commit the new offsets (default: dry run)"
+    )
+    reset.set_defaults(
+        run=lambda a, t: (
+            groups.reset_offsets(
+                t,
+                a.group,
+                a.topic,
+                groups.ResetSpec(a.to_earliest, a.to_latest, a.to_datetime, a.shift_by),
+                a.execute,
+            ),
+            groups.print_reset,
+        )
+    )
+
+
+def _cluster_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser("cluster", help="cluster status: brokers and partition health")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    status = actions.add_parser(
+        "status", parents=[common], help="brokers, controller, leaders, ISR, problems"
+    )
+    status.set_defaults(run=lambda a, t: (cluster.cluster_status(t), cluster.print_status))
+
+
+def add_admin_commands(commands: Any) -> None:
+    """Adds `topics`, `groups` and `cluster` to the `raftka` subcommands."""
+    common = _common_options()
+    _topics_parser(commands, common)
+    _groups_parser(commands, common)
+    _cluster_parser(commands, common)
+
+
+def run_admin_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Runs a parsed admin command; its exit code (0, 1 refused or unreachable, 2 usage)."""
+    name = f"raftka {args.command} {args.action}"
+    check = getattr(args, "check", None)
+    problem = check(args) if check else None
+    if problem:
+        args.parser.error(problem)  # exits 2 with the usage line, as argparse does
+    target = Target(args.bootstrap_servers, args.timeout)
+    run: Command = args.run
+    try:
+        document, printer = run(args, target)
+    except AdminError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        print_json(document, out)
+    else:
+        printer(document, out)
+    if document.get("executed") is False:
+        print(
+            "Dry run: nothing was committed; add --execute to commit these offsets.",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,137 @@
+"""`raftka cluster status`: brokers, the controller, and every partition's leader and ISR,
+with under-replicated (ISR smaller than the replica set) and offline (no leader) partitions
+listed and counted."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from raftka.broker.admin.common import Target, print_table
+from raftka.broker.admin.partitions import leader_view
+
+Document = dict[str, Any]
+
+
+def _racks(target: Target, admin: Any) -> tuple[dict[int, str | None], str | None]:
+    """Broker id -> rack, and the cluster id, from DescribeCluster (Metadata in the Python
+    client carries neither); empty when the broker does not serve DescribeCluster."""
+    from confluent_kafka import KafkaException
+
+    try:
+        described = admin.describe_cluster(request_timeout=target.timeout_s).result(
+            timeout=target.timeout_s + 5
+        )
+    except (KafkaException, TimeoutError):
+        return {}, None
+    return {n.id: n.rack for n in described.nodes}, described.cluster_id
+
+
+def cluster_status(target: Target) -> Document:
+    admin = target.admin()  # kept referenced: a collected client cancels its requests
+    metadata = target.metadata(admin)
+    racks, cluster_id = _racks(target, admin)
+    view = leader_view(target, metadata)
+    states = list(view.partitions.values())
+    brokers = []
+    for broker in sorted(metadata.brokers.values(), key=lambda b: b.id):
+        brokers.append(
+            {
+                "id": broker.id,
+                "host": broker.host,
+                "port": broker.port,
+                "rack": racks.get(broker.id),
+                "in_metadata": True,
+                "answers": view.answered.get(broker.id, False),
+                "leads": sum(1 for s in states if s.leader == broker.id),
+                "replicas": sum(1 for s in states if broker.id in s.replicas),
+            }
+        )
+    # A broker gone from Metadata still shows through the replica sets naming it.
+    listed = {b["id"] for b in brokers}
+    for broker_id in sorted({r for s in states for r in s.replicas} - listed):
+        brokers.append(
+            {
+                "id": broker_id,
+                "host": None,
+                "port": None,
+                "rack": None,
+                "in_metadata": False,
+                "answers": False,
+                "leads": sum(1 for s in states if s.leader == broker_id),
+                "replicas": sum(1 for s in states if broker_id in s.replicas),
+            }
+        )
+    under_replicated = [s.as_json() for s in states if s.under_replicated]
+    offline = [s.as_json() for s in states if s.offline]
+    return {
+        "cluster_id": cluster_id,
+        "controller_id": metadata.controller_id,
+        "brokers": brokers,
+        "partitions": [s.as_json() for s in states],
+        "under_replicated_partitions": under_replicated,
+        "offline_partitions": offline,
+        "counts": {
+            "brokers": len(brokers),
+            "brokers_answering": sum(1 for b in brokers if b["answers"]),
+            "partitions": len(states),
+            "under_replicated": len(under_replicated),
+            "offline": len(offline),
+        },
+    }
+
+
+def _broker_status(broker: dict[str, Any]) -> str:
+    if not broker["in_metadata"]:
+        return "not in metadata"
+    return "up" if broker["answers"] else "not answering"
+
+
+def print_status(document: Document, out: TextIO) -> None:
+    counts = document["counts"]
+    print(
+        f"Cluster {document['cluster_id'] or '-'}: {counts['brokers']} brokers "
+        f"({counts['brokers_answering']} answering), controller {document['controller_id']}, "
+        f"{counts['partitions']} partitions, {counts['under_replicated']} under-replicated, "
+        f"{counts['offline']} offline",
+        file=out,
+    )
+    print(file=out)
+    print_table(
+        ["BROKER", "HOST:PORT", "RACK", "STATUS", "CONTROLLER", "LEADERS", "REPLICAS"],
+        [
+            [
+                b["id"],
+                f"{b['host']}:{b['port']}" if b["in_metadata"] else "-",
+                b["rack"],
+                _broker_status(b),
+                "yes" if b["id"] == document["controller_id"] else "",
+                b["leads"],
+                b["replicas"],
+            ]
+            for b in document["brokers"]
+        ],
+        out,
+    )
+    print(file=out)
+    print_table(
+        ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS"],
+        [
+            [
+                p["topic"],
+                p["partition"],
+                p["leader"] if p["leader"] >= 0 else "none",
+                ",".join(map(str, p["replicas"])),
+                ",".join(map(str, p["isr"])),
+                p["status"],
+            ]
+            for p in document["partitions"]
+        ],
+        out,
+    )
+    for title, key in (
+        ("Under-replicated partitions", "under_replicated_partitions"),
+        ("Offline partitions", "offline_partitions"),
+    ):
+        listed = document[key]
+        names = ", ".join(f"{p['topic']}[{p['partition']}]" for p in listed) or "none"
+        print(f"\n{title} ({len(listed)}): {names}", file=out)

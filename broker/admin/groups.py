@@ -1,0 +1,353 @@
+"""`raftka groups list|describe|delete|reset-offsets`: consumer groups seen through the Kafka
+protocol, printing what kafka-consumer-groups.sh prints.
+
+AdminClient for groups and committed offsets, ListOffsets for log-start and log-end offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TextIO
+
+from raftka.broker.admin.common import AdminError, Target, print_table, state_name
+
+Document = dict[str, Any]
+
+# Kafka resets offsets only for a group nobody consumes in (the tool checks the same states).
+RESETTABLE_STATES = ("EMPTY", "DEAD")
+
+
+def list_groups(target: Target) -> Document:
+    admin = target.admin()  # kept referenced: a collected client cancels its requests
+    target.metadata(admin)
+    result = target.result(
+        admin.list_consumer_groups(request_timeout=target.timeout_s), "list groups"
+    )
+    groups = sorted((g.group_id, state_name(g.state)) for g in result.valid)
+    return {
+        "groups": [{"group": g, "state": s} for g, s in groups],
+        "errors": [str(e) for e in result.errors],
+    }
+
+
+def print_list(document: Document, out: TextIO) -> None:
+    print_table(["GROUP", "STATE"], [[g["group"], g["state"]] for g in document["groups"]], out)
+
+
+def _describe(target: Target, admin: Any, group_id: str) -> Any:
+    futures = admin.describe_consumer_groups([group_id], request_timeout=target.timeout_s)
+    return target.result(futures[group_id], f"describe group {group_id}")
+
+
+def _committed(target: Target, admin: Any, group_id: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group_id)], request_timeout=target.timeout_s
+    )
+    listed = target.result(futures[group_id], f"committed offsets of group {group_id}")
+    return {
+        (tp.topic, tp.partition): tp.offset
+        for tp in listed.topic_partitions or []
+        if tp.offset >= 0
+    }
+
+
+def _list_offsets(
+    target: Target, admin: Any, partitions: Sequence[tuple[str, int]], spec: Any
+) -> dict[tuple[str, int], int]:
+    """ListOffsets for every partition with one OffsetSpec (earliest, latest, a timestamp)."""
+    from confluent_kafka import TopicPartition
+
+    if not partitions:
+        return {}
+    futures = admin.list_offsets(
+        {TopicPartition(t, p): spec for t, p in partitions}, request_timeout=target.timeout_s
+    )
+    return {
+        (tp.topic, tp.partition): target.result(f, f"offsets of {tp.topic}[{tp.partition}]").offset
+        for tp, f in futures.items()
+    }
+
+
+def _log_end_offsets(
+    target: Target, admin: Any, partitions: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    from confluent_kafka.admin import OffsetSpec
+
+    return _list_offsets(target, admin, partitions, OffsetSpec.latest())
+
+
+def describe_group(target: Target, group_id: str) -> Document:
+    admin = target.admin()
+    target.metadata(admin)
+    description = _describe(target, admin, group_id)
+    committed = _committed(target, admin, group_id)
+    state = state_name(description.state)
+    if state == "DEAD" and not committed:
+        raise AdminError(f"GROUP_ID_NOT_FOUND: consumer group '{group_id}' does not exist")
+    owner: dict[tuple[str, int], Any] = {}
+    for member in description.members:
+        for tp in member.assignment.topic_partitions if member.assignment else []:
+            owner[(tp.topic, tp.partition)] = member
+    partitions = sorted(set(owner) | set(committed))
+    ends = _log_end_offsets(target, admin, partitions)
+    rows = []
+    for key in partitions:
+        offset = committed.get(key)
+        member = owner.get(key)
+        rows.append(
+            {
+                "topic": key[0],
+                "partition": key[1],
+                "current_offset": offset,
+                "log_end_offset": ends[key],
+                "lag": None if offset is None else max(ends[key] - offset, 0),
+                "consumer_id": member.member_id if member else None,
+                "host": member.host if member else None,
+                "client_id": member.client_id if member else None,
+            }
+        )
+    coordinator = description.coordinator
+    return {
+        "group": group_id,
+        "state": state,
+        "assignor": description.partition_assignor or None,
+        "coordinator": {"id": coordinator.id, "host": coordinator.host, "port": coordinator.port},
+        "partitions": rows,
+        "members": [
+            {
+                "consumer_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "host": m.host,
+                "client_id": m.client_id,
+                "assignment": [
+                    {"topic": tp.topic, "partition": tp.partition}
+                    for tp in (m.assignment.topic_partitions if m.assignment else [])
+                ],
+            }
+            for m in description.members
+        ],
+    }
+
+
+def print_describe(document: Document, out: TextIO) -> None:
+    group_id = document["group"]
+    coordinator = document["coordinator"]
+    print(
+        f"Group {group_id}: state {document['state']}, assignor {document['assignor'] or '-'}, "
+        f"{len(document['members'])} members, coordinator "
+        f"{coordinator['host']}:{coordinator['port']} (id {coordinator['id']})",
+        file=out,
+    )
+    print(file=out)
+    print_table(
+        [
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID",
+        ],
+        [
+            [
+                group_id,
+                r["topic"],
+                r["partition"],
+                r["current_offset"],
+                r["log_end_offset"],
+                r["lag"],
+                r["consumer_id"],
+                r["host"],
+                r["client_id"],
+            ]
+            for r in document["partitions"]
+        ],
+        out,
+    )
+    if document["members"]:
+        print(file=out)
+        print_table(
+            ["CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"],
+            [
+                [
+                    m["consumer_id"],
+                    m["group_instance_id"],
+                    m["host"],
+                    m["client_id"],
+                    len(m["assignment"]),
+                    _assignment_text(m["assignment"]),
+                ]
+                for m in document["members"]
+            ],
+            out,
+        )
+
+
+def _assignment_text(assignment: Sequence[dict[str, Any]]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for tp in assignment:
+        by_topic.setdefault(tp["topic"], []).append(tp["partition"])
+    return (
+        ", ".join(f"{t}({','.join(map(str, sorted(p)))})" for t, p in sorted(by_topic.items()))
+        or "-"
+    )
+
+
+def delete_groups(target: Target, group_ids: Sequence[str]) -> Document:
+    admin = target.admin()
+    target.metadata(admin)
+    futures = admin.delete_consumer_groups(list(group_ids), request_timeout=target.timeout_s)
+    failures: list[str] = []
+    done: list[str] = []
+    for group_id in group_ids:
+        try:
+            target.result(futures[group_id], f"delete group {group_id}")
+            done.append(group_id)
+        except AdminError as exc:
+            failures.append(str(exc))
+    if failures:
+        if done:
+            failures.append("deleted: " + ", ".join(done))
+        raise AdminError("\n".join(failures))
+    return {"deleted": list(group_ids)}
+
+
+def print_deleted(document: Document, out: TextIO) -> None:
+    for group_id in document["deleted"]:
+        print(f"Deleted consumer group '{group_id}'.", file=out)
+
+
+@dataclass(frozen=True)
+class ResetSpec:
+    """Exactly one of Kafka's reset scenarios."""
+
+    to_earliest: bool = False
+    to_latest: bool = False
+    to_datetime: datetime | None = None
+    shift_by: int | None = None
+
+    def describe(self) -> str:
+        if self.to_earliest:
+            return "to-earliest"
+        if self.to_latest:
+            return "to-latest"
+        if self.to_datetime is not None:
+            return f"to-datetime {self.to_datetime.isoformat()}"
+        return f"shift-by {self.shift_by}"
+
+
+def _planned_offsets(
+    target: Target,
+    admin: Any,
+    partitions: Sequence[tuple[str, int]],
+    committed: dict[tuple[str, int], int],
+    spec: ResetSpec,
+) -> dict[tuple[str, int], int]:
+    from confluent_kafka.admin import OffsetSpec
+
+    earliest = _list_offsets(target, admin, partitions, OffsetSpec.earliest())
+    latest = _list_offsets(target, admin, partitions, OffsetSpec.latest())
+    if spec.to_earliest:
+        return earliest
+    if spec.to_latest:
+        return latest
+    if spec.to_datetime is not None:
+        timestamp_ms = int(spec.to_datetime.timestamp() * 1000)
+        found = _list_offsets(target, admin, partitions, OffsetSpec.for_timestamp(timestamp_ms))
+        # As Kafka's tool: no record at or after the time means the log end.
+        return {key: latest[key] if found[key] < 0 else found[key] for key in partitions}
+    assert spec.shift_by is not None
+    missing = [f"{t}[{p}]" for t, p in partitions if (t, p) not in committed]
+    if missing:
+        raise AdminError(
+            "--shift-by needs a committed offset to shift; none for " + ", ".join(missing)
+        )
+    # Kafka's tool clamps a shifted offset into the log's current range.
+    return {
+        key: min(max(committed[key] + spec.shift_by, earliest[key]), latest[key])
+        for key in partitions
+    }
+
+
+def reset_offsets(
+    target: Target,
+    group_id: str,
+    topics: Sequence[tuple[str, Sequence[int]]],
+    spec: ResetSpec,
+    execute: bool,
+) -> Document:
+    """Plans (and with `execute` commits) new offsets for the partitions of `topics`, each
+    (name, partitions) with no partitions meaning all of the topic's."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    admin = target.admin()
+    metadata = target.metadata(admin)
+    missing = sorted({t for t, _ in topics if t not in metadata.topics})
+    if missing:
+        raise AdminError("UNKNOWN_TOPIC_OR_PARTITION: no such topic: " + ", ".join(missing))
+    chosen: set[tuple[str, int]] = set()
+    for topic, wanted in topics:
+        existing = set(metadata.topics[topic].partitions)
+        absent = sorted(set(wanted) - existing)
+        if absent:
+            raise AdminError(
+                f"UNKNOWN_TOPIC_OR_PARTITION: topic {topic} has no partition "
+                + ", ".join(map(str, absent))
+            )
+        chosen |= {(topic, p) for p in (wanted or existing)}
+    partitions = sorted(chosen)
+    description = _describe(target, admin, group_id)
+    state = state_name(description.state)
+    if execute and state not in RESETTABLE_STATES:
+        raise AdminError(
+            f"assignments can only be reset if the group '{group_id}' is inactive (no members), "
+            f"but the current state is {state} with {len(description.members)} member(s); "
+            "stop its consumers first"
+        )
+    committed = _committed(target, admin, group_id)
+    planned = _planned_offsets(target, admin, partitions, committed, spec)
+    if execute:
+        request = ConsumerGroupTopicPartitions(
+            group_id, [TopicPartition(t, p, planned[(t, p)]) for t, p in partitions]
+        )
+        futures = admin.alter_consumer_group_offsets([request], request_timeout=target.timeout_s)
+        altered = target.result(futures[group_id], f"reset offsets of group {group_id}")
+        errors = [
+            f"{tp.topic}[{tp.partition}]: {tp.error}"
+            for tp in altered.topic_partitions
+            if tp.error is not None
+        ]
+        if errors:
+            raise AdminError(f"reset offsets of group {group_id}: " + "; ".join(errors))
+    return {
+        "group": group_id,
+        "scenario": spec.describe(),
+        "executed": execute,
+        "partitions": [
+            {
+                "topic": t,
+                "partition": p,
+                "current_offset": committed.get((t, p)),
+                "new_offset": planned[(t, p)],
+            }
+            for t, p in partitions
+        ],
+    }
+
+
+def print_reset(document: Document, out: TextIO) -> None:
+    print_table(
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+        [
+            [document["group"], r["topic"], r["partition"], r["current_offset"], r["new_offset"]]
+            for r in document["partitions"]
+        ],
+        out,
+    )
