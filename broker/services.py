@@ -63,6 +63,11 @@ class ControllerClient(Protocol):
         """Partition name -> (leader id, leader epoch) of partitions hosted elsewhere."""
         ...
 
+    @property
+    def isr_hints(self) -> Mapping[str, tuple[int, ...]]:
+        """Partition name -> in-sync replicas, as reported by leaders elsewhere."""
+        ...
+
     def live_brokers(self) -> list[int]: ...
 
     async def execute(self, command: Command) -> CommandResult:

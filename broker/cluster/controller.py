@@ -114,6 +114,8 @@ class Controller:
         if voters == frozenset({self.node_id}):
             self.raft.campaign()
         self.leader_hints: dict[str, tuple[int, int]] = {}
+        # Partition name -> in-sync replicas, as its leader (elsewhere) last reported them.
+        self.isr_hints: dict[str, tuple[int, ...]] = {}
         # Set when a change failed to apply: the image is ahead of this broker's state, so
         # it must not be saved as a snapshot (a restart replays the log from the last one).
         self.diverged = False
@@ -416,28 +418,35 @@ class Controller:
                 logger.info("registration not accepted yet: %s", result.error_message)
                 await trio.sleep(0.2)
 
-    def local_leaders(self) -> dict[str, tuple[int, int]]:
-        """Partitions this broker leads: name → (leader id, leader epoch)."""
+    def local_leaders(self) -> dict[str, tuple[int, int, tuple[int, ...]]]:
+        """Partitions this broker leads: name → (leader id, leader epoch, in-sync replicas)."""
         return {
-            p.name: (self.node_id, p.leader_epoch)
+            p.name: (self.node_id, p.leader_epoch, p.in_sync_replicas())
             for p in self.topics.local_partitions()
             if p.is_leader
         }
 
     async def gossip_leaders(self, interval_s: float = 0.5) -> None:
-        """Learn the leaders of partitions not hosted here by asking every peer."""
+        """Learn the leader, epoch and in-sync replicas of every partition this broker does
+        not lead by asking every peer, so any broker answers Metadata as its leader would."""
         peers = [p for p in self.voters if p != self.node_id]
         while True:
             hints: dict[str, tuple[int, int]] = {}
+            isr: dict[str, tuple[int, ...]] = {}
             for peer in peers:
                 try:
                     raw = await self.node.transport.forward(peer, LEADERS_RPC, b"", interval_s * 4)
                 except ForwardError:
                     continue
-                for name, (leader, epoch) in json.loads(raw).items():
+                for name, (leader, epoch, *rest) in json.loads(raw).items():
                     if name not in hints or hints[name][1] < epoch:
                         hints[name] = (leader, epoch)
+                        if rest:  # a peer of an older version sends no in-sync replicas
+                            isr[name] = tuple(rest[0])
+                        else:
+                            isr.pop(name, None)
             self.leader_hints = hints
+            self.isr_hints = isr
             await trio.sleep(interval_s)
 
 

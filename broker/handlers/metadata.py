@@ -32,6 +32,14 @@ def partition_leader(controller: ControllerClient, partition: Partition) -> tupl
     return controller.leader_hints.get(partition.name, (-1, -1))
 
 
+def in_sync_replicas(controller: ControllerClient, partition: Partition) -> tuple[int, ...]:
+    """The partition's in-sync replicas as its leader knows them: this broker's own view when
+    it leads, else what the leader last gossiped; the whole replica set while unknown."""
+    if partition.is_leader:
+        return partition.in_sync_replicas()
+    return controller.isr_hints.get(partition.name, partition.replicas)
+
+
 def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic) -> Any:
     partitions = []
     for p in topic.partitions:
@@ -44,7 +52,7 @@ def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic)
                 leader_id=leader,
                 leader_epoch=epoch,
                 replica_nodes=p.replicas,
-                isr_nodes=p.in_sync_replicas(),
+                isr_nodes=in_sync_replicas(controller, p),
                 offline_replicas=(),
             )
         )

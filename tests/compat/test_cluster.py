@@ -336,6 +336,37 @@ def test_metadata_lists_all_brokers_and_rf3_placement(cluster_factory) -> None:
     assert len({s["leader"] for s in states}) == 3, f"RF 1 partitions share a broker: {states}"
 
 
+def test_every_broker_reports_the_leaders_in_sync_replicas(cluster_factory) -> None:
+    """Metadata from any broker carries the ISR the partition's leader knows: a killed
+    follower leaves it on every broker, not only on the leader, and rejoins it on every
+    broker once it has caught up."""
+    cluster = cluster_factory()
+    topic = f"isr-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=1, replication_factor=3)
+    state = wait_until(
+        lambda: (s := state_from_any(cluster.nodes, topic)) and len(s["isr"]) == 3 and s,
+        15,
+        "ISR of 3",
+    )
+    follower = next(n for n in cluster.nodes if n.node_id != state["leader"])
+    survivors = [n for n in cluster.nodes if n is not follower]
+    follower.kill()
+    without = sorted(n.node_id for n in survivors)
+    for node in survivors:
+        wait_until(
+            lambda node=node: partition_state(node.bootstrap, topic)["isr"] == without,
+            30,
+            f"node {node.node_id} to report ISR {without} after node {follower.node_id} died",
+        )
+    follower.start()
+    for node in cluster.nodes:
+        wait_until(
+            lambda node=node: partition_state(node.bootstrap, topic)["isr"] == [1, 2, 3],
+            30,
+            f"node {node.node_id} to report node {follower.node_id} back in the ISR",
+        )
+
+
 def test_create_topics_on_non_controller_broker(cluster_factory) -> None:
     cluster = cluster_factory()
     controller = int(raw_metadata(cluster.nodes[0].bootstrap).controller_id)
