@@ -14,6 +14,7 @@ from raftka.broker.admin.cli import ADMIN_COMMANDS, add_admin_commands, run_admi
 from raftka.broker.cluster.controller import MetadataApplyError
 from raftka.broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
 from raftka.broker.http_endpoint import EndpointBindError
+from raftka.broker.log_output import LOG_FORMATS, configure_logging
 from raftka.broker.server import Broker, ClusterSpec, Listener
 
 logger = logging.getLogger("raftka")
@@ -54,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
         help="every voter's --raft-listen address, this broker's included",
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text lines, or one JSON object per line with the node, partition, group or "
+        "peer an event concerns (default %(default)s)",
+    )
     commands.add_parser("configs", help="list every broker and topic config with its default")
     add_admin_commands(commands)
     return parser
@@ -95,11 +103,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command in ADMIN_COMMANDS:
         return run_admin_command(args)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
         file_values = load_config_file(args.config_file) if args.config_file else None
         overrides = parse_assignments(args.config)
@@ -119,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2
     try:
+        configure_logging(args.log_level, args.log_format, node_id)
+    except ValueError as exc:  # an unknown --log-level
+        print(f"raftka: --log-level: {exc}", file=sys.stderr)
+        return 2
+    json_logs = args.log_format == "json"
+    try:
         broker = Broker(config, listener, args.data_dir, cluster)
     except ValueError as exc:
         print(f"raftka: {exc}", file=sys.stderr)
@@ -126,19 +135,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(_serve, broker)
     except OSError as exc:
-        print(f"raftka: cannot serve on {args.listen}: {exc}", file=sys.stderr)
-        return 1
+        return _stopped(f"cannot serve on {args.listen}: {exc}", json_logs)
     except BaseExceptionGroup as group:
         bind_errors = group.subgroup(EndpointBindError)
         if bind_errors is not None:
-            print(f"raftka: metrics.listen: {_first(bind_errors)}", file=sys.stderr)
-            return 1
+            return _stopped(f"metrics.listen: {_first(bind_errors)}", json_logs)
         if group.subgroup(MetadataApplyError) is None:
+            if json_logs:
+                # A traceback printed by the interpreter would be the one line not in JSON.
+                logger.critical("raftka: stopped by an unexpected error", exc_info=group)
+                return 1
             raise
         # The controller logged the record, its offset and the cause as critical.
-        print("raftka: stopped: a metadata record could not be applied", file=sys.stderr)
-        return 1
+        return _stopped("stopped: a metadata record could not be applied", json_logs)
     return 0
+
+
+def _stopped(reason: str, json_logs: bool) -> int:
+    """Report why the broker stopped; with JSON logs as a log line, so stderr stays JSON."""
+    if json_logs:
+        logger.error("raftka: %s", reason)
+    else:
+        print(f"raftka: {reason}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -196,6 +196,7 @@ class PartitionRaftStorage:
                 self.raft_group_id,
                 offset,
                 self.log.log_start_offset,
+                extra={"partition": self.raft_group_id, "raft_group": self.raft_group_id},
             )
             return []
         data = self.log.read(offset, max_bytes, self.log.log_end_offset, True)

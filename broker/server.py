@@ -287,7 +287,12 @@ class Broker:
                                 await trio.to_thread.run_sync(job)
                             except OSError as exc:
                                 # The segments stay dirty; the next round tries again.
-                                logger.error("fsync of %s failed: %s", partition.name, exc)
+                                logger.error(
+                                    "fsync of %s failed: %s",
+                                    partition.name,
+                                    exc,
+                                    extra={"partition": partition.name},
+                                )
 
     async def _enforce_retention(self) -> None:
         interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000

@@ -273,6 +273,7 @@ class TopicManager:
                 opened,
                 len(topic.partitions),
                 time.monotonic() - started,
+                extra={"topic": name},
             )
 
     def alter_configs(self, name: str, configs: Mapping[str, str]) -> None:
@@ -296,7 +297,7 @@ class TopicManager:
                 self.hard_states.delete(partition.name)
         for directory in directories:
             await trio.to_thread.run_sync(shutil.rmtree, directory, True)
-        logger.info("deleted topic %s", topic.name)
+        logger.info("deleted topic %s", topic.name, extra={"topic": topic.name})
         return topic
 
     async def _open_log(self, partition: Partition) -> PartitionLog:
@@ -315,7 +316,11 @@ class TopicManager:
                 failures += 1
                 delay_s = min(10.0, 0.2 * 2**failures)
                 logger.error(
-                    "%s: cannot open the log (%s); retrying in %.1f s", partition.name, exc, delay_s
+                    "%s: cannot open the log (%s); retrying in %.1f s",
+                    partition.name,
+                    exc,
+                    delay_s,
+                    extra={"partition": partition.name, "topic": partition.topic.name},
                 )
                 await trio.sleep(delay_s)
 
@@ -326,11 +331,25 @@ class TopicManager:
             partition.name, log, self.hard_states, partition.replicas == (self.node_id,)
         )
         partition.storage = storage
+        logged_leadership: tuple[int, int] | None = None  # (epoch, leader) last logged
 
         def on_update(update: RaftGroupUpdate) -> None:
+            nonlocal logged_leadership
             if update.high_watermark is not None or update.soft_state is not None:
                 partition.notify_appended()
-            if update.soft_state is not None:
+            soft_state = update.soft_state
+            if soft_state is not None:
+                leader = soft_state.leader_id
+                # One line per new leader, none per election round without one.
+                if leader is not None and logged_leadership != (soft_state.term, leader):
+                    logged_leadership = (soft_state.term, leader)
+                    logger.info(
+                        "%s: leader is node %d at epoch %d",
+                        partition.name,
+                        leader,
+                        soft_state.term,
+                        extra={"partition": partition.name, "topic": partition.topic.name},
+                    )
                 for listener in self.leadership_listeners:
                     listener(partition)
 
@@ -346,7 +365,12 @@ class TopicManager:
             if partition.raft is not None and partition.storage is not None:
                 partition.storage.save_high_watermark(partition.raft.high_watermark)
         except OSError as exc:
-            logger.error("%s: high watermark checkpoint not saved: %s", partition.name, exc)
+            logger.error(
+                "%s: high watermark checkpoint not saved: %s",
+                partition.name,
+                exc,
+                extra={"partition": partition.name, "topic": partition.topic.name},
+            )
         if partition.raft is not None:
             self.node.remove_raft_group(partition.name)
             partition.raft = None
@@ -355,7 +379,10 @@ class TopicManager:
                 partition.log.close()
             except OSError as exc:
                 logger.error(
-                    "%s: not closed cleanly (%s); the next start recovers it", partition.name, exc
+                    "%s: not closed cleanly (%s); the next start recovers it",
+                    partition.name,
+                    exc,
+                    extra={"partition": partition.name, "topic": partition.topic.name},
                 )
             partition.log = None
         partition.notify_appended()

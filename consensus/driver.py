@@ -428,7 +428,12 @@ class RaftGroup:
         old = self._core
         storage = self._storage
         error = StorageError(None, f"{self.name}: cannot write to the log: {exc}")
-        log.error("node %s: %s; this replica restarts as a follower", old.id, error)
+        log.error(
+            "node %s: %s; this replica restarts as a follower",
+            old.id,
+            error,
+            extra={"raft_group": self.name},
+        )
         self._commit_waiters.fail(error, only_leaders=True)
         self._durable_waiters.fail(error, only_leaders=True)
         end = storage.raft_log.log_end_offset()
@@ -475,7 +480,9 @@ class RaftGroup:
                 self._on_update(RaftGroupUpdate(self.name, rd.high_watermark, rd.soft_state))
             except Exception:
                 # The Ready is written and sent: the core must still be advanced.
-                log.exception("%s: applying an update failed", self.name)
+                log.exception(
+                    "%s: applying an update failed", self.name, extra={"raft_group": self.name}
+                )
 
     def _remove(self) -> None:
         self.removed = True
@@ -652,7 +659,13 @@ class RaftNode:
                 try:
                     raft_group.transfer_leadership(target)
                 except (NotLeaderError, ValueError) as exc:
-                    log.info("node %s: no transfer for %s: %s", self.node_id, raft_group.name, exc)
+                    log.info(
+                        "node %s: no transfer for %s: %s",
+                        self.node_id,
+                        raft_group.name,
+                        exc,
+                        extra={"raft_group": raft_group.name},
+                    )
             while self._led_with_followers():
                 event = self._soft_state_changed
                 await event.wait()

@@ -335,7 +335,13 @@ class PeerTransport:
             except (OSError, trio.TooSlowError) as exc:
                 self.stats.dial_failures += 1
                 if not peer.unreachable:
-                    log.info("node %s: cannot reach node %s: %s", self.node_id, peer.node_id, exc)
+                    log.info(
+                        "node %s: cannot reach node %s: %s",
+                        self.node_id,
+                        peer.node_id,
+                        exc,
+                        extra={"peer": peer.node_id},
+                    )
                 peer.unreachable = True
                 peer.wanted = trio.Event()  # re-dial only when there is traffic again
                 self._discard_queue(peer, ForwardError(f"cannot connect to node {peer.node_id}"))
@@ -379,7 +385,13 @@ class PeerTransport:
                 if start < len(messages):
                     await self._write_messages(stream, messages[start:])
         except _CONNECTION_ERRORS as exc:
-            log.info("node %s: connection to node %s lost: %s", self.node_id, peer.node_id, exc)
+            log.info(
+                "node %s: connection to node %s lost: %s",
+                self.node_id,
+                peer.node_id,
+                exc,
+                extra={"peer": peer.node_id},
+            )
             connection.cancel()
 
     async def _write_messages(self, stream: trio.SocketStream, messages: list[Message]) -> None:
@@ -400,7 +412,13 @@ class PeerTransport:
                 if pending is not None and pending.peer == peer.node_id:
                     pending.settle(frame)
         except _CONNECTION_ERRORS as exc:
-            log.info("node %s: connection to node %s closed: %s", self.node_id, peer.node_id, exc)
+            log.info(
+                "node %s: connection to node %s closed: %s",
+                self.node_id,
+                peer.node_id,
+                exc,
+                extra={"peer": peer.node_id},
+            )
             connection.cancel()
 
     def _discard_queue(self, peer: _Peer, error: ForwardError) -> None:
@@ -452,7 +470,13 @@ class PeerTransport:
                     raise CodecError(f"unexpected {type(frame).__name__} on inbound connection")
         except (*_CONNECTION_ERRORS, trio.TooSlowError) as exc:
             if not isinstance(exc, EOFError):
-                log.info("node %s: inbound from %s closed: %s", self.node_id, peer_id, exc)
+                log.info(
+                    "node %s: inbound from %s closed: %s",
+                    self.node_id,
+                    peer_id,
+                    exc,
+                    extra={"peer": peer_id},
+                )
 
     def _deliver(self, peer_id: NodeId, messages: list[Message]) -> None:
         self.stats.messages_received += len(messages)
@@ -473,7 +497,7 @@ class PeerTransport:
         slot: object,
     ) -> None:
         try:
-            parts = await self._answer_forward(request)
+            parts = await self._answer_forward(request, peer.node_id)
             size = sum(len(part) for part in parts)
             peer.response_bytes += size
             try:
@@ -486,19 +510,28 @@ class PeerTransport:
         finally:
             slots.release_on_behalf_of(slot)
 
-    async def _answer_forward(self, request: ForwardRequest) -> list[bytes | bytearray]:
+    async def _answer_forward(
+        self, request: ForwardRequest, peer_id: NodeId
+    ) -> list[bytes | bytearray]:
         handler = self._forward_handler
         error_code, payload = UNKNOWN_SERVER_ERROR, b""
         if handler is not None:
             try:
                 error_code, payload = await handler(request.rpc, request.payload)
             except Exception:
-                log.exception("node %s: forward handler failed for %r", self.node_id, request.rpc)
+                log.exception(
+                    "node %s: forward handler failed for %r",
+                    self.node_id,
+                    request.rpc,
+                    extra={"peer": peer_id},
+                )
                 error_code, payload = UNKNOWN_SERVER_ERROR, b""
         try:
             return encode_forward_response(request.request_id, error_code, payload)
         except CodecError:
-            log.exception("node %s: cannot encode forward response", self.node_id)
+            log.exception(
+                "node %s: cannot encode forward response", self.node_id, extra={"peer": peer_id}
+            )
             return encode_forward_response(request.request_id, UNKNOWN_SERVER_ERROR, b"")
 
 

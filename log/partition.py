@@ -182,7 +182,12 @@ class PartitionLog:
             segment = self._new_segment(base, now_ms)
             if self.segments and base < self.segments[-1].next_offset:
                 # Overlaps its predecessor: not a segment this log could have written.
-                logger.warning("%s: removing overlapping segment %s", directory, base)
+                logger.warning(
+                    "%s: removing overlapping segment %s",
+                    directory,
+                    base,
+                    extra={"partition": directory.name},
+                )
                 segment.delete()
                 for later in bases[i + 1 :]:
                     self._new_segment(later, now_ms).delete()
@@ -190,7 +195,12 @@ class PartitionLog:
             below_recovery_point = i + 1 < len(bases) and bases[i + 1] <= recovery_point
             trusted = (clean or below_recovery_point) and recovered_from is None
             if trusted and not segment.load_trusted():
-                logger.warning("%s: rebuilding indexes of segment %s", directory, base)
+                logger.warning(
+                    "%s: rebuilding indexes of segment %s",
+                    directory,
+                    base,
+                    extra={"partition": directory.name},
+                )
                 trusted = False
             if not trusted:
                 recovering = True
@@ -207,6 +217,7 @@ class PartitionLog:
                         segment.next_offset,
                         result.error,
                         f" and removed {len(dropped)} later segments" if dropped else "",
+                        extra={"partition": directory.name},
                     )
                     self._append_segment(segment)
                     for later in dropped:
@@ -223,7 +234,11 @@ class PartitionLog:
 
         if cached_epochs is None:
             if self.log_end_offset > first_base:
-                logger.info("%s: rebuilding the leader-epoch cache from the log", directory)
+                logger.info(
+                    "%s: rebuilding the leader-epoch cache from the log",
+                    directory,
+                    extra={"partition": directory.name},
+                )
             self.epochs = self._epochs_from_log()
             self._epochs_dirty = True
         else:
@@ -678,7 +693,12 @@ class PartitionLog:
                 self._delete_first_segment()
                 deleted += 1
         if deleted:
-            logger.info("%s: retention deleted %d segments", self.directory, deleted)
+            logger.info(
+                "%s: retention deleted %d segments",
+                self.directory,
+                deleted,
+                extra={"partition": self.directory.name},
+            )
         return deleted
 
     def delete_records_before(self, offset: int) -> int:

@@ -108,6 +108,7 @@ class Controller:
         self.storage = PartitionRaftStorage(
             METADATA_GROUP, self.log, hard_states, voters == frozenset({self.node_id})
         )
+        self._logged_leadership: tuple[int, int] | None = None  # (term, leader) last logged
         self.raft: RaftGroup = node.add_raft_group(
             METADATA_GROUP, voters, self.storage, self._on_update
         )
@@ -195,6 +196,18 @@ class Controller:
     def _on_update(self, update: RaftGroupUpdate) -> None:
         if update.high_watermark is not None:
             self._committed.set()
+        soft_state = update.soft_state
+        if soft_state is not None and soft_state.leader_id is not None:
+            leadership = (soft_state.term, soft_state.leader_id)
+            if leadership != self._logged_leadership:  # one line per new controller
+                self._logged_leadership = leadership
+                logger.info(
+                    "%s: controller is node %d at term %d",
+                    METADATA_GROUP,
+                    soft_state.leader_id,
+                    soft_state.term,
+                    extra={"raft_group": METADATA_GROUP},
+                )
 
     async def _apply_committed(self) -> None:
         high_watermark = min(self.raft.high_watermark, self.log.log_end_offset)
@@ -246,6 +259,7 @@ class Controller:
                 broker.host,
                 broker.port,
                 broker.rack,
+                extra={"peer": broker.node_id},
             )
 
     def _apply_failed(self, what: str, exc: Exception) -> MetadataApplyError:
@@ -257,6 +271,7 @@ class Controller:
             "restart it; it applies the metadata log again from its last snapshot.",
             what,
             exc,
+            exc_info=exc,
         )
         return MetadataApplyError(f"cannot apply {what}: {exc!r}")
 
@@ -296,7 +311,12 @@ class Controller:
                             ErrorCode(exc.error_code), exc.payload.decode(errors="replace")
                         )
                 except ForwardError as exc:
-                    logger.info("forwarding to controller %s failed: %s", leader, exc)
+                    logger.info(
+                        "forwarding to controller %s failed: %s",
+                        leader,
+                        exc,
+                        extra={"peer": leader},
+                    )
             if trio.current_time() >= deadline:
                 return CommandResult.error(
                     ErrorCode.not_controller,

@@ -256,7 +256,12 @@ class MetadataImage:
 
     def _create_topic(self, record: CreateTopic, offset: int) -> list[Change]:
         if record.name in self.topics or record.topic_id in self.topics_by_id:
-            logger.warning("offset %d creates topic %s that exists", offset, record.name)
+            logger.warning(
+                "offset %d creates topic %s that exists",
+                offset,
+                record.name,
+                extra={"topic": record.name},
+            )
             return []
         topic = TopicImage(
             record.name, record.topic_id, list(record.replicas), dict(record.configs)

@@ -381,7 +381,7 @@ class GroupCoordinator:
             records.append((GroupMetadataKey(group_id).encode(), None))
             self.machine.delete(group_id, self.wall_clock_ms())
             appends.append((group_id, self.writes.append(group_id, records)))
-            logger.info("deleted group %s", group_id)
+            logger.info("deleted group %s", group_id, extra={"group": group_id})
         for group_id, append in appends:
             error = await append.wait()
             if error != ErrorCode.none:

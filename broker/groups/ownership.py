@@ -27,6 +27,7 @@ from raftka.broker.groups.records import (
     partition_for_group,
 )
 from raftka.broker.groups.store import OFFSETS_TOPIC, OffsetsLog
+from raftka.broker.log_output import partition_context
 
 if TYPE_CHECKING:
     from raftka.broker.groups.rebalance import Instant, RebalanceMachine
@@ -107,7 +108,13 @@ class Ownership:
         if partition in self.owned:
             self.resign(partition)  # a new term: reload what the log holds now
         self.loading[partition] = epoch
-        logger.info("loading groups of %s-%d (epoch %d)", OFFSETS_TOPIC, partition, epoch)
+        logger.info(
+            "loading groups of %s-%d (epoch %d)",
+            OFFSETS_TOPIC,
+            partition,
+            epoch,
+            extra=partition_context(OFFSETS_TOPIC, partition),
+        )
         if self._nursery is not None:
             self._nursery.start_soon(self._load_partition, partition, epoch)
 
@@ -124,6 +131,7 @@ class Ownership:
                 OFFSETS_TOPIC,
                 partition,
                 len(dropped),
+                extra=partition_context(OFFSETS_TOPIC, partition),
             )
 
     # -- loading ---------------------------------------------------------------------------
@@ -143,7 +151,12 @@ class Ownership:
         try:
             caught_up = await self.offsets_log.wait_caught_up(partition, epoch)
         except Exception:
-            logger.exception("cannot load %s-%d", OFFSETS_TOPIC, partition)
+            logger.exception(
+                "cannot load %s-%d",
+                OFFSETS_TOPIC,
+                partition,
+                extra=partition_context(OFFSETS_TOPIC, partition),
+            )
             caught_up = False
         if self.loading.get(partition) != epoch:
             return  # resigned, or a newer term's load took over
@@ -153,7 +166,12 @@ class Ownership:
         try:
             groups, count = self._replay(partition)
         except Exception:
-            logger.exception("cannot replay %s-%d", OFFSETS_TOPIC, partition)
+            logger.exception(
+                "cannot replay %s-%d",
+                OFFSETS_TOPIC,
+                partition,
+                extra=partition_context(OFFSETS_TOPIC, partition),
+            )
             self.resign(partition)
             return
         for group in groups:
@@ -162,7 +180,12 @@ class Ownership:
         self.owned[partition] = epoch
         if count:
             logger.info(
-                "loaded %s-%d (epoch %d): %d records", OFFSETS_TOPIC, partition, epoch, count
+                "loaded %s-%d (epoch %d): %d records",
+                OFFSETS_TOPIC,
+                partition,
+                epoch,
+                count,
+                extra=partition_context(OFFSETS_TOPIC, partition),
             )
 
     def _replay(self, partition: int) -> tuple[list[ConsumerGroup], int]:

@@ -258,7 +258,9 @@ class RebalanceMachine:
         group.add(member)
         self.deadlines.cancel(DeadlineKey(DeadlineKind.PENDING_MEMBER, group.group_id, member_id))
         self._set_session_deadline(group, member, now.ms + request.session_timeout_ms)
-        logger.info("group %s: member %s joins", group.group_id, member_id)
+        logger.info(
+            "group %s: member %s joins", group.group_id, member_id, extra={"group": group.group_id}
+        )
         self._rebalance_for_join(group, now)
 
     def _update_member_and_rebalance(
@@ -306,6 +308,7 @@ class RebalanceMachine:
             instance_id,
             new_id,
             old_id,
+            extra={"group": group.group_id},
         )
         if group.is_(GroupState.STABLE) and protocols_unchanged:
             # No rebalance: the member gets its old assignment from SyncGroup. The old leader
@@ -414,6 +417,7 @@ class RebalanceMachine:
             group.group_id,
             generation,
             error.name,
+            extra={"group": group.group_id},
         )
         for m in group.members.values():
             m.assignment = b""
@@ -428,7 +432,12 @@ class RebalanceMachine:
                 m.sync_reply = None
                 self._set_session_deadline(group, m, now.ms + m.session_timeout_ms)
                 reply.set(self._sync_result(group, m))
-        logger.info("group %s is stable at generation %d", group.group_id, group.generation_id)
+        logger.info(
+            "group %s is stable at generation %d",
+            group.group_id,
+            group.generation_id,
+            extra={"group": group.group_id},
+        )
 
     def _sync_result(self, group: ConsumerGroup, member: Member) -> SyncResult:
         return SyncResult(
@@ -497,7 +506,9 @@ class RebalanceMachine:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        logger.info("group %s: member %s leaves", group.group_id, member_id)
+        logger.info(
+            "group %s: member %s leaves", group.group_id, member_id, extra={"group": group.group_id}
+        )
         self._remove_member_and_update(group, member, now)
         return ErrorCode.none
 
@@ -526,7 +537,12 @@ class RebalanceMachine:
                     self.deadlines.schedule(key, deadline)
                     continue
                 del group.pending_members[key.member_id]
-                logger.info("pending member %s of group %s expired", key.member_id, group.group_id)
+                logger.info(
+                    "pending member %s of group %s expired",
+                    key.member_id,
+                    group.group_id,
+                    extra={"group": group.group_id},
+                )
                 self._maybe_complete_join(group, now)
             elif key.kind is DeadlineKind.SESSION:
                 member = group.members.get(key.member_id)
@@ -540,6 +556,7 @@ class RebalanceMachine:
                     member.member_id,
                     group.group_id,
                     member.session_timeout_ms,
+                    extra={"group": group.group_id},
                 )
                 self._remove_member_and_update(group, member, now)
         # Also a rebalance deadline that the expiries above moved to `now`.
@@ -569,6 +586,7 @@ class RebalanceMachine:
             "group %s: members %s did not sync within the rebalance timeout",
             group.group_id,
             missing,
+            extra={"group": group.group_id},
         )
         for member_id in missing:
             self._remove(group, member_id)
@@ -638,6 +656,7 @@ class RebalanceMachine:
                 "group %s: member %s did not rejoin in time; removing it",
                 group.group_id,
                 member.member_id,
+                extra={"group": group.group_id},
             )
             self._remove(group, member.member_id)
         self._set_rebalance_deadline(group, None)
@@ -646,7 +665,12 @@ class RebalanceMachine:
         if not group.members:
             group.protocol_name = None
             group.transition(GroupState.EMPTY, now.wall_ms)
-            logger.info("group %s is empty at generation %d", group.group_id, group.generation_id)
+            logger.info(
+                "group %s is empty at generation %d",
+                group.group_id,
+                group.generation_id,
+                extra={"group": group.group_id},
+            )
             self._store_group(group)
             return
         group.protocol_name = group.select_protocol()
@@ -662,6 +686,7 @@ class RebalanceMachine:
             len(group.members),
             group.protocol_name,
             group.leader_id,
+            extra={"group": group.group_id},
         )
         for member in group.members.values():
             reply = member.join_reply

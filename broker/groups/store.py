@@ -136,7 +136,12 @@ class TopicOffsetsLog:
             )
         )
         if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-            logger.warning("cannot create %s: %s", OFFSETS_TOPIC, result.error_message)
+            logger.warning(
+                "cannot create %s: %s",
+                OFFSETS_TOPIC,
+                result.error_message,
+                extra={"topic": OFFSETS_TOPIC},
+            )
         return self.topic()
 
     async def ensure_created(self) -> None:

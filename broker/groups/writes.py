@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups.records import GroupMetadataKey, GroupMetadataValue, partition_for_group
 from raftka.broker.groups.store import OFFSETS_TOPIC, KeyValue, NotCoordinatorError, OffsetsLog
+from raftka.broker.log_output import partition_context
 
 logger = logging.getLogger("raftka.groups")
 
@@ -175,10 +176,21 @@ class WriteQueue:
             try:
                 await self.offsets_log.append(partition, job.records)
             except NotCoordinatorError as exc:
-                logger.info("cannot append to %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+                logger.info(
+                    "cannot append to %s-%d: %s",
+                    OFFSETS_TOPIC,
+                    partition,
+                    exc,
+                    extra=partition_context(OFFSETS_TOPIC, partition),
+                )
                 job.error = write_error(exc)
             except Exception as exc:
-                logger.exception("cannot append to %s-%d", OFFSETS_TOPIC, partition)
+                logger.exception(
+                    "cannot append to %s-%d",
+                    OFFSETS_TOPIC,
+                    partition,
+                    extra=partition_context(OFFSETS_TOPIC, partition),
+                )
                 job.error = write_error(exc)
             for callback in job.on_done:
                 callback(job.error)

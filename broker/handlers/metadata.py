@@ -87,7 +87,9 @@ async def _auto_create(controller: ControllerClient, name: str) -> ErrorCode:
     )
     code = result.error_code
     if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-        logger.info("auto-creating topic %s failed: %s", name, result.error_message)
+        logger.info(
+            "auto-creating topic %s failed: %s", name, result.error_message, extra={"topic": name}
+        )
     return code
 
 

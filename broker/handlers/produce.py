@@ -82,7 +82,11 @@ def _append(
         if exc.error_code == ErrorCode.invalid_record:
             fields["record_errors"] = ((0, exc.message),)
         logger.info(
-            "rejected produce to %s from %s: %s", partition.name, context.client_host, exc.message
+            "rejected produce to %s from %s: %s",
+            partition.name,
+            context.client_host,
+            exc.message,
+            extra={"partition": partition.name, "topic": topic.name},
         )
         return fields, None
     log = partition.log
@@ -105,7 +109,11 @@ def _append(
     except ProducerStateError as exc:
         fields.update(error_code=ErrorCode(exc.error_code), error_message=exc.message)
         logger.info(
-            "rejected produce to %s from %s: %s", partition.name, context.client_host, exc.message
+            "rejected produce to %s from %s: %s",
+            partition.name,
+            context.client_host,
+            exc.message,
+            extra={"partition": partition.name, "topic": topic.name},
         )
         return fields, None
     if duplicate is not None:
