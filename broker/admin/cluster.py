@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from raftka.broker.admin.common import Target, print_table
+from raftka.broker.admin.common import Document, Target, print_table
 from raftka.broker.admin.partitions import leader_view
-
-Document = dict[str, Any]
 
 
 def _racks(target: Target, admin: Any) -> tuple[dict[int, str | None], str | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -13,6 +13,10 @@ DEFAULT_TIMEOUT_S = 15.0
 
 # librdkafka's own codes for "no broker answered" (transport failures, local timeouts).
 _UNREACHABLE_CODES = ("_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE")
+
+
+# What a command returns: printed as a table, or as one JSON document with --output json.
+Document = dict[str, Any]
 
 
 class AdminError(Exception):
@@ -75,6 +79,23 @@ class Target:
         except Exception as exc:
             failure = self.failure(exc)
             raise AdminError(f"{what}: {failure}") from None
+
+    def deleted(self, futures: Mapping[str, Any], names: Sequence[str], what: str) -> Document:
+        """Wait for one deletion future per name: {"deleted": names}, or an AdminError naming
+        every failure and what was deleted nonetheless."""
+        failures: list[str] = []
+        done: list[str] = []
+        for name in names:
+            try:
+                self.result(futures[name], f"delete {what} {name}")
+                done.append(name)
+            except AdminError as exc:
+                failures.append(str(exc))
+        if failures:
+            if done:
+                failures.append("deleted: " + ", ".join(done))
+            raise AdminError("\n".join(failures))
+        return {"deleted": list(names)}
 
 
 def kafka_error_text(exc: BaseException) -> str:

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
-from raftka.broker.admin.common import AdminError, Target, print_table, state_name
-
-Document = dict[str, Any]
+from raftka.broker.admin.common import AdminError, Document, Target, print_table, state_name
 
 # Kafka resets offsets only for a group nobody consumes in (the tool checks the same states).
 RESETTABLE_STATES = ("EMPTY", "DEAD")
@@ -204,19 +202,7 @@ def delete_groups(target: Target, group_ids: Sequence[str]) -> Document:
     admin = target.admin()
     target.metadata(admin)
     futures = admin.delete_consumer_groups(list(group_ids), request_timeout=target.timeout_s)
-    failures: list[str] = []
-    done: list[str] = []
-    for group_id in group_ids:
-        try:
-            target.result(futures[group_id], f"delete group {group_id}")
-            done.append(group_id)
-        except AdminError as exc:
-            failures.append(str(exc))
-    if failures:
-        if done:
-            failures.append("deleted: " + ", ".join(done))
-        raise AdminError("\n".join(failures))
-    return {"deleted": list(group_ids)}
+    return target.deleted(futures, group_ids, "group")
 
 
 def print_deleted(document: Document, out: TextIO) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from raftka.broker.admin.common import AdminError, Target, print_table
+from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.admin.partitions import leader_view
-
-Document = dict[str, Any]
 
 
 def _descriptions(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -209,19 +207,7 @@ def delete_topics(target: Target, names: Sequence[str]) -> Document:
     futures = admin.delete_topics(
         list(names), request_timeout=target.timeout_s, operation_timeout=target.timeout_s
     )
-    failures: list[str] = []
-    done: list[str] = []
-    for name in names:
-        try:
-            target.result(futures[name], f"delete topic {name}")
-            done.append(name)
-        except AdminError as exc:
-            failures.append(str(exc))
-    if failures:
-        if done:
-            failures.append("deleted: " + ", ".join(done))
-        raise AdminError("\n".join(failures))
-    return {"deleted": list(names)}
+    return target.deleted(futures, names, "topic")
 
 
 def print_done(document: Document, out: TextIO) -> None:
