@@ -249,7 +249,9 @@ def _planned_offsets(
         found = _list_offsets(target, admin, partitions, OffsetSpec.for_timestamp(timestamp_ms))
         # As Kafka's tool: no record at or after the time means the log end.
         return {key: latest[key] if found[key] < 0 else found[key] for key in partitions}
-    assert spec.shift_by is not None
+    shift_by = spec.shift_by
+    if shift_by is None:
+        raise AdminError("give one of --to-earliest, --to-latest, --to-datetime or --shift-by")
     missing = [f"{t}[{p}]" for t, p in partitions if (t, p) not in committed]
     if missing:
         raise AdminError(
@@ -257,8 +259,7 @@ def _planned_offsets(
         )
     # Kafka's tool clamps a shifted offset into the log's current range.
     return {
-        key: min(max(committed[key] + spec.shift_by, earliest[key]), latest[key])
-        for key in partitions
+        key: min(max(committed[key] + shift_by, earliest[key]), latest[key]) for key in partitions
     }
 
 
