@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from raftka.broker.admin.common import Document, Target, print_table
-from raftka.broker.admin.partitions import leader_view
+from raftka.broker.admin.partitions import answering, partition_states
 
 
 def _racks(target: Target, admin: Any) -> tuple[dict[int, str | None], str | None]:
@@ -28,8 +28,8 @@ def cluster_status(target: Target) -> Document:
     admin = target.admin()  # kept referenced: a collected client cancels its requests
     metadata = target.metadata(admin)
     racks, cluster_id = _racks(target, admin)
-    view = leader_view(target, metadata)
-    states = list(view.partitions.values())
+    states = list(partition_states(metadata).values())
+    answered = answering(target, metadata)
     brokers = []
     for broker in sorted(metadata.brokers.values(), key=lambda b: b.id):
         brokers.append(
@@ -39,7 +39,7 @@ def cluster_status(target: Target) -> Document:
                 "port": broker.port,
                 "rack": racks.get(broker.id),
                 "in_metadata": True,
-                "answers": view.answered.get(broker.id, False),
+                "answers": answered.get(broker.id, False),
                 "leads": sum(1 for s in states if s.leader == broker.id),
                 "replicas": sum(1 for s in states if broker.id in s.replicas),
             }

@@ -1,10 +1,5 @@
-"""Per-partition state (leader, replicas, ISR) as each partition's leader reports it.
-
-A Kafka broker answers Metadata with the controller's view, the same from every broker; a
-raftka broker knows a partition's ISR only while it leads it (a follower reports every
-replica as in sync). So the ISR of each partition is taken from its leader's own Metadata
-answer: correct against either kind of broker, and it also tells which brokers answer.
-"""
+"""Per-partition state (leader, replicas, ISR) from a Metadata answer, and which brokers
+answer on their own address (a broker that died may still be listed in Metadata)."""
 
 from __future__ import annotations
 
@@ -51,7 +46,8 @@ class PartitionState:
         }
 
 
-def _states_of(metadata: Any) -> dict[tuple[str, int], PartitionState]:
+def partition_states(metadata: Any) -> dict[tuple[str, int], PartitionState]:
+    """Every partition of the Metadata answer, by (topic, partition)."""
     states = {}
     for topic in metadata.topics.values():
         for p in topic.partitions.values():
@@ -63,7 +59,7 @@ def _states_of(metadata: Any) -> dict[tuple[str, int], PartitionState]:
                 isr=tuple(p.isrs),
                 error=None if p.error is None else p.error.name(),
             )
-    return states
+    return dict(sorted(states.items()))
 
 
 def _probe(target: Target, host: str, port: int) -> Any | None:
@@ -77,42 +73,11 @@ def _probe(target: Target, host: str, port: int) -> Any | None:
         return None
 
 
-@dataclass(frozen=True)
-class ClusterView:
-    metadata: Any  # the bootstrap broker's Metadata answer
-    partitions: dict[tuple[str, int], PartitionState]
-    answered: dict[int, bool]  # broker id -> answered Metadata on its own address
-
-
-def answering_broker(metadata: Any) -> int | None:
-    """The id of the broker that answered `metadata`. librdkafka reports -1 for an answer
-    over a bootstrap connection (named "host:port/bootstrap"), so the address decides."""
-    if metadata.orig_broker_id >= 0:
-        return int(metadata.orig_broker_id)
-    address, _, _ = str(metadata.orig_broker_name or "").rpartition("/")
-    for broker in metadata.brokers.values():
-        if f"{broker.host}:{broker.port}" == address:
-            return int(broker.id)
-    return None
-
-
-def leader_view(target: Target, metadata: Any) -> ClusterView:
-    """Every partition of `metadata` with the ISR its leader reports; which brokers answer
-    Metadata on their own address."""
-    states = _states_of(metadata)
+def answering(target: Target, metadata: Any) -> dict[int, bool]:
+    """Broker id -> whether it answers Metadata on its own address."""
     brokers = list(metadata.brokers.values())
-    answered = dict.fromkeys((b.id for b in brokers), False)
-    if brokers:
-        with ThreadPoolExecutor(max_workers=len(brokers)) as pool:
-            answers = list(pool.map(lambda b: _probe(target, b.host, b.port), brokers))
-        for broker, answer in zip(brokers, answers, strict=True):
-            # A client learns the other brokers only from the first answer on this address.
-            answered[broker.id] = answer is not None
-        for answer in [metadata, *answers]:
-            source = None if answer is None else answering_broker(answer)
-            if source is None:
-                continue
-            for key, state in _states_of(answer).items():
-                if state.leader == source and key in states:
-                    states[key] = state
-    return ClusterView(metadata, dict(sorted(states.items())), answered)
+    if not brokers:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(brokers)) as pool:
+        answers = list(pool.map(lambda b: _probe(target, b.host, b.port), brokers))
+    return {b.id: answer is not None for b, answer in zip(brokers, answers, strict=True)}

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.partitions import leader_view
+from raftka.broker.admin.partitions import partition_states
 
 
 def _descriptions(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -90,11 +90,11 @@ def describe_topics(target: Target, names: Sequence[str], include_internal: bool
     chosen = sorted(names) if names else sorted(metadata.topics)
     if not names and not include_internal:
         chosen = [n for n in chosen if not internal.get(n, n.startswith("__"))]
-    view = leader_view(target, metadata)
+    states = partition_states(metadata)
     configs = _non_default_configs(target, admin, chosen)
     topics = []
     for name in chosen:
-        partitions = [s for (topic, _), s in view.partitions.items() if topic == name]
+        partitions = [s for (topic, _), s in states.items() if topic == name]
         topic_id = getattr(descriptions.get(name), "topic_id", None)
         topics.append(
             {
