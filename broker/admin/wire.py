@@ -1,0 +1,240 @@
+"""A small blocking Kafka-protocol client for the admin commands that need what the
+confluent-kafka admin client does not expose: raw record batches (backup), leader epochs,
+a replica's own log end offset, the metadata quorum.
+
+It speaks to any Kafka-compatible broker. Each connection negotiates versions once with
+ApiVersions (v0, which every broker answers) and every request then uses the highest
+version both sides know, capped by the caller where a command needs a particular form.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from raftka.broker.admin.common import AdminError, Target
+from raftka.protocol.api import (
+    API_VERSIONS_KEY,
+    build,
+    request_type,
+    response_type,
+    schema_module,
+)
+
+_SIZE = struct.Struct(">i")
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+CLIENT_ID = "raftka-admin"
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise AdminError(f"bad broker address {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class WireError(AdminError):
+    """The broker closed the connection, sent a frame we cannot read, or did not answer."""
+
+
+class WireConnection:
+    """One TCP connection to one broker, requests answered in order."""
+
+    def __init__(self, address: str, timeout_s: float) -> None:
+        self.address = address
+        host, port = parse_address(address)
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as exc:
+            raise WireError(f"cannot connect to {address}: {exc.strerror or exc}") from None
+        self._sock.settimeout(timeout_s)
+        self._correlation_id = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._negotiate()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> WireConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _negotiate(self) -> None:
+        response = self.request(API_VERSIONS_KEY, {}, version=0)
+        if response.error_code:
+            raise WireError(f"{self.address} refused ApiVersions: error {response.error_code}")
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def version_for(self, api_key: int, highest: int | None = None) -> int:
+        """The highest version of `api_key` this broker and kio both know (≤ `highest`)."""
+        if api_key not in self.versions:
+            raise WireError(f"{self.address} does not serve API key {api_key}")
+        low, high = self.versions[api_key]
+        if highest is not None:
+            high = min(high, highest)
+        for version in range(high, low - 1, -1):
+            if request_type(api_key, version) is not None:
+                return version
+        raise WireError(f"no common version of API key {api_key} with {self.address}")
+
+    def request(self, api_key: int, values: dict[str, Any], *, version: int | None = None) -> Any:
+        """Send one request built from `values` (kio entity fields; nested entities already
+        built) and return the decoded response entity."""
+        if version is None:
+            version = self.version_for(api_key)
+        entity = load_request_schema(api_key, version)
+        body = entity(**values)
+        self._correlation_id += 1
+        header_cls = entity.__header_schema__
+        header = header_cls(
+            request_api_key=i16(api_key),
+            request_api_version=i16(version),
+            correlation_id=i32(self._correlation_id),
+            client_id=CLIENT_ID,
+        )
+        buf = io.BytesIO()
+        buf.write(b"\0\0\0\0")
+        entity_writer(header_cls)(buf, header)
+        entity_writer(entity)(buf, body)
+        frame = buf.getbuffer()
+        _SIZE.pack_into(frame, 0, len(frame) - 4)
+        del frame
+        try:
+            self._sock.sendall(buf.getvalue())
+            payload = self._read_frame()
+        except TimeoutError:
+            raise WireError(f"{self.address} did not answer within the timeout") from None
+        except OSError as exc:
+            raise WireError(f"connection to {self.address} failed: {exc}") from None
+        (correlation_id,) = _SIZE.unpack_from(payload, 0)
+        if correlation_id != self._correlation_id:
+            raise WireError(f"{self.address} answered out of order")
+        response_cls = response_type(api_key, version)
+        pos = 4
+        if response_cls.__flexible__ and api_key != API_VERSIONS_KEY:
+            pos += 1  # the response header's (empty) tagged fields
+        try:
+            response, _ = entity_reader(response_cls)(payload, pos)
+        except Exception as exc:  # kio raises several types for data it cannot read
+            raise WireError(f"cannot decode {response_cls.__name__} from {self.address}") from exc
+        return response
+
+    def _read_exact(self, n: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < n:
+            chunk = self._sock.recv(min(n - len(chunks), 1 << 20))
+            if not chunk:
+                raise WireError(f"{self.address} closed the connection")
+            chunks += chunk
+        return bytes(chunks)
+
+    def _read_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(self._read_exact(4))
+        if not 4 <= size <= MAX_FRAME_BYTES:
+            raise WireError(f"{self.address} sent a frame of {size} bytes")
+        return self._read_exact(size)
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    node_id: int
+    address: str
+    rack: str | None
+
+
+class WireCluster:
+    """Connections to a cluster's brokers, found from the bootstrap list, opened on demand."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._connections: dict[str, WireConnection] = {}
+        self.brokers: dict[int, BrokerAddress] = {}
+        self.controller_id: int | None = None
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    def __enter__(self) -> WireCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def connection(self, address: str) -> WireConnection:
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = WireConnection(address, self.target.timeout_s)
+            self._connections[address] = connection
+        return connection
+
+    def drop(self, address: str) -> None:
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            connection.close()
+
+    def any_connection(self) -> WireConnection:
+        """A connection to the first bootstrap broker that answers."""
+        for address in self._bootstrap_addresses():
+            try:
+                return self.connection(address)
+            except WireError:
+                continue
+        raise self.target.unreachable()
+
+    def _bootstrap_addresses(self) -> Iterator[str]:
+        yield from (a for a in self._connections)
+        yield from (a.strip() for a in self.target.bootstrap.split(",") if a.strip())
+
+    def to_node(self, node_id: int) -> WireConnection:
+        broker = self.brokers.get(node_id)
+        if broker is None:
+            raise WireError(f"broker {node_id} is not in the cluster's metadata")
+        return self.connection(broker.address)
+
+    def metadata(self, topics: Sequence[str] | None = None, *, highest: int = 12) -> Any:
+        """A Metadata response (at most v`highest`); records the brokers it names."""
+        for address in list(self._bootstrap_addresses()):
+            try:
+                connection = self.connection(address)
+                version = connection.version_for(3, highest)
+                response = connection.request(3, metadata_request(version, topics), version=version)
+            except WireError:
+                self.drop(address)
+                continue
+            self.brokers = {
+                b.node_id: BrokerAddress(b.node_id, f"{b.host}:{b.port}", b.rack)
+                for b in response.brokers
+            }
+            controller = getattr(response, "controller_id", -1)
+            self.controller_id = controller if controller >= 0 else None
+            return response
+        raise self.target.unreachable()
+
+
+def metadata_request(version: int, topics: Sequence[str] | None) -> dict[str, Any]:
+    """Fields of a Metadata request for `topics` (None: every topic)."""
+    topic_cls = schema_module(load_request_schema(3, version)).MetadataRequestTopic
+    if topics is None:
+        wanted: Any = None if version >= 1 else ()
+    else:
+        wanted = tuple(build(topic_cls, name=t, topic_id=None) for t in topics)
+    values: dict[str, Any] = {"topics": wanted}
+    if version >= 4:
+        values["allow_auto_topic_creation"] = False
+    if 8 <= version <= 10:
+        values["include_cluster_authorized_operations"] = False
+    if version >= 8:
+        values["include_topic_authorized_operations"] = False
+    return values
