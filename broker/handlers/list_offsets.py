@@ -1,4 +1,10 @@
-"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups."""
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups.
+
+As in Kafka, who asks decides what is answered: a consumer (replica id -1) is answered by
+the leader up to its high watermark (or last stable offset); a broker (replica id >= 0) by
+the leader up to its log end; a debugging client (replica id -2, what `raftka cluster
+status` sends to measure replica lag) by any replica, from its own log, up to its log end.
+"""
 
 from __future__ import annotations
 
@@ -17,44 +23,71 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
 
 
 class OffsetNotAvailable(Exception):
     """The answer would come from a high watermark the new leader has not caught up yet."""
 
 
-def _lookup(partition: Partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
+def _lookup(partition: Partition, timestamp: int, isolation_level: int | None) -> tuple[int, int]:
     """(offset, timestamp) per Kafka's ListOffsets rules; (-1, -1) when nothing matches.
-    Raises OffsetNotAvailable where Kafka answers OFFSET_NOT_AVAILABLE (retriable)."""
+    `isolation_level` None: a replica or debugging client, answered up to the log end offset.
+    Raises OffsetNotAvailable where Kafka answers a consumer OFFSET_NOT_AVAILABLE (retriable)."""
     log = partition.hosted_log
+    if isolation_level is None:
+        last_fetchable = log.log_end_offset
+    elif isolation_level == READ_COMMITTED:
+        last_fetchable = partition.last_stable_offset
+    else:
+        last_fetchable = partition.high_watermark
+    # Only a consumer waits for a new leader to commit its epoch start (KAFKA-7703).
+    behind = isolation_level is not None and partition.high_watermark_behind_epoch_start
     if timestamp == LATEST:
-        if partition.high_watermark_behind_epoch_start:
+        if behind:
             raise OffsetNotAvailable
-        end = (
-            partition.last_stable_offset
-            if isolation_level == READ_COMMITTED
-            else partition.high_watermark
-        )
-        return end, -1
+        return last_fetchable, -1
     if timestamp == EARLIEST:
         return log.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
         found = log.max_timestamp_and_offset()
-        if found is None or found[1] >= partition.high_watermark:
+        if found is None or found[1] >= last_fetchable:
             return -1, -1
         return found[1], found[0]
     at_timestamp = log.offset_for_timestamp(timestamp)
-    if at_timestamp is None or at_timestamp[0] >= partition.high_watermark:
-        if partition.high_watermark_behind_epoch_start:
+    if at_timestamp is None or at_timestamp[0] >= last_fetchable:
+        if behind:
             raise OffsetNotAvailable
         return -1, -1
     return at_timestamp
 
 
+def replica_partition(
+    partition: Partition | None, current_leader_epoch: int
+) -> Partition | ErrorCode:
+    """`partition` when this broker holds a replica of it and may answer from that replica's
+    own log at `current_leader_epoch` (Kafka fences the epoch on followers too); otherwise
+    the error Kafka answers."""
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition
+    if partition.raft is None or partition.log is None:
+        return ErrorCode.not_leader_or_follower
+    if 0 <= current_leader_epoch < partition.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    if current_leader_epoch > partition.leader_epoch:
+        return ErrorCode.unknown_leader_epoch
+    return partition
+
+
 async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
     topics_view = context.services.topics
     entity, module = response_schema(context)
-    isolation = getattr(request, "isolation_level", 0)
+    replica_id = request.replica_id
+    # Kafka applies an isolation level to consumers only; replicas read to the log end.
+    isolation = (
+        getattr(request, "isolation_level", 0) if replica_id == CONSUMER_REPLICA_ID else None
+    )
     topics = []
     for wanted in request.topics:
         partitions = []
@@ -67,7 +100,11 @@ async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
                 "offset": -1,
                 "leader_epoch": -1,
             }
-            led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
+            current_leader_epoch = getattr(p, "current_leader_epoch", -1)
+            if replica_id == DEBUGGING_REPLICA_ID:
+                led = replica_partition(partition, current_leader_epoch)
+            else:
+                led = led_partition(partition, current_leader_epoch)
             if isinstance(led, ErrorCode):
                 fields["error_code"] = led
             else:
