@@ -1,13 +1,22 @@
-"""`raftka cluster status`: brokers, the controller, and every partition's leader and ISR,
-with under-replicated (ISR smaller than the replica set) and offline (no leader) partitions
-listed and counted."""
+"""`raftka cluster status`: brokers, the controller, and every partition's leader, leader
+epoch, ISR and replica lag, with under-replicated (ISR smaller than the replica set) and
+offline (no leader) partitions listed and counted."""
 
 from __future__ import annotations
 
 from typing import Any, TextIO
 
 from raftka.broker.admin.common import Document, Target, print_table
-from raftka.broker.admin.partitions import answering, partition_states
+from raftka.broker.admin.partitions import (
+    ReplicaLag,
+    answering,
+    format_lag,
+    leader_epochs,
+    partition_states,
+    with_leader_epochs,
+    with_replica_lag,
+)
+from raftka.broker.admin.wire import WireCluster
 
 
 def _racks(target: Target, admin: Any) -> tuple[dict[int, str | None], str | None]:
@@ -28,7 +37,13 @@ def cluster_status(target: Target) -> Document:
     admin = target.admin()  # kept referenced: a collected client cancels its requests
     metadata = target.metadata(admin)
     racks, cluster_id = _racks(target, admin)
-    states = list(partition_states(metadata).values())
+    with WireCluster(target) as wire:
+        # Epochs come from a Metadata answer of our own: the Python client does not expose them.
+        by_partition = with_leader_epochs(
+            partition_states(metadata), leader_epochs(wire.metadata())
+        )
+        by_partition = with_replica_lag(target, wire, by_partition)
+    states = list(by_partition.values())
     answered = answering(target, metadata)
     brokers = []
     for broker in sorted(metadata.brokers.values(), key=lambda b: b.id):
@@ -112,14 +127,16 @@ def print_status(document: Document, out: TextIO) -> None:
     )
     print(file=out)
     print_table(
-        ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS"],
+        ["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "LAG", "STATUS"],
         [
             [
                 p["topic"],
                 p["partition"],
                 p["leader"] if p["leader"] >= 0 else "none",
+                p["leader_epoch"],
                 ",".join(map(str, p["replicas"])),
                 ",".join(map(str, p["isr"])),
+                format_lag(ReplicaLag(**r) for r in p["replica_lag"]),
                 p["status"],
             ]
             for p in document["partitions"]

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.partitions import partition_states
+from raftka.broker.admin.partitions import leader_epochs, partition_states, with_leader_epochs
+from raftka.broker.admin.wire import WireCluster
 
 
 def _descriptions(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -91,6 +92,10 @@ def describe_topics(target: Target, names: Sequence[str], include_internal: bool
     if not names and not include_internal:
         chosen = [n for n in chosen if not internal.get(n, n.startswith("__"))]
     states = partition_states(metadata)
+    if chosen:
+        with WireCluster(target) as wire:
+            # Epochs come from a Metadata answer of our own: the Python client lacks them.
+            states = with_leader_epochs(states, leader_epochs(wire.metadata(chosen)))
     configs = _non_default_configs(target, admin, chosen)
     topics = []
     for name in chosen:
@@ -123,11 +128,12 @@ def print_describe(document: Document, out: TextIO) -> None:
             file=out,
         )
         print_table(
-            ["PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS"],
+            ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATUS"],
             [
                 [
                     p["partition"],
                     p["leader"] if p["leader"] >= 0 else "none",
+                    p["leader_epoch"],
                     ",".join(map(str, p["replicas"])),
                     ",".join(map(str, p["isr"])),
                     p["status"],

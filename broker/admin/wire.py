@@ -9,6 +9,8 @@ version both sides know, capped by the caller where a command needs a particular
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import io
 import socket
 import struct
@@ -56,6 +58,7 @@ class WireConnection:
         except OSError as exc:
             raise WireError(f"cannot connect to {address}: {exc.strerror or exc}") from None
         self._sock.settimeout(timeout_s)
+        self.timeout_s = timeout_s
         self._correlation_id = 0
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
@@ -238,3 +241,56 @@ def metadata_request(version: int, topics: Sequence[str] | None) -> dict[str, An
     if version >= 8:
         values["include_topic_authorized_operations"] = False
     return values
+
+
+LIST_OFFSETS_KEY = 2
+LATEST_TIMESTAMP = -1
+# Kafka's DEBUGGING_REPLICA_ID: answered by any replica from its own log, up to its log end.
+DEBUGGING_REPLICA_ID = -2
+
+
+def replica_log_end_offsets(
+    connection: WireConnection, partitions: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], int | None]:
+    """The log end offset of this broker's own replica of each (topic, partition), from one
+    ListOffsets request as Kafka's debugging replica (any replica answers, leader or not);
+    None where the broker answered an error (it holds no replica, or does not know the topic)."""
+    version = connection.version_for(LIST_OFFSETS_KEY)
+    request_cls = load_request_schema(LIST_OFFSETS_KEY, version)
+    module = schema_module(request_cls)
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    topics = tuple(
+        build(
+            module.ListOffsetsTopic,
+            name=topic,
+            partitions=tuple(
+                build(
+                    module.ListOffsetsPartition,
+                    partition_index=p,
+                    current_leader_epoch=-1,
+                    timestamp=LATEST_TIMESTAMP,
+                )
+                for p in indexes
+            ),
+        )
+        for topic, indexes in by_topic.items()
+    )
+    values: dict[str, Any] = {
+        "replica_id": DEBUGGING_REPLICA_ID,
+        "isolation_level": 0,
+        "topics": topics,
+        "timeout": datetime.timedelta(seconds=connection.timeout_s),
+    }
+    names = {f.name for f in dataclasses.fields(request_cls)}
+    response = connection.request(
+        LIST_OFFSETS_KEY, {k: v for k, v in values.items() if k in names}, version=version
+    )
+    offsets: dict[tuple[str, int], int | None] = {key: None for key in partitions}
+    for topic in response.topics:
+        for p in topic.partitions:
+            key = (topic.name, p.partition_index)
+            if key in offsets and p.error_code == 0 and p.offset >= 0:
+                offsets[key] = int(p.offset)
+    return offsets

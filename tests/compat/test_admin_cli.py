@@ -72,10 +72,12 @@ def test_topic_create_list_describe_alter_delete(bootstrap: str) -> None:
     assert "retention.ms=3600000" in described
     rows = table_rows(described, "0") + table_rows(described, "1") + table_rows(described, "2")
     assert [r[0] for r in rows] == ["0", "1", "2"]
-    assert all(r[1].isdigit() and r[4] == "ok" for r in rows), rows
+    # PARTITION LEADER EPOCH REPLICAS ISR STATUS
+    assert all(r[1].isdigit() and r[2].isdigit() and r[5] == "ok" for r in rows), rows
     (doc,) = as_json("topics", "describe", topic, *b)["topics"]
     assert doc["partition_count"] == 3 and doc["configs"] == {"retention.ms": "3600000"}
     assert all(p["leader"] >= 0 and p["isr"] == p["replicas"] for p in doc["partitions"])
+    assert all(p["leader_epoch"] >= 0 for p in doc["partitions"]), doc["partitions"]
 
     altered = ok("topics", "alter", topic, "--partitions", 5, "--config", "segment.bytes=1048576",
                  *b)  # fmt: skip
@@ -235,14 +237,39 @@ def test_cluster_status_reports_a_killed_broker(cluster_factory: Any) -> None:
         parts = topic_partitions(doc)
         return doc if len(parts) == 3 and all(p["status"] == "ok" for p in parts) else None
 
-    doc = wait_until(healthy, 30, "every partition led with an ISR of 3")
+    wait_until(healthy, 30, "every partition led with an ISR of 3")
+    produce_numbered(cluster.bootstrap, topic, 3, 20)
+    ends = {p: watermarks(cluster.bootstrap, topic, p)[1] for p in range(3)}
+    assert all(end >= 20 for end in ends.values()), ends
+
+    def caught_up() -> dict[str, Any] | None:
+        doc = healthy()
+        if doc is None:
+            return None
+        lags = [r for p in topic_partitions(doc) for r in p["replica_lag"]]
+        return doc if all(r["lag"] == 0 for r in lags) else None
+
+    doc = wait_until(caught_up, 30, "every replica's lag to reach 0 after the writes")
     assert [(x["id"], x["port"], x["answers"]) for x in doc["brokers"]] == [
         (n.node_id, n.port, True) for n in cluster.nodes
     ]
     assert doc["controller_id"] in (1, 2, 3)
-    assert all(sorted(p["replicas"]) == [1, 2, 3] for p in topic_partitions(doc))
+    for p in topic_partitions(doc):
+        assert sorted(p["replicas"]) == [1, 2, 3] and p["leader_epoch"] >= 0, p
+        # Each replica's own log end (ListOffsets to its broker), the leader's included.
+        assert p["replica_lag"] == [
+            {"node": n, "log_end_offset": ends[p["partition"]], "lag": 0, "in_sync": True}
+            for n in p["replicas"]
+        ], p
+    described = as_json("topics", "describe", topic, *b)["topics"][0]["partitions"]
+    epochs = {p["partition"]: p["leader_epoch"] for p in described}
+    leaders = {p["partition"]: p["leader"] for p in described}
+    assert all(epoch >= 0 for epoch in epochs.values()), described
 
-    victim = next(n for n in cluster.nodes if n.node_id != doc["controller_id"])
+    # The victim leads a partition (so an epoch must go up) and, if possible, is not the
+    # controller.
+    led = sorted(set(leaders.values()), key=lambda n: n == doc["controller_id"])
+    victim = cluster.node(led[0])
     victim.kill()
 
     def shrunk() -> dict[str, Any] | None:
@@ -255,6 +282,18 @@ def test_cluster_status_reports_a_killed_broker(cluster_factory: Any) -> None:
     for p in topic_partitions(doc):
         assert p["leader"] != victim.node_id and p["leader"] in (1, 2, 3), p
         assert victim.node_id not in p["isr"] and len(p["isr"]) == 2, p
+        if leaders[p["partition"]] == victim.node_id:
+            assert p["leader_epoch"] > epochs[p["partition"]], (epochs, p)
+        else:
+            assert p["leader_epoch"] >= epochs[p["partition"]], (epochs, p)
+        lags = {r["node"]: r for r in p["replica_lag"]}
+        assert lags[victim.node_id] == {
+            "node": victim.node_id,
+            "log_end_offset": None,
+            "lag": None,
+            "in_sync": False,
+        }, p
+        assert lags[p["leader"]]["lag"] == 0 and lags[p["leader"]]["in_sync"], p
     # raftka keeps a killed broker registered (Kafka would drop it from Metadata once its
     # session lapses): it is listed, but does not answer.
     brokers = {x["id"]: x for x in doc["brokers"]}
@@ -270,8 +309,10 @@ def test_cluster_status_reports_a_killed_broker(cluster_factory: Any) -> None:
     print(table)
     assert "not answering" in table
     for p in range(3):
+        # TOPIC PARTITION LEADER EPOCH REPLICAS ISR LAG STATUS
         (row,) = [r for r in table_rows(table, topic) if r[1] == str(p)]
-        assert row[-1] == "under-replicated" and str(victim.node_id) not in row[4].split(","), row
+        assert row[-1] == "under-replicated" and str(victim.node_id) not in row[5].split(","), row
+        assert row[3].isdigit() and f"{victim.node_id}:-" in row[6].split(","), row
     assert f"{topic}[0]" in table.split("Under-replicated partitions")[1]
 
 
