@@ -10,12 +10,14 @@ import argparse
 import sys
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TextIO
 
-from raftka.broker.admin import cluster, groups, topics
+from raftka.broker.admin import backup, cluster, groups, restore, topics
+from raftka.broker.admin.backup_format import MANIFEST
 from raftka.broker.admin.common import DEFAULT_TIMEOUT_S, AdminError, Target, print_json
 
-ADMIN_COMMANDS = ("topics", "groups", "cluster")
+ADMIN_COMMANDS = ("topics", "groups", "cluster", "backup", "restore")
 
 # A command: (parsed arguments, target) -> (JSON document, table printer).
 Printer = Callable[[dict[str, Any], TextIO], None]
@@ -249,17 +251,88 @@ def _cluster_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     status.set_defaults(run=lambda a, t: (cluster.cluster_status(t), cluster.print_status))
 
 
+def _topic_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected TOPIC[,TOPIC...], got {text!r}")
+    return names
+
+
+def _backup_target(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    return path
+
+
+def _backup_source(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"backup directory {text} does not exist")
+    if not (path / MANIFEST).is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a raftka backup: it has no {MANIFEST} (made by raftka backup DIR)"
+        )
+    return path
+
+
+def _backup_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
+    saved = commands.add_parser(
+        "backup",
+        parents=[common],
+        help="copy topics, group offsets and topic configs into DIR (incremental after the first)",
+    )
+    saved.add_argument("directory", type=_backup_target, metavar="DIR")
+    saved.add_argument(
+        "--topics",
+        type=_topic_list,
+        metavar="TOPIC[,...]",
+        help="default: every non-internal topic",
+    )
+    saved.add_argument(
+        "--full", action="store_true", help="copy everything again, not only what is new"
+    )
+    saved.set_defaults(
+        run=lambda a, t: (
+            backup.run_backup(t, a.directory, a.topics, a.full),
+            backup.print_summary,
+        )
+    )
+    loaded = commands.add_parser(
+        "restore", parents=[common], help="recreate a backup's topics and group offsets"
+    )
+    loaded.add_argument("directory", type=_backup_source, metavar="DIR")
+    loaded.add_argument(
+        "--topics", type=_topic_list, metavar="TOPIC[,...]", help="default: every backed-up topic"
+    )
+    loaded.add_argument(
+        "--replication-factor",
+        type=_positive_int,
+        metavar="R",
+        help="default: the original, at most the number of brokers",
+    )
+    loaded.set_defaults(
+        run=lambda a, t: (
+            restore.run_restore(t, a.directory, a.topics, a.replication_factor),
+            restore.print_summary,
+        )
+    )
+
+
 def add_admin_commands(commands: Any) -> None:
-    """Adds `topics`, `groups` and `cluster` to the `raftka` subcommands."""
+    """Adds `topics`, `groups`, `cluster`, `backup` and `restore` to the `raftka`
+    subcommands."""
     common = _common_options()
     _topics_parser(commands, common)
     _groups_parser(commands, common)
     _cluster_parser(commands, common)
+    _backup_parsers(commands, common)
 
 
 def run_admin_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Runs a parsed admin command; its exit code (0, 1 refused or unreachable, 2 usage)."""
-    name = f"raftka {args.command} {args.action}"
+    action = getattr(args, "action", None)
+    name = f"raftka {args.command}" + (f" {action}" if action else "")
     check = getattr(args, "check", None)
     problem = check(args) if check else None
     if problem:
