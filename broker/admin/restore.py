@@ -45,6 +45,10 @@ LATEST_TIMESTAMP = -1
 PRODUCE_BYTES = 1 << 20
 
 
+class LeaderUnavailable(AdminError):
+    """No leader took a request after every retry; a write may or may not have landed."""
+
+
 @dataclass(frozen=True)
 class TopicPlan:
     name: str
@@ -125,7 +129,9 @@ class PartitionWriter:
             last = f"error {code}" + (f": {message}" if message else "")
             if code not in RETRIABLE_ERRORS:
                 raise AdminError(f"{what} {topic}[{partition}]: {last}")
-        raise AdminError(f"{what} {topic}[{partition}]: gave up after {RETRIES_MAX} tries ({last})")
+        raise LeaderUnavailable(
+            f"{what} {topic}[{partition}]: gave up after {RETRIES_MAX} tries ({last})"
+        )
 
     def log_end(self, topic: str, partition: int) -> int:
         def send(connection: Any) -> tuple[int, str | None, int]:
@@ -216,9 +222,12 @@ def _requests(stream: Iterator[Batch]) -> Iterator[list[Batch]]:
 
 
 def restore_partition(
-    manifest: Manifest, writer: PartitionWriter, topic: str, partition: int, plan: PartitionPlan,
-    overall: Any,
-) -> None:  # fmt: skip
+    manifest: Manifest, writer: Any, topic: str, partition: int, plan: PartitionPlan, overall: Any
+) -> None:
+    """Appends the plan's batches from where the partition's log ends now, then deletes the
+    records before the plan's start. `writer` is a PartitionWriter (or any object with its
+    log_end, append and delete_records)."""
+    last_failure: AdminError | None = None
     for _ in range(RETRIES_MAX):
         resume_at = writer.log_end(topic, partition)
         stream = restore_stream(_batches(manifest, plan), plan.start, resume_at)
@@ -227,12 +236,11 @@ def restore_partition(
                 writer.append(topic, partition, request)
                 overall.update(sum(len(b.raw) for b in request))
             break
-        except AdminError as exc:
-            # An answer lost on the way may have been written: ask where the log ends now.
-            if "gave up" not in str(exc):
-                raise
+        except LeaderUnavailable as exc:
+            # A write whose answer was lost may have landed: ask where the log ends now.
+            last_failure = exc
     else:
-        raise AdminError(f"restore {topic}[{partition}]: the leader kept failing")
+        raise AdminError(f"restore {topic}[{partition}]: {last_failure}")
     if plan.start > 0:
         writer.delete_records(topic, partition, plan.start)
 

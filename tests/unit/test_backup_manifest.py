@@ -10,6 +10,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from raftka.broker.admin import restore
 from raftka.broker.admin.backup_format import (
     CONTROL_LEADER_CHANGE,
     Batch,
@@ -25,6 +26,7 @@ from raftka.broker.admin.backup_format import (
     split_batches,
 )
 from raftka.broker.admin.common import AdminError
+from raftka.broker.admin.restore import LeaderUnavailable
 from raftka.broker.cli import _parser
 from raftka.protocol.batch_builder import build_batch, decode_batch
 
@@ -231,3 +233,74 @@ def test_bad_backup_and_restore_arguments_exit_2(
         _parser().parse_args([a.format(tmp=tmp_path) for a in argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# -- restore of one partition against the restore-mode contract ---------------------------
+
+
+class RestoreModeLog:
+    """A partition in restore mode as the broker contract states it: batches are appended at
+    their own base offset, which must be the log end; DeleteRecords moves the log start."""
+
+    def __init__(self, lose_answer_of_append: int | None = None) -> None:
+        self.batches: list[Batch] = []
+        self.log_start = 0
+        self.appends = 0
+        self.lose_answer_of_append = lose_answer_of_append
+
+    def log_end(self, topic: str, partition: int) -> int:
+        return self.batches[-1].last_offset + 1 if self.batches else 0
+
+    def append(self, topic: str, partition: int, batches: list[Batch]) -> None:
+        end = self.log_end(topic, partition)
+        for batch in batches:
+            assert batch.base_offset == end, f"batch starts at {batch.base_offset}, log ends {end}"
+            assert not batch.is_control or control_type(batch) in (0, 1, 2)
+            end = batch.last_offset + 1
+        self.batches += batches
+        self.appends += 1
+        if self.appends == self.lose_answer_of_append:
+            raise LeaderUnavailable("gave up (the answer was lost, the write landed)")
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> None:
+        assert offset <= self.log_end(topic, partition)
+        self.log_start = offset
+
+
+class NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+
+def backup_dir(tmp_path: Path, runs: list[list[Batch]], start: int) -> tuple[Manifest, Range]:
+    ranges = []
+    for i, batches in enumerate(runs):
+        path = tmp_path / f"run{i}.batches"
+        path.write_bytes(b"".join(b.raw for b in batches))
+        first = start if i == 0 else ranges[-1].end
+        ranges.append(Range(first, batches[-1].last_offset + 1, batches[0].base_offset, path.name))
+    return Manifest.new(tmp_path, None), ranges
+
+
+@pytest.mark.parametrize("lose_answer_of_append", [None, 2])
+def test_restore_partition_appends_at_the_backup_offsets_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lose_answer_of_append: int | None
+) -> None:
+    monkeypatch.setattr(restore, "PRODUCE_BYTES", 200)  # several requests
+    monkeypatch.setattr(restore, "RETRY_PAUSE_S", 0)
+    runs = [
+        [data_batch(3, 2), control(5, 6, CONTROL_KRAFT_VOTERS), data_batch(7, 3)],
+        [data_batch(10, 4), data_batch(16, 1)],  # offsets 14, 15: gone to compaction
+    ]
+    manifest, ranges = backup_dir(tmp_path, runs, start=4)
+    plan = contiguous_ranges(ranges)
+    log = RestoreModeLog(lose_answer_of_append)
+    restore.restore_partition(manifest, log, "t", 0, plan, NoProgress())
+    assert spans(log.batches) == [(0, 2), (3, 4), (5, 6), (7, 9), (10, 13), (14, 15), (16, 16)]
+    assert (log.log_start, log.log_end("t", 0)) == (4, 17) == (plan.start, plan.end)
+    originals = {b.base_offset: b.raw for run in runs for b in run if not b.is_control}
+    assert [b.raw for b in log.batches if b.base_offset in originals] == list(originals.values())
+
+    # Run again (an interrupted restore re-run): nothing is appended twice.
+    restore.restore_partition(manifest, log, "t", 0, plan, NoProgress())
+    assert log.log_end("t", 0) == 17 and len(log.batches) == 7
