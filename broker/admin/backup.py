@@ -151,16 +151,24 @@ def copy_partition(reader: PartitionReader, copy: PartitionCopy, path: Path, ove
             progress_bar(desc=f"{copy.topic}[{copy.partition}]", leave=False) as bar,
         ):
             first = True
+            empty_fetches = 0
             while offset < copy.end:
                 batches, _ = split_batches(reader.fetch(copy.topic, copy.partition, offset))
                 wanted = [
                     b for b in batches if b.last_offset >= offset and b.base_offset < copy.end
                 ]
                 if not wanted:
-                    raise AdminError(
-                        f"fetch {copy.topic}[{copy.partition}] at offset {offset} returned no "
-                        f"batch below its high watermark {copy.end}"
-                    )
+                    # A new leader may not have advanced its high watermark yet.
+                    empty_fetches += 1
+                    if empty_fetches >= RETRIES_MAX:
+                        raise AdminError(
+                            f"fetch {copy.topic}[{copy.partition}] at offset {offset} kept "
+                            f"returning nothing below its high watermark {copy.end}"
+                        )
+                    time.sleep(RETRY_PAUSE_S)
+                    reader.refresh([copy.topic])
+                    continue
+                empty_fetches = 0
                 for batch in wanted:
                     if first:
                         base = batch.base_offset
@@ -266,6 +274,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
     configs = _non_default_configs(target, admin, chosen)
     run_id = new_run_id(manifest)
     notes: list[str] = []
+    deleted_topics: list[str] = []
     topics_doc = []
     topic_ids: dict[str, str | None] = {}
     for name in chosen:
@@ -284,7 +293,8 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
             }
         )
     for name in sorted(set(previous_ids) - set(chosen)):
-        if topics is None and name not in metadata.topics:
+        if name not in metadata.topics:
+            deleted_topics.append(name)
             notes.append(f"topic {name} was deleted since the last run; restore skips it")
 
     keys = [(name, p) for name in chosen for p in sorted(metadata.topics[name].partitions)]
@@ -346,6 +356,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "kind": kind,
         "topics": run_topics,
+        "deleted_topics": deleted_topics,
         "notes": notes,
     }
     manifest.add_run(run)

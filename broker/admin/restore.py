@@ -59,17 +59,23 @@ class TopicPlan:
 
 
 def plan_restore(manifest: Manifest, topics: list[str] | None) -> tuple[list[TopicPlan], Any]:
-    """The topics the newest run lists (or `topics` of them) with their partition plans, and
-    the newest run's group offsets."""
+    """Every topic a run holds and no later run saw deleted (or `topics` of them), as the
+    newest run that holds it describes it, with its partition plans; and the newest run's
+    group offsets."""
     if not manifest.runs:
         raise AdminError(f"{manifest.root} holds no completed backup run")
     latest = manifest.runs[-1]["run"]
-    described = {t["name"]: t for t in manifest.load_run_json(latest, "topics.json")}
+    described: dict[str, Any] = {}
+    for run in manifest.runs:
+        for doc in manifest.load_run_json(run["run"], "topics.json"):
+            described[doc["name"]] = doc
+        for name in run.get("deleted_topics", []):
+            described.pop(name, None)
     if topics:
         missing = sorted(set(topics) - set(described))
         if missing:
             raise AdminError(
-                "not in the backup's newest run: "
+                "not in the backup: "
                 + ", ".join(missing)
                 + " (it holds: "
                 + (", ".join(sorted(described)) or "no topics")

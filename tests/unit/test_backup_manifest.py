@@ -304,3 +304,43 @@ def test_restore_partition_appends_at_the_backup_offsets_and_resumes(
     # Run again (an interrupted restore re-run): nothing is appended twice.
     restore.restore_partition(manifest, log, "t", 0, plan, NoProgress())
     assert log.log_end("t", 0) == 17 and len(log.batches) == 7
+
+
+def test_restore_plan_takes_topics_from_every_run_but_not_deleted_ones(tmp_path: Path) -> None:
+    manifest = Manifest.new(tmp_path, None)
+    layout = {
+        "r1": ["a", "b", "c"],
+        "r2": ["a"],  # a run with --topics a: b and c keep their first run
+        "r3": ["a", "b"],  # c deleted in between
+    }
+    ends = {"a": 0, "b": 0, "c": 0}
+    for run_id, names in layout.items():
+        starts = dict(ends)
+        ends.update({n: ends[n] + 10 for n in names})
+        manifest.add_run(
+            {
+                **run(
+                    run_id,
+                    {
+                        n: {"topic_id": n, "fresh": run_id == "r1", "partitions": {
+                            "0": r(starts[n], ends[n]).as_json()
+                        }}
+                        for n in names
+                    },
+                ),
+                "deleted_topics": ["c"] if run_id == "r3" else [],
+            }
+        )  # fmt: skip
+        topics_doc = [
+            {"name": n, "partitions": 1, "replication_factor": 3, "configs": {"x": run_id}}
+            for n in names
+        ]
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        (tmp_path / "runs" / run_id / "topics.json").write_text(json.dumps(topics_doc))
+        (tmp_path / "runs" / run_id / "groups.json").write_text(json.dumps({"g": [run_id]}))
+    plans, groups = restore.plan_restore(manifest, None)
+    assert [(p.name, p.configs["x"]) for p in plans] == [("a", "r3"), ("b", "r3")]
+    assert [(p.plans[0].start, p.plans[0].end) for p in plans] == [(0, 30), (0, 20)]
+    assert groups == {"g": ["r3"]}
+    with pytest.raises(AdminError, match="not in the backup: c"):
+        restore.plan_restore(manifest, ["a", "c"])
