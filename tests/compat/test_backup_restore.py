@@ -123,10 +123,11 @@ def consume_and_commit(
 def raw_log(bootstrap: str, topic: str, partition: int, end: int) -> list[Any]:
     """Every batch of the partition up to `end`: header fields and decoded records."""
     out: list[Any] = []
+    (start,) = offsets(bootstrap, [(topic, partition)], OffsetSpec.earliest()).values()
     with WireCluster(Target(bootstrap, 15)) as cluster:
         reader = PartitionReader(cluster)
         reader.refresh([topic])
-        offset = 0
+        offset = start
         while offset < end:
             batches, _ = split_batches(reader.fetch(topic, partition, offset))
             assert batches, f"{topic}[{partition}] returned nothing at {offset} (end {end})"
@@ -180,6 +181,15 @@ def test_backup_under_load_then_incremental_restores_into_a_fresh_broker(
     keys = [(topics[0], p) for p in range(3)] + [(topics[1], p) for p in range(2)]
     directory = tmp_path / "backup"
 
+    # A partition whose log no longer starts at 0: one batch per record, the first 37 deleted.
+    producer = make_producer(source, enable_idempotence=True)
+    for i in range(40):
+        producer.produce(topics[1], partition=0, **record(topics[1], i))
+        assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": source})
+    (deleted,) = admin.delete_records([TopicPartition(topics[1], 0, 37)]).values()
+    assert deleted.result(30).low_watermark == 37
+
     with Load(source, topics) as load:
         wait_until(lambda: load.produced >= 600, 60, "load to start")
         first = ok_json("backup", directory, "--bootstrap-servers", source)
@@ -187,9 +197,9 @@ def test_backup_under_load_then_incremental_restores_into_a_fresh_broker(
     assert first["kind"] == "full" and first["records"] > 0
     first_ranges = {(p["topic"], p["partition"]): (p["from"], p["to"]) for p in first["partitions"]}
     assert set(first_ranges) == set(keys)
+    assert first_ranges[(topics[1], 0)][0] == 37
 
     # More writes and commits after the first run, then an incremental run.
-    producer = make_producer(source, enable_idempotence=True)
     for i in range(10_000, 10_200):
         for topic in topics:
             producer.produce(topic, **record(topic, i))
@@ -210,6 +220,7 @@ def test_backup_under_load_then_incremental_restores_into_a_fresh_broker(
     assert sorted(restored["topics"]) == sorted(topics)
 
     starts = offsets(source, keys, OffsetSpec.earliest())
+    assert starts[(topics[1], 0)] == 37
     assert offsets(target, keys, OffsetSpec.earliest()) == starts
     assert offsets(target, keys, OffsetSpec.latest()) == ends
     for topic, partition in keys:
