@@ -136,12 +136,16 @@ def fetch_request(version: int, topic: str, partition: int, offset: int) -> dict
     }
 
 
-def copy_partition(reader: PartitionReader, copy: PartitionCopy, path: Path, overall: Any) -> Range:
-    """Writes the batches of [copy.start, copy.end) to `path` (synced); their range."""
+def copy_partition(
+    reader: PartitionReader, copy: PartitionCopy, root: Path, relative: Path, overall: Any
+) -> Range:
+    """Writes the batches of [copy.start, copy.end) to `root / relative` (synced); their
+    range."""
+    path = root / relative
     relative_file: str | None = None
     base = copy.start
     size = 0
-    records = 0
+    offsets = 0
     offset = copy.start
     if copy.end > copy.start:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +179,7 @@ def copy_partition(reader: PartitionReader, copy: PartitionCopy, path: Path, ove
                         first = False
                     f.write(batch.raw)
                     size += len(batch.raw)
-                    records += batch.last_offset - max(batch.base_offset, offset) + 1
+                    offsets += batch.last_offset - max(batch.base_offset, offset) + 1
                     bar.update(len(batch.raw))
                     overall.update(len(batch.raw))
                     offset = batch.last_offset + 1
@@ -183,11 +187,11 @@ def copy_partition(reader: PartitionReader, copy: PartitionCopy, path: Path, ove
             os.fsync(f.fileno())
         os.replace(temporary, path)
         sync_directory(path.parent)
-        relative_file = str(path)
+        relative_file = str(relative)
     # A batch can end past the high watermark read first (it cannot start below it and end
     # above it on raftka, where the watermark moves by whole batches, but Kafka allows it).
     end = max(offset, copy.end)
-    return Range(copy.start, end, base, relative_file, size, records, copy.gap)
+    return Range(copy.start, end, base, relative_file, size, offsets, copy.gap)
 
 
 def _group_offsets(target: Target, admin: Any) -> dict[str, list[dict[str, Any]]]:
@@ -335,17 +339,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
         reader.refresh(chosen)
         for copy in copies:
             relative = Path("runs") / run_id / "data" / copy.topic / f"{copy.partition}.batches"
-            copied = copy_partition(reader, copy, root / relative, overall)
-            if copied.file is not None:
-                copied = Range(
-                    copied.start,
-                    copied.end,
-                    copied.base,
-                    str(relative),
-                    copied.bytes,
-                    copied.records,
-                    copied.gap,
-                )
+            copied = copy_partition(reader, copy, root, relative, overall)
             run_topics[copy.topic]["partitions"][str(copy.partition)] = copied.as_json()
 
     write_atomically(run_dir / "topics.json", json.dumps(topics_doc, indent=2).encode())
@@ -373,7 +367,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
         "cluster_id": cluster_id,
         "topics": len(chosen),
         "groups": len(group_snapshot),
-        "records": sum(p["records"] for p in partitions),
+        "offsets": sum(p["offsets"] for p in partitions),
         "bytes": sum(p["bytes"] for p in partitions),
         "partitions": partitions,
         "notes": notes,
@@ -384,7 +378,7 @@ def print_summary(document: Document, out: TextIO) -> None:
     print(
         f"Backup run {document['run']} ({document['kind']}) of {document['topics']} topics, "
         f"{document['groups']} groups into {document['directory']}: "
-        f"{document['records']} offsets, {document['bytes']} bytes.",
+        f"{document['offsets']} offsets, {document['bytes']} bytes.",
         file=out,
     )
     print_table(

@@ -11,10 +11,11 @@ Layout of a backup directory DIR:
 
 manifest.json is {"format": 1, "cluster_id": ..., "runs": [run, ...]}, oldest run first; a
 run is {"run", "time" (UTC, ISO 8601), "kind" (full|incremental), "topics": {name:
-{"topic_id", "fresh", "partitions": {"<p>": range}}}, "notes": [...]} and a range is
-{"from", "to", "base", "file", "bytes", "records", "gap"}: the partition's offsets [from, to)
-this run holds, `base` the first batch's base offset in the file (<= from; a log start can
-fall inside a batch), `file` relative to DIR (null when the range is empty), and `gap` the
+{"topic_id", "fresh", "partitions": {"<p>": range}}}, "deleted_topics": [...], "notes":
+[...]} and a range is {"from", "to", "base", "file", "bytes", "offsets", "gap"}: the
+partition's offsets [from, to) this run holds, `base` the first batch's base offset in the
+file (<= from; a log start can fall inside a batch), `file` relative to DIR (null when the
+range is empty), `offsets` how many offsets of the range the file covers, and `gap` the
 offsets [a, b) lost to retention between the previous run's `to` and this run's `from`
 (null when there is none). `fresh` marks a topic copied from its log start in this run (first
 seen, or recreated with a new topic id): earlier runs of that name do not belong to it.
@@ -208,7 +209,7 @@ class Range:
     base: int
     file: str | None
     bytes: int = 0
-    records: int = 0
+    offsets: int = 0
     gap: tuple[int, int] | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -218,7 +219,7 @@ class Range:
             "base": self.base,
             "file": self.file,
             "bytes": self.bytes,
-            "records": self.records,
+            "offsets": self.offsets,
             "gap": list(self.gap) if self.gap else None,
         }
 
@@ -231,7 +232,7 @@ class Range:
             int(doc.get("base", doc["from"])),
             doc.get("file"),
             int(doc.get("bytes", 0)),
-            int(doc.get("records", 0)),
+            int(doc.get("offsets", 0)),
             (int(gap[0]), int(gap[1])) if gap else None,
         )
 
