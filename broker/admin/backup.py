@@ -33,8 +33,8 @@ from raftka.broker.admin.backup_format import (
     write_atomically,
 )
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.groups import _list_offsets
-from raftka.broker.admin.topics import _descriptions, _non_default_configs
+from raftka.broker.admin.groups import list_offsets
+from raftka.broker.admin.topics import non_default_configs, topic_descriptions
 from raftka.broker.admin.wire import WireCluster, WireError
 from raftka.protocol.api import build, schema_module
 
@@ -260,7 +260,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
     # Group offsets first: everything they point at is then at or below the watermarks below.
     group_snapshot = _group_offsets(target, admin)
 
-    descriptions = _descriptions(target, admin, sorted(metadata.topics))
+    descriptions = topic_descriptions(target, admin, sorted(metadata.topics))
     existing = sorted(
         name
         for name in metadata.topics
@@ -275,7 +275,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
         chosen = sorted(set(topics))
     else:
         chosen = existing
-    configs = _non_default_configs(target, admin, chosen)
+    configs = non_default_configs(target, admin, chosen)
     run_id = new_run_id(manifest)
     notes: list[str] = []
     deleted_topics: list[str] = []
@@ -302,8 +302,8 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
             notes.append(f"topic {name} was deleted since the last run; restore skips it")
 
     keys = [(name, p) for name in chosen for p in sorted(metadata.topics[name].partitions)]
-    earliest = _list_offsets(target, admin, keys, OffsetSpec.earliest())
-    latest = _list_offsets(target, admin, keys, OffsetSpec.latest())
+    earliest = list_offsets(target, admin, keys, OffsetSpec.earliest())
+    latest = list_offsets(target, admin, keys, OffsetSpec.latest())
 
     fresh: dict[str, bool] = {}
     copies = []

@@ -53,7 +53,7 @@ def _committed(target: Target, admin: Any, group_id: str) -> dict[tuple[str, int
     }
 
 
-def _list_offsets(
+def list_offsets(
     target: Target, admin: Any, partitions: Sequence[tuple[str, int]], spec: Any
 ) -> dict[tuple[str, int], int]:
     """ListOffsets for every partition with one OffsetSpec (earliest, latest, a timestamp)."""
@@ -75,7 +75,7 @@ def _log_end_offsets(
 ) -> dict[tuple[str, int], int]:
     from confluent_kafka.admin import OffsetSpec
 
-    return _list_offsets(target, admin, partitions, OffsetSpec.latest())
+    return list_offsets(target, admin, partitions, OffsetSpec.latest())
 
 
 def describe_group(target: Target, group_id: str) -> Document:
@@ -238,15 +238,15 @@ def _planned_offsets(
 ) -> dict[tuple[str, int], int]:
     from confluent_kafka.admin import OffsetSpec
 
-    earliest = _list_offsets(target, admin, partitions, OffsetSpec.earliest())
-    latest = _list_offsets(target, admin, partitions, OffsetSpec.latest())
+    earliest = list_offsets(target, admin, partitions, OffsetSpec.earliest())
+    latest = list_offsets(target, admin, partitions, OffsetSpec.latest())
     if spec.to_earliest:
         return earliest
     if spec.to_latest:
         return latest
     if spec.to_datetime is not None:
         timestamp_ms = int(spec.to_datetime.timestamp() * 1000)
-        found = _list_offsets(target, admin, partitions, OffsetSpec.for_timestamp(timestamp_ms))
+        found = list_offsets(target, admin, partitions, OffsetSpec.for_timestamp(timestamp_ms))
         # As Kafka's tool: no record at or after the time means the log end.
         return {key: latest[key] if found[key] < 0 else found[key] for key in partitions}
     shift_by = spec.shift_by

@@ -30,7 +30,7 @@ from raftka.broker.admin.backup_format import (
     restore_stream,
 )
 from raftka.broker.admin.common import AdminError, Document, Target, print_table, state_name
-from raftka.broker.admin.groups import RESETTABLE_STATES, _list_offsets
+from raftka.broker.admin.groups import RESETTABLE_STATES, list_offsets
 from raftka.broker.admin.wire import WireCluster, WireError
 from raftka.protocol.api import build, schema_module
 
@@ -407,8 +407,8 @@ def run_restore(
     _clear_flag(target, admin, [p.name for p in plans])
 
     keys = [(plan.name, p) for plan in plans for p in plan.plans]
-    earliest = _list_offsets(target, admin, keys, OffsetSpec.earliest())
-    latest = _list_offsets(target, admin, keys, OffsetSpec.latest())
+    earliest = list_offsets(target, admin, keys, OffsetSpec.earliest())
+    latest = list_offsets(target, admin, keys, OffsetSpec.latest())
     rows = []
     mismatches = []
     for plan in plans:

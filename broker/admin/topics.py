@@ -10,7 +10,7 @@ from raftka.broker.admin.partitions import leader_epochs, partition_states, with
 from raftka.broker.admin.wire import WireCluster
 
 
-def _descriptions(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
+def topic_descriptions(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
     """Topic name -> TopicDescription (topic id, is_internal); a topic gone meanwhile is
     left out."""
     from confluent_kafka import TopicCollection
@@ -34,7 +34,7 @@ def _internal_flags(descriptions: dict[str, Any]) -> dict[str, bool]:
 def list_topics(target: Target, include_internal: bool) -> Document:
     admin = target.admin()  # kept referenced: a collected client cancels its requests
     metadata = target.metadata(admin)
-    internal = _internal_flags(_descriptions(target, admin, sorted(metadata.topics)))
+    internal = _internal_flags(topic_descriptions(target, admin, sorted(metadata.topics)))
     topics = []
     for name in sorted(metadata.topics):
         if internal.get(name, name.startswith("__")) and not include_internal:
@@ -62,7 +62,7 @@ def print_list(document: Document, out: TextIO) -> None:
     )
 
 
-def _non_default_configs(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
+def non_default_configs(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
     from confluent_kafka.admin import ConfigResource
 
     resources = [ConfigResource("topic", name) for name in names]
@@ -86,7 +86,7 @@ def describe_topics(target: Target, names: Sequence[str], include_internal: bool
     missing = [n for n in names if n not in metadata.topics]
     if missing:
         raise AdminError("UNKNOWN_TOPIC_OR_PARTITION: no such topic: " + ", ".join(sorted(missing)))
-    descriptions = _descriptions(target, admin, sorted(metadata.topics))
+    descriptions = topic_descriptions(target, admin, sorted(metadata.topics))
     internal = _internal_flags(descriptions)
     chosen = sorted(names) if names else sorted(metadata.topics)
     if not names and not include_internal:
@@ -96,7 +96,7 @@ def describe_topics(target: Target, names: Sequence[str], include_internal: bool
         with WireCluster(target) as wire:
             # Epochs come from a Metadata answer of our own: the Python client lacks them.
             states = with_leader_epochs(states, leader_epochs(wire.metadata(chosen)))
-    configs = _non_default_configs(target, admin, chosen)
+    configs = non_default_configs(target, admin, chosen)
     topics = []
     for name in chosen:
         partitions = [s for (topic, _), s in states.items() if topic == name]
