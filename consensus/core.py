@@ -740,7 +740,14 @@ class RaftCore:
             # Already committed here; tell the leader how far we certainly match.
             self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=self.high_watermark)
             return
-        if not self.log.is_batch_end(m.prev_offset, m.prev_epoch):
+        # A batch ending at high_watermark - 1 is committed, and the high watermark is a batch
+        # end in every log that holds it, so it matches the leader's whatever epoch the leader
+        # names: a leader whose log start passed that batch (DeleteRecords, retention up to its
+        # log end) no longer knows its epoch and sends 0.
+        consistent = m.prev_offset == self.high_watermark - 1 or self.log.is_batch_end(
+            m.prev_offset, m.prev_epoch
+        )
+        if not consistent:
             hint = self.log.find_conflict_by_epoch(m.prev_offset, m.prev_epoch)
             self._send(
                 MessageType.APPEND_RESPONSE,
