@@ -137,7 +137,11 @@ class Broker:
             self.topics,
             self.hard_states,
         )
-        self.producer_ids = ProducerIdAllocator(data_dir / "producer-ids.lmdb", self.node_id)
+        self.producer_ids = ProducerIdAllocator(
+            data_dir / "producer-ids.lmdb",
+            self.node_id,
+            floor=lambda: self.controller.image.producer_id_floor,
+        )
         self.groups = coordinator_for(self.topics, self.controller, config)
         self.bound_port = listener.port
         self.registered = False

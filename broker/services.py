@@ -47,6 +47,11 @@ class MetadataView(Protocol):
     @property
     def brokers(self) -> Mapping[int, BrokerInfo]: ...
 
+    @property
+    def producer_id_floor(self) -> int:
+        """No broker hands out a producer id below this."""
+        ...
+
 
 class ControllerClient(Protocol):
     """The cluster controller as a handler uses it: metadata reads and commands, which the

@@ -266,6 +266,20 @@ class RegisterBrokerCommand(Command):
         )
 
 
+@dataclass(frozen=True)
+class RaiseProducerIdFloorCommand(Command):
+    """No broker may hand out a producer id below `floor` from now on (restored data
+    carries ids from another cluster). The floor only rises: a lower one changes nothing."""
+
+    OP: ClassVar[str] = "raise_producer_id_floor"
+
+    floor: int
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(floor=wire.integer("floor"))
+
+
 #: Every command type by its wire name.
 COMMAND_TYPES: dict[str, type[Command]] = {
     cls.OP: cls
@@ -275,6 +289,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         AlterConfigsCommand,
         CreatePartitionsCommand,
         RegisterBrokerCommand,
+        RaiseProducerIdFloorCommand,
     )
 }
 

@@ -29,6 +29,7 @@ from raftka.broker.cluster.commands import (
     CreatePartitionsCommand,
     CreateTopicCommand,
     DeleteTopicCommand,
+    RaiseProducerIdFloorCommand,
     RegisterBrokerCommand,
 )
 from raftka.broker.cluster.image import (
@@ -41,6 +42,7 @@ from raftka.broker.cluster.image import (
 )
 from raftka.broker.cluster.records import (
     MetadataRecord,
+    RaiseProducerIdFloor,
     RegisterBroker,
     encode_batch,
     iter_log_records,
@@ -127,6 +129,7 @@ class Controller:
                 _route(AlterConfigsCommand, self._alter_configs),
                 _route(CreatePartitionsCommand, self._create_partitions),
                 _route(RegisterBrokerCommand, self._register_broker),
+                _route(RaiseProducerIdFloorCommand, self._raise_producer_id_floor),
             ]
         )
         node.transport.set_forward_handler(self._serve_forward)
@@ -414,6 +417,16 @@ class Controller:
             record.rack,
         ):
             await self._commit([record])
+        return CommandResult()
+
+    async def _raise_producer_id_floor(self, command: RaiseProducerIdFloorCommand) -> CommandResult:
+        if isinstance(command.floor, bool) or command.floor < 0:
+            raise TopicError(
+                ErrorCode.invalid_request,
+                f"producer id floor must be a non-negative integer, not {command.floor}",
+            )
+        if command.floor > self.image.producer_id_floor:
+            await self._commit([RaiseProducerIdFloor(command.floor)])
         return CommandResult()
 
     # -- registration and leadership gossip -----------------------------------------------

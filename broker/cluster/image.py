@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +25,7 @@ from raftka.broker.cluster.records import (
     CreateTopic,
     DeleteTopic,
     MetadataRecord,
+    RaiseProducerIdFloor,
     RegisterBroker,
     UnregisterBroker,
 )
@@ -67,6 +68,8 @@ class ImageSnapshot(TypedDict):
     applied_offset: int
     brokers: list[BrokerSnapshot]
     topics: list[TopicSnapshot]
+    #: Absent in snapshots written before the floor existed: 0.
+    producer_id_floor: NotRequired[int]
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,8 @@ class MetadataImage:
         self.topics_by_id: dict[uuid.UUID, TopicImage] = {}
         #: Offset of the last applied record; -1 for an empty image.
         self.applied_offset = -1
+        #: No broker hands out a producer id below this (raised by `raftka restore`).
+        self.producer_id_floor = 0
 
     # -- queries -----------------------------------------------------------------------
 
@@ -242,6 +247,10 @@ class MetadataImage:
                 first = topic.num_partitions
                 topic.replicas.extend(record.new_replicas)
                 return [PartitionsAdded(topic.name, topic.topic_id, first, record.new_replicas)]
+            case RaiseProducerIdFloor():
+                # Allocators read the floor when they hand out an id: nothing to reconcile.
+                self.producer_id_floor = max(self.producer_id_floor, record.floor)
+                return []
         raise TypeError(f"not a metadata record: {record!r}")
 
     def _register(self, record: RegisterBroker) -> list[Change]:
@@ -540,6 +549,7 @@ class MetadataImage:
                 }
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
             ],
+            "producer_id_floor": self.producer_id_floor,
         }
 
     @classmethod
@@ -549,6 +559,7 @@ class MetadataImage:
             raise ValueError(f"metadata image format version {version!r} is not supported")
         image = cls()
         image.applied_offset = int(data["applied_offset"])
+        image.producer_id_floor = int(data.get("producer_id_floor", 0))
         for b in data["brokers"]:
             broker = BrokerInfo(
                 int(b["node_id"]), b["host"], int(b["port"]), b["rack"], b["incarnation_id"]

@@ -186,6 +186,17 @@ class CreatePartitions(_Record):
         object.__setattr__(self, "new_replicas", _replica_lists(self.new_replicas))
 
 
+@dataclass(frozen=True)
+class RaiseProducerIdFloor(_Record):
+    """Producer ids below `floor` are never handed out again (the image keeps the maximum)."""
+
+    floor: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.floor, bool) or not isinstance(self.floor, int) or self.floor < 0:
+            raise ValueError(f"floor must be a non-negative integer, not {self.floor!r}")
+
+
 MetadataRecord: TypeAlias = (
     RegisterBroker
     | UnregisterBroker
@@ -193,6 +204,7 @@ MetadataRecord: TypeAlias = (
     | DeleteTopic
     | AlterTopicConfigs
     | CreatePartitions
+    | RaiseProducerIdFloor
 )
 
 RECORD_TYPES: dict[str, type[MetadataRecord]] = {
@@ -204,6 +216,7 @@ RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         DeleteTopic,
         AlterTopicConfigs,
         CreatePartitions,
+        RaiseProducerIdFloor,
     )
 }
 

@@ -21,6 +21,7 @@ from raftka.broker.cluster.commands import (
     CreatePartitionsCommand,
     CreateTopicCommand,
     DeleteTopicCommand,
+    RaiseProducerIdFloorCommand,
     RegisterBrokerCommand,
 )
 
@@ -42,6 +43,7 @@ COMMANDS: list[Command] = [
     CreatePartitionsCommand("t", 3, ((3, 1),), validate_only=True),
     RegisterBrokerCommand(1, "127.0.0.1", 9092, "rack-a", "inc"),
     RegisterBrokerCommand(2, "127.0.0.1", 9093, None, "inc"),
+    RaiseProducerIdFloorCommand(123456790),
 ]
 
 
