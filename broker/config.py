@@ -308,6 +308,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
 )
 
+#: Topic config that puts Produce in restore mode (no broker synonym).
+RESTORE_IN_PROGRESS = "raftka.restore.in.progress"
+
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("cleanup.policy", S, "delete", "Only delete is supported.", choices=("delete",)),
     ConfigDef(
@@ -343,6 +346,13 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef(
         "min.insync.replicas", INT, 1, "Replicas that must hold an acks=all write.", minimum=1
+    ),
+    ConfigDef(
+        RESTORE_IN_PROGRESS,
+        S,
+        "false",
+        "While true, Produce appends each batch at its own offset, as `raftka restore` writes it.",
+        choices=("true", "false"),
     ),
 )
 

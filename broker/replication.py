@@ -9,7 +9,9 @@ Entries travel between replicas as batch bytes. Every replica stamps baseOffset 
 partitionLeaderEpoch itself when it persists an entry (both lie outside the CRC), so a batch
 proposed unstamped and the same batch read back from a leader's log persist identically.
 A leader's no-op and a voter-set change are Kafka control batches (LEADER_CHANGE and
-KRAFT_VOTERS), which consumers skip like transaction markers.
+KRAFT_VOTERS), which consumers skip like transaction markers. Any other control batch (one
+`raftka restore` copied: a transaction marker, another cluster's LEADER_CHANGE) is a DATA
+entry that travels as its own bytes.
 """
 
 from __future__ import annotations
@@ -61,16 +63,38 @@ def control_batch(kind: EntryKind, payload: bytes) -> bytes:
     return bytes(batch)
 
 
-def _kind_of(header: BatchHeader, batch: bytes | memoryview) -> tuple[EntryKind, bytes]:
-    """Entry kind and the payload the Raft core expects for a stored batch."""
+#: A no-op's batch from the attributes on (the part every replica rebuilds identically).
+_NOOP_BODY = control_batch(EntryKind.NOOP, b"")[ATTRIBUTES_OFFSET:]
+
+
+def control_type_of(batch: bytes | memoryview) -> int | None:
+    """The control type (Kafka's ControlRecordType: 0 ABORT, 1 COMMIT, 2 LEADER_CHANGE, 6
+    KRAFT_VOTERS, ...) of one control batch, or None when its first record has no control key
+    (or the batch cannot be decoded, e.g. it is compressed)."""
+    try:
+        records = decode_batch(batch, check_crc=False)
+    except ValueError:
+        return None
+    if not records or records[0].key is None or len(records[0].key) != CONTROL_KEY.size:
+        return None
+    return int(CONTROL_KEY.unpack(records[0].key)[1])
+
+
+def entry_kind_of(header: BatchHeader, batch: bytes | memoryview) -> tuple[EntryKind, bytes]:
+    """Entry kind and the payload the Raft core expects for a stored batch.
+
+    Only a batch identical to the one `control_batch` builds for a no-op is a NOOP (its bytes
+    are rebuilt from the kind alone); any other control batch but KRAFT_VOTERS is DATA, so
+    replicas copy its bytes verbatim.
+    """
     if not header.attributes & CONTROL_FLAG_MASK:
         return EntryKind.DATA, bytes(batch)
-    records = decode_batch(batch, check_crc=False)
-    if records and records[0].key is not None and len(records[0].key) == CONTROL_KEY.size:
-        _, control_type = CONTROL_KEY.unpack(records[0].key)
-        if control_type == CONTROL_KRAFT_VOTERS:
-            return EntryKind.CONFIG, records[0].value or b""
-    return EntryKind.NOOP, b""
+    if bytes(batch[ATTRIBUTES_OFFSET:]) == _NOOP_BODY:
+        return EntryKind.NOOP, b""
+    if control_type_of(batch) == CONTROL_KRAFT_VOTERS:
+        records = decode_batch(batch, check_crc=False)
+        return EntryKind.CONFIG, records[0].value or b""
+    return EntryKind.DATA, bytes(batch)
 
 
 class HardStateStore:
@@ -183,7 +207,7 @@ class PartitionRaftStorage:
         payload = b""
         if header.attributes & CONTROL_FLAG_MASK:
             batch = self.log.read(header.base_offset, 1, self.log.log_end_offset, True)
-            kind, payload = _kind_of(header, batch[: header.size_bytes])
+            kind, payload = entry_kind_of(header, batch[: header.size_bytes])
         return Entry(
             header.base_offset, header.last_offset, header.partition_leader_epoch, payload, kind
         )
@@ -204,7 +228,7 @@ class PartitionRaftStorage:
         view = memoryview(data)
         for header in scan_batches(data, verify_crc=False).headers:
             batch = view[header.position : header.end_position]
-            kind, payload = _kind_of(header, batch)
+            kind, payload = entry_kind_of(header, batch)
             entries.append(
                 Entry(
                     header.base_offset,

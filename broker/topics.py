@@ -23,7 +23,7 @@ from raftka.broker.config import BrokerConfig, TopicConfig, validate_topic_confi
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
 from raftka.consensus.core import NotLeaderError
 from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
-from raftka.consensus.types import Entry, Role
+from raftka.consensus.types import Entry, EntryKind, Role
 from raftka.log import LogConfig, PartitionLog
 
 logger = logging.getLogger("raftka.topics")
@@ -130,12 +130,13 @@ class Partition:
                 return tuple(r for r in self.replicas if r in isr)
         return self.replicas
 
-    def propose(self, records: bytes, record_count: int) -> Entry:
+    def propose(self, records: bytes, record_count: int, kind: EntryKind = EntryKind.DATA) -> Entry:
         """Append one batch as leader: persisted locally before this returns; raises
-        NotLeaderError when this broker does not lead the partition."""
+        NotLeaderError when this broker does not lead the partition. `kind` must be what
+        followers derive from the stored bytes (`replication.entry_kind_of`)."""
         if self.raft is None:
             raise NotLeaderError(None, f"{self.name} is not hosted on this broker")
-        return self.raft.propose(record_count, records)
+        return self.raft.propose(record_count, records, kind)
 
     async def wait_committed(self, entry: Entry, timeout_s: float) -> bool:
         """Whether `entry` (proposed here) committed in time; NotLeaderError if leadership

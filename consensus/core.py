@@ -317,13 +317,20 @@ class RaftCore:
         self._check_input()
         self._hup()
 
-    def propose(self, record_count: int, payload: bytes) -> Entry:
-        """Append a client batch; returns it with its assigned offsets and epoch."""
+    def propose(self, record_count: int, payload: bytes, kind: EntryKind = EntryKind.DATA) -> Entry:
+        """Append a client batch; returns it with its assigned offsets and epoch.
+
+        `record_count` is the number of offsets the batch covers. `kind` NOOP appends a no-op
+        (a restored batch identical to one); a CONFIG entry goes through
+        `propose_config_change` only.
+        """
         self._check_input()
         if record_count < 1:
             raise ValueError(f"a batch holds at least one record, not {record_count}")
+        if kind is EntryKind.CONFIG:
+            raise ValueError("voter-set changes go through propose_config_change")
         self._require_leader()
-        return self._append_as_leader(record_count, payload, EntryKind.DATA)
+        return self._append_as_leader(record_count, payload, kind)
 
     def propose_config_change(
         self, add: NodeId | None = None, remove: NodeId | None = None

@@ -44,7 +44,7 @@ from raftka.consensus.core import (
 )
 from raftka.consensus.storage import RaftLog
 from raftka.consensus.transport import PeerTransport
-from raftka.consensus.types import Entry, HardState, Message, NodeId, Role
+from raftka.consensus.types import Entry, EntryKind, HardState, Message, NodeId, Role
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class RaftGroup:
         return None if best is None else -best[2]
 
     # ------------------------------------------------------------------ inputs
-    def propose(self, record_count: int, payload: bytes) -> Entry:
+    def propose(self, record_count: int, payload: bytes, kind: EntryKind = EntryKind.DATA) -> Entry:
         """Append a batch as leader; written (storage.append) before returning, and sent to
         the followers.
 
@@ -271,7 +271,7 @@ class RaftGroup:
         node no longer leads.
         """
         self._check_live()
-        entry = self._core.propose(record_count, payload)
+        entry = self._core.propose(record_count, payload, kind)
         self._drive()
         return entry
 

@@ -170,6 +170,7 @@ def validate_produce_records(
     max_batch_bytes: int,
     *,
     produce_version: int | None = None,
+    restore: bool = False,
 ) -> list[BatchHeader]:
     """Check the batches of one partition's produce data and return their headers.
 
@@ -183,12 +184,16 @@ def validate_produce_records(
     Kafka's ProduceRequest checks apply too: from v3 exactly one batch and magic 2 (both
     INVALID_RECORD), zstd only from v7 (UNSUPPORTED_COMPRESSION_TYPE), and no control
     batches (INVALID_RECORD). An empty `buf` returns [] unless those checks apply.
+
+    With `restore` (a topic in restore mode, batches as `raftka restore` copies them from a
+    log) several batches and control batches are allowed, and a batch may span more offsets
+    than it holds records (lastOffsetDelta >= recordsCount - 1, as after log compaction).
     """
     view = memoryview(buf)
     end = len(view)
     headers: list[BatchHeader] = []
     pos = 0
-    strict = produce_version is not None and produce_version >= 3
+    strict = produce_version is not None and produce_version >= 3 and not restore
     while pos < end:
         remaining = end - pos
         if remaining < LOG_OVERHEAD:
@@ -214,7 +219,7 @@ def validate_produce_records(
         header = BatchHeader(pos, *_HEADER.unpack_from(view, pos))
         if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
             raise InvalidRecords(CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {pos}")
-        _check_batch_fields(header, produce_version)
+        _check_batch_fields(header, produce_version, restore)
         headers.append(header)
         pos += size
         if strict and pos < end:
@@ -229,7 +234,7 @@ def validate_produce_records(
     return headers
 
 
-def _check_batch_fields(header: BatchHeader, produce_version: int | None) -> None:
+def _check_batch_fields(header: BatchHeader, produce_version: int | None, restore: bool) -> None:
     compression = header.attributes & COMPRESSION_MASK
     if compression > COMPRESSION_ZSTD:
         raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"unknown codec {compression}")
@@ -238,11 +243,19 @@ def _check_batch_fields(header: BatchHeader, produce_version: int | None) -> Non
             raise InvalidRecords(
                 UNSUPPORTED_COMPRESSION_TYPE, f"zstd needs produce v7, got v{produce_version}"
             )
-        if header.attributes & CONTROL_FLAG_MASK:
+        if header.attributes & CONTROL_FLAG_MASK and not restore:
             raise InvalidRecords(INVALID_RECORD, "clients may not write control batches")
-    if header.records_count < 1:
+    if restore:
+        # A compacted log keeps batches whose records no longer fill their offset range.
+        if header.records_count < 0 or header.last_offset_delta < max(0, header.records_count - 1):
+            raise InvalidRecords(
+                INVALID_RECORD,
+                f"lastOffsetDelta {header.last_offset_delta} cannot hold "
+                f"recordsCount {header.records_count}",
+            )
+    elif header.records_count < 1:
         raise InvalidRecords(INVALID_RECORD, f"invalid record count {header.records_count}")
-    if header.last_offset_delta != header.records_count - 1:
+    elif header.last_offset_delta != header.records_count - 1:
         raise InvalidRecords(
             INVALID_RECORD,
             f"lastOffsetDelta {header.last_offset_delta} does not match "

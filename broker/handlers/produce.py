@@ -15,6 +15,15 @@ other request can interleave. A retried duplicate is not appended; its answer ca
 original base offset, as Kafka's does. Transactional batches are refused with
 INVALID_TXN_STATE: this broker has no transaction coordinator, so no transaction can be
 ongoing (what Kafka answers for a transactional write outside a transaction).
+
+A topic with `raftka.restore.in.progress=true` is in restore mode (`raftka restore` writes
+it): the records may hold several batches, each must start at the offset the partition's log
+ends at (checked for all before any is written: INVALID_RECORD otherwise), and each is
+proposed as is, one Raft entry per batch. Producer state is not checked (it still learns
+from the stored batches on every replica), transactional batches and control batches other
+than KRAFT_VOTERS are allowed, and timestamps are kept even under LogAppendTime. Before the
+answer, the cluster's producer id floor is raised past the largest producer id written, so
+no broker later hands out an id the restored data uses.
 """
 
 from __future__ import annotations
@@ -27,9 +36,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.cluster.commands import RaiseProducerIdFloorCommand
+from raftka.broker.config import RESTORE_IN_PROGRESS
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.replication import CONTROL_KRAFT_VOTERS, control_type_of, entry_kind_of
 from raftka.broker.topics import Partition, now_ms
 from raftka.consensus.core import NotLeaderError, StorageError
+from raftka.consensus.types import EntryKind
 from raftka.log.producer_state import BatchMetadata, ProducerStateError
 from raftka.protocol.api import build
 from raftka.protocol.records import (
@@ -142,6 +155,147 @@ def _append(
     return fields, _wait_for(partition, acks, entry.end_offset, entry.epoch)
 
 
+#: Control types a restore may write: ABORT and COMMIT markers, LEADER_CHANGE.
+RESTORABLE_CONTROL_TYPES = frozenset({0, 1, 2})
+
+
+class _Rejected(Exception):
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+def _restore_entries(
+    partition: Partition, records: bytes, log_end_offset: int, max_batch_bytes: int
+) -> list[tuple[BatchHeader, bytes, EntryKind, bytes]]:
+    """Each batch of a restore write with its bytes and the entry (kind, payload) to
+    propose; raises _Rejected (nothing may be written) when any batch does not fit."""
+    try:
+        headers = validate_produce_records(records, max_batch_bytes, restore=True)
+    except InvalidRecords as exc:
+        raise _Rejected(ErrorCode(exc.error_code), exc.message) from None
+    if not headers:
+        raise _Rejected(ErrorCode.invalid_record, "restore: the records hold no batch")
+    entries: list[tuple[BatchHeader, bytes, EntryKind, bytes]] = []
+    expected = log_end_offset
+    view = memoryview(records)
+    for header in headers:
+        if header.base_offset != expected:
+            raise _Rejected(
+                ErrorCode.invalid_record,
+                f"restore: batch starts at offset {header.base_offset} but {partition.name} "
+                f"ends at {expected}",
+            )
+        batch = bytes(view[header.position : header.end_position])
+        if header.is_control:
+            control_type = control_type_of(batch)
+            if control_type not in RESTORABLE_CONTROL_TYPES:
+                what = "no readable control key" if control_type is None else control_type
+                raise _Rejected(
+                    ErrorCode.invalid_record,
+                    f"restore: control batch at offset {header.base_offset} has control type "
+                    f"{what}; only ABORT (0), COMMIT (1) and LEADER_CHANGE (2) can be restored"
+                    + (
+                        " (KRAFT_VOTERS would change the replica set)"
+                        if what == CONTROL_KRAFT_VOTERS
+                        else ""
+                    ),
+                )
+        kind, payload = entry_kind_of(header, batch)
+        if kind is EntryKind.CONFIG:
+            raise AssertionError(f"restore: KRAFT_VOTERS batch at {header.base_offset} passed")
+        entries.append((header, batch, kind, payload))
+        expected = header.next_offset
+    return entries
+
+
+def _append_restore(
+    context: RequestContext, partition: Partition, records: bytes, acks: int
+) -> tuple[dict[str, Any], tuple[int, int | None] | None, int | None]:
+    """Restore mode's `_append`: (response fields, what the answer waits for, the producer
+    id floor the answer needs first, if any)."""
+    topic = partition.topic
+    fields: dict[str, Any] = {"error_code": ErrorCode.none}
+    log = partition.log
+    if not partition.is_leader or log is None:
+        fields["error_code"] = ErrorCode.not_leader_or_follower
+        return fields, None, None
+    fields["log_start_offset"] = log.log_start_offset
+    try:
+        entries = _restore_entries(
+            partition, records, log.log_end_offset, topic.config.get_int("max.message.bytes")
+        )
+    except _Rejected as exc:
+        fields.update(error_code=exc.error_code, error_message=exc.message)
+        if exc.error_code == ErrorCode.invalid_record:
+            fields["record_errors"] = ((0, exc.message),)
+        logger.info(
+            "rejected restore produce to %s from %s: %s",
+            partition.name,
+            context.client_host,
+            exc.message,
+            extra={"partition": partition.name, "topic": topic.name},
+        )
+        return fields, None, None
+    if acks == -1:
+        in_sync = len(partition.in_sync_replicas())
+        required = topic.config.get_int("min.insync.replicas")
+        if in_sync < required:
+            fields.update(
+                error_code=ErrorCode.not_enough_replicas,
+                error_message=f"{partition.name} has {in_sync} in-sync replicas, "
+                f"min.insync.replicas is {required}",
+            )
+            return fields, None, None
+    producer_ids = [header.producer_id for header, *_ in entries if header.producer_id >= 0]
+    floor = max(producer_ids) + 1 if producer_ids else None
+    last = None
+    for header, _batch, kind, payload in entries:
+        try:
+            entry = partition.propose(payload, header.last_offset_delta + 1, kind)
+        except StorageError as exc:
+            fields.update(error_code=ErrorCode.kafka_storage_error, error_message=str(exc))
+            return fields, None, None
+        except NotLeaderError:
+            # Batches proposed before stay; the next restore write starts where they end.
+            fields["error_code"] = ErrorCode.not_leader_or_follower
+            return fields, None, None
+        if entry.base_offset != header.base_offset:
+            raise AssertionError(
+                f"{partition.name}: restored batch at {header.base_offset} was appended at "
+                f"{entry.base_offset}"
+            )
+        if last is None:
+            fields["base_offset"] = entry.base_offset
+        last = entry
+    assert last is not None, "a restore write holds at least one batch"
+    record_count = sum(header.records_count for header, *_ in entries)
+    context.services.metrics.produced(topic.name, len(records), record_count)
+    return fields, _wait_for(partition, acks, last.end_offset, last.epoch), floor
+
+
+async def _raise_producer_id_floor(
+    context: RequestContext, floors: list[tuple[Partition, int, dict[str, Any]]]
+) -> None:
+    """Raise the floor past every producer id the request restored (one command: the floor
+    is a maximum); on failure every partition that needed it answers the error."""
+    controller = context.services.controller
+    floor = max(floor for _, floor, _ in floors)
+    if floor <= controller.image.producer_id_floor:
+        return
+    result = await controller.execute(RaiseProducerIdFloorCommand(floor))
+    if result.error_code == ErrorCode.none:
+        return
+    for partition, _, fields in floors:
+        if not fields["error_code"]:
+            fields.update(
+                error_code=result.error_code,
+                error_message=f"{partition.name}: the producer id floor was not raised to "
+                f"{floor}: {result.error_message}",
+            )
+
+
 def _wait_for(
     partition: Partition, acks: int, end_offset: int, epoch: int | None
 ) -> tuple[int, int | None] | None:
@@ -193,6 +347,7 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
     now = now_ms()
     results: list[tuple[str, list[dict[str, Any]]]] = []
     commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]] = []
+    floors: list[tuple[Partition, int, dict[str, Any]]] = []
     for topic_data in request.topic_data or ():
         name = topic_data.name
         topic = topics.get(name)
@@ -208,6 +363,14 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                     "error_code": ErrorCode.invalid_topic_exception,
                     "error_message": f"Cannot append to internal topic {name}",
                 }
+            elif topic.config.get_str(RESTORE_IN_PROGRESS) == "true":
+                fields, wait_for, floor = _append_restore(
+                    context, partition, data.records or b"", acks
+                )
+                if wait_for is not None:
+                    commits.append((partition, wait_for, fields))
+                if floor is not None:
+                    floors.append((partition, floor, fields))
             else:
                 fields, wait_for = _append(
                     context, partition, data.records or b"", acks, now, version
@@ -217,11 +380,13 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
             fields["index"] = data.index
             partition_results.append(fields)
         results.append((name, partition_results))
-    if commits:
+    if commits or floors:
         timeout_s = max(request.timeout.total_seconds(), 0.001)
         async with trio.open_nursery() as nursery:
             for partition, wait_for, fields in commits:
                 nursery.start_soon(_await_ack, partition, acks, wait_for, timeout_s, fields)
+            if floors:
+                nursery.start_soon(_raise_producer_id_floor, context, floors)
     _count_errors(context, results)
     if acks == 0:
         return None
