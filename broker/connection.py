@@ -9,7 +9,10 @@ serves is counted once in the broker's metrics, when its response is written.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import socket
 import struct
 import time
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from raftka.protocol.api import (
     encode_response,
     read_prefix,
 )
+from raftka.protocol.splice import FileRange, Pieces, SplicedResponse
 
 if TYPE_CHECKING:
     from raftka.broker.handlers import Handle
@@ -37,6 +41,9 @@ logger = logging.getLogger("raftka.connection")
 _SIZE = struct.Struct(">i")
 IN_FLIGHT_BYTES_MAX = 128 * 1024 * 1024
 RECEIVE_CHUNK_BYTES = 256 * 1024
+#: Holds a frame's bytes piece back until the file range after it follows (Linux).
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
+_SENDFILE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 
 
 @dataclass(eq=False)
@@ -44,7 +51,7 @@ class _Slot:
     """A response position in the connection's order; filled when its handler finishes."""
 
     done: trio.Event = field(default_factory=trio.Event)
-    frame: bytes | None = None
+    frame: bytes | Pieces | None = None
     close_after: bool = False
     request_bytes: int = 0
     # For the request metrics: set when a handler serves the request.
@@ -213,8 +220,12 @@ class Connection:
     ) -> None:
         try:
             response = await handle(context, request)
-            if response is not None:
+            if isinstance(response, SplicedResponse):
+                slot.frame = response.encode(prefix.correlation_id)
+                response = response.response
+            elif response is not None:
                 slot.frame = encode_response(prefix.correlation_id, response)
+            if response is not None:
                 code = getattr(response, "error_code", 0)
                 if code:
                     slot.error = error_name(code)
@@ -241,7 +252,9 @@ class Connection:
                 self._in_flight_bytes -= slot.request_bytes
                 self._bytes_released.set()
                 self._bytes_released = trio.Event()
-                if slot.frame is not None:
+                if isinstance(slot.frame, list):
+                    await self._send_pieces(slot.frame)
+                elif slot.frame is not None:
                     await self.stream.send_all(slot.frame)
                 if slot.api_key is not None:
                     self.metrics.request_done(
@@ -250,3 +263,56 @@ class Connection:
                 if slot.close_after:
                     break
         scope.cancel()
+
+    async def _send_pieces(self, pieces: Pieces) -> None:
+        """Write a spliced frame: bytes pieces with send, file ranges with sendfile."""
+        sock = self.stream.socket
+        try:
+            for i, piece in enumerate(pieces):
+                if isinstance(piece, FileRange):
+                    await _send_file_range(sock, piece)
+                else:
+                    await _send_bytes(sock, piece, _MSG_MORE if i + 1 < len(pieces) else 0)
+        finally:
+            for piece in pieces:
+                if isinstance(piece, FileRange):
+                    piece.close()
+
+
+async def _send_bytes(sock: trio.socket.SocketType, data: bytes, flags: int) -> None:
+    view = memoryview(data)
+    while view:
+        sent = await sock.send(view, flags)
+        view = view[sent:]
+
+
+async def _send_file_range(sock: trio.socket.SocketType, piece: FileRange) -> None:
+    """Send exactly the range's bytes; if the file turns out shorter (it was cut after the
+    range was decided) the connection is closed rather than sending anything else."""
+    position, remaining = piece.position, piece.length
+    out = sock.fileno()
+    await trio.lowlevel.checkpoint_if_cancelled()
+    while remaining:
+        try:
+            sent = os.sendfile(out, piece.fd, position, remaining)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        except OSError as exc:
+            if exc.errno not in _SENDFILE_UNSUPPORTED:
+                raise
+            # A file system without sendfile: the same bytes, read through Python.
+            rest = FileRange(piece.fd, position, remaining)
+            try:
+                data = rest.read()
+            finally:
+                rest.fd = -1  # the descriptor stays `piece`'s to close
+            await _send_bytes(sock, data, 0)
+            return
+        if sent == 0:
+            raise ConnectionError(
+                f"segment range at {position} ends {remaining} bytes early; closing the"
+                " connection instead of sending a short frame"
+            )
+        position += sent
+        remaining -= sent

@@ -456,6 +456,25 @@ class PartitionLog:
                 return data
         return b""
 
+    def read_slice(
+        self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> tuple[LogSegment, int, int] | None:
+        """Where `read` would find its bytes: (segment, position, length), or None for b"".
+
+        Reads batch headers only. The answer holds while the caller does not yield to other
+        tasks: retention or truncation may delete the segment afterwards.
+        """
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            raise OffsetOutOfRange(fetch_offset, self.log_start_offset, self.log_end_offset)
+        if fetch_offset == self.log_end_offset or fetch_offset >= max_offset:
+            return None
+        for segment in self.segments[self._segment_index(fetch_offset) :]:
+            found = segment.locate(fetch_offset, max_bytes, max_offset, min_one_batch)
+            if found is not None:
+                start, stop = found
+                return (segment, start, stop - start) if stop > start else None
+        return None
+
     def batch_header_at(self, offset: int) -> BatchHeader | None:
         """Header of the batch containing `offset` (position relative to its segment), or
         None outside [log_start_offset, log_end_offset). Reads headers only, never records."""

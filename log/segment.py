@@ -7,6 +7,7 @@ nothing about producers, epochs or retention policy; `PartitionLog` decides thos
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -303,6 +304,45 @@ class LogSegment:
         if hi <= len(window):
             return window if lo == 0 and hi == len(window) else window[lo:hi]
         return self.pread(stop - start, start)
+
+    def locate(
+        self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> tuple[int, int] | None:
+        """File positions [start, stop) of what `read` returns, reading batch headers only.
+
+        None if no batch here holds `fetch_offset`; start == stop when none may be returned.
+        The offset index skips most of the range: only the batches after its last entry
+        inside the limits are walked, each with one small pread.
+        """
+        _, position = self.offset_index.lookup(fetch_offset)
+        end = self.size_bytes
+        bound = self.offset_index.position_after(max_offset)
+        if bound is not None:
+            end = min(end, bound)
+        while position + RECORD_BATCH_OVERHEAD <= end:
+            header = read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, position))
+            if header.base_offset + header.last_offset_delta >= fetch_offset:
+                break
+            position += header.batch_length + LOG_OVERHEAD
+        else:
+            return None
+        start = stop = position
+        # An index entry within both limits is a batch start every earlier batch fits before.
+        keys, values = self.offset_index.keys, self.offset_index.values
+        slot = min(bisect_right(values, start + max(max_bytes, 0)), bisect_right(keys, max_offset))
+        if slot > 0 and values[slot - 1] > start:
+            stop = values[slot - 1]
+        while stop + RECORD_BATCH_OVERHEAD <= end:
+            header = read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, stop))
+            if header.base_offset + header.last_offset_delta >= max_offset:
+                break
+            size = header.batch_length + LOG_OVERHEAD
+            if stop + size - start > max_bytes:
+                if stop == start and min_one_batch:
+                    stop += size
+                break
+            stop += size
+        return start, stop
 
     # -- recovery -------------------------------------------------------------------------
     def load_trusted(self) -> bool:

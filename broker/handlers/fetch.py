@@ -1,5 +1,10 @@
 """Fetch: byte ranges of segment files up to the high watermark, with long polling.
 
+Record bytes are not read into Python: each partition's answer is a range of a segment file
+(held by a duplicated descriptor, so retention deleting the file cannot change it) that the
+connection sends with sendfile (see `raftka.protocol.splice`). Ranges under
+`INLINE_RECORDS_BYTES_MAX` are read instead, which costs less than a sendfile round.
+
 Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells the
 client that no session was created, so it keeps sending full fetch requests. A request that
 names a session we never handed out gets FETCH_SESSION_ID_NOT_FOUND, as Kafka answers for an
@@ -8,6 +13,7 @@ evicted session.
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -17,18 +23,26 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.handlers.common import NO_THROTTLE, led_partition, response_schema
 from raftka.log import OffsetOutOfRange
 from raftka.protocol.api import build
+from raftka.protocol.splice import FileRange, SplicedResponse, Splices
 
 if TYPE_CHECKING:
     from raftka.broker.services import RequestContext
     from raftka.broker.topics import Partition, Topic
+    from raftka.log.segment import LogSegment
 
 READ_COMMITTED = 1
+#: Record ranges up to this size are read into the response rather than sent with sendfile.
+INLINE_RECORDS_BYTES_MAX = 32 * 1024
+
+
+_Slice = tuple["LogSegment", int, int]
 
 
 def _read_all(
     context: RequestContext, request: Any, module: ModuleType
-) -> tuple[list[Any], int, list[Partition]]:
-    """One pass over the requested partitions: (topic responses, bytes, partitions read)."""
+) -> tuple[list[tuple[str, Any, list[dict[str, Any]]]], int, list[Partition]]:
+    """One pass over the requested partitions: ((topic, topic id, partition fields) per
+    topic, bytes, partitions read). A partition's "records" is a segment slice or b""."""
     topics = context.services.topics
     remaining = request.max_bytes if request.max_bytes > 0 else 0
     # KIP-74: the first partition with data returns at least one whole batch.
@@ -81,32 +95,61 @@ def _read_all(
                 )
                 watched.append(partition)
                 max_bytes = min(p.partition_max_bytes, remaining)
+                found: _Slice | None = None
                 try:
-                    records = (
-                        log.read(p.fetch_offset, max_bytes, limit, min_one_batch)
-                        if max_bytes > 0 or min_one_batch
-                        else b""
-                    )
+                    if max_bytes > 0 or min_one_batch:
+                        found = log.read_slice(p.fetch_offset, max_bytes, limit, min_one_batch)
                 except OffsetOutOfRange:
                     fields["error_code"] = ErrorCode.offset_out_of_range
-                    records = b""
-                if records:
+                if found is not None:
+                    length = found[2]
                     min_one_batch = False
-                    remaining = max(0, remaining - len(records))
-                    total_bytes += len(records)
-                fields["records"] = records
+                    remaining = max(0, remaining - length)
+                    total_bytes += length
+                    fields["records"] = found
                 if request.isolation_level == READ_COMMITTED:
                     fields["aborted_transactions"] = ()
-            partitions.append(build(module.PartitionData, **fields))
-        responses.append(
+            partitions.append(fields)
+        responses.append((name or "", getattr(wanted, "topic_id", None), partitions))
+    return responses, total_bytes, watched
+
+
+def _build_topics(
+    context: RequestContext,
+    module: ModuleType,
+    responses: list[tuple[str, Any, list[dict[str, Any]]]],
+    splices: Splices,
+) -> tuple[Any, ...]:
+    """The response's topics, each slice made a placeholder for its file range (or read when
+    small); counts bytes out and partition errors of the response sent. Must run in the same
+    step as the `_read_all` that found the slices: no segment may have gone since."""
+    metrics = context.services.metrics
+    topics = []
+    for name, topic_id, partitions in responses:
+        built = []
+        for fields in partitions:
+            found = fields["records"]
+            if found:
+                segment, position, length = found
+                if length <= INLINE_RECORDS_BYTES_MAX:
+                    fields["records"] = segment.pread(length, position)
+                else:
+                    fields["records"] = splices.placeholder(
+                        FileRange(os.dup(segment.fd), position, length)
+                    )
+                metrics.fetched(name, length)
+            if fields["error_code"]:
+                metrics.request_error(context.api_key, fields["error_code"])
+            built.append(build(module.PartitionData, **fields))
+        topics.append(
             build(
                 module.FetchableTopicResponse,
-                topic=name or "",
-                topic_id=getattr(wanted, "topic_id", None),
-                partitions=tuple(partitions),
+                topic=name,
+                topic_id=topic_id,
+                partitions=tuple(built),
             )
         )
-    return responses, total_bytes, watched
+    return tuple(topics)
 
 
 async def handle_fetch(context: RequestContext, request: Any) -> Any:
@@ -127,26 +170,15 @@ async def handle_fetch(context: RequestContext, request: Any) -> Any:
             while total_bytes < request.min_bytes:
                 await _any_appended(watched)
                 responses, total_bytes, watched = _read_all(context, request, module)
-    _count(context, responses)
-    return build(
+    splices = Splices()
+    response = build(
         entity,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         session_id=0,
-        responses=tuple(responses),
+        responses=_build_topics(context, module, responses, splices),
     )
-
-
-def _count(context: RequestContext, responses: list[Any]) -> None:
-    """Bytes out per topic and partition errors of the response sent (not of the reads
-    a long poll discarded)."""
-    metrics = context.services.metrics
-    for topic_response in responses:
-        for partition in topic_response.partitions:
-            if partition.records:
-                metrics.fetched(topic_response.topic, len(partition.records))
-            if partition.error_code:
-                metrics.request_error(context.api_key, partition.error_code)
+    return SplicedResponse(response, splices) if splices.ranges else response
 
 
 async def _any_appended(partitions: list[Partition]) -> None:
