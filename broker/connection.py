@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import socket
 import struct
 import time
 from dataclasses import dataclass, field
@@ -41,8 +40,6 @@ logger = logging.getLogger("raftka.connection")
 _SIZE = struct.Struct(">i")
 IN_FLIGHT_BYTES_MAX = 128 * 1024 * 1024
 RECEIVE_CHUNK_BYTES = 256 * 1024
-#: Holds a frame's bytes piece back until the file range after it follows (Linux).
-_MSG_MORE = getattr(socket, "MSG_MORE", 0)
 _SENDFILE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 
 
@@ -268,21 +265,23 @@ class Connection:
         """Write a spliced frame: bytes pieces with send, file ranges with sendfile."""
         sock = self.stream.socket
         try:
-            for i, piece in enumerate(pieces):
+            # No MSG_MORE on the bytes pieces: a corked piece ahead of sendfile held whole
+            # responses back for the kernel's 200 ms cork timeout.
+            for piece in pieces:
                 if isinstance(piece, FileRange):
                     await _send_file_range(sock, piece)
                 else:
-                    await _send_bytes(sock, piece, _MSG_MORE if i + 1 < len(pieces) else 0)
+                    await _send_bytes(sock, piece)
         finally:
             for piece in pieces:
                 if isinstance(piece, FileRange):
                     piece.close()
 
 
-async def _send_bytes(sock: trio.socket.SocketType, data: bytes, flags: int) -> None:
+async def _send_bytes(sock: trio.socket.SocketType, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        sent = await sock.send(view, flags)
+        sent = await sock.send(view)
         view = view[sent:]
 
 
@@ -307,7 +306,7 @@ async def _send_file_range(sock: trio.socket.SocketType, piece: FileRange) -> No
                 data = rest.read()
             finally:
                 rest.fd = -1  # the descriptor stays `piece`'s to close
-            await _send_bytes(sock, data, 0)
+            await _send_bytes(sock, data)
             return
         if sent == 0:
             raise ConnectionError(
