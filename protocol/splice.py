@@ -67,11 +67,13 @@ class Splices:
     """The file ranges one response refers to, by the placeholder bytes standing for them."""
 
     def __init__(self) -> None:
-        self._nonce = os.urandom(_MARKER_RANDOM_BYTES)
+        self._nonce = b""  # drawn on first use: most small fetches have no ranges
         self.ranges: dict[bytes, FileRange] = {}
 
     def placeholder(self, file_range: FileRange) -> bytes:
         """Bytes to put in a `records` field; `encode_spliced_response` swaps them out."""
+        if not self._nonce:
+            self._nonce = os.urandom(_MARKER_RANDOM_BYTES)
         marker = self._nonce + len(self.ranges).to_bytes(4, "big")
         self.ranges[marker] = file_range
         return marker

@@ -131,12 +131,7 @@ def _build_topics(
             found = fields["records"]
             if found:
                 segment, position, length = found
-                if length <= INLINE_RECORDS_BYTES_MAX:
-                    fields["records"] = segment.pread(length, position)
-                else:
-                    fields["records"] = splices.placeholder(
-                        FileRange(os.dup(segment.fd), position, length)
-                    )
+                fields["records"] = _records(segment, position, length, splices)
                 metrics.fetched(name, length)
             if fields["error_code"]:
                 metrics.request_error(context.api_key, fields["error_code"])
@@ -150,6 +145,18 @@ def _build_topics(
             )
         )
     return tuple(topics)
+
+
+def _records(segment: LogSegment, position: int, length: int, splices: Splices) -> bytes:
+    """A placeholder for the range, or its bytes when small or out of descriptors."""
+    if length > INLINE_RECORDS_BYTES_MAX:
+        try:
+            fd = os.dup(segment.fd)
+        except OSError:  # EMFILE: the bytes still go out, through Python
+            pass
+        else:
+            return splices.placeholder(FileRange(fd, position, length))
+    return segment.pread(length, position)
 
 
 async def handle_fetch(context: RequestContext, request: Any) -> Any:
