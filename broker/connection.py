@@ -144,7 +144,9 @@ class Connection:
             if not await self._receive_exactly(4 + size):
                 return
             received_s = time.perf_counter()
-            frame = bytes(self._buffer[4 : 4 + size])
+            # One copy out of the buffer (slicing the bytearray first would make two).
+            with memoryview(self._buffer) as view:
+                frame = bytes(view[4 : 4 + size])
             del self._buffer[: 4 + size]
             try:
                 prefix = read_prefix(frame)
