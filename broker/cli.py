@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import errno
 import logging
 import signal
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import trio
@@ -54,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ID@HOST:PORT,...",
         help="every voter's --raft-listen address, this broker's included",
     )
+    serve.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help="run N broker processes on this host as one cluster (one per core): node ids, "
+        "Kafka, Raft and metrics.listen ports counted up from the given ones, data in "
+        "DATA_DIR/shard-ID, broker.rack = host name",
+    )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     serve.add_argument(
         "--log-format",
@@ -79,6 +93,152 @@ async def _serve(broker: Broker) -> None:
                 break
 
 
+# A listener's address is taken, not this host's, or a privileged port.
+BIND_ERRNOS = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+RAFT_PORT_OFFSET = 10000  # --shards without --raft-listen: Raft port = Kafka port + this
+
+
+def shard_commands(
+    shards: int,
+    listen: Listener,
+    raft_listen: Listener | None,
+    first_node_id: int,
+    data_dir: Path,
+    config: BrokerConfig,
+    passthrough: list[str],
+    rack: str,
+) -> list[tuple[int, list[str]]]:
+    """(node id, argv) of each shard `raftka serve --shards N` starts.
+
+    Shard i (from 0) is node `first_node_id + i` on Kafka port `listen.port + i` and Raft port
+    `raft_listen.port + i` (default: Kafka port + 10000), with data in `data_dir/shard-<id>`,
+    every shard listed in `--peers`; `broker.rack` is `rack` unless configured, and a
+    configured `metrics.listen` port is counted up like the others. `passthrough` (configs,
+    config file, logging options) goes to every shard. Raises ValueError naming what
+    cannot be split across shards.
+    """
+    if shards < 1:
+        raise ValueError(f"--shards must be at least 1, got {shards}")
+    if config.get_optional_str("advertised.listeners"):
+        raise ValueError(
+            "advertised.listeners cannot be given with --shards: each shard advertises its "
+            "own --listen port; start the shards one by one with --node-id and --peers instead"
+        )
+    raft_base = raft_listen or Listener(listen.host, listen.port + RAFT_PORT_OFFSET)
+    metrics = config.get_str("metrics.listen")
+    metrics_base = Listener.parse(metrics) if metrics else None
+    bases = {"--listen": listen, "--raft-listen": raft_base}
+    if metrics_base is not None:
+        bases["metrics.listen"] = metrics_base
+    taken: dict[int, str] = {}
+    for name, base in bases.items():
+        if base.port == 0 or base.port + shards - 1 > 65535:
+            raise ValueError(
+                f"{name} port {base.port}: --shards {shards} needs ports {base.port} to "
+                f"{base.port + shards - 1}, each in 1-65535"
+            )
+        for port in range(base.port, base.port + shards):
+            if port in taken:
+                raise ValueError(
+                    f"{name} and {taken[port]} would both use port {port} with --shards "
+                    f"{shards}; give {name} a port range that does not overlap"
+                )
+            taken[port] = name
+    node_ids = [first_node_id + i for i in range(shards)]
+    peers = ",".join(
+        f"{node_id}@{raft_base.host}:{raft_base.port + i}" for i, node_id in enumerate(node_ids)
+    )
+    commands = []
+    for i, node_id in enumerate(node_ids):
+        argv = [sys.executable, "-m", "raftka.broker", "serve", *passthrough]
+        argv += ["--node-id", str(node_id), "--peers", peers]
+        argv += ["--listen", f"{listen.host}:{listen.port + i}"]
+        argv += ["--raft-listen", f"{raft_base.host}:{raft_base.port + i}"]
+        argv += ["--data-dir", str(data_dir / f"shard-{node_id}")]
+        if config.get_optional_str("broker.rack") is None:
+            argv += ["--config", f"broker.rack={rack}"]
+        if metrics_base is not None:
+            argv += ["--config", f"metrics.listen={metrics_base.host}:{metrics_base.port + i}"]
+        commands.append((node_id, argv))
+    return commands
+
+
+def _die_with_parent() -> None:
+    """Runs in a shard before exec: SIGTERM it if the launcher dies (Linux; else nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _run_shards(commands: list[tuple[int, list[str]]]) -> int:
+    """Start every shard and wait; SIGTERM/SIGINT, or one shard exiting, stops them all.
+
+    Shards run in their own process group, so a terminal's Ctrl-C reaches only the launcher,
+    which sends each shard one SIGTERM (each hands over its leaderships and exits).
+    """
+    stop_signal: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: stop_signal.append(received))
+    shards: list[tuple[int, subprocess.Popen[bytes]]] = []
+    for node_id, argv in commands:
+        process = subprocess.Popen(argv, process_group=0, preexec_fn=_die_with_parent)
+        shards.append((node_id, process))
+        print(f"raftka: shard node {node_id} started (pid {process.pid})", file=sys.stderr)
+    failed: tuple[int, int] | None = None
+    while not stop_signal and failed is None:
+        time.sleep(0.2)
+        failed = next(
+            ((node_id, p.returncode) for node_id, p in shards if p.poll() is not None), None
+        )
+    if failed is not None:
+        print(
+            f"raftka: shard node {failed[0]} exited with code {failed[1]}; "
+            "stopping the other shards",
+            file=sys.stderr,
+        )
+    for _node_id, process in shards:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    codes = {node_id: process.wait() for node_id, process in shards}
+    if failed is None and all(code == 0 for code in codes.values()):
+        return 0
+    if failed is None:
+        print(f"raftka: shards exited with codes {codes}", file=sys.stderr)
+    return 1
+
+
+def _serve_shards(args: argparse.Namespace) -> int:
+    try:
+        if args.peers:
+            raise ValueError(
+                "--peers cannot be combined with --shards: the shards form a cluster of "
+                "their own on this host; list every broker in --peers and start each one "
+                "with --node-id instead"
+            )
+        file_values = load_config_file(args.config_file) if args.config_file else None
+        overrides = parse_assignments(args.config)
+        if args.node_id is not None:
+            overrides["node.id"] = str(args.node_id)
+        config = BrokerConfig(overrides, file_values=file_values)
+        passthrough = [arg for item in args.config for arg in ("--config", item)]
+        if args.config_file:
+            passthrough += ["--config-file", str(args.config_file)]
+        passthrough += ["--log-level", args.log_level, "--log-format", args.log_format]
+        commands = shard_commands(
+            args.shards,
+            Listener.parse(args.listen),
+            Listener.parse(args.raft_listen) if args.raft_listen else None,
+            config.get_int("node.id"),
+            args.data_dir,
+            config,
+            passthrough,
+            socket.gethostname(),
+        )
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"raftka: {exc}", file=sys.stderr)
+        return 2
+    return _run_shards(commands)
+
+
 def _print_configs() -> None:
     from raftka.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS
 
@@ -89,7 +249,7 @@ def _print_configs() -> None:
             print(f"{definition.name}={'' if default is None else default}  # {definition.doc}")
 
 
-def _first(group: BaseExceptionGroup[EndpointBindError]) -> BaseException:
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
     first: BaseException = group
     while isinstance(first, BaseExceptionGroup):
         first = first.exceptions[0]
@@ -103,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command in ADMIN_COMMANDS:
         return run_admin_command(args)
+    if args.shards is not None:
+        return _serve_shards(args)
     try:
         file_values = load_config_file(args.config_file) if args.config_file else None
         overrides = parse_assignments(args.config)
@@ -140,6 +302,13 @@ def main(argv: list[str] | None = None) -> int:
         bind_errors = group.subgroup(EndpointBindError)
         if bind_errors is not None:
             return _stopped(f"metrics.listen: {_first(bind_errors)}", json_logs)
+        os_errors, others = group.split(
+            lambda exc: isinstance(exc, OSError) and exc.errno in BIND_ERRNOS
+        )
+        if os_errors is not None and others is None:
+            raft = cluster.raft_listen
+            where = args.listen + (f" or Raft address {raft.host}:{raft.port}" if raft else "")
+            return _stopped(f"cannot serve on {where}: {_first(os_errors)}", json_logs)
         if group.subgroup(MetadataApplyError) is None:
             if json_logs:
                 # A traceback printed by the interpreter would be the one line not in JSON.

@@ -1,0 +1,85 @@
+"""`raftka serve --shards N`: the command line each shard is started with (no processes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from raftka.broker.cli import main, shard_commands
+from raftka.broker.config import BrokerConfig
+from raftka.broker.server import Listener
+
+
+def commands(shards: int = 2, raft: Listener | None = None, **configs: str) -> list[list[str]]:
+    config = BrokerConfig({k.replace("_", "."): v for k, v in configs.items()}, environ={})
+    built = shard_commands(
+        shards,
+        Listener("127.0.0.1", 9092),
+        raft,
+        config.get_int("node.id"),
+        Path("/d"),
+        config,
+        ["--log-level", "INFO"],
+        "host-a",
+    )
+    assert [node_id for node_id, _ in built] == [
+        config.get_int("node.id") + i for i in range(shards)
+    ]
+    return [argv for _, argv in built]
+
+
+def option(argv: list[str], name: str) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv) if arg == name]
+
+
+def test_each_shard_is_a_node_with_its_own_ports_and_data_dir_all_in_peers() -> None:
+    first, second = commands()
+    assert first[:4] == [sys.executable, "-m", "raftka.broker", "serve"]
+    assert option(first, "--log-level") == ["INFO"]
+    peers = "1@127.0.0.1:19092,2@127.0.0.1:19093"
+    for node_id, argv in ((1, first), (2, second)):
+        assert option(argv, "--node-id") == [str(node_id)]
+        assert option(argv, "--peers") == [peers]
+        assert option(argv, "--listen") == [f"127.0.0.1:{9091 + node_id}"]
+        assert option(argv, "--raft-listen") == [f"127.0.0.1:{19091 + node_id}"]
+        assert option(argv, "--data-dir") == [f"/d/shard-{node_id}"]
+        assert option(argv, "--config") == ["broker.rack=host-a"]
+
+
+def test_node_ids_raft_ports_rack_and_metrics_ports_follow_what_is_configured() -> None:
+    argvs = commands(
+        3, Listener("10.0.0.1", 7000), node_id="5", broker_rack="r1", metrics_listen=":9100"
+    )
+    assert [option(a, "--node-id") for a in argvs] == [["5"], ["6"], ["7"]]
+    assert option(argvs[2], "--raft-listen") == ["10.0.0.1:7002"]
+    assert option(argvs[0], "--peers") == ["5@10.0.0.1:7000,6@10.0.0.1:7001,7@10.0.0.1:7002"]
+    # broker.rack as configured (not added); metrics.listen counted up like the other ports
+    assert [option(a, "--config") for a in argvs] == [
+        ["metrics.listen=0.0.0.0:9100"],
+        ["metrics.listen=0.0.0.0:9101"],
+        ["metrics.listen=0.0.0.0:9102"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("shards", "raft", "configs", "message"),
+    [
+        (0, None, {}, "--shards must be at least 1"),
+        (2, None, {"advertised_listeners": "h:1"}, "advertised.listeners cannot be given"),
+        (2, Listener("127.0.0.1", 9093), {}, "would both use port 9093"),
+        (2, Listener("127.0.0.1", 65535), {}, "needs ports 65535 to 65536"),
+        (2, None, {"metrics_listen": "127.0.0.1:19093"}, "would both use port 19093"),
+    ],
+)
+def test_what_cannot_be_split_across_shards_is_refused(
+    shards: int, raft: Listener | None, configs: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        commands(shards, raft, **configs)
+
+
+def test_shards_with_peers_exits_2_naming_both(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--shards", "2", "--peers", "1@h:1,2@h:2"]) == 2
+    assert "--peers cannot be combined with --shards" in capsys.readouterr().err
