@@ -254,15 +254,35 @@ class RegisterBrokerCommand(Command):
     port: int
     rack: str | None
     incarnation_id: str
+    #: Listener name -> (host, port) advertised to clients of that listener.
+    listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+
+    __hash__ = None  # type: ignore[assignment]
 
     @classmethod
     def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        raw = wire.data.get("listeners") or {}
+        listeners: dict[str, tuple[str, int]] = {}
+        if not isinstance(raw, dict):
+            raise CommandDecodeError(f"{wire.what}: field 'listeners' must be an object")
+        for name, address in raw.items():
+            if (
+                not isinstance(address, list)
+                or len(address) != 2
+                or not isinstance(address[0], str)
+                or not isinstance(address[1], int)
+            ):
+                raise CommandDecodeError(
+                    f"{wire.what}: field 'listeners' must map names to [host, port]"
+                )
+            listeners[name] = (address[0], address[1])
         return cls(
             node_id=wire.integer("node_id"),
             host=wire.string("host"),
             port=wire.integer("port"),
             rack=wire.optional_string("rack"),
             incarnation_id=wire.string("incarnation_id"),
+            listeners=listeners,
         )
 
 
@@ -280,6 +300,49 @@ class RaiseProducerIdFloorCommand(Command):
         return cls(floor=wire.integer("floor"))
 
 
+@dataclass(frozen=True)
+class AlterScramCredentialsCommand(Command):
+    """One user's SCRAM credential changes (AlterUserScramCredentials): mechanisms to
+    delete, and credentials to store as (mechanism, iterations, salt, stored key, server
+    key), the last three base64. The broker that received the request derived the keys
+    from the salted password, which goes no further."""
+
+    OP: ClassVar[str] = "alter_scram_credentials"
+
+    user: str
+    deletions: tuple[int, ...] = ()
+    upsertions: tuple[tuple[int, int, str, str, str], ...] = ()
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        deletions = wire.data.get("deletions") or []
+        upsertions = wire.data.get("upsertions") or []
+        if not isinstance(deletions, list) or not all(
+            isinstance(m, int) and not isinstance(m, bool) for m in deletions
+        ):
+            raise CommandDecodeError(f"{wire.what}: field 'deletions' must be mechanism numbers")
+        shape = (int, int, str, str, str)
+        if not isinstance(upsertions, list) or not all(
+            isinstance(u, list)
+            and len(u) == len(shape)
+            and all(
+                isinstance(v, t) and not isinstance(v, bool) for v, t in zip(u, shape, strict=True)
+            )
+            for u in upsertions
+        ):
+            raise CommandDecodeError(
+                f"{wire.what}: field 'upsertions' must be [mechanism, iterations, salt, "
+                "stored key, server key] lists"
+            )
+        return cls(
+            user=wire.string("user"),
+            deletions=tuple(deletions),
+            upsertions=tuple(
+                (int(u[0]), int(u[1]), str(u[2]), str(u[3]), str(u[4])) for u in upsertions
+            ),
+        )
+
+
 #: Every command type by its wire name.
 COMMAND_TYPES: dict[str, type[Command]] = {
     cls.OP: cls
@@ -290,6 +353,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         CreatePartitionsCommand,
         RegisterBrokerCommand,
         RaiseProducerIdFloorCommand,
+        AlterScramCredentialsCommand,
     )
 }
 

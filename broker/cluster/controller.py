@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
     AlterConfigsCommand,
+    AlterScramCredentialsCommand,
     Command,
     CommandDecodeError,
     CommandResult,
@@ -41,9 +42,11 @@ from raftka.broker.cluster.image import (
     TopicDeleted,
 )
 from raftka.broker.cluster.records import (
+    DeleteScramCredential,
     MetadataRecord,
     RaiseProducerIdFloor,
     RegisterBroker,
+    UpsertScramCredential,
     encode_batch,
     iter_log_records,
 )
@@ -51,6 +54,11 @@ from raftka.broker.cluster.snapshot import SnapshotStore
 from raftka.broker.cluster.validation import TopicError
 from raftka.broker.config import BrokerConfig
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
+from raftka.broker.security.scram import (
+    ScramMechanism,
+    check_scram_iterations,
+    check_scram_mechanism,
+)
 from raftka.broker.topics import METADATA_TOPIC, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
 from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
@@ -130,6 +138,7 @@ class Controller:
                 _route(CreatePartitionsCommand, self._create_partitions),
                 _route(RegisterBrokerCommand, self._register_broker),
                 _route(RaiseProducerIdFloorCommand, self._raise_producer_id_floor),
+                _route(AlterScramCredentialsCommand, self._alter_scram_credentials),
             ]
         )
         node.transport.set_forward_handler(self._serve_forward)
@@ -408,13 +417,19 @@ class Controller:
 
     async def _register_broker(self, command: RegisterBrokerCommand) -> CommandResult:
         record = RegisterBroker(
-            command.node_id, command.host, command.port, command.rack, command.incarnation_id
+            command.node_id,
+            command.host,
+            command.port,
+            command.rack,
+            command.incarnation_id,
+            dict(command.listeners),
         )
         current = self.image.brokers.get(record.node_id)
-        if current is None or (current.host, current.port, current.rack) != (
+        if current is None or (current.host, current.port, current.rack, current.listeners) != (
             record.host,
             record.port,
             record.rack,
+            record.listeners,
         ):
             await self._commit([record])
         return CommandResult()
@@ -429,23 +444,57 @@ class Controller:
             await self._commit([RaiseProducerIdFloor(command.floor)])
         return CommandResult()
 
+    async def _alter_scram_credentials(
+        self, command: AlterScramCredentialsCommand
+    ) -> CommandResult:
+        records: list[MetadataRecord] = []
+        for mechanism in command.deletions:
+            check_scram_mechanism(mechanism)
+            if (command.user, mechanism) not in self.image.scram_credentials:
+                raise TopicError(
+                    ErrorCode.resource_not_found,
+                    f"Attempt to delete a user credential that does not exist: user "
+                    f"{command.user} has no {ScramMechanism(mechanism).mechanism_name} credential",
+                )
+            records.append(DeleteScramCredential(command.user, mechanism))
+        for mechanism, iterations, salt, stored_key, server_key in command.upsertions:
+            check_scram_mechanism(mechanism)
+            check_scram_iterations(iterations)
+            records.append(
+                UpsertScramCredential(
+                    command.user, mechanism, iterations, salt, stored_key, server_key
+                )
+            )
+        if records:
+            await self._commit(records)
+        return CommandResult()
+
     # -- registration and leadership gossip -----------------------------------------------
 
-    async def register(self, host: str, port: int, rack: str | None) -> None:
-        """Register this broker's client address; retried until the metadata says so."""
+    async def register(
+        self,
+        host: str,
+        port: int,
+        rack: str | None,
+        listeners: Mapping[str, tuple[str, int]] | None = None,
+    ) -> None:
+        """Register this broker's client address (and each listener's); retried until the
+        metadata says so."""
         incarnation = uuid.uuid4().hex
         started = time.monotonic()
+        listeners = dict(listeners or {})
         while True:
             current = self.image.brokers.get(self.node_id)
-            if current is not None and (current.host, current.port, current.rack) == (
-                host,
-                port,
-                rack,
-            ):
+            if current is not None and (
+                current.host,
+                current.port,
+                current.rack,
+                current.listeners,
+            ) == (host, port, rack, listeners):
                 logger.info("registered with the cluster in %.2f s", time.monotonic() - started)
                 return
             result = await self.execute(
-                RegisterBrokerCommand(self.node_id, host, port, rack, incarnation)
+                RegisterBrokerCommand(self.node_id, host, port, rack, incarnation, listeners)
             )
             if result.error_code != ErrorCode.none:
                 logger.info("registration not accepted yet: %s", result.error_message)

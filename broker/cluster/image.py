@@ -10,6 +10,7 @@ topic id) is skipped with a warning rather than raising: the controller validate
 
 from __future__ import annotations
 
+import base64
 import logging
 import uuid
 from collections.abc import Collection, Mapping, Sequence
@@ -23,11 +24,14 @@ from raftka.broker.cluster.records import (
     AlterTopicConfigs,
     CreatePartitions,
     CreateTopic,
+    DeleteScramCredential,
     DeleteTopic,
     MetadataRecord,
     RaiseProducerIdFloor,
     RegisterBroker,
     UnregisterBroker,
+    UpsertScramCredential,
+    listener_addresses,
 )
 from raftka.broker.cluster.validation import (
     MAX_PARTITIONS,
@@ -36,6 +40,7 @@ from raftka.broker.cluster.validation import (
     validate_topic_config_values,
     validate_topic_name,
 )
+from raftka.broker.security.scram import ScramCredential, ScramMechanism
 
 logger = logging.getLogger("raftka.cluster")
 
@@ -50,6 +55,8 @@ class BrokerSnapshot(TypedDict):
     port: int
     rack: str | None
     incarnation_id: str
+    #: Absent in snapshots written before named listeners: none.
+    listeners: NotRequired[dict[str, list[object]]]
 
 
 class TopicSnapshot(TypedDict):
@@ -70,6 +77,19 @@ class ImageSnapshot(TypedDict):
     topics: list[TopicSnapshot]
     #: Absent in snapshots written before the floor existed: 0.
     producer_id_floor: NotRequired[int]
+    #: Absent in snapshots written before SCRAM credentials existed: none.
+    scram_credentials: NotRequired[list[ScramSnapshot]]
+
+
+class ScramSnapshot(TypedDict):
+    """One user's SCRAM credential for one mechanism; salt and keys in base64."""
+
+    user: str
+    mechanism: int
+    iterations: int
+    salt: str
+    stored_key: str
+    server_key: str
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,11 @@ class BrokerInfo:
     port: int
     rack: str | None
     incarnation_id: str
+    #: Listener name -> (host, port) for clients of that listener; (host, port) above is
+    #: the first listener's.
+    listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -183,6 +208,8 @@ class MetadataImage:
         self.applied_offset = -1
         #: No broker hands out a producer id below this (raised by `raftka restore`).
         self.producer_id_floor = 0
+        #: (user, SCRAM mechanism number) -> the user's credential (never a password).
+        self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
 
     # -- queries -----------------------------------------------------------------------
 
@@ -247,6 +274,27 @@ class MetadataImage:
                 first = topic.num_partitions
                 topic.replicas.extend(record.new_replicas)
                 return [PartitionsAdded(topic.name, topic.topic_id, first, record.new_replicas)]
+            case UpsertScramCredential():
+                # Authentication reads credentials when a client logs in: nothing to reconcile.
+                if record.mechanism not in set(ScramMechanism):
+                    logger.warning(
+                        "offset %d stores a credential of unknown SCRAM mechanism %d",
+                        offset,
+                        record.mechanism,
+                    )
+                    return []
+                mechanism = ScramMechanism(record.mechanism)
+                self.scram_credentials[record.user, int(mechanism)] = ScramCredential(
+                    mechanism,
+                    base64.b64decode(record.salt),
+                    record.iterations,
+                    base64.b64decode(record.stored_key),
+                    base64.b64decode(record.server_key),
+                )
+                return []
+            case DeleteScramCredential():
+                self.scram_credentials.pop((record.user, record.mechanism), None)
+                return []
             case RaiseProducerIdFloor():
                 # Allocators read the floor when they hand out an id: nothing to reconcile.
                 self.producer_id_floor = max(self.producer_id_floor, record.floor)
@@ -255,7 +303,12 @@ class MetadataImage:
 
     def _register(self, record: RegisterBroker) -> list[Change]:
         broker = BrokerInfo(
-            record.node_id, record.host, record.port, record.rack, record.incarnation_id
+            record.node_id,
+            record.host,
+            record.port,
+            record.rack,
+            record.incarnation_id,
+            dict(record.listeners),
         )
         previous = self.brokers.get(record.node_id)
         self.brokers[record.node_id] = broker
@@ -537,6 +590,7 @@ class MetadataImage:
                     "port": b.port,
                     "rack": b.rack,
                     "incarnation_id": b.incarnation_id,
+                    "listeners": {n: [h, p] for n, (h, p) in sorted(b.listeners.items())},
                 }
                 for b in sorted(self.brokers.values(), key=lambda b: b.node_id)
             ],
@@ -550,6 +604,17 @@ class MetadataImage:
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
             ],
             "producer_id_floor": self.producer_id_floor,
+            "scram_credentials": [
+                {
+                    "user": user,
+                    "mechanism": mechanism,
+                    "iterations": c.iterations,
+                    "salt": base64.b64encode(c.salt).decode(),
+                    "stored_key": base64.b64encode(c.stored_key).decode(),
+                    "server_key": base64.b64encode(c.server_key).decode(),
+                }
+                for (user, mechanism), c in sorted(self.scram_credentials.items())
+            ],
         }
 
     @classmethod
@@ -560,9 +625,22 @@ class MetadataImage:
         image = cls()
         image.applied_offset = int(data["applied_offset"])
         image.producer_id_floor = int(data.get("producer_id_floor", 0))
+        for c in data.get("scram_credentials", []):
+            image.scram_credentials[c["user"], int(c["mechanism"])] = ScramCredential(
+                ScramMechanism(int(c["mechanism"])),
+                base64.b64decode(c["salt"]),
+                int(c["iterations"]),
+                base64.b64decode(c["stored_key"]),
+                base64.b64decode(c["server_key"]),
+            )
         for b in data["brokers"]:
             broker = BrokerInfo(
-                int(b["node_id"]), b["host"], int(b["port"]), b["rack"], b["incarnation_id"]
+                int(b["node_id"]),
+                b["host"],
+                int(b["port"]),
+                b["rack"],
+                b["incarnation_id"],
+                listener_addresses(b.get("listeners", {})),
             )
             image.brokers[broker.node_id] = broker
         for t in data["topics"]:

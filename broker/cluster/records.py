@@ -8,10 +8,11 @@ a version newer than it understands, refuses it with `MetadataRecordError` rathe
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import ClassVar, Self, TypeAlias
 
 from raftka.protocol import batch_builder
@@ -71,6 +72,8 @@ class _Record:
         kwargs: dict[str, object] = {}
         for f in fields(cls):
             if f.name not in data:
+                if f.default is not MISSING or f.default_factory is not MISSING:
+                    continue  # a field added later: records written before it lack it
                 raise MetadataRecordError(f"{cls.type_name()} record lacks field {f.name!r}")
             kwargs[f.name] = data[f.name]
         try:
@@ -89,6 +92,25 @@ class _Record:
         return cls.from_dict(data)
 
 
+def listener_addresses(value: Mapping[str, object]) -> dict[str, tuple[str, int]]:
+    """{listener name: (host, port)} from its JSON form {name: [host, port]}."""
+    if not isinstance(value, Mapping):
+        raise ValueError("listeners must be an object")
+    out: dict[str, tuple[str, int]] = {}
+    for name, address in value.items():
+        if (
+            not isinstance(name, str)
+            or not isinstance(address, list | tuple)
+            or len(address) != 2
+            or not isinstance(address[0], str)
+            or not isinstance(address[1], int)
+            or isinstance(address[1], bool)
+        ):
+            raise ValueError("listeners must map names to [host, port]")
+        out[name] = (address[0], address[1])
+    return out
+
+
 @dataclass(frozen=True)
 class RegisterBroker(_Record):
     """A broker joined (or rejoined, with a new incarnation id) the cluster."""
@@ -98,10 +120,16 @@ class RegisterBroker(_Record):
     port: int
     rack: str | None
     incarnation_id: str
+    #: Listener name -> (host, port) advertised to clients of that listener; absent in
+    #: records written before named listeners.
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", int(self.node_id))
         object.__setattr__(self, "port", int(self.port))
+        object.__setattr__(self, "listeners", listener_addresses(self.listeners))
         if not isinstance(self.host, str) or not isinstance(self.incarnation_id, str):
             raise ValueError("host and incarnation_id must be strings")
         if self.rack is not None and not isinstance(self.rack, str):
@@ -197,6 +225,49 @@ class RaiseProducerIdFloor(_Record):
             raise ValueError(f"floor must be a non-negative integer, not {self.floor!r}")
 
 
+def _base64_field(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a base64 string")
+    try:
+        base64.b64decode(value, validate=True)
+    except ValueError:
+        raise ValueError(f"{name} must be a base64 string") from None
+
+
+@dataclass(frozen=True)
+class UpsertScramCredential(_Record):
+    """A user's SCRAM credential for one mechanism (1: SCRAM-SHA-256, 2: SCRAM-SHA-512),
+    created or replaced. Salt and keys are base64; the password is never stored."""
+
+    user: str
+    mechanism: int
+    iterations: int
+    salt: str
+    stored_key: str
+    server_key: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user, str) or not self.user:
+            raise ValueError("user must be a non-empty string")
+        object.__setattr__(self, "mechanism", int(self.mechanism))
+        object.__setattr__(self, "iterations", int(self.iterations))
+        for name in ("salt", "stored_key", "server_key"):
+            _base64_field(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class DeleteScramCredential(_Record):
+    """A user's SCRAM credential for one mechanism removed."""
+
+    user: str
+    mechanism: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user, str):
+            raise ValueError("user must be a string")
+        object.__setattr__(self, "mechanism", int(self.mechanism))
+
+
 MetadataRecord: TypeAlias = (
     RegisterBroker
     | UnregisterBroker
@@ -205,6 +276,8 @@ MetadataRecord: TypeAlias = (
     | AlterTopicConfigs
     | CreatePartitions
     | RaiseProducerIdFloor
+    | UpsertScramCredential
+    | DeleteScramCredential
 )
 
 RECORD_TYPES: dict[str, type[MetadataRecord]] = {
@@ -217,6 +290,8 @@ RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         AlterTopicConfigs,
         CreatePartitions,
         RaiseProducerIdFloor,
+        UpsertScramCredential,
+        DeleteScramCredential,
     )
 }
 

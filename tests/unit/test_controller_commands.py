@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.cluster.commands import (
     COMMAND_TYPES,
     AlterConfigsCommand,
+    AlterScramCredentialsCommand,
     Command,
     CommandDecodeError,
     CommandResult,
@@ -44,6 +45,8 @@ COMMANDS: list[Command] = [
     RegisterBrokerCommand(1, "127.0.0.1", 9092, "rack-a", "inc"),
     RegisterBrokerCommand(2, "127.0.0.1", 9093, None, "inc"),
     RaiseProducerIdFloorCommand(123456790),
+    AlterScramCredentialsCommand("alice", (1,), ((2, 4096, "c2FsdA==", "c3Q=", "c2s="),)),
+    AlterScramCredentialsCommand("bob"),
 ]
 
 
