@@ -34,8 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run a broker until SIGTERM/SIGINT")
     serve.add_argument(
         "--listen",
-        default="127.0.0.1:9092",
-        help="HOST:PORT for Kafka clients (default %(default)s)",
+        help="HOST:PORT of a PLAINTEXT listener for Kafka clients, served in addition to "
+        "the `listeners` config if that is set (default: the `listeners` config, "
+        "PLAINTEXT://127.0.0.1:9092)",
     )
     serve.add_argument(
         "--data-dir", default="./data", type=Path, help="partition logs and metadata"
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.node_id is not None:
             overrides["node.id"] = str(args.node_id)
         config = BrokerConfig(overrides, file_values=file_values)
-        listener = Listener.parse(args.listen)
+        listener = Listener.parse(args.listen) if args.listen else None
         peers = ClusterSpec.parse_peers(args.peers)
         raft_listen = Listener.parse(args.raft_listen) if args.raft_listen else None
         node_id = config.get_int("node.id")
@@ -297,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(_serve, broker)
     except OSError as exc:
-        return _stopped(f"cannot serve on {args.listen}: {exc}", json_logs)
+        where = args.listen or config.get_str("listeners")
+        return _stopped(f"cannot serve on {where}: {exc}", json_logs)
     except BaseExceptionGroup as group:
         bind_errors = group.subgroup(EndpointBindError)
         if bind_errors is not None:

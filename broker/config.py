@@ -133,6 +133,7 @@ def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
 
 
 B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
+P = ConfigType.PASSWORD
 DAY_MS = 24 * 3600 * 1000
 
 BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
@@ -154,7 +155,105 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "advertised.listeners",
         S,
         None,
-        "Address given to clients in Metadata, if it differs from listeners.",
+        "NAME://HOST:PORT per listener given to clients in Metadata, if it differs from "
+        "listeners (an entry without NAME:// is the first listener's).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "listener.security.protocol.map",
+        S,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "LISTENER_NAME:SECURITY_PROTOCOL pairs for named listeners.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.keystore.type",
+        S,
+        "PEM",
+        "Only PEM keystores are supported.",
+        choices=("PEM",),
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.keystore.location",
+        S,
+        None,
+        "PEM file with the broker's private key and certificate chain.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.key.password",
+        P,
+        None,
+        "Password of the private key, if it is encrypted.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.keystore.certificate.chain",
+        P,
+        None,
+        "The broker's certificate chain in PEM, inline (instead of ssl.keystore.location).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.keystore.key",
+        P,
+        None,
+        "The broker's private key in PEM, inline (instead of ssl.keystore.location).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.truststore.type",
+        S,
+        "PEM",
+        "Only PEM truststores are supported.",
+        choices=("PEM",),
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.truststore.location",
+        S,
+        None,
+        "PEM file with the CA certificates client certificates are checked against.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.truststore.certificates",
+        P,
+        None,
+        "CA certificates in PEM, inline (instead of ssl.truststore.location).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "ssl.client.auth",
+        S,
+        "none",
+        "Client certificates: none, requested (checked if sent) or required (mTLS).",
+        choices=("none", "requested", "required"),
+        read_only=True,
+    ),
+    ConfigDef(
+        "sasl.enabled.mechanisms",
+        S,
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "sasl.plain.users",
+        P,
+        None,
+        "USER:PASSWORD,... accepted by SASL/PLAIN (raftka's own; PLAIN also accepts users "
+        "with SCRAM credentials).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "connection.failed.authentication.delay.ms",
+        INT,
+        100,
+        "Delay before a failed authentication is answered; it doubles with each further "
+        "failure from the same host (at most 32 times this).",
+        minimum=0,
         read_only=True,
     ),
     ConfigDef("log.dirs", S, "./data", "Data directory.", read_only=True),
@@ -464,6 +563,36 @@ class _TypedConfigs:
         return value
 
 
+LISTENER_PREFIX = "listener.name."
+#: Configs a listener may override with `listener.name.<listener>.<config>`.
+PER_LISTENER_CONFIGS = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.key.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.certificates",
+        "ssl.client.auth",
+        "sasl.enabled.mechanisms",
+        "sasl.plain.users",
+    }
+)
+
+
+def _split_listener_config(name: str) -> tuple[str, str]:
+    rest = name[len(LISTENER_PREFIX) :]
+    listener, _, config_name = rest.partition(".")
+    if not listener or config_name not in PER_LISTENER_CONFIGS:
+        raise ConfigError(
+            f"Unknown broker config {name!r}: a listener.name.<listener>.<config> override "
+            f"takes one of {', '.join(sorted(PER_LISTENER_CONFIGS))}"
+        )
+    return listener.upper(), config_name
+
+
 class BrokerConfig(_TypedConfigs):
     """Resolved broker configuration: a value and a source for every known config."""
 
@@ -483,8 +612,16 @@ class BrokerConfig(_TypedConfigs):
             name: environ[_env_name(name)] for name in BROKER_CONFIGS if _env_name(name) in environ
         }
         sources += [env_values, overrides or {}]
+        #: (LISTENER NAME, config) -> value of `listener.name.<listener>.<config>` overrides.
+        self._per_listener: dict[tuple[str, str], ConfigValue] = {}
         for source in sources:
             for name, raw in source.items():
+                if name.startswith(LISTENER_PREFIX):
+                    listener, config_name = _split_listener_config(name)
+                    self._per_listener[listener, config_name] = BROKER_CONFIGS[config_name].parse(
+                        raw
+                    )
+                    continue
                 definition = BROKER_CONFIGS.get(name)
                 if definition is None:
                     raise ConfigError(
@@ -508,6 +645,17 @@ class BrokerConfig(_TypedConfigs):
         if name == "log.flush.interval.ms":
             return self.get_int("log.flush.scheduler.interval.ms")
         return BROKER_CONFIGS[name].default
+
+    def listener_value(self, listener: str, name: str) -> ConfigValue:
+        """`listener.name.<listener>.<name>` if set, else the broker-wide `name`."""
+        key = (listener.upper(), name)
+        if key in self._per_listener:
+            return self._per_listener[key]
+        return self.get(name)
+
+    def is_set(self, name: str) -> bool:
+        """Whether `name` was given (file, environment or override), not defaulted."""
+        return name in self._static
 
     def source(self, name: str) -> ConfigSource:
         if name in self._static:

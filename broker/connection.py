@@ -20,7 +20,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from raftka.broker.handlers.api_versions import unsupported_version_response
+from raftka.broker.handlers.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from raftka.broker.metrics import HANDLER_FAILED, error_name
+from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
+from raftka.broker.security.session import ClientSession
+from raftka.broker.security.tls import certificate_principal
 from raftka.broker.services import BrokerServices, RequestContext
 from raftka.protocol.api import (
     API_VERSIONS_KEY,
@@ -41,6 +45,10 @@ _SIZE = struct.Struct(">i")
 IN_FLIGHT_BYTES_MAX = 128 * 1024 * 1024
 RECEIVE_CHUNK_BYTES = 256 * 1024
 _SENDFILE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+#: What a SASL listener serves before authentication (Kafka's rule).
+_BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+_PLAINTEXT_LISTENER = ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "", 0)
 
 
 @dataclass(eq=False)
@@ -58,14 +66,28 @@ class _Slot:
 
 
 class Connection:
-    def __init__(self, services: BrokerServices, stream: trio.SocketStream) -> None:
+    """One client connection on `listener`. `stream` is the TCP stream, or a TLS stream
+    over it (not yet handshaken) on SSL and SASL_SSL listeners."""
+
+    def __init__(
+        self,
+        services: BrokerServices,
+        stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
+        listener: ListenerSpec = _PLAINTEXT_LISTENER,
+    ) -> None:
         self.services = services
         self.config = services.config
         self.handlers = services.handlers
         self.metrics = services.metrics
         self.stream = stream
+        self.listener = listener
+        self.tls = isinstance(stream, trio.SSLStream)
+        self.socket_stream: trio.SocketStream = (
+            stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        )
+        self.session = ClientSession.for_listener(listener, None)
         try:
-            host, port = stream.socket.getpeername()[:2]
+            host, port = self.socket_stream.socket.getpeername()[:2]
         except OSError:
             host, port = "?", 0
         self.client_host: str = host
@@ -81,6 +103,10 @@ class Connection:
         send, receive = trio.open_memory_channel[_Slot](self.max_in_flight)
         self.metrics.connection_opened()
         try:
+            if isinstance(self.stream, trio.SSLStream) and not await self._tls_handshake(
+                self.stream
+            ):
+                return
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_responses, receive, nursery.cancel_scope)
                 async with send:
@@ -99,6 +125,32 @@ class Connection:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 await self.stream.aclose()
+
+    async def _tls_handshake(self, stream: trio.SSLStream[trio.SocketStream]) -> bool:
+        """Complete the TLS handshake; False (after one log line) if it failed."""
+        with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT_S) as timeout:
+            try:
+                await stream.do_handshake()
+            except trio.BrokenResourceError as exc:
+                cause = exc.__cause__ or exc
+                logger.info(
+                    "closing connection from %s on TLS listener %s: TLS handshake failed: %s",
+                    self.peer,
+                    self.listener.name,
+                    getattr(cause, "reason", None) or cause or "connection closed",
+                )
+                return False
+        if timeout.cancelled_caught:
+            logger.info(
+                "closing connection from %s on TLS listener %s: no TLS handshake within %g s",
+                self.peer,
+                self.listener.name,
+                TLS_HANDSHAKE_TIMEOUT_S,
+            )
+            return False
+        subject = certificate_principal(stream.getpeercert())
+        self.session = ClientSession.for_listener(self.listener, subject)
+        return True
 
     # -- reading -----------------------------------------------------------------------
 
@@ -156,10 +208,17 @@ class Connection:
             await self._wait_for_budget(size)
             slot = _Slot(request_bytes=size, received_s=received_s)
             self._in_flight_bytes += size
+            authenticating = not self.session.authenticated
             stop = self._dispatch(frame, prefix, slot, nursery)
             await send.send(slot)
             if stop:
                 return
+            if authenticating:
+                # Until authenticated, one request at a time: the next one is checked
+                # against the state this one leaves.
+                await slot.done.wait()
+                if slot.close_after:
+                    return
 
     async def _wait_for_budget(self, size: int) -> None:
         while self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX:
@@ -169,6 +228,16 @@ class Connection:
         self, frame: bytes, prefix: RequestPrefix, slot: _Slot, nursery: trio.Nursery
     ) -> bool:
         """Start the request's handler; True if the connection must stop after it."""
+        if not self.session.authenticated and prefix.api_key not in _BEFORE_AUTHENTICATION:
+            logger.warning(
+                "closing connection from %s: api key %d before SASL authentication on listener %s",
+                self.peer,
+                prefix.api_key,
+                self.listener.name,
+            )
+            slot.close_after = True
+            slot.done.set()
+            return True
         handler = self.handlers.get(prefix.api_key)
         if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
             if prefix.api_key == API_VERSIONS_KEY:
@@ -205,6 +274,7 @@ class Connection:
             api_version=prefix.api_version,
             client_host=self.client_host,
             client_port=self.client_port,
+            session=self.session,
         )
         nursery.start_soon(self._run_handler, handler.handle, context, request, prefix, slot)
         return False
@@ -238,6 +308,8 @@ class Connection:
             )
             slot.close_after = True
         finally:
+            if context.session is not None and context.session.close_after_response:
+                slot.close_after = True
             slot.done.set()
 
     # -- writing -----------------------------------------------------------------------
@@ -264,8 +336,24 @@ class Connection:
         scope.cancel()
 
     async def _send_pieces(self, pieces: Pieces) -> None:
-        """Write a spliced frame: bytes pieces with send, file ranges with sendfile."""
-        sock = self.stream.socket
+        """Write a spliced frame: bytes pieces with send, file ranges with sendfile (over
+        TLS, where sendfile cannot encrypt, the ranges are read and sent as bytes)."""
+        if self.tls:
+            try:
+                for piece in pieces:
+                    try:
+                        data = piece.read() if isinstance(piece, FileRange) else piece
+                    except OSError as exc:
+                        raise ConnectionError(
+                            f"{exc}; closing the connection instead of sending a short frame"
+                        ) from None
+                    await self.stream.send_all(data)
+            finally:
+                for piece in pieces:
+                    if isinstance(piece, FileRange):
+                        piece.close()
+            return
+        sock = self.socket_stream.socket
         try:
             # No MSG_MORE on the bytes pieces: a corked piece ahead of sendfile held whole
             # responses back for the kernel's 200 ms cork timeout.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import logging
+import ssl
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -23,6 +25,13 @@ from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.replication import HardStateStore
+from raftka.broker.security.listeners import (
+    ListenerSpec,
+    advertised_addresses,
+    resolve_listeners,
+)
+from raftka.broker.security.session import Authenticator
+from raftka.broker.security.tls import server_context
 from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.topics import TopicManager, now_ms
 from raftka.consensus.driver import RaftNode
@@ -101,17 +110,30 @@ def read_or_create_cluster_id(data_dir: Path, node_id: int, wanted: str | None =
 
 
 class Broker:
-    """One raftka broker. `run()` serves until cancelled, then shuts down cleanly."""
+    """One raftka broker. `run()` serves until cancelled, then shuts down cleanly.
+
+    `listener` (the `--listen` address) is a PLAINTEXT listener named PLAINTEXT, served
+    before those of the `listeners` config if that is set; None: only `listeners`. A bad
+    listener, keystore or SASL config raises ConfigError (a ValueError) naming it."""
 
     def __init__(
         self,
         config: BrokerConfig,
-        listener: Listener,
+        listener: Listener | None,
         data_dir: Path,
         cluster: ClusterSpec | None = None,
     ) -> None:
         self.config = config
-        self.listener = listener
+        self.listeners: list[ListenerSpec] = resolve_listeners(
+            config, None if listener is None else (listener.host, listener.port)
+        )
+        first = self.listeners[0]
+        self.listener = listener or Listener(first.host, first.port)
+        self.tls_contexts: dict[str, ssl.SSLContext] = {
+            spec.name: server_context(config, spec.name)
+            for spec in self.listeners
+            if spec.protocol.uses_tls
+        }
         self.data_dir = data_dir
         self.cluster = cluster or ClusterSpec()
         self.node_id: int = config.get_int("node.id")
@@ -143,7 +165,9 @@ class Broker:
             floor=lambda: self.controller.image.producer_id_floor,
         )
         self.groups = coordinator_for(self.topics, self.controller, config)
-        self.bound_port = listener.port
+        self.bound_port = self.listener.port
+        #: Listener name -> the port it is bound to (known once `run` has bound them).
+        self.bound_ports: dict[str, int] = {}
         self.registered = False
         self.metrics = BrokerMetrics(
             {key: api_name(key, handler.max_version) for key, handler in HANDLERS.items()},
@@ -169,9 +193,13 @@ class Broker:
             self.node_id,
             self.cluster_id,
             config.get_optional_str("broker.rack"),
-            listener.host,
-            listener.port,
+            self.listener.host,
+            self.listener.port,
         )
+        self.authenticator = Authenticator(config, lambda: self.controller.image.scram_credentials)
+        for spec in self.listeners:
+            if spec.protocol.uses_sasl:
+                self.authenticator.validate(spec.name)
         self.services = BrokerServices(
             config=config,
             identity=self.identity,
@@ -181,6 +209,7 @@ class Broker:
             producer_ids=self.producer_ids,
             handlers=HANDLERS,
             metrics=self.metrics,
+            authenticator=self.authenticator,
         )
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -195,18 +224,20 @@ class Broker:
                     await nursery.start(self.transport.run)
                 await nursery.start(self.node.run)
                 await nursery.start(self.controller.apply_metadata)
-                listeners = await trio.open_tcp_listeners(
-                    self.listener.port, host=self.listener.host
+                bound: dict[str, list[trio.SocketListener]] = {}
+                for spec in self.listeners:
+                    bound[spec.name] = await trio.open_tcp_listeners(spec.port, host=spec.host)
+                    self.bound_ports[spec.name] = bound[spec.name][0].socket.getsockname()[1]
+                self.bound_port = self.bound_ports[self.listeners[0].name]
+                addresses = advertised_addresses(
+                    self.config,
+                    self.listeners,
+                    {s.name: (s.host, self.bound_ports[s.name]) for s in self.listeners},
                 )
-                self.bound_port = listeners[0].socket.getsockname()[1]
-                advertised = self.config.get_optional_str("advertised.listeners")
-                address = (
-                    Listener.parse(advertised)
-                    if advertised
-                    else Listener(self.listener.host, self.bound_port)
-                )
-                self.identity.advertise(address.host, address.port)
-                await self.controller.register(address.host, address.port, self.identity.rack)
+                self.identity.advertise_listeners(addresses)
+                host, port = addresses[self.listeners[0].name]
+                self.identity.advertise(host, port)
+                await self.controller.register(host, port, self.identity.rack, addresses)
                 self.registered = True
                 self.groups.load()
                 nursery.start_soon(self._flush_logs)
@@ -216,15 +247,20 @@ class Broker:
                 if self.cluster.peers:
                     nursery.start_soon(self.controller.gossip_leaders)
                 logger.info(
-                    "raftka: serving on %s:%d (node %d, cluster %s, data %s)",
-                    self.listener.host,
-                    self.bound_port,
+                    "raftka: serving on %s (node %d, cluster %s, data %s)",
+                    ", ".join(
+                        f"{s.name}://{s.host}:{self.bound_ports[s.name]}"
+                        + ("" if s.name == s.protocol else f" ({s.protocol})")
+                        for s in self.listeners
+                    ),
                     self.node_id,
                     self.cluster_id,
                     self.data_dir,
                 )
+                for spec in self.listeners:
+                    serve = functools.partial(self._serve_connection, spec)
+                    nursery.start_soon(trio.serve_listeners, serve, bound[spec.name])
                 task_status.started(self.bound_port)
-                await trio.serve_listeners(self._serve_connection, listeners)
         finally:
             started = time.monotonic()
             self.topics.close()
@@ -271,8 +307,13 @@ class Broker:
             return HttpResponse.text(HTTPStatus.OK, "ready")
         return HttpResponse.text(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {reason}")
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        await Connection(self.services, stream).serve()
+    async def _serve_connection(self, listener: ListenerSpec, stream: trio.SocketStream) -> None:
+        context = self.tls_contexts.get(listener.name)
+        if context is None:
+            await Connection(self.services, stream, listener).serve()
+            return
+        tls = trio.SSLStream(stream, context, server_side=True)
+        await Connection(self.services, tls, listener).serve()
 
     async def _flush_logs(self) -> None:
         """fsync partitions per flush.ms (and flush.messages left pending by an idle

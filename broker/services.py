@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from raftka.broker.groups import GroupCoordinator
     from raftka.broker.handlers import ApiHandler
     from raftka.broker.metrics import BrokerMetrics
+    from raftka.broker.security.scram import ScramCredential
+    from raftka.broker.security.session import Authenticator, ClientSession, Principal
     from raftka.broker.topics import Partition, Topic
 
 
@@ -50,6 +52,11 @@ class MetadataView(Protocol):
     @property
     def producer_id_floor(self) -> int:
         """No broker hands out a producer id below this."""
+        ...
+
+    @property
+    def scram_credentials(self) -> Mapping[tuple[str, int], ScramCredential]:
+        """(user, SCRAM mechanism number) -> the stored credential."""
         ...
 
 
@@ -90,7 +97,14 @@ class BrokerIdentity:
     """This broker as clients see it. The advertised address is the configured listener
     until the listener is bound, then the address the broker advertises (`advertise`)."""
 
-    __slots__ = ("node_id", "cluster_id", "rack", "_advertised_host", "_advertised_port")
+    __slots__ = (
+        "node_id",
+        "cluster_id",
+        "rack",
+        "_advertised_host",
+        "_advertised_port",
+        "_listeners",
+    )
 
     def __init__(
         self,
@@ -105,6 +119,7 @@ class BrokerIdentity:
         self.rack: Final = rack
         self._advertised_host = advertised_host
         self._advertised_port = advertised_port
+        self._listeners: dict[str, tuple[str, int]] = {}
 
     @property
     def advertised_host(self) -> str:
@@ -117,6 +132,15 @@ class BrokerIdentity:
     def advertise(self, host: str, port: int) -> None:
         self._advertised_host = host
         self._advertised_port = port
+
+    def advertise_listeners(self, addresses: Mapping[str, tuple[str, int]]) -> None:
+        """Listener name -> the (host, port) given to clients connected to that listener."""
+        self._listeners = dict(addresses)
+
+    def advertised_for(self, listener: str) -> tuple[str, int]:
+        """The address this broker gives clients of `listener` (Kafka answers each client
+        with the address of the listener it connected to)."""
+        return self._listeners.get(listener, (self._advertised_host, self._advertised_port))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -133,6 +157,8 @@ class BrokerServices:
     handlers: Mapping[int, ApiHandler]
     # Counted per request, per produced batch and per fetched partition.
     metrics: BrokerMetrics
+    # SASL: enabled mechanisms, PLAIN users, SCRAM credentials, failure delays.
+    authenticator: Authenticator
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -145,3 +171,12 @@ class RequestContext:
     api_version: int
     client_host: str
     client_port: int
+    # The connection's security state (None only for requests made outside a connection).
+    session: ClientSession | None = None
+
+    @property
+    def principal(self) -> Principal:
+        """Who sent the request, for an authorizer: `User:ANONYMOUS` until authenticated."""
+        from raftka.broker.security.session import ANONYMOUS
+
+        return ANONYMOUS if self.session is None else self.session.principal

@@ -16,6 +16,8 @@ from raftka.broker.handlers import (
     metadata,
     produce,
     producer_ids,
+    sasl,
+    scram_credentials,
     topics_admin,
 )
 from raftka.broker.services import RequestContext
@@ -47,6 +49,7 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         14: ApiHandler(0, 5, groups.handle_sync_group),
         15: ApiHandler(0, 5, groups.handle_describe_groups),
         16: ApiHandler(0, 5, groups.handle_list_groups),
+        17: ApiHandler(0, 1, sasl.handle_sasl_handshake),
         18: ApiHandler(0, 3, api_versions.handle_api_versions),
         19: ApiHandler(2, 7, topics_admin.handle_create_topics),
         20: ApiHandler(1, 6, topics_admin.handle_delete_topics),
@@ -63,6 +66,9 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         42: ApiHandler(0, 2, groups.handle_delete_groups),
         44: ApiHandler(0, 1, configs.handle_incremental_alter_configs),
         47: ApiHandler(0, 0, groups.handle_offset_delete),
+        36: ApiHandler(0, 2, sasl.handle_sasl_authenticate),
+        50: ApiHandler(0, 0, scram_credentials.handle_describe_user_scram_credentials),
+        51: ApiHandler(0, 0, scram_credentials.handle_alter_user_scram_credentials),
         60: ApiHandler(0, 1, metadata.handle_describe_cluster),
     }
 )

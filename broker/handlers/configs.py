@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import AlterConfigsCommand
-from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, TopicConfig
+from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, ConfigType, TopicConfig
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
 from raftka.protocol.api import build
 
@@ -55,11 +55,12 @@ def _entries(
             build(
                 module.DescribeConfigsResourceResult,
                 name=definition.name,
-                value=value,
+                # Kafka never sends a password config's value back.
+                value=None if definition.type == ConfigType.PASSWORD else value,
                 read_only=definition.read_only,
                 config_source=int(source),
                 is_default=source.name == "DEFAULT_CONFIG",
-                is_sensitive=False,
+                is_sensitive=definition.type == ConfigType.PASSWORD,
                 synonyms=synonyms,
                 config_type=int(definition.type),
                 documentation=definition.doc

@@ -17,7 +17,7 @@ from raftka.broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
 from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from raftka.broker.groups.records import OffsetValue, partition_for_group
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
-from raftka.broker.handlers.metadata import brokers_of, partition_leader
+from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
 from raftka.broker.services import RequestContext
 from raftka.broker.topics import now_ms
 from raftka.protocol.api import build
@@ -59,7 +59,7 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
             if topic is not None:
                 partition = topic.partitions[partition_for_group(key, len(topic.partitions))]
                 leader, _epoch = partition_leader(services.controller, partition)
-                for node_id, host, port, _rack in brokers_of(services):
+                for node_id, host, port, _rack in brokers_of(services, client_listener(context)):
                     if node_id == leader:
                         return {
                             "node_id": node_id,
@@ -70,10 +70,11 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
                         }
             error = ErrorCode.coordinator_not_available
         elif key_type == KEY_TYPE_TRANSACTION and INIT_PRODUCER_ID_KEY in services.handlers:
+            host, port = services.identity.advertised_for(client_listener(context) or "")
             return {
                 "node_id": services.identity.node_id,
-                "host": services.identity.advertised_host,
-                "port": services.identity.advertised_port,
+                "host": host,
+                "port": port,
                 "error_code": ErrorCode.none,
                 "error_message": None,
             }

@@ -93,16 +93,32 @@ async def _auto_create(controller: ControllerClient, name: str) -> ErrorCode:
     return code
 
 
-def brokers_of(services: BrokerServices) -> list[tuple[int, str, int, str | None]]:
-    """Registered brokers (node id, host, port, rack); this one even before registration."""
-    registered = {
-        b.node_id: (b.node_id, b.host, b.port, b.rack)
-        for b in services.controller.image.brokers.values()
-    }
+def brokers_of(
+    services: BrokerServices, listener: str | None = None
+) -> list[tuple[int, str, int, str | None]]:
+    """Registered brokers (node id, host, port, rack); this one even before registration.
+    With `listener` (the one the client connected to), each broker is given at its
+    address on that listener, where it registered one (Kafka answers so), else at its
+    first listener's."""
+    registered = {}
+    for b in services.controller.image.brokers.values():
+        host, port = (b.host, b.port)
+        if listener is not None:
+            host, port = b.listeners.get(listener, (host, port))
+        registered[b.node_id] = (b.node_id, host, port, b.rack)
     me = services.identity
-    if me.node_id not in registered:
-        registered[me.node_id] = (me.node_id, me.advertised_host, me.advertised_port, me.rack)
+    if me.node_id not in registered or listener is not None:
+        host, port = (
+            (me.advertised_host, me.advertised_port)
+            if listener is None
+            else me.advertised_for(listener)
+        )
+        registered[me.node_id] = (me.node_id, host, port, me.rack)
     return [registered[n] for n in sorted(registered)]
+
+
+def client_listener(context: RequestContext) -> str | None:
+    return None if context.session is None else context.session.listener.name
 
 
 async def handle_metadata(context: RequestContext, request: Any) -> Any:
@@ -151,7 +167,7 @@ async def handle_metadata(context: RequestContext, request: Any) -> Any:
             entries.append(_topic_entry(module, controller, topic))
     brokers = tuple(
         build(module.MetadataResponseBroker, node_id=node_id, host=host, port=port, rack=rack)
-        for node_id, host, port, rack in brokers_of(services)
+        for node_id, host, port, rack in brokers_of(services, client_listener(context))
     )
     return build(
         entity,
@@ -177,7 +193,7 @@ async def handle_describe_cluster(context: RequestContext, request: Any) -> Any:
         controller_id=services.controller.controller_id,
         brokers=tuple(
             build(module.DescribeClusterBroker, broker_id=n, host=h, port=p, rack=r)
-            for n, h, p, r in brokers_of(services)
+            for n, h, p, r in brokers_of(services, client_listener(context))
         ),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )

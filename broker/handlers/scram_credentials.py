@@ -1,0 +1,135 @@
+"""DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554).
+
+Describe reads this broker's metadata image. Alter derives each credential's stored and
+server keys from the salted password the client sent (the salted password goes no
+further) and sends one command per user to the controller, which replicates the change.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.cluster.commands import AlterScramCredentialsCommand
+from raftka.broker.cluster.validation import TopicError
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.security.scram import (
+    check_scram_iterations,
+    check_scram_mechanism,
+    credential_from_salted,
+)
+from raftka.protocol.api import build
+
+if TYPE_CHECKING:
+    from raftka.broker.services import RequestContext
+
+
+async def handle_describe_user_scram_credentials(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    credentials = context.services.controller.image.scram_credentials
+    by_user: dict[str, list[tuple[int, int]]] = {}
+    for (user, mechanism), credential in sorted(credentials.items()):
+        by_user.setdefault(user, []).append((mechanism, credential.iterations))
+    # Null or empty: every user (KIP-554).
+    wanted = list(by_user) if not request.users else [u.name for u in request.users]
+    counts = Counter(wanted)
+    results = []
+    for user in dict.fromkeys(wanted):
+        code, message = ErrorCode.none, None
+        if counts[user] > 1:
+            code, message = ErrorCode.duplicate_resource, "Cannot describe the same user twice"
+        elif user not in by_user:
+            code, message = (
+                ErrorCode.resource_not_found,
+                f"Attempt to describe a user credential that does not exist: {user}",
+            )
+        results.append(
+            build(
+                module.DescribeUserScramCredentialsResult,
+                user=user,
+                error_code=code,
+                error_message=message,
+                credential_infos=tuple(
+                    build(module.CredentialInfo, mechanism=m, iterations=i)
+                    for m, i in (by_user.get(user, []) if code == ErrorCode.none else [])
+                ),
+            )
+        )
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        results=tuple(results),
+    )
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+async def handle_alter_user_scram_credentials(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    controller = context.services.controller
+    users = list(
+        dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+    )
+    seen = Counter(
+        [(d.name, int(d.mechanism)) for d in request.deletions]
+        + [(u.name, int(u.mechanism)) for u in request.upsertions]
+    )
+    results = []
+    for user in users:
+        code, message = ErrorCode.none, None
+        try:
+            if not user:
+                raise TopicError(ErrorCode.unacceptable_credential, "Username must not be empty")
+            if any(count > 1 for (name, _), count in seen.items() if name == user):
+                raise TopicError(
+                    ErrorCode.duplicate_resource,
+                    f"A user credential cannot be altered twice in the same request: {user}",
+                )
+            deletions = tuple(
+                int(check_scram_mechanism(d.mechanism)) for d in request.deletions if d.name == user
+            )
+            upsertions = []
+            for u in request.upsertions:
+                if u.name != user:
+                    continue
+                mechanism = check_scram_mechanism(u.mechanism)
+                check_scram_iterations(u.iterations)
+                if not u.salt or not u.salted_password:
+                    raise TopicError(
+                        ErrorCode.unacceptable_credential,
+                        f"Empty salt or salted password for user {user}",
+                    )
+                credential = credential_from_salted(
+                    mechanism, u.salt, u.iterations, u.salted_password
+                )
+                upsertions.append(
+                    (
+                        int(mechanism),
+                        u.iterations,
+                        _b64(credential.salt),
+                        _b64(credential.stored_key),
+                        _b64(credential.server_key),
+                    )
+                )
+            result = await controller.execute(
+                AlterScramCredentialsCommand(user, deletions, tuple(upsertions))
+            )
+            code, message = result.error_code, result.error_message
+        except TopicError as exc:
+            code, message = exc.error_code, exc.message
+        results.append(
+            build(
+                module.AlterUserScramCredentialsResult,
+                user=user,
+                error_code=code,
+                error_message=message,
+            )
+        )
+    return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
