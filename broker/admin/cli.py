@@ -13,11 +13,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from raftka.broker.admin import backup, cluster, groups, restore, topics
+from raftka.broker.admin import backup, cluster, groups, restore, topics, users
 from raftka.broker.admin.backup_format import MANIFEST
-from raftka.broker.admin.common import DEFAULT_TIMEOUT_S, AdminError, Target, print_json
+from raftka.broker.admin.common import (
+    DEFAULT_TIMEOUT_S,
+    AdminError,
+    Target,
+    print_json,
+    read_command_config,
+)
 
-ADMIN_COMMANDS = ("topics", "groups", "cluster", "backup", "restore")
+ADMIN_COMMANDS = ("topics", "groups", "cluster", "backup", "restore", "users")
 
 # A command: (parsed arguments, target) -> (JSON document, table printer).
 Printer = Callable[[dict[str, Any], TextIO], None]
@@ -105,7 +111,51 @@ def _common_options() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="give up when no broker answers within this time (default %(default)g)",
     )
+    secured = common.add_argument_group("secured listeners")
+    secured.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="client security properties (security.protocol, sasl.mechanism, "
+        "sasl.username, sasl.password or sasl.jaas.config, ssl.ca.location, ...)",
+    )
+    secured.add_argument(
+        "--security-protocol",
+        type=str.upper,
+        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        help="the listener's protocol (default PLAINTEXT)",
+    )
+    secured.add_argument(
+        "--sasl-mechanism",
+        type=str.upper,
+        choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+    )
+    secured.add_argument("--sasl-username", metavar="USER")
+    secured.add_argument("--sasl-password", metavar="PASSWORD")
+    secured.add_argument("--ssl-ca", metavar="PEM_FILE", help="CA certificates to trust")
+    secured.add_argument("--ssl-cert", metavar="PEM_FILE", help="client certificate (mTLS)")
+    secured.add_argument("--ssl-key", metavar="PEM_FILE", help="client private key (mTLS)")
     return common
+
+
+def _security(args: argparse.Namespace) -> dict[str, str]:
+    """Client security properties: --command-config, then the options over it."""
+    found = read_command_config(args.command_config) if args.command_config else {}
+    for option, name in (
+        ("security_protocol", "security.protocol"),
+        ("sasl_mechanism", "sasl.mechanism"),
+        ("sasl_username", "sasl.username"),
+        ("sasl_password", "sasl.password"),
+        ("ssl_ca", "ssl.ca.location"),
+        ("ssl_cert", "ssl.certificate.location"),
+        ("ssl_key", "ssl.key.location"),
+    ):
+        value = getattr(args, option, None)
+        if value is not None:
+            found[name] = value
+    if "sasl.mechanisms" in found:
+        found.setdefault("sasl.mechanism", found.pop("sasl.mechanisms"))
+    return found
 
 
 def _topics_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -320,13 +370,14 @@ def _backup_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def add_admin_commands(commands: Any) -> None:
-    """Adds `topics`, `groups`, `cluster`, `backup` and `restore` to the `raftka`
+    """Adds `topics`, `groups`, `cluster`, `backup`, `restore` and `users` to the `raftka`
     subcommands."""
     common = _common_options()
     _topics_parser(commands, common)
     _groups_parser(commands, common)
     _cluster_parser(commands, common)
     _backup_parsers(commands, common)
+    users.add_parser(commands, common)
 
 
 def run_admin_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -337,9 +388,9 @@ def run_admin_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int
     problem = check(args) if check else None
     if problem:
         args.parser.error(problem)  # exits 2 with the usage line, as argparse does
-    target = Target(args.bootstrap_servers, args.timeout)
     run: Command = args.run
     try:
+        target = Target(args.bootstrap_servers, args.timeout, _security(args))
         document, printer = run(args, target)
     except AdminError as exc:
         print(f"{name}: {exc}", file=sys.stderr)

@@ -4,9 +4,11 @@ one clear message, and the two output forms (aligned table, one JSON document)."
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 DEFAULT_TIMEOUT_S = 15.0
@@ -23,12 +25,78 @@ class AdminError(Exception):
     """A failure the command reports as one message on stderr and exit code 1."""
 
 
+#: Client properties `--command-config` may set (librdkafka's names, which the Java
+#: client shares for these), and the Java-only ones translated to them.
+SECURITY_PROPERTIES = frozenset(
+    {
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.key.password",
+        "ssl.endpoint.identification.algorithm",
+    }
+)
+_JAAS_OPTION = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def read_command_config(path: Path) -> dict[str, str]:
+    """Client security properties from a Kafka-style properties file (`--command-config`).
+
+    librdkafka's names are taken as they are; from the Java client's, `sasl.jaas.config`
+    gives the user name and password and a PEM `ssl.truststore.location` the CA file.
+    Raises AdminError naming an unknown property."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise AdminError(f"--command-config {path}: {exc.strerror or exc}") from None
+    found: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        name, sep, value = line.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep:
+            raise AdminError(f"--command-config {path}:{lineno}: expected name=value")
+        if name == "sasl.jaas.config":
+            for key, quoted in _JAAS_OPTION.findall(value):
+                found[f"sasl.{key}"] = quoted.replace('\\"', '"')
+        elif name == "ssl.truststore.location":
+            found["ssl.ca.location"] = value
+        elif name in ("ssl.truststore.type", "ssl.keystore.type"):
+            if value.upper() != "PEM":
+                raise AdminError(f"--command-config {path}: {name}={value}: only PEM is supported")
+        elif name in SECURITY_PROPERTIES:
+            found[name] = value
+        else:
+            raise AdminError(
+                f"--command-config {path}:{lineno}: unknown property {name!r}; known: "
+                + ", ".join(sorted(SECURITY_PROPERTIES | {"sasl.jaas.config"}))
+            )
+    return found
+
+
 @dataclass(frozen=True)
 class Target:
-    """Where and how long: the bootstrap list and the bound on every client call."""
+    """Where and how long: the bootstrap list, the bound on every client call, and the
+    client security properties (security.protocol, sasl.*, ssl.*) for secured listeners."""
 
     bootstrap: str
     timeout_s: float = DEFAULT_TIMEOUT_S
+    security: Mapping[str, str] = field(default_factory=dict)
+    #: Authentication failures the clients reported (librdkafka reports them through its
+    #: error callback; the failed call itself only says no broker answered).
+    auth_failures: list[str] = field(default_factory=list, compare=False)
+    _clients: list[Any] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def security_protocol(self) -> str:
+        return self.security.get("security.protocol", "PLAINTEXT").upper()
 
     def client_config(self) -> dict[str, Any]:
         timeout_ms = int(self.timeout_s * 1000)
@@ -38,14 +106,30 @@ class Target:
             "socket.connection.setup.timeout.ms": max(timeout_ms, 1000),
             # The command prints its own message; librdkafka's connection noise would repeat it.
             "log_level": 0,
+            "error_cb": self._client_error,
+            **self.security,
         }
+
+    def _client_error(self, error: Any) -> None:
+        if getattr(error, "name", lambda: "")() == "_AUTHENTICATION":
+            self.auth_failures.append(error.str())
 
     def admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient(self.client_config())
+        admin = AdminClient(self.client_config())
+        self._clients.append(admin)
+        return admin
 
     def unreachable(self) -> AdminError:
+        for client in self._clients:
+            client.poll(0)  # runs the error callbacks librdkafka has queued
+        if self.auth_failures:
+            return AdminError(
+                f"authentication with {self.bootstrap} failed: {self.auth_failures[-1]} "
+                "(check --sasl-username/--sasl-password, --sasl-mechanism and "
+                "--security-protocol)"
+            )
         return AdminError(
             f"no broker answered at {self.bootstrap} within {self.timeout_s:g} s "
             "(is a broker running there? --bootstrap-servers HOST:PORT)"
@@ -64,6 +148,11 @@ class Target:
         """An exception from a client call as the AdminError the user sees."""
         error: Any = exc.args[0] if exc.args else None
         name = error.name() if hasattr(error, "name") else ""
+        if name == "_AUTHENTICATION" or "Authentication failed" in kafka_error_text(exc):
+            return AdminError(
+                f"authentication with {self.bootstrap} failed: {kafka_error_text(exc)} (check "
+                "--sasl-username/--sasl-password, --sasl-mechanism and --security-protocol)"
+            )
         if name in _UNREACHABLE_CODES:
             return self.unreachable()
         return AdminError(kafka_error_text(exc))

@@ -146,7 +146,9 @@ def _log_ends_of(
     if broker is None:
         return dict.fromkeys(partitions)
     try:
-        with WireConnection(broker.address, min(target.timeout_s, PROBE_TIMEOUT_MAX_S)) as conn:
+        with WireConnection(
+            broker.address, min(target.timeout_s, PROBE_TIMEOUT_MAX_S), target.security
+        ) as conn:
             return replica_log_end_offsets(conn, partitions)
     except WireError:
         return dict.fromkeys(partitions)
@@ -179,7 +181,7 @@ def _probe(target: Target, host: str, port: int) -> Any | None:
     """Metadata answered by the broker at host:port alone, or None if it does not answer."""
     from confluent_kafka import KafkaException
 
-    probe = Target(f"{host}:{port}", min(target.timeout_s, PROBE_TIMEOUT_MAX_S))
+    probe = Target(f"{host}:{port}", min(target.timeout_s, PROBE_TIMEOUT_MAX_S), target.security)
     try:
         return probe.admin().list_topics(timeout=probe.timeout_s)
     except KafkaException:

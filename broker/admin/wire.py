@@ -13,8 +13,9 @@ import dataclasses
 import datetime
 import io
 import socket
+import ssl
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,21 +48,87 @@ class WireError(AdminError):
     """The broker closed the connection, sent a frame we cannot read, or did not answer."""
 
 
-class WireConnection:
-    """One TCP connection to one broker, requests answered in order."""
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
 
-    def __init__(self, address: str, timeout_s: float) -> None:
+
+def _tls_context(security: Mapping[str, str]) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cafile=security.get("ssl.ca.location"))
+        if "ssl.certificate.location" in security:
+            context.load_cert_chain(
+                security["ssl.certificate.location"],
+                security.get("ssl.key.location"),
+                security.get("ssl.key.password"),
+            )
+    except (OSError, ssl.SSLError) as exc:
+        raise AdminError(
+            f"cannot load the TLS files (--ssl-ca, --ssl-cert, --ssl-key): {exc}"
+        ) from None
+    if security.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+        context.check_hostname = False
+    return context
+
+
+class WireConnection:
+    """One TCP connection to one broker, requests answered in order; over TLS and
+    authenticated with SASL (PLAIN, SCRAM-SHA-256/512) as `security` (client properties:
+    security.protocol, sasl.*, ssl.*) asks."""
+
+    def __init__(
+        self, address: str, timeout_s: float, security: Mapping[str, str] | None = None
+    ) -> None:
         self.address = address
+        security = security or {}
+        protocol = security.get("security.protocol", "PLAINTEXT").upper()
         host, port = parse_address(address)
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+            if protocol in ("SSL", "SASL_SSL"):
+                sock = _tls_context(security).wrap_socket(sock, server_hostname=host)
         except OSError as exc:
             raise WireError(f"cannot connect to {address}: {exc.strerror or exc}") from None
+        self._sock = sock
         self._sock.settimeout(timeout_s)
         self.timeout_s = timeout_s
         self._correlation_id = 0
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            self._authenticate(security)
+
+    def _authenticate(self, security: Mapping[str, str]) -> None:
+        from raftka.broker.security.scram import ScramClient, ScramError, ScramMechanism
+
+        mechanism = security.get("sasl.mechanism", "PLAIN").upper()
+        user, password = security.get("sasl.username", ""), security.get("sasl.password", "")
+        handshake = self.request(SASL_HANDSHAKE_KEY, {"mechanism": mechanism}, version=1)
+        if handshake.error_code:
+            raise WireError(
+                f"{self.address} does not offer SASL mechanism {mechanism} "
+                f"(it offers {', '.join(handshake.mechanisms)})"
+            )
+
+        def step(token: bytes) -> bytes:
+            answer = self.request(SASL_AUTHENTICATE_KEY, {"auth_bytes": token})
+            if answer.error_code:
+                raise WireError(
+                    f"authentication with {self.address} failed: {answer.error_message}"
+                )
+            return bytes(answer.auth_bytes)
+
+        if mechanism == "PLAIN":
+            step(f"\0{user}\0{password}".encode())
+            return
+        scram_mechanism = ScramMechanism.by_name(mechanism)
+        if scram_mechanism is None:
+            raise WireError(f"SASL mechanism {mechanism} is not supported by raftka's client")
+        client = ScramClient(scram_mechanism, user, password)
+        try:
+            server_first = step(client.first())
+            client.verify(step(client.final(server_first)))
+        except ScramError as exc:
+            raise WireError(f"authentication with {self.address} failed: {exc}") from None
 
     def close(self) -> None:
         self._sock.close()
@@ -178,7 +245,7 @@ class WireCluster:
     def connection(self, address: str) -> WireConnection:
         connection = self._connections.get(address)
         if connection is None:
-            connection = WireConnection(address, self.target.timeout_s)
+            connection = WireConnection(address, self.target.timeout_s, self.target.security)
             self._connections[address] = connection
         return connection
 
