@@ -342,7 +342,12 @@ class Connection:
             try:
                 for piece in pieces:
                     try:
-                        data = piece.read() if isinstance(piece, FileRange) else piece
+                        # Read off the event loop: a range may be many megabytes.
+                        data = (
+                            await trio.to_thread.run_sync(piece.read)
+                            if isinstance(piece, FileRange)
+                            else piece
+                        )
                     except OSError as exc:
                         raise ConnectionError(
                             f"{exc}; closing the connection instead of sending a short frame"
