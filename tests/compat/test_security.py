@@ -511,3 +511,23 @@ def test_credentials_made_through_one_broker_work_on_the_others(tmp_path: Path) 
         assert any(line.split()[:2] == [user, "SCRAM-SHA-256"] for line in listed.splitlines())
     finally:
         cluster.stop()
+
+
+def test_java_client_over_sasl_ssl_with_scram(secured: SecuredBroker, java_tool: Any) -> None:
+    user = f"user-{uuid.uuid4().hex[:8]}"
+    ok("users", "add", user, "--password", "java-pw", "--mechanism", "SCRAM-SHA-512",
+       "--bootstrap-servers", secured.broker.bootstrap)  # fmt: skip
+    props = [
+        "security.protocol=SASL_SSL",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={secured.certs.ca}",
+        "sasl.mechanism=SCRAM-SHA-512",
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{user}" password="java-pw";',
+    ]
+    topic = f"sec-java-{uuid.uuid4().hex[:8]}"
+    bootstrap = secured.address("SASL_SSL")
+    acked = java_tool.json("produce", bootstrap, topic, 20, *props)
+    assert len(acked) == 20
+    rows = java_tool.json("consume-assign", bootstrap, topic, 0, "earliest", 20, 30000, *props)
+    assert [r["value"] for r in rows] == [f"v{i}" for i in range(20)]
