@@ -148,7 +148,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "listeners",
         S,
         "PLAINTEXT://127.0.0.1:9092",
-        "Address the broker listens on.",
+        "NAME://HOST:PORT,... the broker listens on (after --listen, if given); each name's "
+        "protocol is in listener.security.protocol.map.",
         read_only=True,
     ),
     ConfigDef(
