@@ -25,14 +25,15 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from harness import REPO_ROOT, BrokerProcess, free_port
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+from required import missing_client
 
 CLI_TIMEOUT_S = 90
 RECORDS = 5
 
 
 def _openssl(*args: str, cwd: Path) -> None:
+    if shutil.which("openssl") is None:
+        missing_client("the openssl command makes the test certificates and is not installed")
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
