@@ -42,8 +42,34 @@ class BrokerStopError(AssertionError):
     """The broker did not shut down cleanly (timeout or non-zero exit code)."""
 
 
+# Under pytest-xdist each worker ("gw0", "gw1", ...) takes its ports from a range of its own
+# below Linux's ephemeral range (32768+), so two workers never pick the same port and no
+# client connection's ephemeral port takes one between the pick and the broker's bind.
+_WORKER_PORTS = 4000
+_WORKER_PORT_BASE = 12000
+_next_worker_port = 0
+
+
+def _worker_index() -> int | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago."""
+    global _next_worker_port
+    index = _worker_index()
+    if index is not None and index < 5:
+        first = _WORKER_PORT_BASE + index * _WORKER_PORTS
+        for _ in range(_WORKER_PORTS):
+            port = first + _next_worker_port % _WORKER_PORTS
+            _next_worker_port += 1
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]

@@ -20,7 +20,7 @@ from tests.chaos.netns import chaos_unavailable_reason
 from tests.chaos.runner import ChaosConfig, run_chaos
 
 # Each nemesis runs for 30 s against a fresh cluster: about 7 minutes in all.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
 
 FAULT_SECONDS = 30.0
 # Start-up, warm-up, healing, final read and replica comparison take 20-60 s more.

@@ -23,7 +23,7 @@ from raftka.pipeline.clicks import format_ts, parse_ts
 from raftka.pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError, kafka_package
 
 # Spark jobs end to end: a few minutes.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 pytest_plugins = ["spark_fixtures"]  # the shared SparkSession fixture `spark`
 

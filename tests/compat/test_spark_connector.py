@@ -32,7 +32,7 @@ from clients import create_topic, wait_until
 from harness import ClusterProcess, JavaTool
 
 # Replays of Spark's Kafka connector calls through the Java client.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 SPARK_POLL_TIMEOUT_MS = 30000
 

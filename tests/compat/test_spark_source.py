@@ -32,7 +32,7 @@ from raftka.pipeline.options import (
 )
 
 # A Spark session and streaming queries: minutes, not seconds.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 pytest_plugins = ["spark_fixtures"]  # the shared SparkSession fixture `spark`
 
