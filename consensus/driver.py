@@ -197,6 +197,7 @@ class RaftGroup:
         # (term, leader) of the last leader this node learned of; counted for monitoring.
         self._known_leadership: tuple[int, NodeId] | None = None
         self.leader_changes = 0
+        self._ticked = False
         self._drive()
 
     # ------------------------------------------------------------------ views
@@ -412,6 +413,17 @@ class RaftGroup:
                 )
             else:
                 self._durable_waiters.release_through(core.durable_end)
+        self._refresh_ticked()
+
+    def _refresh_ticked(self) -> None:
+        """Keep this group in the node's tick set exactly while its clock matters: a
+        leader that is the only voter has no followers to heartbeat and no election to
+        fear, so ticking it would only cost CPU on a node with many partitions."""
+        core = self._core
+        ticked = not self.removed and not (core.role is Role.LEADER and len(core.voters) == 1)
+        if ticked != self._ticked:
+            self._ticked = ticked
+            self._node._set_ticked(self, ticked)
 
     def _write(self, rd: Ready) -> None:
         storage = self._storage
@@ -445,6 +457,7 @@ class RaftGroup:
         if self._on_update is not None:
             self._on_update(RaftGroupUpdate(self.name, None, self._core._soft_state()))
         self._node._note_soft_state()
+        self._refresh_ticked()
         return error
 
     def _synced(self, ticket: _SyncTicket) -> None:
@@ -516,6 +529,9 @@ class RaftNode:
         self.heartbeat_interval_ticks = heartbeat_interval_ticks
         self.stats = DriverStats()
         self._raft_groups: dict[str, RaftGroup] = {}
+        # The groups whose clock matters (see RaftGroup._refresh_ticked); only they are
+        # ticked, so idle single-voter partitions cost nothing per tick.
+        self._ticked_groups: dict[str, RaftGroup] = {}
         self._soft_state_changed = trio.Event()
         self._hard_states = hard_states
         self._tickets: list[_SyncTicket] = []
@@ -561,6 +577,7 @@ class RaftNode:
         raft_group = self._raft_groups.pop(group, None)
         if raft_group is not None:
             raft_group._remove()
+            self._ticked_groups.pop(group, None)
 
     def raft_group(self, name: str) -> RaftGroup | None:
         """The Raft group hosted here under id `name`, if any."""
@@ -569,6 +586,11 @@ class RaftNode:
     @property
     def raft_groups(self) -> dict[str, RaftGroup]:
         return dict(self._raft_groups)
+
+    @property
+    def ticked_group_count(self) -> int:
+        """How many groups each tick visits (single-voter leaders are not among them)."""
+        return len(self._ticked_groups)
 
     # ------------------------------------------------------------------ running
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -641,9 +663,19 @@ class RaftNode:
             ticket.group._synced(ticket)
 
     def tick(self) -> None:
-        """One tick of every group (run() calls this; tests and benchmarks may too)."""
-        for raft_group in list(self._raft_groups.values()):
-            raft_group._tick()
+        """One tick of every group whose clock matters (run() calls this; tests and
+        benchmarks may too). A leader that is its group's only voter is not ticked: a tick
+        would change nothing it acts on."""
+        for raft_group in list(self._ticked_groups.values()):
+            if not raft_group.removed:
+                raft_group._tick()
+
+    def _set_ticked(self, raft_group: RaftGroup, ticked: bool) -> None:
+        if ticked:
+            if self._raft_groups.get(raft_group.name, raft_group) is raft_group:
+                self._ticked_groups[raft_group.name] = raft_group
+        elif self._ticked_groups.get(raft_group.name) is raft_group:
+            del self._ticked_groups[raft_group.name]
 
     async def shutdown(self, timeout_s: float) -> None:
         """Hand every group this node leads to its most up-to-date follower and wait up to

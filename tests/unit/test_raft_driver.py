@@ -334,6 +334,29 @@ def test_ticking_a_thousand_idle_followers() -> None:
     assert all(g.role is Role.FOLLOWER for g in node.raft_groups.values())
 
 
+def test_single_voter_leaders_are_not_ticked() -> None:
+    """A leader that is its group's only voter has nothing to do on a tick: a node with many
+    such partitions visits none of them per tick. Until elected, the group is ticked (its
+    election timer elects it); a multi-voter group always is."""
+    transport = PeerTransport(1, ("127.0.0.1", 0), {2: ("127.0.0.1", 1), 3: ("127.0.0.1", 2)})
+    node = RaftNode(1, transport, election_timeout_ticks=3)
+    alone = [
+        node.add_raft_group(f"alone-{i}", frozenset({1}), MemoryRaftGroupStorage())
+        for i in range(50)
+    ]
+    shared = node.add_raft_group("shared", VOTERS, MemoryRaftGroupStorage())
+    assert node.ticked_group_count == 51
+    for _ in range(6):  # past the longest randomized election timeout
+        node.tick()
+    assert all(g.role is Role.LEADER for g in alone)
+    assert shared.role is not Role.LEADER
+    assert node.ticked_group_count == 1
+    alone[0].propose(1, b"x")
+    assert node.ticked_group_count == 1
+    node.remove_raft_group("shared")
+    assert node.ticked_group_count == 0
+
+
 def _synced_end(events: list[tuple[str, int]]) -> int:
     return max((value for kind, value in events if kind == "sync"), default=0)
 

@@ -54,6 +54,9 @@ class Pump:
     def _note_soft_state(self) -> None:
         pass
 
+    def _set_ticked(self, group: RaftGroup, ticked: bool) -> None:
+        pass  # every group is ticked by hand
+
     def deliver(self) -> None:
         while self.outbox or self.tickets:
             while self.tickets:
