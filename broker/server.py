@@ -6,6 +6,7 @@ import base64
 import functools
 import hashlib
 import logging
+import resource
 import ssl
 import time
 import uuid
@@ -86,6 +87,35 @@ class ClusterSpec:
         spec = ",".join(f"{n}@{a.host}:{a.port}" for n, a in sorted(self.peers.items()))
         digest = hashlib.sha256(spec.encode()).digest()[:16]
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+# Below this many descriptors the soft limit is raised: every partition holds a few open files
+# (segment, indexes) and every client connection one.
+OPEN_FILES_WANTED = 100_000
+
+
+def raise_open_file_limit(wanted: int = OPEN_FILES_WANTED) -> int:
+    """Raise the soft RLIMIT_NOFILE toward `wanted` (at most the hard limit), as Kafka's
+    docs ask operators to; returns the soft limit now in force. Logs a warning when the hard
+    limit keeps it below `wanted`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            logger.info("raised the open file limit from %d to %d", soft, target)
+            soft = target
+        except (ValueError, OSError) as exc:
+            logger.warning("cannot raise the open file limit from %d: %s", soft, exc)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        logger.warning(
+            "open file limit is %d (hard limit %d): each partition keeps files open and each"
+            " client connection one; raise it (ulimit -n, LimitNOFILE=) to at least %d",
+            soft,
+            hard,
+            wanted,
+        )
+    return soft
 
 
 def read_or_create_cluster_id(data_dir: Path, node_id: int, wanted: str | None = None) -> str:
@@ -213,6 +243,7 @@ class Broker:
         )
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        raise_open_file_limit()
         try:
             async with trio.open_nursery() as nursery:
                 if self.http is not None:
