@@ -172,3 +172,21 @@ def test_fresh_partition_starts_at_offset_zero_without_a_noop(tmp_path: Path) ->
     run(replicas, 3)
     assert entry.base_offset == 0
     assert all(r.high_watermark == 1 for r in replicas.values())
+
+
+def test_the_last_written_entry_reads_back_as_from_disk(cluster: dict[int, Replica]) -> None:
+    """entry_at answers the batch just appended without reading the segment: the answer is
+    the one a fresh reader of the same log gives, also after a truncation."""
+    run(cluster, 40)
+    leader = leader_of(cluster)
+    for i in range(3):
+        leader.core.propose(2, encode_batch([(None, b"a%d" % i), (None, b"b%d" % i)]))
+        leader.drain([])
+    fresh = PartitionRaftStorage(GROUP, leader.log, leader.hard_states)
+    for offset in range(leader.log.log_end_offset):
+        assert leader.storage.entry_at(offset) == fresh.entry_at(offset), offset
+    last = leader.storage.entry_at(leader.log.log_end_offset - 1)
+    leader.storage.truncate_to(last.base_offset)
+    end = leader.log.log_end_offset
+    assert end == last.base_offset
+    assert leader.storage.entry_at(end - 1) == fresh.entry_at(end - 1)
