@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -280,24 +280,10 @@ class LogSegment:
                 return read_batch_header(window, rel)
             return read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, pos))
 
-        while position + RECORD_BATCH_OVERHEAD <= end:
-            header = header_at(position)
-            if header.base_offset + header.last_offset_delta >= fetch_offset:
-                break
-            position += header.batch_length + LOG_OVERHEAD
-        else:
+        found = _walk(header_at, position, end, fetch_offset, max_bytes, max_offset, min_one_batch)
+        if found is None:
             return None
-        start = stop = position
-        while stop + RECORD_BATCH_OVERHEAD <= end:
-            header = header_at(stop)
-            if header.base_offset + header.last_offset_delta >= max_offset:
-                break
-            size = header.batch_length + LOG_OVERHEAD
-            if stop + size - start > max_bytes:
-                if stop == start and min_one_batch:
-                    stop += size
-                break
-            stop += size
+        start, stop = found
         if stop == start:
             return b""
         lo, hi = start - window_start, stop - window_start
@@ -319,30 +305,22 @@ class LogSegment:
         bound = self.offset_index.position_after(max_offset)
         if bound is not None:
             end = min(end, bound)
-        while position + RECORD_BATCH_OVERHEAD <= end:
-            header = read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, position))
-            if header.base_offset + header.last_offset_delta >= fetch_offset:
-                break
-            position += header.batch_length + LOG_OVERHEAD
-        else:
-            return None
-        start = stop = position
-        # An index entry within both limits is a batch start every earlier batch fits before.
         keys, values = self.offset_index.keys, self.offset_index.values
-        slot = min(bisect_right(values, start + max(max_bytes, 0)), bisect_right(keys, max_offset))
-        if slot > 0 and values[slot - 1] > start:
-            stop = values[slot - 1]
-        while stop + RECORD_BATCH_OVERHEAD <= end:
-            header = read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, stop))
-            if header.base_offset + header.last_offset_delta >= max_offset:
-                break
-            size = header.batch_length + LOG_OVERHEAD
-            if stop + size - start > max_bytes:
-                if stop == start and min_one_batch:
-                    stop += size
-                break
-            stop += size
-        return start, stop
+
+        def skip(start: int) -> int:
+            # An index entry within both limits is a batch start every earlier batch fits
+            # before.
+            slot = min(
+                bisect_right(values, start + max(max_bytes, 0)), bisect_right(keys, max_offset)
+            )
+            return values[slot - 1] if slot > 0 and values[slot - 1] > start else start
+
+        def header_at(pos: int) -> BatchHeader:
+            return read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, pos))
+
+        return _walk(
+            header_at, position, end, fetch_offset, max_bytes, max_offset, min_one_batch, skip
+        )
 
     # -- recovery -------------------------------------------------------------------------
     def load_trusted(self) -> bool:
@@ -507,3 +485,42 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)
+
+
+def _walk(
+    header_at: Callable[[int], BatchHeader],
+    position: int,
+    end: int,
+    fetch_offset: int,
+    max_bytes: int,
+    max_offset: int,
+    min_one_batch: bool,
+    skip: Callable[[int], int] | None = None,
+) -> tuple[int, int] | None:
+    """File positions [start, stop) of whole batches from the one holding `fetch_offset`,
+    walking headers from `position` (a batch start at or before it) up to `end`: stops before
+    a batch whose last offset is >= `max_offset` and before exceeding `max_bytes`, except
+    that `min_one_batch` takes a first batch larger than `max_bytes` whole. None if no batch
+    before `end` holds `fetch_offset`. `skip(start)` may name a later batch start that every
+    batch before it fits under both limits, to jump over them."""
+    while position + RECORD_BATCH_OVERHEAD <= end:
+        header = header_at(position)
+        if header.base_offset + header.last_offset_delta >= fetch_offset:
+            break
+        position += header.batch_length + LOG_OVERHEAD
+    else:
+        return None
+    start = stop = position
+    if skip is not None:
+        stop = skip(start)
+    while stop + RECORD_BATCH_OVERHEAD <= end:
+        header = header_at(stop)
+        if header.base_offset + header.last_offset_delta >= max_offset:
+            break
+        size = header.batch_length + LOG_OVERHEAD
+        if stop + size - start > max_bytes:
+            if stop == start and min_one_batch:
+                stop += size
+            break
+        stop += size
+    return start, stop
