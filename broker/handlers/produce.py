@@ -79,6 +79,20 @@ def _check_producer_state(
     return log.producer_state.check(headers)
 
 
+def _too_few_in_sync(partition: Partition, fields: dict[str, Any]) -> bool:
+    """Whether an acks=all write must be refused for min.insync.replicas (error in `fields`)."""
+    in_sync = len(partition.in_sync_replicas())
+    required = partition.topic.config.get_int("min.insync.replicas")
+    if in_sync >= required:
+        return False
+    fields.update(
+        error_code=ErrorCode.not_enough_replicas,
+        error_message=f"{partition.name} has {in_sync} in-sync replicas, "
+        f"min.insync.replicas is {required}",
+    )
+    return True
+
+
 def _append(
     context: RequestContext, partition: Partition, records: bytes, acks: int, now: int, version: int
 ) -> tuple[dict[str, Any], tuple[int, int | None] | None]:
@@ -107,16 +121,8 @@ def _append(
         fields["error_code"] = ErrorCode.not_leader_or_follower
         return fields, None
     fields["log_start_offset"] = log.log_start_offset
-    if acks == -1:
-        in_sync = len(partition.in_sync_replicas())
-        required = topic.config.get_int("min.insync.replicas")
-        if in_sync < required:
-            fields.update(
-                error_code=ErrorCode.not_enough_replicas,
-                error_message=f"{partition.name} has {in_sync} in-sync replicas, "
-                f"min.insync.replicas is {required}",
-            )
-            return fields, None
+    if acks == -1 and _too_few_in_sync(partition, fields):
+        return fields, None
     try:
         duplicate = _check_producer_state(log, headers)
     except ProducerStateError as exc:
@@ -238,16 +244,8 @@ def _append_restore(
             extra={"partition": partition.name, "topic": topic.name},
         )
         return fields, None, None
-    if acks == -1:
-        in_sync = len(partition.in_sync_replicas())
-        required = topic.config.get_int("min.insync.replicas")
-        if in_sync < required:
-            fields.update(
-                error_code=ErrorCode.not_enough_replicas,
-                error_message=f"{partition.name} has {in_sync} in-sync replicas, "
-                f"min.insync.replicas is {required}",
-            )
-            return fields, None, None
+    if acks == -1 and _too_few_in_sync(partition, fields):
+        return fields, None, None
     producer_ids = [header.producer_id for header, *_ in entries if header.producer_id >= 0]
     floor = max(producer_ids) + 1 if producer_ids else None
     last = None
