@@ -45,15 +45,19 @@ class Record(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+def encode_uvarint(value: int) -> bytes:
+    """An unsigned varint (LEB128), as compact lengths in flexible versions use."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def encode_varint(value: int) -> bytes:
     """Kafka's zig-zag varint (a signed varlong; ints use the same encoding)."""
-    raw = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    return encode_uvarint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from raftka.protocol.api import encode_response
+from raftka.protocol.batch_builder import encode_uvarint
 
 _SIZE = struct.Struct(">i")
 _MARKER_RANDOM_BYTES = 12
@@ -83,18 +84,9 @@ class Splices:
             file_range.close()
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _length_prefix(length: int, flexible: bool) -> bytes:
     """Kafka's length of a non-null bytes field: compact (uvarint length + 1) or int32."""
-    return _uvarint(length + 1) if flexible else _SIZE.pack(length)
+    return encode_uvarint(length + 1) if flexible else _SIZE.pack(length)
 
 
 def encode_spliced_response(correlation_id: int, response: Any, splices: Splices) -> Pieces:

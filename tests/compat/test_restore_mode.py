@@ -13,7 +13,14 @@ from typing import Any
 
 import crc32c
 import pytest
-from clients import RawConnection, create_topic, make_producer, wait_until, watermarks
+from clients import (
+    RawConnection,
+    create_topic,
+    make_producer,
+    wait_until,
+    watermarks,
+    zigzag_varint,
+)
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -34,18 +41,8 @@ TRANSACTIONAL = 0x10
 CONTROL = 0x20
 
 
-def _varint(value: int) -> bytes:
-    raw = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
-
-
 def _blob(value: bytes | None) -> bytes:
-    return _varint(-1) if value is None else _varint(len(value)) + value
+    return zigzag_varint(-1) if value is None else zigzag_varint(len(value)) + value
 
 
 @dataclass(frozen=True)
@@ -71,11 +68,11 @@ def batch(
     body = bytearray()
     for delta, rec in enumerate(records):
         one = bytearray(b"\x00")
-        one += _varint(rec.timestamp - first) + _varint(delta)
-        one += _blob(rec.key) + _blob(rec.value) + _varint(len(rec.headers))
+        one += zigzag_varint(rec.timestamp - first) + zigzag_varint(delta)
+        one += _blob(rec.key) + _blob(rec.value) + zigzag_varint(len(rec.headers))
         for name, value in rec.headers:
             one += _blob(name.encode()) + _blob(value)
-        body += _varint(len(one)) + one
+        body += zigzag_varint(len(one)) + one
     delta = len(records) - 1 if last_offset_delta is None else last_offset_delta
     after_crc = (
         struct.pack(
