@@ -35,7 +35,13 @@ from raftka.broker.admin.backup_format import (
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.admin.groups import list_offsets
 from raftka.broker.admin.topics import non_default_configs, topic_descriptions
-from raftka.broker.admin.wire import WireCluster, WireError
+from raftka.broker.admin.wire import (
+    RETRIES_MAX,
+    RETRY_PAUSE_S,
+    LeaderClient,
+    WireCluster,
+    WireConnection,
+)
 from raftka.protocol.api import build, schema_module
 
 FETCH_KEY = 1
@@ -44,9 +50,6 @@ FETCH_VERSION_MAX = 12
 # anyway (Kafka returns the first batch even when it exceeds the limit).
 FETCH_PARTITION_BYTES = 4 << 20
 # Errors after which the leader may have moved: refresh metadata and try again.
-RETRIABLE_ERRORS = frozenset({3, 5, 6, 7, 13, 56, 74, 75})
-RETRIES_MAX = 20
-RETRY_PAUSE_S = 0.5
 
 
 def progress_bar(**kwargs: Any) -> Any:
@@ -65,50 +68,21 @@ class PartitionCopy:
     gap: tuple[int, int] | None
 
 
-class PartitionReader:
+class PartitionReader(LeaderClient):
     """Fetches one partition's raw batches from its leader, following leader changes."""
-
-    def __init__(self, cluster: WireCluster) -> None:
-        self.cluster = cluster
-        self.leaders: dict[tuple[str, int], int] = {}
-
-    def refresh(self, topics: list[str]) -> None:
-        response = self.cluster.metadata(topics)
-        for topic in response.topics:
-            for p in topic.partitions:
-                self.leaders[(topic.name, p.partition_index)] = p.leader_id
 
     def fetch(self, topic: str, partition: int, offset: int) -> bytes:
         """The records bytes a Fetch at `offset` returns (possibly empty)."""
-        for attempt in range(RETRIES_MAX):
-            if attempt:
-                time.sleep(RETRY_PAUSE_S)
-                self.refresh([topic])
-            leader = self.leaders.get((topic, partition), -1)
-            if leader < 0:
-                continue
-            try:
-                connection = self.cluster.to_node(leader)
-                version = connection.version_for(FETCH_KEY, FETCH_VERSION_MAX)
-                response = connection.request(
-                    FETCH_KEY, fetch_request(version, topic, partition, offset), version=version
-                )
-            except WireError:
-                broker = self.cluster.brokers.get(leader)
-                if broker is not None:
-                    self.cluster.drop(broker.address)
-                continue
+
+        def send(connection: WireConnection) -> tuple[int, str | None, bytes]:
+            version = connection.version_for(FETCH_KEY, FETCH_VERSION_MAX)
+            response = connection.request(
+                FETCH_KEY, fetch_request(version, topic, partition, offset), version=version
+            )
             (answer,) = response.responses[0].partitions
-            code = int(answer.error_code)
-            if code == 0:
-                return bytes(answer.records or b"")
-            if code in RETRIABLE_ERRORS:
-                continue
-            raise AdminError(f"fetch {topic}[{partition}] at offset {offset}: error {code}")
-        raise AdminError(
-            f"fetch {topic}[{partition}] at offset {offset}: no leader answered after "
-            f"{RETRIES_MAX} attempts (is the cluster healthy? raftka cluster status)"
-        )
+            return int(answer.error_code), None, bytes(answer.records or b"")
+
+        return self.call(topic, partition, f"fetch at offset {offset} of", send)
 
 
 def fetch_request(version: int, topic: str, partition: int, offset: int) -> dict[str, Any]:

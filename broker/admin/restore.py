@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from kio.index import load_request_schema
 
-from raftka.broker.admin.backup import RETRIABLE_ERRORS, RETRIES_MAX, RETRY_PAUSE_S, progress_bar
+from raftka.broker.admin.backup import progress_bar
 from raftka.broker.admin.backup_format import (
     RESTORE_FLAG,
     Batch,
@@ -31,7 +31,12 @@ from raftka.broker.admin.backup_format import (
 )
 from raftka.broker.admin.common import AdminError, Document, Target, print_table, state_name
 from raftka.broker.admin.groups import RESETTABLE_STATES, list_offsets
-from raftka.broker.admin.wire import WireCluster, WireError
+from raftka.broker.admin.wire import (
+    RETRIES_MAX,
+    LeaderClient,
+    LeaderUnavailable,
+    WireCluster,
+)
 from raftka.protocol.api import build, schema_module
 
 PRODUCE_KEY = 0
@@ -43,10 +48,6 @@ DELETE_RECORDS_VERSION_MAX = 2
 LATEST_TIMESTAMP = -1
 # One Produce request carries about this much of one partition.
 PRODUCE_BYTES = 1 << 20
-
-
-class LeaderUnavailable(AdminError):
-    """No leader took a request after every retry; a write may or may not have landed."""
 
 
 @dataclass(frozen=True)
@@ -98,46 +99,9 @@ def plan_restore(manifest: Manifest, topics: list[str] | None) -> tuple[list[Top
     return plans, manifest.load_run_json(latest, "groups.json")
 
 
-class PartitionWriter:
+class PartitionWriter(LeaderClient):
     """Produce, ListOffsets and DeleteRecords to a partition's leader, following leader
     changes."""
-
-    def __init__(self, cluster: WireCluster) -> None:
-        self.cluster = cluster
-        self.leaders: dict[tuple[str, int], int] = {}
-
-    def refresh(self, topics: list[str]) -> None:
-        response = self.cluster.metadata(topics)
-        for topic in response.topics:
-            for p in topic.partitions:
-                self.leaders[(topic.name, p.partition_index)] = p.leader_id
-
-    def _call(self, topic: str, partition: int, what: str, send: Any) -> Any:
-        """`send(connection)` -> (error code, message, result) against the leader, retried."""
-        last = "no leader"
-        for attempt in range(RETRIES_MAX):
-            if attempt:
-                time.sleep(RETRY_PAUSE_S)
-                self.refresh([topic])
-            leader = self.leaders.get((topic, partition), -1)
-            if leader < 0:
-                continue
-            try:
-                code, message, result = send(self.cluster.to_node(leader))
-            except WireError as exc:
-                last = str(exc)
-                broker = self.cluster.brokers.get(leader)
-                if broker is not None:
-                    self.cluster.drop(broker.address)
-                continue
-            if code == 0:
-                return result
-            last = f"error {code}" + (f": {message}" if message else "")
-            if code not in RETRIABLE_ERRORS:
-                raise AdminError(f"{what} {topic}[{partition}]: {last}")
-        raise LeaderUnavailable(
-            f"{what} {topic}[{partition}]: gave up after {RETRIES_MAX} tries ({last})"
-        )
 
     def log_end(self, topic: str, partition: int) -> int:
         def send(connection: Any) -> tuple[int, str | None, int]:
@@ -162,7 +126,7 @@ class PartitionWriter:
             (answer,) = response.topics[0].partitions
             return int(answer.error_code), None, int(answer.offset)
 
-        return int(self._call(topic, partition, "log end of", send))
+        return int(self.call(topic, partition, "log end of", send))
 
     def append(self, topic: str, partition: int, batches: list[Batch]) -> None:
         records = b"".join(b.raw for b in batches)
@@ -186,7 +150,7 @@ class PartitionWriter:
             (answer,) = response.responses[0].partition_responses
             return int(answer.error_code), getattr(answer, "error_message", None), None
 
-        self._call(topic, partition, f"restore offsets {batches[0].base_offset}.. of", send)
+        self.call(topic, partition, f"restore offsets {batches[0].base_offset}.. of", send)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> None:
         def send(connection: Any) -> tuple[int, str | None, None]:
@@ -204,7 +168,7 @@ class PartitionWriter:
             (answer,) = response.topics[0].partitions
             return int(answer.error_code), None, None
 
-        self._call(topic, partition, f"delete records before {offset} of", send)
+        self.call(topic, partition, f"delete records before {offset} of", send)
 
 
 def _batches(manifest: Manifest, plan: PartitionPlan) -> Iterator[Batch]:

@@ -15,7 +15,8 @@ import io
 import socket
 import ssl
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -361,3 +362,64 @@ def replica_log_end_offsets(
             if key in offsets and p.error_code == 0 and p.offset >= 0:
                 offsets[key] = int(p.offset)
     return offsets
+
+
+# NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT and the other codes a
+# request to a partition's leader may get while leadership moves: refresh and retry.
+RETRIABLE_ERRORS = frozenset({3, 5, 6, 7, 13, 56, 74, 75})
+RETRIES_MAX = 20
+RETRY_PAUSE_S = 0.5
+
+
+class LeaderUnavailable(AdminError):
+    """No leader took a request after every retry; a write may or may not have landed."""
+
+
+class LeaderClient:
+    """Requests to partitions' leaders, following leader changes: a refused or failed
+    request refreshes the leaders from Metadata and is retried (bounded)."""
+
+    def __init__(self, cluster: WireCluster) -> None:
+        self.cluster = cluster
+        self.leaders: dict[tuple[str, int], int] = {}
+
+    def refresh(self, topics: list[str]) -> None:
+        response = self.cluster.metadata(topics)
+        for topic in response.topics:
+            for p in topic.partitions:
+                self.leaders[(topic.name, p.partition_index)] = p.leader_id
+
+    def call(
+        self,
+        topic: str,
+        partition: int,
+        what: str,
+        send: Callable[[WireConnection], tuple[int, str | None, Any]],
+    ) -> Any:
+        """`send(connection)` -> (error code, message, result) against the leader; the
+        result once the code is 0, AdminError for a code that is not retriable."""
+        last = "no leader"
+        for attempt in range(RETRIES_MAX):
+            if attempt:
+                time.sleep(RETRY_PAUSE_S)
+                self.refresh([topic])
+            leader = self.leaders.get((topic, partition), -1)
+            if leader < 0:
+                continue
+            try:
+                code, message, result = send(self.cluster.to_node(leader))
+            except WireError as exc:
+                last = str(exc)
+                broker = self.cluster.brokers.get(leader)
+                if broker is not None:
+                    self.cluster.drop(broker.address)
+                continue
+            if code == 0:
+                return result
+            last = f"error {code}" + (f": {message}" if message else "")
+            if code not in RETRIABLE_ERRORS:
+                raise AdminError(f"{what} {topic}[{partition}]: {last}")
+        raise LeaderUnavailable(
+            f"{what} {topic}[{partition}]: gave up after {RETRIES_MAX} tries ({last}; is the "
+            "cluster healthy? raftka cluster status)"
+        )

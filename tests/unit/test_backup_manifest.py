@@ -10,7 +10,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from raftka.broker.admin import restore
+from raftka.broker.admin import restore, wire
 from raftka.broker.admin.backup_format import (
     CONTROL_LEADER_CHANGE,
     Batch,
@@ -26,7 +26,7 @@ from raftka.broker.admin.backup_format import (
     split_batches,
 )
 from raftka.broker.admin.common import AdminError
-from raftka.broker.admin.restore import LeaderUnavailable
+from raftka.broker.admin.wire import LeaderUnavailable
 from raftka.broker.cli import _parser
 from raftka.protocol.batch_builder import build_batch, decode_batch
 
@@ -287,7 +287,7 @@ def test_restore_partition_appends_at_the_backup_offsets_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lose_answer_of_append: int | None
 ) -> None:
     monkeypatch.setattr(restore, "PRODUCE_BYTES", 200)  # several requests
-    monkeypatch.setattr(restore, "RETRY_PAUSE_S", 0)
+    monkeypatch.setattr(wire, "RETRY_PAUSE_S", 0)
     runs = [
         [data_batch(3, 2), control(5, 6, CONTROL_KRAFT_VOTERS), data_batch(7, 3)],
         [data_batch(10, 4), data_batch(16, 1)],  # offsets 14, 15: gone to compaction
