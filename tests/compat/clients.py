@@ -3,9 +3,12 @@ waits, and a raw Kafka-protocol socket for sending hand-built (or broken) frames
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import struct
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -400,3 +403,54 @@ def create_topic(
                 f"topic {name!r} not ready on {bootstrap} after {timeout_s} s ({last_state})"
             )
         time.sleep(0.1)
+
+
+CLI_TIMEOUT_S = 90
+
+
+def run_raftka(*args: object, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """`raftka ARGS` as a user runs it (`python -m raftka.broker`), output captured."""
+    from harness import REPO_ROOT
+
+    return subprocess.run(
+        [sys.executable, "-m", "raftka.broker", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
+
+
+def fetch_v12(
+    topic: str, offset: int, *, max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20
+) -> Any:
+    """A Fetch v12 request for partition 0 of `topic` from `offset`, answered at once."""
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.static.primitive import i8, i32, i64
+
+    return FetchRequest(
+        replica_id=i32(-1),
+        max_wait=datetime.timedelta(0),
+        min_bytes=i32(1),
+        max_bytes=i32(max_bytes),
+        isolation_level=i8(0),
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0),
+                        current_leader_epoch=i32(-1),
+                        fetch_offset=i64(offset),
+                        last_fetched_epoch=i32(-1),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(partition_max_bytes),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )

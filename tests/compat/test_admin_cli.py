@@ -6,28 +6,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from clients import make_producer, wait_until, watermarks
+from clients import make_producer, run_raftka, wait_until, watermarks
 from confluent_kafka import Consumer, TopicPartition
-from harness import REPO_ROOT, ClusterProcess, free_port
+from harness import ClusterProcess, free_port
 
 CLI_TIMEOUT_S = 90
 
 
 def raftka(*args: object, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "raftka.broker", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-    )
+    return run_raftka(*args, timeout=timeout)
 
 
 def ok(*args: object) -> str:

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
-from clients import create_topic, make_consumer, make_producer, wait_until
+from clients import create_topic, make_consumer, make_producer, run_raftka, wait_until
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from harness import REPO_ROOT
 
 from raftka.broker.admin.backup import PartitionReader
 from raftka.broker.admin.backup_format import split_batches
@@ -28,13 +26,7 @@ GROUP = "backup-group"
 
 
 def raftka(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "raftka.broker", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        cwd=REPO_ROOT,
-    )
+    return run_raftka(*args, timeout=CLI_TIMEOUT_S)
 
 
 def ok_json(*args: object) -> Any:

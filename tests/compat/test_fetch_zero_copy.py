@@ -4,18 +4,16 @@ frame), or OFFSET_OUT_OF_RANGE when decided after it."""
 
 from __future__ import annotations
 
-import datetime
 import struct
 import time
+from typing import Any
 
-from clients import RawConnection
+from clients import RawConnection, fetch_v12
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
 from kio.serial import entity_reader
-from kio.static.primitive import i8, i32, i64
 
 from raftka.protocol.records import scan_batches
 
@@ -37,33 +35,8 @@ def _produce(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
-def _fetch(topic: str, offset: int) -> FetchRequest:
-    return FetchRequest(
-        replica_id=i32(-1),
-        max_wait=datetime.timedelta(0),
-        min_bytes=i32(1),
-        max_bytes=i32(8 << 20),
-        isolation_level=i8(0),
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            FetchTopic(
-                topic=topic,
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(offset),
-                        last_fetched_epoch=i32(-1),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(4 << 20),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+def _fetch(topic: str, offset: int) -> Any:
+    return fetch_v12(topic, offset, max_bytes=8 << 20, partition_max_bytes=4 << 20)
 
 
 def test_responses_in_flight_when_retention_deletes_their_segments(

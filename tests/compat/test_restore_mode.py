@@ -16,6 +16,7 @@ import pytest
 from clients import (
     RawConnection,
     create_topic,
+    fetch_v12,
     make_producer,
     wait_until,
     watermarks,
@@ -127,36 +128,9 @@ def produce(bootstrap: str, topic: str, records: bytes) -> Any:
 
 def fetch_headers(bootstrap: str, topic: str, offset: int) -> list[tuple[int, ...]]:
     """Batch headers (Kafka's field order) of partition 0 from `offset`, by a raw Fetch."""
-    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
     from kio.schema.fetch.v12.response import FetchResponse
-    from kio.static.primitive import i8, i32, i64
 
-    request = FetchRequest(
-        replica_id=i32(-1),
-        max_wait=datetime.timedelta(0),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=i8(0),
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            FetchTopic(
-                topic=topic,
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(offset),
-                        last_fetched_epoch=i32(-1),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(1 << 20),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    request = fetch_v12(topic, offset)
     with RawConnection(bootstrap) as conn:
         conn.send_request(request)
         response = conn.recv_response(FetchResponse)

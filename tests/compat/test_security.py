@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clients import run_raftka
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from harness import REPO_ROOT, BrokerProcess, free_port
@@ -164,13 +165,7 @@ def auth_errors(settings: dict[str, Any]) -> list[str]:
 
 
 def raftka(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "raftka.broker", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        cwd=REPO_ROOT,
-    )
+    return run_raftka(*args, timeout=CLI_TIMEOUT_S)
 
 
 def ok(*args: object) -> str:
