@@ -53,6 +53,25 @@ def _committed(target: Target, admin: Any, group_id: str) -> dict[tuple[str, int
     }
 
 
+def commit_offsets(
+    target: Target, admin: Any, group_id: str, offsets: list[Any], what: str
+) -> None:
+    """Commit `offsets` (TopicPartitions) for a group with no active members; AdminError
+    naming every partition the broker refused."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    request = ConsumerGroupTopicPartitions(group_id, offsets)
+    futures = admin.alter_consumer_group_offsets([request], request_timeout=target.timeout_s)
+    altered = target.result(futures[group_id], f"{what} group {group_id}")
+    errors = [
+        f"{tp.topic}[{tp.partition}]: {tp.error}"
+        for tp in altered.topic_partitions
+        if tp.error is not None
+    ]
+    if errors:
+        raise AdminError(f"{what} group {group_id}: " + "; ".join(errors))
+
+
 def list_offsets(
     target: Target, admin: Any, partitions: Sequence[tuple[str, int]], spec: Any
 ) -> dict[tuple[str, int], int]:
@@ -272,7 +291,7 @@ def reset_offsets(
 ) -> Document:
     """Plans (and with `execute` commits) new offsets for the partitions of `topics`, each
     (name, partitions) with no partitions meaning all of the topic's."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import TopicPartition
 
     admin = target.admin()
     metadata = target.metadata(admin)
@@ -301,18 +320,13 @@ def reset_offsets(
     committed = _committed(target, admin, group_id)
     planned = _planned_offsets(target, admin, partitions, committed, spec)
     if execute:
-        request = ConsumerGroupTopicPartitions(
-            group_id, [TopicPartition(t, p, planned[(t, p)]) for t, p in partitions]
+        commit_offsets(
+            target,
+            admin,
+            group_id,
+            [TopicPartition(t, p, planned[(t, p)]) for t, p in partitions],
+            "reset offsets of",
         )
-        futures = admin.alter_consumer_group_offsets([request], request_timeout=target.timeout_s)
-        altered = target.result(futures[group_id], f"reset offsets of group {group_id}")
-        errors = [
-            f"{tp.topic}[{tp.partition}]: {tp.error}"
-            for tp in altered.topic_partitions
-            if tp.error is not None
-        ]
-        if errors:
-            raise AdminError(f"reset offsets of group {group_id}: " + "; ".join(errors))
     return {
         "group": group_id,
         "scenario": spec.describe(),

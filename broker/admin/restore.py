@@ -30,7 +30,7 @@ from raftka.broker.admin.backup_format import (
     restore_stream,
 )
 from raftka.broker.admin.common import AdminError, Document, Target, print_table, state_name
-from raftka.broker.admin.groups import RESETTABLE_STATES, list_offsets
+from raftka.broker.admin.groups import RESETTABLE_STATES, commit_offsets, list_offsets
 from raftka.broker.admin.wire import (
     RETRIES_MAX,
     LeaderClient,
@@ -268,7 +268,7 @@ def _wait_for_leaders(writer: PartitionWriter, plans: list[TopicPlan], timeout_s
 def _restore_groups(
     target: Target, admin: Any, groups: dict[str, list[dict[str, Any]]], topics: set[str]
 ) -> int:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import TopicPartition
 
     restored = 0
     for group, offsets in sorted(groups.items()):
@@ -284,22 +284,16 @@ def _restore_groups(
                 f"{len(description.members)} member(s); its offsets can only be restored "
                 "while nobody consumes in it: stop its consumers and run the restore again"
             )
-        request = ConsumerGroupTopicPartitions(
+        commit_offsets(
+            target,
+            admin,
             group,
             [
                 TopicPartition(o["topic"], o["partition"], o["offset"], o.get("metadata") or "")
                 for o in chosen
             ],
+            "restore offsets of",
         )
-        futures = admin.alter_consumer_group_offsets([request], request_timeout=target.timeout_s)
-        altered = target.result(futures[group], f"restore offsets of group {group}")
-        errors = [
-            f"{tp.topic}[{tp.partition}]: {tp.error}"
-            for tp in altered.topic_partitions
-            if tp.error is not None
-        ]
-        if errors:
-            raise AdminError(f"restore offsets of group {group}: " + "; ".join(errors))
         restored += 1
     return restored
 
