@@ -3,7 +3,7 @@
 from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import LogInvariantError, NonContiguousAppend, OffsetOutOfRange
-from .partition import AppendInfo, PartitionLog
+from .partition import AppendInfo, PartitionLog, fsync_directory
 from .segment import LogSegment
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "NonContiguousAppend",
     "OffsetOutOfRange",
     "PartitionLog",
+    "fsync_directory",
 ]

@@ -60,7 +60,8 @@ class AppendInfo(NamedTuple):
     bytes: int
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make a directory's entries (files created, renamed or deleted in it) durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -613,7 +614,7 @@ class PartitionLog:
                 for fd in descriptors:
                     os.close(fd)
             if sync_directory and directory.exists():
-                _fsync_directory(directory)
+                fsync_directory(directory)
             with self._durable_lock:
                 current = generation == self._durable_generation
                 if current and epochs is not None and ticket > self._epochs_written_by:
@@ -647,7 +648,7 @@ class PartitionLog:
         for path in self._files_to_sync:
             _fsync_file(path)
         self._files_to_sync.clear()
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock_ms if now_ms is None else now_ms
         for segment in self.segments:

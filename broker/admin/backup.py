@@ -29,7 +29,6 @@ from raftka.broker.admin.backup_format import (
     Range,
     next_range_start,
     split_batches,
-    sync_directory,
     write_atomically,
 )
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
@@ -42,6 +41,7 @@ from raftka.broker.admin.wire import (
     WireCluster,
     WireConnection,
 )
+from raftka.log import fsync_directory
 from raftka.protocol.api import build, schema_module
 
 FETCH_KEY = 1
@@ -160,7 +160,7 @@ def copy_partition(
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
-        sync_directory(path.parent)
+        fsync_directory(path.parent)
         relative_file = str(relative)
     # A batch can end past the high watermark read first (it cannot start below it and end
     # above it on raftka, where the watermark moves by whole batches, but Kafka allows it).
@@ -318,7 +318,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
 
     write_atomically(run_dir / "topics.json", json.dumps(topics_doc, indent=2).encode())
     write_atomically(run_dir / "groups.json", json.dumps(group_snapshot, indent=2).encode())
-    sync_directory(root / "runs")
+    fsync_directory(root / "runs")
     run = {
         "run": run_id,
         "time": datetime.now(UTC).isoformat(timespec="seconds"),

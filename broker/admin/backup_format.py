@@ -38,6 +38,7 @@ from typing import Any
 import crc32c
 
 from raftka.broker.admin.common import AdminError
+from raftka.log import fsync_directory
 from raftka.protocol.batch_builder import build_batch
 from raftka.protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -380,12 +381,4 @@ def write_atomically(path: Path, content: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(temporary, path)
-    sync_directory(path.parent)
-
-
-def sync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(path.parent)

@@ -13,7 +13,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import pytest
 from clients import run_raftka
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from harness import REPO_ROOT, BrokerProcess, free_port
+from harness import BrokerProcess, free_port
 from required import missing_client
 
 CLI_TIMEOUT_S = 90
@@ -443,31 +442,19 @@ def test_kcat_over_sasl_ssl(secured: SecuredBroker) -> None:
 # -- start-up errors ---------------------------------------------------------------------
 
 
-def test_missing_keystore_stops_startup_naming_config_and_file(tmp_path: Path) -> None:
-    missing = tmp_path / "nope.pem"
-    result = subprocess.run(
-        [sys.executable, "-m", "raftka.broker", "serve", "--listen", f"127.0.0.1:{free_port()}",
-         "--data-dir", str(tmp_path / "data"),
-         "--config", f"listeners=SSL://127.0.0.1:{free_port()}",
-         "--config", f"ssl.keystore.location={missing}"],
-        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+@pytest.mark.parametrize("keystore", ["missing", "not a key"])
+def test_bad_keystore_stops_startup_naming_config_and_file(tmp_path: Path, keystore: str) -> None:
+    path = tmp_path / "keystore.pem"
+    if keystore != "missing":
+        path.write_text(keystore + "\n")
+    result = run_raftka(
+        "serve", "--listen", f"127.0.0.1:{free_port()}", "--data-dir", tmp_path / "data",
+        "--config", f"listeners=SSL://127.0.0.1:{free_port()}",
+        "--config", f"ssl.keystore.location={path}",
+        timeout=60,
     )  # fmt: skip
     assert result.returncode == 2
-    assert "ssl.keystore.location" in result.stderr and str(missing) in result.stderr
-
-
-def test_bad_keystore_stops_startup(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.pem"
-    bad.write_text("not a key\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "raftka.broker", "serve", "--listen", f"127.0.0.1:{free_port()}",
-         "--data-dir", str(tmp_path / "data"),
-         "--config", f"listeners=SSL://127.0.0.1:{free_port()}",
-         "--config", f"ssl.keystore.location={bad}"],
-        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
-    )  # fmt: skip
-    assert result.returncode == 2
-    assert "ssl.keystore.location" in result.stderr and str(bad) in result.stderr
+    assert "ssl.keystore.location" in result.stderr and str(path) in result.stderr
 
 
 # -- a cluster ---------------------------------------------------------------------------
