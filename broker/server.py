@@ -35,6 +35,7 @@ from raftka.broker.security.session import Authenticator
 from raftka.broker.security.tls import server_context
 from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.topics import TopicManager, now_ms
+from raftka.broker.txn import TransactionCoordinator
 from raftka.consensus.driver import RaftNode
 from raftka.consensus.transport import PeerTransport
 from raftka.protocol.api import api_name
@@ -230,6 +231,7 @@ class Broker:
         for spec in self.listeners:
             if spec.protocol.uses_sasl:
                 self.authenticator.validate(spec.name)
+        self.transactions = TransactionCoordinator()
         self.services = BrokerServices(
             config=config,
             identity=self.identity,
@@ -240,6 +242,7 @@ class Broker:
             handlers=HANDLERS,
             metrics=self.metrics,
             authenticator=self.authenticator,
+            transactions=self.transactions,
         )
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:

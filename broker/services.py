@@ -18,6 +18,8 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
 if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
+
     from raftka.broker.cluster.commands import Command, CommandResult
     from raftka.broker.cluster.image import BrokerInfo
     from raftka.broker.config import BrokerConfig
@@ -93,6 +95,19 @@ class ProducerIdSource(Protocol):
         ...
 
 
+class TransactionsView(Protocol):
+    """The transaction coordinator as a partition leader asks it (KIP-890 verification)."""
+
+    async def verify_partition(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+    ) -> ErrorCode: ...
+
+
 class BrokerIdentity:
     """This broker as clients see it. The advertised address is the configured listener
     until the listener is bound, then the address the broker advertises (`advertise`)."""
@@ -159,6 +174,8 @@ class BrokerServices:
     metrics: BrokerMetrics
     # SASL: enabled mechanisms, PLAIN users, SCRAM credentials, failure delays.
     authenticator: Authenticator
+    # The transaction coordinator (transactional ids, their transactions and markers).
+    transactions: TransactionsView
 
 
 @dataclass(frozen=True, slots=True, eq=False)

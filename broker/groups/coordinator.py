@@ -131,6 +131,14 @@ class GroupCoordinator:
     def now(self) -> Instant:
         return Instant(self.clock_ms(), self.wall_clock_ms())
 
+    def on_transaction_completed(
+        self, offsets_partition: int, producer_id: int, committed: bool
+    ) -> None:
+        """A COMMIT (`committed`) or ABORT marker of `producer_id` was committed on
+        `__consumer_offsets` partition `offsets_partition`: the offsets that producer's
+        transaction committed there (TxnOffsetCommit) become visible, or are dropped."""
+        raise NotImplementedError("on_transaction_completed")
+
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
         return self.machine.groups
