@@ -31,7 +31,6 @@ class _SparseIndex:
         self.keys = array("q")
         self.values = array("q")
         self._pending = bytearray()
-        self._fd: int | None = None
 
     # -- encoding between memory (absolute) and disk (Kafka's relative) values ----------------
     def _encode(self, key: int, value: int) -> bytes:
@@ -44,10 +43,18 @@ class _SparseIndex:
         raise NotImplementedError
 
     # -- file handling ----------------------------------------------------------------------
-    def _file(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    # The file is open only while it is written: a broker with 10,000 partitions would
+    # otherwise hold two index descriptors per partition besides its segment's.
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def create(self) -> None:
+        """Make sure the file exists (empty if it did not)."""
+        os.close(self._open())
+
+    def open_for_sync(self) -> int:
+        """A new descriptor of the file for an fsync; the caller closes it."""
+        return self._open()
 
     def load(self, log_size: int, next_offset: int) -> bool:
         """Read the file; returns False (and stays empty) if it is missing or implausible."""
@@ -78,8 +85,11 @@ class _SparseIndex:
         """Replace every entry, in memory and on disk."""
         self.keys = array("q", (k for k, _ in entries))
         self.values = array("q", (v for _, v in entries))
-        fd = self._file()
-        os.ftruncate(fd, 0)
+        fd = self._open()
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
         self._pending = bytearray(b"".join(self._encode(k, v) for k, v in entries))
         self.write_pending()
 
@@ -101,10 +111,13 @@ class _SparseIndex:
             return False
         data = bytes(self._pending)
         self._pending.clear()
-        fd = self._file()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        fd = self._open()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
         return True
 
     def drop_from(self, count: int) -> None:
@@ -114,10 +127,11 @@ class _SparseIndex:
         self.write_pending()
         del self.keys[count:]
         del self.values[count:]
-        os.ftruncate(self._file(), count * self.ENTRY.size)
-
-    def fileno(self) -> int:
-        return self._file()
+        fd = self._open()
+        try:
+            os.ftruncate(fd, count * self.ENTRY.size)
+        finally:
+            os.close(fd)
 
     @property
     def is_full(self) -> bool:
@@ -128,15 +142,9 @@ class _SparseIndex:
         return len(self.keys)
 
     def close(self) -> None:
-        if self._fd is not None:
-            self.write_pending()
-            os.close(self._fd)
-            self._fd = None
+        self.write_pending()
 
     def delete(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
         self._pending.clear()
         self.path.unlink(missing_ok=True)
 

@@ -145,8 +145,8 @@ class PartitionLog:
         )
         if fresh:
             # Create the index files now: a missing one later means it was lost.
-            segment.offset_index.fileno()
-            segment.time_index.fileno()
+            segment.offset_index.create()
+            segment.time_index.create()
         return segment
 
     def _open_segments(self, now_ms: int) -> None:

@@ -464,12 +464,17 @@ class LogSegment:
         return int(os.fstat(self.fd).st_mtime * 1000)
 
     def fsync_targets(self) -> list[int]:
-        """Descriptors a flush must fsync; the caller owns (and closes) the duplicates."""
-        return [
-            os.dup(self.fd),
-            os.dup(self.offset_index.fileno()),
-            os.dup(self.time_index.fileno()),
-        ]
+        """Descriptors a flush must fsync (a duplicate of the segment's, new ones of its
+        indexes); the caller owns and closes them."""
+        targets = [os.dup(self.fd)]
+        try:
+            targets.append(self.offset_index.open_for_sync())
+            targets.append(self.time_index.open_for_sync())
+        except BaseException:
+            for fd in targets:
+                os.close(fd)
+            raise
+        return targets
 
     def close(self) -> None:
         self.offset_index.close()

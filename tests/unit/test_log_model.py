@@ -32,8 +32,6 @@ def kill(log: PartitionLog) -> None:
     for segment in log.segments:
         for index in (segment.offset_index, segment.time_index):
             index.write_pending()
-            if index._fd is not None:
-                os.close(index._fd)
         os.close(segment.fd)
 
 

@@ -43,9 +43,6 @@ def abandon(log: PartitionLog) -> None:
         for index in (segment.offset_index, segment.time_index):
             index.write_pending()  # the page cache survives kill -9
         os.close(segment.fd)
-        for index in (segment.offset_index, segment.time_index):
-            if index._fd is not None:
-                os.close(index._fd)
 
 
 def last_log_file(directory: Path) -> Path:

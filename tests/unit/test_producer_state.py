@@ -65,9 +65,6 @@ def abandon(log: PartitionLog) -> None:
         for index in (segment.offset_index, segment.time_index):
             index.write_pending()
         os.close(segment.fd)
-        for index in (segment.offset_index, segment.time_index):
-            if index._fd is not None:
-                os.close(index._fd)
 
 
 @pytest.fixture
