@@ -34,7 +34,7 @@ from raftka.broker.security.listeners import (
 from raftka.broker.security.session import Authenticator
 from raftka.broker.security.tls import server_context
 from raftka.broker.services import BrokerIdentity, BrokerServices
-from raftka.broker.topics import TopicManager, now_ms
+from raftka.broker.topics import Partition, TopicManager, now_ms
 from raftka.broker.txn import TransactionCoordinator
 from raftka.consensus.driver import RaftNode
 from raftka.consensus.transport import PeerTransport
@@ -43,6 +43,7 @@ from raftka.protocol.api import api_name
 logger = logging.getLogger("raftka.server")
 
 FLUSH_CHECK_INTERVAL_S = 0.05
+LOG_INT64_MAX = 2**63 - 1  # flush.messages / flush.ms: never
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +357,7 @@ class Broker:
         while True:
             await trio.sleep(FLUSH_CHECK_INTERVAL_S)
             now = now_ms()
-            for partition in list(self.topics.local_partitions()):
+            for partition in self._partitions_flushed_on_schedule():
                 log = partition.log
                 if log is not None and log.should_flush(now):
                     async with self.node.sync_lock:
@@ -372,6 +373,19 @@ class Broker:
                                     exc,
                                     extra={"partition": partition.name},
                                 )
+
+    def _partitions_flushed_on_schedule(self) -> list[Partition]:
+        """Local partitions of the topics whose flush.messages or flush.ms is finite; under
+        Kafka's defaults (both unlimited) none, so an idle broker with thousands of
+        partitions does not look at each of them 20 times a second."""
+        found: list[Partition] = []
+        for topic in list(self.topics.topics.values()):
+            logs = [(p, p.log) for p in topic.partitions if p.log is not None]
+            if logs:
+                config = logs[0][1].config
+                if config.flush_messages < LOG_INT64_MAX or config.flush_ms < LOG_INT64_MAX:
+                    found += [p for p, _ in logs]
+        return found
 
     async def _enforce_retention(self) -> None:
         interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
