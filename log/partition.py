@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from raftka.protocol.batch_builder import control_record_type, end_txn_marker_coordinator_epoch
 from raftka.protocol.records import (
     BatchHeader,
     UnsupportedBatch,
@@ -30,12 +31,14 @@ from .config import LogConfig
 from .epochs import LeaderEpochCache, write_file_atomically
 from .errors import LogInvariantError, NonContiguousAppend, OffsetOutOfRange
 from .producer_state import (
+    CompletedTxn,
     ProducerStateManager,
     delete_snapshots_after,
     load_latest_snapshot,
     write_snapshot,
 )
 from .segment import LogSegment
+from .txn_index import AbortedTxn
 
 logger = logging.getLogger("raftka.log")
 
@@ -43,7 +46,7 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 # Left behind by an interrupted atomic write or segment deletion; never data.
 _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
@@ -58,6 +61,16 @@ class AppendInfo(NamedTuple):
     max_timestamp: int
     offset_of_max_timestamp: int
     bytes: int
+
+
+class LogSlice(NamedTuple):
+    """Whole batches of one segment: bytes [position, position + length), and the offset
+    after the last of them."""
+
+    segment: LogSegment
+    position: int
+    length: int
+    next_offset: int
 
 
 def fsync_directory(directory: Path) -> None:
@@ -78,6 +91,15 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _marker_of(batch: bytes | memoryview) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of a transaction marker batch; None if unreadable."""
+    control_type = control_record_type(batch)
+    if control_type is None:
+        return None
+    coordinator_epoch = end_txn_marker_coordinator_epoch(batch)
+    return control_type, -1 if coordinator_epoch is None else coordinator_epoch
 
 
 def _read_offset_file(path: Path) -> int | None:
@@ -147,6 +169,7 @@ class PartitionLog:
             # Create the index files now: a missing one later means it was lost.
             segment.offset_index.create()
             segment.time_index.create()
+            segment.txn_index.fileno()
         return segment
 
     def _open_segments(self, now_ms: int) -> None:
@@ -258,23 +281,62 @@ class PartitionLog:
                 recovery_point,
                 self.log_end_offset if recovered_from is None else recovered_from,
             )
-        self._load_producer_state()
+        # A recovered segment's aborted-transaction index, or one missing or implausible, is
+        # rebuilt with everything after it while the producer state is replayed.
+        rebuild_from = recovered_from
+        for segment in self.segments:
+            if rebuild_from is not None and segment.base_offset >= rebuild_from:
+                break
+            if not segment.txn_index.load(segment.base_offset, segment.next_offset):
+                rebuild_from = segment.base_offset
+                break
+        if rebuild_from is not None and self.log_end_offset > rebuild_from:
+            logger.info(
+                "%s: rebuilding aborted-transaction indexes from offset %d",
+                directory,
+                rebuild_from,
+                extra={"partition": directory.name},
+            )
+        self._load_producer_state(rebuild_from)
         clean_marker.unlink(missing_ok=True)
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, rebuild_txn_index_from: int | None = None) -> None:
         """Producer state as of the log end: the newest snapshot at or below it, then the
-        headers of the batches after it (all of the log if there is no snapshot)."""
+        batches after it (all of the log if there is no snapshot): headers only, plus the
+        records of transaction markers. With `rebuild_txn_index_from`, the aborted-transaction
+        indexes of the segments from that offset on are rebuilt on the way."""
         expiration_ms = self.config.producer_id_expiration_ms
-        loaded = load_latest_snapshot(self.directory, self.log_end_offset, expiration_ms)
+        upto = self.log_end_offset
+        if rebuild_txn_index_from is not None:
+            upto = min(upto, rebuild_txn_index_from)
+            for segment in self.segments:
+                if segment.next_offset > rebuild_txn_index_from:
+                    segment.txn_index.reset(
+                        [e for e in segment.txn_index.entries if e.last_offset < upto]
+                    )
+        loaded = load_latest_snapshot(self.directory, upto, expiration_ms)
         if loaded is None:
             start, state = self.segments[0].base_offset, ProducerStateManager(expiration_ms)
         else:
             start, state = loaded
+        self.producer_state = state
         for segment in self.segments[self._segment_index(start) :]:
             _, position = segment.offset_index.lookup(start)
-            state.replay(h for h in segment.batches_from(position) if h.base_offset >= start)
+            for header in segment.batches_from(position):
+                if header.base_offset < start or header.producer_id < 0:
+                    continue
+                marker = None
+                if header.is_control:
+                    marker = _marker_of(segment.pread(header.size_bytes, header.position))
+                completed = state.update(header, header.base_offset, header.max_timestamp, marker)
+                if (
+                    completed is not None
+                    and completed.is_aborted
+                    and rebuild_txn_index_from is not None
+                    and completed.last_offset >= rebuild_txn_index_from
+                ):
+                    self._index_aborted(segment, completed)
         state.remove_expired(self._clock_ms)
-        self.producer_state = state
 
     def _epochs_from_log(self) -> LeaderEpochCache:
         cache = LeaderEpochCache()
@@ -372,18 +434,69 @@ class PartitionLog:
                 set_log_append_time(buf, header, log_append_time_ms)
         self.segments[-1].append(buf, headers, first_offset, log_append_time_ms)
         self.log_end_offset = last_offset + 1
-        offset = first_offset
-        for header in headers:
-            if header.producer_id >= 0:
-                timestamp = log_append_time_ms if log_append_time_ms >= 0 else header.max_timestamp
-                self.producer_state.update(header, offset, timestamp)
-            offset += header.last_offset_delta + 1
+        self._update_producer_state(buf, headers, first_offset, log_append_time_ms)
         self._unflushed_messages += count
         if leader_epoch >= 0 and self.epochs.assign(leader_epoch, first_offset):
             self._epochs_dirty = True
         return AppendInfo(
             first_offset, last_offset, log_append_time_ms, max_timestamp, offset_of_max, size
         )
+
+    def _update_producer_state(
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        first_offset: int,
+        log_append_time_ms: int,
+    ) -> None:
+        """Record just appended batches (in the active segment) in the producer state; an
+        ABORT marker that ends a transaction gets its aborted-transaction index entry."""
+        offset = first_offset
+        for header in headers:
+            if header.producer_id >= 0:
+                timestamp = log_append_time_ms if log_append_time_ms >= 0 else header.max_timestamp
+                marker = None
+                if header.is_control:
+                    marker = _marker_of(memoryview(records)[header.position : header.end_position])
+                completed = self.producer_state.update(header, offset, timestamp, marker)
+                if completed is not None and completed.is_aborted:
+                    self._index_aborted(self.segments[-1], completed)
+            offset += header.last_offset_delta + 1
+
+    def _index_aborted(self, segment: LogSegment, completed: CompletedTxn) -> None:
+        segment.txn_index.append(
+            AbortedTxn(
+                completed.producer_id,
+                completed.first_offset,
+                completed.last_offset,
+                self.producer_state.last_stable_offset_after(completed),
+            )
+        )
+        segment.dirty = True
+
+    # -- transactions -----------------------------------------------------------------------
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's last stable offset under `high_watermark`: below it every transaction is
+        decided and its marker replicated, so read_committed consumers read up to it. Also
+        forgets the completed transactions whose markers are now below `high_watermark`."""
+        self.producer_state.on_high_watermark(high_watermark)
+        unstable = self.producer_state.first_unstable_offset()
+        return high_watermark if unstable is None else min(unstable, high_watermark)
+
+    def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in [fetch_offset, upper_bound_offset), from
+        the aborted-transaction indexes of the segments from the one holding
+        `fetch_offset` on, stopping once an index shows no later one can overlap (Kafka's
+        collectAbortedTxns)."""
+        found: list[AbortedTxn] = []
+        if upper_bound_offset <= fetch_offset:
+            return found
+        for segment in self.segments[self._segment_index(fetch_offset) :]:
+            search = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found += search.aborted
+            if search.complete:
+                break
+        return found
 
     @staticmethod
     def _max_timestamp_of(headers: Sequence[BatchHeader], first_offset: int) -> tuple[int, int]:
@@ -425,7 +538,7 @@ class PartitionLog:
         self._roll_if_due(size, expected - 1, max_timestamp, now)
         self.segments[-1].append(records, headers, first_offset)
         self.log_end_offset = expected
-        self.producer_state.replay(headers)
+        self._update_producer_state(records, headers, first_offset, -1)
         self._unflushed_messages += expected - first_offset
         for header in headers:
             epoch = header.partition_leader_epoch
@@ -465,6 +578,14 @@ class PartitionLog:
         Reads batch headers only. The answer holds while the caller does not yield to other
         tasks: retention or truncation may delete the segment afterwards.
         """
+        found = self.fetch_slice(fetch_offset, max_bytes, max_offset, min_one_batch)
+        return None if found is None else (found.segment, found.position, found.length)
+
+    def fetch_slice(
+        self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> LogSlice | None:
+        """`read_slice` with the offset just after the last batch in the slice (the upper
+        bound a read_committed fetch collects aborted transactions below)."""
         if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
             raise OffsetOutOfRange(fetch_offset, self.log_start_offset, self.log_end_offset)
         if fetch_offset == self.log_end_offset or fetch_offset >= max_offset:
@@ -472,8 +593,8 @@ class PartitionLog:
         for segment in self.segments[self._segment_index(fetch_offset) :]:
             found = segment.locate(fetch_offset, max_bytes, max_offset, min_one_batch)
             if found is not None:
-                start, stop = found
-                return (segment, start, stop - start) if stop > start else None
+                start, stop, next_offset = found
+                return LogSlice(segment, start, stop - start, next_offset) if stop > start else None
         return None
 
     def batch_header_at(self, offset: int) -> BatchHeader | None:

@@ -14,6 +14,12 @@ what Kafka's ProducerStateManager / ProducerAppendInfo check a client's batch ag
 
 Replicated batches and batches replayed from the log update the state without checks.
 
+Transactions (KIP-98): a producer's first transactional batch starts its ongoing transaction
+at that batch's first offset; its COMMIT or ABORT control batch (the transaction marker) ends
+it. Until the high watermark passes the marker, the completed transaction still holds back
+the last stable offset (Kafka's firstUnstableOffset), so read_committed consumers never see
+data whose fate a truncation could still change.
+
 Snapshots (`<offset>.snapshot`, 20-digit offset, like Kafka's) hold the state as of an
 offset, so that opening a log replays only the batch headers after the newest snapshot.
 """
@@ -24,7 +30,7 @@ import os
 import re
 import struct
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -42,18 +48,26 @@ NO_SEQUENCE = -1
 #: Kafka's producer.id.expiration.ms default (one day).
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
-# Kafka error codes raised by `check`.
+# Kafka error codes raised by `check` and `check_marker`.
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+TRANSACTION_COORDINATOR_FENCED = 52
+
+#: Control record types of transaction markers (Kafka's ControlRecordType).
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+NO_OFFSET = -1
 
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 # version int16 | crc32c uint32 (of everything after it) | producer count int32
 _SNAPSHOT_HEADER = struct.Struct(">hIi")
-# producer id int64 | epoch int16 | last timestamp int64 | batch count int8
-_SNAPSHOT_ENTRY = struct.Struct(">qhqb")
+# producer id int64 | epoch int16 | last timestamp int64 | coordinator epoch int32 |
+# ongoing transaction's first offset int64 (-1: none) | batch count int8
+_SNAPSHOT_ENTRY = struct.Struct(">qhqiqb")
 # first seq int32 | last seq int32 | first offset int64 | last offset int64 | timestamp int64
 _SNAPSHOT_BATCH = struct.Struct(">iiqqq")
 #: Snapshot files kept per partition; older ones are deleted when a new one is written.
@@ -87,14 +101,25 @@ class BatchMetadata(NamedTuple):
     timestamp_ms: int  # the batch's max timestamp (its append time with LogAppendTime)
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction ended by the marker at `last_offset`."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
 @dataclass(eq=False, slots=True)
 class ProducerEntry:
-    """A producer's epoch and its newest batches (oldest first)."""
+    """A producer's epoch, its newest batches (oldest first) and its ongoing transaction."""
 
     producer_id: int
     epoch: int
     last_timestamp_ms: int = -1
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = NO_OFFSET  # first offset of the ongoing transaction
 
     @property
     def last_sequence(self) -> int:
@@ -126,6 +151,9 @@ class ProducerStateManager:
     def __init__(self, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerEntry] = {}
+        # Completed transactions whose marker the high watermark has not passed yet, in
+        # marker order (`on_high_watermark` drops the replicated ones).
+        self.unreplicated_txns: deque[CompletedTxn] = deque()
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -135,6 +163,71 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.unreplicated_txns.clear()
+
+    # -- transactions ---------------------------------------------------------------------
+    def ongoing_txn_first_offset(self, producer_id: int) -> int:
+        """First offset of the producer's ongoing transaction, or -1 if it has none."""
+        entry = self.producers.get(producer_id)
+        return NO_OFFSET if entry is None else entry.current_txn_first_offset
+
+    def ongoing_txns(self) -> dict[int, int]:
+        """Producer id -> first offset of every ongoing transaction."""
+        return {
+            pid: e.current_txn_first_offset
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset != NO_OFFSET
+        }
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker lies below `high_watermark`."""
+        txns = self.unreplicated_txns
+        while txns and txns[0].last_offset < high_watermark:
+            txns.popleft()
+
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of an ongoing transaction or of a completed one whose
+        marker is not yet replicated (Kafka's firstUnstableOffset); None if there is none."""
+        found: int | None = None
+        for entry in self.producers.values():
+            first = entry.current_txn_first_offset
+            if first != NO_OFFSET and (found is None or first < found):
+                found = first
+        for txn in self.unreplicated_txns:
+            if found is None or txn.first_offset < found:
+                found = txn.first_offset
+        return found
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO an aborted-transaction index entry records for `completed`: the first
+        offset of the earliest other ongoing transaction, else just past the marker."""
+        found = completed.last_offset + 1
+        for entry in self.producers.values():
+            first = entry.current_txn_first_offset
+            if entry.producer_id != completed.producer_id and first != NO_OFFSET:
+                found = min(found, first)
+        return found
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Check a transaction marker the leader is about to write; raises
+        ProducerStateError for an epoch older than the producer's (INVALID_PRODUCER_EPOCH)
+        or a coordinator epoch older than the last marker's (TRANSACTION_COORDINATOR_FENCED).
+        """
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise ProducerStateError(
+                INVALID_PRODUCER_EPOCH,
+                f"Epoch of producer {producer_id} is {epoch}, which is smaller than the last "
+                f"seen epoch {entry.epoch}: the marker is from a fenced producer",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise ProducerStateError(
+                TRANSACTION_COORDINATOR_FENCED,
+                f"Coordinator epoch {coordinator_epoch} of the marker for producer "
+                f"{producer_id} is older than the last seen {entry.coordinator_epoch}",
+            )
 
     # -- checking a client's batches ------------------------------------------------------
     def check(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
@@ -142,8 +235,9 @@ class ProducerStateManager:
 
         Returns the metadata of the original batch when `headers` is one batch that is a
         duplicate of a retained one (do not append it; answer its offsets). Raises
-        ProducerStateError for a fenced epoch or a sequence out of order. Batches without a
-        producer id pass.
+        ProducerStateError for a fenced epoch, a sequence out of order, or a
+        non-transactional batch of a producer inside a transaction (INVALID_TXN_STATE).
+        Batches without a producer id pass.
         """
         # Later batches of the same request continue after earlier ones.
         pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last sequence)
@@ -192,15 +286,40 @@ class ProducerStateManager:
                     f"Out of order sequence number for producer {producer_id}: {first} "
                     f"(incoming seq. number), {known_last} (current end sequence number)",
                 )
+            if (
+                entry is not None
+                and not header.is_transactional
+                and entry.current_txn_first_offset != NO_OFFSET
+            ):
+                raise ProducerStateError(
+                    INVALID_TXN_STATE,
+                    f"Expected a transactional write from producer {producer_id}: its "
+                    f"transaction from offset {entry.current_txn_first_offset} is ongoing",
+                )
             pending[producer_id] = (epoch, last)
         return None
 
     # -- recording appended batches -------------------------------------------------------
-    def update(self, header: BatchHeader, first_offset: int, timestamp_ms: int) -> None:
-        """Record a batch appended at `first_offset` (client, replicated or replayed)."""
+    def update(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        timestamp_ms: int,
+        marker: tuple[int, int] | None = None,
+    ) -> CompletedTxn | None:
+        """Record a batch appended at `first_offset` (client, replicated or replayed).
+
+        A control batch needs `marker`, its (control type, coordinator epoch), to end the
+        producer's transaction; returns the transaction a COMMIT or ABORT marker completed
+        (None when the producer had none ongoing: nothing becomes visible or hidden).
+        """
         producer_id = header.producer_id
-        if producer_id < 0 or header.is_control:
-            return
+        if producer_id < 0:
+            return None
+        if header.is_control:
+            if marker is None or marker[0] not in (CONTROL_ABORT, CONTROL_COMMIT):
+                return None
+            return self._end_txn(header, first_offset, timestamp_ms, *marker)
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = ProducerEntry(producer_id, header.producer_epoch)
@@ -218,17 +337,67 @@ class ProducerStateManager:
             )
         )
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        if header.is_transactional and entry.current_txn_first_offset == NO_OFFSET:
+            entry.current_txn_first_offset = first_offset
+        return None
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        """Update from stored batches (which carry their own offsets)."""
+    def _end_txn(
+        self,
+        header: BatchHeader,
+        offset: int,
+        timestamp_ms: int,
+        control_type: int,
+        coordinator_epoch: int,
+    ) -> CompletedTxn | None:
+        producer_id = header.producer_id
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = ProducerEntry(producer_id, header.producer_epoch)
+            self.producers[producer_id] = entry
+        completed = None
+        if entry.current_txn_first_offset != NO_OFFSET:
+            completed = CompletedTxn(
+                producer_id, entry.current_txn_first_offset, offset, control_type == CONTROL_ABORT
+            )
+            self.unreplicated_txns.append(completed)
+        if header.producer_epoch != entry.epoch:
+            entry.epoch = header.producer_epoch
+            entry.batches.clear()
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = NO_OFFSET
+        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        return completed
+
+    def replay(
+        self,
+        headers: Iterable[BatchHeader],
+        markers: Callable[[BatchHeader], tuple[int, int] | None] | None = None,
+    ) -> list[CompletedTxn]:
+        """Update from stored batches (which carry their own offsets); `markers` reads a
+        control batch's (control type, coordinator epoch). Returns the completed txns."""
+        completed = []
         for header in headers:
-            if header.producer_id >= 0:
-                self.update(header, header.base_offset, header.max_timestamp)
+            if header.producer_id < 0:
+                continue
+            marker = None
+            if header.is_control:
+                if markers is None:
+                    continue
+                marker = markers(header)
+            txn = self.update(header, header.base_offset, header.max_timestamp, marker)
+            if txn is not None:
+                completed.append(txn)
+        return completed
 
     def remove_expired(self, now_ms: int) -> int:
-        """Forget producers idle for `expiration_ms` or longer; returns how many went."""
+        """Forget producers idle for `expiration_ms` or longer (never one inside a
+        transaction, as Kafka); returns how many went."""
         limit = now_ms - self.expiration_ms
-        expired = [pid for pid, e in self.producers.items() if e.last_timestamp_ms <= limit]
+        expired = [
+            pid
+            for pid, e in self.producers.items()
+            if e.last_timestamp_ms <= limit and e.current_txn_first_offset == NO_OFFSET
+        ]
         for producer_id in expired:
             del self.producers[producer_id]
         return len(expired)
@@ -238,7 +407,12 @@ class ProducerStateManager:
         body = bytearray()
         for entry in self.producers.values():
             body += _SNAPSHOT_ENTRY.pack(
-                entry.producer_id, entry.epoch, entry.last_timestamp_ms, len(entry.batches)
+                entry.producer_id,
+                entry.epoch,
+                entry.last_timestamp_ms,
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
+                len(entry.batches),
             )
             for batch in entry.batches:
                 body += _SNAPSHOT_BATCH.pack(*batch)
@@ -258,11 +432,18 @@ class ProducerStateManager:
             state = cls(expiration_ms)
             pos = _SNAPSHOT_HEADER.size
             for _ in range(count):
-                producer_id, epoch, last_ts, n = _SNAPSHOT_ENTRY.unpack_from(data, pos)
+                fields = _SNAPSHOT_ENTRY.unpack_from(data, pos)
+                producer_id, epoch, last_ts, coordinator_epoch, txn_first, n = fields
                 pos += _SNAPSHOT_ENTRY.size
                 if not 0 <= n <= BATCHES_KEPT:
                     return None
-                entry = ProducerEntry(producer_id, epoch, last_ts)
+                entry = ProducerEntry(
+                    producer_id,
+                    epoch,
+                    last_ts,
+                    coordinator_epoch=coordinator_epoch,
+                    current_txn_first_offset=txn_first,
+                )
                 for _ in range(n):
                     entry.batches.append(BatchMetadata(*_SNAPSHOT_BATCH.unpack_from(data, pos)))
                     pos += _SNAPSHOT_BATCH.size

@@ -22,6 +22,7 @@ from raftka.protocol.records import (
 
 from .errors import LogInvariantError
 from .index import OffsetIndex, TimeIndex
+from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 OFFSET_INDEX_ENTRY_BYTES = 8
 TIME_INDEX_ENTRY_BYTES = 12
@@ -76,6 +77,8 @@ class LogSegment:
             base_offset,
             max(1, segment_index_bytes // TIME_INDEX_ENTRY_BYTES),
         )
+        # Aborted transactions whose ABORT marker is in this segment.
+        self.txn_index = TransactionIndex(directory / f"{stem}{TXN_INDEX_SUFFIX}")
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size_bytes = 0
         self.next_offset = base_offset
@@ -283,7 +286,7 @@ class LogSegment:
         found = _walk(header_at, position, end, fetch_offset, max_bytes, max_offset, min_one_batch)
         if found is None:
             return None
-        start, stop = found
+        start, stop, _ = found
         if stop == start:
             return b""
         lo, hi = start - window_start, stop - window_start
@@ -293,8 +296,9 @@ class LogSegment:
 
     def locate(
         self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
-    ) -> tuple[int, int] | None:
-        """File positions [start, stop) of what `read` returns, reading batch headers only.
+    ) -> tuple[int, int, int] | None:
+        """File positions [start, stop) of what `read` returns, and the offset after the
+        last batch in them (the first batch's base offset if none), reading batch headers only.
 
         None if no batch here holds `fetch_offset`; start == stop when none may be returned.
         The offset index skips most of the range: only the batches after its last entry
@@ -307,13 +311,15 @@ class LogSegment:
             end = min(end, bound)
         keys, values = self.offset_index.keys, self.offset_index.values
 
-        def skip(start: int) -> int:
+        def skip(start: int) -> tuple[int, int] | None:
             # An index entry within both limits is a batch start every earlier batch fits
             # before.
             slot = min(
                 bisect_right(values, start + max(max_bytes, 0)), bisect_right(keys, max_offset)
             )
-            return values[slot - 1] if slot > 0 and values[slot - 1] > start else start
+            if slot > 0 and values[slot - 1] > start:
+                return values[slot - 1], keys[slot - 1]
+            return None
 
         def header_at(pos: int) -> BatchHeader:
             return read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, pos))
@@ -442,6 +448,7 @@ class LogSegment:
         self.next_offset = header.base_offset
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self._rescan_tail()
         self.dirty = True
         return removed
@@ -474,11 +481,15 @@ class LogSegment:
             for fd in targets:
                 os.close(fd)
             raise
+        txn_index = self.txn_index.fsync_target()
+        if txn_index is not None:
+            targets.append(txn_index)
         return targets
 
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -489,6 +500,7 @@ class LogSegment:
             self.fd = -1
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.log_path.unlink(missing_ok=True)
 
 
@@ -500,14 +512,15 @@ def _walk(
     max_bytes: int,
     max_offset: int,
     min_one_batch: bool,
-    skip: Callable[[int], int] | None = None,
-) -> tuple[int, int] | None:
+    skip: Callable[[int], tuple[int, int] | None] | None = None,
+) -> tuple[int, int, int] | None:
     """File positions [start, stop) of whole batches from the one holding `fetch_offset`,
+    and the offset after the last of them (the first one's base offset when none fits),
     walking headers from `position` (a batch start at or before it) up to `end`: stops before
     a batch whose last offset is >= `max_offset` and before exceeding `max_bytes`, except
     that `min_one_batch` takes a first batch larger than `max_bytes` whole. None if no batch
-    before `end` holds `fetch_offset`. `skip(start)` may name a later batch start that every
-    batch before it fits under both limits, to jump over them."""
+    before `end` holds `fetch_offset`. `skip(start)` may name a later batch start (position,
+    base offset) that every batch before it fits under both limits, to jump over them."""
     while position + RECORD_BATCH_OVERHEAD <= end:
         header = header_at(position)
         if header.base_offset + header.last_offset_delta >= fetch_offset:
@@ -516,8 +529,11 @@ def _walk(
     else:
         return None
     start = stop = position
+    next_offset = header.base_offset
     if skip is not None:
-        stop = skip(start)
+        skipped = skip(start)
+        if skipped is not None:
+            stop, next_offset = skipped
     while stop + RECORD_BATCH_OVERHEAD <= end:
         header = header_at(stop)
         if header.base_offset + header.last_offset_delta >= max_offset:
@@ -526,6 +542,8 @@ def _walk(
         if stop + size - start > max_bytes:
             if stop == start and min_one_batch:
                 stop += size
+                next_offset = header.next_offset
             break
         stop += size
-    return start, stop
+        next_offset = header.next_offset
+    return start, stop, next_offset

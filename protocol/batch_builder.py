@@ -20,7 +20,13 @@ RECORD_BATCH_OVERHEAD = 61
 LOG_OVERHEAD = 12
 ATTRIBUTES_OFFSET = 21
 COMPRESSION_MASK = 0x07
+TRANSACTIONAL_FLAG_MASK = 0x10
 CONTROL_FLAG_MASK = 0x20
+#: Control record types of transaction markers (Kafka's ControlRecordType).
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_END_TXN_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
@@ -112,10 +118,14 @@ def build_batch(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = NO_PRODUCER_EPOCH,
     base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
 ) -> bytes:
     """One uncompressed v2 batch of (key, value) records, all stamped `timestamp_ms`.
 
     `base_offset` and `partition_leader_epoch` lie outside the CRC; the log rewrites them.
+    `transactional` and `control` set those attribute flags (a transaction's data batch, a
+    transaction marker).
     """
     if not records:
         raise ValueError("a record batch needs at least one record")
@@ -129,7 +139,8 @@ def build_batch(
         partition_leader_epoch,
         MAGIC_V2,
         0,  # crc, filled below
-        0,  # attributes: no compression, CreateTime, not transactional, not control
+        # no compression, CreateTime
+        (TRANSACTIONAL_FLAG_MASK if transactional else 0) | (CONTROL_FLAG_MASK if control else 0),
         len(records) - 1,
         timestamp_ms,
         timestamp_ms,
@@ -232,3 +243,52 @@ def iter_batches(buf: bytes | memoryview) -> Iterator[tuple[int, memoryview]]:
 
 def is_control_batch(attributes: int) -> bool:
     return bool(attributes & CONTROL_FLAG_MASK)
+
+
+def build_end_txn_marker(
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    committed: bool,
+    timestamp_ms: int,
+    *,
+    base_offset: int = 0,
+) -> bytes:
+    """A transaction marker: a transactional control batch of one record whose key is
+    (version 0, COMMIT or ABORT) and whose value is (version 0, `coordinator_epoch`), with
+    base sequence -1, as Kafka's EndTransactionMarker."""
+    control_type = CONTROL_TYPE_COMMIT if committed else CONTROL_TYPE_ABORT
+    return build_batch(
+        [(_CONTROL_KEY.pack(0, control_type), _END_TXN_MARKER_VALUE.pack(0, coordinator_epoch))],
+        timestamp_ms,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE,
+        transactional=True,
+        control=True,
+    )
+
+
+def control_record_type(batch: bytes | memoryview) -> int | None:
+    """The control type of one control batch (its first record's key: version int16, type
+    int16), or None when it has no such key or cannot be decoded (e.g. compressed)."""
+    try:
+        records = decode_batch(batch, check_crc=False)
+    except ValueError:
+        return None
+    if not records or records[0].key is None or len(records[0].key) != _CONTROL_KEY.size:
+        return None
+    return int(_CONTROL_KEY.unpack(records[0].key)[1])
+
+
+def end_txn_marker_coordinator_epoch(batch: bytes | memoryview) -> int | None:
+    """The coordinator epoch a transaction marker carries, or None if it cannot be read."""
+    try:
+        records = decode_batch(batch, check_crc=False)
+    except ValueError:
+        return None
+    value = records[0].value if records else None
+    if value is None or len(value) < _END_TXN_MARKER_VALUE.size:
+        return None
+    return int(_END_TXN_MARKER_VALUE.unpack_from(value)[1])

@@ -1,0 +1,140 @@
+"""A segment's aborted-transaction index: Kafka's `.txnindex` file.
+
+One 34-byte entry per transaction whose ABORT marker lies in the segment, in marker order:
+version int16 (0) | producer id int64 | first offset int64 | last offset int64 (the
+marker's) | last stable offset int64 (the LSO once that transaction was complete). A
+read_committed fetch lists the aborted transactions overlapping what it returns, so the
+consumer can drop their records (Kafka's collectAbortedTxns).
+
+Entries are kept in memory too (there are few) and appended to the file without fsync; the
+partition's flush job syncs the file with its segment.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import NamedTuple
+
+TXN_INDEX_SUFFIX = ".txnindex"
+ABORTED_TXN_VERSION = 0
+_ENTRY = struct.Struct(">hqqqq")
+ENTRY_BYTES = _ENTRY.size
+
+
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+    def encode(self) -> bytes:
+        return _ENTRY.pack(ABORTED_TXN_VERSION, *self)
+
+
+class TxnIndexSearch(NamedTuple):
+    """Aborted transactions found in one index; `complete` when no later segment can hold
+    one that overlaps the range searched."""
+
+    aborted: list[AbortedTxn]
+    complete: bool
+
+
+class TransactionIndex:
+    """The aborted transactions of one segment, file and memory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: list[AbortedTxn] = []
+        self._fd = -1
+
+    def fileno(self) -> int:
+        """The file's descriptor, creating the file on first use."""
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def exists(self) -> bool:
+        return self._fd >= 0 or self.path.exists()
+
+    def load(self, base_offset: int, next_offset: int) -> bool:
+        """Read the file; False (entries left empty) when it is missing or implausible:
+        a size not a whole number of entries, an unknown version, a marker outside
+        [base_offset, next_offset), markers out of order or a first offset after its marker.
+        """
+        self.entries = []
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return False
+        if len(data) % ENTRY_BYTES:
+            return False
+        entries = []
+        previous = base_offset - 1
+        for pos in range(0, len(data), ENTRY_BYTES):
+            version, producer_id, first, last, stable = _ENTRY.unpack_from(data, pos)
+            if (
+                version != ABORTED_TXN_VERSION
+                or not base_offset <= last < next_offset
+                or last <= previous
+                or first > last
+                or producer_id < 0
+            ):
+                return False
+            previous = last
+            entries.append(AbortedTxn(producer_id, first, last, stable))
+        self.entries = entries
+        self.fileno()
+        return True
+
+    def append(self, entry: AbortedTxn) -> None:
+        if self.entries and entry.last_offset <= self.entries[-1].last_offset:
+            raise ValueError(
+                f"{self.path}: aborted transaction ending at {entry.last_offset} appended after "
+                f"one ending at {self.entries[-1].last_offset}"
+            )
+        data = entry.encode()
+        fd = self.fileno()
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+        self.entries.append(entry)
+
+    def reset(self, entries: list[AbortedTxn]) -> None:
+        """Replace the whole file with `entries` (recovery's rebuild)."""
+        fd = self.fileno()
+        os.ftruncate(fd, 0)
+        self.entries = []
+        for entry in entries:
+            self.append(entry)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries whose marker is at or after `offset`."""
+        keep = [entry for entry in self.entries if entry.last_offset < offset]
+        if len(keep) != len(self.entries):
+            os.ftruncate(self.fileno(), len(keep) * ENTRY_BYTES)
+            self.entries = keep
+
+    def collect(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
+        """Aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
+        found = []
+        for entry in self.entries:
+            if entry.last_offset >= fetch_offset and entry.first_offset < upper_bound_offset:
+                found.append(entry)
+            if entry.last_stable_offset >= upper_bound_offset:
+                return TxnIndexSearch(found, True)
+        return TxnIndexSearch(found, False)
+
+    def fsync_target(self) -> int | None:
+        """A duplicate descriptor to fsync (the caller closes it), None if no file."""
+        return os.dup(self._fd) if self._fd >= 0 else None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
