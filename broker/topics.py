@@ -125,7 +125,9 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """Kafka's LSO: read_committed consumers read below it (every transaction before it
+        is decided and its marker committed)."""
+        return self.hosted_log.last_stable_offset(self.high_watermark)
 
     def in_sync_replicas(self) -> tuple[int, ...]:
         if self.raft is not None and self.raft.role is Role.LEADER:

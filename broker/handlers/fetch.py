@@ -1,5 +1,10 @@
 """Fetch: byte ranges of segment files up to the high watermark, with long polling.
 
+A read_committed fetch (isolation level 1) reads only below the last stable offset and lists
+the aborted transactions overlapping the batches it returns, from the segments'
+aborted-transaction indexes, so the consumer drops their records; every fetch reports the
+last stable offset, as Kafka's does.
+
 Record bytes are not read into Python: each partition's answer is a range of a segment file
 (held by a duplicated descriptor, so retention deleting the file cannot change it) that the
 connection sends with sendfile (see `raftka.protocol.splice`). Ranges under
@@ -22,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.handlers.common import NO_THROTTLE, led_partition, response_schema
 from raftka.log import OffsetOutOfRange
+from raftka.log.partition import LogSlice
 from raftka.protocol.api import build
 from raftka.protocol.splice import FileRange, SplicedResponse, Splices
 
@@ -33,9 +39,6 @@ if TYPE_CHECKING:
 READ_COMMITTED = 1
 #: Record ranges up to this size are read into the response rather than sent with sendfile.
 INLINE_RECORDS_BYTES_MAX = 32 * 1024
-
-
-_Slice = tuple["LogSegment", int, int]
 
 
 def _read_all(
@@ -95,20 +98,32 @@ def _read_all(
                 )
                 watched.append(partition)
                 max_bytes = min(p.partition_max_bytes, remaining)
-                found: _Slice | None = None
+                found: LogSlice | None = None
                 try:
                     if max_bytes > 0 or min_one_batch:
-                        found = log.read_slice(p.fetch_offset, max_bytes, limit, min_one_batch)
+                        found = log.fetch_slice(p.fetch_offset, max_bytes, limit, min_one_batch)
                 except OffsetOutOfRange:
                     fields["error_code"] = ErrorCode.offset_out_of_range
                 if found is not None:
-                    length = found[2]
+                    length = found.length
                     min_one_batch = False
                     remaining = max(0, remaining - length)
                     total_bytes += length
-                    fields["records"] = found
+                    fields["records"] = (found.segment, found.position, length)
                 if request.isolation_level == READ_COMMITTED:
-                    fields["aborted_transactions"] = ()
+                    aborted = (
+                        log.collect_aborted(p.fetch_offset, found.next_offset)
+                        if found is not None
+                        else []
+                    )
+                    fields["aborted_transactions"] = tuple(
+                        build(
+                            module.AbortedTransaction,
+                            producer_id=txn.producer_id,
+                            first_offset=txn.first_offset,
+                        )
+                        for txn in aborted
+                    )
             partitions.append(fields)
         responses.append((name or "", getattr(wanted, "topic_id", None), partitions))
     return responses, total_bytes, watched

@@ -12,9 +12,15 @@ refreshes its metadata.
 Batches with a producer id are checked against the partition's producer state (epoch and
 sequence, `log.producer_state`) right before the append, with no await in between, so no
 other request can interleave. A retried duplicate is not appended; its answer carries the
-original base offset, as Kafka's does. Transactional batches are refused with
-INVALID_TXN_STATE: this broker has no transaction coordinator, so no transaction can be
-ongoing (what Kafka answers for a transactional write outside a transaction).
+original base offset, as Kafka's does.
+
+Transactional batches (KIP-98) need the request's transactional id (else every partition
+answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka) and one producer id across the
+request (else INVALID_PRODUCER_ID_MAPPING). A producer's first transactional batch on a
+partition (no ongoing transaction of it at that epoch) is verified with the transaction
+coordinator first (KIP-890): its error is the partition's answer and nothing is written.
+After that await every check runs again right before the append, since another request may
+have written in between.
 
 A topic with `raftka.restore.in.progress=true` is in restore mode (`raftka restore` writes
 it): the records may hold several batches, each must start at the offset the partition's log
@@ -46,8 +52,10 @@ from raftka.consensus.types import EntryKind
 from raftka.log.producer_state import BatchMetadata, ProducerStateError
 from raftka.protocol.api import build
 from raftka.protocol.records import (
+    RECORD_BATCH_OVERHEAD,
     BatchHeader,
     InvalidRecords,
+    read_batch_header,
     set_log_append_time,
     validate_produce_records,
 )
@@ -65,18 +73,35 @@ def _append_time(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
+class _NeedsVerification(Exception):
+    """The batch starts a transaction on the partition: the coordinator must confirm the
+    partition is in it (the producer id and epoch) before it is appended."""
+
+    def __init__(self, producer_id: int, producer_epoch: int) -> None:
+        super().__init__(producer_id, producer_epoch)
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
+
 def _check_producer_state(
-    log: PartitionLog, headers: Sequence[BatchHeader]
+    log: PartitionLog, headers: Sequence[BatchHeader], verified: bool
 ) -> BatchMetadata | None:
-    """The retained batch `headers` duplicates, if any; raises ProducerStateError."""
-    for header in headers:
-        if header.is_transactional:
-            raise ProducerStateError(
-                ErrorCode.invalid_txn_state,
-                "Transactional records are not supported: this broker has no transaction "
-                "coordinator, so no transaction can be ongoing",
-            )
-    return log.producer_state.check(headers)
+    """The retained batch `headers` duplicates, if any; raises ProducerStateError, or
+    _NeedsVerification for a transactional batch that starts a transaction here (unless
+    `verified`)."""
+    duplicate = log.producer_state.check(headers)
+    if duplicate is None and not verified:
+        for header in headers:
+            if not header.is_transactional:
+                continue
+            entry = log.producer_state.get(header.producer_id)
+            if (
+                entry is None
+                or entry.epoch != header.producer_epoch
+                or entry.current_txn_first_offset < 0
+            ):
+                raise _NeedsVerification(header.producer_id, header.producer_epoch)
+    return duplicate
 
 
 def _too_few_in_sync(partition: Partition, fields: dict[str, Any]) -> bool:
@@ -94,10 +119,18 @@ def _too_few_in_sync(partition: Partition, fields: dict[str, Any]) -> bool:
 
 
 def _append(
-    context: RequestContext, partition: Partition, records: bytes, acks: int, now: int, version: int
+    context: RequestContext,
+    partition: Partition,
+    records: bytes,
+    acks: int,
+    now: int,
+    version: int,
+    verified: bool = False,
 ) -> tuple[dict[str, Any], tuple[int, int | None] | None]:
     """Validate and propose one partition's batch: (response fields, what the answer waits
-    for: the end offset and the epoch of the batch there, or None when it need not wait)."""
+    for: the end offset and the epoch of the batch there, or None when it need not wait).
+    Raises _NeedsVerification (nothing written) for a transaction's first batch here unless
+    `verified`."""
     topic = partition.topic
     fields: dict[str, Any] = {"error_code": ErrorCode.none}
     try:
@@ -124,7 +157,7 @@ def _append(
     if acks == -1 and _too_few_in_sync(partition, fields):
         return fields, None
     try:
-        duplicate = _check_producer_state(log, headers)
+        duplicate = _check_producer_state(log, headers, verified)
     except ProducerStateError as exc:
         fields.update(error_code=ErrorCode(exc.error_code), error_message=exc.message)
         logger.info(
@@ -337,6 +370,52 @@ def _count_errors(context: RequestContext, results: list[tuple[str, list[dict[st
                 metrics.request_error(context.api_key, fields["error_code"])
 
 
+def _transactional_error(context: RequestContext, request: Any) -> tuple[ErrorCode, str] | None:
+    """Kafka's whole-request refusals of transactional batches: no transactional id, or
+    more than one producer id among them (restore-mode topics take batches as stored)."""
+    producers: set[int] = set()
+    for topic_data in request.topic_data or ():
+        topic = context.services.topics.get(topic_data.name)
+        if topic is not None and topic.config.get_str(RESTORE_IN_PROGRESS) == "true":
+            continue
+        for data in topic_data.partition_data or ():
+            records = data.records or b""
+            if len(records) < RECORD_BATCH_OVERHEAD:
+                continue
+            header = read_batch_header(records)
+            if header.is_transactional and header.producer_id >= 0 and not header.is_control:
+                producers.add(header.producer_id)
+    if not producers:
+        return None
+    if getattr(request, "transactional_id", None) is None:
+        return (
+            ErrorCode.transactional_id_authorization_failed,
+            "transactional records need the request's transactional id",
+        )
+    if len(producers) > 1:
+        return (
+            ErrorCode.invalid_producer_id_mapping,
+            f"transactional records of more than one producer id: {sorted(producers)}",
+        )
+    return None
+
+
+async def _verify(
+    context: RequestContext,
+    transactional_id: str,
+    partition: Partition,
+    pending: _NeedsVerification,
+    verdicts: dict[int, ErrorCode],
+) -> None:
+    verdicts[id(partition)] = await context.services.transactions.verify_partition(
+        transactional_id,
+        pending.producer_id,
+        pending.producer_epoch,
+        partition.topic.name,
+        partition.index,
+    )
+
+
 async def handle_produce(context: RequestContext, request: Any) -> Any:
     topics = context.services.topics
     entity, module = response_schema(context)
@@ -346,14 +425,19 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
     results: list[tuple[str, list[dict[str, Any]]]] = []
     commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]] = []
     floors: list[tuple[Partition, int, dict[str, Any]]] = []
+    verifications: list[tuple[Partition, bytes, _NeedsVerification, dict[str, Any]]] = []
+    refused = _transactional_error(context, request)
     for topic_data in request.topic_data or ():
         name = topic_data.name
         topic = topics.get(name)
         partition_results = []
         for data in topic_data.partition_data or ():
             partition = None if topic is None else topics.partition(name, data.index)
-            if acks not in (-1, 0, 1):
-                fields: dict[str, Any] = {"error_code": ErrorCode.invalid_required_acks}
+            fields: dict[str, Any]
+            if refused is not None:
+                fields = {"error_code": refused[0], "error_message": refused[1]}
+            elif acks not in (-1, 0, 1):
+                fields = {"error_code": ErrorCode.invalid_required_acks}
             elif partition is None or topic is None:
                 fields = {"error_code": ErrorCode.unknown_topic_or_partition}
             elif topic.is_internal:
@@ -370,14 +454,42 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 if floor is not None:
                     floors.append((partition, floor, fields))
             else:
-                fields, wait_for = _append(
-                    context, partition, data.records or b"", acks, now, version
-                )
+                try:
+                    fields, wait_for = _append(
+                        context, partition, data.records or b"", acks, now, version
+                    )
+                except _NeedsVerification as needed:
+                    fields, wait_for = {"error_code": ErrorCode.none}, None
+                    verifications.append((partition, data.records or b"", needed, fields))
                 if wait_for is not None:
                     commits.append((partition, wait_for, fields))
             fields["index"] = data.index
             partition_results.append(fields)
         results.append((name, partition_results))
+    if verifications:
+        verdicts: dict[int, ErrorCode] = {}
+        async with trio.open_nursery() as nursery:
+            for partition, _, pending, _ in verifications:
+                nursery.start_soon(
+                    _verify, context, request.transactional_id, partition, pending, verdicts
+                )
+        for partition, records, pending, fields in verifications:
+            verdict = verdicts[id(partition)]
+            if verdict != ErrorCode.none:
+                fields.update(
+                    error_code=verdict,
+                    error_message=f"{partition.name}: the transaction coordinator did not "
+                    f"confirm producer {pending.producer_id} (epoch {pending.producer_epoch}) "
+                    f"added this partition to its transaction: {verdict.name}",
+                )
+                continue
+            # Checked again: another request may have written while we waited.
+            appended, wait_for = _append(
+                context, partition, records, acks, now_ms(), version, verified=True
+            )
+            fields.update(appended)
+            if wait_for is not None:
+                commits.append((partition, wait_for, fields))
     if commits or floors:
         timeout_s = max(request.timeout.total_seconds(), 0.001)
         async with trio.open_nursery() as nursery:
