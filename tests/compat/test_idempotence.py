@@ -145,11 +145,12 @@ def test_out_of_order_sequence_is_rejected(bootstrap, new_topic):
     assert watermarks(bootstrap, topic, 0)[1] == 2
 
 
-def test_transactional_batch_is_refused(bootstrap, new_topic):
+def test_transactional_batch_without_transactional_id_is_refused(bootstrap, new_topic):
     topic = new_topic(partitions=1)
     _err, pid, epoch = init_producer_id(bootstrap)
     batch = idempotent_batch(pid, epoch, 0, [b"t"], transactional=True)
-    assert produce_raw(bootstrap, topic, batch)[0] == INVALID_TXN_STATE
+    # Kafka refuses transactional records in a request without a transactional id.
+    assert produce_raw(bootstrap, topic, batch)[0] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert watermarks(bootstrap, topic, 0)[1] == 0
 
 
