@@ -151,6 +151,9 @@ class ProducerStateManager:
     def __init__(self, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerEntry] = {}
+        # Producer id -> first offset of its ongoing transaction (the entries' own field,
+        # indexed so the LSO costs the few open transactions, not every producer).
+        self._ongoing: dict[int, int] = {}
         # Completed transactions whose marker the high watermark has not passed yet, in
         # marker order (`on_high_watermark` drops the replicated ones).
         self.unreplicated_txns: deque[CompletedTxn] = deque()
@@ -163,6 +166,7 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self._ongoing.clear()
         self.unreplicated_txns.clear()
 
     # -- transactions ---------------------------------------------------------------------
@@ -173,11 +177,7 @@ class ProducerStateManager:
 
     def ongoing_txns(self) -> dict[int, int]:
         """Producer id -> first offset of every ongoing transaction."""
-        return {
-            pid: e.current_txn_first_offset
-            for pid, e in self.producers.items()
-            if e.current_txn_first_offset != NO_OFFSET
-        }
+        return dict(self._ongoing)
 
     def on_high_watermark(self, high_watermark: int) -> None:
         """Forget completed transactions whose marker lies below `high_watermark`."""
@@ -188,11 +188,7 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """The smallest first offset of an ongoing transaction or of a completed one whose
         marker is not yet replicated (Kafka's firstUnstableOffset); None if there is none."""
-        found: int | None = None
-        for entry in self.producers.values():
-            first = entry.current_txn_first_offset
-            if first != NO_OFFSET and (found is None or first < found):
-                found = first
+        found = min(self._ongoing.values()) if self._ongoing else None
         for txn in self.unreplicated_txns:
             if found is None or txn.first_offset < found:
                 found = txn.first_offset
@@ -202,9 +198,8 @@ class ProducerStateManager:
         """The LSO an aborted-transaction index entry records for `completed`: the first
         offset of the earliest other ongoing transaction, else just past the marker."""
         found = completed.last_offset + 1
-        for entry in self.producers.values():
-            first = entry.current_txn_first_offset
-            if entry.producer_id != completed.producer_id and first != NO_OFFSET:
+        for producer_id, first in self._ongoing.items():
+            if producer_id != completed.producer_id:
                 found = min(found, first)
         return found
 
@@ -339,6 +334,7 @@ class ProducerStateManager:
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
         if header.is_transactional and entry.current_txn_first_offset == NO_OFFSET:
             entry.current_txn_first_offset = first_offset
+            self._ongoing[producer_id] = first_offset
         return None
 
     def _end_txn(
@@ -365,6 +361,7 @@ class ProducerStateManager:
             entry.batches.clear()
         entry.coordinator_epoch = coordinator_epoch
         entry.current_txn_first_offset = NO_OFFSET
+        self._ongoing.pop(producer_id, None)
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
         return completed
 
@@ -448,6 +445,8 @@ class ProducerStateManager:
                     entry.batches.append(BatchMetadata(*_SNAPSHOT_BATCH.unpack_from(data, pos)))
                     pos += _SNAPSHOT_BATCH.size
                 state.producers[producer_id] = entry
+                if txn_first != NO_OFFSET:
+                    state._ongoing[producer_id] = txn_first
             if pos != len(data):
                 return None
         except struct.error:
