@@ -1,0 +1,220 @@
+"""Transactional Produce and write_marker in an in-process broker, with a stand-in for the
+transaction coordinator's verification: who is asked when, that its error is the answer,
+and that the producer checks run again after the await."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.static.primitive import i16, i32
+
+from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.config import BrokerConfig
+from raftka.broker.handlers.produce import handle_produce
+from raftka.broker.handlers.txn_markers import write_marker
+from raftka.broker.server import Broker, Listener
+from raftka.broker.services import BrokerServices, RequestContext
+from raftka.protocol.batch_builder import build_batch
+
+TOPIC = "txn"
+PID = 500
+
+
+def _run(broker: Broker, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    async def main() -> Any:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.node.run_syncs)
+            await nursery.start(broker.controller.apply_metadata)
+            result = await fn(*args)
+            nursery.cancel_scope.cancel()
+        return result
+
+    return trio.run(main)
+
+
+class Coordinator:
+    """Answers `verdict` and records each question; `during` runs inside the await."""
+
+    def __init__(self, verdict: ErrorCode = ErrorCode.none) -> None:
+        self.verdict = verdict
+        self.asked: list[tuple[str, int, int, str, int]] = []
+        self.during: Callable[[], Awaitable[None]] | None = None
+
+    async def verify_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, index: int
+    ) -> ErrorCode:
+        self.asked.append((transactional_id, producer_id, producer_epoch, topic, index))
+        await trio.sleep(0)
+        if self.during is not None:
+            await self.during()
+        return self.verdict
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Broker:
+    config = BrokerConfig({}, environ={})
+    instance = Broker(config, Listener("127.0.0.1", 0), tmp_path / "data")
+    _run(instance, instance.controller.register, "127.0.0.1", 9092, None)
+    created = _run(
+        instance,
+        instance.controller.execute,
+        CreateTopicCommand(name=TOPIC, num_partitions=1, replication_factor=1),
+    )
+    assert created.error_code == ErrorCode.none, created
+
+    async def led() -> None:
+        partition = instance.topics.partition(TOPIC, 0)
+        while partition is None or not partition.is_leader:
+            await trio.sleep(0.01)
+            partition = instance.topics.partition(TOPIC, 0)
+
+    _run(instance, led)
+    return instance
+
+
+def services_with(broker: Broker, coordinator: Coordinator) -> BrokerServices:
+    return dataclasses.replace(broker.services, transactions=coordinator)
+
+
+def produce(
+    broker: Broker, services: BrokerServices, records: bytes, transactional_id: str | None
+) -> Any:
+    request = ProduceRequest(
+        transactional_id=transactional_id,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name=TOPIC, partition_data=(PartitionProduceData(index=0, records=records),)
+            ),
+        ),
+    )
+    header = RequestHeader(
+        request_api_key=i16(0),
+        request_api_version=i16(9),
+        correlation_id=i32(1),
+        client_id="test",
+    )
+    context = RequestContext(services, header, 0, 9, "127.0.0.1", 1)
+    response = _run(broker, handle_produce, context, request)
+    return response.responses[0].partition_responses[0]
+
+
+def txn_batch(seq: int, epoch: int = 0) -> bytes:
+    return build_batch(
+        [(None, b"v")],
+        0,
+        producer_id=PID,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=True,
+    )
+
+
+def marker(broker: Broker, services: BrokerServices, epoch: int, committed: bool) -> ErrorCode:
+    result: ErrorCode = _run(
+        broker, write_marker, services, TOPIC, 0, PID, epoch, 0, committed, 10.0
+    )
+    return result
+
+
+def log_end(broker: Broker) -> int:
+    partition = broker.topics.partition(TOPIC, 0)
+    assert partition is not None and partition.log is not None
+    return partition.log.log_end_offset
+
+
+def lso(broker: Broker) -> int:
+    partition = broker.topics.partition(TOPIC, 0)
+    assert partition is not None
+    return partition.last_stable_offset
+
+
+def test_first_batch_of_a_transaction_is_verified_once(broker: Broker) -> None:
+    coordinator = Coordinator()
+    services = services_with(broker, coordinator)
+    start = log_end(broker)
+    answer = produce(broker, services, txn_batch(0), "tx")
+    assert answer.error_code == ErrorCode.none, answer
+    assert coordinator.asked == [("tx", PID, 0, TOPIC, 0)]
+    assert lso(broker) == start
+    assert produce(broker, services, txn_batch(1), "tx").error_code == ErrorCode.none
+    assert len(coordinator.asked) == 1  # the transaction is ongoing here: no question
+    assert marker(broker, services, 0, committed=True) == ErrorCode.none
+    assert lso(broker) == log_end(broker)
+    # The next transaction starts anew: asked again.
+    assert produce(broker, services, txn_batch(2), "tx").error_code == ErrorCode.none
+    assert len(coordinator.asked) == 2
+
+
+def test_coordinator_error_is_the_answer_and_nothing_is_written(broker: Broker) -> None:
+    coordinator = Coordinator(ErrorCode.producer_fenced)
+    services = services_with(broker, coordinator)
+    end = log_end(broker)
+    answer = produce(broker, services, txn_batch(0), "tx")
+    assert answer.error_code == ErrorCode.producer_fenced
+    assert log_end(broker) == end
+
+
+def test_producer_checks_run_again_after_verification(broker: Broker) -> None:
+    coordinator = Coordinator()
+    services = services_with(broker, coordinator)
+
+    async def fence() -> None:
+        # While the produce waits, the coordinator fences the producer with a newer epoch.
+        assert await write_marker(services, TOPIC, 0, PID, 1, 0, False, 10.0) == ErrorCode.none
+
+    coordinator.during = fence
+    end = log_end(broker)
+    answer = produce(broker, services, txn_batch(0), "tx")
+    assert answer.error_code == ErrorCode.invalid_producer_epoch, answer
+    assert log_end(broker) == end + 1  # only the marker
+    coordinator.during = None
+    assert marker(broker, services, 0, committed=True) == ErrorCode.invalid_producer_epoch
+    assert log_end(broker) == end + 1
+
+
+def test_transactional_and_another_producer_in_one_request_is_refused(broker: Broker) -> None:
+    coordinator = Coordinator()
+    services = services_with(broker, coordinator)
+    other = build_batch(
+        [(None, b"w")],
+        0,
+        producer_id=PID + 1,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    request = ProduceRequest(
+        transactional_id="tx",
+        acks=-1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name=TOPIC,
+                partition_data=(
+                    PartitionProduceData(index=0, records=txn_batch(0)),
+                    PartitionProduceData(index=0, records=other),
+                ),
+            ),
+        ),
+    )
+    header = RequestHeader(
+        request_api_key=i16(0), request_api_version=i16(9), correlation_id=i32(1), client_id="t"
+    )
+    context = RequestContext(services, header, 0, 9, "127.0.0.1", 1)
+    end = log_end(broker)
+    response = _run(broker, handle_produce, context, request)
+    codes = {p.error_code for p in response.responses[0].partition_responses}
+    assert codes == {ErrorCode.invalid_producer_id_mapping}
+    assert log_end(broker) == end
+    assert coordinator.asked == []
