@@ -262,3 +262,60 @@ def test_transactional_produce_needs_an_id_and_the_coordinator(broker_factory) -
     answer = transactional_produce(broker.bootstrap, topic, "tx-1")
     assert answer.error_code == ErrorCode.invalid_txn_state, answer
     assert list_offset_latest(broker.bootstrap, topic, 0) == 0
+
+
+def test_transactions_replicate_across_a_cluster(cluster_factory) -> None:
+    """Markers and transactional batches replicate as Raft entries; the leader answers the
+    LSO and aborted transactions, and a marker written through it commits on a majority."""
+    from test_cluster import partition_state, state_from_any
+
+    cluster = cluster_factory()
+    topic = f"txn-{uuid.uuid4().hex[:10]}"
+    create_topic(cluster.bootstrap, topic, config={RESTORE: "true"}, replication_factor=3)
+    state = wait_until(
+        lambda: (s := state_from_any(cluster.nodes, topic)) and len(s["isr"]) == 3 and s,
+        30,
+        f"{topic}: a leader and 3 in-sync replicas",
+    )
+    (node,) = [n for n in cluster.nodes if n.node_id == state["leader"]]
+    assert partition_state(node.bootstrap, topic)["leader"] == node.node_id
+    leader = str(node.bootstrap)
+    answer = produce(leader, topic, b"".join(LAYOUT))
+    assert answer.error_code == ErrorCode.none, answer
+    set_restore(cluster.bootstrap, topic, on=False)
+
+    check_open_transaction_state(leader, topic)
+
+    # A new leader rebuilt the same transaction state from the replicated batches.
+    node.kill()
+    state = wait_until(
+        lambda: (
+            (s := state_from_any(cluster.nodes, topic))
+            and s["leader"] not in (None, -1, node.node_id)
+            and s
+        ),
+        60,
+        f"{topic}: a new leader",
+    )
+    (successor,) = [n for n in cluster.nodes if n.node_id == state["leader"]]
+    leader = str(successor.bootstrap)
+    wait_until(
+        lambda: list_offset_latest(leader, topic, 0) >= LOG_END, 30, "the new leader to answer"
+    )
+    assert list_offset_latest(leader, topic, 1) == OPEN_TXN_START
+    part = fetch_committed(leader, topic, 0)
+    assert part.last_stable_offset == OPEN_TXN_START
+    assert [(t.producer_id, t.first_offset) for t in part.aborted_transactions] == [
+        (ABORTED_PID, 3)
+    ]
+    node.start()
+
+    assert write_markers(leader, topic, 0, OPEN_PID, OPEN_EPOCH, True) == ErrorCode.none
+    end = list_offset_latest(leader, topic, 0)
+    assert list_offset_latest(leader, topic, 1) == end
+    assert read_values(cluster.bootstrap, topic, "read_committed", 7) == [
+        *COMMITTED_VALUES,
+        b"o1",
+        b"o2",
+        b"a2",
+    ]
