@@ -169,7 +169,7 @@ class PartitionLog:
             # Create the index files now: a missing one later means it was lost.
             segment.offset_index.create()
             segment.time_index.create()
-            segment.txn_index.fileno()
+            segment.txn_index.create()
         return segment
 
     def _open_segments(self, now_ms: int) -> None:

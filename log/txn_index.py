@@ -50,13 +50,16 @@ class TransactionIndex:
         self._fd = -1
 
     def fileno(self) -> int:
-        """The file's descriptor, creating the file on first use."""
+        """The file's descriptor, opened (and the file created) on first write."""
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         return self._fd
 
-    def exists(self) -> bool:
-        return self._fd >= 0 or self.path.exists()
+    def create(self) -> None:
+        """Create the (empty) file without keeping a descriptor: most segments never
+        write an entry, and a missing file later means it was lost."""
+        if self._fd < 0:
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644))
 
     def load(self, base_offset: int, next_offset: int) -> bool:
         """Read the file; False (entries left empty) when it is missing or implausible:
@@ -85,7 +88,6 @@ class TransactionIndex:
             previous = last
             entries.append(AbortedTxn(producer_id, first, last, stable))
         self.entries = entries
-        self.fileno()
         return True
 
     def append(self, entry: AbortedTxn) -> None:
@@ -103,8 +105,8 @@ class TransactionIndex:
 
     def reset(self, entries: list[AbortedTxn]) -> None:
         """Replace the whole file with `entries` (recovery's rebuild)."""
-        fd = self.fileno()
-        os.ftruncate(fd, 0)
+        self.create()
+        os.truncate(self.path, 0)
         self.entries = []
         for entry in entries:
             self.append(entry)
@@ -113,7 +115,7 @@ class TransactionIndex:
         """Drop the entries whose marker is at or after `offset`."""
         keep = [entry for entry in self.entries if entry.last_offset < offset]
         if len(keep) != len(self.entries):
-            os.ftruncate(self.fileno(), len(keep) * ENTRY_BYTES)
+            os.truncate(self.path, len(keep) * ENTRY_BYTES)
             self.entries = keep
 
     def collect(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
