@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -116,12 +118,18 @@ def list_offset_latest(bootstrap: str, topic: str, isolation_level: int) -> int:
     return int(part.offset)
 
 
-def fetch_committed(bootstrap: str, topic: str, offset: int) -> Any:
+def fetch_committed(bootstrap: str, topic: str, offset: int, max_wait_s: float = 0) -> Any:
+    """Partition 0 of a read_committed Fetch v12 from `offset`, long-polling up to
+    `max_wait_s` for a byte."""
     from kio.schema.fetch.v12.response import FetchResponse
     from kio.static.primitive import i8
 
-    request = dataclasses.replace(fetch_v12(topic, offset), isolation_level=i8(1))
-    with RawConnection(bootstrap) as conn:
+    request = dataclasses.replace(
+        fetch_v12(topic, offset),
+        isolation_level=i8(1),
+        max_wait=datetime.timedelta(seconds=max_wait_s),
+    )
+    with RawConnection(bootstrap, timeout=max_wait_s + 30) as conn:
         conn.send_request(request)
         response = conn.recv_response(FetchResponse)
     part = response.responses[0].partitions[0]
@@ -205,7 +213,18 @@ def test_read_committed_sees_committed_records_up_to_the_lso(broker_factory) -> 
     assert list_offset_latest(broker.bootstrap, topic, 0) == LOG_END
     assert list_offset_latest(broker.bootstrap, topic, 1) == OPEN_TXN_START
 
+    # A read_committed long poll at the LSO wakes when the commit moves it: its answer
+    # holds the open transaction's records (had it only timed out, it would hold none).
+    polled: list[Any] = []
+    poller = threading.Thread(
+        target=lambda: polled.append(fetch_committed(broker.bootstrap, topic, OPEN_TXN_START, 60))
+    )
+    poller.start()
+    time.sleep(1)  # let the poll reach the broker and wait there first
     assert write_markers(broker.bootstrap, topic, 0, OPEN_PID, OPEN_EPOCH, True) == ErrorCode.none
+    poller.join(90)
+    assert polled and polled[0].records, "the long poll did not see the committed records"
+    assert polled[0].last_stable_offset == LOG_END + 1
     assert list_offset_latest(broker.bootstrap, topic, 1) == LOG_END + 1
     assert read_values(broker.bootstrap, topic, "read_committed", 7) == [
         *COMMITTED_VALUES,
