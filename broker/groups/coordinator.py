@@ -4,7 +4,8 @@
   `__consumer_offsets` partitions it leads -- and their loading from the log;
 - `RebalanceMachine` (rebalance.py): JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the
   deadlines of members and groups, as a state machine that is given the time;
-- `GroupOffsets` (offsets.py): OffsetCommit, OffsetFetch, OffsetDelete and offset expiry;
+- `GroupOffsets` (offsets.py): OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete and
+  offset expiry; `PendingTxnOffsets` (txn_offsets.py): the offsets of open transactions;
 - `WriteQueue` (writes.py): the bounded, ordered appends to `__consumer_offsets`.
 
 This module supplies what the parts need from trio: the time (`Instant`, from trio's clock
@@ -35,10 +36,11 @@ from raftka.broker.groups.group import (
     valid_group_id,
 )
 from raftka.broker.groups.offsets import GroupOffsets, TopicPartition
-from raftka.broker.groups.ownership import Ownership
+from raftka.broker.groups.ownership import Ownership, materialize
 from raftka.broker.groups.rebalance import Instant, JoinRequest, RebalanceMachine, SyncRequest
 from raftka.broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
 from raftka.broker.groups.store import KeyValue, OffsetsLog
+from raftka.broker.groups.txn_offsets import PendingTxnOffsets
 from raftka.broker.groups.writes import Append, WriteQueue
 
 if TYPE_CHECKING:
@@ -122,7 +124,8 @@ class GroupCoordinator:
             on_earlier_deadline=self._on_earlier_deadline,
         )
         self.writes = WriteQueue(offsets_log)
-        self.ownership = Ownership(offsets_log, self.machine, self.now)
+        self.pending = PendingTxnOffsets(self.writes.partition_for)
+        self.ownership = Ownership(offsets_log, self.machine, self.now, self.pending)
         self.offsets = GroupOffsets(
             self.config, self.machine, self.ownership, self.writes, self.now
         )
@@ -136,8 +139,28 @@ class GroupCoordinator:
     ) -> None:
         """A COMMIT (`committed`) or ABORT marker of `producer_id` was committed on
         `__consumer_offsets` partition `offsets_partition`: the offsets that producer's
-        transaction committed there (TxnOffsetCommit) become visible, or are dropped."""
-        raise NotImplementedError("on_transaction_completed")
+        transaction committed there (TxnOffsetCommit) become visible, or are dropped.
+
+        A partition still loading replays the marker from its log instead; one this broker
+        does not coordinate has nothing pending."""
+        completed = self.pending.complete(offsets_partition, producer_id)
+        if not committed:
+            if completed:
+                logger.info(
+                    "dropped the offsets of aborted transaction of producer %d for groups %s",
+                    producer_id,
+                    ", ".join(sorted(completed)),
+                )
+            return
+        for group_id, offsets in completed.items():
+            applied = materialize(self.machine.group_for_offsets(group_id), offsets)
+            logger.debug(
+                "transaction of producer %d committed %d offsets of group %s",
+                producer_id,
+                applied,
+                group_id,
+                extra={"group": group_id},
+            )
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -315,10 +338,38 @@ class GroupCoordinator:
             group_id, generation_id, member_id, group_instance_id, offsets
         )
 
+    async def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, OffsetValue],
+    ) -> ErrorCode:
+        """TxnOffsetCommit: once this answers NONE the offsets are in the log, pending until
+        `on_transaction_completed`."""
+        return await self.offsets.commit_transactional(
+            group_id,
+            producer_id,
+            producer_epoch,
+            generation_id,
+            member_id,
+            group_instance_id,
+            offsets,
+        )
+
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
         return self.offsets.fetch(group_id, partitions)
+
+    def unstable_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> set[TopicPartition]:
+        """Those of the partitions with an offset of an open transaction (require_stable)."""
+        return self.offsets.unstable(group_id, partitions)
 
     async def delete_offsets(
         self, group_id: str, partitions: list[TopicPartition]
@@ -371,7 +422,8 @@ class GroupCoordinator:
         )
 
     async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
-        """DeleteGroups: empty groups turn Dead; their offsets and metadata are tombstoned."""
+        """DeleteGroups: empty groups turn Dead; their offsets and metadata are tombstoned,
+        those open transactions committed too (as Kafka does)."""
         results: dict[str, ErrorCode] = {}
         appends: list[tuple[str, Append]] = []
         for group_id in group_ids:
@@ -383,11 +435,14 @@ class GroupCoordinator:
             if error != ErrorCode.none:
                 continue
             group = self.groups[group_id]
+            tombstoned = list(group.offsets)
+            tombstoned += sorted(self.pending.partitions_of(group_id) - group.offsets.keys())
             records: list[KeyValue] = [
-                (OffsetKey(group_id, t, p).encode(), None) for t, p in group.offsets
+                (OffsetKey(group_id, t, p).encode(), None) for t, p in tombstoned
             ]
             records.append((GroupMetadataKey(group_id).encode(), None))
             self.machine.delete(group_id, self.wall_clock_ms())
+            self.pending.discard_group(group_id)
             appends.append((group_id, self.writes.append(group_id, records)))
             logger.info("deleted group %s", group_id, extra={"group": group_id})
         for group_id, append in appends:

@@ -144,6 +144,9 @@ class ConsumerGroup:
     new_member_added: bool = False
     current_state_timestamp_ms: int = -1
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    # Log offset in `__consumer_offsets` of the record behind each committed offset: a
+    # transaction's offset that commits later replaces only an older one.
+    committed_at: dict[tuple[str, int], int] = field(default_factory=dict)
 
     # -- queries ---------------------------------------------------------------------------
 

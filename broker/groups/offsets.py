@@ -1,8 +1,9 @@
-"""Committed offsets of the groups this broker coordinates: OffsetCommit, OffsetFetch,
-OffsetDelete and expiry after offsets.retention.minutes.
+"""Committed offsets of the groups this broker coordinates: OffsetCommit, TxnOffsetCommit,
+OffsetFetch, OffsetDelete and expiry after offsets.retention.minutes.
 
 An offset is applied to its group once its record is committed to `__consumer_offsets`;
-a failed append changes nothing. Every write waits for room in its partition's queue.
+a failed append changes nothing. Every write waits for room in its partition's queue. A
+TxnOffsetCommit's offsets stay pending (`txn_offsets`) until their transaction ends.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from raftka.broker.groups.ownership import Ownership
 from raftka.broker.groups.rebalance import Instant, RebalanceMachine
 from raftka.broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
 from raftka.broker.groups.store import KeyValue
+from raftka.broker.groups.txn_offsets import PendingOffset, PendingTxnOffsets
 from raftka.broker.groups.writes import WriteQueue
 
 logger = logging.getLogger("raftka.groups")
@@ -28,7 +30,8 @@ TopicPartition = tuple[str, int]
 
 
 class GroupOffsets:
-    """The offsets of `machine`'s groups, written through `writes`."""
+    """The offsets of `machine`'s groups, written through `writes`; those of open
+    transactions are in `ownership.pending`."""
 
     def __init__(
         self,
@@ -43,6 +46,10 @@ class GroupOffsets:
         self.ownership = ownership
         self.writes = writes
         self._now = now
+
+    @property
+    def pending(self) -> PendingTxnOffsets:
+        return self.ownership.pending
 
     def validate_commit(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
@@ -91,18 +98,91 @@ class GroupOffsets:
             (OffsetKey(group_id, topic, partition).encode(), value.encode())
             for (topic, partition), value in offsets.items()
         ]
-        error = await self.writes.append(group_id, records).wait()
+        append = self.writes.append(group_id, records)
+        error = await append.wait()
         if error != ErrorCode.none:
             return error
         # A group deleted while the append waited keeps it deleted.
         if self.machine.groups.get(group_id) is group:
             group.offsets.update(offsets)
+            for i, tp in enumerate(offsets):
+                group.committed_at[tp] = append.base_offset + i
+        return ErrorCode.none
+
+    def validate_txn_commit(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's group checks for a TxnOffsetCommit, without changes: like OffsetCommit's,
+        but a request without member and generation (v0-2) passes for any group, and a
+        rebalance in progress does not refuse it."""
+        error = self.ownership.request_error(group_id)
+        if error != ErrorCode.none:
+            return error
+        group = self.machine.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return ErrorCode.none
+        if generation_id < 0 and not member_id and group_instance_id is None:
+            return ErrorCode.none
+        if group_instance_id is not None:
+            current = group.static_members.get(group_instance_id)
+            if current is None:
+                return ErrorCode.unknown_member_id
+            if current != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    async def commit_transactional(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, OffsetValue],
+    ) -> ErrorCode:
+        """Validate, append the offsets to the group's partition as one transactional batch
+        of the producer, then keep them pending until its transaction ends."""
+        error = self.validate_txn_commit(group_id, generation_id, member_id, group_instance_id)
+        if error != ErrorCode.none or not offsets:
+            return error
+        await self.writes.wait_for_room(group_id)
+        error = self.validate_txn_commit(group_id, generation_id, member_id, group_instance_id)
+        if error != ErrorCode.none:
+            return error
+        group = self.machine.group_for_offsets(group_id)
+        records: list[KeyValue] = [
+            (OffsetKey(group_id, topic, partition).encode(), value.encode())
+            for (topic, partition), value in offsets.items()
+        ]
+        append = self.writes.append(group_id, records, (producer_id, producer_epoch))
+        error = await append.wait()
+        if error != ErrorCode.none:
+            return error
+        if self.machine.groups.get(group_id) is group:
+            self.pending.add(
+                group_id,
+                producer_id,
+                {
+                    tp: PendingOffset(value, append.base_offset + i)
+                    for i, (tp, value) in enumerate(offsets.items())
+                },
+            )
         return ErrorCode.none
 
     def fetch(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
-        """Committed offsets of the given partitions (None: all the group has)."""
+        """Committed offsets of the given partitions (None: all the group has); offsets of
+        open transactions are not committed yet."""
         error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return error, {}
@@ -111,6 +191,13 @@ class GroupOffsets:
         if partitions is None:
             return ErrorCode.none, dict(sorted(stored.items()))
         return ErrorCode.none, {tp: stored.get(tp) for tp in partitions}
+
+    def unstable(self, group_id: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Those of the partitions whose offset an open transaction committed: with
+        require_stable (KIP-447) OffsetFetch answers UNSTABLE_OFFSET_COMMIT for them."""
+        if not self.pending.has_open(group_id):
+            return set()
+        return {tp for tp in partitions if self.pending.is_pending(group_id, tp)}
 
     async def delete(
         self, group_id: str, partitions: list[TopicPartition]
@@ -125,11 +212,15 @@ class GroupOffsets:
             return error, results
         group = self.machine.groups[group_id]
         records: list[KeyValue] = [(OffsetKey(group_id, t, p).encode(), None) for t, p in deleted]
-        error = await self.writes.append(group_id, records).wait()
+        append = self.writes.append(group_id, records)
+        error = await append.wait()
         if error != ErrorCode.none:
             return error, {}
         for tp in deleted:
             group.offsets.pop(tp, None)
+            group.committed_at.pop(tp, None)
+        # The tombstones also remove what open transactions committed before them.
+        self.pending.discard(group_id, deleted, append.base_offset)
         return ErrorCode.none, results
 
     def _plan_delete(
@@ -155,7 +246,7 @@ class GroupOffsets:
                 results[tp] = ErrorCode.group_subscribed_to_topic
             else:
                 results[tp] = ErrorCode.none
-                if tp in group.offsets:
+                if tp in group.offsets or self.pending.is_pending(group_id, tp):
                     deleted.append(tp)
         return ErrorCode.none, results, deleted
 
@@ -182,10 +273,13 @@ class GroupOffsets:
             return None
         retention = self.config.offsets_retention_ms
         now_wall_ms = self._now().wall_ms
+        # A partition an open transaction committed an offset of keeps its offset (Kafka).
+        pending = self.pending.partitions_of(group_id)
         expired = [
             tp
             for tp, value in group.offsets.items()
-            if (
+            if tp not in pending
+            and (
                 group.current_state_timestamp_ms
                 if group.protocol_type and group.current_state_timestamp_ms >= 0
                 else value.commit_timestamp_ms
@@ -193,7 +287,7 @@ class GroupOffsets:
             + retention
             <= now_wall_ms
         ]
-        if not expired and (group.offsets or group.members):
+        if not expired and (group.offsets or group.members or pending):
             return None
         return expired
 
@@ -205,7 +299,9 @@ class GroupOffsets:
         records: list[KeyValue] = [(OffsetKey(group_id, t, p).encode(), None) for t, p in expired]
         for tp in expired:
             del group.offsets[tp]
-        if not group.offsets and not group.members:
+            group.committed_at.pop(tp, None)
+        # A group with open transactions stays: their offsets may still commit.
+        if not group.offsets and not group.members and not self.pending.has_open(group_id):
             self.machine.delete(group_id, self._now().wall_ms)
             records.append((GroupMetadataKey(group_id).encode(), None))
         if records:

@@ -3,9 +3,9 @@
 As in Kafka's GroupMetadataManager, when this broker becomes leader of an offsets partition
 (`become_leader`, driven by the topic manager's leadership listeners) the partition is
 "loading" -- its groups get COORDINATOR_LOAD_IN_PROGRESS -- until its log is committed and
-replayed into the rebalance machine; when it loses leadership (`resign`) its groups are
-dropped from memory. Groups of partitions it does not lead get NOT_COORDINATOR, so clients
-look the coordinator up again.
+replayed into the rebalance machine (and the pending transactional offsets); when it loses
+leadership (`resign`) its groups are dropped from memory. Groups of partitions it does not
+lead get NOT_COORDINATOR, so clients look the coordinator up again.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from raftka.broker.groups.records import (
     decode_key,
     partition_for_group,
 )
-from raftka.broker.groups.store import OFFSETS_TOPIC, OffsetsLog
+from raftka.broker.groups.store import OFFSETS_TOPIC, OffsetsLog, StoredRecord, TxnMarker
+from raftka.broker.groups.txn_offsets import PendingOffset, PendingTxnOffsets
 from raftka.broker.log_output import partition_context
 
 if TYPE_CHECKING:
@@ -41,11 +42,16 @@ class Ownership:
     `machine`. Loads run in the nursery of `run`; those started before it wait for it."""
 
     def __init__(
-        self, offsets_log: OffsetsLog, machine: RebalanceMachine, now: Callable[[], Instant]
+        self,
+        offsets_log: OffsetsLog,
+        machine: RebalanceMachine,
+        now: Callable[[], Instant],
+        pending: PendingTxnOffsets | None = None,
     ) -> None:
         self.offsets_log = offsets_log
         self.machine = machine
         self._now = now
+        self.pending = pending if pending is not None else PendingTxnOffsets(self.partition_for)
         # Leader epoch of the partitions whose groups are loaded, and of those loading.
         self.owned: dict[int, int] = {}
         self.loading: dict[int, int] = {}
@@ -125,6 +131,7 @@ class Ownership:
         dropped = [g for g in self.machine.groups if self.partition_for(g) == partition]
         for group_id in dropped:
             self.machine.drop(group_id)
+        self.pending.drop_partition(partition)
         if was_owned or was_loading or dropped:
             logger.info(
                 "no longer coordinating %s-%d: dropped %d groups",
@@ -164,7 +171,7 @@ class Ownership:
             self.resign(partition)
             return
         try:
-            groups, count = self._replay(partition)
+            groups, pending, count = self._replay(partition)
         except Exception:
             logger.exception(
                 "cannot replay %s-%d",
@@ -176,6 +183,7 @@ class Ownership:
             return
         for group in groups:
             self.machine.adopt(group)
+        self.pending.adopt_partition(partition, pending)
         del self.loading[partition]
         self.owned[partition] = epoch
         if count:
@@ -188,41 +196,79 @@ class Ownership:
                 extra=partition_context(OFFSETS_TOPIC, partition),
             )
 
-    def _replay(self, partition: int) -> tuple[list[ConsumerGroup], int]:
-        """The groups of one partition rebuilt from its records, and how many were read."""
+    def _replay(self, partition: int) -> tuple[list[ConsumerGroup], PendingTxnOffsets, int]:
+        """The groups of one partition and their pending transactional offsets, rebuilt
+        from its records and markers, and how many entries were read."""
         loaded: dict[str, ConsumerGroup] = {}
         metadata: dict[str, GroupMetadataValue | None] = {}
+        pending = PendingTxnOffsets(self.partition_for)
         count = 0
-        for key, value in self.offsets_log.replay(partition):
+        for entry in self.offsets_log.replay_log(partition):
             count += 1
+            if isinstance(entry, TxnMarker):
+                completed = pending.complete(partition, entry.producer_id)
+                if entry.committed:
+                    for group_id, offsets in completed.items():
+                        group = loaded.setdefault(group_id, ConsumerGroup(group_id))
+                        materialize(group, offsets)
+                continue
             try:
-                decoded = decode_key(key)
-                if isinstance(decoded, OffsetKey):
-                    group = loaded.setdefault(decoded.group_id, ConsumerGroup(decoded.group_id))
-                    tp = (decoded.topic, decoded.partition)
-                    if value is None:
-                        group.offsets.pop(tp, None)
-                    else:
-                        group.offsets[tp] = OffsetValue.decode(value)
-                else:
-                    metadata[decoded.group_id] = (
-                        None if value is None else GroupMetadataValue.decode(value)
-                    )
+                self._replay_record(entry, loaded, metadata, pending)
             except (RecordFormatError, UnicodeDecodeError) as exc:
                 logger.warning("skipping unreadable %s record: %s", OFFSETS_TOPIC, exc)
         now_ms = self._now().ms
         for group_id, stored in metadata.items():
             if stored is None:
                 deleted = loaded.get(group_id)
-                if deleted is not None and not deleted.offsets:
+                if deleted is not None and not deleted.offsets and not pending.has_open(group_id):
                     del loaded[group_id]
                 continue
             restore(loaded.setdefault(group_id, ConsumerGroup(group_id)), stored, now_ms)
         for group_id in [g for g, group in loaded.items() if not group.offsets]:
-            if metadata.get(group_id) is None:
+            if metadata.get(group_id) is None and not pending.has_open(group_id):
                 del loaded[group_id]
         groups = [g for g in loaded.values() if self.partition_for(g.group_id) == partition]
-        return groups, count
+        return groups, pending, count
+
+    @staticmethod
+    def _replay_record(
+        entry: StoredRecord,
+        loaded: dict[str, ConsumerGroup],
+        metadata: dict[str, GroupMetadataValue | None],
+        pending: PendingTxnOffsets,
+    ) -> None:
+        decoded = decode_key(entry.key)
+        if not isinstance(decoded, OffsetKey):
+            metadata[decoded.group_id] = (
+                None if entry.value is None else GroupMetadataValue.decode(entry.value)
+            )
+            return
+        group_id = decoded.group_id
+        group = loaded.setdefault(group_id, ConsumerGroup(group_id))
+        tp = (decoded.topic, decoded.partition)
+        if entry.value is None:
+            group.offsets.pop(tp, None)
+            group.committed_at.pop(tp, None)
+            pending.discard(group_id, [tp])
+        elif entry.producer_id >= 0:
+            value = OffsetValue.decode(entry.value)
+            pending.add(group_id, entry.producer_id, {tp: PendingOffset(value, entry.offset)})
+        else:
+            group.offsets[tp] = OffsetValue.decode(entry.value)
+            group.committed_at[tp] = entry.offset
+
+
+def materialize(group: ConsumerGroup, offsets: dict[tuple[str, int], PendingOffset]) -> int:
+    """A committed transaction's offsets become the group's, except where the group's offset
+    was written after them; returns how many did."""
+    applied = 0
+    for tp, pending in offsets.items():
+        if tp in group.offsets and group.committed_at.get(tp, -1) > pending.record_offset:
+            continue
+        group.offsets[tp] = pending.value
+        group.committed_at[tp] = pending.record_offset
+        applied += 1
+    return applied
 
 
 def restore(group: ConsumerGroup, stored: GroupMetadataValue, now_ms: float) -> None:

@@ -2,9 +2,12 @@
 
 `TopicOffsetsLog` writes each group of records as one genuine uncompressed v2 batch into the
 group's partition (created on first use as an internal topic), honouring the partition's
-flush policy before an append returns. A broker serves the groups of the partitions it
-leads: on becoming leader it waits for the partition's log to be committed
-(`wait_caught_up`) and replays the committed records (`replay`).
+flush policy before an append returns. A TxnOffsetCommit's batch is transactional: it carries
+the producer's id and epoch, and the transaction's COMMIT or ABORT marker (a control batch
+the transaction coordinator writes) decides later whether its offsets count. A broker
+serves the groups of the partitions it leads: on becoming leader it waits for the
+partition's log to be committed (`wait_caught_up`) and replays the committed records and
+markers (`replay_log`).
 `MemoryOffsetsLog` is the in-memory double for tests; it stores real batches too, and
 which partitions it "leads" (and at which epoch) is up to the test.
 """
@@ -12,16 +15,33 @@ which partitions it "leads" (and at which epoch) is up to the test.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import crc32c
 import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.replication import control_type_of
 from raftka.broker.topics import OFFSETS_TOPIC, Partition, Topic, now_ms
 from raftka.consensus.core import NotLeaderError
-from raftka.protocol.batch_builder import BatchDecodeError, build_batch, decode_batch, iter_batches
+from raftka.protocol.batch_builder import (
+    ATTRIBUTES_OFFSET,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    BatchDecodeError,
+    build_batch,
+    decode_batch,
+    iter_batches,
+)
+from raftka.protocol.records import (
+    CONTROL_FLAG_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    read_batch_header,
+)
 
 if TYPE_CHECKING:
     from raftka.broker.config import BrokerConfig
@@ -37,11 +57,60 @@ OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 *
 KeyValue = tuple[bytes, bytes | None]
 COMMIT_TIMEOUT_S = 10.0
 CATCH_UP_POLL_S = 1.0
+# Kafka's ControlRecordType of transaction markers.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+# The base sequence of the coordinator's transactional batches, as Kafka's coordinator
+# writes it (its own appends skip the producer's sequence checks).
+TXN_OFFSETS_BASE_SEQUENCE = 0
+_INT16 = struct.Struct(">h")
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+_CRC = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record of a data batch; `producer_id` is the transaction's producer when the
+    batch is transactional (a TxnOffsetCommit), else -1."""
+
+    offset: int
+    producer_id: int
+    key: bytes
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT (`committed`) or ABORT marker ending `producer_id`'s transaction."""
+
+    offset: int
+    producer_id: int
+    committed: bool
+
+
+LoggedEntry = StoredRecord | TxnMarker
 
 
 class NotCoordinatorError(Exception):
     """The append was refused or not committed because this broker does not (or no longer)
     lead the partition: Kafka answers NOT_COORDINATOR so clients find the new one."""
+
+
+class StaleProducerEpochError(Exception):
+    """A transactional append of a producer at an epoch older than the one the partition has
+    seen: the producer was fenced (Kafka's INVALID_PRODUCER_EPOCH)."""
+
+
+def check_producer_epoch(
+    name: str, producer_id: int, producer_epoch: int, known_epoch: int | None
+) -> None:
+    """Raise StaleProducerEpochError when `producer_epoch` is older than `known_epoch`."""
+    if known_epoch is not None and producer_epoch < known_epoch:
+        raise StaleProducerEpochError(
+            f"{name}: epoch {producer_epoch} of producer {producer_id} is older than the "
+            f"epoch {known_epoch} seen last; the producer was fenced by a newer instance"
+        )
 
 
 class OffsetsLog(Protocol):
@@ -53,10 +122,17 @@ class OffsetsLog(Protocol):
         """Create the topic if it does not exist yet (Kafka does when a coordinator is first
         looked up); a failure is logged, and appends fail until it exists."""
 
-    async def append(self, partition: int, records: list[KeyValue]) -> None:
-        """Append the records as one batch; returns once they are committed (and durable per
-        flush policy). Raises NotCoordinatorError when this broker cannot (or no longer)
-        lead the partition."""
+    async def append(
+        self,
+        partition: int,
+        records: list[KeyValue],
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> int:
+        """Append the records as one batch (a transactional one of `producer_id` at
+        `producer_epoch` when a producer is given); returns the batch's base offset once
+        it is committed (and durable per flush policy). Raises NotCoordinatorError when
+        this broker cannot (or no longer) lead the partition."""
 
     def leader_epoch(self, partition: int) -> int | None:
         """The epoch at which this broker leads the partition now; None when it does not."""
@@ -68,8 +144,8 @@ class OffsetsLog(Protocol):
         """Wait until the partition's log is committed up to its end; False once this broker
         no longer leads it at `epoch`."""
 
-    def replay(self, partition: int) -> Iterator[KeyValue]:
-        """The committed records of one partition, in log order."""
+    def replay_log(self, partition: int) -> Iterator[LoggedEntry]:
+        """The committed records and transaction markers of one partition, in log order."""
 
 
 class ReadableLog(Protocol):
@@ -88,15 +164,85 @@ class ReadableLog(Protocol):
 
 def records_of(buf: bytes | memoryview) -> Iterator[KeyValue]:
     """(key, value) of every record of every batch in `buf`; unreadable batches are skipped."""
+    for entry in entries_of(buf):
+        if isinstance(entry, StoredRecord):
+            yield entry.key, entry.value
+
+
+def entries_of(buf: bytes | memoryview) -> Iterator[LoggedEntry]:
+    """The records and transaction markers of the batches in `buf`; unreadable batches and
+    other control batches (a Raft leader's LEADER_CHANGE) are skipped."""
     for attributes, batch in iter_batches(buf):
-        if attributes & 0x20:  # control batch
+        header = read_batch_header(batch)
+        transactional = bool(attributes & TRANSACTIONAL_FLAG_MASK) and header.producer_id >= 0
+        if attributes & CONTROL_FLAG_MASK:
+            control_type = control_type_of(batch)
+            if transactional and control_type in (CONTROL_ABORT, CONTROL_COMMIT):
+                yield TxnMarker(
+                    header.base_offset, header.producer_id, control_type == CONTROL_COMMIT
+                )
             continue
+        producer_id = header.producer_id if transactional else NO_PRODUCER_ID
         try:
             for record in decode_batch(batch):
                 if record.key is not None:
-                    yield record.key, record.value
+                    yield StoredRecord(record.offset, producer_id, record.key, record.value)
         except BatchDecodeError as exc:
             logger.warning("skipping unreadable %s batch: %s", OFFSETS_TOPIC, exc)
+
+
+def with_attributes(batch: bytes, attributes: int) -> bytes:
+    """`batch` with these attribute flags added (and its CRC computed again)."""
+    out = bytearray(batch)
+    _INT16.pack_into(
+        out, ATTRIBUTES_OFFSET, _INT16.unpack_from(out, ATTRIBUTES_OFFSET)[0] | attributes
+    )
+    _CRC.pack_into(out, ATTRIBUTES_OFFSET - 4, crc32c.crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
+    return bytes(out)
+
+
+def offsets_batch(
+    records: list[KeyValue],
+    timestamp_ms: int,
+    *,
+    base_offset: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+) -> bytes:
+    """The batch the coordinator appends: plain, or transactional for a producer."""
+    if producer_id < 0:
+        return build_batch(records, timestamp_ms, base_offset=base_offset)
+    batch = build_batch(
+        records,
+        timestamp_ms,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=TXN_OFFSETS_BASE_SEQUENCE,
+    )
+    return with_attributes(batch, TRANSACTIONAL_FLAG_MASK)
+
+
+def marker_batch(
+    producer_id: int,
+    producer_epoch: int,
+    committed: bool,
+    timestamp_ms: int,
+    *,
+    base_offset: int = 0,
+    coordinator_epoch: int = 0,
+) -> bytes:
+    """A COMMIT or ABORT control batch of `producer_id` (Kafka's EndTransactionMarker:
+    key version 0 and type, value version 0 and the coordinator epoch)."""
+    control_type = CONTROL_COMMIT if committed else CONTROL_ABORT
+    batch = build_batch(
+        [(_CONTROL_KEY.pack(0, control_type), _MARKER_VALUE.pack(0, coordinator_epoch))],
+        timestamp_ms,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+    )
+    return with_attributes(batch, TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
 
 
 class TopicOffsetsLog:
@@ -147,12 +293,27 @@ class TopicOffsetsLog:
     async def ensure_created(self) -> None:
         await self.ensure_topic()
 
-    async def append(self, partition: int, records: list[KeyValue]) -> None:
+    async def append(
+        self,
+        partition: int,
+        records: list[KeyValue],
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> int:
         topic = await self.ensure_topic()
         if topic is None:
             raise OSError(f"{OFFSETS_TOPIC} does not exist yet")
         target = topic.partitions[partition]
-        batch = build_batch(records, now_ms())
+        batch = offsets_batch(
+            records, now_ms(), producer_id=producer_id, producer_epoch=producer_epoch
+        )
+        if producer_id >= 0 and target.log is not None:
+            # Checked right before the propose (no await between): a fenced producer's
+            # offsets must not reach the log, as Kafka's producer state refuses them.
+            known = target.log.producer_state.get(producer_id)
+            check_producer_epoch(
+                target.name, producer_id, producer_epoch, None if known is None else known.epoch
+            )
         try:
             entry = target.propose(batch, len(records))
             committed = await target.wait_committed(entry, COMMIT_TIMEOUT_S)
@@ -160,6 +321,7 @@ class TopicOffsetsLog:
             raise NotCoordinatorError(f"{target.name}: {exc}") from exc
         if not committed:
             raise NotCoordinatorError(f"{target.name}: the records did not commit in time")
+        return entry.end_offset - len(records)
 
     def _partition(self, partition: int) -> Partition | None:
         topic = self.topic()
@@ -204,16 +366,29 @@ class TopicOffsetsLog:
             except NotLeaderError:
                 return False
 
-    def replay(self, partition: int) -> Iterator[KeyValue]:
-        """The committed records of one partition, in log order."""
+    def replay_log(self, partition: int) -> Iterator[LoggedEntry]:
+        """The committed records and transaction markers of one partition, in log order."""
         target = self._partition(partition)
         if target is None or target.log is None or not target.is_local:
             return
-        yield from read_partition(target.log, target.high_watermark)
+        yield from read_entries(target.log, target.high_watermark)
+
+    def replay(self, partition: int) -> Iterator[KeyValue]:
+        """The committed records of one partition, in log order (markers left out)."""
+        for entry in self.replay_log(partition):
+            if isinstance(entry, StoredRecord):
+                yield entry.key, entry.value
 
 
 def read_partition(log: ReadableLog, end: int | None = None) -> Iterator[KeyValue]:
     """Records of the batches below `end` (default: the log end)."""
+    for entry in read_entries(log, end):
+        if isinstance(entry, StoredRecord):
+            yield entry.key, entry.value
+
+
+def read_entries(log: ReadableLog, end: int | None = None) -> Iterator[LoggedEntry]:
+    """Records and transaction markers of the batches below `end` (default: the log end)."""
     offset = log.log_start_offset
     end = log.log_end_offset if end is None else min(end, log.log_end_offset)
     while offset < end:
@@ -226,7 +401,7 @@ def read_partition(log: ReadableLog, end: int | None = None) -> Iterator[KeyValu
             base = int.from_bytes(batch[0:8], "big", signed=True)
             last_delta = int.from_bytes(batch[23:27], "big", signed=True)
             last = base + last_delta + 1
-        yield from records_of(data)
+        yield from entries_of(data)
         if last <= offset:
             break
         offset = last
@@ -241,6 +416,8 @@ class MemoryOffsetsLog:
     def __init__(self, num_partitions: int = 50) -> None:
         self.num_partitions = num_partitions
         self.batches: dict[int, list[bytes]] = {}
+        self.end_offsets: dict[int, int] = {}
+        self.producer_epochs: dict[tuple[int, int], int] = {}  # (partition, producer) -> epoch
         self.fail_appends: bool | BaseException = False
         self.epochs: dict[int, int] | None = None  # None: leads every partition at epoch 0
         self.caught_up: dict[int, trio.Event] = {}
@@ -249,7 +426,13 @@ class MemoryOffsetsLog:
     async def ensure_created(self) -> None:
         await trio.lowlevel.checkpoint()
 
-    async def append(self, partition: int, records: list[KeyValue]) -> None:
+    async def append(
+        self,
+        partition: int,
+        records: list[KeyValue],
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> int:
         await trio.lowlevel.checkpoint()
         if self.append_gate is not None:
             await self.append_gate.wait()
@@ -259,7 +442,35 @@ class MemoryOffsetsLog:
             raise OSError("append failed (test)")
         if self.leader_epoch(partition) is None:
             raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{partition}: not the leader (test)")
-        self.batches.setdefault(partition, []).append(build_batch(records, now_ms()))
+        if producer_id >= 0:
+            key = (partition, producer_id)
+            name = f"{OFFSETS_TOPIC}-{partition}"
+            check_producer_epoch(name, producer_id, producer_epoch, self.producer_epochs.get(key))
+            self.producer_epochs[key] = producer_epoch
+        base_offset = self.end_offsets.get(partition, 0)
+        batch = offsets_batch(
+            records,
+            now_ms(),
+            base_offset=base_offset,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
+        self._store(partition, batch, len(records))
+        return base_offset
+
+    def write_marker(
+        self, partition: int, producer_id: int, producer_epoch: int, committed: bool
+    ) -> int:
+        """Append a COMMIT or ABORT marker, as the transaction coordinator would; returns
+        its offset. (The caller tells the coordinator: `on_transaction_completed`.)"""
+        offset = self.end_offsets.get(partition, 0)
+        batch = marker_batch(producer_id, producer_epoch, committed, now_ms(), base_offset=offset)
+        self._store(partition, batch, 1)
+        return offset
+
+    def _store(self, partition: int, batch: bytes, record_count: int) -> None:
+        self.batches.setdefault(partition, []).append(batch)
+        self.end_offsets[partition] = self.end_offsets.get(partition, 0) + record_count
 
     def leader_epoch(self, partition: int) -> int | None:
         if self.epochs is None:
@@ -277,6 +488,10 @@ class MemoryOffsetsLog:
             await gate.wait()
         await trio.lowlevel.checkpoint()
         return self.leader_epoch(partition) == epoch
+
+    def replay_log(self, partition: int) -> Iterator[LoggedEntry]:
+        for batch in self.batches.get(partition, []):
+            yield from entries_of(batch)
 
     def replay(self, partition: int) -> Iterator[KeyValue]:
         for batch in self.batches.get(partition, []):

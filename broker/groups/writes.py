@@ -23,7 +23,13 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups.records import GroupMetadataKey, GroupMetadataValue, partition_for_group
-from raftka.broker.groups.store import OFFSETS_TOPIC, KeyValue, NotCoordinatorError, OffsetsLog
+from raftka.broker.groups.store import (
+    OFFSETS_TOPIC,
+    KeyValue,
+    NotCoordinatorError,
+    OffsetsLog,
+    StaleProducerEpochError,
+)
 from raftka.broker.log_output import partition_context
 
 logger = logging.getLogger("raftka.groups")
@@ -36,11 +42,14 @@ WRITES_QUEUED_MAX = 64
 
 def write_error(error: BaseException | None) -> ErrorCode:
     """Kafka's mapping of a failed append to `__consumer_offsets`: NOT_LEADER_OR_FOLLOWER
-    becomes NOT_COORDINATOR, anything else COORDINATOR_NOT_AVAILABLE."""
+    becomes NOT_COORDINATOR, a fenced producer's INVALID_PRODUCER_EPOCH passes through,
+    anything else COORDINATOR_NOT_AVAILABLE."""
     if error is None:
         return ErrorCode.none
     if isinstance(error, NotCoordinatorError):
         return ErrorCode.not_coordinator
+    if isinstance(error, StaleProducerEpochError):
+        return ErrorCode.invalid_producer_epoch
     return ErrorCode.coordinator_not_available
 
 
@@ -55,6 +64,9 @@ class Append:
     # Called with the outcome, from the writer, before `done` is set.
     on_done: list[Callable[[ErrorCode], None]] = field(default_factory=list)
     metadata_of: str | None = None  # the group whose metadata is the only record
+    # A TxnOffsetCommit's batch is transactional: (producer id, producer epoch).
+    producer: tuple[int, int] | None = None
+    base_offset: int = -1  # where the batch landed, once appended
 
     async def wait(self) -> ErrorCode:
         await self.done.wait()
@@ -96,12 +108,18 @@ class WriteQueue:
         while len(queue.waiting) >= self.queued_max:
             await queue.room.wait()
 
-    def append(self, group_id: str, records: list[KeyValue]) -> Append:
+    def append(
+        self,
+        group_id: str,
+        records: list[KeyValue],
+        producer: tuple[int, int] | None = None,
+    ) -> Append:
         """Queue the records as one append to the group's partition, behind everything
-        queued before. A client write calls `wait_for_room` first."""
+        queued before; with `producer` (id, epoch) as one transactional batch of that
+        producer. A client write calls `wait_for_room` first."""
         partition = self.partition_for(group_id)
         queue = self._queue(partition)
-        job = Append(partition, records)
+        job = Append(partition, records, producer=producer)
         metadata_key = GroupMetadataKey(group_id).encode()
         if any(key == metadata_key for key, _ in records):
             # The group's metadata waiting before this append must not be replaced by a
@@ -174,8 +192,14 @@ class WriteQueue:
             queue.room.set()
             queue.room = trio.Event()
             try:
-                await self.offsets_log.append(partition, job.records)
-            except NotCoordinatorError as exc:
+                if job.producer is None:
+                    job.base_offset = await self.offsets_log.append(partition, job.records)
+                else:
+                    producer_id, producer_epoch = job.producer
+                    job.base_offset = await self.offsets_log.append(
+                        partition, job.records, producer_id, producer_epoch
+                    )
+            except (NotCoordinatorError, StaleProducerEpochError) as exc:
                 logger.info(
                     "cannot append to %s-%d: %s",
                     OFFSETS_TOPIC,
