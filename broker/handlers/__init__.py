@@ -62,6 +62,7 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         ),
         23: ApiHandler(2, 4, list_offsets.handle_offset_for_leader_epoch),
         27: ApiHandler(1, 2, txn_markers.handle_write_txn_markers),
+        28: ApiHandler(0, 3, groups.handle_txn_offset_commit),
         32: ApiHandler(1, 4, configs.handle_describe_configs),
         33: ApiHandler(0, 2, configs.handle_alter_configs),
         37: ApiHandler(0, 3, topics_admin.handle_create_partitions),

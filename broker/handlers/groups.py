@@ -1,5 +1,5 @@
 """Consumer-group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch,
-ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+TxnOffsetCommit, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 
 Each handler maps its request (any supported version) onto `broker.groups` and builds the
 response with `build`, which keeps only the fields the version has. JoinGroup and SyncGroup
@@ -207,8 +207,12 @@ async def handle_leave_group(context: RequestContext, request: Any) -> Any:
 # -- offsets -------------------------------------------------------------------------------
 
 
-async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+def _offsets_to_commit(
+    context: RequestContext, request: Any
+) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetValue]]:
+    """(error per partition refused before the group is asked, offsets to commit) of an
+    OffsetCommit or TxnOffsetCommit: partitions of unknown topics get
+    UNKNOWN_TOPIC_OR_PARTITION, too long metadata OFFSET_METADATA_TOO_LARGE."""
     topics = context.services.topics
     commit_ms = now_ms()
     errors: dict[tuple[str, int], ErrorCode] = {}
@@ -229,6 +233,25 @@ async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
                     metadata,
                     commit_ms,
                 )
+    return errors, valid
+
+
+def _commit_errors(
+    errors: dict[tuple[str, int], ErrorCode],
+    valid: dict[tuple[str, int], OffsetValue],
+    group_error: ErrorCode,
+) -> dict[tuple[str, int], ErrorCode]:
+    """Every partition's answer: the group's for those it was asked to commit."""
+    for tp in valid:
+        errors[tp] = group_error
+    if group_error == ErrorCode.invalid_group_id:
+        errors = dict.fromkeys(errors, group_error)
+    return errors
+
+
+async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    errors, valid = _offsets_to_commit(context, request)
     group_error = await _coordinator(context).commit_offsets(
         request.group_id,
         request.generation_id_or_member_epoch,
@@ -236,10 +259,7 @@ async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
         getattr(request, "group_instance_id", None),
         valid,
     )
-    for tp in valid:
-        errors[tp] = group_error
-    if group_error == ErrorCode.invalid_group_id:
-        errors = dict.fromkeys(errors, group_error)
+    errors = _commit_errors(errors, valid, group_error)
     response_topics = tuple(
         build(
             module.OffsetCommitResponseTopic,
@@ -258,22 +278,69 @@ async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, topics=response_topics)
 
 
+async def handle_txn_offset_commit(context: RequestContext, request: Any) -> Any:
+    """TxnOffsetCommit v0-3 (v3 carries the consumer's generation, member and instance ids,
+    KIP-447): the offsets are written as a transactional batch of the producer and count
+    once its transaction commits."""
+    entity, module = response_schema(context)
+    errors, valid = _offsets_to_commit(context, request)
+    group_error = await _coordinator(context).commit_transactional_offsets(
+        request.group_id,
+        request.producer_id,
+        request.producer_epoch,
+        getattr(request, "generation_id", -1),
+        getattr(request, "member_id", ""),
+        getattr(request, "group_instance_id", None),
+        valid,
+    )
+    errors = _commit_errors(errors, valid, group_error)
+    response_topics = tuple(
+        build(
+            module.TxnOffsetCommitResponseTopic,
+            name=topic.name,
+            partitions=tuple(
+                build(
+                    module.TxnOffsetCommitResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=errors[(topic.name, p.partition_index)],
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return build(entity, throttle_time=NO_THROTTLE, topics=response_topics)
+
+
 def _fetch_group(
-    context: RequestContext, group_id: str, topics: Any, topic_type: Any, partition_type: Any
+    context: RequestContext,
+    group_id: str,
+    topics: Any,
+    topic_type: Any,
+    partition_type: Any,
+    require_stable: bool = False,
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     wanted = (
         None
         if topics is None
         else [(t.name, index) for t in topics for index in t.partition_indexes]
     )
-    error, offsets = _coordinator(context).fetch_offsets(group_id, wanted)
+    coordinator = _coordinator(context)
+    error, offsets = coordinator.fetch_offsets(group_id, wanted)
     partition_error = ErrorCode.none
     if error != ErrorCode.none and context.api_version < 2 and wanted is not None:
         # v0-1 have no group-level error code: each partition carries it (as in Kafka).
         offsets = dict.fromkeys(wanted)
         partition_error = error
+    # KIP-447: a partition an open transaction committed an offset of is not stable yet.
+    unstable = (
+        coordinator.unstable_offsets(group_id, offsets)
+        if require_stable and error == ErrorCode.none
+        else set()
+    )
     by_topic: dict[str, list[Any]] = {}
-    for (topic, partition), value in offsets.items():
+    for (topic, partition), stored in offsets.items():
+        value = None if (topic, partition) in unstable else stored
         by_topic.setdefault(topic, []).append(
             build(
                 partition_type,
@@ -281,7 +348,11 @@ def _fetch_group(
                 committed_offset=-1 if value is None else value.offset,
                 committed_leader_epoch=-1 if value is None else value.leader_epoch,
                 metadata="" if value is None else value.metadata,
-                error_code=partition_error,
+                error_code=(
+                    ErrorCode.unstable_offset_commit
+                    if (topic, partition) in unstable
+                    else partition_error
+                ),
             )
         )
     return error, tuple(
@@ -291,6 +362,7 @@ def _fetch_group(
 
 async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
+    require_stable = bool(getattr(request, "require_stable", False))
     if context.api_version >= 8:
         groups = []
         for group in request.groups:
@@ -300,6 +372,7 @@ async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
                 group.topics,
                 module.OffsetFetchResponseTopics,
                 module.OffsetFetchResponsePartitions,
+                require_stable,
             )
             groups.append(
                 build(
@@ -316,6 +389,7 @@ async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
         request.topics,
         module.OffsetFetchResponseTopic,
         module.OffsetFetchResponsePartition,
+        require_stable,
     )
     return build(entity, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
