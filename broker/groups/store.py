@@ -132,7 +132,8 @@ class OffsetsLog(Protocol):
         """Append the records as one batch (a transactional one of `producer_id` at
         `producer_epoch` when a producer is given); returns the batch's base offset once
         it is committed (and durable per flush policy). Raises NotCoordinatorError when
-        this broker cannot (or no longer) lead the partition."""
+        this broker cannot (or no longer) lead the partition, StaleProducerEpochError when
+        the producer's epoch is older than one the partition has seen."""
 
     def leader_epoch(self, partition: int) -> int | None:
         """The epoch at which this broker leads the partition now; None when it does not."""

@@ -26,7 +26,15 @@ from raftka.broker.groups import (
     SyncResult,
 )
 from raftka.broker.groups.records import OffsetKey, OffsetValue, partition_for_group
-from raftka.broker.groups.store import StoredRecord, TxnMarker
+from raftka.broker.groups.store import (
+    StoredRecord,
+    TxnMarker,
+    entries_of,
+    marker_batch,
+    offsets_batch,
+)
+from raftka.broker.replication import control_batch
+from raftka.consensus.types import EntryKind
 from raftka.protocol.records import read_batch_header
 
 E = ErrorCode
@@ -413,3 +421,21 @@ def test_delete_groups_tombstones_pending_offsets_too() -> None:
 
     run(first, log)
     run(second, log)
+
+
+def test_log_entries_skip_raft_control_batches_and_keep_markers() -> None:
+    key = OffsetKey("g", "t", 0).encode()
+    value = OffsetValue(1, -1, "", 0).encode()
+    log = b"".join(
+        [
+            control_batch(EntryKind.NOOP, b""),
+            offsets_batch([(key, value)], 0, base_offset=1),
+            offsets_batch([(key, value)], 0, base_offset=2, producer_id=P1, producer_epoch=0),
+            marker_batch(P1, 0, False, 0, base_offset=3),
+        ]
+    )
+    assert list(entries_of(log)) == [
+        StoredRecord(1, -1, key, value),
+        StoredRecord(2, P1, key, value),
+        TxnMarker(3, P1, False),
+    ]
