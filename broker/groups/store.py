@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -251,15 +251,27 @@ class TopicOffsetsLog:
     group and acknowledged once committed (a majority of its replicas hold them)."""
 
     def __init__(
-        self, topics: TopicsView, controller: ControllerClient, config: BrokerConfig
+        self,
+        topics: TopicsView,
+        controller: ControllerClient,
+        config: BrokerConfig,
+        topic_name: str = OFFSETS_TOPIC,
+        config_prefix: str = "offsets.topic",
+        topic_configs: Mapping[str, str] = OFFSETS_TOPIC_CONFIGS,
     ) -> None:
+        """`topic_name` and the broker configs `<config_prefix>.num.partitions` and
+        `<config_prefix>.replication.factor` name another internal topic kept the same way
+        (the transaction coordinator's `__transaction_state`)."""
         self.topics = topics
         self.controller = controller
         self.config = config
-        self.num_partitions: int = config.get_int("offsets.topic.num.partitions")
+        self.topic_name = topic_name
+        self.config_prefix = config_prefix
+        self.topic_configs = topic_configs
+        self.num_partitions: int = config.get_int(f"{config_prefix}.num.partitions")
 
     def topic(self) -> Topic | None:
-        topic = self.topics.get(OFFSETS_TOPIC)
+        topic = self.topics.get(self.topic_name)
         if topic is not None and len(topic.partitions) != self.num_partitions:
             # The topic's own count wins over a changed offsets.topic.num.partitions, as in
             # Kafka: moving groups between partitions would lose their records.
@@ -272,22 +284,22 @@ class TopicOffsetsLog:
         topic = self.topic()
         if topic is not None:
             return topic
-        wanted_rf = int(self.config.get_str("offsets.topic.replication.factor"))
+        wanted_rf = int(self.config.get_str(f"{self.config_prefix}.replication.factor"))
         live = max(1, len(self.controller.live_brokers()))
         result = await self.controller.execute(
             CreateTopicCommand(
-                name=OFFSETS_TOPIC,
+                name=self.topic_name,
                 num_partitions=self.num_partitions,
                 replication_factor=max(1, min(wanted_rf, live)),
-                configs=OFFSETS_TOPIC_CONFIGS,
+                configs=self.topic_configs,
             )
         )
         if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
             logger.warning(
                 "cannot create %s: %s",
-                OFFSETS_TOPIC,
+                self.topic_name,
                 result.error_message,
-                extra={"topic": OFFSETS_TOPIC},
+                extra={"topic": self.topic_name},
             )
         return self.topic()
 
@@ -303,7 +315,7 @@ class TopicOffsetsLog:
     ) -> int:
         topic = await self.ensure_topic()
         if topic is None:
-            raise OSError(f"{OFFSETS_TOPIC} does not exist yet")
+            raise OSError(f"{self.topic_name} does not exist yet")
         target = topic.partitions[partition]
         batch = offsets_batch(
             records, now_ms(), producer_id=producer_id, producer_epoch=producer_epoch
