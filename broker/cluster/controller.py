@@ -78,6 +78,8 @@ REPLAY_READ_BYTES = 4 * 1024 * 1024
 
 C = TypeVar("C", bound=Command)
 CommandHandler = Callable[[Command], Awaitable[CommandResult]]
+# Serves one named peer RPC: payload -> (error code, payload).
+RpcHandler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
 
 
 class MetadataApplyError(RuntimeError):
@@ -141,7 +143,15 @@ class Controller:
                 _route(AlterScramCredentialsCommand, self._alter_scram_credentials),
             ]
         )
+        # Peer RPCs of other parts of the broker, sharing the transport's forward handler.
+        self._rpc_handlers: dict[str, RpcHandler] = {}
         node.transport.set_forward_handler(self._serve_forward)
+
+    def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
+        """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
+        if rpc in (CONTROLLER_RPC, LEADERS_RPC) or rpc in self._rpc_handlers:
+            raise ValueError(f"peer rpc {rpc!r} is already served")
+        self._rpc_handlers[rpc] = handler
 
     # -- applying committed records -----------------------------------------------------
 
@@ -339,6 +349,9 @@ class Controller:
     async def _serve_forward(self, group: str, payload: bytes) -> tuple[int, bytes]:
         if group == LEADERS_RPC:
             return 0, json.dumps(self.local_leaders()).encode()
+        handler = self._rpc_handlers.get(group)
+        if handler is not None:
+            return await handler(payload)
         if group != CONTROLLER_RPC:
             return int(ErrorCode.invalid_request), f"unknown rpc {group}".encode()
         if not self.is_controller:
