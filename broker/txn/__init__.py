@@ -7,23 +7,68 @@ the first transactional batch of a producer's transaction (KIP-890's verificatio
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
+from typing import TYPE_CHECKING
+
+from raftka.broker.groups.store import TopicOffsetsLog
+from raftka.broker.txn.coordinator import (
+    TRANSACTION_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC_CONFIGS,
+    InitResult,
+    MarkerJob,
+    MarkerWriter,
+    TransactionCoordinator,
+    TxnConfig,
+)
+from raftka.broker.txn.peers import TXN_MARKERS_RPC, TXN_VERIFY_RPC, PeerTxnLink
+from raftka.broker.txn.records import TxnState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from raftka.broker.cluster.controller import Controller
+    from raftka.broker.config import BrokerConfig
+    from raftka.broker.services import BrokerServices, ProducerIdSource
+    from raftka.broker.topics import TopicManager
+    from raftka.consensus.transport import PeerTransport
+
+__all__ = [
+    "TRANSACTION_STATE_TOPIC",
+    "InitResult",
+    "MarkerJob",
+    "MarkerWriter",
+    "TransactionCoordinator",
+    "TxnConfig",
+    "TxnState",
+    "transaction_coordinator_for",
+]
 
 
-class TransactionCoordinator:
-    """Placeholder until the coordinator lands: no transaction is ever ongoing."""
-
-    async def verify_partition(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        topic: str,
-        partition: int,
-    ) -> ErrorCode:
-        """ErrorCode.none when (producer_id, producer_epoch) is the current producer of
-        `transactional_id` and its ongoing transaction includes topic-partition; otherwise
-        Kafka's error for the produce request (INVALID_TXN_STATE when the partition was not
-        added, INVALID_PRODUCER_EPOCH / PRODUCER_FENCED for a stale epoch,
-        NOT_ENOUGH_REPLICAS when the coordinator cannot answer now, which clients retry)."""
-        return ErrorCode.invalid_txn_state
+def transaction_coordinator_for(
+    node_id: int,
+    topics: TopicManager,
+    controller: Controller,
+    transport: PeerTransport,
+    config: BrokerConfig,
+    producer_ids: ProducerIdSource,
+    services: Callable[[], BrokerServices],
+) -> TransactionCoordinator:
+    """The coordinator of a broker: its state lives in the cluster's `__transaction_state`,
+    its markers and verification questions travel over the peer transport."""
+    log = TopicOffsetsLog(
+        topics,
+        controller,
+        config,
+        topic_name=TRANSACTION_STATE_TOPIC,
+        config_prefix="transaction.state.log",
+        topic_configs=TRANSACTION_STATE_TOPIC_CONFIGS,
+    )
+    txn_config = TxnConfig.from_broker_config(config)
+    link = PeerTxnLink(
+        node_id, topics, controller, transport, services, txn_config.marker_timeout_s
+    )
+    coordinator = TransactionCoordinator(log, producer_ids, link, txn_config, remote=link)
+    link.coordinator = coordinator
+    controller.register_rpc(TXN_MARKERS_RPC, link.serve_markers)
+    controller.register_rpc(TXN_VERIFY_RPC, link.serve_verify)
+    topics.leadership_listeners.append(coordinator.on_partition_leadership)
+    return coordinator
