@@ -35,7 +35,7 @@ from raftka.broker.security.session import Authenticator
 from raftka.broker.security.tls import server_context
 from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.topics import Partition, TopicManager, now_ms
-from raftka.broker.txn import TransactionCoordinator
+from raftka.broker.txn import transaction_coordinator_for
 from raftka.consensus.driver import RaftNode
 from raftka.consensus.transport import PeerTransport
 from raftka.protocol.api import api_name
@@ -232,7 +232,15 @@ class Broker:
         for spec in self.listeners:
             if spec.protocol.uses_sasl:
                 self.authenticator.validate(spec.name)
-        self.transactions = TransactionCoordinator()
+        self.transactions = transaction_coordinator_for(
+            self.node_id,
+            self.topics,
+            self.controller,
+            self.transport,
+            config,
+            self.producer_ids,
+            lambda: self.services,
+        )
         self.services = BrokerServices(
             config=config,
             identity=self.identity,
@@ -275,10 +283,12 @@ class Broker:
                 await self.controller.register(host, port, self.identity.rack, addresses)
                 self.registered = True
                 self.groups.load()
+                self.transactions.load()
                 nursery.start_soon(self._flush_logs)
                 nursery.start_soon(self.controller.save_snapshots)
                 nursery.start_soon(self._enforce_retention)
                 nursery.start_soon(self.groups.run)
+                nursery.start_soon(self.transactions.run)
                 if self.cluster.peers:
                     nursery.start_soon(self.controller.gossip_leaders)
                 logger.info(

@@ -20,6 +20,7 @@ from raftka.broker.handlers import (
     scram_credentials,
     topics_admin,
     txn_markers,
+    txn,
 )
 from raftka.broker.services import RequestContext
 
@@ -61,6 +62,15 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
             producer_ids.handle_init_producer_id,
         ),
         23: ApiHandler(2, 4, list_offsets.handle_offset_for_leader_epoch),
+        24: ApiHandler(
+            txn.ADD_PARTITIONS_MIN_VERSION,
+            txn.ADD_PARTITIONS_MAX_VERSION,
+            txn.handle_add_partitions_to_txn,
+        ),
+        25: ApiHandler(
+            txn.ADD_OFFSETS_MIN_VERSION, txn.ADD_OFFSETS_MAX_VERSION, txn.handle_add_offsets_to_txn
+        ),
+        26: ApiHandler(txn.END_TXN_MIN_VERSION, txn.END_TXN_MAX_VERSION, txn.handle_end_txn),
         27: ApiHandler(1, 2, txn_markers.handle_write_txn_markers),
         28: ApiHandler(0, 3, groups.handle_txn_offset_commit),
         32: ApiHandler(1, 4, configs.handle_describe_configs),
@@ -73,5 +83,15 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         50: ApiHandler(0, 0, scram_credentials.handle_describe_user_scram_credentials),
         51: ApiHandler(0, 0, scram_credentials.handle_alter_user_scram_credentials),
         60: ApiHandler(0, 1, metadata.handle_describe_cluster),
+        65: ApiHandler(
+            txn.DESCRIBE_TRANSACTIONS_MIN_VERSION,
+            txn.DESCRIBE_TRANSACTIONS_MAX_VERSION,
+            txn.handle_describe_transactions,
+        ),
+        66: ApiHandler(
+            txn.LIST_TRANSACTIONS_MIN_VERSION,
+            txn.LIST_TRANSACTIONS_MAX_VERSION,
+            txn.handle_list_transactions,
+        ),
     }
 )

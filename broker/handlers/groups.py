@@ -18,13 +18,13 @@ from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from raftka.broker.groups.records import OffsetValue, partition_for_group
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
+from raftka.broker.handlers.txn import ensure_transaction_state_topic
 from raftka.broker.services import RequestContext
 from raftka.broker.topics import now_ms
 from raftka.protocol.api import build
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-INIT_PRODUCER_ID_KEY = 22
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
@@ -69,17 +69,27 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
                             "error_message": None,
                         }
             error = ErrorCode.coordinator_not_available
-        elif key_type == KEY_TYPE_TRANSACTION and INIT_PRODUCER_ID_KEY in services.handlers:
-            host, port = services.identity.advertised_for(client_listener(context) or "")
-            return {
-                "node_id": services.identity.node_id,
-                "host": host,
-                "port": port,
-                "error_code": ErrorCode.none,
-                "error_message": None,
-            }
         elif key_type == KEY_TYPE_TRANSACTION:
+            # The coordinator of a transactional id leads its __transaction_state
+            # partition; Kafka creates the topic when a coordinator is first looked up.
             error = ErrorCode.coordinator_not_available
+            state_topic = await ensure_transaction_state_topic(context)
+            if not key:
+                error = ErrorCode.invalid_request
+            elif state_topic is not None:
+                partition = state_topic.partitions[
+                    partition_for_group(key, len(state_topic.partitions))
+                ]
+                leader, _epoch = partition_leader(services.controller, partition)
+                for node_id, host, port, _rack in brokers_of(services, client_listener(context)):
+                    if node_id == leader:
+                        return {
+                            "node_id": node_id,
+                            "host": host,
+                            "port": port,
+                            "error_code": ErrorCode.none,
+                            "error_message": None,
+                        }
         else:
             error = ErrorCode.invalid_request
         return {

@@ -1,0 +1,294 @@
+"""Transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions,
+ListTransactions (InitProducerId with a transactional id is in `producer_ids`).
+
+Each maps its request (any supported version) onto `broker.txn.TransactionCoordinator`.
+PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for versions that predate it, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.groups import OFFSETS_TOPIC
+from raftka.broker.groups.records import partition_for_group
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.txn.coordinator import TRANSACTION_STATE_TOPIC
+from raftka.broker.txn.records import TxnState
+from raftka.protocol.api import build
+
+if TYPE_CHECKING:
+    from raftka.broker.services import RequestContext
+    from raftka.broker.topics import Topic
+    from raftka.broker.txn import TransactionCoordinator
+    from raftka.broker.txn.metadata import TopicPartition
+
+ADD_PARTITIONS_MIN_VERSION, ADD_PARTITIONS_MAX_VERSION = 0, 5
+ADD_OFFSETS_MIN_VERSION, ADD_OFFSETS_MAX_VERSION = 0, 4
+END_TXN_MIN_VERSION, END_TXN_MAX_VERSION = 0, 5
+DESCRIBE_TRANSACTIONS_MIN_VERSION, DESCRIBE_TRANSACTIONS_MAX_VERSION = 0, 0
+LIST_TRANSACTIONS_MIN_VERSION, LIST_TRANSACTIONS_MAX_VERSION = 0, 2
+
+
+def coordinator_of(context: RequestContext) -> TransactionCoordinator:
+    from raftka.broker.txn import TransactionCoordinator
+
+    transactions = context.services.transactions
+    assert isinstance(transactions, TransactionCoordinator), "the broker's coordinator"
+    return transactions
+
+
+async def ensure_transaction_state_topic(context: RequestContext) -> Topic | None:
+    """`__transaction_state`, created on first use; None while it cannot be."""
+    await coordinator_of(context).log.ensure_created()
+    return context.services.topics.get(TRANSACTION_STATE_TOPIC)
+
+
+def fenced_for_version(error: ErrorCode, version: int, first_fenced_version: int) -> ErrorCode:
+    """Clients before `first_fenced_version` do not know PRODUCER_FENCED."""
+    if error == ErrorCode.producer_fenced and version < first_fenced_version:
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
+# -- AddPartitionsToTxn ---------------------------------------------------------------------
+
+
+async def _add_one(
+    context: RequestContext,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    topics: Any,
+    verify_only: bool,
+) -> dict[TopicPartition, ErrorCode]:
+    """Per-partition errors for one transaction of the request."""
+    wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    unknown = [tp for tp in wanted if context.services.topics.partition(*tp) is None]
+    if unknown:
+        # Nothing is added when any partition is refused (Kafka's all-or-nothing).
+        return {
+            tp: ErrorCode.unknown_topic_or_partition
+            if tp in unknown
+            else ErrorCode.operation_not_attempted
+            for tp in wanted
+        }
+    coordinator = coordinator_of(context)
+    if verify_only:
+        return {
+            tp: coordinator.verify(transactional_id, producer_id, producer_epoch, tp)
+            for tp in wanted
+        }
+    error = await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, wanted)
+    return dict.fromkeys(wanted, fenced_for_version(error, context.api_version, 2))
+
+
+def _topic_results(module: Any, errors: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), error in errors.items():
+        by_topic.setdefault(topic, []).append(
+            build(
+                module.AddPartitionsToTxnPartitionResult,
+                partition_index=index,
+                partition_error_code=error,
+            )
+        )
+    return tuple(
+        build(module.AddPartitionsToTxnTopicResult, name=topic, results_by_partition=tuple(rs))
+        for topic, rs in by_topic.items()
+    )
+
+
+async def handle_add_partitions_to_txn(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    if context.api_version < 4:
+        errors = await _add_one(
+            context,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics,
+            verify_only=False,
+        )
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            results_by_topic_v3_and_below=_topic_results(module, errors),
+        )
+    results = []
+    for txn in request.transactions:
+        errors = await _add_one(
+            context,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            txn.topics,
+            verify_only=txn.verify_only,
+        )
+        results.append(
+            build(
+                module.AddPartitionsToTxnResult,
+                transactional_id=txn.transactional_id,
+                topic_results=_topic_results(module, errors),
+            )
+        )
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        results_by_transaction=tuple(results),
+    )
+
+
+# -- AddOffsetsToTxn ------------------------------------------------------------------------
+
+
+async def handle_add_offsets_to_txn(context: RequestContext, request: Any) -> Any:
+    entity, _module = response_schema(context)
+    services = context.services
+    await services.groups.ensure_offsets_topic()
+    topic = services.topics.get(OFFSETS_TOPIC)
+    if topic is None:
+        error = ErrorCode.coordinator_not_available
+    else:
+        offsets_partition = partition_for_group(request.group_id, len(topic.partitions))
+        error = await coordinator_of(context).add_partitions(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            [(OFFSETS_TOPIC, offsets_partition)],
+        )
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=fenced_for_version(error, context.api_version, 2),
+    )
+
+
+# -- EndTxn ---------------------------------------------------------------------------------
+
+
+async def handle_end_txn(context: RequestContext, request: Any) -> Any:
+    entity, _module = response_schema(context)
+    result = await coordinator_of(context).end_transaction(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        bool(request.committed),
+    )
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=fenced_for_version(result.error, context.api_version, 2),
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
+    )
+
+
+# -- DescribeTransactions / ListTransactions --------------------------------------------------
+
+
+async def handle_describe_transactions(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    coordinator = coordinator_of(context)
+    states = []
+    for transactional_id in request.transactional_ids:
+        found = coordinator.describe(transactional_id)
+        if isinstance(found, ErrorCode):
+            states.append(
+                build(
+                    module.TransactionState,
+                    error_code=found,
+                    transactional_id=transactional_id,
+                    transaction_state="",
+                    transaction_timeout=datetime.timedelta(0),
+                    transaction_start_time=_datetime(-1),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )
+            )
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in sorted(found.partitions):
+            by_topic.setdefault(topic, []).append(index)
+        states.append(
+            build(
+                module.TransactionState,
+                error_code=ErrorCode.none,
+                transactional_id=transactional_id,
+                transaction_state=found.state.kafka_name,
+                transaction_timeout=datetime.timedelta(milliseconds=found.timeout_ms),
+                transaction_start_time=_datetime(found.start_ms),
+                producer_id=found.producer_id,
+                producer_epoch=found.producer_epoch,
+                topics=tuple(
+                    build(module.TopicData, topic=topic, partitions=tuple(indexes))
+                    for topic, indexes in by_topic.items()
+                ),
+            )
+        )
+    return build(entity, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+
+def _datetime(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+async def handle_list_transactions(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    coordinator = coordinator_of(context)
+    states: list[TxnState] = []
+    unknown: list[str] = []
+    for name in request.state_filters:
+        state = TxnState.from_kafka_name(name)
+        if state is None:
+            unknown.append(name)
+        else:
+            states.append(state)
+    if unknown and not states and request.state_filters:
+        listed: list[Any] | ErrorCode = []  # only unknown states asked for: none match
+    else:
+        listed = coordinator.list_transactions(states, request.producer_id_filters)
+    duration_ms = int(getattr(request, "duration_filter", -1))
+    if isinstance(listed, ErrorCode):
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=listed,
+            unknown_state_filters=tuple(unknown),
+            transaction_states=(),
+        )
+    if duration_ms >= 0:
+        now = coordinator.clock_ms()
+        listed = [
+            entry
+            for entry in listed
+            if (found := coordinator.describe(entry.transactional_id)) is not None
+            and not isinstance(found, ErrorCode)
+            and found.start_ms >= 0
+            and now - found.start_ms > duration_ms
+        ]
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        unknown_state_filters=tuple(unknown),
+        transaction_states=tuple(
+            build(
+                module.TransactionState,
+                transactional_id=entry.transactional_id,
+                producer_id=entry.producer_id,
+                transaction_state=entry.state.kafka_name,
+            )
+            for entry in sorted(listed, key=lambda e: e.transactional_id)
+        ),
+    )
