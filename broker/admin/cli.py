@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from raftka.broker.admin import backup, cluster, groups, restore, topics, users
+from raftka.broker.admin import backup, cluster, groups, restore, topics, transactions, users
 from raftka.broker.admin.backup_format import MANIFEST
 from raftka.broker.admin.common import (
     DEFAULT_TIMEOUT_S,
@@ -23,7 +23,7 @@ from raftka.broker.admin.common import (
     read_command_config,
 )
 
-ADMIN_COMMANDS = ("topics", "groups", "cluster", "backup", "restore", "users")
+ADMIN_COMMANDS = ("topics", "groups", "cluster", "backup", "restore", "users", "transactions")
 
 # A command: (parsed arguments, target) -> (JSON document, table printer).
 Printer = Callable[[dict[str, Any], TextIO], None]
@@ -292,6 +292,27 @@ def _groups_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
+def _transactions_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser("transactions", help="list or describe transactional ids")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser(
+        "list", parents=[common], help="transactional ids, their coordinators and states"
+    )
+    listing.set_defaults(
+        run=lambda a, t: (transactions.list_transactions(t), transactions.print_list)
+    )
+    describe = actions.add_parser(
+        "describe", parents=[common], help="one transactional id and its ongoing transaction"
+    )
+    describe.add_argument("transactional_id", metavar="TRANSACTIONAL_ID")
+    describe.set_defaults(
+        run=lambda a, t: (
+            transactions.describe_transaction(t, a.transactional_id),
+            transactions.print_describe,
+        )
+    )
+
+
 def _cluster_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("cluster", help="cluster status: brokers and partition health")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -370,11 +391,12 @@ def _backup_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def add_admin_commands(commands: Any) -> None:
-    """Adds `topics`, `groups`, `cluster`, `backup`, `restore` and `users` to the `raftka`
-    subcommands."""
+    """Adds `topics`, `groups`, `transactions`, `cluster`, `backup`, `restore` and `users`
+    to the `raftka` subcommands."""
     common = _common_options()
     _topics_parser(commands, common)
     _groups_parser(commands, common)
+    _transactions_parser(commands, common)
     _cluster_parser(commands, common)
     _backup_parsers(commands, common)
     users.add_parser(commands, common)

@@ -158,9 +158,17 @@ class WireConnection:
                 return version
         raise WireError(f"no common version of API key {api_key} with {self.address}")
 
-    def request(self, api_key: int, values: dict[str, Any], *, version: int | None = None) -> Any:
+    def request(
+        self,
+        api_key: int,
+        values: dict[str, Any],
+        *,
+        version: int | None = None,
+        response_cls: type[Any] | None = None,
+    ) -> Any:
         """Send one request built from `values` (kio entity fields; nested entities already
-        built) and return the decoded response entity."""
+        built) and return the decoded response entity (read as `response_cls` when given: a
+        variant of kio's schema for a field kio cannot read as Kafka sends it)."""
         if version is None:
             version = self.version_for(api_key)
         entity = load_request_schema(api_key, version)
@@ -190,7 +198,8 @@ class WireConnection:
         (correlation_id,) = _SIZE.unpack_from(payload, 0)
         if correlation_id != self._correlation_id:
             raise WireError(f"{self.address} answered out of order")
-        response_cls = response_type(api_key, version)
+        if response_cls is None:
+            response_cls = response_type(api_key, version)
         pos = 4
         if response_cls.__flexible__ and api_key != API_VERSIONS_KEY:
             pos += 1  # the response header's (empty) tagged fields
