@@ -87,9 +87,16 @@ class _PartitionQueue:
 class WriteQueue:
     """Ordered appends per partition of `offsets_log`; `run` writes them until cancelled."""
 
-    def __init__(self, offsets_log: OffsetsLog, queued_max: int = WRITES_QUEUED_MAX) -> None:
+    def __init__(
+        self,
+        offsets_log: OffsetsLog,
+        queued_max: int = WRITES_QUEUED_MAX,
+        topic_name: str = OFFSETS_TOPIC,
+    ) -> None:
+        """`topic_name` is the topic `offsets_log` keeps, as logs name it."""
         self.offsets_log = offsets_log
         self.queued_max = queued_max
+        self.topic_name = topic_name
         self._queues: dict[int, _PartitionQueue] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -202,18 +209,18 @@ class WriteQueue:
             except (NotCoordinatorError, StaleProducerEpochError) as exc:
                 logger.info(
                     "cannot append to %s-%d: %s",
-                    OFFSETS_TOPIC,
+                    self.topic_name,
                     partition,
                     exc,
-                    extra=partition_context(OFFSETS_TOPIC, partition),
+                    extra=partition_context(self.topic_name, partition),
                 )
                 job.error = write_error(exc)
             except Exception as exc:
                 logger.exception(
                     "cannot append to %s-%d",
-                    OFFSETS_TOPIC,
+                    self.topic_name,
                     partition,
-                    extra=partition_context(OFFSETS_TOPIC, partition),
+                    extra=partition_context(self.topic_name, partition),
                 )
                 job.error = write_error(exc)
             for callback in job.on_done:
