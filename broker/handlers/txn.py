@@ -29,7 +29,8 @@ ADD_PARTITIONS_MIN_VERSION, ADD_PARTITIONS_MAX_VERSION = 0, 5
 ADD_OFFSETS_MIN_VERSION, ADD_OFFSETS_MAX_VERSION = 0, 4
 END_TXN_MIN_VERSION, END_TXN_MAX_VERSION = 0, 5
 DESCRIBE_TRANSACTIONS_MIN_VERSION, DESCRIBE_TRANSACTIONS_MAX_VERSION = 0, 0
-LIST_TRANSACTIONS_MIN_VERSION, LIST_TRANSACTIONS_MAX_VERSION = 0, 2
+# v2's transactional id pattern (a Java regular expression) is not served.
+LIST_TRANSACTIONS_MIN_VERSION, LIST_TRANSACTIONS_MAX_VERSION = 0, 1
 
 
 def coordinator_of(context: RequestContext) -> TransactionCoordinator:
@@ -245,7 +246,6 @@ def _datetime(ms: int) -> datetime.datetime:
 
 async def handle_list_transactions(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
-    coordinator = coordinator_of(context)
     states: list[TxnState] = []
     unknown: list[str] = []
     for name in request.state_filters:
@@ -254,11 +254,11 @@ async def handle_list_transactions(context: RequestContext, request: Any) -> Any
             unknown.append(name)
         else:
             states.append(state)
-    if unknown and not states and request.state_filters:
-        listed: list[Any] | ErrorCode = []  # only unknown states asked for: none match
-    else:
-        listed = coordinator.list_transactions(states, request.producer_id_filters)
-    duration_ms = int(getattr(request, "duration_filter", -1))
+    listed = coordinator_of(context).list_transactions(
+        states if request.state_filters else None,
+        request.producer_id_filters,
+        int(getattr(request, "duration_filter", -1)),
+    )
     if isinstance(listed, ErrorCode):
         return build(
             entity,
@@ -267,16 +267,6 @@ async def handle_list_transactions(context: RequestContext, request: Any) -> Any
             unknown_state_filters=tuple(unknown),
             transaction_states=(),
         )
-    if duration_ms >= 0:
-        now = coordinator.clock_ms()
-        listed = [
-            entry
-            for entry in listed
-            if (found := coordinator.describe(entry.transactional_id)) is not None
-            and not isinstance(found, ErrorCode)
-            and found.start_ms >= 0
-            and now - found.start_ms > duration_ms
-        ]
     return build(
         entity,
         throttle_time=NO_THROTTLE,

@@ -136,7 +136,7 @@ class TransactionCoordinator:
         self.config = config or TxnConfig()
         self.clock_ms = clock_ms
         self.remote = remote
-        self.writes = WriteQueue(log)
+        self.writes = WriteQueue(log, topic_name=TRANSACTION_STATE_TOPIC)
         self.partitions: dict[int, _Partition] = {}
         self._nursery: trio.Nursery | None = None
         self._markers_running: set[tuple[str, int, int]] = set()
@@ -603,21 +603,27 @@ class TransactionCoordinator:
         return meta
 
     def list_transactions(
-        self, states: Iterable[TxnState] = (), producer_ids: Iterable[int] = ()
+        self,
+        states: Iterable[TxnState] | None = None,
+        producer_ids: Iterable[int] = (),
+        duration_ms: int = -1,
     ) -> list[Listing] | ErrorCode:
-        """Ids of every loaded partition, filtered (empty filter: all);
-        COORDINATOR_LOAD_IN_PROGRESS while a partition loads."""
+        """Ids of every loaded partition, filtered as Kafka's ListTransactions: by state
+        (None: any; empty: none), producer id (empty: any), and time since the transaction
+        started (negative: any). COORDINATOR_LOAD_IN_PROGRESS while a partition loads."""
         if any(not p.loaded for p in self.partitions.values()):
             return ErrorCode.coordinator_load_in_progress
-        wanted_states = frozenset(states)
+        wanted_states = None if states is None else frozenset(states)
         wanted_ids = frozenset(producer_ids)
+        now = self.clock_ms()
         return [
             Listing(meta.transactional_id, meta.producer_id, meta.state)
             for partition in self.partitions.values()
             for meta in partition.transactions.values()
             if meta.state != TxnState.DEAD
-            and (not wanted_states or meta.state in wanted_states)
+            and (wanted_states is None or meta.state in wanted_states)
             and (not wanted_ids or meta.producer_id in wanted_ids)
+            and (duration_ms < 0 or now - meta.start_ms > duration_ms)
         ]
 
 

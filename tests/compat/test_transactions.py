@@ -286,6 +286,22 @@ def test_bad_input_gets_kafkas_errors_and_changes_nothing(txn_broker: BrokerProc
     assert state.transaction_state == "Ongoing"
     assert [(t.topic, t.partitions) for t in state.topics] == [(topic, (1,))]
 
+    # AddOffsetsToTxn adds the group's __consumer_offsets partition.
+    from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+    from kio.schema.add_offsets_to_txn.v3.response import AddOffsetsToTxnResponse
+
+    added = call(
+        bootstrap,
+        AddOffsetsToTxnRequest(
+            transactional_id=transactional_id, producer_id=pid, producer_epoch=0, group_id="g"
+        ),
+        AddOffsetsToTxnResponse,
+    )
+    assert int(added.error_code) == NONE
+    offsets_partition = partition_for("g", 50)  # offsets.topic.num.partitions
+    topics = {t.topic: t.partitions for t in describe(bootstrap, transactional_id).topics}
+    assert topics == {topic: (1,), "__consumer_offsets": (offsets_partition,)}
+
 
 # -- a 3-node cluster ----------------------------------------------------------------------------
 

@@ -399,6 +399,12 @@ def test_describe_and_list() -> None:
         by_id = c.list_transactions(producer_ids=[a.producer_id])
         assert not isinstance(by_id, ErrorCode)
         assert [e.transactional_id for e in by_id] == ["a"]
+        assert c.list_transactions([]) == []  # only unknown state names were asked for
+        await trio.sleep(5)
+        long_running = c.list_transactions([TxnState.ONGOING], duration_ms=4000)
+        assert not isinstance(long_running, ErrorCode)
+        assert [e.transactional_id for e in long_running] == ["b"]
+        assert c.list_transactions([TxnState.ONGOING], duration_ms=6000) == []
 
     run(test)
 
