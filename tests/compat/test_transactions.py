@@ -23,6 +23,7 @@ STATE_PARTITIONS = 5
 CONFIG = {
     "transaction.state.log.num.partitions": str(STATE_PARTITIONS),
     "transaction.max.timeout.ms": "120000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 
 NONE = 0
@@ -303,6 +304,28 @@ def test_bad_input_gets_kafkas_errors_and_changes_nothing(txn_broker: BrokerProc
     assert topics == {topic: (1,), "__consumer_offsets": (offsets_partition,)}
 
 
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
+    txn_broker: BrokerProcess,
+):
+    bootstrap = txn_broker.bootstrap
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic)
+    transactional_id = f"slow-{uuid.uuid4().hex[:8]}"
+    init = init_producer_id(bootstrap, transactional_id, timeout_ms=1500)
+    pid = int(init.producer_id)
+    assert add_partitions_v3(bootstrap, transactional_id, pid, 0, {topic: [0]}) == {
+        (topic, 0): NONE
+    }
+
+    def aborted() -> Any:
+        state = describe(bootstrap, transactional_id)
+        return state if state.transaction_state in ("PrepareAbort", "CompleteAbort") else None
+
+    state = wait_until(aborted, 30, "the coordinator aborts the timed-out transaction")
+    assert int(state.producer_epoch) == 1  # bumped: the producer at epoch 0 is fenced
+    assert end_txn(bootstrap, transactional_id, pid, 0, 3) == PRODUCER_FENCED
+
+
 # -- a 3-node cluster ----------------------------------------------------------------------------
 
 
@@ -371,3 +394,42 @@ def test_find_coordinator_on_a_cluster_names_the_leader_of_the_ids_partition(clu
         # Any other broker says it is not the coordinator.
         other = next(n for n in cluster.nodes if n.node_id != int(coordinator.node_id))
         assert int(describe(other.bootstrap, transactional_id).error_code) == NOT_COORDINATOR
+
+
+def test_a_new_coordinator_loads_the_ids_of_a_killed_one(cluster_factory):
+    cluster: ClusterProcess = cluster_factory(3, config=CONFIG)
+    bootstrap = cluster.nodes[0].bootstrap
+    transactional_id = f"failover-{uuid.uuid4().hex[:6]}"
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, replication_factor=3)
+
+    def coordinator_node() -> Any:
+        found = find_transaction_coordinator(bootstrap, transactional_id)
+        return cluster.node(int(found.node_id)) if int(found.error_code) == NONE else None
+
+    first = wait_until(coordinator_node, 60, "a transaction coordinator")
+    init = init_producer_id(first.bootstrap, transactional_id)
+    assert int(init.error_code) == NONE
+    pid = int(init.producer_id)
+    assert add_partitions_v3(first.bootstrap, transactional_id, pid, 0, {topic: [0]}) == {
+        (topic, 0): NONE
+    }
+    first.kill()
+    survivors = [n for n in cluster.nodes if n is not first]
+
+    def moved() -> Any:
+        for node in survivors:
+            found = find_transaction_coordinator(node.bootstrap, transactional_id)
+            if int(found.error_code) == NONE and int(found.node_id) != first.node_id:
+                state = describe(cluster.node(int(found.node_id)).bootstrap, transactional_id)
+                if int(state.error_code) == NONE:
+                    return state
+        return None
+
+    state = wait_until(moved, 60, "the id served by a new coordinator")
+    assert (state.transaction_state, int(state.producer_id), int(state.producer_epoch)) == (
+        "Ongoing",
+        pid,
+        0,
+    )
+    assert [(t.topic, t.partitions) for t in state.topics] == [(topic, (0,))]
