@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
+    "TXN_MARKERS_RPC",
+    "TXN_VERIFY_RPC",
     "InitResult",
     "MarkerJob",
     "MarkerWriter",
