@@ -35,7 +35,8 @@ CLOSE_THREADS = 8
 # Kafka's internal topics: consumer-group state, and (as a partition name) the metadata log.
 OFFSETS_TOPIC = "__consumer_offsets"
 METADATA_TOPIC = "__cluster_metadata"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, METADATA_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, METADATA_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class PartitionNotHostedError(RuntimeError):

@@ -52,7 +52,7 @@ from raftka.protocol.records import (
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 RESTORE_FLAG = "raftka.restore.in.progress"
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__cluster_metadata"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__cluster_metadata", "__transaction_state"})
 
 # Control record types a restore-mode topic accepts as they are (ABORT, COMMIT,
 # LEADER_CHANGE); every other control batch is replaced by a LEADER_CHANGE one.

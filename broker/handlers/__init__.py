@@ -19,8 +19,8 @@ from raftka.broker.handlers import (
     sasl,
     scram_credentials,
     topics_admin,
-    txn_markers,
     txn,
+    txn_markers,
 )
 from raftka.broker.services import RequestContext
 

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.groups.store import OffsetsLog
+from raftka.broker.groups.store import OffsetsLog, StoredRecord
 from raftka.broker.groups.writes import WriteQueue
-from raftka.broker.topics import now_ms
+from raftka.broker.topics import TRANSACTION_STATE_TOPIC, now_ms
 from raftka.broker.txn import metadata as transitions
 from raftka.broker.txn.metadata import TopicPartition, TxnMetadata
 from raftka.broker.txn.records import (
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("raftka.txn")
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 # Kept whole (raftka has no compaction); the last record of an id is its state.
 TRANSACTION_STATE_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 * 1024)}
 MARKER_BACKOFF_MIN_S = 0.05
@@ -242,7 +241,10 @@ class TransactionCoordinator:
 
     def _replay(self, index: int) -> dict[str, TxnMetadata]:
         loaded: dict[str, TxnMetadata] = {}
-        for key, value in self.log.replay(index):
+        for entry in self.log.replay_log(index):
+            if not isinstance(entry, StoredRecord):
+                continue  # no transaction writes to this topic, so no markers either
+            key, value = entry.key, entry.value
             try:
                 transactional_id = TxnKey.decode(key).transactional_id
                 if value is None:

@@ -96,12 +96,6 @@ def test_init_producer_id_gives_fresh_ids(bootstrap):
     assert len(ids) == 3
 
 
-def test_transactional_id_is_refused(bootstrap):
-    error, producer_id, _epoch = init_producer_id(bootstrap, transactional_id="txn-1")
-    assert error == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert producer_id == -1
-
-
 def test_producer_ids_are_not_reused_after_restart(broker_factory):
     broker = broker_factory()
     before = {init_producer_id(broker.bootstrap)[1] for _ in range(3)}
