@@ -454,3 +454,25 @@ def fetch_v12(
         forgotten_topics_data=(),
         rack_id="",
     )
+
+
+def find_transaction_coordinator(
+    bootstrap: str, transactional_id: str, timeout: float = 30.0
+) -> int:
+    """FindCoordinator(TRANSACTION) for `transactional_id`, retried as clients retry it while
+    `__transaction_state` is created and loaded; the coordinator's node id."""
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
+    from kio.static.primitive import i8
+
+    request = FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(transactional_id,))
+    deadline = time.monotonic() + timeout
+    while True:
+        with RawConnection(bootstrap) as conn:
+            conn.send_request(request)
+            [found] = conn.recv_response(FindCoordinatorResponse).coordinators
+        if int(found.error_code) == 0:
+            return int(found.node_id)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no transaction coordinator for {transactional_id!r}: {found}")
+        time.sleep(0.1)

@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import RawConnection, create_topic, run_raftka, wait_until
+from clients import (
+    RawConnection,
+    create_topic,
+    find_transaction_coordinator,
+    run_raftka,
+    wait_until,
+)
 from harness import BrokerProcess, ClusterProcess
 
 STATE_PARTITIONS = 5
@@ -80,6 +86,7 @@ def init_producer_id(
         transactional_id=transactional_id,
         transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
     )
+    find_transaction_coordinator(bootstrap, transactional_id)
     deadline = time.monotonic() + 30
     while True:
         answer = call(bootstrap, request, resp.InitProducerIdResponse)
@@ -89,18 +96,24 @@ def init_producer_id(
 
 
 def describe(bootstrap: str, transactional_id: str) -> Any:
-    """DescribeTransactions v0 of one id (its start time as Kafka's int64 milliseconds)."""
+    """DescribeTransactions v0 of one id (its start time as Kafka's int64 milliseconds),
+    retried while its coordinator loads."""
     from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 
     from raftka.broker.admin.transactions import DescribeTransactionsResponseV0
 
-    answer = call(
-        bootstrap,
-        DescribeTransactionsRequest(transactional_ids=(transactional_id,)),
-        DescribeTransactionsResponseV0,
-    )
-    [state] = answer.transaction_states
-    return state
+    find_transaction_coordinator(bootstrap, transactional_id)
+    deadline = time.monotonic() + 30
+    while True:
+        answer = call(
+            bootstrap,
+            DescribeTransactionsRequest(transactional_ids=(transactional_id,)),
+            DescribeTransactionsResponseV0,
+        )
+        [state] = answer.transaction_states
+        if int(state.error_code) not in RETRIABLE or time.monotonic() > deadline:
+            return state
+        time.sleep(0.1)
 
 
 def end_txn(bootstrap: str, transactional_id: str, pid: int, epoch: int, version: int) -> int:
@@ -329,7 +342,7 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
 # -- a 3-node cluster ----------------------------------------------------------------------------
 
 
-def find_transaction_coordinator(bootstrap: str, transactional_id: str) -> Any:
+def coordinator_answer(bootstrap: str, transactional_id: str) -> Any:
     from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
     from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
 
@@ -367,7 +380,7 @@ def test_find_coordinator_on_a_cluster_names_the_leader_of_the_ids_partition(clu
     ids = [f"cluster-{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
 
     def settled() -> bool:
-        answers = [find_transaction_coordinator(bootstrap, t) for t in ids]
+        answers = [coordinator_answer(bootstrap, t) for t in ids]
         return all(int(a.error_code) == NONE for a in answers)
 
     wait_until(settled, 60, "FindCoordinator(TRANSACTION) answers")
@@ -375,7 +388,7 @@ def test_find_coordinator_on_a_cluster_names_the_leader_of_the_ids_partition(clu
     def matches() -> bool:
         leaders = state_partition_leaders(bootstrap)
         for transactional_id in ids:
-            coordinator = find_transaction_coordinator(bootstrap, transactional_id)
+            coordinator = coordinator_answer(bootstrap, transactional_id)
             expected = leaders.get(partition_for(transactional_id, STATE_PARTITIONS), -1)
             if int(coordinator.node_id) != expected or expected < 0:
                 return False
@@ -387,7 +400,7 @@ def test_find_coordinator_on_a_cluster_names_the_leader_of_the_ids_partition(clu
     for transactional_id in ids[:3]:
         producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
         producer.init_transactions(60)
-        coordinator = find_transaction_coordinator(bootstrap, transactional_id)
+        coordinator = coordinator_answer(bootstrap, transactional_id)
         node = cluster.node(int(coordinator.node_id))
         state = describe(node.bootstrap, transactional_id)
         assert (int(state.error_code), state.transaction_state) == (NONE, "Empty")
@@ -404,7 +417,7 @@ def test_a_new_coordinator_loads_the_ids_of_a_killed_one(cluster_factory):
     create_topic(bootstrap, topic, replication_factor=3)
 
     def coordinator_node() -> Any:
-        found = find_transaction_coordinator(bootstrap, transactional_id)
+        found = coordinator_answer(bootstrap, transactional_id)
         return cluster.node(int(found.node_id)) if int(found.error_code) == NONE else None
 
     first = wait_until(coordinator_node, 60, "a transaction coordinator")
@@ -419,7 +432,7 @@ def test_a_new_coordinator_loads_the_ids_of_a_killed_one(cluster_factory):
 
     def moved() -> Any:
         for node in survivors:
-            found = find_transaction_coordinator(node.bootstrap, transactional_id)
+            found = coordinator_answer(node.bootstrap, transactional_id)
             if int(found.error_code) == NONE and int(found.node_id) != first.node_id:
                 state = describe(cluster.node(int(found.node_id)).bootstrap, transactional_id)
                 if int(state.error_code) == NONE:

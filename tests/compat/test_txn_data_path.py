@@ -16,7 +16,14 @@ import time
 import uuid
 from typing import Any
 
-from clients import RawConnection, create_topic, fetch_v12, wait_until, watermarks
+from clients import (
+    RawConnection,
+    create_topic,
+    fetch_v12,
+    find_transaction_coordinator,
+    wait_until,
+    watermarks,
+)
 from confluent_kafka import Consumer, TopicPartition
 from kio.schema.errors import ErrorCode
 from test_restore_mode import produce, set_restore
@@ -278,6 +285,7 @@ def test_transactional_produce_needs_an_id_and_the_coordinator(broker_factory) -
     answer = transactional_produce(broker.bootstrap, topic, None)
     assert answer.error_code == ErrorCode.transactional_id_authorization_failed, answer
     # No coordinator has added the partition to a transaction: refused, nothing written.
+    find_transaction_coordinator(broker.bootstrap, "tx-1")
     answer = transactional_produce(broker.bootstrap, topic, "tx-1")
     assert answer.error_code == ErrorCode.invalid_txn_state, answer
     assert list_offset_latest(broker.bootstrap, topic, 0) == 0
