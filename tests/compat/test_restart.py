@@ -276,3 +276,30 @@ def test_topics_come_back_from_the_metadata_log_without_a_snapshot(broker_factor
     msgs = _read_all(broker.bootstrap, topic)
     assert [m.offset() for m in msgs] == acked
     assert [m.value() for m in msgs] == [b"a", b"b", b"c"]
+
+
+def test_a_second_broker_on_the_same_data_dir_is_refused(broker_factory, new_topic):
+    """Kafka's log-directory lock: a second process on a data directory in use exits with
+    an error naming the directory and the holder, and the first broker keeps its data."""
+    import subprocess
+    import sys
+
+    from harness import free_port
+
+    broker = broker_factory()
+    topic = new_topic(bootstrap=broker.bootstrap)
+    res = produce(broker.bootstrap, topic, [{"value": b"v%d" % i} for i in range(10)], acks="all")
+    assert not res.errors, res.errors[:3]
+    second = subprocess.run(
+        [sys.executable, "-m", "raftka.broker", "serve", "--listen", f"127.0.0.1:{free_port()}"]
+        + ["--data-dir", str(broker.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 2, second
+    assert f"{broker.data_dir} is in use by another raftka broker (pid {broker.pid}" in (
+        second.stderr
+    )
+    msgs = consume(broker.bootstrap, topic, [0], start=0, timeout=30)[0]
+    assert [m.value() for m in msgs] == [b"v%d" % i for i in range(10)]
