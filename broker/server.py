@@ -415,11 +415,12 @@ class Broker:
         partitions does not look at each of them 20 times a second."""
         found: list[Partition] = []
         for topic in list(self.topics.topics.values()):
-            logs = [(p, p.log) for p in topic.partitions if p.log is not None]
-            if logs:
-                config = logs[0][1].config
-                if config.flush_messages < LOG_INT64_MAX or config.flush_ms < LOG_INT64_MAX:
-                    found += [p for p, _ in logs]
+            config = topic.config
+            if (
+                config.get_int("flush.messages") < LOG_INT64_MAX
+                or config.get_int("flush.ms") < LOG_INT64_MAX
+            ):
+                found += [p for p in topic.partitions if p.log is not None]
         return found
 
     async def _enforce_retention(self) -> None:
