@@ -43,3 +43,23 @@ def test_default_policy_does_not_wait_for_fsync(broker_factory, new_topic):
         producer.flush(10)
     assert acked == [None] * 20
     assert _recovery_point(broker, topic) < 20  # acknowledged from the page cache
+
+
+def test_flush_ms_fsyncs_an_idle_partition_on_schedule(broker_factory, new_topic):
+    """flush.ms set on one topic: its partitions are fsynced within that interval after a
+    write, with nothing else arriving; a topic under Kafka's default policy beside it is not."""
+    import time
+
+    broker = broker_factory()
+    scheduled = new_topic(partitions=1, bootstrap=broker.bootstrap, config={"flush.ms": "200"})
+    default = new_topic(partitions=1, bootstrap=broker.bootstrap)
+    producer = make_producer(broker.bootstrap, acks="1", **{"linger.ms": 0})
+    for topic in (scheduled, default):
+        for i in range(5):
+            producer.produce(topic, f"r{i}".encode())
+    assert producer.flush(10) == 0
+    deadline = time.monotonic() + 10
+    while _recovery_point(broker, scheduled) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _recovery_point(broker, scheduled) == 5
+    assert _recovery_point(broker, default) == 0
