@@ -15,6 +15,7 @@ until each partition answered), then Complete* is written.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -138,7 +139,7 @@ class TransactionCoordinator:
         self.writes = WriteQueue(log, topic_name=TRANSACTION_STATE_TOPIC)
         self.partitions: dict[int, _Partition] = {}
         self._nursery: trio.Nursery | None = None
-        self._markers_running: set[tuple[str, int, int]] = set()
+        self._markers_running: set[tuple[str, int, int, int]] = set()
 
     # -- ownership -----------------------------------------------------------------------
 
@@ -297,20 +298,26 @@ class TransactionCoordinator:
             return InitResult(ErrorCode.invalid_request)
         if not self.validate_timeout(timeout_ms):
             return InitResult(ErrorCode.invalid_transaction_timeout)
-        owned = self._owned(transactional_id)
-        if isinstance(owned, ErrorCode):
-            return InitResult(owned)
-        if transactional_id in owned.pending:
-            return InitResult(ErrorCode.concurrent_transactions)
-        now = self.clock_ms()
-        meta = owned.transactions.get(transactional_id)
-        if meta is None:
-            producer_id = await self.producer_ids.next_producer_id()
+        allocated: int | None = None  # a producer id taken before deciding again
+        while True:
+            owned = self._owned(transactional_id)
+            if isinstance(owned, ErrorCode):
+                return InitResult(owned)
             if transactional_id in owned.pending:
                 return InitResult(ErrorCode.concurrent_transactions)
-            meta = owned.transactions.get(transactional_id) or TxnMetadata(
-                transactional_id, producer_id, timeout_ms=timeout_ms, last_update_ms=now
+            meta = owned.transactions.get(transactional_id)
+            if allocated is not None or not self._needs_producer_id(meta, expected):
+                break
+            # The id's state may change while the allocator waits (an AddPartitions, a
+            # reload): take the id, then decide again on what is there afterwards.
+            allocated = await self.producer_ids.next_producer_id()
+        now = self.clock_ms()
+        if meta is None:
+            assert allocated is not None, "a new transactional id has a producer id"
+            meta = TxnMetadata(
+                transactional_id, allocated, timeout_ms=timeout_ms, last_update_ms=now
             )
+            allocated = None
         error = transitions.init_error(meta, expected)
         if error is not None:
             return InitResult(error)
@@ -325,11 +332,9 @@ class TransactionCoordinator:
             return InitResult(ErrorCode.concurrent_transactions)
         new: TxnMetadata | ErrorCode
         if transitions.needs_new_producer_id(meta, expected):
-            producer_id = await self.producer_ids.next_producer_id()
-            if transactional_id in owned.pending:
-                return InitResult(ErrorCode.concurrent_transactions)
+            assert allocated is not None, "a rotation has its producer id"
             new = transitions.rotate_producer_id(
-                meta, producer_id, timeout_ms, now, keep_last=expected is not None
+                meta, allocated, timeout_ms, now, keep_last=expected is not None
             )
         else:
             new = transitions.bump_epoch(
@@ -347,6 +352,17 @@ class TransactionCoordinator:
             new.producer_epoch,
         )
         return InitResult(ErrorCode.none, new.producer_id, new.producer_epoch)
+
+    @staticmethod
+    def _needs_producer_id(meta: TxnMetadata | None, expected: tuple[int, int] | None) -> bool:
+        """Whether InitProducerId on `meta` (None: a new id) takes a new producer id."""
+        if meta is None:
+            return True
+        return (
+            transitions.init_error(meta, expected) is None
+            and meta.state != TxnState.ONGOING
+            and transitions.needs_new_producer_id(meta, expected)
+        )
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
 
@@ -462,7 +478,9 @@ class TransactionCoordinator:
     # -- markers -----------------------------------------------------------------------------
 
     def _send_markers(self, meta: TxnMetadata, coordinator_epoch: int) -> None:
-        key = (meta.transactional_id, meta.producer_id, meta.producer_epoch)
+        # Keyed by coordinator epoch too: a job of an earlier term of this broker gives up
+        # at its next check, so a reload must not take it for a duplicate.
+        key = (meta.transactional_id, meta.producer_id, meta.producer_epoch, coordinator_epoch)
         if key in self._markers_running or self._nursery is None:
             return
         self._markers_running.add(key)
@@ -479,7 +497,11 @@ class TransactionCoordinator:
     def _still_preparing(self, job: MarkerJob) -> tuple[_Partition, TxnMetadata] | None:
         index = self.partition_for(job.transactional_id)
         partition = self.partitions.get(index)
-        if partition is None or partition.epoch != job.coordinator_epoch:
+        if (
+            partition is None
+            or partition.epoch != job.coordinator_epoch
+            or self.log.leader_epoch(index) != job.coordinator_epoch
+        ):
             return None
         meta = partition.transactions.get(job.transactional_id)
         if (
@@ -493,7 +515,7 @@ class TransactionCoordinator:
     async def _complete(self, job: MarkerJob) -> None:
         """Markers to every partition of the transaction, then Complete*; given up once this
         broker no longer coordinates the id at the job's epoch (the next one resumes)."""
-        key = (job.transactional_id, job.producer_id, job.producer_epoch)
+        key = (job.transactional_id, job.producer_id, job.producer_epoch, job.coordinator_epoch)
         try:
             remaining = set(job.partitions)
             backoff_s = MARKER_BACKOFF_MIN_S
@@ -501,14 +523,7 @@ class TransactionCoordinator:
                 if self._still_preparing(job) is None:
                     return
                 answers = await self.markers.write(
-                    MarkerJob(
-                        job.transactional_id,
-                        job.producer_id,
-                        job.producer_epoch,
-                        job.coordinator_epoch,
-                        job.committed,
-                        frozenset(remaining),
-                    )
+                    dataclasses.replace(job, partitions=frozenset(remaining))
                 )
                 for tp, error in answers.items():
                     if error == ErrorCode.none:
@@ -544,8 +559,10 @@ class TransactionCoordinator:
                     await trio.sleep(backoff_s)
                     continue
                 error = await self._write(partition, transitions.complete(meta, self.clock_ms()))
-                if error in (ErrorCode.none, ErrorCode.not_coordinator):
+                if error == ErrorCode.none:
                     return
+                # NOT_COORDINATOR also means "not committed in time" while this broker still
+                # leads: retried until `_still_preparing` says this term no longer owns it.
                 await trio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, MARKER_BACKOFF_MAX_S)
         finally:

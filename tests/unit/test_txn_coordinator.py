@@ -14,6 +14,7 @@ import trio.testing
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import MemoryOffsetsLog
+from raftka.broker.groups.store import NotCoordinatorError
 from raftka.broker.txn import MarkerJob, TransactionCoordinator, TxnConfig, TxnState
 from raftka.broker.txn.metadata import TopicPartition
 from raftka.broker.txn.records import TxnKey, TxnValue, partition_for_transaction
@@ -420,3 +421,94 @@ def test_a_failed_write_changes_nothing() -> None:
         assert await s.coordinator.add_partitions("tx", init.producer_id, 0, [T0]) == E.none
 
     run(test)
+
+
+def test_a_complete_write_not_committed_in_time_is_retried_while_still_coordinator() -> None:
+    """The log raises NotCoordinatorError when a write did not commit in time although this
+    broker still leads at the same epoch: Complete* is written once appends succeed again."""
+
+    async def test(s: Setup) -> None:
+        init = await s.coordinator.init_producer_id("tx", 30_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await s.coordinator.add_partitions("tx", pid, epoch, [T0]) == E.none
+        s.markers.gate = trio.Event()
+        assert (await s.coordinator.end_transaction("tx", pid, epoch, True)).error == E.none
+        s.log.fail_appends = NotCoordinatorError("the records did not commit in time (test)")
+        s.markers.gate.set()
+        await settle()
+        assert s.state("tx") == TxnState.PREPARE_COMMIT
+        s.log.fail_appends = False
+        await trio.sleep(10)
+        assert s.state("tx") == TxnState.COMPLETE_COMMIT
+        assert (await s.coordinator.end_transaction("tx", pid, epoch, True)).error == E.none
+        assert (await s.coordinator.init_producer_id("tx", 30_000)).error == E.none
+
+    run(test)
+
+
+def test_markers_resume_when_leadership_is_lost_and_regained_while_they_are_sent() -> None:
+    async def test(s: Setup) -> None:
+        init = await s.coordinator.init_producer_id("tx", 30_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await s.coordinator.add_partitions("tx", pid, epoch, [T0]) == E.none
+        s.markers.gate = trio.Event()
+        assert (await s.coordinator.end_transaction("tx", pid, epoch, True)).error == E.none
+        await trio.sleep(0.01)  # the job of epoch 0 waits in the marker writer
+        index = partition_for_transaction("tx", N)
+        s.log.epochs = dict.fromkeys(range(N), 0) | {index: 1}
+        s.coordinator.become_leader(index, 1)  # lost and regained: the reload resumes
+        await settle()
+        assert s.state("tx") == TxnState.PREPARE_COMMIT
+        s.markers.gate.set()
+        await settle()
+        assert s.state("tx") == TxnState.COMPLETE_COMMIT
+        assert {j.coordinator_epoch for j in s.markers.jobs} >= {1}
+
+    run(test)
+
+
+class SlowProducerIds:
+    """Allocates after a while (as reserving a block in the allocator's store may)."""
+
+    async def next_producer_id(self) -> int:
+        await trio.sleep(1)
+        return 2000
+
+
+def test_a_transaction_started_while_a_producer_id_is_allocated_is_aborted_not_lost() -> None:
+    log = MemoryOffsetsLog(N)
+    index = partition_for_transaction("tx", N)
+    exhausted = TxnValue(1000, 32766, 30_000, TxnState.COMPLETE_COMMIT, {}, 1, 1)
+
+    async def seed() -> None:
+        await log.append(index, [(TxnKey("tx").encode(), exhausted.encode())])
+
+    trio.run(seed)
+    setup = Setup(log)
+    setup.coordinator.producer_ids = SlowProducerIds()
+
+    async def test(s: Setup) -> None:
+        results = []
+
+        async def init() -> None:
+            results.append(await s.coordinator.init_producer_id("tx", 30_000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(init)
+            await trio.sleep(0.1)  # the rotation waits for its new producer id
+            assert await s.coordinator.add_partitions("tx", 1000, 32766, [T0]) == E.none
+        # The old producer's transaction is fenced and aborted, not overwritten.
+        assert [r.error for r in results] == [E.concurrent_transactions]
+        await settle()
+        [job] = s.markers.jobs
+        assert (job.producer_id, job.committed, job.partitions) == (1000, False, {T0})
+        assert s.state("tx") == TxnState.COMPLETE_ABORT
+        assert [(v.producer_id, v.state) for v in s.written("tx")][1:] == [
+            (1000, TxnState.ONGOING),
+            (1000, TxnState.PREPARE_ABORT),
+            (1000, TxnState.COMPLETE_ABORT),
+        ]
+        again = await s.coordinator.init_producer_id("tx", 30_000)
+        assert (again.error, again.producer_id, again.producer_epoch) == (E.none, 2000, 0)
+
+    run(test, setup)
