@@ -113,6 +113,16 @@ def check_producer_epoch(
         )
 
 
+def check_leader_epoch(name: str, expected: int | None, current: int | None) -> None:
+    """Raise NotCoordinatorError when a write meant for leader epoch `expected` (None: any)
+    would be appended while this broker leads at `current` (None: not at all)."""
+    if expected is not None and current != expected:
+        where = "no longer leads it" if current is None else f"leads it at epoch {current}"
+        raise NotCoordinatorError(
+            f"{name}: the write was decided at leader epoch {expected}, this broker {where}"
+        )
+
+
 class OffsetsLog(Protocol):
     """Where the coordinator's records go: the partitions of `__consumer_offsets`."""
 
@@ -128,12 +138,15 @@ class OffsetsLog(Protocol):
         records: list[KeyValue],
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
+        leader_epoch: int | None = None,
     ) -> int:
         """Append the records as one batch (a transactional one of `producer_id` at
         `producer_epoch` when a producer is given); returns the batch's base offset once
         it is committed (and durable per flush policy). Raises NotCoordinatorError when
-        this broker cannot (or no longer) lead the partition, StaleProducerEpochError when
-        the producer's epoch is older than one the partition has seen."""
+        this broker cannot (or no longer) lead the partition, or does not lead it at
+        `leader_epoch` (when given: the coordinator epoch the write was decided in),
+        StaleProducerEpochError when the producer's epoch is older than one the partition
+        has seen."""
 
     def leader_epoch(self, partition: int) -> int | None:
         """The epoch at which this broker leads the partition now; None when it does not."""
@@ -312,6 +325,7 @@ class TopicOffsetsLog:
         records: list[KeyValue],
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
+        leader_epoch: int | None = None,
     ) -> int:
         topic = await self.ensure_topic()
         if topic is None:
@@ -327,6 +341,9 @@ class TopicOffsetsLog:
             check_producer_epoch(
                 target.name, producer_id, producer_epoch, None if known is None else known.epoch
             )
+        # Checked right before the propose too: a write decided in an earlier term of this
+        # broker must not land in a later one (Kafka checks the coordinator epoch).
+        check_leader_epoch(target.name, leader_epoch, self.leader_epoch(partition))
         try:
             entry = target.propose(batch, len(records))
             committed = await target.wait_committed(entry, COMMIT_TIMEOUT_S)
@@ -445,6 +462,7 @@ class MemoryOffsetsLog:
         records: list[KeyValue],
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
+        leader_epoch: int | None = None,
     ) -> int:
         await trio.lowlevel.checkpoint()
         if self.append_gate is not None:
@@ -455,6 +473,9 @@ class MemoryOffsetsLog:
             raise OSError("append failed (test)")
         if self.leader_epoch(partition) is None:
             raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{partition}: not the leader (test)")
+        check_leader_epoch(
+            f"{OFFSETS_TOPIC}-{partition}", leader_epoch, self.leader_epoch(partition)
+        )
         if producer_id >= 0:
             key = (partition, producer_id)
             name = f"{OFFSETS_TOPIC}-{partition}"

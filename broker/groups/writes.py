@@ -31,6 +31,7 @@ from raftka.broker.groups.store import (
     StaleProducerEpochError,
 )
 from raftka.broker.log_output import partition_context
+from raftka.protocol.batch_builder import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 logger = logging.getLogger("raftka.groups")
 
@@ -66,6 +67,8 @@ class Append:
     metadata_of: str | None = None  # the group whose metadata is the only record
     # A TxnOffsetCommit's batch is transactional: (producer id, producer epoch).
     producer: tuple[int, int] | None = None
+    # The leader epoch the append was decided at (None: any); another one refuses it.
+    leader_epoch: int | None = None
     base_offset: int = -1  # where the batch landed, once appended
 
     async def wait(self) -> ErrorCode:
@@ -120,13 +123,16 @@ class WriteQueue:
         group_id: str,
         records: list[KeyValue],
         producer: tuple[int, int] | None = None,
+        leader_epoch: int | None = None,
     ) -> Append:
         """Queue the records as one append to the group's partition, behind everything
         queued before; with `producer` (id, epoch) as one transactional batch of that
-        producer. A client write calls `wait_for_room` first."""
+        producer; with `leader_epoch`, refused (NOT_COORDINATOR) unless this broker still
+        leads the partition at that epoch when the append is made. A client write calls
+        `wait_for_room` first."""
         partition = self.partition_for(group_id)
         queue = self._queue(partition)
-        job = Append(partition, records, producer=producer)
+        job = Append(partition, records, producer=producer, leader_epoch=leader_epoch)
         metadata_key = GroupMetadataKey(group_id).encode()
         if any(key == metadata_key for key, _ in records):
             # The group's metadata waiting before this append must not be replaced by a
@@ -199,13 +205,10 @@ class WriteQueue:
             queue.room.set()
             queue.room = trio.Event()
             try:
-                if job.producer is None:
-                    job.base_offset = await self.offsets_log.append(partition, job.records)
-                else:
-                    producer_id, producer_epoch = job.producer
-                    job.base_offset = await self.offsets_log.append(
-                        partition, job.records, producer_id, producer_epoch
-                    )
+                producer_id, producer_epoch = job.producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+                job.base_offset = await self.offsets_log.append(
+                    partition, job.records, producer_id, producer_epoch, job.leader_epoch
+                )
             except (NotCoordinatorError, StaleProducerEpochError) as exc:
                 logger.info(
                     "cannot append to %s-%d: %s",

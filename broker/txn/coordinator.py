@@ -270,6 +270,7 @@ class TransactionCoordinator:
             job = self.writes.append(
                 transactional_id,
                 [(TxnKey(transactional_id).encode(), new.to_value().encode())],
+                leader_epoch=partition.epoch,
             )
             error = await job.wait()
         finally:

@@ -512,3 +512,29 @@ def test_a_transaction_started_while_a_producer_id_is_allocated_is_aborted_not_l
         assert (again.error, again.producer_id, again.producer_epoch) == (E.none, 2000, 0)
 
     run(test, setup)
+
+
+def test_a_write_decided_before_a_new_term_is_not_appended_in_it() -> None:
+    async def test(s: Setup) -> None:
+        init = await s.coordinator.init_producer_id("tx", 30_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        s.log.append_gate = trio.Event()
+        results = []
+
+        async def add() -> None:
+            results.append(await s.coordinator.add_partitions("tx", pid, epoch, [T0]))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(add)
+            await trio.sleep(0.01)  # queued at epoch 0, waiting in the log
+            index = partition_for_transaction("tx", N)
+            s.log.epochs = dict.fromkeys(range(N), 0) | {index: 1}
+            s.coordinator.become_leader(index, 1)
+            s.log.append_gate.set()
+        assert results == [E.not_coordinator]
+        assert [v.state for v in s.written("tx")] == [TxnState.EMPTY]
+        await settle()
+        assert s.state("tx") == TxnState.EMPTY
+        assert await s.coordinator.add_partitions("tx", pid, epoch, [T0]) == E.none
+
+    run(test)
