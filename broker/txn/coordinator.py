@@ -48,6 +48,10 @@ logger = logging.getLogger("raftka.txn")
 TRANSACTION_STATE_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 * 1024)}
 MARKER_BACKOFF_MIN_S = 0.05
 MARKER_BACKOFF_MAX_S = 2.0
+LOAD_BACKOFF_MIN_S = 0.1
+LOAD_BACKOFF_MAX_S = 10.0
+# A long replay lets requests and Raft's timers run this often.
+REPLAY_YIELD_RECORDS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,20 +219,42 @@ class TransactionCoordinator:
         finally:
             self._nursery = None
 
-    async def _load(self, index: int, epoch: int) -> None:
-        try:
-            caught_up = await self.log.wait_caught_up(index, epoch)
-        except Exception:
-            logger.exception("cannot load %s-%d", TRANSACTION_STATE_TOPIC, index)
-            caught_up = False
+    def _loading(self, index: int, epoch: int) -> _Partition | None:
+        """The partition while this broker still leads and loads it at `epoch`."""
         partition = self.partitions.get(index)
-        if partition is None or partition.epoch != epoch:
+        if partition is None or partition.epoch != epoch or partition.loaded:
+            return None
+        if self.log.leader_epoch(index) != epoch:
+            return None
+        return partition
+
+    async def _load(self, index: int, epoch: int) -> None:
+        """Wait for the partition's log to be committed, then replay it. A failure is
+        logged and retried (with backoff) while this broker still leads at `epoch`; the
+        partition is resigned once it does not."""
+        backoff_s = LOAD_BACKOFF_MIN_S
+        while True:
+            try:
+                loaded = await self._load_once(index, epoch)
+            except Exception:
+                logger.exception(
+                    "cannot load %s-%d (epoch %d); retrying in %.1f s",
+                    TRANSACTION_STATE_TOPIC,
+                    index,
+                    epoch,
+                    backoff_s,
+                )
+                loaded = False
+            if loaded or self._loading(index, epoch) is None:
+                break
+            await trio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, LOAD_BACKOFF_MAX_S)
+        partition = self.partitions.get(index)
+        if partition is not None and partition.epoch == epoch and not partition.loaded:
+            self.resign(index)  # no longer leads at `epoch` (a newer term loads anew)
             return
-        if not caught_up:
-            self.resign(index)
+        if not loaded or partition is None:
             return
-        partition.transactions = self._replay(index)
-        partition.loaded = True
         logger.info(
             "loaded %s-%d (epoch %d): %d transactional ids",
             TRANSACTION_STATE_TOPIC,
@@ -240,9 +266,30 @@ class TransactionCoordinator:
             if meta.state.is_prepare:
                 self._send_markers(meta, epoch)
 
-    def _replay(self, index: int) -> dict[str, TxnMetadata]:
+    async def _load_once(self, index: int, epoch: int) -> bool:
+        """One attempt; True once the partition is loaded."""
+        if not await self.log.wait_caught_up(index, epoch):
+            return False
+        if self._loading(index, epoch) is None:
+            return False
+        transactions = await self._replay(index, epoch)
+        partition = self._loading(index, epoch)
+        if transactions is None or partition is None:
+            return False
+        partition.transactions = transactions
+        partition.loaded = True
+        return True
+
+    async def _replay(self, index: int, epoch: int) -> dict[str, TxnMetadata] | None:
+        """The ids of the partition as its committed records leave them; None when this
+        broker stopped loading it at `epoch` meanwhile. Yields to other tasks every
+        `REPLAY_YIELD_RECORDS` records."""
         loaded: dict[str, TxnMetadata] = {}
-        for entry in self.log.replay_log(index):
+        for count, entry in enumerate(self.log.replay_log(index), 1):
+            if count % REPLAY_YIELD_RECORDS == 0:
+                await trio.sleep(0)
+                if self._loading(index, epoch) is None:
+                    return None
             if not isinstance(entry, StoredRecord):
                 continue  # no transaction writes to this topic, so no markers either
             key, value = entry.key, entry.value

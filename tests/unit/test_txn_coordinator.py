@@ -7,14 +7,14 @@ trio's mock clock, so transaction timeouts take no real time.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import MemoryOffsetsLog
-from raftka.broker.groups.store import NotCoordinatorError
+from raftka.broker.groups.store import LoggedEntry, NotCoordinatorError
 from raftka.broker.txn import MarkerJob, TransactionCoordinator, TxnConfig, TxnState
 from raftka.broker.txn.metadata import TopicPartition
 from raftka.broker.txn.records import TxnKey, TxnValue, partition_for_transaction
@@ -538,3 +538,104 @@ def test_a_write_decided_before_a_new_term_is_not_appended_in_it() -> None:
         assert await s.coordinator.add_partitions("tx", pid, epoch, [T0]) == E.none
 
     run(test)
+
+
+class ReplayLog(MemoryOffsetsLog):
+    """Its replay fails `replay_failures` times, then calls `on_entry` with each entry's
+    position as it is read."""
+
+    def __init__(self) -> None:
+        super().__init__(N)
+        self.replay_failures = 0
+        self.on_entry: Callable[[int], None] = lambda count: None
+
+    def replay_log(self, partition: int) -> Iterator[LoggedEntry]:
+        if self.replay_failures:
+            self.replay_failures -= 1
+            raise OSError("cannot read the segment (test)")
+        for count, entry in enumerate(super().replay_log(partition), 1):
+            self.on_entry(count)
+            yield entry
+
+
+def test_a_failed_load_is_retried_while_still_leader_and_the_broker_keeps_running() -> None:
+    first = Setup()
+
+    async def before(s: Setup) -> None:
+        init = await s.coordinator.init_producer_id("tx", 30_000)
+        await s.coordinator.add_partitions("tx", init.producer_id, 0, [T0])
+        s.markers.gate = trio.Event()
+        await s.coordinator.end_transaction("tx", init.producer_id, 0, True)
+
+    run(before, first)
+    log = ReplayLog()
+    log.batches = first.log.batches
+    log.end_offsets = first.log.end_offsets
+    log.replay_failures = 2 * N  # every partition's first two attempts
+    index = partition_for_transaction("tx", N)
+
+    async def after(s: Setup) -> None:
+        assert (await s.coordinator.init_producer_id("tx", 30_000)).error == (
+            E.coordinator_load_in_progress
+        )
+        await settle()
+        assert s.state("tx") == TxnState.COMPLETE_COMMIT
+        # A load at an epoch this broker no longer leads at resigns the partition.
+        log.epochs = dict.fromkeys(range(N), 0) | {index: 1}
+        s.coordinator.become_leader(index, 1)
+        log.epochs = dict.fromkeys(range(N), 0)
+        await settle()
+        assert (await s.coordinator.init_producer_id("tx", 30_000)).error == E.not_coordinator
+
+    run(after, Setup(log))
+
+
+def test_a_long_replay_lets_other_tasks_run_and_stops_when_leadership_moves() -> None:
+    log = ReplayLog()
+    index = partition_for_transaction("tx", N)
+    records = [
+        (
+            TxnKey(f"id-{i}").encode(),
+            TxnValue(i, 0, 30_000, TxnState.EMPTY, {}, 0, -1).encode(),
+        )
+        for i in range(5000)
+    ]
+
+    async def seed() -> None:
+        await log.append(index, records)
+
+    trio.run(seed)
+    log.epochs = {index: 0}
+    mine = next(f"id-{i}" for i in range(5000) if partition_for_transaction(f"id-{i}", N) == index)
+    others_ran: list[int] = []
+    seen_during_replay: list[int] = []
+
+    def on_entry(count: int) -> None:
+        if count == 1:
+            trio.lowlevel.spawn_system_task(_note, others_ran)
+        elif count == 4000:
+            seen_during_replay.append(len(others_ran))
+
+    log.on_entry = on_entry
+
+    async def test(s: Setup) -> None:
+        assert seen_during_replay == [1]
+        assert s.state(mine) == TxnState.EMPTY
+
+        # Leadership moves in the middle of a reload: the replay stops and resigns.
+        def moved_at_2500(count: int) -> None:
+            if count == 2500:
+                log.epochs = {index: 2}
+
+        log.on_entry = moved_at_2500
+        s.coordinator.become_leader(index, 1)
+        log.epochs = {index: 1}
+        await settle()
+        assert (await s.coordinator.init_producer_id(mine, 30_000)).error == E.not_coordinator
+        assert index not in s.coordinator.partitions
+
+    run(test, Setup(log))
+
+
+async def _note(into: list[int]) -> None:
+    into.append(1)
