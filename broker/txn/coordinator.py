@@ -30,10 +30,12 @@ from raftka.broker.topics import TRANSACTION_STATE_TOPIC, now_ms
 from raftka.broker.txn import metadata as transitions
 from raftka.broker.txn.metadata import TopicPartition, TxnMetadata
 from raftka.broker.txn.records import (
+    STRING_BYTES_MAX,
     RecordFormatError,
     TxnKey,
     TxnState,
     TxnValue,
+    fits_in_record,
     partition_for_transaction,
 )
 
@@ -342,7 +344,7 @@ class TransactionCoordinator:
     ) -> InitResult:
         """InitProducerId with a transactional id. `expected` (KIP-360) is the producer's
         current (producer id, epoch) when it asks to bump its own epoch."""
-        if not transactional_id:
+        if not valid_transactional_id(transactional_id):
             return InitResult(ErrorCode.invalid_request)
         if not self.validate_timeout(timeout_ms):
             return InitResult(ErrorCode.invalid_transaction_timeout)
@@ -434,7 +436,7 @@ class TransactionCoordinator:
         partitions: Iterable[TopicPartition],
     ) -> ErrorCode:
         """Add partitions to the producer's transaction (starting it)."""
-        if not transactional_id:
+        if not valid_transactional_id(transactional_id):
             return ErrorCode.invalid_request
         owned = self._owned(transactional_id)
         if isinstance(owned, ErrorCode):
@@ -452,7 +454,7 @@ class TransactionCoordinator:
     ) -> ErrorCode:
         """KIP-890 verification on this coordinator: is the partition in the producer's
         ongoing transaction? (Kafka's errors for AddPartitionsToTxn v4+ verify_only.)"""
-        if not transactional_id:
+        if not valid_transactional_id(transactional_id):
             return ErrorCode.invalid_request
         owned = self._owned(transactional_id)
         if isinstance(owned, ErrorCode):
@@ -494,7 +496,7 @@ class TransactionCoordinator:
     ) -> InitResult:
         """EndTxn: answers once PrepareCommit/PrepareAbort is written; the markers and the
         Complete* record follow in the background."""
-        if not transactional_id:
+        if not valid_transactional_id(transactional_id):
             return InitResult(ErrorCode.invalid_request)
         owned = self._owned(transactional_id)
         if isinstance(owned, ErrorCode):
@@ -659,7 +661,7 @@ class TransactionCoordinator:
     # -- Describe / List -------------------------------------------------------------------
 
     def describe(self, transactional_id: str) -> TxnMetadata | ErrorCode:
-        if not transactional_id:
+        if not valid_transactional_id(transactional_id):
             return ErrorCode.invalid_request
         owned = self._owned(transactional_id)
         if isinstance(owned, ErrorCode):
@@ -692,6 +694,21 @@ class TransactionCoordinator:
             and (not wanted_ids or meta.producer_id in wanted_ids)
             and (duration_ms < 0 or now - meta.start_ms > duration_ms)
         ]
+
+
+def valid_transactional_id(transactional_id: str) -> bool:
+    """Whether a request may name this transactional id: not empty, and short enough for
+    the key of its `__transaction_state` records (compact strings allow longer ones). Kafka
+    answers INVALID_REQUEST for one it refuses; nothing is allocated or written."""
+    if transactional_id and fits_in_record(transactional_id):
+        return True
+    if transactional_id:
+        logger.info(
+            "refused a transactional id of %d UTF-8 bytes: at most %d fit in a record",
+            len(transactional_id.encode()),
+            STRING_BYTES_MAX,
+        )
+    return False
 
 
 def produce_error(error: ErrorCode) -> ErrorCode:

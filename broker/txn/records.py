@@ -72,9 +72,18 @@ class TxnState(enum.IntEnum):
         return self in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 
 
+# A record's strings carry an int16 length.
+STRING_BYTES_MAX = 32767
+
+
+def fits_in_record(text: str) -> bool:
+    """Whether `text` can be written as a string of a `__transaction_state` record."""
+    return len(text.encode()) <= STRING_BYTES_MAX
+
+
 def _string(text: str) -> bytes:
     encoded = text.encode()
-    if len(encoded) > 32767:
+    if len(encoded) > STRING_BYTES_MAX:
         raise RecordFormatError(f"string of {len(encoded)} bytes is too long for a record")
     return _I16.pack(len(encoded)) + encoded
 

@@ -639,3 +639,21 @@ def test_a_long_replay_lets_other_tasks_run_and_stops_when_leadership_moves() ->
 
 async def _note(into: list[int]) -> None:
     into.append(1)
+
+
+def test_a_transactional_id_too_long_for_a_record_is_refused_before_anything_happens() -> None:
+    longest = "x" * 32767
+    too_long = "é" * 16384  # 32,768 UTF-8 bytes
+
+    async def test(s: Setup) -> None:
+        c = s.coordinator
+        assert (await c.init_producer_id(too_long, 30_000)).error == E.invalid_request
+        assert await c.add_partitions(too_long, 1000, 0, [T0]) == E.invalid_request
+        assert (await c.end_transaction(too_long, 1000, 0, True)).error == E.invalid_request
+        assert c.describe(too_long) == E.invalid_request
+        assert await c.verify_partition(too_long, 1000, 0, "t", 0) == E.invalid_txn_state
+        assert all(list(s.log.replay(p)) == [] for p in range(N))
+        fits = await c.init_producer_id(longest, 30_000)
+        assert (fits.error, fits.producer_id) == (E.none, 1000)  # no id was used up before
+
+    run(test)
