@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -191,92 +192,107 @@ class Broker:
         }
         self.data_dir = data_dir
         self._data_dir_lock = lock_data_dir(data_dir)
-        self.cluster = cluster or ClusterSpec()
-        self.node_id: int = config.get_int("node.id")
-        self.cluster_id = read_or_create_cluster_id(
-            data_dir, self.node_id, self.cluster.cluster_id()
-        )
-        raft_listen = self.cluster.raft_listen or Listener("127.0.0.1", 0)
-        self.transport = PeerTransport(
-            self.node_id,
-            (raft_listen.host, raft_listen.port),
-            {n: (a.host, a.port) for n, a in self.cluster.peers.items()},
-        )
-        self.hard_states = HardStateStore(data_dir / "raft.lmdb")
-        self.node = RaftNode(
-            self.node_id, self.transport, seed=self.node_id, hard_states=self.hard_states
-        )
-        self.topics = TopicManager(data_dir, config, self.node, self.hard_states)
-        self.controller = Controller(
-            self.node,
-            self.cluster.voters(self.node_id),
-            data_dir,
-            config,
-            self.topics,
-            self.hard_states,
-        )
-        self.producer_ids = ProducerIdAllocator(
-            data_dir / "producer-ids.lmdb",
-            self.node_id,
-            floor=lambda: self.controller.image.producer_id_floor,
-        )
-        self.groups = coordinator_for(self.topics, self.controller, config)
-        self.bound_port = self.listener.port
-        #: Listener name -> the port it is bound to (known once `run` has bound them).
-        self.bound_ports: dict[str, int] = {}
-        self.registered = False
-        self.metrics = BrokerMetrics(
-            {key: api_name(key, handler.max_version) for key, handler in HANDLERS.items()},
-            live_topics=lambda: self.topics.topics,
-        )
-        self.metrics.registry.register(
-            BrokerStateCollector(self.topics, self.controller, self.groups, self.node)
-        )
-        metrics_listen = config.get_str("metrics.listen")
-        self.http: HttpEndpoint | None = None
-        if metrics_listen:
-            try:
-                address = Listener.parse(metrics_listen)
-            except ValueError as exc:
-                raise ValueError(f"metrics.listen: {exc}") from None
-            self.http = HttpEndpoint(
-                address.host,
-                address.port,
-                {"/metrics": self._metrics, "/healthz": self._health, "/readyz": self._readiness},
+        # What is opened here is closed again when a later step raises: a broker that
+        # never ran must not keep its data directory's lock or stores.
+        with contextlib.ExitStack() as opened:
+            opened.callback(os.close, self._data_dir_lock)
+            self.cluster = cluster or ClusterSpec()
+            self.node_id: int = config.get_int("node.id")
+            self.cluster_id = read_or_create_cluster_id(
+                data_dir, self.node_id, self.cluster.cluster_id()
             )
-        # Until the listener is bound the configured address stands in for the advertised one.
-        self.identity = BrokerIdentity(
-            self.node_id,
-            self.cluster_id,
-            config.get_optional_str("broker.rack"),
-            self.listener.host,
-            self.listener.port,
-        )
-        self.authenticator = Authenticator(config, lambda: self.controller.image.scram_credentials)
-        for spec in self.listeners:
-            if spec.protocol.uses_sasl:
-                self.authenticator.validate(spec.name)
-        self.transactions = transaction_coordinator_for(
-            self.node_id,
-            self.topics,
-            self.controller,
-            self.transport,
-            config,
-            self.producer_ids,
-            lambda: self.services,
-        )
-        self.services = BrokerServices(
-            config=config,
-            identity=self.identity,
-            topics=self.topics,
-            controller=self.controller,
-            groups=self.groups,
-            producer_ids=self.producer_ids,
-            handlers=HANDLERS,
-            metrics=self.metrics,
-            authenticator=self.authenticator,
-            transactions=self.transactions,
-        )
+            raft_listen = self.cluster.raft_listen or Listener("127.0.0.1", 0)
+            self.transport = PeerTransport(
+                self.node_id,
+                (raft_listen.host, raft_listen.port),
+                {n: (a.host, a.port) for n, a in self.cluster.peers.items()},
+            )
+            self.hard_states = HardStateStore(data_dir / "raft.lmdb")
+            opened.callback(self.hard_states.close)
+            self.node = RaftNode(
+                self.node_id, self.transport, seed=self.node_id, hard_states=self.hard_states
+            )
+            self.topics = TopicManager(data_dir, config, self.node, self.hard_states)
+            opened.callback(self.topics.close)
+            self.controller = Controller(
+                self.node,
+                self.cluster.voters(self.node_id),
+                data_dir,
+                config,
+                self.topics,
+                self.hard_states,
+            )
+            opened.callback(self.controller.close)
+            self.producer_ids = ProducerIdAllocator(
+                data_dir / "producer-ids.lmdb",
+                self.node_id,
+                floor=lambda: self.controller.image.producer_id_floor,
+            )
+            opened.callback(self.producer_ids.close)
+            self.groups = coordinator_for(self.topics, self.controller, config)
+            self.bound_port = self.listener.port
+            #: Listener name -> the port it is bound to (known once `run` has bound them).
+            self.bound_ports: dict[str, int] = {}
+            self.registered = False
+            self.metrics = BrokerMetrics(
+                {key: api_name(key, handler.max_version) for key, handler in HANDLERS.items()},
+                live_topics=lambda: self.topics.topics,
+            )
+            self.metrics.registry.register(
+                BrokerStateCollector(self.topics, self.controller, self.groups, self.node)
+            )
+            metrics_listen = config.get_str("metrics.listen")
+            self.http: HttpEndpoint | None = None
+            if metrics_listen:
+                try:
+                    address = Listener.parse(metrics_listen)
+                except ValueError as exc:
+                    raise ValueError(f"metrics.listen: {exc}") from None
+                self.http = HttpEndpoint(
+                    address.host,
+                    address.port,
+                    {
+                        "/metrics": self._metrics,
+                        "/healthz": self._health,
+                        "/readyz": self._readiness,
+                    },
+                )
+            # Until the listener is bound the configured address stands in for the advertised one.
+            self.identity = BrokerIdentity(
+                self.node_id,
+                self.cluster_id,
+                config.get_optional_str("broker.rack"),
+                self.listener.host,
+                self.listener.port,
+            )
+            self.authenticator = Authenticator(
+                config, lambda: self.controller.image.scram_credentials
+            )
+            for spec in self.listeners:
+                if spec.protocol.uses_sasl:
+                    self.authenticator.validate(spec.name)
+            self.transactions = transaction_coordinator_for(
+                self.node_id,
+                self.topics,
+                self.controller,
+                self.transport,
+                config,
+                self.producer_ids,
+                lambda: self.services,
+            )
+            self.services = BrokerServices(
+                config=config,
+                identity=self.identity,
+                topics=self.topics,
+                controller=self.controller,
+                groups=self.groups,
+                producer_ids=self.producer_ids,
+                handlers=HANDLERS,
+                metrics=self.metrics,
+                authenticator=self.authenticator,
+                transactions=self.transactions,
+            )
+            opened.pop_all()  # the broker's now: `run` closes them
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         raise_open_file_limit()

@@ -4,6 +4,7 @@ forward handler, next to the controller's own."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,12 @@ def test_txn_rpcs_are_served_through_the_controllers_registry(tmp_path: Path) ->
             broker.controller.register_rpc(TXN_VERIFY_RPC, broker.controller._serve_forward)
     finally:
         _close(broker)
+
+
+def test_a_broker_that_fails_to_start_releases_its_data_directory(tmp_path: Path) -> None:
+    bad = BrokerConfig({"metrics.listen": "no port here"}, environ={})
+    with pytest.raises(ValueError, match="metrics.listen"):
+        Broker(bad, Listener("127.0.0.1", 0), tmp_path)
+    broker = _broker(tmp_path)  # the lock and the Raft store were released
+    _close(broker)
+    os.close(broker._data_dir_lock)
