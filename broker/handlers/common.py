@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 NO_THROTTLE = datetime.timedelta(0)
 
 
+def duration_ms(value: datetime.timedelta | int) -> int:
+    """A kio duration (timedelta) or plain number as milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
 def response_schema(context: RequestContext) -> tuple[type[Any], ModuleType]:
     """The response entity for the request being served and its module (nested classes)."""
     entity = response_type(context.api_key, context.api_version)

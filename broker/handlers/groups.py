@@ -8,7 +8,6 @@ wait for the group; they run as their own tasks, so the connection's other reque
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -16,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
 from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from raftka.broker.groups.records import OffsetValue, partition_for_group
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import NO_THROTTLE, duration_ms, response_schema
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
 from raftka.broker.handlers.txn import ensure_transaction_state_topic
 from raftka.broker.services import RequestContext
@@ -30,13 +29,6 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 def _coordinator(context: RequestContext) -> GroupCoordinator:
     return context.services.groups
-
-
-def _ms(value: datetime.timedelta | int) -> int:
-    """A kio duration (timedelta) or plain number as milliseconds."""
-    if isinstance(value, datetime.timedelta):
-        return round(value.total_seconds() * 1000)
-    return int(value)
 
 
 def _client_id(context: RequestContext) -> str:
@@ -117,7 +109,7 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
 async def handle_join_group(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     version = context.api_version
-    session_timeout_ms = _ms(request.session_timeout)
+    session_timeout_ms = duration_ms(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
     await _coordinator(context).wait_for_write_room(request.group_id)
     outcome = _coordinator(context).join_group(
@@ -128,7 +120,7 @@ async def handle_join_group(context: RequestContext, request: Any) -> Any:
         client_host=f"/{context.client_host}",
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=(
-            session_timeout_ms if rebalance_timeout is None else _ms(rebalance_timeout)
+            session_timeout_ms if rebalance_timeout is None else duration_ms(rebalance_timeout)
         ),
         protocol_type=request.protocol_type,
         protocols=[(p.name, p.metadata) for p in request.protocols],

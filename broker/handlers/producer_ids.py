@@ -10,12 +10,11 @@ at epoch 0, a known one the next epoch (fencing its previous producer).
 
 from __future__ import annotations
 
-import datetime
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import NO_THROTTLE, duration_ms, response_schema
 from raftka.broker.handlers.txn import coordinator_of, fenced_for_version
 from raftka.protocol.api import build
 
@@ -26,12 +25,6 @@ INIT_PRODUCER_ID_MIN_VERSION = 0
 INIT_PRODUCER_ID_MAX_VERSION = 5
 
 
-def _ms(value: datetime.timedelta | int) -> int:
-    if isinstance(value, datetime.timedelta):
-        return round(value.total_seconds() * 1000)
-    return int(value)
-
-
 async def handle_init_producer_id(context: RequestContext, request: Any) -> Any:
     entity, _module = response_schema(context)
     if request.transactional_id is not None:
@@ -39,7 +32,7 @@ async def handle_init_producer_id(context: RequestContext, request: Any) -> Any:
         producer_epoch = int(getattr(request, "producer_epoch", -1))
         expected = None if producer_id < 0 else (producer_id, producer_epoch)
         result = await coordinator_of(context).init_producer_id(
-            request.transactional_id, _ms(request.transaction_timeout), expected
+            request.transactional_id, duration_ms(request.transaction_timeout), expected
         )
         return build(
             entity,
