@@ -18,8 +18,6 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
 if TYPE_CHECKING:
-    from kio.schema.errors import ErrorCode
-
     from raftka.broker.cluster.commands import Command, CommandResult
     from raftka.broker.cluster.image import BrokerInfo
     from raftka.broker.config import BrokerConfig
@@ -29,6 +27,7 @@ if TYPE_CHECKING:
     from raftka.broker.security.scram import ScramCredential
     from raftka.broker.security.session import Authenticator, ClientSession, Principal
     from raftka.broker.topics import Partition, Topic
+    from raftka.broker.txn import TransactionCoordinator
 
 
 class TopicsView(Protocol):
@@ -93,19 +92,6 @@ class ProducerIdSource(Protocol):
     async def next_producer_id(self) -> int:
         """An id no broker of the cluster has handed out, before or after a restart."""
         ...
-
-
-class TransactionsView(Protocol):
-    """The transaction coordinator as a partition leader asks it (KIP-890 verification)."""
-
-    async def verify_partition(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        topic: str,
-        partition: int,
-    ) -> ErrorCode: ...
 
 
 class BrokerIdentity:
@@ -175,7 +161,7 @@ class BrokerServices:
     # SASL: enabled mechanisms, PLAIN users, SCRAM credentials, failure delays.
     authenticator: Authenticator
     # The transaction coordinator (transactional ids, their transactions and markers).
-    transactions: TransactionsView
+    transactions: TransactionCoordinator
 
 
 @dataclass(frozen=True, slots=True, eq=False)

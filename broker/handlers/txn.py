@@ -34,11 +34,7 @@ LIST_TRANSACTIONS_MIN_VERSION, LIST_TRANSACTIONS_MAX_VERSION = 0, 1
 
 
 def coordinator_of(context: RequestContext) -> TransactionCoordinator:
-    from raftka.broker.txn import TransactionCoordinator
-
-    transactions = context.services.transactions
-    assert isinstance(transactions, TransactionCoordinator), "the broker's coordinator"
-    return transactions
+    return context.services.transactions
 
 
 async def ensure_transaction_state_topic(context: RequestContext) -> Topic | None:
@@ -52,12 +48,6 @@ def fenced_for_version(error: ErrorCode, version: int, first_fenced_version: int
     if error == ErrorCode.producer_fenced and version < first_fenced_version:
         return ErrorCode.invalid_producer_epoch
     return error
-
-
-def _ms(value: datetime.timedelta | int) -> int:
-    if isinstance(value, datetime.timedelta):
-        return round(value.total_seconds() * 1000)
-    return int(value)
 
 
 # -- AddPartitionsToTxn ---------------------------------------------------------------------
