@@ -425,6 +425,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         900000,
         "Largest transaction.timeout.ms a transactional producer may ask for.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",

@@ -11,7 +11,7 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.config import BrokerConfig
+from raftka.broker.config import BROKER_CONFIGS, BrokerConfig
 from raftka.broker.server import Broker, Listener
 from raftka.broker.txn import TXN_MARKERS_RPC, TXN_VERIFY_RPC, TransactionCoordinator
 
@@ -59,3 +59,9 @@ def test_a_broker_that_fails_to_start_releases_its_data_directory(tmp_path: Path
     broker = _broker(tmp_path)  # the lock and the Raft store were released
     _close(broker)
     os.close(broker._data_dir_lock)
+
+
+def test_transaction_configs_read_at_start_are_static() -> None:
+    transaction_keys = [k for k in BROKER_CONFIGS if k.startswith("transaction.")]
+    assert "transaction.max.timeout.ms" in transaction_keys
+    assert all(BROKER_CONFIGS[k].read_only for k in transaction_keys)
