@@ -120,6 +120,9 @@ class ProducerEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
     coordinator_epoch: int = -1
     current_txn_first_offset: int = NO_OFFSET  # first offset of the ongoing transaction
+    # Bumped when a transaction ends or the epoch changes (memory only): a Produce that
+    # awaited the coordinator's verification appends only if it has not moved since.
+    txn_generation: int = 0
 
     @property
     def last_sequence(self) -> int:
@@ -178,6 +181,11 @@ class ProducerStateManager:
     def ongoing_txns(self) -> dict[int, int]:
         """Producer id -> first offset of every ongoing transaction."""
         return dict(self._ongoing)
+
+    def txn_generation(self, producer_id: int) -> int:
+        """The producer's `txn_generation`, -1 while the partition does not know it."""
+        entry = self.producers.get(producer_id)
+        return -1 if entry is None else entry.txn_generation
 
     def on_high_watermark(self, high_watermark: int) -> None:
         """Forget completed transactions whose marker lies below `high_watermark`."""
@@ -322,6 +330,7 @@ class ProducerStateManager:
         elif header.producer_epoch != entry.epoch:
             entry.epoch = header.producer_epoch
             entry.batches.clear()
+            entry.txn_generation += 1
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -359,6 +368,7 @@ class ProducerStateManager:
         if header.producer_epoch != entry.epoch:
             entry.epoch = header.producer_epoch
             entry.batches.clear()
+        entry.txn_generation += 1
         entry.coordinator_epoch = coordinator_epoch
         entry.current_txn_first_offset = NO_OFFSET
         self._ongoing.pop(producer_id, None)

@@ -20,7 +20,9 @@ request (else INVALID_PRODUCER_ID_MAPPING). A producer's first transactional bat
 partition (no ongoing transaction of it at that epoch) is verified with the transaction
 coordinator first (KIP-890): its error is the partition's answer and nothing is written.
 After that await every check runs again right before the append, since another request may
-have written in between.
+have written in between; and if the producer's transaction ended or its epoch changed on the
+partition meanwhile (its marker landed), the batch is refused with INVALID_TXN_STATE rather
+than opening a transaction no coordinator would end (Kafka's verification guard).
 
 A topic with `raftka.restore.in.progress=true` is in restore mode (`raftka restore` writes
 it): the records may hold several batches, each must start at the offset the partition's log
@@ -37,6 +39,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -49,7 +52,12 @@ from raftka.broker.replication import CONTROL_KRAFT_VOTERS, control_type_of, ent
 from raftka.broker.topics import Partition, now_ms
 from raftka.consensus.core import NotLeaderError, StorageError
 from raftka.consensus.types import EntryKind
-from raftka.log.producer_state import BatchMetadata, ProducerStateError
+from raftka.log.producer_state import (
+    INVALID_TXN_STATE,
+    BatchMetadata,
+    ProducerStateError,
+    ProducerStateManager,
+)
 from raftka.protocol.api import build
 from raftka.protocol.records import (
     RECORD_BATCH_OVERHEAD,
@@ -73,35 +81,62 @@ def _append_time(ms: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-class _NeedsVerification(Exception):
+@dataclass(frozen=True, slots=True)
+class _NeedsVerification:
     """The batch starts a transaction on the partition: the coordinator must confirm the
-    partition is in it (the producer id and epoch) before it is appended."""
+    partition is in it (the producer id and epoch) before it is appended. `log`, `state`
+    and `generation` are what the partition knew of the producer before the await (Kafka's
+    verification guard): if any changed meanwhile (a marker ended the transaction, the
+    epoch moved, the log was replaced), the verified batch could open a transaction that
+    no coordinator will end, so it is refused."""
 
-    def __init__(self, producer_id: int, producer_epoch: int) -> None:
-        super().__init__(producer_id, producer_epoch)
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
+    producer_id: int
+    producer_epoch: int
+    log: PartitionLog
+    state: ProducerStateManager
+    generation: int
 
 
 def _check_producer_state(
-    log: PartitionLog, headers: Sequence[BatchHeader], verified: bool
-) -> BatchMetadata | None:
-    """The retained batch `headers` duplicates, if any; raises ProducerStateError, or
-    _NeedsVerification for a transactional batch that starts a transaction here (unless
-    `verified`)."""
-    duplicate = log.producer_state.check(headers)
-    if duplicate is None and not verified:
-        for header in headers:
-            if not header.is_transactional:
-                continue
-            entry = log.producer_state.get(header.producer_id)
-            if (
-                entry is None
-                or entry.epoch != header.producer_epoch
-                or entry.current_txn_first_offset < 0
-            ):
-                raise _NeedsVerification(header.producer_id, header.producer_epoch)
-    return duplicate
+    log: PartitionLog, headers: Sequence[BatchHeader], verified: _NeedsVerification | None
+) -> BatchMetadata | _NeedsVerification | None:
+    """The retained batch `headers` duplicates, if any, or what to verify for a
+    transactional batch that starts a transaction here (unless it was `verified`); raises
+    ProducerStateError."""
+    state = log.producer_state
+    duplicate = state.check(headers)
+    if duplicate is not None:
+        return duplicate
+    for header in headers:
+        if not header.is_transactional:
+            continue
+        entry = state.get(header.producer_id)
+        if (
+            entry is not None
+            and entry.epoch == header.producer_epoch
+            and entry.current_txn_first_offset >= 0
+        ):
+            continue  # joins the producer's ongoing transaction
+        if verified is None:
+            return _NeedsVerification(
+                header.producer_id,
+                header.producer_epoch,
+                log,
+                state,
+                state.txn_generation(header.producer_id),
+            )
+        if (
+            verified.log is not log
+            or verified.state is not state
+            or verified.generation != state.txn_generation(header.producer_id)
+        ):
+            raise ProducerStateError(
+                INVALID_TXN_STATE,
+                f"the transaction of producer {header.producer_id} (epoch "
+                f"{header.producer_epoch}) ended or was fenced on this partition while "
+                "the coordinator verified it; the producer must begin a new transaction",
+            )
+    return None
 
 
 def _too_few_in_sync(partition: Partition, fields: dict[str, Any]) -> bool:
@@ -125,12 +160,12 @@ def _append(
     acks: int,
     now: int,
     version: int,
-    verified: bool = False,
-) -> tuple[dict[str, Any], tuple[int, int | None] | None]:
+    verified: _NeedsVerification | None = None,
+) -> tuple[dict[str, Any], tuple[int, int | None] | None] | _NeedsVerification:
     """Validate and propose one partition's batch: (response fields, what the answer waits
     for: the end offset and the epoch of the batch there, or None when it need not wait).
-    Raises _NeedsVerification (nothing written) for a transaction's first batch here unless
-    `verified`."""
+    A transaction's first batch here returns what to verify (nothing written), unless it is
+    the batch `verified` was taken for."""
     topic = partition.topic
     fields: dict[str, Any] = {"error_code": ErrorCode.none}
     try:
@@ -168,6 +203,8 @@ def _append(
             extra={"partition": partition.name, "topic": topic.name},
         )
         return fields, None
+    if isinstance(duplicate, _NeedsVerification):
+        return duplicate
     if duplicate is not None:
         fields["base_offset"] = duplicate.first_offset
         if log.config.message_timestamp_type_log_append:
@@ -454,13 +491,12 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 if floor is not None:
                     floors.append((partition, floor, fields))
             else:
-                try:
-                    fields, wait_for = _append(
-                        context, partition, data.records or b"", acks, now, version
-                    )
-                except _NeedsVerification as needed:
+                appended = _append(context, partition, data.records or b"", acks, now, version)
+                if isinstance(appended, _NeedsVerification):
                     fields, wait_for = {"error_code": ErrorCode.none}, None
-                    verifications.append((partition, data.records or b"", needed, fields))
+                    verifications.append((partition, data.records or b"", appended, fields))
+                else:
+                    fields, wait_for = appended
                 if wait_for is not None:
                     commits.append((partition, wait_for, fields))
             fields["index"] = data.index
@@ -484,10 +520,12 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 )
                 continue
             # Checked again: another request may have written while we waited.
-            appended, wait_for = _append(
-                context, partition, records, acks, now_ms(), version, verified=True
+            appended = _append(
+                context, partition, records, acks, now_ms(), version, verified=pending
             )
-            fields.update(appended)
+            assert not isinstance(appended, _NeedsVerification), "verified batches append"
+            result, wait_for = appended
+            fields.update(result)
             if wait_for is not None:
                 commits.append((partition, wait_for, fields))
     if commits or floors:

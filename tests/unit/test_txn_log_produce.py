@@ -183,6 +183,43 @@ def test_producer_checks_run_again_after_verification(broker: Broker) -> None:
     assert log_end(broker) == end + 1
 
 
+@pytest.mark.parametrize("committed", [True, False])
+def test_marker_landing_during_verification_refuses_the_batch(
+    broker: Broker, committed: bool
+) -> None:
+    coordinator = Coordinator()
+    services = services_with(broker, coordinator)
+    # An earlier transaction is ongoing here, then ended: the next batch is verified.
+    assert produce(broker, services, txn_batch(0), "tx").error_code == ErrorCode.none
+    assert marker(broker, services, 0, committed=True) == ErrorCode.none
+
+    async def end_transaction() -> None:
+        # The new transaction's marker (e.g. a timeout abort) lands while the produce waits.
+        assert await write_marker(services, TOPIC, 0, PID, 0, 0, committed, 10.0) == 0
+
+    coordinator.during = end_transaction
+    end = log_end(broker)
+    answer = produce(broker, services, txn_batch(1), "tx")
+    assert answer.error_code == ErrorCode.invalid_txn_state, answer
+    assert log_end(broker) == end + 1  # only the marker
+    assert lso(broker) == log_end(broker)  # no transaction left open
+
+
+def test_marker_of_an_unknown_producer_during_verification_refuses_the_batch(
+    broker: Broker,
+) -> None:
+    coordinator = Coordinator()
+    services = services_with(broker, coordinator)
+
+    async def end_transaction() -> None:
+        assert await write_marker(services, TOPIC, 0, PID, 0, 0, False, 10.0) == 0
+
+    coordinator.during = end_transaction
+    answer = produce(broker, services, txn_batch(0), "tx")
+    assert answer.error_code == ErrorCode.invalid_txn_state, answer
+    assert lso(broker) == log_end(broker)
+
+
 def test_transactional_and_another_producer_in_one_request_is_refused(broker: Broker) -> None:
     coordinator = Coordinator()
     services = services_with(broker, coordinator)
