@@ -322,6 +322,12 @@ class PartitionRaftStorage:
             return value
         return None
 
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """The group committed up to `high_watermark` (every replica hears of it): the log
+        forgets the completed transactions it made stable, so their count stays bounded
+        on followers and on partitions no read_committed consumer fetches."""
+        self.log.on_high_watermark(min(high_watermark, self.log.log_end_offset))
+
     def save_high_watermark(self, high_watermark: int) -> None:
         """Kafka's replication-offset-checkpoint, per partition: written at clean shutdown."""
         value = max(self.log.log_start_offset, min(high_watermark, self.log.log_end_offset))

@@ -353,6 +353,8 @@ class TopicManager:
 
         def on_update(update: RaftGroupUpdate) -> None:
             nonlocal logged_leadership
+            if update.high_watermark is not None:
+                storage.on_high_watermark(update.high_watermark)
             if update.high_watermark is not None or update.soft_state is not None:
                 partition.notify_appended()
             soft_state = update.soft_state

@@ -477,11 +477,18 @@ class PartitionLog:
     # -- transactions -----------------------------------------------------------------------
     def last_stable_offset(self, high_watermark: int) -> int:
         """Kafka's last stable offset under `high_watermark`: below it every transaction is
-        decided and its marker replicated, so read_committed consumers read up to it. Also
-        forgets the completed transactions whose markers are now below `high_watermark`."""
+        decided and its marker replicated, so read_committed consumers read up to it. Never
+        below the log start (a transaction open there may have been deleted), nor above
+        `high_watermark`. A pure read: `on_high_watermark` forgets replicated markers."""
+        unstable = self.producer_state.first_unstable_offset(high_watermark)
+        if unstable is None:
+            return high_watermark
+        return min(max(unstable, self.log_start_offset), high_watermark)
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """The partition's high watermark advanced (on every replica): completed
+        transactions whose markers lie below it no longer hold back the LSO."""
         self.producer_state.on_high_watermark(high_watermark)
-        unstable = self.producer_state.first_unstable_offset()
-        return high_watermark if unstable is None else min(unstable, high_watermark)
 
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions with records in [fetch_offset, upper_bound_offset), from

@@ -193,11 +193,15 @@ class ProducerStateManager:
         while txns and txns[0].last_offset < high_watermark:
             txns.popleft()
 
-    def first_unstable_offset(self) -> int | None:
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
         """The smallest first offset of an ongoing transaction or of a completed one whose
-        marker is not yet replicated (Kafka's firstUnstableOffset); None if there is none."""
+        marker is not yet replicated (below `high_watermark`, when given: those not yet
+        forgotten by `on_high_watermark` count as replicated) (Kafka's
+        firstUnstableOffset); None if there is none. Changes nothing."""
         found = min(self._ongoing.values()) if self._ongoing else None
         for txn in self.unreplicated_txns:
+            if high_watermark is not None and txn.last_offset < high_watermark:
+                continue
             if found is None or txn.first_offset < found:
                 found = txn.first_offset
         return found

@@ -87,8 +87,14 @@ def test_ongoing_transaction_holds_the_lso_until_its_marker_is_replicated(
     # Complete, but a truncation could still remove the marker: still unstable.
     assert log.last_stable_offset(6) == 3
     assert log.last_stable_offset(7) == 7
-    assert log.last_stable_offset(7) == 7
+    # A pure read: only the high watermark's advance forgets the replicated marker.
+    assert len(log.producer_state.unreplicated_txns) == 1
+    log.on_high_watermark(6)
+    assert len(log.producer_state.unreplicated_txns) == 1
+    assert log.last_stable_offset(6) == 3
+    log.on_high_watermark(7)
     assert not log.producer_state.unreplicated_txns
+    assert log.last_stable_offset(7) == 7
     assert log.collect_aborted(0, 7) == []  # a commit is not indexed
     log.close()
 
@@ -108,6 +114,25 @@ def test_abort_marker_is_indexed_with_the_lso_after_it(tmp_path: Path) -> None:
     assert log.collect_aborted(0, 2) == [AbortedTxn(1, 0, 6, 2)]
     assert txn_index_file(log, 0).stat().st_size == 2 * ENTRY_BYTES
     assert log.last_stable_offset(8) == 8
+    log.close()
+
+
+def test_lso_is_never_below_the_log_start(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), NOW)
+    append(log, txn_batch(7, 0, count=1))  # 0, never ended
+    for _ in range(9):
+        append(log, plain_batch())  # 1-9
+    log.roll(NOW)
+    for _ in range(5):
+        append(log, plain_batch())  # 10-14
+    assert log.last_stable_offset(15) == 0
+    assert log.delete_records_before(12) == 12
+    # DeleteRecords removed where the transaction began: read_committed starts at the log
+    # start (Kafka: max(firstUnstableOffset, logStartOffset)), never below it.
+    assert log.last_stable_offset(15) == 12
+    assert log.last_stable_offset(11) == 11  # and never above the high watermark
+    found = log.fetch_slice(log.last_stable_offset(15), 1000, 15, True)
+    assert found is None or found.next_offset > 12
     log.close()
 
 

@@ -156,6 +156,21 @@ def test_first_batch_of_a_transaction_is_verified_once(broker: Broker) -> None:
     assert len(coordinator.asked) == 2
 
 
+def test_high_watermark_forgets_completed_transactions_without_a_fetch(
+    broker: Broker,
+) -> None:
+    coordinator = Coordinator()
+    services = services_with(broker, coordinator)
+    partition = broker.topics.partition(TOPIC, 0)
+    assert partition is not None and partition.log is not None
+    for seq in range(3):
+        assert produce(broker, services, txn_batch(seq), "tx").error_code == ErrorCode.none
+        assert marker(broker, services, 0, committed=seq % 2 == 0) == ErrorCode.none
+    # No Fetch or ListOffsets asked for the LSO: the replicated markers are forgotten anyway.
+    assert not partition.log.producer_state.unreplicated_txns
+    assert lso(broker) == log_end(broker)
+
+
 def test_coordinator_error_is_the_answer_and_nothing_is_written(broker: Broker) -> None:
     coordinator = Coordinator(ErrorCode.producer_fenced)
     services = services_with(broker, coordinator)
