@@ -735,6 +735,7 @@ class PartitionLog:
             except OSError:
                 for segment in dirty:
                     segment.dirty = True  # a later job must sync them again
+                    segment.txn_index.mark_unsynced()
                 self._files_to_sync |= files
                 self._directory_dirty = True
                 raise

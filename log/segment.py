@@ -489,7 +489,6 @@ class LogSegment:
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
-        self.txn_index.close()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -47,19 +47,17 @@ class TransactionIndex:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: list[AbortedTxn] = []
-        self._fd = -1
+        # Written since the last `fsync_target`. The file is open only while it is written
+        # (as the offset and time indexes): sealed segments hold no descriptor.
+        self._unsynced = False
 
-    def fileno(self) -> int:
-        """The file's descriptor, opened (and the file created) on first write."""
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def create(self) -> None:
-        """Create the (empty) file without keeping a descriptor: most segments never
-        write an entry, and a missing file later means it was lost."""
-        if self._fd < 0:
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644))
+        """Create the (empty) file: most segments never write an entry, and a missing file
+        later means it was lost."""
+        os.close(self._open())
 
     def load(self, base_offset: int, next_offset: int) -> bool:
         """Read the file; False (entries left empty) when it is missing or implausible:
@@ -96,17 +94,21 @@ class TransactionIndex:
                 f"{self.path}: aborted transaction ending at {entry.last_offset} appended after "
                 f"one ending at {self.entries[-1].last_offset}"
             )
-        data = entry.encode()
-        fd = self.fileno()
-        written = 0
-        while written < len(data):
-            written += os.write(fd, data[written:])
+        view = memoryview(entry.encode())
+        fd = self._open()
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
         self.entries.append(entry)
+        self._unsynced = True
 
     def reset(self, entries: list[AbortedTxn]) -> None:
         """Replace the whole file with `entries` (recovery's rebuild)."""
         self.create()
         os.truncate(self.path, 0)
+        self._unsynced = True
         self.entries = []
         for entry in entries:
             self.append(entry)
@@ -117,6 +119,7 @@ class TransactionIndex:
         if len(keep) != len(self.entries):
             os.truncate(self.path, len(keep) * ENTRY_BYTES)
             self.entries = keep
+            self._unsynced = True
 
     def collect(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
         """Aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
@@ -129,14 +132,18 @@ class TransactionIndex:
         return TxnIndexSearch(found, False)
 
     def fsync_target(self) -> int | None:
-        """A duplicate descriptor to fsync (the caller closes it), None if no file."""
-        return os.dup(self._fd) if self._fd >= 0 else None
+        """A new descriptor to fsync (the caller closes it) if the file was written since
+        the last call, else None."""
+        if not self._unsynced:
+            return None
+        fd = self._open()
+        self._unsynced = False
+        return fd
 
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+    def mark_unsynced(self) -> None:
+        """A flush given `fsync_target` failed: the next one must sync the file again."""
+        self._unsynced = True
 
     def delete(self) -> None:
-        self.close()
+        self._unsynced = False
         self.path.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ and the upper bound a read_committed fetch collects aborted transactions below."
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 from pathlib import Path
@@ -289,6 +290,46 @@ def test_truncation_drops_index_entries_and_reopens_the_transaction(tmp_path: Pa
     reopened = PartitionLog.open(tmp_path / "t-0", LogConfig(), NOW)
     assert reopened.collect_aborted(0, 6) == [AbortedTxn(1, 0, 2, 3)]
     reopened.close()
+
+
+def _open_descriptors_of(path: Path) -> int:
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == str(path):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
+def test_txn_index_holds_no_descriptor_and_is_synced_once_written(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), NOW)
+    append(log, txn_batch(1, 0))
+    append(log, marker(1, committed=False))  # an index entry in segment 0
+    path = txn_index_file(log, 0)
+    assert path.stat().st_size == ENTRY_BYTES
+    assert _open_descriptors_of(path) == 0
+    segment = log.segments[0]
+    targets = segment.fsync_targets()
+    try:
+        assert sum(os.readlink(f"/proc/self/fd/{fd}") == str(path) for fd in targets) == 1
+    finally:
+        for fd in targets:
+            os.close(fd)
+    targets = segment.fsync_targets()  # nothing written since: not synced again
+    try:
+        assert all(os.readlink(f"/proc/self/fd/{fd}") != str(path) for fd in targets)
+    finally:
+        for fd in targets:
+            os.close(fd)
+    log.roll(NOW)
+    job = log.flush_job(NOW)
+    assert job is not None
+    job()
+    assert _open_descriptors_of(path) == 0
+    log.close()
 
 
 def test_deleted_segments_take_their_txn_index_along(tmp_path: Path) -> None:
