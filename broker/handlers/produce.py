@@ -60,7 +60,12 @@ from raftka.log.producer_state import (
 )
 from raftka.protocol.api import build
 from raftka.protocol.records import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    MAGIC_OFFSET,
+    MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
     InvalidRecords,
     read_batch_header,
@@ -407,21 +412,36 @@ def _count_errors(context: RequestContext, results: list[tuple[str, list[dict[st
                 metrics.request_error(context.api_key, fields["error_code"])
 
 
+#: The low byte of a batch's int16 attributes, which holds the transactional and control
+#: flags (read before anything else, so non-transactional requests cost one index each).
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1
+
+
 def _transactional_error(context: RequestContext, request: Any) -> tuple[ErrorCode, str] | None:
     """Kafka's whole-request refusals of transactional batches: no transactional id, or
-    more than one producer id among them (restore-mode topics take batches as stored)."""
+    more than one producer id among them (restore-mode topics take batches as stored).
+    Only a batch whose attributes say transactional (and not control) is looked at further."""
     producers: set[int] = set()
     for topic_data in request.topic_data or ():
-        topic = context.services.topics.get(topic_data.name)
-        if topic is not None and topic.config.get_str(RESTORE_IN_PROGRESS) == "true":
-            continue
+        restore: bool | None = None
         for data in topic_data.partition_data or ():
-            records = data.records or b""
-            if len(records) < RECORD_BATCH_OVERHEAD:
+            records = data.records
+            if (
+                not records
+                or len(records) < RECORD_BATCH_OVERHEAD
+                or records[_ATTRIBUTES_LOW_BYTE] & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
+                != TRANSACTIONAL_FLAG_MASK
+                or records[MAGIC_OFFSET] != MAGIC_V2  # other layouts: validation refuses them
+            ):
                 continue
-            header = read_batch_header(records)
-            if header.is_transactional and header.producer_id >= 0 and not header.is_control:
-                producers.add(header.producer_id)
+            if restore is None:
+                topic = context.services.topics.get(topic_data.name)
+                restore = topic is not None and topic.config.get_str(RESTORE_IN_PROGRESS) == "true"
+            if restore:
+                break
+            producer_id = read_batch_header(records).producer_id
+            if producer_id >= 0:
+                producers.add(producer_id)
     if not producers:
         return None
     if getattr(request, "transactional_id", None) is None:

@@ -19,7 +19,7 @@ from kio.static.primitive import i16, i32
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.config import BrokerConfig
-from raftka.broker.handlers.produce import handle_produce
+from raftka.broker.handlers.produce import _transactional_error, handle_produce
 from raftka.broker.handlers.txn_markers import write_marker
 from raftka.broker.server import Broker, Listener
 from raftka.broker.services import BrokerServices, RequestContext
@@ -83,6 +83,12 @@ def broker(tmp_path: Path) -> Broker:
 
 def services_with(broker: Broker, coordinator: Coordinator) -> BrokerServices:
     return dataclasses.replace(broker.services, transactions=coordinator)
+
+
+def _header() -> RequestHeader:
+    return RequestHeader(
+        request_api_key=i16(0), request_api_version=i16(9), correlation_id=i32(1), client_id="t"
+    )
 
 
 def produce(
@@ -233,6 +239,33 @@ def test_marker_of_an_unknown_producer_during_verification_refuses_the_batch(
     answer = produce(broker, services, txn_batch(0), "tx")
     assert answer.error_code == ErrorCode.invalid_txn_state, answer
     assert lso(broker) == log_end(broker)
+
+
+class _NoTopicLookups:
+    def get(self, name: str) -> None:
+        raise AssertionError(f"topic {name} looked up for a request without transactions")
+
+
+def test_non_transactional_request_skips_the_transactional_checks(broker: Broker) -> None:
+    services = dataclasses.replace(broker.services, topics=_NoTopicLookups())
+    context = RequestContext(services, _header(), 0, 9, "127.0.0.1", 1)
+    plain = build_batch([(None, b"v")], 0, producer_id=PID, producer_epoch=0, base_sequence=0)
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name=TOPIC,
+                partition_data=(
+                    PartitionProduceData(index=0, records=plain),
+                    PartitionProduceData(index=1, records=build_batch([(None, b"w")], 0)),
+                    PartitionProduceData(index=2, records=None),
+                ),
+            ),
+        ),
+    )
+    assert _transactional_error(context, request) is None
 
 
 def test_transactional_and_another_producer_in_one_request_is_refused(broker: Broker) -> None:
