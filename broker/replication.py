@@ -22,13 +22,17 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import crc32c
 import lmdb
 
 from raftka.consensus.errors import RaftInvariantError
 from raftka.consensus.types import Entry, EntryKind, HardState
 from raftka.log import PartitionLog
-from raftka.protocol.batch_builder import build_batch, decode_batch
+from raftka.protocol.batch_builder import (
+    build_batch,
+    control_key,
+    control_record_type,
+    decode_batch,
+)
 from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
     BatchHeader,
@@ -39,12 +43,9 @@ from raftka.protocol.records import (
 
 logger = logging.getLogger("raftka.replication")
 
-CONTROL_KEY = struct.Struct(">hh")
 CONTROL_LEADER_CHANGE = 2
 CONTROL_KRAFT_VOTERS = 6
 ATTRIBUTES_OFFSET = 21
-_INT16 = struct.Struct(">h")
-_CRC = struct.Struct(">I")
 NO_TIMESTAMP = -1
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 
@@ -56,28 +57,15 @@ def control_batch(kind: EntryKind, payload: bytes) -> bytes:
     must come out identical everywhere.
     """
     control_type = CONTROL_KRAFT_VOTERS if kind is EntryKind.CONFIG else CONTROL_LEADER_CHANGE
-    batch = bytearray(build_batch([(CONTROL_KEY.pack(0, control_type), payload)], NO_TIMESTAMP))
-    attributes = _INT16.unpack_from(batch, ATTRIBUTES_OFFSET)[0] | CONTROL_FLAG_MASK
-    _INT16.pack_into(batch, ATTRIBUTES_OFFSET, attributes)
-    _CRC.pack_into(batch, ATTRIBUTES_OFFSET - 4, crc32c.crc32c(bytes(batch[ATTRIBUTES_OFFSET:])))
-    return bytes(batch)
+    return build_batch([(control_key(control_type), payload)], NO_TIMESTAMP, control=True)
 
 
 #: A no-op's batch from the attributes on (the part every replica rebuilds identically).
 _NOOP_BODY = control_batch(EntryKind.NOOP, b"")[ATTRIBUTES_OFFSET:]
 
 
-def control_type_of(batch: bytes | memoryview) -> int | None:
-    """The control type (Kafka's ControlRecordType: 0 ABORT, 1 COMMIT, 2 LEADER_CHANGE, 6
-    KRAFT_VOTERS, ...) of one control batch, or None when its first record has no control key
-    (or the batch cannot be decoded, e.g. it is compressed)."""
-    try:
-        records = decode_batch(batch, check_crc=False)
-    except ValueError:
-        return None
-    if not records or records[0].key is None or len(records[0].key) != CONTROL_KEY.size:
-        return None
-    return int(CONTROL_KEY.unpack(records[0].key)[1])
+#: `batch_builder.control_record_type`, under the name tests know it by.
+control_type_of = control_record_type
 
 
 def entry_kind_of(header: BatchHeader, batch: bytes | memoryview) -> tuple[EntryKind, bytes]:
@@ -91,7 +79,7 @@ def entry_kind_of(header: BatchHeader, batch: bytes | memoryview) -> tuple[Entry
         return EntryKind.DATA, bytes(batch)
     if bytes(batch[ATTRIBUTES_OFFSET:]) == _NOOP_BODY:
         return EntryKind.NOOP, b""
-    if control_type_of(batch) == CONTROL_KRAFT_VOTERS:
+    if control_record_type(batch) == CONTROL_KRAFT_VOTERS:
         records = decode_batch(batch, check_crc=False)
         return EntryKind.CONFIG, records[0].value or b""
     return EntryKind.DATA, bytes(batch)

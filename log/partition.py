@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from raftka.protocol.batch_builder import control_record_type, end_txn_marker_coordinator_epoch
+from raftka.protocol.batch_builder import end_txn_marker
 from raftka.protocol.records import (
     BatchHeader,
     UnsupportedBatch,
@@ -91,15 +91,6 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _marker_of(batch: bytes | memoryview) -> tuple[int, int] | None:
-    """(control type, coordinator epoch) of a transaction marker batch; None if unreadable."""
-    control_type = control_record_type(batch)
-    if control_type is None:
-        return None
-    coordinator_epoch = end_txn_marker_coordinator_epoch(batch)
-    return control_type, -1 if coordinator_epoch is None else coordinator_epoch
 
 
 def _read_offset_file(path: Path) -> int | None:
@@ -327,7 +318,7 @@ class PartitionLog:
                     continue
                 marker = None
                 if header.is_control:
-                    marker = _marker_of(segment.pread(header.size_bytes, header.position))
+                    marker = end_txn_marker(segment.pread(header.size_bytes, header.position))
                 completed = state.update(header, header.base_offset, header.max_timestamp, marker)
                 if (
                     completed is not None
@@ -457,7 +448,9 @@ class PartitionLog:
                 timestamp = log_append_time_ms if log_append_time_ms >= 0 else header.max_timestamp
                 marker = None
                 if header.is_control:
-                    marker = _marker_of(memoryview(records)[header.position : header.end_position])
+                    marker = end_txn_marker(
+                        memoryview(records)[header.position : header.end_position]
+                    )
                 completed = self.producer_state.update(header, offset, timestamp, marker)
                 if completed is not None and completed.is_aborted:
                     self._index_aborted(self.segments[-1], completed)

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import crc32c
 
+from raftka.protocol.batch_builder import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT
 from raftka.protocol.records import BatchHeader
 
 from .epochs import write_file_atomically
@@ -55,9 +56,6 @@ INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 TRANSACTION_COORDINATOR_FENCED = 52
 
-#: Control record types of transaction markers (Kafka's ControlRecordType).
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
 NO_OFFSET = -1
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -324,7 +322,7 @@ class ProducerStateManager:
         if producer_id < 0:
             return None
         if header.is_control:
-            if marker is None or marker[0] not in (CONTROL_ABORT, CONTROL_COMMIT):
+            if marker is None or marker[0] not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
                 return None
             return self._end_txn(header, first_offset, timestamp_ms, *marker)
         entry = self.producers.get(producer_id)
@@ -365,9 +363,8 @@ class ProducerStateManager:
             self.producers[producer_id] = entry
         completed = None
         if entry.current_txn_first_offset != NO_OFFSET:
-            completed = CompletedTxn(
-                producer_id, entry.current_txn_first_offset, offset, control_type == CONTROL_ABORT
-            )
+            aborted = control_type == CONTROL_TYPE_ABORT
+            completed = CompletedTxn(producer_id, entry.current_txn_first_offset, offset, aborted)
             self.unreplicated_txns.append(completed)
         if header.producer_epoch != entry.epoch:
             entry.epoch = header.producer_epoch

@@ -245,6 +245,11 @@ def is_control_batch(attributes: int) -> bool:
     return bool(attributes & CONTROL_FLAG_MASK)
 
 
+def control_key(control_type: int) -> bytes:
+    """The key of a control record: version 0 and the control type."""
+    return _CONTROL_KEY.pack(0, control_type)
+
+
 def build_end_txn_marker(
     producer_id: int,
     producer_epoch: int,
@@ -259,7 +264,7 @@ def build_end_txn_marker(
     base sequence -1, as Kafka's EndTransactionMarker."""
     control_type = CONTROL_TYPE_COMMIT if committed else CONTROL_TYPE_ABORT
     return build_batch(
-        [(_CONTROL_KEY.pack(0, control_type), _END_TXN_MARKER_VALUE.pack(0, coordinator_epoch))],
+        [(control_key(control_type), _END_TXN_MARKER_VALUE.pack(0, coordinator_epoch))],
         timestamp_ms,
         base_offset=base_offset,
         producer_id=producer_id,
@@ -270,25 +275,34 @@ def build_end_txn_marker(
     )
 
 
-def control_record_type(batch: bytes | memoryview) -> int | None:
-    """The control type of one control batch (its first record's key: version int16, type
-    int16), or None when it has no such key or cannot be decoded (e.g. compressed)."""
+def _first_control_record(batch: bytes | memoryview) -> tuple[int, bytes | None] | None:
+    """(control type, value) of a control batch's first record, or None when it has no
+    control key or cannot be decoded (e.g. it is compressed)."""
     try:
         records = decode_batch(batch, check_crc=False)
     except ValueError:
         return None
     if not records or records[0].key is None or len(records[0].key) != _CONTROL_KEY.size:
         return None
-    return int(_CONTROL_KEY.unpack(records[0].key)[1])
+    return int(_CONTROL_KEY.unpack(records[0].key)[1]), records[0].value
 
 
-def end_txn_marker_coordinator_epoch(batch: bytes | memoryview) -> int | None:
-    """The coordinator epoch a transaction marker carries, or None if it cannot be read."""
-    try:
-        records = decode_batch(batch, check_crc=False)
-    except ValueError:
+def control_record_type(batch: bytes | memoryview) -> int | None:
+    """The control type (Kafka's ControlRecordType: 0 ABORT, 1 COMMIT, 2 LEADER_CHANGE, 6
+    KRAFT_VOTERS, ...) of one control batch, or None when its first record has no control
+    key (or the batch cannot be decoded, e.g. it is compressed)."""
+    found = _first_control_record(batch)
+    return None if found is None else found[0]
+
+
+def end_txn_marker(batch: bytes | memoryview) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of a transaction marker (a COMMIT or ABORT control
+    batch), decoded once; the epoch is -1 when its value is unreadable. None for any other
+    control batch or an undecodable one."""
+    found = _first_control_record(batch)
+    if found is None or found[0] not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
         return None
-    value = records[0].value if records else None
+    control_type, value = found
     if value is None or len(value) < _END_TXN_MARKER_VALUE.size:
-        return None
-    return int(_END_TXN_MARKER_VALUE.unpack_from(value)[1])
+        return control_type, -1
+    return control_type, int(_END_TXN_MARKER_VALUE.unpack_from(value)[1])

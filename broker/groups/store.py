@@ -15,26 +15,25 @@ which partitions it "leads" (and at which epoch) is up to the test.
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-import crc32c
 import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import CreateTopicCommand
-from raftka.broker.replication import control_type_of
 from raftka.broker.topics import OFFSETS_TOPIC, Partition, Topic, now_ms
 from raftka.consensus.core import NotLeaderError
 from raftka.protocol.batch_builder import (
-    ATTRIBUTES_OFFSET,
+    CONTROL_TYPE_COMMIT,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     BatchDecodeError,
     build_batch,
+    build_end_txn_marker,
     decode_batch,
+    end_txn_marker,
     iter_batches,
 )
 from raftka.protocol.records import (
@@ -57,16 +56,9 @@ OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 *
 KeyValue = tuple[bytes, bytes | None]
 COMMIT_TIMEOUT_S = 10.0
 CATCH_UP_POLL_S = 1.0
-# Kafka's ControlRecordType of transaction markers.
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
 # The base sequence of the coordinator's transactional batches, as Kafka's coordinator
 # writes it (its own appends skip the producer's sequence checks).
 TXN_OFFSETS_BASE_SEQUENCE = 0
-_INT16 = struct.Struct(">h")
-_CONTROL_KEY = struct.Struct(">hh")
-_MARKER_VALUE = struct.Struct(">hi")
-_CRC = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +182,10 @@ def entries_of(buf: bytes | memoryview) -> Iterator[LoggedEntry]:
         header = read_batch_header(batch)
         transactional = bool(attributes & TRANSACTIONAL_FLAG_MASK) and header.producer_id >= 0
         if attributes & CONTROL_FLAG_MASK:
-            control_type = control_type_of(batch)
-            if transactional and control_type in (CONTROL_ABORT, CONTROL_COMMIT):
-                yield TxnMarker(
-                    header.base_offset, header.producer_id, control_type == CONTROL_COMMIT
-                )
+            marker = end_txn_marker(batch) if transactional else None
+            if marker is not None:
+                committed = marker[0] == CONTROL_TYPE_COMMIT
+                yield TxnMarker(header.base_offset, header.producer_id, committed)
             continue
         producer_id = header.producer_id if transactional else NO_PRODUCER_ID
         try:
@@ -203,16 +194,6 @@ def entries_of(buf: bytes | memoryview) -> Iterator[LoggedEntry]:
                     yield StoredRecord(record.offset, producer_id, record.key, record.value)
         except BatchDecodeError as exc:
             logger.warning("skipping unreadable %s batch: %s", OFFSETS_TOPIC, exc)
-
-
-def with_attributes(batch: bytes, attributes: int) -> bytes:
-    """`batch` with these attribute flags added (and its CRC computed again)."""
-    out = bytearray(batch)
-    _INT16.pack_into(
-        out, ATTRIBUTES_OFFSET, _INT16.unpack_from(out, ATTRIBUTES_OFFSET)[0] | attributes
-    )
-    _CRC.pack_into(out, ATTRIBUTES_OFFSET - 4, crc32c.crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
-    return bytes(out)
 
 
 def offsets_batch(
@@ -226,15 +207,15 @@ def offsets_batch(
     """The batch the coordinator appends: plain, or transactional for a producer."""
     if producer_id < 0:
         return build_batch(records, timestamp_ms, base_offset=base_offset)
-    batch = build_batch(
+    return build_batch(
         records,
         timestamp_ms,
         base_offset=base_offset,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=TXN_OFFSETS_BASE_SEQUENCE,
+        transactional=True,
     )
-    return with_attributes(batch, TRANSACTIONAL_FLAG_MASK)
 
 
 def marker_batch(
@@ -246,17 +227,15 @@ def marker_batch(
     base_offset: int = 0,
     coordinator_epoch: int = 0,
 ) -> bytes:
-    """A COMMIT or ABORT control batch of `producer_id` (Kafka's EndTransactionMarker:
-    key version 0 and type, value version 0 and the coordinator epoch)."""
-    control_type = CONTROL_COMMIT if committed else CONTROL_ABORT
-    batch = build_batch(
-        [(_CONTROL_KEY.pack(0, control_type), _MARKER_VALUE.pack(0, coordinator_epoch))],
+    """`build_end_txn_marker` with the coordinator epoch last (tests' marker batches)."""
+    return build_end_txn_marker(
+        producer_id,
+        producer_epoch,
+        coordinator_epoch,
+        committed,
         timestamp_ms,
         base_offset=base_offset,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
     )
-    return with_attributes(batch, TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
 
 
 class TopicOffsetsLog:

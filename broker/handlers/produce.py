@@ -48,7 +48,7 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.cluster.commands import RaiseProducerIdFloorCommand
 from raftka.broker.config import RESTORE_IN_PROGRESS
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
-from raftka.broker.replication import CONTROL_KRAFT_VOTERS, control_type_of, entry_kind_of
+from raftka.broker.replication import CONTROL_KRAFT_VOTERS, entry_kind_of
 from raftka.broker.topics import Partition, now_ms
 from raftka.consensus.core import NotLeaderError, StorageError
 from raftka.consensus.types import EntryKind
@@ -59,6 +59,7 @@ from raftka.log.producer_state import (
     ProducerStateManager,
 )
 from raftka.protocol.api import build
+from raftka.protocol.batch_builder import control_record_type
 from raftka.protocol.records import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG_MASK,
@@ -270,7 +271,7 @@ def _restore_entries(
             )
         batch = bytes(view[header.position : header.end_position])
         if header.is_control:
-            control_type = control_type_of(batch)
+            control_type = control_record_type(batch)
             if control_type not in RESTORABLE_CONTROL_TYPES:
                 what = "no readable control key" if control_type is None else control_type
                 raise _Rejected(

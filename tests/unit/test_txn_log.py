@@ -28,7 +28,9 @@ from raftka.protocol.batch_builder import (
     CONTROL_TYPE_COMMIT,
     build_batch,
     build_end_txn_marker,
+    control_key,
     control_record_type,
+    end_txn_marker,
 )
 from raftka.protocol.records import validate_produce_records
 
@@ -71,6 +73,18 @@ def test_marker_batch_is_a_transactional_control_batch() -> None:
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 3, -1)
     assert control_record_type(data) == CONTROL_TYPE_COMMIT
     assert control_record_type(marker(7, committed=False)) == CONTROL_TYPE_ABORT
+    assert end_txn_marker(data) == (CONTROL_TYPE_COMMIT, 9)
+    assert end_txn_marker(marker(7, committed=False, coordinator_epoch=4)) == (
+        CONTROL_TYPE_ABORT,
+        4,
+    )
+    # Other control batches are not transaction markers; a marker without its value has
+    # coordinator epoch -1.
+    leader_change = build_batch([(control_key(2), b"")], NOW, control=True)
+    assert control_record_type(leader_change) == 2
+    assert end_txn_marker(leader_change) is None
+    assert end_txn_marker(build_batch([(control_key(0), None)], NOW, control=True)) == (0, -1)
+    assert end_txn_marker(plain_batch()) is None
 
 
 def test_ongoing_transaction_holds_the_lso_until_its_marker_is_replicated(
