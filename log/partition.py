@@ -295,16 +295,15 @@ class PartitionLog:
         """Producer state as of the log end: the newest snapshot at or below it, then the
         batches after it (all of the log if there is no snapshot): headers only, plus the
         records of transaction markers. With `rebuild_txn_index_from`, the aborted-transaction
-        indexes of the segments from that offset on are rebuilt on the way."""
+        indexes of the segments from that offset (a segment's base) on are rebuilt on the way."""
         expiration_ms = self.config.producer_id_expiration_ms
         upto = self.log_end_offset
         if rebuild_txn_index_from is not None:
+            # A segment's base: the indexes from that segment on are rebuilt whole.
             upto = min(upto, rebuild_txn_index_from)
             for segment in self.segments:
-                if segment.next_offset > rebuild_txn_index_from:
-                    segment.txn_index.reset(
-                        [e for e in segment.txn_index.entries if e.last_offset < upto]
-                    )
+                if segment.base_offset >= rebuild_txn_index_from:
+                    segment.txn_index.clear()
         loaded = load_latest_snapshot(self.directory, upto, expiration_ms)
         if loaded is None:
             start, state = self.segments[0].base_offset, ProducerStateManager(expiration_ms)

@@ -30,7 +30,7 @@ import os
 import re
 import struct
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -171,15 +171,6 @@ class ProducerStateManager:
         self.unreplicated_txns.clear()
 
     # -- transactions ---------------------------------------------------------------------
-    def ongoing_txn_first_offset(self, producer_id: int) -> int:
-        """First offset of the producer's ongoing transaction, or -1 if it has none."""
-        entry = self.producers.get(producer_id)
-        return NO_OFFSET if entry is None else entry.current_txn_first_offset
-
-    def ongoing_txns(self) -> dict[int, int]:
-        """Producer id -> first offset of every ongoing transaction."""
-        return dict(self._ongoing)
-
     def txn_generation(self, producer_id: int) -> int:
         """The producer's `txn_generation`, -1 while the partition does not know it."""
         entry = self.producers.get(producer_id)
@@ -374,27 +365,6 @@ class ProducerStateManager:
         entry.current_txn_first_offset = NO_OFFSET
         self._ongoing.pop(producer_id, None)
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
-        return completed
-
-    def replay(
-        self,
-        headers: Iterable[BatchHeader],
-        markers: Callable[[BatchHeader], tuple[int, int] | None] | None = None,
-    ) -> list[CompletedTxn]:
-        """Update from stored batches (which carry their own offsets); `markers` reads a
-        control batch's (control type, coordinator epoch). Returns the completed txns."""
-        completed = []
-        for header in headers:
-            if header.producer_id < 0:
-                continue
-            marker = None
-            if header.is_control:
-                if markers is None:
-                    continue
-                marker = markers(header)
-            txn = self.update(header, header.base_offset, header.max_timestamp, marker)
-            if txn is not None:
-                completed.append(txn)
         return completed
 
     def remove_expired(self, now_ms: int) -> int:

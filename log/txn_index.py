@@ -104,14 +104,12 @@ class TransactionIndex:
         self.entries.append(entry)
         self._unsynced = True
 
-    def reset(self, entries: list[AbortedTxn]) -> None:
-        """Replace the whole file with `entries` (recovery's rebuild)."""
+    def clear(self) -> None:
+        """Drop every entry, file and memory (recovery rebuilds them from the log)."""
         self.create()
         os.truncate(self.path, 0)
         self._unsynced = True
         self.entries = []
-        for entry in entries:
-            self.append(entry)
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or after `offset`."""

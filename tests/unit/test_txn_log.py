@@ -62,6 +62,15 @@ def append(log: PartitionLog, data: bytes) -> int:
     return log.append(bytearray(data), headers, 0, NOW).first_offset
 
 
+def ongoing(state: ProducerStateManager) -> dict[int, int]:
+    """Producer id -> first offset of each ongoing transaction, from the producer entries."""
+    return {
+        producer_id: entry.current_txn_first_offset
+        for producer_id, entry in state.producers.items()
+        if entry.current_txn_first_offset >= 0
+    }
+
+
 def txn_index_file(log: PartitionLog, base_offset: int) -> Path:
     return log.directory / f"{base_offset:020d}.txnindex"
 
@@ -98,7 +107,7 @@ def test_ongoing_transaction_holds_the_lso_until_its_marker_is_replicated(
     assert log.last_stable_offset(2) == 2  # never above the high watermark
     marker_offset = append(log, marker(1, committed=True))
     assert marker_offset == 6
-    assert log.producer_state.ongoing_txns() == {}
+    assert ongoing(log.producer_state) == {}
     # Complete, but a truncation could still remove the marker: still unstable.
     assert log.last_stable_offset(6) == 3
     assert log.last_stable_offset(7) == 7
@@ -216,7 +225,7 @@ def test_clean_reopen_keeps_lso_and_aborted_transactions(tmp_path: Path) -> None
     log.close()
     reopened = PartitionLog.open(tmp_path / "t-0", SMALL, NOW)
     assert reopened.collect_aborted(0, end) == aborted
-    assert reopened.producer_state.ongoing_txn_first_offset(9) == open_at
+    assert ongoing(reopened.producer_state).get(9) == open_at
     assert reopened.last_stable_offset(end) == lso
     reopened.close()
 
@@ -227,7 +236,7 @@ def test_recovery_rebuilds_damaged_txn_indexes(tmp_path: Path, damage: str) -> N
     log = PartitionLog.open(directory, SMALL, NOW)
     aborted = fill(log)
     end = log.log_end_offset
-    ongoing = log.producer_state.ongoing_txns()
+    open_txns = ongoing(log.producer_state)
     log.close()
     damaged = [p for p in directory.glob("*.txnindex") if p.stat().st_size > 0]
     assert damaged
@@ -248,7 +257,7 @@ def test_recovery_rebuilds_damaged_txn_indexes(tmp_path: Path, damage: str) -> N
             snapshot_path(directory, offset).unlink()
     reopened = PartitionLog.open(directory, SMALL, NOW)
     assert reopened.collect_aborted(0, end) == aborted
-    assert reopened.producer_state.ongoing_txns() == ongoing
+    assert ongoing(reopened.producer_state) == open_txns
     reopened.close()
     # The rebuilt files are whole: a clean open trusts them as they are.
     for path in directory.glob("*.snapshot"):
@@ -271,7 +280,7 @@ def test_old_snapshot_version_is_ignored_and_the_log_replayed(tmp_path: Path) ->
     struct.pack_into(">h", data, 0, SNAPSHOT_VERSION - 1)
     path.write_bytes(bytes(data))
     reopened = PartitionLog.open(directory, LogConfig(), NOW)
-    assert reopened.producer_state.ongoing_txn_first_offset(1) == 0
+    assert ongoing(reopened.producer_state).get(1) == 0
     reopened.close()
 
 
@@ -283,7 +292,8 @@ def test_snapshot_round_trip_keeps_transaction_state() -> None:
     state.update(end, 19, NOW, (CONTROL_TYPE_COMMIT, 6))
     copy = ProducerStateManager.deserialize(state.serialize())
     assert copy is not None
-    assert copy.ongoing_txns() == {3: 17}
+    assert ongoing(copy) == {3: 17}
+    assert copy.first_unstable_offset() == 17
     entry = copy.get(4)
     assert entry is not None and entry.coordinator_epoch == 6 and entry.epoch == 1
 
@@ -298,7 +308,7 @@ def test_truncation_drops_index_entries_and_reopens_the_transaction(tmp_path: Pa
     log.truncate_to(5)  # a divergent suffix: producer 2's marker
     assert log.collect_aborted(0, 6) == [AbortedTxn(1, 0, 2, 3)]
     assert txn_index_file(log, 0).stat().st_size == ENTRY_BYTES
-    assert log.producer_state.ongoing_txn_first_offset(2) == 3
+    assert ongoing(log.producer_state).get(2) == 3
     assert log.last_stable_offset(5) == 3
     log.close()
     reopened = PartitionLog.open(tmp_path / "t-0", LogConfig(), NOW)
