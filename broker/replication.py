@@ -64,10 +64,6 @@ def control_batch(kind: EntryKind, payload: bytes) -> bytes:
 _NOOP_BODY = control_batch(EntryKind.NOOP, b"")[ATTRIBUTES_OFFSET:]
 
 
-#: `batch_builder.control_record_type`, under the name tests know it by.
-control_type_of = control_record_type
-
-
 def entry_kind_of(header: BatchHeader, batch: bytes | memoryview) -> tuple[EntryKind, bytes]:
     """Entry kind and the payload the Raft core expects for a stored batch.
 

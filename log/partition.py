@@ -569,22 +569,16 @@ class PartitionLog:
                 return data
         return b""
 
-    def read_slice(
+    def fetch_slice(
         self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
-    ) -> tuple[LogSegment, int, int] | None:
-        """Where `read` would find its bytes: (segment, position, length), or None for b"".
+    ) -> LogSlice | None:
+        """Where `read` would find its bytes (segment, position, length), with the offset
+        just after the last batch in the slice (the upper bound a read_committed fetch
+        collects aborted transactions below); None for b"".
 
         Reads batch headers only. The answer holds while the caller does not yield to other
         tasks: retention or truncation may delete the segment afterwards.
         """
-        found = self.fetch_slice(fetch_offset, max_bytes, max_offset, min_one_batch)
-        return None if found is None else (found.segment, found.position, found.length)
-
-    def fetch_slice(
-        self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
-    ) -> LogSlice | None:
-        """`read_slice` with the offset just after the last batch in the slice (the upper
-        bound a read_committed fetch collects aborted transactions below)."""
         if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
             raise OffsetOutOfRange(fetch_offset, self.log_start_offset, self.log_end_offset)
         if fetch_offset == self.log_end_offset or fetch_offset >= max_offset:

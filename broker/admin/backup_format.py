@@ -39,7 +39,7 @@ import crc32c
 
 from raftka.broker.admin.common import AdminError
 from raftka.log import fsync_directory
-from raftka.protocol.batch_builder import build_batch
+from raftka.protocol.batch_builder import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, build_batch
 from raftka.protocol.records import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG_MASK,
@@ -56,10 +56,8 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__cluster_metadata", "__tran
 
 # Control record types a restore-mode topic accepts as they are (ABORT, COMMIT,
 # LEADER_CHANGE); every other control batch is replaced by a LEADER_CHANGE one.
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
 CONTROL_LEADER_CHANGE = 2
-_KEPT_CONTROL_TYPES = (CONTROL_ABORT, CONTROL_COMMIT, CONTROL_LEADER_CHANGE)
+_KEPT_CONTROL_TYPES = (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, CONTROL_LEADER_CHANGE)
 
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _INT16 = struct.Struct(">h")

@@ -123,7 +123,7 @@ def test_file_range_reads_after_the_file_is_deleted(tmp_path: Path) -> None:
     assert file_range.fd == -1
 
 
-def test_read_slice_covers_exactly_what_read_returns(tmp_path: Path) -> None:
+def test_fetch_slice_covers_exactly_what_read_returns(tmp_path: Path) -> None:
     log = PartitionLog.open(
         tmp_path / "t-0", LogConfig(segment_bytes=20_000, index_interval_bytes=300), NOW
     )
@@ -139,10 +139,10 @@ def test_read_slice_covers_exactly_what_read_returns(tmp_path: Path) -> None:
         max_offset = rng.randrange(offset, end + 1)
         one = rng.random() < 0.5
         expected = log.read(offset, max_bytes, max_offset, one)
-        found = log.read_slice(offset, max_bytes, max_offset, one)
+        found = log.fetch_slice(offset, max_bytes, max_offset, one)
         if found is None:
             assert expected == b"", (offset, max_bytes, max_offset, one)
         else:
-            segment, position, length = found
-            assert segment.pread(length, position) == expected, (offset, max_bytes, max_offset)
+            data = found.segment.pread(found.length, found.position)
+            assert data == expected, (offset, max_bytes, max_offset)
     log.close()

@@ -38,7 +38,6 @@ from raftka.broker.producer_ids import (
 from raftka.broker.replication import (
     CONTROL_LEADER_CHANGE,
     control_batch,
-    control_type_of,
     entry_kind_of,
 )
 from raftka.consensus import (
@@ -50,7 +49,7 @@ from raftka.consensus import (
     RaftConfig,
     RaftCore,
 )
-from raftka.protocol.batch_builder import build_batch
+from raftka.protocol.batch_builder import build_batch, control_record_type
 from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
     INVALID_RECORD,
@@ -134,13 +133,13 @@ def test_only_a_batch_identical_to_a_no_op_is_a_noop_entry() -> None:
     assert entry_kind_of(read_batch_header(noop), noop) == (EntryKind.NOOP, b"")
     for control_type in (0, 1, CONTROL_LEADER_CHANGE):
         restored = _control(control_type)
-        assert control_type_of(restored) == control_type
+        assert control_record_type(restored) == control_type
         assert entry_kind_of(read_batch_header(restored), restored) == (EntryKind.DATA, restored)
     span = _control(CONTROL_LEADER_CHANGE, last_offset_delta=999)
     assert entry_kind_of(read_batch_header(span), span) == (EntryKind.DATA, span)
     voters = control_batch(EntryKind.CONFIG, b"1,2,3")
     assert entry_kind_of(read_batch_header(voters), voters) == (EntryKind.CONFIG, b"1,2,3")
-    assert control_type_of(build_batch([(None, b"a")], 1000)) is None  # no control key
+    assert control_record_type(build_batch([(None, b"a")], 1000)) is None  # no control key
 
 
 # -- the producer id floor -----------------------------------------------------------------------
