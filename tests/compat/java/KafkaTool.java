@@ -73,6 +73,7 @@ public class KafkaTool {
                     + " TIMEOUT_MS [k=v...]\n"
                     + "  consume-group BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_MS [k=v...]\n"
                     + "  delete-records BOOTSTRAP TOPIC PARTITION BEFORE_OFFSET [k=v...]\n"
+                    + Transactions.USAGE
                     + SparkConnector.USAGE;
 
     public static void main(String[] args) {
@@ -124,6 +125,14 @@ public class KafkaTool {
                 need(args, 5);
                 return deleteRecords(bootstrap, args[2], Integer.parseInt(args[3]),
                         Long.parseLong(args[4]), props(args, 5));
+            case "txn-produce":
+                need(args, 4);
+                return Transactions.txnProduce(bootstrap, args[2], Integer.parseInt(args[3]),
+                        args, 4);
+            case "consume-to-end":
+                need(args, 4);
+                return Transactions.consumeToEnd(bootstrap, args[2], Long.parseLong(args[3]),
+                        props(args, 4));
             case "spark-write":
                 need(args, 5);
                 return SparkConnector.write(bootstrap, args[2], args[3],
@@ -383,6 +392,262 @@ public class KafkaTool {
             // No slf4j on the class path: nothing to silence.
         } finally {
             System.setErr(err);
+        }
+    }
+
+    // -- transactions ------------------------------------------------------------------------
+
+    /**
+     * A transactional KafkaProducer and a consumer that reads a topic to its end, for the
+     * transaction tests. Each event is one JSON line, flushed at once so a test can follow a
+     * running tool: {@code begin}, {@code acked} (per record), {@code paused}, {@code committed},
+     * {@code aborted}, {@code commit_retry}, {@code redo}, and {@code error} (the operation,
+     * the exception's class and message). A transaction that fails and is not redone ends the
+     * command with exit code 3 after its error lines.
+     */
+    static final class Transactions {
+        static final String USAGE =
+                "  txn-produce BOOTSTRAP TOPIC COUNT --transactional-id=ID [--per-txn=N]\n"
+                + "      [--abort-every=K] [--pause-before-commit=FILE] [--send-after-pause=N]\n"
+                + "      [--redo-failed] [k=v...]\n"
+                + "      COUNT records k0..k<COUNT-1>, N to a transaction (default all); every\n"
+                + "      K-th transaction is flushed then aborted; before a commit the tool\n"
+                + "      prints 'paused' and waits for FILE to exist, then sends N more records;\n"
+                + "      --redo-failed retries a timed-out commit and redoes a failed one\n"
+                + "  consume-to-end BOOTSTRAP TOPIC TIMEOUT_MS [k=v...]\n"
+                + "      every partition from the beginning to its end offset (the last stable\n"
+                + "      offset under isolation.level=read_committed), then one end line each\n";
+
+        /** Exit code of a transaction that failed and was not redone. */
+        static final int TXN_FAILED = 3;
+        static final int MAX_COMMIT_RETRIES = 10;
+
+        private Transactions() {}
+
+        static Map<String, String> options(String[] args, int from, List<String> rest) {
+            Map<String, String> options = new HashMap<>();
+            for (int i = from; i < args.length; i++) {
+                if (args[i].startsWith("--")) {
+                    int eq = args[i].indexOf('=');
+                    String name = eq < 0 ? args[i].substring(2) : args[i].substring(2, eq);
+                    options.put(name, eq < 0 ? "true" : args[i].substring(eq + 1));
+                } else {
+                    rest.add(args[i]);
+                }
+            }
+            return options;
+        }
+
+        static int txnProduce(String bootstrap, String topic, int count, String[] args,
+                int from) throws Exception {
+            List<String> rest = new ArrayList<>();
+            Map<String, String> options = options(args, from, rest);
+            String transactionalId = options.remove("transactional-id");
+            if (transactionalId == null) {
+                throw new UsageException("txn-produce needs --transactional-id=ID");
+            }
+            int perTxn = Integer.parseInt(options.getOrDefault("per-txn",
+                    String.valueOf(Math.max(count, 1))));
+            int abortEvery = Integer.parseInt(options.getOrDefault("abort-every", "0"));
+            String pauseFile = options.remove("pause-before-commit");
+            int sendAfterPause = Integer.parseInt(options.getOrDefault("send-after-pause", "0"));
+            boolean redo = options.containsKey("redo-failed");
+            options.keySet().removeAll(
+                    List.of("per-txn", "abort-every", "send-after-pause", "redo-failed"));
+            if (!options.isEmpty()) {
+                throw new UsageException("txn-produce: unknown options " + options.keySet());
+            }
+            if (perTxn <= 0) {
+                throw new UsageException("txn-produce: --per-txn must be positive");
+            }
+            Properties props = new Properties();
+            props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+            props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+            props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+            props.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+            props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG,
+                    StringSerializer.class.getName());
+            props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG,
+                    StringSerializer.class.getName());
+            props.putAll(props(rest.toArray(new String[0]), 0));
+
+            KafkaProducer<String, String> producer = new KafkaProducer<>(props);
+            try {
+                producer.initTransactions();
+                SparkConnector.emit("init", SparkConnector.obj("transactional_id",
+                        transactionalId));
+                int next = 0;
+                int txn = 0;
+                while (next < count || (count == 0 && txn == 0)) {
+                    txn++;
+                    int end = Math.min(count, next + perTxn);
+                    boolean abort = abortEvery > 0 && txn % abortEvery == 0;
+                    Outcome outcome = oneTransaction(producer, topic, txn, next, end, abort,
+                            abort ? null : pauseFile, sendAfterPause, redo);
+                    while (outcome == Outcome.REDO) {
+                        SparkConnector.emit("redo", SparkConnector.obj("txn", txn));
+                        outcome = oneTransaction(producer, topic, txn, next, end, false, null,
+                                0, redo);
+                    }
+                    if (outcome == Outcome.FAILED) {
+                        return TXN_FAILED;
+                    }
+                    next = end;
+                }
+            } finally {
+                producer.close(Duration.ofSeconds(5));
+            }
+            return 0;
+        }
+
+        enum Outcome { DONE, REDO, FAILED }
+
+        static boolean fatal(Exception e) {
+            return e instanceof org.apache.kafka.common.errors.ProducerFencedException
+                    || e instanceof org.apache.kafka.common.errors.AuthorizationException
+                    || e instanceof org.apache.kafka.common.errors.UnsupportedVersionException
+                    || e instanceof IllegalStateException;
+        }
+
+        static void error(int txn, String op, Throwable e) {
+            Throwable cause = e instanceof java.util.concurrent.ExecutionException
+                    && e.getCause() != null ? e.getCause() : e;
+            SparkConnector.emit("error", SparkConnector.obj("txn", txn, "op", op,
+                    "exception", cause.getClass().getName(), "message", cause.getMessage()));
+        }
+
+        /** Aborts after a failure; the transaction is redone only when asked and possible. */
+        static Outcome abortAfter(KafkaProducer<String, String> producer, int txn,
+                Exception failure, boolean redo) {
+            Throwable cause = failure instanceof java.util.concurrent.ExecutionException
+                    && failure.getCause() != null ? failure.getCause() : failure;
+            if (cause instanceof Exception && fatal((Exception) cause)) {
+                return Outcome.FAILED;
+            }
+            try {
+                producer.abortTransaction();
+                SparkConnector.emit("aborted", SparkConnector.obj("txn", txn));
+            } catch (Exception e) {
+                error(txn, "abort", e);
+                return Outcome.FAILED;
+            }
+            return redo ? Outcome.REDO : Outcome.FAILED;
+        }
+
+        static Outcome oneTransaction(KafkaProducer<String, String> producer, String topic,
+                int txn, int from, int end, boolean abort, String pauseFile, int sendAfterPause,
+                boolean redo) throws Exception {
+            producer.beginTransaction();
+            SparkConnector.emit("begin", SparkConnector.obj("txn", txn));
+            List<String> keys = new ArrayList<>();
+            List<Future<RecordMetadata>> acks = new ArrayList<>();
+            for (int i = from; i < end; i++) {
+                keys.add("k" + i);
+                acks.add(producer.send(new ProducerRecord<>(topic, "k" + i, "v" + i)));
+            }
+            try {
+                producer.flush();
+                awaitAcks(txn, keys, acks);
+            } catch (Exception e) {
+                error(txn, "send", e);
+                return abortAfter(producer, txn, e, redo);
+            }
+            if (abort) {
+                producer.abortTransaction();
+                SparkConnector.emit("aborted", SparkConnector.obj("txn", txn));
+                return Outcome.DONE;
+            }
+            if (pauseFile != null) {
+                SparkConnector.emit("paused", SparkConnector.obj("txn", txn, "file", pauseFile));
+                while (!Files.exists(Paths.get(pauseFile))) {
+                    Thread.sleep(50);
+                }
+                if (sendAfterPause > 0) {
+                    keys.clear();
+                    acks.clear();
+                    for (int i = 0; i < sendAfterPause; i++) {
+                        String key = "k" + (end + i) + "-after-pause";
+                        keys.add(key);
+                        acks.add(producer.send(new ProducerRecord<>(topic, key, "late")));
+                    }
+                    try {
+                        producer.flush();
+                        awaitAcks(txn, keys, acks);
+                    } catch (Exception e) {
+                        error(txn, "send", e);
+                        return abortAfter(producer, txn, e, redo);
+                    }
+                }
+            }
+            for (int attempt = 1; ; attempt++) {
+                try {
+                    producer.commitTransaction();
+                    SparkConnector.emit("committed", SparkConnector.obj("txn", txn,
+                            "attempts", attempt));
+                    return Outcome.DONE;
+                } catch (org.apache.kafka.common.errors.TimeoutException e) {
+                    // The client lets a timed-out commit be called again; it resumes it.
+                    error(txn, "commit", e);
+                    if (!redo || attempt >= MAX_COMMIT_RETRIES) {
+                        return Outcome.FAILED;
+                    }
+                    SparkConnector.emit("commit_retry", SparkConnector.obj("txn", txn,
+                            "attempt", attempt + 1));
+                } catch (Exception e) {
+                    error(txn, "commit", e);
+                    return abortAfter(producer, txn, e, redo);
+                }
+            }
+        }
+
+        static void awaitAcks(int txn, List<String> keys, List<Future<RecordMetadata>> acks)
+                throws Exception {
+            for (int i = 0; i < acks.size(); i++) {
+                RecordMetadata md = acks.get(i).get();
+                SparkConnector.emit("acked", SparkConnector.obj("txn", txn, "key", keys.get(i),
+                        "partition", md.partition(), "offset", md.offset()));
+            }
+        }
+
+        static int consumeToEnd(String bootstrap, String topic, long timeoutMs,
+                Properties overrides) {
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            try (KafkaConsumer<String, String> consumer =
+                    new KafkaConsumer<>(consumerProps(bootstrap, overrides))) {
+                List<TopicPartition> partitions = new ArrayList<>();
+                consumer.partitionsFor(topic).forEach(
+                        p -> partitions.add(new TopicPartition(topic, p.partition())));
+                consumer.assign(partitions);
+                consumer.seekToBeginning(partitions);
+                Map<TopicPartition, Long> ends = consumer.endOffsets(partitions);
+                while (true) {
+                    boolean done = true;
+                    for (TopicPartition tp : partitions) {
+                        done &= consumer.position(tp) >= ends.get(tp);
+                    }
+                    if (done) {
+                        break;
+                    }
+                    long left = deadline - System.currentTimeMillis();
+                    if (left <= 0) {
+                        System.err.println("KafkaTool: consume-to-end timed out before "
+                                + ends);
+                        return 1;
+                    }
+                    for (ConsumerRecord<String, String> r :
+                            consumer.poll(Duration.ofMillis(Math.min(left, 500)))) {
+                        System.out.println("{\"topic\":" + str(r.topic()) + ",\"partition\":"
+                                + r.partition() + ",\"offset\":" + r.offset() + ",\"key\":"
+                                + str(r.key()) + ",\"value\":" + str(r.value()) + "}");
+                    }
+                }
+                for (TopicPartition tp : partitions) {
+                    System.out.println("{\"partition\":" + tp.partition() + ",\"end_offset\":"
+                            + ends.get(tp) + "}");
+                }
+            }
+            return 0;
         }
     }
 

@@ -1,0 +1,180 @@
+"""Transactions with the Java client (kafka-clients, the reference), end to end: a
+transactional KafkaProducer commits and aborts, KafkaConsumers read under read_committed and
+read_uncommitted, a second instance fences the first, and on a 3-node cluster the producer
+finishes its transaction after its coordinator is killed.
+
+Driven through tests/compat/java/KafkaTool.java: `txn-produce` (one JSON event a line, see
+its usage) and `consume-to-end` (every partition from the beginning to its end offset, which
+is the last stable offset under read_committed).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clients import create_topic
+from harness import BrokerProcess, JavaTool
+
+CONFIG = {
+    "transaction.state.log.num.partitions": "3",
+    "transaction.max.timeout.ms": "120000",
+}
+PRODUCER_FENCED = "org.apache.kafka.common.errors.ProducerFencedException"
+INVALID_PRODUCER_EPOCH = "org.apache.kafka.common.errors.InvalidProducerEpochException"
+TXN_FAILED = 3  # KafkaTool's exit code for a transaction that failed and was not redone
+
+
+@pytest.fixture(scope="module")
+def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(CONFIG, base_dir=tmp_path_factory.mktemp("java-txn-broker"))
+    try:
+        broker.start()
+        yield broker
+        broker.stop()
+    finally:
+        broker.kill()
+
+
+class RunningTool:
+    """A KafkaTool command in the background whose JSON event lines are read as they come."""
+
+    def __init__(self, tool: JavaTool, *args: object) -> None:
+        argv = [tool.java, "-XX:TieredStopAtLevel=1", "-cp", tool.classpath, "KafkaTool"]
+        self.args = [str(a) for a in args]
+        self.proc = subprocess.Popen(
+            argv + self.args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.events: list[dict[str, Any]] = []
+
+    def wait_for(self, event: str, timeout: float = 60) -> dict[str, Any]:
+        """Reads lines until `event`; its payload."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"KafkaTool ended before {event!r}: {self.finish(5)}")
+            [(name, payload)] = json.loads(line).items()
+            self.events.append({name: payload})
+            if name == event:
+                return payload
+        raise AssertionError(f"no {event!r} from KafkaTool within {timeout} s: {self.events}")
+
+    def finish(self, timeout: float = 90) -> tuple[int, list[dict[str, Any]], str]:
+        """(exit code, every event, stderr) once the tool has exited."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            raise AssertionError(f"KafkaTool {self.args} timed out: {err[-3000:]}") from None
+        self.events += [json.loads(line) for line in out.splitlines() if line.strip()]
+        return self.proc.returncode, self.events, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def named(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e[name] for e in events if name in e]
+
+
+def read(tool: JavaTool, bootstrap: str, topic: str, isolation: str) -> list[dict[str, Any]]:
+    rows = tool.json(
+        "consume-to-end", bootstrap, topic, 60000, f"isolation.level={isolation}", timeout=90
+    )
+    return [r for r in rows if "offset" in r]
+
+
+def test_commit_and_abort_seen_by_read_committed_and_read_uncommitted(
+    java_tool: JavaTool, txn_broker: BrokerProcess
+):
+    bootstrap = txn_broker.bootstrap
+    topic = f"java-txn-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=2)
+    # Four transactions of 25 records; the second and fourth are flushed, then aborted.
+    events = java_tool.json(
+        "txn-produce",
+        bootstrap,
+        topic,
+        100,
+        f"--transactional-id=java-{uuid.uuid4().hex[:8]}",
+        "--per-txn=25",
+        "--abort-every=2",
+        timeout=90,
+    )
+    assert [e["committed"]["txn"] for e in events if "committed" in e] == [1, 3]
+    assert [e["aborted"]["txn"] for e in events if "aborted" in e] == [2, 4]
+    acked = named(events, "acked")
+    assert len(acked) == 100
+    committed_keys = {a["key"] for a in acked if a["txn"] in (1, 3)}
+    every_key = {a["key"] for a in acked}
+
+    committed = read(java_tool, bootstrap, topic, "read_committed")
+    assert sorted(r["key"] for r in committed) == sorted(committed_keys)
+    uncommitted = read(java_tool, bootstrap, topic, "read_uncommitted")
+    assert sorted(r["key"] for r in uncommitted) == sorted(every_key)
+    # Each record is where its ack said it was.
+    where = {a["key"]: (a["partition"], a["offset"]) for a in acked}
+    assert all(where[r["key"]] == (r["partition"], r["offset"]) for r in uncommitted)
+
+
+@pytest.mark.parametrize("next_step", ["commit", "send"])
+def test_a_second_producer_with_the_same_id_fences_the_first(
+    java_tool: JavaTool, txn_broker: BrokerProcess, tmp_path: Path, next_step: str
+):
+    """Against Apache Kafka (TransactionManager, ProducerAppendInfo, AddPartitionsToTxnManager):
+    a fenced producer's EndTxn gets PRODUCER_FENCED, which the client raises as
+    ProducerFencedException; its Produce gets INVALID_PRODUCER_EPOCH, an abortable
+    InvalidProducerEpochException, and the abort that follows is then fenced at the
+    coordinator (ProducerFencedException)."""
+    bootstrap = txn_broker.bootstrap
+    topic = f"java-fence-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=1)
+    transactional_id = f"java-fence-{uuid.uuid4().hex[:8]}"
+    release = tmp_path / "release"
+    first = RunningTool(
+        java_tool,
+        "txn-produce",
+        bootstrap,
+        topic,
+        5,
+        f"--transactional-id={transactional_id}",
+        f"--pause-before-commit={release}",
+        f"--send-after-pause={1 if next_step == 'send' else 0}",
+    )
+    try:
+        first.wait_for("paused")
+        # The second instance: initTransactions, then an empty transaction of its own.
+        second = java_tool.json(
+            "txn-produce", bootstrap, topic, 3, f"--transactional-id={transactional_id}"
+        )
+        assert named(second, "committed") == [{"txn": 1, "attempts": 1}]
+        release.touch()
+        code, events, stderr = first.finish()
+    finally:
+        first.kill()
+    assert code == TXN_FAILED, stderr
+    errors = [(e["op"], e["exception"]) for e in named(events, "error")]
+    if next_step == "commit":
+        assert errors == [("commit", PRODUCER_FENCED)]
+    else:
+        assert errors == [("send", INVALID_PRODUCER_EPOCH), ("abort", PRODUCER_FENCED)]
+    assert named(events, "committed") == []
+
+    # Only the second instance's records are visible; the first's were aborted when fenced.
+    committed = read(java_tool, bootstrap, topic, "read_committed")
+    assert [r["key"] for r in committed] == ["k0", "k1", "k2"]
+    assert [r["value"] for r in committed] == ["v0", "v1", "v2"]
