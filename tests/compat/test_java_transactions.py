@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import create_topic
-from harness import BrokerProcess, JavaTool
+from clients import create_topic, find_transaction_coordinator
+from harness import BrokerProcess, ClusterProcess, JavaTool
 
 CONFIG = {
     "transaction.state.log.num.partitions": "3",
@@ -91,11 +91,19 @@ def named(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [e[name] for e in events if name in e]
 
 
-def read(tool: JavaTool, bootstrap: str, topic: str, isolation: str) -> list[dict[str, Any]]:
+def consume_to_end(
+    tool: JavaTool, bootstrap: str, topic: str, isolation: str
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """(records, end offset by partition) read by a KafkaConsumer with `isolation`."""
     rows = tool.json(
         "consume-to-end", bootstrap, topic, 60000, f"isolation.level={isolation}", timeout=90
     )
-    return [r for r in rows if "offset" in r]
+    ends = {r["partition"]: r["end_offset"] for r in rows if "end_offset" in r}
+    return [r for r in rows if "offset" in r], ends
+
+
+def read(tool: JavaTool, bootstrap: str, topic: str, isolation: str) -> list[dict[str, Any]]:
+    return consume_to_end(tool, bootstrap, topic, isolation)[0]
 
 
 def test_commit_and_abort_seen_by_read_committed_and_read_uncommitted(
@@ -157,6 +165,9 @@ def test_a_second_producer_with_the_same_id_fences_the_first(
     )
     try:
         first.wait_for("paused")
+        # The open transaction holds the last stable offset at its first record.
+        assert consume_to_end(java_tool, bootstrap, topic, "read_committed") == ([], {0: 0})
+        assert len(read(java_tool, bootstrap, topic, "read_uncommitted")) == 5
         # The second instance: initTransactions, then an empty transaction of its own.
         second = java_tool.json(
             "txn-produce", bootstrap, topic, 3, f"--transactional-id={transactional_id}"
@@ -178,3 +189,49 @@ def test_a_second_producer_with_the_same_id_fences_the_first(
     committed = read(java_tool, bootstrap, topic, "read_committed")
     assert [r["key"] for r in committed] == ["k0", "k1", "k2"]
     assert [r["value"] for r in committed] == ["v0", "v1", "v2"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_transaction_survives_its_coordinator_being_killed(
+    java_tool: JavaTool, cluster_factory: Any, tmp_path: Path
+):
+    cluster: ClusterProcess = cluster_factory(3, config=CONFIG)
+    every_broker = ",".join(n.bootstrap for n in cluster.nodes)
+    topic = f"java-failover-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.nodes[0].bootstrap, topic, partitions=3, replication_factor=3)
+    transactional_id = f"java-failover-{uuid.uuid4().hex[:8]}"
+    release = tmp_path / "release"
+    count = 60
+    producer = RunningTool(
+        java_tool,
+        "txn-produce",
+        every_broker,
+        topic,
+        count,
+        f"--transactional-id={transactional_id}",
+        "--per-txn=20",
+        f"--pause-before-commit={release}",
+        "--redo-failed",
+    )
+    try:
+        paused = producer.wait_for("paused", timeout=60)
+        assert paused["txn"] == 1
+        coordinator = cluster.node(find_transaction_coordinator(every_broker, transactional_id))
+        coordinator.kill()
+        release.touch()
+        code, events, stderr = producer.finish(timeout=100)
+    finally:
+        producer.kill()
+    assert code == 0, f"{events}\n{stderr[-3000:]}"
+    assert [e["txn"] for e in named(events, "committed")] == [1, 2, 3]
+    survivors = ",".join(n.bootstrap for n in cluster.nodes if n is not coordinator)
+    # The commit of the first transaction could only have been finished by a new coordinator.
+    assert find_transaction_coordinator(survivors, transactional_id) != coordinator.node_id
+
+    committed = read(java_tool, survivors, topic, "read_committed")
+    keys = sorted(r["key"] for r in committed)
+    assert keys == sorted(f"k{i}" for i in range(count)), "each committed record exactly once"
+    # What a redone transaction left behind is aborted: the committed copy is the last acked.
+    where = {a["key"]: (a["partition"], a["offset"]) for a in named(events, "acked")}
+    assert all(where[r["key"]] == (r["partition"], r["offset"]) for r in committed)
