@@ -191,11 +191,27 @@ def test_a_second_producer_with_the_same_id_fences_the_first(
     assert [r["value"] for r in committed] == ["v0", "v1", "v2"]
 
 
+def partition_leaders(tool: JavaTool, bootstrap: str, topic: str) -> dict[int, int]:
+    return {r["partition"]: r["leader"] for r in tool.json("describe-topic", bootstrap, topic)}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_transaction_survives_its_coordinator_being_killed(
-    java_tool: JavaTool, cluster_factory: Any, tmp_path: Path
+@pytest.mark.parametrize(
+    "victim, moment",
+    [
+        ("coordinator", "before-commit"),
+        ("coordinator", "during-commit"),
+        ("partition-leader", "before-commit"),
+    ],
+)
+def test_a_transaction_survives_a_killed_broker(
+    java_tool: JavaTool, cluster_factory: Any, tmp_path: Path, victim: str, moment: str
 ):
+    """The transaction coordinator, or a broker leading one of the transaction's partitions
+    but not coordinating it, is SIGKILLed while the first of three transactions waits to
+    commit, or as the second one commits. The producer finishes (or redoes) each transaction
+    and a read_committed consumer sees every record exactly once."""
     cluster: ClusterProcess = cluster_factory(3, config=CONFIG)
     every_broker = ",".join(n.bootstrap for n in cluster.nodes)
     topic = f"java-failover-{uuid.uuid4().hex[:8]}"
@@ -217,17 +233,32 @@ def test_a_transaction_survives_its_coordinator_being_killed(
     try:
         paused = producer.wait_for("paused", timeout=60)
         assert paused["txn"] == 1
-        coordinator = cluster.node(find_transaction_coordinator(every_broker, transactional_id))
-        coordinator.kill()
+        coordinator_id = find_transaction_coordinator(every_broker, transactional_id)
+        if victim == "coordinator":
+            killed = cluster.node(coordinator_id)
+        else:
+            # Placement spreads preferred leaders, so another broker leads a partition; if
+            # leadership has gathered on the coordinator, a follower of each partition dies.
+            leaders = set(partition_leaders(java_tool, every_broker, topic).values())
+            others = sorted(leaders - {coordinator_id}) or sorted(
+                n.node_id for n in cluster.nodes if n.node_id != coordinator_id
+            )
+            killed = cluster.node(others[0])
+        if moment == "during-commit":
+            release.touch()
+            producer.wait_for("paused", timeout=60)  # the second transaction, about to commit
+        killed.kill()
         release.touch()
         code, events, stderr = producer.finish(timeout=100)
     finally:
         producer.kill()
     assert code == 0, f"{events}\n{stderr[-3000:]}"
     assert [e["txn"] for e in named(events, "committed")] == [1, 2, 3]
-    survivors = ",".join(n.bootstrap for n in cluster.nodes if n is not coordinator)
-    # The commit of the first transaction could only have been finished by a new coordinator.
-    assert find_transaction_coordinator(survivors, transactional_id) != coordinator.node_id
+    survivors = ",".join(n.bootstrap for n in cluster.nodes if n is not killed)
+    if victim == "coordinator":
+        assert find_transaction_coordinator(survivors, transactional_id) != killed.node_id
+    else:
+        assert killed.node_id not in partition_leaders(java_tool, survivors, topic).values()
 
     committed = read(java_tool, survivors, topic, "read_committed")
     keys = sorted(r["key"] for r in committed)
