@@ -139,6 +139,56 @@ def test_commit_and_abort_seen_by_read_committed_and_read_uncommitted(
     assert all(where[r["key"]] == (r["partition"], r["offset"]) for r in uncommitted)
 
 
+def test_interleaved_transactions_of_two_producers(java_tool: JavaTool, txn_broker: BrokerProcess):
+    """Two producers write small transactions into one partition at once, one aborting each
+    of its transactions, the other committing; read_committed consumers (whole fetches, and
+    fetches of a few hundred bytes that split the aborted transactions) see exactly the
+    committed ones, in order."""
+    bootstrap = txn_broker.bootstrap
+    topic = f"java-interleaved-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=1)
+    count = 120
+    common = ["txn-produce", bootstrap, topic, count, "--per-txn=3"]
+    aborter = RunningTool(
+        java_tool,
+        *common,
+        f"--transactional-id=a-{uuid.uuid4().hex[:8]}",
+        "--key-prefix=a",
+        "--abort-every=1",
+        "linger.ms=0",
+    )
+    committer = RunningTool(
+        java_tool,
+        *common,
+        f"--transactional-id=c-{uuid.uuid4().hex[:8]}",
+        "--key-prefix=c",
+        "linger.ms=0",
+    )
+    try:
+        (a_code, a_events, a_err), (c_code, c_events, c_err) = aborter.finish(), committer.finish()
+    finally:
+        aborter.kill()
+        committer.kill()
+    assert (a_code, c_code) == (0, 0), a_err + c_err
+    assert len(named(a_events, "aborted")) == len(named(c_events, "committed")) == count // 3
+    committed_acks = sorted(named(c_events, "acked"), key=lambda a: a["offset"])
+
+    expected = [(a["offset"], a["key"]) for a in committed_acks]
+    for fetch_bytes in ("1048576", "300"):
+        rows = java_tool.json(
+            "consume-to-end",
+            bootstrap,
+            topic,
+            60000,
+            "isolation.level=read_committed",
+            f"max.partition.fetch.bytes={fetch_bytes}",
+            timeout=90,
+        )
+        assert [(r["offset"], r["key"]) for r in rows if "offset" in r] == expected, fetch_bytes
+    uncommitted = read(java_tool, bootstrap, topic, "read_uncommitted")
+    assert len(uncommitted) == 2 * count
+
+
 @pytest.mark.parametrize("next_step", ["commit", "send"])
 def test_a_second_producer_with_the_same_id_fences_the_first(
     java_tool: JavaTool, txn_broker: BrokerProcess, tmp_path: Path, next_step: str

@@ -409,11 +409,12 @@ public class KafkaTool {
         static final String USAGE =
                 "  txn-produce BOOTSTRAP TOPIC COUNT --transactional-id=ID [--per-txn=N]\n"
                 + "      [--abort-every=K] [--pause-before-commit=FILE] [--send-after-pause=N]\n"
-                + "      [--redo-failed] [k=v...]\n"
-                + "      COUNT records k0..k<COUNT-1>, N to a transaction (default all); every\n"
-                + "      K-th transaction is flushed then aborted; before a commit the tool\n"
-                + "      prints 'paused' and waits for FILE to exist, then sends N more records;\n"
-                + "      --redo-failed retries a timed-out commit and redoes a failed one\n"
+                + "      [--redo-failed] [--key-prefix=P] [k=v...]\n"
+                + "      COUNT records (keys P0.., P default k; values v0..), N to a transaction\n"
+                + "      (default all); every K-th transaction is flushed, then aborted; before\n"
+                + "      a commit the tool prints 'paused', waits for FILE to exist, then sends\n"
+                + "      N more records; --redo-failed retries a timed-out commit and redoes a\n"
+                + "      failed one\n"
                 + "  consume-to-end BOOTSTRAP TOPIC TIMEOUT_MS [k=v...]\n"
                 + "      every partition from the beginning to its end offset (the last stable\n"
                 + "      offset under isolation.level=read_committed), then one end line each\n";
@@ -452,8 +453,9 @@ public class KafkaTool {
             String pauseFile = options.remove("pause-before-commit");
             int sendAfterPause = Integer.parseInt(options.getOrDefault("send-after-pause", "0"));
             boolean redo = options.containsKey("redo-failed");
-            options.keySet().removeAll(
-                    List.of("per-txn", "abort-every", "send-after-pause", "redo-failed"));
+            String keyPrefix = options.getOrDefault("key-prefix", "k");
+            options.keySet().removeAll(List.of("per-txn", "abort-every", "send-after-pause",
+                    "redo-failed", "key-prefix"));
             if (!options.isEmpty()) {
                 throw new UsageException("txn-produce: unknown options " + options.keySet());
             }
@@ -483,12 +485,12 @@ public class KafkaTool {
                     txn++;
                     int end = Math.min(count, next + perTxn);
                     boolean abort = abortEvery > 0 && txn % abortEvery == 0;
-                    Outcome outcome = oneTransaction(producer, topic, txn, next, end, abort,
-                            abort ? null : pauseFile, sendAfterPause, redo);
+                    Outcome outcome = oneTransaction(producer, topic, keyPrefix, txn, next, end,
+                            abort, abort ? null : pauseFile, sendAfterPause, redo);
                     while (outcome == Outcome.REDO) {
                         SparkConnector.emit("redo", SparkConnector.obj("txn", txn));
-                        outcome = oneTransaction(producer, topic, txn, next, end, false, null,
-                                0, redo);
+                        outcome = oneTransaction(producer, topic, keyPrefix, txn, next, end,
+                                false, null, 0, redo);
                     }
                     if (outcome == Outcome.FAILED) {
                         return TXN_FAILED;
@@ -536,15 +538,15 @@ public class KafkaTool {
         }
 
         static Outcome oneTransaction(KafkaProducer<String, String> producer, String topic,
-                int txn, int from, int end, boolean abort, String pauseFile, int sendAfterPause,
-                boolean redo) throws Exception {
+                String keyPrefix, int txn, int from, int end, boolean abort, String pauseFile,
+                int sendAfterPause, boolean redo) throws Exception {
             producer.beginTransaction();
             SparkConnector.emit("begin", SparkConnector.obj("txn", txn));
             List<String> keys = new ArrayList<>();
             List<Future<RecordMetadata>> acks = new ArrayList<>();
             for (int i = from; i < end; i++) {
-                keys.add("k" + i);
-                acks.add(producer.send(new ProducerRecord<>(topic, "k" + i, "v" + i)));
+                keys.add(keyPrefix + i);
+                acks.add(producer.send(new ProducerRecord<>(topic, keyPrefix + i, "v" + i)));
             }
             try {
                 producer.flush();
@@ -567,7 +569,7 @@ public class KafkaTool {
                     keys.clear();
                     acks.clear();
                     for (int i = 0; i < sendAfterPause; i++) {
-                        String key = "k" + (end + i) + "-after-pause";
+                        String key = keyPrefix + (end + i) + "-after-pause";
                         keys.add(key);
                         acks.add(producer.send(new ProducerRecord<>(topic, key, "late")));
                     }
