@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import create_topic, find_transaction_coordinator
+from clients import create_topic, find_transaction_coordinator, wait_until
 from harness import BrokerProcess, ClusterProcess, JavaTool
 
 CONFIG = {
     "transaction.state.log.num.partitions": "3",
     "transaction.max.timeout.ms": "120000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
 }
 PRODUCER_FENCED = "org.apache.kafka.common.errors.ProducerFencedException"
 INVALID_PRODUCER_EPOCH = "org.apache.kafka.common.errors.InvalidProducerEpochException"
@@ -239,6 +240,48 @@ def test_a_second_producer_with_the_same_id_fences_the_first(
     committed = read(java_tool, bootstrap, topic, "read_committed")
     assert [r["key"] for r in committed] == ["k0", "k1", "k2"]
     assert [r["value"] for r in committed] == ["v0", "v1", "v2"]
+
+
+@pytest.mark.parametrize("next_step", ["commit", "send"])
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
+    java_tool: JavaTool, txn_broker: BrokerProcess, tmp_path: Path, next_step: str
+):
+    """The coordinator aborts a transaction open longer than transaction.timeout.ms and bumps
+    the epoch, so the producer's next step fails as if another instance had fenced it."""
+    bootstrap = txn_broker.bootstrap
+    topic = f"java-timeout-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=1)
+    release = tmp_path / "release"
+    producer = RunningTool(
+        java_tool,
+        "txn-produce",
+        bootstrap,
+        topic,
+        5,
+        f"--transactional-id=java-timeout-{uuid.uuid4().hex[:8]}",
+        f"--pause-before-commit={release}",
+        f"--send-after-pause={1 if next_step == 'send' else 0}",
+        "transaction.timeout.ms=2000",
+    )
+    try:
+        producer.wait_for("paused")
+
+        def aborted() -> bool:
+            # Five records and the ABORT marker: the last stable offset moves past them.
+            return consume_to_end(java_tool, bootstrap, topic, "read_committed") == ([], {0: 6})
+
+        wait_until(aborted, 60, "the coordinator aborts the timed-out transaction")
+        release.touch()
+        code, events, stderr = producer.finish()
+    finally:
+        producer.kill()
+    assert code == TXN_FAILED, stderr
+    errors = [(e["op"], e["exception"]) for e in named(events, "error")]
+    if next_step == "commit":
+        assert errors == [("commit", PRODUCER_FENCED)]
+    else:
+        assert errors == [("send", INVALID_PRODUCER_EPOCH), ("abort", PRODUCER_FENCED)]
+    assert len(read(java_tool, bootstrap, topic, "read_uncommitted")) == 5
 
 
 def partition_leaders(tool: JavaTool, bootstrap: str, topic: str) -> dict[int, int]:
