@@ -30,6 +30,7 @@ CONFIG = {
 PRODUCER_FENCED = "org.apache.kafka.common.errors.ProducerFencedException"
 INVALID_PRODUCER_EPOCH = "org.apache.kafka.common.errors.InvalidProducerEpochException"
 TXN_FAILED = 3  # KafkaTool's exit code for a transaction that failed and was not redone
+CRASHED = 4  # txn-copy's exit code when it halts on purpose (--crash-after)
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +283,55 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
     else:
         assert errors == [("send", INVALID_PRODUCER_EPOCH), ("abort", PRODUCER_FENCED)]
     assert len(read(java_tool, bootstrap, topic, "read_uncommitted")) == 5
+
+
+def test_consume_transform_produce_resumes_exactly_once_after_a_crash(
+    java_tool: JavaTool, txn_broker: BrokerProcess
+):
+    """KIP-447 with the Java client: a read_committed consumer in a group and a transactional
+    producer copy a topic, committing the group's offsets in each transaction
+    (sendOffsetsToTransaction with the consumer's group metadata). The first copier halts
+    inside a transaction; the second, with the same transactional id and group, aborts it on
+    initTransactions, resumes from the committed offsets, and the output holds every input
+    record exactly once."""
+    bootstrap = txn_broker.bootstrap
+    source = f"java-eos-in-{uuid.uuid4().hex[:8]}"
+    sink = f"java-eos-out-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, source, partitions=2)
+    create_topic(bootstrap, sink, partitions=2)
+    count = 60
+    produced = java_tool.json("produce", bootstrap, source, count)
+    source_ends: dict[str, int] = {}
+    for a in produced:
+        source_ends[str(a["partition"])] = max(
+            source_ends.get(str(a["partition"]), 0), a["offset"] + 1
+        )
+    group = f"java-eos-{uuid.uuid4().hex[:8]}"
+    copier = ["txn-copy", bootstrap, source, sink, group]
+    transactional_id = f"--transactional-id=java-eos-{uuid.uuid4().hex[:8]}"
+
+    first = RunningTool(java_tool, *copier, count, transactional_id, "--crash-after=25")
+    code, events, stderr = first.finish()
+    assert code == CRASHED, stderr
+    copied = sum(e["records"] for e in named(events, "committed"))
+    last_offsets: dict[str, int] = {}
+    for e in named(events, "committed"):
+        last_offsets.update(e["offsets"])
+    [crashed] = named(events, "crashing")
+    assert copied <= 25 < copied + crashed["records"]
+
+    events = java_tool.json(*copier, count - copied, transactional_id, timeout=120)
+    committed = named(events, "committed")
+    assert sum(e["records"] for e in committed) == count - copied
+    for e in committed:
+        last_offsets.update(e["offsets"])
+    assert last_offsets == source_ends
+
+    rows = read(java_tool, bootstrap, sink, "read_committed")
+    assert sorted(r["key"] for r in rows) == sorted(f"k{i}" for i in range(count))
+    assert all(r["value"] == "v" + r["key"][1:] for r in rows)
+    # The halted transaction's records are there, aborted.
+    assert len(read(java_tool, bootstrap, sink, "read_uncommitted")) == count + crashed["records"]
 
 
 def partition_leaders(tool: JavaTool, bootstrap: str, topic: str) -> dict[int, int]:

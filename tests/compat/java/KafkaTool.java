@@ -129,6 +129,10 @@ public class KafkaTool {
                 need(args, 4);
                 return Transactions.txnProduce(bootstrap, args[2], Integer.parseInt(args[3]),
                         args, 4);
+            case "txn-copy":
+                need(args, 6);
+                return Transactions.txnCopy(bootstrap, args[2], args[3], args[4],
+                        Integer.parseInt(args[5]), args, 6);
             case "consume-to-end":
                 need(args, 4);
                 return Transactions.consumeToEnd(bootstrap, args[2], Long.parseLong(args[3]),
@@ -415,6 +419,9 @@ public class KafkaTool {
                 + "      a commit the tool prints 'paused', waits for FILE to exist, then sends\n"
                 + "      N more records; --redo-failed retries a timed-out commit and redoes a\n"
                 + "      failed one\n"
+                + "  txn-copy BOOTSTRAP IN OUT GROUP COUNT --transactional-id=ID [--batch=N]\n"
+                + "      [--crash-after=N] [k=v...] (consumer properties)\n"
+                + "      copies COUNT records IN -> OUT, transactions with the group's offsets\n"
                 + "  consume-to-end BOOTSTRAP TOPIC TIMEOUT_MS [k=v...]\n"
                 + "      every partition from the beginning to its end offset (the last stable\n"
                 + "      offset under isolation.level=read_committed), then one end line each\n";
@@ -422,6 +429,8 @@ public class KafkaTool {
         /** Exit code of a transaction that failed and was not redone. */
         static final int TXN_FAILED = 3;
         static final int MAX_COMMIT_RETRIES = 10;
+        /** Exit code of txn-copy halting on purpose (--crash-after). */
+        static final int CRASHED = 4;
 
         private Transactions() {}
 
@@ -462,19 +471,9 @@ public class KafkaTool {
             if (perTxn <= 0) {
                 throw new UsageException("txn-produce: --per-txn must be positive");
             }
-            Properties props = new Properties();
-            props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-            props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
-            props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
-            props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
-            props.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
-            props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG,
-                    StringSerializer.class.getName());
-            props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG,
-                    StringSerializer.class.getName());
-            props.putAll(props(rest.toArray(new String[0]), 0));
-
-            KafkaProducer<String, String> producer = new KafkaProducer<>(props);
+            KafkaProducer<String, String> producer = new KafkaProducer<>(
+                    producerProps(bootstrap, transactionalId, props(rest.toArray(new String[0]),
+                            0)));
             try {
                 producer.initTransactions();
                 SparkConnector.emit("init", SparkConnector.obj("transactional_id",
@@ -610,6 +609,99 @@ public class KafkaTool {
                 SparkConnector.emit("acked", SparkConnector.obj("txn", txn, "key", keys.get(i),
                         "partition", md.partition(), "offset", md.offset()));
             }
+        }
+
+        static Properties producerProps(String bootstrap, String transactionalId,
+                Properties overrides) {
+            Properties props = new Properties();
+            props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+            props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+            props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+            props.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+            props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG,
+                    StringSerializer.class.getName());
+            props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG,
+                    StringSerializer.class.getName());
+            props.putAll(overrides);
+            return props;
+        }
+
+        /**
+         * Consume-transform-produce (KIP-447): a read_committed consumer in GROUP and a
+         * transactional producer copy records from IN to OUT, committing the consumer's
+         * offsets in each transaction with sendOffsetsToTransaction. With --crash-after=N the
+         * process halts (no close, no commit) inside the first transaction that would take
+         * the copied count past N, after sending its records and offsets.
+         */
+        static int txnCopy(String bootstrap, String in, String out, String group, int count,
+                String[] args, int from) throws Exception {
+            List<String> rest = new ArrayList<>();
+            Map<String, String> options = options(args, from, rest);
+            String transactionalId = options.remove("transactional-id");
+            if (transactionalId == null) {
+                throw new UsageException("txn-copy needs --transactional-id=ID");
+            }
+            int batch = Integer.parseInt(options.getOrDefault("batch", "10"));
+            int crashAfter = Integer.parseInt(options.getOrDefault("crash-after", "-1"));
+            options.keySet().removeAll(List.of("batch", "crash-after"));
+            if (!options.isEmpty()) {
+                throw new UsageException("txn-copy: unknown options " + options.keySet());
+            }
+            Properties overrides = props(rest.toArray(new String[0]), 0);
+            Properties consumerProps = consumerProps(bootstrap, overrides);
+            consumerProps.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            consumerProps.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+            consumerProps.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(batch));
+            consumerProps.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+            consumerProps.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+            long deadline = System.currentTimeMillis() + 90_000;
+            try (KafkaProducer<String, String> producer =
+                            new KafkaProducer<>(producerProps(bootstrap, transactionalId,
+                                    new Properties()));
+                    KafkaConsumer<String, String> consumer =
+                            new KafkaConsumer<>(consumerProps)) {
+                producer.initTransactions();
+                consumer.subscribe(List.of(in));
+                int copied = 0;
+                int txn = 0;
+                while (copied < count) {
+                    if (System.currentTimeMillis() > deadline) {
+                        System.err.println("KafkaTool: txn-copy copied " + copied + " of "
+                                + count + " records before the timeout");
+                        return 1;
+                    }
+                    ConsumerRecords<String, String> records =
+                            consumer.poll(Duration.ofMillis(500));
+                    if (records.isEmpty()) {
+                        continue;
+                    }
+                    txn++;
+                    producer.beginTransaction();
+                    Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata>
+                            offsets = new HashMap<>();
+                    Map<String, Object> positions = new TreeMap<>();
+                    for (ConsumerRecord<String, String> r : records) {
+                        producer.send(new ProducerRecord<>(out, r.key(), r.value()));
+                        TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+                        offsets.put(tp, new org.apache.kafka.clients.consumer.OffsetAndMetadata(
+                                r.offset() + 1));
+                        positions.put(String.valueOf(r.partition()), r.offset() + 1);
+                    }
+                    producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                    if (crashAfter >= 0 && copied + records.count() > crashAfter) {
+                        producer.flush();
+                        SparkConnector.emit("crashing", SparkConnector.obj("txn", txn,
+                                "records", records.count(), "offsets", positions));
+                        Runtime.getRuntime().halt(CRASHED);
+                    }
+                    producer.commitTransaction();
+                    copied += records.count();
+                    SparkConnector.emit("committed", SparkConnector.obj("txn", txn,
+                            "records", records.count(), "offsets", positions));
+                }
+            }
+            return 0;
         }
 
         static int consumeToEnd(String bootstrap, String topic, long timeoutMs,
