@@ -334,6 +334,46 @@ def test_consume_transform_produce_resumes_exactly_once_after_a_crash(
     assert len(read(java_tool, bootstrap, sink, "read_uncommitted")) == count + crashed["records"]
 
 
+def test_an_open_transaction_survives_a_broker_restart(
+    java_tool: JavaTool, broker_factory: Any, tmp_path: Path
+):
+    """One broker, SIGKILLed and started again while a transaction is open: the coordinator
+    reloads it, the partition its producer's epoch and sequence, so the producer sends more
+    records in the same transaction and commits it."""
+    broker = broker_factory(CONFIG)
+    bootstrap = broker.bootstrap
+    topic = f"java-restart-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=1)
+    release = tmp_path / "release"
+    producer = RunningTool(
+        java_tool,
+        "txn-produce",
+        bootstrap,
+        topic,
+        5,
+        f"--transactional-id=java-restart-{uuid.uuid4().hex[:8]}",
+        f"--pause-before-commit={release}",
+        "--send-after-pause=2",
+    )
+    try:
+        producer.wait_for("paused")
+        broker.kill()
+        broker.start()
+        release.touch()
+        code, events, stderr = producer.finish()
+    finally:
+        producer.kill()
+    assert code == 0, f"{events}\n{stderr[-3000:]}"
+    assert [e["txn"] for e in named(events, "committed")] == [1]
+    acked = [(a["key"], a["offset"]) for a in named(events, "acked")]
+    rows = read(java_tool, bootstrap, topic, "read_committed")
+    assert [(r["key"], r["offset"]) for r in rows] == acked
+    assert [k for k, _ in acked] == [f"k{i}" for i in range(5)] + [
+        "k5-after-pause",
+        "k6-after-pause",
+    ]
+
+
 def partition_leaders(tool: JavaTool, bootstrap: str, topic: str) -> dict[int, int]:
     return {r["partition"]: r["leader"] for r in tool.json("describe-topic", bootstrap, topic)}
 
