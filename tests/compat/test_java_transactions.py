@@ -385,6 +385,7 @@ def partition_leaders(tool: JavaTool, bootstrap: str, topic: str) -> dict[int, i
     [
         ("coordinator", "before-commit"),
         ("coordinator", "during-commit"),
+        ("coordinator", "while-sending"),
         ("partition-leader", "before-commit"),
     ],
 )
@@ -393,8 +394,9 @@ def test_a_transaction_survives_a_killed_broker(
 ):
     """The transaction coordinator, or a broker leading one of the transaction's partitions
     but not coordinating it, is SIGKILLed while the first of three transactions waits to
-    commit, or as the second one commits. The producer finishes (or redoes) each transaction
-    and a read_committed consumer sees every record exactly once."""
+    commit, as the second one commits, or as the second one starts sending. The producer
+    finishes (or redoes) each transaction and a read_committed consumer sees every record
+    exactly once."""
     cluster: ClusterProcess = cluster_factory(3, config=CONFIG)
     every_broker = ",".join(n.bootstrap for n in cluster.nodes)
     topic = f"java-failover-{uuid.uuid4().hex[:8]}"
@@ -430,6 +432,9 @@ def test_a_transaction_survives_a_killed_broker(
         if moment == "during-commit":
             release.touch()
             producer.wait_for("paused", timeout=60)  # the second transaction, about to commit
+        elif moment == "while-sending":
+            release.touch()
+            producer.wait_for("begin", timeout=60)  # the second transaction's first sends
         killed.kill()
         release.touch()
         code, events, stderr = producer.finish(timeout=100)
