@@ -191,6 +191,57 @@ def test_interleaved_transactions_of_two_producers(java_tool: JavaTool, txn_brok
     assert len(uncommitted) == 2 * count
 
 
+def test_admin_describes_and_lists_transactions(
+    java_tool: JavaTool, txn_broker: BrokerProcess, tmp_path: Path
+):
+    """The Java Admin client's describeTransactions and listTransactions, for an open
+    transaction and after its commit."""
+    bootstrap = txn_broker.bootstrap
+    topic = f"java-describe-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=2)
+    transactional_id = f"java-describe-{uuid.uuid4().hex[:8]}"
+    release = tmp_path / "release"
+    producer = RunningTool(
+        java_tool,
+        "txn-produce",
+        bootstrap,
+        topic,
+        10,
+        f"--transactional-id={transactional_id}",
+        f"--pause-before-commit={release}",
+    )
+    try:
+        producer.wait_for("paused")
+        [ongoing] = named(
+            java_tool.json("describe-transactions", bootstrap, transactional_id), "transaction"
+        )
+        listed = named(java_tool.json("list-transactions", bootstrap), "transaction")
+        release.touch()
+        code, events, stderr = producer.finish()
+    finally:
+        producer.kill()
+    assert code == 0, stderr
+    written = sorted({(topic, a["partition"]) for a in named(events, "acked")})
+    assert ongoing["state"] == "Ongoing"
+    assert ongoing["started"] is True
+    assert [tuple(p) for p in ongoing["partitions"]] == written
+    assert (ongoing["producer_epoch"], ongoing["timeout_ms"]) == (0, 60000)
+    assert {
+        "transactional_id": transactional_id,
+        "producer_id": ongoing["producer_id"],
+        "state": "Ongoing",
+    } in listed
+
+    [done] = named(
+        java_tool.json("describe-transactions", bootstrap, transactional_id), "transaction"
+    )
+    assert (done["state"], done["producer_id"], done["partitions"]) == (
+        "CompleteCommit",
+        ongoing["producer_id"],
+        [],
+    )
+
+
 @pytest.mark.parametrize("next_step", ["commit", "send"])
 def test_a_second_producer_with_the_same_id_fences_the_first(
     java_tool: JavaTool, txn_broker: BrokerProcess, tmp_path: Path, next_step: str

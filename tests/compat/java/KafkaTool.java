@@ -133,6 +133,11 @@ public class KafkaTool {
                 need(args, 6);
                 return Transactions.txnCopy(bootstrap, args[2], args[3], args[4],
                         Integer.parseInt(args[5]), args, 6);
+            case "describe-transactions":
+                need(args, 3);
+                return Transactions.describeTransactions(bootstrap, args, 2);
+            case "list-transactions":
+                return Transactions.listTransactions(bootstrap, props(args, 2));
             case "consume-to-end":
                 need(args, 4);
                 return Transactions.consumeToEnd(bootstrap, args[2], Long.parseLong(args[3]),
@@ -422,6 +427,8 @@ public class KafkaTool {
                 + "  txn-copy BOOTSTRAP IN OUT GROUP COUNT --transactional-id=ID [--batch=N]\n"
                 + "      [--crash-after=N] [k=v...] (consumer properties)\n"
                 + "      copies COUNT records IN -> OUT, transactions with the group's offsets\n"
+                + "  describe-transactions BOOTSTRAP ID [ID...] [k=v...]\n"
+                + "  list-transactions BOOTSTRAP [k=v...]\n"
                 + "  consume-to-end BOOTSTRAP TOPIC TIMEOUT_MS [k=v...]\n"
                 + "      every partition from the beginning to its end offset (the last stable\n"
                 + "      offset under isolation.level=read_committed), then one end line each\n";
@@ -699,6 +706,53 @@ public class KafkaTool {
                     copied += records.count();
                     SparkConnector.emit("committed", SparkConnector.obj("txn", txn,
                             "records", records.count(), "offsets", positions));
+                }
+            }
+            return 0;
+        }
+
+        /** Admin.describeTransactions: one line per id. */
+        static int describeTransactions(String bootstrap, String[] args, int from)
+                throws Exception {
+            List<String> ids = new ArrayList<>();
+            Properties overrides = new Properties();
+            for (int i = from; i < args.length; i++) {
+                if (args[i].indexOf('=') > 0) {
+                    overrides.putAll(props(args, i));
+                    break;
+                }
+                ids.add(args[i]);
+            }
+            try (Admin admin = admin(bootstrap, overrides)) {
+                Map<String, org.apache.kafka.clients.admin.TransactionDescription> found =
+                        admin.describeTransactions(ids).all().get();
+                for (String id : ids) {
+                    org.apache.kafka.clients.admin.TransactionDescription d = found.get(id);
+                    List<TopicPartition> sorted = new ArrayList<>(d.topicPartitions());
+                    sorted.sort((a, b) -> a.toString().compareTo(b.toString()));
+                    List<Object> partitions = new ArrayList<>();
+                    for (TopicPartition tp : sorted) {
+                        partitions.add(java.util.Arrays.asList(tp.topic(), tp.partition()));
+                    }
+                    SparkConnector.emit("transaction", SparkConnector.obj("transactional_id", id,
+                            "coordinator", d.coordinatorId(), "state", d.state().toString(),
+                            "producer_id", d.producerId(), "producer_epoch", d.producerEpoch(),
+                            "timeout_ms", d.transactionTimeoutMs(),
+                            "started", d.transactionStartTimeMs().isPresent(),
+                            "partitions", partitions));
+                }
+            }
+            return 0;
+        }
+
+        /** Admin.listTransactions (every broker's coordinator): one line per id. */
+        static int listTransactions(String bootstrap, Properties overrides) throws Exception {
+            try (Admin admin = admin(bootstrap, overrides)) {
+                for (org.apache.kafka.clients.admin.TransactionListing l
+                        : admin.listTransactions().all().get()) {
+                    SparkConnector.emit("transaction", SparkConnector.obj("transactional_id",
+                            l.transactionalId(), "producer_id", l.producerId(),
+                            "state", l.state().toString()));
                 }
             }
             return 0;
