@@ -1,17 +1,27 @@
-"""Transactions with the Java client (kafka-clients, the reference), end to end: a
-transactional KafkaProducer commits and aborts, KafkaConsumers read under read_committed and
-read_uncommitted, a second instance fences the first, and on a 3-node cluster the producer
-finishes its transaction after its coordinator is killed.
+"""Transactions with the Java client (kafka-clients, the reference), end to end, against
+raftka processes:
 
-Driven through tests/compat/java/KafkaTool.java: `txn-produce` (one JSON event a line, see
-its usage) and `consume-to-end` (every partition from the beginning to its end offset, which
-is the last stable offset under read_committed).
+- a transactional KafkaProducer commits and aborts (after flush); KafkaConsumers under
+  read_committed see exactly the committed records, under read_uncommitted all of them,
+  also with two producers' transactions interleaved in one partition;
+- a second instance with the same transactional.id, or the transaction timeout, fences the
+  first: the exceptions the Java client raises are the ones it raises against Kafka;
+- consume-transform-produce (sendOffsetsToTransaction) resumes exactly once after a crash;
+- Admin describeTransactions / listTransactions;
+- an open transaction survives a broker restart, and on a 3-node cluster a SIGKILLed
+  coordinator or partition leader.
+
+Driven through tests/compat/java/KafkaTool.java: `txn-produce` and `txn-copy` (one JSON
+event a line, see their usage), `consume-to-end` (every partition from the beginning to its
+end offset, which is the last stable offset under read_committed), `describe-transactions`
+and `list-transactions`.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,6 +42,8 @@ INVALID_PRODUCER_EPOCH = "org.apache.kafka.common.errors.InvalidProducerEpochExc
 TXN_FAILED = 3  # KafkaTool's exit code for a transaction that failed and was not redone
 CRASHED = 4  # txn-copy's exit code when it halts on purpose (--crash-after)
 
+pytestmark = pytest.mark.timeout(120)
+
 
 @pytest.fixture(scope="module")
 def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
@@ -50,11 +62,10 @@ class RunningTool:
     def __init__(self, tool: JavaTool, *args: object) -> None:
         argv = [tool.java, "-XX:TieredStopAtLevel=1", "-cp", tool.classpath, "KafkaTool"]
         self.args = [str(a) for a in args]
+        # A file, not a pipe: nobody reads stderr until the end, and a full pipe would block.
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by kill())
         self.proc = subprocess.Popen(
-            argv + self.args,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            argv + self.args, stdout=subprocess.PIPE, stderr=self.stderr, text=True
         )
         self.events: list[dict[str, Any]] = []
 
@@ -75,18 +86,24 @@ class RunningTool:
     def finish(self, timeout: float = 90) -> tuple[int, list[dict[str, Any]], str]:
         """(exit code, every event, stderr) once the tool has exited."""
         try:
-            out, err = self.proc.communicate(timeout=timeout)
+            out, _ = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, err = self.proc.communicate()
-            raise AssertionError(f"KafkaTool {self.args} timed out: {err[-3000:]}") from None
+            self.proc.communicate()
+            raise AssertionError(f"KafkaTool {self.args} timed out: {self.err()}") from None
         self.events += [json.loads(line) for line in out.splitlines() if line.strip()]
-        return self.proc.returncode, self.events, err
+        return self.proc.returncode, self.events, self.err()
+
+    def err(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read()[-3000:]
 
     def kill(self) -> None:
+        """Ends the tool if it still runs; always called last."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+        self.stderr.close()
 
 
 def named(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -362,7 +379,10 @@ def test_consume_transform_produce_resumes_exactly_once_after_a_crash(
     transactional_id = f"--transactional-id=java-eos-{uuid.uuid4().hex[:8]}"
 
     first = RunningTool(java_tool, *copier, count, transactional_id, "--crash-after=25")
-    code, events, stderr = first.finish()
+    try:
+        code, events, stderr = first.finish()
+    finally:
+        first.kill()
     assert code == CRASHED, stderr
     copied = sum(e["records"] for e in named(events, "committed"))
     last_offsets: dict[str, int] = {}
@@ -414,7 +434,7 @@ def test_an_open_transaction_survives_a_broker_restart(
         code, events, stderr = producer.finish()
     finally:
         producer.kill()
-    assert code == 0, f"{events}\n{stderr[-3000:]}"
+    assert code == 0, f"{events}\n{stderr}"
     assert [e["txn"] for e in named(events, "committed")] == [1]
     acked = [(a["key"], a["offset"]) for a in named(events, "acked")]
     rows = read(java_tool, bootstrap, topic, "read_committed")
@@ -430,7 +450,6 @@ def partition_leaders(tool: JavaTool, bootstrap: str, topic: str) -> dict[int, i
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "victim, moment",
     [
@@ -491,7 +510,7 @@ def test_a_transaction_survives_a_killed_broker(
         code, events, stderr = producer.finish(timeout=100)
     finally:
         producer.kill()
-    assert code == 0, f"{events}\n{stderr[-3000:]}"
+    assert code == 0, f"{events}\n{stderr}"
     assert [e["txn"] for e in named(events, "committed")] == [1, 2, 3]
     survivors = ",".join(n.bootstrap for n in cluster.nodes if n is not killed)
     if victim == "coordinator":
