@@ -6,7 +6,8 @@ raftka processes:
   also with two producers' transactions interleaved in one partition;
 - a second instance with the same transactional.id, or the transaction timeout, fences the
   first: the exceptions the Java client raises are the ones it raises against Kafka;
-- consume-transform-produce (sendOffsetsToTransaction) resumes exactly once after a crash;
+- consume-transform-produce (sendOffsetsToTransaction) resumes exactly once after a crash,
+  and a stalled copier is fenced by its consumer group's generation;
 - Admin describeTransactions / listTransactions;
 - an open transaction survives a broker restart, and on a 3-node cluster a SIGKILLed
   coordinator or partition leader.
@@ -39,6 +40,7 @@ CONFIG = {
 }
 PRODUCER_FENCED = "org.apache.kafka.common.errors.ProducerFencedException"
 INVALID_PRODUCER_EPOCH = "org.apache.kafka.common.errors.InvalidProducerEpochException"
+COMMIT_FAILED = "org.apache.kafka.clients.consumer.CommitFailedException"
 TXN_FAILED = 3  # KafkaTool's exit code for a transaction that failed and was not redone
 CRASHED = 4  # txn-copy's exit code when it halts on purpose (--crash-after)
 
@@ -443,6 +445,65 @@ def test_an_open_transaction_survives_a_broker_restart(
         "k5-after-pause",
         "k6-after-pause",
     ]
+
+
+def test_a_zombie_copier_is_fenced_by_its_group_generation(
+    java_tool: JavaTool, txn_broker: BrokerProcess, tmp_path: Path
+):
+    """KIP-447's fencing without a shared transactional id: copier A stalls holding a batch
+    past max.poll.interval.ms, so the group moves its partitions to copier B (another
+    transactional id), which copies everything. A's late offset commit carries its old
+    generation: the Java client raises CommitFailedException (UNKNOWN_MEMBER_ID or
+    ILLEGAL_GENERATION from the coordinator, as with Kafka) and A aborts, so nothing is
+    copied twice."""
+    bootstrap = txn_broker.bootstrap
+    source = f"java-zombie-in-{uuid.uuid4().hex[:8]}"
+    sink = f"java-zombie-out-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, source, partitions=2)
+    create_topic(bootstrap, sink, partitions=2)
+    count = 40
+    java_tool.json("produce", bootstrap, source, count)
+    group = f"java-zombie-{uuid.uuid4().hex[:8]}"
+    release = tmp_path / "release"
+    zombie = RunningTool(
+        java_tool,
+        "txn-copy",
+        bootstrap,
+        source,
+        sink,
+        group,
+        count,
+        f"--transactional-id=java-zombie-a-{uuid.uuid4().hex[:8]}",
+        f"--pause-before-offsets={release}",
+        "max.poll.interval.ms=3000",
+    )
+    try:
+        stalled = zombie.wait_for("paused")
+        events = java_tool.json(
+            "txn-copy",
+            bootstrap,
+            source,
+            sink,
+            group,
+            count,
+            f"--transactional-id=java-zombie-b-{uuid.uuid4().hex[:8]}",
+            timeout=90,
+        )
+        assert sum(e["records"] for e in named(events, "committed")) == count
+        release.touch()
+        code, zombie_events, stderr = zombie.finish()
+    finally:
+        zombie.kill()
+    assert code == TXN_FAILED, stderr
+    assert [(e["op"], e["exception"]) for e in named(zombie_events, "error")] == [
+        ("offsets", COMMIT_FAILED)
+    ]
+    assert named(zombie_events, "aborted") == [{"txn": 1}]
+
+    rows = read(java_tool, bootstrap, sink, "read_committed")
+    assert sorted(r["key"] for r in rows) == sorted(f"k{i}" for i in range(count))
+    uncommitted = read(java_tool, bootstrap, sink, "read_uncommitted")
+    assert len(uncommitted) == count + stalled["records"]
 
 
 def partition_leaders(tool: JavaTool, bootstrap: str, topic: str) -> dict[int, int]:

@@ -425,8 +425,10 @@ public class KafkaTool {
                 + "      N more records; --redo-failed retries a timed-out commit and redoes a\n"
                 + "      failed one\n"
                 + "  txn-copy BOOTSTRAP IN OUT GROUP COUNT --transactional-id=ID [--batch=N]\n"
-                + "      [--crash-after=N] [k=v...] (consumer properties)\n"
-                + "      copies COUNT records IN -> OUT, transactions with the group's offsets\n"
+                + "      [--crash-after=N] [--pause-before-offsets=FILE] [k=v...] (consumer\n"
+                + "      properties); copies COUNT records IN -> OUT in transactions that\n"
+                + "      commit the group's offsets; halts inside the transaction that passes\n"
+                + "      N; waits for FILE before the first transaction's offsets\n"
                 + "  describe-transactions BOOTSTRAP ID [ID...] [k=v...]\n"
                 + "  list-transactions BOOTSTRAP [k=v...]\n"
                 + "  consume-to-end BOOTSTRAP TOPIC TIMEOUT_MS [k=v...]\n"
@@ -639,7 +641,10 @@ public class KafkaTool {
          * transactional producer copy records from IN to OUT, committing the consumer's
          * offsets in each transaction with sendOffsetsToTransaction. With --crash-after=N the
          * process halts (no close, no commit) inside the first transaction that would take
-         * the copied count past N, after sending its records and offsets.
+         * the copied count past N, after sending its records and offsets. With
+         * --pause-before-offsets=FILE the first transaction, its records sent, waits for FILE
+         * before committing the offsets (with the group metadata of its poll); a failure
+         * there aborts it and ends the command with exit code 3.
          */
         static int txnCopy(String bootstrap, String in, String out, String group, int count,
                 String[] args, int from) throws Exception {
@@ -651,6 +656,7 @@ public class KafkaTool {
             }
             int batch = Integer.parseInt(options.getOrDefault("batch", "10"));
             int crashAfter = Integer.parseInt(options.getOrDefault("crash-after", "-1"));
+            String pauseFile = options.remove("pause-before-offsets");
             options.keySet().removeAll(List.of("batch", "crash-after"));
             if (!options.isEmpty()) {
                 throw new UsageException("txn-copy: unknown options " + options.keySet());
@@ -684,6 +690,10 @@ public class KafkaTool {
                         continue;
                     }
                     txn++;
+                    // Taken with the records, as a processing loop does: a pause below may
+                    // outlive this member's place in the group.
+                    org.apache.kafka.clients.consumer.ConsumerGroupMetadata groupMetadata =
+                            consumer.groupMetadata();
                     producer.beginTransaction();
                     Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata>
                             offsets = new HashMap<>();
@@ -695,7 +705,25 @@ public class KafkaTool {
                                 r.offset() + 1));
                         positions.put(String.valueOf(r.partition()), r.offset() + 1);
                     }
-                    producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                    if (pauseFile != null && txn == 1) {
+                        producer.flush();
+                        SparkConnector.emit("paused", SparkConnector.obj("txn", txn,
+                                "records", records.count(), "generation",
+                                groupMetadata.generationId()));
+                        while (!Files.exists(Paths.get(pauseFile))) {
+                            Thread.sleep(50);
+                        }
+                    }
+                    try {
+                        producer.sendOffsetsToTransaction(offsets, groupMetadata);
+                    } catch (org.apache.kafka.common.KafkaException e) {
+                        error(txn, "offsets", e);
+                        if (!fatal(e)) {
+                            producer.abortTransaction();
+                            SparkConnector.emit("aborted", SparkConnector.obj("txn", txn));
+                        }
+                        return TXN_FAILED;
+                    }
                     if (crashAfter >= 0 && copied + records.count() > crashAfter) {
                         producer.flush();
                         SparkConnector.emit("crashing", SparkConnector.obj("txn", txn,
