@@ -262,22 +262,13 @@ async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
         valid,
     )
     errors = _commit_errors(errors, valid, group_error)
-    response_topics = tuple(
-        build(
-            module.OffsetCommitResponseTopic,
-            name=topic.name,
-            partitions=tuple(
-                build(
-                    module.OffsetCommitResponsePartition,
-                    partition_index=p.partition_index,
-                    error_code=errors[(topic.name, p.partition_index)],
-                )
-                for p in topic.partitions
-            ),
-        )
-        for topic in request.topics
+    return _commit_response(
+        entity,
+        module.OffsetCommitResponseTopic,
+        module.OffsetCommitResponsePartition,
+        request,
+        errors,
     )
-    return build(entity, throttle_time=NO_THROTTLE, topics=response_topics)
 
 
 async def handle_txn_offset_commit(context: RequestContext, request: Any) -> Any:
@@ -296,13 +287,30 @@ async def handle_txn_offset_commit(context: RequestContext, request: Any) -> Any
         valid,
     )
     errors = _commit_errors(errors, valid, group_error)
+    return _commit_response(
+        entity,
+        module.TxnOffsetCommitResponseTopic,
+        module.TxnOffsetCommitResponsePartition,
+        request,
+        errors,
+    )
+
+
+def _commit_response(
+    entity: Any,
+    topic_entity: Any,
+    partition_entity: Any,
+    request: Any,
+    errors: dict[tuple[str, int], ErrorCode],
+) -> Any:
+    """An OffsetCommit or TxnOffsetCommit response: every requested partition's error."""
     response_topics = tuple(
         build(
-            module.TxnOffsetCommitResponseTopic,
+            topic_entity,
             name=topic.name,
             partitions=tuple(
                 build(
-                    module.TxnOffsetCommitResponsePartition,
+                    partition_entity,
                     partition_index=p.partition_index,
                     error_code=errors[(topic.name, p.partition_index)],
                 )
