@@ -31,7 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--stall-after", type=int, default=-1)
     parser.add_argument("--stall-file", type=Path)
-    parser.add_argument("--deadline-s", type=float, default=100.0)
+    parser.add_argument("--deadline-s", type=float, default=80.0)
     return parser.parse_args(argv)
 
 

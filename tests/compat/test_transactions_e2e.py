@@ -10,6 +10,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,15 +21,18 @@ from clients import (
     RawConnection,
     consume,
     create_topic,
+    find_transaction_coordinator,
     make_consumer,
     wait_until,
     watermarks,
 )
-from confluent_kafka import Producer, TopicPartition
-from harness import REPO_ROOT
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from harness import REPO_ROOT, ClusterProcess
 from test_transactions import CONFIG, describe
 
 APP = Path(__file__).resolve().parent / "eos_app.py"
+
+pytestmark = pytest.mark.timeout(120)
 
 
 def transactional_producer(bootstrap: str, transactional_id: str, **conf: Any) -> Producer:
@@ -163,6 +168,82 @@ def test_committed_and_aborted_transactions_as_consumers_see_them(broker_factory
         assert len(markers) == 5
 
 
+def raw_transactional_produce(
+    bootstrap: str, topic: str, partition: int, transactional_id: str, pid: int, epoch: int
+) -> Any:
+    """Produce v9 of one transactional batch (sequence 0) to one partition; its answer."""
+    import datetime
+
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.schema.produce.v9.response import ProduceResponse
+
+    from raftka.protocol.batch_builder import build_batch
+
+    records = build_batch(
+        [(None, b"raw")],
+        int(time.time() * 1000),
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        transactional=True,
+    )
+    request = ProduceRequest(
+        transactional_id=transactional_id,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=15),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=(PartitionProduceData(index=partition, records=records),),
+            ),
+        ),
+    )
+    with RawConnection(bootstrap, timeout=30) as conn:
+        conn.send_request(request)
+        response = conn.recv_response(ProduceResponse)
+    return response.responses[0].partition_responses[0]
+
+
+def test_a_batch_to_a_partition_not_in_the_transaction_is_refused(broker_factory):
+    """The id's transaction is ongoing with partition 0 only: a batch to partition 1 gets
+    INVALID_TXN_STATE (Kafka's answer to Produce before v11) and writes nothing; partition 0
+    takes its batch; after the id's epoch was bumped, the old epoch's batch is refused too."""
+    from kio.schema.errors import ErrorCode
+    from test_transactions import add_partitions_v3, init_producer_id
+
+    broker = broker_factory(CONFIG)
+    bootstrap = broker.bootstrap
+    topic = f"txn-e2e-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=2)
+    transactional_id = f"raw-{uuid.uuid4().hex[:8]}"
+    init = init_producer_id(bootstrap, transactional_id)
+    assert int(init.error_code) == 0, init
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+    assert add_partitions_v3(bootstrap, transactional_id, pid, epoch, {topic: [0]}) == {
+        (topic, 0): 0
+    }
+
+    answer = raw_transactional_produce(bootstrap, topic, 1, transactional_id, pid, epoch)
+    assert answer.error_code == ErrorCode.invalid_txn_state, answer
+    assert list_offset_latest(bootstrap, topic, 1, 0) == 0
+    answer = raw_transactional_produce(bootstrap, topic, 0, transactional_id, pid, epoch)
+    assert answer.error_code == ErrorCode.none, answer
+    assert list_offset_latest(bootstrap, topic, 0, 0) == 1
+    assert list_offset_latest(bootstrap, topic, 0, 1) == 0  # the open transaction
+
+    # A new instance bumps the epoch (aborting the open transaction): the old one is fenced.
+    bumped = init_producer_id(bootstrap, transactional_id)
+    # Kafka bumps twice: once to fence the open transaction's producer, once for the new one.
+    assert (int(bumped.error_code), int(bumped.producer_epoch)) == (0, epoch + 2), bumped
+    for partition in (0, 1):
+        before = list_offset_latest(bootstrap, topic, partition, 0)
+        answer = raw_transactional_produce(
+            bootstrap, topic, partition, transactional_id, pid, epoch
+        )
+        assert answer.error_code == ErrorCode.invalid_producer_epoch, (partition, answer)
+        assert list_offset_latest(bootstrap, topic, partition, 0) == before
+
+
 # -- consume-transform-produce, exactly once across a crash ------------------------------------
 
 
@@ -210,7 +291,7 @@ def test_consume_transform_produce_is_exactly_once_across_a_crash(broker_factory
     app = start_app(bootstrap, log_path, *app_args, "--stall-after", 7, "--stall-file", stall_file)
     try:
         wait_until(
-            lambda: stall_file.exists() or app.poll() is not None, 90, "the app to stall mid-txn"
+            lambda: stall_file.exists() or app.poll() is not None, 60, "the app to stall mid-txn"
         )
         assert app.poll() is None, log_path.read_text()
         state = describe(bootstrap, transactional_id)
@@ -225,7 +306,7 @@ def test_consume_transform_produce_is_exactly_once_across_a_crash(broker_factory
     # The same transactional.id fences the killed instance; its open transaction is aborted.
     app = start_app(bootstrap, log_path, *app_args)
     try:
-        code = app.wait(110)
+        code = app.wait(90)
     finally:
         if app.poll() is None:
             app.kill()
@@ -252,3 +333,109 @@ def test_consume_transform_produce_is_exactly_once_across_a_crash(broker_factory
         group_consumer.close()
     assert [(tp.partition, tp.offset) for tp in offsets] == [(0, inputs // 2), (1, inputs // 2)]
     assert describe(bootstrap, transactional_id).transaction_state == "CompleteCommit"
+
+
+# -- a 3-node cluster: the transaction coordinator dies mid-transaction ------------------------
+
+
+def end_transaction(producer: Producer, make_producer: Any) -> tuple[str, Producer]:
+    """commit_transaction as an application does it across a coordinator failover: on an
+    abortable error abort, on a fatal one start a new instance with the same id (which ends the
+    open transaction). ("committed" | "aborted" | "unknown", the producer to go on with)."""
+    try:
+        producer.commit_transaction(60)
+        return "committed", producer
+    except KafkaException as exc:
+        error = exc.args[0]
+        if error.txn_requires_abort():
+            producer.abort_transaction(60)
+            return "aborted", producer
+        if error.retriable():
+            return end_transaction(producer, make_producer)
+        return "unknown", make_producer()
+
+
+@pytest.mark.slow
+def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
+    config = {**CONFIG, "transaction.state.log.replication.factor": "3"}
+    cluster: ClusterProcess = cluster_factory(3, config=config)
+    topic = f"txn-failover-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=2, replication_factor=3)
+    transactional_id = f"failover-{uuid.uuid4().hex[:8]}"
+
+    def new_producer() -> Producer:
+        return transactional_producer(cluster.bootstrap, transactional_id)
+
+    producer = new_producer()
+    outcomes: dict[str, str] = {}
+
+    def produce_txn(name: str, count: int = 10) -> None:
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce(topic, value=f"{name}-{i}".encode(), partition=i % 2)
+        assert producer.flush(60) == 0
+
+    def coordinator(via: str) -> Any:
+        return cluster.node(find_transaction_coordinator(via, transactional_id, timeout=60))
+
+    for name in ("t1", "t2"):
+        produce_txn(name)
+        producer.commit_transaction(60)
+        outcomes[name] = "committed"
+
+    # Killed between produce and commit: the new coordinator has the ongoing transaction.
+    first = coordinator(cluster.bootstrap)
+    produce_txn("t3")
+    first.kill()
+    outcomes["t3"], producer = end_transaction(producer, new_producer)
+    survivor = next(n for n in cluster.nodes if n.is_running())
+    second = coordinator(survivor.bootstrap)
+    assert second is not first
+    first.start()
+
+    # Killed right as commit_transaction is under way in another thread.
+    produce_txn("t4")
+    ended: list[tuple[str, Producer]] = []
+    committer = threading.Thread(
+        target=lambda: ended.append(end_transaction(producer, new_producer))
+    )
+    committer.start()
+    second.kill()
+    committer.join(90)
+    assert ended, "commit_transaction did not return after the coordinator was killed"
+    outcomes["t4"], producer = ended[0]
+
+    produce_txn("t5")
+    producer.commit_transaction(60)
+    outcomes["t5"] = "committed"
+    second.start()
+
+    survivor = next(n for n in cluster.nodes if n.is_running())
+    final = coordinator(survivor.bootstrap)
+    state = wait_until(
+        lambda: (
+            (s := describe(final.bootstrap, transactional_id)).transaction_state
+            in ("CompleteCommit", "CompleteAbort", "Empty")
+            and s
+        ),
+        60,
+        "the transaction to be complete on the coordinator",
+    )
+    print(f"failover: outcomes={outcomes} final_state={state.transaction_state}")
+
+    committed = read_all(cluster.bootstrap, topic, 2, "read_committed")
+    uncommitted = read_all(cluster.bootstrap, topic, 2, "read_uncommitted")
+    seen = [v.decode() for records in committed.values() for _, v in records]
+    by_txn: dict[str, int] = {}
+    for value in seen:
+        by_txn[value.split("-")[0]] = by_txn.get(value.split("-")[0], 0) + 1
+    assert len(seen) == len(set(seen)), "a record visible twice"
+    for name, outcome in outcomes.items():
+        expected = {"committed": 10, "aborted": 0}.get(outcome)
+        if expected is None:  # all or nothing
+            assert by_txn.get(name, 0) in (0, 10), (name, by_txn)
+        else:
+            assert by_txn.get(name, 0) == expected, (name, outcome, by_txn)
+    # Every record was written once, whatever became of its transaction.
+    written = sorted(v.decode() for records in uncommitted.values() for _, v in records)
+    assert written == sorted(f"{name}-{i}" for name in outcomes for i in range(10))
