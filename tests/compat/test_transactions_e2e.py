@@ -357,10 +357,16 @@ def end_transaction(producer: Producer, make_producer: Any) -> tuple[str, Produc
 
 @pytest.mark.slow
 def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
+    """The coordinator dies (1) after PrepareCommit, while a partition leader it must write a
+    marker to is paused, and (2) between produce and commit. Either way its successor finishes
+    or aborts the transaction as a whole, and the producer carries on with the same id."""
+    from test_cluster import state_from_any
+
     config = {**CONFIG, "transaction.state.log.replication.factor": "3"}
     cluster: ClusterProcess = cluster_factory(3, config=config)
     topic = f"txn-failover-{uuid.uuid4().hex[:8]}"
-    create_topic(cluster.bootstrap, topic, partitions=2, replication_factor=3)
+    partitions = 3
+    create_topic(cluster.bootstrap, topic, partitions=partitions, replication_factor=3)
     transactional_id = f"failover-{uuid.uuid4().hex[:8]}"
 
     def new_producer() -> Producer:
@@ -372,46 +378,64 @@ def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
     def produce_txn(name: str, count: int = 10) -> None:
         producer.begin_transaction()
         for i in range(count):
-            producer.produce(topic, value=f"{name}-{i}".encode(), partition=i % 2)
+            producer.produce(topic, value=f"{name}-{i}".encode(), partition=i % partitions)
         assert producer.flush(60) == 0
 
-    def coordinator(via: str) -> Any:
-        return cluster.node(find_transaction_coordinator(via, transactional_id, timeout=60))
+    def coordinator() -> Any:
+        """The coordinator a running node names, once that is a running node."""
+
+        def found() -> Any:
+            for node in cluster.running():
+                named = cluster.node(find_transaction_coordinator(node.bootstrap, transactional_id))
+                if named.is_running():
+                    return named
+            return None
+
+        return wait_until(found, 60, f"a running coordinator of {transactional_id}")
 
     for name in ("t1", "t2"):
         produce_txn(name)
         producer.commit_transaction(60)
         outcomes[name] = "committed"
 
-    # Killed between produce and commit: the new coordinator has the ongoing transaction.
-    first = coordinator(cluster.bootstrap)
+    # (1) The commit is under way in another thread and cannot finish: a partition's leader
+    # is paused. The coordinator is killed once it has written PrepareCommit.
+    first = coordinator()
+    leaders = {state_from_any(cluster.nodes, topic, p)["leader"] for p in range(partitions)}
+    paused = cluster.node(next(iter(leaders - {first.node_id})))
     produce_txn("t3")
-    first.kill()
-    outcomes["t3"], producer = end_transaction(producer, new_producer)
-    survivor = next(n for n in cluster.nodes if n.is_running())
-    second = coordinator(survivor.bootstrap)
-    assert second is not first
-    first.start()
-
-    # Killed right as commit_transaction is under way in another thread.
-    produce_txn("t4")
+    paused.pause()
     ended: list[tuple[str, Producer]] = []
     committer = threading.Thread(
         target=lambda: ended.append(end_transaction(producer, new_producer))
     )
     committer.start()
-    second.kill()
+    seen = wait_until(
+        lambda: (
+            (s := describe(first.bootstrap, transactional_id).transaction_state) != "Ongoing" and s
+        ),
+        30,
+        "the coordinator to prepare the commit",
+    )
+    first.kill()
+    paused.resume()
     committer.join(90)
     assert ended, "commit_transaction did not return after the coordinator was killed"
-    outcomes["t4"], producer = ended[0]
+    outcomes["t3"], producer = ended[0]
+    first.start()
+
+    # (2) Killed between produce and commit: the successor has the ongoing transaction.
+    second = coordinator()
+    produce_txn("t4")
+    second.kill()
+    outcomes["t4"], producer = end_transaction(producer, new_producer)
+    second.start()
 
     produce_txn("t5")
     producer.commit_transaction(60)
     outcomes["t5"] = "committed"
-    second.start()
 
-    survivor = next(n for n in cluster.nodes if n.is_running())
-    final = coordinator(survivor.bootstrap)
+    final = coordinator()
     state = wait_until(
         lambda: (
             (s := describe(final.bootstrap, transactional_id)).transaction_state
@@ -421,21 +445,27 @@ def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
         60,
         "the transaction to be complete on the coordinator",
     )
-    print(f"failover: outcomes={outcomes} final_state={state.transaction_state}")
+    print(
+        f"failover: state at the first kill={seen} outcomes={outcomes} "
+        f"final_state={state.transaction_state}"
+    )
 
-    committed = read_all(cluster.bootstrap, topic, 2, "read_committed")
-    uncommitted = read_all(cluster.bootstrap, topic, 2, "read_uncommitted")
-    seen = [v.decode() for records in committed.values() for _, v in records]
+    committed = read_all(cluster.bootstrap, topic, partitions, "read_committed")
+    uncommitted = read_all(cluster.bootstrap, topic, partitions, "read_uncommitted")
+    seen_values = [v.decode() for records in committed.values() for _, v in records]
+    assert len(seen_values) == len(set(seen_values)), "a record visible twice"
     by_txn: dict[str, int] = {}
-    for value in seen:
+    for value in seen_values:
         by_txn[value.split("-")[0]] = by_txn.get(value.split("-")[0], 0) + 1
-    assert len(seen) == len(set(seen)), "a record visible twice"
     for name, outcome in outcomes.items():
         expected = {"committed": 10, "aborted": 0}.get(outcome)
         if expected is None:  # all or nothing
             assert by_txn.get(name, 0) in (0, 10), (name, by_txn)
         else:
             assert by_txn.get(name, 0) == expected, (name, outcome, by_txn)
+    # A replicated PrepareCommit is a decision: the successor completes it.
+    if seen in ("PrepareCommit", "CompleteCommit"):
+        assert by_txn.get("t3", 0) == 10, (seen, by_txn)
     # Every record was written once, whatever became of its transaction.
     written = sorted(v.decode() for records in uncommitted.values() for _, v in records)
     assert written == sorted(f"{name}-{i}" for name in outcomes for i in range(10))
