@@ -48,6 +48,20 @@ def transactional_producer(bootstrap: str, transactional_id: str, **conf: Any) -
     return producer
 
 
+def wait_complete(bootstrap: str, transactional_id: str) -> Any:
+    """Until the coordinator has written the id's markers and Complete* (commit_transaction and
+    abort_transaction return once Prepare* is written); its DescribeTransactions state."""
+    return wait_until(
+        lambda: (
+            (s := describe(bootstrap, transactional_id)).transaction_state
+            in ("CompleteCommit", "CompleteAbort", "Empty")
+            and s
+        ),
+        60,
+        f"the transaction of {transactional_id} to complete",
+    )
+
+
 def list_offset_latest(bootstrap: str, topic: str, partition: int, isolation_level: int) -> int:
     """ListOffsets(LATEST) of one partition: the LSO under read_committed (1), the high
     watermark under read_uncommitted (0)."""
@@ -96,7 +110,8 @@ def test_committed_and_aborted_transactions_as_consumers_see_them(broker_factory
     bootstrap = broker.bootstrap
     topic = f"txn-e2e-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions=2)
-    producer = transactional_producer(bootstrap, f"e2e-{uuid.uuid4().hex[:8]}")
+    transactional_id = f"e2e-{uuid.uuid4().hex[:8]}"
+    producer = transactional_producer(bootstrap, transactional_id)
 
     # Each partition's expected log: (offset, value) of data records, and marker offsets.
     layout: dict[int, list[tuple[int, bytes | None]]] = {0: [], 1: []}
@@ -115,6 +130,7 @@ def test_committed_and_aborted_transactions_as_consumers_see_them(broker_factory
         elif outcome == "abort":
             producer.abort_transaction(30)
         if outcome is not None:
+            wait_complete(bootstrap, transactional_id)
             for partition in (0, 1):
                 layout[partition].append((len(layout[partition]), None))
 
@@ -148,6 +164,7 @@ def test_committed_and_aborted_transactions_as_consumers_see_them(broker_factory
         assert uncommitted[partition] == values(partition, all_names)
 
     producer.commit_transaction(30)
+    assert wait_complete(bootstrap, transactional_id).transaction_state == "CompleteCommit"
     committed_names.add("t5")
     for partition in (0, 1):
         layout[partition].append((len(layout[partition]), None))
@@ -313,6 +330,7 @@ def test_consume_transform_produce_is_exactly_once_across_a_crash(broker_factory
             app.wait(10)
     assert code == 0, log_path.read_text()
 
+    assert wait_complete(bootstrap, transactional_id).transaction_state == "CompleteCommit"
     committed = read_all(bootstrap, sink, 2, "read_committed")
     uncommitted = read_all(bootstrap, sink, 2, "read_uncommitted")
     committed_values = sorted(v for records in committed.values() for _, v in records)
@@ -332,7 +350,6 @@ def test_consume_transform_produce_is_exactly_once_across_a_crash(broker_factory
     finally:
         group_consumer.close()
     assert [(tp.partition, tp.offset) for tp in offsets] == [(0, inputs // 2), (1, inputs // 2)]
-    assert describe(bootstrap, transactional_id).transaction_state == "CompleteCommit"
 
 
 # -- a 3-node cluster: the transaction coordinator dies mid-transaction ------------------------
@@ -436,15 +453,7 @@ def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
     outcomes["t5"] = "committed"
 
     final = coordinator()
-    state = wait_until(
-        lambda: (
-            (s := describe(final.bootstrap, transactional_id)).transaction_state
-            in ("CompleteCommit", "CompleteAbort", "Empty")
-            and s
-        ),
-        60,
-        "the transaction to be complete on the coordinator",
-    )
+    state = wait_complete(final.bootstrap, transactional_id)
     print(
         f"failover: state at the first kill={seen} outcomes={outcomes} "
         f"final_state={state.transaction_state}"
