@@ -355,28 +355,35 @@ def test_consume_transform_produce_is_exactly_once_across_a_crash(broker_factory
 # -- a 3-node cluster: the transaction coordinator dies mid-transaction ------------------------
 
 
-def end_transaction(producer: Producer, make_producer: Any) -> tuple[str, Producer]:
-    """commit_transaction as an application does it across a coordinator failover: on an
-    abortable error abort, on a fatal one start a new instance with the same id (which ends the
-    open transaction). ("committed" | "aborted" | "unknown", the producer to go on with)."""
+def end_transaction(
+    producer: Producer, make_producer: Any, commit: bool = True
+) -> tuple[str, Producer]:
+    """commit_transaction (or abort_transaction) as an application calls it across a
+    coordinator failover: retried while retriable; on an abortable error abort; on a fatal one
+    start a new instance with the same id, which ends the open transaction (a commit's outcome
+    is then unknown). ("committed" | "aborted" | "unknown", the producer to go on with)."""
     try:
-        producer.commit_transaction(60)
-        return "committed", producer
+        if commit:
+            producer.commit_transaction(60)
+            return "committed", producer
+        producer.abort_transaction(60)
+        return "aborted", producer
     except KafkaException as exc:
         error = exc.args[0]
         if error.txn_requires_abort():
             producer.abort_transaction(60)
             return "aborted", producer
         if error.retriable():
-            return end_transaction(producer, make_producer)
-        return "unknown", make_producer()
+            return end_transaction(producer, make_producer, commit)
+        return ("unknown" if commit else "aborted"), make_producer()
 
 
 @pytest.mark.slow
 def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
     """The coordinator dies (1) after PrepareCommit, while a partition leader it must write a
-    marker to is paused, and (2) between produce and commit. Either way its successor finishes
-    or aborts the transaction as a whole, and the producer carries on with the same id."""
+    marker to is paused, (2) between produce and commit, (3) after PrepareAbort. Each time its
+    successor finishes or aborts the transaction as a whole, and the producer carries on with
+    the same id."""
     from test_cluster import state_from_any
 
     config = {**CONFIG, "transaction.state.log.replication.factor": "3"}
@@ -418,31 +425,42 @@ def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
         producer.commit_transaction(60)
         outcomes[name] = "committed"
 
-    # (1) The commit is under way in another thread and cannot finish: a partition's leader
-    # is paused. The coordinator is killed once it has written PrepareCommit.
-    first = coordinator()
-    leaders = {state_from_any(cluster.nodes, topic, p)["leader"] for p in range(partitions)}
-    paused = cluster.node(next(iter(leaders - {first.node_id})))
-    produce_txn("t3")
-    paused.pause()
-    ended: list[tuple[str, Producer]] = []
-    committer = threading.Thread(
-        target=lambda: ended.append(end_transaction(producer, new_producer))
-    )
-    committer.start()
-    seen = wait_until(
-        lambda: (
-            (s := describe(first.bootstrap, transactional_id).transaction_state) != "Ongoing" and s
-        ),
-        30,
-        "the coordinator to prepare the commit",
-    )
-    first.kill()
-    paused.resume()
-    committer.join(90)
-    assert ended, "commit_transaction did not return after the coordinator was killed"
-    outcomes["t3"], producer = ended[0]
-    first.start()
+    def end_with_coordinator_killed(name: str, commit: bool) -> str:
+        """Produce transaction `name` and end it in another thread while a partition leader
+        it needs a marker from is paused (when one is not the coordinator); kill the
+        coordinator once it has left Ongoing (written Prepare*). The state it was in."""
+        nonlocal producer
+        killed = coordinator()
+        leaders = {state_from_any(cluster.nodes, topic, p)["leader"] for p in range(partitions)}
+        others = sorted(leaders - {killed.node_id})
+        paused = cluster.node(others[0]) if others else None
+        produce_txn(name)
+        if paused is not None:
+            paused.pause()
+        ended: list[tuple[str, Producer]] = []
+        ender = threading.Thread(
+            target=lambda: ended.append(end_transaction(producer, new_producer, commit))
+        )
+        ender.start()
+        seen = wait_until(
+            lambda: (
+                (s := describe(killed.bootstrap, transactional_id).transaction_state) != "Ongoing"
+                and s
+            ),
+            30,
+            f"the coordinator to prepare ending {name}",
+        )
+        killed.kill()
+        if paused is not None:
+            paused.resume()
+        ender.join(90)
+        assert ended, f"ending {name} did not return after the coordinator was killed"
+        outcomes[name], producer = ended[0]
+        killed.start()
+        return str(seen)
+
+    # (1) The coordinator dies once it has written PrepareCommit.
+    seen = end_with_coordinator_killed("t3", commit=True)
 
     # (2) Killed between produce and commit: the successor has the ongoing transaction.
     second = coordinator()
@@ -451,14 +469,17 @@ def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
     outcomes["t4"], producer = end_transaction(producer, new_producer)
     second.start()
 
-    produce_txn("t5")
+    # (3) The coordinator dies once it has written PrepareAbort.
+    seen_abort = end_with_coordinator_killed("t5", commit=False)
+
+    produce_txn("t6")
     producer.commit_transaction(60)
-    outcomes["t5"] = "committed"
+    outcomes["t6"] = "committed"
 
     final = coordinator()
     state = wait_complete(final.bootstrap, transactional_id)
     print(
-        f"failover: state at the first kill={seen} outcomes={outcomes} "
+        f"failover: states at the kills={seen},{seen_abort} outcomes={outcomes} "
         f"final_state={state.transaction_state}"
     )
 
