@@ -398,9 +398,15 @@ def test_a_killed_transaction_coordinator_loses_no_transaction(cluster_factory):
 
     producer = new_producer()
     outcomes: dict[str, str] = {}
-    for index in range(int(CONFIG["transaction.state.log.num.partitions"])):
-        replicas = state_from_any(cluster.nodes, "__transaction_state", index)["replicas"]
-        assert replicas == [1, 2, 3], (index, replicas)
+    state_partitions = range(int(CONFIG["transaction.state.log.num.partitions"]))
+    wait_until(
+        lambda: all(
+            state_from_any(cluster.nodes, "__transaction_state", index)["replicas"] == [1, 2, 3]
+            for index in state_partitions
+        ),
+        30,
+        "every __transaction_state partition led, with 3 replicas",
+    )
 
     def produce_txn(name: str, count: int = 10) -> None:
         producer.begin_transaction()
