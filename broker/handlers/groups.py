@@ -19,7 +19,7 @@ from raftka.broker.handlers.common import NO_THROTTLE, duration_ms, response_sch
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
 from raftka.broker.handlers.txn import ensure_transaction_state_topic
 from raftka.broker.services import RequestContext
-from raftka.broker.topics import now_ms
+from raftka.broker.topics import Topic, now_ms
 from raftka.protocol.api import build
 
 KEY_TYPE_GROUP = 0
@@ -38,6 +38,28 @@ def _client_id(context: RequestContext) -> str:
 # -- FindCoordinator -----------------------------------------------------------------------
 
 
+def _leader_of_key_partition(
+    context: RequestContext, topic: Topic | None, key: str
+) -> dict[str, object] | None:
+    """The FindCoordinator answer naming the leader of `key`'s partition of an internal
+    topic (Kafka's abs(hashCode) mod partitions), or None while it has no known leader."""
+    if topic is None:
+        return None
+    services = context.services
+    partition = topic.partitions[partition_for_group(key, len(topic.partitions))]
+    leader, _epoch = partition_leader(services.controller, partition)
+    for node_id, host, port, _rack in brokers_of(services, client_listener(context)):
+        if node_id == leader:
+            return {
+                "node_id": node_id,
+                "host": host,
+                "port": port,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+            }
+    return None
+
+
 async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     services = context.services
@@ -47,19 +69,9 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
         if key_type == KEY_TYPE_GROUP:
             # Kafka creates the offsets topic when a coordinator is first looked up.
             await _coordinator(context).ensure_offsets_topic()
-            topic = services.topics.get(OFFSETS_TOPIC)
-            if topic is not None:
-                partition = topic.partitions[partition_for_group(key, len(topic.partitions))]
-                leader, _epoch = partition_leader(services.controller, partition)
-                for node_id, host, port, _rack in brokers_of(services, client_listener(context)):
-                    if node_id == leader:
-                        return {
-                            "node_id": node_id,
-                            "host": host,
-                            "port": port,
-                            "error_code": ErrorCode.none,
-                            "error_message": None,
-                        }
+            found = _leader_of_key_partition(context, services.topics.get(OFFSETS_TOPIC), key)
+            if found is not None:
+                return found
             error = ErrorCode.coordinator_not_available
         elif key_type == KEY_TYPE_TRANSACTION:
             # The coordinator of a transactional id leads its __transaction_state
@@ -68,20 +80,10 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
             state_topic = await ensure_transaction_state_topic(context)
             if not key:
                 error = ErrorCode.invalid_request
-            elif state_topic is not None:
-                partition = state_topic.partitions[
-                    partition_for_group(key, len(state_topic.partitions))
-                ]
-                leader, _epoch = partition_leader(services.controller, partition)
-                for node_id, host, port, _rack in brokers_of(services, client_listener(context)):
-                    if node_id == leader:
-                        return {
-                            "node_id": node_id,
-                            "host": host,
-                            "port": port,
-                            "error_code": ErrorCode.none,
-                            "error_message": None,
-                        }
+            else:
+                found = _leader_of_key_partition(context, state_topic, key)
+                if found is not None:
+                    return found
         else:
             error = ErrorCode.invalid_request
         return {
