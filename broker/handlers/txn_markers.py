@@ -19,7 +19,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.handlers.common import response_schema
-from raftka.broker.topics import now_ms
+from raftka.broker.topics import OFFSETS_TOPIC, now_ms
 from raftka.consensus.core import NotLeaderError, StorageError
 from raftka.log.producer_state import ProducerStateError
 from raftka.protocol.api import build
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("raftka.txn_markers")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 #: How long a WriteTxnMarkers request waits for each marker to commit (Kafka's
 #: request.timeout.ms default, which bounds the coordinator's marker requests).
 WRITE_TXN_MARKERS_TIMEOUT_S = 30.0
