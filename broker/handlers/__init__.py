@@ -83,6 +83,11 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         50: ApiHandler(0, 0, scram_credentials.handle_describe_user_scram_credentials),
         51: ApiHandler(0, 0, scram_credentials.handle_alter_user_scram_credentials),
         60: ApiHandler(0, 1, metadata.handle_describe_cluster),
+        61: ApiHandler(
+            txn.DESCRIBE_PRODUCERS_MIN_VERSION,
+            txn.DESCRIBE_PRODUCERS_MAX_VERSION,
+            txn.handle_describe_producers,
+        ),
         65: ApiHandler(
             txn.DESCRIBE_TRANSACTIONS_MIN_VERSION,
             txn.DESCRIBE_TRANSACTIONS_MAX_VERSION,

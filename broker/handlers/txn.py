@@ -272,3 +272,63 @@ async def handle_list_transactions(context: RequestContext, request: Any) -> Any
             for entry in sorted(listed, key=lambda e: e.transactional_id)
         ),
     )
+
+
+DESCRIBE_PRODUCERS_MIN_VERSION, DESCRIBE_PRODUCERS_MAX_VERSION = 0, 0
+
+
+async def handle_describe_producers(context: RequestContext, request: Any) -> Any:
+    """DescribeProducers (KIP-664): the producers a partition's leader tracks, with the
+    first offset of each one's ongoing transaction, which is how `kafka-transactions.sh
+    find-hanging` finds a transaction that holds the last stable offset back."""
+    entity, module = response_schema(context)
+    topics = context.services.topics
+
+    def partition_answer(name: str, index: int) -> Any:
+        partition = topics.partition(name, index)
+        if partition is None:
+            error, message = ErrorCode.unknown_topic_or_partition, None
+        elif not partition.is_leader or partition.log is None:
+            error, message = ErrorCode.not_leader_or_follower, None
+        else:
+            producers = partition.log.producer_state.producers.values()
+            return build(
+                module.PartitionResponse,
+                partition_index=index,
+                error_code=ErrorCode.none,
+                error_message=None,
+                active_producers=tuple(
+                    build(
+                        module.ProducerState,
+                        producer_id=entry.producer_id,
+                        producer_epoch=entry.epoch,
+                        last_sequence=entry.last_sequence,
+                        last_timestamp=entry.last_timestamp_ms,
+                        coordinator_epoch=entry.coordinator_epoch,
+                        current_txn_start_offset=entry.current_txn_first_offset,
+                    )
+                    for entry in sorted(producers, key=lambda e: e.producer_id)
+                ),
+            )
+        return build(
+            module.PartitionResponse,
+            partition_index=index,
+            error_code=error,
+            error_message=message,
+            active_producers=(),
+        )
+
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                module.TopicResponse,
+                name=topic.name,
+                partitions=tuple(
+                    partition_answer(topic.name, index) for index in topic.partition_indexes
+                ),
+            )
+            for topic in request.topics
+        ),
+    )

@@ -446,3 +446,48 @@ def test_a_new_coordinator_loads_the_ids_of_a_killed_one(cluster_factory):
         0,
     )
     assert [(t.topic, t.partitions) for t in state.topics] == [(topic, (0,))]
+
+
+def test_describe_producers_shows_an_open_transactions_start(txn_broker: BrokerProcess):
+    """DescribeProducers (what `kafka-transactions.sh find-hanging` reads): the producer of
+    an open transaction with its first offset, cleared once the transaction commits."""
+    from confluent_kafka import Producer
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+    from kio.schema.describe_producers.v0.response import DescribeProducersResponse
+
+    bootstrap = txn_broker.bootstrap
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"dp-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    def described() -> dict[int, Any]:
+        answer = call(
+            bootstrap,
+            DescribeProducersRequest(
+                topics=(TopicRequest(name=topic, partition_indexes=(0, 1, 7)),)
+            ),
+            DescribeProducersResponse,
+        )
+        [found] = answer.topics
+        return {int(p.partition_index): p for p in found.partitions}
+
+    partitions = described()
+    assert int(partitions[7].error_code) == UNKNOWN_TOPIC_OR_PARTITION
+    assert (int(partitions[1].error_code), partitions[1].active_producers) == (NONE, ())
+    [open_txn] = partitions[0].active_producers
+    assert int(partitions[0].error_code) == NONE
+    assert (int(open_txn.current_txn_start_offset), int(open_txn.last_sequence)) == (0, 2)
+
+    producer.commit_transaction(30)
+
+    def committed() -> Any:
+        [entry] = described()[0].active_producers
+        return entry if int(entry.current_txn_start_offset) == -1 else None
+
+    entry = wait_until(committed, 30, "the commit marker ends the transaction on partition 0")
+    assert int(entry.producer_id) == int(open_txn.producer_id)
