@@ -257,6 +257,29 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         minimum=0,
         read_only=True,
     ),
+    ConfigDef(
+        "authorizer.class.name",
+        S,
+        "",
+        "Empty: no authorization. org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+        "(or kafka.security.authorizer.AclAuthorizer): every request is checked against "
+        "the cluster's ACLs.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "super.users",
+        S,
+        None,
+        "Principals allowed everything, separated by ';' (User:admin;User:CN=ops).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "allow.everyone.if.no.acl.found",
+        B,
+        False,
+        "Whether a resource no ACL names is open to every principal.",
+        read_only=True,
+    ),
     ConfigDef("log.dirs", S, "./data", "Data directory.", read_only=True),
     ConfigDef(
         "metrics.listen",

@@ -29,6 +29,7 @@ from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.replication import HardStateStore
+from raftka.broker.security.acl import Authorizer
 from raftka.broker.security.listeners import (
     ListenerSpec,
     advertised_addresses,
@@ -271,6 +272,7 @@ class Broker:
             for spec in self.listeners:
                 if spec.protocol.uses_sasl:
                     self.authenticator.validate(spec.name)
+            self.authorizer = Authorizer.from_config(config, lambda: self.controller.image.acls)
             self.transactions = transaction_coordinator_for(
                 self.node_id,
                 self.topics,
@@ -291,6 +293,7 @@ class Broker:
                 metrics=self.metrics,
                 authenticator=self.authenticator,
                 transactions=self.transactions,
+                authorizer=self.authorizer,
             )
             opened.pop_all()  # the broker's now: `run` closes them
 

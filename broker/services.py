@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from raftka.broker.groups import GroupCoordinator
     from raftka.broker.handlers import ApiHandler
     from raftka.broker.metrics import BrokerMetrics
+    from raftka.broker.security.acl import (
+        AclOperation,
+        AclSet,
+        Authorizer,
+        ResourceType,
+    )
     from raftka.broker.security.scram import ScramCredential
     from raftka.broker.security.session import Authenticator, ClientSession, Principal
     from raftka.broker.topics import Partition, Topic
@@ -58,6 +64,11 @@ class MetadataView(Protocol):
     @property
     def scram_credentials(self) -> Mapping[tuple[str, int], ScramCredential]:
         """(user, SCRAM mechanism number) -> the stored credential."""
+        ...
+
+    @property
+    def acls(self) -> AclSet:
+        """The cluster's ACL bindings."""
         ...
 
 
@@ -162,6 +173,8 @@ class BrokerServices:
     authenticator: Authenticator
     # The transaction coordinator (transactional ids, their transactions and markers).
     transactions: TransactionCoordinator
+    # ACL checks (allows everything unless `authorizer.class.name` is set).
+    authorizer: Authorizer
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -183,3 +196,21 @@ class RequestContext:
         from raftka.broker.security.session import ANONYMOUS
 
         return ANONYMOUS if self.session is None else self.session.principal
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May this request's principal, from its host, do `operation` on the resource?"""
+        return self.services.authorizer.authorize(
+            self.principal, self.client_host, operation, resource_type, name
+        )
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May this request's principal do `operation` on some resource of the type?"""
+        return self.services.authorizer.authorize_any(
+            self.principal, self.client_host, operation, resource_type
+        )
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """The `*_authorized_operations` bit field for the resource."""
+        return self.services.authorizer.authorized_operations(
+            self.principal, self.client_host, resource_type, name
+        )

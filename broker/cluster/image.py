@@ -40,6 +40,7 @@ from raftka.broker.cluster.validation import (
     validate_topic_config_values,
     validate_topic_name,
 )
+from raftka.broker.security.acl import AclSet
 from raftka.broker.security.scram import ScramCredential, ScramMechanism
 
 logger = logging.getLogger("raftka.cluster")
@@ -210,6 +211,8 @@ class MetadataImage:
         self.producer_id_floor = 0
         #: (user, SCRAM mechanism number) -> the user's credential (never a password).
         self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
+        #: The cluster's ACL bindings.
+        self.acls = AclSet()
 
     # -- queries -----------------------------------------------------------------------
 
