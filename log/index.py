@@ -110,14 +110,20 @@ class _SparseIndex:
         if not self._pending:
             return False
         data = bytes(self._pending)
-        self._pending.clear()
         fd = self._open()
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                # A full disk: cut back a partial entry and keep them all for the next try.
+                os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
+        del self._pending[: len(data)]
         return True
 
     def drop_from(self, count: int) -> None:

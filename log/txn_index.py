@@ -97,8 +97,12 @@ class TransactionIndex:
         view = memoryview(entry.encode())
         fd = self._open()
         try:
-            while view:
-                view = view[os.write(fd, view) :]
+            try:
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                os.ftruncate(fd, len(self.entries) * ENTRY_BYTES)  # no partial entry stays
+                raise
         finally:
             os.close(fd)
         self.entries.append(entry)

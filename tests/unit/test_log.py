@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -301,3 +303,64 @@ def test_flush_ms_counts_from_the_last_flush(tmp_path: Path) -> None:
     produce(log, encode_batch(), now_ms=NOW + 1500)
     assert not log.should_flush(NOW + 1500)
     assert log.should_flush(NOW + 2000)
+
+
+def test_a_write_failing_on_a_full_disk_leaves_the_indexes_as_they_were(
+    log: PartitionLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC during an append (the segment write and the index files alike) must not leave
+    an index entry pointing into bytes that were cut back: a later fetch would start at
+    whatever batch comes to lie there and skip the offsets before it."""
+    for i in range(4):
+        produce(log, encode_batch(count=2, value_size=60 + i))
+    segment = log.segments[-1]
+    keys_before = list(segment.offset_index.keys)
+    times_before = list(segment.time_index.keys)
+    real_write = os.write
+
+    def full_disk(fd: int, data: bytes | memoryview) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OSError):
+        produce(log, encode_batch(count=3, value_size=150))
+    monkeypatch.setattr(os, "write", real_write)
+    assert list(segment.offset_index.keys) == keys_before
+    assert list(segment.time_index.keys) == times_before
+    # The space is back: different batches now take those offsets and positions.
+    expected = read_all(log)
+    for i in range(6):
+        expected.append(produce(log, encode_batch(count=1 + i % 3, value_size=20 + 7 * i)))
+    assert read_all(log) == expected
+    for first, last in expected:
+        for offset in range(first, last + 1):
+            assert offsets_in(log.read(offset, 1, log.log_end_offset, True))[0] == (first, last)
+    log.flush()
+    reopened = PartitionLog.open(log.directory, SMALL, NOW)
+    assert read_all(reopened) == expected
+
+
+def test_index_entries_a_full_disk_refused_are_written_by_the_next_flush(
+    log: PartitionLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(4):
+        produce(log, encode_batch(count=2, value_size=60 + i))
+    index = log.segments[-1].offset_index
+    assert index.keys, "the test needs buffered index entries"
+    real_write = os.write
+    calls = 0
+
+    def half_then_full(fd: int, data: bytes | memoryview) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real_write(fd, bytes(data)[:3])  # a partial entry, then no space
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(OSError):
+        log.flush()
+    monkeypatch.setattr(os, "write", real_write)
+    assert index.path.stat().st_size == 0  # the partial entry was cut back
+    log.flush()
+    assert index.path.stat().st_size == len(index.keys) * index.ENTRY.size
