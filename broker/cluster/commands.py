@@ -343,6 +343,74 @@ class AlterScramCredentialsCommand(Command):
         )
 
 
+#: One ACL binding as Kafka's codes and strings: (resource type, resource name, pattern
+#: type, principal, host, operation, permission).
+AclCodes = tuple[int, str, int, str, str, int, int]
+#: One ACL filter in the same order; a None name, principal or host matches any.
+AclFilterCodes = tuple[int, str | None, int, str | None, str | None, int, int]
+
+_ACL_SHAPE = (int, str, int, str, str, int, int)
+
+
+def _acl_tuple(what: str, value: object, *, nullable: bool) -> tuple[object, ...]:
+    if not isinstance(value, list) or len(value) != len(_ACL_SHAPE):
+        raise CommandDecodeError(f"{what}: an ACL must be a list of {len(_ACL_SHAPE)} values")
+    for v, kind in zip(value, _ACL_SHAPE, strict=True):
+        if nullable and kind is str and v is None:
+            continue
+        if not isinstance(v, kind) or isinstance(v, bool):
+            raise CommandDecodeError(
+                f"{what}: an ACL must be [resource type, resource name, pattern type, "
+                f"principal, host, operation, permission], not {value!r}"
+            )
+    return tuple(value)
+
+
+def _acl_list(wire: _WireFields, name: str, *, nullable: bool) -> list[tuple[object, ...]]:
+    value = wire.data.get(name) or []
+    if not isinstance(value, list):
+        raise CommandDecodeError(f"{wire.what}: field {name!r} must be a list")
+    return [_acl_tuple(wire.what, v, nullable=nullable) for v in value]
+
+
+@dataclass(frozen=True)
+class CreateAclsCommand(Command):
+    """CreateAcls: the bindings to create. Each is validated on its own; the valid ones are
+    stored in one metadata batch (a binding stored already stays once)."""
+
+    OP: ClassVar[str] = "create_acls"
+
+    bindings: tuple[AclCodes, ...] = ()
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(bindings=tuple(_acl_list(wire, "bindings", nullable=False)))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class DeleteAclsCommand(Command):
+    """DeleteAcls: filters; every binding any of them matches is removed in one metadata
+    batch, and each filter's result lists the bindings it matched."""
+
+    OP: ClassVar[str] = "delete_acls"
+
+    filters: tuple[AclFilterCodes, ...] = ()
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(filters=tuple(_acl_list(wire, "filters", nullable=True)))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class AclOutcome:
+    """The result of one ACL creation or one deletion filter; for a filter, the bindings it
+    matched (and removed)."""
+
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    bindings: tuple[AclCodes, ...] = ()
+
+
 #: Every command type by its wire name.
 COMMAND_TYPES: dict[str, type[Command]] = {
     cls.OP: cls
@@ -354,6 +422,8 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         RegisterBrokerCommand,
         RaiseProducerIdFloorCommand,
         AlterScramCredentialsCommand,
+        CreateAclsCommand,
+        DeleteAclsCommand,
     )
 }
 
@@ -368,6 +438,8 @@ class CommandResult:
     topic_id: uuid.UUID | None = None
     num_partitions: int | None = None
     replication_factor: int | None = None
+    #: Per ACL creation or deletion filter, in the command's order.
+    acl_outcomes: tuple[AclOutcome, ...] | None = None
 
     @classmethod
     def error(cls, error_code: ErrorCode, message: str) -> CommandResult:
@@ -385,6 +457,11 @@ class CommandResult:
             body["num_partitions"] = self.num_partitions
         if self.replication_factor is not None:
             body["replication_factor"] = self.replication_factor
+        if self.acl_outcomes is not None:
+            body["acl_outcomes"] = [
+                [int(o.error_code), o.error_message, [list(b) for b in o.bindings]]
+                for o in self.acl_outcomes
+            ]
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -400,8 +477,33 @@ class CommandResult:
                 topic_id=None if topic_id is None else uuid.UUID(topic_id),
                 num_partitions=wire.optional_integer("num_partitions"),
                 replication_factor=wire.optional_integer("replication_factor"),
+                acl_outcomes=_acl_outcomes(wire),
             )
         except CommandDecodeError:
             raise
         except ValueError as exc:  # an unknown error code or a malformed topic id
             raise CommandDecodeError(f"controller result: {exc}") from None
+
+
+def _acl_outcomes(wire: _WireFields) -> tuple[AclOutcome, ...] | None:
+    value = wire.data.get("acl_outcomes")
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise CommandDecodeError(f"{wire.what}: field 'acl_outcomes' must be a list")
+    outcomes = []
+    for entry in value:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 3
+            or not isinstance(entry[0], int)
+            or isinstance(entry[0], bool)
+            or not (entry[1] is None or isinstance(entry[1], str))
+            or not isinstance(entry[2], list)
+        ):
+            raise CommandDecodeError(
+                f"{wire.what}: an ACL outcome must be [error code, message, bindings]"
+            )
+        bindings = tuple(_acl_tuple(wire.what, b, nullable=False) for b in entry[2])
+        outcomes.append(AclOutcome(ErrorCode(entry[0]), entry[1], bindings))  # type: ignore[arg-type]
+    return tuple(outcomes)

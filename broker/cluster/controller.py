@@ -22,13 +22,16 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
+    AclOutcome,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
     Command,
     CommandDecodeError,
     CommandResult,
+    CreateAclsCommand,
     CreatePartitionsCommand,
     CreateTopicCommand,
+    DeleteAclsCommand,
     DeleteTopicCommand,
     RaiseProducerIdFloorCommand,
     RegisterBrokerCommand,
@@ -42,10 +45,12 @@ from raftka.broker.cluster.image import (
     TopicDeleted,
 )
 from raftka.broker.cluster.records import (
+    AddAclBinding,
     DeleteScramCredential,
     MetadataRecord,
     RaiseProducerIdFloor,
     RegisterBroker,
+    RemoveAclBinding,
     UpsertScramCredential,
     encode_batch,
     iter_log_records,
@@ -54,6 +59,12 @@ from raftka.broker.cluster.snapshot import SnapshotStore
 from raftka.broker.cluster.validation import TopicError
 from raftka.broker.config import BrokerConfig
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
+from raftka.broker.security.acl import (
+    AclBindingFilter,
+    binding_codes,
+    binding_from_codes,
+    check_new_binding,
+)
 from raftka.broker.security.scram import (
     ScramMechanism,
     check_scram_iterations,
@@ -141,6 +152,8 @@ class Controller:
                 _route(RegisterBrokerCommand, self._register_broker),
                 _route(RaiseProducerIdFloorCommand, self._raise_producer_id_floor),
                 _route(AlterScramCredentialsCommand, self._alter_scram_credentials),
+                _route(CreateAclsCommand, self._create_acls),
+                _route(DeleteAclsCommand, self._delete_acls),
             ]
         )
         # Peer RPCs of other parts of the broker, sharing the transport's forward handler.
@@ -481,6 +494,44 @@ class Controller:
         if records:
             await self._commit(records)
         return CommandResult()
+
+    async def _create_acls(self, command: CreateAclsCommand) -> CommandResult:
+        records: list[MetadataRecord] = []
+        new = set()
+        outcomes = []
+        for codes in command.bindings:
+            binding = binding_from_codes(*codes)
+            problem = check_new_binding(binding)
+            if problem is not None:
+                outcomes.append(AclOutcome(ErrorCode.invalid_request, problem))
+                continue
+            if binding not in self.image.acls and binding not in new:
+                new.add(binding)
+                records.append(AddAclBinding(*binding_codes(binding)))
+            outcomes.append(AclOutcome())
+        if records:
+            await self._commit(records)
+        return CommandResult(acl_outcomes=tuple(outcomes))
+
+    async def _delete_acls(self, command: DeleteAclsCommand) -> CommandResult:
+        removed = set()
+        records: list[MetadataRecord] = []
+        outcomes = []
+        for codes in command.filters:
+            acl_filter = AclBindingFilter.from_codes(*codes)
+            problem = acl_filter.problem()
+            if problem is not None:
+                outcomes.append(AclOutcome(ErrorCode.invalid_request, problem))
+                continue
+            matched = acl_filter.select(self.image.acls)
+            for binding in matched:
+                if binding not in removed:
+                    removed.add(binding)
+                    records.append(RemoveAclBinding(*binding_codes(binding)))
+            outcomes.append(AclOutcome(bindings=tuple(binding_codes(b) for b in matched)))
+        if records:
+            await self._commit(records)
+        return CommandResult(acl_outcomes=tuple(outcomes))
 
     # -- registration and leadership gossip -----------------------------------------------
 

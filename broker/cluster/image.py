@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.placement import place_replicas
 from raftka.broker.cluster.records import (
+    AddAclBinding,
     AlterTopicConfigs,
     CreatePartitions,
     CreateTopic,
@@ -29,6 +30,7 @@ from raftka.broker.cluster.records import (
     MetadataRecord,
     RaiseProducerIdFloor,
     RegisterBroker,
+    RemoveAclBinding,
     UnregisterBroker,
     UpsertScramCredential,
     listener_addresses,
@@ -40,7 +42,13 @@ from raftka.broker.cluster.validation import (
     validate_topic_config_values,
     validate_topic_name,
 )
-from raftka.broker.security.acl import AclSet
+from raftka.broker.security.acl import (
+    AclBinding,
+    AclSet,
+    binding_codes,
+    binding_from_codes,
+    check_new_binding,
+)
 from raftka.broker.security.scram import ScramCredential, ScramMechanism
 
 logger = logging.getLogger("raftka.cluster")
@@ -80,6 +88,21 @@ class ImageSnapshot(TypedDict):
     producer_id_floor: NotRequired[int]
     #: Absent in snapshots written before SCRAM credentials existed: none.
     scram_credentials: NotRequired[list[ScramSnapshot]]
+    #: Absent in snapshots written before ACLs existed: none.
+    acls: NotRequired[list[AclSnapshot]]
+
+
+class AclSnapshot(TypedDict):
+    """One ACL binding; resource type, pattern type, operation and permission as Kafka's
+    codes."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
 
 
 class ScramSnapshot(TypedDict):
@@ -297,6 +320,15 @@ class MetadataImage:
                 return []
             case DeleteScramCredential():
                 self.scram_credentials.pop((record.user, record.mechanism), None)
+                return []
+            case AddAclBinding() | RemoveAclBinding():
+                # The authorizer reads the image on each check: nothing to reconcile.
+                binding = _acl_binding(record, offset)
+                if binding is not None:
+                    if isinstance(record, AddAclBinding):
+                        self.acls.add(binding)
+                    else:
+                        self.acls.remove(binding)
                 return []
             case RaiseProducerIdFloor():
                 # Allocators read the floor when they hand out an id: nothing to reconcile.
@@ -618,6 +650,7 @@ class MetadataImage:
                 }
                 for (user, mechanism), c in sorted(self.scram_credentials.items())
             ],
+            "acls": [_acl_snapshot(b) for b in sorted(self.acls, key=binding_codes)],
         }
 
     @classmethod
@@ -635,6 +668,18 @@ class MetadataImage:
                 int(c["iterations"]),
                 base64.b64decode(c["stored_key"]),
                 base64.b64decode(c["server_key"]),
+            )
+        for a in data.get("acls", []):
+            image.acls.add(
+                binding_from_codes(
+                    int(a["resource_type"]),
+                    str(a["resource_name"]),
+                    int(a["pattern_type"]),
+                    str(a["principal"]),
+                    str(a["host"]),
+                    int(a["operation"]),
+                    int(a["permission"]),
+                )
             )
         for b in data["brokers"]:
             broker = BrokerInfo(
@@ -661,6 +706,36 @@ class MetadataImage:
         return isinstance(other, MetadataImage) and self.to_dict() == other.to_dict()
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _acl_binding(record: AddAclBinding | RemoveAclBinding, offset: int) -> AclBinding | None:
+    """The binding a record names; None (after a warning) if it is not a valid one."""
+    binding = binding_from_codes(
+        record.resource_type,
+        record.resource_name,
+        record.pattern_type,
+        record.principal,
+        record.host,
+        record.operation,
+        record.permission,
+    )
+    problem = check_new_binding(binding)
+    if problem is not None:
+        logger.warning("offset %d: %s names no valid ACL (%s)", offset, record.type_name(), problem)
+        return None
+    return binding
+
+
+def _acl_snapshot(binding: AclBinding) -> AclSnapshot:
+    return {
+        "resource_type": int(binding.resource_type),
+        "resource_name": binding.resource_name,
+        "pattern_type": int(binding.pattern_type),
+        "principal": binding.principal,
+        "host": binding.host,
+        "operation": int(binding.operation),
+        "permission": int(binding.permission),
+    }
 
 
 def _render_configs(configs: Mapping[str, str | None]) -> dict[str, str]:

@@ -268,6 +268,49 @@ class DeleteScramCredential(_Record):
         object.__setattr__(self, "mechanism", int(self.mechanism))
 
 
+def _acl_fields(record: AddAclBinding | RemoveAclBinding) -> None:
+    for name in ("resource_type", "pattern_type", "operation", "permission"):
+        value = getattr(record, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer code, not {value!r}")
+    for name in ("resource_name", "principal", "host"):
+        if not isinstance(getattr(record, name), str):
+            raise ValueError(f"{name} must be a string")
+
+
+@dataclass(frozen=True)
+class AddAclBinding(_Record):
+    """One ACL binding created (Kafka's codes for resource type, pattern type, operation and
+    permission); creating a stored binding again changes nothing."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+    def __post_init__(self) -> None:
+        _acl_fields(self)
+
+
+@dataclass(frozen=True)
+class RemoveAclBinding(_Record):
+    """One ACL binding removed (the same fields as the AddAclBinding that created it)."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+    def __post_init__(self) -> None:
+        _acl_fields(self)
+
+
 MetadataRecord: TypeAlias = (
     RegisterBroker
     | UnregisterBroker
@@ -278,6 +321,8 @@ MetadataRecord: TypeAlias = (
     | RaiseProducerIdFloor
     | UpsertScramCredential
     | DeleteScramCredential
+    | AddAclBinding
+    | RemoveAclBinding
 )
 
 RECORD_TYPES: dict[str, type[MetadataRecord]] = {
@@ -292,6 +337,8 @@ RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         RaiseProducerIdFloor,
         UpsertScramCredential,
         DeleteScramCredential,
+        AddAclBinding,
+        RemoveAclBinding,
     )
 }
 

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 from raftka.broker.handlers import (
+    acls,
     api_versions,
     configs,
     fetch,
@@ -73,6 +74,9 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         26: ApiHandler(txn.END_TXN_MIN_VERSION, txn.END_TXN_MAX_VERSION, txn.handle_end_txn),
         27: ApiHandler(1, 2, txn_markers.handle_write_txn_markers),
         28: ApiHandler(0, 3, groups.handle_txn_offset_commit),
+        29: ApiHandler(1, 3, acls.handle_describe_acls),
+        30: ApiHandler(1, 3, acls.handle_create_acls),
+        31: ApiHandler(1, 3, acls.handle_delete_acls),
         32: ApiHandler(1, 4, configs.handle_describe_configs),
         33: ApiHandler(0, 2, configs.handle_alter_configs),
         37: ApiHandler(0, 3, topics_admin.handle_create_partitions),

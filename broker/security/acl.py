@@ -359,3 +359,152 @@ class Authorizer:
             if self.authorize(principal, host, operation, resource_type, name):
                 bits |= 1 << int(operation)
         return bits
+
+
+def _code(enum_type: type[enum.IntEnum], value: int) -> int:
+    """`value` if it is one of `enum_type`'s codes, else its UNKNOWN (0)."""
+    try:
+        return int(enum_type(value))
+    except ValueError:
+        return 0
+
+
+def binding_from_codes(
+    resource_type: int,
+    resource_name: str,
+    pattern_type: int,
+    principal: str,
+    host: str,
+    operation: int,
+    permission: int,
+) -> AclBinding:
+    """A binding from its wire codes; a code Kafka does not define reads as UNKNOWN, which
+    `check_new_binding` then rejects."""
+    return AclBinding(
+        ResourceType(_code(ResourceType, resource_type)),
+        resource_name,
+        PatternType(_code(PatternType, pattern_type)),
+        principal,
+        host,
+        AclOperation(_code(AclOperation, operation)),
+        AclPermission(_code(AclPermission, permission)),
+    )
+
+
+def binding_codes(binding: AclBinding) -> tuple[int, str, int, str, str, int, int]:
+    """The binding as plain values, in `binding_from_codes`'s order (for records, commands)."""
+    return (
+        int(binding.resource_type),
+        binding.resource_name,
+        int(binding.pattern_type),
+        binding.principal,
+        binding.host,
+        int(binding.operation),
+        int(binding.permission),
+    )
+
+
+def check_new_binding(binding: AclBinding) -> str | None:
+    """Why a binding may not be created (an INVALID_REQUEST message, as Kafka words it), or
+    None if it may."""
+    if binding.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
+        return f"Invalid resourceType {binding.resource_type.name}"
+    if binding.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+        return f"Invalid patternType {binding.pattern_type.name}"
+    if binding.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
+        return f"Invalid operation {binding.operation.name}"
+    if binding.permission not in (AclPermission.ALLOW, AclPermission.DENY):
+        return f"Invalid permissionType {binding.permission.name}"
+    if not binding.resource_name:
+        return "Invalid empty resource name"
+    if binding.resource_type == ResourceType.CLUSTER and binding.resource_name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    kind, sep, _ = binding.principal.partition(":")
+    if not sep or not kind:
+        return (
+            f"expected a string in format principalType:principalName but got {binding.principal}"
+        )
+    if not binding.host:
+        return "Invalid empty host: use * for every host"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """Which bindings a DescribeAcls or DeleteAcls names (Kafka's AclBindingFilter): ANY
+    matches every resource type, pattern type, operation or permission, None every name,
+    principal or host; pattern type MATCH names every binding that applies to the resource
+    `resource_name` (its LITERAL name, the LITERAL `*`, and each PREFIXED prefix of it)."""
+
+    resource_type: ResourceType = ResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission: AclPermission = AclPermission.ANY
+
+    @classmethod
+    def from_codes(
+        cls,
+        resource_type: int,
+        resource_name: str | None,
+        pattern_type: int,
+        principal: str | None,
+        host: str | None,
+        operation: int,
+        permission: int,
+    ) -> AclBindingFilter:
+        return cls(
+            ResourceType(_code(ResourceType, resource_type)),
+            resource_name,
+            PatternType(_code(PatternType, pattern_type)),
+            principal,
+            host,
+            AclOperation(_code(AclOperation, operation)),
+            AclPermission(_code(AclPermission, permission)),
+        )
+
+    def codes(self) -> tuple[int, str | None, int, str | None, str | None, int, int]:
+        return (
+            int(self.resource_type),
+            self.resource_name,
+            int(self.pattern_type),
+            self.principal,
+            self.host,
+            int(self.operation),
+            int(self.permission),
+        )
+
+    def problem(self) -> str | None:
+        """Why the filter matches nothing Kafka would accept (an INVALID_REQUEST message)."""
+        if self.resource_type == ResourceType.UNKNOWN or self.pattern_type == PatternType.UNKNOWN:
+            return "Unknown patternFilter: the resource type or pattern type is not known"
+        if self.operation == AclOperation.UNKNOWN or self.permission == AclPermission.UNKNOWN:
+            return "Unknown entryFilter: the operation or permission type is not known"
+        return None
+
+    def matches(self, binding: AclBinding) -> bool:
+        if self.resource_type not in (ResourceType.ANY, binding.resource_type):
+            return False
+        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH, binding.pattern_type):
+            return False
+        if self.principal is not None and self.principal != binding.principal:
+            return False
+        if self.host is not None and self.host != binding.host:
+            return False
+        if self.operation not in (AclOperation.ANY, binding.operation):
+            return False
+        if self.permission not in (AclPermission.ANY, binding.permission):
+            return False
+        if self.resource_name is None:
+            return True
+        if self.pattern_type != PatternType.MATCH:
+            return self.resource_name == binding.resource_name
+        if binding.pattern_type == PatternType.PREFIXED:
+            return self.resource_name.startswith(binding.resource_name)
+        return binding.resource_name in (self.resource_name, WILDCARD)
+
+    def select(self, acls: AclSet) -> list[AclBinding]:
+        """The bindings of `acls` this filter matches, in a stable order."""
+        return sorted((b for b in acls if self.matches(b)), key=binding_codes)

@@ -19,8 +19,10 @@ from raftka.broker.cluster.commands import (
     Command,
     CommandDecodeError,
     CommandResult,
+    CreateAclsCommand,
     CreatePartitionsCommand,
     CreateTopicCommand,
+    DeleteAclsCommand,
     DeleteTopicCommand,
     RaiseProducerIdFloorCommand,
     RegisterBrokerCommand,
@@ -47,6 +49,8 @@ COMMANDS: list[Command] = [
     RaiseProducerIdFloorCommand(123456790),
     AlterScramCredentialsCommand("alice", (1,), ((2, 4096, "c2FsdA==", "c3Q=", "c2s="),)),
     AlterScramCredentialsCommand("bob"),
+    CreateAclsCommand(((2, "t", 3, "User:alice", "*", 3, 3),)),
+    DeleteAclsCommand(((1, None, 1, "User:alice", None, 1, 1),)),
 ]
 
 
