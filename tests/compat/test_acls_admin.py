@@ -1,0 +1,233 @@
+"""ACLs managed through Kafka's admin APIs (CreateAcls, DescribeAcls, DeleteAcls) on a broker
+with the StandardAuthorizer: the confluent-kafka AdminClient as the super user, a user who
+is not one refused, and a broker without an authorizer answering SECURITY_DISABLED."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from clients import RawConnection
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+from harness import BrokerProcess, free_port
+from kio.schema.describe_acls.v3 import DescribeAclsRequest, DescribeAclsResponse
+from kio.static.primitive import i8
+
+TIMEOUT_S = 30
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+class SaslBroker:
+    def __init__(self, broker: BrokerProcess, sasl_port: int) -> None:
+        self.broker = broker
+        self.sasl_port = sasl_port
+
+    def admin(self, user: str) -> AdminClient:
+        return AdminClient(
+            {
+                "bootstrap.servers": f"127.0.0.1:{self.sasl_port}",
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": user,
+                "sasl.password": f"{user}-secret",
+            }
+        )
+
+
+def _sasl_config(port: int) -> dict[str, str]:
+    return {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.plain.users": "admin:admin-secret,alice:alice-secret",
+    }
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker]:
+    port = free_port()
+    config = {
+        **_sasl_config(port),
+        "authorizer.class.name": AUTHORIZER,
+        "super.users": "User:admin",
+    }
+    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("acl-broker"))
+    broker.start()
+    try:
+        yield SaslBroker(broker, port)
+    finally:
+        broker.stop()
+
+
+def binding(
+    name: str,
+    principal: str = "User:alice",
+    operation: AclOperation = AclOperation.READ,
+    *,
+    restype: ResourceType = ResourceType.TOPIC,
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+    host: str = "*",
+    permission: AclPermissionType = AclPermissionType.ALLOW,
+) -> AclBinding:
+    return AclBinding(restype, name, pattern, principal, host, operation, permission)
+
+
+def acl_filter(**overrides: Any) -> AclBindingFilter:
+    fields: dict[str, Any] = {
+        "restype": ResourceType.ANY,
+        "name": None,
+        "resource_pattern_type": ResourcePatternType.ANY,
+        "principal": None,
+        "host": None,
+        "operation": AclOperation.ANY,
+        "permission_type": AclPermissionType.ANY,
+        **overrides,
+    }
+    return AclBindingFilter(**fields)
+
+
+def create(admin: AdminClient, bindings: list[AclBinding]) -> dict[AclBinding, Exception | None]:
+    outcomes: dict[AclBinding, Exception | None] = {}
+    for b, future in admin.create_acls(bindings, request_timeout=TIMEOUT_S).items():
+        try:
+            future.result(timeout=TIMEOUT_S)
+            outcomes[b] = None
+        except KafkaException as exc:
+            outcomes[b] = exc
+    return outcomes
+
+
+def describe(admin: AdminClient, f: AclBindingFilter) -> set[AclBinding]:
+    return set(admin.describe_acls(f, request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S))
+
+
+def delete(admin: AdminClient, filters: list[AclBindingFilter]) -> list[set[AclBinding]]:
+    futures = admin.delete_acls(filters, request_timeout=TIMEOUT_S)
+    return [set(futures[f].result(timeout=TIMEOUT_S)) for f in filters]
+
+
+def error_code(exc: BaseException | None) -> int:
+    assert isinstance(exc, KafkaException), exc
+    error = exc.args[0]
+    assert isinstance(error, KafkaError)
+    return int(error.code())
+
+
+def test_super_user_creates_describes_and_deletes(secured: SaslBroker) -> None:
+    admin = secured.admin("admin")
+    read = binding("orders")
+    prefixed_write = binding(
+        "logs-", operation=AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED
+    )
+    wildcard_deny = binding(
+        "*", "User:*", AclOperation.DELETE, host="10.0.0.9", permission=AclPermissionType.DENY
+    )
+    group = binding("g1", "User:bob", AclOperation.ALL, restype=ResourceType.GROUP)
+    cluster = binding("kafka-cluster", operation=AclOperation.DESCRIBE, restype=ResourceType.BROKER)
+    wanted = [read, prefixed_write, wildcard_deny, group, cluster]
+    assert create(admin, wanted) == dict.fromkeys(wanted)
+    assert create(admin, [read]) == {read: None}  # twice: still stored once
+
+    assert describe(admin, acl_filter()) == set(wanted)
+    topics = describe(admin, acl_filter(restype=ResourceType.TOPIC))
+    assert topics == {read, prefixed_write, wildcard_deny}
+    # MATCH: every binding that applies to the topic logs-2024 (its prefix, the wildcard).
+    match = describe(
+        admin,
+        acl_filter(
+            restype=ResourceType.TOPIC,
+            name="logs-2024",
+            resource_pattern_type=ResourcePatternType.MATCH,
+        ),
+    )
+    assert match == {prefixed_write, wildcard_deny}
+    assert describe(admin, acl_filter(principal="User:bob")) == {group}
+    assert describe(admin, acl_filter(host="10.0.0.9")) == {wildcard_deny}
+
+    removed = delete(
+        admin,
+        [
+            acl_filter(
+                restype=ResourceType.TOPIC,
+                name="orders",
+                resource_pattern_type=ResourcePatternType.LITERAL,
+            ),
+            acl_filter(permission_type=AclPermissionType.DENY),
+            acl_filter(name="nothing"),
+        ],
+    )
+    assert removed == [{read}, {wildcard_deny}, set()]
+    assert describe(admin, acl_filter()) == {prefixed_write, group, cluster}
+    assert delete(admin, [acl_filter()]) == [{prefixed_write, group, cluster}]
+    assert describe(admin, acl_filter()) == set()
+
+
+def test_invalid_creations_are_refused_and_valid_ones_kept(secured: SaslBroker) -> None:
+    admin = secured.admin("admin")
+    good = binding("kept", "User:carol")
+    bad_cluster = binding("other", restype=ResourceType.BROKER, operation=AclOperation.ALTER)
+    outcomes = create(admin, [good, bad_cluster])
+    assert outcomes[good] is None
+    assert error_code(outcomes[bad_cluster]) == KafkaError.INVALID_REQUEST
+    assert describe(admin, acl_filter(principal="User:carol")) == {good}
+    assert describe(admin, acl_filter(restype=ResourceType.BROKER)) == set()
+    delete(admin, [acl_filter(principal="User:carol")])
+
+
+def describe_raw(bootstrap: str) -> tuple[int, str | None]:
+    """DescribeAcls (any binding) sent as is, for its top-level error: librdkafka's
+    describe_acls reports no error when the response carries one."""
+    with RawConnection(bootstrap) as conn:
+        conn.send_request(
+            DescribeAclsRequest(
+                resource_type_filter=i8(1),
+                resource_name_filter=None,
+                pattern_type_filter=i8(1),
+                principal_filter=None,
+                host_filter=None,
+                operation=i8(1),
+                permission_type=i8(1),
+            )
+        )
+        response = conn.recv_response(DescribeAclsResponse)
+    return int(response.error_code), response.error_message
+
+
+def test_a_user_who_is_not_super_may_not_manage_acls(secured: SaslBroker) -> None:
+    alice = secured.admin("alice")
+    outcomes = create(alice, [binding("mine")])
+    assert error_code(outcomes[binding("mine")]) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as deleted:
+        delete(alice, [acl_filter()])
+    assert error_code(deleted.value) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # The PLAINTEXT listener's clients are User:ANONYMOUS, not a super user either.
+    code, message = describe_raw(secured.broker.bootstrap)
+    assert code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert message is not None and "User:ANONYMOUS" in message
+    assert describe(secured.admin("admin"), acl_filter(name="mine")) == set()
+
+
+def test_without_an_authorizer_acl_requests_answer_security_disabled(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    broker = BrokerProcess(base_dir=tmp_path_factory.mktemp("plain-broker"))
+    with broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        outcomes = create(admin, [binding("t")])
+        assert error_code(outcomes[binding("t")]) == KafkaError.SECURITY_DISABLED
+        with pytest.raises(KafkaException) as deleted:
+            delete(admin, [acl_filter()])
+        assert error_code(deleted.value) == KafkaError.SECURITY_DISABLED
+        assert describe_raw(broker.bootstrap) == (
+            KafkaError.SECURITY_DISABLED,
+            "No Authorizer is configured on the broker",
+        )
