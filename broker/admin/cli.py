@@ -13,7 +13,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from raftka.broker.admin import backup, cluster, groups, restore, topics, transactions, users
+from raftka.broker.admin import (
+    acls,
+    backup,
+    cluster,
+    groups,
+    restore,
+    topics,
+    transactions,
+    users,
+)
 from raftka.broker.admin.backup_format import MANIFEST
 from raftka.broker.admin.common import (
     DEFAULT_TIMEOUT_S,
@@ -23,7 +32,16 @@ from raftka.broker.admin.common import (
     read_command_config,
 )
 
-ADMIN_COMMANDS = ("topics", "groups", "cluster", "backup", "restore", "users", "transactions")
+ADMIN_COMMANDS = (
+    "topics",
+    "groups",
+    "cluster",
+    "backup",
+    "restore",
+    "users",
+    "transactions",
+    "acls",
+)
 
 # A command: (parsed arguments, target) -> (JSON document, table printer).
 Printer = Callable[[dict[str, Any], TextIO], None]
@@ -391,8 +409,8 @@ def _backup_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def add_admin_commands(commands: Any) -> None:
-    """Adds `topics`, `groups`, `transactions`, `cluster`, `backup`, `restore` and `users`
-    to the `raftka` subcommands."""
+    """Adds `topics`, `groups`, `transactions`, `cluster`, `backup`, `restore`, `users` and
+    `acls` to the `raftka` subcommands."""
     common = _common_options()
     _topics_parser(commands, common)
     _groups_parser(commands, common)
@@ -400,6 +418,7 @@ def add_admin_commands(commands: Any) -> None:
     _cluster_parser(commands, common)
     _backup_parsers(commands, common)
     users.add_parser(commands, common)
+    acls.add_parser(commands, common)
 
 
 def run_admin_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

@@ -20,9 +20,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from raftka.broker.config import BrokerConfig, ConfigError
-from raftka.broker.security.session import Principal
+
+if TYPE_CHECKING:  # at run time session imports the cluster metadata, which imports this
+    from raftka.broker.security.session import Principal
 
 #: The one CLUSTER resource's name.
 CLUSTER_NAME = "kafka-cluster"

@@ -4,11 +4,12 @@ is not one refused, and a broker without an authorizer answering SECURITY_DISABL
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import RawConnection
+from clients import RawConnection, run_raftka
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
@@ -231,3 +232,101 @@ def test_without_an_authorizer_acl_requests_answer_security_disabled(
             KafkaError.SECURITY_DISABLED,
             "No Authorizer is configured on the broker",
         )
+
+
+def acls_cli(secured: SaslBroker, user: str, *args: str) -> Any:
+    return run_raftka(
+        "acls",
+        *args,
+        "--bootstrap-servers",
+        f"127.0.0.1:{secured.sasl_port}",
+        "--security-protocol",
+        "SASL_PLAINTEXT",
+        "--sasl-mechanism",
+        "PLAIN",
+        "--sasl-username",
+        user,
+        "--sasl-password",
+        f"{user}-secret",
+    )
+
+
+def _row(resource_type: str, name: str, pattern: str, principal: str, op: str, perm: str) -> dict:
+    return {
+        "resource_type": resource_type,
+        "resource_name": name,
+        "pattern_type": pattern,
+        "principal": principal,
+        "host": "*",
+        "operation": op,
+        "permission": perm,
+    }
+
+
+def test_raftka_acls_cli(secured: SaslBroker) -> None:
+    added = acls_cli(
+        secured,
+        "admin",
+        "add",
+        "--allow-principal",
+        "User:dave",
+        "--operation",
+        "read",
+        "--operation",
+        "DESCRIBE",
+        "--topic",
+        "sales-",
+        "--resource-pattern-type",
+        "prefixed",
+        "--output",
+        "json",
+    )
+    assert added.returncode == 0, added.stderr
+    read = _row("TOPIC", "sales-", "PREFIXED", "User:dave", "READ", "ALLOW")
+    describe_ = _row("TOPIC", "sales-", "PREFIXED", "User:dave", "DESCRIBE", "ALLOW")
+    assert json.loads(added.stdout) == {"added": [describe_, read]}
+    denied = acls_cli(
+        secured, "admin", "add", "--deny-principal", "User:dave", "--group", "g", "--cluster"
+    )
+    assert denied.returncode == 0, denied.stderr
+    assert "Added 2 ACL(s)." in denied.stdout
+
+    listed = acls_cli(secured, "admin", "list", "--principal", "User:dave", "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    group_all = _row("GROUP", "g", "LITERAL", "User:dave", "ALL", "DENY")
+    cluster_all = _row("CLUSTER", "kafka-cluster", "LITERAL", "User:dave", "ALL", "DENY")
+    assert json.loads(listed.stdout)["acls"] == [cluster_all, group_all, describe_, read]
+    matching = acls_cli(
+        secured, "admin", "list", "--topic", "sales-2025", "--resource-pattern-type", "match"
+    )
+    assert matching.returncode == 0, matching.stderr
+    lines = matching.stdout.splitlines()
+    assert lines[0].split() == [
+        "RESOURCE-TYPE",
+        "RESOURCE",
+        "PATTERN",
+        "PRINCIPAL",
+        "HOST",
+        "OPERATION",
+        "PERMISSION",
+    ]
+    assert [line.split() for line in lines[1:]] == [
+        ["TOPIC", "sales-", "PREFIXED", "User:dave", "*", "DESCRIBE", "ALLOW"],
+        ["TOPIC", "sales-", "PREFIXED", "User:dave", "*", "READ", "ALLOW"],
+    ]
+
+    refused = acls_cli(secured, "alice", "list")
+    assert refused.returncode == 1
+    assert "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    refused = acls_cli(secured, "alice", "add", "--allow-principal", "User:x", "--topic", "t")
+    assert refused.returncode == 1
+    assert "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    bad = acls_cli(secured, "admin", "add", "--allow-principal", "dave", "--topic", "t")
+    assert bad.returncode == 2 and "TYPE:NAME" in bad.stderr
+    everything = acls_cli(secured, "admin", "remove")
+    assert everything.returncode == 2 and "name what to remove" in everything.stderr
+
+    removed = acls_cli(secured, "admin", "remove", "--principal", "User:dave", "--output", "json")
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(removed.stdout)["removed"] == [cluster_all, group_all, describe_, read]
+    assert describe(secured.admin("admin"), acl_filter(principal="User:dave")) == set()
