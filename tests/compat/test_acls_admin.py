@@ -330,3 +330,94 @@ def test_raftka_acls_cli(secured: SaslBroker) -> None:
     assert removed.returncode == 0, removed.stderr
     assert json.loads(removed.stdout)["removed"] == [cluster_all, group_all, describe_, read]
     assert describe(secured.admin("admin"), acl_filter(principal="User:dave")) == set()
+
+
+def java_sasl(user: str) -> list[str]:
+    return [
+        "security.protocol=SASL_PLAINTEXT",
+        "sasl.mechanism=PLAIN",
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{user}-secret";',
+    ]
+
+
+def test_java_admin_manages_acls(secured: SaslBroker, java_tool: Any) -> None:
+    bootstrap = f"127.0.0.1:{secured.sasl_port}"
+    admin = java_sasl("admin")
+    acls = [
+        "TOPIC,payments,LITERAL,User:frank,*,WRITE,ALLOW",
+        "TOPIC,pay,PREFIXED,User:frank,*,READ,ALLOW",
+        "GROUP,frank-,PREFIXED,User:frank,*,READ,ALLOW",
+        "CLUSTER,kafka-cluster,LITERAL,User:frank,*,IDEMPOTENT_WRITE,ALLOW",
+        "TRANSACTIONAL_ID,*,LITERAL,User:frank,10.1.1.1,WRITE,DENY",
+    ]
+    created = java_tool.json("create-acls", bootstrap, ";".join(acls), *admin)
+    assert created == [{"acl": a, "error": None} for a in acls]
+    bad = java_tool.json(
+        "create-acls", bootstrap, "CLUSTER,mine,LITERAL,User:frank,*,ALTER,ALLOW", *admin
+    )
+    assert bad[0]["error"] == "InvalidRequestException"
+
+    everything = "ANY,null,ANY,User:frank,null,ANY,ANY"
+    listed = java_tool.json("describe-acls", bootstrap, everything, *admin)
+    assert [row["acl"] for row in listed] == sorted(acls)
+    # MATCH on the topic `payments`: its literal ACL and the `pay` prefix.
+    matched = java_tool.json(
+        "describe-acls", bootstrap, "TOPIC,payments,MATCH,null,null,ANY,ANY", *admin
+    )
+    assert [row["acl"] for row in matched] == sorted(acls[:2])
+    # A user who is not super is refused, with Kafka's exception.
+    refused = java_tool.json("describe-acls", bootstrap, everything, *java_sasl("alice"))
+    assert refused[0]["error"] == "ClusterAuthorizationException"
+    refused = java_tool.json("create-acls", bootstrap, acls[0], *java_sasl("alice"))
+    assert refused[0]["error"] == "ClusterAuthorizationException"
+    refused = java_tool.json("delete-acls", bootstrap, everything, *java_sasl("alice"))
+    assert refused[0]["error"] == "ClusterAuthorizationException"
+
+    deleted = java_tool.json(
+        "delete-acls",
+        bootstrap,
+        "TOPIC,null,ANY,User:frank,null,ANY,ANY;ANY,null,ANY,null,10.1.1.1,ANY,DENY",
+        *admin,
+    )
+    assert deleted == [
+        {"filter": 0, "deleted": sorted(acls[:2])},
+        {"filter": 1, "deleted": [acls[4]]},
+    ]
+    rest = java_tool.json("delete-acls", bootstrap, everything, *admin)
+    assert rest == [{"filter": 0, "deleted": sorted(acls[2:4])}]
+    assert java_tool.json("describe-acls", bootstrap, everything, *admin) == []
+
+
+def test_java_admin_manages_scram_users(secured: SaslBroker, java_tool: Any) -> None:
+    bootstrap = f"127.0.0.1:{secured.sasl_port}"
+    admin = java_sasl("admin")
+    user = "erin"
+    upserted = java_tool.json(
+        "upsert-scram-user", bootstrap, user, "SCRAM_SHA_256", 4096, "pw-1", *admin
+    )
+    assert upserted == [{"user": user, "error": None}]
+    java_tool.json("upsert-scram-user", bootstrap, user, "SCRAM_SHA_512", 8192, "pw-1", *admin)
+    users = {row["user"]: row for row in java_tool.json("describe-scram-users", bootstrap, *admin)}
+    assert users[user]["credentials"] == [
+        {"mechanism": "SCRAM_SHA_256", "iterations": 4096},
+        {"mechanism": "SCRAM_SHA_512", "iterations": 8192},
+    ]
+    # The new credential logs in.
+    client = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": user,
+            "sasl.password": "pw-1",
+        }
+    )
+    client.list_topics(timeout=TIMEOUT_S)
+    deleted = java_tool.json("delete-scram-user", bootstrap, user, "SCRAM_SHA_256", *admin)
+    assert deleted == [{"user": user, "error": None}]
+    again = java_tool.json("delete-scram-user", bootstrap, user, "SCRAM_SHA_256", *admin)
+    assert again[0]["error"] == "ResourceNotFoundException"
+    users = {row["user"]: row for row in java_tool.json("describe-scram-users", bootstrap, *admin)}
+    assert users[user]["credentials"] == [{"mechanism": "SCRAM_SHA_512", "iterations": 8192}]
+    java_tool.json("delete-scram-user", bootstrap, user, "SCRAM_SHA_512", *admin)

@@ -74,7 +74,8 @@ public class KafkaTool {
                     + "  consume-group BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_MS [k=v...]\n"
                     + "  delete-records BOOTSTRAP TOPIC PARTITION BEFORE_OFFSET [k=v...]\n"
                     + Transactions.USAGE
-                    + SparkConnector.USAGE;
+                    + SparkConnector.USAGE
+                    + Security.USAGE;
 
     public static void main(String[] args) {
         silenceSlf4jWarning();
@@ -153,6 +154,24 @@ public class KafkaTool {
                 need(args, 6);
                 return SparkConnector.replay(bootstrap, args[2], args[3], args[4],
                         Boolean.parseBoolean(args[5]), args, 6);
+            case "create-acls":
+                need(args, 3);
+                return Security.createAcls(bootstrap, args[2], props(args, 3));
+            case "describe-acls":
+                need(args, 3);
+                return Security.describeAcls(bootstrap, args[2], props(args, 3));
+            case "delete-acls":
+                need(args, 3);
+                return Security.deleteAcls(bootstrap, args[2], props(args, 3));
+            case "describe-scram-users":
+                return Security.describeScramUsers(bootstrap, props(args, 2));
+            case "upsert-scram-user":
+                need(args, 6);
+                return Security.upsertScramUser(bootstrap, args[2], args[3],
+                        Integer.parseInt(args[4]), args[5], props(args, 6));
+            case "delete-scram-user":
+                need(args, 4);
+                return Security.deleteScramUser(bootstrap, args[2], args[3], props(args, 4));
             default:
                 throw new UsageException("unknown command: " + command);
         }
@@ -1718,6 +1737,216 @@ public class KafkaTool {
                 }
                 return new Object[] {r, fetchedData.nextOffsetInFetchedData};
             }
+        }
+    }
+
+    /**
+     * ACLs (createAcls, describeAcls, deleteAcls) and SCRAM users
+     * (describeUserScramCredentials, alterUserScramCredentials) through the Admin API.
+     *
+     * <p>An ACL is written RESOURCE_TYPE,NAME,PATTERN_TYPE,PRINCIPAL,HOST,OPERATION,PERMISSION
+     * with Kafka's enum names (e.g. TOPIC,orders,LITERAL,User:alice,*,READ,ALLOW); a filter
+     * the same, with ANY/MATCH and `null` for any name, principal or host. Several are
+     * separated by ';'. A Kafka error is printed as {"error": "ExceptionClass", "message": ...}
+     * (exit code 0): the tests check which error a request got.
+     */
+    static final class Security {
+        static final String USAGE =
+                "  create-acls BOOTSTRAP ACL[;ACL...] [k=v...]\n"
+                + "  describe-acls BOOTSTRAP FILTER [k=v...]\n"
+                + "  delete-acls BOOTSTRAP FILTER[;FILTER...] [k=v...]\n"
+                + "      ACL: RESOURCE_TYPE,NAME,PATTERN_TYPE,PRINCIPAL,HOST,OPERATION,PERMISSION\n"
+                + "      FILTER: the same, ANY/MATCH allowed, null for any name/principal/host\n"
+                + "  describe-scram-users BOOTSTRAP [k=v...]\n"
+                + "  upsert-scram-user BOOTSTRAP USER SCRAM_SHA_256|SCRAM_SHA_512 ITERATIONS"
+                + " PASSWORD [k=v...]\n"
+                + "  delete-scram-user BOOTSTRAP USER SCRAM_SHA_256|SCRAM_SHA_512 [k=v...]\n";
+
+        private static String[] fields(String spec) {
+            String[] f = spec.split(",", -1);
+            if (f.length != 7) {
+                throw new UsageException("an ACL or filter has 7 comma-separated fields: " + spec);
+            }
+            return f;
+        }
+
+        private static String nullable(String value) {
+            return "null".equals(value) ? null : value;
+        }
+
+        static org.apache.kafka.common.acl.AclBindingFilter filter(String spec) {
+            String[] f = fields(spec);
+            return new org.apache.kafka.common.acl.AclBindingFilter(
+                    new org.apache.kafka.common.resource.ResourcePatternFilter(
+                            org.apache.kafka.common.resource.ResourceType.valueOf(f[0]),
+                            nullable(f[1]),
+                            org.apache.kafka.common.resource.PatternType.valueOf(f[2])),
+                    new org.apache.kafka.common.acl.AccessControlEntryFilter(
+                            nullable(f[3]), nullable(f[4]),
+                            org.apache.kafka.common.acl.AclOperation.valueOf(f[5]),
+                            org.apache.kafka.common.acl.AclPermissionType.valueOf(f[6])));
+        }
+
+        static org.apache.kafka.common.acl.AclBinding binding(String spec) {
+            String[] f = fields(spec);
+            return new org.apache.kafka.common.acl.AclBinding(
+                    new org.apache.kafka.common.resource.ResourcePattern(
+                            org.apache.kafka.common.resource.ResourceType.valueOf(f[0]), f[1],
+                            org.apache.kafka.common.resource.PatternType.valueOf(f[2])),
+                    new org.apache.kafka.common.acl.AccessControlEntry(f[3], f[4],
+                            org.apache.kafka.common.acl.AclOperation.valueOf(f[5]),
+                            org.apache.kafka.common.acl.AclPermissionType.valueOf(f[6])));
+        }
+
+        static String spec(org.apache.kafka.common.acl.AclBinding b) {
+            return String.join(",", b.pattern().resourceType().name(), b.pattern().name(),
+                    b.pattern().patternType().name(), b.entry().principal(), b.entry().host(),
+                    b.entry().operation().name(), b.entry().permissionType().name());
+        }
+
+        private static String error(Throwable e) {
+            Throwable cause = e instanceof java.util.concurrent.ExecutionException
+                    && e.getCause() != null ? e.getCause() : e;
+            if (!(cause instanceof org.apache.kafka.common.errors.ApiException)) {
+                throw new RuntimeException(cause);
+            }
+            return "\"error\":" + str(cause.getClass().getSimpleName()) + ",\"message\":"
+                    + str(cause.getMessage());
+        }
+
+        static int createAcls(String bootstrap, String specs, Properties overrides)
+                throws Exception {
+            List<org.apache.kafka.common.acl.AclBinding> bindings = new ArrayList<>();
+            for (String spec : specs.split(";")) {
+                bindings.add(binding(spec));
+            }
+            try (Admin admin = admin(bootstrap, overrides)) {
+                Map<org.apache.kafka.common.acl.AclBinding,
+                        org.apache.kafka.common.KafkaFuture<Void>> results =
+                        admin.createAcls(bindings).values();
+                for (org.apache.kafka.common.acl.AclBinding b : bindings) {
+                    String outcome;
+                    try {
+                        results.get(b).get();
+                        outcome = "\"error\":null";
+                    } catch (Exception e) {
+                        outcome = error(e);
+                    }
+                    System.out.println("{\"acl\":" + str(spec(b)) + "," + outcome + "}");
+                }
+            }
+            return 0;
+        }
+
+        static int describeAcls(String bootstrap, String spec, Properties overrides)
+                throws Exception {
+            try (Admin admin = admin(bootstrap, overrides)) {
+                Collection<org.apache.kafka.common.acl.AclBinding> found;
+                try {
+                    found = admin.describeAcls(filter(spec)).values().get();
+                } catch (Exception e) {
+                    System.out.println("{" + error(e) + "}");
+                    return 0;
+                }
+                TreeSet<String> sorted = new TreeSet<>();
+                for (org.apache.kafka.common.acl.AclBinding b : found) {
+                    sorted.add(spec(b));
+                }
+                for (String s : sorted) {
+                    System.out.println("{\"acl\":" + str(s) + "}");
+                }
+            }
+            return 0;
+        }
+
+        static int deleteAcls(String bootstrap, String specs, Properties overrides)
+                throws Exception {
+            List<org.apache.kafka.common.acl.AclBindingFilter> filters = new ArrayList<>();
+            for (String spec : specs.split(";")) {
+                filters.add(filter(spec));
+            }
+            try (Admin admin = admin(bootstrap, overrides)) {
+                Map<org.apache.kafka.common.acl.AclBindingFilter,
+                        org.apache.kafka.common.KafkaFuture<
+                                org.apache.kafka.clients.admin.DeleteAclsResult.FilterResults>>
+                        results = admin.deleteAcls(filters).values();
+                for (int i = 0; i < filters.size(); i++) {
+                    String outcome;
+                    try {
+                        TreeSet<String> deleted = new TreeSet<>();
+                        for (org.apache.kafka.clients.admin.DeleteAclsResult.FilterResult r
+                                : results.get(filters.get(i)).get().values()) {
+                            if (r.exception() != null) {
+                                throw r.exception();
+                            }
+                            deleted.add(str(spec(r.binding())));
+                        }
+                        outcome = "\"deleted\":[" + String.join(",", deleted) + "]";
+                    } catch (Exception e) {
+                        outcome = error(e);
+                    }
+                    System.out.println("{\"filter\":" + i + "," + outcome + "}");
+                }
+            }
+            return 0;
+        }
+
+        static int describeScramUsers(String bootstrap, Properties overrides) throws Exception {
+            try (Admin admin = admin(bootstrap, overrides)) {
+                Map<String, org.apache.kafka.clients.admin.UserScramCredentialsDescription> users;
+                try {
+                    users = admin.describeUserScramCredentials().all().get();
+                } catch (Exception e) {
+                    System.out.println("{" + error(e) + "}");
+                    return 0;
+                }
+                for (String user : new TreeSet<>(users.keySet())) {
+                    TreeSet<String> infos = new TreeSet<>();
+                    for (org.apache.kafka.clients.admin.ScramCredentialInfo info
+                            : users.get(user).credentialInfos()) {
+                        infos.add("{\"mechanism\":" + str(info.mechanism().name())
+                                + ",\"iterations\":" + info.iterations() + "}");
+                    }
+                    System.out.println("{\"user\":" + str(user) + ",\"credentials\":["
+                            + String.join(",", infos) + "]}");
+                }
+            }
+            return 0;
+        }
+
+        private static int alter(String bootstrap, String user,
+                org.apache.kafka.clients.admin.UserScramCredentialAlteration alteration,
+                Properties overrides) throws Exception {
+            try (Admin admin = admin(bootstrap, overrides)) {
+                String outcome;
+                try {
+                    admin.alterUserScramCredentials(List.of(alteration)).all().get();
+                    outcome = "\"error\":null";
+                } catch (Exception e) {
+                    outcome = error(e);
+                }
+                System.out.println("{\"user\":" + str(user) + "," + outcome + "}");
+            }
+            return 0;
+        }
+
+        static int upsertScramUser(String bootstrap, String user, String mechanism,
+                int iterations, String password, Properties overrides) throws Exception {
+            return alter(bootstrap, user,
+                    new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(user,
+                            new org.apache.kafka.clients.admin.ScramCredentialInfo(
+                                    org.apache.kafka.clients.admin.ScramMechanism.valueOf(
+                                            mechanism), iterations),
+                            password),
+                    overrides);
+        }
+
+        static int deleteScramUser(String bootstrap, String user, String mechanism,
+                Properties overrides) throws Exception {
+            return alter(bootstrap, user,
+                    new org.apache.kafka.clients.admin.UserScramCredentialDeletion(user,
+                            org.apache.kafka.clients.admin.ScramMechanism.valueOf(mechanism)),
+                    overrides);
         }
     }
 
