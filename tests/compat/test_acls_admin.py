@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import RawConnection, run_raftka
+from clients import RawConnection, run_raftka, wait_until
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
@@ -20,7 +21,11 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess, ClusterProcess, free_port
+from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
+from kio.schema.create_acls.v3.response import CreateAclsResponse
+from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
+from kio.schema.delete_acls.v3.response import DeleteAclsResponse
 from kio.schema.describe_acls.v3 import DescribeAclsRequest, DescribeAclsResponse
 from kio.static.primitive import i8
 
@@ -184,9 +189,8 @@ def test_invalid_creations_are_refused_and_valid_ones_kept(secured: SaslBroker) 
     delete(admin, [acl_filter(principal="User:carol")])
 
 
-def describe_raw(bootstrap: str) -> tuple[int, str | None]:
-    """DescribeAcls (any binding) sent as is, for its top-level error: librdkafka's
-    describe_acls reports no error when the response carries one."""
+def describe_raw_response(bootstrap: str) -> Any:
+    """DescribeAcls (any binding) sent as is to this one broker."""
     with RawConnection(bootstrap) as conn:
         conn.send_request(
             DescribeAclsRequest(
@@ -199,7 +203,13 @@ def describe_raw(bootstrap: str) -> tuple[int, str | None]:
                 permission_type=i8(1),
             )
         )
-        response = conn.recv_response(DescribeAclsResponse)
+        return conn.recv_response(DescribeAclsResponse)
+
+
+def describe_raw(bootstrap: str) -> tuple[int, str | None]:
+    """DescribeAcls's top-level error: librdkafka's describe_acls reports no error when the
+    response carries one."""
+    response = describe_raw_response(bootstrap)
     return int(response.error_code), response.error_message
 
 
@@ -421,3 +431,100 @@ def test_java_admin_manages_scram_users(secured: SaslBroker, java_tool: Any) -> 
     users = {row["user"]: row for row in java_tool.json("describe-scram-users", bootstrap, *admin)}
     assert users[user]["credentials"] == [{"mechanism": "SCRAM_SHA_512", "iterations": 8192}]
     java_tool.json("delete-scram-user", bootstrap, user, "SCRAM_SHA_512", *admin)
+
+
+# -- a cluster ------------------------------------------------------------------------------
+
+Acl = tuple[int, str, int, str, str, int, int]
+
+
+def acls_on(bootstrap: str) -> set[Acl]:
+    """Every ACL this one broker's metadata holds."""
+    response = describe_raw_response(bootstrap)
+    assert response.error_code == 0, response
+    return {
+        (r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
+         a.permission_type)
+        for r in response.resources
+        for a in r.acls
+    }  # fmt: skip
+
+
+def create_raw(bootstrap: str, acls: list[Acl]) -> list[int]:
+    with RawConnection(bootstrap) as conn:
+        conn.send_request(
+            CreateAclsRequest(
+                creations=tuple(
+                    AclCreation(
+                        resource_type=i8(a[0]),
+                        resource_name=a[1],
+                        resource_pattern_type=i8(a[2]),
+                        principal=a[3],
+                        host=a[4],
+                        operation=i8(a[5]),
+                        permission_type=i8(a[6]),
+                    )
+                    for a in acls
+                )
+            )
+        )
+        response = conn.recv_response(CreateAclsResponse)
+    return [int(r.error_code) for r in response.results]
+
+
+def delete_raw(bootstrap: str, principal: str) -> set[Acl]:
+    with RawConnection(bootstrap) as conn:
+        conn.send_request(
+            DeleteAclsRequest(
+                filters=(
+                    DeleteAclsFilter(
+                        resource_type_filter=i8(1),
+                        resource_name_filter=None,
+                        pattern_type_filter=i8(1),
+                        principal_filter=principal,
+                        host_filter=None,
+                        operation=i8(1),
+                        permission_type=i8(1),
+                    ),
+                )
+            )
+        )
+        response = conn.recv_response(DeleteAclsResponse)
+    [result] = response.filter_results
+    assert result.error_code == 0, result
+    return {
+        (m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
+         m.permission_type)
+        for m in result.matching_acls
+    }  # fmt: skip
+
+
+def test_acls_are_replicated_to_every_broker_and_survive_restarts(tmp_path: Path) -> None:
+    # Plain listeners, whose clients (User:ANONYMOUS) are the super user here.
+    config = {"authorizer.class.name": AUTHORIZER, "super.users": "User:ANONYMOUS"}
+    cluster = ClusterProcess(3, config, base_dir=tmp_path / "cluster")
+    cluster.start()
+    try:
+        acls: list[Acl] = [
+            (2, "orders", 3, "User:alice", "*", 3, 3),
+            (2, "logs-", 4, "User:*", "*", 4, 2),
+            (3, "g", 3, "User:bob", "10.0.0.1", 2, 3),
+        ]
+        one, two, three = (cluster.node(i) for i in (1, 2, 3))
+        assert create_raw(one.bootstrap, acls) == [0, 0, 0]
+        for node in (two, three):
+            wait_until(lambda n=node: acls_on(n.bootstrap) == set(acls), 30, f"ACLs on {node}")
+
+        two.stop()
+        two.start()
+        wait_until(lambda: acls_on(two.bootstrap) == set(acls), 30, "ACLs on restarted node 2")
+
+        assert delete_raw(three.bootstrap, "User:bob") == {acls[2]}
+        wait_until(lambda: acls_on(one.bootstrap) == set(acls[:2]), 30, "the delete on node 1")
+
+        cluster.stop()
+        cluster.start()
+        for node in cluster.nodes:  # each catches up with the metadata log once started
+            wait_until(lambda n=node: acls_on(n.bootstrap) == set(acls[:2]), 30, f"ACLs on {node}")
+    finally:
+        cluster.stop()
