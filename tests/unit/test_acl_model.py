@@ -146,6 +146,9 @@ def test_authorizer_from_config() -> None:
     assert auth.enabled and auth.allow_if_no_acl
     assert auth.super_users == {"User:admin", "User:CN=broker"}
     assert not Authorizer.from_config(BrokerConfig({}, environ={}), AclSet).enabled
+    zookeeper_era = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}
+    by_default = Authorizer.from_config(BrokerConfig(zookeeper_era, environ={}), AclSet)
+    assert by_default.enabled and not by_default.allow_if_no_acl and not by_default.super_users
     with pytest.raises(ConfigError, match="authorizer.class.name"):
         Authorizer.from_config(
             BrokerConfig({"authorizer.class.name": "com.example.Mine"}, environ={}), AclSet
