@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.config import ConfigError, validate_topic_configs
+from raftka.broker.security.scram import ITERATIONS_MAX, ITERATIONS_MIN, ScramMechanism
 
 TOPIC_NAME_MAX_LENGTH = 249
 MAX_PARTITIONS = 10_000
@@ -65,3 +66,27 @@ def validate_topic_config_values(configs: Mapping[str, str | None]) -> None:
         validate_topic_configs(configs)
     except ConfigError as exc:
         raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+
+
+def check_scram_mechanism(mechanism: int) -> ScramMechanism:
+    """The mechanism of a KIP-554 mechanism number; TopicError UNSUPPORTED_SASL_MECHANISM."""
+    if mechanism not in set(ScramMechanism):
+        raise TopicError(
+            ErrorCode.unsupported_sasl_mechanism,
+            f"Unknown SCRAM mechanism {mechanism}: 1 is SCRAM-SHA-256, 2 is SCRAM-SHA-512",
+        )
+    return ScramMechanism(mechanism)
+
+
+def check_scram_iterations(iterations: int) -> None:
+    """Kafka's bounds; TopicError UNACCEPTABLE_CREDENTIAL outside them."""
+    if iterations < ITERATIONS_MIN:
+        raise TopicError(
+            ErrorCode.unacceptable_credential,
+            f"Too few iterations: {iterations} (at least {ITERATIONS_MIN})",
+        )
+    if iterations > ITERATIONS_MAX:
+        raise TopicError(
+            ErrorCode.unacceptable_credential,
+            f"Too many iterations: {iterations} (at most {ITERATIONS_MAX})",
+        )

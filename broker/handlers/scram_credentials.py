@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import AlterScramCredentialsCommand
-from raftka.broker.cluster.validation import TopicError
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
-from raftka.broker.security.scram import (
+from raftka.broker.cluster.validation import (
+    TopicError,
     check_scram_iterations,
     check_scram_mechanism,
-    credential_from_salted,
 )
+from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.security.scram import credential_from_salted
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:

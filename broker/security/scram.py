@@ -12,10 +12,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kio.schema.errors import ErrorCode
-
-from raftka.broker.cluster.validation import TopicError
-
 #: Kafka's bounds for AlterUserScramCredentials iterations.
 ITERATIONS_MIN = 4096
 ITERATIONS_MAX = 16384
@@ -88,30 +84,6 @@ def password_matches(credential: ScramCredential, password: str) -> bool:
         credential.mechanism, credential.salt, credential.iterations, salted
     )
     return hmac.compare_digest(derived.stored_key, credential.stored_key)
-
-
-def check_scram_mechanism(mechanism: int) -> ScramMechanism:
-    """The mechanism of a KIP-554 mechanism number; TopicError UNSUPPORTED_SASL_MECHANISM."""
-    if mechanism not in set(ScramMechanism):
-        raise TopicError(
-            ErrorCode.unsupported_sasl_mechanism,
-            f"Unknown SCRAM mechanism {mechanism}: 1 is SCRAM-SHA-256, 2 is SCRAM-SHA-512",
-        )
-    return ScramMechanism(mechanism)
-
-
-def check_scram_iterations(iterations: int) -> None:
-    """Kafka's bounds; TopicError UNACCEPTABLE_CREDENTIAL outside them."""
-    if iterations < ITERATIONS_MIN:
-        raise TopicError(
-            ErrorCode.unacceptable_credential,
-            f"Too few iterations: {iterations} (at least {ITERATIONS_MIN})",
-        )
-    if iterations > ITERATIONS_MAX:
-        raise TopicError(
-            ErrorCode.unacceptable_credential,
-            f"Too many iterations: {iterations} (at most {ITERATIONS_MAX})",
-        )
 
 
 class ScramError(Exception):
