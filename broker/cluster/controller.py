@@ -56,7 +56,11 @@ from raftka.broker.cluster.records import (
     iter_log_records,
 )
 from raftka.broker.cluster.snapshot import SnapshotStore
-from raftka.broker.cluster.validation import TopicError
+from raftka.broker.cluster.validation import (
+    TopicError,
+    check_scram_iterations,
+    check_scram_mechanism,
+)
 from raftka.broker.config import BrokerConfig
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
 from raftka.broker.security.acl import (
@@ -65,11 +69,7 @@ from raftka.broker.security.acl import (
     binding_from_codes,
     check_new_binding,
 )
-from raftka.broker.security.scram import (
-    ScramMechanism,
-    check_scram_iterations,
-    check_scram_mechanism,
-)
+from raftka.broker.security.scram import ScramMechanism
 from raftka.broker.topics import METADATA_TOPIC, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
 from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
@@ -86,6 +86,8 @@ LEADERS_RPC = "__leaders"
 COMMIT_TIMEOUT_S = 10.0
 FORWARD_TIMEOUT_S = 15.0
 REPLAY_READ_BYTES = 4 * 1024 * 1024
+#: How long a committed registration may take to be applied here before it is sent again.
+REGISTRATION_APPLY_WAIT_S = 5.0
 
 C = TypeVar("C", bound=Command)
 CommandHandler = Callable[[Command], Awaitable[CommandResult]]
@@ -451,12 +453,13 @@ class Controller:
             dict(command.listeners),
         )
         current = self.image.brokers.get(record.node_id)
-        if current is None or (current.host, current.port, current.rack, current.listeners) != (
-            record.host,
-            record.port,
-            record.rack,
-            record.listeners,
-        ):
+        if current is None or (
+            current.host,
+            current.port,
+            current.rack,
+            current.listeners,
+            current.incarnation_id,
+        ) != (record.host, record.port, record.rack, record.listeners, record.incarnation_id):
             await self._commit([record])
         return CommandResult()
 
@@ -542,11 +545,16 @@ class Controller:
         rack: str | None,
         listeners: Mapping[str, tuple[str, int]] | None = None,
     ) -> None:
-        """Register this broker's client address (and each listener's); retried until the
-        metadata says so."""
+        """Register this broker's client address (and each listener's) under a new
+        incarnation, retried until this broker has applied its own registration record.
+
+        Every start writes one, as Kafka's brokers do: having applied it, the broker has
+        applied everything committed before it, so it never serves clients (or checks their
+        ACLs) from metadata older than the cluster's when it started."""
         incarnation = uuid.uuid4().hex
         started = time.monotonic()
         listeners = dict(listeners or {})
+        wanted = (host, port, rack, listeners, incarnation)
         while True:
             current = self.image.brokers.get(self.node_id)
             if current is not None and (
@@ -554,7 +562,8 @@ class Controller:
                 current.port,
                 current.rack,
                 current.listeners,
-            ) == (host, port, rack, listeners):
+                current.incarnation_id,
+            ) == wanted:
                 logger.info("registered with the cluster in %.2f s", time.monotonic() - started)
                 return
             result = await self.execute(
@@ -563,6 +572,14 @@ class Controller:
             if result.error_code != ErrorCode.none:
                 logger.info("registration not accepted yet: %s", result.error_message)
                 await trio.sleep(0.2)
+                continue
+            # Committed: wait (a while) for this broker to apply it.
+            with trio.move_on_after(REGISTRATION_APPLY_WAIT_S):
+                while True:
+                    now = self.image.brokers.get(self.node_id)
+                    if now is not None and now.incarnation_id == incarnation:
+                        break
+                    await self.applied.wait()
 
     def local_leaders(self) -> dict[str, tuple[int, int, tuple[int, ...]]]:
         """Partitions this broker leads: name → (leader id, leader epoch, in-sync replicas)."""
