@@ -557,13 +557,17 @@ class Controller:
         wanted = (host, port, rack, listeners, incarnation)
         while True:
             current = self.image.brokers.get(self.node_id)
-            if current is not None and (
-                current.host,
-                current.port,
-                current.rack,
-                current.listeners,
-                current.incarnation_id,
-            ) == wanted:
+            if (
+                current is not None
+                and (
+                    current.host,
+                    current.port,
+                    current.rack,
+                    current.listeners,
+                    current.incarnation_id,
+                )
+                == wanted
+            ):
                 logger.info("registered with the cluster in %.2f s", time.monotonic() - started)
                 return
             result = await self.execute(
