@@ -469,3 +469,49 @@ def test_java_client_over_sasl_ssl_with_scram(secured: SecuredBroker, java_tool:
     assert len(acked) == 20
     rows = java_tool.json("consume-assign", bootstrap, topic, 0, "earliest", 20, 30000, *props)
     assert [r["value"] for r in rows] == [f"v{i}" for i in range(20)]
+
+
+def test_kcat_over_ssl_with_a_client_certificate(secured: SecuredBroker) -> None:
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.skip("kcat is not installed")
+    topic = f"sec-kcat-mtls-{uuid.uuid4().hex[:8]}"
+    options = ["-b", secured.address("MTLS"), "-X", "security.protocol=SSL",
+               "-X", f"ssl.ca.location={secured.certs.ca}",
+               "-X", f"ssl.certificate.location={secured.certs.client_cert}",
+               "-X", f"ssl.key.location={secured.certs.client_key}"]  # fmt: skip
+    subprocess.run([kcat, *options, "-P", "-t", topic], input=b"one\ntwo\n", check=True,
+                   timeout=60, capture_output=True)  # fmt: skip
+    consumed = subprocess.run([kcat, *options, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
+                              check=True, timeout=60, capture_output=True)  # fmt: skip
+    assert consumed.stdout.split() == [b"one", b"two"]
+    # Without its certificate kcat gets no further than the handshake.
+    refused = subprocess.run(
+        [kcat, "-b", secured.address("MTLS"), "-X", "security.protocol=SSL",
+         "-X", f"ssl.ca.location={secured.certs.ca}", "-L", "-m", "5"],
+        timeout=60, capture_output=True,
+    )  # fmt: skip
+    assert refused.returncode != 0
+
+
+def test_java_client_over_ssl_with_a_client_certificate(
+    secured: SecuredBroker, java_tool: Any, tmp_path: Path
+) -> None:
+    # The Java client's PEM keystore: the PKCS#8 key and its certificate in one file.
+    keystore = tmp_path / "client-keystore.pem"
+    keystore.write_text(
+        secured.certs.client_key.read_text() + secured.certs.client_cert.read_text()
+    )
+    props = [
+        "security.protocol=SSL",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={secured.certs.ca}",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={keystore}",
+    ]
+    topic = f"sec-java-mtls-{uuid.uuid4().hex[:8]}"
+    bootstrap = secured.address("MTLS")
+    acked = java_tool.json("produce", bootstrap, topic, 10, *props)
+    assert len(acked) == 10
+    rows = java_tool.json("consume-assign", bootstrap, topic, 0, "earliest", 10, 30000, *props)
+    assert [r["value"] for r in rows] == [f"v{i}" for i in range(10)]
