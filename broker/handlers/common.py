@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.protocol.api import response_type, schema_module
 
 if TYPE_CHECKING:
@@ -42,3 +43,36 @@ def led_partition(partition: Partition | None, current_leader_epoch: int) -> Par
     if current_leader_epoch > partition.leader_epoch:
         return ErrorCode.unknown_leader_epoch
     return partition
+
+
+class TopicAccess:
+    """Whether the request's principal may do one operation on each topic it names, asked
+    of the authorizer once per topic per request (never per partition or record); always
+    True when authorization is off."""
+
+    __slots__ = ("_context", "_operation", "_answers", "enabled")
+
+    def __init__(self, context: RequestContext, operation: AclOperation) -> None:
+        self._context = context
+        self._operation = operation
+        self._answers: dict[str, bool] = {}
+        self.enabled = context.services.authorizer.enabled
+
+    def __call__(self, topic: str) -> bool:
+        if not self.enabled:
+            return True
+        answer = self._answers.get(topic)
+        if answer is None:
+            answer = self._answers[topic] = self._context.authorize(
+                self._operation, ResourceType.TOPIC, topic
+            )
+        return answer
+
+
+def denied_message(operation: AclOperation, resource_type: ResourceType, name: str) -> str:
+    """The error message of a refused request: what was refused and what would allow it."""
+    kind = resource_type.name.lower().replace("_", " ")
+    return (
+        f"not authorized to {operation.name} {kind} {name!r}; an ACL allowing "
+        f"{operation.name} on it for this principal is needed"
+    )

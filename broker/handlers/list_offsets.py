@@ -4,6 +4,10 @@ As in Kafka, who asks decides what is answered: a consumer (replica id -1) is an
 the leader up to its high watermark (or last stable offset); a broker (replica id >= 0) by
 the leader up to its log end; a debugging client (replica id -2, what `raftka cluster
 status` sends to measure replica lag) by any replica, from its own log, up to its log end.
+
+With an authorizer, both ListOffsets and OffsetForLeaderEpoch need DESCRIBE on each topic
+(TOPIC_AUTHORIZATION_FAILED otherwise); OffsetForLeaderEpoch also serves any topic to a
+principal with CLUSTER_ACTION on the cluster, as Kafka does for its brokers.
 """
 
 from __future__ import annotations
@@ -12,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import NO_THROTTLE, led_partition, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    TopicAccess,
+    led_partition,
+    response_schema,
+)
+from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
@@ -88,6 +98,7 @@ async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
     isolation = (
         getattr(request, "isolation_level", 0) if replica_id == CONSUMER_REPLICA_ID else None
     )
+    may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     topics = []
     for wanted in request.topics:
         partitions = []
@@ -101,7 +112,9 @@ async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
                 "leader_epoch": -1,
             }
             current_leader_epoch = getattr(p, "current_leader_epoch", -1)
-            if replica_id == DEBUGGING_REPLICA_ID:
+            if not may_describe(wanted.name):
+                fields["error_code"] = ErrorCode.topic_authorization_failed
+            elif replica_id == DEBUGGING_REPLICA_ID:
                 led = replica_partition(partition, current_leader_epoch)
             else:
                 led = led_partition(partition, current_leader_epoch)
@@ -130,6 +143,12 @@ async def handle_offset_for_leader_epoch(context: RequestContext, request: Any) 
     """KIP-101/KIP-320: the end offset of a leader epoch, for truncation detection."""
     topics_view = context.services.topics
     entity, module = response_schema(context)
+    # Brokers may ask about every topic (CLUSTER_ACTION); consumers (KIP-320) need DESCRIBE.
+    may_describe = TopicAccess(context, AclOperation.DESCRIBE)
+    if may_describe.enabled and context.authorize(
+        AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
+        may_describe.enabled = False
     topics = []
     for wanted in request.topics:
         partitions = []
@@ -142,7 +161,9 @@ async def handle_offset_for_leader_epoch(context: RequestContext, request: Any) 
                 "end_offset": -1,
             }
             led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
-            if isinstance(led, ErrorCode):
+            if not may_describe(wanted.topic):
+                fields["error_code"] = ErrorCode.topic_authorization_failed
+            elif isinstance(led, ErrorCode):
                 fields["error_code"] = led
             else:
                 epoch, end_offset = led.hosted_log.end_offset_for_epoch(p.leader_epoch)

@@ -24,6 +24,14 @@ have written in between; and if the producer's transaction ended or its epoch ch
 partition meanwhile (its marker landed), the batch is refused with INVALID_TXN_STATE rather
 than opening a transaction no coordinator would end (Kafka's verification guard).
 
+With an authorizer (`authorizer.class.name`) the request's ACLs are asked first, as in
+Kafka: transactional batches need WRITE on the transactional id (else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic WRITE (else its partitions answer
+TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists); each once per request, nothing
+of a refused partition is written. Idempotent batches need nothing more: InitProducerId
+checked IDEMPOTENT_WRITE when it handed out the producer id (Kafka dropped the Produce check
+with KIP-679).
+
 A topic with `raftka.restore.in.progress=true` is in restore mode (`raftka restore` writes
 it): the records may hold several batches, each must start at the offset the partition's log
 ends at (checked for all before any is written: INVALID_RECORD otherwise), and each is
@@ -47,8 +55,14 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import RaiseProducerIdFloorCommand
 from raftka.broker.config import RESTORE_IN_PROGRESS
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    TopicAccess,
+    denied_message,
+    response_schema,
+)
 from raftka.broker.replication import CONTROL_KRAFT_VOTERS, entry_kind_of
+from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.topics import Partition, now_ms
 from raftka.consensus.core import NotLeaderError, StorageError
 from raftka.consensus.types import EntryKind
@@ -419,9 +433,10 @@ _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1
 
 
 def _transactional_error(context: RequestContext, request: Any) -> tuple[ErrorCode, str] | None:
-    """Kafka's whole-request refusals of transactional batches: no transactional id, or
-    more than one producer id among them (restore-mode topics take batches as stored).
-    Only a batch whose attributes say transactional (and not control) is looked at further."""
+    """Kafka's whole-request refusals of transactional batches: no transactional id, no
+    WRITE on it, or more than one producer id among them (restore-mode topics take batches
+    as stored). Only a batch whose attributes say transactional (and not control) is looked
+    at further."""
     producers: set[int] = set()
     for topic_data in request.topic_data or ():
         restore: bool | None = None
@@ -445,10 +460,16 @@ def _transactional_error(context: RequestContext, request: Any) -> tuple[ErrorCo
                 producers.add(producer_id)
     if not producers:
         return None
-    if getattr(request, "transactional_id", None) is None:
+    transactional_id = getattr(request, "transactional_id", None)
+    if transactional_id is None:
         return (
             ErrorCode.transactional_id_authorization_failed,
             "transactional records need the request's transactional id",
+        )
+    if not context.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return (
+            ErrorCode.transactional_id_authorization_failed,
+            denied_message(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id),
         )
     if len(producers) > 1:
         return (
@@ -485,6 +506,7 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
     floors: list[tuple[Partition, int, dict[str, Any]]] = []
     verifications: list[tuple[Partition, bytes, _NeedsVerification, dict[str, Any]]] = []
     refused = _transactional_error(context, request)
+    may_write = TopicAccess(context, AclOperation.WRITE)
     for topic_data in request.topic_data or ():
         name = topic_data.name
         topic = topics.get(name)
@@ -494,6 +516,12 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
             fields: dict[str, Any]
             if refused is not None:
                 fields = {"error_code": refused[0], "error_message": refused[1]}
+            elif not may_write(name):
+                # Asked before existence, so a refused client learns nothing of the topic.
+                fields = {
+                    "error_code": ErrorCode.topic_authorization_failed,
+                    "error_message": denied_message(AclOperation.WRITE, ResourceType.TOPIC, name),
+                }
             elif acks not in (-1, 0, 1):
                 fields = {"error_code": ErrorCode.invalid_required_acks}
             elif partition is None or topic is None:
