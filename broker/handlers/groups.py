@@ -15,9 +15,16 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
 from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from raftka.broker.groups.records import OffsetValue, partition_for_group
-from raftka.broker.handlers.common import NO_THROTTLE, duration_ms, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    TopicAccess,
+    denied_message,
+    duration_ms,
+    response_schema,
+)
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
-from raftka.broker.handlers.txn import ensure_transaction_state_topic
+from raftka.broker.handlers.txn import ensure_transaction_state_topic, may_write_transaction
+from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.services import RequestContext
 from raftka.broker.topics import Topic, now_ms
 from raftka.protocol.api import build
@@ -33,6 +40,11 @@ def _coordinator(context: RequestContext) -> GroupCoordinator:
 
 def _client_id(context: RequestContext) -> str:
     return context.header.client_id or ""
+
+
+def _may(context: RequestContext, operation: AclOperation, group_id: str) -> bool:
+    """May the request's principal do `operation` on the group?"""
+    return context.authorize(operation, ResourceType.GROUP, group_id)
 
 
 # -- FindCoordinator -----------------------------------------------------------------------
@@ -60,12 +72,29 @@ def _leader_of_key_partition(
     return None
 
 
+def _no_coordinator(error: ErrorCode, message: str) -> dict[str, object]:
+    return {"node_id": -1, "host": "", "port": -1, "error_code": error, "error_message": message}
+
+
 async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     services = context.services
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
 
     async def answer(key: str) -> dict[str, object]:
+        # Asked before anything is looked up or created, as Kafka does.
+        if key_type == KEY_TYPE_GROUP and not _may(context, AclOperation.DESCRIBE, key):
+            return _no_coordinator(
+                ErrorCode.group_authorization_failed,
+                denied_message(AclOperation.DESCRIBE, ResourceType.GROUP, key),
+            )
+        if key_type == KEY_TYPE_TRANSACTION and not context.authorize(
+            AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+        ):
+            return _no_coordinator(
+                ErrorCode.transactional_id_authorization_failed,
+                denied_message(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key),
+            )
         if key_type == KEY_TYPE_GROUP:
             # Kafka creates the offsets topic when a coordinator is first looked up.
             await _coordinator(context).ensure_offsets_topic()
@@ -86,13 +115,7 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
                     return found
         else:
             error = ErrorCode.invalid_request
-        return {
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-            "error_code": error,
-            "error_message": error.name.upper(),
-        }
+        return _no_coordinator(error, error.name.upper())
 
     if context.api_version >= 4:
         coordinators = tuple(
@@ -111,6 +134,19 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
 async def handle_join_group(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     version = context.api_version
+    if not _may(context, AclOperation.READ, request.group_id):
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name="" if version < 7 else None,
+            leader="",
+            skip_assignment=False,
+            member_id="",
+            members=(),
+        )
     session_timeout_ms = duration_ms(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
     await _coordinator(context).wait_for_write_room(request.group_id)
@@ -154,6 +190,15 @@ async def handle_join_group(context: RequestContext, request: Any) -> Any:
 
 async def handle_sync_group(context: RequestContext, request: Any) -> Any:
     entity, _ = response_schema(context)
+    if not _may(context, AclOperation.READ, request.group_id):
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
     await _coordinator(context).wait_for_write_room(request.group_id)
     outcome = _coordinator(context).sync_group(
         group_id=request.group_id,
@@ -177,6 +222,10 @@ async def handle_sync_group(context: RequestContext, request: Any) -> Any:
 
 async def handle_heartbeat(context: RequestContext, request: Any) -> Any:
     entity, _ = response_schema(context)
+    if not _may(context, AclOperation.READ, request.group_id):
+        return build(
+            entity, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed
+        )
     error = _coordinator(context).heartbeat(
         request.group_id,
         request.generation_id,
@@ -188,6 +237,13 @@ async def handle_heartbeat(context: RequestContext, request: Any) -> Any:
 
 async def handle_leave_group(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
+    if not _may(context, AclOperation.READ, request.group_id):
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            members=(),
+        )
     if context.api_version < 3:
         top, errors = _coordinator(context).leave_group(
             request.group_id, [(request.member_id, None)]
@@ -215,9 +271,11 @@ def _offsets_to_commit(
     context: RequestContext, request: Any
 ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetValue]]:
     """(error per partition refused before the group is asked, offsets to commit) of an
-    OffsetCommit or TxnOffsetCommit: partitions of unknown topics get
-    UNKNOWN_TOPIC_OR_PARTITION, too long metadata OFFSET_METADATA_TOO_LARGE."""
+    OffsetCommit or TxnOffsetCommit: partitions of topics without READ get
+    TOPIC_AUTHORIZATION_FAILED, of unknown topics UNKNOWN_TOPIC_OR_PARTITION, too long
+    metadata OFFSET_METADATA_TOO_LARGE."""
     topics = context.services.topics
+    may_read = TopicAccess(context, AclOperation.READ)
     commit_ms = now_ms()
     errors: dict[tuple[str, int], ErrorCode] = {}
     valid: dict[tuple[str, int], OffsetValue] = {}
@@ -226,7 +284,9 @@ def _offsets_to_commit(
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if known is None or not 0 <= p.partition_index < len(known.partitions):
+            if not may_read(topic.name):
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif known is None or not 0 <= p.partition_index < len(known.partitions):
                 errors[tp] = ErrorCode.unknown_topic_or_partition
             elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
                 errors[tp] = ErrorCode.offset_metadata_too_large
@@ -253,8 +313,21 @@ def _commit_errors(
     return errors
 
 
+def _refused_commit(request: Any, error: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+    """Every partition of a commit refused as a whole answers `error`."""
+    return {(t.name, p.partition_index): error for t in request.topics for p in t.partitions}
+
+
 async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
+    if not _may(context, AclOperation.READ, request.group_id):
+        return _commit_response(
+            entity,
+            module.OffsetCommitResponseTopic,
+            module.OffsetCommitResponsePartition,
+            request,
+            _refused_commit(request, ErrorCode.group_authorization_failed),
+        )
     errors, valid = _offsets_to_commit(context, request)
     group_error = await _coordinator(context).commit_offsets(
         request.group_id,
@@ -278,6 +351,19 @@ async def handle_txn_offset_commit(context: RequestContext, request: Any) -> Any
     KIP-447): the offsets are written as a transactional batch of the producer and count
     once its transaction commits."""
     entity, module = response_schema(context)
+    refusal = None
+    if not may_write_transaction(context, request.transactional_id):
+        refusal = ErrorCode.transactional_id_authorization_failed
+    elif not _may(context, AclOperation.READ, request.group_id):
+        refusal = ErrorCode.group_authorization_failed
+    if refusal is not None:
+        return _commit_response(
+            entity,
+            module.TxnOffsetCommitResponseTopic,
+            module.TxnOffsetCommitResponsePartition,
+            request,
+            _refused_commit(request, refusal),
+        )
     errors, valid = _offsets_to_commit(context, request)
     group_error = await _coordinator(context).commit_transactional_offsets(
         request.group_id,
@@ -332,13 +418,28 @@ def _fetch_group(
     partition_type: Any,
     require_stable: bool = False,
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
+    may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     wanted = (
         None
         if topics is None
         else [(t.name, index) for t in topics for index in t.partition_indexes]
     )
+    # Offsets of topics the principal may not DESCRIBE are not told: a requested one
+    # answers TOPIC_AUTHORIZATION_FAILED, "all topics" leaves them out (as Kafka).
+    hidden: dict[tuple[str, int], None] = (
+        {}
+        if wanted is None or not may_describe.enabled
+        else dict.fromkeys(tp for tp in wanted if not may_describe(tp[0]))
+    )
     coordinator = _coordinator(context)
-    error, offsets = coordinator.fetch_offsets(group_id, wanted)
+    offsets: dict[tuple[str, int], OffsetValue | None]
+    if not _may(context, AclOperation.DESCRIBE, group_id):
+        error, offsets = ErrorCode.group_authorization_failed, {}
+    else:
+        asked = None if wanted is None else [tp for tp in wanted if tp not in hidden]
+        error, offsets = coordinator.fetch_offsets(group_id, asked)
+        if wanted is None and may_describe.enabled:
+            offsets = {tp: value for tp, value in offsets.items() if may_describe(tp[0])}
     partition_error = ErrorCode.none
     if error != ErrorCode.none and context.api_version < 2 and wanted is not None:
         # v0-1 have no group-level error code: each partition carries it (as in Kafka).
@@ -351,6 +452,18 @@ def _fetch_group(
         else set()
     )
     by_topic: dict[str, list[Any]] = {}
+    if error == ErrorCode.none:
+        for topic, partition in hidden:
+            by_topic.setdefault(topic, []).append(
+                build(
+                    partition_type,
+                    partition_index=partition,
+                    committed_offset=-1,
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=ErrorCode.topic_authorization_failed,
+                )
+            )
     for (topic, partition), stored in offsets.items():
         value = None if (topic, partition) in unstable else stored
         by_topic.setdefault(topic, []).append(
@@ -408,15 +521,25 @@ async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
 
 async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
+    if not _may(context, AclOperation.DELETE, request.group_id):
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            topics=(),
+        )
     topics = context.services.topics
-    unknown = set()
+    may_read = TopicAccess(context, AclOperation.READ)
+    refused: dict[tuple[str, int], ErrorCode] = {}
     wanted = []
     for topic in request.topics:
         known = topics.get(topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
-            if known is None or not 0 <= p.partition_index < len(known.partitions):
-                unknown.add(tp)
+            if not may_read(topic.name):
+                refused[tp] = ErrorCode.topic_authorization_failed
+            elif known is None or not 0 <= p.partition_index < len(known.partitions):
+                refused[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.append(tp)
     error, results = await _coordinator(context).delete_offsets(request.group_id, wanted)
@@ -431,9 +554,8 @@ async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
                     module.OffsetDeleteResponsePartition,
                     partition_index=p.partition_index,
                     error_code=(
-                        ErrorCode.unknown_topic_or_partition
-                        if (topic.name, p.partition_index) in unknown
-                        else results[(topic.name, p.partition_index)]
+                        refused.get((topic.name, p.partition_index))
+                        or results[(topic.name, p.partition_index)]
                     ),
                 )
                 for p in topic.partitions
@@ -455,6 +577,9 @@ async def handle_list_groups(context: RequestContext, request: Any) -> Any:
     listed = coordinator.list_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
+    if not context.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        # Without DESCRIBE on the cluster, only the groups the principal may DESCRIBE.
+        listed = [entry for entry in listed if _may(context, AclOperation.DESCRIBE, entry[0])]
     # Only the groups this broker coordinates; while some of them still load, Kafka says so.
     error = ErrorCode.coordinator_load_in_progress if coordinator.is_loading() else ErrorCode.none
     groups = tuple(
@@ -472,8 +597,23 @@ async def handle_list_groups(context: RequestContext, request: Any) -> Any:
 
 async def handle_describe_groups(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
+    with_operations = bool(getattr(request, "include_authorized_operations", False))
     described = []
     for group_id in request.groups:
+        if not _may(context, AclOperation.DESCRIBE, group_id):
+            described.append(
+                build(
+                    module.DescribedGroup,
+                    error_code=ErrorCode.group_authorization_failed,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                )
+            )
+            continue
         error, group = _coordinator(context).describe_group(group_id)
         members = tuple(
             build(
@@ -496,7 +636,11 @@ async def handle_describe_groups(context: RequestContext, request: Any) -> Any:
                 protocol_type=group.protocol_type,
                 protocol_data=group.protocol,
                 members=members,
-                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                authorized_operations=(
+                    context.authorized_operations(ResourceType.GROUP, group_id)
+                    if with_operations and error == ErrorCode.none
+                    else NO_AUTHORIZED_OPERATIONS
+                ),
             )
         )
     return build(entity, throttle_time=NO_THROTTLE, groups=tuple(described))
@@ -504,7 +648,12 @@ async def handle_describe_groups(context: RequestContext, request: Any) -> Any:
 
 async def handle_delete_groups(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
-    results = await _coordinator(context).delete_groups(request.groups_names)
+    names = list(dict.fromkeys(request.groups_names))
+    refused = [name for name in names if not _may(context, AclOperation.DELETE, name)]
+    results = await _coordinator(context).delete_groups(
+        [name for name in names if name not in refused]
+    )
+    results.update(dict.fromkeys(refused, ErrorCode.group_authorization_failed))
     return build(
         entity,
         throttle_time=NO_THROTTLE,
