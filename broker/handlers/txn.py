@@ -3,6 +3,15 @@ ListTransactions (InitProducerId with a transactional id is in `producer_ids`).
 
 Each maps its request (any supported version) onto `broker.txn.TransactionCoordinator`.
 PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for versions that predate it, as Kafka does.
+
+With an authorizer, Kafka's ACLs apply: AddPartitionsToTxn (v0-3), AddOffsetsToTxn and EndTxn
+need WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), AddPartitionsToTxn
+WRITE on each topic too (TOPIC_AUTHORIZATION_FAILED, nothing added) and AddOffsetsToTxn READ
+on the group (GROUP_AUTHORIZATION_FAILED). AddPartitionsToTxn v4+ is Kafka's broker-to-broker
+form and needs CLUSTER_ACTION on the cluster (raftka's own brokers verify over the Raft peer
+transport instead). DescribeTransactions needs DESCRIBE on each id and shows only the topics
+the principal may DESCRIBE; ListTransactions lists only ids the principal may DESCRIBE;
+DescribeProducers needs READ on each topic.
 """
 
 from __future__ import annotations
@@ -14,7 +23,8 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import OFFSETS_TOPIC
 from raftka.broker.groups.records import partition_for_group
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import NO_THROTTLE, TopicAccess, response_schema
+from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.txn.coordinator import TRANSACTION_STATE_TOPIC
 from raftka.broker.txn.records import TxnState
 from raftka.protocol.api import build
@@ -43,6 +53,11 @@ async def ensure_transaction_state_topic(context: RequestContext) -> Topic | Non
     return context.services.topics.get(TRANSACTION_STATE_TOPIC)
 
 
+def may_write_transaction(context: RequestContext, transactional_id: str) -> bool:
+    """May the request's principal act as the producer of `transactional_id`?"""
+    return context.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
 def fenced_for_version(error: ErrorCode, version: int, first_fenced_version: int) -> ErrorCode:
     """Clients before `first_fenced_version` do not know PRODUCER_FENCED."""
     if error == ErrorCode.producer_fenced and version < first_fenced_version:
@@ -63,15 +78,21 @@ async def _add_one(
 ) -> dict[TopicPartition, ErrorCode]:
     """Per-partition errors for one transaction of the request."""
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
-    unknown = [tp for tp in wanted if context.services.topics.partition(*tp) is None]
-    if unknown:
+    if context.api_version < 4 and not may_write_transaction(context, transactional_id):
+        return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    # v4+ comes from brokers (CLUSTER_ACTION, checked for the whole request): no topic ACLs.
+    may_write = TopicAccess(context, AclOperation.WRITE)
+    if context.api_version >= 4:
+        may_write.enabled = False
+    refused: dict[TopicPartition, ErrorCode] = {}
+    for tp in wanted:
+        if not may_write(tp[0]):
+            refused[tp] = ErrorCode.topic_authorization_failed
+        elif context.services.topics.partition(*tp) is None:
+            refused[tp] = ErrorCode.unknown_topic_or_partition
+    if refused:
         # Nothing is added when any partition is refused (Kafka's all-or-nothing).
-        return {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
+        return {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
     coordinator = coordinator_of(context)
     if verify_only:
         return {
@@ -114,6 +135,13 @@ async def handle_add_partitions_to_txn(context: RequestContext, request: Any) ->
             throttle_time=NO_THROTTLE,
             results_by_topic_v3_and_below=_topic_results(module, errors),
         )
+    if not context.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
+        )
     results = []
     for txn in request.transactions:
         errors = await _add_one(
@@ -145,6 +173,12 @@ async def handle_add_partitions_to_txn(context: RequestContext, request: Any) ->
 async def handle_add_offsets_to_txn(context: RequestContext, request: Any) -> Any:
     entity, _module = response_schema(context)
     services = context.services
+    if not may_write_transaction(context, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+        return build(entity, throttle_time=NO_THROTTLE, error_code=error)
+    if not context.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed
+        return build(entity, throttle_time=NO_THROTTLE, error_code=error)
     await services.groups.ensure_offsets_topic()
     topic = services.topics.get(OFFSETS_TOPIC)
     if topic is None:
@@ -169,6 +203,14 @@ async def handle_add_offsets_to_txn(context: RequestContext, request: Any) -> An
 
 async def handle_end_txn(context: RequestContext, request: Any) -> Any:
     entity, _module = response_schema(context)
+    if not may_write_transaction(context, request.transactional_id):
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.transactional_id_authorization_failed,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     result = await coordinator_of(context).end_transaction(
         request.transactional_id,
         request.producer_id,
@@ -190,9 +232,16 @@ async def handle_end_txn(context: RequestContext, request: Any) -> Any:
 async def handle_describe_transactions(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     coordinator = coordinator_of(context)
+    may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     states = []
     for transactional_id in request.transactional_ids:
-        found = coordinator.describe(transactional_id)
+        found = (
+            coordinator.describe(transactional_id)
+            if context.authorize(
+                AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id
+            )
+            else ErrorCode.transactional_id_authorization_failed
+        )
         if isinstance(found, ErrorCode):
             states.append(
                 build(
@@ -210,7 +259,8 @@ async def handle_describe_transactions(context: RequestContext, request: Any) ->
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, index in sorted(found.partitions):
-            by_topic.setdefault(topic, []).append(index)
+            if may_describe(topic):  # Kafka shows only the topics the principal may see
+                by_topic.setdefault(topic, []).append(index)
         states.append(
             build(
                 module.TransactionState,
@@ -270,6 +320,9 @@ async def handle_list_transactions(context: RequestContext, request: Any) -> Any
                 transaction_state=entry.state.kafka_name,
             )
             for entry in sorted(listed, key=lambda e: e.transactional_id)
+            if context.authorize(
+                AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, entry.transactional_id
+            )
         ),
     )
 
@@ -283,10 +336,13 @@ async def handle_describe_producers(context: RequestContext, request: Any) -> An
     find-hanging` finds a transaction that holds the last stable offset back."""
     entity, module = response_schema(context)
     topics = context.services.topics
+    may_read = TopicAccess(context, AclOperation.READ)
 
     def partition_answer(name: str, index: int) -> Any:
         partition = topics.partition(name, index)
-        if partition is None:
+        if not may_read(name):
+            error, message = ErrorCode.topic_authorization_failed, None
+        elif partition is None:
             error, message = ErrorCode.unknown_topic_or_partition, None
         elif not partition.is_leader or partition.log is None:
             error, message = ErrorCode.not_leader_or_follower, None

@@ -6,8 +6,11 @@ key (version 0, type COMMIT 1 / ABORT 0), value (version 0, coordinator epoch). 
 ends the producer's transaction on the partition (its records become visible to
 read_committed consumers, or are listed as aborted) once the high watermark passes it.
 
-The WriteTxnMarkers API (key 27) lets the coordinator of another broker ask this one. Like
-the rest of this broker's APIs it is not restricted by ACLs (Kafka requires CLUSTER_ACTION).
+The WriteTxnMarkers API (key 27) lets a coordinator elsewhere ask this broker; with an
+authorizer it needs ALTER or CLUSTER_ACTION on the cluster, as Kafka's does (every marker's
+partitions answer CLUSTER_AUTHORIZATION_FAILED otherwise). raftka's own coordinators do not
+use it: they call `write_marker` here, or on the partition's leader over the Raft peer
+transport, which no client ACL governs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.handlers.common import response_schema
+from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.topics import OFFSETS_TOPIC, now_ms
 from raftka.consensus.core import NotLeaderError, StorageError
 from raftka.log.producer_state import ProducerStateError
@@ -114,6 +118,12 @@ async def handle_write_txn_markers(context: RequestContext, request: Any) -> Any
     code per marker, topic and partition."""
     entity, module = response_schema(context)
     errors: dict[tuple[int, str, int], ErrorCode] = {}
+    if not _may_write_markers(context):
+        for number, marker in enumerate(request.markers):
+            for wanted in marker.topics:
+                for index in wanted.partition_indexes:
+                    errors[(number, wanted.name, index)] = ErrorCode.cluster_authorization_failed
+        return _response(context, entity, module, request, errors)
     async with trio.open_nursery() as nursery:
         for number, marker in enumerate(request.markers):
             for wanted in marker.topics:
@@ -122,6 +132,23 @@ async def handle_write_txn_markers(context: RequestContext, request: Any) -> Any
                     nursery.start_soon(
                         _write_one, context.services, marker, wanted.name, index, errors, slot
                     )
+    return _response(context, entity, module, request, errors)
+
+
+def _may_write_markers(context: RequestContext) -> bool:
+    return context.authorize(
+        AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME
+    ) or context.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _response(
+    context: RequestContext,
+    entity: Any,
+    module: Any,
+    request: Any,
+    errors: dict[tuple[int, str, int], ErrorCode],
+) -> Any:
+    """The answer: an error code per marker, topic and partition."""
     results = []
     for number, marker in enumerate(request.markers):
         topics = []
