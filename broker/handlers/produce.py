@@ -28,9 +28,10 @@ With an authorizer (`authorizer.class.name`) the request's ACLs are asked first,
 Kafka: transactional batches need WRITE on the transactional id (else every partition answers
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic WRITE (else its partitions answer
 TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists); each once per request, nothing
-of a refused partition is written. Idempotent batches need nothing more: InitProducerId
-checked IDEMPOTENT_WRITE when it handed out the producer id (Kafka dropped the Produce check
-with KIP-679).
+of a refused partition is written. An acks=0 request has no answer to carry the error, so
+the connection is closed after it, as Kafka does. Idempotent batches need nothing more:
+InitProducerId checked IDEMPOTENT_WRITE when it handed out the producer id (Kafka dropped the
+Produce check with KIP-679).
 
 A topic with `raftka.restore.in.progress=true` is in restore mode (`raftka restore` writes
 it): the records may hold several batches, each must start at the offset the partition's log
@@ -427,6 +428,20 @@ def _count_errors(context: RequestContext, results: list[tuple[str, list[dict[st
                 metrics.request_error(context.api_key, fields["error_code"])
 
 
+_AUTHORIZATION_ERRORS = frozenset(
+    {ErrorCode.topic_authorization_failed, ErrorCode.transactional_id_authorization_failed}
+)
+
+
+def _refused(results: list[tuple[str, list[dict[str, Any]]]]) -> bool:
+    """Whether an ACL refused any partition of the request."""
+    return any(
+        fields["error_code"] in _AUTHORIZATION_ERRORS
+        for _, partition_results in results
+        for fields in partition_results
+    )
+
+
 #: The low byte of a batch's int16 attributes, which holds the transactional and control
 #: flags (read before anything else, so non-transactional requests cost one index each).
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1
@@ -586,6 +601,9 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 nursery.start_soon(_raise_producer_id_floor, context, floors)
     _count_errors(context, results)
     if acks == 0:
+        if may_write.enabled and context.session is not None and _refused(results):
+            # No answer can tell the client; Kafka closes the connection instead.
+            context.session.close_after_response = True
         return None
     topic_responses = []
     for name, partition_results in results:

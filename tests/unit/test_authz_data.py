@@ -773,3 +773,18 @@ def test_describe_producers_needs_read_on_the_topic(broker: Broker) -> None:
     allow(broker, Op.READ, Res.TOPIC, TOPIC)
     response = call(broker, 61, 0, request)
     assert {p.error_code for p in response.topics[0].partitions} == {ErrorCode.none}
+
+
+def test_a_refused_acks_0_produce_closes_the_connection(broker: Broker) -> None:
+    listener = ListenerSpec("SASL_PLAINTEXT", SecurityProtocol.SASL_PLAINTEXT, "127.0.0.1", 0)
+    header = RequestHeader(
+        request_api_key=i16(0), request_api_version=i16(9), correlation_id=i32(1), client_id="t"
+    )
+    request = dataclasses.replace(produce_request({TOPIC: [0]}, plain_batch()), acks=0)
+    allowed = ClientSession(listener, principal=Principal("User", "admin"))
+    refused = ClientSession(listener, principal=Principal("User", "alice"))
+    for session in (allowed, refused):
+        context = RequestContext(broker.services, header, 0, 9, "127.0.0.1", 1, session)
+        assert _run(broker, HANDLERS[0].handle, context, request) is None
+    assert not allowed.close_after_response
+    assert refused.close_after_response
