@@ -85,10 +85,16 @@ async def _add_one(
     if context.api_version >= 4:
         may_write.enabled = False
     refused: dict[TopicPartition, ErrorCode] = {}
+    topics_view = context.services.topics
     for tp in wanted:
-        if not may_write(tp[0]):
+        topic = topics_view.get(tp[0])
+        if not may_write(tp[0]) or (
+            # Clients add internal partitions only through AddOffsetsToTxn (as in Kafka,
+            # which refuses them here whatever the ACLs).
+            context.api_version < 4 and topic is not None and topic.is_internal
+        ):
             refused[tp] = ErrorCode.topic_authorization_failed
-        elif context.services.topics.partition(*tp) is None:
+        elif topics_view.partition(*tp) is None:
             refused[tp] = ErrorCode.unknown_topic_or_partition
     if refused:
         # Nothing is added when any partition is refused (Kafka's all-or-nothing).

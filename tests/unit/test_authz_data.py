@@ -788,3 +788,19 @@ def test_a_refused_acks_0_produce_closes_the_connection(broker: Broker) -> None:
         assert _run(broker, HANDLERS[0].handle, context, request) is None
     assert not allowed.close_after_response
     assert refused.close_after_response
+
+
+def test_add_partitions_refuses_internal_topics_even_to_a_super_user(broker: Broker) -> None:
+    _run(broker, broker.groups.ensure_offsets_topic)
+    assert broker.topics.get("__consumer_offsets") is not None
+    request = add_v3.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id="tx",
+        v3_and_below_producer_id=1,
+        v3_and_below_producer_epoch=0,
+        v3_and_below_topics=(
+            add_v3.AddPartitionsToTxnTopic(name="__consumer_offsets", partitions=(0,)),
+        ),
+    )
+    response = call(broker, 24, 3, request, user="admin")
+    result = response.results_by_topic_v3_and_below[0].results_by_partition[0]
+    assert result.partition_error_code == ErrorCode.topic_authorization_failed
