@@ -26,6 +26,7 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v9 import request as join_v9
+from kio.schema.leave_group.v5 import request as leave_v5
 from kio.schema.list_groups.v4.request import ListGroupsRequest
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.schema.list_transactions.v0.request import ListTransactionsRequest
@@ -35,6 +36,7 @@ from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_v4
 from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.request_header.v2.header import RequestHeader
+from kio.schema.sync_group.v5 import request as sync_v5
 from kio.schema.txn_offset_commit.v3 import request as txn_commit_v3
 from kio.schema.write_txn_markers.v1 import request as markers_v1
 from kio.static.primitive import i16, i32
@@ -397,6 +399,21 @@ def test_group_membership_needs_read_on_the_group(broker: Broker) -> None:
     assert response.generation_id == -1 and response.members == ()
     heartbeat = HeartbeatRequest(group_id="g", generation_id=1, member_id="m")
     assert call(broker, 12, 4, heartbeat).error_code == ErrorCode.group_authorization_failed
+    sync = sync_v5.SyncGroupRequest(
+        group_id="g",
+        generation_id=1,
+        member_id="m",
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments=(),
+    )
+    synced = call(broker, 14, 5, sync)
+    assert synced.error_code == ErrorCode.group_authorization_failed and synced.assignment == b""
+    leave = leave_v5.LeaveGroupRequest(
+        group_id="g", members=(leave_v5.MemberIdentity(member_id="m"),)
+    )
+    left = call(broker, 13, 5, leave)
+    assert left.error_code == ErrorCode.group_authorization_failed and left.members == ()
     assert broker.groups.describe_group("g")[1].members == ()
 
 
@@ -657,6 +674,9 @@ def test_transaction_apis_need_write_on_the_transactional_id(broker: Broker) -> 
     assert response.topics[0].partitions[0].error_code == refused
     response = call(broker, 28, 3, dataclasses.replace(txn_commit, transactional_id="tx"))
     assert response.topics[0].partitions[0].error_code == ErrorCode.group_authorization_failed
+    allow(broker, Op.READ, Res.GROUP, "g")
+    response = call(broker, 28, 3, dataclasses.replace(txn_commit, transactional_id="tx"))
+    assert response.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
 
 
 def test_add_partitions_needs_write_on_the_id_and_every_topic(broker: Broker) -> None:
@@ -804,3 +824,15 @@ def test_add_partitions_refuses_internal_topics_even_to_a_super_user(broker: Bro
     response = call(broker, 24, 3, request, user="admin")
     result = response.results_by_topic_v3_and_below[0].results_by_partition[0]
     assert result.partition_error_code == ErrorCode.topic_authorization_failed
+
+
+def test_nobody_produces_to_an_internal_topic(broker: Broker) -> None:
+    _run(broker, broker.groups.ensure_offsets_topic)
+    request = produce_request({"__consumer_offsets": [0]}, plain_batch())
+    # As in Kafka: the ACL first, then the refusal every client gets.
+    assert produce_errors(call(broker, 0, 9, request)) == {
+        ("__consumer_offsets", 0): ErrorCode.topic_authorization_failed
+    }
+    assert produce_errors(call(broker, 0, 9, request, user="admin")) == {
+        ("__consumer_offsets", 0): ErrorCode.invalid_topic_exception
+    }
