@@ -177,6 +177,7 @@ def test_alice_cannot_produce_without_write_and_nothing_is_stored(secured: Secur
         KafkaError.TOPIC_AUTHORIZATION_FAILED
     }
     report("producer without WRITE, delivery report", refused[0])
+    assert refused[0] is not None and refused[0].str() == "Broker: Topic authorization failed"
     assert high_watermark(secured, topic) == 0
 
     grant(secured, "User:alice", AclOperation.WRITE, ResourceType.TOPIC, topic)
@@ -243,6 +244,7 @@ def test_consuming_needs_read_on_the_topic_and_on_the_group(secured: SecuredBrok
     assert values == [] and error is not None
     assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
     report("consumer without READ on the topic", error)
+    assert error.str().endswith("Broker: Topic authorization failed") and topic in error.str()
     consumer = Consumer(secured.conf("alice", **{"group.id": group}))
     try:
         with pytest.raises(KafkaException) as refused:
@@ -262,6 +264,7 @@ def test_consuming_needs_read_on_the_topic_and_on_the_group(secured: SecuredBrok
     assert values == [] and error is not None
     assert error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, error
     report("consumer without READ on the group", error)
+    assert f"not authorized to DESCRIBE group '{other_group}'" in error.str()
 
     # Both allow her: she reads everything and commits.
     values, error = consume(secured, "alice", topic, group)
@@ -325,6 +328,7 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(
     error = refused.value.args[0]
     assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
     report("init_transactions without WRITE on the transactional id", error)
+    assert error.fatal() and "Broker: Transactional Id authorization failed" in error.str()
 
     grant(
         secured, "User:alice", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
