@@ -69,10 +69,13 @@ class TopicAccess:
         return answer
 
 
-def denied_message(operation: AclOperation, resource_type: ResourceType, name: str) -> str:
-    """The error message of a refused request: what was refused and what would allow it."""
+def denied_message(
+    context: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
+) -> str:
+    """The error message of a refused request: who was refused what, and what would allow it."""
     kind = resource_type.name.lower().replace("_", " ")
+    who = context.principal
     return (
-        f"not authorized to {operation.name} {kind} {name!r}; an ACL allowing "
-        f"{operation.name} on it for this principal is needed"
+        f"{who} is not authorized to {operation.name} {kind} {name!r}; "
+        f"an ACL allowing {who} {operation.name} on it is needed"
     )

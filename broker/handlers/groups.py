@@ -86,14 +86,14 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
         if key_type == KEY_TYPE_GROUP and not _may(context, AclOperation.DESCRIBE, key):
             return _no_coordinator(
                 ErrorCode.group_authorization_failed,
-                denied_message(AclOperation.DESCRIBE, ResourceType.GROUP, key),
+                denied_message(context, AclOperation.DESCRIBE, ResourceType.GROUP, key),
             )
         if key_type == KEY_TYPE_TRANSACTION and not context.authorize(
             AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
         ):
             return _no_coordinator(
                 ErrorCode.transactional_id_authorization_failed,
-                denied_message(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key),
+                denied_message(context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key),
             )
         if key_type == KEY_TYPE_GROUP:
             # Kafka creates the offsets topic when a coordinator is first looked up.

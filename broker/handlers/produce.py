@@ -484,7 +484,9 @@ def _transactional_error(context: RequestContext, request: Any) -> tuple[ErrorCo
     if not context.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return (
             ErrorCode.transactional_id_authorization_failed,
-            denied_message(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id),
+            denied_message(
+                context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+            ),
         )
     if len(producers) > 1:
         return (
@@ -535,7 +537,9 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 # Asked before existence, so a refused client learns nothing of the topic.
                 fields = {
                     "error_code": ErrorCode.topic_authorization_failed,
-                    "error_message": denied_message(AclOperation.WRITE, ResourceType.TOPIC, name),
+                    "error_message": denied_message(
+                        context, AclOperation.WRITE, ResourceType.TOPIC, name
+                    ),
                 }
             elif acks not in (-1, 0, 1):
                 fields = {"error_code": ErrorCode.invalid_required_acks}

@@ -264,7 +264,7 @@ def test_consuming_needs_read_on_the_topic_and_on_the_group(secured: SecuredBrok
     assert values == [] and error is not None
     assert error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, error
     report("consumer without READ on the group", error)
-    assert f"not authorized to DESCRIBE group '{other_group}'" in error.str()
+    assert f"User:alice is not authorized to DESCRIBE group '{other_group}'" in error.str()
 
     # Both allow her: she reads everything and commits.
     values, error = consume(secured, "alice", topic, group)
@@ -329,6 +329,21 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(
     assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
     report("init_transactions without WRITE on the transactional id", error)
     assert error.fatal() and "Broker: Transactional Id authorization failed" in error.str()
+
+    # DESCRIBE finds the coordinator; InitProducerId still needs WRITE.
+    grant(
+        secured,
+        "User:alice",
+        AclOperation.DESCRIBE,
+        ResourceType.TRANSACTIONAL_ID,
+        transactional_id,
+    )
+    producer = Producer(secured.conf("alice", **{"transactional.id": transactional_id}))
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(TIMEOUT_S)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    report("init_transactions with DESCRIBE but without WRITE", error)
 
     grant(
         secured, "User:alice", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
