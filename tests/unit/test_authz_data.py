@@ -506,6 +506,19 @@ def test_offset_fetch_hides_the_offsets_of_topics_the_principal_may_not_describe
     assert [t.name for t in everything.topics] == [TOPIC]
     refused = fetch(None, group_id="h")
     assert refused.error_code == ErrorCode.group_authorization_failed and refused.topics == ()
+    # v8 asks for several groups at once: each is answered on its own.
+    both = offset_fetch_v8.OffsetFetchRequest(
+        groups=tuple(
+            offset_fetch_v8.OffsetFetchRequestGroup(group_id=group_id, topics=None)
+            for group_id in ("g", "h")
+        )
+    )
+    answers = call(broker, 9, 8, both, services=services).groups
+    assert [(a.group_id, a.error_code) for a in answers] == [
+        ("g", ErrorCode.none),
+        ("h", ErrorCode.group_authorization_failed),
+    ]
+    assert [t.name for t in answers[0].topics] == [TOPIC]
 
 
 class Described:
