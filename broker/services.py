@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from raftka.broker.groups import GroupCoordinator
     from raftka.broker.handlers import ApiHandler
     from raftka.broker.metrics import BrokerMetrics
+    from raftka.broker.quotas import QuotaEntity
     from raftka.broker.security.acl import (
         AclOperation,
         AclSet,
@@ -69,6 +70,11 @@ class MetadataView(Protocol):
     @property
     def acls(self) -> AclSet:
         """The cluster's ACL bindings."""
+        ...
+
+    @property
+    def client_quotas(self) -> Mapping[QuotaEntity, Mapping[str, float]]:
+        """Client quotas: entity -> quota key -> value."""
         ...
 
 

@@ -411,6 +411,47 @@ class AclOutcome:
     bindings: tuple[AclCodes, ...] = ()
 
 
+@dataclass(frozen=True)
+class AlterClientQuotaCommand(Command):
+    """One quota entity's changes (AlterClientQuotas): quota key -> new value, or None to
+    remove it. The entity is (entity type, name or None for the default) pairs."""
+
+    OP: ClassVar[str] = "alter_client_quota"
+
+    entity: tuple[tuple[str, str | None], ...]
+    changes: tuple[tuple[str, float | None], ...]
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        entity = wire.data.get("entity")
+        changes = wire.data.get("changes")
+        if not isinstance(entity, list) or not all(
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and (pair[1] is None or isinstance(pair[1], str))
+            for pair in entity
+        ):
+            raise CommandDecodeError(f"{wire.what}: field 'entity' must be [type, name] pairs")
+        if not isinstance(changes, list) or not all(
+            isinstance(change, list)
+            and len(change) == 2
+            and isinstance(change[0], str)
+            and (
+                change[1] is None
+                or (isinstance(change[1], int | float) and not isinstance(change[1], bool))
+            )
+            for change in changes
+        ):
+            raise CommandDecodeError(f"{wire.what}: field 'changes' must be [key, value] pairs")
+        return cls(
+            entity=tuple((str(kind), name) for kind, name in entity),
+            changes=tuple(
+                (str(key), None if value is None else float(value)) for key, value in changes
+            ),
+        )
+
+
 #: Every command type by its wire name.
 COMMAND_TYPES: dict[str, type[Command]] = {
     cls.OP: cls
@@ -424,6 +465,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         AlterScramCredentialsCommand,
         CreateAclsCommand,
         DeleteAclsCommand,
+        AlterClientQuotaCommand,
     )
 }
 

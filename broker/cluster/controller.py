@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
     AclOutcome,
+    AlterClientQuotaCommand,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
     Command,
@@ -46,6 +47,7 @@ from raftka.broker.cluster.image import (
 )
 from raftka.broker.cluster.records import (
     AddAclBinding,
+    ClientQuota,
     DeleteScramCredential,
     MetadataRecord,
     RaiseProducerIdFloor,
@@ -62,6 +64,7 @@ from raftka.broker.cluster.validation import (
     check_scram_mechanism,
 )
 from raftka.broker.config import BrokerConfig
+from raftka.broker.quotas import QuotaRequestError, validate_entity, validate_ops
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
 from raftka.broker.security.acl import (
     AclBindingFilter,
@@ -156,6 +159,7 @@ class Controller:
                 _route(AlterScramCredentialsCommand, self._alter_scram_credentials),
                 _route(CreateAclsCommand, self._create_acls),
                 _route(DeleteAclsCommand, self._delete_acls),
+                _route(AlterClientQuotaCommand, self._alter_client_quota),
             ]
         )
         # Peer RPCs of other parts of the broker, sharing the transport's forward handler.
@@ -535,6 +539,24 @@ class Controller:
         if records:
             await self._commit(records)
         return CommandResult(acl_outcomes=tuple(outcomes))
+
+    async def _alter_client_quota(self, command: AlterClientQuotaCommand) -> CommandResult:
+        try:
+            entity = validate_entity(command.entity)
+            changes = validate_ops(command.changes)
+        except QuotaRequestError as exc:
+            return CommandResult.error(exc.error_code, exc.message)
+        current = self.image.client_quotas.get(entity, {})
+        # Only what changes is written, as Kafka's controller does.
+        records: list[MetadataRecord] = [
+            ClientQuota(entity, key, value)
+            for key, value in sorted(changes.items())
+            if (value is None and key in current)
+            or (value is not None and current.get(key) != value)
+        ]
+        if records:
+            await self._commit(records)
+        return CommandResult()
 
     # -- registration and leadership gossip -----------------------------------------------
 

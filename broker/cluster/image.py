@@ -23,6 +23,7 @@ from raftka.broker.cluster.placement import place_replicas
 from raftka.broker.cluster.records import (
     AddAclBinding,
     AlterTopicConfigs,
+    ClientQuota,
     CreatePartitions,
     CreateTopic,
     DeleteScramCredential,
@@ -42,6 +43,7 @@ from raftka.broker.cluster.validation import (
     validate_topic_config_values,
     validate_topic_name,
 )
+from raftka.broker.quotas import QuotaEntity, quota_entity
 from raftka.broker.security.acl import (
     AclBinding,
     AclSet,
@@ -90,6 +92,8 @@ class ImageSnapshot(TypedDict):
     scram_credentials: NotRequired[list[ScramSnapshot]]
     #: Absent in snapshots written before ACLs existed: none.
     acls: NotRequired[list[AclSnapshot]]
+    #: Absent in snapshots written before client quotas existed: none.
+    client_quotas: NotRequired[list[ClientQuotaSnapshot]]
 
 
 class AclSnapshot(TypedDict):
@@ -103,6 +107,13 @@ class AclSnapshot(TypedDict):
     host: str
     operation: int
     permission: int
+
+
+class ClientQuotaSnapshot(TypedDict):
+    """One quota entity ([type, name or null] pairs) and its quota values."""
+
+    entity: list[list[str | None]]
+    values: dict[str, float]
 
 
 class ScramSnapshot(TypedDict):
@@ -236,6 +247,9 @@ class MetadataImage:
         self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
         #: The cluster's ACL bindings.
         self.acls = AclSet()
+        #: Client quotas: entity -> quota key -> value. Replaced, never changed in place,
+        #: when a quota changes (quota enforcement notices a new mapping).
+        self.client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = {}
 
     # -- queries -----------------------------------------------------------------------
 
@@ -329,12 +343,28 @@ class MetadataImage:
                         self.acls.add(binding)
                     else:
                         self.acls.remove(binding)
+            case ClientQuota():
+                # Quota enforcement reads the mapping per request: nothing to reconcile.
+                self._apply_client_quota(record)
                 return []
             case RaiseProducerIdFloor():
                 # Allocators read the floor when they hand out an id: nothing to reconcile.
                 self.producer_id_floor = max(self.producer_id_floor, record.floor)
                 return []
         raise TypeError(f"not a metadata record: {record!r}")
+
+    def _apply_client_quota(self, record: ClientQuota) -> None:
+        quotas = dict(self.client_quotas)
+        values = dict(quotas.get(record.entity, {}))
+        if record.value is None:
+            values.pop(record.key, None)
+        else:
+            values[record.key] = record.value
+        if values:
+            quotas[record.entity] = values
+        else:
+            quotas.pop(record.entity, None)
+        self.client_quotas = quotas
 
     def _register(self, record: RegisterBroker) -> list[Change]:
         broker = BrokerInfo(
@@ -651,6 +681,15 @@ class MetadataImage:
                 for (user, mechanism), c in sorted(self.scram_credentials.items())
             ],
             "acls": [_acl_snapshot(b) for b in sorted(self.acls, key=binding_codes)],
+            "client_quotas": [
+                {
+                    "entity": [[kind, name] for kind, name in entity],
+                    "values": dict(sorted(values.items())),
+                }
+                for entity, values in sorted(
+                    self.client_quotas.items(), key=lambda item: repr(item[0])
+                )
+            ],
         }
 
     @classmethod
@@ -681,6 +720,12 @@ class MetadataImage:
                     int(a["permission"]),
                 )
             )
+        image.client_quotas = {
+            quota_entity((str(kind), name) for kind, name in q["entity"]): {
+                str(key): float(value) for key, value in q["values"].items()
+            }
+            for q in data.get("client_quotas", [])
+        }
         for b in data["brokers"]:
             broker = BrokerInfo(
                 int(b["node_id"]),

@@ -311,6 +311,31 @@ class RemoveAclBinding(_Record):
         _acl_fields(self)
 
 
+@dataclass(frozen=True)
+class ClientQuota(_Record):
+    """One client quota key of one entity set to `value`, or removed (`value` null). The
+    entity is [entity type, name] pairs (`user`, `client-id`); a null name is the default."""
+
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float | None
+
+    def __post_init__(self) -> None:
+        pairs = []
+        for pair in self.entity:
+            kind, name = pair
+            if not isinstance(kind, str) or not (name is None or isinstance(name, str)):
+                raise ValueError("entity must be [type, name or null] pairs")
+            pairs.append((kind, name))
+        object.__setattr__(self, "entity", tuple(sorted(pairs)))
+        if not isinstance(self.key, str):
+            raise ValueError("key must be a string")
+        if self.value is not None:
+            if isinstance(self.value, bool) or not isinstance(self.value, int | float):
+                raise ValueError("value must be a number or null")
+            object.__setattr__(self, "value", float(self.value))
+
+
 MetadataRecord: TypeAlias = (
     RegisterBroker
     | UnregisterBroker
@@ -323,6 +348,7 @@ MetadataRecord: TypeAlias = (
     | DeleteScramCredential
     | AddAclBinding
     | RemoveAclBinding
+    | ClientQuota
 )
 
 RECORD_TYPES: dict[str, type[MetadataRecord]] = {
@@ -339,6 +365,7 @@ RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         DeleteScramCredential,
         AddAclBinding,
         RemoveAclBinding,
+        ClientQuota,
     )
 }
 

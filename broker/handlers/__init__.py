@@ -10,6 +10,7 @@ from typing import Any
 from raftka.broker.handlers import (
     acls,
     api_versions,
+    client_quotas,
     configs,
     fetch,
     groups,
@@ -83,6 +84,8 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         42: ApiHandler(0, 2, groups.handle_delete_groups),
         44: ApiHandler(0, 1, configs.handle_incremental_alter_configs),
         47: ApiHandler(0, 0, groups.handle_offset_delete),
+        48: ApiHandler(0, 1, client_quotas.handle_describe_client_quotas),
+        49: ApiHandler(0, 1, client_quotas.handle_alter_client_quotas),
         36: ApiHandler(0, 2, sasl.handle_sasl_authenticate),
         50: ApiHandler(0, 0, scram_credentials.handle_describe_user_scram_credentials),
         51: ApiHandler(0, 0, scram_credentials.handle_alter_user_scram_credentials),

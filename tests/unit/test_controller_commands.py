@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
     COMMAND_TYPES,
+    AlterClientQuotaCommand,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
     Command,
@@ -51,6 +52,10 @@ COMMANDS: list[Command] = [
     AlterScramCredentialsCommand("bob"),
     CreateAclsCommand(((2, "t", 3, "User:alice", "*", 3, 3),)),
     DeleteAclsCommand(((1, None, 1, "User:alice", None, 1, 1),)),
+    AlterClientQuotaCommand(
+        (("client-id", None), ("user", "alice")),
+        (("producer_byte_rate", 1024.0), ("request_percentage", None)),
+    ),
 ]
 
 
