@@ -325,6 +325,45 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "connections.max.idle.ms", L, 600000, "Idle connections are closed after this.", minimum=-1
     ),
     ConfigDef(
+        "quota.window.num",
+        INT,
+        11,
+        "Samples kept to measure a client's rate against its quota.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "quota.window.size.seconds",
+        INT,
+        1,
+        "Time span of each quota sample.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "max.connections",
+        INT,
+        INT_MAX,
+        "Client connections the broker holds at once; past it, accepting waits for one to close.",
+        minimum=0,
+        read_only=True,
+    ),
+    ConfigDef(
+        "max.connections.per.ip",
+        INT,
+        INT_MAX,
+        "Client connections from one address; a further one is closed at once.",
+        minimum=0,
+        read_only=True,
+    ),
+    ConfigDef(
+        "max.connections.per.ip.overrides",
+        S,
+        "",
+        "Per-address limits overriding max.connections.per.ip: HOST:COUNT,...",
+        read_only=True,
+    ),
+    ConfigDef(
         "log.segment.bytes", INT, 1073741824, "Segment size that triggers a roll.", minimum=14
     ),
     ConfigDef(

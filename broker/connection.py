@@ -5,6 +5,11 @@ does not hold up the next request's work) but responses leave in request order, 
 requires. A connection holds at most `queued.max.requests` requests and a bounded number of
 request bytes in flight; past that the broker stops reading from it. Each request a handler
 serves is counted once in the broker's metrics, when its response is written.
+
+Client quotas (broker/quotas.py) are charged around the handler: Produce's request bytes,
+Fetch's response bytes and the handler's running time. A request over its quota is answered
+with its `throttle_time`, and the connection reads no further request until that time after
+the response was written (KIP-219).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import socket
 import struct
 import time
 from dataclasses import dataclass, field
@@ -22,6 +28,15 @@ import trio
 from raftka.broker.handlers.api_versions import unsupported_version_response
 from raftka.broker.handlers.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from raftka.broker.metrics import HANDLER_FAILED, error_name
+from raftka.broker.quotas import (
+    FETCH_KEY,
+    PRODUCE_KEY,
+    ClientQuota,
+    ClientQuotaManager,
+    cap_fetch_bytes,
+    throttled_fetch_response,
+    with_throttle_time,
+)
 from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
 from raftka.broker.security.session import ClientSession
 from raftka.broker.security.tls import certificate_principal
@@ -63,6 +78,10 @@ class _Slot:
     api_key: int | None = None
     received_s: float = 0.0
     error: str | None = None
+    #: Quota throttle: read nothing more for this long after the response is written.
+    throttle_ms: int = 0
+    #: A client under a quota: read its next request only after this one is served.
+    serial: bool = False
 
 
 class Connection:
@@ -74,8 +93,15 @@ class Connection:
         services: BrokerServices,
         stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
         listener: ListenerSpec = _PLAINTEXT_LISTENER,
+        quotas: ClientQuotaManager | None = None,
     ) -> None:
         self.services = services
+        self.quotas = quotas
+        # A throttled client: no request is read while a throttled response waits to be
+        # written, nor until trio.current_time() reaches `_muted_until` after it was.
+        self._throttles_pending = 0
+        self._muted_until = 0.0
+        self._unmuted = trio.Event()
         self.config = services.config
         self.handlers = services.handlers
         self.metrics = services.metrics
@@ -205,6 +231,8 @@ class Connection:
             except FrameError as exc:
                 logger.warning("closing connection from %s: %s", self.peer, exc)
                 return
+            if self._throttles_pending or self._muted_until:
+                await self._wait_unmuted()
             await self._wait_for_budget(size)
             slot = _Slot(request_bytes=size, received_s=received_s)
             self._in_flight_bytes += size
@@ -213,12 +241,32 @@ class Connection:
             await send.send(slot)
             if stop:
                 return
+            if slot.serial:
+                await slot.done.wait()
             if authenticating:
                 # Until authenticated, one request at a time: the next one is checked
                 # against the state this one leaves.
                 await slot.done.wait()
                 if slot.close_after:
                     return
+
+    async def _wait_unmuted(self) -> None:
+        while self._throttles_pending or trio.current_time() < self._muted_until:
+            if self._throttles_pending:
+                await self._unmuted.wait()
+            else:
+                await self._sleep_watching_for_close(self._muted_until)
+        self._muted_until = 0.0
+
+    async def _sleep_watching_for_close(self, deadline: float) -> None:
+        """Sleep until `deadline` (trio time) without reading a request, but return at once
+        (ConnectionError) if the client closes the connection meanwhile, so a throttled
+        client that gave up does not hold its connection slot."""
+        with trio.move_on_at(deadline):
+            peeked = await self.socket_stream.socket.recv(1, socket.MSG_PEEK)
+            if not peeked:
+                raise ConnectionError(f"{self.peer} closed the connection while throttled")
+            await trio.sleep_until(deadline)
 
     async def _wait_for_budget(self, size: int) -> None:
         while self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX:
@@ -276,6 +324,17 @@ class Connection:
             client_port=self.client_port,
             session=self.session,
         )
+        quotas = self.quotas
+        if quotas is not None and quotas.active:
+            client = quotas.for_client(self.session.principal.name, header.client_id or "")
+            if client is not None:
+                # One request at a time, as Kafka reads them, so that a throttle stops the
+                # very next request.
+                slot.serial = True
+                nursery.start_soon(
+                    self._run_handler, handler.handle, context, request, prefix, slot, client
+                )
+                return False
         nursery.start_soon(self._run_handler, handler.handle, context, request, prefix, slot)
         return False
 
@@ -286,8 +345,12 @@ class Connection:
         request: Any,
         prefix: RequestPrefix,
         slot: _Slot,
+        client: ClientQuota | None = None,
     ) -> None:
         try:
+            if client is not None:
+                await self._run_with_quota(client, handle, context, request, prefix, slot)
+                return
             response = await handle(context, request)
             if isinstance(response, SplicedResponse):
                 slot.frame = response.encode(prefix.correlation_id)
@@ -312,6 +375,66 @@ class Connection:
                 slot.close_after = True
             slot.done.set()
 
+    async def _run_with_quota(
+        self,
+        client: ClientQuota,
+        handle: Handle,
+        context: RequestContext,
+        request: Any,
+        prefix: RequestPrefix,
+        slot: _Slot,
+    ) -> None:
+        """`_run_handler`'s work for a client under a quota (errors are the caller's)."""
+        quotas = self.quotas
+        timer = quotas.timer if quotas is not None and client.request is not None else None
+        task = timer.track() if timer is not None else None
+        if prefix.api_key == FETCH_KEY:
+            request = cap_fetch_bytes(request, client)
+        try:
+            response = await handle(context, request)
+        except BaseException:
+            if timer is not None and task is not None:
+                timer.stop(task)
+            raise
+        frame: bytes | Pieces | None = None
+        inner = response.response if isinstance(response, SplicedResponse) else response
+        if isinstance(response, SplicedResponse):
+            frame = response.encode(prefix.correlation_id)
+        elif response is not None:
+            frame = encode_response(prefix.correlation_id, response)
+        now_s = time.monotonic()
+        throttle_ms = 0
+        fetched_bytes = 0
+        if prefix.api_key == PRODUCE_KEY and client.produce is not None:
+            throttle_ms = client.produce.record(slot.request_bytes, now_s)
+        elif prefix.api_key == FETCH_KEY and client.fetch is not None and frame is not None:
+            fetched_bytes = _frame_bytes(frame)
+            throttle_ms = client.fetch.record(fetched_bytes, now_s)
+        if timer is not None and task is not None and client.request is not None:
+            # Kafka's unit: percent of one request thread's time.
+            spent = timer.stop(task) * 100
+            throttle_ms = max(throttle_ms, client.request.record(spent, now_s))
+        if throttle_ms and inner is not None:
+            if fetched_bytes and client.fetch is not None:
+                # The client gets no data now, so the bytes are not charged (Kafka's rule).
+                client.fetch.unrecord(fetched_bytes, now_s)
+                if isinstance(response, SplicedResponse):
+                    response.splices.close()
+                inner = throttled_fetch_response(inner, throttle_ms)
+            else:
+                inner = with_throttle_time(inner, throttle_ms)
+            frame = encode_response(prefix.correlation_id, inner)
+        if throttle_ms:
+            # Read nothing more from now on, as Kafka (which reads one request at a time)
+            # reads nothing before the throttled response and its throttle time are over.
+            slot.throttle_ms = throttle_ms
+            self._throttles_pending += 1
+        slot.frame = frame
+        if inner is not None:
+            code = getattr(inner, "error_code", 0)
+            if code:
+                slot.error = error_name(code)
+
     # -- writing -----------------------------------------------------------------------
 
     async def _write_responses(
@@ -327,6 +450,8 @@ class Connection:
                     await self._send_pieces(slot.frame)
                 elif slot.frame is not None:
                     await self.stream.send_all(slot.frame)
+                if slot.throttle_ms:
+                    self._unmute_after(slot.throttle_ms)
                 if slot.api_key is not None:
                     self.metrics.request_done(
                         slot.api_key, time.perf_counter() - slot.received_s, slot.error
@@ -334,6 +459,14 @@ class Connection:
                 if slot.close_after:
                     break
         scope.cancel()
+
+    def _unmute_after(self, throttle_ms: int) -> None:
+        """A throttled response was written: reading resumes `throttle_ms` from now (or
+        later, while another throttled response is due or an earlier mute lasts longer)."""
+        self._throttles_pending -= 1
+        self._muted_until = max(self._muted_until, trio.current_time() + throttle_ms / 1000)
+        self._unmuted.set()
+        self._unmuted = trio.Event()
 
     async def _send_pieces(self, pieces: Pieces) -> None:
         """Write a spliced frame: bytes pieces with send, file ranges with sendfile (over
@@ -371,6 +504,13 @@ class Connection:
             for piece in pieces:
                 if isinstance(piece, FileRange):
                     piece.close()
+
+
+def _frame_bytes(frame: bytes | Pieces) -> int:
+    """The size of a response frame as sent, file ranges included."""
+    if isinstance(frame, bytes):
+        return len(frame)
+    return sum(len(p) if isinstance(p, bytes) else p.length for p in frame)
 
 
 async def _send_bytes(sock: trio.socket.SocketType, data: bytes) -> None:

@@ -7,12 +7,15 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import ipaddress
 import logging
 import os
 import resource
+import socket
 import ssl
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
@@ -28,6 +31,7 @@ from raftka.broker.handlers import HANDLERS
 from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
+from raftka.broker.quotas import ClientQuotaManager
 from raftka.broker.replication import HardStateStore
 from raftka.broker.security.acl import Authorizer
 from raftka.broker.security.listeners import (
@@ -166,6 +170,126 @@ def read_or_create_cluster_id(data_dir: Path, node_id: int, wanted: str | None =
     return cluster_id
 
 
+# -- connection limits (Kafka's ConnectionQuotas) ------------------------------------------
+
+
+def parse_connection_overrides(text: str) -> dict[str, int]:
+    """`max.connections.per.ip.overrides`: `HOST:COUNT,...` as {ip address: count}; a host
+    name is resolved once, here. Raises ValueError naming the bad entry."""
+    overrides: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"max.connections.per.ip.overrides: expected HOST:COUNT, got {item!r}")
+        try:
+            address = str(ipaddress.ip_address(host))
+        except ValueError:
+            try:
+                address = socket.gethostbyname(host)
+            except OSError as exc:
+                raise ValueError(
+                    f"max.connections.per.ip.overrides: cannot resolve host {host!r}: {exc}"
+                ) from None
+        overrides[address] = int(count)
+    return overrides
+
+
+class ConnectionLimits:
+    """`max.connections` (accepting waits while the broker holds that many client
+    connections) and `max.connections.per.ip` with its overrides (a connection past an
+    address's limit is closed at once)."""
+
+    def __init__(
+        self, total_max: int, per_ip_max: int, per_ip_overrides: Mapping[str, int]
+    ) -> None:
+        self.total_max = total_max
+        self.per_ip_max = per_ip_max
+        self.per_ip_overrides = dict(per_ip_overrides)
+        self.total = 0
+        self.by_ip: dict[str, int] = {}
+        #: The address each counted connection was counted under, until it closes.
+        self.counted: dict[trio.SocketStream, str] = {}
+        self._closed = trio.Event()
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> ConnectionLimits:
+        return cls(
+            config.get_int("max.connections"),
+            config.get_int("max.connections.per.ip"),
+            parse_connection_overrides(config.get_str("max.connections.per.ip.overrides")),
+        )
+
+    def limit_for(self, ip: str) -> int:
+        return self.per_ip_overrides.get(ip, self.per_ip_max)
+
+    async def wait_for_room(self) -> None:
+        """Return once the broker holds fewer than `max.connections` connections."""
+        while self.total >= self.total_max:
+            await self._closed.wait()
+
+    def try_open(self, ip: str) -> bool:
+        """Count a new connection from `ip`; False (nothing counted) if `ip` is at its limit."""
+        count = self.by_ip.get(ip, 0)
+        if count >= self.limit_for(ip):
+            return False
+        self.by_ip[ip] = count + 1
+        self.total += 1
+        return True
+
+    def release(self, stream: trio.SocketStream) -> None:
+        """`stream`, accepted by a LimitedListener, has closed."""
+        ip = self.counted.pop(stream, None)
+        if ip is not None:
+            self.closed(ip)
+
+    def closed(self, ip: str) -> None:
+        count = self.by_ip.get(ip, 0) - 1
+        if count > 0:
+            self.by_ip[ip] = count
+        else:
+            self.by_ip.pop(ip, None)
+        self.total -= 1
+        self._closed.set()
+        self._closed = trio.Event()
+
+
+class LimitedListener(trio.abc.Listener[trio.SocketStream]):
+    """A TCP listener that honours `ConnectionLimits`: it does not accept while the broker
+    is full, and closes at once a connection whose address is at its limit."""
+
+    def __init__(self, inner: trio.SocketListener, limits: ConnectionLimits) -> None:
+        self.inner = inner
+        self.limits = limits
+        self.socket = inner.socket
+
+    async def accept(self) -> trio.SocketStream:
+        while True:
+            await self.limits.wait_for_room()
+            stream = await self.inner.accept()
+            ip = peer_ip(stream)
+            if self.limits.try_open(ip):
+                self.limits.counted[stream] = ip
+                return stream
+            logger.info(
+                "closing connection from %s: the address already has the maximum of %d"
+                " connections (max.connections.per.ip)",
+                ip,
+                self.limits.limit_for(ip),
+            )
+            await trio.aclose_forcefully(stream)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def peer_ip(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername()[0])
+    except OSError:
+        return "?"
+
+
 class Broker:
     """One raftka broker. `run()` serves until cancelled, then shuts down cleanly.
 
@@ -273,6 +397,10 @@ class Broker:
                 if spec.protocol.uses_sasl:
                     self.authenticator.validate(spec.name)
             self.authorizer = Authorizer.from_config(config, lambda: self.controller.image.acls)
+            self.quotas = ClientQuotaManager.from_config(
+                config, lambda: self.controller.image.client_quotas
+            )
+            self.connection_limits = ConnectionLimits.from_config(config)
             self.transactions = transaction_coordinator_for(
                 self.node_id,
                 self.topics,
@@ -347,7 +475,8 @@ class Broker:
                 )
                 for spec in self.listeners:
                     serve = functools.partial(self._serve_connection, spec)
-                    nursery.start_soon(trio.serve_listeners, serve, bound[spec.name])
+                    limited = [LimitedListener(s, self.connection_limits) for s in bound[spec.name]]
+                    nursery.start_soon(trio.serve_listeners, serve, limited)
                 task_status.started(self.bound_port)
         finally:
             started = time.monotonic()
@@ -397,12 +526,15 @@ class Broker:
         return HttpResponse.text(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {reason}")
 
     async def _serve_connection(self, listener: ListenerSpec, stream: trio.SocketStream) -> None:
-        context = self.tls_contexts.get(listener.name)
-        if context is None:
-            await Connection(self.services, stream, listener).serve()
-            return
-        tls = trio.SSLStream(stream, context, server_side=True)
-        await Connection(self.services, tls, listener).serve()
+        try:
+            context = self.tls_contexts.get(listener.name)
+            if context is None:
+                await Connection(self.services, stream, listener, self.quotas).serve()
+                return
+            tls = trio.SSLStream(stream, context, server_side=True)
+            await Connection(self.services, tls, listener, self.quotas).serve()
+        finally:
+            self.connection_limits.release(stream)
 
     async def _flush_logs(self) -> None:
         """fsync partitions per flush.ms (and flush.messages left pending by an idle
