@@ -18,6 +18,7 @@ from raftka.broker.admin import (
     backup,
     cluster,
     groups,
+    quotas,
     restore,
     topics,
     transactions,
@@ -41,6 +42,7 @@ ADMIN_COMMANDS = (
     "users",
     "transactions",
     "acls",
+    "quotas",
 )
 
 # A command: (parsed arguments, target) -> (JSON document, table printer).
@@ -410,7 +412,7 @@ def _backup_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def add_admin_commands(commands: Any) -> None:
     """Adds `topics`, `groups`, `transactions`, `cluster`, `backup`, `restore`, `users` and
-    `acls` to the `raftka` subcommands."""
+    `acls`, `quotas` to the `raftka` subcommands."""
     common = _common_options()
     _topics_parser(commands, common)
     _groups_parser(commands, common)
@@ -419,6 +421,7 @@ def add_admin_commands(commands: Any) -> None:
     _backup_parsers(commands, common)
     users.add_parser(commands, common)
     acls.add_parser(commands, common)
+    quotas.add_parser(commands, common)
 
 
 def run_admin_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

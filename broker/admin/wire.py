@@ -432,3 +432,61 @@ class LeaderClient:
             f"{what} {topic}[{partition}]: gave up after {RETRIES_MAX} tries ({last}; is the "
             "cluster healthy? raftka cluster status)"
         )
+
+
+DESCRIBE_CLIENT_QUOTAS_KEY = 48
+ALTER_CLIENT_QUOTAS_KEY = 49
+
+
+def describe_client_quotas(
+    connection: WireConnection,
+    components: Sequence[tuple[str, int, str | None]],
+    *,
+    strict: bool = False,
+) -> Any:
+    """A DescribeClientQuotas response for the filter's (entity type, match type, match)."""
+    version = connection.version_for(DESCRIBE_CLIENT_QUOTAS_KEY)
+    module = schema_module(load_request_schema(DESCRIBE_CLIENT_QUOTAS_KEY, version))
+    return connection.request(
+        DESCRIBE_CLIENT_QUOTAS_KEY,
+        {
+            "components": tuple(
+                module.ComponentData(entity_type=kind, match_type=match_type, match=match)
+                for kind, match_type, match in components
+            ),
+            "strict": strict,
+        },
+        version=version,
+    )
+
+
+def alter_client_quotas(
+    connection: WireConnection,
+    entries: Sequence[tuple[Sequence[tuple[str, str | None]], Mapping[str, float | None]]],
+    *,
+    validate_only: bool = False,
+) -> Any:
+    """An AlterClientQuotas response; each entry is (entity pairs, key -> value or None to
+    remove)."""
+    version = connection.version_for(ALTER_CLIENT_QUOTAS_KEY)
+    module = schema_module(load_request_schema(ALTER_CLIENT_QUOTAS_KEY, version))
+    return connection.request(
+        ALTER_CLIENT_QUOTAS_KEY,
+        {
+            "entries": tuple(
+                module.EntryData(
+                    entity=tuple(
+                        module.EntityData(entity_type=kind, entity_name=name)
+                        for kind, name in entity
+                    ),
+                    ops=tuple(
+                        module.OpData(key=key, value=value or 0.0, remove=value is None)
+                        for key, value in ops.items()
+                    ),
+                )
+                for entity, ops in entries
+            ),
+            "validate_only": validate_only,
+        },
+        version=version,
+    )
