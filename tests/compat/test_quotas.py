@@ -227,6 +227,23 @@ def test_a_quota_set_on_one_broker_applies_on_another(cluster_factory: Any) -> N
     assert throttles, "no throttle time from the broker that did not take the quota"
 
 
+def test_request_percentage_throttles_a_busy_client(broker_factory: Any) -> None:
+    broker = broker_factory()
+    with WireConnection(broker.bootstrap, 10.0) as connection:
+        # The admin client's own client id gets 1% of a request thread.
+        alter_client_quotas(
+            connection, [([("client-id", "raftka-admin")], {"request_percentage": 1.0})]
+        )
+        throttled_ms, sent = 0.0, 0
+        while not throttled_ms and sent < 20_000:
+            response = describe_client_quotas(connection, [])
+            throttled_ms = response.throttle_time.total_seconds() * 1000
+            sent += 1
+        print(f"\nrequest_percentage 1: throttled {throttled_ms:.0f} ms after {sent} requests")
+        assert 0 < throttled_ms <= 1000  # at most one quota window
+        assert describe_client_quotas(connection, []).error_code == 0  # still served
+
+
 # -- connection limits ---------------------------------------------------------------------------
 
 

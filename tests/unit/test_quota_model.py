@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import time
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -26,6 +28,7 @@ from raftka.broker.quotas import (
     ClientQuotaManager,
     QuotaRequestError,
     RateWindow,
+    RequestTimer,
     Sensor,
     cap_fetch_bytes,
     describe_quotas,
@@ -359,3 +362,77 @@ def test_accepting_waits_while_the_broker_is_full() -> None:
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert admitted == [pytest.approx(5)]
+
+
+# -- request time and authorization -------------------------------------------------------------
+
+
+def test_request_timer_counts_running_time_not_waiting() -> None:
+    timer = RequestTimer()
+
+    def busy(seconds: float) -> None:
+        until = time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            pass
+
+    async def main() -> float:
+        trio.lowlevel.add_instrument(timer)  # type: ignore[arg-type]
+        task = timer.track()
+        busy(0.05)
+        await trio.sleep(0.3)  # not counted
+        busy(0.05)
+        await trio.lowlevel.checkpoint()
+        return timer.stop(task)
+
+    spent = trio.run(main)
+    assert 0.1 <= spent < 0.3
+
+
+def _context(api_key: int, allowed: bool, quotas: dict) -> SimpleNamespace:
+    return SimpleNamespace(
+        api_key=api_key,
+        api_version=1,
+        authorize=lambda *_: allowed,
+        services=SimpleNamespace(
+            controller=SimpleNamespace(image=SimpleNamespace(client_quotas=quotas))
+        ),
+    )
+
+
+def test_quota_apis_need_cluster_configs_permissions() -> None:
+    from kio.schema.alter_client_quotas.v1.request import (
+        AlterClientQuotasRequest,
+        EntityData,
+        EntryData,
+        OpData,
+    )
+    from kio.schema.describe_client_quotas.v1.request import DescribeClientQuotasRequest
+
+    from raftka.broker.handlers.client_quotas import (
+        handle_alter_client_quotas,
+        handle_describe_client_quotas,
+    )
+
+    quotas = {entity("alice"): {PRODUCER_BYTE_RATE: 1.0}}
+    describe = DescribeClientQuotasRequest(components=(), strict=False)
+    denied = trio.run(handle_describe_client_quotas, _context(48, False, quotas), describe)
+    assert denied.error_code == ErrorCode.cluster_authorization_failed and denied.entries is None
+    allowed = trio.run(handle_describe_client_quotas, _context(48, True, quotas), describe)
+    assert allowed.error_code == ErrorCode.none and len(allowed.entries) == 1
+    alter = AlterClientQuotasRequest(
+        entries=(
+            EntryData(
+                entity=(EntityData(entity_type=USER, entity_name="bob"),),
+                ops=(OpData(key=PRODUCER_BYTE_RATE, value=5.0, remove=False),),
+            ),
+        ),
+        validate_only=False,
+    )
+    refused = trio.run(handle_alter_client_quotas, _context(49, False, quotas), alter)
+    assert [e.error_code for e in refused.entries] == [ErrorCode.cluster_authorization_failed]
+    checked = trio.run(
+        handle_alter_client_quotas,
+        _context(49, True, quotas),
+        dataclasses.replace(alter, validate_only=True),
+    )
+    assert [e.error_code for e in checked.entries] == [ErrorCode.none]
