@@ -343,6 +343,7 @@ class MetadataImage:
                         self.acls.add(binding)
                     else:
                         self.acls.remove(binding)
+                return []
             case ClientQuota():
                 # Quota enforcement reads the mapping per request: nothing to reconcile.
                 self._apply_client_quota(record)
