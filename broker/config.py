@@ -280,6 +280,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "Whether a resource no ACL names is open to every principal.",
         read_only=True,
     ),
+    ConfigDef(
+        "raft.auth.secret",
+        P,
+        None,
+        "The secret every broker of the cluster shares to authenticate Raft connections "
+        "between brokers (at least 16 characters; several separated by ',' are all accepted "
+        "and the first is used). Unset: Raft connections are not authenticated.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "raft.auth.secret.file",
+        S,
+        None,
+        "A file holding raft.auth.secret (one secret a line), instead of raft.auth.secret.",
+        read_only=True,
+    ),
     ConfigDef("log.dirs", S, "./data", "Data directory.", read_only=True),
     ConfigDef(
         "metrics.listen",

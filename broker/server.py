@@ -24,7 +24,7 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from raftka.broker.cluster.controller import Controller
-from raftka.broker.config import BrokerConfig
+from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
 from raftka.broker.groups import coordinator_for
 from raftka.broker.handlers import HANDLERS
@@ -45,6 +45,7 @@ from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.topics import Partition, TopicManager, now_ms
 from raftka.broker.txn import transaction_coordinator_for
 from raftka.consensus.driver import RaftNode
+from raftka.consensus.peer_auth import PeerAuth, load_secrets
 from raftka.consensus.transport import PeerTransport
 from raftka.protocol.api import api_name
 
@@ -290,6 +291,19 @@ def peer_ip(stream: trio.SocketStream) -> str:
         return "?"
 
 
+def peer_auth_from(config: BrokerConfig, cluster_id: str) -> PeerAuth | None:
+    """The Raft transport's authentication from `raft.auth.secret(.file)`; None when unset.
+    A bad value raises ConfigError naming the config."""
+    try:
+        accepted = load_secrets(
+            config.get_optional_str("raft.auth.secret"),
+            config.get_optional_str("raft.auth.secret.file"),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return None if accepted is None else PeerAuth(accepted, cluster_id)
+
+
 class Broker:
     """One raftka broker. `run()` serves until cancelled, then shuts down cleanly.
 
@@ -331,6 +345,7 @@ class Broker:
                 self.node_id,
                 (raft_listen.host, raft_listen.port),
                 {n: (a.host, a.port) for n, a in self.cluster.peers.items()},
+                auth=peer_auth_from(config, self.cluster_id),
             )
             self.hard_states = HardStateStore(data_dir / "raft.lmdb")
             opened.callback(self.hard_states.close)

@@ -16,6 +16,14 @@ peer: Raft messages, forwarded requests (refused with ForwardError when they do 
 the responses to the peer's forwarded requests (always sent, since their work is done; while
 they wait, messages and requests to that peer yield to them).
 
+With a `PeerAuth` (the cluster's shared secret) every connection starts with the mutual
+challenge-response of `peer_auth` in both directions, before the HELLO: a node accepts
+nothing from a peer, and sends it nothing, until each has proved the secret, and the HELLO
+and every message must then name the node id that was proved. Refusals are logged as one
+WARNING per peer and reason at most every `REFUSAL_WARNING_INTERVAL_S`. Without one, a
+connection carries no handshake but the HELLO, and a node that meets a peer asking for
+authentication says so and closes.
+
 Each inbound connection serves at most `forwards_in_flight_max` forwarded requests at once;
 when that many are running it stops reading from the peer until one finishes, so a peer that
 forwards faster than this node serves is slowed down by TCP instead of piling up tasks.
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -45,6 +54,7 @@ from raftka.consensus.codec import (
     frame_length,
     message_size_bytes,
 )
+from raftka.consensus.peer_auth import AuthKind, PeerAuth, PeerAuthError, Role, authenticate
 from raftka.consensus.types import Message, NodeId
 
 log = logging.getLogger(__name__)
@@ -61,6 +71,11 @@ _CONNECTION_ERRORS = (
     EOFError,
     CodecError,
 )
+
+# A refused peer re-dials every few seconds; its refusal is logged as a WARNING this seldom.
+REFUSAL_WARNING_INTERVAL_S = 60.0
+_REFUSALS_REMEMBERED_MAX = 1024
+_AUTH_KINDS = frozenset(int(kind) for kind in AuthKind)
 
 # Kafka's UNKNOWN_SERVER_ERROR: the forward handler raised or none is installed.
 UNKNOWN_SERVER_ERROR = -1
@@ -97,6 +112,9 @@ class TransportStats:
     dial_failures: int = 0
     # Forwarded requests refused because they did not fit the peer's byte budget.
     forwards_refused: int = 0
+    # Connections (either direction) whose peer did not prove the cluster's secret, or that
+    # met a peer asking for authentication when this node has no secret.
+    auth_failures: int = 0
 
 
 class _PendingForward:
@@ -159,6 +177,11 @@ class _FrameReader:
         self._stream = stream
         self._buffer = bytearray()
 
+    async def peek_kind(self) -> int:
+        """The kind byte of the next frame, which stays unread."""
+        await self._fill(FRAME_HEADER_BYTES + 1)  # the kind byte follows the length
+        return self._buffer[FRAME_HEADER_BYTES]
+
     async def _fill(self, want: int) -> None:
         while len(self._buffer) < want:
             chunk = await self._stream.receive_some(max(65536, want - len(self._buffer)))
@@ -196,9 +219,15 @@ class PeerTransport:
         backoff_max_s: float = 2.0,
         connect_timeout_s: float = 2.0,
         handshake_timeout_s: float = 5.0,
+        auth: PeerAuth | None = None,
+        handshakes_in_flight_max: int = 64,
     ) -> None:
         """`peers` maps every other node's id to its address (an entry for `node_id` itself
         is ignored). Received messages go to `on_message` in arrival order.
+
+        With `auth`, every connection is authenticated (see the module docstring) within
+        `handshake_timeout_s`; at most `handshakes_in_flight_max` inbound connections may be
+        in their handshake at once, further ones are closed at once.
 
         `queue_bytes_max` is the byte budget per peer, `forwards_in_flight_max` the number of
         forwarded requests served at once per inbound connection (see the module docstring).
@@ -219,6 +248,11 @@ class PeerTransport:
         self.backoff_max_s = backoff_max_s
         self.connect_timeout_s = connect_timeout_s
         self.handshake_timeout_s = handshake_timeout_s
+        self.auth = auth
+        self.handshakes_in_flight_max = handshakes_in_flight_max
+        self._handshakes_in_flight = 0
+        # (peer, reason) -> when its refusal was last logged as a WARNING.
+        self._refusals_warned: dict[tuple[object, ...], float] = {}
         self.stats = TransportStats()
         self._request_ids = itertools.count(1)
         self._pending: dict[int, _PendingForward] = {}
@@ -348,6 +382,15 @@ class PeerTransport:
                 await trio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, self.backoff_max_s)
                 continue
+            if self.auth is not None and not await self._authenticate_outbound(stream, peer):
+                self.stats.dial_failures += 1
+                peer.unreachable = True
+                peer.wanted = trio.Event()
+                self._discard_queue(peer, ForwardError(f"node {peer.node_id} did not authenticate"))
+                await trio.aclose_forcefully(stream)
+                await trio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, self.backoff_max_s)
+                continue
             peer.unreachable = False
             backoff_s = self.backoff_min_s
             try:
@@ -360,6 +403,51 @@ class PeerTransport:
                 await trio.aclose_forcefully(stream)
             await trio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, self.backoff_max_s)
+
+    async def _authenticate_outbound(self, stream: trio.SocketStream, peer: _Peer) -> bool:
+        """Whether the peer proved the secret (and this node did); logs why not."""
+        assert self.auth is not None
+        host, port = peer.address
+
+        def accept(claimed: NodeId) -> str | None:
+            if claimed == peer.node_id:
+                return None
+            return f"answers as node {claimed}: check --peers on both brokers"
+
+        try:
+            await authenticate(
+                stream,
+                self.auth,
+                Role.DIALER,
+                self.node_id,
+                accept,
+                f"node {peer.node_id} at {host}:{port}",
+                self.handshake_timeout_s,
+            )
+        except PeerAuthError as exc:
+            self._refused(("out", peer.node_id, exc.reason), f"refused outbound connection: {exc}")
+            return False
+        except _CONNECTION_ERRORS as exc:
+            self._refused(
+                ("out", peer.node_id, "io"),
+                f"connection to node {peer.node_id} at {host}:{port} broke during the raft"
+                f" authentication handshake: {exc}",
+            )
+            return False
+        return True
+
+    def _refused(self, key: tuple[object, ...], message: str) -> None:
+        """Log a refused connection: a WARNING unless `key` had one recently."""
+        self.stats.auth_failures += 1
+        now = time.monotonic()
+        last = self._refusals_warned.get(key)
+        if last is not None and now - last < REFUSAL_WARNING_INTERVAL_S:
+            log.debug("node %s: %s", self.node_id, message)
+            return
+        if len(self._refusals_warned) >= _REFUSALS_REMEMBERED_MAX:
+            self._refusals_warned.clear()
+        self._refusals_warned[key] = now
+        log.warning("node %s: %s", self.node_id, message)
 
     async def _write_loop(
         self, stream: trio.SocketStream, peer: _Peer, connection: trio.CancelScope
@@ -404,6 +492,16 @@ class PeerTransport:
     ) -> None:
         reader = _FrameReader(stream)
         try:
+            if self.auth is None and await reader.peek_kind() in _AUTH_KINDS:
+                host, port = peer.address
+                self._refused(
+                    ("out", peer.node_id, "wants-auth"),
+                    f"node {peer.node_id} at {host}:{port} asks for authenticated raft traffic"
+                    " (raft.auth.secret is set there) but this broker has no raft.auth.secret:"
+                    " set the same raft.auth.secret on every broker",
+                )
+                connection.cancel()
+                return
             while True:
                 frame = await reader.read()
                 if not isinstance(frame, ForwardResponse):
@@ -445,11 +543,35 @@ class PeerTransport:
         reader = _FrameReader(stream)
         peer_id: NodeId | None = None
         try:
+            if self.auth is not None:
+                peer_id = await self._authenticate_inbound(stream)
+                if peer_id is None:
+                    return
             with trio.fail_after(self.handshake_timeout_s):
+                if self.auth is None and await reader.peek_kind() in _AUTH_KINDS:
+                    self.stats.connections_refused += 1
+                    self._refused(
+                        ("in", _peer_host(stream), "wants-auth"),
+                        f"refused inbound connection from {_peer_address(stream)}: it asks for"
+                        " authenticated raft traffic (raft.auth.secret is set there) but this"
+                        " broker has no raft.auth.secret: set the same raft.auth.secret on"
+                        " every broker",
+                    )
+                    return
                 hello = await reader.read()
-            if not isinstance(hello, Hello) or hello.node_id not in self._peers:
+            if (
+                not isinstance(hello, Hello)
+                or hello.node_id not in self._peers
+                or (peer_id is not None and hello.node_id != peer_id)
+            ):
                 self.stats.connections_refused += 1
-                log.warning("node %s: refused inbound connection (%r)", self.node_id, hello)
+                log.warning(
+                    "node %s: refused inbound connection from %s (%r%s)",
+                    self.node_id,
+                    _peer_address(stream),
+                    hello,
+                    "" if peer_id is None else f"; it authenticated as node {peer_id}",
+                )
                 return
             peer_id = hello.node_id
             peer = self._peers[peer_id]
@@ -477,6 +599,45 @@ class PeerTransport:
                     exc,
                     extra={"peer": peer_id},
                 )
+
+    async def _authenticate_inbound(self, stream: trio.abc.Stream) -> NodeId | None:
+        """The node id the dialling peer proved, or None (logged) when it did not."""
+        assert self.auth is not None
+        address = _peer_address(stream)
+        if self._handshakes_in_flight >= self.handshakes_in_flight_max:
+            self.stats.connections_refused += 1
+            self._refused(
+                ("in", "busy"),
+                f"refused inbound connection from {address}: already"
+                f" {self._handshakes_in_flight} raft authentication handshakes in progress",
+            )
+            return None
+
+        def accept(claimed: NodeId) -> str | None:
+            if claimed in self._peers:
+                return None
+            return "is not one of this broker's peers: check --peers on both brokers"
+
+        self._handshakes_in_flight += 1
+        try:
+            return await authenticate(
+                stream,
+                self.auth,
+                Role.LISTENER,
+                self.node_id,
+                accept,
+                f"peer at {address}",
+                self.handshake_timeout_s,
+            )
+        except PeerAuthError as exc:
+            self.stats.connections_refused += 1
+            self._refused(
+                ("in", _peer_host(stream), exc.claimed_node_id, exc.reason),
+                f"refused inbound connection: {exc}",
+            )
+            return None
+        finally:
+            self._handshakes_in_flight -= 1
 
     def _deliver(self, peer_id: NodeId, messages: list[Message]) -> None:
         self.stats.messages_received += len(messages)
@@ -533,6 +694,21 @@ class PeerTransport:
                 "node %s: cannot encode forward response", self.node_id, extra={"peer": peer_id}
             )
             return encode_forward_response(request.request_id, UNKNOWN_SERVER_ERROR, b"")
+
+
+def _peer_address(stream: trio.abc.Stream) -> str:
+    """HOST:PORT of the other end of a socket stream (for log lines)."""
+    if isinstance(stream, trio.SocketStream):
+        try:
+            host, port = stream.socket.getpeername()[:2]
+        except OSError:
+            return "an unknown address"
+        return f"{host}:{port}"
+    return "an unknown address"
+
+
+def _peer_host(stream: trio.abc.Stream) -> str:
+    return _peer_address(stream).rpartition(":")[0]
 
 
 __all__ = [
