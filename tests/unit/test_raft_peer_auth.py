@@ -538,3 +538,21 @@ def test_handshakes_in_progress_are_bounded() -> None:
             nursery.cancel_scope.cancel()
 
     run_trio(scenario)
+
+
+def test_broker_configs_build_the_transport_auth(tmp_path: Path) -> None:
+    from raftka.broker.config import BROKER_CONFIGS, BrokerConfig, ConfigError, ConfigType
+    from raftka.broker.server import peer_auth_from
+
+    # PASSWORD: DescribeConfigs reports it as sensitive, without its value.
+    assert BROKER_CONFIGS["raft.auth.secret"].type == ConfigType.PASSWORD
+    assert peer_auth_from(BrokerConfig({}, environ={}), "c") is None
+    made = peer_auth_from(BrokerConfig({"raft.auth.secret": SECRET.decode()}, environ={}), "c")
+    assert made == PeerAuth((SECRET,), "c")
+    (tmp_path / "s").write_text("a-secret-of-20-chars\n")
+    both = BrokerConfig(
+        {"raft.auth.secret": SECRET.decode(), "raft.auth.secret.file": str(tmp_path / "s")},
+        environ={},
+    )
+    with pytest.raises(ConfigError, match="set only one"):
+        peer_auth_from(both, "c")

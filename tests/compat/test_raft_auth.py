@@ -1,0 +1,202 @@
+"""Authenticated Raft traffic between brokers (`raft.auth.secret`): a 3-broker cluster that
+shares a secret serves clients; a broker restarted without it, or with another one, is
+refused by the others (no votes, no leadership, nothing appended) while the other two keep
+committing acks=all writes, and catches up once restarted with the right secret. A raw TCP
+client on a Raft port is dropped without effect.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clients import consume, create_topic, produce, wait_until
+from harness import ClusterNode, ClusterProcess
+from test_cluster import partition_state, raw_metadata, segment_bytes, wait_replicas_identical
+
+from raftka.consensus.codec import encode_hello, encode_messages
+from raftka.consensus.types import Message, MessageType
+
+pytestmark = pytest.mark.timeout(300)
+
+SECRET = "6b1f0c52e3d94a7c8f2e0d1b5a9c7e31"
+WRONG_SECRET = "0000000000000000000000000000beef"
+PARTITIONS = 3
+
+
+def secured_cluster(cluster_factory: Any, tmp_path: Path) -> tuple[ClusterProcess, Path]:
+    secret_file = tmp_path / "raft-secret"
+    secret_file.write_text(SECRET + "\n")
+    return cluster_factory(config={"raft.auth.secret.file": str(secret_file)}), secret_file
+
+
+def states(nodes: list[ClusterNode], topic: str) -> dict[int, dict[str, Any]]:
+    """partition -> {leader, epoch, ...} as the first of `nodes` reports it."""
+    return {p: partition_state(nodes[0].bootstrap, topic, p) for p in range(PARTITIONS)}
+
+
+def produce_all(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    records = [{"value": v, "partition": i % PARTITIONS} for i, v in enumerate(values)]
+    result = produce(bootstrap, topic, records, acks="all")
+    assert not result.errors, result.errors[:3]
+
+
+def controller_seen_by(node: ClusterNode) -> int:
+    return int(raw_metadata(node.bootstrap, []).controller_id)
+
+
+def log_text(node: ClusterNode) -> str:
+    return node.log_path.read_text(errors="replace")
+
+
+def test_a_broker_without_the_cluster_secret_cannot_rejoin(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    cluster, secret_file = secured_cluster(cluster_factory, tmp_path)
+    topic = f"raft-auth-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=PARTITIONS, replication_factor=3)
+    wait_until(
+        lambda: all(len(s["isr"]) == 3 for s in states(cluster.nodes, topic).values()),
+        30,
+        "ISR of 3 on every partition",
+    )
+    acked = [b"before-%d" % i for i in range(300)]
+    produce_all(cluster.bootstrap, topic, acked)
+
+    victim = cluster.node(3)
+    survivors = [n for n in cluster.nodes if n is not victim]
+    survivors_bootstrap = ",".join(n.bootstrap for n in survivors)
+    victim.stop()
+    settled = wait_until(
+        lambda: (
+            (s := states(survivors, topic)) and all(p["leader"] in (1, 2) for p in s.values()) and s
+        ),
+        30,
+        "every partition led by node 1 or 2",
+    )
+    controller = controller_seen_by(survivors[0])
+    victim_segments = {p: segment_bytes(victim, topic, p) for p in range(PARTITIONS)}
+
+    right_config = dict(victim.config)
+    phases = [
+        # (name, victim's config, what the survivors log, what the victim logs)
+        (
+            "no secret",
+            {k: v for k, v in right_config.items() if k != "raft.auth.secret.file"},
+            "(claiming node 3) sent raft traffic without authenticating: it has no"
+            " raft.auth.secret",
+            "this broker has no raft.auth.secret",
+        ),
+        (
+            "wrong secret",
+            {
+                **{k: v for k, v in right_config.items() if k != "raft.auth.secret.file"},
+                "raft.auth.secret": WRONG_SECRET,
+            },
+            "(claiming node 3) did not prove this cluster's secret: its raft.auth.secret"
+            " differs from this broker's",
+            "did not prove this cluster's secret: its raft.auth.secret differs",
+        ),
+    ]
+    for name, config, survivors_say, victim_says in phases:
+        victim.config = config
+        victim.spawn()  # it never registers, so it never answers clients: do not wait
+        values = [b"%s-%d" % (name.encode(), i) for i in range(300)]
+        produce_all(survivors_bootstrap, topic, values)  # acks=all on the other two
+        acked += values
+        time.sleep(3)  # several election timeouts in which the victim could campaign
+        assert victim.is_running(), victim.log_tail(40)
+        now = states(survivors, topic)
+        for p, state in now.items():
+            assert (state["leader"], state["epoch"]) == (
+                settled[p]["leader"],
+                settled[p]["epoch"],
+            ), f"{name}: partition {p} was {settled[p]}, now {state}"
+        assert [controller_seen_by(n) for n in survivors] == [controller, controller]
+        # The refused broker leads nothing, even in its own view.
+        seen = raw_metadata(victim.bootstrap, [topic])
+        assert all(int(p.leader_id) != victim.node_id for t in seen.topics for p in t.partitions)
+        for p in range(PARTITIONS):
+            assert segment_bytes(victim, topic, p) == victim_segments[p], (
+                f"{name}: the refused broker appended to {topic}-{p}"
+            )
+        for node in survivors:
+            assert survivors_say in log_text(node), (name, node.log_tail(40))
+        assert victim_says in log_text(victim), (name, victim.log_tail(40))
+        victim.stop()
+        print(f"\n{name}: refused; {len(values)} acks=all records committed on nodes 1 and 2")
+
+    victim.config = right_config
+    victim.start()
+    for p in range(PARTITIONS):
+        wait_until(
+            lambda p=p: len(partition_state(survivors[0].bootstrap, topic, p)["isr"]) == 3,
+            30,
+            f"node 3 back in the ISR of {topic}-{p}",
+        )
+        wait_replicas_identical(cluster, topic, p)
+    got = consume(victim.bootstrap, topic, range(PARTITIONS), timeout=60)
+    values = {m.value() for msgs in got.values() for m in msgs}
+    missing = [v for v in acked if v not in values]
+    assert not missing, f"{len(missing)} acked records missing, e.g. {missing[:3]}"
+    assert secret_file.read_text().strip() == SECRET
+
+
+def test_raw_tcp_on_a_raft_port_is_dropped_without_effect(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    cluster, _ = secured_cluster(cluster_factory, tmp_path)
+    topic = f"raft-raw-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=PARTITIONS, replication_factor=3)
+    before = wait_until(
+        lambda: (
+            (s := states(cluster.nodes, topic))
+            and all(len(p["isr"]) == 3 for p in s.values())
+            and s
+        ),
+        30,
+        "ISR of 3 on every partition",
+    )
+    controller = controller_seen_by(cluster.nodes[0])
+    huge_term = 10**9
+    groups = ["__cluster_metadata-0", *(f"{topic}-{p}" for p in range(PARTITIONS))]
+    for target in cluster.nodes:
+        sender = 1 if target.node_id != 1 else 2
+        # What a forged peer would say: take over every group with a huge term.
+        forged = encode_hello(sender) + b"".join(
+            encode_messages(
+                [
+                    Message(g, MessageType.HEARTBEAT, sender, target.node_id, huge_term)
+                    for g in groups
+                ]
+                + [
+                    Message(g, MessageType.TIMEOUT_NOW, sender, target.node_id, huge_term)
+                    for g in groups
+                ]
+            )
+        )
+        for attack in (bytes(range(256)) * 64, forged):
+            with socket.create_connection(("127.0.0.1", target.raft_port), timeout=5) as raw:
+                raw.settimeout(10)
+                try:
+                    raw.sendall(attack)
+                    while raw.recv(65536):
+                        pass  # the broker's handshake opening, then the close
+                except ConnectionResetError:
+                    pass  # closed with our bytes unread
+    values = [b"after-%d" % i for i in range(300)]
+    produce_all(cluster.bootstrap, topic, values)
+    after = states(cluster.nodes, topic)
+    for p, state in after.items():
+        assert (state["leader"], state["epoch"]) == (before[p]["leader"], before[p]["epoch"])
+    assert [controller_seen_by(n) for n in cluster.nodes] == [controller] * 3
+    for node in cluster.nodes:
+        text = log_text(node)
+        assert "refused inbound connection" in text, node.log_tail(40)
+        assert "sent raft traffic without authenticating" in text, node.log_tail(40)
+    got = consume(cluster.bootstrap, topic, range(PARTITIONS), timeout=60)
+    assert sum(len(m) for m in got.values()) == len(values)
