@@ -290,6 +290,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         read_only=True,
     ),
     ConfigDef(
+        "raft.security.protocol",
+        S,
+        "PLAINTEXT",
+        "PLAINTEXT or SSL: TLS between brokers' Raft ports with the broker's keystore and "
+        "truststore, both certificates checked (needs raft.auth.secret too).",
+        choices=("PLAINTEXT", "SSL"),
+        read_only=True,
+    ),
+    ConfigDef(
         "raft.auth.secret.file",
         S,
         None,

@@ -304,6 +304,44 @@ def peer_auth_from(config: BrokerConfig, cluster_id: str) -> PeerAuth | None:
     return None if accepted is None else PeerAuth(accepted, cluster_id)
 
 
+RAFT_TLS_LISTENER = "RAFT"  # listener.name.raft.ssl.* overrides apply to the Raft port
+
+
+def raft_tls_contexts(config: BrokerConfig) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """(server, client) TLS contexts of the Raft transport when `raft.security.protocol` is
+    SSL: the broker's keystore on both sides, the truststore checking the other side's
+    certificate both ways (and the host name a peer is dialled at). ConfigError naming what
+    is missing."""
+    if config.get_str("raft.security.protocol") != "SSL":
+        return None
+    if not (config.is_set("raft.auth.secret") or config.is_set("raft.auth.secret.file")):
+        raise ConfigError(
+            "raft.security.protocol=SSL needs raft.auth.secret (or raft.auth.secret.file) as "
+            "well: a certificate from the truststore's CA does not say a peer is a broker of "
+            "this cluster"
+        )
+    server = server_context(config, RAFT_TLS_LISTENER)
+    server.verify_mode = ssl.CERT_REQUIRED
+
+    def value(name: str) -> str | None:
+        found = config.listener_value(RAFT_TLS_LISTENER, name)
+        return found if isinstance(found, str) and found else None
+
+    keystore, truststore = value("ssl.keystore.location"), value("ssl.truststore.location")
+    if keystore is None or truststore is None:
+        raise ConfigError(
+            "raft.security.protocol=SSL needs ssl.keystore.location and "
+            "ssl.truststore.location (PEM files): the Raft transport does not take inline "
+            "key material"
+        )
+    client = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=truststore)
+    try:
+        client.load_cert_chain(keystore, password=value("ssl.key.password"))
+    except ssl.SSLError as exc:
+        raise ConfigError(f"ssl.keystore.location: cannot load {keystore}: {exc}") from None
+    return server, client
+
+
 class Broker:
     """One raftka broker. `run()` serves until cancelled, then shuts down cleanly.
 
@@ -341,11 +379,14 @@ class Broker:
                 data_dir, self.node_id, self.cluster.cluster_id()
             )
             raft_listen = self.cluster.raft_listen or Listener("127.0.0.1", 0)
+            raft_tls = raft_tls_contexts(config)
             self.transport = PeerTransport(
                 self.node_id,
                 (raft_listen.host, raft_listen.port),
                 {n: (a.host, a.port) for n, a in self.cluster.peers.items()},
                 auth=peer_auth_from(config, self.cluster_id),
+                tls_server=None if raft_tls is None else raft_tls[0],
+                tls_client=None if raft_tls is None else raft_tls[1],
             )
             self.hard_states = HardStateStore(data_dir / "raft.lmdb")
             opened.callback(self.hard_states.close)

@@ -24,6 +24,10 @@ WARNING per peer and reason at most every `REFUSAL_WARNING_INTERVAL_S`. Without 
 connection carries no handshake but the HELLO, and a node that meets a peer asking for
 authentication says so and closes.
 
+With TLS contexts (`tls_server` for accepted connections, `tls_client` for dialled ones)
+every connection is a TLS connection, its handshake finished (both certificates checked as the
+contexts say) before the secret's challenge-response runs inside it.
+
 Each inbound connection serves at most `forwards_in_flight_max` forwarded requests at once;
 when that many are running it stops reading from the peer until one finishes, so a peer that
 forwards faster than this node serves is slowed down by TCP instead of piling up tasks.
@@ -33,9 +37,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -221,17 +227,23 @@ class PeerTransport:
         handshake_timeout_s: float = 5.0,
         auth: PeerAuth | None = None,
         handshakes_in_flight_max: int = 64,
+        tls_server: ssl.SSLContext | None = None,
+        tls_client: ssl.SSLContext | None = None,
     ) -> None:
         """`peers` maps every other node's id to its address (an entry for `node_id` itself
         is ignored). Received messages go to `on_message` in arrival order.
 
         With `auth`, every connection is authenticated (see the module docstring) within
         `handshake_timeout_s`; at most `handshakes_in_flight_max` inbound connections may be
-        in their handshake at once, further ones are closed at once.
+        in their handshake at once, further ones are closed at once. `tls_server` and
+        `tls_client` (both or neither) make every connection TLS; the client context
+        checks the peer's certificate against the host name in its address.
 
         `queue_bytes_max` is the byte budget per peer, `forwards_in_flight_max` the number of
         forwarded requests served at once per inbound connection (see the module docstring).
         """
+        if (tls_server is None) != (tls_client is None):
+            raise ValueError("tls_server and tls_client go together: give both or neither")
         if forwards_in_flight_max < 1:
             raise ValueError(f"forwards_in_flight_max must be >= 1, not {forwards_in_flight_max}")
         self.node_id = node_id
@@ -249,6 +261,8 @@ class PeerTransport:
         self.connect_timeout_s = connect_timeout_s
         self.handshake_timeout_s = handshake_timeout_s
         self.auth = auth
+        self.tls_server = tls_server
+        self.tls_client = tls_client
         self.handshakes_in_flight_max = handshakes_in_flight_max
         self._handshakes_in_flight = 0
         # (peer, reason) -> when its refusal was last logged as a WARNING.
@@ -365,7 +379,7 @@ class PeerTransport:
             await peer.wanted.wait()
             try:
                 with trio.fail_after(self.connect_timeout_s):
-                    stream = await trio.open_tcp_stream(*peer.address)
+                    tcp = await trio.open_tcp_stream(*peer.address)
             except (OSError, trio.TooSlowError) as exc:
                 self.stats.dial_failures += 1
                 if not peer.unreachable:
@@ -382,12 +396,13 @@ class PeerTransport:
                 await trio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, self.backoff_max_s)
                 continue
-            if self.auth is not None and not await self._authenticate_outbound(stream, peer):
+            stream = await self._secure_outbound(tcp, peer)
+            if stream is None:
                 self.stats.dial_failures += 1
                 peer.unreachable = True
                 peer.wanted = trio.Event()
                 self._discard_queue(peer, ForwardError(f"node {peer.node_id} did not authenticate"))
-                await trio.aclose_forcefully(stream)
+                await trio.aclose_forcefully(tcp)
                 await trio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, self.backoff_max_s)
                 continue
@@ -404,7 +419,42 @@ class PeerTransport:
             await trio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, self.backoff_max_s)
 
-    async def _authenticate_outbound(self, stream: trio.SocketStream, peer: _Peer) -> bool:
+    async def _secure_outbound(self, tcp: trio.SocketStream, peer: _Peer) -> trio.abc.Stream | None:
+        """The dialled connection once TLS (if configured) and the secret's handshake (if
+        configured) succeeded; None (logged) when either failed."""
+        stream: trio.abc.Stream = tcp
+        if self.tls_client is not None:
+            host, port = peer.address
+            tls = trio.SSLStream(tcp, self.tls_client, server_hostname=host)
+            failure = await self._tls_handshake(tls)
+            if failure is not None:
+                self._refused(
+                    ("out", peer.node_id, "tls"),
+                    f"refused outbound connection: TLS handshake with node {peer.node_id} at"
+                    f" {host}:{port} failed: {failure}; check that it has raft.security.protocol"
+                    " SSL and a certificate the truststore accepts, issued for that host",
+                )
+                return None
+            stream = tls
+        if self.auth is not None and not await self._authenticate_outbound(stream, peer):
+            return None
+        return stream
+
+    async def _tls_handshake(self, tls: trio.SSLStream[Any]) -> str | None:
+        """Run a TLS handshake within the handshake timeout: None, or why it failed."""
+        try:
+            with trio.fail_after(self.handshake_timeout_s):
+                await tls.do_handshake()
+        except trio.TooSlowError:
+            return f"not finished within {self.handshake_timeout_s:g} s"
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ssl.SSLError):
+                return cause.reason or str(cause)
+            return str(cause or exc) or type(exc).__name__
+        return None
+
+    async def _authenticate_outbound(self, stream: trio.abc.Stream, peer: _Peer) -> bool:
         """Whether the peer proved the secret (and this node did); logs why not."""
         assert self.auth is not None
         host, port = peer.address
@@ -450,7 +500,7 @@ class PeerTransport:
         log.warning("node %s: %s", self.node_id, message)
 
     async def _write_loop(
-        self, stream: trio.SocketStream, peer: _Peer, connection: trio.CancelScope
+        self, stream: trio.abc.Stream, peer: _Peer, connection: trio.CancelScope
     ) -> None:
         try:
             await stream.send_all(encode_hello(self.node_id))
@@ -482,13 +532,13 @@ class PeerTransport:
             )
             connection.cancel()
 
-    async def _write_messages(self, stream: trio.SocketStream, messages: list[Message]) -> None:
+    async def _write_messages(self, stream: trio.abc.Stream, messages: list[Message]) -> None:
         await _write_parts(stream, encode_messages(messages))
         self.stats.frames_sent += 1
         self.stats.messages_sent += len(messages)
 
     async def _read_responses(
-        self, stream: trio.SocketStream, peer: _Peer, connection: trio.CancelScope
+        self, stream: trio.abc.Stream, peer: _Peer, connection: trio.CancelScope
     ) -> None:
         reader = _FrameReader(stream)
         try:
@@ -540,13 +590,14 @@ class PeerTransport:
             await trio.aclose_forcefully(stream)
 
     async def _read_inbound(self, stream: trio.abc.Stream, nursery: trio.Nursery) -> None:
-        reader = _FrameReader(stream)
         peer_id: NodeId | None = None
         try:
-            if self.auth is not None:
-                peer_id = await self._authenticate_inbound(stream)
-                if peer_id is None:
+            if self.tls_server is not None or self.auth is not None:
+                secured = await self._secure_inbound(stream)
+                if secured is None:
                     return
+                stream, peer_id = secured
+            reader = _FrameReader(stream)
             with trio.fail_after(self.handshake_timeout_s):
                 if self.auth is None and await reader.peek_kind() in _AUTH_KINDS:
                     self.stats.connections_refused += 1
@@ -600,9 +651,12 @@ class PeerTransport:
                     extra={"peer": peer_id},
                 )
 
-    async def _authenticate_inbound(self, stream: trio.abc.Stream) -> NodeId | None:
-        """The node id the dialling peer proved, or None (logged) when it did not."""
-        assert self.auth is not None
+    async def _secure_inbound(
+        self, stream: trio.abc.Stream
+    ) -> tuple[trio.abc.Stream, NodeId | None] | None:
+        """The accepted connection once TLS (if configured) and the secret's handshake (if
+        configured) succeeded, and the node id the peer proved; None (logged) when either
+        failed or too many handshakes are in progress."""
         address = _peer_address(stream)
         if self._handshakes_in_flight >= self.handshakes_in_flight_max:
             self.stats.connections_refused += 1
@@ -620,7 +674,22 @@ class PeerTransport:
 
         self._handshakes_in_flight += 1
         try:
-            return await authenticate(
+            if self.tls_server is not None:
+                tls = trio.SSLStream(stream, self.tls_server, server_side=True)
+                failure = await self._tls_handshake(tls)
+                if failure is not None:
+                    self.stats.connections_refused += 1
+                    self._refused(
+                        ("in", _peer_host(stream), "tls"),
+                        f"refused inbound connection: TLS handshake with {address} failed:"
+                        f" {failure}; check that it has raft.security.protocol SSL and a"
+                        " certificate this broker's truststore accepts",
+                    )
+                    return None
+                stream = tls
+            if self.auth is None:
+                return stream, None
+            peer_id = await authenticate(
                 stream,
                 self.auth,
                 Role.LISTENER,
@@ -629,6 +698,7 @@ class PeerTransport:
                 f"peer at {address}",
                 self.handshake_timeout_s,
             )
+            return stream, peer_id
         except PeerAuthError as exc:
             self.stats.connections_refused += 1
             self._refused(
@@ -698,6 +768,8 @@ class PeerTransport:
 
 def _peer_address(stream: trio.abc.Stream) -> str:
     """HOST:PORT of the other end of a socket stream (for log lines)."""
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     if isinstance(stream, trio.SocketStream):
         try:
             host, port = stream.socket.getpeername()[:2]

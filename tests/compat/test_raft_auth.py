@@ -2,22 +2,27 @@
 shares a secret serves clients; a broker restarted without it, or with another one, is
 refused by the others (no votes, no leadership, nothing appended) while the other two keep
 committing acks=all writes, and catches up once restarted with the right secret. A raw TCP
-client on a Raft port is dropped without effect.
+client on a Raft port is dropped without effect. With `raft.security.protocol=SSL` the same
+holds over TLS, and a broker without TLS on its Raft port is refused.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from certs import make_certificates
 from clients import consume, create_topic, produce, wait_until
 from harness import ClusterNode, ClusterProcess
 from test_cluster import partition_state, raw_metadata, segment_bytes, wait_replicas_identical
 
+from raftka.broker.config import BrokerConfig
+from raftka.broker.server import raft_tls_contexts
 from raftka.consensus.codec import encode_hello, encode_messages
 from raftka.consensus.types import Message, MessageType
 
@@ -104,7 +109,14 @@ def test_a_broker_without_the_cluster_secret_cannot_rejoin(
     ]
     for name, config, survivors_say, victim_says in phases:
         victim.config = config
-        victim.spawn()  # it never registers, so it never answers clients: do not wait
+        victim.spawn()
+        wait_until(
+            lambda sv=survivors_say, vs=victim_says: (
+                all(sv in log_text(n) for n in survivors) and vs in log_text(victim)
+            ),
+            30,
+            f"{name}: the refusal in every broker's log",
+        )
         values = [b"%s-%d" % (name.encode(), i) for i in range(300)]
         produce_all(survivors_bootstrap, topic, values)  # acks=all on the other two
         acked += values
@@ -124,9 +136,6 @@ def test_a_broker_without_the_cluster_secret_cannot_rejoin(
             assert segment_bytes(victim, topic, p) == victim_segments[p], (
                 f"{name}: the refused broker appended to {topic}-{p}"
             )
-        for node in survivors:
-            assert survivors_say in log_text(node), (name, node.log_tail(40))
-        assert victim_says in log_text(victim), (name, victim.log_tail(40))
         victim.stop()
         print(f"\n{name}: refused; {len(values)} acks=all records committed on nodes 1 and 2")
 
@@ -200,3 +209,102 @@ def test_raw_tcp_on_a_raft_port_is_dropped_without_effect(
         assert "sent raft traffic without authenticating" in text, node.log_tail(40)
     got = consume(cluster.bootstrap, topic, range(PARTITIONS), timeout=60)
     assert sum(len(m) for m in got.values()) == len(values)
+
+
+def test_raft_over_tls_serves_and_refuses_plaintext_peers(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    certs = make_certificates(tmp_path)
+    secret_file = tmp_path / "raft-secret"
+    secret_file.write_text(SECRET)
+    tls_config = {
+        "raft.security.protocol": "SSL",
+        "ssl.keystore.location": str(certs.broker_keystore),
+        "ssl.truststore.location": str(certs.ca),
+        "raft.auth.secret.file": str(secret_file),
+    }
+    cluster = cluster_factory(config=tls_config)
+    topic = f"raft-tls-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=PARTITIONS, replication_factor=3)
+    wait_until(
+        lambda: all(len(s["isr"]) == 3 for s in states(cluster.nodes, topic).values()),
+        30,
+        "ISR of 3 on every partition",
+    )
+    acked = [b"tls-%d" % i for i in range(300)]
+    produce_all(cluster.bootstrap, topic, acked)
+
+    target = cluster.node(1)
+    # Plaintext Raft bytes to a TLS Raft port: dropped.
+    with socket.create_connection(("127.0.0.1", target.raft_port), timeout=5) as raw:
+        raw.settimeout(10)
+        try:
+            raw.sendall(encode_hello(2))
+            while raw.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+    # TLS with a certificate the truststore accepts, but no secret: still refused.
+    client = ssl.create_default_context(cafile=str(certs.ca))
+    client.load_cert_chain(str(certs.client_cert), str(certs.client_key))
+    with (
+        socket.create_connection(("127.0.0.1", target.raft_port), timeout=5) as raw,
+        client.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.settimeout(10)
+        tls.sendall(encode_hello(2))
+        try:
+            while tls.recv(65536):
+                pass  # the broker's AUTH_HELLO, then the close
+        except (ConnectionResetError, ssl.SSLError):
+            pass
+    # TLS without a client certificate: the handshake fails, nothing of Raft is heard.
+    anonymous = ssl.create_default_context(cafile=str(certs.ca))
+    heard = b""
+    with socket.create_connection(("127.0.0.1", target.raft_port), timeout=5) as raw:
+        try:
+            with anonymous.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                tls.settimeout(10)
+                while chunk := tls.recv(65536):
+                    heard += chunk
+        except (ConnectionResetError, ssl.SSLError):
+            pass
+    assert heard == b""
+    # The dialling side checks the peer's host name, and both sides want a certificate.
+    server, client = raft_tls_contexts(BrokerConfig(tls_config, environ={})) or (None, None)
+    assert server is not None and client is not None
+    assert server.verify_mode == client.verify_mode == ssl.CERT_REQUIRED
+    assert client.check_hostname
+    text = log_text(target)
+    assert "TLS handshake with 127.0.0.1:" in text, target.log_tail(40)
+    assert "(claiming node 2) sent raft traffic without authenticating" in text
+
+    victim = cluster.node(3)
+    survivors = [n for n in cluster.nodes if n is not victim]
+    victim.stop()
+    victim.config = {**tls_config, "raft.security.protocol": "PLAINTEXT"}
+    victim.spawn()
+    wait_until(
+        lambda: (
+            "refused inbound connection: TLS handshake with" in log_text(cluster.node(2))
+            and "not the raft authentication handshake" in log_text(victim)
+        ),
+        30,
+        "the TLS refusal in node 2's log and node 3's",
+    )
+    values = [b"plaintext-peer-%d" % i for i in range(300)]
+    produce_all(",".join(n.bootstrap for n in survivors), topic, values)
+    acked += values
+    victim.stop()
+    victim.config = tls_config
+    victim.start()
+    for p in range(PARTITIONS):
+        wait_until(
+            lambda p=p: len(partition_state(survivors[0].bootstrap, topic, p)["isr"]) == 3,
+            30,
+            f"node 3 back in the ISR of {topic}-{p}",
+        )
+        wait_replicas_identical(cluster, topic, p)
+    got = consume(cluster.bootstrap, topic, range(PARTITIONS), timeout=60)
+    values_read = {m.value() for msgs in got.values() for m in msgs}
+    assert not [v for v in acked if v not in values_read]

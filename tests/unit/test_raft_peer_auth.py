@@ -558,3 +558,17 @@ def test_broker_configs_build_the_transport_auth(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="set only one"):
         peer_auth_from(both, "c")
+
+
+def test_raft_tls_needs_the_secret_and_a_keystore() -> None:
+    from raftka.broker.config import BrokerConfig, ConfigError
+    from raftka.broker.server import raft_tls_contexts
+
+    assert raft_tls_contexts(BrokerConfig({}, environ={})) is None
+    with pytest.raises(ConfigError, match="needs raft.auth.secret"):
+        raft_tls_contexts(BrokerConfig({"raft.security.protocol": "SSL"}, environ={}))
+    secured = {"raft.security.protocol": "SSL", "raft.auth.secret": SECRET.decode()}
+    with pytest.raises(ConfigError, match="no keystore"):
+        raft_tls_contexts(BrokerConfig(secured, environ={}))
+    with pytest.raises(ConfigError, match="must be one of"):
+        BrokerConfig({"raft.security.protocol": "SASL_SSL"}, environ={})
