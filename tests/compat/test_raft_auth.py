@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from certs import make_certificates
 from clients import consume, create_topic, produce, wait_until
-from harness import ClusterNode, ClusterProcess
+from harness import BrokerProcess, ClusterNode, ClusterProcess
 from test_cluster import partition_state, raw_metadata, segment_bytes, wait_replicas_identical
 
 from raftka.broker.config import BrokerConfig
@@ -54,7 +54,7 @@ def controller_seen_by(node: ClusterNode) -> int:
     return int(raw_metadata(node.bootstrap, []).controller_id)
 
 
-def log_text(node: ClusterNode) -> str:
+def log_text(node: BrokerProcess) -> str:
     return node.log_path.read_text(errors="replace")
 
 
@@ -308,3 +308,17 @@ def test_raft_over_tls_serves_and_refuses_plaintext_peers(
     got = consume(cluster.bootstrap, topic, range(PARTITIONS), timeout=60)
     values_read = {m.value() for msgs in got.values() for m in msgs}
     assert not [v for v in acked if v not in values_read]
+
+
+def test_describe_configs_never_shows_the_secret(broker_factory: Any) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    broker = broker_factory(config={"raft.auth.secret": SECRET})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource("broker", "1")
+    entries = admin.describe_configs([resource])[resource].result(timeout=10)
+    entry = entries["raft.auth.secret"]
+    assert entry.is_sensitive and entry.value is None
+    assert entries["raft.security.protocol"].value == "PLAINTEXT"
+    logged = log_text(broker).split("\n", 1)[1]  # past the harness's command line
+    assert SECRET not in logged
