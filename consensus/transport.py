@@ -118,8 +118,9 @@ class TransportStats:
     dial_failures: int = 0
     # Forwarded requests refused because they did not fit the peer's byte budget.
     forwards_refused: int = 0
-    # Connections (either direction) whose peer did not prove the cluster's secret, or that
-    # met a peer asking for authentication when this node has no secret.
+    # Connections (either direction) whose peer did not prove the cluster's secret or failed
+    # the TLS handshake, or that met a peer asking for authentication when this node has no
+    # secret.
     auth_failures: int = 0
 
 
