@@ -1,4 +1,10 @@
-"""DescribeConfigs for topics and this broker."""
+"""DescribeConfigs for topics and this broker; AlterConfigs and IncrementalAlterConfigs.
+
+With an authorizer, as Kafka: describing a resource's configs needs DESCRIBE_CONFIGS and
+altering them ALTER_CONFIGS, on the topic for a topic (else TOPIC_AUTHORIZATION_FAILED), on
+the cluster for a broker or broker logger (else CLUSTER_AUTHORIZATION_FAILED). A denied
+resource is answered so before anything else about it is looked at, and left unchanged.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.cluster.commands import AlterConfigsCommand
 from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, ConfigType, TopicConfig
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
@@ -18,6 +25,34 @@ if TYPE_CHECKING:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_GROUP = 32
+
+# Config resource type -> the ACL resource its configs are checked on, and the error a
+# denial is answered with.
+_ACL_RESOURCE_OF: dict[int, tuple[ResourceType, ErrorCode]] = {
+    RESOURCE_TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed),
+    RESOURCE_BROKER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),
+    RESOURCE_BROKER_LOGGER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),
+    RESOURCE_GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed),
+}
+
+
+def config_denial(
+    context: RequestContext, operation: AclOperation, resource_type: int, resource_name: str
+) -> tuple[ErrorCode, str] | None:
+    """The error and message when the principal may not do `operation` on a config
+    resource's configs; None when it may (or the type is not one Kafka checks)."""
+    checked = _ACL_RESOURCE_OF.get(resource_type)
+    if checked is None:
+        return None
+    acl_type, error = checked
+    name = CLUSTER_NAME if acl_type == ResourceType.CLUSTER else resource_name
+    if context.authorize(operation, acl_type, name):
+        return None
+    what = "the cluster" if acl_type == ResourceType.CLUSTER else f"{acl_type.name.lower()} {name}"
+    return error, f"{context.principal} is not authorized to {operation.name} on {what}"
+
 
 # (config, its value as text, where the value comes from), as DescribeConfigs reports it.
 Described = tuple[ConfigDef, str | None, ConfigSource]
@@ -78,7 +113,12 @@ async def handle_describe_configs(context: RequestContext, request: Any) -> Any:
     for resource in request.resources:
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         error, message, configs = ErrorCode.none, None, ()
-        if resource.resource_type == RESOURCE_TOPIC:
+        denial = config_denial(
+            context, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if denial is not None:
+            error, message = denial
+        elif resource.resource_type == RESOURCE_TOPIC:
             topic = services.topics.get(resource.resource_name)
             if topic is None:
                 error, message = (
@@ -175,7 +215,12 @@ async def handle_incremental_alter_configs(context: RequestContext, request: Any
     results = []
     for resource in request.resources:
         error, message = ErrorCode.none, None
-        if resource.resource_type == RESOURCE_TOPIC:
+        denial = config_denial(
+            context, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if denial is not None:
+            error, message = denial
+        elif resource.resource_type == RESOURCE_TOPIC:
             changes: dict[str, str | None] = {}
             for entry in resource.configs:
                 if entry.config_operation == SET:
@@ -221,7 +266,14 @@ async def handle_alter_configs(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     results = []
     for resource in request.resources:
-        if resource.resource_type == RESOURCE_TOPIC:
+        error: ErrorCode
+        message: str | None
+        denial = config_denial(
+            context, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if denial is not None:
+            error, message = denial
+        elif resource.resource_type == RESOURCE_TOPIC:
             error, message = await _alter_topic(
                 services.topics,
                 services.controller,

@@ -1,7 +1,13 @@
-"""Metadata: brokers, topics, partitions, leaders; auto-creates topics when allowed."""
+"""Metadata: brokers, topics, partitions, leaders; auto-creates topics when allowed.
+
+With an authorizer, as Kafka: a topic the principal may not DESCRIBE is left out of an
+all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named (whether or not it
+exists); auto-creation needs CREATE on the cluster or on the topic.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from types import ModuleType
@@ -12,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.cluster.validation import TopicError, validate_topic_name
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.topics import Topic
 from raftka.protocol.api import build
 
@@ -121,50 +128,102 @@ def client_listener(context: RequestContext) -> str | None:
     return None if context.session is None else context.session.listener.name
 
 
+def may_auto_create(context: RequestContext, name: str) -> bool:
+    """CREATE on the cluster or on the topic, as Kafka requires to auto-create it."""
+    return context.authorize(
+        AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME
+    ) or context.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)
+
+
+def cluster_authorized_operations(context: RequestContext, request: Any) -> int:
+    """The cluster bit field when asked for: 0 without DESCRIBE on the cluster (Kafka)."""
+    if not getattr(request, "include_cluster_authorized_operations", False):
+        return AUTHORIZED_OPERATIONS_OMITTED
+    if not context.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    return context.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+async def _named_entry(
+    context: RequestContext, module: ModuleType, name: str, allow_create: bool
+) -> tuple[Any, bool]:
+    """The entry for a topic asked for by name, and whether it is one the principal may
+    DESCRIBE (which gets its authorized operations when asked for)."""
+    services = context.services
+    controller = services.controller
+    topics = services.topics
+    # Before existence: an answer must not tell a topic one may not see exists.
+    if not context.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+        return _error_entry(module, name, None, ErrorCode.topic_authorization_failed), False
+    topic = topics.get(name)
+    if topic is None:
+        if allow_create and not may_auto_create(context, name):
+            return _error_entry(module, name, None, ErrorCode.topic_authorization_failed), False
+        try:
+            validate_topic_name(name)
+        except TopicError as exc:
+            return _error_entry(module, name, None, exc.error_code), True
+        if not allow_create:
+            return _error_entry(module, name, None, ErrorCode.unknown_topic_or_partition), True
+        code = await _auto_create(controller, name)
+        topic = topics.get(name)
+        if topic is None:
+            # Kafka answers LEADER_NOT_AVAILABLE while a new topic is being created.
+            if code in (ErrorCode.none, ErrorCode.topic_already_exists):
+                code = ErrorCode.leader_not_available
+            return _error_entry(module, name, None, code), True
+    return _topic_entry(module, controller, topic), True
+
+
 async def handle_metadata(context: RequestContext, request: Any) -> Any:
     services = context.services
     controller = services.controller
     entity, module = response_schema(context)
     topics = services.topics
     requested = request.topics
+    # (entry, whether it gets the topic's authorized operations when asked for)
+    entries: list[tuple[Any, bool]] = []
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if requested is None or (context.api_version == 0 and not requested):
-        entries = [_topic_entry(module, controller, t) for t in list(topics.topics.values())]
+        for topic in list(topics.topics.values()):
+            if context.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                entries.append((_topic_entry(module, controller, topic), True))
     else:
         auto_create = services.config.get_bool("auto.create.topics.enable")
         allow_create = getattr(request, "allow_auto_topic_creation", True) and auto_create
-        entries = []
         for wanted in requested:
             name = getattr(wanted, "name", None)
             topic_id = getattr(wanted, "topic_id", None)
             if name is None:
                 by_id = None if topic_id is None else topics.topics_by_id.get(topic_id)
                 if by_id is None:
-                    entries.append(_error_entry(module, None, topic_id, ErrorCode.unknown_topic_id))
-                else:
-                    entries.append(_topic_entry(module, controller, by_id))
-                continue
-            topic = topics.get(name)
-            if topic is None:
-                try:
-                    validate_topic_name(name)
-                except TopicError as exc:
-                    entries.append(_error_entry(module, name, None, exc.error_code))
-                    continue
-                if not allow_create:
-                    entries.append(
-                        _error_entry(module, name, None, ErrorCode.unknown_topic_or_partition)
+                    error = _error_entry(module, None, topic_id, ErrorCode.unknown_topic_id)
+                    entries.append((error, False))
+                elif not context.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, by_id.name):
+                    # Kafka does not count a topic id as secret, but keeps the name back.
+                    error = _error_entry(
+                        module, None, topic_id, ErrorCode.topic_authorization_failed
                     )
-                    continue
-                code = await _auto_create(controller, name)
-                topic = topics.get(name)
-                if topic is None:
-                    # Kafka answers LEADER_NOT_AVAILABLE while a new topic is being created.
-                    if code in (ErrorCode.none, ErrorCode.topic_already_exists):
-                        code = ErrorCode.leader_not_available
-                    entries.append(_error_entry(module, name, None, code))
-                    continue
-            entries.append(_topic_entry(module, controller, topic))
+                    entries.append((error, False))
+                else:
+                    entries.append((_topic_entry(module, controller, by_id), True))
+                continue
+            entries.append(await _named_entry(context, module, name, allow_create))
+    if getattr(request, "include_topic_authorized_operations", False):
+        entries = [
+            (
+                dataclasses.replace(
+                    entry,
+                    topic_authorized_operations=context.authorized_operations(
+                        ResourceType.TOPIC, entry.name
+                    ),
+                )
+                if describable
+                else entry,
+                describable,
+            )
+            for entry, describable in entries
+        ]
     brokers = tuple(
         build(module.MetadataResponseBroker, node_id=node_id, host=host, port=port, rack=rack)
         for node_id, host, port, rack in brokers_of(services, client_listener(context))
@@ -175,8 +234,8 @@ async def handle_metadata(context: RequestContext, request: Any) -> Any:
         brokers=brokers,
         cluster_id=services.identity.cluster_id,
         controller_id=controller.controller_id,
-        topics=tuple(entries),
-        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        topics=tuple(entry for entry, _ in entries),
+        cluster_authorized_operations=cluster_authorized_operations(context, request),
     )
 
 
@@ -195,5 +254,5 @@ async def handle_describe_cluster(context: RequestContext, request: Any) -> Any:
             build(module.DescribeClusterBroker, broker_id=n, host=h, port=p, rack=r)
             for n, h, p, r in brokers_of(services, client_listener(context))
         ),
-        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        cluster_authorized_operations=cluster_authorized_operations(context, request),
     )

@@ -3,6 +3,9 @@
 Describe reads this broker's metadata image. Alter derives each credential's stored and
 server keys from the salted password the client sent (the salted password goes no
 further) and sends one command per user to the controller, which replicates the change.
+
+With an authorizer, as Kafka: describing needs DESCRIBE on the cluster and altering ALTER on
+the cluster; without it the whole request is answered CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from raftka.broker.cluster.validation import (
     check_scram_mechanism,
 )
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.security.scram import credential_from_salted
 from raftka.protocol.api import build
 
@@ -27,8 +31,37 @@ if TYPE_CHECKING:
     from raftka.broker.services import RequestContext
 
 
+def _cluster_denial(context: RequestContext, operation: AclOperation) -> str | None:
+    """The message when the principal may not do `operation` on the cluster, else None."""
+    if context.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME):
+        return None
+    return (
+        f"{context.principal} is not authorized to {operation.name} on the cluster "
+        "(SCRAM credentials need it)"
+    )
+
+
 async def handle_describe_user_scram_credentials(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
+    denial = _cluster_denial(context, AclOperation.DESCRIBE)
+    if denial is not None:
+        code = ErrorCode.cluster_authorization_failed
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=code,
+            error_message=denial,
+            results=tuple(
+                build(
+                    module.DescribeUserScramCredentialsResult,
+                    user=u.name,
+                    error_code=code,
+                    error_message=denial,
+                    credential_infos=(),
+                )
+                for u in request.users or ()
+            ),
+        )
     credentials = context.services.controller.image.scram_credentials
     by_user: dict[str, list[tuple[int, int]]] = {}
     for (user, mechanism), credential in sorted(credentials.items()):
@@ -77,6 +110,21 @@ async def handle_alter_user_scram_credentials(context: RequestContext, request: 
     users = list(
         dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
     )
+    denial = _cluster_denial(context, AclOperation.ALTER)
+    if denial is not None:
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            results=tuple(
+                build(
+                    module.AlterUserScramCredentialsResult,
+                    user=user,
+                    error_code=ErrorCode.cluster_authorization_failed,
+                    error_message=denial,
+                )
+                for user in users
+            ),
+        )
     seen = Counter(
         [(d.name, int(d.mechanism)) for d in request.deletions]
         + [(u.name, int(u.mechanism)) for u in request.upsertions]

@@ -1,4 +1,10 @@
-"""CreateTopics, DeleteTopics, CreatePartitions (through the controller) and DeleteRecords."""
+"""CreateTopics, DeleteTopics, CreatePartitions (through the controller) and DeleteRecords.
+
+With an authorizer each checks Kafka's ACL before anything else about a topic: CREATE on the
+cluster or the topic to create it (its configs are returned only with DESCRIBE_CONFIGS on
+it), DELETE to delete it or its records, ALTER to add partitions. A denied topic is answered
+TOPIC_AUTHORIZATION_FAILED and left unchanged.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +20,17 @@ from raftka.broker.cluster.commands import (
     DeleteTopicCommand,
 )
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.services import RequestContext
     from raftka.broker.topics import Topic
+
+
+def denied_message(context: RequestContext, operation: AclOperation, what: str) -> str:
+    """The message of a TOPIC_AUTHORIZATION_FAILED: who, what they may not do, on what."""
+    return f"{context.principal} is not authorized to {operation.name} {what}"
 
 
 def _created_configs(module: ModuleType, topic: Topic) -> tuple[Any, ...]:
@@ -41,6 +53,7 @@ async def handle_create_topics(context: RequestContext, request: Any) -> Any:
     services = context.services
     entity, module = response_schema(context)
     counts = Counter(t.name for t in request.topics)
+    may_create = context.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
     results = []
     for wanted in request.topics:
         fields: dict[str, Any] = {
@@ -57,6 +70,19 @@ async def handle_create_topics(context: RequestContext, request: Any) -> Any:
                 error_code=ErrorCode.invalid_request,
                 error_message=f"Create topics request from client contains topic {wanted.name} "
                 "more than once.",
+            )
+            results.append(build(module.CreatableTopicResult, **fields))
+            continue
+        if not may_create and not context.authorize(
+            AclOperation.CREATE, ResourceType.TOPIC, wanted.name
+        ):
+            fields.update(
+                error_code=ErrorCode.topic_authorization_failed,
+                error_message=denied_message(
+                    context,
+                    AclOperation.CREATE,
+                    f"topic {wanted.name} (CREATE on the topic or on the cluster is needed)",
+                ),
             )
             results.append(build(module.CreatableTopicResult, **fields))
             continue
@@ -79,7 +105,20 @@ async def handle_create_topics(context: RequestContext, request: Any) -> Any:
                 replication_factor=result.replication_factor,
             )
             topic = services.topics.get(wanted.name)
-            if topic is not None and not request.validate_only:
+            describable = context.authorize(
+                AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, wanted.name
+            )
+            if not describable:
+                # Kafka then keeps the topic's configs back, its sizes too.
+                fields.update(
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=(),
+                    topic_config_error_code=ErrorCode.topic_authorization_failed,
+                )
+                if topic is not None and not request.validate_only:
+                    fields.update(topic_id=topic.topic_id)
+            elif topic is not None and not request.validate_only:
                 fields.update(topic_id=topic.topic_id, configs=_created_configs(module, topic))
         results.append(build(module.CreatableTopicResult, **fields))
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(results))
@@ -92,19 +131,47 @@ async def handle_delete_topics(context: RequestContext, request: Any) -> Any:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
+    may_delete_all = context.authorize(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME)
     results = []
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
-        if name is None:
-            by_id = services.topics.topics_by_id.get(topic_id)
-            name = by_id.name if by_id is not None else None
+        by_id = name is None
+        if by_id:
+            topic_by_id = services.topics.topics_by_id.get(topic_id)
+            name = topic_by_id.name if topic_by_id is not None else None
             if name is None:
                 error = ErrorCode.unknown_topic_id
                 message = "This server does not host this topic ID."
         if name is not None:
             topic = services.topics.get(name)
+            describable = may_delete_all or context.authorize(
+                AclOperation.DESCRIBE, ResourceType.TOPIC, name
+            )
+            deletable = may_delete_all or context.authorize(
+                AclOperation.DELETE, ResourceType.TOPIC, name
+            )
             if not services.config.get_bool("delete.topic.enable"):
                 error, message = ErrorCode.topic_deletion_disabled, "Topic deletion is disabled."
+            elif not describable:
+                # Neither whether it exists nor, asked for by id, its name is given away.
+                error = ErrorCode.topic_authorization_failed
+                message = denied_message(
+                    context, AclOperation.DELETE, "this topic" if by_id else f"topic {name}"
+                )
+                if by_id:
+                    name = None
+                else:
+                    topic_id = None
+            elif not deletable:
+                # One who may see a topic learns it does not exist before that it is denied.
+                if topic is None:
+                    error, message = (
+                        ErrorCode.unknown_topic_or_partition,
+                        f"Topic {name} does not exist.",
+                    )
+                else:
+                    error = ErrorCode.topic_authorization_failed
+                    message = denied_message(context, AclOperation.DELETE, f"topic {name}")
             elif topic is not None and topic.is_internal:
                 error, message = (
                     ErrorCode.invalid_topic_exception,
@@ -136,6 +203,11 @@ async def handle_create_partitions(context: RequestContext, request: Any) -> Any
         if counts[wanted.name] > 1:
             error = ErrorCode.invalid_request
             message: str | None = f"Duplicate topic {wanted.name} in the request."
+        elif not context.authorize(AclOperation.ALTER, ResourceType.TOPIC, wanted.name):
+            error = ErrorCode.topic_authorization_failed
+            message = denied_message(
+                context, AclOperation.ALTER, f"topic {wanted.name} (adding partitions needs it)"
+            )
         else:
             result = await services.controller.execute(
                 CreatePartitionsCommand(
@@ -165,11 +237,14 @@ async def handle_delete_records(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     topics = []
     for wanted in request.topics:
+        may_delete = context.authorize(AclOperation.DELETE, ResourceType.TOPIC, wanted.name)
         partitions = []
         for p in wanted.partitions:
             partition = topics_view.partition(wanted.name, p.partition_index)
             error, low_watermark = ErrorCode.none, -1
-            if partition is None:
+            if not may_delete:
+                error = ErrorCode.topic_authorization_failed
+            elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif not partition.is_leader or partition.log is None:
                 error = ErrorCode.not_leader_or_follower
