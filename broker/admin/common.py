@@ -157,8 +157,9 @@ class Target:
             return self.unreachable()
         return AdminError(kafka_error_text(exc))
 
-    def result(self, future: Any, what: str) -> Any:
-        """`future.result()` bounded by the timeout; a refusal as AdminError naming `what`."""
+    def result(self, future: Any, what: str, needs: str | None = None) -> Any:
+        """`future.result()` bounded by the timeout; a refusal as AdminError naming `what`,
+        and for an authorization failure the ACL `needs` names (e.g. `DELETE on topic t`)."""
         import concurrent.futures
 
         try:
@@ -166,17 +167,24 @@ class Target:
         except concurrent.futures.TimeoutError:
             raise self.unreachable() from None
         except Exception as exc:
-            failure = self.failure(exc)
+            failure = str(self.failure(exc))
+            if needs and "_AUTHORIZATION_FAILED" in failure and "not authorized" not in failure:
+                # Some clients drop the broker's message; say which ACL is missing.
+                failure += f" (an ACL allowing {needs} is needed)"
             raise AdminError(f"{what}: {failure}") from None
 
-    def deleted(self, futures: Mapping[str, Any], names: Sequence[str], what: str) -> Document:
+    def deleted(
+        self, futures: Mapping[str, Any], names: Sequence[str], what: str, operation: str = ""
+    ) -> Document:
         """Wait for one deletion future per name: {"deleted": names}, or an AdminError naming
-        every failure and what was deleted nonetheless."""
+        every failure and what was deleted nonetheless. `operation` is the ACL operation a
+        deletion needs on the resource, for an authorization failure's message."""
         failures: list[str] = []
         done: list[str] = []
         for name in names:
+            needs = f"{operation} on {what} {name}" if operation else None
             try:
-                self.result(futures[name], f"delete {what} {name}")
+                self.result(futures[name], f"delete {what} {name}", needs)
                 done.append(name)
             except AdminError as exc:
                 failures.append(str(exc))

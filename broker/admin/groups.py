@@ -221,7 +221,7 @@ def delete_groups(target: Target, group_ids: Sequence[str]) -> Document:
     admin = target.admin()
     target.metadata(admin)
     futures = admin.delete_consumer_groups(list(group_ids), request_timeout=target.timeout_s)
-    return target.deleted(futures, group_ids, "group")
+    return target.deleted(futures, group_ids, "group", "DELETE")
 
 
 def print_deleted(document: Document, out: TextIO) -> None:

@@ -71,7 +71,11 @@ def non_default_configs(target: Target, admin: Any, names: Sequence[str]) -> dic
     futures = admin.describe_configs(resources, request_timeout=target.timeout_s)
     configs: dict[str, dict[str, str | None]] = {}
     for resource, future in futures.items():
-        entries = target.result(future, f"describe configs of topic {resource.name}")
+        entries = target.result(
+            future,
+            f"describe configs of topic {resource.name}",
+            f"DESCRIBE_CONFIGS on topic {resource.name}",
+        )
         configs[resource.name] = {
             key: entry.value
             for key, entry in sorted(entries.items())
@@ -160,7 +164,7 @@ def create_topic(
     futures = admin.create_topics(
         [new], request_timeout=target.timeout_s, operation_timeout=target.timeout_s
     )
-    target.result(futures[name], f"create topic {name}")
+    target.result(futures[name], f"create topic {name}", f"CREATE on topic {name} or the cluster")
     return {"created": name, "partitions": partitions, "replication_factor": replication_factor}
 
 
@@ -189,7 +193,7 @@ def alter_topic(
             request_timeout=target.timeout_s,
             operation_timeout=target.timeout_s,
         )
-        target.result(futures[name], f"add partitions to topic {name}")
+        target.result(futures[name], f"add partitions to topic {name}", f"ALTER on topic {name}")
         document["partitions"] = partitions
     if set_configs or delete_configs:
         entries = [
@@ -201,7 +205,9 @@ def alter_topic(
         ]
         resource = ConfigResource("topic", name, incremental_configs=entries)
         futures = admin.incremental_alter_configs([resource], request_timeout=target.timeout_s)
-        target.result(futures[resource], f"alter configs of topic {name}")
+        target.result(
+            futures[resource], f"alter configs of topic {name}", f"ALTER_CONFIGS on topic {name}"
+        )
         document["set_configs"] = dict(set_configs)
         document["deleted_configs"] = list(delete_configs)
     return document
@@ -213,7 +219,7 @@ def delete_topics(target: Target, names: Sequence[str]) -> Document:
     futures = admin.delete_topics(
         list(names), request_timeout=target.timeout_s, operation_timeout=target.timeout_s
     )
-    return target.deleted(futures, names, "topic")
+    return target.deleted(futures, names, "topic", "DELETE")
 
 
 def print_done(document: Document, out: TextIO) -> None:

@@ -13,10 +13,14 @@ import sys
 from typing import Any, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
+from raftka.broker.admin.wire import WireCluster
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ITERATIONS_DEFAULT = 8192
 PASSWORD_ENV = "RAFTKA_USER_PASSWORD"
+DESCRIBE_SCRAM_KEY = 50
+# KIP-554's mechanism numbers.
+_MECHANISM_NAMES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 
 
 def _mechanism(name: str) -> Any:
@@ -25,26 +29,28 @@ def _mechanism(name: str) -> Any:
     return ScramMechanism[name.replace("-", "_")]
 
 
-def _mechanism_name(mechanism: Any) -> str:
-    return str(getattr(mechanism, "name", mechanism)).replace("_", "-")
+def _describe_all(target: Target) -> dict[str, list[tuple[str, int]]]:
+    """User -> [(mechanism, iterations)] of every user with SCRAM credentials.
 
-
-def _describe_all(target: Target, admin: Any) -> dict[str, list[tuple[str, int]]]:
-    """User -> [(mechanism, iterations)] of every user with SCRAM credentials."""
-    future = admin.describe_user_scram_credentials(request_timeout=target.timeout_s)
-    described = target.result(future, "describe SCRAM users")
+    Asked over the wire client: librdkafka frees memory it does not own when the answer
+    carries a request-level error (as a CLUSTER_AUTHORIZATION_FAILED one does) and aborts."""
+    with WireCluster(target) as cluster:
+        response = cluster.any_connection().request(DESCRIBE_SCRAM_KEY, {"users": None})
+    if response.error_code:
+        name = str(getattr(response.error_code, "name", response.error_code)).upper()
+        raise AdminError(f"describe SCRAM users: {name}: {response.error_message or ''}".strip())
     return {
-        user: sorted(
-            (_mechanism_name(info.mechanism), info.iterations)
-            for info in description.scram_credential_infos
+        result.user: sorted(
+            (_MECHANISM_NAMES.get(int(info.mechanism), str(info.mechanism)), int(info.iterations))
+            for info in result.credential_infos
         )
-        for user, description in described.items()
+        for result in response.results
+        if not result.error_code
     }
 
 
 def list_users(target: Target) -> Document:
-    admin = target.admin()
-    users = _describe_all(target, admin)
+    users = _describe_all(target)
     return {
         "users": [
             {
@@ -92,7 +98,7 @@ def set_password(target: Target, args: argparse.Namespace, *, creating: bool) ->
     user: str = args.user
     mechanisms: list[str] = list(MECHANISMS) if args.mechanism == "both" else [args.mechanism]
     password = _password(args)
-    existing = {m for m, _ in _describe_all(target, target.admin()).get(user, [])}
+    existing = {m for m, _ in _describe_all(target).get(user, [])}
     if creating and existing & set(mechanisms):
         raise AdminError(
             f"user {user} already has {', '.join(sorted(existing & set(mechanisms)))} "
@@ -119,7 +125,7 @@ def remove_user(target: Target, args: argparse.Namespace) -> Document:
     from confluent_kafka.admin import UserScramCredentialDeletion
 
     user: str = args.user
-    existing = [m for m, _ in _describe_all(target, target.admin()).get(user, [])]
+    existing = [m for m, _ in _describe_all(target).get(user, [])]
     mechanisms = existing if args.mechanism == "both" else [args.mechanism]
     if not existing or not set(mechanisms) <= set(existing):
         raise AdminError(f"user {user} has no {' or '.join(mechanisms or MECHANISMS)} credential")

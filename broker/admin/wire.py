@@ -46,7 +46,12 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 class WireError(AdminError):
-    """The broker closed the connection, sent a frame we cannot read, or did not answer."""
+    """The broker closed the connection, sent a frame we cannot read, or did not answer;
+    `authentication` when it refused the SASL credentials."""
+
+    def __init__(self, message: str, *, authentication: bool = False) -> None:
+        super().__init__(message)
+        self.authentication = authentication
 
 
 SASL_HANDSHAKE_KEY = 17
@@ -114,7 +119,8 @@ class WireConnection:
             answer = self.request(SASL_AUTHENTICATE_KEY, {"auth_bytes": token})
             if answer.error_code:
                 raise WireError(
-                    f"authentication with {self.address} failed: {answer.error_message}"
+                    f"authentication with {self.address} failed: {answer.error_message}",
+                    authentication=True,
                 )
             return bytes(answer.auth_bytes)
 
@@ -129,7 +135,9 @@ class WireConnection:
             server_first = step(client.first())
             client.verify(step(client.final(server_first)))
         except ScramError as exc:
-            raise WireError(f"authentication with {self.address} failed: {exc}") from None
+            raise WireError(
+                f"authentication with {self.address} failed: {exc}", authentication=True
+            ) from None
 
     def close(self) -> None:
         self._sock.close()
@@ -266,11 +274,20 @@ class WireCluster:
 
     def any_connection(self) -> WireConnection:
         """A connection to the first bootstrap broker that answers."""
+        refused: WireError | None = None
         for address in self._bootstrap_addresses():
             try:
                 return self.connection(address)
-            except WireError:
+            except WireError as exc:
+                if exc.authentication:
+                    refused = exc
                 continue
+        if refused is not None:
+            # A broker answered but refused the credentials: say so, not "no broker answered".
+            raise AdminError(
+                f"{refused} (check --sasl-username/--sasl-password, --sasl-mechanism and "
+                "--security-protocol)"
+            )
         raise self.target.unreachable()
 
     def _bootstrap_addresses(self) -> Iterator[str]:
