@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import trio
+from kio.schema.alter_configs.v2 import request as legacy_alter
 from kio.schema.alter_user_scram_credentials.v0 import request as alter_scram
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
@@ -181,7 +182,9 @@ def test_a_named_topic_without_describe_is_denied_whether_or_not_it_exists(
 
 def test_a_deny_beats_an_allow(broker: Broker) -> None:
     allow(broker, AclOperation.ALL, ResourceType.TOPIC, "*")
-    allow(broker, AclOperation.DESCRIBE, ResourceType.TOPIC, "secret", permission=AclPermission.DENY)
+    allow(
+        broker, AclOperation.DESCRIBE, ResourceType.TOPIC, "secret", permission=AclPermission.DENY
+    )
     listed = by_name(call(broker, "alice", handle_metadata, metadata_request()))
     assert "secret" not in listed and "shared" in listed
 
@@ -354,6 +357,17 @@ def test_delete_topics_needs_delete_and_hides_what_may_not_be_described(broker: 
     assert broker.controller.image.topics.get("shared") is None
 
 
+def test_delete_on_the_cluster_allows_deleting_every_topic(broker: Broker) -> None:
+    allow(broker, AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME)
+    request = delete_request("secret", "no-such")
+    responses = call(broker, "alice", topics_admin.handle_delete_topics, request).responses
+    assert [r.error_code for r in responses] == [
+        ErrorCode.none,
+        ErrorCode.unknown_topic_or_partition,
+    ]
+    assert broker.controller.image.topics.get("secret") is None
+
+
 def test_create_partitions_needs_alter_on_the_topic(broker: Broker) -> None:
     def grow(user: str) -> Any:
         request = create_partitions.CreatePartitionsRequest(
@@ -452,12 +466,39 @@ def test_altering_configs_needs_alter_configs(broker: Broker) -> None:
         ErrorCode.topic_authorization_failed
     )
     assert "retention.ms" not in broker.controller.image.topics["shared"].configs
-    assert alter("alice", configs.RESOURCE_BROKER, "").error_code == (
-        ErrorCode.cluster_authorization_failed
-    )
+    for resource_type in (configs.RESOURCE_BROKER, configs.RESOURCE_BROKER_LOGGER):
+        assert alter("alice", resource_type, "").error_code == (
+            ErrorCode.cluster_authorization_failed
+        )
     allow(broker, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, "sha", PatternType.PREFIXED)
     assert alter("alice", configs.RESOURCE_TOPIC, "shared").error_code == ErrorCode.none
     assert broker.controller.image.topics["shared"].configs["retention.ms"] == "1000"
+
+
+def test_legacy_alter_configs_needs_alter_configs(broker: Broker) -> None:
+    def alter(user: str, resource_type: int, name: str) -> Any:
+        request = legacy_alter.AlterConfigsRequest(
+            resources=(
+                legacy_alter.AlterConfigsResource(
+                    resource_type=i8(resource_type),
+                    resource_name=name,
+                    configs=(legacy_alter.AlterableConfig(name="retention.ms", value="2000"),),
+                ),
+            ),
+            validate_only=False,
+        )
+        (result,) = call(broker, user, configs.handle_alter_configs, request).responses
+        return result
+
+    denied = alter("alice", configs.RESOURCE_TOPIC, "shared")
+    assert denied.error_code == ErrorCode.topic_authorization_failed
+    assert "ALTER_CONFIGS" in denied.error_message and "topic shared" in denied.error_message
+    assert alter("alice", configs.RESOURCE_BROKER, "").error_code == (
+        ErrorCode.cluster_authorization_failed
+    )
+    assert "retention.ms" not in broker.controller.image.topics["shared"].configs
+    assert alter("admin", configs.RESOURCE_TOPIC, "shared").error_code == ErrorCode.none
+    assert broker.controller.image.topics["shared"].configs["retention.ms"] == "2000"
 
 
 # --- SCRAM credentials ----------------------------------------------------------------------
