@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import AlterConfigsCommand
 from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, ConfigType, TopicConfig
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
@@ -50,8 +50,7 @@ def config_denial(
     name = CLUSTER_NAME if acl_type == ResourceType.CLUSTER else resource_name
     if context.authorize(operation, acl_type, name):
         return None
-    what = "the cluster" if acl_type == ResourceType.CLUSTER else f"{acl_type.name.lower()} {name}"
-    return error, f"{context.principal} is not authorized to {operation.name} on {what}"
+    return error, denied_message(context, operation, acl_type, name)
 
 
 # (config, its value as text, where the value comes from), as DescribeConfigs reports it.

@@ -22,7 +22,7 @@ from raftka.broker.cluster.validation import (
     check_scram_iterations,
     check_scram_mechanism,
 )
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.security.scram import credential_from_salted
 from raftka.protocol.api import build
@@ -35,10 +35,7 @@ def _cluster_denial(context: RequestContext, operation: AclOperation) -> str | N
     """The message when the principal may not do `operation` on the cluster, else None."""
     if context.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME):
         return None
-    return (
-        f"{context.principal} is not authorized to {operation.name} on the cluster "
-        "(SCRAM credentials need it)"
-    )
+    return denied_message(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 async def handle_describe_user_scram_credentials(context: RequestContext, request: Any) -> Any:

@@ -19,18 +19,13 @@ from raftka.broker.cluster.commands import (
     CreateTopicCommand,
     DeleteTopicCommand,
 )
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.services import RequestContext
     from raftka.broker.topics import Topic
-
-
-def denied_message(context: RequestContext, operation: AclOperation, what: str) -> str:
-    """The message of a TOPIC_AUTHORIZATION_FAILED: who, what they may not do, on what."""
-    return f"{context.principal} is not authorized to {operation.name} {what}"
 
 
 def _created_configs(module: ModuleType, topic: Topic) -> tuple[Any, ...]:
@@ -79,10 +74,9 @@ async def handle_create_topics(context: RequestContext, request: Any) -> Any:
             fields.update(
                 error_code=ErrorCode.topic_authorization_failed,
                 error_message=denied_message(
-                    context,
-                    AclOperation.CREATE,
-                    f"topic {wanted.name} (CREATE on the topic or on the cluster is needed)",
-                ),
+                    context, AclOperation.CREATE, ResourceType.TOPIC, wanted.name
+                )
+                + " (or CREATE on the cluster)",
             )
             results.append(build(module.CreatableTopicResult, **fields))
             continue
@@ -155,8 +149,10 @@ async def handle_delete_topics(context: RequestContext, request: Any) -> Any:
             elif not describable:
                 # Neither whether it exists nor, asked for by id, its name is given away.
                 error = ErrorCode.topic_authorization_failed
-                message = denied_message(
-                    context, AclOperation.DELETE, "this topic" if by_id else f"topic {name}"
+                message = (
+                    f"{context.principal} is not authorized to DELETE this topic"
+                    if by_id
+                    else denied_message(context, AclOperation.DELETE, ResourceType.TOPIC, name)
                 )
                 if by_id:
                     name = None
@@ -171,7 +167,7 @@ async def handle_delete_topics(context: RequestContext, request: Any) -> Any:
                     )
                 else:
                     error = ErrorCode.topic_authorization_failed
-                    message = denied_message(context, AclOperation.DELETE, f"topic {name}")
+                    message = denied_message(context, AclOperation.DELETE, ResourceType.TOPIC, name)
             elif topic is not None and topic.is_internal:
                 error, message = (
                     ErrorCode.invalid_topic_exception,
@@ -205,9 +201,7 @@ async def handle_create_partitions(context: RequestContext, request: Any) -> Any
             message: str | None = f"Duplicate topic {wanted.name} in the request."
         elif not context.authorize(AclOperation.ALTER, ResourceType.TOPIC, wanted.name):
             error = ErrorCode.topic_authorization_failed
-            message = denied_message(
-                context, AclOperation.ALTER, f"topic {wanted.name} (adding partitions needs it)"
-            )
+            message = denied_message(context, AclOperation.ALTER, ResourceType.TOPIC, wanted.name)
         else:
             result = await services.controller.execute(
                 CreatePartitionsCommand(
