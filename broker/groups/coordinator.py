@@ -452,7 +452,7 @@ class GroupCoordinator:
         return results
 
     def _delete_error(self, group_id: str) -> ErrorCode:
-        error = self.ownership.request_error(group_id)
+        error = self.ownership.request_error(group_id, empty_allowed=True)
         if error != ErrorCode.none:
             return error
         group = self.groups.get(group_id)

@@ -24,9 +24,14 @@ from raftka.broker.groups.records import (
 T_contra = TypeVar("T_contra", contravariant=True)
 
 
-def valid_group_id(group_id: str | None) -> bool:
-    """Non-empty, and short enough for the int16-length strings of the record keys."""
-    return group_id is not None and 0 < len(group_id.encode()) <= STRING_LENGTH_MAX
+def valid_group_id(group_id: str | None, *, empty_allowed: bool = False) -> bool:
+    """Short enough for the int16-length strings of the record keys, and non-empty unless
+    `empty_allowed`: as in Kafka, the APIs that only store, read, describe or delete a
+    group's state (OffsetCommit, OffsetFetch, DescribeGroups, DeleteGroups) accept the empty
+    id, which clients without group management commit under; the others refuse it."""
+    if group_id is None:
+        return False
+    return (empty_allowed or group_id != "") and len(group_id.encode()) <= STRING_LENGTH_MAX
 
 
 class GroupState(enum.Enum):

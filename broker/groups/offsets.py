@@ -55,7 +55,7 @@ class GroupOffsets:
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
         """Kafka's group checks for an OffsetCommit (doCommitOffsets), without changes."""
-        error = self.ownership.request_error(group_id)
+        error = self.ownership.request_error(group_id, empty_allowed=True)
         if error != ErrorCode.none:
             return error
         group = self.machine.groups.get(group_id)
@@ -183,7 +183,7 @@ class GroupOffsets:
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
         """Committed offsets of the given partitions (None: all the group has); offsets of
         open transactions are not committed yet."""
-        error = self.ownership.request_error(group_id)
+        error = self.ownership.request_error(group_id, empty_allowed=True)
         if error != ErrorCode.none:
             return error, {}
         group = self.machine.groups.get(group_id)

@@ -66,10 +66,10 @@ class Ownership:
     def is_owned(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.owned
 
-    def request_error(self, group_id: str) -> ErrorCode:
+    def request_error(self, group_id: str, *, empty_allowed: bool = False) -> ErrorCode:
         """What a request for the group gets before the group is looked at: INVALID_GROUP_ID
-        for an id Kafka refuses, else `owner_error`."""
-        if not valid_group_id(group_id):
+        for an id Kafka refuses (the empty one unless `empty_allowed`), else `owner_error`."""
+        if not valid_group_id(group_id, empty_allowed=empty_allowed):
             return ErrorCode.invalid_group_id
         return self.owner_error(group_id)
 
