@@ -12,8 +12,8 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, TypeVar
 
 import crc32c
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -191,6 +191,52 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
             last_exc = e
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last_exc
+        time.sleep(interval)
+
+
+T = TypeVar("T")
+
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: what Apache Kafka
+# answers group and transaction requests while a coordinator loads or moves; clients retry.
+COORDINATOR_RETRIABLE = frozenset({14, 15, 16})
+
+
+def error_codes(answer: Any) -> list[int]:
+    """Every `error_code` and `*_error_code` field of a kio response, at any depth."""
+    if isinstance(answer, tuple | list):
+        return [code for item in answer for code in error_codes(item)]
+    if not is_dataclass(answer) or isinstance(answer, type):
+        return []
+    codes: list[int] = []
+    for f in fields(answer):
+        value = getattr(answer, f.name)
+        if f.name == "error_code" or f.name.endswith("_error_code"):
+            codes.append(int(value))
+        else:
+            codes += error_codes(value)
+    return codes
+
+
+def retry_retriable(
+    send: Callable[[], T],
+    timeout: float = 30.0,
+    *,
+    retriable: Iterable[int] = COORDINATOR_RETRIABLE,
+    codes: Callable[[T], Iterable[int]] = error_codes,
+    interval: float = 0.1,
+) -> T:
+    """Call `send` until its answer carries none of the `retriable` error codes, as a client
+    retries a coordinator that is loading or has moved, and return that answer; fail after
+    `timeout` seconds with the codes of the last answer."""
+    retry_on = frozenset(retriable)
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = send()
+        still = sorted(set(codes(answer)) & retry_on)
+        if not still:
+            return answer
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"still answered retriable errors {still} after {timeout}s")
         time.sleep(interval)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clients import RawConnection, make_producer, wait_until, watermarks
+from clients import RawConnection, make_producer, retry_retriable, wait_until, watermarks
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 SESSION_TIMEOUT_MS = 6000
@@ -443,10 +443,13 @@ def raw_commit(
     }
     if version >= 7:
         fields["group_instance_id"] = None
-    with RawConnection(bootstrap) as conn:
-        conn.send_request(module.OffsetCommitRequest(**fields))
-        answer = conn.recv_response(response.OffsetCommitResponse)
-    return int(answer.topics[0].partitions[0].error_code)
+
+    def send() -> Any:
+        with RawConnection(bootstrap) as conn:
+            conn.send_request(module.OffsetCommitRequest(**fields))
+            return conn.recv_response(response.OffsetCommitResponse)
+
+    return int(retry_retriable(send).topics[0].partitions[0].error_code)
 
 
 def test_bad_offset_commits_get_kafkas_errors_and_change_nothing(

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clients import RawConnection, consume, produce, watermarks
+from clients import RawConnection, consume, produce, retry_retriable, watermarks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
@@ -24,20 +24,25 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 def init_producer_id(bootstrap: str, transactional_id: str | None = None) -> tuple[int, int, int]:
-    """(error code, producer id, epoch) from an InitProducerId v4 request."""
+    """(error code, producer id, epoch) from an InitProducerId v4 request, retried while
+    the broker's producer id manager or transaction coordinator is not ready (as Kafka
+    answers a fresh broker's first requests)."""
     import datetime
 
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
     from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
 
-    with RawConnection(bootstrap) as conn:
-        conn.send_request(
-            InitProducerIdRequest(
-                transactional_id=transactional_id,
-                transaction_timeout=datetime.timedelta(seconds=60),
+    def send() -> InitProducerIdResponse:
+        with RawConnection(bootstrap) as conn:
+            conn.send_request(
+                InitProducerIdRequest(
+                    transactional_id=transactional_id,
+                    transaction_timeout=datetime.timedelta(seconds=60),
+                )
             )
-        )
-        resp = conn.recv_response(InitProducerIdResponse)
+            return conn.recv_response(InitProducerIdResponse)
+
+    resp = retry_retriable(send)
     return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)
 
 

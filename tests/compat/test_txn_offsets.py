@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from clients import RawConnection, api_versions_v0, wait_until
+from clients import RawConnection, api_versions_v0, retry_retriable, wait_until
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3 import request as find_coordinator_req
 from kio.schema.find_coordinator.v3 import response as find_coordinator_resp
@@ -32,7 +32,6 @@ from kio.schema.txn_offset_commit.v3 import response as txn3_resp
 from kio.static.primitive import i8, i16, i32, i64
 
 E = ErrorCode
-RETRIABLE = {E.not_coordinator, E.coordinator_load_in_progress, E.coordinator_not_available}
 
 
 def group_id() -> str:
@@ -50,12 +49,15 @@ def find_coordinator(conn: RawConnection, group: str) -> None:
 
 
 def producer_id(conn: RawConnection) -> int:
-    conn.send_request(
-        init_pid_req.InitProducerIdRequest(
-            transactional_id=None, transaction_timeout=datetime.timedelta(minutes=1)
+    def send() -> Any:
+        conn.send_request(
+            init_pid_req.InitProducerIdRequest(
+                transactional_id=None, transaction_timeout=datetime.timedelta(minutes=1)
+            )
         )
-    )
-    response = conn.recv_response(init_pid_resp.InitProducerIdResponse)
+        return conn.recv_response(init_pid_resp.InitProducerIdResponse)
+
+    response = retry_retriable(send)
     assert response.error_code == E.none
     return int(response.producer_id)
 
@@ -106,57 +108,58 @@ def txn_commit_until_coordinated(
     conn: RawConnection, group: str, pid: int, offsets: dict[tuple[str, int], int], **kw: Any
 ) -> dict[tuple[str, int], ErrorCode]:
     """TxnOffsetCommit, repeated while the coordinator is still being set up."""
-    answers: dict[str, dict[tuple[str, int], ErrorCode]] = {}
-
-    def answered() -> bool:
-        answers["last"] = txn_commit_v3(conn, group, pid, offsets, **kw)
-        return not set(answers["last"].values()) & RETRIABLE
-
-    wait_until(answered, 30, f"TxnOffsetCommit for {group} ({answers.get('last')})")
-    return answers["last"]
+    return retry_retriable(
+        lambda: txn_commit_v3(conn, group, pid, offsets, **kw), codes=lambda a: a.values()
+    )
 
 
 def commit(conn: RawConnection, group: str, topic: str, offsets: dict[int, int]) -> None:
-    conn.send_request(
-        commit_req.OffsetCommitRequest(
-            group_id=group,
-            generation_id_or_member_epoch=i32(-1),
-            member_id="",
-            group_instance_id=None,
-            topics=(
-                commit_req.OffsetCommitRequestTopic(
-                    name=topic,
-                    partitions=tuple(
-                        commit_req.OffsetCommitRequestPartition(
-                            partition_index=i32(p),
-                            committed_offset=i64(o),
-                            committed_metadata="",
-                        )
-                        for p, o in offsets.items()
+    def send() -> Any:
+        conn.send_request(
+            commit_req.OffsetCommitRequest(
+                group_id=group,
+                generation_id_or_member_epoch=i32(-1),
+                member_id="",
+                group_instance_id=None,
+                topics=(
+                    commit_req.OffsetCommitRequestTopic(
+                        name=topic,
+                        partitions=tuple(
+                            commit_req.OffsetCommitRequestPartition(
+                                partition_index=i32(p),
+                                committed_offset=i64(o),
+                                committed_metadata="",
+                            )
+                            for p, o in offsets.items()
+                        ),
                     ),
                 ),
-            ),
+            )
         )
-    )
-    response = conn.recv_response(commit_resp.OffsetCommitResponse)
+        return conn.recv_response(commit_resp.OffsetCommitResponse)
+
+    response = retry_retriable(send)
     assert [p.error_code for t in response.topics for p in t.partitions] == [E.none] * len(offsets)
 
 
 def fetch_v7(
     conn: RawConnection, group: str, topic: str, partitions: list[int], require_stable: bool
 ) -> dict[int, tuple[int, ErrorCode]]:
-    conn.send_request(
-        fetch7_req.OffsetFetchRequest(
-            group_id=group,
-            topics=(
-                fetch7_req.OffsetFetchRequestTopic(
-                    name=topic, partition_indexes=tuple(i32(p) for p in partitions)
+    def send() -> Any:
+        conn.send_request(
+            fetch7_req.OffsetFetchRequest(
+                group_id=group,
+                topics=(
+                    fetch7_req.OffsetFetchRequestTopic(
+                        name=topic, partition_indexes=tuple(i32(p) for p in partitions)
+                    ),
                 ),
-            ),
-            require_stable=require_stable,
+                require_stable=require_stable,
+            )
         )
-    )
-    response = conn.recv_response(fetch7_resp.OffsetFetchResponse)
+        return conn.recv_response(fetch7_resp.OffsetFetchResponse)
+
+    response = retry_retriable(send)
     assert response.error_code == E.none
     return {
         int(p.partition_index): (int(p.committed_offset), p.error_code)
@@ -168,22 +171,25 @@ def fetch_v7(
 def fetch_v8(
     conn: RawConnection, group: str, topic: str, partitions: list[int], require_stable: bool
 ) -> dict[int, tuple[int, ErrorCode]]:
-    conn.send_request(
-        fetch8_req.OffsetFetchRequest(
-            groups=(
-                fetch8_req.OffsetFetchRequestGroup(
-                    group_id=group,
-                    topics=(
-                        fetch8_req.OffsetFetchRequestTopics(
-                            name=topic, partition_indexes=tuple(i32(p) for p in partitions)
+    def send() -> Any:
+        conn.send_request(
+            fetch8_req.OffsetFetchRequest(
+                groups=(
+                    fetch8_req.OffsetFetchRequestGroup(
+                        group_id=group,
+                        topics=(
+                            fetch8_req.OffsetFetchRequestTopics(
+                                name=topic, partition_indexes=tuple(i32(p) for p in partitions)
+                            ),
                         ),
                     ),
                 ),
-            ),
-            require_stable=require_stable,
+                require_stable=require_stable,
+            )
         )
-    )
-    (answer,) = conn.recv_response(fetch8_resp.OffsetFetchResponse).groups
+        return conn.recv_response(fetch8_resp.OffsetFetchResponse)
+
+    (answer,) = retry_retriable(send).groups
     assert answer.error_code == E.none
     return {
         int(p.partition_index): (int(p.committed_offset), p.error_code)
@@ -274,13 +280,13 @@ def test_pending_txn_offsets_survive_a_restart_and_fence_old_epochs(
     with RawConnection(broker.bootstrap) as conn:
         find_coordinator(conn, group)
 
-        def loaded() -> bool:
+        def fetch_all() -> Any:
             conn.send_request(
                 fetch7_req.OffsetFetchRequest(group_id=group, topics=None, require_stable=False)
             )
-            return conn.recv_response(fetch7_resp.OffsetFetchResponse).error_code == E.none
+            return conn.recv_response(fetch7_resp.OffsetFetchResponse)
 
-        wait_until(loaded, 30, f"{group} loaded after the restart")
+        assert retry_retriable(fetch_all).error_code == E.none, f"{group} after the restart"
         # Replayed from the log: the transaction is still open, the committed offset stays.
         assert fetch_v7(conn, group, topic, [0, 1], False) == {0: (5, E.none), 1: (-1, E.none)}
         assert fetch_v7(conn, group, topic, [0], True) == {0: (-1, E.unstable_offset_commit)}
