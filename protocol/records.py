@@ -413,6 +413,8 @@ def _decompress(codec: int, payload: bytes, limit: int) -> bytes:
             pos = 16
             while pos + 4 <= len(payload):
                 (block_len,) = struct.unpack_from(">i", payload, pos)
+                if block_len < 0 or pos + 4 + block_len > len(payload):
+                    raise UnsupportedBatch(f"snappy block of {block_len} bytes at {pos} is torn")
                 block = payload[pos + 4 : pos + 4 + block_len]
                 if len(out) + cramjam.snappy.decompress_raw_len(block) > limit:
                     raise UnsupportedBatch(f"snappy batch larger than {limit} bytes")
