@@ -132,6 +132,9 @@ def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
     return {d.name: d for d in items}
 
 
+#: Kafka's `compression.type` values (BrokerCompressionType), broker and topic alike.
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
 B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
 P = ConfigType.PASSWORD
 DAY_MS = 24 * 3600 * 1000
@@ -456,8 +459,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "compression.type",
         S,
         "producer",
-        "Batches are stored as the producer compressed them.",
-        choices=("producer",),
+        "Codec topics store batches in by default: producer keeps the producer's; a codec "
+        "(or uncompressed) recompresses batches in another one on append.",
+        choices=COMPRESSION_TYPES,
     ),
     ConfigDef(
         "min.insync.replicas", INT, 1, "Replicas that must hold an acks=all write.", minimum=1
@@ -535,8 +539,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
         "compression.type",
         S,
         "producer",
-        "Batches are stored as the producer compressed them.",
-        choices=("producer",),
+        "producer stores batches as the producer compressed them; a codec (or uncompressed) "
+        "recompresses batches in another one on append.",
+        choices=COMPRESSION_TYPES,
     ),
     ConfigDef(
         "max.message.bytes", INT, 1048588, "Largest record batch this topic accepts.", minimum=0

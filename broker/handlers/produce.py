@@ -33,6 +33,14 @@ the connection is closed after it, as Kafka does. Idempotent batches need nothin
 InitProducerId checked IDEMPOTENT_WRITE when it handed out the producer id (Kafka dropped the
 Produce check with KIP-679).
 
+A topic whose `compression.type` is a codec (`gzip`, `snappy`, `lz4`, `zstd`, or
+`uncompressed`) stores batches in it: a batch in another codec is validated, then its records
+are recompressed (`protocol/recompress.py`; header fields kept, attributes, length and CRC
+rebuilt) before the producer checks and the Raft append, so every replica stores the same
+bytes. A batch already in the topic's codec, or any batch of a `producer` topic, costs one
+attribute read. Large batches are recompressed in a worker thread; meanwhile later writes to
+the partition queue behind them, so a producer's pipelined batches keep their order.
+
 A topic with `raftka.restore.in.progress=true` is in restore mode (`raftka restore` writes
 it): the records may hold several batches, each must start at the offset the partition's log
 ends at (checked for all before any is written: INVALID_RECORD otherwise), and each is
@@ -47,6 +55,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -75,8 +84,10 @@ from raftka.log.producer_state import (
 )
 from raftka.protocol.api import build
 from raftka.protocol.batch_builder import control_record_type
+from raftka.protocol.recompress import TOPIC_CODECS, recompress_batch
 from raftka.protocol.records import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
     CONTROL_FLAG_MASK,
     MAGIC_OFFSET,
     MAGIC_V2,
@@ -194,17 +205,7 @@ def _append(
             records, topic.config.get_int("max.message.bytes"), produce_version=version
         )
     except InvalidRecords as exc:
-        fields.update(error_code=ErrorCode(exc.error_code), error_message=exc.message)
-        if exc.error_code == ErrorCode.invalid_record:
-            fields["record_errors"] = ((0, exc.message),)
-        logger.info(
-            "rejected produce to %s from %s: %s",
-            partition.name,
-            context.client_host,
-            exc.message,
-            extra={"partition": partition.name, "topic": topic.name},
-        )
-        return fields, None
+        return _rejected_fields(context, partition, exc), None
     log = partition.log
     if not partition.is_leader or log is None:
         fields["error_code"] = ErrorCode.not_leader_or_follower
@@ -250,6 +251,132 @@ def _append(
     fields["base_offset"] = entry.base_offset
     context.services.metrics.produced(topic.name, len(records), headers[0].last_offset_delta + 1)
     return fields, _wait_for(partition, acks, entry.end_offset, entry.epoch)
+
+
+def _rejected_fields(
+    context: RequestContext, partition: Partition, exc: InvalidRecords
+) -> dict[str, Any]:
+    """The answer of a partition whose records Kafka would refuse (logged once)."""
+    fields: dict[str, Any] = {
+        "error_code": ErrorCode(exc.error_code),
+        "error_message": exc.message,
+    }
+    if exc.error_code == ErrorCode.invalid_record:
+        fields["record_errors"] = ((0, exc.message),)
+    logger.info(
+        "rejected produce to %s from %s: %s",
+        partition.name,
+        context.client_host,
+        exc.message,
+        extra={"partition": partition.name, "topic": partition.topic.name},
+    )
+    return fields
+
+
+#: Batches whose records are larger than this are recompressed in a worker thread, so the
+#: event loop keeps serving meanwhile; smaller ones cost less than the hand-over.
+RECOMPRESS_IN_THREAD_BYTES = 64 * 1024
+#: A compressed records section is taken to hold this many times its size of records.
+_ASSUMED_COMPRESSION_RATIO = 4
+
+
+def _recompress_in_thread(records: bytes) -> bool:
+    """Whether recompressing the batch in `records` is worth a worker thread."""
+    size = len(records)
+    if records[_ATTRIBUTES_LOW_BYTE] & COMPRESSION_MASK:
+        size *= _ASSUMED_COMPRESSION_RATIO
+    return size > RECOMPRESS_IN_THREAD_BYTES
+
+
+def _target_codec(partition: Partition) -> int | None:
+    """The codec the partition's topic stores batches in; None for `producer` (as sent)."""
+    return TOPIC_CODECS.get(partition.topic.config.get_str("compression.type"))
+
+
+def _codec_differs(records: bytes, codec: int | None) -> bool:
+    """Whether the batch in `records` must be recompressed into `codec` (one byte read)."""
+    return (
+        codec is not None
+        and len(records) >= RECORD_BATCH_OVERHEAD
+        and records[_ATTRIBUTES_LOW_BYTE] & COMPRESSION_MASK != codec
+    )
+
+
+def _recompressed(partition: Partition, records: bytes, codec: int, version: int) -> bytes:
+    """The produced batch with its records in `codec`; raises InvalidRecords (validated
+    first, so a batch Kafka refuses gets the same error as on a `producer` topic)."""
+    validate_produce_records(
+        records, partition.topic.config.get_int("max.message.bytes"), produce_version=version
+    )
+    return recompress_batch(records, codec)
+
+
+#: Per partition, the last write queued behind a recompression (set when it was appended).
+#: Writes to a partition with a queued write queue too, so a producer's pipelined batches
+#: are appended in the order they arrived even when one waits for a worker thread. Weak
+#: keys: a deleted partition takes its entry with it.
+_queued_writes: weakref.WeakKeyDictionary[Partition, trio.Event] = weakref.WeakKeyDictionary()
+
+
+@dataclass(slots=True)
+class _QueuedWrite:
+    """One partition's write that waits for the writes queued before it on the partition
+    (`previous`) and maybe for a worker thread; `done` is set once it was appended or
+    refused. `fields` is the partition's answer, filled in then."""
+
+    partition: Partition
+    records: bytes
+    codec: int | None
+    previous: trio.Event | None
+    done: trio.Event
+    fields: dict[str, Any]
+
+
+def _queue_write(
+    partition: Partition, records: bytes, codec: int | None, fields: dict[str, Any]
+) -> _QueuedWrite:
+    done = trio.Event()
+    queued = _QueuedWrite(partition, records, codec, _queued_writes.get(partition), done, fields)
+    _queued_writes[partition] = done
+    return queued
+
+
+async def _append_queued(
+    context: RequestContext,
+    queued: _QueuedWrite,
+    acks: int,
+    version: int,
+    commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]],
+    verifications: list[tuple[Partition, bytes, _NeedsVerification, dict[str, Any]]],
+) -> None:
+    partition = queued.partition
+    try:
+        if queued.previous is not None:
+            await queued.previous.wait()
+        records = queued.records
+        if queued.codec is not None and _codec_differs(records, queued.codec):
+            try:
+                if _recompress_in_thread(records):
+                    records = await trio.to_thread.run_sync(
+                        _recompressed, partition, records, queued.codec, version
+                    )
+                else:
+                    records = _recompressed(partition, records, queued.codec, version)
+            except InvalidRecords as exc:
+                queued.fields.update(_rejected_fields(context, partition, exc))
+                return
+        appended = _append(context, partition, records, acks, now_ms(), version)
+        if isinstance(appended, _NeedsVerification):
+            verifications.append((partition, records, appended, queued.fields))
+            return
+        result, wait_for = appended
+        queued.fields.update(result)
+        if wait_for is not None:
+            commits.append((partition, wait_for, queued.fields))
+    finally:
+        queued.done.set()
+        if _queued_writes.get(partition) is queued.done:
+            del _queued_writes[partition]
 
 
 #: Control types a restore may write: ABORT and COMMIT markers, LEADER_CHANGE.
@@ -522,6 +649,7 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
     commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]] = []
     floors: list[tuple[Partition, int, dict[str, Any]]] = []
     verifications: list[tuple[Partition, bytes, _NeedsVerification, dict[str, Any]]] = []
+    queued_writes: list[_QueuedWrite] = []
     refused = _transactional_error(context, request)
     may_write = TopicAccess(context, AclOperation.WRITE)
     for topic_data in request.topic_data or ():
@@ -559,17 +687,41 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 if floor is not None:
                     floors.append((partition, floor, fields))
             else:
-                appended = _append(context, partition, data.records or b"", acks, now, version)
-                if isinstance(appended, _NeedsVerification):
-                    fields, wait_for = {"error_code": ErrorCode.none}, None
-                    verifications.append((partition, data.records or b"", appended, fields))
+                records = data.records or b""
+                codec = _target_codec(partition)
+                wait_for = None
+                if partition in _queued_writes or (
+                    _codec_differs(records, codec) and _recompress_in_thread(records)
+                ):
+                    fields = {"error_code": ErrorCode.none}
+                    queued_writes.append(_queue_write(partition, records, codec, fields))
+                    appended = None
+                elif codec is not None and _codec_differs(records, codec):
+                    try:
+                        records = _recompressed(partition, records, codec, version)
+                    except InvalidRecords as exc:
+                        fields = _rejected_fields(context, partition, exc)
+                        appended = None
+                    else:
+                        appended = _append(context, partition, records, acks, now, version)
                 else:
+                    appended = _append(context, partition, records, acks, now, version)
+                if isinstance(appended, _NeedsVerification):
+                    fields = {"error_code": ErrorCode.none}
+                    verifications.append((partition, records, appended, fields))
+                elif appended is not None:
                     fields, wait_for = appended
                 if wait_for is not None:
                     commits.append((partition, wait_for, fields))
             fields["index"] = data.index
             partition_results.append(fields)
         results.append((name, partition_results))
+    if queued_writes:
+        async with trio.open_nursery() as nursery:
+            for queued in queued_writes:
+                nursery.start_soon(
+                    _append_queued, context, queued, acks, version, commits, verifications
+                )
     if verifications:
         verdicts: dict[int, ErrorCode] = {}
         async with trio.open_nursery() as nursery:
