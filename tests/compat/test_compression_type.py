@@ -239,3 +239,16 @@ def test_java_client_reads_recompressed_batches(java_tool, bootstrap, new_topic)
     assert [(m.key(), m.value()) for m in got] == [
         (f"k{i}".encode(), f"v{i}".encode()) for i in range(200)
     ]
+
+
+def test_broker_default_compression_type(broker_factory, new_topic) -> None:
+    broker = broker_factory({"compression.type": "gzip"})
+    topic = new_topic(bootstrap=broker.bootstrap)
+    sent = _records(100, "default")
+    assert not produce(broker.bootstrap, topic, sent, compression_type="lz4").errors
+    assert set(_stored_codecs(broker.bootstrap, topic)) == {CODEC_BITS["gzip"]}
+    _check_read_back(broker.bootstrap, topic, sent)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    entry = next(iter(described.values())).result(timeout=30)["compression.type"]
+    assert (entry.value, entry.source) == ("gzip", 4)  # STATIC_BROKER_CONFIG
