@@ -74,6 +74,9 @@ class ConfigDef:
     doc: str
     minimum: int | None = None
     choices: tuple[str, ...] | None = None
+    #: Numeric configs with an upper bound; `also` lists values accepted outside the range.
+    maximum: int | None = None
+    also: tuple[int, ...] = ()
     read_only: bool = False
 
     def parse(self, raw: ConfigValue) -> ConfigValue:
@@ -106,18 +109,27 @@ class ConfigDef:
                 f"Invalid value {raw!r} for configuration {self.name}: "
                 f"expected {self.type.name.lower()}"
             ) from None
-        # Only numeric configs declare a minimum.
-        if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:
-            raise ConfigError(
-                f"Invalid value {value} for configuration {self.name}: "
-                f"value must be at least {self.minimum}"
-            )
+        # Only numeric configs declare a minimum or maximum.
+        if isinstance(value, int | float) and value not in self.also:
+            if self.minimum is not None and value < self.minimum:
+                raise ConfigError(
+                    f"Invalid value {value} for configuration {self.name}: "
+                    f"value must be at least {self.minimum}{self._also_text()}"
+                )
+            if self.maximum is not None and value > self.maximum:
+                raise ConfigError(
+                    f"Invalid value {value} for configuration {self.name}: "
+                    f"value must be at most {self.maximum}{self._also_text()}"
+                )
         if self.choices is not None and value not in self.choices:
             raise ConfigError(
                 f"Invalid value {value!r} for configuration {self.name}: "
                 f"must be one of {', '.join(self.choices)}"
             )
         return value
+
+    def _also_text(self) -> str:
+        return "".join(f" or equal to {value}" for value in self.also)
 
     def render(self, value: ConfigValue) -> str | None:
         """Kafka's textual form of a value, as DescribeConfigs reports it."""
@@ -134,6 +146,38 @@ def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
 
 #: Kafka's `compression.type` values (BrokerCompressionType), broker and topic alike.
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+
+def _compression_levels() -> tuple[ConfigDef, ...]:
+    """KIP-390's per-codec levels with Kafka's ranges; broker and topic share the names."""
+    return (
+        ConfigDef(
+            "compression.gzip.level",
+            INT,
+            -1,
+            "gzip level batches are recompressed with (-1: zlib's default, 6).",
+            minimum=1,
+            maximum=9,
+            also=(-1,),
+        ),
+        ConfigDef(
+            "compression.lz4.level",
+            INT,
+            9,
+            "lz4 level batches are recompressed with (9: the fast compressor).",
+            minimum=1,
+            maximum=17,
+        ),
+        ConfigDef(
+            "compression.zstd.level",
+            INT,
+            3,
+            "zstd level batches are recompressed with.",
+            minimum=-131072,
+            maximum=22,
+        ),
+    )
+
 
 B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
 P = ConfigType.PASSWORD
@@ -463,6 +507,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "(or uncompressed) recompresses batches in another one on append.",
         choices=COMPRESSION_TYPES,
     ),
+    *_compression_levels(),
     ConfigDef(
         "min.insync.replicas", INT, 1, "Replicas that must hold an acks=all write.", minimum=1
     ),
@@ -543,6 +588,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
         "recompresses batches in another one on append.",
         choices=COMPRESSION_TYPES,
     ),
+    *_compression_levels(),
     ConfigDef(
         "max.message.bytes", INT, 1048588, "Largest record batch this topic accepts.", minimum=0
     ),
@@ -583,6 +629,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
 TOPIC_SYNONYMS: dict[str, str] = {
     "cleanup.policy": "log.cleanup.policy",
     "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
     "max.message.bytes": "message.max.bytes",
     "message.timestamp.type": "log.message.timestamp.type",
     "segment.bytes": "log.segment.bytes",

@@ -49,10 +49,12 @@ TOPIC_CODECS: dict[str, int] = {
 CODEC_NAMES: dict[int, str] = {codec: name for name, codec in TOPIC_CODECS.items()}
 CODEC_NAMES[COMPRESSION_NONE] = "none"
 
-#: Kafka's default levels (KIP-390): gzip's Deflater default (6), lz4's 9 (its fast
-#: compressor), zstd's 3.
-GZIP_LEVEL = 6
-ZSTD_LEVEL = 3
+#: Kafka's default levels (KIP-390): gzip's -1 (zlib's default, 6), lz4's 9 (which Kafka
+#: maps to LZ4's fast compressor; other levels use its high-compression one), zstd's 3.
+GZIP_DEFAULT_LEVEL = -1
+LZ4_DEFAULT_LEVEL = 9
+ZSTD_DEFAULT_LEVEL = 3
+_ZLIB_DEFAULT_LEVEL = 6
 
 #: xerial's snappy stream framing, as the Java client writes it: magic, version 1,
 #: compatible version 1, then blocks of at most 32 KiB input, each with an int32 length.
@@ -63,14 +65,17 @@ _INT16 = struct.Struct(">h")
 _UINT32 = struct.Struct(">I")
 
 
-def compress_records(codec: int, records: bytes) -> bytes:
-    """The records section `records` (uncompressed) in `codec`'s framing as Kafka writes it."""
+def compress_records(codec: int, records: bytes, level: int | None = None) -> bytes:
+    """The records section `records` (uncompressed) in `codec`'s framing as Kafka writes it,
+    at `level` (gzip, lz4 and zstd; None: Kafka's default), within Kafka's ranges."""
     import cramjam  # imported lazily: topics with compression.type=producer never need it
 
     if codec == COMPRESSION_NONE:
         return records
     if codec == COMPRESSION_GZIP:
-        return bytes(cramjam.gzip.compress(records, level=GZIP_LEVEL))
+        if level is None or level == GZIP_DEFAULT_LEVEL:
+            level = _ZLIB_DEFAULT_LEVEL
+        return bytes(cramjam.gzip.compress(records, level=level))
     if codec == COMPRESSION_SNAPPY:
         out = bytearray(_XERIAL_HEADER)
         view = memoryview(records)
@@ -81,11 +86,15 @@ def compress_records(codec: int, records: bytes) -> bytes:
         return bytes(out)
     if codec == COMPRESSION_LZ4:
         # An LZ4 frame of independent 64 KiB blocks: Kafka's reader refuses linked ones.
-        compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        lz4_level = 0 if level is None or level == LZ4_DEFAULT_LEVEL else level
+        compressor = cramjam.lz4.Compressor(
+            level=lz4_level, content_checksum=False, block_linked=False
+        )
         compressor.compress(records)
         return bytes(compressor.finish())
     if codec == COMPRESSION_ZSTD:
-        return bytes(cramjam.zstd.compress(records, level=ZSTD_LEVEL))
+        zstd_level = ZSTD_DEFAULT_LEVEL if level is None else level
+        return bytes(cramjam.zstd.compress(records, level=zstd_level))
     raise ValueError(f"unknown codec {codec}")
 
 
@@ -114,9 +123,13 @@ def _check_records(records: bytes, records_count: int, base_offset: int) -> None
 
 
 def recompress_batch(
-    batch: Buffer, codec: int, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    batch: Buffer,
+    codec: int,
+    level: int | None = None,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
 ) -> bytes:
-    """The one whole batch `batch` with its records in `codec`.
+    """The one whole batch `batch` with its records in `codec` (at `level`, see
+    `compress_records`).
 
     A control batch, or one already in `codec`, is returned as is (the same bytes). Raises
     InvalidRecords (INVALID_RECORD) when the records cannot be decompressed within
@@ -142,7 +155,7 @@ def recompress_batch(
             f"batch at offset {header.base_offset} cannot be decompressed: {exc}",
         ) from None
     _check_records(records, header.records_count, header.base_offset)
-    compressed = compress_records(codec, records)
+    compressed = compress_records(codec, records, level)
     out = bytearray(RECORDS_OFFSET + len(compressed))
     out[:RECORDS_OFFSET] = memoryview(batch)[:RECORDS_OFFSET]
     out[RECORDS_OFFSET:] = compressed

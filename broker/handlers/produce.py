@@ -87,7 +87,10 @@ from raftka.protocol.batch_builder import control_record_type
 from raftka.protocol.recompress import TOPIC_CODECS, recompress_batch
 from raftka.protocol.records import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
     COMPRESSION_MASK,
+    COMPRESSION_ZSTD,
     CONTROL_FLAG_MASK,
     MAGIC_OFFSET,
     MAGIC_V2,
@@ -302,13 +305,22 @@ def _codec_differs(records: bytes, codec: int | None) -> bool:
     )
 
 
+#: Codec → its KIP-390 level config.
+_LEVEL_CONFIGS = {
+    COMPRESSION_GZIP: "compression.gzip.level",
+    COMPRESSION_LZ4: "compression.lz4.level",
+    COMPRESSION_ZSTD: "compression.zstd.level",
+}
+
+
 def _recompressed(partition: Partition, records: bytes, codec: int, version: int) -> bytes:
     """The produced batch with its records in `codec`; raises InvalidRecords (validated
     first, so a batch Kafka refuses gets the same error as on a `producer` topic)."""
-    validate_produce_records(
-        records, partition.topic.config.get_int("max.message.bytes"), produce_version=version
-    )
-    return recompress_batch(records, codec)
+    config = partition.topic.config
+    validate_produce_records(records, config.get_int("max.message.bytes"), produce_version=version)
+    level_config = _LEVEL_CONFIGS.get(codec)
+    level = None if level_config is None else config.get_int(level_config)
+    return recompress_batch(records, codec, level)
 
 
 #: Per partition, the last write queued behind a recompression (set when it was appended).

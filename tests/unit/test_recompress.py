@@ -327,3 +327,43 @@ def test_a_corrupt_batch_is_refused_and_nothing_is_stored(broker: Broker) -> Non
     good, _ = _batch(r.COMPRESSION_GZIP, [b"ok"], producer=(-1, -1, -1), transactional=False)
     (answer,) = _run(broker, _produce_all, broker, [good])
     assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
+
+
+def test_levels_of_kip_390_are_applied() -> None:
+    records = b"".join(b"record %d of a compressible batch; " % (i % 50) for i in range(5000))
+    for codec, low, high in (
+        (r.COMPRESSION_GZIP, 1, 9),
+        (r.COMPRESSION_LZ4, 1, 17),
+        (r.COMPRESSION_ZSTD, -5, 19),
+    ):
+        fast = compress_records(codec, records, low)
+        small = compress_records(codec, records, high)
+        assert len(small) < len(fast), (codec, len(small), len(fast))
+        assert _plain_records(codec, fast) == records == _plain_records(codec, small)
+    # Kafka's defaults: gzip -1 is zlib's 6, lz4 9 is the fast compressor.
+    assert compress_records(r.COMPRESSION_GZIP, records, -1) == compress_records(
+        r.COMPRESSION_GZIP, records, 6
+    )
+    assert compress_records(r.COMPRESSION_LZ4, records, 9) == compress_records(
+        r.COMPRESSION_LZ4, records
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "good", "bad"),
+    [
+        ("compression.gzip.level", ["-1", "1", "9"], ["0", "-2", "10"]),
+        ("compression.lz4.level", ["1", "9", "17"], ["0", "18"]),
+        ("compression.zstd.level", ["-131072", "0", "22"], ["-131073", "23"]),
+        ("compression.type", [*TOPIC_CODECS, "producer"], ["brotli", "none", "GZIP"]),
+    ],
+)
+def test_compression_configs_take_kafkas_values(name: str, good: list[str], bad: list[str]) -> None:
+    from raftka.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigError
+
+    for definitions in (BROKER_CONFIGS, TOPIC_CONFIGS):
+        for value in good:
+            definitions[name].parse(value)
+        for value in bad:
+            with pytest.raises(ConfigError, match=name):
+                definitions[name].parse(value)
