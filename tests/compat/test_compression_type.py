@@ -252,3 +252,59 @@ def test_broker_default_compression_type(broker_factory, new_topic) -> None:
     described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
     entry = next(iter(described.values())).result(timeout=30)["compression.type"]
     assert (entry.value, entry.source) == ("gzip", 4)  # STATIC_BROKER_CONFIG
+
+
+def test_compression_levels(bootstrap, new_topic) -> None:
+    topic = new_topic(config={"compression.type": "zstd", "compression.zstd.level": "19"})
+    sent = _records(100, "level")
+    assert not produce(bootstrap, topic, sent, compression_type="gzip").errors
+    assert set(_stored_codecs(bootstrap, topic)) == {CODEC_BITS["zstd"]}
+    _check_read_back(bootstrap, topic, sent)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    entries = next(iter(described.values())).result(timeout=30)
+    assert entries["compression.zstd.level"].value == "19"
+    assert entries["compression.gzip.level"].value == "-1"
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("compression.gzip.level", "0", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    with pytest.raises(Exception, match="compression.gzip.level"):
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
+def test_transactions_across_recompression(broker_factory) -> None:
+    from clients import create_topic
+    from confluent_kafka import Producer
+    from test_transactions import CONFIG
+    from test_transactions_e2e import wait_complete
+
+    broker = broker_factory(CONFIG)
+    topic = f"compression-txn-{time.monotonic_ns()}"
+    create_topic(broker.bootstrap, topic, config={"compression.type": "zstd"})
+    transactional_id = f"compression-{time.monotonic_ns()}"
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": transactional_id,
+            "compression.type": "gzip",
+        }
+    )
+    producer.init_transactions(60)
+    for outcome in ("abort", "commit"):
+        producer.begin_transaction()
+        for i in range(100):
+            producer.produce(topic, value=f"{outcome}-{i}".encode() * 10, partition=0)
+        assert producer.flush(30) == 0
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+        wait_complete(broker.bootstrap, transactional_id)
+    # Data batches recompressed; the COMMIT/ABORT markers (uncompressed) left as written.
+    assert set(_stored_codecs(broker.bootstrap, topic)) == {0, CODEC_BITS["zstd"]}
+    got = consume(broker.bootstrap, topic, [0], isolation_level="read_committed")[0]
+    assert [m.value() for m in got] == [f"commit-{i}".encode() * 10 for i in range(100)]
