@@ -316,10 +316,24 @@ _LEVEL_CONFIGS = {
 def _recompressed(partition: Partition, records: bytes, codec: int, version: int) -> bytes:
     """The produced batch with its records in `codec`; raises InvalidRecords (validated
     first, so a batch Kafka refuses gets the same error as on a `producer` topic)."""
+    return _validated_and_recompressed(
+        records, codec, *_recompression_limits(partition, codec), version
+    )
+
+
+def _recompression_limits(partition: Partition, codec: int) -> tuple[int | None, int]:
+    """(the topic's level for `codec`, if it has one; max.message.bytes), read on the loop."""
     config = partition.topic.config
-    validate_produce_records(records, config.get_int("max.message.bytes"), produce_version=version)
     level_config = _LEVEL_CONFIGS.get(codec)
     level = None if level_config is None else config.get_int(level_config)
+    return level, config.get_int("max.message.bytes")
+
+
+def _validated_and_recompressed(
+    records: bytes, codec: int, level: int | None, max_batch_bytes: int, version: int
+) -> bytes:
+    # Plain values only: this runs in a worker thread for large batches.
+    validate_produce_records(records, max_batch_bytes, produce_version=version)
     return recompress_batch(records, codec, level)
 
 
@@ -369,8 +383,14 @@ async def _append_queued(
         if queued.codec is not None and _codec_differs(records, queued.codec):
             try:
                 if _recompress_in_thread(records):
+                    level, max_batch_bytes = _recompression_limits(partition, queued.codec)
                     records = await trio.to_thread.run_sync(
-                        _recompressed, partition, records, queued.codec, version
+                        _validated_and_recompressed,
+                        records,
+                        queued.codec,
+                        level,
+                        max_batch_bytes,
+                        version,
                     )
                 else:
                     records = _recompressed(partition, records, queued.codec, version)
