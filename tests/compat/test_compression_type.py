@@ -308,3 +308,29 @@ def test_transactions_across_recompression(broker_factory) -> None:
     assert set(_stored_codecs(broker.bootstrap, topic)) == {0, CODEC_BITS["zstd"]}
     got = consume(broker.bootstrap, topic, [0], isolation_level="read_committed")[0]
     assert [m.value() for m in got] == [f"commit-{i}".encode() * 10 for i in range(100)]
+
+
+def test_replicas_store_the_recompressed_bytes(cluster_factory) -> None:
+    from clients import create_topic
+    from test_cluster import wait_replicas_identical
+
+    cluster = cluster_factory()
+    topic = f"compression-rf3-{time.monotonic_ns()}"
+    create_topic(cluster.bootstrap, topic, config={"compression.type": "lz4"}, replication_factor=3)
+    sent = [
+        {
+            "key": f"k{i}".encode(),
+            "value": (f"{i:06d}" * 100).encode(),
+            "headers": [("h", b"x")],
+            "partition": 0,
+        }
+        for i in range(2000)
+    ]
+    assert not produce(
+        cluster.bootstrap, topic, sent, acks="all", compression_type="zstd", linger_ms=20
+    ).errors
+    blob = wait_replicas_identical(cluster, topic, 0)
+    assert {h.attributes & COMPRESSION_MASK for h in iter_batch_headers(blob)} == {
+        CODEC_BITS["lz4"]
+    }
+    _check_read_back(cluster.bootstrap, topic, sent)
