@@ -75,6 +75,10 @@ class Partition:
     storage: PartitionRaftStorage | None = None
     raft: RaftGroup | None = None
     waiters: set[trio.Event] = field(default_factory=set)
+    #: Produce: set when the last write queued behind a recompression was appended or
+    #: refused; None when none waits. Later writes queue behind it, so a producer's
+    #: pipelined batches keep their order even when one waits for a worker thread.
+    last_queued_write: trio.Event | None = None
 
     @property
     def name(self) -> str:

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -337,13 +336,6 @@ def _validated_and_recompressed(
     return recompress_batch(records, codec, level)
 
 
-#: Per partition, the last write queued behind a recompression (set when it was appended).
-#: Writes to a partition with a queued write queue too, so a producer's pipelined batches
-#: are appended in the order they arrived even when one waits for a worker thread. Weak
-#: keys: a deleted partition takes its entry with it.
-_queued_writes: weakref.WeakKeyDictionary[Partition, trio.Event] = weakref.WeakKeyDictionary()
-
-
 @dataclass(slots=True)
 class _QueuedWrite:
     """One partition's write that waits for the writes queued before it on the partition
@@ -362,8 +354,8 @@ def _queue_write(
     partition: Partition, records: bytes, codec: int | None, fields: dict[str, Any]
 ) -> _QueuedWrite:
     done = trio.Event()
-    queued = _QueuedWrite(partition, records, codec, _queued_writes.get(partition), done, fields)
-    _queued_writes[partition] = done
+    queued = _QueuedWrite(partition, records, codec, partition.last_queued_write, done, fields)
+    partition.last_queued_write = done
     return queued
 
 
@@ -407,8 +399,8 @@ async def _append_queued(
             commits.append((partition, wait_for, queued.fields))
     finally:
         queued.done.set()
-        if _queued_writes.get(partition) is queued.done:
-            del _queued_writes[partition]
+        if partition.last_queued_write is queued.done:
+            partition.last_queued_write = None
 
 
 #: Control types a restore may write: ABORT and COMMIT markers, LEADER_CHANGE.
@@ -722,7 +714,7 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 records = data.records or b""
                 codec = _target_codec(partition)
                 wait_for = None
-                if partition in _queued_writes or (
+                if partition.last_queued_write is not None or (
                     _codec_differs(records, codec) and _recompress_in_thread(records)
                 ):
                     fields = {"error_code": ErrorCode.none}
