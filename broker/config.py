@@ -460,6 +460,32 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "log.retention.check.interval.ms", L, 300000, "How often retention is enforced.", minimum=1
     ),
     ConfigDef(
+        "auto.leader.rebalance.enable",
+        B,
+        True,
+        "Move partition leadership back to preferred replicas (the first of each replica "
+        "list) when leaders drift, checked by the controller every "
+        "leader.imbalance.check.interval.seconds.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "leader.imbalance.check.interval.seconds",
+        L,
+        300,
+        "How often the controller checks whether partition leadership is imbalanced.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "leader.imbalance.per.broker.percentage",
+        INT,
+        10,
+        "Share (percent) of a broker's preferred partitions that may be led elsewhere before "
+        "leadership is moved back to it.",
+        minimum=0,
+        read_only=True,
+    ),
+    ConfigDef(
         "log.flush.interval.messages",
         L,
         LONG_MAX,

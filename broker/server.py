@@ -518,6 +518,12 @@ class Broker:
                 nursery.start_soon(self.transactions.run)
                 if self.cluster.peers:
                     nursery.start_soon(self.controller.gossip_leaders)
+                    if self.config.get_bool("auto.leader.rebalance.enable"):
+                        nursery.start_soon(
+                            self.controller.elections.rebalance,
+                            self.config.get_int("leader.imbalance.check.interval.seconds"),
+                            self.config.get_int("leader.imbalance.per.broker.percentage"),
+                        )
                 logger.info(
                     "raftka: serving on %s (node %d, cluster %s, data %s)",
                     ", ".join(

@@ -10,7 +10,7 @@ nothing else.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -18,6 +18,8 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
 if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
+
     from raftka.broker.cluster.commands import Command, CommandResult
     from raftka.broker.cluster.image import BrokerInfo
     from raftka.broker.config import BrokerConfig
@@ -99,6 +101,13 @@ class ControllerClient(Protocol):
         ...
 
     def live_brokers(self) -> list[int]: ...
+
+    async def elect_preferred_leaders(
+        self, partitions: Sequence[tuple[str, int]], timeout_s: float
+    ) -> Mapping[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """Elect each partition's preferred replica, waiting up to `timeout_s`: per partition
+        Kafka's error code and message."""
+        ...
 
     async def execute(self, command: Command) -> CommandResult:
         """Run an admin command on the controller; failures come back as results."""

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -45,6 +45,7 @@ from raftka.broker.cluster.image import (
     TopicCreated,
     TopicDeleted,
 )
+from raftka.broker.cluster.rebalance import ElectionResult, PreferredLeaderElections
 from raftka.broker.cluster.records import (
     AddAclBinding,
     ClientQuota,
@@ -165,6 +166,8 @@ class Controller:
         # Peer RPCs of other parts of the broker, sharing the transport's forward handler.
         self._rpc_handlers: dict[str, RpcHandler] = {}
         node.transport.set_forward_handler(self._serve_forward)
+        # Preferred-leader elections (ElectLeaders, auto rebalance) over their own peer RPC.
+        self.elections = PreferredLeaderElections(self)
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -329,6 +332,13 @@ class Controller:
 
     def live_brokers(self) -> list[int]:
         return sorted(self.image.brokers)
+
+    async def elect_preferred_leaders(
+        self, partitions: Sequence[tuple[str, int]], timeout_s: float
+    ) -> dict[tuple[str, int], ElectionResult]:
+        """Elect each partition's preferred replica (by its current leader, wherever that
+        is), waiting up to `timeout_s`: per partition Kafka's error code and message."""
+        return await self.elections.elect(partitions, timeout_s)
 
     # -- executing admin operations -------------------------------------------------------
 
