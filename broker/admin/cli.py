@@ -17,6 +17,7 @@ from raftka.broker.admin import (
     acls,
     backup,
     cluster,
+    elect,
     groups,
     quotas,
     restore,
@@ -334,12 +335,13 @@ def _transactions_parser(commands: Any, common: argparse.ArgumentParser) -> None
 
 
 def _cluster_parser(commands: Any, common: argparse.ArgumentParser) -> None:
-    parser = commands.add_parser("cluster", help="cluster status: brokers and partition health")
+    parser = commands.add_parser("cluster", help="cluster status and preferred-leader elections")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     status = actions.add_parser(
         "status", parents=[common], help="brokers, controller, leaders, ISR, problems"
     )
     status.set_defaults(run=lambda a, t: (cluster.cluster_status(t), cluster.print_status))
+    elect.add_parser(actions, common)
 
 
 def _topic_list(text: str) -> list[str]:
