@@ -44,11 +44,13 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.protocol.Errors;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
@@ -73,6 +75,8 @@ public class KafkaTool {
                     + " TIMEOUT_MS [k=v...]\n"
                     + "  consume-group BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_MS [k=v...]\n"
                     + "  delete-records BOOTSTRAP TOPIC PARTITION BEFORE_OFFSET [k=v...]\n"
+                    + "  elect-leaders BOOTSTRAP preferred|unclean TOPIC:P[,TOPIC:P...]|all"
+                    + " [k=v...]\n"
                     + Transactions.USAGE
                     + SparkConnector.USAGE
                     + Security.USAGE;
@@ -126,6 +130,9 @@ public class KafkaTool {
                 need(args, 5);
                 return deleteRecords(bootstrap, args[2], Integer.parseInt(args[3]),
                         Long.parseLong(args[4]), props(args, 5));
+            case "elect-leaders":
+                need(args, 4);
+                return electLeaders(bootstrap, args[2], args[3], props(args, 4));
             case "txn-produce":
                 need(args, 4);
                 return Transactions.txnProduce(bootstrap, args[2], Integer.parseInt(args[3]),
@@ -238,6 +245,47 @@ public class KafkaTool {
                     + ",\"low_watermark\":" + deleted.lowWatermark() + "}");
         }
         return 0;
+    }
+
+    /** One line per partition the broker answered: its error name, or null when elected. */
+    private static int electLeaders(String bootstrap, String type, String partitions,
+            Properties overrides) throws Exception {
+        ElectionType electionType = switch (type) {
+            case "preferred" -> ElectionType.PREFERRED;
+            case "unclean" -> ElectionType.UNCLEAN;
+            default -> throw new UsageException("election type: preferred or unclean, not " + type);
+        };
+        Set<TopicPartition> wanted = null;
+        if (!partitions.equals("all")) {
+            wanted = new TreeSet<>((a, b) -> a.toString().compareTo(b.toString()));
+            for (String item : partitions.split(",")) {
+                int colon = item.lastIndexOf(':');
+                wanted.add(new TopicPartition(item.substring(0, colon),
+                        Integer.parseInt(item.substring(colon + 1))));
+            }
+        }
+        try (Admin admin = admin(bootstrap, overrides)) {
+            Map<TopicPartition, java.util.Optional<Throwable>> results =
+                    admin.electLeaders(electionType, wanted).partitions().get();
+            for (Map.Entry<TopicPartition, java.util.Optional<Throwable>> e
+                    : new TreeMap<>(mapByName(results)).values()) {
+                String error = e.getValue().map(t -> Errors.forException(t).name()).orElse(null);
+                String message = e.getValue().map(Throwable::getMessage).orElse(null);
+                System.out.println("{\"topic\":" + str(e.getKey().topic()) + ",\"partition\":"
+                        + e.getKey().partition() + ",\"error\":" + str(error)
+                        + ",\"message\":" + str(message) + "}");
+            }
+        }
+        return 0;
+    }
+
+    private static <V> Map<String, Map.Entry<TopicPartition, V>> mapByName(
+            Map<TopicPartition, V> results) {
+        Map<String, Map.Entry<TopicPartition, V>> byName = new HashMap<>();
+        for (Map.Entry<TopicPartition, V> e : results.entrySet()) {
+            byName.put(e.getKey().topic() + String.format("-%08d", e.getKey().partition()), e);
+        }
+        return byName;
     }
 
     // -- producer ----------------------------------------------------------------------------
