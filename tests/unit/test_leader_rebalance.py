@@ -265,3 +265,79 @@ def test_rebalance_of_a_balanced_cluster_does_nothing(percentage: int) -> None:
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert asked == []
+
+
+# -- the leader's side: handing leadership over ---------------------------------------------
+
+
+class FakeRaft:
+    """A Raft group led here whose transfer to `to` completes after `takes_s` (never: None)."""
+
+    def __init__(self, takes_s: float | None) -> None:
+        self.leader_id: int | None = 1
+        self.takes_s = takes_s
+        self.transfers: list[int] = []
+
+    def transfer_leadership(self, to: int) -> None:
+        self.transfers.append(to)
+
+
+class LedPartition(FakePartition):
+    def __init__(self, index: int, replicas: tuple[int, ...], raft: FakeRaft, isr: tuple[int, ...]):
+        super().__init__("t", index, replicas)
+        self.raft = raft  # type: ignore[assignment]
+        self.is_leader = True
+        self.isr = isr
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.raft.leader_id  # type: ignore[attr-defined]
+
+    def in_sync_replicas(self) -> tuple[int, ...]:
+        return self.isr
+
+
+def elect_here(partitions: list[LedPartition], timeout_s: float) -> dict[Any, Any]:
+    cluster = FakeCluster(partitions)  # type: ignore[arg-type]
+    cluster.topics.partition = lambda name, index: next(  # type: ignore[attr-defined]
+        (p for p in partitions if (p.topic.name, p.index) == (name, index)), None
+    )
+    elections = PreferredLeaderElections(cluster)  # type: ignore[arg-type]
+
+    async def main() -> dict[Any, Any]:
+        async with trio.open_nursery() as nursery:
+            for p in partitions:
+                raft = p.raft
+                assert isinstance(raft, FakeRaft)
+                if raft.takes_s is not None:
+                    nursery.start_soon(complete, raft, raft.takes_s)
+            results = await elections.elect_here(
+                [(p.topic.name, p.index) for p in partitions], timeout_s
+            )
+            nursery.cancel_scope.cancel()
+        return results
+
+    async def complete(raft: FakeRaft, after_s: float) -> None:
+        await trio.sleep(after_s)
+        if raft.transfers:
+            raft.leader_id = raft.transfers[-1]
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_the_leader_hands_over_and_answers_once_the_preferred_replica_leads() -> None:
+    moved = LedPartition(0, (2, 1, 3), FakeRaft(takes_s=0.5), isr=(1, 2, 3))
+    behind = LedPartition(1, (3, 1, 2), FakeRaft(takes_s=0.5), isr=(1, 2))
+    already = LedPartition(2, (1, 2, 3), FakeRaft(takes_s=None), isr=(1, 2, 3))
+    results = elect_here([moved, behind, already], timeout_s=5)
+    assert results[("t", 0)] == (ErrorCode.none, None)
+    assert results[("t", 1)][0] == ErrorCode.preferred_leader_not_available
+    assert results[("t", 2)] == (ErrorCode.election_not_needed, None)
+    assert [p.raft.transfers for p in (moved, behind, already)] == [[2], [], []]  # type: ignore[attr-defined]
+
+
+def test_a_transfer_that_does_not_finish_in_time_is_answered_request_timed_out() -> None:
+    stuck = LedPartition(0, (2, 1, 3), FakeRaft(takes_s=None), isr=(1, 2, 3))
+    results = elect_here([stuck], timeout_s=2)
+    code, message = results[("t", 0)]
+    assert code == ErrorCode.request_timed_out and "within 2 s" in message
