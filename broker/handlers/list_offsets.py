@@ -112,8 +112,9 @@ async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
                 "leader_epoch": -1,
             }
             current_leader_epoch = getattr(p, "current_leader_epoch", -1)
+            led: Partition | ErrorCode
             if not may_describe(wanted.name):
-                fields["error_code"] = ErrorCode.topic_authorization_failed
+                led = ErrorCode.topic_authorization_failed
             elif replica_id == DEBUGGING_REPLICA_ID:
                 led = replica_partition(partition, current_leader_epoch)
             else:

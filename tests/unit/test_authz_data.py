@@ -351,6 +351,13 @@ def test_list_offsets_and_leader_epochs_need_describe(broker: Broker) -> None:
         TOPIC: ErrorCode.none,
         OTHER: ErrorCode.topic_authorization_failed,
     }
+    # A refused topic first: it gets its error and nothing of another partition's answer.
+    reordered = dataclasses.replace(offsets, topics=offsets.topics[::-1])
+    response = call(broker, 2, 7, reordered)
+    answers = {t.name: t.partitions[0] for t in response.topics}
+    assert answers[OTHER].error_code == ErrorCode.topic_authorization_failed
+    assert (answers[OTHER].offset, answers[OTHER].timestamp) == (-1, -1)
+    assert answers[TOPIC].error_code == ErrorCode.none and answers[TOPIC].offset >= 0
     epochs = epoch_v4.OffsetForLeaderEpochRequest(
         replica_id=-1,
         topics=tuple(
