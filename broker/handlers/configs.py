@@ -81,8 +81,14 @@ def _entries(
             continue
         synonyms = ()
         if getattr(request, "include_synonyms", False):
+            secret = definition.type == ConfigType.PASSWORD
             synonyms = tuple(
-                build(module.DescribeConfigsSynonym, name=n, value=v, source=int(s))
+                build(
+                    module.DescribeConfigsSynonym,
+                    name=n,
+                    value=None if secret else v,  # a password's synonym is one too
+                    source=int(s),
+                )
                 for n, v, s in synonyms_of(definition.name, value, source)
             )
         entries.append(

@@ -315,12 +315,22 @@ def test_raft_over_tls_serves_and_refuses_plaintext_peers(
 def test_describe_configs_never_shows_the_secret(broker_factory: Any) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    broker = broker_factory(config={"raft.auth.secret": SECRET})
+    plain_users = f"admin:{SECRET}-plain"
+    broker = broker_factory(config={"raft.auth.secret": SECRET, "sasl.plain.users": plain_users})
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     resource = ConfigResource("broker", "1")
     entries = admin.describe_configs([resource])[resource].result(timeout=10)
     entry = entries["raft.auth.secret"]
     assert entry.is_sensitive and entry.value is None
+    # Nor does any synonym (librdkafka asks for them) or any other entry.
+    assert entry.synonyms and all(s.value is None for s in entry.synonyms.values())
+    shown = [
+        value
+        for e in entries.values()
+        for value in (e.value, *(s.value for s in e.synonyms.values()))
+        if value is not None
+    ]
+    assert not [v for v in shown if SECRET in v], "a secret config's value was described"
     assert entries["raft.security.protocol"].value == "PLAINTEXT"
     logged = log_text(broker).split("\n", 1)[1]  # past the harness's command line
     assert SECRET not in logged
