@@ -37,9 +37,11 @@ from raftka.broker.cluster.records import (
     listener_addresses,
 )
 from raftka.broker.cluster.validation import (
+    CLUSTER_METADATA_TOPIC,
     MAX_PARTITIONS,
     TopicError,
     check_no_null_configs,
+    check_not_reserved,
     validate_topic_config_values,
     validate_topic_name,
 )
@@ -383,6 +385,15 @@ class MetadataImage:
         return [BrokerRegistered(broker, previous)]
 
     def _create_topic(self, record: CreateTopic, offset: int) -> list[Change]:
+        if record.name == CLUSTER_METADATA_TOPIC:
+            # Written by a broker before the name was refused: hosting it would collide
+            # with the metadata Raft group, so the record is skipped.
+            logger.warning(
+                "offset %d creates topic %s, which is the metadata log's name: skipped",
+                offset,
+                record.name,
+            )
+            return []
         if record.name in self.topics or record.topic_id in self.topics_by_id:
             logger.warning(
                 "offset %d creates topic %s that exists",
@@ -470,6 +481,7 @@ class MetadataImage:
         assignment or partition count and replication factor.
         """
         validate_topic_name(name)
+        check_not_reserved(name)
         key = _collision_key(name)
         for existing in self.topics:
             if existing != name and _collision_key(existing) == key:

@@ -50,6 +50,19 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+#: The metadata Raft group's name (its log folder is `__cluster_metadata-0`): never a topic.
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+
+
+def check_not_reserved(name: str) -> None:
+    """Kafka's KRaft controller refuses to create the metadata log's topic."""
+    if name == CLUSTER_METADATA_TOPIC:
+        raise TopicError(
+            ErrorCode.invalid_request,
+            f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.",
+        )
+
+
 def check_no_null_configs(configs: Mapping[str, str | None]) -> None:
     """INVALID_CONFIG naming every override whose value is null."""
     nulls = [name for name, value in configs.items() if value is None]

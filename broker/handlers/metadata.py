@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import CreateTopicCommand
-from raftka.broker.cluster.validation import TopicError, validate_topic_name
+from raftka.broker.cluster.validation import TopicError, check_not_reserved, validate_topic_name
 from raftka.broker.handlers.common import NO_THROTTLE, response_schema
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.topics import Topic
@@ -161,6 +161,7 @@ async def _named_entry(
             return _error_entry(module, name, None, ErrorCode.topic_authorization_failed), False
         try:
             validate_topic_name(name)
+            check_not_reserved(name)
         except TopicError as exc:
             return _error_entry(module, name, None, exc.error_code), True
         if not allow_create:

@@ -240,6 +240,9 @@ async def handle_delete_records(context: RequestContext, request: Any) -> Any:
                 error = ErrorCode.topic_authorization_failed
             elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
+            elif partition.topic.is_internal:
+                # Kafka: "Cannot delete records of internal topic" (offsets, transactions).
+                error = ErrorCode.invalid_topic_exception
             elif not partition.is_leader or partition.log is None:
                 error = ErrorCode.not_leader_or_follower
             else:

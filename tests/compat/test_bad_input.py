@@ -234,3 +234,77 @@ def test_produce_with_corrupt_crc(bootstrap, health_topic, bystander):
     low, high = watermarks(bootstrap, topic)
     assert high == before[1] + 2
     _broker_still_healthy(bootstrap, topic, bystander)
+
+
+def test_the_metadata_logs_name_is_never_a_topic(bootstrap, health_topic, bystander):
+    """Kafka refuses to create `__cluster_metadata`; raftka's metadata Raft group has that
+    name, so a topic of it would collide with the group on every broker."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse
+
+    name = "__cluster_metadata"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.create_topics([NewTopic(name, 1, 1)])[name]
+    with pytest.raises(KafkaException) as refused:
+        future.result(timeout=30)
+    assert refused.value.args[0].name() == "INVALID_REQUEST", refused.value
+    # Nor can a producer's Metadata request auto-create it.
+    with RawConnection(bootstrap) as conn:
+        conn.send_request(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name=name),),
+                allow_auto_topic_creation=True,
+                include_topic_authorized_operations=False,
+            )
+        )
+        answer = conn.recv_response(MetadataResponse)
+    assert [int(t.error_code) != 0 for t in answer.topics] == [True]
+    assert name not in admin.list_topics(timeout=10).topics
+    _broker_still_healthy(bootstrap, health_topic, bystander)
+
+
+def test_records_of_an_internal_topic_cannot_be_deleted(bootstrap, health_topic, bystander):
+    """DeleteRecords on `__consumer_offsets` would drop committed offsets: Kafka answers
+    INVALID_TOPIC_EXCEPTION ("Cannot delete records of internal topic")."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kio.schema.delete_records.v2.request import (
+        DeleteRecordsPartition,
+        DeleteRecordsRequest,
+        DeleteRecordsTopic,
+    )
+    from kio.schema.delete_records.v2.response import DeleteRecordsResponse
+    from kio.static.primitive import i32Timedelta
+
+    # A committed offset makes sure the offsets topic exists.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{health_topic}"})
+    try:
+        consumer.commit(offsets=[TopicPartition(health_topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    offsets_topic = (
+        AdminClient({"bootstrap.servers": bootstrap})
+        .list_topics(timeout=10)
+        .topics["__consumer_offsets"]
+    )
+    request = DeleteRecordsRequest(
+        topics=(
+            DeleteRecordsTopic(
+                name="__consumer_offsets",
+                partitions=tuple(
+                    DeleteRecordsPartition(partition_index=p, offset=-1)
+                    for p in offsets_topic.partitions
+                ),
+            ),
+        ),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+    )
+    with RawConnection(bootstrap) as conn:
+        conn.send_request(request)
+        answer = conn.recv_response(DeleteRecordsResponse)
+    codes = {int(p.error_code) for t in answer.topics for p in t.partitions}
+    assert codes <= {17, 6}, codes  # INVALID_TOPIC_EXCEPTION (or NOT_LEADER elsewhere)
+    assert 17 in codes
+    _broker_still_healthy(bootstrap, health_topic, bystander)

@@ -428,3 +428,16 @@ def test_snapshot_round_trip(tmp_path: Path) -> None:
         store.save(loaded)
         assert store.load() == loaded
     assert load_snapshot(tmp_path).topics == {}
+
+
+def test_the_metadata_logs_name_is_refused_and_an_old_record_of_it_skipped() -> None:
+    image = MetadataImage()
+    image.apply(RegisterBroker(1, "h", 9092, None, "a"), 0)
+    with pytest.raises(TopicError) as refused:
+        image.plan_create_topic("__cluster_metadata", uuid.uuid4(), 1, 1)
+    assert refused.value.error_code == ErrorCode.invalid_request
+    assert "prohibited" in refused.value.message
+    # A record of it written before the refusal existed is skipped, not hosted: hosting it
+    # would collide with the metadata Raft group and stop the broker on every start.
+    assert image.apply(CreateTopic("__cluster_metadata", uuid.uuid4(), [[1]], {}), 1) == []
+    assert "__cluster_metadata" not in image.topics
