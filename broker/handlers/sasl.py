@@ -144,7 +144,7 @@ async def handle_sasl_authenticate(context: RequestContext, request: Any) -> Any
                 "Authentication failed: Client requested an authorization id that is "
                 "different from username",
             )
-        if not user or not authenticator.check_plain(session.listener.name, user, password):
+        if not user or not await authenticator.check_plain(session.listener.name, user, password):
             return await fail(
                 ErrorCode.sasl_authentication_failed,
                 "Authentication failed: Invalid username or password",

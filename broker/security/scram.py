@@ -86,6 +86,13 @@ def password_matches(credential: ScramCredential, password: str) -> bool:
     return hmac.compare_digest(derived.stored_key, credential.stored_key)
 
 
+def unknown_user_credential(mechanism: ScramMechanism, username: str) -> ScramCredential:
+    """A stand-in credential for a user without one: the same salt for the same name each
+    time, Kafka's default iteration count, and keys no password matches."""
+    salt = hmac.new(b"raftka-unknown-user", username.encode(), "sha256").digest()
+    return ScramCredential(mechanism, salt, ITERATIONS_MIN, b"", b"")
+
+
 class ScramError(Exception):
     """A failed or malformed exchange; the message is safe to send to the client."""
 
@@ -151,10 +158,7 @@ class ScramServer:
     def respond_first(self, credential: ScramCredential | None) -> bytes:
         if credential is None or credential.mechanism != self.mechanism:
             # An unknown user gets a plausible challenge; the proof then fails.
-            fake_salt = hmac.new(
-                b"raftka-unknown-user", (self.username or "").encode(), "sha256"
-            ).digest()
-            credential = ScramCredential(self.mechanism, fake_salt, ITERATIONS_MIN, b"", b"")
+            credential = unknown_user_credential(self.mechanism, self.username or "")
         else:
             self._known_user = True
         self._credential = credential

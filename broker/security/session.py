@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import trio
+
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.security.listeners import ListenerSpec
 from raftka.broker.security.scram import (
@@ -15,6 +17,7 @@ from raftka.broker.security.scram import (
     ScramMechanism,
     ScramServer,
     password_matches,
+    unknown_user_credential,
 )
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -22,6 +25,8 @@ SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 FAILURE_MEMORY_S = 60.0
 #: The delay before a failure answer grows to at most this many times the configured one.
 FAILURE_DELAY_FACTOR_MAX = 32
+#: PLAIN password checks (PBKDF2, milliseconds of CPU each) running at once.
+PLAIN_CHECKS_AT_ONCE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,7 @@ class Authenticator:
         self.failure_delays = FailureDelays(
             config.get_int("connection.failed.authentication.delay.ms") / 1000
         )
+        self._plain_checks = trio.CapacityLimiter(PLAIN_CHECKS_AT_ONCE)
 
     def validate(self, listener: str) -> None:
         """ConfigError naming a bad mechanism or `sasl.plain.users` entry of `listener`."""
@@ -141,13 +147,31 @@ class Authenticator:
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         return self._credentials().get((user, int(mechanism)))
 
-    def check_plain(self, listener: str, user: str, password: str) -> bool:
-        """PLAIN: a `sasl.plain.users` entry, else a SCRAM credential of the user."""
+    async def check_plain(self, listener: str, user: str, password: str) -> bool:
+        """PLAIN: a `sasl.plain.users` entry, else a SCRAM credential of the user.
+
+        Every check costs one PBKDF2 derivation, whether the user is configured, has a
+        SCRAM credential or is unknown, so its duration does not tell which. The derivation
+        runs in a worker thread, at most `PLAIN_CHECKS_AT_ONCE` at a time, so logins never
+        stall the event loop."""
         configured = self.plain_users(listener).get(user)
-        if configured is not None:
-            return hmac.compare_digest(configured.encode(), password.encode())
+        credential = None
         for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):
             credential = self.scram_credential(user, mechanism)
             if credential is not None:
-                return password_matches(credential, password)
-        return False
+                break
+        return await trio.to_thread.run_sync(
+            _plain_matches, user, password, configured, credential, limiter=self._plain_checks
+        )
+
+
+def _plain_matches(
+    user: str, password: str, configured: str | None, credential: ScramCredential | None
+) -> bool:
+    """A PLAIN password against a configured one, else a SCRAM credential; one PBKDF2
+    derivation in every case (against a stand-in credential when there is none to use)."""
+    if credential is not None and configured is None:
+        return password_matches(credential, password)
+    # The same work as a SCRAM user's check; its answer is never a match.
+    password_matches(unknown_user_credential(ScramMechanism.SCRAM_SHA_512, user), password)
+    return configured is not None and hmac.compare_digest(configured.encode(), password.encode())
