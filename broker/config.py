@@ -305,6 +305,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         read_only=True,
     ),
     ConfigDef(
+        "sasl.server.max.receive.size",
+        INT,
+        524288,
+        "Largest request frame before SASL authentication completes on a SASL listener; "
+        "a larger one closes the connection without its body being read.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
         "authorizer.class.name",
         S,
         "",

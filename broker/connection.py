@@ -123,6 +123,7 @@ class Connection:
         self._in_flight_bytes = 0
         self._bytes_released = trio.Event()
         self.max_frame_bytes: int = self.config.get_int("socket.request.max.bytes")
+        self.max_preauth_frame_bytes: int = self.config.get_int("sasl.server.max.receive.size")
         self.max_in_flight: int = self.config.get_int("queued.max.requests")
 
     async def serve(self) -> None:
@@ -210,16 +211,35 @@ class Connection:
                 logger.info("closing idle connection from %s", self.peer)
                 return
             (size,) = _SIZE.unpack_from(self._buffer, 0)
-            if size < 0 or size > self.max_frame_bytes:
+            # Before SASL authentication a client may not make the broker buffer much:
+            # the limit is checked before any of the body is read.
+            if self.session.authenticated:
+                limit_name, limit = "socket.request.max.bytes", self.max_frame_bytes
+            else:
+                limit_name, limit = "sasl.server.max.receive.size", self.max_preauth_frame_bytes
+            if size < 0 or size > limit:
                 logger.warning(
-                    "closing connection from %s: request of %d bytes exceeds "
-                    "socket.request.max.bytes=%d",
+                    "closing connection from %s: request of %d bytes exceeds %s=%d",
                     self.peer,
                     size,
-                    self.max_frame_bytes,
+                    limit_name,
+                    limit,
                 )
                 return
-            if not await self._receive_exactly(4 + size):
+            # The whole request must arrive within the idle timeout, so a client that
+            # stalls or trickles in the middle of a frame does not hold its connection.
+            with trio.move_on_after(idle_s) as partial:
+                if not await self._receive_exactly(4 + size):
+                    return
+            if partial.cancelled_caught:
+                logger.info(
+                    "closing connection from %s: request incomplete after "
+                    "connections.max.idle.ms=%d (%d of %d bytes received)",
+                    self.peer,
+                    idle_ms,
+                    len(self._buffer) - 4,
+                    size,
+                )
                 return
             received_s = time.perf_counter()
             # One copy out of the buffer (slicing the bytearray first would make two).

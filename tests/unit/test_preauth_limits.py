@@ -12,12 +12,20 @@ from typing import Any
 import pytest
 import trio
 
-from raftka.broker.config import BrokerConfig
+from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.security.scram import ScramCredential, ScramMechanism, make_credential
 from raftka.broker.security.session import PLAIN_CHECKS_AT_ONCE, Authenticator
 
 SHA256 = ScramMechanism.SCRAM_SHA_256
 SHA512 = ScramMechanism.SCRAM_SHA_512
+
+
+def test_sasl_server_max_receive_size_is_kafkas_config() -> None:
+    assert BrokerConfig(environ={}).get_int("sasl.server.max.receive.size") == 524288
+    smaller = BrokerConfig({"sasl.server.max.receive.size": "1024"}, environ={})
+    assert smaller.get_int("sasl.server.max.receive.size") == 1024
+    with pytest.raises(ConfigError, match="sasl.server.max.receive.size"):
+        BrokerConfig({"sasl.server.max.receive.size": "0"}, environ={})
 
 
 class _Derivations:
