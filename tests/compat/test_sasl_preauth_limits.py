@@ -46,8 +46,8 @@ class SaslBroker:
     def plaintext_client(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.broker.bootstrap}
 
-    def raw(self) -> socket.socket:
-        return socket.create_connection(("127.0.0.1", self.sasl_port), timeout=10)
+    def raw(self, port: int | None = None) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", port or self.sasl_port), timeout=10)
 
     def log_lines_about(self, sock: socket.socket) -> list[str]:
         host, port = sock.getsockname()[:2]
@@ -157,8 +157,13 @@ def test_stalled_or_trickling_frame_is_dropped_after_the_idle_timeout(
     sasl_broker: SaslBroker,
 ) -> None:
     body_bytes = 1000
-    with sasl_broker.raw() as stalled, sasl_broker.raw() as trickling:
+    with (
+        sasl_broker.raw() as stalled,
+        sasl_broker.raw() as trickling,
+        sasl_broker.raw(sasl_broker.broker.port) as plaintext_stalled,
+    ):
         stalled.sendall(struct.pack(">i", body_bytes) + b"\0" * 10)  # then nothing
+        plaintext_stalled.sendall(struct.pack(">i", body_bytes) + b"\0" * 10)
         trickling.sendall(struct.pack(">i", body_bytes))
         sent: list[int] = []
         trickler = threading.Thread(target=_trickle, args=(trickling, sent))
@@ -169,14 +174,17 @@ def test_stalled_or_trickling_frame_is_dropped_after_the_idle_timeout(
         finally:
             trickler.join(90)
         assert _closed(stalled), "a connection stalled in the middle of a frame was kept"
+        assert _closed(plaintext_stalled), "the PLAINTEXT listener kept a stalled frame"
         assert sent and sent[0] < body_bytes, "the trickling connection was never closed"
         stalled_lines = sasl_broker.log_lines_about(stalled)
+        stalled_lines += sasl_broker.log_lines_about(plaintext_stalled)
         trickling_lines = sasl_broker.log_lines_about(trickling)
-    assert any(
+    stalled_reason = (
         f"request incomplete after connections.max.idle.ms={IDLE_MS} "
-        f"(10 of {body_bytes} bytes received)" in line
-        for line in stalled_lines
-    ), stalled_lines
+        f"(10 of {body_bytes} bytes received)"
+    )
+    assert len([line for line in stalled_lines if stalled_reason in line]) == 2, stalled_lines
+    assert all("INFO" in line for line in stalled_lines), stalled_lines
     pattern = re.compile(
         rf"request incomplete after connections.max.idle.ms={IDLE_MS} "
         rf"\(\d+ of {body_bytes} bytes received\)"
