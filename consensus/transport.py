@@ -35,6 +35,7 @@ forwards faster than this node serves is slowed down by TCP instead of piling up
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import logging
 import ssl
@@ -228,6 +229,7 @@ class PeerTransport:
         handshake_timeout_s: float = 5.0,
         auth: PeerAuth | None = None,
         handshakes_in_flight_max: int = 64,
+        handshakes_per_host_max: int = 8,
         tls_server: ssl.SSLContext | None = None,
         tls_client: ssl.SSLContext | None = None,
     ) -> None:
@@ -235,8 +237,11 @@ class PeerTransport:
         is ignored). Received messages go to `on_message` in arrival order.
 
         With `auth`, every connection is authenticated (see the module docstring) within
-        `handshake_timeout_s`; at most `handshakes_in_flight_max` inbound connections may be
-        in their handshake at once, further ones are closed at once. `tls_server` and
+        `handshake_timeout_s`. At most `handshakes_per_host_max` inbound connections from one
+        IP address may be in their handshake at once, and at most `handshakes_in_flight_max`
+        from addresses that are not a peer's (the `peers` hosts, resolved when `run` starts);
+        further ones are closed at once, so strangers cannot take the handshake slots of the
+        peers' addresses. `tls_server` and
         `tls_client` (both or neither) make every connection TLS; the client context
         checks the peer's certificate against the host name in its address.
 
@@ -264,8 +269,19 @@ class PeerTransport:
         self.auth = auth
         self.tls_server = tls_server
         self.tls_client = tls_client
+        if handshakes_per_host_max < 1 or handshakes_in_flight_max < 1:
+            raise ValueError(
+                "handshakes_per_host_max and handshakes_in_flight_max must be >= 1, not"
+                f" {handshakes_per_host_max} and {handshakes_in_flight_max}"
+            )
         self.handshakes_in_flight_max = handshakes_in_flight_max
+        self.handshakes_per_host_max = handshakes_per_host_max
+        # Handshakes in progress from addresses that are not a peer's, and per address.
         self._handshakes_in_flight = 0
+        self._handshakes_by_host: dict[str, int] = {}
+        # The IP addresses of the peers' hosts (resolved by `run`): never held to the cap
+        # on strangers' handshakes.
+        self._peer_hosts: frozenset[str] = frozenset()
         # (peer, reason) -> when its refusal was last logged as a WARNING.
         self._refusals_warned: dict[tuple[object, ...], float] = {}
         self.stats = TransportStats()
@@ -357,6 +373,7 @@ class PeerTransport:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on `listen` and keep one sender per peer until cancelled."""
         host, port = self.listen
+        self._peer_hosts = await self._resolve_peer_hosts()
         listeners = await trio.open_tcp_listeners(port, host=host)
         self.running = True
         try:
@@ -373,6 +390,27 @@ class PeerTransport:
                 await trio.aclose_forcefully(listener)
             for pending in list(self._pending.values()):
                 pending.settle(ForwardError("transport stopped"))
+
+    async def _resolve_peer_hosts(self) -> frozenset[str]:
+        """The IP addresses the peers' hosts resolve to; a host that does not resolve is
+        logged and left out (its connections then count as a stranger's)."""
+        hosts: set[str] = set()
+        for peer in self._peers.values():
+            host, port = peer.address
+            try:
+                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+            except OSError as exc:
+                log.warning(
+                    "node %s: cannot resolve node %s's host %s (%s): its inbound raft"
+                    " connections get no reserved handshake slots; check --peers and DNS",
+                    self.node_id,
+                    peer.node_id,
+                    host,
+                    exc,
+                )
+                continue
+            hosts.update(_canonical_host(str(info[4][0])) for info in infos)
+        return frozenset(hosts)
 
     async def _run_peer(self, peer: _Peer) -> None:
         backoff_s = self.backoff_min_s
@@ -659,12 +697,23 @@ class PeerTransport:
         configured) succeeded, and the node id the peer proved; None (logged) when either
         failed or too many handshakes are in progress."""
         address = _peer_address(stream)
-        if self._handshakes_in_flight >= self.handshakes_in_flight_max:
+        host = _canonical_host(_peer_host(stream))
+        from_peer = host in self._peer_hosts
+        busy = None
+        if self._handshakes_by_host.get(host, 0) >= self.handshakes_per_host_max:
+            busy = f"already {self.handshakes_per_host_max} from that address"
+        elif not from_peer and self._handshakes_in_flight >= self.handshakes_in_flight_max:
+            busy = (
+                f"already {self._handshakes_in_flight} from addresses that are not a configured"
+                " peer's"
+            )
+        if busy is not None:
             self.stats.connections_refused += 1
             self._refused(
-                ("in", "busy"),
-                f"refused inbound connection from {address}: already"
-                f" {self._handshakes_in_flight} raft authentication handshakes in progress",
+                ("in", host, "busy"),
+                f"refused inbound connection from {address}: {busy} are in their raft"
+                " authentication handshake; a connection that does not finish it within"
+                f" {self.handshake_timeout_s:g} s is closed",
             )
             return None
 
@@ -673,7 +722,9 @@ class PeerTransport:
                 return None
             return "is not one of this broker's peers: check --peers on both brokers"
 
-        self._handshakes_in_flight += 1
+        self._handshakes_by_host[host] = self._handshakes_by_host.get(host, 0) + 1
+        if not from_peer:
+            self._handshakes_in_flight += 1
         try:
             if self.tls_server is not None:
                 tls = trio.SSLStream(stream, self.tls_server, server_side=True)
@@ -708,7 +759,11 @@ class PeerTransport:
             )
             return None
         finally:
-            self._handshakes_in_flight -= 1
+            if not from_peer:
+                self._handshakes_in_flight -= 1
+            left = self._handshakes_by_host.pop(host) - 1
+            if left:
+                self._handshakes_by_host[host] = left
 
     def _deliver(self, peer_id: NodeId, messages: list[Message]) -> None:
         self.stats.messages_received += len(messages)
@@ -782,6 +837,17 @@ def _peer_address(stream: trio.abc.Stream) -> str:
 
 def _peer_host(stream: trio.abc.Stream) -> str:
     return _peer_address(stream).rpartition(":")[0]
+
+
+def _canonical_host(host: str) -> str:
+    """`host` as one spelling per IP address (an IPv4-mapped IPv6 address as IPv4)."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
 
 
 __all__ = [

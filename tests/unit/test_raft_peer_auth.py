@@ -523,19 +523,94 @@ def test_an_authenticated_peer_speaks_only_as_the_node_it_proved() -> None:
     run_trio(scenario)
 
 
-def test_handshakes_in_progress_are_bounded() -> None:
+async def stalled_from(host: str, listen: tuple[str, int]) -> trio.SocketStream:
+    """A connection from `host` (127.0.0.x: Linux routes all of 127/8 on lo) that stays
+    silent after the listener's AUTH_HELLO, which it waits for: its handshake is in progress."""
+    stream = await trio.open_tcp_stream(*listen, local_address=host)
+    frame = await _read_frame(stream)
+    assert frame[4] == AuthKind.AUTH_HELLO
+    return stream
+
+
+async def closed_at_once(host: str, listen: tuple[str, int]) -> bool:
+    """Whether a connection from `host` is closed well before the 5 s handshake timeout,
+    without the listener's AUTH_HELLO."""
+    stream = await trio.open_tcp_stream(*listen, local_address=host)
+    try:
+        with trio.move_on_after(2):
+            try:
+                return await stream.receive_some(10) == b""
+            except trio.BrokenResourceError:
+                return True
+        return False
+    finally:
+        await stream.aclose()
+
+
+def test_handshakes_in_progress_are_bounded_per_address() -> None:
     async def scenario() -> None:
-        t1, _t2, _ = make_pair(auth(), auth(), handshakes_in_flight_max=2)
+        t1, _t2, _ = make_pair(auth(), auth(), handshakes_per_host_max=2)
         async with trio.open_nursery() as nursery:
             await nursery.start(t1.run)
-            stalled = [await trio.open_tcp_stream(*t1.listen) for _ in range(2)]
+            stalled = [await stalled_from("127.0.0.2", t1.listen) for _ in range(2)]
+            assert await closed_at_once("127.0.0.2", t1.listen)
+            # Another address still gets its handshake.
+            stalled.append(await stalled_from("127.0.0.3", t1.listen))
+            assert t1.stats.connections_refused == 1
             for stream in stalled:
-                frame = await _read_frame(stream)  # the listener's AUTH_HELLO
-                assert frame[4] == AuthKind.AUTH_HELLO
-            extra = await trio.open_tcp_stream(*t1.listen)
-            with trio.fail_after(2):  # well before the 5 s handshake timeout
-                assert await extra.receive_some(10) == b""
-            for stream in (*stalled, extra):
+                await stream.aclose()
+            nursery.cancel_scope.cancel()
+
+    run_trio(scenario)
+
+
+def test_silent_strangers_cannot_lock_a_configured_peer_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Strangers on many addresses fill every handshake slot they may have; a peer (from
+    127.0.0.1, its address in the peers map) still authenticates and delivers at once."""
+
+    async def scenario() -> None:
+        t1, t2, inboxes = make_pair(
+            auth(), auth(), handshakes_in_flight_max=4, handshakes_per_host_max=3
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t1.run)
+            stalled = []
+            for host in ("127.0.0.2", "127.0.0.3"):
+                stalled += [await stalled_from(host, t1.listen) for _ in range(2)]
+            # The strangers' share is full: any other address is refused at once.
+            for host in ("127.0.0.2", "127.0.0.4", "127.0.0.5"):
+                assert await closed_at_once(host, t1.listen)
+            await nursery.start(t2.run)
+            t2.send(heartbeat(2, 1))
+            await eventually(lambda: len(inboxes[1]) == 1, timeout_s=3)
+            assert t1.stats.auth_failures == 3
+            for stream in stalled:
+                await stream.aclose()
+            nursery.cancel_scope.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="raftka.consensus.transport"):
+        run_trio(scenario)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        "refused inbound connection from 127.0.0.4:" in w and "not a configured peer's" in w
+        for w in warnings
+    ), warnings
+
+
+def test_peer_addresses_are_resolved_from_their_host_names() -> None:
+    async def scenario() -> None:
+        ports = free_ports(2)
+        peers = {1: ("127.0.0.1", ports[0]), 2: ("localhost", ports[1])}
+        t1 = PeerTransport(1, peers[1], peers, auth=auth(), handshakes_in_flight_max=1)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t1.run)
+            # localhost is node 2's host: 127.0.0.1 is not held to the strangers' one slot.
+            stalled = [await stalled_from("127.0.0.1", t1.listen) for _ in range(2)]
+            stalled.append(await stalled_from("127.0.0.2", t1.listen))
+            assert await closed_at_once("127.0.0.3", t1.listen)
+            for stream in stalled:
                 await stream.aclose()
             nursery.cancel_scope.cancel()
 
