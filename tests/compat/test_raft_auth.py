@@ -3,13 +3,16 @@ shares a secret serves clients; a broker restarted without it, or with another o
 refused by the others (no votes, no leadership, nothing appended) while the other two keep
 committing acks=all writes, and catches up once restarted with the right secret. A raw TCP
 client on a Raft port is dropped without effect. With `raft.security.protocol=SSL` the same
-holds over TLS, and a broker without TLS on its Raft port is refused.
+holds over TLS, and a broker without TLS on its Raft port is refused. Silent connections
+from another address, however many, do not keep a restarted peer out.
 """
 
 from __future__ import annotations
 
+import selectors
 import socket
 import ssl
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -334,3 +337,85 @@ def test_describe_configs_never_shows_the_secret(broker_factory: Any) -> None:
     assert entries["raft.security.protocol"].value == "PLAINTEXT"
     logged = log_text(broker).split("\n", 1)[1]  # past the harness's command line
     assert SECRET not in logged
+
+
+class SilentFlood:
+    """`count` connections from `source` to `address` that never say a word; each one the
+    broker closes is opened again (at most every 0.1 s), as an attacker would."""
+
+    def __init__(self, address: tuple[str, int], source: str, count: int) -> None:
+        self.address, self.source, self.count = address, source, count
+        self.closed_by_broker = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> SilentFlood:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as selector:
+
+            def open_one() -> None:
+                raw = socket.create_connection(self.address, 5, (self.source, 0))
+                raw.setblocking(False)
+                selector.register(raw, selectors.EVENT_READ)
+
+            for _ in range(self.count):
+                open_one()
+            while not self._stop.is_set():
+                closed = 0
+                for key, _ in selector.select(0.2):
+                    raw = key.fileobj
+                    assert isinstance(raw, socket.socket)
+                    try:
+                        data = raw.recv(65536)  # the broker's handshake opening, or the close
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        selector.unregister(raw)
+                        raw.close()
+                        closed += 1
+                if closed:
+                    self.closed_by_broker += closed
+                    time.sleep(0.1)
+                    for _ in range(closed):
+                        open_one()
+            for key in list(selector.get_map().values()):
+                key.fileobj.close()  # type: ignore[union-attr]
+
+
+def test_silent_connections_from_another_address_do_not_keep_a_peer_out(
+    cluster_factory: Any, tmp_path: Path
+) -> None:
+    cluster, _ = secured_cluster(cluster_factory, tmp_path)
+    topic = f"raft-flood-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=PARTITIONS, replication_factor=3)
+    wait_until(
+        lambda: all(len(s["isr"]) == 3 for s in states(cluster.nodes, topic).values()),
+        30,
+        "ISR of 3 on every partition",
+    )
+    target, peer = cluster.node(1), cluster.node(2)
+    with SilentFlood(("127.0.0.1", target.raft_port), "127.0.0.2", 100) as flood:
+        peer.stop()
+        peer.start()
+        for p in range(PARTITIONS):
+            wait_until(
+                lambda p=p: len(partition_state(target.bootstrap, topic, p)["isr"]) == 3,
+                60,
+                f"node 2 back in the ISR of {topic}-{p}",
+            )
+        values = [b"flooded-%d" % i for i in range(300)]
+        produce_all(cluster.bootstrap, topic, values)
+        assert flood.closed_by_broker > 0
+    assert "refused inbound connection from 127.0.0.2:" in log_text(target)
+    assert "already 8 from that address" in log_text(target), target.log_tail(40)
+    got = consume(peer.bootstrap, topic, range(PARTITIONS), timeout=60)
+    assert sum(len(m) for m in got.values()) == len(values)
