@@ -548,6 +548,9 @@ async def closed_at_once(host: str, listen: tuple[str, int]) -> bool:
 
 
 def test_handshakes_in_progress_are_bounded_per_address() -> None:
+    defaults = PeerTransport(1, ("127.0.0.1", 0), {})
+    assert (defaults.handshakes_per_host_max, defaults.handshakes_in_flight_max) == (8, 64)
+
     async def scenario() -> None:
         t1, _t2, _ = make_pair(auth(), auth(), handshakes_per_host_max=2)
         async with trio.open_nursery() as nursery:
