@@ -392,21 +392,23 @@ class PeerTransport:
                 pending.settle(ForwardError("transport stopped"))
 
     async def _resolve_peer_hosts(self) -> frozenset[str]:
-        """The IP addresses the peers' hosts resolve to; a host that does not resolve is
-        logged and left out (its connections then count as a stranger's)."""
+        """The IP addresses the peers' hosts resolve to; a host that does not resolve within
+        `connect_timeout_s` is logged and left out (its connections then count as a
+        stranger's)."""
         hosts: set[str] = set()
         for peer in self._peers.values():
             host, port = peer.address
             try:
-                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-            except OSError as exc:
+                with trio.fail_after(self.connect_timeout_s):
+                    infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+            except (OSError, trio.TooSlowError) as exc:
                 log.warning(
                     "node %s: cannot resolve node %s's host %s (%s): its inbound raft"
                     " connections get no reserved handshake slots; check --peers and DNS",
                     self.node_id,
                     peer.node_id,
                     host,
-                    exc,
+                    exc or f"no answer within {self.connect_timeout_s:g} s",
                 )
                 continue
             hosts.update(_canonical_host(str(info[4][0])) for info in infos)

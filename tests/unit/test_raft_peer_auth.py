@@ -620,6 +620,26 @@ def test_peer_addresses_are_resolved_from_their_host_names() -> None:
     run_trio(scenario)
 
 
+def test_a_peer_host_that_does_not_resolve_is_named_and_the_rest_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        ports = free_ports(3)
+        peers = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1]), 3: ("nowhere.invalid", 1)}
+        t1 = PeerTransport(1, peers[1], peers, auth=auth(), connect_timeout_s=1)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t1.run)
+            stalled = await stalled_from("127.0.0.1", t1.listen)
+            await stalled.aclose()
+            nursery.cancel_scope.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="raftka.consensus.transport"):
+        run_trio(scenario)
+    assert any(
+        "cannot resolve node 3's host nowhere.invalid" in r.getMessage() for r in caplog.records
+    )
+
+
 def test_broker_configs_build_the_transport_auth(tmp_path: Path) -> None:
     from raftka.broker.config import BROKER_CONFIGS, BrokerConfig, ConfigError, ConfigType
     from raftka.broker.server import peer_auth_from
