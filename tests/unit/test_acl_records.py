@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-import trio
 from kio.schema.errors import ErrorCode
+from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import (
     AclOutcome,
@@ -146,17 +146,9 @@ def test_acl_commands_and_results_round_trip() -> None:
 
 
 def _run(broker: Broker, fn: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        with trio.fail_after(20):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(broker.node.run_syncs)
-                await nursery.start(broker.controller.apply_metadata)
-                await broker.controller.register("127.0.0.1", 9092, None)
-                result = await fn()
-                nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(main)
+    """fn() with the broker registered and its Raft node and metadata applier running."""
+    result: T = run_with_broker(broker, fn, register=True, timeout_s=20)
+    return result
 
 
 def _close(broker: Broker) -> None:

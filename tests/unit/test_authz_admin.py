@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from kio.schema.metadata.v10 import request as metadata_v10
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.static.primitive import i8, i32
+from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.config import BrokerConfig
@@ -56,16 +57,7 @@ TIMEOUT = datetime.timedelta(seconds=10)
 TOPICS = ("alice-1", "alice-2", "shared", "secret")
 
 
-def _run(broker: Broker, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-    async def main() -> Any:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.node.run_syncs)
-            await nursery.start(broker.controller.apply_metadata)
-            result = await fn(*args)
-            nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(main)
+_run = run_with_broker
 
 
 def _open(data_dir: Path, **configs: str) -> Broker:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +40,7 @@ from kio.schema.sync_group.v5 import request as sync_v5
 from kio.schema.txn_offset_commit.v3 import request as txn_commit_v3
 from kio.schema.write_txn_markers.v1 import request as markers_v1
 from kio.static.primitive import i16, i32
+from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.config import BrokerConfig
@@ -75,16 +76,7 @@ Op = AclOperation
 Res = ResourceType
 
 
-def _run(broker: Broker, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-    async def main() -> Any:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.node.run_syncs)
-            await nursery.start(broker.controller.apply_metadata)
-            result = await fn(*args)
-            nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(main)
+_run = run_with_broker
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from typing import TypeVar
 import pytest
 import trio
 from kio.schema.errors import ErrorCode
+from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import (
     AlterConfigsCommand,
@@ -41,19 +42,9 @@ def _close(broker: Broker) -> None:
 
 
 def _run(broker: Broker, fn: Callable[[], Awaitable[T]]) -> T:
-    """fn() with the broker's Raft node and metadata apply loop running, as in a broker."""
-
-    async def main() -> T:
-        with trio.fail_after(20):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(broker.node.run_syncs)
-                await nursery.start(broker.controller.apply_metadata)
-                await broker.controller.register("127.0.0.1", 9092, None)
-                result = await fn()
-                nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(main)
+    """fn() with the broker registered and its Raft node and metadata applier running."""
+    result: T = run_with_broker(broker, fn, register=True, timeout_s=20)
+    return result
 
 
 def test_commands_run_on_the_controller(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import io
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_writer
+from running_broker import run_with_broker
 from trio.testing import MockClock
 
 from raftka.broker.cluster.commands import CreateTopicCommand
@@ -153,20 +153,7 @@ def mutated_frames(draw: st.DrawFn) -> bytes:
     return bytes(frame)
 
 
-def _run(broker: Broker, fn: Callable[..., Awaitable[Any]], *args: Any, **run_kw: Any) -> Any:
-    """trio.run(fn, *args) with the broker's Raft sync task and metadata applier running
-    meanwhile, as in a running broker (elections, appends and admin operations wait for
-    them)."""
-
-    async def main() -> Any:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.node.run_syncs)
-            await nursery.start(broker.controller.apply_metadata)
-            result = await fn(*args)
-            nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(main, **run_kw)
+_run = run_with_broker
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import datetime
 import gzip
 import random
 import struct
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.static.primitive import i16, i32
+from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.config import BrokerConfig
@@ -214,16 +214,7 @@ def test_decompression_is_bounded() -> None:
 TOPIC = "recompressed"
 
 
-def _run(broker: Broker, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-    async def main() -> Any:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.node.run_syncs)
-            await nursery.start(broker.controller.apply_metadata)
-            result = await fn(*args)
-            nursery.cancel_scope.cancel()
-        return result
-
-    return trio.run(main)
+_run = run_with_broker
 
 
 @pytest.fixture
