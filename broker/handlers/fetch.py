@@ -99,6 +99,10 @@ def _read_all(
                 fields["error_code"] = (
                     ErrorCode.unknown_topic_id if by_id and topic is None else led
                 )
+            elif context.api_version < ZSTD_FETCH_MIN_VERSION and _stores_zstd(led):
+                # Kafka's rule: a client too old for zstd (Fetch below v10) is told so for a
+                # topic stored in zstd, rather than sent batches it cannot read.
+                fields["error_code"] = ErrorCode.unsupported_compression_type
             else:
                 partition = led
                 log = partition.hosted_log
@@ -141,6 +145,14 @@ def _read_all(
             partitions.append(fields)
         responses.append((name or "", getattr(wanted, "topic_id", None), partitions))
     return responses, total_bytes, watched
+
+
+#: The first Fetch version of clients that read zstd (KIP-110).
+ZSTD_FETCH_MIN_VERSION = 10
+
+
+def _stores_zstd(partition: Partition) -> bool:
+    return partition.topic.config.get_str("compression.type") == "zstd"
 
 
 def _build_topics(

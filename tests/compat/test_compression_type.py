@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clients import RawConnection, consume, fetch_v12, produce, strictly_increasing, watermarks
@@ -334,3 +335,57 @@ def test_replicas_store_the_recompressed_bytes(cluster_factory) -> None:
         CODEC_BITS["lz4"]
     }
     _check_read_back(cluster.bootstrap, topic, sent)
+
+
+def test_clients_too_old_for_zstd_are_told_so_for_a_zstd_topic(bootstrap, new_topic) -> None:
+    """Kafka answers Fetch below v10 (clients before zstd, KIP-110) with
+    UNSUPPORTED_COMPRESSION_TYPE for a topic whose compression.type is zstd."""
+    import datetime
+
+    from kio.schema.fetch.v9.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.fetch.v9.response import FetchResponse as FetchResponseV9
+    from kio.static.primitive import i8, i32, i64
+
+    zstd_topic = new_topic(config={"compression.type": "zstd"})
+    plain_topic = new_topic()
+    for topic in (zstd_topic, plain_topic):
+        assert not produce(bootstrap, topic, _records(5, "old-client")).errors
+
+    def fetch_v9(topic: str) -> Any:
+        request = FetchRequest(
+            replica_id=i32(-1),
+            max_wait=datetime.timedelta(0),
+            min_bytes=i32(1),
+            max_bytes=i32(1 << 20),
+            isolation_level=i8(0),
+            session_id=i32(0),
+            session_epoch=i32(-1),
+            topics=(
+                FetchTopic(
+                    topic=topic,
+                    partitions=(
+                        FetchPartition(
+                            partition=i32(0),
+                            current_leader_epoch=i32(-1),
+                            fetch_offset=i64(0),
+                            log_start_offset=i64(-1),
+                            partition_max_bytes=i32(1 << 20),
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        with RawConnection(bootstrap) as conn:
+            conn.send_request(request)
+            return conn.recv_response(FetchResponseV9).responses[0].partitions[0]
+
+    refused = fetch_v9(zstd_topic)
+    assert int(refused.error_code) == 76 and not refused.records  # UNSUPPORTED_COMPRESSION_TYPE
+    served = fetch_v9(plain_topic)
+    assert int(served.error_code) == 0 and served.records
+    # Clients that know zstd (v10 and later) read the zstd topic as before.
+    with RawConnection(bootstrap) as conn:
+        conn.send_request(fetch_v12(zstd_topic, 0))
+        answer = conn.recv_response(FetchResponse).responses[0].partitions[0]
+    assert int(answer.error_code) == 0 and answer.records
