@@ -268,7 +268,7 @@ class DeleteScramCredential(_Record):
         object.__setattr__(self, "mechanism", int(self.mechanism))
 
 
-def _acl_fields(record: AddAclBinding | RemoveAclBinding) -> None:
+def _acl_fields(record: _AclBindingRecord) -> None:
     for name in ("resource_type", "pattern_type", "operation", "permission"):
         value = getattr(record, name)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -279,9 +279,9 @@ def _acl_fields(record: AddAclBinding | RemoveAclBinding) -> None:
 
 
 @dataclass(frozen=True)
-class AddAclBinding(_Record):
-    """One ACL binding created (Kafka's codes for resource type, pattern type, operation and
-    permission); creating a stored binding again changes nothing."""
+class _AclBindingRecord(_Record):
+    """One ACL binding: Kafka's codes for resource type, pattern type, operation and
+    permission, and the resource name, principal and host."""
 
     resource_type: int
     resource_name: str
@@ -296,19 +296,13 @@ class AddAclBinding(_Record):
 
 
 @dataclass(frozen=True)
-class RemoveAclBinding(_Record):
+class AddAclBinding(_AclBindingRecord):
+    """One ACL binding created; creating a stored binding again changes nothing."""
+
+
+@dataclass(frozen=True)
+class RemoveAclBinding(_AclBindingRecord):
     """One ACL binding removed (the same fields as the AddAclBinding that created it)."""
-
-    resource_type: int
-    resource_name: str
-    pattern_type: int
-    principal: str
-    host: str
-    operation: int
-    permission: int
-
-    def __post_init__(self) -> None:
-        _acl_fields(self)
 
 
 @dataclass(frozen=True)
