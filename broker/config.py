@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import os
+import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -180,6 +181,9 @@ def _compression_levels() -> tuple[ConfigDef, ...]:
 
 
 B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
+DOUBLE = ConfigType.DOUBLE
+#: `cleanup.policy` values: Kafka's list of `delete` and `compact`, in either order.
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
 P = ConfigType.PASSWORD
 DAY_MS = 24 * 3600 * 1000
 
@@ -533,7 +537,70 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's.",
         choices=("CreateTime", "LogAppendTime"),
     ),
-    ConfigDef("log.cleanup.policy", S, "delete", "Only delete is supported.", choices=("delete",)),
+    ConfigDef(
+        "log.cleanup.policy",
+        S,
+        "delete",
+        "delete drops old segments by retention; compact keeps the latest record per key.",
+        choices=CLEANUP_POLICIES,
+    ),
+    ConfigDef(
+        "log.cleaner.enable", B, True, "Run the log cleaner (compacted topics).", read_only=True
+    ),
+    ConfigDef(
+        "log.cleaner.backoff.ms",
+        L,
+        15000,
+        "How often the cleaner looks for compacted partitions to clean.",
+        minimum=0,
+        read_only=True,
+    ),
+    ConfigDef(
+        "log.cleaner.io.max.bytes.per.second",
+        DOUBLE,
+        sys.float_info.max,
+        "Bytes per second the cleaner may read and write, together.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "log.cleaner.dedupe.buffer.size",
+        L,
+        134217728,
+        "Memory for the cleaner's key map (24 bytes a key, as Kafka counts); a cleaning that "
+        "cannot map its whole dirty region cleans up to where the map filled.",
+        minimum=1024 * 1024,
+        read_only=True,
+    ),
+    ConfigDef(
+        "log.cleaner.delete.retention.ms",
+        L,
+        DAY_MS,
+        "How long tombstones stay after the cleaning that first saw them.",
+        minimum=0,
+    ),
+    ConfigDef(
+        "log.cleaner.min.cleanable.ratio",
+        DOUBLE,
+        0.5,
+        "Dirty share of the cleanable log that triggers a cleaning.",
+        minimum=0,
+        maximum=1,
+    ),
+    ConfigDef(
+        "log.cleaner.min.compaction.lag.ms",
+        L,
+        0,
+        "Records younger than this are not compacted.",
+        minimum=0,
+    ),
+    ConfigDef(
+        "log.cleaner.max.compaction.lag.ms",
+        L,
+        LONG_MAX,
+        "Records older than this are compacted whatever the dirty ratio.",
+        minimum=1,
+    ),
     ConfigDef(
         "compression.type",
         S,
@@ -559,6 +626,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         S,
         "3",
         "Replication factor of __consumer_offsets (capped by live brokers).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "offsets.topic.segment.bytes",
+        INT,
+        104857600,
+        "Segment size of __consumer_offsets (compaction rewrites only full segments).",
+        minimum=1,
         read_only=True,
     ),
     ConfigDef(
@@ -614,7 +689,38 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
 RESTORE_IN_PROGRESS = "raftka.restore.in.progress"
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
-    ConfigDef("cleanup.policy", S, "delete", "Only delete is supported.", choices=("delete",)),
+    ConfigDef(
+        "cleanup.policy",
+        S,
+        "delete",
+        "delete drops old segments by retention; compact keeps the latest record per key.",
+        choices=CLEANUP_POLICIES,
+    ),
+    ConfigDef(
+        "delete.retention.ms",
+        L,
+        DAY_MS,
+        "How long tombstones stay after the cleaning that first saw them.",
+        minimum=0,
+    ),
+    ConfigDef(
+        "min.cleanable.dirty.ratio",
+        DOUBLE,
+        0.5,
+        "Dirty share of the cleanable log that triggers a cleaning.",
+        minimum=0,
+        maximum=1,
+    ),
+    ConfigDef(
+        "min.compaction.lag.ms", L, 0, "Records younger than this are not compacted.", minimum=0
+    ),
+    ConfigDef(
+        "max.compaction.lag.ms",
+        L,
+        LONG_MAX,
+        "Records older than this are compacted whatever the dirty ratio.",
+        minimum=1,
+    ),
     ConfigDef(
         "compression.type",
         S,
@@ -664,6 +770,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
 TOPIC_SYNONYMS: dict[str, str] = {
     "cleanup.policy": "log.cleanup.policy",
     "compression.type": "compression.type",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "compression.gzip.level": "compression.gzip.level",
     "compression.lz4.level": "compression.lz4.level",
     "compression.zstd.level": "compression.zstd.level",
@@ -738,6 +848,10 @@ class _TypedConfigs:
 
     def get_str(self, name: str) -> str:
         return self._required(name, str, "get_str")
+
+    def get_float(self, name: str) -> float:
+        """A DOUBLE config."""
+        return self._required(name, float, "get_float")
 
     def get_optional_str(self, name: str) -> str | None:
         return self._value(name, str, "get_optional_str")

@@ -24,6 +24,7 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from raftka.broker.cluster.controller import Controller
+from raftka.broker.compaction import LogCleaner
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
 from raftka.broker.groups import coordinator_for
@@ -514,6 +515,7 @@ class Broker:
                 nursery.start_soon(self._flush_logs)
                 nursery.start_soon(self.controller.save_snapshots)
                 nursery.start_soon(self._enforce_retention)
+                nursery.start_soon(LogCleaner(self.topics, self.config).run)
                 nursery.start_soon(self.groups.run)
                 nursery.start_soon(self.transactions.run)
                 if self.cluster.peers:

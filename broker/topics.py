@@ -61,6 +61,8 @@ def log_config_for(config: TopicConfig) -> LogConfig:
         index_interval_bytes=config.get_int("index.interval.bytes"),
         segment_index_bytes=config.get_int("segment.index.bytes"),
         message_timestamp_type_log_append=timestamp_type == "LogAppendTime",
+        compact="compact" in config.get_str("cleanup.policy"),
+        delete="delete" in config.get_str("cleanup.policy"),
     )
 
 

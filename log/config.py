@@ -22,6 +22,8 @@ class LogConfig:
     segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
     message_timestamp_type_log_append: bool = False  # message.timestamp.type=LogAppendTime
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms (broker config)
+    compact: bool = False  # cleanup.policy includes compact
+    delete: bool = True  # cleanup.policy includes delete: retention.ms/.bytes apply
 
     def __post_init__(self) -> None:
         # Segment positions are stored as int32 in the offset index, as in Kafka.

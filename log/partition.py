@@ -27,6 +27,18 @@ from raftka.protocol.records import (
     stamp_batches,
 )
 
+from .cleaner import (
+    CLEANER_CHECKPOINT_FILE,
+    CLEANER_STAGING_DIR,
+    CLEANER_SWAP_FILE,
+    CleanerCheckpoint,
+    CleaningJob,
+    CleanRequest,
+    SourceSegment,
+    complete_interrupted_swap,
+    decode_clean_request,
+    read_checkpoint,
+)
 from .config import LogConfig
 from .epochs import LeaderEpochCache, write_file_atomically
 from .errors import LogInvariantError, NonContiguousAppend, OffsetOutOfRange
@@ -134,6 +146,11 @@ class PartitionLog:
         self._epochs_written_by = 0
         self._log_start_written_by = 0
         self.recovery_point = 0  # every offset below is on disk with its indexes
+        # Compaction: committed or not, the clean requests in the log this replica has not
+        # carried out yet (in log order), and where the last one carried out reached.
+        self.clean_requests: list[CleanRequest] = []
+        self.cleaner_checkpoint = CleanerCheckpoint(-1, 0)
+        self.tombstone_horizon_ms = -1  # earliest delete horizon of tombstones left, if known
 
     # -- opening and recovery -------------------------------------------------------------
     @classmethod
@@ -165,6 +182,7 @@ class PartitionLog:
 
     def _open_segments(self, now_ms: int) -> None:
         directory = self.directory
+        complete_interrupted_swap(directory)
         log_bases: set[int] = set()
         index_files: list[tuple[int, Path]] = []
         for path in directory.iterdir():
@@ -289,7 +307,29 @@ class PartitionLog:
                 extra={"partition": directory.name},
             )
         self._load_producer_state(rebuild_from)
+        self._load_clean_requests()
         clean_marker.unlink(missing_ok=True)
+
+    def _load_clean_requests(self) -> None:
+        """The cleaner's checkpoint, and the clean requests in the log after it (only a log
+        that is or was compacted has any, so others are not scanned)."""
+        checkpoint = read_checkpoint(self.directory / CLEANER_CHECKPOINT_FILE)
+        if checkpoint is not None:
+            self.cleaner_checkpoint = checkpoint
+        elif not self.config.compact:
+            return
+        start = max(self.cleaner_checkpoint.request_offset + 1, self.segments[0].base_offset)
+        self.clean_requests = []
+        for segment in self.segments[self._segment_index(start) :]:
+            _, position = segment.offset_index.lookup(start)
+            for header in segment.batches_from(position):
+                if header.base_offset < start or not header.is_control or header.producer_id >= 0:
+                    continue
+                request = decode_clean_request(
+                    header, segment.pread(header.size_bytes, header.position)
+                )
+                if request is not None:
+                    self.clean_requests.append(request)
 
     def _load_producer_state(self, rebuild_txn_index_from: int | None = None) -> None:
         """Producer state as of the log end: the newest snapshot at or below it, then the
@@ -543,6 +583,12 @@ class PartitionLog:
             epoch = header.partition_leader_epoch
             if epoch >= 0 and epoch != self.epochs.latest_epoch:
                 self._epochs_dirty |= self.epochs.assign(epoch, header.base_offset)
+            if header.is_control and header.producer_id < 0:
+                request = decode_clean_request(
+                    header, memoryview(records)[header.position : header.end_position]
+                )
+                if request is not None:
+                    self.clean_requests.append(request)
         return AppendInfo(first_offset, expected - 1, -1, max_timestamp, offset_of_max, size)
 
     # -- reading --------------------------------------------------------------------------
@@ -797,12 +843,15 @@ class PartitionLog:
 
     def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole old segments by retention.ms (a segment's largest timestamp, or its
-        file time if it has none) and retention.bytes, oldest first. Never deletes the active
+        file time if it has none) and retention.bytes, oldest first, unless cleanup.policy
+        lacks delete. Never deletes the active
         segment, nor one with offsets at or above `high_watermark`. Returns how many went.
         """
         limit = self.log_end_offset if high_watermark is None else high_watermark
         self.producer_state.remove_expired(now_ms)
         deleted = 0
+        if not self.config.delete:
+            return 0  # cleanup.policy=compact: the cleaner alone removes records
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
             while len(self.segments) > 1 and self.segments[1].base_offset <= limit:
@@ -881,6 +930,7 @@ class PartitionLog:
             return
         delete_snapshots_after(self.directory, offset)
         self._lower_recovery_point(offset)
+        self.clean_requests = [r for r in self.clean_requests if r.offset < offset]
         while self.segments[-1].base_offset >= offset:
             self.segments.pop().delete()
             self._bases.pop()
@@ -903,6 +953,7 @@ class PartitionLog:
             segment.delete()
         self.segments.clear()
         self._bases.clear()
+        self.clean_requests = []
         self._append_segment(self._new_segment(offset, now_ms, fresh=True))
         self._directory_dirty = True
         self.log_start_offset = self.log_end_offset = offset
@@ -913,6 +964,97 @@ class PartitionLog:
         with self._durable_lock:
             write_file_atomically(self.directory / LEADER_EPOCH_CHECKPOINT, self.epochs.serialize())
             write_file_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
+
+    # -- compaction -----------------------------------------------------------------------
+    def source_segments(self, end_offset: int) -> list[SourceSegment]:
+        """The segments holding offsets below `end_offset`, each with a descriptor of its
+        own for a worker thread (the caller closes them, see `SourceSegment.close`)."""
+        sources: list[SourceSegment] = []
+        try:
+            for segment in self.segments:
+                if segment.base_offset >= end_offset:
+                    break
+                fd = os.open(segment.log_path, os.O_RDONLY)
+                sources.append(SourceSegment(segment, fd, segment.size_bytes))
+        except BaseException:
+            for source in sources:
+                source.close()
+            raise
+        return sources
+
+    def start_cleaning(
+        self, request: CleanRequest, now_ms: int, io_bytes_per_second: float
+    ) -> CleaningJob:
+        """A job carrying out `request` (the first of `clean_requests`, committed), whose
+        `run` goes to a worker thread and whose result `finish_cleaning` swaps in. Rolls the
+        active segment first if it holds offsets below the request's end: the active
+        segment is never rewritten."""
+        if not self.clean_requests or self.clean_requests[0] != request:
+            raise LogInvariantError(f"{self.directory}: {request} is not the next clean request")
+        if self.segments[-1].base_offset < request.end_offset:
+            self.roll(now_ms)
+        return CleaningJob(
+            self.directory,
+            request,
+            self.source_segments(request.end_offset),
+            index_interval_bytes=self.config.index_interval_bytes,
+            segment_index_bytes=self.config.segment_index_bytes,
+            io_bytes_per_second=io_bytes_per_second,
+        )
+
+    def finish_cleaning(self, job: CleaningJob) -> Callable[[], None]:
+        """Swap the job's staged segments in (on the owner's thread, after `run`); returns
+        what must then run in a worker thread (checkpoint, marker removal, fsyncs).
+
+        A staged segment whose original is gone meanwhile (retention, DeleteRecords) is
+        dropped. Readers holding a replaced segment keep reading its old file.
+        """
+        for source in job.sources:
+            source.close()
+        result = job.result
+        if result is None:
+            raise LogInvariantError(f"{self.directory}: cleaning finished before it ran")
+        for base, staged in result.staged.items():
+            index = self._segment_index(base)
+            old = self.segments[index] if self.segments else None
+            if (
+                old is None
+                or old.base_offset != base
+                or old is self.segments[-1]
+                or old.next_offset != staged.next_offset
+            ):
+                staged.delete()
+                continue
+            staged.move_files_to(self.directory)
+            staged.txn_index = old.txn_index
+            self.segments[index] = staged
+            old.release()
+        self._directory_dirty = True
+        if self.clean_requests and self.clean_requests[0] == job.request:
+            self.clean_requests.pop(0)
+        checkpoint = CleanerCheckpoint(job.request.offset, result.cleaned_end)
+        self.cleaner_checkpoint = checkpoint
+        self.tombstone_horizon_ms = result.tombstone_horizon_ms
+        directory = self.directory
+
+        def finish() -> None:
+            fsync_directory(directory)
+            write_file_atomically(directory / CLEANER_CHECKPOINT_FILE, checkpoint.encode())
+            (directory / CLEANER_SWAP_FILE).unlink(missing_ok=True)
+            shutil.rmtree(directory / CLEANER_STAGING_DIR, ignore_errors=True)
+            fsync_directory(directory)
+
+        return finish
+
+    @staticmethod
+    def abandon_cleaning(job: CleaningJob) -> None:
+        """Release what a job that will not be finished holds (its staging folder stays for
+        the next cleaning or the next open to remove)."""
+        for source in job.sources:
+            source.close()
+        if job.result is not None:
+            for staged in job.result.staged.values():
+                staged.close()
 
     # -- lifecycle ------------------------------------------------------------------------
     @property

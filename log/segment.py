@@ -486,6 +486,28 @@ class LogSegment:
             targets.append(txn_index)
         return targets
 
+    def move_files_to(self, directory: Path) -> None:
+        """Rename the `.log` and index files into `directory` (the cleaner's swap); the open
+        descriptor follows the file. The aborted-transaction index is not moved."""
+        for holder in (self.offset_index, self.time_index):
+            target = directory / holder.path.name
+            os.replace(holder.path, target)
+            holder.path = target
+        target = directory / self.log_path.name
+        os.replace(self.log_path, target)
+        self.log_path = target
+        self.txn_index = TransactionIndex(directory / self.txn_index.path.name)
+
+    def release(self) -> None:
+        """Close the descriptor without writing anything: the files at this segment's paths
+        now belong to the segment that replaced it (readers holding a duplicate of the
+        descriptor keep reading the old file)."""
+        self.offset_index._pending.clear()
+        self.time_index._pending.clear()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()

@@ -49,9 +49,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("raftka.groups")
 
 REPLAY_READ_BYTES = 4 * 1024 * 1024
-# Offsets and group metadata must outlive time-based retention: Kafka compacts this topic,
-# raftka (delete policy only) keeps it whole and tombstones what expires.
-OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": str(100 * 1024 * 1024)}
+# Offsets and group metadata must outlive time-based retention: as in Kafka, the topic is
+# compacted (the latest commit per group and partition stays; tombstones remove the rest).
+# Its segment size is the broker config `offsets.topic.segment.bytes`.
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1"}
 
 KeyValue = tuple[bytes, bytes | None]
 COMMIT_TIMEOUT_S = 10.0
@@ -270,6 +271,13 @@ class TopicOffsetsLog:
             self.num_partitions = len(topic.partitions)
         return topic
 
+    def _creation_configs(self) -> dict[str, str]:
+        configs = dict(self.topic_configs)
+        if "segment.bytes" not in configs:
+            name = f"{self.config_prefix}.segment.bytes"
+            configs["segment.bytes"] = str(self.config.get_int(name))
+        return configs
+
     async def ensure_topic(self) -> Topic | None:
         """The offsets topic, created through the controller on first use (Kafka creates it
         when a coordinator is first looked up). None while it cannot be created."""
@@ -283,7 +291,7 @@ class TopicOffsetsLog:
                 name=self.topic_name,
                 num_partitions=self.num_partitions,
                 replication_factor=max(1, min(wanted_rf, live)),
-                configs=self.topic_configs,
+                configs=self._creation_configs(),
             )
         )
         if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):

@@ -83,6 +83,7 @@ from raftka.log.producer_state import (
 )
 from raftka.protocol.api import build
 from raftka.protocol.batch_builder import control_record_type
+from raftka.protocol.compacted import keyless_records, records_section
 from raftka.protocol.recompress import TOPIC_CODECS, recompress_batch
 from raftka.protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -97,6 +98,7 @@ from raftka.protocol.records import (
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
     InvalidRecords,
+    UnsupportedBatch,
     read_batch_header,
     set_log_append_time,
     validate_produce_records,
@@ -213,6 +215,10 @@ def _append(
         fields["error_code"] = ErrorCode.not_leader_or_follower
         return fields, None
     fields["log_start_offset"] = log.log_start_offset
+    if log.config.compact:
+        refused = _keyless_refusal(context, partition, records, headers)
+        if refused is not None:
+            return refused, None
     if acks == -1 and _too_few_in_sync(partition, fields):
         return fields, None
     try:
@@ -253,6 +259,34 @@ def _append(
     fields["base_offset"] = entry.base_offset
     context.services.metrics.produced(topic.name, len(records), headers[0].last_offset_delta + 1)
     return fields, _wait_for(partition, acks, entry.end_offset, entry.epoch)
+
+
+def _keyless_refusal(
+    context: RequestContext, partition: Partition, records: bytes, headers: list[BatchHeader]
+) -> dict[str, Any] | None:
+    """KIP-467: the answer refusing a batch with records without a key for a compacted
+    topic (each such record listed by its index in the batch), or None if every record has
+    a key. Compressed batches are decompressed for the scan, as Kafka does."""
+    message = (
+        f"Compacted topic cannot accept message without key in topic partition {partition.name}."
+    )
+    view = memoryview(records)
+    missing: list[int] = []
+    try:
+        for header in headers:
+            batch = view[header.position : header.end_position]
+            missing += keyless_records(records_section(batch), header.records_count)
+    except UnsupportedBatch as exc:
+        return _rejected_fields(
+            context,
+            partition,
+            InvalidRecords(ErrorCode.invalid_record, f"records cannot be read: {exc}"),
+        )
+    if not missing:
+        return None
+    fields = _rejected_fields(context, partition, InvalidRecords(ErrorCode.invalid_record, message))
+    fields["record_errors"] = tuple((index, message) for index in missing)
+    return fields
 
 
 def _rejected_fields(

@@ -1,0 +1,140 @@
+"""The log cleaner of compacted partitions (`cleanup.policy` with `compact`).
+
+Every `log.cleaner.backoff.ms` each hosted partition is looked at once:
+- a replica (leader or follower) with a committed clean request it has not carried out
+  carries it out: the cleaning runs in a worker thread, the swap on the event loop;
+- otherwise a leader of a compacted partition decides whether a cleaning is due (dirty
+  ratio, max.compaction.lag.ms, tombstones past their horizon) and how far it may go, and
+  appends the request through Raft like any batch.
+The request carries every value the result depends on, so all replicas clean alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import trio
+
+from raftka.broker.config import BrokerConfig
+from raftka.broker.topics import Partition, TopicManager, now_ms
+from raftka.consensus.core import NotLeaderError
+from raftka.log import PartitionLog
+from raftka.log.cleaner import CleanRequest, max_map_keys, plan_cleaning
+
+logger = logging.getLogger("raftka.cleaner")
+
+
+class LogCleaner:
+    """Cleans the compacted partitions this broker hosts (one at a time)."""
+
+    def __init__(self, topics: TopicManager, config: BrokerConfig) -> None:
+        self.topics = topics
+        self.enabled = config.get_bool("log.cleaner.enable")
+        self.backoff_s = config.get_int("log.cleaner.backoff.ms") / 1000
+        self.io_bytes_per_second = config.get_float("log.cleaner.io.max.bytes.per.second")
+        self.max_map_keys = max_map_keys(config.get_int("log.cleaner.dedupe.buffer.size"))
+
+    async def run(self) -> None:
+        if not self.enabled:
+            return
+        while True:
+            await trio.sleep(self.backoff_s)
+            for partition in list(self.topics.local_partitions()):
+                try:
+                    await self.step(partition)
+                except OSError as exc:
+                    logger.error(
+                        "%s: cleaning failed (%s); retrying in %.1f s",
+                        partition.name,
+                        exc,
+                        self.backoff_s,
+                        extra={"partition": partition.name, "topic": partition.topic.name},
+                    )
+                await trio.lowlevel.checkpoint()
+
+    async def step(self, partition: Partition) -> None:
+        """Carry out the partition's next committed clean request, or as its leader ask
+        for one if a cleaning is due."""
+        log = partition.log
+        if log is None or partition.raft is None:
+            return
+        if log.clean_requests:
+            request = log.clean_requests[0]
+            if request.offset < partition.high_watermark:
+                await self._carry_out(partition, log, request)
+            return
+        if partition.is_leader and log.config.compact:
+            due = await self._due_request(partition, log)
+            if due is not None:
+                with contextlib.suppress(NotLeaderError):
+                    partition.propose(due.encode_batch(), 1)
+
+    async def _carry_out(
+        self, partition: Partition, log: PartitionLog, request: CleanRequest
+    ) -> None:
+        started = trio.current_time()
+        job = log.start_cleaning(request, now_ms(), self.io_bytes_per_second)
+        try:
+            result = await trio.to_thread.run_sync(job.run, abandon_on_cancel=True)
+        except BaseException:
+            log.abandon_cleaning(job)
+            raise
+        if partition.log is not log:
+            log.abandon_cleaning(job)  # closed meanwhile: its next open completes the swap
+            return
+        finish = log.finish_cleaning(job)
+        await trio.to_thread.run_sync(finish)
+        logger.info(
+            "%s: cleaned to offset %d (request at %d): %d -> %d bytes in %.2f s",
+            partition.name,
+            result.cleaned_end,
+            request.offset,
+            result.bytes_before,
+            result.bytes_after,
+            trio.current_time() - started,
+            extra={"partition": partition.name, "topic": partition.topic.name},
+        )
+
+    async def _due_request(self, partition: Partition, log: PartitionLog) -> CleanRequest | None:
+        config = partition.topic.config
+        raft = partition.hosted_raft
+        high_watermark = partition.high_watermark
+        # Committed, held by every follower, decided (no open transaction), not active.
+        limit = min(
+            high_watermark,
+            log.active_segment.base_offset,
+            log.last_stable_offset(high_watermark),
+            *raft.follower_match_ends().values(),
+        )
+        dirty_start = max(log.cleaner_checkpoint.cleaned_end, log.log_start_offset)
+        now = now_ms()
+        end, dirty_bytes, total_bytes, first_dirty = dirty_start, 0, 0, -1
+        if limit > dirty_start:
+            sources = log.source_segments(limit)
+            try:
+                end, dirty_bytes, total_bytes, first_dirty = await trio.to_thread.run_sync(
+                    plan_cleaning,
+                    sources,
+                    dirty_start,
+                    limit,
+                    now - config.get_int("min.compaction.lag.ms"),
+                )
+            finally:
+                for source in sources:
+                    source.close()
+        max_lag_ms = config.get_int("max.compaction.lag.ms")
+        dirty_due = dirty_bytes > 0 and (
+            dirty_bytes >= config.get_float("min.cleanable.dirty.ratio") * total_bytes
+            or 0 <= first_dirty < now - max_lag_ms
+        )
+        tombstones_due = 0 <= log.tombstone_horizon_ms <= now
+        if not dirty_due and not tombstones_due:
+            return None
+        return CleanRequest(
+            dirty_start,
+            end if dirty_due else dirty_start,
+            now,
+            config.get_int("delete.retention.ms"),
+            self.max_map_keys,
+        )
