@@ -408,9 +408,11 @@ def plan_cleaning(
                 continue
             if header.base_offset >= limit or header.max_timestamp > newest_timestamp:
                 return CleaningPlan(end, dirty, total, first_timestamp)
+            total += len(batch)
+            end = header.next_offset
+            if header.is_control:
+                continue  # clean requests and no-ops alone do not make a cleaning due
             if first_timestamp < 0:
                 first_timestamp = header.max_timestamp
-            total += len(batch)
             dirty += len(batch)
-            end = header.next_offset
     return CleaningPlan(end, dirty, total, first_timestamp)

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raftka.broker.config import ConfigError, validate_topic_configs
+from raftka.broker.groups.store import read_partition
 from raftka.log import LogConfig, PartitionLog
 from raftka.log.cleaner import (
     CLEANER_STAGING_DIR,
@@ -21,7 +23,7 @@ from raftka.log.cleaner import (
     CleanRequest,
     decode_clean_request,
 )
-from raftka.protocol.batch_builder import control_record_type
+from raftka.protocol.batch_builder import build_batch, control_record_type
 from raftka.protocol.compacted import clean_batch, keyless_records, records_section, walk_records
 from raftka.protocol.records import (
     DELETE_HORIZON_FLAG_MASK,
@@ -347,3 +349,32 @@ def test_clean_batch_keeps_unchanged_batches_byte_for_byte() -> None:
     header = read_batch_header(cleaned.batch)
     assert (header.base_offset, header.last_offset_delta, header.records_count) == (10, 1, 1)
     assert scan_batches(cleaned.batch, verify_crc=True).error is None
+
+
+def test_cleanup_policy_values_are_kafkas() -> None:
+    for value in ("delete", "compact", "compact,delete", "delete,compact"):
+        assert validate_topic_configs({"cleanup.policy": value}) == {"cleanup.policy": value}
+    with pytest.raises(ConfigError, match="'compaction'.*cleanup.policy"):
+        validate_topic_configs({"cleanup.policy": "compaction"})
+    with pytest.raises(ConfigError, match="min.cleanable.dirty.ratio"):
+        validate_topic_configs({"min.cleanable.dirty.ratio": "1.5"})
+    with pytest.raises(ConfigError, match="delete.retention.ms"):
+        validate_topic_configs({"delete.retention.ms": "-1"})
+
+
+def test_group_replay_reads_a_compacted_offsets_log(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "__consumer_offsets-0")
+    for i in range(30):
+        append(log, build_batch([(b"offset-key", b"%d" % i)], T0 + i))
+    append(log, build_batch([(b"group-key", b"meta"), (b"gone-key", b"x")], T0))
+    append(log, build_batch([(b"gone-key", None)], T0))
+    request_clean(log, CleanRequest(0, log.log_end_offset, T0, 0, 1 << 20))
+    carry_out(log)
+    assert sum(len(b) for b in batches_of(log)) < 30 * 61 + 400
+    replayed = dict(read_partition(log))
+    assert replayed == {b"offset-key": b"29", b"group-key": b"meta", b"gone-key": None}
+    # At the horizon (delete.retention.ms 0: the next cleaning) the tombstone goes too.
+    dirty = log.cleaner_checkpoint.cleaned_end
+    request_clean(log, CleanRequest(dirty, dirty, T0, 0, 1 << 20))
+    carry_out(log)
+    assert dict(read_partition(log)) == {b"offset-key": b"29", b"group-key": b"meta"}
