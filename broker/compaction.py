@@ -20,7 +20,13 @@ from raftka.broker.config import BrokerConfig
 from raftka.broker.topics import Partition, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
 from raftka.log import PartitionLog
-from raftka.log.cleaner import CleanRequest, max_map_keys, plan_cleaning
+from raftka.log.cleaner import (
+    CleaningPlan,
+    CleanRequest,
+    cleaning_due,
+    max_map_keys,
+    plan_cleaning,
+)
 
 logger = logging.getLogger("raftka.cleaner")
 
@@ -109,11 +115,11 @@ class LogCleaner:
         )
         dirty_start = max(log.cleaner_checkpoint.cleaned_end, log.log_start_offset)
         now = now_ms()
-        end, dirty_bytes, total_bytes, first_dirty = dirty_start, 0, 0, -1
+        plan = CleaningPlan(dirty_start, dirty_start, 0, 0, -1)
         if limit > dirty_start:
             sources = log.source_segments(limit)
             try:
-                end, dirty_bytes, total_bytes, first_dirty = await trio.to_thread.run_sync(
+                plan = await trio.to_thread.run_sync(
                     plan_cleaning,
                     sources,
                     dirty_start,
@@ -123,17 +129,18 @@ class LogCleaner:
             finally:
                 for source in sources:
                     source.close()
-        max_lag_ms = config.get_int("max.compaction.lag.ms")
-        dirty_due = dirty_bytes > 0 and (
-            dirty_bytes >= config.get_float("min.cleanable.dirty.ratio") * total_bytes
-            or 0 <= first_dirty < now - max_lag_ms
+        end = cleaning_due(
+            plan,
+            config.get_float("min.cleanable.dirty.ratio"),
+            config.get_int("max.compaction.lag.ms"),
+            log.tombstone_horizon_ms,
+            now,
         )
-        tombstones_due = 0 <= log.tombstone_horizon_ms <= now
-        if not dirty_due and not tombstones_due:
+        if end is None:
             return None
         return CleanRequest(
             dirty_start,
-            end if dirty_due else dirty_start,
+            end,
             now,
             config.get_int("delete.retention.ms"),
             self.max_map_keys,

@@ -380,9 +380,31 @@ class CleaningJob:
         return out
 
 
+def cleaning_due(
+    plan: CleaningPlan,
+    min_dirty_ratio: float,
+    max_compaction_lag_ms: int,
+    tombstone_horizon_ms: int,
+    now_ms: int,
+) -> int | None:
+    """The end offset a leader should ask a cleaning to reach now, or None if none is due:
+    the plan's end when its dirty bytes reach `min_dirty_ratio` of the cleanable bytes or
+    its first dirty batch is older than `max_compaction_lag_ms`; the start of the dirty
+    region (nothing new to map) when only tombstones have passed their horizon."""
+    if plan.dirty_bytes > 0 and (
+        plan.dirty_bytes >= min_dirty_ratio * plan.total_bytes
+        or 0 <= plan.first_dirty_timestamp < now_ms - max_compaction_lag_ms
+    ):
+        return plan.end_offset
+    if 0 <= tombstone_horizon_ms <= now_ms:
+        return plan.dirty_start
+    return None
+
+
 class CleaningPlan(NamedTuple):
     """What a leader learns of its dirty region before it asks for a cleaning."""
 
+    dirty_start: int
     end_offset: int  # batch boundary the cleaning may reach
     dirty_bytes: int  # bytes of batches in [dirty_start, end_offset)
     total_bytes: int  # bytes of batches below end_offset
@@ -407,7 +429,7 @@ def plan_cleaning(
                 total += len(batch)
                 continue
             if header.base_offset >= limit or header.max_timestamp > newest_timestamp:
-                return CleaningPlan(end, dirty, total, first_timestamp)
+                return CleaningPlan(dirty_start, end, dirty, total, first_timestamp)
             total += len(batch)
             end = header.next_offset
             if header.is_control:
@@ -415,4 +437,4 @@ def plan_cleaning(
             if first_timestamp < 0:
                 first_timestamp = header.max_timestamp
             dirty += len(batch)
-    return CleaningPlan(end, dirty, total, first_timestamp)
+    return CleaningPlan(dirty_start, end, dirty, total, first_timestamp)

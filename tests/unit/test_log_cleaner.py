@@ -20,8 +20,11 @@ from raftka.log.cleaner import (
     CLEANER_STAGING_DIR,
     CLEANER_SWAP_FILE,
     CONTROL_LOG_CLEAN,
+    CleaningPlan,
     CleanRequest,
+    cleaning_due,
     decode_clean_request,
+    plan_cleaning,
 )
 from raftka.protocol.batch_builder import build_batch, control_record_type
 from raftka.protocol.compacted import clean_batch, keyless_records, records_section, walk_records
@@ -378,3 +381,67 @@ def test_group_replay_reads_a_compacted_offsets_log(tmp_path: Path) -> None:
     request_clean(log, CleanRequest(dirty, dirty, T0, 0, 1 << 20))
     carry_out(log)
     assert dict(read_partition(log)) == {b"offset-key": b"29", b"group-key": b"meta"}
+
+
+def test_compact_alone_deletes_nothing_by_age_and_compact_delete_does(tmp_path: Path) -> None:
+    for delete, expected in ((False, 0), (True, 2)):
+        config = LogConfig(segment_bytes=200, retention_ms=1000, compact=True, delete=delete)
+        log = PartitionLog.open(tmp_path / f"p-{delete:d}", config, T0)
+        for i in range(3):
+            append(log, encode_batch([(b"k%d" % i, b"x" * 100)]))
+        assert log.enforce_retention(T0 + 10_000) == expected
+
+
+def test_the_leader_asks_for_a_cleaning_by_ratio_lag_and_tombstone_horizon() -> None:
+    plan = CleaningPlan(10, 50, dirty_bytes=100, total_bytes=1000, first_dirty_timestamp=T0)
+    assert cleaning_due(plan, 0.1, 2**63 - 1, -1, T0) == 50
+    assert cleaning_due(plan, 0.5, 2**63 - 1, -1, T0) is None
+    # max.compaction.lag.ms forces it whatever the ratio.
+    assert cleaning_due(plan, 0.5, 1000, -1, T0 + 1001) == 50
+    assert cleaning_due(plan, 0.5, 1000, -1, T0 + 1000) is None
+    # Tombstones past their horizon: a cleaning of the clean region only.
+    assert cleaning_due(plan, 0.5, 2**63 - 1, T0, T0) == 10
+    nothing = CleaningPlan(10, 10, 0, 1000, -1)
+    assert cleaning_due(nothing, 0.0, 1, -1, T0) is None
+
+
+def test_the_plan_stops_before_records_younger_than_the_compaction_lag(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "p-0", segment_bytes=100_000)
+    for i in range(10):
+        append(log, encode_batch([(b"k", b"%d" % i)], base_timestamp=T0 + 1000 * i))
+    sources = log.source_segments(log.log_end_offset)
+    try:
+        plan = plan_cleaning(sources, 0, log.log_end_offset, T0 + 4500)
+    finally:
+        for source in sources:
+            source.close()
+    assert plan.end_offset == 5, "batches with timestamps after T0 + 4500 stay dirty"
+    assert plan.first_dirty_timestamp == T0
+
+
+def test_transactional_batches_are_kept_as_they_are(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "p-0")
+    txn = encode_batch(
+        [(b"a", b"1"), (b"a", b"2")],
+        attributes=0x10,
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=0,
+    )
+    append(log, txn)
+    append(log, build_batch([(b"a", b"3")], T0))
+    request_clean(log, CleanRequest(0, log.log_end_offset, T0, 1000, 1 << 20))
+    carry_out(log)
+    first = batches_of(log)[0]
+    assert first[16:] == txn[16:], "the transactional batch is untouched (bar its epoch)"
+
+
+def test_compressed_batches_keep_their_codec(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "p-0")
+    append(log, encode_batch([(b"a", b"1"), (b"b", b"1")], gzip=True))
+    append(log, encode_batch([(b"a", b"2")]))
+    request_clean(log, CleanRequest(0, log.log_end_offset, T0, 1000, 1 << 20))
+    carry_out(log)
+    first = read_batch_header(batches_of(log)[0])
+    assert (first.compression, first.records_count) == (1, 1)
+    assert [(k, v) for _, k, v in records_of(log)] == [(b"b", b"1"), (b"a", b"2")]
