@@ -54,6 +54,7 @@ _REQUEST = struct.Struct(">hqqqqq")  # version, dirty start, end, time, delete r
 _REQUEST_VERSION = 0
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
 _WRITE_CHUNK_BYTES = 1024 * 1024
+_HEADER_WINDOW_BYTES = 64 * 1024
 
 
 def max_map_keys(dedupe_buffer_bytes: int) -> int:
@@ -204,6 +205,24 @@ class SourceSegment:
             if rel == 0:
                 return
             position += rel
+
+    def headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Headers (with positions) of the batches from `position` (a batch start), reading
+        64 KiB windows: bodies of larger batches are skipped, not read."""
+        window = b""
+        window_start = position
+        while position + RECORD_BATCH_OVERHEAD <= self.size_bytes:
+            rel = position - window_start
+            if rel < 0 or rel + RECORD_BATCH_OVERHEAD > len(window):
+                want = min(_HEADER_WINDOW_BYTES, self.size_bytes - position)
+                window, window_start, rel = os.pread(self.fd, want, position), position, 0
+                if len(window) < RECORD_BATCH_OVERHEAD:
+                    return
+            header = read_batch_header(window, rel)
+            if header.batch_length < MIN_BATCH_LENGTH:
+                return
+            yield header._replace(position=position)
+            position += header.batch_length + LOG_OVERHEAD
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -424,17 +443,21 @@ def plan_cleaning(
         if source.segment.next_offset <= dirty_start:
             total += source.size_bytes
             continue
-        for header, batch in source.batches():
+        # Sealed segments: their offset index no longer changes, so a thread may read it.
+        _, position = source.segment.offset_index.lookup(dirty_start)
+        total += position
+        for header in source.headers(position):
+            size = header.batch_length + LOG_OVERHEAD
             if header.last_offset < dirty_start:
-                total += len(batch)
+                total += size
                 continue
             if header.base_offset >= limit or header.max_timestamp > newest_timestamp:
                 return CleaningPlan(dirty_start, end, dirty, total, first_timestamp)
-            total += len(batch)
+            total += size
             end = header.next_offset
             if header.is_control:
                 continue  # clean requests and no-ops alone do not make a cleaning due
             if first_timestamp < 0:
                 first_timestamp = header.max_timestamp
-            dirty += len(batch)
+            dirty += size
     return CleaningPlan(dirty_start, end, dirty, total, first_timestamp)

@@ -445,3 +445,19 @@ def test_compressed_batches_keep_their_codec(tmp_path: Path) -> None:
     first = read_batch_header(batches_of(log)[0])
     assert (first.compression, first.records_count) == (1, 1)
     assert [(k, v) for _, k, v in records_of(log)] == [(b"b", b"1"), (b"a", b"2")]
+
+
+def test_the_cleaner_reads_batches_larger_than_its_windows(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "p-0", segment_bytes=10_000_000)
+    sizes = [10, 200_000, 30, 5_000_000, 10]
+    for i, size in enumerate(sizes):
+        append(log, encode_batch([(b"k%d" % (i % 2), b"x" * size)]))
+    (source,) = log.source_segments(log.log_end_offset)
+    try:
+        offsets = [h.base_offset for h in source.headers()]
+        assert offsets == [h.base_offset for h, _ in source.batches()] == list(range(5))
+    finally:
+        source.close()
+    request_clean(log, CleanRequest(0, log.log_end_offset, T0, 1000, 1 << 20))
+    carry_out(log)
+    assert [offset for offset, _, _ in records_of(log)] == [3, 4]
