@@ -19,7 +19,7 @@ import trio
 from raftka.broker.config import BrokerConfig
 from raftka.broker.topics import Partition, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
-from raftka.log import PartitionLog
+from raftka.log import LogInvariantError, PartitionLog
 from raftka.log.cleaner import (
     CleaningPlan,
     CleanRequest,
@@ -49,11 +49,19 @@ class LogCleaner:
             for partition in list(self.topics.local_partitions()):
                 try:
                     await self.step(partition)
-                except OSError as exc:
+                except (OSError, LogInvariantError) as exc:
                     logger.error(
                         "%s: cleaning failed (%s); retrying in %.1f s",
                         partition.name,
                         exc,
+                        self.backoff_s,
+                        extra={"partition": partition.name, "topic": partition.topic.name},
+                    )
+                except Exception:
+                    # A cleaner bug must not stop the broker; the partition stays as it is.
+                    logger.exception(
+                        "%s: cleaning failed; retrying in %.1f s",
+                        partition.name,
                         self.backoff_s,
                         extra={"partition": partition.name, "topic": partition.topic.name},
                     )

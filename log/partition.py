@@ -1014,17 +1014,30 @@ class PartitionLog:
         result = job.result
         if result is None:
             raise LogInvariantError(f"{self.directory}: cleaning finished before it ran")
+        swaps: list[tuple[int, LogSegment, LogSegment]] = []
         for base, staged in result.staged.items():
+            if base < self.segments[0].base_offset:
+                staged.delete()  # retention or DeleteRecords removed it meanwhile
+                continue
             index = self._segment_index(base)
-            old = self.segments[index] if self.segments else None
+            old = self.segments[index]
             if (
-                old is None
-                or old.base_offset != base
+                old.base_offset != base
                 or old is self.segments[-1]
                 or old.next_offset != staged.next_offset
             ):
-                staged.delete()
-                continue
+                # The segment changed under the cleaning (a truncation of an uncommitted
+                # tail it held): drop the whole result, the request is carried out again.
+                (self.directory / CLEANER_SWAP_FILE).unlink(missing_ok=True)
+                fsync_directory(self.directory)
+                for other in result.staged.values():
+                    other.delete()
+                raise LogInvariantError(
+                    f"{self.directory}: segment {base} changed during the cleaning to offset"
+                    f" {result.cleaned_end}; it will be cleaned again"
+                )
+            swaps.append((index, old, staged))
+        for index, old, staged in swaps:
             staged.move_files_to(self.directory)
             staged.txn_index = old.txn_index
             self.segments[index] = staged
