@@ -178,3 +178,45 @@ def test_a_compacted_topic_refuses_records_without_a_key(bootstrap: str, new_top
     assert produce_v9(bootstrap, topic, build_batch([(b"a", b"1")], 0)).error_code == 0
     other = new_topic()
     assert produce_v9(bootstrap, other, build_batch([(None, b"1")], 0)).error_code == 0
+
+
+def test_java_and_librdkafka_consumers_read_a_compacted_log_alike(
+    broker_factory: Any, java_tool: Any
+) -> None:
+    broker = broker_factory({"log.cleaner.backoff.ms": "200"})
+    bootstrap = broker.bootstrap
+    topic = "compacted-java"
+    # Tombstones stay an hour: they carry a delete horizon, their batch a new base timestamp.
+    create_topic(bootstrap, topic, 1, {**TOPIC_CONFIG, "delete.retention.ms": "3600000"})
+    base = int(time.time() * 1000) - 60_000
+    records: list[dict[str, Any]] = [
+        {"key": b"k%d" % (i % 20), "value": b"v%d" % i, "timestamp": base + i} for i in range(600)
+    ]
+    records += [{"key": b"k%d" % i, "value": None, "timestamp": base + 700 + i} for i in range(5)]
+    records += [
+        {"key": b"f%d" % i, "value": b"x" * 30, "timestamp": base + 800 + i} for i in range(FILLER)
+    ]
+    result = produce(bootstrap, topic, records, linger_ms=2, batch_num_messages=20)
+    latest: dict[bytes, tuple[int, bytes | None, int]] = {}
+    for report in sorted(result.reports, key=lambda r: r.offset):
+        assert report.error is None, report.error
+        record = records[report.index]
+        latest[record["key"]] = (report.offset, record["value"], record["timestamp"])
+    expected = sorted((o, k, v, ts) for k, (o, v, ts) in latest.items())
+
+    def librdkafka_sees_the_compacted_log() -> bool:
+        got = consume(bootstrap, topic, [0], start=0, timeout=30)[0]
+        return [(m.offset(), m.key(), m.value(), m.timestamp()[1]) for m in got] == expected
+
+    wait_until(librdkafka_sees_the_compacted_log, 60, "librdkafka to read the compacted log", 0.5)
+    # Records after the clean requests' control batches: the Java consumer reads past them.
+    later = [{"key": b"z%d" % i, "value": b"z", "timestamp": base + 900 + i} for i in range(3)]
+    for report in produce(bootstrap, topic, later).reports:
+        assert report.error is None, report.error
+        record = later[report.index]
+        expected.append((report.offset, record["key"], record["value"], record["timestamp"]))
+    expected.sort()
+    rows = java_tool.json("consume-assign", bootstrap, topic, 0, "earliest", len(expected), 30000)
+    assert [(r["offset"], r["key"], r["value"], r["timestamp"]) for r in rows] == [
+        (o, k.decode(), None if v is None else v.decode(), ts) for o, k, v, ts in expected
+    ]
