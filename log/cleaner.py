@@ -285,7 +285,9 @@ class CleaningJob:
                     views = walk_records(records_section(batch), header.records_count)
                 except UnsupportedBatch:
                     continue  # kept as it is by every replica alike
-                keys = [(v.key, header.base_offset + v.offset_delta) for v in views if v.key]
+                keys = [
+                    (v.key, header.base_offset + v.offset_delta) for v in views if v.key is not None
+                ]
                 new = {key for key, _ in keys if key not in latest}
                 if latest and len(latest) + len(new) > request.max_map_keys:
                     return latest, header.base_offset

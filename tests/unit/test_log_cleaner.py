@@ -22,6 +22,7 @@ from raftka.log.cleaner import (
     CONTROL_LOG_CLEAN,
     CleaningPlan,
     CleanRequest,
+    Throttle,
     cleaning_due,
     decode_clean_request,
     plan_cleaning,
@@ -205,10 +206,11 @@ def test_an_emptied_batch_keeps_its_offset_range(tmp_path: Path) -> None:
 def test_records_without_a_key_are_removed(tmp_path: Path) -> None:
     log = open_log(tmp_path / "p-0")
     write_ops(log, [[(b"a", b"1")]])
-    append(log, encode_batch([(None, b"x"), (b"b", b"1")]))
+    append(log, encode_batch([(None, b"x"), (b"b", b"1"), (b"", b"1")]))
+    append(log, encode_batch([(b"", b"2")]))  # an empty key is a key like any other
     request_clean(log, CleanRequest(0, log.log_end_offset, T0, 1000, 1 << 20))
     carry_out(log)
-    assert [(k, v) for _, k, v in records_of(log)] == [(b"a", b"1"), (b"b", b"1")]
+    assert [(k, v) for _, k, v in records_of(log)] == [(b"a", b"1"), (b"b", b"1"), (b"", b"2")]
 
 
 def replica_run(directory: Path, segment_bytes: int, ops: list[list[Op]], ends: list[int]):
@@ -487,3 +489,14 @@ def test_a_segment_truncated_during_the_cleaning_voids_its_result(tmp_path: Path
     carry_out(log)
     assert log.clean_requests == []
     check_contiguous(log)
+
+
+def test_the_io_bound_holds_the_cleaner_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("raftka.log.cleaner.time.sleep", slept.append)
+    throttle = Throttle(1000.0)
+    throttle(5000)
+    assert slept and 4.5 < slept[0] <= 5.0, "5000 bytes at 1000 bytes/s take about 5 s"
+    unbounded = Throttle(float("inf"))
+    unbounded(10**9)
+    assert len(slept) == 1
