@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from raftka.protocol.batch_builder import build_batch, control_key
+from raftka.protocol.batch_builder import build_batch, control_key, decode_batch
 from raftka.protocol.compacted import CleanedBatch, clean_batch, records_section, walk_records
 from raftka.protocol.records import (
     LOG_OVERHEAD,
@@ -94,8 +94,6 @@ def decode_clean_request(header: BatchHeader, batch: bytes | memoryview) -> Clea
     version this broker reads)."""
     if not header.is_control or header.producer_id >= 0 or header.records_count != 1:
         return None
-    from raftka.protocol.batch_builder import decode_batch
-
     try:
         records = decode_batch(batch, check_crc=False)
     except ValueError:

@@ -49,7 +49,15 @@ def log_bytes(node: ClusterNode, topic: str, partition: int = 0) -> bytes:
 
 
 def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    got = consume(bootstrap, topic, [0], start=0, timeout=30)[0]
+    # Small fetches: a read takes many of them, so cleanings may swap segments in between.
+    got = consume(
+        bootstrap,
+        topic,
+        [0],
+        start=0,
+        timeout=30,
+        max_partition_fetch_bytes=1024,
+    )[0]
     return [(m.offset(), m.key(), m.value()) for m in got]
 
 
