@@ -113,6 +113,13 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key_on_every_replica(
         return blobs[0] if blobs[0] and all(b == blobs[0] for b in blobs) else None
 
     wait_until(identical, 30, "byte-identical batches on the three replicas", 0.25)
+    # A replica killed and restarted recovers its cleaned segments as they were.
+    killed = cluster.nodes[1]
+    before_kill = log_bytes(killed, topic)
+    killed.kill()
+    killed.start()
+    assert log_bytes(killed, topic) == before_kill
+    wait_until(identical, 30, "byte-identical batches after a replica's restart", 0.25)
 
     # One group committing again and again: compaction keeps its latest commit only.
     consumer = make_consumer(bootstrap, group_id="compaction-commits")
