@@ -844,8 +844,8 @@ class PartitionLog:
     def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole old segments by retention.ms (a segment's largest timestamp, or its
         file time if it has none) and retention.bytes, oldest first, unless cleanup.policy
-        lacks delete. Never deletes the active
-        segment, nor one with offsets at or above `high_watermark`. Returns how many went.
+        lacks delete. Never deletes the active segment, nor one with offsets at or above
+        `high_watermark`. Returns how many went.
         """
         limit = self.log_end_offset if high_watermark is None else high_watermark
         self.producer_state.remove_expired(now_ms)
