@@ -197,11 +197,13 @@ def _append(
     now: int,
     version: int,
     verified: _NeedsVerification | None = None,
+    keys_checked: bool = False,
 ) -> tuple[dict[str, Any], tuple[int, int | None] | None] | _NeedsVerification:
     """Validate and propose one partition's batch: (response fields, what the answer waits
     for: the end offset and the epoch of the batch there, or None when it need not wait).
     A transaction's first batch here returns what to verify (nothing written), unless it is
-    the batch `verified` was taken for."""
+    the batch `verified` was taken for. `keys_checked`: a compacted topic's records were
+    already scanned for missing keys (in a worker thread)."""
     topic = partition.topic
     fields: dict[str, Any] = {"error_code": ErrorCode.none}
     try:
@@ -215,10 +217,13 @@ def _append(
         fields["error_code"] = ErrorCode.not_leader_or_follower
         return fields, None
     fields["log_start_offset"] = log.log_start_offset
-    if log.config.compact:
-        refused = _keyless_refusal(context, partition, records, headers)
-        if refused is not None:
-            return refused, None
+    if log.config.compact and not keys_checked:
+        try:
+            missing = _keyless_records(records, headers)
+        except InvalidRecords as exc:
+            return _rejected_fields(context, partition, exc), None
+        if missing:
+            return _keyless_refusal(context, partition, missing), None
     if acks == -1 and _too_few_in_sync(partition, fields):
         return fields, None
     try:
@@ -261,15 +266,10 @@ def _append(
     return fields, _wait_for(partition, acks, entry.end_offset, entry.epoch)
 
 
-def _keyless_refusal(
-    context: RequestContext, partition: Partition, records: bytes, headers: list[BatchHeader]
-) -> dict[str, Any] | None:
-    """KIP-467: the answer refusing a batch with records without a key for a compacted
-    topic (each such record listed by its index in the batch), or None if every record has
-    a key. Compressed batches are decompressed for the scan, as Kafka does."""
-    message = (
-        f"Compacted topic cannot accept message without key in topic partition {partition.name}."
-    )
+def _keyless_records(records: bytes, headers: list[BatchHeader]) -> list[int]:
+    """KIP-467: the indexes (in their batch) of the records without a key; InvalidRecords
+    when the records cannot be read. Compressed batches are decompressed for the scan, as
+    Kafka does. Plain values only: large batches are scanned in a worker thread."""
     view = memoryview(records)
     missing: list[int] = []
     try:
@@ -277,16 +277,29 @@ def _keyless_refusal(
             batch = view[header.position : header.end_position]
             missing += keyless_records(records_section(batch), header.records_count)
     except UnsupportedBatch as exc:
-        return _rejected_fields(
-            context,
-            partition,
-            InvalidRecords(ErrorCode.invalid_record, f"records cannot be read: {exc}"),
-        )
-    if not missing:
-        return None
+        raise InvalidRecords(ErrorCode.invalid_record, f"records cannot be read: {exc}") from None
+    return missing
+
+
+def _validated_keyless_records(records: bytes, max_batch_bytes: int, version: int) -> list[int]:
+    headers = validate_produce_records(records, max_batch_bytes, produce_version=version)
+    return _keyless_records(records, headers)
+
+
+def _keyless_refusal(
+    context: RequestContext, partition: Partition, missing: list[int]
+) -> dict[str, Any]:
+    """The answer refusing a batch with records without a key for a compacted topic."""
+    message = (
+        f"Compacted topic cannot accept message without key in topic partition {partition.name}."
+    )
     fields = _rejected_fields(context, partition, InvalidRecords(ErrorCode.invalid_record, message))
     fields["record_errors"] = tuple((index, message) for index in missing)
     return fields
+
+
+def _is_compacted(partition: Partition) -> bool:
+    return partition.log is not None and partition.log.config.compact
 
 
 def _rejected_fields(
@@ -423,7 +436,23 @@ async def _append_queued(
             except InvalidRecords as exc:
                 queued.fields.update(_rejected_fields(context, partition, exc))
                 return
-        appended = _append(context, partition, records, acks, now_ms(), version)
+        keys_checked = False
+        if _is_compacted(partition) and _recompress_in_thread(records):
+            max_batch_bytes = partition.topic.config.get_int("max.message.bytes")
+            try:
+                missing = await trio.to_thread.run_sync(
+                    _validated_keyless_records, records, max_batch_bytes, version
+                )
+            except InvalidRecords as exc:
+                queued.fields.update(_rejected_fields(context, partition, exc))
+                return
+            if missing:
+                queued.fields.update(_keyless_refusal(context, partition, missing))
+                return
+            keys_checked = True
+        appended = _append(
+            context, partition, records, acks, now_ms(), version, keys_checked=keys_checked
+        )
         if isinstance(appended, _NeedsVerification):
             verifications.append((partition, records, appended, queued.fields))
             return
@@ -749,7 +778,8 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 codec = _target_codec(partition)
                 wait_for = None
                 if partition.last_queued_write is not None or (
-                    _codec_differs(records, codec) and _recompress_in_thread(records)
+                    (_codec_differs(records, codec) or _is_compacted(partition))
+                    and _recompress_in_thread(records)
                 ):
                     fields = {"error_code": ErrorCode.none}
                     queued_writes.append(_queue_write(partition, records, codec, fields))

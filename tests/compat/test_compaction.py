@@ -188,7 +188,15 @@ def test_a_compacted_topic_refuses_records_without_a_key(bootstrap: str, new_top
     assert answer.error_message.startswith(
         f"Compacted topic cannot accept message without key in topic partition {topic}-0"
     )
+    # A batch large enough to be scanned in a worker thread.
+    large: list[tuple[bytes | None, bytes | None]] = [(b"k%d" % i, b"v" * 100) for i in range(2000)]
+    large[1500] = (None, b"v")
+    answer = produce_v9(bootstrap, topic, build_batch(large, int(time.time() * 1000)))
+    assert answer.error_code == INVALID_RECORD
+    assert [e.batch_index for e in answer.record_errors] == [1500]
     assert high_watermark(bootstrap, topic) == 0, "nothing of the refused batches was written"
+    large[1500] = (b"k1500", b"v")
+    assert produce_v9(bootstrap, topic, build_batch(large, 0)).error_code == 0
     # Keyed records are taken, and a topic that is not compacted takes records without keys.
     assert produce_v9(bootstrap, topic, build_batch([(b"a", b"1")], 0)).error_code == 0
     other = new_topic()
