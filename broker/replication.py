@@ -12,6 +12,12 @@ A leader's no-op and a voter-set change are Kafka control batches (LEADER_CHANGE
 KRAFT_VOTERS), which consumers skip like transaction markers. Any other control batch (one
 `raftka restore` copied: a transaction marker, another cluster's LEADER_CHANGE) is a DATA
 entry that travels as its own bytes.
+
+A follower that needs offsets below the leader's log start is sent a snapshot: for a
+partition it carries no data, and installing it empties the follower's log and restarts it at
+the leader's log start, as Kafka's follower does on OFFSET_OUT_OF_RANGE
+(truncateFullyAndStartAt). The metadata log plugs its image in through `snapshot_source` and
+`on_snapshot`.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pathlib import Path
 import lmdb
 
 from raftka.consensus.errors import RaftInvariantError
-from raftka.consensus.types import Entry, EntryKind, HardState
+from raftka.consensus.types import Entry, EntryKind, HardState, NodeId, Snapshot
 from raftka.log import PartitionLog
 from raftka.protocol.batch_builder import (
     build_batch,
@@ -164,8 +170,15 @@ class PartitionRaftStorage:
         log: PartitionLog,
         hard_states: HardStateStore,
         single_voter: bool = False,
+        snapshot_source: Callable[[int], bytes | None] | None = None,
+        on_snapshot: Callable[[Snapshot], None] | None = None,
     ) -> None:
+        """`snapshot_source(end)` gives the state-machine data below offset `end` (None: not
+        available now); `on_snapshot` installs received data into the state machine, durably,
+        before the log is emptied. Without them snapshots carry no data (a partition)."""
         self.raft_group_id = raft_group_id
+        self.snapshot_source = snapshot_source
+        self.on_snapshot = on_snapshot
         self.log = log
         self.hard_states = hard_states
         self.single_voter = single_voter
@@ -209,15 +222,7 @@ class PartitionRaftStorage:
 
     def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
         if offset < self.log.log_start_offset:
-            # Retention keeps what followers still need; an older offset cannot be served.
-            logger.warning(
-                "%s: a follower needs offset %d, below the log start %d",
-                self.raft_group_id,
-                offset,
-                self.log.log_start_offset,
-                extra={"partition": self.raft_group_id, "raft_group": self.raft_group_id},
-            )
-            return []
+            return []  # the core sends a snapshot instead
         data = self.log.read(offset, max_bytes, self.log.log_end_offset, True)
         entries = []
         view = memoryview(data)
@@ -239,6 +244,21 @@ class PartitionRaftStorage:
         # Replica sets change only through cluster metadata for now; no CONFIG batches.
         return []
 
+    def log_start_epoch(self) -> int:
+        log = self.log
+        start = log.log_start_offset
+        epoch = log.epoch_for_offset(start - 1) if start > 0 else None
+        if epoch is not None:
+            return epoch
+        if start < log.log_end_offset:
+            # The epoch cache starts at the log start; the epoch of the batch there bounds
+            # the one below it, which is all elections and log matching need.
+            return self.entry_at(start).epoch
+        return max(log.last_batch_epoch(), 0)
+
+    def log_start_voters(self) -> frozenset[NodeId] | None:
+        return None  # no CONFIG batches (see config_entries)
+
     # -- durable writes (consensus.driver.RaftGroupStorage) -----------------------------------
 
     def load_hard_state(self) -> HardState:
@@ -250,6 +270,32 @@ class PartitionRaftStorage:
     def truncate_to(self, offset: int) -> None:
         self._last_entry = None
         self.log.truncate_to(offset)
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        """The leader's log starts past our log end, or ours diverges below its start: the
+        state machine takes the snapshot's data, then the log restarts empty at its end."""
+        self._last_entry = None
+        if self.on_snapshot is not None:
+            self.on_snapshot(snapshot)
+        logger.info(
+            "%s: the leader's log starts at %d: restarting this replica's log there"
+            " (it held [%d, %d))",
+            self.raft_group_id,
+            snapshot.end_offset,
+            self.log.log_start_offset,
+            self.log.log_end_offset,
+            extra={"partition": self.raft_group_id, "raft_group": self.raft_group_id},
+        )
+        self.log.truncate_fully_and_start_at(
+            snapshot.end_offset, time.time_ns() // 1_000_000, epoch=snapshot.epoch
+        )
+
+    def snapshot_data(self, end_offset: int) -> bytes | None:
+        if end_offset != self.log.log_start_offset:
+            return None  # the log start moved on since the core asked: it asks again
+        if self.snapshot_source is not None:
+            return self.snapshot_source(end_offset)
+        return b""
 
     def entries_need_sync(self) -> bool:
         return self.log.flush_due_by_messages()

@@ -10,6 +10,8 @@ Wire format (all integers big-endian):
               last_offset:i64 last_epoch:i32 group_len:u16 entry_count:u32
               group:utf8 entry*                        (group = the Raft group id)
     entry   = base_offset:i64 last_offset:i64 epoch:i32 kind:u8 payload_len:u32 payload
+    (a SNAPSHOT message continues after its entries with
+              voter_count:u16 voter:i32* data_len:u32 data)
     FORWARD_REQUEST  = request_id:u64 rpc_len:u16 rpc:utf8 payload_len:u32 payload
     FORWARD_RESPONSE = request_id:u64 error_code:i16 payload_len:u32 payload
 
@@ -44,6 +46,8 @@ _ENTRY = struct.Struct(">qqiBI")
 _FORWARD_REQUEST = struct.Struct(">QH")
 _FORWARD_RESPONSE = struct.Struct(">QhI")
 _PAYLOAD_LEN = struct.Struct(">I")
+_VOTER_COUNT = struct.Struct(">H")
+_VOTER = struct.Struct(">i")
 
 _FLAG_REJECT = 1
 _FLAG_FORCE = 2
@@ -170,6 +174,13 @@ def _write_message(out: _PartsWriter, m: Message) -> None:
         for e in m.entries:
             out.write(_ENTRY.pack(e.base_offset, e.last_offset, e.epoch, e.kind, len(e.payload)))
             out.write_payload(e.payload)
+        if m.type is MessageType.SNAPSHOT:
+            voters = sorted(m.snapshot_voters)
+            out.write(_VOTER_COUNT.pack(len(voters)))
+            for voter in voters:
+                out.write(_VOTER.pack(voter))
+            out.write(_PAYLOAD_LEN.pack(len(m.snapshot_data)))
+            out.write_payload(m.snapshot_data)
     except struct.error as exc:
         raise CodecError(f"cannot encode {m.type.name} for {m.group!r}: {exc}") from exc
 
@@ -213,7 +224,15 @@ def encode_forward_response(
 
 def message_size_bytes(m: Message) -> int:
     """Encoded size of `m` without building it (for the transport's byte budget)."""
-    return _MESSAGE.size + len(m.group) + sum(_ENTRY.size + len(e.payload) for e in m.entries)
+    size = _MESSAGE.size + len(m.group) + sum(_ENTRY.size + len(e.payload) for e in m.entries)
+    if m.type is MessageType.SNAPSHOT:
+        size += (
+            _VOTER_COUNT.size
+            + _VOTER.size * len(m.snapshot_voters)
+            + _PAYLOAD_LEN.size
+            + len(m.snapshot_data)
+        )
+    return size
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -297,6 +316,13 @@ def _read_message(r: _Reader) -> Message:
         if last < base or base < 0:
             raise CodecError(f"bad entry offsets [{base}, {last}]")
         entries.append(Entry(base, last, epoch, r.take(payload_len), kind))
+    snapshot_voters: frozenset[NodeId] = frozenset()
+    snapshot_data = b""
+    if message_type is MessageType.SNAPSHOT:
+        (voter_count,) = r.unpack(_VOTER_COUNT)
+        snapshot_voters = frozenset(r.unpack(_VOTER)[0] for _ in range(voter_count))
+        (data_len,) = r.unpack(_PAYLOAD_LEN)
+        snapshot_data = r.take(data_len)
     return Message(
         group=group,
         type=message_type,
@@ -315,6 +341,8 @@ def _read_message(r: _Reader) -> Message:
         last_epoch=last_epoch,
         force=bool(flags & _FLAG_FORCE),
         at_leader_end=bool(flags & _FLAG_AT_LEADER_END),
+        snapshot_voters=snapshot_voters,
+        snapshot_data=snapshot_data,
     )
 
 

@@ -15,11 +15,14 @@ How a driver uses it -- the durability contract, stated once:
         feed inputs (step / tick / propose ...)
         if core.has_ready():
             rd = core.ready()
-            1. write rd.hard_state (if set), truncate the log to rd.truncate_to (if set) and
-               append rd.entries;
+            1. write rd.hard_state (if set), install rd.snapshot (if set: the log becomes
+               empty, starting at its end, and the state machine takes its data), truncate
+               the log to rd.truncate_to (if set) and append rd.entries;
             2. send rd.messages -- but only once what they depend on is durable:
                - if rd.hard_state is set, every message waits until the hard state is durable
                  (a vote or a term must never be forgotten after it was acted on);
+               - if rd.snapshot is set, every message waits until the install is durable
+                 (the follower's APPEND_RESPONSE acknowledges it);
                - if rd.entries must be synced (the flush policy says so), every message except
                  a leader's APPEND and HEARTBEAT (`can_send_before_sync`) waits for that sync:
                  a follower's APPEND_RESPONSE claims its log holds the entries;
@@ -58,6 +61,7 @@ from raftka.consensus.types import (
     MessageType,
     NodeId,
     Role,
+    Snapshot,
     decode_voters,
     encode_voters,
 )
@@ -128,6 +132,7 @@ class Ready:
     messages: tuple[Message, ...]
     high_watermark: int | None
     soft_state: SoftState | None
+    snapshot: Snapshot | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +203,10 @@ class RaftCore:
         self._configs: list[tuple[int, frozenset[NodeId]]] = [
             (e.base_offset, decode_voters(e.payload)) for e in log.config_entries()
         ]
+        start_voters = log.log_start_voters()
+        if start_voters:
+            # The CONFIG batch in force at the log start went with a snapshot, which kept it.
+            self._configs.insert(0, (log.log_start_offset() - 1, start_voters))
         self.voters = self._configs[-1][1] if self._configs else config.voters
         self._messages: list[Message] = []
         self._awaiting_advance = False
@@ -245,6 +254,7 @@ class RaftCore:
             self._messages
             or self.log.unstable
             or self.log.pending_truncate is not None
+            or self.log.pending_snapshot is not None
             or self.high_watermark != self._prev_high_watermark
         ):
             return True
@@ -270,6 +280,7 @@ class RaftCore:
                 self.high_watermark if self.high_watermark != self._prev_high_watermark else None
             ),
             soft_state=soft_state if soft_state != self._prev_soft_state else None,
+            snapshot=self.log.pending_snapshot,
         )
         self._messages = []
         self._prev_hard_state = hard_state
@@ -285,7 +296,7 @@ class RaftCore:
         if not self._awaiting_advance:
             raise RaftInvariantError(f"{self._name()}: advance() without a ready() before it")
         self._awaiting_advance = False
-        if rd.entries or rd.truncate_to is not None:
+        if rd.entries or rd.truncate_to is not None or rd.snapshot is not None:
             self.log.persisted()
         if durable:
             self._set_durable_end(self.log.log_end_offset())
@@ -403,12 +414,12 @@ class RaftCore:
                 m.type is MessageType.PRE_VOTE_RESPONSE and not m.reject
             ):
                 pass  # pre-vote terms are hypothetical: never adopt them
-            elif m.type in (MessageType.APPEND, MessageType.HEARTBEAT):
+            elif m.type in (MessageType.APPEND, MessageType.HEARTBEAT, MessageType.SNAPSHOT):
                 self._become_follower(m.term, m.from_id)
             else:
                 self._become_follower(m.term, None)
         elif m.term < self.term:
-            if m.type in (MessageType.APPEND, MessageType.HEARTBEAT) and (
+            if m.type in (MessageType.APPEND, MessageType.HEARTBEAT, MessageType.SNAPSHOT) and (
                 self.config.check_quorum or self.config.pre_vote
             ):
                 # A stale leader must learn our term, or it would never step down when its
@@ -481,7 +492,8 @@ class RaftCore:
                 self.progress[node] = Progress(
                     next_offset=self.log.log_end_offset(),
                     max_inflight=self.config.max_inflight_appends,
-                    match_end=self.log.log_start_offset(),
+                    # Nothing known: a follower may lack even what lies below our log start.
+                    match_end=0,
                 )
         if self.lead_transferee is not None and self.lead_transferee not in self.progress:
             self.lead_transferee = None
@@ -497,6 +509,11 @@ class RaftCore:
         self.leader_ticks += 1
         self.heartbeat_elapsed += 1
         self.election_elapsed += 1
+        retry = self.leader_ticks - self.config.election_timeout_ticks
+        for node, pr in self.progress.items():
+            if pr.state is ProgressState.SNAPSHOT and pr.snapshot_sent_tick <= retry:
+                pr.become_probe()  # the snapshot or its answer was lost: send it again
+                self._send_append(node)
         if self.election_elapsed >= self.config.election_timeout_ticks:
             self.election_elapsed = 0
             if self.config.check_quorum:
@@ -594,6 +611,10 @@ class RaftCore:
             self.election_elapsed = 0
             self.leader_id = m.from_id
             self._handle_heartbeat(m)
+        elif m.type is MessageType.SNAPSHOT:
+            self.election_elapsed = 0
+            self.leader_id = m.from_id
+            self._handle_snapshot(m)
         elif m.type is MessageType.TIMEOUT_NOW:
             self._hup(transfer=True)
 
@@ -609,6 +630,9 @@ class RaftCore:
         elif m.type is MessageType.HEARTBEAT:
             self._become_follower(m.term, m.from_id)
             self._handle_heartbeat(m)
+        elif m.type is MessageType.SNAPSHOT:
+            self._become_follower(m.term, m.from_id)
+            self._handle_snapshot(m)
         elif m.type is expected:
             self.votes.setdefault(m.from_id, not m.reject)
             self._tally()
@@ -625,18 +649,30 @@ class RaftCore:
                 if pr.maybe_decrease(m.prev_offset, probe):
                     if pr.state is ProgressState.REPLICATE:
                         pr.become_probe()
-                    self._send_append(m.from_id)
+                    start = self.log.log_start_offset()
+                    if m.prev_offset < start or m.hint_offset < start - 1:
+                        # The follower's log diverges or ends below our log start: only a
+                        # snapshot can bring it back.
+                        self._send_snapshot(m.from_id)
+                    else:
+                        self._send_append(m.from_id)
                 return
             was_paused = pr.paused
-            # A successful probe that confirms the known match (an empty log, or a new
-            # leader's empty append) also ends probing, as in etcd's MsgAppResp handling.
-            confirms_probe = pr.state is ProgressState.PROBE and m.match_end == pr.match_end
-            if not pr.maybe_update(m.match_end) and not confirms_probe:
-                return
-            if pr.state is ProgressState.PROBE:
+            if pr.state is ProgressState.SNAPSHOT:
+                pr.maybe_update(m.match_end)
+                if pr.match_end < pr.pending_snapshot:
+                    return  # answers an append sent before the snapshot
                 pr.become_replicate()
             else:
-                pr.inflights.free_to(m.match_end)
+                # A successful probe that confirms the known match (an empty log, or a new
+                # leader's empty append) also ends probing, as in etcd's MsgAppResp handling.
+                confirms_probe = pr.state is ProgressState.PROBE and m.match_end == pr.match_end
+                if not pr.maybe_update(m.match_end) and not confirms_probe:
+                    return
+                if pr.state is ProgressState.PROBE:
+                    pr.become_replicate()
+                else:
+                    pr.inflights.free_to(m.match_end)
             if self._maybe_commit():
                 self._broadcast_append()
             elif was_paused:
@@ -700,6 +736,8 @@ class RaftCore:
         pr = self.progress[to]
         if pr.paused:
             return False
+        if pr.next_offset < self.log.log_start_offset():
+            return self._send_snapshot(to)
         end = self.log.log_end_offset()
         entries = (
             self.log.entries_from(pr.next_offset, self.config.max_append_bytes)
@@ -721,6 +759,29 @@ class RaftCore:
         )
         pr.sent_append(sent_end)
         return True
+
+    def _send_snapshot(self, to: NodeId) -> bool:
+        """InstallSnapshot: everything below our log start (committed) as one snapshot; the
+        sending driver fills in the state-machine data. Nothing else goes to `to` until it is
+        acknowledged or an election timeout passes (then it is sent again)."""
+        start = self.log.log_start_offset()
+        self._send(
+            MessageType.SNAPSHOT,
+            to,
+            prev_offset=start - 1,
+            prev_epoch=self.log.log_start_epoch(),
+            high_watermark=self.high_watermark,
+            snapshot_voters=self._voters_before(start),
+        )
+        self.progress[to].become_snapshot(start, self.leader_ticks)
+        return True
+
+    def _voters_before(self, offset: int) -> frozenset[NodeId]:
+        """The voter set in force for the entries below `offset`."""
+        for config_offset, voters in reversed(self._configs):
+            if config_offset < offset:
+                return voters
+        return self.config.voters
 
     def _broadcast_append(self, send_if_empty: bool = True) -> None:
         for node in list(self.progress):
@@ -796,6 +857,27 @@ class RaftCore:
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
         self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=last_new_end)
+
+    def _handle_snapshot(self, m: Message) -> None:
+        end = m.prev_offset + 1
+        if end <= self.high_watermark:
+            # Stale or duplicate: we hold (committed) at least as much already.
+            self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=self.high_watermark)
+            return
+        if self.log.is_batch_end(m.prev_offset, m.prev_epoch):
+            # Our log holds the snapshot's last batch (Raft §7): keep it and what follows;
+            # the leader probes the suffix from the snapshot's end.
+            self.high_watermark = end
+            self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=end)
+            return
+        self.log.install_snapshot(Snapshot(end, m.prev_epoch, m.snapshot_voters, m.snapshot_data))
+        self.durable_end = min(self.durable_end, end)
+        self.log_generation += 1
+        self.high_watermark = end
+        self._configs = [(end - 1, m.snapshot_voters)] if m.snapshot_voters else []
+        self._apply_config()
+        # Waits in the driver until the install is durable (the Ready's snapshot).
+        self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=end)
 
     def _handle_heartbeat(self, m: Message) -> None:
         # The leader capped the value at what it knows we hold, so it is safe to take.

@@ -22,6 +22,7 @@ flush.messages=1). fsync and lmdb commits never run on the event loop.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -44,7 +45,16 @@ from raftka.consensus.core import (
 )
 from raftka.consensus.storage import RaftLog
 from raftka.consensus.transport import PeerTransport
-from raftka.consensus.types import Entry, EntryKind, HardState, Message, NodeId, Role
+from raftka.consensus.types import (
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MessageType,
+    NodeId,
+    Role,
+    Snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +79,18 @@ class RaftGroupStorage(Protocol):
         ...
 
     def truncate_to(self, offset: int) -> None: ...
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        """Replace the whole log by `snapshot` (empty, starting at its end, remembering its
+        epoch and voters) and hand its data to the state machine. What it writes must be
+        durable once the next `sync_job` has run: the acknowledgement waits for that."""
+        ...
+
+    def snapshot_data(self, end_offset: int) -> bytes | None:
+        """The state-machine data summarizing every offset below `end_offset` (this log's
+        start), sent with a snapshot; None when it is not available now (the snapshot is
+        then sent again after an election timeout)."""
+        ...
 
     def append(self, entries: Sequence[Entry]) -> None:
         """Write entries (they carry their offsets and epoch) to the page cache."""
@@ -244,14 +266,10 @@ class RaftGroup:
         return {node: pr.match_end for node, pr in self._core.progress.items()}
 
     def deletable_end(self) -> int:
-        """Offset below which the log may be deleted (retention): committed, and on a leader
-        also held by every follower, since without snapshots a follower can only catch up
-        from the leader's log."""
-        end = self._core.high_watermark
-        if self._core.role is Role.LEADER:
-            for progress in self._core.progress.values():
-                end = min(end, progress.match_end)
-        return end
+        """Offset below which the log may be deleted (retention, DeleteRecords): the high
+        watermark, as in Kafka. A follower that still needs deleted offsets is sent a
+        snapshot instead."""
+        return self._core.high_watermark
 
     def _up_to_date_follower(self) -> NodeId | None:
         """The follower known to hold the most of our log, preferring recently active ones."""
@@ -386,12 +404,20 @@ class RaftGroup:
                 self._write(rd)
             except OSError as exc:
                 raise self._storage_failed(exc) from exc
-            fsync_log = bool(rd.entries) and storage.entries_need_sync()
+            # An installed snapshot is acknowledged only once it is durable.
+            fsync_log = rd.snapshot is not None or (
+                bool(rd.entries) and storage.entries_need_sync()
+            )
             # Once a ticket is pending, later Readys queue behind it: none may claim more
             # durability than the one before it has.
             needs_ticket = rd.hard_state is not None or fsync_log or self._tickets_pending > 0
             held: list[Message] = []
             for m in rd.messages:
+                if m.type is MessageType.SNAPSHOT:
+                    with_data = self._with_snapshot_data(m)
+                    if with_data is None:
+                        continue  # the core sends it again after an election timeout
+                    m = with_data
                 if needs_ticket and (rd.hard_state is not None or not can_send_before_sync(m)):
                     held.append(m)
                 else:
@@ -425,10 +451,40 @@ class RaftGroup:
             self._ticked = ticked
             self._node._set_ticked(self, ticked)
 
+    def _with_snapshot_data(self, m: Message) -> Message | None:
+        end = m.prev_offset + 1
+        data = self._storage.snapshot_data(end)
+        if data is None:
+            log.warning(
+                "%s: no snapshot at offset %d for node %d yet; sent again later",
+                self.name,
+                end,
+                m.to,
+                extra={"raft_group": self.name},
+            )
+            return None
+        log.info(
+            "%s: node %d needs offsets below the log start %d: sending a snapshot (%d bytes)",
+            self.name,
+            m.to,
+            end,
+            len(data),
+            extra={"raft_group": self.name},
+        )
+        return dataclasses.replace(m, snapshot_data=data)
+
     def _write(self, rd: Ready) -> None:
         storage = self._storage
         if rd.hard_state is not None:
             storage.save_hard_state(rd.hard_state)
+        if rd.snapshot is not None:
+            storage.install_snapshot(rd.snapshot)
+            log.info(
+                "%s: installed a snapshot: the log now starts at offset %d",
+                self.name,
+                rd.snapshot.end_offset,
+                extra={"raft_group": self.name},
+            )
         if rd.truncate_to is not None:
             storage.truncate_to(rd.truncate_to)
         if rd.entries:

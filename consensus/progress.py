@@ -14,6 +14,9 @@ class ProgressState(enum.Enum):
     PROBE = "probe"
     # Follower matched: stream appends optimistically, bounded by the in-flight window.
     REPLICATE = "replicate"
+    # Follower needs offsets below the leader's log start: a snapshot is in flight; nothing
+    # else is sent until it is acknowledged or its retry timeout passes.
+    SNAPSHOT = "snapshot"
 
 
 @dataclass(slots=True)
@@ -64,6 +67,8 @@ class Progress:
     probe_sent: bool = False
     recent_active: bool = False
     last_response_tick: int | None = None  # leader tick of the last answer (for the ISR)
+    pending_snapshot: int = 0  # SNAPSHOT state: end offset of the snapshot sent
+    snapshot_sent_tick: int = 0  # SNAPSHOT state: leader tick it was sent at
     inflights: Inflights = field(init=False)
 
     def __post_init__(self) -> None:
@@ -73,7 +78,17 @@ class Progress:
     def paused(self) -> bool:
         if self.state is ProgressState.PROBE:
             return self.probe_sent
+        if self.state is ProgressState.SNAPSHOT:
+            return True
         return self.inflights.full
+
+    def become_snapshot(self, end_offset: int, tick: int) -> None:
+        self.state = ProgressState.SNAPSHOT
+        self.probe_sent = False
+        self.inflights.reset()
+        self.pending_snapshot = end_offset
+        self.snapshot_sent_tick = tick
+        self.next_offset = max(end_offset, self.match_end)
 
     def become_probe(self) -> None:
         self.state = ProgressState.PROBE
@@ -111,6 +126,8 @@ class Progress:
         `probe_prev_offset` is where the leader's log may match, computed from the follower's
         hint. Returns False when the rejection is stale (answers an older probe).
         """
+        if self.state is ProgressState.SNAPSHOT:
+            return False  # answers an append sent before the snapshot
         if self.state is ProgressState.REPLICATE:
             if rejected_prev_offset + 1 <= self.match_end:
                 return False

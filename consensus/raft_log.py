@@ -2,7 +2,9 @@
 
 Like etcd's unstable log, batches the core has accepted but the driver has not yet written
 live here until `persisted()` is called. A truncation of durable batches is recorded as a
-pending truncation point the driver applies before appending the unstable tail.
+pending truncation point the driver applies before appending the unstable tail. An installed
+snapshot is pending the same way: until the driver has installed it, the view starts (and, but
+for the unstable tail, ends) at the snapshot's end.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 
 from raftka.consensus.errors import RaftInvariantError
 from raftka.consensus.storage import RaftLog
-from raftka.consensus.types import Entry
+from raftka.consensus.types import Entry, Snapshot
 
 
 class LogView:
@@ -22,9 +24,17 @@ class LogView:
         self.unstable_offset = stable.log_end_offset()
         self.unstable: list[Entry] = []
         self.pending_truncate: int | None = None
+        self.pending_snapshot: Snapshot | None = None
 
     def log_start_offset(self) -> int:
+        if self.pending_snapshot is not None:
+            return self.pending_snapshot.end_offset
         return self.stable.log_start_offset()
+
+    def log_start_epoch(self) -> int:
+        if self.pending_snapshot is not None:
+            return self.pending_snapshot.epoch
+        return self.stable.log_start_epoch()
 
     def log_end_offset(self) -> int:
         return self.unstable[-1].end_offset if self.unstable else self.unstable_offset
@@ -41,9 +51,11 @@ class LogView:
         return self.stable.entry_at(offset)
 
     def epoch_at(self, offset: int) -> int:
-        """Epoch of the batch covering `offset`; 0 before the log start (nothing there)."""
-        if offset < self.log_start_offset():
-            return 0
+        """Epoch of the batch covering `offset`; at log start - 1 the epoch the log keeps for
+        it (a snapshot's or retention's boundary), 0 further before the log start."""
+        start = self.log_start_offset()
+        if offset < start:
+            return self.log_start_epoch() if offset == start - 1 else 0
         return self.entry_at(offset).epoch
 
     def last_offset_and_epoch(self) -> tuple[int, int]:
@@ -62,7 +74,7 @@ class LogView:
     def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
         out: list[Entry] = []
         used = 0
-        if offset < self.unstable_offset:
+        if offset < self.unstable_offset and self.pending_snapshot is None:
             for entry in self.stable.entries_from(offset, max_bytes):
                 if entry.base_offset >= self.unstable_offset:
                     break
@@ -120,8 +132,24 @@ class LogView:
         if self.pending_truncate is None or offset < self.pending_truncate:
             self.pending_truncate = offset
 
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        """Replace the whole log by `snapshot` (the driver installs it from the Ready)."""
+        self.pending_snapshot = snapshot
+        self.pending_truncate = None
+        self.unstable.clear()
+        self.unstable_offset = snapshot.end_offset
+
     def persisted(self) -> None:
-        """The driver applied the pending truncation and appended the whole unstable tail."""
+        """The driver installed the pending snapshot, applied the pending truncation and
+        appended the whole unstable tail."""
+        snapshot = self.pending_snapshot
+        if snapshot is not None and self.stable.log_start_offset() != snapshot.end_offset:
+            raise RaftInvariantError(
+                f"the driver must install a Ready's snapshot before advance(): the log starts"
+                f" at {self.stable.log_start_offset()}, the snapshot ends at"
+                f" {snapshot.end_offset}"
+            )
+        self.pending_snapshot = None
         self.unstable_offset = self.log_end_offset()
         self.unstable.clear()
         self.pending_truncate = None

@@ -15,6 +15,9 @@ as every Ready is processed:
   node's committed prefix must match the record; no committed batch is ever truncated;
 - high watermark: monotonic per node (a restart starts over) and never past the durable log;
   a leader only moves it to the end of a batch of its own epoch (Raft §5.4.2);
+- snapshots: nodes delete committed log prefixes (retention) at random; a follower that
+  needs offsets below its leader's log start installs a snapshot whose data is the hash
+  chain at its end, checked against the batches committed there;
 - convergence: once faults stop, the voters' logs become identical and fully committed with
   no client writes (a deposed leader's unreplicated tail must not outlive it).
 
@@ -50,7 +53,7 @@ from raftka.consensus.core import (
 )
 from raftka.consensus.errors import RaftInvariantError
 from raftka.consensus.storage import MemoryRaftLog
-from raftka.consensus.types import Entry, HardState, Message, NodeId, Role
+from raftka.consensus.types import Entry, HardState, Message, MessageType, NodeId, Role, Snapshot
 
 GROUP = "sim-0"
 
@@ -90,6 +93,9 @@ class SimParams:
     max_sync_delay_ticks: int = 2
     crash_all_rate: float = 0.0  # every node loses power at once (sync_every_append only)
     convergence_ticks_max: int = 200
+    # Per tick: a running node deletes a committed prefix of its log (retention), so
+    # followers that lag or diverge below it catch up by snapshot.
+    truncate_rate: float = 0.0
 
     @staticmethod
     def for_seed(seed: int) -> SimParams:
@@ -100,11 +106,13 @@ class SimParams:
         sync = rng.random() < 0.4
         crash_all_rate = rng.choice((0.0, 0.005, 0.02)) if sync else 0.0
         max_sync_delay_ticks = rng.choice((0, 1, 3))
+        truncate_rate = random.Random(f"truncate:{seed}").choice((0.0, 0.05, 0.2))
         return replace(
             SimParams._shape_for(rng, nodes, membership),
             sync_every_append=sync,
             crash_all_rate=crash_all_rate,
             max_sync_delay_ticks=max_sync_delay_ticks,
+            truncate_rate=truncate_rate,
         )
 
     @staticmethod
@@ -142,7 +150,9 @@ class PendingSync:
     """An fsync in flight: what it makes durable and the messages that wait for it."""
 
     done_at: int
-    entries: list[Entry]
+    log: MemoryRaftLog
+    chain: list[int]
+    chain_base: int
     hard_state: HardState
     end_offset: int
     generation: int
@@ -154,10 +164,13 @@ class SimNode:
     node_id: NodeId
     log: MemoryRaftLog = field(default_factory=MemoryRaftLog)  # as written (page cache)
     hard_state: HardState = field(default_factory=HardState)
-    durable_entries: list[Entry] = field(default_factory=list)  # as last synced
+    durable_log: MemoryRaftLog = field(default_factory=MemoryRaftLog)  # as last synced
+    durable_chain: list[int] = field(default_factory=list)
+    durable_chain_base: int = 0
     durable_hard_state: HardState = field(default_factory=HardState)
     syncs: deque[PendingSync] = field(default_factory=deque)
     chain: list[int] = field(default_factory=list)  # hash chain parallel to log entries
+    chain_base: int = 0  # the chain's value just below the log start
     core: RaftCore | None = None
     high_watermark: int = 0
     paused_until: int = -1
@@ -194,6 +207,7 @@ class Simulation:
         self.trace: deque[str] = deque(maxlen=60)
         self.proposals = 0
         self.steps = 0
+        self.snapshots_installed = 0
         for node in self.nodes.values():
             self._start(node)
 
@@ -220,20 +234,16 @@ class Simulation:
         if not self.params.sync_every_append:
             self._note(f"crash {node.node_id}")
             return  # a process crash: the page cache keeps every write
-        lost = node.log.log_end_offset() - (
-            node.durable_entries[-1].end_offset if node.durable_entries else 0
-        )
+        lost = node.log.log_end_offset() - node.durable_log.log_end_offset()
         self._note(f"power loss {node.node_id} (log back to its last sync, {lost} offsets)")
-        node.log = MemoryRaftLog()
-        node.log.append(node.durable_entries)
+        node.log = node.durable_log.copy()
         node.hard_state = node.durable_hard_state
-        node.chain = []
-        for e in node.durable_entries:
-            node.chain.append(self._chain_hash(node, e))
+        node.chain = list(node.durable_chain)
+        node.chain_base = node.durable_chain_base
 
     @staticmethod
     def _chain_hash(node: SimNode, e: Entry) -> int:
-        prev = node.chain[-1] if node.chain else 0
+        prev = node.chain[-1] if node.chain else node.chain_base
         return hash((prev, e.base_offset, e.last_offset, e.epoch, e.payload, e.kind))
 
     def _fail(self, what: str) -> SimulationFailure:
@@ -299,12 +309,16 @@ class Simulation:
             if leader is None:
                 continue
             leader_core = self._core_of(self.nodes[leader])
-            expected = self.nodes[leader].log.all_entries()
             if leader_core.high_watermark != leader_core.log.log_end_offset():
                 continue
+            # Logs may start at different offsets (retention); they must agree from the
+            # latest start on and end together.
+            start = max(self.nodes[v].log.log_start_offset() for v in leader_core.voters)
+            expected = self._entries_from(self.nodes[leader], start)
             if all(
                 (core := self.nodes[v].core) is not None
-                and self.nodes[v].log.all_entries() == expected
+                and self._entries_from(self.nodes[v], start) == expected
+                and self.nodes[v].log.log_end_offset() == leader_core.log.log_end_offset()
                 and core.high_watermark == leader_core.high_watermark
                 for v in leader_core.voters
             ):
@@ -318,6 +332,10 @@ class Simulation:
             f" after faults stopped with no writes ((log end, hw) per node: {ends};"
             f" roles: {self._roles()})"
         )
+
+    @staticmethod
+    def _entries_from(node: SimNode, start: int) -> list[Entry]:
+        return [e for e in node.log.all_entries() if e.base_offset >= start]
 
     def _roles(self) -> str:
         return ", ".join(
@@ -385,6 +403,8 @@ class Simulation:
             self._change_membership()
         if self.faults and rng.random() < p.transfer_rate:
             self._transfer()
+        if p.truncate_rate and rng.random() < p.truncate_rate:
+            self._truncate_prefix()
         self._deliver()
 
     def _inject_faults(self) -> None:
@@ -481,6 +501,25 @@ class Simulation:
             return
         self._drain(node)
 
+    def _truncate_prefix(self) -> None:
+        """A running node deletes a committed prefix of its log (retention)."""
+        running = [n for n in self.nodes.values() if n.core is not None]
+        if not running:
+            return
+        node = self.rng.choice(running)
+        core = self._core_of(node)
+        limit = min(core.high_watermark, node.log.log_end_offset())
+        entries = node.log.all_entries()
+        cuts = [e.end_offset for e in entries if e.end_offset <= limit]
+        if not cuts:
+            return
+        cut = self.rng.choice(cuts)
+        dropped = sum(1 for e in entries if e.end_offset <= cut)
+        node.chain_base = node.chain[dropped - 1]
+        del node.chain[:dropped]
+        node.log.truncate_prefix(cut)
+        self._note(f"{node.node_id} deletes its log below {cut}")
+
     def _deliver(self) -> None:
         """Deliver due messages in random order; zero-delay replies go in the same tick."""
         rng = self.rng
@@ -530,10 +569,18 @@ class Simulation:
                 self._crash(node)
                 return
             must_sync = self.params.sync_every_append and (
-                bool(rd.entries) or rd.hard_state is not None or bool(node.syncs)
+                bool(rd.entries)
+                or rd.hard_state is not None
+                or rd.snapshot is not None
+                or bool(node.syncs)
             )
             held: list[Message] = []
             for m in rd.messages:
+                if m.type is MessageType.SNAPSHOT:
+                    # The driver's part: the state-machine data at the log start.
+                    if node.log.log_start_offset() != m.prev_offset + 1:
+                        raise self._fail(f"node {node.node_id} snapshot {m} not at its log start")
+                    m = replace(m, snapshot_data=str(node.chain_base).encode())
                 if must_sync and (rd.hard_state is not None or not can_send_before_sync(m)):
                     held.append(m)
                 else:
@@ -545,7 +592,9 @@ class Simulation:
                 node.syncs.append(
                     PendingSync(
                         done_at=self.now + delay,
-                        entries=node.log.all_entries(),
+                        log=node.log.copy(),
+                        chain=list(node.chain),
+                        chain_base=node.chain_base,
                         hard_state=node.hard_state,
                         end_offset=node.log.log_end_offset(),
                         generation=core.log_generation,
@@ -558,7 +607,9 @@ class Simulation:
         for node in self.nodes.values():
             while node.core is not None and node.syncs and node.syncs[0].done_at <= self.now:
                 sync = node.syncs.popleft()
-                node.durable_entries = sync.entries
+                node.durable_log = sync.log
+                node.durable_chain = sync.chain
+                node.durable_chain_base = sync.chain_base
                 node.durable_hard_state = sync.hard_state
                 for m in sync.held:
                     self._send(m)
@@ -574,6 +625,8 @@ class Simulation:
             if new.term == old.term and old.voted_for not in (None, new.voted_for):
                 raise self._fail(f"node {node.node_id} changed its vote in a term {old} -> {new}")
             node.hard_state = new
+        if rd.snapshot is not None:
+            self._install(node, rd.snapshot)
         if rd.truncate_to is not None:
             for e in node.log.all_entries():
                 if e.base_offset >= rd.truncate_to and self.committed.get(e.base_offset) == (
@@ -597,6 +650,32 @@ class Simulation:
                         f"log matching: node {node.node_id} batch {e} differs from another"
                         " log's batch with the same offset and epoch, or its prefix does"
                     )
+
+    def _install(self, node: SimNode, snapshot: Snapshot) -> None:
+        end = snapshot.end_offset
+        chain_value = int(snapshot.data)
+        if end > 0:
+            # The snapshot must describe exactly the committed batches below its end.
+            last = next(
+                (
+                    (base, epoch)
+                    for base, (last, epoch, _) in self.committed.items()
+                    if last == end - 1
+                ),
+                None,
+            )
+            if last is None:
+                raise self._fail(f"node {node.node_id} installed a snapshot at uncommitted {end}")
+            if self.batch_chain[last][1] != chain_value:
+                raise self._fail(
+                    f"node {node.node_id} installed a snapshot at {end} whose history differs"
+                    " from the committed batches"
+                )
+        node.log.install_snapshot(snapshot)
+        node.chain = []
+        node.chain_base = chain_value
+        self.snapshots_installed += 1
+        self._note(f"{node.node_id} installs a snapshot ending at {end}")
 
     def _apply(self, node: SimNode, rd: Ready) -> None:
         core = self._core_of(node)
@@ -622,7 +701,7 @@ class Simulation:
                     f"commit rule: leader {node.node_id} advanced its high watermark to"
                     f" {new_hw}, not past a batch of its own epoch {core.term}"
                 )
-            offset = node.high_watermark
+            offset = max(node.high_watermark, node.log.log_start_offset())
             while offset < new_hw:
                 e = node.log.entry_at(offset)
                 if e.base_offset != offset:
@@ -645,6 +724,8 @@ class Simulation:
         for base, (last, epoch, payload) in self.committed.items():
             if self.commit_term[base] >= core.term:
                 continue  # Raft promises only entries committed in earlier terms
+            if base < core.log.log_start_offset():
+                continue  # deleted behind the log start (a snapshot holds it)
             if base >= end:
                 raise self._fail(f"leader completeness: leader {node.node_id} lacks offset {base}")
             e = core.log.entry_at(base)
@@ -657,7 +738,8 @@ class Simulation:
         committed = max((v[0] + 1 for v in self.committed.values()), default=0)
         return (
             f"seed {self.seed}: {self.params.nodes} voters, {self.now} ticks, {self.steps}"
-            f" messages, {len(self.leader_of_term)} leader terms, committed end {committed}"
+            f" messages, {len(self.leader_of_term)} leader terms, committed end {committed},"
+            f" {self.snapshots_installed} snapshots installed"
         )
 
 

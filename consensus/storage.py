@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from raftka.consensus.errors import RaftInvariantError
-from raftka.consensus.types import Entry, EntryKind
+from raftka.consensus.types import Entry, EntryKind, NodeId, Snapshot, decode_voters
 
 
 class RaftLog(Protocol):
@@ -41,12 +41,25 @@ class RaftLog(Protocol):
         """Every CONFIG batch still in the log, ascending by offset."""
         ...
 
+    def log_start_epoch(self) -> int:
+        """Epoch of offset log_start_offset - 1 (the last offset a snapshot or retention
+        removed); an upper bound of it no larger than the epoch of the batch at the log start
+        will do. 0 when nothing was ever removed."""
+        ...
+
+    def log_start_voters(self) -> frozenset[NodeId] | None:
+        """The voter set in force at the log start as a snapshot carried it (the CONFIG batch
+        that set it is gone); None: the group's configured voters."""
+        ...
+
 
 class MemoryRaftLog:
     """In-memory RaftLog with the writes a driver performs; used by tests and the simulation."""
 
     def __init__(self, log_start_offset: int = 0) -> None:
         self._start = log_start_offset
+        self._start_epoch = 0
+        self._start_voters: frozenset[NodeId] | None = None
         self._entries: list[Entry] = []
         self._bases: list[int] = []
 
@@ -79,6 +92,12 @@ class MemoryRaftLog:
     def config_entries(self) -> list[Entry]:
         return [e for e in self._entries if e.kind is EntryKind.CONFIG]
 
+    def log_start_epoch(self) -> int:
+        return self._start_epoch
+
+    def log_start_voters(self) -> frozenset[NodeId] | None:
+        return self._start_voters
+
     # -- driver writes --------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after `offset` (a batch boundary)."""
@@ -99,6 +118,37 @@ class MemoryRaftLog:
                 )
             self._entries.append(entry)
             self._bases.append(entry.base_offset)
+
+    def truncate_prefix(self, offset: int) -> None:
+        """Drop every batch below batch boundary `offset` (retention, DeleteRecords); the log
+        then starts there, remembering the epoch and voter set in force just below it."""
+        if offset <= self._start:
+            return
+        i = self._batch_index(offset)
+        for entry in self._entries[:i]:
+            if entry.kind is EntryKind.CONFIG:
+                self._start_voters = decode_voters(entry.payload)
+        if i:
+            self._start_epoch = self._entries[i - 1].epoch
+        del self._entries[:i]
+        del self._bases[:i]
+        self._start = offset
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        """Replace the whole log by `snapshot`: empty, starting at its end."""
+        self._entries.clear()
+        self._bases.clear()
+        self._start = snapshot.end_offset
+        self._start_epoch = snapshot.epoch
+        self._start_voters = snapshot.voters
+
+    def copy(self) -> MemoryRaftLog:
+        other = MemoryRaftLog(self._start)
+        other._start_epoch = self._start_epoch
+        other._start_voters = self._start_voters
+        other._entries = list(self._entries)
+        other._bases = list(self._bases)
+        return other
 
     def _batch_index(self, offset: int) -> int:
         """Index of the batch starting at `offset`; the batch count at or past the log end."""

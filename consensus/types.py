@@ -85,6 +85,7 @@ class MessageType(enum.IntEnum):
     VOTE = 7
     VOTE_RESPONSE = 8
     TIMEOUT_NOW = 9
+    SNAPSHOT = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,12 @@ class Message:
       candidate would campaign in.
     - PRE_VOTE_RESPONSE / VOTE_RESPONSE: reject.
     - TIMEOUT_NOW: nothing beyond the header.
+    - SNAPSHOT (InstallSnapshot, sent instead of an append when the follower needs offsets
+      below the leader's log start): prev_offset/prev_epoch name the last offset the
+      snapshot covers (the leader's log start - 1) and its epoch, high_watermark,
+      snapshot_voters the voter set in force there, snapshot_data the state-machine payload
+      (filled in by the sending driver; the core leaves it empty). Answered with an
+      APPEND_RESPONSE whose match_end is at least the snapshot's end.
     """
 
     group: str
@@ -126,3 +133,20 @@ class Message:
     last_epoch: int = 0
     force: bool = False
     at_leader_end: bool = False
+    snapshot_voters: frozenset[NodeId] = field(default=frozenset())
+    snapshot_data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """State that replaces a follower's whole log: everything below `end_offset` is committed
+    and summarized by `data` (the driver's state-machine payload; empty for a partition).
+
+    `epoch` is the epoch of offset end_offset - 1 (or an upper bound of it no larger than the
+    epoch of the leader's batch at end_offset), `voters` the voter set in force there.
+    """
+
+    end_offset: int
+    epoch: int
+    voters: frozenset[NodeId]
+    data: bytes = b""

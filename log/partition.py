@@ -944,8 +944,12 @@ class PartitionLog:
         self._lower_recovery_point(self.log_end_offset)
         self._load_producer_state()
 
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
-        """Delete all data and restart the log empty at `offset` (e.g. after a snapshot)."""
+    def truncate_fully_and_start_at(
+        self, offset: int, now_ms: int, epoch: int | None = None
+    ) -> None:
+        """Delete all data and restart the log empty at `offset` (e.g. after a snapshot).
+        `epoch`, if given, is the leader epoch of the offset just below: the epoch cache
+        starts with it, so the empty log still knows its latest epoch."""
         if offset < 0:
             raise LogInvariantError(f"{self.directory}: a log cannot start at offset {offset}")
         self._lower_recovery_point(0)
@@ -958,6 +962,8 @@ class PartitionLog:
         self._directory_dirty = True
         self.log_start_offset = self.log_end_offset = offset
         self.epochs = LeaderEpochCache()
+        if epoch is not None:
+            self.epochs.assign(epoch, offset)
         delete_snapshots_after(self.directory, -1)
         self.producer_state = ProducerStateManager(self.config.producer_id_expiration_ms)
         # Written now: a stale checkpoint would outlive the data it describes.

@@ -91,6 +91,8 @@ class Net:
             self.readies[i].append(rd)
             if rd.hard_state is not None:
                 self.hard_states[i] = rd.hard_state
+            if rd.snapshot is not None:
+                self.logs[i].install_snapshot(rd.snapshot)
             if rd.truncate_to is not None:
                 self.logs[i].truncate_to(rd.truncate_to)
             self.logs[i].append(rd.entries)

@@ -14,7 +14,7 @@ from raftka.consensus import HardState, MemoryRaftLog, Message, MessageType, Not
 from raftka.consensus.core import StorageError
 from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
 from raftka.consensus.transport import PeerTransport
-from raftka.consensus.types import Entry
+from raftka.consensus.types import Entry, Snapshot
 
 TICK_MS = 20
 NODES = (1, 2, 3)
@@ -37,6 +37,7 @@ class MemoryRaftGroupStorage:
         self.events = events if events is not None else []
         self.disk_full = False
         self.committer: CountingCommitter | None = None
+        self.installed: list[Snapshot] = []
 
     def load_hard_state(self) -> HardState:
         return self.hard_state
@@ -48,6 +49,13 @@ class MemoryRaftGroupStorage:
 
     def truncate_to(self, offset: int) -> None:
         self.raft_log.truncate_to(offset)
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        self.installed.append(snapshot)
+        self.raft_log.install_snapshot(snapshot)
+
+    def snapshot_data(self, end_offset: int) -> bytes | None:
+        return f"state below {end_offset}".encode()
 
     def append(self, entries: Sequence[Entry]) -> None:
         if self.disk_full:
