@@ -490,6 +490,33 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         read_only=True,
     ),
     ConfigDef(
+        "metadata.log.segment.bytes",
+        L,
+        1 << 30,
+        "Segment size of the __cluster_metadata log; whole segments below the latest "
+        "retained metadata snapshot are deleted.",
+        minimum=1024,
+        read_only=True,
+    ),
+    ConfigDef(
+        "metadata.log.max.record.bytes.between.snapshots",
+        L,
+        20 * 1024 * 1024,
+        "Metadata log bytes applied since the last retained metadata snapshot after which a "
+        "new one is taken and the log truncated behind it.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "metadata.log.max.snapshot.interval.ms",
+        L,
+        3600000,
+        "Longest time between retained metadata snapshots while the metadata changes "
+        "(0: by size only).",
+        minimum=0,
+        read_only=True,
+    ),
+    ConfigDef(
         "leader.imbalance.per.broker.percentage",
         INT,
         10,

@@ -646,7 +646,7 @@ class Broker:
             deleted = 0
             for partition in list(self.topics.local_partitions()):
                 if partition.log is not None and partition.raft is not None:
-                    # Only what every replica holds may go: Raft replicates from the log.
+                    # Committed data only; a follower that lacks what goes is sent a snapshot.
                     deleted += partition.log.enforce_retention(now, partition.raft.deletable_end())
                 await trio.lowlevel.checkpoint()
             if deleted:

@@ -58,7 +58,7 @@ from raftka.broker.cluster.records import (
     encode_batch,
     iter_log_records,
 )
-from raftka.broker.cluster.snapshot import SnapshotStore
+from raftka.broker.cluster.snapshot import SnapshotError, SnapshotStore, deserialize, serialize
 from raftka.broker.cluster.validation import (
     TopicError,
     check_scram_iterations,
@@ -78,7 +78,7 @@ from raftka.broker.topics import METADATA_TOPIC, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
 from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
 from raftka.consensus.transport import ForwardError, ForwardRemoteError
-from raftka.consensus.types import Role
+from raftka.consensus.types import Role, Snapshot
 from raftka.log import LogConfig, PartitionLog
 from raftka.protocol.records import scan_batches
 
@@ -132,10 +132,47 @@ class Controller:
         self.applied_end = self.image.applied_offset + 1
         self._restored = False
         self.log = PartitionLog.open(
-            data_dir / METADATA_GROUP, LogConfig(retention_ms=-1), now_ms()
+            data_dir / METADATA_GROUP,
+            LogConfig(
+                retention_ms=-1,
+                segment_bytes=broker_config.get_int("metadata.log.segment.bytes"),
+            ),
+            now_ms(),
         )
+        # The retained snapshot: the image at the log start - 1, what a broker that needs
+        # offsets below the log start is sent. The log is truncated only behind it.
+        self._retained = self.snapshots.load_retained()
+        if self._retained is not None:
+            retained_end = self._retained[0]
+            if self.log.log_start_offset < retained_end <= self.log.log_end_offset:
+                # Truncated, but the new log start was not on disk yet at a crash.
+                self.log.delete_records_before(retained_end)
+        if self.applied_end < self.log.log_start_offset:
+            raise SnapshotError(
+                f"the metadata snapshot in {self.snapshots.path} ends at offset "
+                f"{self.applied_end}, below the metadata log's start "
+                f"{self.log.log_start_offset}: the records between are gone. Restore the "
+                "data directory or remove it so the broker rejoins from its peers."
+            )
+        self._retained_at = time.monotonic()
+        self._bytes_since_retained = 0
+        self._max_bytes_between_snapshots = broker_config.get_int(
+            "metadata.log.max.record.bytes.between.snapshots"
+        )
+        self._max_snapshot_interval_s = (
+            broker_config.get_int("metadata.log.max.snapshot.interval.ms") / 1000
+        )
+        # Bumped by every snapshot installed from the controller; an apply pass that sees
+        # it change stops (the image it was applying to was replaced).
+        self._install_generation = 0
+        self._reconcile_pending = False
         self.storage = PartitionRaftStorage(
-            METADATA_GROUP, self.log, hard_states, voters == frozenset({self.node_id})
+            METADATA_GROUP,
+            self.log,
+            hard_states,
+            voters == frozenset({self.node_id}),
+            snapshot_source=self._retained_snapshot,
+            on_snapshot=self._install_snapshot,
         )
         self._logged_leadership: tuple[int, int] | None = None  # (term, leader) last logged
         self.raft: RaftGroup = node.add_raft_group(
@@ -189,18 +226,7 @@ class Controller:
         broker must stop rather than serve from state that differs from the metadata."""
         if not self._restored:
             self._restored = True
-            for topic in list(self.image.topics.values()):
-                change = TopicCreated(
-                    topic.name, topic.topic_id, tuple(topic.replicas), dict(topic.configs)
-                )
-                try:
-                    await self._reconcile(change)
-                except Exception as exc:
-                    raise self._apply_failed(
-                        f"topic {topic.name} of the metadata snapshot at offset "
-                        f"{self.image.applied_offset}",
-                        exc,
-                    ) from exc
+            await self._reconcile_image()
             if self.image.topics:
                 logger.info(
                     "restored %d topics from the metadata snapshot at offset %d",
@@ -226,16 +252,141 @@ class Controller:
 
     async def save_snapshots(self, min_interval_s: float = 1.0) -> None:
         """Snapshot the image after changes, at most once per `min_interval_s`, in a worker
-        thread. A failure (a full disk) is logged and retried: the log stays the truth."""
+        thread. A failure (a full disk) is logged and retried: the log stays the truth.
+
+        Every `metadata.log.max.record.bytes.between.snapshots` applied bytes (or
+        `metadata.log.max.snapshot.interval.ms`) the snapshot is also retained, and the
+        metadata log is truncated behind it: its whole segments below go."""
         while True:
             await self._snapshot_due.wait()
             self._snapshot_due = trio.Event()
+            retain = self._retain_due()
+            raw = serialize(self.image)
+            applied_offset = self.image.applied_offset
+            generation = self._install_generation
             try:
-                await trio.to_thread.run_sync(self.snapshots.save_job(self.image))
+                await trio.to_thread.run_sync(
+                    self.snapshots.save_raw_job(raw, applied_offset, retain)
+                )
             except OSError as exc:
                 logger.error("%s; retrying", exc)
                 self._snapshot_due.set()
+            else:
+                if retain and generation == self._install_generation:
+                    self._truncate_behind(applied_offset + 1, raw)
             await trio.sleep(min_interval_s)
+
+    def _retain_due(self) -> bool:
+        if self.diverged:
+            return False
+        retained_end = self._retained[0] if self._retained is not None else 0
+        if self.applied_end <= max(retained_end, self.log.log_start_offset):
+            return False
+        if self._bytes_since_retained >= self._max_bytes_between_snapshots:
+            return True
+        return (
+            self._max_snapshot_interval_s > 0
+            and time.monotonic() - self._retained_at >= self._max_snapshot_interval_s
+        )
+
+    def _truncate_behind(self, end: int, raw: bytes) -> None:
+        """The snapshot of everything below `end` is durable and retained: the metadata log
+        now starts at `end` (whole segments below it are deleted)."""
+        self._retained = (end, raw)
+        self._retained_at = time.monotonic()
+        self._bytes_since_retained = 0
+        before = len(self.log.segments)
+        self.log.delete_records_before(min(end, self.raft.high_watermark))
+        logger.info(
+            "%s: retained the metadata snapshot at offset %d (%d bytes); the log now starts"
+            " there (%d segments deleted)",
+            METADATA_GROUP,
+            end - 1,
+            len(raw),
+            before - len(self.log.segments),
+            extra={"raft_group": METADATA_GROUP},
+        )
+
+    def _retained_snapshot(self, end: int) -> bytes | None:
+        """The image below `end` (the log start) for a broker that needs older offsets."""
+        retained = self._retained
+        if retained is None or retained[0] != end:
+            return None
+        return retained[1]
+
+    def _install_snapshot(self, snapshot: Snapshot) -> None:
+        """The controller sent a snapshot (this broker needs offsets below its log start):
+        it becomes the image, durably, before the metadata log is emptied; the apply task
+        then reconciles topics with it, as at start-up."""
+        end = snapshot.end_offset
+        try:
+            image = deserialize(snapshot.data, f"the controller (a snapshot ending at {end})")
+        except SnapshotError as exc:
+            raise OSError(str(exc)) from exc
+        if image.applied_offset != end - 1:
+            raise OSError(
+                f"the controller's metadata snapshot ending at {end} holds the image at"
+                f" offset {image.applied_offset}"
+            )
+        self.snapshots.save_raw_job(snapshot.data, image.applied_offset, True)()
+        self._retained = (end, snapshot.data)
+        self._retained_at = time.monotonic()
+        self._bytes_since_retained = 0
+        self.image = image
+        self.applied_end = end
+        self._install_generation += 1
+        self._reconcile_pending = True
+        self._committed.set()
+        logger.info(
+            "installed the controller's metadata snapshot at offset %d (%d topics, %d bytes)",
+            end - 1,
+            len(image.topics),
+            len(snapshot.data),
+            extra={"raft_group": METADATA_GROUP},
+        )
+
+    async def _reconcile_image(self) -> None:
+        """Bring TopicManager in line with the whole image (start-up from a snapshot, or a
+        snapshot installed from the controller): topics it hosts that the image lacks are
+        deleted, the image's topics created, grown or reconfigured."""
+        while True:
+            generation = self._install_generation
+            image = self.image
+            ids = {topic.topic_id for topic in image.topics.values()}
+            try:
+                for topic_id, local in list(self.topics.topics_by_id.items()):
+                    if topic_id not in ids:
+                        replicas = tuple(p.replicas for p in local.partitions)
+                        await self._reconcile(TopicDeleted(local.name, topic_id, replicas))
+                for topic in list(image.topics.values()):
+                    hosted = self.topics.topics_by_id.get(topic.topic_id)
+                    if hosted is None:
+                        await self._reconcile(
+                            TopicCreated(
+                                topic.name,
+                                topic.topic_id,
+                                tuple(topic.replicas),
+                                dict(topic.configs),
+                            )
+                        )
+                        continue
+                    known = len(hosted.partitions)
+                    if len(topic.replicas) > known:
+                        await self._reconcile(
+                            PartitionsAdded(
+                                topic.name, topic.topic_id, known, tuple(topic.replicas[known:])
+                            )
+                        )
+                    if hosted.config.overrides != dict(topic.configs):
+                        await self._reconcile(
+                            ConfigsChanged(topic.name, topic.topic_id, dict(topic.configs))
+                        )
+            except Exception as exc:
+                raise self._apply_failed(
+                    f"the metadata snapshot at offset {image.applied_offset}", exc
+                ) from exc
+            if generation == self._install_generation:
+                return
 
     def _on_update(self, update: RaftGroupUpdate) -> None:
         if update.high_watermark is not None:
@@ -254,6 +405,10 @@ class Controller:
                 )
 
     async def _apply_committed(self) -> None:
+        if self._reconcile_pending:
+            self._reconcile_pending = False
+            await self._reconcile_image()
+        generation = self._install_generation
         high_watermark = min(self.raft.high_watermark, self.log.log_end_offset)
         changed = False
         while self.applied_end < high_watermark:
@@ -269,6 +424,9 @@ class Controller:
                     raise self._apply_failed(
                         f"metadata record {record} at offset {offset}", exc
                     ) from exc
+                if generation != self._install_generation:
+                    return  # a snapshot replaced the image meanwhile: start over from it
+            self._bytes_since_retained += len(data)
             # Batch ends (control batches included) from the raw headers.
             headers = scan_batches(data, verify_crc=False).headers
             if headers:
