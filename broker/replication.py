@@ -247,7 +247,9 @@ class PartitionRaftStorage:
     def log_start_epoch(self) -> int:
         log = self.log
         start = log.log_start_offset
-        epoch = log.epoch_for_offset(start - 1) if start > 0 else None
+        if start == 0:
+            return 0  # nothing was ever removed
+        epoch = log.epoch_for_offset(start - 1)
         if epoch is not None:
             return epoch
         if start < log.log_end_offset:

@@ -471,6 +471,17 @@ class RaftGroup:
             len(data),
             extra={"raft_group": self.name},
         )
+        budget = self._transport.queue_bytes_max
+        if len(data) > budget:
+            log.error(
+                "%s: the snapshot for node %d is %d bytes, more than the %d bytes one peer's"
+                " queue holds: it cannot be sent (snapshots are not chunked)",
+                self.name,
+                m.to,
+                len(data),
+                budget,
+                extra={"raft_group": self.name},
+            )
         return dataclasses.replace(m, snapshot_data=data)
 
     def _write(self, rd: Ready) -> None:

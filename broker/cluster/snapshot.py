@@ -55,8 +55,12 @@ class SnapshotStore:
         def save() -> None:
             try:
                 with env.begin(write=True) as txn:
-                    txn.put(_IMAGE_KEY, raw)
-                    txn.put(_OFFSET_KEY, offset)
+                    current = txn.get(_OFFSET_KEY)
+                    # A save that lost a race with a newer one (an installed snapshot) must
+                    # not put an older image back.
+                    if current is None or int(current) <= applied_offset:
+                        txn.put(_IMAGE_KEY, raw)
+                        txn.put(_OFFSET_KEY, offset)
                     if retained:
                         txn.put(_RETAINED_IMAGE_KEY, raw)
                         txn.put(_RETAINED_END_KEY, str(applied_offset + 1).encode())

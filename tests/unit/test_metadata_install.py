@@ -1,0 +1,81 @@
+"""A metadata snapshot installed from the controller (this broker needed offsets below the
+metadata log's start): the image is replaced, saved, and the broker's topics reconciled with
+it as a start-up from a snapshot would."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import trio
+from running_broker import run_with_broker
+
+from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.cluster.records import ClientQuota
+from raftka.broker.cluster.snapshot import deserialize, serialize
+from raftka.broker.config import BrokerConfig
+from raftka.broker.server import Broker, Listener
+from raftka.consensus.types import Snapshot
+
+
+def _broker(data_dir: Path) -> Broker:
+    return Broker(BrokerConfig({}, environ={}), Listener("127.0.0.1", 0), data_dir)
+
+
+def _close(broker: Broker) -> None:
+    broker.topics.close()
+    broker.controller.close()
+    broker.hard_states.close()
+    broker.producer_ids.close()
+
+
+def test_installed_snapshot_replaces_the_image_and_reconciles_topics(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    controller = broker.controller
+
+    async def scenario() -> None:
+        await controller.execute(CreateTopicCommand("kept", 2, 1))
+        await controller.execute(CreateTopicCommand("doomed", 1, 1))
+        doomed_dir = broker.topics.get("doomed").partitions[0].log.directory  # type: ignore[union-attr]
+        assert doomed_dir.is_dir()
+        # The controller's image, further along: doomed deleted, kept grown and
+        # reconfigured, a new topic and a quota.
+        image = deserialize(serialize(controller.image), "test")
+        offset = image.applied_offset + 100
+        records = [
+            image.validate_delete_topic("doomed"),
+            image.validate_create_partitions("kept", 3),
+            image.validate_alter_configs("kept", {"retention.ms": "60000"}),
+            image.plan_create_topic("fresh", uuid.uuid4(), 2, 1),
+            ClientQuota((("user", "alice"),), "producer_byte_rate", 1024.0),
+        ]
+        for record in records:
+            offset += 1
+            image.apply(record, offset)
+        raw = serialize(image)
+        controller._install_snapshot(Snapshot(offset + 1, 1, frozenset({1}), raw))
+
+        assert controller.image.applied_offset == offset
+        assert controller.image.client_quotas[(("user", "alice"),)] == {
+            "producer_byte_rate": 1024.0
+        }
+        # The apply task reconciles the topics with the new image.
+        with trio.fail_after(10):
+            while broker.topics.get("fresh") is None or broker.topics.get("doomed") is not None:
+                await trio.sleep(0.02)
+        kept = broker.topics.get("kept")
+        assert kept is not None and len(kept.partitions) == 3
+        assert all(p.log is not None for p in kept.partitions)
+        assert kept.config.get_int("retention.ms") == 60000
+        fresh = broker.topics.get("fresh")
+        assert fresh is not None and len(fresh.partitions) == 2
+        assert not doomed_dir.exists()
+
+    try:
+        run_with_broker(broker, scenario, register=True, timeout_s=20)
+        # Saved before the log was emptied: the retained snapshot and the image.
+        retained = controller.snapshots.load_retained()
+        assert retained is not None and retained[0] == controller.image.applied_offset + 1
+        assert controller.snapshots.load().applied_offset == controller.image.applied_offset
+    finally:
+        _close(broker)
