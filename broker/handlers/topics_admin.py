@@ -250,7 +250,7 @@ async def handle_delete_records(context: RequestContext, request: Any) -> Any:
                 if offset < 0 or offset > partition.high_watermark:
                     error = ErrorCode.offset_out_of_range
                 else:
-                    # Never below what a follower still has to copy from this log.
+                    # Committed data only; followers that lack it are sent a snapshot.
                     deletable_end = partition.hosted_raft.deletable_end()
                     partition.log.delete_records_before(min(offset, deletable_end))
                 low_watermark = partition.log.log_start_offset
