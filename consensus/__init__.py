@@ -8,6 +8,9 @@
   `MemoryRaftLog` implements it (plus the driver's writes) for tests.
 - `Message`: plain dataclass carrying its Raft group id (`group`, the partition's name), so
   one broker-to-broker connection can carry every group's traffic.
+- Snapshots: a follower that needs offsets below its leader's log start is sent a SNAPSHOT
+  (InstallSnapshot) message; its core hands the `Snapshot` to the driver in `Ready.snapshot`
+  (empty the log, restart it at the snapshot's end, install the driver's data).
 - `RaftInvariantError`: a broken invariant (a bug); it propagates and stops the driver.
 - `status()`: role, leader, term (= leader epoch), high watermark, in-sync replicas.
 - `consensus.sim`: seeded fault-injection simulation (`python -m consensus.sim --seed N`).

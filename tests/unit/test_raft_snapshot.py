@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from batches import encode_batch
 from raft_net import GROUP, Net
 from test_raft_driver import NODES, Cluster, MemoryRaftGroupStorage, run_cluster
+from test_replication_storage import Replica, leader_of, run
 
 from raftka.consensus import Entry, EntryKind, Message, MessageType, Role
 from raftka.consensus.codec import decode_stream, encode_messages
@@ -249,3 +253,56 @@ def test_driver_snapshots_a_follower_below_the_log_start_then_appends_to_it() ->
         assert any(kind == "sync" and end >= start for kind, end in events[:ack]), events
 
     run_cluster([g], scenario, sync_every_append=True)
+
+
+class SegmentReplica(Replica):
+    """A replica on the real segment log whose driver also installs snapshots."""
+
+    def drain(self, outbox: list[Message]) -> None:
+        while self.core.has_ready():
+            rd = self.core.ready()
+            if rd.hard_state is not None:
+                self.storage.save_hard_state(rd.hard_state)
+            if rd.snapshot is not None:
+                self.storage.install_snapshot(rd.snapshot)
+            if rd.truncate_to is not None:
+                self.storage.truncate_to(rd.truncate_to)
+            self.storage.append(rd.entries)
+            for m in rd.messages:
+                if m.type is MessageType.SNAPSHOT:
+                    data = self.storage.snapshot_data(m.prev_offset + 1)
+                    assert data == b"", "a partition's snapshot carries no data"
+            outbox.extend(rd.messages)
+            if rd.high_watermark is not None:
+                self.high_watermark = rd.high_watermark
+            self.core.advance(rd)
+
+
+def test_segment_log_follower_restarts_its_log_at_the_leader_log_start(tmp_path: Path) -> None:
+    voters = frozenset({1, 2, 3})
+    replicas = {i: SegmentReplica(i, tmp_path / f"node-{i}", voters) for i in voters}
+    run(replicas, 40)
+    leader = leader_of(replicas)
+    lagging = next(r for r in replicas.values() if r is not leader)
+    down = frozenset({lagging.node_id})
+    for i in range(10):
+        leader.core.propose(1, encode_batch([(None, b"record-%d" % i)]))
+        leader.drain([])
+        run(replicas, 1, down)
+    run(replicas, 3, down)
+    start = leader.log.log_end_offset - 3
+    for replica in replicas.values():
+        if replica is not lagging:
+            replica.log.delete_records_before(start)
+    run(replicas, 5)
+    assert lagging.log.log_start_offset == start
+    assert lagging.log.log_end_offset == leader.log.log_end_offset
+    end = leader.log.log_end_offset
+    assert lagging.log.read(start, 1 << 20, end, True) == leader.log.read(start, 1 << 20, end, True)
+    assert lagging.high_watermark == leader.high_watermark == end
+    # The epoch of the boundary survives a restart (it answers elections from it).
+    lagging.log.close()
+    lagging.open()
+    assert lagging.log.log_start_offset == start
+    assert lagging.storage.log_start_epoch() == leader.core.term
+    assert lagging.core.log.last_offset_and_epoch() == (end - 1, leader.core.term)
