@@ -509,11 +509,6 @@ class RaftCore:
         self.leader_ticks += 1
         self.heartbeat_elapsed += 1
         self.election_elapsed += 1
-        retry = self.leader_ticks - self.config.election_timeout_ticks
-        for node, pr in self.progress.items():
-            if pr.state is ProgressState.SNAPSHOT and pr.snapshot_sent_tick <= retry:
-                pr.become_probe()  # the snapshot or its answer was lost: send it again
-                self._send_append(node)
         if self.election_elapsed >= self.config.election_timeout_ticks:
             self.election_elapsed = 0
             if self.config.check_quorum:
@@ -525,7 +520,11 @@ class RaftCore:
             self.lead_transferee = None  # a transfer that took this long has failed
         if self.heartbeat_elapsed >= self.config.heartbeat_interval_ticks:
             self.heartbeat_elapsed = 0
+            retry = self.leader_ticks - self.config.election_timeout_ticks
             for node, pr in self.progress.items():
+                if pr.state is ProgressState.SNAPSHOT and pr.snapshot_sent_tick <= retry:
+                    pr.become_probe()  # the snapshot or its answer was lost: send it again
+                    self._send_append(node)
                 hw = min(pr.match_end, self.high_watermark)
                 self._send(MessageType.HEARTBEAT, node, high_watermark=hw)
 
