@@ -50,6 +50,9 @@ def coordinator_for(
     """The coordinator of a broker: its groups live in the cluster's `__consumer_offsets`."""
     offsets_log = TopicOffsetsLog(topics, controller, config)
     coordinator = GroupCoordinator(offsets_log, CoordinatorConfig.from_broker_config(config))
+    coordinator.share.partition_counts = lambda: {
+        name: len(topic.partitions) for name, topic in topics.topics.items()
+    }
     # It serves the groups of the offsets partitions this broker leads, as leadership moves.
     topics.leadership_listeners.append(coordinator.on_partition_leadership)
     return coordinator

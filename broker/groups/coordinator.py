@@ -42,6 +42,8 @@ from raftka.broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValu
 from raftka.broker.groups.store import KeyValue, OffsetsLog
 from raftka.broker.groups.txn_offsets import PendingTxnOffsets
 from raftka.broker.groups.writes import Append, WriteQueue
+from raftka.broker.share.group import ShareGroups
+from raftka.broker.share.manager import MemoryStateStore, SharePartitionManager
 
 if TYPE_CHECKING:
     from raftka.broker.topics import Partition
@@ -130,6 +132,13 @@ class GroupCoordinator:
             self.config, self.machine, self.ownership, self.writes, self.now
         )
         self._earlier_deadline = trio.Event()
+        # Share groups (KIP-932): members here, share-partitions where their data is led.
+        self.share = ShareGroups(dict)
+        self.share_partitions = SharePartitionManager(MemoryStateStore())
+
+    def is_classic_group(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and not group.is_(GroupState.DEAD)
 
     def now(self) -> Instant:
         return Instant(self.clock_ms(), self.wall_clock_ms())
@@ -260,6 +269,9 @@ class GroupCoordinator:
         error = self.ownership.request_error(group_id)
         if error != ErrorCode.none:
             return JoinResult(error, member_id)
+        if group_id in self.share.groups:
+            # Kafka refuses a classic member in a share group's id so.
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         request = JoinRequest(
             group_id=group_id,
             member_id=member_id,

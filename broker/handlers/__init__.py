@@ -21,6 +21,7 @@ from raftka.broker.handlers import (
     producer_ids,
     sasl,
     scram_credentials,
+    share,
     topics_admin,
     txn,
     txn_markers,
@@ -101,6 +102,19 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
             txn.DESCRIBE_TRANSACTIONS_MIN_VERSION,
             txn.DESCRIBE_TRANSACTIONS_MAX_VERSION,
             txn.handle_describe_transactions,
+        ),
+        76: ApiHandler(
+            share.SHARE_API_MIN_VERSION,
+            share.SHARE_API_MAX_VERSION,
+            share.handle_share_group_heartbeat,
+        ),
+        78: ApiHandler(
+            share.SHARE_API_MIN_VERSION, share.SHARE_API_MAX_VERSION, share.handle_share_fetch
+        ),
+        79: ApiHandler(
+            share.SHARE_API_MIN_VERSION,
+            share.SHARE_API_MAX_VERSION,
+            share.handle_share_acknowledge,
         ),
         66: ApiHandler(
             txn.LIST_TRANSACTIONS_MIN_VERSION,

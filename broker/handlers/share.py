@@ -1,0 +1,607 @@
+"""Share-group APIs (KIP-932): ShareGroupHeartbeat and ShareGroupDescribe at the group's
+coordinator, ShareFetch and ShareAcknowledge at each partition's leader.
+
+ShareFetch reads whole batches as Fetch does (records stay opaque; big ranges go out with
+sendfile) and tells the consumer which offset ranges of them it acquired; the consumer
+delivers only those. Acknowledgements (piggybacked on ShareFetch or in ShareAcknowledge)
+are answered after the share-partition state they produce is persisted.
+
+ACLs as Kafka's: READ on the group for every share API of a member, READ on each topic
+fetched or acknowledged, DESCRIBE on the group for ShareGroupDescribe.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import uuid
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    TopicAccess,
+    denied_message,
+    duration_ms,
+    led_partition,
+    response_schema,
+)
+from raftka.broker.handlers.fetch import _any_appended, _records
+from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
+from raftka.broker.security.acl import AclOperation, ResourceType
+from raftka.broker.share.manager import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    LedSharePartition,
+    SessionPartition,
+    SharePartitionManager,
+)
+from raftka.broker.share.partition import Acquired
+from raftka.log import OffsetOutOfRange
+from raftka.protocol.api import build
+from raftka.protocol.splice import SplicedResponse, Splices
+
+if TYPE_CHECKING:
+    from raftka.broker.services import RequestContext
+    from raftka.broker.topics import Partition
+
+SHARE_API_MIN_VERSION = 1
+SHARE_API_MAX_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConfig:
+    lock_ms: int
+    delivery_limit: int
+    max_in_flight: int
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    auto_offset_reset: str
+
+
+def share_config(context: RequestContext) -> ShareConfig:
+    config = context.services.config
+    return ShareConfig(
+        lock_ms=config.get_int("group.share.record.lock.duration.ms"),
+        delivery_limit=config.get_int("group.share.delivery.count.limit"),
+        max_in_flight=config.get_int("group.share.partition.max.record.locks"),
+        session_timeout_ms=config.get_int("group.share.session.timeout.ms"),
+        heartbeat_interval_ms=config.get_int("group.share.heartbeat.interval.ms"),
+        auto_offset_reset=config.get_str("share.auto.offset.reset"),
+    )
+
+
+def _manager(context: RequestContext) -> SharePartitionManager:
+    return context.services.groups.share_partitions
+
+
+def _now_ms() -> float:
+    return trio.current_time() * 1000
+
+
+# -- ShareGroupHeartbeat -------------------------------------------------------------------
+
+
+async def handle_share_group_heartbeat(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    coordinator = context.services.groups
+    config = share_config(context)
+
+    def answer(error: ErrorCode, message: str | None = None, **fields: Any) -> Any:
+        fields.setdefault("member_id", request.member_id or None)
+        fields.setdefault("member_epoch", 0)
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
+            heartbeat_interval=datetime.timedelta(milliseconds=config.heartbeat_interval_ms),
+            **fields,
+        )
+
+    group_id = request.group_id
+    if not context.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return answer(
+            ErrorCode.group_authorization_failed,
+            denied_message(context, AclOperation.READ, ResourceType.GROUP, group_id),
+        )
+    subscribed = request.subscribed_topic_names
+    if subscribed is not None:
+        may_describe = TopicAccess(context, AclOperation.DESCRIBE)
+        refused = sorted(t for t in subscribed if not may_describe(t))
+        if refused:
+            return answer(
+                ErrorCode.topic_authorization_failed,
+                f"{context.principal} may not DESCRIBE topics {refused}",
+            )
+    error = coordinator.ownership.request_error(group_id)
+    if error != ErrorCode.none:
+        return answer(error)
+    if coordinator.is_classic_group(group_id):
+        return answer(
+            ErrorCode.group_id_not_found,
+            f"group {group_id} is a classic group, not a share group: use another group id",
+        )
+    result = coordinator.share.heartbeat(
+        group_id=group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        rack_id=request.rack_id,
+        subscribed=None if subscribed is None else tuple(subscribed),
+        client_id=context.header.client_id or "",
+        client_host=context.client_host,
+        now_ms=_now_ms(),
+        session_timeout_ms=config.session_timeout_ms,
+    )
+    if result.error != ErrorCode.none:
+        return answer(result.error, result.message)
+    assignment = None
+    if result.assignment is not None:
+        topics = context.services.topics
+        assigned = []
+        for name, partitions in sorted(result.assignment.items()):
+            topic = topics.get(name)
+            if topic is not None:
+                assigned.append(
+                    build(
+                        module.TopicPartitions,
+                        topic_id=topic.topic_id,
+                        partitions=tuple(partitions),
+                    )
+                )
+        assignment = build(module.Assignment, topic_partitions=tuple(assigned))
+    return answer(
+        ErrorCode.none,
+        member_id=result.member_id,
+        member_epoch=result.member_epoch,
+        assignment=assignment,
+    )
+
+
+# -- ShareFetch and ShareAcknowledge -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _PartitionAnswer:
+    topic_id: uuid.UUID
+    index: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    ack_error: ErrorCode = ErrorCode.none
+    ack_message: str | None = None
+    leader: tuple[int, int] = (-1, -1)
+    records: Any = b""
+    acquired: tuple[Acquired, ...] = ()
+
+
+def _group_error(context: RequestContext, group_id: str | None, member_id: str | None) -> Any:
+    """(error, message) refusing the request as a whole, or None."""
+    if not group_id:
+        return ErrorCode.invalid_group_id, "GroupId must be set"
+    if not member_id:
+        return ErrorCode.invalid_request, "MemberId must be set"
+    if not context.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return (
+            ErrorCode.group_authorization_failed,
+            denied_message(context, AclOperation.READ, ResourceType.GROUP, group_id),
+        )
+    return None
+
+
+def _locate(
+    context: RequestContext, topic_id: uuid.UUID, index: int, may_read: TopicAccess
+) -> tuple[Partition | None, _PartitionAnswer]:
+    """The partition when this broker leads it and the principal may read it; the answer
+    carries the error otherwise."""
+    answer = _PartitionAnswer(topic_id, index)
+    topic = context.services.topics.topics_by_id.get(topic_id)
+    if topic is None:
+        answer.error = ErrorCode.unknown_topic_id
+        return None, answer
+    if not may_read(topic.name):
+        answer.error = ErrorCode.topic_authorization_failed
+        return None, answer
+    partition = topic.partitions[index] if 0 <= index < len(topic.partitions) else None
+    if partition is not None:
+        answer.leader = partition_leader(context.services.controller, partition)
+    led = led_partition(partition, -1)
+    if isinstance(led, ErrorCode):
+        answer.error = led
+        return None, answer
+    return led, answer
+
+
+async def _share_partition(
+    context: RequestContext, group_id: str, partition: Partition, config: ShareConfig
+) -> LedSharePartition:
+    log = partition.hosted_log
+    led = await _manager(context).get(
+        (group_id, partition.topic.topic_id, partition.index),
+        partition.leader_epoch,
+        log.log_start_offset,
+        partition.high_watermark,
+        config.auto_offset_reset,
+    )
+    led.state.move_start(log.log_start_offset)
+    if led.state.release_expired(_now_ms(), config.delivery_limit):
+        _manager(context).notify_released()
+    return led
+
+
+async def _acknowledge(
+    context: RequestContext,
+    group_id: str,
+    member_id: str,
+    partition: Partition,
+    batches: Any,
+    config: ShareConfig,
+    answer: _PartitionAnswer,
+) -> None:
+    """Apply the partition's acknowledgement batches and persist them; errors go into
+    `answer.ack_error`."""
+    try:
+        led = await _share_partition(context, group_id, partition, config)
+    except OSError as exc:
+        answer.ack_error, answer.ack_message = ErrorCode.coordinator_not_available, str(exc)
+        return
+    released = False
+    for batch in batches:
+        error = led.state.acknowledge(
+            member_id,
+            batch.first_offset,
+            batch.last_offset,
+            list(batch.acknowledge_types),
+            config.delivery_limit,
+        )
+        if error != ErrorCode.none:
+            answer.ack_error = error
+            answer.ack_message = (
+                f"offsets {batch.first_offset}..{batch.last_offset} of {partition.name} are "
+                f"not acquired by member {member_id} (lock expired or never acquired)"
+                if error == ErrorCode.invalid_record_state
+                else f"acknowledgement batch {batch.first_offset}..{batch.last_offset} is not valid"
+            )
+        released = released or 2 in batch.acknowledge_types
+    if released:
+        _manager(context).notify_released()
+    try:
+        await _manager(context).persist(led)
+    except OSError as exc:
+        answer.ack_error = ErrorCode.coordinator_not_available
+        answer.ack_message = f"the acknowledgement could not be persisted: {exc}"
+
+
+def _fetch_once(
+    context: RequestContext,
+    member_id: str,
+    targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]],
+    request: Any,
+    config: ShareConfig,
+) -> int:
+    """Acquire and read for each partition (no await: the slices stay valid); the number of
+    records acquired."""
+    remaining_bytes = request.max_bytes if request.max_bytes > 0 else 0
+    remaining_records = request.max_records
+    acquired_total = 0
+    now = _now_ms()
+    for partition, led, answer in targets:
+        if remaining_records <= 0 or answer.error != ErrorCode.none:
+            break
+        log = partition.hosted_log
+        high_watermark = partition.high_watermark
+        led.state.move_start(log.log_start_offset)
+        start = led.state.next_available()
+        if start is None or start >= high_watermark:
+            continue
+        try:
+            found = log.fetch_slice(start, max(remaining_bytes, 1), high_watermark, True)
+        except OffsetOutOfRange:
+            continue
+        if found is None:
+            continue
+        acquired = led.state.acquire(
+            member_id,
+            found.next_offset,
+            remaining_records,
+            config.max_in_flight,
+            now,
+            config.lock_ms,
+        )
+        if not acquired:
+            continue
+        count = sum(a.last - a.first + 1 for a in acquired)
+        remaining_records -= count
+        acquired_total += count
+        remaining_bytes = max(0, remaining_bytes - found.length)
+        answer.records = (found.segment, found.position, found.length)
+        answer.acquired = tuple(acquired)
+        context.services.metrics.fetched(partition.topic.name, found.length)
+    return acquired_total
+
+
+def _session_partitions(request: Any) -> set[SessionPartition]:
+    return {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
+
+
+def _node_endpoints(
+    context: RequestContext, module: ModuleType, answers: list[_PartitionAnswer]
+) -> tuple[Any, ...]:
+    wanted = {a.leader[0] for a in answers if a.error == ErrorCode.not_leader_or_follower}
+    if not wanted:
+        return ()
+    return tuple(
+        build(module.NodeEndpoint, node_id=node_id, host=host, port=port, rack=rack)
+        for node_id, host, port, rack in brokers_of(context.services, client_listener(context))
+        if node_id in wanted
+    )
+
+
+def _by_topic(answers: list[_PartitionAnswer]) -> dict[uuid.UUID, list[_PartitionAnswer]]:
+    out: dict[uuid.UUID, list[_PartitionAnswer]] = {}
+    for a in answers:
+        out.setdefault(a.topic_id, []).append(a)
+    return out
+
+
+async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    config = share_config(context)
+    manager = _manager(context)
+
+    def refuse(error: ErrorCode, message: str | None) -> Any:
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
+            acquisition_lock_timeout=datetime.timedelta(milliseconds=config.lock_ms),
+            responses=(),
+            node_endpoints=(),
+        )
+
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    refused = _group_error(context, group_id, member_id)
+    if refused is not None:
+        return refuse(*refused)
+    acks = {
+        (t.topic_id, p.partition_index): p.acknowledgement_batches
+        for t in request.topics
+        for p in t.partitions
+        if p.acknowledgement_batches
+    }
+    if epoch == INITIAL_EPOCH:
+        if acks:
+            return refuse(
+                ErrorCode.invalid_request,
+                "a ShareFetch opening a share session (epoch 0) cannot acknowledge",
+            )
+        session = manager.open_session(
+            group_id, member_id, _session_partitions(request), config.delivery_limit
+        )
+    else:
+        error = manager.session_error(group_id, member_id, epoch)
+        if error != ErrorCode.none:
+            if error == ErrorCode.invalid_share_session_epoch:
+                manager.close_session(group_id, member_id, config.delivery_limit)
+            return refuse(error, f"share session of member {member_id}: {error.name}")
+        session = manager.sessions[(group_id, member_id)]
+        if epoch == FINAL_EPOCH and request.forgotten_topics_data:
+            return refuse(
+                ErrorCode.invalid_request, "a final ShareFetch (epoch -1) cannot forget partitions"
+            )
+        if epoch != FINAL_EPOCH:
+            session.partitions |= _session_partitions(request)
+            session.epoch += 1
+    may_read = TopicAccess(context, AclOperation.READ)
+    answers: dict[SessionPartition, _PartitionAnswer] = {}
+    located: dict[SessionPartition, Partition] = {}
+    for key in list(session.partitions | acks.keys()):
+        partition, answer = _locate(context, key[0], key[1], may_read)
+        answers[key] = answer
+        if partition is not None:
+            located[key] = partition
+    for key, batches in acks.items():
+        partition = located.get(key)
+        if partition is None:
+            answers[key].ack_error = answers[key].error
+            continue
+        await _acknowledge(context, group_id, member_id, partition, batches, config, answers[key])
+    for t in request.forgotten_topics_data:
+        for index in t.partitions:
+            session.partitions.discard((t.topic_id, index))
+            answers.pop((t.topic_id, index), None)
+            led = manager.partitions.get((group_id, t.topic_id, index))
+            if led is not None and led.state.release_member(member_id, config.delivery_limit):
+                manager.notify_released()
+    if epoch == FINAL_EPOCH:
+        manager.close_session(group_id, member_id, config.delivery_limit)
+    elif request.max_records > 0:
+        targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]] = []
+        for key in sorted(session.partitions, key=lambda k: (str(k[0]), k[1])):
+            partition = located.get(key)
+            if partition is None:
+                continue
+            try:
+                led = await _share_partition(context, group_id, partition, config)
+            except OSError as exc:
+                answers[key].error = ErrorCode.coordinator_not_available
+                answers[key].message = f"share-partition state cannot be read now: {exc}"
+                continue
+            targets.append((partition, led, answers[key]))
+        acquired = _fetch_once(context, member_id, targets, request, config)
+        max_wait_s = max(duration_ms(request.max_wait) / 1000, 0)
+        if acquired == 0 and max_wait_s > 0 and targets:
+            deadline = trio.current_time() + max_wait_s
+            while acquired == 0 and trio.current_time() < deadline:
+                await _wait_for_records(context, targets, deadline)
+                if (group_id, member_id) not in manager.sessions:
+                    break
+                now = _now_ms()
+                for _partition, led, _answer in targets:
+                    if led.state.release_expired(now, config.delivery_limit):
+                        manager.notify_released()
+                acquired = _fetch_once(context, member_id, targets, request, config)
+    return _fetch_response(context, entity, module, list(answers.values()), config)
+
+
+async def _wait_for_records(
+    context: RequestContext,
+    targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]],
+    deadline: float,
+) -> None:
+    """Until an append, a release, the next lock expiry or `deadline`, whichever is first."""
+    lock_deadlines = [
+        d for _p, led, _a in targets if (d := led.state.next_lock_deadline_ms()) is not None
+    ]
+    wake_at = min([deadline, *(d / 1000 for d in lock_deadlines)])
+    released = _manager(context).released
+    with trio.move_on_at(wake_at):
+        async with trio.open_nursery() as nursery:
+
+            async def appended() -> None:
+                await _any_appended([p for p, _led, _a in targets])
+                nursery.cancel_scope.cancel()
+
+            async def freed() -> None:
+                await released.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(appended)
+            nursery.start_soon(freed)
+    if not math.isfinite(wake_at):
+        await trio.lowlevel.checkpoint()
+
+
+def _fetch_response(
+    context: RequestContext,
+    entity: type[Any],
+    module: ModuleType,
+    answers: list[_PartitionAnswer],
+    config: ShareConfig,
+) -> Any:
+    splices = Splices()
+    topics = []
+    for topic_id, partitions in _by_topic(answers).items():
+        built = []
+        for a in partitions:
+            records = a.records
+            if records:
+                segment, position, length = records
+                records = _records(segment, position, length, splices)
+            built.append(
+                build(
+                    module.PartitionData,
+                    partition_index=a.index,
+                    error_code=a.error,
+                    error_message=a.message,
+                    acknowledge_error_code=a.ack_error,
+                    acknowledge_error_message=a.ack_message,
+                    current_leader=build(
+                        module.LeaderIdAndEpoch, leader_id=a.leader[0], leader_epoch=a.leader[1]
+                    ),
+                    records=records,
+                    acquired_records=tuple(
+                        build(
+                            module.AcquiredRecords,
+                            first_offset=r.first,
+                            last_offset=r.last,
+                            delivery_count=r.delivery_count,
+                        )
+                        for r in a.acquired
+                    ),
+                )
+            )
+        topics.append(
+            build(module.ShareFetchableTopicResponse, topic_id=topic_id, partitions=tuple(built))
+        )
+    response = build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=datetime.timedelta(milliseconds=config.lock_ms),
+        responses=tuple(topics),
+        node_endpoints=_node_endpoints(context, module, answers),
+    )
+    return SplicedResponse(response, splices) if splices.ranges else response
+
+
+async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any:
+    entity, module = response_schema(context)
+    config = share_config(context)
+    manager = _manager(context)
+
+    def refuse(error: ErrorCode, message: str | None) -> Any:
+        return build(
+            entity,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
+            responses=(),
+            node_endpoints=(),
+        )
+
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    refused = _group_error(context, group_id, member_id)
+    if refused is not None:
+        return refuse(*refused)
+    if epoch == INITIAL_EPOCH:
+        return refuse(
+            ErrorCode.invalid_share_session_epoch,
+            "ShareAcknowledge needs an open share session: its epoch cannot be 0",
+        )
+    error = manager.session_error(group_id, member_id, epoch)
+    if error != ErrorCode.none:
+        return refuse(error, f"share session of member {member_id}: {error.name}")
+    session = manager.sessions[(group_id, member_id)]
+    if epoch != FINAL_EPOCH:
+        session.epoch += 1
+    may_read = TopicAccess(context, AclOperation.READ)
+    answers: list[_PartitionAnswer] = []
+    for t in request.topics:
+        for p in t.partitions:
+            partition, answer = _locate(context, t.topic_id, p.partition_index, may_read)
+            answers.append(answer)
+            if partition is not None:
+                await _acknowledge(
+                    context,
+                    group_id,
+                    member_id,
+                    partition,
+                    p.acknowledgement_batches,
+                    config,
+                    answer,
+                )
+                answer.error = answer.ack_error
+                answer.message = answer.ack_message
+    if epoch == FINAL_EPOCH:
+        manager.close_session(group_id, member_id, config.delivery_limit)
+    topics = []
+    for topic_id, partitions in _by_topic(answers).items():
+        built = tuple(
+            build(
+                module.PartitionData,
+                partition_index=a.index,
+                error_code=a.error,
+                error_message=a.message,
+                current_leader=build(
+                    module.LeaderIdAndEpoch, leader_id=a.leader[0], leader_epoch=a.leader[1]
+                ),
+            )
+            for a in partitions
+        )
+        topics.append(
+            build(module.ShareAcknowledgeTopicResponse, topic_id=topic_id, partitions=built)
+        )
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        responses=tuple(topics),
+        node_endpoints=_node_endpoints(context, module, answers),
+    )

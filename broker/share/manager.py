@@ -1,0 +1,186 @@
+"""The share-partitions a partition leader keeps and the share sessions of its members.
+
+A share-partition is loaded from its persisted state (`ShareStateStore`) the first time it
+is used in a leader epoch, so a new leader continues where the last persisted state left
+off; a fresh one starts at the log start or the high watermark (`share.auto.offset.reset`).
+Acknowledgements are answered once the share-partition's state they produced is persisted;
+several waiting writers of one share-partition share one write of its latest state.
+
+A share session (KIP-932) is kept per (group, member) on each broker: the partitions the
+member fetches from here and the epoch its next request must carry.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.share.partition import SharePartition, StateBatch
+
+logger = logging.getLogger("raftka.share")
+
+#: (group id, topic id, partition index)
+ShareKey = tuple[str, uuid.UUID, int]
+#: (topic id, partition index)
+SessionPartition = tuple[uuid.UUID, int]
+
+FINAL_EPOCH = -1
+INITIAL_EPOCH = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PersistedState:
+    state_epoch: int
+    start_offset: int
+    batches: tuple[StateBatch, ...]
+
+
+class ShareStateStore(Protocol):
+    async def read(self, key: ShareKey) -> PersistedState | None:
+        """The last state written for `key`, None for a share-partition never written;
+        raises OSError when the store cannot answer now."""
+        ...
+
+    async def write(self, key: ShareKey, state: PersistedState) -> None:
+        """Persist `state` (acks=all); raises OSError when it could not be."""
+        ...
+
+
+class MemoryStateStore:
+    """A store for tests and for a lone broker's unit tests: lost with the process."""
+
+    def __init__(self) -> None:
+        self.states: dict[ShareKey, PersistedState] = {}
+
+    async def read(self, key: ShareKey) -> PersistedState | None:
+        return self.states.get(key)
+
+    async def write(self, key: ShareKey, state: PersistedState) -> None:
+        self.states[key] = state
+
+
+@dataclass(eq=False)
+class LedSharePartition:
+    key: ShareKey
+    leader_epoch: int
+    state: SharePartition
+    state_epoch: int
+    persisted_version: int = 0
+    write_lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+@dataclass(slots=True)
+class ShareSession:
+    epoch: int
+    partitions: set[SessionPartition]
+
+
+class SharePartitionManager:
+    def __init__(self, store: ShareStateStore) -> None:
+        self.store = store
+        self.partitions: dict[ShareKey, LedSharePartition] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._loading: dict[ShareKey, trio.Lock] = {}
+        # Set (and replaced) whenever records may have become available to fetch.
+        self.released = trio.Event()
+
+    def notify_released(self) -> None:
+        self.released.set()
+        self.released = trio.Event()
+
+    async def get(
+        self, key: ShareKey, leader_epoch: int, log_start: int, high_watermark: int, reset: str
+    ) -> LedSharePartition:
+        """The share-partition at this leader epoch, loaded from the store on first use;
+        OSError when its state cannot be read now."""
+        led = self.partitions.get(key)
+        if led is not None and led.leader_epoch == leader_epoch:
+            return led
+        lock = self._loading.setdefault(key, trio.Lock())
+        async with lock:
+            led = self.partitions.get(key)
+            if led is not None and led.leader_epoch == leader_epoch:
+                return led
+            persisted = await self.store.read(key)
+            if persisted is None:
+                start = log_start if reset == "earliest" else high_watermark
+                state = SharePartition(start)
+                state_epoch = 0
+            else:
+                state = SharePartition(persisted.start_offset, persisted.batches)
+                state_epoch = persisted.state_epoch + 1
+            state.move_start(log_start)
+            led = LedSharePartition(key, leader_epoch, state, state_epoch)
+            self.partitions[key] = led
+            return led
+
+    async def persist(self, led: LedSharePartition) -> None:
+        """Write the share-partition's state as it is now (or find a later write already
+        did); OSError when it could not be written (the share-partition is then dropped so
+        its next use reloads what was persisted)."""
+        wanted = led.state.version
+        async with led.write_lock:
+            if led.persisted_version >= wanted:
+                return
+            version = led.state.version
+            snapshot = PersistedState(
+                led.state_epoch, led.state.start_offset, tuple(led.state.state_batches())
+            )
+            try:
+                await self.store.write(led.key, snapshot)
+            except OSError:
+                if self.partitions.get(led.key) is led:
+                    del self.partitions[led.key]
+                raise
+            led.persisted_version = version
+
+    def drop_stale(self, led_epochs: Iterable[tuple[ShareKey, int]]) -> None:
+        """Forget share-partitions whose leader epoch is not the current one."""
+        current = dict(led_epochs)
+        for key in [k for k, led in self.partitions.items() if current.get(k) != led.leader_epoch]:
+            del self.partitions[key]
+
+    # -- share sessions -------------------------------------------------------------------------
+
+    def open_session(
+        self, group_id: str, member_id: str, partitions: set[SessionPartition], delivery_limit: int
+    ) -> ShareSession:
+        """Epoch 0: a new session, replacing the member's previous one (whose records are
+        released)."""
+        self.close_session(group_id, member_id, delivery_limit)
+        session = ShareSession(1, set(partitions))
+        self.sessions[(group_id, member_id)] = session
+        return session
+
+    def session_error(self, group_id: str, member_id: str, epoch: int) -> ErrorCode:
+        session = self.sessions.get((group_id, member_id))
+        if session is None:
+            return ErrorCode.share_session_not_found
+        if epoch != FINAL_EPOCH and epoch != session.epoch:
+            return ErrorCode.invalid_share_session_epoch
+        return ErrorCode.none
+
+    def close_session(self, group_id: str, member_id: str, delivery_limit: int) -> None:
+        """The member's session here ends: its acquired records are available again."""
+        session = self.sessions.pop((group_id, member_id), None)
+        if session is None:
+            return
+        released = 0
+        for topic_id, index in session.partitions:
+            led = self.partitions.get((group_id, topic_id, index))
+            if led is not None:
+                released += led.state.release_member(member_id, delivery_limit)
+        if released:
+            self.notify_released()
+
+    def describe(self, group_id: str) -> list[tuple[ShareKey, LedSharePartition]]:
+        return sorted(
+            ((k, led) for k, led in self.partitions.items() if k[0] == group_id),
+            key=lambda item: (str(item[0][1]), item[0][2]),
+        )

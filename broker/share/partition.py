@@ -1,0 +1,345 @@
+"""A share-partition (KIP-932): which records of one partition a share group has handed out.
+
+Kept by the partition's leader, one per (group, partition), as a pure state machine that is
+given the time. Offsets below `start_offset` (Kafka's SPSO) are done; offsets from
+`next_offset` on were never acquired; in between, `ranges` holds consecutive offset ranges,
+each in one state with one delivery count. Records are never looked at: a fetch acquires an
+offset range, an acknowledgement of part of a range splits it.
+"""
+
+from __future__ import annotations
+
+import enum
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+
+class RecordState(enum.IntEnum):
+    """Kafka's record states; the values are those `__share_group_state` stores."""
+
+    AVAILABLE = 0
+    ACQUIRED = 1
+    ACKNOWLEDGED = 2
+    ARCHIVED = 4
+
+
+class AckType(enum.IntEnum):
+    """ShareFetch/ShareAcknowledge acknowledge types."""
+
+    GAP = 0
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+
+
+_DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+
+
+@dataclass(slots=True)
+class InFlight:
+    """Offsets [first, last] in one state; `member_id` and `lock_deadline_ms` only while
+    ACQUIRED."""
+
+    first: int
+    last: int
+    state: RecordState
+    delivery_count: int
+    member_id: str = ""
+    lock_deadline_ms: float = 0.0
+
+    def same_kind(self, other: InFlight) -> bool:
+        return (
+            self.state == other.state
+            and self.delivery_count == other.delivery_count
+            and self.member_id == other.member_id
+            and self.lock_deadline_ms == other.lock_deadline_ms
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    first: int
+    last: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateBatch:
+    """A persisted range: ACQUIRED ranges are stored as AVAILABLE (their locks die with the
+    leader), with the deliveries made so far."""
+
+    first: int
+    last: int
+    state: RecordState
+    delivery_count: int
+
+
+class SharePartition:
+    def __init__(self, start_offset: int, state_batches: Iterable[StateBatch] = ()) -> None:
+        self.start_offset = start_offset
+        self.ranges: list[InFlight] = [
+            InFlight(b.first, b.last, b.state, b.delivery_count)
+            for b in sorted(state_batches, key=lambda b: b.first)
+            if b.last >= start_offset
+        ]
+        if self.ranges and self.ranges[0].first < start_offset:
+            self.ranges[0].first = start_offset
+        self.next_offset = self.ranges[-1].last + 1 if self.ranges else start_offset
+        # Bumped by every change a persisted copy must see.
+        self.version = 0
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def state_batches(self) -> list[StateBatch]:
+        """What is persisted: every in-flight range, ACQUIRED written as AVAILABLE."""
+        out: list[StateBatch] = []
+        for r in self.ranges:
+            state = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
+            batch = StateBatch(r.first, r.last, state, r.delivery_count)
+            if out and out[-1].state == state and out[-1].delivery_count == r.delivery_count:
+                out[-1] = StateBatch(out[-1].first, r.last, state, r.delivery_count)
+            else:
+                out.append(batch)
+        return out
+
+    def counts(self) -> dict[RecordState, int]:
+        """Records per state among the in-flight ones."""
+        totals = dict.fromkeys(RecordState, 0)
+        for r in self.ranges:
+            totals[r.state] += r.last - r.first + 1
+        return totals
+
+    def next_available(self) -> int | None:
+        """The lowest offset a fetch could acquire (in flight and AVAILABLE, or new), or None
+        when only new records could be and there are none yet is up to the caller."""
+        for r in self.ranges:
+            if r.state == RecordState.AVAILABLE:
+                return r.first
+        return self.next_offset
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def move_start(self, offset: int) -> None:
+        """The log no longer holds offsets below `offset` (retention, DeleteRecords) or a new
+        share-partition starts there: everything below is done."""
+        if offset <= self.start_offset:
+            return
+        self._split_at(offset)
+        self.ranges = [r for r in self.ranges if r.first >= offset]
+        self.start_offset = offset
+        self.next_offset = max(self.next_offset, offset)
+        self.version += 1
+
+    def acquire(
+        self,
+        member_id: str,
+        stop_offset: int,
+        max_records: int,
+        max_in_flight: int,
+        now_ms: float,
+        lock_ms: int,
+    ) -> list[Acquired]:
+        """Acquire up to `max_records` records below `stop_offset` (the end of the batches a
+        fetch read) for `member_id`: AVAILABLE ones first, lowest offsets first, then new ones
+        while fewer than `max_in_flight` offsets are in flight. Ranges acquired together with
+        the same delivery count are answered as one."""
+        deadline = now_ms + lock_ms
+        acquired: list[Acquired] = []
+        budget = max_records
+        i = 0
+        while i < len(self.ranges) and budget > 0:
+            r = self.ranges[i]
+            if r.first >= stop_offset:
+                break
+            if r.state != RecordState.AVAILABLE:
+                i += 1
+                continue
+            last = min(r.last, stop_offset - 1, r.first + budget - 1)
+            if last < r.last:
+                self._split_at(last + 1)
+                r = self.ranges[i]
+            r.state = RecordState.ACQUIRED
+            r.delivery_count += 1
+            r.member_id = member_id
+            r.lock_deadline_ms = deadline
+            budget -= r.last - r.first + 1
+            acquired.append(Acquired(r.first, r.last, r.delivery_count))
+            i += 1
+        room = self.start_offset + max_in_flight - self.next_offset
+        last = min(stop_offset - 1, self.next_offset + min(budget, room) - 1)
+        if budget > 0 and last >= self.next_offset:
+            new = InFlight(self.next_offset, last, RecordState.ACQUIRED, 1, member_id, deadline)
+            self.ranges.append(new)
+            self.next_offset = last + 1
+            acquired.append(Acquired(new.first, new.last, 1))
+        if acquired:
+            self.version += 1
+        return _merged(acquired)
+
+    def acknowledge(
+        self, member_id: str, first: int, last: int, ack_types: list[int], delivery_limit: int
+    ) -> ErrorCode:
+        """Apply one acknowledgement batch: one type for the whole range, or one per offset.
+        Every offset but GAPs must be ACQUIRED by `member_id`, else INVALID_RECORD_STATE and
+        nothing changes."""
+        if last < first or not ack_types:
+            return ErrorCode.invalid_request
+        if len(ack_types) != 1 and len(ack_types) != last - first + 1:
+            return ErrorCode.invalid_request
+        if any(t not in AckType.__members__.values() for t in ack_types):
+            return ErrorCode.invalid_request
+        runs = list(_runs(first, last, ack_types))
+        for run_first, run_last, ack in runs:
+            if ack == AckType.GAP:
+                continue
+            if not self._held_by(member_id, run_first, run_last):
+                return ErrorCode.invalid_record_state
+        for run_first, run_last, ack in runs:
+            if ack == AckType.GAP:
+                # Offsets with no record (compacted away, control batches): nothing to deliver.
+                self._set(run_first, run_last, None, RecordState.ARCHIVED, delivery_limit)
+            elif ack == AckType.ACCEPT:
+                self._set(run_first, run_last, member_id, RecordState.ACKNOWLEDGED, delivery_limit)
+            elif ack == AckType.RELEASE:
+                self._set(run_first, run_last, member_id, RecordState.AVAILABLE, delivery_limit)
+            else:
+                self._set(run_first, run_last, member_id, RecordState.ARCHIVED, delivery_limit)
+        self._advance_start()
+        self.version += 1
+        return ErrorCode.none
+
+    def release_expired(self, now_ms: float, delivery_limit: int) -> int:
+        """Locks past their deadline return their records (archived at the delivery limit);
+        the number of records released."""
+        return self._release(lambda r: r.lock_deadline_ms <= now_ms, delivery_limit)
+
+    def release_member(self, member_id: str, delivery_limit: int) -> int:
+        """A member's share session closed or it left: its records are available again."""
+        return self._release(lambda r: r.member_id == member_id, delivery_limit)
+
+    def next_lock_deadline_ms(self) -> float | None:
+        deadlines = [r.lock_deadline_ms for r in self.ranges if r.state == RecordState.ACQUIRED]
+        return min(deadlines) if deadlines else None
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _release(self, which: object, delivery_limit: int) -> int:
+        released = 0
+        for r in self.ranges:
+            if r.state == RecordState.ACQUIRED and which(r):  # type: ignore[operator]
+                released += r.last - r.first + 1
+                r.state = (
+                    RecordState.ARCHIVED
+                    if r.delivery_count >= delivery_limit
+                    else RecordState.AVAILABLE
+                )
+                r.member_id = ""
+                r.lock_deadline_ms = 0.0
+        if released:
+            self._coalesce()
+            self._advance_start()
+            self.version += 1
+        return released
+
+    def _held_by(self, member_id: str, first: int, last: int) -> bool:
+        if first < self.start_offset or last >= self.next_offset:
+            return False
+        for r in self._overlapping(first, last):
+            if r.state != RecordState.ACQUIRED or r.member_id != member_id:
+                return False
+        return True
+
+    def _set(
+        self,
+        first: int,
+        last: int,
+        member_id: str | None,
+        state: RecordState,
+        delivery_limit: int,
+    ) -> None:
+        if last < self.start_offset or first >= self.next_offset:
+            return
+        first = max(first, self.start_offset)
+        last = min(last, self.next_offset - 1)
+        self._split_at(first)
+        self._split_at(last + 1)
+        for r in self._overlapping(first, last):
+            if member_id is not None and r.member_id != member_id:
+                continue
+            if state == RecordState.AVAILABLE and r.delivery_count >= delivery_limit:
+                r.state = RecordState.ARCHIVED
+            else:
+                r.state = state
+            r.member_id = ""
+            r.lock_deadline_ms = 0.0
+        self._coalesce()
+
+    def _overlapping(self, first: int, last: int) -> Iterator[InFlight]:
+        i = max(0, bisect_right(self.ranges, first, key=lambda r: r.first) - 1)
+        while i < len(self.ranges) and self.ranges[i].first <= last:
+            r = self.ranges[i]
+            if r.last >= first:
+                yield r
+            i += 1
+
+    def _split_at(self, offset: int) -> None:
+        """Make `offset` the first of a range, when a range spans it."""
+        i = bisect_right(self.ranges, offset, key=lambda r: r.first) - 1
+        if i < 0:
+            return
+        r = self.ranges[i]
+        if r.first < offset <= r.last:
+            tail = InFlight(
+                offset, r.last, r.state, r.delivery_count, r.member_id, r.lock_deadline_ms
+            )
+            r.last = offset - 1
+            self.ranges.insert(i + 1, tail)
+
+    def _coalesce(self) -> None:
+        merged: list[InFlight] = []
+        for r in self.ranges:
+            if (
+                merged
+                and r.state != RecordState.ACQUIRED
+                and merged[-1].last + 1 == r.first
+                and merged[-1].same_kind(r)
+            ):
+                merged[-1].last = r.last
+            else:
+                merged.append(r)
+        self.ranges = merged
+
+    def _advance_start(self) -> None:
+        drop = 0
+        for r in self.ranges:
+            if r.state not in _DONE:
+                break
+            drop += 1
+            self.start_offset = r.last + 1
+        if drop:
+            del self.ranges[:drop]
+
+
+def _runs(first: int, last: int, ack_types: list[int]) -> Iterator[tuple[int, int, int]]:
+    """(first, last, type) of each run of equal types."""
+    if len(ack_types) == 1:
+        yield first, last, ack_types[0]
+        return
+    run_first = first
+    for i in range(1, len(ack_types) + 1):
+        if i == len(ack_types) or ack_types[i] != ack_types[i - 1]:
+            yield run_first, first + i - 1, ack_types[i - 1]
+            run_first = first + i
+
+
+def _merged(acquired: list[Acquired]) -> list[Acquired]:
+    out: list[Acquired] = []
+    for a in acquired:
+        if out and out[-1].last + 1 == a.first and out[-1].delivery_count == a.delivery_count:
+            out[-1] = Acquired(out[-1].first, a.last, a.delivery_count)
+        else:
+            out.append(a)
+    return out

@@ -1,0 +1,123 @@
+"""Share groups (KIP-932) driven by confluent-kafka's ShareConsumer against a real broker:
+explicit and implicit acknowledgement, redelivery after a lock expires or a consumer
+leaves, the delivery-count limit, and acknowledgements surviving a broker restart."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from clients import make_producer
+from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
+from harness import BrokerProcess
+
+LOCK_MS = 2000
+DELIVERY_LIMIT = 3
+BROKER_CONFIG = {
+    "group.share.record.lock.duration.ms": str(LOCK_MS),
+    "group.share.delivery.count.limit": str(DELIVERY_LIMIT),
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.session.timeout.ms": "10000",
+    "share.auto.offset.reset": "earliest",
+    "offsets.topic.num.partitions": "2",
+    "share.coordinator.state.topic.num.partitions": "2",
+}
+WAIT_S = 40
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(BROKER_CONFIG, base_dir=tmp_path_factory.mktemp("share-broker")) as b:
+        yield b
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=10)
+    futures[name].result(timeout=20)
+
+
+def produce_values(bootstrap: str, topic: str, partitions: int, count: int) -> None:
+    producer = make_producer(bootstrap, linger_ms=5)
+    for i in range(count):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % partitions)
+    assert producer.flush(30) == 0, "records still unsent after 30 s"
+
+
+def share_consumer(bootstrap: str, group: str, explicit: bool, **conf: Any) -> ShareConsumer:
+    consumer = ShareConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "explicit" if explicit else "implicit",
+            **conf,
+        }
+    )
+    return consumer
+
+
+def poll_values(consumer: ShareConsumer, timeout: float = 0.5) -> list[Any]:
+    return [m for m in consumer.poll(timeout) if m.error() is None]
+
+
+def test_explicit_accept_release_reject_across_three_consumers(broker: BrokerProcess) -> None:
+    topic, group = unique("share-explicit"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 2)
+    total = 3000
+    produce_values(broker.bootstrap, topic, 2, total)
+    consumers = [share_consumer(broker.bootstrap, group, explicit=True) for _ in range(3)]
+    for c in consumers:
+        c.subscribe([topic])
+    accepted: Counter[bytes] = Counter()
+    rejected: set[bytes] = set()
+    released_once: set[bytes] = set()
+    deliveries: Counter[bytes] = Counter()
+    partition_consumers: dict[int, set[int]] = defaultdict(set)
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(accepted) + len(rejected) < total:
+            assert time.monotonic() < deadline, (
+                f"{len(accepted)} accepted and {len(rejected)} rejected of {total} after {WAIT_S} s"
+            )
+            for n, c in enumerate(consumers):
+                for m in poll_values(c, 0.2):
+                    value = m.value()
+                    deliveries[value] += 1
+                    partition_consumers[m.partition()].add(n)
+                    i = int(value[1:])
+                    if i % 10 == 3 and value not in released_once:
+                        released_once.add(value)
+                        c.acknowledge(m, AcknowledgeType.RELEASE)
+                    elif i % 10 == 7:
+                        rejected.add(value)
+                        c.acknowledge(m, AcknowledgeType.REJECT)
+                    else:
+                        accepted[value] += 1
+                        c.acknowledge(m, AcknowledgeType.ACCEPT)
+                c.commit_sync(10)
+        # Nothing more comes: rejected records never again, accepted never again.
+        for _ in range(4):
+            for c in consumers:
+                extra = poll_values(c, 0.3)
+                assert not extra, f"delivered again: {[m.value() for m in extra][:5]}"
+    finally:
+        for c in consumers:
+            c.close()
+    expected_accepted = {f"v{i}".encode() for i in range(total) if i % 10 != 7}
+    assert set(accepted) == expected_accepted
+    assert max(accepted.values()) == 1, "a record was accepted twice"
+    assert rejected == {f"v{i}".encode() for i in range(total) if i % 10 == 7}
+    assert all(deliveries[v] == 2 for v in released_once), "a released record came back not once"
+    assert any(len(members) > 1 for members in partition_consumers.values()), (
+        f"every partition reached a single consumer: {dict(partition_consumers)}"
+    )
