@@ -4,6 +4,8 @@ leaves, the delivery-count limit, and acknowledgements surviving a broker restar
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -121,3 +123,144 @@ def test_explicit_accept_release_reject_across_three_consumers(broker: BrokerPro
     assert any(len(members) > 1 for members in partition_consumers.values()), (
         f"every partition reached a single consumer: {dict(partition_consumers)}"
     )
+
+
+def drain(consumers: list[ShareConsumer], want: int, what: str) -> list[Any]:
+    """Poll (implicit mode acknowledges on the next poll) until `want` records came."""
+    got: list[Any] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < want:
+        assert time.monotonic() < deadline, f"{len(got)} of {want} {what} after {WAIT_S} s"
+        for c in consumers:
+            got.extend(poll_values(c, 0.2))
+    return got
+
+
+def test_implicit_mode_round_trip(broker: BrokerProcess) -> None:
+    topic, group = unique("share-implicit"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_values(broker.bootstrap, topic, 1, 200)
+    first = share_consumer(broker.bootstrap, group, explicit=False)
+    first.subscribe([topic])
+    try:
+        got = drain([first], 200, "records delivered")
+        first.commit_sync(10)
+    finally:
+        first.close()
+    assert sorted(int(m.value()[1:]) for m in got) == list(range(200))
+    second = share_consumer(broker.bootstrap, group, explicit=False)
+    second.subscribe([topic])
+    try:
+        end = time.monotonic() + 1.5 * LOCK_MS / 1000
+        while time.monotonic() < end:
+            again = poll_values(second, 0.3)
+            assert not again, f"accepted records delivered again: {[m.value() for m in again]}"
+    finally:
+        second.close()
+
+
+def test_delivery_count_limit_archives_a_record_released_too_often(
+    broker: BrokerProcess,
+) -> None:
+    topic, group = unique("share-limit"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_values(broker.bootstrap, topic, 1, 10)
+    consumer = share_consumer(broker.bootstrap, group, explicit=True)
+    consumer.subscribe([topic])
+    deliveries: Counter[bytes] = Counter()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while sum(1 for v in deliveries if v != b"v4") < 9 or deliveries[b"v4"] < DELIVERY_LIMIT:
+            assert time.monotonic() < deadline, f"deliveries after {WAIT_S} s: {deliveries}"
+            for m in poll_values(consumer, 0.3):
+                deliveries[m.value()] += 1
+                kind = AcknowledgeType.RELEASE if m.value() == b"v4" else AcknowledgeType.ACCEPT
+                consumer.acknowledge(m, kind)
+            consumer.commit_sync(10)
+        # Released at its last allowed delivery: archived, never delivered again.
+        end = time.monotonic() + 2 * LOCK_MS / 1000
+        while time.monotonic() < end:
+            extra = poll_values(consumer, 0.3)
+            assert not extra, f"delivered past the limit: {[m.value() for m in extra]}"
+    finally:
+        consumer.close()
+    assert deliveries[b"v4"] == DELIVERY_LIMIT
+    assert all(n == 1 for v, n in deliveries.items() if v != b"v4"), deliveries
+
+
+HOLDER = """
+import sys, time
+from confluent_kafka import ShareConsumer
+c = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                   "share.acknowledgement.mode": "explicit"})
+c.subscribe([sys.argv[3]])
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    got = [m for m in c.poll(0.5) if m.error() is None]
+    if got:
+        print(len(got), flush=True)
+        time.sleep(3600)
+"""
+
+
+def test_records_of_a_killed_consumer_come_back_after_the_lock(broker: BrokerProcess) -> None:
+    topic, group = unique("share-killed"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_values(broker.bootstrap, topic, 1, 50)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, broker.bootstrap, group, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        assert line.strip().isdigit(), f"the holding consumer got no records (said {line!r})"
+        held = int(line)
+        holder.kill()
+    finally:
+        holder.kill()
+        holder.wait(10)
+    consumer = share_consumer(broker.bootstrap, group, explicit=True)
+    consumer.subscribe([topic])
+    counts: dict[bytes, int] = {}
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(counts) < 50:
+            assert time.monotonic() < deadline, f"{len(counts)} of 50 records after {WAIT_S} s"
+            for m in poll_values(consumer, 0.3):
+                counts[m.value()] = m.delivery_count()
+                consumer.acknowledge(m)
+            consumer.commit_sync(10)
+    finally:
+        consumer.close()
+    redelivered = sorted(int(v[1:]) for v, n in counts.items() if n == 2)
+    assert len(redelivered) == held, f"{held} held by the killed consumer, {redelivered} came back"
+
+
+def test_records_of_a_consumer_closed_unacknowledged_are_redelivered(
+    broker: BrokerProcess,
+) -> None:
+    topic, group = unique("share-closed"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_values(broker.bootstrap, topic, 1, 30)
+    first = share_consumer(broker.bootstrap, group, explicit=True)
+    first.subscribe([topic])
+    try:
+        held = drain([first], 1, "records for the first consumer")
+    finally:
+        first.close()
+    second = share_consumer(broker.bootstrap, group, explicit=True)
+    second.subscribe([topic])
+    seen: dict[bytes, int] = {}
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(seen) < 30:
+            assert time.monotonic() < deadline, f"{len(seen)} of 30 records after {WAIT_S} s"
+            for m in poll_values(second, 0.3):
+                seen[m.value()] = m.delivery_count()
+                second.acknowledge(m)
+            second.commit_sync(10)
+    finally:
+        second.close()
+    assert all(seen[m.value()] == 2 for m in held), "records held at close not delivered again"
