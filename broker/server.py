@@ -43,6 +43,9 @@ from raftka.broker.security.listeners import (
 from raftka.broker.security.session import Authenticator
 from raftka.broker.security.tls import server_context
 from raftka.broker.services import BrokerIdentity, BrokerServices
+from raftka.broker.share.manager import SharePartitionManager
+from raftka.broker.share.state_store import TopicShareStateStore
+from raftka.broker.share.state_store import register as register_share_state
 from raftka.broker.topics import Partition, TopicManager, now_ms
 from raftka.broker.txn import transaction_coordinator_for
 from raftka.consensus.driver import RaftNode
@@ -412,6 +415,14 @@ class Broker:
             )
             opened.callback(self.producer_ids.close)
             self.groups = coordinator_for(self.topics, self.controller, config)
+            self.groups.share_partitions = SharePartitionManager(
+                register_share_state(
+                    TopicShareStateStore(
+                        self.node_id, self.topics, self.controller, config, self.transport
+                    ),
+                    self.controller.register_rpc,
+                )
+            )
             self.bound_port = self.listener.port
             #: Listener name -> the port it is bound to (known once `run` has bound them).
             self.bound_ports: dict[str, int] = {}

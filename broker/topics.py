@@ -36,7 +36,10 @@ CLOSE_THREADS = 8
 OFFSETS_TOPIC = "__consumer_offsets"
 METADATA_TOPIC = "__cluster_metadata"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, METADATA_TOPIC, TRANSACTION_STATE_TOPIC})
+SHARE_STATE_TOPIC = "__share_group_state"
+INTERNAL_TOPICS = frozenset(
+    {OFFSETS_TOPIC, METADATA_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC}
+)
 
 
 class PartitionNotHostedError(RuntimeError):

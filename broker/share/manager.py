@@ -117,8 +117,18 @@ class SharePartitionManager:
                 state_epoch = persisted.state_epoch + 1
             state.move_start(log_start)
             led = LedSharePartition(key, leader_epoch, state, state_epoch)
+            # Written at once: its state epoch fences a former leader's writes, and a new
+            # share-partition's start stays where it was put.
+            await self.store.write(key, self._snapshot(led))
+            led.persisted_version = state.version
             self.partitions[key] = led
             return led
+
+    @staticmethod
+    def _snapshot(led: LedSharePartition) -> PersistedState:
+        return PersistedState(
+            led.state_epoch, led.state.start_offset, tuple(led.state.state_batches())
+        )
 
     async def persist(self, led: LedSharePartition) -> None:
         """Write the share-partition's state as it is now (or find a later write already
@@ -129,11 +139,8 @@ class SharePartitionManager:
             if led.persisted_version >= wanted:
                 return
             version = led.state.version
-            snapshot = PersistedState(
-                led.state_epoch, led.state.start_offset, tuple(led.state.state_batches())
-            )
             try:
-                await self.store.write(led.key, snapshot)
+                await self.store.write(led.key, self._snapshot(led))
             except OSError:
                 if self.partitions.get(led.key) is led:
                     del self.partitions[led.key]

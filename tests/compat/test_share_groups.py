@@ -264,3 +264,56 @@ def test_records_of_a_consumer_closed_unacknowledged_are_redelivered(
     finally:
         second.close()
     assert all(seen[m.value()] == 2 for m in held), "records held at close not delivered again"
+
+
+def accept_committed(consumer: ShareConsumer, messages: list[Any]) -> set[bytes]:
+    """ACCEPT the messages and commit: the values whose acknowledgement the broker confirmed."""
+    for m in messages:
+        consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+    results = consumer.commit_sync(10)
+    failed = {(tp.topic, tp.partition) for tp, error in results.items() if error is not None}
+    assert not failed, f"acknowledgements refused: {results}"
+    return {m.value() for m in messages}
+
+
+def test_a_killed_broker_restarts_without_losing_acknowledgements(
+    broker_factory: Any,
+) -> None:
+    broker = broker_factory(BROKER_CONFIG)
+    topic, group = unique("share-restart"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_values(broker.bootstrap, topic, 1, 300)
+    before = share_consumer(broker.bootstrap, group, explicit=True, **{"max.poll.records": 40})
+    before.subscribe([topic])
+    accepted: set[bytes] = set()
+    held: list[Any] = []
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(accepted) < 120:
+            assert time.monotonic() < deadline, f"{len(accepted)} accepted after {WAIT_S} s"
+            accepted |= accept_committed(before, poll_values(before, 0.3))
+        while not held:
+            assert time.monotonic() < deadline, f"nothing more to hold after {WAIT_S} s"
+            held = poll_values(before, 0.3)  # acquired, never acknowledged
+        broker.kill()
+    finally:
+        before.close()
+    broker.start()
+    after = share_consumer(broker.bootstrap, group, explicit=True)
+    after.subscribe([topic])
+    delivered: dict[bytes, int] = {}
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(delivered) < 300 - len(accepted):
+            assert time.monotonic() < deadline, (
+                f"{len(delivered)} of {300 - len(accepted)} after the restart in {WAIT_S} s"
+            )
+            for m in poll_values(after, 0.3):
+                assert m.value() not in accepted, f"{m.value()!r} was accepted before the restart"
+                delivered[m.value()] = m.delivery_count()
+            accept_committed(after, [])
+    finally:
+        after.close()
+    everything = {f"v{i}".encode() for i in range(300)}
+    assert set(delivered) == everything - accepted
+    assert all(delivered[m.value()] >= 1 for m in held)

@@ -1,0 +1,229 @@
+"""Share-partition state in `__share_group_state`, a compacted internal topic.
+
+Each share-partition's state (start offset, state epoch, in-flight ranges with their state
+and delivery count) is one record keyed by (group, topic id, partition), in the state
+partition that key hashes to. The data partition's leader writes it: directly when it leads
+that state partition, otherwise through the state partition's leader over the peer RPC
+`__share_state_write`; a write returns once the record is committed (a majority of the
+state partition's replicas hold it). Reads go the same way (`__share_state_read`); a state
+partition's leader answers them from a map of its partition's latest records, built by
+replaying the partition once per leader epoch and kept up to date by its own writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.groups.store import NotCoordinatorError, TopicOffsetsLog
+from raftka.broker.share.manager import PersistedState, ShareKey
+from raftka.broker.share.partition import RecordState, StateBatch
+from raftka.broker.topics import SHARE_STATE_TOPIC
+from raftka.consensus.transport import ForwardError, PeerTransport
+
+if TYPE_CHECKING:
+    from raftka.broker.config import BrokerConfig
+    from raftka.broker.services import ControllerClient, TopicsView
+
+logger = logging.getLogger("raftka.share")
+
+SHARE_STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1"}
+SHARE_STATE_WRITE_RPC = "__share_state_write"
+SHARE_STATE_READ_RPC = "__share_state_read"
+FORWARD_TIMEOUT_S = 15.0
+
+
+def encode_key(key: ShareKey) -> bytes:
+    group_id, topic_id, partition = key
+    return json.dumps([group_id, str(topic_id), partition]).encode()
+
+
+def encode_state(state: PersistedState) -> bytes:
+    return json.dumps(
+        {
+            "state_epoch": state.state_epoch,
+            "start_offset": state.start_offset,
+            "batches": [[b.first, b.last, int(b.state), b.delivery_count] for b in state.batches],
+        }
+    ).encode()
+
+
+def decode_state(raw: bytes) -> PersistedState:
+    doc: dict[str, Any] = json.loads(raw)
+    return PersistedState(
+        int(doc["state_epoch"]),
+        int(doc["start_offset"]),
+        tuple(
+            StateBatch(int(f), int(last), RecordState(int(s)), int(c))
+            for f, last, s, c in doc["batches"]
+        ),
+    )
+
+
+class FencedStateEpoch(OSError):
+    """A write from a share-partition's former leader."""
+
+
+class TopicShareStateStore:
+    def __init__(
+        self,
+        node_id: int,
+        topics: TopicsView,
+        controller: ControllerClient,
+        config: BrokerConfig,
+        transport: PeerTransport,
+    ) -> None:
+        self.node_id = node_id
+        self.controller = controller
+        self.transport = transport
+        self.log = TopicOffsetsLog(
+            topics,
+            controller,
+            config,
+            topic_name=SHARE_STATE_TOPIC,
+            config_prefix="share.coordinator.state.topic",
+            topic_configs=SHARE_STATE_TOPIC_CONFIGS,
+        )
+        # state partition -> (leader epoch, key -> latest value) for the partitions led here.
+        self._latest: dict[int, tuple[int, dict[bytes, bytes]]] = {}
+        self._loading: dict[int, trio.Lock] = {}
+
+    def partition_for(self, raw_key: bytes) -> int:
+        return zlib.crc32(raw_key) % self.log.num_partitions
+
+    async def _leader(self, partition: int) -> int:
+        topic = await self.log.ensure_topic()
+        if topic is None:
+            raise OSError(f"{SHARE_STATE_TOPIC} cannot be created now")
+        target = topic.partitions[partition]
+        if target.raft is not None and target.is_leader:
+            return self.node_id
+        leader = self.controller.leader_hints.get(target.name, (-1, -1))[0]
+        if leader < 0 or leader == self.node_id:
+            raise OSError(f"{target.name} has no leader now")
+        return leader
+
+    async def read(self, key: ShareKey) -> PersistedState | None:
+        raw_key = encode_key(key)
+        partition = self.partition_for(raw_key)
+        leader = await self._leader(partition)
+        if leader == self.node_id:
+            raw = await self.read_local(partition, raw_key)
+        else:
+            answer = await self._forward(
+                leader, SHARE_STATE_READ_RPC, {"partition": partition, "key": raw_key.decode()}
+            )
+            raw = None if answer is None else str(answer).encode()
+        return None if raw is None else decode_state(raw)
+
+    async def write(self, key: ShareKey, state: PersistedState) -> None:
+        raw_key = encode_key(key)
+        partition = self.partition_for(raw_key)
+        leader = await self._leader(partition)
+        value = encode_state(state)
+        if leader == self.node_id:
+            await self.write_local(partition, raw_key, value)
+        else:
+            await self._forward(
+                leader,
+                SHARE_STATE_WRITE_RPC,
+                {"partition": partition, "key": raw_key.decode(), "value": value.decode()},
+            )
+
+    async def _forward(self, leader: int, rpc: str, request: dict[str, Any]) -> Any:
+        try:
+            raw = await self.transport.forward(
+                leader, rpc, json.dumps(request).encode(), FORWARD_TIMEOUT_S
+            )
+        except ForwardError as exc:
+            raise OSError(f"broker {leader} did not answer {rpc}: {exc}") from exc
+        return json.loads(raw)
+
+    # -- at the state partition's leader ------------------------------------------------------
+
+    async def _latest_of(self, partition: int) -> dict[bytes, bytes]:
+        epoch = self.log.leader_epoch(partition)
+        if epoch is None:
+            raise OSError(f"{SHARE_STATE_TOPIC}-{partition} is not led here")
+        loaded = self._latest.get(partition)
+        if loaded is not None and loaded[0] == epoch:
+            return loaded[1]
+        async with self._loading.setdefault(partition, trio.Lock()):
+            loaded = self._latest.get(partition)
+            if loaded is not None and loaded[0] == epoch:
+                return loaded[1]
+            # A new leader's log holds every committed record once an entry of its term is.
+            if not await self.log.wait_caught_up(partition, epoch):
+                raise OSError(f"{SHARE_STATE_TOPIC}-{partition} lost its leadership here")
+            latest: dict[bytes, bytes] = {}
+            # Replayed on the loop as the group coordinator replays its partitions: the
+            # compacted topic holds about one record per share-partition.
+            for raw_key, value in self.log.replay(partition):
+                if value is None:
+                    latest.pop(raw_key, None)
+                else:
+                    latest[raw_key] = value
+            self._latest[partition] = (epoch, latest)
+            return latest
+
+    async def read_local(self, partition: int, raw_key: bytes) -> bytes | None:
+        return (await self._latest_of(partition)).get(raw_key)
+
+    async def write_local(self, partition: int, raw_key: bytes, value: bytes) -> None:
+        """Append the state unless the stored one has a later state epoch (written by a
+        later leader of the data partition: this writer is stale, FENCED_STATE_EPOCH)."""
+        latest = await self._latest_of(partition)
+        stored = latest.get(raw_key)
+        if stored is not None:
+            stored_epoch = decode_state(stored).state_epoch
+            if decode_state(value).state_epoch < stored_epoch:
+                raise FencedStateEpoch(
+                    f"state epoch {decode_state(value).state_epoch} is older than the stored "
+                    f"{stored_epoch}: the partition has a newer leader"
+                )
+        epoch = self.log.leader_epoch(partition)
+        try:
+            await self.log.append(partition, [(raw_key, value)], leader_epoch=epoch)
+        except NotCoordinatorError as exc:
+            raise OSError(str(exc)) from exc
+        latest[raw_key] = value
+
+    async def serve_read(self, payload: bytes) -> tuple[int, bytes]:
+        try:
+            request = json.loads(payload)
+            raw = await self.read_local(int(request["partition"]), str(request["key"]).encode())
+        except (ValueError, KeyError, TypeError) as exc:
+            return int(ErrorCode.invalid_request), f"bad state read: {exc}".encode()
+        except OSError as exc:
+            return int(ErrorCode.not_coordinator), str(exc).encode()
+        return 0, json.dumps(None if raw is None else raw.decode()).encode()
+
+    async def serve_write(self, payload: bytes) -> tuple[int, bytes]:
+        try:
+            request = json.loads(payload)
+            await self.write_local(
+                int(request["partition"]),
+                str(request["key"]).encode(),
+                str(request["value"]).encode(),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            return int(ErrorCode.invalid_request), f"bad state write: {exc}".encode()
+        except FencedStateEpoch as exc:
+            return int(ErrorCode.fenced_state_epoch), str(exc).encode()
+        except OSError as exc:
+            return int(ErrorCode.not_coordinator), str(exc).encode()
+        return 0, b"null"
+
+
+def register(
+    store: TopicShareStateStore, register_rpc: Callable[[str, Any], None]
+) -> TopicShareStateStore:
+    register_rpc(SHARE_STATE_READ_RPC, store.serve_read)
+    register_rpc(SHARE_STATE_WRITE_RPC, store.serve_write)
+    return store
