@@ -1,0 +1,140 @@
+"""SharePartition: acquisition by offset ranges, acknowledgements splitting them, lock expiry,
+the delivery-count limit and the start offset moving past finished records."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.share.group import ShareGroups, assign
+from raftka.broker.share.partition import (
+    Acquired,
+    AckType,
+    RecordState,
+    SharePartition,
+    StateBatch,
+)
+
+LOCK_MS = 1000
+LIMIT = 3
+
+
+def acquire(sp: SharePartition, member: str, stop: int, n: int = 1000, now: float = 0) -> list:
+    return sp.acquire(member, stop, n, 2000, now, LOCK_MS)
+
+
+def test_acquire_takes_new_records_as_one_range_up_to_max_records() -> None:
+    sp = SharePartition(0)
+    assert acquire(sp, "a", 100, n=30) == [Acquired(0, 29, 1)]
+    assert acquire(sp, "b", 100, n=30) == [Acquired(30, 59, 1)]
+    assert sp.next_offset == 60 and len(sp.ranges) == 2
+
+
+def test_in_flight_limit_bounds_new_acquisitions() -> None:
+    sp = SharePartition(0)
+    assert sp.acquire("a", 100, 1000, 10, 0, LOCK_MS) == [Acquired(0, 9, 1)]
+    assert sp.acquire("a", 100, 1000, 10, 0, LOCK_MS) == []
+
+
+def test_accept_part_of_a_range_splits_it_and_moves_the_start() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "a", 10)
+    assert sp.acknowledge("a", 0, 3, [AckType.ACCEPT], LIMIT) == ErrorCode.none
+    assert sp.start_offset == 4
+    assert [(r.first, r.last, r.state) for r in sp.ranges] == [(4, 9, RecordState.ACQUIRED)]
+
+
+def test_per_offset_types_release_and_reject() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "a", 4)
+    types = [AckType.ACCEPT, AckType.RELEASE, AckType.REJECT, AckType.ACCEPT]
+    assert sp.acknowledge("a", 0, 3, types, LIMIT) == ErrorCode.none
+    assert sp.start_offset == 1
+    assert acquire(sp, "b", 4) == [Acquired(1, 1, 2)]
+
+
+def test_only_the_holder_may_acknowledge() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "a", 5)
+    assert sp.acknowledge("b", 0, 4, [AckType.ACCEPT], LIMIT) == ErrorCode.invalid_record_state
+    assert sp.acknowledge("a", 0, 9, [AckType.ACCEPT], LIMIT) == ErrorCode.invalid_record_state
+    assert sp.acknowledge("a", 0, 4, [9], LIMIT) == ErrorCode.invalid_request
+    assert sp.acknowledge("a", 0, 4, [1, 1], LIMIT) == ErrorCode.invalid_request
+    assert sp.start_offset == 0 and sp.counts()[RecordState.ACQUIRED] == 5
+
+
+def test_expired_locks_release_and_the_limit_archives() -> None:
+    sp = SharePartition(0)
+    for delivery in range(1, LIMIT + 1):
+        assert acquire(sp, "a", 2, now=delivery * 10_000) == [Acquired(0, 1, delivery)]
+        assert sp.release_expired(delivery * 10_000 + LOCK_MS - 1, LIMIT) == 0
+        assert sp.release_expired(delivery * 10_000 + LOCK_MS, LIMIT) == 2
+    assert sp.start_offset == 2 and not sp.ranges
+    assert acquire(sp, "a", 2) == []
+
+
+def test_release_member_frees_only_its_records() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "a", 5, n=5)
+    acquire(sp, "b", 10, n=5)
+    assert sp.release_member("a", LIMIT) == 5
+    assert acquire(sp, "c", 10) == [Acquired(0, 4, 2)]
+
+
+def test_state_batches_round_trip_acquired_as_available() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "a", 10)
+    sp.acknowledge("a", 2, 3, [AckType.ACCEPT], LIMIT)
+    batches = sp.state_batches()
+    assert batches == [
+        StateBatch(0, 1, RecordState.AVAILABLE, 1),
+        StateBatch(2, 3, RecordState.ACKNOWLEDGED, 1),
+        StateBatch(4, 9, RecordState.AVAILABLE, 1),
+    ]
+    again = SharePartition(sp.start_offset, batches)
+    assert again.next_offset == 10
+    assert acquire(again, "b", 20) == [Acquired(0, 1, 2), Acquired(4, 9, 2), Acquired(10, 19, 1)]
+
+
+def test_move_start_drops_records_below_the_log_start() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "a", 10)
+    sp.move_start(5)
+    assert sp.start_offset == 5 and sp.ranges[0].first == 5
+
+
+def test_assign_spreads_partitions_or_shares_them() -> None:
+    few = assign({"m1": ("t",), "m2": ("t",)}, {"t": 4})
+    assert few == {"m1": {"t": (0, 2)}, "m2": {"t": (1, 3)}}
+    many = assign({f"m{i}": ("t",) for i in range(3)}, {"t": 2})
+    assert [many[f"m{i}"]["t"] for i in range(3)] == [(0,), (1,), (0,)]
+
+
+def test_heartbeat_join_fence_and_leave() -> None:
+    groups = ShareGroups(lambda: {"t": 2})
+
+    def beat(member: str, epoch: int, now: float = 0, subscribed: tuple[str, ...] | None = ("t",)):
+        return groups.heartbeat(
+            group_id="g",
+            member_id=member,
+            member_epoch=epoch,
+            rack_id=None,
+            subscribed=subscribed,
+            client_id="c",
+            client_host="h",
+            now_ms=now,
+            session_timeout_ms=1000,
+        )
+
+    joined = beat("a", 0)
+    assert joined.error == ErrorCode.none and joined.assignment == {"t": (0, 1)}
+    assert beat("a", joined.member_epoch + 1).error == ErrorCode.fenced_member_epoch
+    assert beat("x", 5).error == ErrorCode.unknown_member_id
+    second = beat("b", 0, now=10)
+    assert second.assignment == {"t": (1,)}
+    again = beat("a", joined.member_epoch, now=20, subscribed=None)
+    assert again.assignment == {"t": (0,)} and again.member_epoch == second.member_epoch
+    # b's session ends: a gets both partitions back.
+    alone = beat("a", again.member_epoch, now=1015, subscribed=None)
+    assert alone.assignment == {"t": (0, 1)}
+    assert beat("a", -1, now=1020).member_epoch == -1
+    assert not groups.groups["g"].members
