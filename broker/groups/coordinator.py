@@ -409,6 +409,22 @@ class GroupCoordinator:
             and (not wanted_states or g.state.value.lower() in wanted_states)
         ]
 
+    def list_share_groups(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> list[tuple[str, str, str]]:
+        """(group id, protocol type "share", state) of the share groups this broker
+        coordinates that match the filters."""
+        wanted_states = {s.lower() for s in states}
+        wanted_types = {t.lower() for t in types}
+        if wanted_types and "share" not in wanted_types:
+            return []
+        return [
+            (g.group_id, "share", g.state)
+            for g in self.share.groups.values()
+            if self.ownership.is_owned(g.group_id)
+            and (not wanted_states or g.state.lower() in wanted_states)
+        ]
+
     def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupDescription]:
         error = self.ownership.owner_error(group_id)
         if error != ErrorCode.none:

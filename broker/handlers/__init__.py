@@ -108,6 +108,11 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
             share.SHARE_API_MAX_VERSION,
             share.handle_share_group_heartbeat,
         ),
+        77: ApiHandler(
+            share.SHARE_API_MIN_VERSION,
+            share.SHARE_API_MAX_VERSION,
+            share.handle_share_group_describe,
+        ),
         78: ApiHandler(
             share.SHARE_API_MIN_VERSION, share.SHARE_API_MAX_VERSION, share.handle_share_fetch
         ),

@@ -577,6 +577,11 @@ async def handle_list_groups(context: RequestContext, request: Any) -> Any:
     listed = coordinator.list_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
+    share_listed = coordinator.list_share_groups(
+        getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
+    )
+    share_ids = {entry[0] for entry in share_listed}
+    listed += share_listed
     if not context.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         # Without DESCRIBE on the cluster, only the groups the principal may DESCRIBE.
         listed = [entry for entry in listed if _may(context, AclOperation.DESCRIBE, entry[0])]
@@ -588,7 +593,7 @@ async def handle_list_groups(context: RequestContext, request: Any) -> Any:
             group_id=group_id,
             protocol_type=protocol_type,
             group_state=state,
-            group_type="classic",
+            group_type="share" if group_id in share_ids else "classic",
         )
         for group_id, protocol_type, state in listed
     )

@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import make_producer
+from clients import make_consumer, make_producer, wait_until
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
+
+from raftka.broker.admin.wire import WireConnection
 
 LOCK_MS = 2000
 DELIVERY_LIMIT = 3
@@ -26,6 +28,7 @@ BROKER_CONFIG = {
     "group.share.heartbeat.interval.ms": "500",
     "group.share.session.timeout.ms": "10000",
     "share.auto.offset.reset": "earliest",
+    "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.num.partitions": "2",
     "share.coordinator.state.topic.num.partitions": "2",
 }
@@ -317,3 +320,76 @@ def test_a_killed_broker_restarts_without_losing_acknowledgements(
     everything = {f"v{i}".encode() for i in range(300)}
     assert set(delivered) == everything - accepted
     assert all(delivered[m.value()] >= 1 for m in held)
+
+
+SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, LIST_GROUPS = 76, 77, 16
+
+
+def test_list_and_describe_share_groups_and_refuse_a_classic_id(broker: BrokerProcess) -> None:
+    topic, group = unique("share-describe"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 2)
+    produce_values(broker.bootstrap, topic, 2, 10)
+    members = [share_consumer(broker.bootstrap, group, explicit=False) for _ in range(2)]
+    classic_group = unique("classic-g")
+    classic = make_consumer(broker.bootstrap, group_id=classic_group)
+    classic.subscribe([topic])
+    try:
+        for m in members:
+            m.subscribe([topic])
+        drain(members, 10, "records")
+        wait_until(lambda: classic.poll(0.2) is not None, WAIT_S, "the classic consumer to read")
+        with WireConnection(broker.bootstrap, 10) as conn:
+
+            def described() -> Any:
+                answer = conn.request(
+                    SHARE_GROUP_DESCRIBE,
+                    {"group_ids": (group,), "include_authorized_operations": False},
+                    version=1,
+                )
+                (g,) = answer.groups
+                assigned = sorted(
+                    p for m in g.members for t in m.assignment.topic_partitions
+                    for p in t.partitions
+                )  # fmt: skip
+                current = all(m.member_epoch == g.assignment_epoch for m in g.members)
+                return g if len(g.members) == 2 and assigned == [0, 1] and current else None
+
+            g = wait_until(
+                described, WAIT_S, "both members at the group's epoch, one partition each"
+            )
+            assert g.error_code == 0 and g.group_state == "Stable"
+            assert {m.subscribed_topic_names for m in g.members} == {(topic,)}
+
+            listed = conn.request(
+                LIST_GROUPS, {"states_filter": (), "types_filter": ("share",)}, version=5
+            )
+            assert [(x.group_id, x.group_type) for x in listed.groups] == [(group, "share")]
+            everything = conn.request(
+                LIST_GROUPS, {"states_filter": (), "types_filter": ()}, version=5
+            )
+            types = {x.group_id: x.group_type for x in everything.groups}
+            assert types[group] == "share" and types[classic_group] == "classic"
+
+            answer = conn.request(
+                SHARE_GROUP_DESCRIBE,
+                {"group_ids": (classic_group,), "include_authorized_operations": False},
+                version=1,
+            )
+            assert answer.groups[0].error_code == 69  # GROUP_ID_NOT_FOUND
+            refused = conn.request(
+                SHARE_GROUP_HEARTBEAT,
+                {
+                    "group_id": classic_group,
+                    "member_id": uuid.uuid4().hex,
+                    "member_epoch": 0,
+                    "rack_id": None,
+                    "subscribed_topic_names": (topic,),
+                },
+                version=1,
+            )
+            assert refused.error_code == 69, refused
+            assert "classic" in (refused.error_message or "")
+    finally:
+        classic.close()
+        for m in members:
+            m.close()

@@ -7,8 +7,8 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.share.group import ShareGroups, assign
 from raftka.broker.share.partition import (
-    Acquired,
     AckType,
+    Acquired,
     RecordState,
     SharePartition,
     StateBatch,
