@@ -13,6 +13,7 @@ fetched or acknowledged, DESCRIBE on the group for ShareGroupDescribe.
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import uuid
 from dataclasses import dataclass
@@ -49,7 +50,11 @@ if TYPE_CHECKING:
     from raftka.broker.services import RequestContext
     from raftka.broker.topics import Partition
 
+logger = logging.getLogger("raftka.share")
+
 SHARE_API_MIN_VERSION = 1
+#: How often a fetch waiting for records tries again to read a share-partition's state.
+STATE_RETRY_S = 0.2
 SHARE_API_MAX_VERSION = 1
 
 
@@ -421,31 +426,56 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
         manager.close_session(group_id, member_id, config.delivery_limit)
     elif request.max_records > 0:
         targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]] = []
-        for key in sorted(session.partitions, key=lambda k: (str(k[0]), k[1])):
-            partition = located.get(key)
-            if partition is None:
-                continue
-            try:
-                led = await _share_partition(context, group_id, partition, config)
-            except OSError as exc:
-                answers[key].error = ErrorCode.coordinator_not_available
-                answers[key].message = f"share-partition state cannot be read now: {exc}"
-                continue
-            targets.append((partition, led, answers[key]))
+        # Share-partitions whose state cannot be read yet (a state partition electing its
+        # leader): answered without records, as not ready, and tried again while waiting.
+        pending = sorted(
+            (key for key in session.partitions if key in located),
+            key=lambda k: (str(k[0]), k[1]),
+        )
+        pending = await _load(context, group_id, pending, located, answers, targets, config)
         acquired = _fetch_once(context, member_id, targets, request, config)
         max_wait_s = max(duration_ms(request.max_wait) / 1000, 0)
-        if acquired == 0 and max_wait_s > 0 and targets:
+        if acquired == 0 and max_wait_s > 0 and (targets or pending):
             deadline = trio.current_time() + max_wait_s
             while acquired == 0 and trio.current_time() < deadline:
-                await _wait_for_records(context, targets, deadline)
+                retry_at = trio.current_time() + STATE_RETRY_S
+                wake_at = min(deadline, retry_at) if pending else deadline
+                await _wait_for_records(context, targets, wake_at)
                 if (group_id, member_id) not in manager.sessions:
                     break
+                if pending:
+                    pending = await _load(
+                        context, group_id, pending, located, answers, targets, config
+                    )
                 now = _now_ms()
                 for _partition, led, _answer in targets:
                     if led.state.release_expired(now, config.delivery_limit):
                         manager.notify_released()
                 acquired = _fetch_once(context, member_id, targets, request, config)
     return _fetch_response(context, entity, module, list(answers.values()), config)
+
+
+async def _load(
+    context: RequestContext,
+    group_id: str,
+    keys: list[SessionPartition],
+    located: dict[SessionPartition, Partition],
+    answers: dict[SessionPartition, _PartitionAnswer],
+    targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]],
+    config: ShareConfig,
+) -> list[SessionPartition]:
+    """Load the share-partitions of `keys` into `targets`; the keys still unreadable."""
+    still: list[SessionPartition] = []
+    for key in keys:
+        partition = located[key]
+        try:
+            led = await _share_partition(context, group_id, partition, config)
+        except OSError as exc:
+            logger.info("share-partition %s of %s not ready: %s", partition.name, group_id, exc)
+            still.append(key)
+            continue
+        targets.append((partition, led, answers[key]))
+    return still
 
 
 async def _wait_for_records(

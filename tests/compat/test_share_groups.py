@@ -269,14 +269,17 @@ def test_records_of_a_consumer_closed_unacknowledged_are_redelivered(
     assert all(seen[m.value()] == 2 for m in held), "records held at close not delivered again"
 
 
-def accept_committed(consumer: ShareConsumer, messages: list[Any]) -> set[bytes]:
-    """ACCEPT the messages and commit: the values whose acknowledgement the broker confirmed."""
+def accept_committed(
+    consumer: ShareConsumer, messages: list[Any], failures_allowed: bool = False
+) -> set[bytes]:
+    """ACCEPT the messages and commit: the values whose acknowledgement the broker confirmed
+    (a refused one, allowed during a failover, leaves its record to be delivered again)."""
     for m in messages:
         consumer.acknowledge(m, AcknowledgeType.ACCEPT)
     results = consumer.commit_sync(10)
-    failed = {(tp.topic, tp.partition) for tp, error in results.items() if error is not None}
-    assert not failed, f"acknowledgements refused: {results}"
-    return {m.value() for m in messages}
+    failed = {tp.partition for tp, error in results.items() if error is not None}
+    assert failures_allowed or not failed, f"acknowledgements refused: {results}"
+    return {m.value() for m in messages if m.partition() not in failed}
 
 
 def test_a_killed_broker_restarts_without_losing_acknowledgements(
@@ -302,7 +305,7 @@ def test_a_killed_broker_restarts_without_losing_acknowledgements(
     finally:
         before.close()
     broker.start()
-    after = share_consumer(broker.bootstrap, group, explicit=True)
+    after = share_consumer(broker.bootstrap, group, explicit=True, **{"max.poll.records": 50})
     after.subscribe([topic])
     delivered: dict[bytes, int] = {}
     try:
@@ -311,10 +314,11 @@ def test_a_killed_broker_restarts_without_losing_acknowledgements(
             assert time.monotonic() < deadline, (
                 f"{len(delivered)} of {300 - len(accepted)} after the restart in {WAIT_S} s"
             )
-            for m in poll_values(after, 0.3):
+            got = poll_values(after, 0.3)
+            for m in got:
                 assert m.value() not in accepted, f"{m.value()!r} was accepted before the restart"
                 delivered[m.value()] = m.delivery_count()
-            accept_committed(after, [])
+            accept_committed(after, got)
     finally:
         after.close()
     everything = {f"v{i}".encode() for i in range(300)}
@@ -363,7 +367,9 @@ def test_list_and_describe_share_groups_and_refuse_a_classic_id(broker: BrokerPr
             listed = conn.request(
                 LIST_GROUPS, {"states_filter": (), "types_filter": ("share",)}, version=5
             )
-            assert [(x.group_id, x.group_type) for x in listed.groups] == [(group, "share")]
+            shares = {x.group_id: x.group_type for x in listed.groups}
+            assert shares[group] == "share" and set(shares.values()) == {"share"}
+            assert classic_group not in shares
             everything = conn.request(
                 LIST_GROUPS, {"states_filter": (), "types_filter": ()}, version=5
             )
@@ -393,3 +399,50 @@ def test_list_and_describe_share_groups_and_refuse_a_classic_id(broker: BrokerPr
         classic.close()
         for m in members:
             m.close()
+
+
+def test_a_killed_partition_leader_hands_over_without_losing_acknowledgements(
+    cluster_factory: Any,
+) -> None:
+    cluster = cluster_factory(config={**BROKER_CONFIG, "offsets.topic.replication.factor": "3"})
+    topic, group = unique("share-failover"), unique("share-g")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=10)[topic].result(timeout=20)
+    produce_values(cluster.bootstrap, topic, 1, 300)
+    before = share_consumer(cluster.bootstrap, group, explicit=True, **{"max.poll.records": 40})
+    before.subscribe([topic])
+    accepted: set[bytes] = set()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(accepted) < 120:
+            assert time.monotonic() < deadline, f"{len(accepted)} accepted after {WAIT_S} s"
+            accepted |= accept_committed(before, poll_values(before, 0.3))
+    finally:
+        before.close()
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    cluster.node(leader).kill()
+    survivors = ",".join(n.bootstrap for n in cluster.nodes if n.node_id != leader)
+    after = share_consumer(survivors, group, explicit=True, **{"max.poll.records": 50})
+    after.subscribe([topic])
+    delivered: dict[bytes, int] = {}
+    accepted_after: set[bytes] = set()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(accepted_after) < 300 - len(accepted):
+            assert time.monotonic() < deadline, (
+                f"{len(accepted_after)} of {300 - len(accepted)} after the failover in {WAIT_S} s"
+            )
+            got = poll_values(after, 0.3)
+            for m in got:
+                assert m.value() not in accepted, f"{m.value()!r} was accepted before the kill"
+                delivered[m.value()] = m.delivery_count()
+            confirmed = accept_committed(after, got, failures_allowed=True)
+            twice = confirmed & accepted_after
+            assert not twice, f"accepted twice: {sorted(twice)[:5]}"
+            accepted_after |= confirmed
+    finally:
+        after.close()
+    assert set(delivered) == {f"v{i}".encode() for i in range(300)} - accepted
+    redelivered = sum(1 for n in delivered.values() if n > 1)
+    print(f"failover: {len(accepted)} accepted before, {len(delivered)} after, "
+          f"{redelivered} redelivered")  # fmt: skip
