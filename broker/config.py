@@ -744,6 +744,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         minimum=1,
     ),
     ConfigDef(
+        "group.share.max.share.sessions",
+        INT,
+        2000,
+        "Share sessions (one per share-group member fetching from this broker) open at most; "
+        "one unused for group.share.session.timeout.ms is closed.",
+        minimum=1,
+    ),
+    ConfigDef(
         "share.auto.offset.reset",
         S,
         "latest",

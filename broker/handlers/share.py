@@ -66,6 +66,7 @@ class ShareConfig:
     session_timeout_ms: int
     heartbeat_interval_ms: int
     auto_offset_reset: str
+    sessions_max: int
 
 
 def share_config(context: RequestContext) -> ShareConfig:
@@ -77,6 +78,7 @@ def share_config(context: RequestContext) -> ShareConfig:
         session_timeout_ms=config.get_int("group.share.session.timeout.ms"),
         heartbeat_interval_ms=config.get_int("group.share.heartbeat.interval.ms"),
         auto_offset_reset=config.get_str("share.auto.offset.reset"),
+        sessions_max=config.get_int("group.share.max.share.sessions"),
     )
 
 
@@ -384,9 +386,21 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
                 ErrorCode.invalid_request,
                 "a ShareFetch opening a share session (epoch 0) cannot acknowledge",
             )
-        session = manager.open_session(
-            group_id, member_id, _session_partitions(request), config.delivery_limit
+        manager.evict_idle(_now_ms(), config.session_timeout_ms, config.delivery_limit)
+        opened = manager.open_session(
+            group_id,
+            member_id,
+            _session_partitions(request),
+            config.delivery_limit,
+            config.sessions_max,
         )
+        if opened is None:
+            return refuse(
+                ErrorCode.share_session_limit_reached,
+                f"{config.sessions_max} share sessions are open on this broker "
+                "(group.share.max.share.sessions)",
+            )
+        session = opened
     else:
         error = manager.session_error(group_id, member_id, epoch)
         if error != ErrorCode.none:
@@ -401,6 +415,7 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
         if epoch != FINAL_EPOCH:
             session.partitions |= _session_partitions(request)
             session.epoch += 1
+    session.last_used_ms = _now_ms()
     may_read = TopicAccess(context, AclOperation.READ)
     answers: dict[SessionPartition, _PartitionAnswer] = {}
     located: dict[SessionPartition, Partition] = {}
@@ -588,6 +603,7 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
     if error != ErrorCode.none:
         return refuse(error, f"share session of member {member_id}: {error.name}")
     session = manager.sessions[(group_id, member_id)]
+    session.last_used_ms = _now_ms()
     if epoch != FINAL_EPOCH:
         session.epoch += 1
     may_read = TopicAccess(context, AclOperation.READ)

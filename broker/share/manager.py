@@ -79,6 +79,7 @@ class LedSharePartition:
 class ShareSession:
     epoch: int
     partitions: set[SessionPartition]
+    last_used_ms: float = 0.0
 
 
 class SharePartitionManager:
@@ -156,14 +157,27 @@ class SharePartitionManager:
     # -- share sessions -------------------------------------------------------------------------
 
     def open_session(
-        self, group_id: str, member_id: str, partitions: set[SessionPartition], delivery_limit: int
-    ) -> ShareSession:
+        self,
+        group_id: str,
+        member_id: str,
+        partitions: set[SessionPartition],
+        delivery_limit: int,
+        sessions_max: int,
+    ) -> ShareSession | None:
         """Epoch 0: a new session, replacing the member's previous one (whose records are
-        released)."""
+        released); None when `sessions_max` other sessions are open here."""
         self.close_session(group_id, member_id, delivery_limit)
+        if len(self.sessions) >= sessions_max:
+            return None
         session = ShareSession(1, set(partitions))
         self.sessions[(group_id, member_id)] = session
         return session
+
+    def evict_idle(self, now_ms: float, idle_ms: int, delivery_limit: int) -> None:
+        """Close the sessions unused for `idle_ms` (their members died or left)."""
+        idle = [k for k, s in self.sessions.items() if s.last_used_ms + idle_ms <= now_ms]
+        for group_id, member_id in idle:
+            self.close_session(group_id, member_id, delivery_limit)
 
     def session_error(self, group_id: str, member_id: str, epoch: int) -> ErrorCode:
         session = self.sessions.get((group_id, member_id))

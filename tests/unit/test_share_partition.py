@@ -138,3 +138,27 @@ def test_heartbeat_join_fence_and_leave() -> None:
     assert alone.assignment == {"t": (0, 1)}
     assert beat("a", -1, now=1020).member_epoch == -1
     assert not groups.groups["g"].members
+
+
+def test_idle_share_sessions_close_and_release_their_records() -> None:
+    import uuid
+
+    from raftka.broker.share.manager import (
+        LedSharePartition,
+        MemoryStateStore,
+        SharePartitionManager,
+    )
+
+    topic_id = uuid.uuid4()
+    manager = SharePartitionManager(MemoryStateStore())
+    sp = SharePartition(0)
+    manager.partitions[("g", topic_id, 0)] = LedSharePartition(("g", topic_id, 0), 1, sp, 0)
+    session = manager.open_session("g", "a", {(topic_id, 0)}, LIMIT, sessions_max=1)
+    assert session is not None
+    assert manager.open_session("g", "b", set(), LIMIT, sessions_max=1) is None
+    acquire(sp, "a", 5)
+    session.last_used_ms = 100
+    manager.evict_idle(1099, 1000, LIMIT)
+    assert ("g", "a") in manager.sessions
+    manager.evict_idle(1100, 1000, LIMIT)
+    assert not manager.sessions and sp.counts()[RecordState.AVAILABLE] == 5
