@@ -4,6 +4,7 @@ leaves, the delivery-count limit, and acknowledgements surviving a broker restar
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from clients import make_consumer, make_producer, wait_until
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
+from kio.schema.join_group.v5.request import JoinGroupRequestProtocol
 
 from raftka.broker.admin.wire import WireConnection
 
@@ -395,6 +397,20 @@ def test_list_and_describe_share_groups_and_refuse_a_classic_id(broker: BrokerPr
             )
             assert refused.error_code == 69, refused
             assert "classic" in (refused.error_message or "")
+            joined = conn.request(
+                11,  # JoinGroup, a classic member in the share group's id
+                {
+                    "group_id": group,
+                    "session_timeout": datetime.timedelta(seconds=10),
+                    "rebalance_timeout": datetime.timedelta(seconds=10),
+                    "member_id": "",
+                    "group_instance_id": None,
+                    "protocol_type": "consumer",
+                    "protocols": (JoinGroupRequestProtocol(name="range", metadata=b""),),
+                },
+                version=5,
+            )
+            assert joined.error_code == 23, joined  # INCONSISTENT_GROUP_PROTOCOL
     finally:
         classic.close()
         for m in members:
