@@ -6,8 +6,9 @@ sendfile) and tells the consumer which offset ranges of them it acquired; the co
 delivers only those. Acknowledgements (piggybacked on ShareFetch or in ShareAcknowledge)
 are answered after the share-partition state they produce is persisted.
 
-ACLs as Kafka's: READ on the group for every share API of a member, READ on each topic
-fetched or acknowledged, DESCRIBE on the group for ShareGroupDescribe.
+ACLs as Kafka's: READ on the group for ShareGroupHeartbeat, ShareFetch and
+ShareAcknowledge, READ on each topic fetched or acknowledged, DESCRIBE on the group for
+ShareGroupDescribe.
 """
 
 from __future__ import annotations
@@ -117,14 +118,6 @@ async def handle_share_group_heartbeat(context: RequestContext, request: Any) ->
             denied_message(context, AclOperation.READ, ResourceType.GROUP, group_id),
         )
     subscribed = request.subscribed_topic_names
-    if subscribed is not None:
-        may_describe = TopicAccess(context, AclOperation.DESCRIBE)
-        refused = sorted(t for t in subscribed if not may_describe(t))
-        if refused:
-            return answer(
-                ErrorCode.topic_authorization_failed,
-                f"{context.principal} may not DESCRIBE topics {refused}",
-            )
     error = coordinator.ownership.request_error(group_id)
     if error != ErrorCode.none:
         return answer(error)
@@ -296,8 +289,10 @@ def _fetch_once(
     acquired_total = 0
     now = _now_ms()
     for partition, led, answer in targets:
-        if remaining_records <= 0 or answer.error != ErrorCode.none:
+        if remaining_records <= 0:
             break
+        if answer.error != ErrorCode.none:
+            continue
         log = partition.hosted_log
         high_watermark = partition.high_watermark
         led.state.move_start(log.log_start_offset)
