@@ -104,6 +104,11 @@ def describe_group(target: Target, group_id: str) -> Document:
     committed = _committed(target, admin, group_id)
     state = state_name(description.state)
     if state == "DEAD" and not committed:
+        from raftka.broker.admin.share_groups import describe_share_group
+
+        shared = describe_share_group(target, group_id)
+        if shared is not None:
+            return shared
         raise AdminError(f"GROUP_ID_NOT_FOUND: consumer group '{group_id}' does not exist")
     owner: dict[tuple[str, int], Any] = {}
     for member in description.members:
@@ -151,6 +156,11 @@ def describe_group(target: Target, group_id: str) -> Document:
 
 
 def print_describe(document: Document, out: TextIO) -> None:
+    if document.get("type") == "share":
+        from raftka.broker.admin.share_groups import print_describe as print_share
+
+        print_share(document, out)
+        return
     group_id = document["group"]
     coordinator = document["coordinator"]
     print(

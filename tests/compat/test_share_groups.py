@@ -5,6 +5,7 @@ leaves, the delivery-count limit, and acknowledgements surviving a broker restar
 from __future__ import annotations
 
 import datetime
+import json
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import make_consumer, make_producer, wait_until
+from clients import make_consumer, make_producer, run_raftka, wait_until
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
@@ -462,3 +463,29 @@ def test_a_killed_partition_leader_hands_over_without_losing_acknowledgements(
     redelivered = sum(1 for n in delivered.values() if n > 1)
     print(f"failover: {len(accepted)} accepted before, {len(delivered)} after, "
           f"{redelivered} redelivered")  # fmt: skip
+
+
+def test_groups_describe_cli_shows_a_share_groups_partitions(broker: BrokerProcess) -> None:
+    topic, group = unique("share-cli"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_values(broker.bootstrap, topic, 1, 20)
+    consumer = share_consumer(broker.bootstrap, group, explicit=True, **{"max.poll.records": 20})
+    consumer.subscribe([topic])
+    try:
+        got = drain([consumer], 1, "records")
+        for m in got:
+            kind = AcknowledgeType.REJECT if m.offset() < 2 else AcknowledgeType.ACCEPT
+            consumer.acknowledge(m, kind if m.offset() < 12 else AcknowledgeType.RELEASE)
+        consumer.commit_sync(10)
+    finally:
+        consumer.close()
+    assert len(got) == 20, f"one poll of 20 records expected, got {len(got)}"
+    result = run_raftka("groups", "describe", group, "--bootstrap-servers", broker.bootstrap,
+                        "--output", "json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)["partitions"]
+    # Offsets 0-1 rejected, 2-11 accepted: the start moved past them; 12-19 released.
+    assert row["topic"] == topic and row["start_offset"] == 12 and row["log_end_offset"] == 20
+    assert row["in_flight_available"] == 8 and row["acknowledged"] == 0
+    table = run_raftka("groups", "describe", group, "--bootstrap-servers", broker.bootstrap)
+    assert table.returncode == 0 and "IN-FLIGHT" in table.stdout, table.stderr
