@@ -569,6 +569,9 @@ class Listed:
     def list_groups(self, states: Any = (), types: Any = ()) -> list[tuple[str, str, str]]:
         return [(g, "consumer", "Empty") for g in self.group_ids]
 
+    def list_share_groups(self, states: Any = (), types: Any = ()) -> list[tuple[str, str, str]]:
+        return []
+
     def is_loading(self) -> bool:
         return False
 
