@@ -183,8 +183,8 @@ class SharePartition:
         self, member_id: str, first: int, last: int, ack_types: list[int], delivery_limit: int
     ) -> ErrorCode:
         """Apply one acknowledgement batch: one type for the whole range, or one per offset.
-        Every offset but GAPs must be ACQUIRED by `member_id`, else INVALID_RECORD_STATE and
-        nothing changes."""
+        Every offset must be ACQUIRED by `member_id`, else INVALID_RECORD_STATE and nothing
+        changes."""
         if last < first or not ack_types:
             return ErrorCode.invalid_request
         if len(ack_types) != 1 and len(ack_types) != last - first + 1:
@@ -192,15 +192,13 @@ class SharePartition:
         if any(t not in AckType.__members__.values() for t in ack_types):
             return ErrorCode.invalid_request
         runs = list(_runs(first, last, ack_types))
-        for run_first, run_last, ack in runs:
-            if ack == AckType.GAP:
-                continue
+        for run_first, run_last, _ack in runs:
             if not self._held_by(member_id, run_first, run_last):
                 return ErrorCode.invalid_record_state
         for run_first, run_last, ack in runs:
             if ack == AckType.GAP:
                 # Offsets with no record (compacted away, control batches): nothing to deliver.
-                self._set(run_first, run_last, None, RecordState.ARCHIVED, delivery_limit)
+                self._set(run_first, run_last, member_id, RecordState.ARCHIVED, delivery_limit)
             elif ack == AckType.ACCEPT:
                 self._set(run_first, run_last, member_id, RecordState.ACKNOWLEDGED, delivery_limit)
             elif ack == AckType.RELEASE:
@@ -256,7 +254,7 @@ class SharePartition:
         self,
         first: int,
         last: int,
-        member_id: str | None,
+        member_id: str,
         state: RecordState,
         delivery_limit: int,
     ) -> None:
@@ -267,7 +265,7 @@ class SharePartition:
         self._split_at(first)
         self._split_at(last + 1)
         for r in self._overlapping(first, last):
-            if member_id is not None and r.member_id != member_id:
+            if r.member_id != member_id:
                 continue
             if state == RecordState.AVAILABLE and r.delivery_count >= delivery_limit:
                 r.state = RecordState.ARCHIVED

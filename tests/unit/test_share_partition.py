@@ -162,3 +162,14 @@ def test_idle_share_sessions_close_and_release_their_records() -> None:
     assert ("g", "a") in manager.sessions
     manager.evict_idle(1100, 1000, LIMIT)
     assert not manager.sessions and sp.counts()[RecordState.AVAILABLE] == 5
+
+
+def test_gap_archives_only_the_members_own_offsets() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "a", 3, n=3)
+    acquire(sp, "b", 6, n=3)
+    assert sp.acknowledge("a", 3, 5, [AckType.GAP], LIMIT) == ErrorCode.invalid_record_state
+    assert sp.acknowledge("a", 0, 2, [AckType.ACCEPT, AckType.GAP, AckType.ACCEPT], LIMIT) == (
+        ErrorCode.none
+    )
+    assert sp.start_offset == 3 and sp.counts()[RecordState.ACQUIRED] == 3
