@@ -242,6 +242,7 @@ def test_records_of_a_killed_consumer_come_back_after_the_lock(broker: BrokerPro
         consumer.close()
     redelivered = sorted(int(v[1:]) for v, n in counts.items() if n == 2)
     assert len(redelivered) == held, f"{held} held by the killed consumer, {redelivered} came back"
+    print(f"killed consumer: {held} held, {len(redelivered)} redelivered after the lock")
 
 
 def test_records_of_a_consumer_closed_unacknowledged_are_redelivered(
@@ -270,6 +271,7 @@ def test_records_of_a_consumer_closed_unacknowledged_are_redelivered(
     finally:
         second.close()
     assert all(seen[m.value()] == 2 for m in held), "records held at close not delivered again"
+    print(f"closed consumer: {len(held)} held at close, all redelivered")
 
 
 def accept_committed(
@@ -327,6 +329,9 @@ def test_a_killed_broker_restarts_without_losing_acknowledgements(
     everything = {f"v{i}".encode() for i in range(300)}
     assert set(delivered) == everything - accepted
     assert all(delivered[m.value()] >= 1 for m in held)
+    redelivered = sum(1 for n in delivered.values() if n > 1)
+    print(f"restart: {len(accepted)} accepted before, {len(delivered)} after, "
+          f"{len(held)} held at the kill, {redelivered} with delivery count > 1")  # fmt: skip
 
 
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, LIST_GROUPS = 76, 77, 16
