@@ -710,6 +710,37 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
     ConfigDef("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
+    ConfigDef(
+        "group.consumer.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Heartbeat interval of consumer-protocol group members (KIP-848).",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.session.timeout.ms",
+        INT,
+        45000,
+        "Session timeout of consumer-protocol group members (KIP-848).",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.max.size",
+        INT,
+        INT_MAX,
+        "Most members a consumer-protocol group may have.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.assignors",
+        S,
+        "uniform,range",
+        "Server-side assignors of consumer-protocol groups; the first is the default.",
+        read_only=True,
+    ),
 )
 
 #: Topic config that puts Produce in restore mode (no broker synonym).

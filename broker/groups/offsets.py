@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups.config import CoordinatorConfig
+from raftka.broker.groups.consumer_group import commit_error, fetch_error
 from raftka.broker.groups.group import GroupState
 from raftka.broker.groups.ownership import Ownership
 from raftka.broker.groups.rebalance import Instant, RebalanceMachine
@@ -63,6 +64,8 @@ class GroupOffsets:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
+        if group.consumer is not None:
+            return commit_error(group.consumer, member_id, generation_id)
         if group.is_static_member_fenced(member_id, group_instance_id):
             return ErrorCode.fenced_instance_id
         if generation_id < 0 and group.is_(GroupState.EMPTY):
@@ -123,6 +126,8 @@ class GroupOffsets:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
+        if group.consumer is not None:
+            return commit_error(group.consumer, member_id, generation_id, transactional=True)
         if generation_id < 0 and group.is_(GroupState.EMPTY):
             return ErrorCode.none
         if generation_id < 0 and not member_id and group_instance_id is None:
@@ -179,14 +184,22 @@ class GroupOffsets:
         return ErrorCode.none
 
     def fetch(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        member: tuple[str | None, int] = (None, -1),
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
         """Committed offsets of the given partitions (None: all the group has); offsets of
-        open transactions are not committed yet."""
+        open transactions are not committed yet. `member` (id, epoch) of OffsetFetch v9 is
+        checked against a consumer group's member."""
         error = self.ownership.request_error(group_id, empty_allowed=True)
         if error != ErrorCode.none:
             return error, {}
         group = self.machine.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            error = fetch_error(group.consumer, *member)
+            if error != ErrorCode.none:
+                return error, {}
         stored = {} if group is None else group.offsets
         if partitions is None:
             return ErrorCode.none, dict(sorted(stored.items()))

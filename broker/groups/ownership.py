@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.groups.consumer_group import GROUP_TYPE_CONSUMER, ConsumerProtocolGroup
 from raftka.broker.groups.group import ConsumerGroup, GroupState, Member, valid_group_id
 from raftka.broker.groups.records import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
     GroupMetadataValue,
     OffsetKey,
     OffsetValue,
@@ -201,6 +204,9 @@ class Ownership:
         from its records and markers, and how many entries were read."""
         loaded: dict[str, ConsumerGroup] = {}
         metadata: dict[str, GroupMetadataValue | None] = {}
+        # Consumer groups (KIP-848): group epoch, or None after a tombstone. A group's
+        # classic metadata or consumer-group record, whichever comes last, says its type.
+        consumer_epochs: dict[str, int | None] = {}
         pending = PendingTxnOffsets(self.partition_for)
         count = 0
         for entry in self.offsets_log.replay_log(partition):
@@ -213,11 +219,21 @@ class Ownership:
                         materialize(group, offsets)
                 continue
             try:
-                self._replay_record(entry, loaded, metadata, pending)
+                self._replay_record(entry, loaded, metadata, pending, consumer_epochs)
             except (RecordFormatError, UnicodeDecodeError) as exc:
                 logger.warning("skipping unreadable %s record: %s", OFFSETS_TOPIC, exc)
         now_ms = self._now().ms
+        for group_id, epoch in consumer_epochs.items():
+            if epoch is None:
+                continue
+            # In-memory members do not survive a coordinator change: the group and its
+            # epoch do, members rejoin (their old epochs are unknown here, so fenced).
+            group = loaded.setdefault(group_id, ConsumerGroup(group_id))
+            group.consumer = ConsumerProtocolGroup(group_epoch=epoch, assignment_epoch=epoch)
+            group.protocol_type = GROUP_TYPE_CONSUMER
         for group_id, stored in metadata.items():
+            if group_id in consumer_epochs and consumer_epochs[group_id] is not None:
+                continue
             if stored is None:
                 deleted = loaded.get(group_id)
                 if deleted is not None and not deleted.offsets and not pending.has_open(group_id):
@@ -225,6 +241,8 @@ class Ownership:
                 continue
             restore(loaded.setdefault(group_id, ConsumerGroup(group_id)), stored, now_ms)
         for group_id in [g for g, group in loaded.items() if not group.offsets]:
+            if loaded[group_id].consumer is not None:
+                continue
             if metadata.get(group_id) is None and not pending.has_open(group_id):
                 del loaded[group_id]
         groups = [g for g in loaded.values() if self.partition_for(g.group_id) == partition]
@@ -236,9 +254,21 @@ class Ownership:
         loaded: dict[str, ConsumerGroup],
         metadata: dict[str, GroupMetadataValue | None],
         pending: PendingTxnOffsets,
+        consumer_epochs: dict[str, int | None],
     ) -> None:
         decoded = decode_key(entry.key)
+        if isinstance(decoded, ConsumerGroupMetadataKey):
+            consumer_epochs.pop(decoded.group_id, None)
+            metadata.pop(decoded.group_id, None)
+            consumer_epochs[decoded.group_id] = (
+                None
+                if entry.value is None
+                else ConsumerGroupMetadataValue.decode(entry.value).epoch
+            )
+            return
         if not isinstance(decoded, OffsetKey):
+            if entry.value is not None:
+                consumer_epochs.pop(decoded.group_id, None)
             metadata[decoded.group_id] = (
                 None if entry.value is None else GroupMetadataValue.decode(entry.value)
             )

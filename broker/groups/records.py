@@ -10,6 +10,9 @@ read the same as Kafka's:
     members[memberId, groupInstanceId, clientId, clientHost, rebalanceTimeout, sessionTimeout,
     subscription, assignment]
 
+- ConsumerGroupMetadataKey v3: group string → ConsumerGroupMetadataValue v0 (flexible):
+  epoch int32, tagged fields -- a consumer group (KIP-848) and its group epoch
+
 A null value (tombstone) deletes what its key names. Strings are int16-length prefixed
 (-1 is null), bytes int32-length prefixed.
 """
@@ -23,6 +26,8 @@ OFFSET_COMMIT_KEY_VERSION = 1
 OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_KEY_VERSION = 2
 GROUP_METADATA_VALUE_VERSION = 3
+CONSUMER_GROUP_METADATA_KEY_VERSION = 3
+CONSUMER_GROUP_METADATA_VALUE_VERSION = 0
 STRING_LENGTH_MAX = 32767
 
 _I16 = struct.Struct(">h")
@@ -127,7 +132,15 @@ class GroupMetadataKey:
         return _I16.pack(GROUP_METADATA_KEY_VERSION) + _string(self.group_id)
 
 
-def decode_key(key: bytes) -> OffsetKey | GroupMetadataKey:
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataKey:
+    group_id: str
+
+    def encode(self) -> bytes:
+        return _I16.pack(CONSUMER_GROUP_METADATA_KEY_VERSION) + _string(self.group_id)
+
+
+def decode_key(key: bytes) -> OffsetKey | GroupMetadataKey | ConsumerGroupMetadataKey:
     reader = _Reader(key)
     version = reader.int16()
     if version in (0, 1):
@@ -135,6 +148,8 @@ def decode_key(key: bytes) -> OffsetKey | GroupMetadataKey:
         return OffsetKey(group or "", topic or "", reader.int32())
     if version == 2:
         return GroupMetadataKey(reader.string() or "")
+    if version == CONSUMER_GROUP_METADATA_KEY_VERSION:
+        return ConsumerGroupMetadataKey(reader.string() or "")
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 
@@ -249,3 +264,20 @@ class GroupMetadataValue:
                 )
             )
         return cls(protocol_type, generation, protocol, leader, timestamp, tuple(members))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+
+    def encode(self) -> bytes:
+        # A flexible version: the fields, then an empty tagged-field section.
+        return _I16.pack(CONSUMER_GROUP_METADATA_VALUE_VERSION) + _I32.pack(self.epoch) + b"\x00"
+
+    @classmethod
+    def decode(cls, value: bytes) -> ConsumerGroupMetadataValue:
+        reader = _Reader(value)
+        version = reader.int16()
+        if version != CONSUMER_GROUP_METADATA_VALUE_VERSION:
+            raise RecordFormatError(f"unknown ConsumerGroupMetadataValue version {version}")
+        return cls(reader.int32())

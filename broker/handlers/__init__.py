@@ -12,6 +12,7 @@ from raftka.broker.handlers import (
     api_versions,
     client_quotas,
     configs,
+    consumer_groups,
     elect_leaders,
     fetch,
     groups,
@@ -45,8 +46,8 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         1: ApiHandler(4, 12, fetch.handle_fetch),
         2: ApiHandler(1, 7, list_offsets.handle_list_offsets),
         3: ApiHandler(0, 12, metadata.handle_metadata),
-        8: ApiHandler(2, 8, groups.handle_offset_commit),
-        9: ApiHandler(1, 8, groups.handle_offset_fetch),
+        8: ApiHandler(2, 9, groups.handle_offset_commit),
+        9: ApiHandler(1, 9, groups.handle_offset_fetch),
         10: ApiHandler(0, 4, groups.handle_find_coordinator),
         11: ApiHandler(0, 9, groups.handle_join_group),
         12: ApiHandler(0, 4, groups.handle_heartbeat),
@@ -107,5 +108,7 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
             txn.LIST_TRANSACTIONS_MAX_VERSION,
             txn.handle_list_transactions,
         ),
+        68: ApiHandler(0, 1, consumer_groups.handle_consumer_group_heartbeat),
+        69: ApiHandler(0, 1, consumer_groups.handle_consumer_group_describe),
     }
 )
