@@ -456,6 +456,7 @@ class ConsumerProtocolMachine:
                     f"present in the consumer group {group_id}; it must leave first.",
                 )
             # The new incarnation takes over the old one's assignment, from epoch 0.
+            target = state.target.get(existing.member_id)
             self._drop_member(group_id, state, existing)
             member = ConsumerMember(
                 member_id,
@@ -472,8 +473,8 @@ class ConsumerProtocolMachine:
             state.members[member_id] = member
             state.static_members[instance_id] = member_id
             state.add_owned(member)
-            if existing.member_id in state.target:
-                state.target[member_id] = state.target.pop(existing.member_id)
+            if target is not None:
+                state.target[member_id] = target
             return member
         if existing is None:
             raise HeartbeatError(

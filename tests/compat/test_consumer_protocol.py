@@ -1,0 +1,296 @@
+"""The consumer group protocol (KIP-848, `group.protocol=consumer`) with librdkafka, and its
+errors on the wire.
+
+One broker with a short consumer heartbeat interval serves the module. Consumers run in the
+test's thread, polled in turn; waits are bounded polls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from clients import RawConnection, make_producer, retry_retriable, wait_until
+from confluent_kafka import Consumer, KafkaException
+from harness import BrokerProcess
+
+HEARTBEAT_INTERVAL_MS = 300
+PARTITIONS = 6
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def kip848_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(
+        {
+            "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
+            "group.consumer.session.timeout.ms": "6000",
+            "offsets.topic.num.partitions": "3",
+        },
+        base_dir=tmp_path_factory.mktemp("kip848"),
+    )
+    try:
+        broker.start()
+        yield broker
+        broker.stop()
+    finally:
+        broker.kill()
+
+
+class GroupConsumer:
+    """A `group.protocol=consumer` consumer that commits synchronously after processing
+    each batch, and records every record and assignment change it sees."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
+        self.name = name
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "client.id": name,
+            }
+        )
+        self.seen: list[str] = []
+        self.commit_errors: list[str] = []
+        self.revoked: list[int] = []
+        self.consumer.subscribe(
+            [topic],
+            on_assign=lambda _c, _ps: None,
+            on_revoke=lambda _c, ps: self.revoked.extend(p.partition for p in ps),
+        )
+
+    def owned(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def poll_once(self) -> None:
+        batch = self.consumer.consume(num_messages=100, timeout=0.05)
+        records = [m for m in batch if m.error() is None]
+        for m in records:
+            self.seen.append(m.value().decode())
+        if records:
+            try:
+                self.consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                self.commit_errors.append(str(exc))
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class Producing:
+    """Produces numbered records round-robin over the partitions until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = make_producer(bootstrap, acks="all")
+        self.topic = topic
+        self.sent: list[str] = []
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            value = str(i)
+
+            def report(err: Any, _msg: Any, value: str = value) -> None:
+                (self.failed if err is not None else self.sent).append(value)
+
+            self.producer.produce(
+                self.topic, value=value.encode(), partition=i % PARTITIONS, on_delivery=report
+            )
+            self.producer.poll(0)
+            i += 1
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        assert self.producer.flush(20) == 0, "the producer delivered everything it queued"
+
+
+def poll_until(
+    consumers: list[GroupConsumer], done: Callable[[], bool], what: str, timeout: float = WAIT_S
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            owned = {c.name: sorted(c.owned()) for c in consumers}
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; owned {owned}")
+        for c in consumers:
+            c.poll_once()
+
+
+def covers_all(consumers: list[GroupConsumer]) -> bool:
+    owned = [c.owned() for c in consumers]
+    return (
+        all(owned)
+        and sum(len(o) for o in owned) == PARTITIONS
+        and set().union(*owned) == set(range(PARTITIONS))
+    )
+
+
+def test_members_leave_one_at_a_time_incrementally_with_nothing_lost_or_repeated(
+    kip848_broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    """3 → 2 → 1 members while records are produced. Each survivor keeps what it had (no
+    stop-the-world revocation), and with commits after processing every produced record is
+    consumed exactly once across the group: none skipped, none twice."""
+    bootstrap = kip848_broker.bootstrap
+    topic = new_topic(partitions=PARTITIONS, bootstrap=bootstrap)
+    group = f"kip848-{uuid.uuid4().hex[:8]}"
+    producing = Producing(bootstrap, topic)
+    consumers = [GroupConsumer(bootstrap, topic, group, f"c{i}") for i in range(3)]
+    try:
+        poll_until(consumers, lambda: covers_all(consumers), "3 members to share 6 partitions")
+        assert sorted(len(c.owned()) for c in consumers) == [2, 2, 2]
+        while consumers[1:]:
+            leaving = consumers.pop()
+            before = {c.name: c.owned() for c in consumers}
+            for c in consumers:
+                c.revoked.clear()
+            leaving.close()
+            poll_until(
+                consumers,
+                lambda: covers_all(consumers),
+                f"{len(consumers)} members to take over {leaving.name}'s partitions",
+            )
+            for c in consumers:
+                assert before[c.name] <= c.owned(), f"{c.name} kept its partitions"
+                assert not set(c.revoked) & before[c.name], f"{c.name} revoked nothing it kept"
+            consumers[0].seen.extend(leaving.seen)
+            consumers[0].commit_errors.extend(leaving.commit_errors)
+        producing.stop()
+        survivor = consumers[0]
+        sent = set(producing.sent)
+        poll_until(consumers, lambda: sent <= set(survivor.seen), "every record to be consumed")
+    finally:
+        for c in consumers:
+            c.close()
+    assert not producing.failed
+    assert len(sent) > 100, "records were produced throughout"
+    repeated = {v: n for v, n in Counter(survivor.seen).items() if n > 1}
+    assert not repeated, f"consumed more than once: {sorted(repeated)[:20]}"
+    assert set(survivor.seen) == sent
+    assert not survivor.commit_errors, survivor.commit_errors
+
+
+# -- the wire: errors of the two protocols meeting, epochs --------------------------------
+
+
+def heartbeat(conn: RawConnection, **fields: Any) -> Any:
+    from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+    from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
+
+    fields.setdefault("topic_partitions", None)
+
+    def send() -> Any:
+        conn.send_request(ConsumerGroupHeartbeatRequest(**fields))
+        return conn.recv_response(ConsumerGroupHeartbeatResponse)
+
+    return retry_retriable(send)
+
+
+def join(conn: RawConnection, group: str) -> Any:
+    import datetime
+
+    from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.join_group.v5.response import JoinGroupResponse
+
+    request = JoinGroupRequest(
+        group_id=group,
+        session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=10),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+    )
+
+    def send() -> Any:
+        conn.send_request(request)
+        return conn.recv_response(JoinGroupResponse)
+
+    return retry_retriable(send)
+
+
+def joining(group: str, member_id: str, topic: str) -> dict[str, Any]:
+    import datetime
+
+    return {
+        "group_id": group,
+        "member_id": member_id,
+        "member_epoch": 0,
+        "rebalance_timeout": datetime.timedelta(seconds=10),
+        "subscribed_topic_names": (topic,),
+        "topic_partitions": (),
+    }
+
+
+def test_classic_and_consumer_protocols_refuse_each_others_groups(
+    kip848_broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    from kio.schema.errors import ErrorCode
+
+    bootstrap = kip848_broker.bootstrap
+    topic = new_topic(partitions=2, bootstrap=bootstrap)
+    modern, classic = f"modern-{uuid.uuid4().hex[:8]}", f"classic-{uuid.uuid4().hex[:8]}"
+    with RawConnection(bootstrap) as conn:
+        joined = heartbeat(conn, **joining(modern, "m1", topic))
+        assert joined.error_code == ErrorCode.none and joined.member_epoch >= 1
+        refused = join(conn, modern)
+        assert refused.error_code == ErrorCode.inconsistent_group_protocol
+        assert join(conn, classic).error_code == ErrorCode.member_id_required
+    # A classic member of `classic`, through a real classic consumer.
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": classic, "auto.offset.reset": "earliest"}
+    )
+    try:
+        consumer.subscribe([topic])
+        wait_until(
+            lambda: consumer.poll(0.1) is None and consumer.assignment(),
+            WAIT_S,
+            "the classic consumer's assignment",
+        )
+        with RawConnection(bootstrap) as conn:
+            refused = heartbeat(conn, **joining(classic, "m2", topic))
+            assert refused.error_code == ErrorCode.group_id_not_found, refused
+            assert "not a consumer group" in (refused.error_message or "")
+    finally:
+        consumer.close()
+
+
+def test_member_epochs_are_fenced_on_the_wire(
+    kip848_broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    from kio.schema.errors import ErrorCode
+
+    bootstrap = kip848_broker.bootstrap
+    topic = new_topic(partitions=2, bootstrap=bootstrap)
+    group = f"epochs-{uuid.uuid4().hex[:8]}"
+    with RawConnection(bootstrap) as conn:
+        joined = heartbeat(conn, **joining(group, "m1", topic))
+        epoch = joined.member_epoch
+        assert joined.assignment is not None
+        owned = joined.assignment.topic_partitions
+        base = {"group_id": group, "member_id": "m1", "topic_partitions": owned}
+        assert heartbeat(conn, **base, member_epoch=epoch).error_code == ErrorCode.none
+        ahead = heartbeat(conn, **base, member_epoch=epoch + 5)
+        assert ahead.error_code == ErrorCode.fenced_member_epoch
+        unknown = heartbeat(conn, **{**base, "member_id": "nobody"}, member_epoch=epoch)
+        assert unknown.error_code == ErrorCode.unknown_member_id
+        bad = heartbeat(conn, **{**base, "member_id": ""}, member_epoch=epoch)
+        assert bad.error_code == ErrorCode.invalid_request and bad.error_message
+        left = heartbeat(conn, **base, member_epoch=-1)
+        assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
+        gone = heartbeat(conn, **base, member_epoch=epoch)
+        assert gone.error_code == ErrorCode.unknown_member_id
