@@ -35,9 +35,15 @@ from typing import NamedTuple, Protocol
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups.assignors import Assignment, Assignor, MemberSubscription
+from raftka.broker.groups.consumer_records import MemberAssignmentValue, MemberMetadataValue
 from raftka.broker.groups.deadlines import DeadlineHeap
 from raftka.broker.groups.group import ConsumerGroup, GroupState
 from raftka.broker.groups.rebalance import Instant
+from raftka.broker.groups.records import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    MemberKey,
+)
 
 logger = logging.getLogger("raftka.groups")
 
@@ -47,6 +53,7 @@ LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 GROUP_TYPE_CONSUMER = "consumer"
 
 TopicPartitions = Mapping[uuid.UUID, Iterable[int]]
+KeyValue = tuple[bytes, bytes | None]
 
 
 class TopicImage(Protocol):
@@ -76,9 +83,10 @@ class ConsumerConfig:
 
 
 class MemberState(enum.Enum):
-    STABLE = "stable"
-    UNREVOKED_PARTITIONS = "unrevoked_partitions"
-    UNRELEASED_PARTITIONS = "unreleased_partitions"
+    # Values as Kafka stores them (ConsumerGroupCurrentMemberAssignmentValue.State).
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
 
 
 class GroupProtocolState(enum.Enum):
@@ -104,6 +112,51 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+
+    def metadata_value(self) -> MemberMetadataValue:
+        return MemberMetadataValue(
+            self.instance_id,
+            self.rack_id,
+            self.client_id,
+            self.client_host,
+            self.subscribed_topic_names,
+            self.subscribed_topic_regex,
+            self.rebalance_timeout_ms,
+            self.server_assignor,
+        )
+
+    def assignment_value(self) -> MemberAssignmentValue:
+        return MemberAssignmentValue(
+            self.member_epoch,
+            self.previous_member_epoch,
+            self.state.value,
+            {t: frozenset(p) for t, p in self.assigned.items()},
+            {t: frozenset(p) for t, p in self.pending_revocation.items()},
+        )
+
+    @classmethod
+    def restore(
+        cls, member_id: str, metadata: MemberMetadataValue, assignment: MemberAssignmentValue | None
+    ) -> ConsumerMember:
+        """A member as its records in `__consumer_offsets` describe it."""
+        member = cls(
+            member_id,
+            instance_id=metadata.instance_id,
+            rack_id=metadata.rack_id,
+            client_id=metadata.client_id,
+            client_host=metadata.client_host,
+            rebalance_timeout_ms=metadata.rebalance_timeout_ms,
+            subscribed_topic_names=metadata.subscribed_topic_names,
+            subscribed_topic_regex=metadata.subscribed_topic_regex,
+            server_assignor=metadata.server_assignor,
+        )
+        if assignment is not None:
+            member.member_epoch = assignment.member_epoch
+            member.previous_member_epoch = assignment.previous_member_epoch
+            member.state = MemberState(assignment.state)
+            member.assigned = _copy(assignment.assigned)
+            member.pending_revocation = _copy(assignment.pending_revocation)
+        return member
 
     def owned_partitions(self) -> Iterable[tuple[uuid.UUID, int]]:
         for assignment in (self.assigned, self.pending_revocation):
@@ -212,6 +265,20 @@ def _owns_any(owned: TopicPartitions | None, partitions: Assignment) -> bool:
     return any(set(parts) & partitions.get(t, set()) for t, parts in owned.items())
 
 
+def restore_group(
+    epoch: int,
+    metadata: Mapping[str, MemberMetadataValue],
+    assignments: Mapping[str, MemberAssignmentValue],
+) -> ConsumerProtocolGroup:
+    """A consumer group as its records describe it (`adopt` makes it servable)."""
+    state = ConsumerProtocolGroup(group_epoch=epoch, assignment_epoch=epoch)
+    for member_id, stored in metadata.items():
+        state.members[member_id] = ConsumerMember.restore(
+            member_id, stored, assignments.get(member_id)
+        )
+    return state
+
+
 def _sync_state(group: ConsumerGroup, now: Instant) -> None:
     """The classic state the shared parts read (offset expiry, DeleteGroups): a consumer
     group with members is never Empty."""
@@ -285,15 +352,37 @@ class ConsumerProtocolMachine:
         topics: TopicImage,
         *,
         on_earlier_deadline: Callable[[], None] = _nothing,
-        on_group_epoch: Callable[[str, int], None] | None = None,
+        on_records: Callable[[str, list[KeyValue]], None] | None = None,
         new_member_id: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
         self.config = config
         self.groups = groups
         self.topics = topics
         self.deadlines: DeadlineHeap[DeadlineKey] = DeadlineHeap(on_earlier_deadline)
-        self._on_group_epoch = on_group_epoch
+        self._on_records = on_records
         self._new_member_id = new_member_id
+        # Records of the operation under way, by group: handed to `on_records` at its end.
+        self._records: dict[str, list[KeyValue]] = {}
+
+    def _flush(self) -> None:
+        records, self._records = self._records, {}
+        if self._on_records is not None:
+            for group_id, batch in records.items():
+                if batch:
+                    self._on_records(group_id, batch)
+
+    def _record_member(self, group_id: str, member: ConsumerMember, metadata: bool) -> None:
+        out = self._records.setdefault(group_id, [])
+        if metadata:
+            key = MemberKey(group_id, member.member_id, assignment=False)
+            out.append((key.encode(), member.metadata_value().encode()))
+        key = MemberKey(group_id, member.member_id, assignment=True)
+        out.append((key.encode(), member.assignment_value().encode()))
+
+    def _record_removal(self, group_id: str, member_id: str) -> None:
+        self._records.setdefault(group_id, []).extend(
+            (MemberKey(group_id, member_id, assignment=a).encode(), None) for a in (True, False)
+        )
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
 
@@ -308,6 +397,8 @@ class ConsumerProtocolMachine:
             return self._heartbeat(request, now)
         except HeartbeatError as exc:
             return HeartbeatResult(exc.error, exc.message, request.member_id or None)
+        finally:
+            self._flush()
 
     def _group(self, group_id: str, create: bool) -> tuple[ConsumerGroup, ConsumerProtocolGroup]:
         group = self.groups.get(group_id)
@@ -350,8 +441,14 @@ class ConsumerProtocolMachine:
                 f"{self.config.max_size} members.",
             )
         member = self._member(group.group_id, state, member_id, request, joining)
-        bump = member.member_id not in state.members
-        if bump:
+        known = member.member_id in state.members
+        metadata_before = member.metadata_value() if known else None
+        assignment_before = member.assignment_value() if known else None
+        # A static member's new incarnation replaces the old one without a rebalance.
+        bump = not known and (
+            member.instance_id is None or member.instance_id not in state.static_members
+        )
+        if not known:
             state.members[member.member_id] = member
             if member.instance_id is not None:
                 state.static_members[member.instance_id] = member.member_id
@@ -388,6 +485,9 @@ class ConsumerProtocolMachine:
         if state.group_epoch > state.assignment_epoch:
             self._compute_target(state)
         self._reconcile(group.group_id, state, member, request.owned)
+        metadata_changed = member.metadata_value() != metadata_before
+        if metadata_changed or member.assignment_value() != assignment_before:
+            self._record_member(group.group_id, member, metadata_changed)
         self.deadlines.schedule(
             DeadlineKey(DeadlineKind.SESSION, group.group_id, member.member_id),
             now.ms + self.config.session_timeout_ms,
@@ -458,6 +558,8 @@ class ConsumerProtocolMachine:
             # The new incarnation takes over the old one's assignment, from epoch 0.
             target = state.target.get(existing.member_id)
             self._drop_member(group_id, state, existing)
+            self._record_removal(group_id, existing.member_id)
+            state.static_members[instance_id] = member_id  # joins in `_heartbeat`
             member = ConsumerMember(
                 member_id,
                 instance_id=instance_id,
@@ -470,9 +572,6 @@ class ConsumerProtocolMachine:
                 assigned=_copy(existing.assigned),
                 pending_revocation=_copy(existing.pending_revocation),
             )
-            state.members[member_id] = member
-            state.static_members[instance_id] = member_id
-            state.add_owned(member)
             if target is not None:
                 state.target[member_id] = target
             return member
@@ -551,6 +650,7 @@ class ConsumerProtocolMachine:
             )
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
+            self._record_member(request.group_id, member, metadata=False)
             self.deadlines.cancel(
                 DeadlineKey(DeadlineKind.REBALANCE, request.group_id, member.member_id)
             )
@@ -576,6 +676,7 @@ class ConsumerProtocolMachine:
         if group is None or state is None or member_id not in state.members:
             return
         self._drop_member(group_id, state, state.members[member_id])
+        self._record_removal(group_id, member_id)
         state.subscription_metadata = self._subscription_metadata(state)
         self._bump(group_id, state)
         _sync_state(group, now)
@@ -599,8 +700,11 @@ class ConsumerProtocolMachine:
         logger.info(
             "group %s: group epoch %d", group_id, state.group_epoch, extra={"group": group_id}
         )
-        if self._on_group_epoch is not None:
-            self._on_group_epoch(group_id, state.group_epoch)
+        record = (
+            ConsumerGroupMetadataKey(group_id).encode(),
+            ConsumerGroupMetadataValue(state.group_epoch).encode(),
+        )
+        self._records.setdefault(group_id, []).append(record)
 
     def _subscribed_names(self, member: ConsumerMember) -> set[str]:
         names = set(member.subscribed_topic_names)
@@ -731,8 +835,44 @@ class ConsumerProtocolMachine:
     def next_deadline_ms(self) -> float | None:
         return self.deadlines.earliest()
 
+    def adopt(self, group: ConsumerGroup, now: Instant) -> None:
+        """Serve a consumer group restored from `__consumer_offsets`: its members keep
+        their epochs and partitions (so no partition is given to two members), their
+        sessions start now, and the group epoch is bumped (and stored) so that a target
+        assignment is computed again -- it is not stored."""
+        state = group.consumer
+        if state is None:
+            return
+        for member in state.members.values():
+            if member.instance_id is not None:
+                state.static_members[member.instance_id] = member.member_id
+            state.add_owned(member)
+            state.target[member.member_id] = _copy(member.assigned)
+            self.deadlines.schedule(
+                DeadlineKey(DeadlineKind.SESSION, group.group_id, member.member_id),
+                now.ms + self.config.session_timeout_ms,
+            )
+            if member.state == MemberState.UNREVOKED_PARTITIONS:
+                self.deadlines.schedule(
+                    DeadlineKey(DeadlineKind.REBALANCE, group.group_id, member.member_id),
+                    now.ms + member.rebalance_timeout_ms,
+                )
+        newest = max((m.member_epoch for m in state.members.values()), default=0)
+        state.group_epoch = state.assignment_epoch = max(state.group_epoch, newest)
+        state.subscription_metadata = self._subscription_metadata(state)
+        if state.members:
+            self._bump(group.group_id, state)
+        _sync_state(group, now)
+        self._flush()
+
     def tick(self, now: Instant) -> None:
         """Fence every member whose session or rebalance timeout is at or before `now`."""
+        try:
+            self._fence_due(now)
+        finally:
+            self._flush()
+
+    def _fence_due(self, now: Instant) -> None:
         for key in self.deadlines.pop_due(now.ms):
             group = self.groups.get(key.group_id)
             if group is None or group.consumer is None:

@@ -16,8 +16,8 @@ It also answers ListGroups, DescribeGroups and DeleteGroups.
 
 Groups of the consumer group protocol (KIP-848) share the registry, the offsets and the
 ownership with classic groups; `ConsumerProtocolMachine` (consumer_group.py) runs their
-heartbeats and deadlines, and each bump of a group epoch is written to the log (Kafka's
-ConsumerGroupMetadata record) before the heartbeat that caused it is answered.
+heartbeats and deadlines; the records of a heartbeat's changes (Kafka's ConsumerGroupMetadata,
+member metadata and current assignment) are in the log before it is answered.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ from raftka.broker.groups.ownership import Ownership, materialize
 from raftka.broker.groups.rebalance import Instant, JoinRequest, RebalanceMachine, SyncRequest
 from raftka.broker.groups.records import (
     ConsumerGroupMetadataKey,
-    ConsumerGroupMetadataValue,
     GroupMetadataKey,
     OffsetKey,
     OffsetValue,
@@ -162,6 +161,7 @@ class GroupCoordinator:
         self.writes = WriteQueue(offsets_log)
         self.pending = PendingTxnOffsets(self.writes.partition_for)
         self.ownership = Ownership(offsets_log, self.machine, self.now, self.pending)
+        self.ownership.on_adopt.append(lambda group: self.consumer.adopt(group, self.now()))
         self.offsets = GroupOffsets(
             self.config, self.machine, self.ownership, self.writes, self.now
         )
@@ -175,10 +175,11 @@ class GroupCoordinator:
             self.machine.groups,
             topics or NoTopics(),
             on_earlier_deadline=self._on_earlier_deadline,
-            on_group_epoch=self._store_group_epoch,
+            on_records=self._store_consumer_records,
         )
         self._earlier_deadline = trio.Event()
-        self._epoch_appends: list[Append] = []
+        # The appends of the heartbeat being handled, which it waits for.
+        self._heartbeat_appends: list[Append] | None = None
 
     def now(self) -> Instant:
         return Instant(self.clock_ms(), self.wall_clock_ms())
@@ -285,20 +286,19 @@ class GroupCoordinator:
 
         self.writes.store_group_metadata(group.group_id, group.to_record(), stored)
 
-    def _store_group_epoch(self, group_id: str, epoch: int) -> None:
-        record = (
-            ConsumerGroupMetadataKey(group_id).encode(),
-            ConsumerGroupMetadataValue(epoch).encode(),
-        )
-        self._epoch_appends.append(self.writes.append(group_id, [record]))
+    def _store_consumer_records(self, group_id: str, records: list[KeyValue]) -> None:
+        append = self.writes.append(group_id, records)
+        if self._heartbeat_appends is not None:
+            self._heartbeat_appends.append(append)
 
     # -- ConsumerGroupHeartbeat (KIP-848) ------------------------------------------------------
 
     async def consumer_group_heartbeat(
         self, request: HeartbeatRequest, version: int
     ) -> HeartbeatResult:
-        """One ConsumerGroupHeartbeat, answered once the group epoch it may have bumped is
-        in the log (a failed write answers NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE)."""
+        """One ConsumerGroupHeartbeat, answered once the records it changed (member,
+        assignment, group epoch) are in the log; a failed write answers NOT_COORDINATOR or
+        COORDINATOR_NOT_AVAILABLE, and the member's next heartbeat is refused or rejoins."""
         error = self.ownership.request_error(request.group_id)
         if error != ErrorCode.none:
             return HeartbeatResult(error, None, request.member_id or None)
@@ -306,12 +306,16 @@ class GroupCoordinator:
         error = self.ownership.request_error(request.group_id)
         if error != ErrorCode.none:
             return HeartbeatResult(error, None, request.member_id or None)
-        result = self.consumer.heartbeat(request, self.now(), version)
-        appends, self._epoch_appends = self._epoch_appends, []
+        appends: list[Append] = []
+        self._heartbeat_appends = appends
+        try:
+            result = self.consumer.heartbeat(request, self.now(), version)
+        finally:
+            self._heartbeat_appends = None
         for append in appends:
             written = await append.wait()
             if written != ErrorCode.none and result.error == ErrorCode.none:
-                result = HeartbeatResult(written, "the group epoch could not be stored")
+                result = HeartbeatResult(written, "the group's records could not be stored")
         return result
 
     def consumer_group(self, group_id: str) -> tuple[ErrorCode, ConsumerProtocolGroup | None]:

@@ -12,6 +12,8 @@ read the same as Kafka's:
 
 - ConsumerGroupMetadataKey v3: group string → ConsumerGroupMetadataValue v0 (flexible):
   epoch int32, tagged fields -- a consumer group (KIP-848) and its group epoch
+- ConsumerGroupMemberMetadataKey v5 and ConsumerGroupCurrentMemberAssignmentKey v8: group
+  string, member string (`MemberKey`; their values are in consumer_records.py)
 
 A null value (tombstone) deletes what its key names. Strings are int16-length prefixed
 (-1 is null), bytes int32-length prefixed.
@@ -28,6 +30,8 @@ GROUP_METADATA_KEY_VERSION = 2
 GROUP_METADATA_VALUE_VERSION = 3
 CONSUMER_GROUP_METADATA_KEY_VERSION = 3
 CONSUMER_GROUP_METADATA_VALUE_VERSION = 0
+MEMBER_METADATA_KEY_VERSION = 5
+MEMBER_ASSIGNMENT_KEY_VERSION = 8
 STRING_LENGTH_MAX = 32767
 
 _I16 = struct.Struct(">h")
@@ -140,7 +144,23 @@ class ConsumerGroupMetadataKey:
         return _I16.pack(CONSUMER_GROUP_METADATA_KEY_VERSION) + _string(self.group_id)
 
 
-def decode_key(key: bytes) -> OffsetKey | GroupMetadataKey | ConsumerGroupMetadataKey:
+@dataclass(frozen=True, slots=True)
+class MemberKey:
+    """A consumer group member's metadata (`assignment` False) or current assignment
+    (`assignment` True)."""
+
+    group_id: str
+    member_id: str
+    assignment: bool
+
+    def encode(self) -> bytes:
+        version = MEMBER_ASSIGNMENT_KEY_VERSION if self.assignment else MEMBER_METADATA_KEY_VERSION
+        return _I16.pack(version) + _string(self.group_id) + _string(self.member_id)
+
+
+def decode_key(
+    key: bytes,
+) -> OffsetKey | GroupMetadataKey | ConsumerGroupMetadataKey | MemberKey:
     reader = _Reader(key)
     version = reader.int16()
     if version in (0, 1):
@@ -150,6 +170,10 @@ def decode_key(key: bytes) -> OffsetKey | GroupMetadataKey | ConsumerGroupMetada
         return GroupMetadataKey(reader.string() or "")
     if version == CONSUMER_GROUP_METADATA_KEY_VERSION:
         return ConsumerGroupMetadataKey(reader.string() or "")
+    if version in (MEMBER_METADATA_KEY_VERSION, MEMBER_ASSIGNMENT_KEY_VERSION):
+        group = reader.string() or ""
+        member = reader.string() or ""
+        return MemberKey(group, member, version == MEMBER_ASSIGNMENT_KEY_VERSION)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 

@@ -294,3 +294,36 @@ def test_member_epochs_are_fenced_on_the_wire(
         assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
         gone = heartbeat(conn, **base, member_epoch=epoch)
         assert gone.error_code == ErrorCode.unknown_member_id
+
+
+def test_admin_tools_show_the_group_type(
+    kip848_broker: BrokerProcess, new_topic: Callable[..., str]
+) -> None:
+    """ListGroups v5 and ConsumerGroupDescribe as librdkafka's admin client and `raftka
+    groups` use them: the group's type, state, members and assignment."""
+    import json
+
+    from clients import run_raftka
+
+    bootstrap = kip848_broker.bootstrap
+    topic = new_topic(partitions=2, bootstrap=bootstrap)
+    group = f"cli-{uuid.uuid4().hex[:8]}"
+    consumer = GroupConsumer(bootstrap, topic, group, "cli-consumer")
+    try:
+        poll_until([consumer], lambda: consumer.owned() == {0, 1}, "the member's assignment")
+
+        def cli(*args: str) -> Any:
+            done = run_raftka("groups", *args, "--bootstrap-servers", bootstrap, "--output", "json")
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        listed = {g["group"]: g for g in cli("list")["groups"]}
+        assert (listed[group]["type"], listed[group]["state"]) == ("consumer", "STABLE")
+        described = cli("describe", group)
+        assert (described["type"], described["state"]) == ("consumer", "STABLE")
+        assert described["assignor"] == "uniform"
+        [member] = described["members"]
+        assert member["client_id"] == "cli-consumer"
+        assert sorted(tp["partition"] for tp in member["assignment"]) == [0, 1]
+    finally:
+        consumer.close()

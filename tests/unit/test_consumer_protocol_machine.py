@@ -27,6 +27,11 @@ from raftka.broker.groups.consumer_group import (
 )
 from raftka.broker.groups.group import ConsumerGroup, GroupState, Member
 from raftka.broker.groups.rebalance import Instant, JoinRequest
+from raftka.broker.groups.records import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    decode_key,
+)
 
 E = ErrorCode
 T = uuid.UUID(int=7)
@@ -62,12 +67,17 @@ class Group:
             ConsumerConfig(assignors=dict(ASSIGNORS), **config),
             self.groups,
             self.topics,
-            on_group_epoch=lambda _g, epoch: self.epochs_stored.append(epoch),
+            on_records=self._stored,
         )
         self.ms = 0.0
 
     def now(self) -> Instant:
         return Instant(self.ms, int(self.ms))
+
+    def _stored(self, _group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        for key, value in records:
+            if isinstance(decode_key(key), ConsumerGroupMetadataKey) and value is not None:
+                self.epochs_stored.append(ConsumerGroupMetadataValue.decode(value).epoch)
 
     def beat(
         self,
@@ -326,7 +336,7 @@ def test_offset_commit_checks_the_member_epoch() -> None:
 # -- through the coordinator: classic JoinGroup, persistence of the group epoch ------------
 
 
-def test_classic_join_to_a_consumer_group_and_failover_keep_the_group() -> None:
+def test_classic_join_is_refused_and_a_failover_keeps_members_and_assignments() -> None:
     offsets_log = MemoryOffsetsLog(num_partitions=3)
 
     async def main() -> None:
@@ -348,9 +358,21 @@ def test_classic_join_to_a_consumer_group_and_failover_keep_the_group() -> None:
             assert not isinstance(refused, trio.Event)
             assert getattr(refused, "error", None) == E.inconsistent_group_protocol
             assert first.list_typed_groups() == [("g", "consumer", "Stable", "consumer")]
+            b_join = HeartbeatRequest(
+                "g", "b", 0, rebalance_timeout_ms=1000, subscribed_topic_names=("t",), owned={}
+            )
+            b = await first.consumer_group_heartbeat(b_join, 1)
+            assert (b.member_epoch, b.assignment) == (2, {})
+            # a is asked to revoke half, and the coordinator changes before it does.
+            a = await first.consumer_group_heartbeat(
+                HeartbeatRequest("g", "a", 1, owned={T: list(range(6))}), 1
+            )
+            assert a.assignment is not None
+            kept = a.assignment[T]
+            assert a.member_epoch == 1 and len(kept) == 3
             nursery.cancel_scope.cancel()
-        # A new coordinator over the same log knows the group, its type and its epoch;
-        # the old member is unknown there and rejoins from epoch 0.
+        # A new coordinator over the same log knows the group, its members, their epochs
+        # and what each holds: b gets nothing a has not released.
         second = GroupCoordinator(offsets_log, CoordinatorConfig(), topics=Topics(t=6))
         second.load()
         async with trio.open_nursery() as nursery:
@@ -358,11 +380,20 @@ def test_classic_join_to_a_consumer_group_and_failover_keep_the_group() -> None:
             while second.is_loading():
                 await trio.sleep(0.01)
             error, state = second.consumer_group("g")
-            assert error == E.none and state is not None and state.group_epoch == 1
-            stale = HeartbeatRequest("g", "a", 1, owned={T: [0]})
-            assert (await second.consumer_group_heartbeat(stale, 1)).error == E.unknown_member_id
-            rejoined = await second.consumer_group_heartbeat(request, 1)
-            assert rejoined.member_epoch == 2, "epochs are never reused after a failover"
+            assert error == E.none and state is not None
+            assert state.group_epoch == 3, "bumped on load: the target is computed again"
+            assert state.members["a"].assigned == {T: kept}
+            assert state.members["a"].pending_revocation == {T: set(range(6)) - kept}
+            b = await second.consumer_group_heartbeat(HeartbeatRequest("g", "b", 2, owned={}), 1)
+            assert b.error == E.none and not state.members["b"].assigned
+            a = await second.consumer_group_heartbeat(
+                HeartbeatRequest("g", "a", 1, owned={T: sorted(kept)}), 1
+            )
+            assert (a.error, a.member_epoch) == (E.none, 3)
+            b = await second.consumer_group_heartbeat(HeartbeatRequest("g", "b", 2, owned={}), 1)
+            assert b.member_epoch == 3 and b.assignment == {T: set(range(6)) - kept}
+            stale = HeartbeatRequest("g", "a", 7, owned={T: sorted(kept)})
+            assert (await second.consumer_group_heartbeat(stale, 1)).error == E.fenced_member_epoch
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
