@@ -223,6 +223,33 @@ def join(conn: RawConnection, group: str) -> Any:
     return retry_retriable(send)
 
 
+def commit_v9(conn: RawConnection, group: str, member_id: str, epoch: int, topic: str) -> Any:
+    from kio.schema.offset_commit.v9.request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kio.schema.offset_commit.v9.response import OffsetCommitResponse
+
+    partition = OffsetCommitRequestPartition(
+        partition_index=0, committed_offset=0, committed_metadata=None
+    )
+    request = OffsetCommitRequest(
+        group_id=group,
+        generation_id_or_member_epoch=epoch,
+        member_id=member_id,
+        group_instance_id=None,
+        topics=(OffsetCommitRequestTopic(name=topic, partitions=(partition,)),),
+    )
+
+    def send() -> Any:
+        conn.send_request(request)
+        return conn.recv_response(OffsetCommitResponse)
+
+    [code] = {p.error_code for t in retry_retriable(send).topics for p in t.partitions}
+    return code
+
+
 def joining(group: str, member_id: str, topic: str) -> dict[str, Any]:
     import datetime
 
@@ -290,6 +317,10 @@ def test_member_epochs_are_fenced_on_the_wire(
         assert unknown.error_code == ErrorCode.unknown_member_id
         bad = heartbeat(conn, **{**base, "member_id": ""}, member_epoch=epoch)
         assert bad.error_code == ErrorCode.invalid_request and bad.error_message
+        # OffsetCommit v9 carries the member epoch: only the current one commits.
+        assert commit_v9(conn, group, "m1", epoch, topic) == ErrorCode.none
+        assert commit_v9(conn, group, "m1", epoch - 1, topic) == ErrorCode.stale_member_epoch
+        assert commit_v9(conn, group, "nobody", epoch, topic) == ErrorCode.unknown_member_id
         left = heartbeat(conn, **base, member_epoch=-1)
         assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
         gone = heartbeat(conn, **base, member_epoch=epoch)
@@ -325,5 +356,59 @@ def test_admin_tools_show_the_group_type(
         [member] = described["members"]
         assert member["client_id"] == "cli-consumer"
         assert sorted(tp["partition"] for tp in member["assignment"]) == [0, 1]
+    finally:
+        consumer.close()
+
+
+def test_regex_subscription(kip848_broker: BrokerProcess, new_topic: Callable[..., str]) -> None:
+    """librdkafka sends a `^...` subscription as the heartbeat's regex (v1); the broker
+    matches it against topic names (Python `re`, whole names) and assigns every match."""
+    bootstrap = kip848_broker.bootstrap
+    prefix = f"rx{uuid.uuid4().hex[:8]}"
+    first = new_topic(partitions=1, name=f"{prefix}-a", bootstrap=bootstrap)
+    second = new_topic(partitions=2, name=f"{prefix}-b", bootstrap=bootstrap)
+    new_topic(partitions=1, name=f"other-{prefix}", bootstrap=bootstrap)
+    consumer = GroupConsumer(bootstrap, f"^{prefix}-.*", f"regex-{prefix}", "regex")
+    try:
+        wanted = {(first, 0), (second, 0), (second, 1)}
+
+        def assigned() -> set[tuple[str, int]]:
+            return {(tp.topic, tp.partition) for tp in consumer.consumer.assignment()}
+
+        poll_until([consumer], lambda: assigned() == wanted, "the regex's topics")
+    finally:
+        consumer.close()
+
+
+def test_a_broker_restart_keeps_members_and_their_partitions(
+    broker_factory: Callable[..., BrokerProcess], new_topic: Callable[..., str]
+) -> None:
+    """The group's members and assignments are records in `__consumer_offsets`: after the
+    coordinator restarts, the member goes on at its epoch with the same partitions (no
+    revocation), and records produced meanwhile are consumed once."""
+    broker = broker_factory(
+        {
+            "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
+            "offsets.topic.num.partitions": "1",
+        }
+    )
+    topic = new_topic(partitions=2, bootstrap=broker.bootstrap)
+    group = f"restart-{uuid.uuid4().hex[:8]}"
+    producer = make_producer(broker.bootstrap, acks="all")
+    consumer = GroupConsumer(broker.bootstrap, topic, group, "restart")
+    try:
+        poll_until([consumer], lambda: consumer.owned() == {0, 1}, "the member's assignment")
+        for i in range(10):
+            producer.produce(topic, value=f"before-{i}".encode(), partition=i % 2)
+        assert producer.flush(20) == 0
+        poll_until([consumer], lambda: len(consumer.seen) == 10, "the first records")
+        consumer.revoked.clear()
+        broker.restart()
+        for i in range(10):
+            producer.produce(topic, value=f"after-{i}".encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+        poll_until([consumer], lambda: len(set(consumer.seen)) == 20, "the records after")
+        assert consumer.owned() == {0, 1} and consumer.revoked == []
+        assert sorted(consumer.seen) == sorted(set(consumer.seen)), "nothing consumed twice"
     finally:
         consumer.close()

@@ -397,3 +397,21 @@ def test_classic_join_is_refused_and_a_failover_keeps_members_and_assignments() 
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_member_records_round_trip() -> None:
+    from raftka.broker.groups.consumer_records import MemberAssignmentValue, MemberMetadataValue
+    from raftka.broker.groups.records import MemberKey
+
+    metadata = MemberMetadataValue(
+        "i", None, "client", "/10.0.0.1", ("a", "b"), "x.*", 3000, "range"
+    )
+    assert MemberMetadataValue.decode(metadata.encode()) == metadata
+    assignment = MemberAssignmentValue(
+        5, 4, 1, {T: frozenset({0, 2})}, {uuid.UUID(int=9): frozenset({1})}
+    )
+    assert MemberAssignmentValue.decode(assignment.encode()) == assignment
+    for kind in (True, False):
+        key = MemberKey("g", "m", assignment=kind)
+        assert decode_key(key.encode()) == key
+    assert ConsumerGroupMetadataValue.decode(ConsumerGroupMetadataValue(7).encode()).epoch == 7
