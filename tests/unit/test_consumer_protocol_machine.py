@@ -415,3 +415,64 @@ def test_member_records_round_trip() -> None:
         key = MemberKey("g", "m", assignment=kind)
         assert decode_key(key.encode()) == key
     assert ConsumerGroupMetadataValue.decode(ConsumerGroupMetadataValue(7).encode()).epoch == 7
+
+
+def test_kinds_listing_describing_and_an_empty_consumer_group_turning_classic() -> None:
+    async def main() -> None:
+        c = GroupCoordinator(
+            MemoryOffsetsLog(num_partitions=3), CoordinatorConfig(), topics=Topics(t=6)
+        )
+        c.load()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.run)
+            while c.is_loading():
+                await trio.sleep(0.01)
+            join = HeartbeatRequest(
+                "g", "a", 0, rebalance_timeout_ms=1000, subscribed_topic_names=("t",), owned={}
+            )
+            assert (await c.consumer_group_heartbeat(join, 1)).error == E.none
+            assert c.list_typed_groups(types=["classic"]) == []
+            assert [g[0] for g in c.list_typed_groups(types=["consumer"])] == ["g"]
+            # DescribeGroups sees classic groups only, as Kafka's coordinator.
+            assert c.describe_group("g")[1].state == "Dead"
+            assert c.consumer_group("nope")[0] == E.group_id_not_found
+            left = await c.consumer_group_heartbeat(HeartbeatRequest("g", "a", -1), 1)
+            assert left.error == E.none
+            assert c.list_typed_groups() == [("g", "consumer", "Empty", "consumer")]
+            # An empty consumer group becomes classic for the first classic member.
+            answer = c.join_group(
+                group_id="g",
+                member_id="",
+                group_instance_id=None,
+                client_id="c",
+                client_host="h",
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=10_000,
+                protocol_type="consumer",
+                protocols=[("range", b"")],
+                require_known_member_id=True,
+            )
+            assert getattr(answer, "error", None) == E.member_id_required
+            assert c.groups["g"].consumer is None
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_consumer_group_configs_come_from_the_broker_config() -> None:
+    from raftka.broker.config import BrokerConfig
+
+    config = CoordinatorConfig.from_broker_config(
+        BrokerConfig(
+            {
+                "group.consumer.assignors": "range, uniform",
+                "group.consumer.heartbeat.interval.ms": "700",
+                "group.consumer.max.size": "3",
+            },
+            environ={},
+        )
+    )
+    coordinator = GroupCoordinator(MemoryOffsetsLog(), config)
+    assert coordinator.consumer.config.default_assignor() == "range"
+    assert coordinator.consumer.config.heartbeat_interval_ms == 700
+    assert coordinator.consumer.config.max_size == 3
