@@ -916,7 +916,7 @@ def commit_error(
     if member is None:
         return ErrorCode.unknown_member_id
     if member_epoch != member.member_epoch:
-        return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
+        return ErrorCode.stale_member_epoch
     return ErrorCode.none
 
 
