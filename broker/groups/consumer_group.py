@@ -902,7 +902,11 @@ class ConsumerProtocolMachine:
 
 
 def commit_error(
-    state: ConsumerProtocolGroup, member_id: str, member_epoch: int, transactional: bool = False
+    state: ConsumerProtocolGroup,
+    member_id: str,
+    member_epoch: int,
+    transactional: bool = False,
+    api_version: int = 9,
 ) -> ErrorCode:
     """An OffsetCommit (or TxnOffsetCommit) against a consumer group: one without a member
     epoch (admin tools, consumers without group management) passes while the group has no
@@ -915,6 +919,8 @@ def commit_error(
     member = state.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
+    if not transactional and api_version < 9:
+        return ErrorCode.unsupported_version  # a member's epoch needs OffsetCommit v9
     if member_epoch != member.member_epoch:
         return ErrorCode.stale_member_epoch
     return ErrorCode.none

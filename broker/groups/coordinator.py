@@ -427,9 +427,11 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetValue],
+        api_version: int = 9,
     ) -> ErrorCode:
+        """OffsetCommit (`api_version` of the request: a consumer-protocol member needs v9)."""
         return await self.offsets.commit(
-            group_id, generation_id, member_id, group_instance_id, offsets
+            group_id, generation_id, member_id, group_instance_id, offsets, api_version
         )
 
     async def commit_transactional_offsets(

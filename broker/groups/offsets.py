@@ -53,7 +53,12 @@ class GroupOffsets:
         return self.ownership.pending
 
     def validate_commit(
-        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        api_version: int = 9,
     ) -> ErrorCode:
         """Kafka's group checks for an OffsetCommit (doCommitOffsets), without changes."""
         error = self.ownership.request_error(group_id, empty_allowed=True)
@@ -65,7 +70,7 @@ class GroupOffsets:
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
         if group.consumer is not None:
-            return commit_error(group.consumer, member_id, generation_id)
+            return commit_error(group.consumer, member_id, generation_id, api_version=api_version)
         if group.is_static_member_fenced(member_id, group_instance_id):
             return ErrorCode.fenced_instance_id
         if generation_id < 0 and group.is_(GroupState.EMPTY):
@@ -85,14 +90,19 @@ class GroupOffsets:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetValue],
+        api_version: int = 9,
     ) -> ErrorCode:
         """Validate, append the offsets to the group's partition, then apply them."""
-        error = self.validate_commit(group_id, generation_id, member_id, group_instance_id)
+        error = self.validate_commit(
+            group_id, generation_id, member_id, group_instance_id, api_version
+        )
         if error != ErrorCode.none or not offsets:
             return error
         await self.writes.wait_for_room(group_id)
         # The group may have changed while the request waited for room.
-        error = self.validate_commit(group_id, generation_id, member_id, group_instance_id)
+        error = self.validate_commit(
+            group_id, generation_id, member_id, group_instance_id, api_version
+        )
         if error != ErrorCode.none:
             return error
         group = self.machine.group_for_offsets(group_id)

@@ -336,6 +336,7 @@ async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
         request.member_id,
         getattr(request, "group_instance_id", None),
         valid,
+        context.api_version,
     )
     errors = _commit_errors(errors, valid, group_error)
     return _commit_response(

@@ -329,6 +329,7 @@ def test_offset_commit_checks_the_member_epoch() -> None:
     assert commit_error(g.state, "a", 0, transactional=True) == E.stale_member_epoch
     assert commit_error(g.state, "", -1, transactional=True) == E.none, "TxnOffsetCommit v0-2"
     assert commit_error(g.state, "zz", 1) == E.unknown_member_id
+    assert commit_error(g.state, "a", 1, api_version=8) == E.unsupported_version
     assert commit_error(g.state, "", -1) == E.unknown_member_id, "not while members consume"
     g.beat("a", -1)
     assert commit_error(g.state, "", -1) == E.none
