@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -51,6 +52,8 @@ JOIN_GROUP_MEMBER_EPOCH = 0
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 GROUP_TYPE_CONSUMER = "consumer"
+# How often regular-expression subscriptions are matched against the topics again.
+REGEX_REFRESH_MS = 10_000
 
 TopicPartitions = Mapping[uuid.UUID, Iterable[int]]
 KeyValue = tuple[bytes, bytes | None]
@@ -179,6 +182,11 @@ class ConsumerProtocolGroup:
     # (topic id, partition) -> the epoch of the member holding it (assigned or revoking).
     partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
     assignor_name: str = ""
+    # The members' subscribed topic names (None: to be computed again) and each regular
+    # expression's matches, as of `regex_resolved_ms`.
+    subscribed_names: set[str] | None = None
+    regex_matches: dict[str, frozenset[str]] = field(default_factory=dict)
+    regex_resolved_ms: float = -math.inf
 
     def state(self) -> GroupProtocolState:
         if not self.members:
@@ -476,7 +484,9 @@ class ConsumerProtocolMachine:
         if regex is not None and regex != (member.subscribed_topic_regex or ""):
             member.subscribed_topic_regex = regex or None
             bump = True
-        metadata = self._subscription_metadata(state)
+        if bump:
+            state.subscribed_names = None  # the membership or a subscription changed
+        metadata = self._subscription_metadata(state, now.ms)
         if metadata != state.subscription_metadata:
             state.subscription_metadata = metadata
             bump = True
@@ -677,7 +687,7 @@ class ConsumerProtocolMachine:
             return
         self._drop_member(group_id, state, state.members[member_id])
         self._record_removal(group_id, member_id)
-        state.subscription_metadata = self._subscription_metadata(state)
+        state.subscription_metadata = self._subscription_metadata(state, now.ms)
         self._bump(group_id, state)
         _sync_state(group, now)
 
@@ -685,6 +695,7 @@ class ConsumerProtocolMachine:
         self, group_id: str, state: ConsumerProtocolGroup, member: ConsumerMember
     ) -> None:
         state.remove_owned(member)
+        state.subscribed_names = None
         del state.members[member.member_id]
         state.target.pop(member.member_id, None)
         if (
@@ -706,27 +717,48 @@ class ConsumerProtocolMachine:
         )
         self._records.setdefault(group_id, []).append(record)
 
-    def _subscribed_names(self, member: ConsumerMember) -> set[str]:
+    @staticmethod
+    def _subscribed_names(state: ConsumerProtocolGroup, member: ConsumerMember) -> set[str]:
         names = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex is not None:
-            # Kafka matches with RE2/J against the whole name; Python's `re` (fullmatch)
-            # agrees for the common syntax. Internal topics are never matched.
-            pattern = re.compile(member.subscribed_topic_regex)
-            names |= {
-                n for n in self.topics.names() if not n.startswith("__") and pattern.fullmatch(n)
-            }
+            names |= state.regex_matches.get(member.subscribed_topic_regex, frozenset())
         return names
 
+    def _group_topic_names(self, state: ConsumerProtocolGroup, now_ms: float) -> set[str]:
+        """The topic names the members subscribe to, cached until the membership or a
+        subscription changes; regular expressions are matched again at most every
+        `REGEX_REFRESH_MS`, so a heartbeat costs one lookup per subscribed topic."""
+        regexes = {
+            m.subscribed_topic_regex
+            for m in state.members.values()
+            if m.subscribed_topic_regex is not None
+        }
+        stale = regexes and now_ms - state.regex_resolved_ms >= REGEX_REFRESH_MS
+        if state.subscribed_names is None or stale:
+            # Kafka matches with RE2/J against the whole name; Python's `re` (fullmatch)
+            # agrees for the common syntax. Internal topics are never matched.
+            candidates = (
+                [n for n in self.topics.names() if not n.startswith("__")] if regexes else []
+            )
+            state.regex_matches = {
+                regex: frozenset(n for n in candidates if re.fullmatch(regex, n))
+                for regex in regexes
+            }
+            state.regex_resolved_ms = now_ms
+            names: set[str] = set()
+            for member in state.members.values():
+                names |= self._subscribed_names(state, member)
+            state.subscribed_names = names
+        return state.subscribed_names
+
     def _subscription_metadata(
-        self, state: ConsumerProtocolGroup
+        self, state: ConsumerProtocolGroup, now_ms: float
     ) -> dict[str, tuple[uuid.UUID, int]]:
         metadata: dict[str, tuple[uuid.UUID, int]] = {}
-        for member in state.members.values():
-            for name in self._subscribed_names(member):
-                if name not in metadata:
-                    found = self.topics.lookup(name)
-                    if found is not None:
-                        metadata[name] = found
+        for name in self._group_topic_names(state, now_ms):
+            found = self.topics.lookup(name)
+            if found is not None:
+                metadata[name] = found
         return metadata
 
     def _assignor(self, state: ConsumerProtocolGroup) -> Assignor:
@@ -747,7 +779,7 @@ class ConsumerProtocolMachine:
         for member_id, member in state.members.items():
             ids = frozenset(
                 state.subscription_metadata[name][0]
-                for name in self._subscribed_names(member)
+                for name in self._subscribed_names(state, member)
                 if name in state.subscription_metadata
             )
             previous = {t: frozenset(p) for t, p in state.target.get(member_id, {}).items()}
@@ -859,7 +891,7 @@ class ConsumerProtocolMachine:
                 )
         newest = max((m.member_epoch for m in state.members.values()), default=0)
         state.group_epoch = state.assignment_epoch = max(state.group_epoch, newest)
-        state.subscription_metadata = self._subscription_metadata(state)
+        state.subscription_metadata = self._subscription_metadata(state, now.ms)
         if state.members:
             self._bump(group.group_id, state)
         _sync_state(group, now)

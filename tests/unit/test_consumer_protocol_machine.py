@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.groups import CoordinatorConfig, GroupCoordinator, MemoryOffsetsLog
 from raftka.broker.groups.assignors import ASSIGNORS
 from raftka.broker.groups.consumer_group import (
+    REGEX_REFRESH_MS,
     ConsumerConfig,
     ConsumerProtocolMachine,
     GroupProtocolState,
@@ -251,6 +252,23 @@ def test_regex_subscription_matches_whole_names() -> None:
     g = Group(topics)
     joined = g.join("a", subscribed_topic_names=None, subscribed_topic_regex="orders.*")
     assert joined.assignment == {topics.ids["orders"]: {0, 1}, topics.ids["orders_eu"]: {0}}
+
+
+def test_a_new_topic_matching_a_regex_is_assigned_within_the_refresh_interval() -> None:
+    topics = Topics(orders=1)
+    g = Group(topics)
+    fields = {"subscribed_topic_names": None, "subscribed_topic_regex": "orders.*"}
+    joined = g.join("a", **fields)
+    topics.partitions["orders_eu"] = 2
+    topics.ids["orders_eu"] = uuid.UUID(int=99)
+    owned = {t: sorted(p) for t, p in (joined.assignment or {}).items()}
+    assert g.beat("a", 1, owned).assignment is None, "matched again only after the interval"
+    g.ms += REGEX_REFRESH_MS
+    grown = g.beat("a", 1, owned)
+    assert grown.member_epoch == 2 and grown.assignment == {
+        topics.ids["orders"]: {0},
+        uuid.UUID(int=99): {0, 1},
+    }
 
 
 def test_range_assignor_on_request() -> None:
