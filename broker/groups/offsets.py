@@ -18,7 +18,12 @@ from raftka.broker.groups.consumer_group import commit_error, fetch_error
 from raftka.broker.groups.group import GroupState
 from raftka.broker.groups.ownership import Ownership
 from raftka.broker.groups.rebalance import Instant, RebalanceMachine
-from raftka.broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
+from raftka.broker.groups.records import (
+    ConsumerGroupMetadataKey,
+    GroupMetadataKey,
+    OffsetKey,
+    OffsetValue,
+)
 from raftka.broker.groups.store import KeyValue
 from raftka.broker.groups.txn_offsets import PendingOffset, PendingTxnOffsets
 from raftka.broker.groups.writes import WriteQueue
@@ -327,6 +332,8 @@ class GroupOffsets:
         if not group.offsets and not group.members and not self.pending.has_open(group_id):
             self.machine.delete(group_id, self._now().wall_ms)
             records.append((GroupMetadataKey(group_id).encode(), None))
+            if group.consumer is not None:
+                records.append((ConsumerGroupMetadataKey(group_id).encode(), None))
         if records:
             self.writes.append(group_id, records)
         return len(expired)

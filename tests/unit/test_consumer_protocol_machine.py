@@ -496,3 +496,42 @@ def test_consumer_group_configs_come_from_the_broker_config() -> None:
     assert coordinator.consumer.config.default_assignor() == "range"
     assert coordinator.consumer.config.heartbeat_interval_ms == 700
     assert coordinator.consumer.config.max_size == 3
+
+
+def test_an_empty_consumer_group_expires_with_its_offsets_and_stays_gone() -> None:
+    from raftka.broker.groups.records import OffsetValue
+
+    offsets_log = MemoryOffsetsLog(num_partitions=3)
+    wall = [1_000_000]
+    config = CoordinatorConfig(offsets_retention_ms=60_000)
+
+    async def main() -> None:
+        c = GroupCoordinator(offsets_log, config, topics=Topics(t=6), wall_clock_ms=lambda: wall[0])
+        c.load()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.run)
+            while c.is_loading():
+                await trio.sleep(0.01)
+            join = HeartbeatRequest(
+                "g", "a", 0, rebalance_timeout_ms=1000, subscribed_topic_names=("t",), owned={}
+            )
+            epoch = (await c.consumer_group_heartbeat(join, 1)).member_epoch
+            committed = {("t", 0): OffsetValue(5, -1, "", wall[0])}
+            assert await c.commit_offsets("g", epoch, "a", None, committed) == E.none
+            assert await c.expire_offsets() == 0, "a group with members keeps its offsets"
+            await c.consumer_group_heartbeat(HeartbeatRequest("g", "a", -1), 1)
+            wall[0] += 60_000
+            assert await c.expire_offsets() == 1
+            assert "g" not in c.groups
+            await trio.sleep(1)  # the tombstones are written
+            nursery.cancel_scope.cancel()
+        again = GroupCoordinator(offsets_log, config, topics=Topics(t=6))
+        again.load()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(again.run)
+            while again.is_loading():
+                await trio.sleep(0.01)
+            assert "g" not in again.groups
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
