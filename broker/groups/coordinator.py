@@ -299,11 +299,13 @@ class GroupCoordinator:
         """One ConsumerGroupHeartbeat, answered once the records it changed (member,
         assignment, group epoch) are in the log; a failed write answers NOT_COORDINATOR or
         COORDINATOR_NOT_AVAILABLE, and the member's next heartbeat is refused or rejoins."""
-        error = self.ownership.request_error(request.group_id)
+        # The empty group id is routed like any other and then refused as INVALID_REQUEST
+        # (Kafka's "GroupId can't be empty."), as Kafka does.
+        error = self.ownership.request_error(request.group_id, empty_allowed=True)
         if error != ErrorCode.none:
             return HeartbeatResult(error, None, request.member_id or None)
         await self.writes.wait_for_room(request.group_id)
-        error = self.ownership.request_error(request.group_id)
+        error = self.ownership.request_error(request.group_id, empty_allowed=True)
         if error != ErrorCode.none:
             return HeartbeatResult(error, None, request.member_id or None)
         appends: list[Append] = []

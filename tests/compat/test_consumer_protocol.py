@@ -390,6 +390,8 @@ def test_member_epochs_are_fenced_on_the_wire(
         assert unknown.error_code == ErrorCode.unknown_member_id
         bad = heartbeat(conn, **{**base, "member_id": ""}, member_epoch=epoch)
         assert bad.error_code == ErrorCode.invalid_request and bad.error_message
+        no_group = heartbeat(conn, **{**base, "group_id": ""}, member_epoch=epoch)
+        assert no_group.error_code == ErrorCode.invalid_request, no_group
         # OffsetCommit v9 carries the member epoch: only the current one commits.
         assert commit_v9(conn, group, "m1", epoch, topic) == ErrorCode.none
         assert commit_v9(conn, group, "m1", epoch - 1, topic) == ErrorCode.stale_member_epoch
