@@ -448,7 +448,7 @@ class ConsumerProtocolMachine:
                 f"The consumer group has reached its maximum capacity of "
                 f"{self.config.max_size} members.",
             )
-        member = self._member(group.group_id, state, member_id, request, joining)
+        member = self._member(group.group_id, state, member_id, request, joining, now)
         known = member.member_id in state.members
         metadata_before = member.metadata_value() if known else None
         assignment_before = member.assignment_value() if known else None
@@ -532,6 +532,7 @@ class ConsumerProtocolMachine:
         member_id: str,
         request: HeartbeatRequest,
         joining: bool,
+        now: Instant,
     ) -> ConsumerMember:
         """The member the request speaks for: existing, new, or a static member's new
         incarnation (which takes over the assignment of the one that left with -2)."""
@@ -545,20 +546,17 @@ class ConsumerProtocolMachine:
                         f"Member {member_id} is not a member of group {group_id}.",
                     )
                 return ConsumerMember(member_id)
-            self._check_epoch(member, request)
-            return member
+            return self._known_member(group_id, state, member, request, joining, now)
         existing_id = state.static_members.get(instance_id)
         existing = None if existing_id is None else state.members.get(existing_id)
         if joining:
             if existing is None:
                 member = state.members.get(member_id)
                 if member is not None:
-                    self._check_epoch(member, request)
-                    return member
+                    return self._known_member(group_id, state, member, request, joining, now)
                 return ConsumerMember(member_id, instance_id=instance_id)
             if existing.member_id == member_id:
-                self._check_epoch(existing, request)
-                return existing
+                return self._known_member(group_id, state, existing, request, joining, now)
             if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 raise HeartbeatError(
                     ErrorCode.unreleased_instance_id,
@@ -598,6 +596,34 @@ class ConsumerProtocolMachine:
             )
         self._check_epoch(existing, request)
         return existing
+
+    def _known_member(
+        self,
+        group_id: str,
+        state: ConsumerProtocolGroup,
+        member: ConsumerMember,
+        request: HeartbeatRequest,
+        joining: bool,
+        now: Instant,
+    ) -> ConsumerMember:
+        """A known member, its epoch checked. One that rejoins (epoch 0, owning nothing)
+        after it was fenced -- clients keep their member id from v1 on -- is removed and
+        joins again as a new member: refusing it would fence it until its session ends."""
+        try:
+            self._check_epoch(member, request)
+        except HeartbeatError:
+            if not joining:
+                raise
+            logger.info(
+                "group %s: member %s rejoins at epoch 0; its epoch %d ends",
+                group_id,
+                member.member_id,
+                member.member_epoch,
+                extra={"group": group_id},
+            )
+            self.fence(group_id, member.member_id, now)
+            return ConsumerMember(member.member_id, instance_id=request.instance_id)
+        return member
 
     @staticmethod
     def _check_epoch(member: ConsumerMember, request: HeartbeatRequest) -> None:

@@ -386,6 +386,10 @@ def test_member_epochs_are_fenced_on_the_wire(
         assert heartbeat(conn, **base, member_epoch=epoch).error_code == ErrorCode.none
         ahead = heartbeat(conn, **base, member_epoch=epoch + 5)
         assert ahead.error_code == ErrorCode.fenced_member_epoch
+        # Fenced, the member rejoins under its id at epoch 0 (as clients do from v1 on).
+        rejoined = heartbeat(conn, **joining(group, "m1", topic))
+        assert rejoined.error_code == ErrorCode.none and rejoined.member_epoch >= epoch
+        epoch = rejoined.member_epoch
         unknown = heartbeat(conn, **{**base, "member_id": "nobody"}, member_epoch=epoch)
         assert unknown.error_code == ErrorCode.unknown_member_id
         bad = heartbeat(conn, **{**base, "member_id": ""}, member_epoch=epoch)

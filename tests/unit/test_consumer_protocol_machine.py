@@ -179,8 +179,13 @@ def test_member_epoch_fencing() -> None:
     # The previous epoch owning something else is fenced; so is an older one.
     foreign = sorted(set(range(6)) - kept)[:1]
     assert g.beat("a", 1, {T: foreign}).error == E.fenced_member_epoch
-    assert g.beat("a", 0, {}).error == E.fenced_member_epoch
     assert g.beat("nobody", 2).error == E.unknown_member_id
+    # A fenced member rejoins under its id at epoch 0, owning nothing: its old incarnation
+    # is removed (a new group epoch) and it joins as a new member.
+    epoch = g.state.group_epoch
+    rejoined = g.beat("a", 0, {})
+    assert rejoined.error == E.none and rejoined.member_epoch == epoch + 2
+    assert g.beat("a", rejoined.member_epoch - 1, {}).error == E.fenced_member_epoch
     assert g.beat("x", 1, group_id="unknown").error == E.group_id_not_found
 
 
