@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from clients import RawConnection, make_producer, retry_retriable, wait_until
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 from harness import BrokerProcess
 
 HEARTBEAT_INTERVAL_MS = 300
@@ -493,3 +494,30 @@ def test_a_broker_restart_keeps_members_and_their_partitions(
         assert sorted(consumer.seen) == sorted(set(consumer.seen)), "nothing consumed twice"
     finally:
         consumer.close()
+
+
+def test_java_consumer_with_the_consumer_protocol(
+    kip848_broker: BrokerProcess, new_topic: Callable[..., str], java_tool: Any
+) -> None:
+    """Kafka's own Java consumer (3.9: ConsumerGroupHeartbeat v0, the member id chosen by
+    the broker) with `group.protocol=consumer`: it reads everything, commits, and resumes
+    from its commits."""
+    bootstrap = kip848_broker.bootstrap
+    topic = new_topic(partitions=3, bootstrap=bootstrap)
+    producer = make_producer(bootstrap, acks="all")
+    for i in range(30):
+        producer.produce(topic, value=f"m{i}".encode(), partition=i % 3)
+    assert producer.flush(20) == 0
+    group = f"java-{uuid.uuid4().hex[:8]}"
+    conf = "group.protocol=consumer"
+    rows = java_tool.json("consume-group", bootstrap, topic, group, 30, 60000, conf, timeout=120)
+    assert sorted(r["value"] for r in rows) == sorted(f"m{i}" for i in range(30))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=WAIT_S).result(timeout=WAIT_S)
+    [java_group] = [g for g in listed.valid if g.group_id == group]
+    assert java_group.type == ConsumerGroupType.CONSUMER
+    for i in range(3):
+        producer.produce(topic, value=f"n{i}".encode(), partition=i)
+    assert producer.flush(20) == 0
+    rows = java_tool.json("consume-group", bootstrap, topic, group, 3, 60000, conf, timeout=120)
+    assert sorted(r["value"] for r in rows) == ["n0", "n1", "n2"], "resumed from the commits"
