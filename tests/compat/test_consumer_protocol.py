@@ -218,9 +218,9 @@ def test_members_leave_one_at_a_time_incrementally_with_nothing_lost_or_repeated
 # -- the wire: errors of the two protocols meeting, epochs --------------------------------
 
 
-def find_coordinator(conn: RawConnection, group: str) -> None:
+def find_coordinator(conn: RawConnection, group: str) -> int:
     """FindCoordinator for the group, as a client asks first (it creates the offsets
-    topic); the single broker is the coordinator once it answers."""
+    topic): the coordinator's node id."""
     from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
     from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
 
@@ -228,7 +228,8 @@ def find_coordinator(conn: RawConnection, group: str) -> None:
         conn.send_request(FindCoordinatorRequest(key_type=0, coordinator_keys=(group,)))
         return conn.recv_response(FindCoordinatorResponse)
 
-    retry_retriable(send)
+    [found] = retry_retriable(send).coordinators
+    return int(found.node_id)
 
 
 def heartbeat(conn: RawConnection, **fields: Any) -> Any:
@@ -521,3 +522,60 @@ def test_java_consumer_with_the_consumer_protocol(
     assert producer.flush(20) == 0
     rows = java_tool.json("consume-group", bootstrap, topic, group, 3, 60000, conf, timeout=120)
     assert sorted(r["value"] for r in rows) == ["n0", "n1", "n2"], "resumed from the commits"
+
+
+def test_a_coordinator_failover_keeps_members_and_their_partitions(
+    cluster_factory: Callable[..., Any],
+) -> None:
+    """3 brokers, `__consumer_offsets` replicated on all: the broker coordinating a group of
+    two consumers stops; the new coordinator restores the members from the log and they go
+    on with the partitions they had, with no revocation."""
+    from clients import create_topic
+
+    cluster = cluster_factory(
+        3,
+        {
+            "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
+            "offsets.topic.num.partitions": "1",
+            "offsets.topic.replication.factor": "3",
+        },
+    )
+    topic = f"failover-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=PARTITIONS, replication_factor=3)
+    group = f"failover-{uuid.uuid4().hex[:8]}"
+    consumers = [GroupConsumer(cluster.bootstrap, topic, group, f"f{i}") for i in range(2)]
+    try:
+        poll_until(consumers, lambda: covers_all(consumers), "2 members to share 6 partitions")
+        before = {c.name: c.owned() for c in consumers}
+        for c in consumers:
+            c.revoked.clear()
+        with RawConnection(cluster.nodes[0].bootstrap) as conn:
+            coordinator = find_coordinator(conn, group)
+        cluster.node(coordinator).stop()
+        survivor = next(n for n in cluster.nodes if n.node_id != coordinator)
+
+        def moved() -> bool:
+            with RawConnection(survivor.bootstrap) as conn:
+                return find_coordinator(conn, group) != coordinator
+
+        poll_until(consumers, moved, "another broker to coordinate the group", timeout=60)
+        admin = AdminClient({"bootstrap.servers": survivor.bootstrap})
+
+        def described() -> Any:
+            futures = admin.describe_consumer_groups([group], request_timeout=5)
+            return futures[group].result(timeout=10)
+
+        def settled() -> bool:
+            try:
+                members = described().members
+            except KafkaException:
+                return False  # the new coordinator is still loading
+            return len(members) == 2 and covers_all(consumers)
+
+        poll_until(consumers, settled, "the new coordinator to serve both members", timeout=60)
+        assert {c.name: c.owned() for c in consumers} == before
+        assert all(c.revoked == [] for c in consumers), "no member gave up a partition"
+        assert {m.client_id for m in described().members} == {"f0", "f1"}
+    finally:
+        for c in consumers:
+            c.close()
