@@ -276,3 +276,53 @@ def test_pipelined_idempotent_produce_lands_in_request_order(
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), (
         f"base offsets do not follow request order: {offsets}"
     )
+
+
+# -- admin: CreateTopics then a request about the new topic ---------------------------------------
+
+
+def test_request_after_create_topics_sees_the_topic(bootstrap: str) -> None:
+    """CreateTopics and DescribeConfigs of the new topic written at once: DescribeConfigs
+    finds the topic, as it would if the client had waited for the first answer."""
+    import datetime
+
+    from kio.schema.create_topics.v7 import request as create
+    from kio.schema.create_topics.v7.response import CreateTopicsResponse
+    from kio.schema.describe_configs.v4 import request as describe
+    from kio.schema.describe_configs.v4.response import DescribeConfigsResponse
+    from kio.static.primitive import i8, i16, i32
+
+    topic = f"order-admin-{uuid.uuid4().hex[:10]}"
+    requests = [
+        create.CreateTopicsRequest(
+            topics=(
+                create.CreatableTopic(
+                    name=topic,
+                    num_partitions=i32(1),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=(create.CreatableTopicConfig(name="retention.ms", value="123456"),),
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=30),
+        ),
+        describe.DescribeConfigsRequest(
+            resources=(
+                describe.DescribeConfigsResource(
+                    resource_type=i8(2), resource_name=topic, configuration_keys=("retention.ms",)
+                ),
+            ),
+        ),
+    ]
+    with RawConnection(bootstrap, timeout=60) as conn:
+        first_id = _send_at_once(conn, requests)
+        conn.correlation_id = first_id
+        created = conn.recv_response(CreateTopicsResponse)
+        conn.correlation_id = first_id + 1
+        described = conn.recv_response(DescribeConfigsResponse)
+    assert created.topics[0].error_code == 0, created
+    (result,) = described.results
+    assert result.error_code == 0, (
+        f"DescribeConfigs sent right after CreateTopics of {topic} did not find it: {result}"
+    )
+    assert [(c.name, c.value) for c in result.configs] == [("retention.ms", "123456")], result
