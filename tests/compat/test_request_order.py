@@ -12,7 +12,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from clients import RawConnection, retry_retriable, wait_until
+from clients import (
+    RawConnection,
+    create_topic,
+    find_transaction_coordinator,
+    retry_retriable,
+    wait_until,
+)
 from confluent_kafka import Consumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
@@ -202,7 +208,7 @@ PRODUCE_REQUESTS = 120
 LARGE_VALUE_BYTES = 100 * 1024  # over produce's threshold for recompressing in a worker thread
 
 
-def _init_producer_id(bootstrap: str) -> tuple[int, int]:
+def _init_producer_id(bootstrap: str, transactional_id: str | None = None) -> tuple[int, int]:
     import datetime
 
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
@@ -212,23 +218,26 @@ def _init_producer_id(bootstrap: str) -> tuple[int, int]:
         with RawConnection(bootstrap) as conn:
             conn.send_request(
                 InitProducerIdRequest(
-                    transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)
+                    transactional_id=transactional_id,
+                    transaction_timeout=datetime.timedelta(seconds=60),
                 )
             )
             return conn.recv_response(InitProducerIdResponse)
 
+    if transactional_id is not None:
+        find_transaction_coordinator(bootstrap, transactional_id)
     answer = retry_retriable(send)
     assert answer.error_code == 0, answer
     return int(answer.producer_id), int(answer.producer_epoch)
 
 
-def _produce_request(topic: str, records: bytes) -> Any:
+def _produce_request(topic: str, records: bytes, transactional_id: str | None = None) -> Any:
     import datetime
 
     from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
     return ProduceRequest(
-        transactional_id=None,
+        transactional_id=transactional_id,
         acks=-1,
         timeout=datetime.timedelta(seconds=30),
         topic_data=(
@@ -276,6 +285,75 @@ def test_pipelined_idempotent_produce_lands_in_request_order(
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), (
         f"base offsets do not follow request order: {offsets}"
     )
+
+
+def _add_partition_to_txn(
+    bootstrap: str, transactional_id: str, producer: tuple[int, int], topic: str
+) -> None:
+    from kio.schema.add_partitions_to_txn.v3.request import (
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnTopic,
+    )
+    from kio.schema.add_partitions_to_txn.v3.response import AddPartitionsToTxnResponse
+
+    def send() -> Any:
+        with RawConnection(bootstrap) as conn:
+            conn.send_request(
+                AddPartitionsToTxnRequest(
+                    v3_and_below_transactional_id=transactional_id,
+                    v3_and_below_producer_id=producer[0],
+                    v3_and_below_producer_epoch=producer[1],
+                    v3_and_below_topics=(AddPartitionsToTxnTopic(name=topic, partitions=(0,)),),
+                )
+            )
+            return conn.recv_response(AddPartitionsToTxnResponse)
+
+    answer = retry_retriable(send, retriable={14, 15, 16, 51})
+    (result,) = answer.results_by_topic_v3_and_below[0].results_by_partition
+    assert result.partition_error_code == 0, answer
+
+
+def test_pipelined_transactional_produce_lands_in_request_order(broker_factory: Any) -> None:
+    """A transactional producer's first Produce requests to a partition in a transaction,
+    written at once: the first batch is verified with the transaction coordinator (KIP-890)
+    before it is appended, and the batches pipelined behind it still land after it, in
+    sequence order, instead of being refused as out of order."""
+    from kio.schema.produce.v9.response import ProduceResponse
+
+    bootstrap = broker_factory({"transaction.state.log.num.partitions": "5"}).bootstrap
+    topic = f"order-txn-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, topic)
+    transactional_id = f"order-{uuid.uuid4().hex[:10]}"
+    producer_id, epoch = _init_producer_id(bootstrap, transactional_id)
+    _add_partition_to_txn(bootstrap, transactional_id, (producer_id, epoch), topic)
+    count = 5
+    requests = [
+        _produce_request(
+            topic,
+            encode_batch(
+                [(None, f"{sequence}".encode())],
+                base_timestamp=int(time.time() * 1000),
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=sequence,
+                attributes=0x10,  # transactional
+            ),
+            transactional_id,
+        )
+        for sequence in range(count)
+    ]
+    with RawConnection(bootstrap, timeout=60) as conn:
+        first_id = _send_at_once(conn, requests)
+        offsets = []
+        for correlation_id in range(first_id, first_id + count):
+            conn.correlation_id = correlation_id
+            answer = conn.recv_response(ProduceResponse)
+            partition = answer.responses[0].partition_responses[0]
+            assert partition.error_code == 0, (
+                f"transactional batch {correlation_id - first_id} refused: {partition}"
+            )
+            offsets.append(int(partition.base_offset))
+    assert offsets == sorted(offsets) and len(set(offsets)) == count, offsets
 
 
 # -- admin: CreateTopics then a request about the new topic ---------------------------------------
