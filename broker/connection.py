@@ -10,11 +10,13 @@ and none of the later ones. Only these run concurrently with the requests around
 data does not hold up the next request:
 
 - Produce: each batch is checked and appended, or queued behind the writes already queued on
-  its partition (`Partition.last_queued_write`), before the handler's first await, and the
+  its partition (`Partition.last_queued_write`; a batch that starts a transaction there holds
+  that queue while its coordinator verifies it), before the handler's first await, and the
   reader yields (`send` on the response channel is a trio checkpoint) between starting one
   handler and the next, so handlers start in arrival order and an idempotent producer's
-  pipelined batches reach each partition in request order. Only the wait for the
-  acknowledgement overlaps later requests.
+  pipelined batches reach each partition in request order. What overlaps later requests
+  (worker-thread recompression, verification, the wait for the acknowledgement) happens after
+  the order of each partition's writes is fixed.
 - Fetch: reads only (raftka keeps no fetch sessions).
 - Metadata, ApiVersions: read only; the topics Metadata may auto-create are created
   asynchronously in Kafka too, so no client can rely on their order against a Produce.
