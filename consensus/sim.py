@@ -320,7 +320,7 @@ class Simulation:
                 and self._entries_from(self.nodes[v], start) == expected
                 and self.nodes[v].log.log_end_offset() == leader_core.log.log_end_offset()
                 and core.high_watermark == leader_core.high_watermark
-                for v in leader_core.voters
+                for v in leader_core.voters | leader_core.learners
             ):
                 return
         ends = {
@@ -468,12 +468,28 @@ class Simulation:
             return
         node = self.rng.choice(leaders)
         core = self._core_of(node)
-        outside = [n for n in self.nodes if n not in core.voters]
+        members = core.voters | core.learners
+        outside = [n for n in self.nodes if n not in members]
+        learners = sorted(core.learners)
         try:
-            if outside and (len(core.voters) <= 3 or self.rng.random() < 0.5):
+            roll = self.rng.random()
+            if learners and roll < 0.4:
+                # A learner is promoted (a reassignment's catch-up done) or dropped (cancel).
+                target = self.rng.choice(learners)
+                if self.rng.random() < 0.7:
+                    core.propose_config_change(promote=target)
+                    self._note(f"{node.node_id} proposes promote {target}")
+                else:
+                    core.propose_config_change(remove=target)
+                    self._note(f"{node.node_id} proposes remove learner {target}")
+            elif outside and (len(core.voters) <= 3 or roll < 0.7):
                 target = self.rng.choice(outside)
-                core.propose_config_change(add=target)
-                self._note(f"{node.node_id} proposes add {target}")
+                if self.rng.random() < 0.5:
+                    core.propose_config_change(add_learner=target)
+                    self._note(f"{node.node_id} proposes add learner {target}")
+                else:
+                    core.propose_config_change(add=target)
+                    self._note(f"{node.node_id} proposes add {target}")
             elif len(core.voters) > 3:
                 target = self.rng.choice(sorted(core.voters))
                 core.propose_config_change(remove=target)

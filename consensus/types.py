@@ -56,8 +56,27 @@ def encode_voters(voters: frozenset[NodeId]) -> bytes:
 
 
 def decode_voters(payload: bytes) -> frozenset[NodeId]:
-    text = payload.decode("ascii")
+    """The voters of a CONFIG payload (its learners, if any, are left out)."""
+    return decode_config(payload)[0]
+
+
+def _node_set(text: str) -> frozenset[NodeId]:
     return frozenset(int(part) for part in text.split(",")) if text else frozenset()
+
+
+def encode_config(voters: frozenset[NodeId], learners: frozenset[NodeId]) -> bytes:
+    """Payload of a CONFIG entry: "voters" or, with learners, "voters;learners" (each set
+    ascending, comma separated), so an entry without learners reads as before."""
+    if not learners:
+        return encode_voters(voters)
+    learner_text = ",".join(str(n) for n in sorted(learners))
+    return encode_voters(voters) + b";" + learner_text.encode("ascii")
+
+
+def decode_config(payload: bytes) -> tuple[frozenset[NodeId], frozenset[NodeId]]:
+    """(voters, learners) of a CONFIG payload; an old "1,2,3" payload has no learners."""
+    voters_text, _, learners_text = payload.decode("ascii").partition(";")
+    return _node_set(voters_text), _node_set(learners_text)
 
 
 @dataclass(frozen=True, slots=True)
