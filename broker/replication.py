@@ -23,6 +23,7 @@ the leader's log start, as Kafka's follower does on OFFSET_OUT_OF_RANGE
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -54,6 +55,9 @@ CONTROL_KRAFT_VOTERS = 6
 ATTRIBUTES_OFFSET = 21
 NO_TIMESTAMP = -1
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
+#: (offset, epoch, payload) of the partition's CONFIG batches, so a restart finds its Raft
+#: membership without scanning the log for control batches.
+RAFT_CONFIG_CHECKPOINT = "raft-config-checkpoint"
 
 
 def control_batch(kind: EntryKind, payload: bytes) -> bytes:
@@ -187,6 +191,7 @@ class PartitionRaftStorage:
         # core asks for it on every append it sends (prev epoch) or receives (log match),
         # and answering from here spares a seek and a read of the segment per message.
         self._last_entry: Entry | None = None
+        self._configs: list[Entry] = self._load_configs()
 
     # -- the core's read view (consensus.storage.RaftLog) ---------------------------------
 
@@ -241,8 +246,56 @@ class PartitionRaftStorage:
         return entries
 
     def config_entries(self) -> list[Entry]:
-        # Replica sets change only through cluster metadata for now; no CONFIG batches.
-        return []
+        return list(self._configs)
+
+    # -- the CONFIG checkpoint ---------------------------------------------------------------
+    # Written (and fsynced) before a CONFIG batch reaches the log and before a truncation, so
+    # it never lacks a CONFIG batch the log holds; entries the log does not hold (a crash
+    # before the append, a torn tail recovered away) are dropped when it is loaded. The
+    # newest CONFIG batch stays listed after retention deleted its segment: it is still the
+    # group's membership.
+
+    def _config_path(self) -> Path:
+        return self.log.directory / RAFT_CONFIG_CHECKPOINT
+
+    def _load_configs(self) -> list[Entry]:
+        try:
+            text = self._config_path().read_text()
+        except FileNotFoundError:
+            return []
+        entries: list[Entry] = []
+        for line in text.splitlines():
+            offset_text, epoch_text, payload_text = line.split(" ", 2)
+            entries.append(
+                Entry(
+                    int(offset_text),
+                    int(offset_text),
+                    int(epoch_text),
+                    payload_text.encode("ascii"),
+                    EntryKind.CONFIG,
+                )
+            )
+        start, end = self.log.log_start_offset, self.log.log_end_offset
+        kept = [e for e in entries if e.base_offset < start][-1:]
+        for entry in entries:
+            if not start <= entry.base_offset < end:
+                continue
+            stored = self.entry_at(entry.base_offset)
+            if stored.kind is EntryKind.CONFIG and stored.epoch == entry.epoch:
+                kept.append(stored)
+        if kept != entries:
+            self._save_configs(kept)
+        return kept
+
+    def _save_configs(self, entries: list[Entry]) -> None:
+        path = self._config_path()
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w") as out:
+            for e in entries:
+                out.write(f"{e.base_offset} {e.epoch} {e.payload.decode('ascii')}\n")
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(path)
 
     def log_start_epoch(self) -> int:
         log = self.log
@@ -271,6 +324,9 @@ class PartitionRaftStorage:
 
     def truncate_to(self, offset: int) -> None:
         self._last_entry = None
+        if self._configs and self._configs[-1].base_offset >= offset:
+            self._configs = [e for e in self._configs if e.base_offset < offset]
+            self._save_configs(self._configs)
         self.log.truncate_to(offset)
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
@@ -314,6 +370,10 @@ class PartitionRaftStorage:
         (`entries_need_sync`) whether they must be fsynced before they are acknowledged."""
         if not entries:
             return
+        configs = [e for e in entries if e.kind is EntryKind.CONFIG]
+        if configs:
+            self._save_configs(self._configs + configs)
+            self._configs = self._configs + configs
         now = time.time_ns() // 1_000_000
         buffer = bytearray()
         for entry in entries:
@@ -332,7 +392,12 @@ class PartitionRaftStorage:
             stamp_batches(buffer, [header], entry.base_offset, entry.epoch)
         headers = scan_batches(buffer, verify_crc=False).headers
         self._last_entry = None
-        self.log.append_replicated(buffer, headers, now)
+        try:
+            self.log.append_replicated(buffer, headers, now)
+        except OSError:
+            if configs:  # not appended: the checkpoint must not claim them
+                self._configs = [e for e in self._configs if e.base_offset < entries[0].base_offset]
+            raise
         last = entries[-1]
         if last.kind is not EntryKind.DATA:
             self._last_entry = last  # NOOP and CONFIG read back with the payload they carry
