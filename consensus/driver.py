@@ -294,6 +294,27 @@ class RaftGroup:
         self._drive()
         return entry
 
+    def propose_config_change(
+        self,
+        add: NodeId | None = None,
+        remove: NodeId | None = None,
+        add_learner: NodeId | None = None,
+        promote: NodeId | None = None,
+    ) -> Entry:
+        """One membership change as leader (`RaftCore.propose_config_change`); raises
+        ConfigChangeError when it cannot be made now, NotLeaderError as `propose`."""
+        self._check_live()
+        entry = self._core.propose_config_change(
+            add=add, remove=remove, add_learner=add_learner, promote=promote
+        )
+        self._drive()
+        return entry
+
+    @property
+    def config_change_pending(self) -> bool:
+        """The last membership change is not committed yet (no next one is accepted)."""
+        return self._core.pending_config_change()
+
     def transfer_leadership(self, to: NodeId) -> None:
         self._check_live()
         self._core.transfer_leadership(to)

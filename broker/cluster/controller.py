@@ -29,12 +29,14 @@ from raftka.broker.cluster.commands import (
     Command,
     CommandDecodeError,
     CommandResult,
+    CompleteReassignmentCommand,
     CreateAclsCommand,
     CreatePartitionsCommand,
     CreateTopicCommand,
     DeleteAclsCommand,
     DeleteTopicCommand,
     RaiseProducerIdFloorCommand,
+    ReassignPartitionCommand,
     RegisterBrokerCommand,
 )
 from raftka.broker.cluster.image import (
@@ -42,13 +44,16 @@ from raftka.broker.cluster.image import (
     Change,
     ConfigsChanged,
     PartitionsAdded,
+    ReplicasChanged,
     TopicCreated,
     TopicDeleted,
 )
+from raftka.broker.cluster.reassign import ReassignmentMover
 from raftka.broker.cluster.rebalance import ElectionResult, PreferredLeaderElections
 from raftka.broker.cluster.records import (
     AddAclBinding,
     ClientQuota,
+    CompleteReassignment,
     DeleteScramCredential,
     MetadataRecord,
     RaiseProducerIdFloor,
@@ -198,6 +203,8 @@ class Controller:
                 _route(CreateAclsCommand, self._create_acls),
                 _route(DeleteAclsCommand, self._delete_acls),
                 _route(AlterClientQuotaCommand, self._alter_client_quota),
+                _route(ReassignPartitionCommand, self._reassign_partition),
+                _route(CompleteReassignmentCommand, self._complete_reassignment),
             ]
         )
         # Peer RPCs of other parts of the broker, sharing the transport's forward handler.
@@ -205,6 +212,8 @@ class Controller:
         node.transport.set_forward_handler(self._serve_forward)
         # Preferred-leader elections (ElectLeaders, auto rebalance) over their own peer RPC.
         self.elections = PreferredLeaderElections(self)
+        # Membership steps of the reassignments of partitions this broker leads.
+        self.reassignments = ReassignmentMover(self)
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -367,6 +376,7 @@ class Controller:
                                 topic.topic_id,
                                 tuple(topic.replicas),
                                 dict(topic.configs),
+                                tuple(topic.raft_voters(i) for i in range(topic.num_partitions)),
                             )
                         )
                         continue
@@ -445,7 +455,11 @@ class Controller:
         that cannot be opened yet) it retries itself; anything it raises is unexpected."""
         if isinstance(change, TopicCreated):
             await self.topics.add_topic(
-                change.name, change.topic_id, change.replicas, change.configs
+                change.name, change.topic_id, change.replicas, change.configs, change.raft_voters
+            )
+        elif isinstance(change, ReplicasChanged):
+            await self.topics.set_replicas(
+                change.name, change.index, change.replicas, change.raft_voters
             )
         elif isinstance(change, PartitionsAdded):
             await self.topics.add_partitions(change.name, change.new_replicas)
@@ -615,6 +629,43 @@ class Controller:
             await self._commit([record])
         return CommandResult()
 
+    async def _reassign_partition(self, command: ReassignPartitionCommand) -> CommandResult:
+        record = self.image.validate_reassignment(
+            command.topic, command.partition, command.replicas
+        )
+        if record is not None:
+            await self._commit([record])
+            logger.info(
+                "%s-%d: reassignment %s",
+                command.topic,
+                command.partition,
+                "cancelled" if command.replicas is None else f"to {list(command.replicas)}",
+                extra={"topic": command.topic},
+            )
+        return CommandResult()
+
+    async def _complete_reassignment(self, command: CompleteReassignmentCommand) -> CommandResult:
+        topic = self.image.topic(command.topic)
+        move = None if topic is None else topic.reassignments.get(command.partition)
+        if topic is None or move is None or move.target != command.replicas:
+            # Cancelled or replaced meanwhile: the leader reads the new target and goes on.
+            return CommandResult.error(
+                ErrorCode.no_reassignment_in_progress,
+                f"No reassignment of {command.topic}-{command.partition} to "
+                f"{list(command.replicas)} is in progress.",
+            )
+        await self._commit(
+            [CompleteReassignment(topic.topic_id, command.partition, command.replicas)]
+        )
+        logger.info(
+            "%s-%d: reassignment complete, replicas %s",
+            command.topic,
+            command.partition,
+            list(command.replicas),
+            extra={"topic": command.topic},
+        )
+        return CommandResult()
+
     async def _register_broker(self, command: RegisterBrokerCommand) -> CommandResult:
         record = RegisterBroker(
             command.node_id,
@@ -759,6 +810,10 @@ class Controller:
                 == wanted
             ):
                 logger.info("registered with the cluster in %.2f s", time.monotonic() - started)
+                # Everything committed before the registration is applied: a copy of a
+                # partition this broker is no longer a replica of (it was reassigned while
+                # this broker was down) can go.
+                await self.topics.remove_stray_replicas()
                 return
             result = await self.execute(
                 RegisterBrokerCommand(self.node_id, host, port, rack, incarnation, listeners)

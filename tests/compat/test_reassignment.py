@@ -1,0 +1,225 @@
+"""Replica reassignment on a 4-broker cluster with real clients: a partition on {1,2,3} moves
+to {2,3,4} (through the Java Admin's alterPartitionReassignments) while an idempotent acks=all
+producer and a group consumer run, losing and duplicating nothing; a move is cancelled; bad
+requests get Kafka's errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clients import RawConnection, make_consumer, retry_retriable, run_raftka, wait_until
+from harness import ClusterProcess
+from test_cluster import ContinuousProducer, check_acked_records, raw_metadata
+
+pytestmark = pytest.mark.timeout(300)
+
+CONFIG = {
+    "auto.leader.rebalance.enable": "false",
+    "log.segment.bytes": "1048576",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    cluster = ClusterProcess(4, CONFIG, base_dir=tmp_path_factory.mktemp("reassign"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def create_on(cluster: ClusterProcess, replicas: list[int]) -> str:
+    topic = f"move-{uuid.uuid4().hex[:8]}"
+    # Raw CreateTopics: confluent-kafka 2.16 refuses a NewTopic with a replica assignment.
+    from kio.schema.create_topics.v7.request import (
+        CreatableReplicaAssignment,
+        CreatableTopic,
+        CreateTopicsRequest,
+    )
+    from kio.schema.create_topics.v7.response import CreateTopicsResponse
+    from kio.static.primitive import i16, i32
+
+    assignment = CreatableReplicaAssignment(
+        partition_index=i32(0), broker_ids=tuple(i32(r) for r in replicas)
+    )
+    request = CreateTopicsRequest(
+        topics=(
+            CreatableTopic(
+                name=topic,
+                num_partitions=i32(-1),
+                replication_factor=i16(-1),
+                assignments=(assignment,),
+                configs=(),
+            ),
+        )
+    )
+
+    def send() -> CreateTopicsResponse:
+        with RawConnection(cluster.nodes[0].bootstrap, timeout=30) as conn:
+            conn.send_request(request)
+            return conn.recv_response(CreateTopicsResponse)
+
+    (result,) = retry_retriable(send).topics
+    assert result.error_code == 0, result
+    wait_until(
+        lambda: sorted(partition_state(cluster, topic)["isr"]) == sorted(replicas),
+        30,
+        f"{topic}-0 in sync on {replicas}",
+    )
+    return topic
+
+
+def partition_state(cluster: ClusterProcess, topic: str) -> dict[str, Any]:
+    """Leader, replicas (in order) and ISR of partition 0 from the first broker answering
+    with a leader."""
+    for node in cluster.running():
+        try:
+            md = raw_metadata(node.bootstrap, [topic])
+        except Exception:  # noqa: BLE001 - the next broker may answer
+            continue
+        (t,) = [t for t in md.topics if t.name == topic]
+        if not t.partitions or int(t.partitions[0].leader_id) < 0:
+            continue
+        p = t.partitions[0]
+        return {
+            "leader": int(p.leader_id),
+            "replicas": [int(r) for r in p.replica_nodes],
+            "isr": [int(r) for r in p.isr_nodes],
+        }
+    return {"leader": -1, "replicas": [], "isr": []}
+
+
+def partition_dir(cluster: ClusterProcess, node_id: int, topic: str) -> Path:
+    return Path(cluster.node(node_id).data_dir) / f"{topic}-0"
+
+
+def moving(java_tool: Any, cluster: ClusterProcess, topic: str) -> list[dict]:
+    return [r for r in java_tool.json("list-reassignments", cluster.bootstrap) if r["topic"] == topic]
+
+
+class GroupConsumer(threading.Thread):
+    """A group member reading `topic` from the start until stopped; keeps every value."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = make_consumer(
+            bootstrap, **{"group.id": f"g-{topic}", "enable.partition.eof": False}
+        )
+        self.topic = topic
+        self.values: list[bytes] = []
+        self.stop = threading.Event()
+        self.exc: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.consumer.subscribe([self.topic])
+            while not self.stop.is_set():
+                msg = self.consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    self.values.append(msg.value())
+            self.consumer.close()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            self.exc = exc
+
+
+def test_move_to_a_new_broker_under_load_loses_and_duplicates_nothing(
+    cluster: ClusterProcess, java_tool: Any
+) -> None:
+    topic = create_on(cluster, [1, 2, 3])
+    producer = ContinuousProducer(
+        cluster.bootstrap, topic, count=3000, rate=250, **{"enable.idempotence": True}
+    )
+    consumer = GroupConsumer(cluster.bootstrap, topic)
+    consumer.start()
+    producer.start()
+    wait_until(lambda: len(producer.acked) > 300, 30, "the producer under way")
+
+    answer = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=2,3,4")
+    assert answer == [{"topic": topic, "partition": 0, "error": None, "message": None}]
+    listed = moving(java_tool, cluster, topic)
+    if listed:  # it may already be over
+        assert listed[0]["replicas"][:3] == [2, 3, 4] and listed[0]["adding"] == [4]
+        assert listed[0]["removing"] == [1]
+    wait_until(lambda: not moving(java_tool, cluster, topic), 60, "the reassignment to finish")
+
+    producer.finish()
+    wait_until(
+        lambda: len(set(consumer.values)) >= producer.count, 60, "the group to read every record"
+    )
+    consumer.stop.set()
+    consumer.join(30)
+    assert consumer.exc is None, consumer.exc
+    records = {offset: producer.value(i) for i, offset in producer.acked.items()}
+    check_acked_records(producer, records, expect_no_duplicates=True)
+    assert sorted(consumer.values) == sorted(producer.value(i) for i in range(producer.count))
+
+    state = wait_until(
+        lambda: (s := partition_state(cluster, topic))["replicas"] == [2, 3, 4]
+        and sorted(s["isr"]) == [2, 3, 4]
+        and s,
+        30,
+        "Metadata to list replicas [2, 3, 4], all in sync",
+    )
+    assert state["leader"] in (2, 3, 4)
+    wait_until(
+        lambda: not partition_dir(cluster, 1, topic).exists(), 30, "broker 1 to drop its copy"
+    )
+    segments = list(partition_dir(cluster, 4, topic).glob("*.log"))
+    assert sum(s.stat().st_size for s in segments) > 3000 * 10, "broker 4 holds the data"
+
+
+def test_cancel_moves_back_and_drops_the_new_copy(cluster: ClusterProcess, java_tool: Any) -> None:
+    topic = create_on(cluster, [1, 2, 3])
+    producer = ContinuousProducer(cluster.bootstrap, topic, count=500, rate=1000)
+    producer.start()
+    producer.finish()
+    answer = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=1,2,4")
+    assert answer[0]["error"] is None, answer
+    wait_until(lambda: partition_dir(cluster, 4, topic).exists(), 30, "broker 4 to host a copy")
+    answer = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=cancel")
+    if answer[0]["error"] == "NO_REASSIGNMENT_IN_PROGRESS":
+        pytest.fail("the move finished before it could be cancelled")
+    assert answer[0]["error"] is None, answer
+    assert not moving(java_tool, cluster, topic), "a cancelled move is not listed"
+    wait_until(
+        lambda: partition_state(cluster, topic)["replicas"] == [1, 2, 3],
+        60,
+        "Metadata to list the original replicas [1, 2, 3] again",
+    )
+    wait_until(
+        lambda: not partition_dir(cluster, 4, topic).exists(), 30, "broker 4 to drop its copy"
+    )
+
+
+def test_bad_requests_get_kafkas_errors(cluster: ClusterProcess, java_tool: Any) -> None:
+    topic = create_on(cluster, [1, 2, 3])
+    items = ";".join(
+        [
+            f"{topic}:0=cancel",
+            f"{topic}:0=1,1,2",
+            f"{topic}:7=1,2,3",
+            "no-such-topic:0=1,2,3",
+        ]
+    )
+    answers = java_tool.json("reassign", cluster.bootstrap, items)
+    errors = {(a["topic"], a["partition"]): a["error"] for a in answers}
+    assert errors == {
+        (topic, 0): "INVALID_REPLICA_ASSIGNMENT",  # the last item for a partition wins
+        (topic, 7): "UNKNOWN_TOPIC_OR_PARTITION",
+        ("no-such-topic", 0): "UNKNOWN_TOPIC_OR_PARTITION",
+    }, answers
+    (cancel,) = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=cancel")
+    assert cancel["error"] == "NO_REASSIGNMENT_IN_PROGRESS", cancel
+    (unknown,) = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=1,2,9")
+    assert unknown["error"] == "INVALID_REPLICA_ASSIGNMENT", unknown
+    assert "9" in unknown["message"]
+    assert partition_state(cluster, topic)["replicas"] == [1, 2, 3]
+    assert not moving(java_tool, cluster, topic)
+    _ = (time, run_raftka)
