@@ -482,6 +482,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         read_only=True,
     ),
     ConfigDef(
+        "leader.replication.throttled.rate",
+        L,
+        LONG_MAX,
+        "Bytes per second a leader sends to the replicas a reassignment adds, over all "
+        "partitions whose leader.replication.throttled.replicas names the leader.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
         "leader.imbalance.check.interval.seconds",
         L,
         300,
@@ -798,6 +807,13 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
         "CreateTime or LogAppendTime.",
         choices=("CreateTime", "LogAppendTime"),
     ),
+    ConfigDef(
+        "leader.replication.throttled.replicas",
+        S,
+        "",
+        "Replicas, as PARTITION:BROKER pairs or * for all, whose leader sends at most "
+        "leader.replication.throttled.rate to the replicas a reassignment adds.",
+    ),
     ConfigDef("segment.bytes", INT, 1073741824, "Segment size that triggers a roll.", minimum=14),
     ConfigDef("segment.ms", L, 7 * DAY_MS, "Segment age that triggers a roll.", minimum=1),
     ConfigDef("segment.index.bytes", INT, 10485760, "Largest index file.", minimum=4),
@@ -1055,7 +1071,27 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Confi
         if definition is None:
             raise ConfigError(f"Unknown topic config name: {name}")
         parsed[name] = definition.parse(raw)
+        if name == "leader.replication.throttled.replicas":
+            throttled_replicas(str(parsed[name]))
     return parsed
+
+
+def throttled_replicas(value: str) -> frozenset[tuple[int, int]] | None:
+    """Kafka's throttled-replicas format: None for "*" (all), else the (partition, broker)
+    pairs of "P:B,P:B" (empty: none). Raises ConfigError for anything else."""
+    text = value.strip()
+    if text == "*":
+        return None
+    pairs = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        partition, sep, broker = item.partition(":")
+        if not (sep and partition.isdigit() and broker.isdigit()):
+            raise ConfigError(
+                f"Invalid leader.replication.throttled.replicas entry {item!r}: expected "
+                "PARTITION:BROKER pairs separated by commas, or *"
+            )
+        pairs.add((int(partition), int(broker)))
+    return frozenset(pairs)
 
 
 class TopicConfig(_TypedConfigs):

@@ -30,6 +30,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import CompleteReassignmentCommand
+from raftka.broker.config import ConfigError, throttled_replicas
 from raftka.consensus.core import ConfigChangeError, NotLeaderError
 
 if TYPE_CHECKING:
@@ -124,9 +125,11 @@ class ReassignmentMover:
 
     async def _step(self, partition: Partition, target: tuple[int, ...]) -> None:
         raft = partition.hosted_raft
+        status = raft.status()
+        throttled = self._throttled(partition)
+        raft.throttled_peers = status.learners if throttled else frozenset()
         if raft.config_change_pending:
             return
-        status = raft.status()
         step = next_step(
             target,
             status.voters,
@@ -153,6 +156,9 @@ class ReassignmentMover:
                 raft.transfer_leadership(step.node)
                 return
             if step.action == "add_learner":
+                assert step.node is not None
+                if throttled:  # before its first append leaves
+                    raft.throttled_peers = status.learners | {step.node}
                 raft.propose_config_change(add_learner=step.node)
             elif step.action == "promote":
                 raft.propose_config_change(promote=step.node)
@@ -170,6 +176,18 @@ class ReassignmentMover:
             sorted(status.learners),
             extra=extra,
         )
+
+    def _throttled(self, partition: Partition) -> bool:
+        """Kafka's leader-side rule: appends to replicas not yet in sync (our learners) are
+        throttled when the topic's leader.replication.throttled.replicas names this leader
+        replica (or is *)."""
+        try:
+            listed = throttled_replicas(
+                partition.topic.config.get_str("leader.replication.throttled.replicas")
+            )
+        except ConfigError:
+            return False
+        return listed is None or (partition.index, self.controller.node_id) in listed
 
     async def _complete(self, partition: Partition, target: tuple[int, ...]) -> None:
         key = (partition.topic.name, partition.index, target)

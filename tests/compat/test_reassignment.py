@@ -13,15 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import RawConnection, make_consumer, retry_retriable, run_raftka, wait_until
+from clients import (
+    RawConnection,
+    make_consumer,
+    make_producer,
+    retry_retriable,
+    run_raftka,
+    wait_until,
+)
 from harness import ClusterProcess
 from test_cluster import ContinuousProducer, check_acked_records, raw_metadata
 
 pytestmark = pytest.mark.timeout(300)
 
+THROTTLE_BYTES_PER_S = 20_000
 CONFIG = {
     "auto.leader.rebalance.enable": "false",
     "log.segment.bytes": "1048576",
+    # Only topics whose leader.replication.throttled.replicas names their leader are throttled.
+    "leader.replication.throttled.rate": str(THROTTLE_BYTES_PER_S),
 }
 
 
@@ -35,12 +45,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess
         cluster.stop()
 
 
-def create_on(cluster: ClusterProcess, replicas: list[int]) -> str:
+def create_on(
+    cluster: ClusterProcess, replicas: list[int], configs: dict[str, str] | None = None
+) -> str:
     topic = f"move-{uuid.uuid4().hex[:8]}"
     # Raw CreateTopics: confluent-kafka 2.16 refuses a NewTopic with a replica assignment.
     from kio.schema.create_topics.v7.request import (
         CreatableReplicaAssignment,
         CreatableTopic,
+        CreatableTopicConfig,
         CreateTopicsRequest,
     )
     from kio.schema.create_topics.v7.response import CreateTopicsResponse
@@ -56,7 +69,9 @@ def create_on(cluster: ClusterProcess, replicas: list[int]) -> str:
                 num_partitions=i32(-1),
                 replication_factor=i16(-1),
                 assignments=(assignment,),
-                configs=(),
+                configs=tuple(
+                    CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()
+                ),
             ),
         )
     )
@@ -101,7 +116,9 @@ def partition_dir(cluster: ClusterProcess, node_id: int, topic: str) -> Path:
 
 
 def moving(java_tool: Any, cluster: ClusterProcess, topic: str) -> list[dict]:
-    return [r for r in java_tool.json("list-reassignments", cluster.bootstrap) if r["topic"] == topic]
+    return [
+        r for r in java_tool.json("list-reassignments", cluster.bootstrap) if r["topic"] == topic
+    ]
 
 
 class GroupConsumer(threading.Thread):
@@ -161,9 +178,11 @@ def test_move_to_a_new_broker_under_load_loses_and_duplicates_nothing(
     assert sorted(consumer.values) == sorted(producer.value(i) for i in range(producer.count))
 
     state = wait_until(
-        lambda: (s := partition_state(cluster, topic))["replicas"] == [2, 3, 4]
-        and sorted(s["isr"]) == [2, 3, 4]
-        and s,
+        lambda: (
+            (s := partition_state(cluster, topic))["replicas"] == [2, 3, 4]
+            and sorted(s["isr"]) == [2, 3, 4]
+            and s
+        ),
         30,
         "Metadata to list replicas [2, 3, 4], all in sync",
     )
@@ -176,10 +195,13 @@ def test_move_to_a_new_broker_under_load_loses_and_duplicates_nothing(
 
 
 def test_cancel_moves_back_and_drops_the_new_copy(cluster: ClusterProcess, java_tool: Any) -> None:
-    topic = create_on(cluster, [1, 2, 3])
-    producer = ContinuousProducer(cluster.bootstrap, topic, count=500, rate=1000)
-    producer.start()
-    producer.finish()
+    topic = create_on(cluster, [1, 2, 3], {"leader.replication.throttled.replicas": "*"})
+    producer = make_producer(cluster.bootstrap, acks="all", linger_ms=5)
+    # More than one append's worth (1 MiB): after the first, the learner waits for tokens.
+    for i in range(2500):
+        producer.produce(topic, value=b"%04d" % i + b"x" * 1000, partition=0)
+        producer.poll(0)
+    assert producer.flush(30) == 0
     answer = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=1,2,4")
     assert answer[0]["error"] is None, answer
     wait_until(lambda: partition_dir(cluster, 4, topic).exists(), 30, "broker 4 to host a copy")
