@@ -20,12 +20,14 @@ from raftka.broker.cluster.commands import (
     Command,
     CommandDecodeError,
     CommandResult,
+    CompleteReassignmentCommand,
     CreateAclsCommand,
     CreatePartitionsCommand,
     CreateTopicCommand,
     DeleteAclsCommand,
     DeleteTopicCommand,
     RaiseProducerIdFloorCommand,
+    ReassignPartitionCommand,
     RegisterBrokerCommand,
 )
 
@@ -56,6 +58,9 @@ COMMANDS: list[Command] = [
         (("client-id", None), ("user", "alice")),
         (("producer_byte_rate", 1024.0), ("request_percentage", None)),
     ),
+    ReassignPartitionCommand("t", 0, (2, 3, 4)),
+    ReassignPartitionCommand("t", 1, None),
+    CompleteReassignmentCommand("t", 0, (2, 3, 4)),
 ]
 
 
