@@ -261,3 +261,28 @@ def test_bad_requests_get_kafkas_errors(cluster: ClusterProcess, java_tool: Any)
         "partitions", "reassign", f"{topic}:0=1,2,9", "--bootstrap-servers", cluster.bootstrap
     )
     assert result.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in result.stderr, result
+
+
+def test_a_broker_down_during_the_move_drops_its_copy_when_it_restarts(
+    cluster: ClusterProcess, java_tool: Any
+) -> None:
+    topic = create_on(cluster, [1, 2, 3])
+    producer = make_producer(cluster.bootstrap, acks="all")
+    for i in range(200):
+        producer.produce(topic, value=b"r%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    node = cluster.node(3)
+    node.stop()
+    try:
+        (answer,) = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=1,2,4")
+        assert answer["error"] is None, answer
+        wait_until(lambda: not moving(java_tool, cluster, topic), 60, "the move without broker 3")
+        assert partition_dir(cluster, 3, topic).exists(), "broker 3 was down: its copy is there"
+    finally:
+        node.start()
+    wait_until(
+        lambda: not partition_dir(cluster, 3, topic).exists(),
+        30,
+        "restarted broker 3 to delete the copy it is no longer a replica of",
+    )
+    assert partition_state(cluster, topic)["replicas"] == [1, 2, 4]
