@@ -454,8 +454,11 @@ class RaftGroup:
 
     # ------------------------------------------------------------------ Ready
     def _send(self, m: Message) -> None:
+        if m.to not in self.throttled_peers or m.type is not MessageType.APPEND:
+            self._transport.send(m)  # the common case: one set lookup
+            return
         throttle = self._node.append_throttle
-        if throttle is None or m.type is not MessageType.APPEND or m.to not in self.throttled_peers:
+        if throttle is None:
             self._transport.send(m)
             return
         queue = self._throttled.get(m.to)
