@@ -698,6 +698,8 @@ class Simulation:
         if rd.soft_state is not None:
             s = rd.soft_state
             self._note(f"{node.node_id} {s.role.value} term {s.term} leader {s.leader_id}")
+            if s.role is not Role.FOLLOWER and node.node_id in core.learners:
+                raise self._fail(f"learner {node.node_id} became {s.role.value} in {s.term}")
             if s.role is Role.LEADER:
                 holder = self.leader_of_term.setdefault(s.term, node.node_id)
                 if holder != node.node_id:
