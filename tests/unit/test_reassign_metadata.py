@@ -138,3 +138,24 @@ def test_append_throttle_is_a_token_bucket() -> None:
     now[0] = 14.1
     assert throttle.try_take(1)
     assert throttle.bytes_sent == 6201
+
+
+def test_a_new_leader_goes_on_from_the_membership_in_its_log() -> None:
+    from raft_net import Net
+
+    from raftka.consensus.types import Role
+
+    net = Net([1, 2, 3])
+    net.elect(1)
+    net.add_node(4)
+    net.propose(1, payload=b"a")
+    net[1].propose_config_change(add_learner=4)
+    net.deliver()
+    net.crash(1)
+    net.tick(40, only=[2, 3, 4])
+    (leader,) = [i for i in (2, 3) if net[i].role is Role.LEADER]
+    core = net[leader]
+    net.propose(leader, payload=b"b")
+    match = {n: pr.match_end for n, pr in core.progress.items()}
+    step = next_step((2, 3, 4), core.voters, core.learners, leader, match, core.high_watermark)
+    assert step == MembershipStep("promote", 4)
