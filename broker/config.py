@@ -488,7 +488,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "Bytes per second a leader sends to the replicas a reassignment adds, over all "
         "partitions whose leader.replication.throttled.replicas names the leader.",
         minimum=1,
-        read_only=True,
+    ),
+    ConfigDef(
+        "follower.replication.throttled.rate",
+        L,
+        LONG_MAX,
+        "Accepted (Kafka's reassignment tool sets it) and stored; raftka throttles on the "
+        "leader side only.",
+        minimum=1,
     ),
     ConfigDef(
         "leader.imbalance.check.interval.seconds",
@@ -1074,6 +1081,13 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Confi
         if name == "leader.replication.throttled.replicas":
             throttled_replicas(str(parsed[name]))
     return parsed
+
+
+#: Broker configs that IncrementalAlterConfigs may change at run time, per broker or as the
+#: cluster-wide default (resource name "").
+DYNAMIC_BROKER_CONFIGS = frozenset(
+    {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+)
 
 
 def throttled_replicas(value: str) -> frozenset[tuple[int, int]] | None:

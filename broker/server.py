@@ -25,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from raftka.broker.cluster.controller import Controller
 from raftka.broker.compaction import LogCleaner
-from raftka.broker.config import LONG_MAX, BrokerConfig, ConfigError
+from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
 from raftka.broker.groups import coordinator_for
 from raftka.broker.handlers import HANDLERS
@@ -45,7 +45,7 @@ from raftka.broker.security.tls import server_context
 from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.topics import Partition, TopicManager, now_ms
 from raftka.broker.txn import transaction_coordinator_for
-from raftka.consensus.driver import AppendThrottle, RaftNode
+from raftka.consensus.driver import RaftNode
 from raftka.consensus.peer_auth import PeerAuth, load_secrets
 from raftka.consensus.transport import PeerTransport
 from raftka.protocol.api import api_name
@@ -394,9 +394,6 @@ class Broker:
             self.node = RaftNode(
                 self.node_id, self.transport, seed=self.node_id, hard_states=self.hard_states
             )
-            throttle_rate = config.get_int("leader.replication.throttled.rate")
-            if throttle_rate < LONG_MAX:
-                self.node.append_throttle = AppendThrottle(throttle_rate)
             self.topics = TopicManager(data_dir, config, self.node, self.hard_states)
             opened.callback(self.topics.close)
             self.controller = Controller(

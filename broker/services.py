@@ -60,6 +60,11 @@ class MetadataView(Protocol):
     def brokers(self) -> Mapping[int, BrokerInfo]: ...
 
     @property
+    def broker_configs(self) -> Mapping[str, Mapping[str, str]]:
+        """Dynamic broker configs by broker id as a string ("": the cluster default)."""
+        ...
+
+    @property
     def topics(self) -> Mapping[str, TopicImage]:
         """Topics by name: replica lists and reassignments in progress."""
         ...

@@ -2,9 +2,11 @@
 other brokers (AlterPartitionReassignments), cancel a move, list the moves in progress
 (ListPartitionReassignments), over the raw protocol.
 
-`--throttle` marks the current replicas of the moved partitions in their topic's
+`--throttle BYTES_PER_S` sets the cluster-wide dynamic `leader.replication.throttled.rate`
+and marks the current replicas of the moved partitions in their topic's
 `leader.replication.throttled.replicas` (Kafka's PARTITION:BROKER format), so their leaders
-send to the added replicas at most the brokers' `leader.replication.throttled.rate`.
+send to the added replicas at most that many bytes per second, as Kafka's
+kafka-reassign-partitions.sh --throttle does (per broker there).
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ from raftka.protocol.api import schema_module
 
 ALTER_REASSIGNMENTS_KEY = 45
 LIST_REASSIGNMENTS_KEY = 46
+INCREMENTAL_ALTER_CONFIGS_KEY = 44
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SET = 0
 THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
+THROTTLE_RATE = "leader.replication.throttled.rate"
 
 #: (topic, partition, target replicas or None to cancel)
 Move = tuple[str, int, tuple[int, ...] | None]
@@ -48,12 +55,12 @@ def parse_move(text: str) -> Move:
     return topic, partition, target
 
 
-def reassign(target: Target, moves: Sequence[Move], throttle: bool) -> Document:
+def reassign(target: Target, moves: Sequence[Move], throttle: int | None) -> Document:
     """AlterPartitionReassignments for `moves`; AdminError names every refused partition."""
     with WireCluster(target) as cluster:
         connection = cluster.any_connection()
-        if throttle:
-            _throttle(cluster, [m for m in moves if m[2] is not None])
+        if throttle is not None and any(m[2] is not None for m in moves):
+            _throttle(cluster, [m for m in moves if m[2] is not None], throttle)
         version = connection.version_for(ALTER_REASSIGNMENTS_KEY)
         module = schema_module(load_request_schema(ALTER_REASSIGNMENTS_KEY, version))
         by_topic: dict[str, list[Any]] = {}
@@ -103,16 +110,15 @@ def reassign(target: Target, moves: Sequence[Move], throttle: bool) -> Document:
             }
             for r in sorted(results, key=lambda r: (r["topic"], r["partition"]))
         ],
-        "throttled": throttle,
+        "throttle_bytes_per_s": throttle,
     }
 
 
-def _throttle(cluster: WireCluster, moves: Sequence[Move]) -> None:
-    """Set each moved topic's leader.replication.throttled.replicas to the current replicas
-    of its moved partitions (the leaders that send to the added replicas)."""
+def _throttle(cluster: WireCluster, moves: Sequence[Move], rate_bytes_per_s: int) -> None:
+    """Set the cluster-wide leader.replication.throttled.rate and each moved topic's
+    leader.replication.throttled.replicas to the current replicas of its moved partitions
+    (the leaders that send to the added replicas), with IncrementalAlterConfigs."""
     topics = sorted({m[0] for m in moves})
-    if not topics:
-        return
     metadata = cluster.metadata(topics)
     current = {
         (str(t.name), int(p.partition_index)): [int(r) for r in p.replica_nodes]
@@ -124,21 +130,31 @@ def _throttle(cluster: WireCluster, moves: Sequence[Move]) -> None:
     for topic, partition, _ in moves:
         for broker in current.get((topic, partition), []):
             pairs.setdefault(topic, []).append(f"{partition}:{broker}")
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    connection = cluster.any_connection()
+    version = connection.version_for(INCREMENTAL_ALTER_CONFIGS_KEY)
+    module = schema_module(load_request_schema(INCREMENTAL_ALTER_CONFIGS_KEY, version))
 
-    admin = cluster.target.admin()
-    for topic, listed in pairs.items():
-        entry = ConfigEntry(
-            THROTTLED_REPLICAS, ",".join(listed), incremental_operation=AlterConfigOpType.SET
-        )
-        resource = ConfigResource("topic", topic, incremental_configs=[entry])
-        futures = admin.incremental_alter_configs(
-            [resource], request_timeout=cluster.target.timeout_s
-        )
-        cluster.target.result(
-            futures[resource],
-            f"set {THROTTLED_REPLICAS} of topic {topic}",
-            f"ALTER_CONFIGS on topic {topic}",
+    def resource(kind: int, name: str, config: str, value: str) -> Any:
+        entry = module.AlterableConfig(name=config, config_operation=SET, value=value)
+        return module.AlterConfigsResource(resource_type=kind, resource_name=name, configs=(entry,))
+
+    resources = [resource(RESOURCE_BROKER, "", THROTTLE_RATE, str(rate_bytes_per_s))] + [
+        resource(RESOURCE_TOPIC, topic, THROTTLED_REPLICAS, ",".join(listed))
+        for topic, listed in sorted(pairs.items())
+    ]
+    response = connection.request(
+        INCREMENTAL_ALTER_CONFIGS_KEY,
+        {"resources": tuple(resources), "validate_only": False},
+        version=version,
+    )
+    refused = [r for r in response.responses if r.error_code]
+    if refused:
+        raise AdminError(
+            "; ".join(
+                f"setting the throttle of {r.resource_name or 'the cluster'}: "
+                f"{_error_name(r.error_code)}: {r.error_message}"
+                for r in refused
+            )
         )
 
 
@@ -205,6 +221,16 @@ def print_reassignments(document: Document, out: TextIO) -> None:
     )
 
 
+def _rate(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes/s, got {text!r}")
+    return value
+
+
 def _check_reassign(args: argparse.Namespace) -> str | None:
     if args.cancel:
         if any(m[2] is not None for m in args.cancel):
@@ -239,9 +265,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     moving.add_argument(
         "--throttle",
-        action="store_true",
-        help=f"mark the moved partitions' current replicas in {THROTTLED_REPLICAS}: their "
-        "leaders send to the added replicas at most leader.replication.throttled.rate",
+        type=_rate,
+        metavar="BYTES_PER_S",
+        help=f"set {THROTTLE_RATE} (cluster-wide) and mark the moved partitions' current "
+        f"replicas in their topic's {THROTTLED_REPLICAS}: their leaders send to the added "
+        "replicas at most that many bytes per second",
     )
     moving.set_defaults(
         check=_check_reassign,

@@ -493,6 +493,28 @@ class CompleteReassignmentCommand(Command):
         )
 
 
+@dataclass(frozen=True)
+class AlterBrokerConfigsCommand(Command):
+    """IncrementalAlterConfigs on a BROKER resource (its id, or "" for the cluster-wide
+    default): each dynamic config set to a value or, with None, back to the static one."""
+
+    OP: ClassVar[str] = "alter_broker_configs"
+
+    resource: str
+    changes: Mapping[str, str | None]
+    validate_only: bool = False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(
+            resource=wire.string("resource"),
+            changes=wire.configs("changes", required=True),
+            validate_only=wire.flag("validate_only"),
+        )
+
+
 #: Every command type by its wire name.
 COMMAND_TYPES: dict[str, type[Command]] = {
     cls.OP: cls
@@ -509,6 +531,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         AlterClientQuotaCommand,
         ReassignPartitionCommand,
         CompleteReassignmentCommand,
+        AlterBrokerConfigsCommand,
     )
 }
 

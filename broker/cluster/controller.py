@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
     AclOutcome,
+    AlterBrokerConfigsCommand,
     AlterClientQuotaCommand,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
@@ -40,6 +41,7 @@ from raftka.broker.cluster.commands import (
     RegisterBrokerCommand,
 )
 from raftka.broker.cluster.image import (
+    BrokerConfigsChanged,
     BrokerRegistered,
     Change,
     ConfigsChanged,
@@ -69,7 +71,7 @@ from raftka.broker.cluster.validation import (
     check_scram_iterations,
     check_scram_mechanism,
 )
-from raftka.broker.config import BrokerConfig
+from raftka.broker.config import LONG_MAX, BrokerConfig
 from raftka.broker.quotas import QuotaRequestError, validate_entity, validate_ops
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
 from raftka.broker.security.acl import (
@@ -81,7 +83,7 @@ from raftka.broker.security.acl import (
 from raftka.broker.security.scram import ScramMechanism
 from raftka.broker.topics import METADATA_TOPIC, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
-from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
+from raftka.consensus.driver import AppendThrottle, RaftGroup, RaftGroupUpdate, RaftNode
 from raftka.consensus.transport import ForwardError, ForwardRemoteError
 from raftka.consensus.types import Role, Snapshot
 from raftka.log import LogConfig, PartitionLog
@@ -205,6 +207,7 @@ class Controller:
                 _route(AlterClientQuotaCommand, self._alter_client_quota),
                 _route(ReassignPartitionCommand, self._reassign_partition),
                 _route(CompleteReassignmentCommand, self._complete_reassignment),
+                _route(AlterBrokerConfigsCommand, self._alter_broker_configs),
             ]
         )
         # Peer RPCs of other parts of the broker, sharing the transport's forward handler.
@@ -214,6 +217,7 @@ class Controller:
         self.elections = PreferredLeaderElections(self)
         # Membership steps of the reassignments of partitions this broker leads.
         self.reassignments = ReassignmentMover(self)
+        self._apply_replication_throttle()
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -467,6 +471,8 @@ class Controller:
             self.topics.alter_configs(change.name, change.configs)
         elif isinstance(change, TopicDeleted):
             await self.topics.remove_topic(change.topic_id)
+        elif isinstance(change, BrokerConfigsChanged):
+            self._apply_replication_throttle()
         elif isinstance(change, BrokerRegistered):
             broker = change.broker
             logger.info(
@@ -477,6 +483,22 @@ class Controller:
                 broker.rack,
                 extra={"peer": broker.node_id},
             )
+
+    def replication_throttle_rate(self) -> int:
+        """This broker's leader.replication.throttled.rate: dynamic (its own, else the
+        cluster-wide default) over static."""
+        name = "leader.replication.throttled.rate"
+        dynamic = self.image.dynamic_broker_config(self.node_id, name)
+        return int(dynamic) if dynamic is not None else self.broker_config.get_int(name)
+
+    def _apply_replication_throttle(self) -> None:
+        rate = self.replication_throttle_rate()
+        if rate >= LONG_MAX:
+            self.node.append_throttle = None
+        elif self.node.append_throttle is None:
+            self.node.append_throttle = AppendThrottle(rate)
+        else:
+            self.node.append_throttle.set_rate(rate)
 
     def _apply_failed(self, what: str, exc: Exception) -> MetadataApplyError:
         """Log a failed apply as critical and return the error that stops the apply loop."""
@@ -664,6 +686,12 @@ class Controller:
             list(command.replicas),
             extra={"topic": command.topic},
         )
+        return CommandResult()
+
+    async def _alter_broker_configs(self, command: AlterBrokerConfigsCommand) -> CommandResult:
+        record = self.image.validate_alter_broker_configs(command.resource, command.changes)
+        if not command.validate_only:
+            await self._commit([record])
         return CommandResult()
 
     async def _register_broker(self, command: RegisterBrokerCommand) -> CommandResult:

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.cluster.placement import place_replicas
 from raftka.broker.cluster.records import (
     AddAclBinding,
+    AlterBrokerConfigs,
     AlterTopicConfigs,
     ClientQuota,
     CompleteReassignment,
@@ -47,6 +48,7 @@ from raftka.broker.cluster.validation import (
     validate_topic_config_values,
     validate_topic_name,
 )
+from raftka.broker.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, ConfigError
 from raftka.broker.quotas import QuotaEntity, quota_entity
 from raftka.broker.security.acl import (
     AclBinding,
@@ -94,6 +96,8 @@ class ImageSnapshot(TypedDict):
     topics: list[TopicSnapshot]
     #: Absent in snapshots written before the floor existed: 0.
     producer_id_floor: NotRequired[int]
+    #: Absent in snapshots written before dynamic broker configs existed: none.
+    broker_configs: NotRequired[dict[str, dict[str, str]]]
     #: Absent in snapshots written before SCRAM credentials existed: none.
     scram_credentials: NotRequired[list[ScramSnapshot]]
     #: Absent in snapshots written before ACLs existed: none.
@@ -253,8 +257,16 @@ class ReplicasChanged:
     raft_voters: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class BrokerConfigsChanged:
+    """The dynamic configs of broker `resource` ("": the cluster-wide default) changed."""
+
+    resource: str
+
+
 Change = (
-    ReplicasChanged
+    BrokerConfigsChanged
+    | ReplicasChanged
     | BrokerRegistered
     | BrokerUnregistered
     | TopicCreated
@@ -295,6 +307,9 @@ class MetadataImage:
         self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
         #: The cluster's ACL bindings.
         self.acls = AclSet()
+        #: Dynamic broker configs: broker id as a string ("" for the cluster-wide default)
+        #: -> name -> value.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         #: Client quotas: entity -> quota key -> value. Replaced, never changed in place,
         #: when a quota changes (quota enforcement notices a new mapping).
         self.client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = {}
@@ -364,6 +379,12 @@ class MetadataImage:
                 return [PartitionsAdded(topic.name, topic.topic_id, first, record.new_replicas)]
             case ReassignPartition():
                 return self._reassign(record, offset)
+            case AlterBrokerConfigs():
+                if record.configs:
+                    self.broker_configs[record.resource] = dict(record.configs)
+                else:
+                    self.broker_configs.pop(record.resource, None)
+                return [BrokerConfigsChanged(record.resource)]
             case CompleteReassignment():
                 topic = self.topics_by_id.get(record.topic_id)
                 if topic is None or record.partition not in topic.reassignments:
@@ -419,6 +440,44 @@ class MetadataImage:
                 self.producer_id_floor = max(self.producer_id_floor, record.floor)
                 return []
         raise TypeError(f"not a metadata record: {record!r}")
+
+    def dynamic_broker_config(self, node_id: int, name: str) -> str | None:
+        """A dynamic broker config of `node_id`: its own value, else the cluster-wide
+        default, else None (the static config applies)."""
+        own = self.broker_configs.get(str(node_id), {})
+        if name in own:
+            return own[name]
+        return self.broker_configs.get("", {}).get(name)
+
+    def validate_alter_broker_configs(
+        self, resource: str, changes: Mapping[str, str | None]
+    ) -> AlterBrokerConfigs:
+        """The record giving broker `resource` ("" for all) `changes` (None: back to the
+        static value); INVALID_CONFIG for a config that is not dynamic or a bad value."""
+        if resource != "" and not (resource.isdigit() and int(resource) in self.brokers):
+            raise TopicError(
+                ErrorCode.invalid_request,
+                f"Broker {resource!r} is not registered; name a broker id, or the empty name "
+                "for the cluster-wide default.",
+            )
+        configs = dict(self.broker_configs.get(resource, {}))
+        for name, value in changes.items():
+            if name not in DYNAMIC_BROKER_CONFIGS:
+                raise TopicError(
+                    ErrorCode.invalid_config,
+                    f"Broker config {name} cannot be changed at run time; of the broker "
+                    f"configs only {', '.join(sorted(DYNAMIC_BROKER_CONFIGS))} are dynamic. "
+                    "Set the others at start-up with --config NAME=VALUE or --config-file.",
+                )
+            if value is None:
+                configs.pop(name, None)
+                continue
+            try:
+                BROKER_CONFIGS[name].parse(value)
+            except ConfigError as exc:
+                raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+            configs[name] = value
+        return AlterBrokerConfigs(resource, configs)
 
     def _reassign(self, record: ReassignPartition, offset: int) -> list[Change]:
         topic = self.topics_by_id.get(record.topic_id)
@@ -803,6 +862,9 @@ class MetadataImage:
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
             ],
             "producer_id_floor": self.producer_id_floor,
+            "broker_configs": {
+                r: dict(sorted(c.items())) for r, c in sorted(self.broker_configs.items())
+            },
             "scram_credentials": [
                 {
                     "user": user,
@@ -834,6 +896,10 @@ class MetadataImage:
         image = cls()
         image.applied_offset = int(data["applied_offset"])
         image.producer_id_floor = int(data.get("producer_id_floor", 0))
+        image.broker_configs = {
+            str(r): {str(k): str(v) for k, v in c.items()}
+            for r, c in data.get("broker_configs", {}).items()
+        }
         for c in data.get("scram_credentials", []):
             image.scram_credentials[c["user"], int(c["mechanism"])] = ScramCredential(
                 ScramMechanism(int(c["mechanism"])),

@@ -253,6 +253,22 @@ class CompleteReassignment(_Record):
 
 
 @dataclass(frozen=True)
+class AlterBrokerConfigs(_Record):
+    """The complete new set of dynamic configs of broker `resource` (its id as a string, or
+    "" for the cluster-wide default), as Kafka's IncrementalAlterConfigs on a BROKER."""
+
+    resource: str
+    configs: dict[str, str]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.resource, str):
+            raise ValueError("resource must be a string")
+        object.__setattr__(self, "configs", _configs(self.configs))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
 class RaiseProducerIdFloor(_Record):
     """Producer ids below `floor` are never handed out again (the image keeps the maximum)."""
 
@@ -377,6 +393,7 @@ MetadataRecord: TypeAlias = (
     | CreatePartitions
     | ReassignPartition
     | CompleteReassignment
+    | AlterBrokerConfigs
     | RaiseProducerIdFloor
     | UpsertScramCredential
     | DeleteScramCredential
@@ -396,6 +413,7 @@ RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         CreatePartitions,
         ReassignPartition,
         CompleteReassignment,
+        AlterBrokerConfigs,
         RaiseProducerIdFloor,
         UpsertScramCredential,
         DeleteScramCredential,

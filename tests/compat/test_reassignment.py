@@ -21,6 +21,7 @@ from clients import (
     run_raftka,
     wait_until,
 )
+from confluent_kafka.admin import AdminClient, ConfigResource
 from harness import ClusterProcess
 from test_cluster import ContinuousProducer, check_acked_records, raw_metadata
 
@@ -30,8 +31,6 @@ THROTTLE_BYTES_PER_S = 20_000
 CONFIG = {
     "auto.leader.rebalance.enable": "false",
     "log.segment.bytes": "1048576",
-    # Only topics whose leader.replication.throttled.replicas names their leader are throttled.
-    "leader.replication.throttled.rate": str(THROTTLE_BYTES_PER_S),
 }
 
 
@@ -202,10 +201,23 @@ def test_cancel_moves_back_and_drops_the_new_copy(cluster: ClusterProcess, java_
         producer.produce(topic, value=b"%04d" % i + b"x" * 1000, partition=0)
         producer.poll(0)
     assert producer.flush(30) == 0
-    # The CLI's --throttle marks the leader replicas: they send to broker 4 at most
-    # leader.replication.throttled.rate, so the move is still under way when cancelled.
-    started = raftka(cluster, "partitions", "reassign", f"{topic}:0=1,2,4", "--throttle")
+    # --throttle sets the dynamic leader.replication.throttled.rate and marks the leader
+    # replicas: they send to broker 4 at most that, so the move is under way when cancelled.
+    started = raftka(
+        cluster,
+        "partitions",
+        "reassign",
+        f"{topic}:0=1,2,4",
+        "--throttle",
+        str(THROTTLE_BYTES_PER_S),
+    )
     assert started["reassignments"] == [{"topic": topic, "partition": 0, "replicas": [1, 2, 4]}]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    resource = ConfigResource("broker", "3")
+    described = admin.describe_configs([resource])[resource].result(30)
+    rate = described["leader.replication.throttled.rate"]
+    # DYNAMIC_DEFAULT_BROKER_CONFIG: the CLI sets the cluster-wide default.
+    assert (rate.value, rate.source) == (str(THROTTLE_BYTES_PER_S), 3), rate
     listed = raftka(cluster, "partitions", "reassignments")["reassignments"]
     assert {
         "topic": topic,

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
     COMMAND_TYPES,
+    AlterBrokerConfigsCommand,
     AlterClientQuotaCommand,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
@@ -61,6 +62,8 @@ COMMANDS: list[Command] = [
     ReassignPartitionCommand("t", 0, (2, 3, 4)),
     ReassignPartitionCommand("t", 1, None),
     CompleteReassignmentCommand("t", 0, (2, 3, 4)),
+    AlterBrokerConfigsCommand("", {"leader.replication.throttled.rate": "1000"}),
+    AlterBrokerConfigsCommand("2", {"leader.replication.throttled.rate": None}, True),
 ]
 
 

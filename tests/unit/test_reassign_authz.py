@@ -1,19 +1,25 @@
 """AlterPartitionReassignments needs ALTER and ListPartitionReassignments DESCRIBE on the
-cluster, as in Kafka; refused requests change nothing."""
+cluster, as in Kafka; refused requests change nothing. The replication throttle rate is a
+dynamic broker config (ALTER_CONFIGS on the cluster)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.alter_partition_reassignments.v0 import request as alter_v0
 from kio.schema.alter_partition_reassignments.v1 import request as alter_v1
+from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1 import request as incremental_alter
 from kio.schema.list_partition_reassignments.v0 import request as list_v0
-from kio.static.primitive import i32
+from kio.static.primitive import i8, i32
 from test_authz_admin import AUTHORIZER, _close, _open, allow, call
 
+from raftka.broker.config import ConfigSource
+from raftka.broker.handlers import configs
 from raftka.broker.handlers.reassignments import (
     handle_alter_partition_reassignments,
     handle_list_partition_reassignments,
@@ -73,3 +79,49 @@ def test_v1_refuses_a_replication_factor_change_when_not_allowed(broker: Broker)
     assert p.error_code == ErrorCode.invalid_replication_factor
     assert "from 1 to 2" in p.error_message
     assert not broker.controller.image.topics["shared"].reassignments
+
+
+def test_the_throttle_rate_is_a_dynamic_broker_config(broker: Broker) -> None:
+    def alter(user: str, name: str, value: str | None) -> Any:
+        entry = incremental_alter.AlterableConfig(
+            name=name, config_operation=i8(0 if value is not None else 1), value=value
+        )
+        request = incremental_alter.IncrementalAlterConfigsRequest(
+            resources=(
+                incremental_alter.AlterConfigsResource(
+                    resource_type=i8(configs.RESOURCE_BROKER), resource_name="", configs=(entry,)
+                ),
+            ),
+            validate_only=False,
+        )
+        (result,) = call(broker, user, configs.handle_incremental_alter_configs, request).responses
+        return result
+
+    rate = "leader.replication.throttled.rate"
+    assert alter("alice", rate, "1000").error_code == ErrorCode.cluster_authorization_failed
+    assert broker.node.append_throttle is None
+    assert alter("admin", rate, "1000").error_code == ErrorCode.none
+    assert broker.node.append_throttle is not None
+    assert broker.node.append_throttle.rate_bytes_per_s == 1000
+    refused = alter("admin", "log.retention.ms", "1")
+    assert refused.error_code == ErrorCode.invalid_config and "dynamic" in refused.error_message
+
+    request = describe_configs.DescribeConfigsRequest(
+        resources=(
+            describe_configs.DescribeConfigsResource(
+                resource_type=i8(configs.RESOURCE_BROKER),
+                resource_name="",
+                configuration_keys=(rate,),
+            ),
+        ),
+        include_synonyms=False,
+        include_documentation=False,
+    )
+    (described,) = call(broker, "admin", configs.handle_describe_configs, request).results
+    (entry,) = described.configs
+    assert (entry.value, entry.config_source) == (
+        "1000",
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    )
+    assert alter("admin", rate, None).error_code == ErrorCode.none
+    assert broker.node.append_throttle is None

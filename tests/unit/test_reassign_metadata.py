@@ -8,9 +8,15 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.cluster.image import MetadataImage, Reassignment, ReplicasChanged
+from raftka.broker.cluster.image import (
+    BrokerConfigsChanged,
+    MetadataImage,
+    Reassignment,
+    ReplicasChanged,
+)
 from raftka.broker.cluster.reassign import MembershipStep, next_step
 from raftka.broker.cluster.records import (
+    AlterBrokerConfigs,
     CompleteReassignment,
     CreateTopic,
     ReassignPartition,
@@ -159,3 +165,30 @@ def test_a_new_leader_goes_on_from_the_membership_in_its_log() -> None:
     match = {n: pr.match_end for n, pr in core.progress.items()}
     step = next_step((2, 3, 4), core.voters, core.learners, leader, match, core.high_watermark)
     assert step == MembershipStep("promote", 4)
+
+
+def test_dynamic_broker_configs_are_only_the_throttle_rates() -> None:
+    image = _image()
+    record = image.validate_alter_broker_configs("", {"leader.replication.throttled.rate": "5000"})
+    assert record == AlterBrokerConfigs("", {"leader.replication.throttled.rate": "5000"})
+    assert decode_record(b"AlterBrokerConfigs", record.to_bytes()) == record
+    assert image.apply(record, 11) == [BrokerConfigsChanged("")]
+    assert image.dynamic_broker_config(3, "leader.replication.throttled.rate") == "5000"
+    image.apply(AlterBrokerConfigs("3", {"leader.replication.throttled.rate": "70"}), 12)
+    assert image.dynamic_broker_config(3, "leader.replication.throttled.rate") == "70"
+    assert image.dynamic_broker_config(2, "leader.replication.throttled.rate") == "5000"
+    assert MetadataImage.from_dict(image.to_dict()).broker_configs == image.broker_configs
+    # None goes back to the static value; an empty set forgets the resource.
+    record = image.validate_alter_broker_configs("3", {"leader.replication.throttled.rate": None})
+    image.apply(record, 13)
+    assert "3" not in image.broker_configs
+
+    for resource, changes, code in [
+        ("", {"log.retention.ms": "1"}, ErrorCode.invalid_config),
+        ("", {"leader.replication.throttled.rate": "0"}, ErrorCode.invalid_config),
+        ("", {"leader.replication.throttled.rate": "fast"}, ErrorCode.invalid_config),
+        ("9", {"leader.replication.throttled.rate": "1"}, ErrorCode.invalid_request),
+    ]:
+        with pytest.raises(TopicError) as info:
+            image.validate_alter_broker_configs(resource, changes)  # type: ignore[arg-type]
+        assert info.value.error_code == code, (resource, changes)
