@@ -357,7 +357,8 @@ class RaftCore:
     ) -> Entry:
         """One single-server membership change, which takes effect on append: `add` a voter,
         `remove` a voter or a learner, `add_learner` (a replica that receives the log but
-        never votes, campaigns or counts toward commit) or `promote` a learner to voter.
+        never campaigns and counts toward neither elections nor commit) or `promote` a
+        learner to voter.
         The next change is accepted only once this one committed."""
         self._check_input()
         self._require_leader()

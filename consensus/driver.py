@@ -254,7 +254,7 @@ class RaftGroup:
         self._known_leadership: tuple[int, NodeId] | None = None
         self.leader_changes = 0
         self._ticked = False
-        # Replicas whose APPENDs pass the node's AppendThrottle (set by the broker for the
+        # Learners whose APPENDs pass the node's AppendThrottle (set by the broker for the
         # replicas a reassignment adds), and per replica the APPENDs waiting for it, in order.
         self.throttled_peers: frozenset[NodeId] = frozenset()
         self._throttled: dict[NodeId, collections.deque[Message]] = {}
@@ -454,8 +454,12 @@ class RaftGroup:
 
     # ------------------------------------------------------------------ Ready
     def _send(self, m: Message) -> None:
-        if m.to not in self.throttled_peers or m.type is not MessageType.APPEND:
-            self._transport.send(m)  # the common case: one set lookup
+        if (
+            m.to not in self.throttled_peers  # the common case: one set lookup
+            or m.type is not MessageType.APPEND
+            or m.to not in self._core.learners  # a voter is never held back
+        ):
+            self._transport.send(m)
             return
         throttle = self._node.append_throttle
         if throttle is None:
@@ -474,7 +478,11 @@ class RaftGroup:
         """Send queued APPENDs as the throttle allows; whether some still wait."""
         throttle = self._node.append_throttle
         for peer, queue in list(self._throttled.items()):
-            if self._core.role is not Role.LEADER or peer not in self.throttled_peers:
+            if (
+                self._core.role is not Role.LEADER
+                or peer not in self.throttled_peers
+                or peer not in self._core.learners
+            ):
                 # Not leading any more (a follower rejects an old term's appends) or no
                 # longer throttled: what waits goes now or never.
                 if self._core.role is Role.LEADER:
