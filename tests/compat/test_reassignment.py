@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from clients import (
     RawConnection,
+    consume,
     make_consumer,
     make_producer,
     retry_retriable,
@@ -298,3 +299,40 @@ def test_a_broker_down_during_the_move_drops_its_copy_when_it_restarts(
         "restarted broker 3 to delete the copy it is no longer a replica of",
     )
     assert partition_state(cluster, topic)["replicas"] == [1, 2, 4]
+
+
+def test_a_move_goes_on_after_its_leader_is_killed(cluster: ClusterProcess) -> None:
+    topic = create_on(cluster, [1, 2, 3])
+    producer = make_producer(cluster.bootstrap, acks="all", linger_ms=5)
+    values = [b"%05d" % i + b"y" * 1000 for i in range(1500)]
+    for value in values:
+        producer.produce(topic, value=value, partition=0)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    # Throttled: the learner gets its first append, then waits while its leader is killed.
+    raftka(cluster, "partitions", "reassign", f"{topic}:0=1,2,4", "--throttle", "200000")
+    wait_until(lambda: partition_dir(cluster, 4, topic).exists(), 30, "broker 4 to host a copy")
+    leader = partition_state(cluster, topic)["leader"]
+    node = cluster.node(leader)
+    node.kill()
+    try:
+        wait_until(
+            lambda: partition_state(cluster, topic)["leader"] not in (-1, leader),
+            30,
+            f"a new leader after killing {leader}",
+        )
+        if leader == 4:
+            node.start()  # the learner itself: it catches up again after its restart
+        wait_until(
+            lambda: partition_state(cluster, topic)["replicas"] == [1, 2, 4],
+            60,
+            "the new leader to finish the move",
+        )
+    finally:
+        if not node.is_running():
+            node.start()
+    got = consume(cluster.bootstrap, topic, [0], start=0, timeout=60)[0]
+    assert [m.value() for m in got if m.value()] == values
+    wait_until(
+        lambda: not partition_dir(cluster, 3, topic).exists(), 30, "broker 3 to drop its copy"
+    )
