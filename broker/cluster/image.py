@@ -160,10 +160,10 @@ class Reassignment:
     target: tuple[int, ...]
 
     def adding(self) -> tuple[int, ...]:
-        return tuple(n for n in self.target if n not in self.original)
+        return tuple(sorted(set(self.target) - set(self.original)))
 
     def removing(self, replicas: Sequence[int]) -> tuple[int, ...]:
-        return tuple(n for n in replicas if n not in self.target)
+        return tuple(sorted(set(replicas) - set(self.target)))
 
 
 @dataclass
@@ -495,8 +495,9 @@ class MetadataImage:
             target = record.target
         original = move.original if move is not None else current
         topic.reassignments[index] = Reassignment(original, target)
-        # Every broker that may be a member of the Raft group stays listed until completion.
-        topic.replicas[index] = target + tuple(n for n in current if n not in target)
+        # Every broker that may be a member of the Raft group stays listed until completion:
+        # the target, then the others ascending (Kafka's PartitionReassignmentReplicas).
+        topic.replicas[index] = target + tuple(sorted(set(current) - set(target)))
         return [ReplicasChanged(topic.name, topic.topic_id, index, topic.replicas[index], original)]
 
     def validate_reassignment(
