@@ -26,7 +26,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from harness import ClusterProcess
 from test_cluster import ContinuousProducer, check_acked_records, raw_metadata
 
-pytestmark = pytest.mark.timeout(300)
+# One worker runs the module: its tests share one 4-broker cluster.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("reassignment")]
 
 THROTTLE_BYTES_PER_S = 20_000
 CONFIG = {
