@@ -22,6 +22,7 @@ from clients import (
     run_raftka,
     wait_until,
 )
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from harness import ClusterProcess
 from test_cluster import ContinuousProducer, check_acked_records, raw_metadata
@@ -337,3 +338,25 @@ def test_a_move_goes_on_after_its_leader_is_killed(cluster: ClusterProcess) -> N
     wait_until(
         lambda: not partition_dir(cluster, 3, topic).exists(), 30, "broker 3 to drop its copy"
     )
+
+
+def test_a_new_replica_starts_at_the_leaders_log_start(
+    cluster: ClusterProcess, java_tool: Any
+) -> None:
+    """Records below the log start are gone; the leader cannot send them, so the new copy
+    starts where the leader's log starts (here at a batch boundary, as retention leaves it)."""
+    topic = create_on(cluster, [1, 2, 3])
+    producer = make_producer(cluster.bootstrap, acks="all")
+    for i in range(60):
+        producer.produce(topic, value=b"r%d" % i, partition=0)
+        assert producer.flush(30) == 0  # one batch per record: offset 40 starts a batch
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    deleted = admin.delete_records([TopicPartition(topic, 0, 40)])
+    assert next(iter(deleted.values())).result(30).low_watermark == 40
+    (answer,) = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=1,2,4")
+    assert answer["error"] is None, answer
+    wait_until(lambda: not moving(java_tool, cluster, topic), 60, "the move to finish")
+    segments = sorted(p.name for p in partition_dir(cluster, 4, topic).glob("*.log"))
+    assert segments[0] == "00000000000000000040.log", segments
+    got = consume(cluster.bootstrap, topic, [0], start=40, timeout=60)[0]
+    assert [m.value() for m in got] == [b"r%d" % i for i in range(40, 60)]
