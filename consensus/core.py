@@ -206,10 +206,10 @@ class RaftCore:
         self._configs: list[tuple[int, frozenset[NodeId], frozenset[NodeId]]] = [
             (e.base_offset, *decode_config(e.payload)) for e in log.config_entries()
         ]
-        start_voters = log.log_start_voters()
-        if start_voters:
+        start_config = log.log_start_config()
+        if start_config is not None:
             # The CONFIG batch in force at the log start went with a snapshot, which kept it.
-            self._configs.insert(0, (log.log_start_offset() - 1, start_voters, frozenset()))
+            self._configs.insert(0, (log.log_start_offset() - 1, *start_config))
         self.voters = self._configs[-1][1] if self._configs else config.voters
         self.learners: frozenset[NodeId] = self._configs[-1][2] if self._configs else frozenset()
         self._messages: list[Message] = []
@@ -800,23 +800,25 @@ class RaftCore:
         sending driver fills in the state-machine data. Nothing else goes to `to` until it is
         acknowledged or an election timeout passes (then it is sent again)."""
         start = self.log.log_start_offset()
+        voters, learners = self._config_before(start)
         self._send(
             MessageType.SNAPSHOT,
             to,
             prev_offset=start - 1,
             prev_epoch=self.log.log_start_epoch(),
             high_watermark=self.high_watermark,
-            snapshot_voters=self._voters_before(start),
+            snapshot_voters=voters,
+            snapshot_learners=learners,
         )
         self.progress[to].become_snapshot(start, self.leader_ticks)
         return True
 
-    def _voters_before(self, offset: int) -> frozenset[NodeId]:
-        """The voter set in force for the entries below `offset`."""
-        for config_offset, voters, _ in reversed(self._configs):
+    def _config_before(self, offset: int) -> tuple[frozenset[NodeId], frozenset[NodeId]]:
+        """(voters, learners) in force for the entries below `offset`."""
+        for config_offset, voters, learners in reversed(self._configs):
             if config_offset < offset:
-                return voters
-        return self.config.voters
+                return voters, learners
+        return self.config.voters, frozenset()
 
     def _broadcast_append(self, send_if_empty: bool = True) -> None:
         for node in list(self.progress):
@@ -905,11 +907,15 @@ class RaftCore:
             self.high_watermark = end
             self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=end)
             return
-        self.log.install_snapshot(Snapshot(end, m.prev_epoch, m.snapshot_voters, m.snapshot_data))
+        self.log.install_snapshot(
+            Snapshot(end, m.prev_epoch, m.snapshot_voters, m.snapshot_data, m.snapshot_learners)
+        )
         self.durable_end = min(self.durable_end, end)
         self.log_generation += 1
         self.high_watermark = end
-        self._configs = [(end - 1, m.snapshot_voters, frozenset())] if m.snapshot_voters else []
+        self._configs = (
+            [(end - 1, m.snapshot_voters, m.snapshot_learners)] if m.snapshot_voters else []
+        )
         self._apply_config()
         # Waits in the driver until the install is durable (the Ready's snapshot).
         self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=end)

@@ -130,7 +130,8 @@ class Message:
     - SNAPSHOT (InstallSnapshot, sent instead of an append when the follower needs offsets
       below the leader's log start): prev_offset/prev_epoch name the last offset the
       snapshot covers (the leader's log start - 1) and its epoch, high_watermark,
-      snapshot_voters the voter set in force there, snapshot_data the state-machine payload
+      snapshot_voters and snapshot_learners the configuration in force there (empty voters:
+      the group's configured voters), snapshot_data the state-machine payload
       (filled in by the sending driver; the core leaves it empty). Answered with an
       APPEND_RESPONSE whose match_end is at least the snapshot's end.
     """
@@ -154,6 +155,7 @@ class Message:
     at_leader_end: bool = False
     snapshot_voters: frozenset[NodeId] = field(default=frozenset())
     snapshot_data: bytes = b""
+    snapshot_learners: frozenset[NodeId] = field(default=frozenset())
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,10 +164,12 @@ class Snapshot:
     and summarized by `data` (the driver's state-machine payload; empty for a partition).
 
     `epoch` is the epoch of offset end_offset - 1 (or an upper bound of it no larger than the
-    epoch of the leader's batch at end_offset), `voters` the voter set in force there.
+    epoch of the leader's batch at end_offset), `voters` and `learners` the configuration in
+    force there (empty voters: the group's configured voters, no learners).
     """
 
     end_offset: int
     epoch: int
     voters: frozenset[NodeId]
     data: bytes = b""
+    learners: frozenset[NodeId] = field(default=frozenset())
