@@ -32,7 +32,14 @@ from pathlib import Path
 import lmdb
 
 from raftka.consensus.errors import RaftInvariantError
-from raftka.consensus.types import Entry, EntryKind, HardState, NodeId, Snapshot
+from raftka.consensus.types import (
+    Entry,
+    EntryKind,
+    HardState,
+    NodeId,
+    Snapshot,
+    encode_config,
+)
 from raftka.log import PartitionLog
 from raftka.protocol.batch_builder import (
     build_batch,
@@ -253,7 +260,8 @@ class PartitionRaftStorage:
     # it never lacks a CONFIG batch the log holds; entries the log does not hold (a crash
     # before the append, a torn tail recovered away) are dropped when it is loaded. The
     # newest CONFIG batch stays listed after retention deleted its segment: it is still the
-    # group's membership.
+    # group's membership. An installed snapshot's configuration is listed as a CONFIG entry
+    # at its end - 1 (below the new log start).
 
     def _config_path(self) -> Path:
         return self.log.directory / RAFT_CONFIG_CHECKPOINT
@@ -311,8 +319,10 @@ class PartitionRaftStorage:
             return self.entry_at(start).epoch
         return max(log.last_batch_epoch(), 0)
 
-    def log_start_voters(self) -> frozenset[NodeId] | None:
-        return None  # no CONFIG batches (see config_entries)
+    def log_start_config(self) -> tuple[frozenset[NodeId], frozenset[NodeId]] | None:
+        # The checkpoint keeps the CONFIG entry in force at the log start (retention, or the
+        # one a snapshot carried), and config_entries lists it.
+        return None
 
     # -- durable writes (consensus.driver.RaftGroupStorage) -----------------------------------
 
@@ -331,8 +341,10 @@ class PartitionRaftStorage:
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
         """The leader's log starts past our log end, or ours diverges below its start: the
-        state machine takes the snapshot's data, then the log restarts empty at its end."""
+        CONFIG checkpoint takes the snapshot's configuration and the state machine its data,
+        then the log restarts empty at its end."""
         self._last_entry = None
+        self._install_config(snapshot)
         if self.on_snapshot is not None:
             self.on_snapshot(snapshot)
         logger.info(
@@ -347,6 +359,25 @@ class PartitionRaftStorage:
         self.log.truncate_fully_and_start_at(
             snapshot.end_offset, time.time_ns() // 1_000_000, epoch=snapshot.epoch
         )
+
+    def _install_config(self, snapshot: Snapshot) -> None:
+        """Checkpoint the snapshot's configuration (fsynced) before the log is emptied. The
+        old entries stay listed around it, so a crash before the log restarts loads exactly
+        what the old log still holds (`_load_configs` drops the snapshot's entry, which that
+        log does not hold), and one after loads the snapshot's entry, the last below the new
+        log start (the old entries at or past it are gone with the log)."""
+        end = snapshot.end_offset
+        below = [e for e in self._configs if e.base_offset < end - 1]
+        above = [e for e in self._configs if e.base_offset >= end]
+        if snapshot.voters:
+            payload = encode_config(snapshot.voters, snapshot.learners)
+            entry = Entry(end - 1, end - 1, snapshot.epoch, payload, EntryKind.CONFIG)
+            configs, self._configs = [*below, entry, *above], [entry]
+        else:
+            # The group's configured voters (a leader always names them; kept for safety):
+            # no entry below the new start may outlive the install.
+            configs, self._configs = above, []
+        self._save_configs(configs)
 
     def snapshot_data(self, end_offset: int) -> bytes | None:
         if end_offset != self.log.log_start_offset:
