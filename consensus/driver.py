@@ -44,6 +44,7 @@ from raftka.consensus.core import (
     StorageError,
     can_send_before_sync,
 )
+from raftka.consensus.progress import ProgressState
 from raftka.consensus.storage import RaftLog
 from raftka.consensus.transport import PeerTransport
 from raftka.consensus.types import (
@@ -198,7 +199,9 @@ class AppendThrottle:
     """A token bucket over the bytes of APPEND messages sent to throttled replicas (Kafka's
     leader.replication.throttled.rate), shared by every group of a node. At most one
     second of the rate may be sent in a burst; a message larger than that leaves once the
-    bucket is full and leaves it in debt."""
+    bucket is full and leaves it in debt. Only appends that stream a matched log count:
+    a probe (one in flight) and a snapshot (for a partition, no data) are never held back,
+    so a learner below the leader's log start is not starved of its snapshot."""
 
     def __init__(self, rate_bytes_per_s: float, clock: Callable[[], float] = time.monotonic):
         self.rate_bytes_per_s = rate_bytes_per_s
@@ -456,8 +459,9 @@ class RaftGroup:
     def _send(self, m: Message) -> None:
         if (
             m.to not in self.throttled_peers  # the common case: one set lookup
-            or m.type is not MessageType.APPEND
+            or m.type is not MessageType.APPEND  # a snapshot is never held back
             or m.to not in self._core.learners  # a voter is never held back
+            or not self._streams_to(m.to)
         ):
             self._transport.send(m)
             return
@@ -473,6 +477,13 @@ class RaftGroup:
             queue = self._throttled[m.to] = collections.deque()
             self._node._throttled_groups[self.name] = self
         queue.append(m)
+
+    def _streams_to(self, peer: NodeId) -> bool:
+        """Whether appends to `peer` stream a matched log (the throttled part of a copy);
+        the one probe in flight that finds where its log matches is not held back, so a
+        learner below the log start learns so and gets its snapshot at once."""
+        progress = self._core.progress.get(peer)
+        return progress is not None and progress.state is ProgressState.REPLICATE
 
     def _release_throttled(self) -> bool:
         """Send queued APPENDs as the throttle allows; whether some still wait."""

@@ -23,6 +23,7 @@ class Host:
 
     def __init__(self, rate: int) -> None:
         self.now = 0.0
+        self.queue_bytes_max = 1 << 20  # the transport's per-peer budget
         self.append_throttle = AppendThrottle(rate, clock=lambda: self.now)
         self._throttled_groups: dict[str, RaftGroup] = {}
         self.outbox: list[Message] = []
@@ -99,3 +100,29 @@ def test_appends_to_a_throttled_learner_follow_the_rate_and_stop_once_it_is_a_vo
     leader.propose(1, PAYLOAD, EntryKind.DATA)
     host.deliver()
     assert host.groups[4].log_end_offset == leader.log_end_offset > before
+
+
+def test_a_snapshot_to_a_throttled_learner_is_not_held_back() -> None:
+    """A learner below the leader's log start is sent a snapshot at once, whatever the
+    bucket holds (a partition's snapshot carries no data); appends then follow the rate."""
+    host = Host(rate=5000)
+    leader = host.groups[1]
+    leader.campaign()
+    host.deliver()
+    for _ in range(20):
+        leader.propose(1, PAYLOAD, EntryKind.DATA)
+    host.deliver()
+    storage = leader._storage
+    start = leader.log_end_offset - 6
+    storage.raft_log.truncate_prefix(start)  # type: ignore[attr-defined]
+    leader.throttled_peers = frozenset({4})
+    assert host.append_throttle.try_take(5000)  # the bucket is spent
+    leader.propose_config_change(add_learner=4)
+    host.deliver()
+    learner_log = host.groups[4]._storage.raft_log  # type: ignore[attr-defined]
+    assert learner_log.log_start_offset() == start, "installed the snapshot at once"
+    assert host.groups[4].log_end_offset < leader.log_end_offset, "appends wait for tokens"
+    for _ in range(10):
+        host.now += 1.0
+        host.release()
+    assert host.groups[4].log_end_offset == leader.log_end_offset
