@@ -198,12 +198,23 @@ class PartitionRaftStorage:
         # core asks for it on every append it sends (prev epoch) or receives (log match),
         # and answering from here spares a seek and a read of the segment per message.
         self._last_entry: Entry | None = None
+        self._raft_start: tuple[int, int] | None = None  # (log start, its batch's base)
         self._configs: list[Entry] = self._load_configs()
 
     # -- the core's read view (consensus.storage.RaftLog) ---------------------------------
 
     def log_start_offset(self) -> int:
-        return self.log.log_start_offset
+        """Where the Raft log starts: the base offset of the batch holding the partition's
+        log start offset, which DeleteRecords may leave inside a batch. Batches travel
+        whole, so a follower's log restarts (by snapshot) at a batch boundary."""
+        start = self.log.log_start_offset
+        cached = self._raft_start
+        if cached is not None and cached[0] == start:
+            return cached[1]
+        header = self.log.batch_header_at(start)
+        raft_start = start if header is None else header.base_offset
+        self._raft_start = (start, raft_start)
+        return raft_start
 
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
@@ -213,10 +224,11 @@ class PartitionRaftStorage:
         if (
             last is not None
             and last.base_offset <= offset <= last.last_offset
-            and offset >= self.log.log_start_offset
+            and offset >= self.log_start_offset()
         ):
             return last
-        header = self.log.batch_header_at(offset)
+        # Offsets between the Raft log start and the partition's lie in its first batch.
+        header = self.log.batch_header_at(max(offset, self.log.log_start_offset))
         if header is None:
             raise RaftInvariantError(
                 f"{self.raft_group_id}: the core asked for the entry at offset {offset}, which "
@@ -233,9 +245,11 @@ class PartitionRaftStorage:
         )
 
     def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
-        if offset < self.log.log_start_offset:
+        if offset < self.log_start_offset():
             return []  # the core sends a snapshot instead
-        data = self.log.read(offset, max_bytes, self.log.log_end_offset, True)
+        # Reading from inside the first batch returns that batch whole.
+        start = max(offset, self.log.log_start_offset)
+        data = self.log.read(start, max_bytes, self.log.log_end_offset, True)
         entries = []
         view = memoryview(data)
         for header in scan_batches(data, verify_crc=False).headers:
@@ -307,7 +321,7 @@ class PartitionRaftStorage:
 
     def log_start_epoch(self) -> int:
         log = self.log
-        start = log.log_start_offset
+        start = self.log_start_offset()
         if start == 0:
             return 0  # nothing was ever removed
         epoch = log.epoch_for_offset(start - 1)
@@ -380,7 +394,7 @@ class PartitionRaftStorage:
         self._save_configs(configs)
 
     def snapshot_data(self, end_offset: int) -> bytes | None:
-        if end_offset != self.log.log_start_offset:
+        if end_offset != self.log_start_offset():
             return None  # the log start moved on since the core asked: it asks again
         if self.snapshot_source is not None:
             return self.snapshot_source(end_offset)

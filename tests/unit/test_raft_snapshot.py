@@ -387,3 +387,35 @@ def test_snapshot_learners_round_trip_through_the_codec() -> None:
     plain = replace(m, snapshot_learners=frozenset())
     plain_frame = b"".join(bytes(p) for p in encode_messages([plain]))
     assert message_size_bytes(m) - message_size_bytes(plain) == len(frame) - len(plain_frame)
+
+
+def test_segment_log_follower_catches_up_when_the_leader_log_starts_inside_a_batch(
+    tmp_path: Path,
+) -> None:
+    """DeleteRecords may leave the log start inside a batch; batches travel whole, so the
+    follower's log restarts at that batch's base offset and takes the batch from there."""
+    voters = frozenset({1, 2, 3})
+    replicas = {i: SegmentReplica(i, tmp_path / f"node-{i}", voters) for i in voters}
+    run(replicas, 40)
+    leader = leader_of(replicas)
+    lagging = next(r for r in replicas.values() if r is not leader)
+    down = frozenset({lagging.node_id})
+    for i in range(6):
+        leader.core.propose(3, encode_batch([(None, b"r%d-%d" % (i, j)) for j in range(3)]))
+        leader.drain([])
+        run(replicas, 1, down)
+    run(replicas, 3, down)
+    last_base = leader.log.batch_header_at(leader.log.log_end_offset - 1).base_offset
+    batch_base = leader.log.batch_header_at(last_base - 2).base_offset
+    inside = batch_base + 1
+    for replica in replicas.values():
+        if replica is not lagging:
+            replica.log.delete_records_before(inside)
+    run(replicas, 5)
+    assert lagging.log.log_start_offset == batch_base
+    end = leader.log.log_end_offset
+    assert lagging.log.log_end_offset == end
+    assert lagging.log.read(inside, 1 << 20, end, True) == leader.log.read(
+        inside, 1 << 20, end, True
+    )
+    assert lagging.high_watermark == leader.high_watermark == end
