@@ -13,7 +13,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,14 +317,13 @@ class TopicManager:
         index: int,
         replicas: Sequence[int],
         raft_voters: Sequence[int],
-        leader_log_start: Callable[[Partition], Awaitable[int | None]] | None = None,
     ) -> None:
         """A partition's replica list changed (reassignment): host it here when this broker
         is newly listed (its Raft group starts outside the voters and learns its membership
         from the leader's log), drop the local copy when it no longer is.
 
-        A new, empty copy starts at `leader_log_start` (the leader's log start offset, when
-        it can be learnt): the leader cannot send what retention or DeleteRecords deleted."""
+        A new, empty copy below the leader's log start (retention, DeleteRecords) is sent a
+        snapshot, which restarts it there."""
         partition = self.partition(name, index)
         if partition is None:
             return
@@ -333,14 +332,9 @@ class TopicManager:
         partition.raft_voters = None if voters == partition.replicas else voters
         if self.node_id in partition.replicas and partition.log is None:
             log = await self._open_log(partition)
-            start = None
-            if log.log_end_offset == 0 and leader_log_start is not None:
-                start = await leader_log_start(partition)
             if self.partition(name, index) is not partition or partition.log is not None:
                 log.close()
                 return
-            if start:
-                await trio.to_thread.run_sync(log.truncate_fully_and_start_at, start, now_ms())
             self._attach_partition(partition, log)
             logger.info(
                 "%s: hosting a new replica (replicas %s)",

@@ -50,7 +50,7 @@ from raftka.broker.cluster.image import (
     TopicCreated,
     TopicDeleted,
 )
-from raftka.broker.cluster.reassign import LOG_START_RPC, ReassignmentMover
+from raftka.broker.cluster.reassign import ReassignmentMover
 from raftka.broker.cluster.rebalance import ElectionResult, PreferredLeaderElections
 from raftka.broker.cluster.records import (
     AddAclBinding,
@@ -217,7 +217,6 @@ class Controller:
         self.elections = PreferredLeaderElections(self)
         # Membership steps of the reassignments of partitions this broker leads.
         self.reassignments = ReassignmentMover(self)
-        self.register_rpc(LOG_START_RPC, self.reassignments.serve_log_start)
         self._apply_replication_throttle()
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
@@ -464,11 +463,7 @@ class Controller:
             )
         elif isinstance(change, ReplicasChanged):
             await self.topics.set_replicas(
-                change.name,
-                change.index,
-                change.replicas,
-                change.raft_voters,
-                self.reassignments.leader_log_start,
+                change.name, change.index, change.replicas, change.raft_voters
             )
         elif isinstance(change, PartitionsAdded):
             await self.topics.add_partitions(change.name, change.new_replicas)

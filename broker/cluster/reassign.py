@@ -21,7 +21,6 @@ and the current membership from its log, and goes on from there.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.cluster.commands import CompleteReassignmentCommand
 from raftka.broker.config import ConfigError, throttled_replicas
 from raftka.consensus.core import ConfigChangeError, NotLeaderError
-from raftka.consensus.transport import ForwardError
 
 if TYPE_CHECKING:
     from raftka.broker.cluster.controller import Controller
@@ -43,10 +41,6 @@ logger = logging.getLogger("raftka.reassign")
 
 #: How often a broker looks at the moving partitions it leads.
 STEP_INTERVAL_S = 0.1
-#: Peer RPC: the log start offset of a partition this broker leads.
-LOG_START_RPC = "__log_start"
-#: How long a new replica tries to learn its leader's log start before it starts at 0.
-LOG_START_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,46 +188,6 @@ class ReassignmentMover:
         except ConfigError:
             return False
         return listed is None or (partition.index, self.controller.node_id) in listed
-
-    async def serve_log_start(self, payload: bytes) -> tuple[int, bytes]:
-        """LOG_START_RPC: [topic, partition] -> where a new copy of the leader's log starts:
-        the base offset of the batch holding the log start offset. Answered by the leader
-        only (a follower's log start may lag what the leader has deleted)."""
-        try:
-            topic, index = json.loads(payload)
-            partition = self.controller.topics.partition(str(topic), int(index))
-        except (ValueError, TypeError):
-            return int(ErrorCode.invalid_request), b"expected [topic, partition]"
-        if partition is None or not partition.is_leader:
-            return int(ErrorCode.not_leader_or_follower), b"not the leader"
-        log = partition.hosted_log
-        # Batches travel whole: a copy starts where the batch holding the log start begins.
-        header = log.batch_header_at(log.log_start_offset)
-        start = log.log_start_offset if header is None else header.base_offset
-        return 0, json.dumps(start).encode()
-
-    async def leader_log_start(self, partition: Partition) -> int | None:
-        """The log start offset of `partition`'s leader, asked of each voter until the
-        leader answers; None if none did within LOG_START_WAIT_S."""
-        voters = partition.raft_voters or partition.replicas
-        peers = [n for n in voters if n != self.controller.node_id]
-        payload = json.dumps([partition.topic.name, partition.index]).encode()
-        transport = self.controller.node.transport
-        with trio.move_on_after(LOG_START_WAIT_S):
-            while peers:
-                for peer in peers:
-                    try:
-                        raw = await transport.forward(peer, LOG_START_RPC, payload, 2.0)
-                    except ForwardError:
-                        continue
-                    return int(json.loads(raw))
-                await trio.sleep(0.2)
-        logger.warning(
-            "%s: the leader's log start offset is unknown; the new replica starts at 0",
-            partition.name,
-            extra={"partition": partition.name, "topic": partition.topic.name},
-        )
-        return None
 
     async def _complete(self, partition: Partition, target: tuple[int, ...]) -> None:
         key = (partition.topic.name, partition.index, target)

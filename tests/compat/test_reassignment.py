@@ -343,8 +343,9 @@ def test_a_move_goes_on_after_its_leader_is_killed(cluster: ClusterProcess) -> N
 def test_a_new_replica_starts_at_the_leaders_log_start(
     cluster: ClusterProcess, java_tool: Any
 ) -> None:
-    """Records below the log start are gone; the leader cannot send them, so the new copy
-    starts where the leader's log starts (here at a batch boundary, as retention leaves it)."""
+    """Records below the log start are gone; the leader cannot send them, so it sends the
+    new copy a snapshot, which restarts its log where the leader's starts (here at a batch
+    boundary, as retention leaves it)."""
     topic = create_on(cluster, [1, 2, 3])
     producer = make_producer(cluster.bootstrap, acks="all")
     for i in range(60):
@@ -360,3 +361,50 @@ def test_a_new_replica_starts_at_the_leaders_log_start(
     assert segments[0] == "00000000000000000040.log", segments
     got = consume(cluster.bootstrap, topic, [0], start=40, timeout=60)[0]
     assert [m.value() for m in got] == [b"r%d" % i for i in range(40, 60)]
+
+
+def batch_bounds(directory: Path) -> list[tuple[int, int]]:
+    """(base offset, last offset) of every batch in a partition folder's segments."""
+    bounds = []
+    for segment in sorted(directory.glob("*.log")):
+        data = segment.read_bytes()
+        position = 0
+        while position + 27 <= len(data):
+            base = int.from_bytes(data[position : position + 8], "big")
+            length = int.from_bytes(data[position + 8 : position + 12], "big")
+            delta = int.from_bytes(data[position + 23 : position + 27], "big")
+            bounds.append((base, base + delta))
+            position += 12 + length
+    return bounds
+
+
+def test_a_new_replica_starts_at_the_batch_holding_a_log_start_inside_it(
+    cluster: ClusterProcess, java_tool: Any
+) -> None:
+    """DeleteRecords may leave the leader's log start inside a batch; batches travel whole, so
+    the new copy starts at that batch's base offset and consumers read from the log start."""
+    topic = create_on(cluster, [1, 2, 3])
+    producer = make_producer(cluster.bootstrap, acks="all", linger_ms=50)
+    for round_ in range(10):
+        for i in range(5):
+            producer.produce(topic, value=b"r%d" % (round_ * 5 + i), partition=0)
+        assert producer.flush(30) == 0
+    leader = partition_state(cluster, topic)["leader"]
+    bounds = batch_bounds(partition_dir(cluster, leader, topic))
+    base, last = next((b, e) for b, e in bounds if e > b and b >= 10)
+    inside = base + 1
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    deleted = admin.delete_records([TopicPartition(topic, 0, inside)])
+    assert next(iter(deleted.values())).result(30).low_watermark == inside
+    kept = [leader, next(r for r in (1, 2, 3) if r != leader), 4]
+    (answer,) = java_tool.json(
+        "reassign", cluster.bootstrap, f"{topic}:0={','.join(map(str, kept))}"
+    )
+    assert answer["error"] is None, answer
+    wait_until(lambda: not moving(java_tool, cluster, topic), 60, "the move to finish")
+    # Then come the move's own control batches.
+    copy = batch_bounds(partition_dir(cluster, 4, topic))
+    expected = [b for b in bounds if b[1] >= inside]
+    assert copy[: len(expected)] == expected, (copy, bounds, inside)
+    got = consume(cluster.bootstrap, topic, [0], start=inside, timeout=60)[0]
+    assert [m.value() for m in got] == [b"r%d" % i for i in range(inside, 50)]
