@@ -385,6 +385,17 @@ class Controller:
                         )
                         continue
                     known = len(hosted.partitions)
+                    for index, partition in enumerate(hosted.partitions):
+                        # A reassignment started, completed or cancelled in the image.
+                        wanted = tuple(topic.replicas[index])
+                        voters = tuple(topic.raft_voters(index))
+                        if (
+                            partition.replicas != wanted
+                            or (partition.raft_voters or partition.replicas) != voters
+                        ):
+                            await self._reconcile(
+                                ReplicasChanged(topic.name, topic.topic_id, index, wanted, voters)
+                            )
                     if len(topic.replicas) > known:
                         await self._reconcile(
                             PartitionsAdded(
