@@ -348,6 +348,7 @@ class PartitionRaftStorage:
 
     def truncate_to(self, offset: int) -> None:
         self._last_entry = None
+        self._raft_start = None
         if self._configs and self._configs[-1].base_offset >= offset:
             self._configs = [e for e in self._configs if e.base_offset < offset]
             self._save_configs(self._configs)
@@ -358,6 +359,7 @@ class PartitionRaftStorage:
         CONFIG checkpoint takes the snapshot's configuration and the state machine its data,
         then the log restarts empty at its end."""
         self._last_entry = None
+        self._raft_start = None
         self._install_config(snapshot)
         if self.on_snapshot is not None:
             self.on_snapshot(snapshot)
