@@ -482,6 +482,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         read_only=True,
     ),
     ConfigDef(
+        "leader.replication.throttled.rate",
+        L,
+        LONG_MAX,
+        "Bytes per second a leader sends to the replicas a reassignment adds, over all "
+        "partitions whose leader.replication.throttled.replicas names the leader.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "follower.replication.throttled.rate",
+        L,
+        LONG_MAX,
+        "Accepted (Kafka's reassignment tool sets it) and stored; raftka throttles on the "
+        "leader side only.",
+        minimum=1,
+    ),
+    ConfigDef(
         "leader.imbalance.check.interval.seconds",
         L,
         300,
@@ -785,6 +801,37 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
     ConfigDef("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
+    ConfigDef(
+        "group.consumer.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Heartbeat interval of consumer-protocol group members (KIP-848).",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.session.timeout.ms",
+        INT,
+        45000,
+        "Session timeout of consumer-protocol group members (KIP-848).",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.max.size",
+        INT,
+        INT_MAX,
+        "Most members a consumer-protocol group may have.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.assignors",
+        S,
+        "uniform,range",
+        "Server-side assignors of consumer-protocol groups; the first is the default.",
+        read_only=True,
+    ),
 )
 
 #: Topic config that puts Produce in restore mode (no broker synonym).
@@ -841,6 +888,13 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
         "CreateTime",
         "CreateTime or LogAppendTime.",
         choices=("CreateTime", "LogAppendTime"),
+    ),
+    ConfigDef(
+        "leader.replication.throttled.replicas",
+        S,
+        "",
+        "Replicas, as PARTITION:BROKER pairs or * for all, whose leader sends at most "
+        "leader.replication.throttled.rate to the replicas a reassignment adds.",
     ),
     ConfigDef("segment.bytes", INT, 1073741824, "Segment size that triggers a roll.", minimum=14),
     ConfigDef("segment.ms", L, 7 * DAY_MS, "Segment age that triggers a roll.", minimum=1),
@@ -1099,7 +1153,34 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Confi
         if definition is None:
             raise ConfigError(f"Unknown topic config name: {name}")
         parsed[name] = definition.parse(raw)
+        if name == "leader.replication.throttled.replicas":
+            throttled_replicas(str(parsed[name]))
     return parsed
+
+
+#: Broker configs that IncrementalAlterConfigs may change at run time, per broker or as the
+#: cluster-wide default (resource name "").
+DYNAMIC_BROKER_CONFIGS = frozenset(
+    {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+)
+
+
+def throttled_replicas(value: str) -> frozenset[tuple[int, int]] | None:
+    """Kafka's throttled-replicas format: None for "*" (all), else the (partition, broker)
+    pairs of "P:B,P:B" (empty: none). Raises ConfigError for anything else."""
+    text = value.strip()
+    if text == "*":
+        return None
+    pairs = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        partition, sep, broker = item.partition(":")
+        if not (sep and partition.isdigit() and broker.isdigit()):
+            raise ConfigError(
+                f"Invalid leader.replication.throttled.replicas entry {item!r}: expected "
+                "PARTITION:BROKER pairs separated by commas, or *"
+            )
+        pairs.add((int(partition), int(broker)))
+    return frozenset(pairs)
 
 
 class TopicConfig(_TypedConfigs):

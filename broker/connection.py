@@ -1,15 +1,37 @@
 """One client connection: framing, dispatch, in-order responses, back-pressure.
 
-Requests on a connection may be processed concurrently (a Produce waiting for its flush
-does not hold up the next request's work) but responses leave in request order, as Kafka
-requires. A connection holds at most `queued.max.requests` requests and a bounded number of
-request bytes in flight; past that the broker stops reading from it. Each request a handler
-serves is counted once in the broker's metrics, when its response is written.
+Requests on a connection take effect in the order they arrived, and responses leave in that
+order, as Kafka (which reads one request per connection at a time) guarantees and clients
+rely on: an OffsetCommit sent after another is never overwritten by it. Most APIs run alone:
+such a request starts once every earlier request of the connection has been handled, and the
+next request is read only after it has been, so it sees the effects of all earlier requests
+and none of the later ones. Only these run concurrently with the requests around them
+(`CONCURRENT_APIS`), so that a Produce waiting for its acknowledgement or a Fetch waiting for
+data does not hold up the next request:
+
+- Produce: each batch is checked and appended, or queued behind the writes already queued on
+  its partition (`Partition.last_queued_write`; a batch that starts a transaction there holds
+  that queue while its coordinator verifies it), before the handler's first await, and the
+  reader yields (`send` on the response channel is a trio checkpoint) between starting one
+  handler and the next, so handlers start in arrival order and an idempotent producer's
+  pipelined batches reach each partition in request order. What overlaps later requests
+  (worker-thread recompression, verification, the wait for the acknowledgement) happens after
+  the order of each partition's writes is fixed.
+- Fetch: reads only (raftka keeps no fetch sessions).
+- Metadata, ApiVersions: read only; the topics Metadata may auto-create are created
+  asynchronously in Kafka too, so no client can rely on their order against a Produce.
+
+Since every other request waits for those before it and holds back those after it, these
+run concurrently only with each other. A connection holds at most `queued.max.requests`
+requests and a bounded number of request bytes in flight; past that the broker stops reading
+from it. Each request a handler serves is counted once in the broker's metrics, when its
+response is written.
 
 Client quotas (broker/quotas.py) are charged around the handler: Produce's request bytes,
-Fetch's response bytes and the handler's running time. A request over its quota is answered
-with its `throttle_time`, and the connection reads no further request until that time after
-the response was written (KIP-219).
+Fetch's response bytes and the handler's running time. A client under a quota has every
+request run alone; a request over its quota is answered with its `throttle_time`, and the
+connection reads no further request until that time after the response was written
+(KIP-219).
 """
 
 from __future__ import annotations
@@ -64,6 +86,10 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 #: What a SASL listener serves before authentication (Kafka's rule).
 _BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 _PLAINTEXT_LISTENER = ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "", 0)
+_METADATA_KEY = 3
+#: The APIs whose requests run concurrently with the requests around them on a connection
+#: (the module docstring says why each is safe); every other request runs alone.
+CONCURRENT_APIS = frozenset({PRODUCE_KEY, FETCH_KEY, _METADATA_KEY, API_VERSIONS_KEY})
 
 
 @dataclass(eq=False)
@@ -80,7 +106,8 @@ class _Slot:
     error: str | None = None
     #: Quota throttle: read nothing more for this long after the response is written.
     throttle_ms: int = 0
-    #: A client under a quota: read its next request only after this one is served.
+    #: Run alone: started after every earlier request was handled, and the next request
+    #: is read only after this one is (an order-sensitive API, or a client under a quota).
     serial: bool = False
 
 
@@ -122,6 +149,9 @@ class Connection:
         self._buffer = bytearray()
         self._in_flight_bytes = 0
         self._bytes_released = trio.Event()
+        # Handlers started and not finished; `_handlers_idle` is set when that drops to 0.
+        self._handlers_running = 0
+        self._handlers_idle = trio.Event()
         self.max_frame_bytes: int = self.config.get_int("socket.request.max.bytes")
         self.max_preauth_frame_bytes: int = self.config.get_int("sasl.server.max.receive.size")
         self.max_in_flight: int = self.config.get_int("queued.max.requests")
@@ -253,8 +283,11 @@ class Connection:
                 return
             if self._throttles_pending or self._muted_until:
                 await self._wait_unmuted()
+            serial = prefix.api_key not in CONCURRENT_APIS
+            if serial:
+                await self._wait_for_handlers()
             await self._wait_for_budget(size)
-            slot = _Slot(request_bytes=size, received_s=received_s)
+            slot = _Slot(request_bytes=size, received_s=received_s, serial=serial)
             self._in_flight_bytes += size
             authenticating = not self.session.authenticated
             stop = self._dispatch(frame, prefix, slot, nursery)
@@ -287,6 +320,11 @@ class Connection:
             if not peeked:
                 raise ConnectionError(f"{self.peer} closed the connection while throttled")
             await trio.sleep_until(deadline)
+
+    async def _wait_for_handlers(self) -> None:
+        """Wait until every request started so far has been handled."""
+        while self._handlers_running:
+            await self._handlers_idle.wait()
 
     async def _wait_for_budget(self, size: int) -> None:
         while self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX:
@@ -351,10 +389,12 @@ class Connection:
                 # One request at a time, as Kafka reads them, so that a throttle stops the
                 # very next request.
                 slot.serial = True
+                self._handlers_running += 1
                 nursery.start_soon(
                     self._run_handler, handler.handle, context, request, prefix, slot, client
                 )
                 return False
+        self._handlers_running += 1
         nursery.start_soon(self._run_handler, handler.handle, context, request, prefix, slot)
         return False
 
@@ -394,6 +434,10 @@ class Connection:
             if context.session is not None and context.session.close_after_response:
                 slot.close_after = True
             slot.done.set()
+            self._handlers_running -= 1
+            if not self._handlers_running:
+                self._handlers_idle.set()
+                self._handlers_idle = trio.Event()
 
     async def _run_with_quota(
         self,

@@ -23,6 +23,7 @@ the leader's log start, as Kafka's follower does on OFFSET_OUT_OF_RANGE
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +32,14 @@ from pathlib import Path
 import lmdb
 
 from raftka.consensus.errors import RaftInvariantError
-from raftka.consensus.types import Entry, EntryKind, HardState, NodeId, Snapshot
+from raftka.consensus.types import (
+    Entry,
+    EntryKind,
+    HardState,
+    NodeId,
+    Snapshot,
+    encode_config,
+)
 from raftka.log import PartitionLog
 from raftka.protocol.batch_builder import (
     build_batch,
@@ -54,6 +62,9 @@ CONTROL_KRAFT_VOTERS = 6
 ATTRIBUTES_OFFSET = 21
 NO_TIMESTAMP = -1
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
+#: (offset, epoch, payload) of the partition's CONFIG batches, so a restart finds its Raft
+#: membership without scanning the log for control batches.
+RAFT_CONFIG_CHECKPOINT = "raft-config-checkpoint"
 
 
 def control_batch(kind: EntryKind, payload: bytes) -> bytes:
@@ -187,11 +198,23 @@ class PartitionRaftStorage:
         # core asks for it on every append it sends (prev epoch) or receives (log match),
         # and answering from here spares a seek and a read of the segment per message.
         self._last_entry: Entry | None = None
+        self._raft_start: tuple[int, int] | None = None  # (log start, its batch's base)
+        self._configs: list[Entry] = self._load_configs()
 
     # -- the core's read view (consensus.storage.RaftLog) ---------------------------------
 
     def log_start_offset(self) -> int:
-        return self.log.log_start_offset
+        """Where the Raft log starts: the base offset of the batch holding the partition's
+        log start offset, which DeleteRecords may leave inside a batch. Batches travel
+        whole, so a follower's log restarts (by snapshot) at a batch boundary."""
+        start = self.log.log_start_offset
+        cached = self._raft_start
+        if cached is not None and cached[0] == start:
+            return cached[1]
+        header = self.log.batch_header_at(start)
+        raft_start = start if header is None else header.base_offset
+        self._raft_start = (start, raft_start)
+        return raft_start
 
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
@@ -201,10 +224,11 @@ class PartitionRaftStorage:
         if (
             last is not None
             and last.base_offset <= offset <= last.last_offset
-            and offset >= self.log.log_start_offset
+            and offset >= self.log_start_offset()
         ):
             return last
-        header = self.log.batch_header_at(offset)
+        # Offsets between the Raft log start and the partition's lie in its first batch.
+        header = self.log.batch_header_at(max(offset, self.log.log_start_offset))
         if header is None:
             raise RaftInvariantError(
                 f"{self.raft_group_id}: the core asked for the entry at offset {offset}, which "
@@ -221,9 +245,11 @@ class PartitionRaftStorage:
         )
 
     def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
-        if offset < self.log.log_start_offset:
+        if offset < self.log_start_offset():
             return []  # the core sends a snapshot instead
-        data = self.log.read(offset, max_bytes, self.log.log_end_offset, True)
+        # Reading from inside the first batch returns that batch whole.
+        start = max(offset, self.log.log_start_offset)
+        data = self.log.read(start, max_bytes, self.log.log_end_offset, True)
         entries = []
         view = memoryview(data)
         for header in scan_batches(data, verify_crc=False).headers:
@@ -241,12 +267,61 @@ class PartitionRaftStorage:
         return entries
 
     def config_entries(self) -> list[Entry]:
-        # Replica sets change only through cluster metadata for now; no CONFIG batches.
-        return []
+        return list(self._configs)
+
+    # -- the CONFIG checkpoint ---------------------------------------------------------------
+    # Written (and fsynced) before a CONFIG batch reaches the log and before a truncation, so
+    # it never lacks a CONFIG batch the log holds; entries the log does not hold (a crash
+    # before the append, a torn tail recovered away) are dropped when it is loaded. The
+    # newest CONFIG batch stays listed after retention deleted its segment: it is still the
+    # group's membership. An installed snapshot's configuration is listed as a CONFIG entry
+    # at its end - 1 (below the new log start).
+
+    def _config_path(self) -> Path:
+        return self.log.directory / RAFT_CONFIG_CHECKPOINT
+
+    def _load_configs(self) -> list[Entry]:
+        try:
+            text = self._config_path().read_text()
+        except FileNotFoundError:
+            return []
+        entries: list[Entry] = []
+        for line in text.splitlines():
+            offset_text, epoch_text, payload_text = line.split(" ", 2)
+            entries.append(
+                Entry(
+                    int(offset_text),
+                    int(offset_text),
+                    int(epoch_text),
+                    payload_text.encode("ascii"),
+                    EntryKind.CONFIG,
+                )
+            )
+        start, end = self.log.log_start_offset, self.log.log_end_offset
+        kept = [e for e in entries if e.base_offset < start][-1:]
+        for entry in entries:
+            if not start <= entry.base_offset < end:
+                continue
+            stored = self.entry_at(entry.base_offset)
+            if stored.kind is EntryKind.CONFIG and stored.epoch == entry.epoch:
+                kept.append(stored)
+        if kept != entries:
+            self._save_configs(kept)
+        return kept
+
+    def _save_configs(self, entries: list[Entry]) -> None:
+        path = self._config_path()
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w") as out:
+            for e in entries:
+                out.write(f"{e.base_offset} {e.epoch} {e.payload.decode('ascii')}\n")
+            out.flush()
+            os.fsync(out.fileno())
+        tmp.replace(path)
 
     def log_start_epoch(self) -> int:
         log = self.log
-        start = log.log_start_offset
+        start = self.log_start_offset()
         if start == 0:
             return 0  # nothing was ever removed
         epoch = log.epoch_for_offset(start - 1)
@@ -258,8 +333,10 @@ class PartitionRaftStorage:
             return self.entry_at(start).epoch
         return max(log.last_batch_epoch(), 0)
 
-    def log_start_voters(self) -> frozenset[NodeId] | None:
-        return None  # no CONFIG batches (see config_entries)
+    def log_start_config(self) -> tuple[frozenset[NodeId], frozenset[NodeId]] | None:
+        # The checkpoint keeps the CONFIG entry in force at the log start (retention, or the
+        # one a snapshot carried), and config_entries lists it.
+        return None
 
     # -- durable writes (consensus.driver.RaftGroupStorage) -----------------------------------
 
@@ -271,12 +348,19 @@ class PartitionRaftStorage:
 
     def truncate_to(self, offset: int) -> None:
         self._last_entry = None
+        self._raft_start = None
+        if self._configs and self._configs[-1].base_offset >= offset:
+            self._configs = [e for e in self._configs if e.base_offset < offset]
+            self._save_configs(self._configs)
         self.log.truncate_to(offset)
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
         """The leader's log starts past our log end, or ours diverges below its start: the
-        state machine takes the snapshot's data, then the log restarts empty at its end."""
+        CONFIG checkpoint takes the snapshot's configuration and the state machine its data,
+        then the log restarts empty at its end."""
         self._last_entry = None
+        self._raft_start = None
+        self._install_config(snapshot)
         if self.on_snapshot is not None:
             self.on_snapshot(snapshot)
         logger.info(
@@ -292,8 +376,27 @@ class PartitionRaftStorage:
             snapshot.end_offset, time.time_ns() // 1_000_000, epoch=snapshot.epoch
         )
 
+    def _install_config(self, snapshot: Snapshot) -> None:
+        """Checkpoint the snapshot's configuration (fsynced) before the log is emptied. The
+        old entries stay listed around it, so a crash before the log restarts loads exactly
+        what the old log still holds (`_load_configs` drops the snapshot's entry, which that
+        log does not hold), and one after loads the snapshot's entry, the last below the new
+        log start (the old entries at or past it are gone with the log)."""
+        end = snapshot.end_offset
+        below = [e for e in self._configs if e.base_offset < end - 1]
+        above = [e for e in self._configs if e.base_offset >= end]
+        if snapshot.voters:
+            payload = encode_config(snapshot.voters, snapshot.learners)
+            entry = Entry(end - 1, end - 1, snapshot.epoch, payload, EntryKind.CONFIG)
+            configs, self._configs = [*below, entry, *above], [entry]
+        else:
+            # The group's configured voters (a leader always names them; kept for safety):
+            # no entry below the new start may outlive the install.
+            configs, self._configs = above, []
+        self._save_configs(configs)
+
     def snapshot_data(self, end_offset: int) -> bytes | None:
-        if end_offset != self.log.log_start_offset:
+        if end_offset != self.log_start_offset():
             return None  # the log start moved on since the core asked: it asks again
         if self.snapshot_source is not None:
             return self.snapshot_source(end_offset)
@@ -314,6 +417,10 @@ class PartitionRaftStorage:
         (`entries_need_sync`) whether they must be fsynced before they are acknowledged."""
         if not entries:
             return
+        configs = [e for e in entries if e.kind is EntryKind.CONFIG]
+        if configs:
+            self._save_configs(self._configs + configs)
+            self._configs = self._configs + configs
         now = time.time_ns() // 1_000_000
         buffer = bytearray()
         for entry in entries:
@@ -332,7 +439,12 @@ class PartitionRaftStorage:
             stamp_batches(buffer, [header], entry.base_offset, entry.epoch)
         headers = scan_batches(buffer, verify_crc=False).headers
         self._last_entry = None
-        self.log.append_replicated(buffer, headers, now)
+        try:
+            self.log.append_replicated(buffer, headers, now)
+        except OSError:
+            if configs:  # not appended: the checkpoint must not claim them
+                self._configs = [e for e in self._configs if e.base_offset < entries[0].base_offset]
+            raise
         last = entries[-1]
         if last.kind is not EntryKind.DATA:
             self._last_entry = last  # NOOP and CONFIG read back with the payload they carry

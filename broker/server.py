@@ -531,6 +531,7 @@ class Broker:
                 nursery.start_soon(self.transactions.run)
                 if self.cluster.peers:
                     nursery.start_soon(self.controller.gossip_leaders)
+                    nursery.start_soon(self.controller.reassignments.run)
                     if self.config.get_bool("auto.leader.rebalance.enable"):
                         nursery.start_soon(
                             self.controller.elections.rebalance,

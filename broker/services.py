@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
 
     from raftka.broker.cluster.commands import Command, CommandResult
-    from raftka.broker.cluster.image import BrokerInfo
+    from raftka.broker.cluster.image import BrokerInfo, TopicImage
     from raftka.broker.config import BrokerConfig
     from raftka.broker.groups import GroupCoordinator
     from raftka.broker.handlers import ApiHandler
@@ -58,6 +58,16 @@ class MetadataView(Protocol):
 
     @property
     def brokers(self) -> Mapping[int, BrokerInfo]: ...
+
+    @property
+    def broker_configs(self) -> Mapping[str, Mapping[str, str]]:
+        """Dynamic broker configs by broker id as a string ("": the cluster default)."""
+        ...
+
+    @property
+    def topics(self) -> Mapping[str, TopicImage]:
+        """Topics by name: replica lists and reassignments in progress."""
+        ...
 
     @property
     def producer_id_floor(self) -> int:

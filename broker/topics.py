@@ -76,6 +76,9 @@ class Partition:
     topic: Topic
     index: int
     replicas: tuple[int, ...]
+    #: Raft voters before any membership change in the log, when they differ from
+    #: `replicas` (a reassignment is in progress); None: the replicas.
+    raft_voters: tuple[int, ...] | None = None
     log: PartitionLog | None = None
     storage: PartitionRaftStorage | None = None
     raft: RaftGroup | None = None
@@ -264,6 +267,7 @@ class TopicManager:
         topic_id: uuid.UUID,
         replicas: Sequence[Sequence[int]],
         configs: Mapping[str, str],
+        raft_voters: Sequence[Sequence[int]] | None = None,
     ) -> Topic:
         overrides = validate_topic_configs(configs)
         topic = Topic(
@@ -271,17 +275,24 @@ class TopicManager:
         )
         self.topics[name] = topic
         self.topics_by_id[topic_id] = topic
-        await self.add_partitions(name, replicas)
+        await self.add_partitions(name, replicas, raft_voters)
         return topic
 
-    async def add_partitions(self, name: str, replicas: Sequence[Sequence[int]]) -> None:
+    async def add_partitions(
+        self,
+        name: str,
+        replicas: Sequence[Sequence[int]],
+        raft_voters: Sequence[Sequence[int]] | None = None,
+    ) -> None:
         topic = self.topics[name]
         started = time.monotonic()
         hosted = []
-        for replica_set in replicas:
+        for i, replica_set in enumerate(replicas):
             partition = Partition(
                 topic=topic, index=len(topic.partitions), replicas=tuple(replica_set)
             )
+            if raft_voters is not None and tuple(raft_voters[i]) != partition.replicas:
+                partition.raft_voters = tuple(raft_voters[i])
             topic.partitions.append(partition)
             if self.node_id in partition.replicas:
                 hosted.append(partition)
@@ -302,6 +313,69 @@ class TopicManager:
                 time.monotonic() - started,
                 extra={"topic": name},
             )
+
+    async def set_replicas(
+        self,
+        name: str,
+        index: int,
+        replicas: Sequence[int],
+        raft_voters: Sequence[int],
+    ) -> None:
+        """A partition's replica list changed (reassignment): host it here when this broker
+        is newly listed (its Raft group starts outside the voters and learns its membership
+        from the leader's log), drop the local copy when it no longer is.
+
+        A new, empty copy below the leader's log start (retention, DeleteRecords) is sent a
+        snapshot, which restarts it there."""
+        partition = self.partition(name, index)
+        if partition is None:
+            return
+        partition.replicas = tuple(replicas)
+        voters = tuple(raft_voters)
+        partition.raft_voters = None if voters == partition.replicas else voters
+        if self.node_id in partition.replicas and partition.log is None:
+            log = await self._open_log(partition)
+            if self.partition(name, index) is not partition or partition.log is not None:
+                log.close()
+                return
+            self._attach_partition(partition, log)
+            logger.info(
+                "%s: hosting a new replica (replicas %s)",
+                partition.name,
+                list(partition.replicas),
+                extra={"partition": partition.name, "topic": name},
+            )
+        elif self.node_id not in partition.replicas and partition.log is not None:
+            directory = partition.log.directory
+            self._close_partition(partition)
+            self.hard_states.delete(partition.name)
+            await trio.to_thread.run_sync(shutil.rmtree, directory, True)
+            logger.info(
+                "%s: no longer a replica here (replicas %s); its log was deleted",
+                partition.name,
+                list(partition.replicas),
+                extra={"partition": partition.name, "topic": name},
+            )
+
+    async def remove_stray_replicas(self) -> None:
+        """Delete the log folders of partitions of known topics that this broker is not a
+        replica of (their reassignment completed while it was down). Call only once every
+        metadata record committed before this start is applied."""
+        strays = []
+        for topic in list(self.topics.values()):
+            for partition in topic.partitions:
+                directory = self.data_dir / partition.name
+                if self.node_id not in partition.replicas and partition.log is None:
+                    strays.append(directory)
+        for directory in strays:
+            if await trio.to_thread.run_sync(directory.is_dir):
+                await trio.to_thread.run_sync(shutil.rmtree, directory, True)
+                self.hard_states.delete(directory.name)
+                logger.info(
+                    "%s: deleted the log of a partition this broker is no longer a replica of",
+                    directory.name,
+                    extra={"partition": directory.name},
+                )
 
     def alter_configs(self, name: str, configs: Mapping[str, str]) -> None:
         topic = self.topics[name]
@@ -383,7 +457,10 @@ class TopicManager:
                     listener(partition)
 
         partition.raft = self.node.add_raft_group(
-            partition.name, frozenset(partition.replicas), storage, on_update
+            partition.name,
+            frozenset(partition.raft_voters or partition.replicas),
+            storage,
+            on_update,
         )
         if partition.replicas == (self.node_id,):
             # A single replica is its own majority: no reason to wait an election timeout.

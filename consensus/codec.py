@@ -11,7 +11,7 @@ Wire format (all integers big-endian):
               group:utf8 entry*                        (group = the Raft group id)
     entry   = base_offset:i64 last_offset:i64 epoch:i32 kind:u8 payload_len:u32 payload
     (a SNAPSHOT message continues after its entries with
-              voter_count:u16 voter:i32* data_len:u32 data)
+              voter_count:u16 voter:i32* data_len:u32 data learner_count:u16 learner:i32*)
     FORWARD_REQUEST  = request_id:u64 rpc_len:u16 rpc:utf8 payload_len:u32 payload
     FORWARD_RESPONSE = request_id:u64 error_code:i16 payload_len:u32 payload
 
@@ -181,6 +181,10 @@ def _write_message(out: _PartsWriter, m: Message) -> None:
                 out.write(_VOTER.pack(voter))
             out.write(_PAYLOAD_LEN.pack(len(m.snapshot_data)))
             out.write_payload(m.snapshot_data)
+            learners = sorted(m.snapshot_learners)
+            out.write(_VOTER_COUNT.pack(len(learners)))
+            for learner in learners:
+                out.write(_VOTER.pack(learner))
     except struct.error as exc:
         raise CodecError(f"cannot encode {m.type.name} for {m.group!r}: {exc}") from exc
 
@@ -231,6 +235,8 @@ def message_size_bytes(m: Message) -> int:
             + _VOTER.size * len(m.snapshot_voters)
             + _PAYLOAD_LEN.size
             + len(m.snapshot_data)
+            + _VOTER_COUNT.size
+            + _VOTER.size * len(m.snapshot_learners)
         )
     return size
 
@@ -318,11 +324,14 @@ def _read_message(r: _Reader) -> Message:
         entries.append(Entry(base, last, epoch, r.take(payload_len), kind))
     snapshot_voters: frozenset[NodeId] = frozenset()
     snapshot_data = b""
+    snapshot_learners: frozenset[NodeId] = frozenset()
     if message_type is MessageType.SNAPSHOT:
         (voter_count,) = r.unpack(_VOTER_COUNT)
         snapshot_voters = frozenset(r.unpack(_VOTER)[0] for _ in range(voter_count))
         (data_len,) = r.unpack(_PAYLOAD_LEN)
         snapshot_data = r.take(data_len)
+        (learner_count,) = r.unpack(_VOTER_COUNT)
+        snapshot_learners = frozenset(r.unpack(_VOTER)[0] for _ in range(learner_count))
     return Message(
         group=group,
         type=message_type,
@@ -343,6 +352,7 @@ def _read_message(r: _Reader) -> Message:
         at_leader_end=bool(flags & _FLAG_AT_LEADER_END),
         snapshot_voters=snapshot_voters,
         snapshot_data=snapshot_data,
+        snapshot_learners=snapshot_learners,
     )
 
 

@@ -62,8 +62,8 @@ from raftka.consensus.types import (
     NodeId,
     Role,
     Snapshot,
-    decode_voters,
-    encode_voters,
+    decode_config,
+    encode_config,
 )
 
 
@@ -149,6 +149,8 @@ class Status:
     # Leader only: itself plus followers caught up to the high watermark that answered
     # within the last election timeout. Empty on other roles (they do not know).
     in_sync_replicas: tuple[NodeId, ...] = field(default=())
+    # Non-voting replicas of the current configuration.
+    learners: frozenset[NodeId] = field(default=frozenset())
 
 
 class RaftCore:
@@ -200,14 +202,16 @@ class RaftCore:
         self.term_start_offset = 0  # offset of this leader's no-op
         self._rng = random.Random(f"{config.seed}:{config.group}:{config.node_id}")
         self.randomized_election_timeout = config.election_timeout_ticks
-        self._configs: list[tuple[int, frozenset[NodeId]]] = [
-            (e.base_offset, decode_voters(e.payload)) for e in log.config_entries()
+        # (offset, voters, learners) of every CONFIG entry the log holds, ascending.
+        self._configs: list[tuple[int, frozenset[NodeId], frozenset[NodeId]]] = [
+            (e.base_offset, *decode_config(e.payload)) for e in log.config_entries()
         ]
-        start_voters = log.log_start_voters()
-        if start_voters:
+        start_config = log.log_start_config()
+        if start_config is not None:
             # The CONFIG batch in force at the log start went with a snapshot, which kept it.
-            self._configs.insert(0, (log.log_start_offset() - 1, start_voters))
+            self._configs.insert(0, (log.log_start_offset() - 1, *start_config))
         self.voters = self._configs[-1][1] if self._configs else config.voters
+        self.learners: frozenset[NodeId] = self._configs[-1][2] if self._configs else frozenset()
         self._messages: list[Message] = []
         self._awaiting_advance = False
         self._step_role: Callable[[Message], None] = self._step_follower
@@ -242,6 +246,7 @@ class RaftCore:
             log_end_offset=self.log.log_end_offset(),
             voters=self.voters,
             in_sync_replicas=isr,
+            learners=self.learners,
         )
 
     @property
@@ -344,17 +349,32 @@ class RaftCore:
         return self._append_as_leader(record_count, payload, kind)
 
     def propose_config_change(
-        self, add: NodeId | None = None, remove: NodeId | None = None
+        self,
+        add: NodeId | None = None,
+        remove: NodeId | None = None,
+        add_learner: NodeId | None = None,
+        promote: NodeId | None = None,
     ) -> Entry:
-        """Add or remove one voter. Takes effect on append (single-server change)."""
+        """One single-server membership change, which takes effect on append: `add` a voter,
+        `remove` a voter or a learner, `add_learner` (a replica that receives the log but
+        never campaigns and counts toward neither elections nor commit) or `promote` a
+        learner to voter.
+        The next change is accepted only once this one committed."""
         self._check_input()
         self._require_leader()
-        if add is not None and remove is None:
-            node, adding = add, True
-        elif remove is not None and add is None:
-            node, adding = remove, False
-        else:
-            raise ConfigChangeError("exactly one of add / remove")
+        requested = [
+            (kind, node)
+            for kind, node in (
+                ("add", add),
+                ("remove", remove),
+                ("add_learner", add_learner),
+                ("promote", promote),
+            )
+            if node is not None
+        ]
+        if len(requested) != 1:
+            raise ConfigChangeError("exactly one of add / remove / add_learner / promote")
+        kind, node = requested[0]
         if self.high_watermark <= self.term_start_offset:
             # Safety (single-server changes): an entry of this term must commit first, or an
             # uncommitted change from an earlier term could still win with another majority.
@@ -363,19 +383,33 @@ class RaftCore:
                 # so an idle partition can still change membership once it commits.
                 self._append_as_leader(1, b"", EntryKind.NOOP)
             raise ConfigChangeError("leader has not committed an entry of its term yet; retry")
-        if self._configs and self._configs[-1][0] >= self.high_watermark:
+        if self.pending_config_change():
             raise ConfigChangeError("previous membership change not committed yet")
-        if adding:
-            if node in self.voters:
-                raise ConfigChangeError(f"{node} is already a voter")
-            voters = self.voters | {node}
+        voters, learners = self.voters, self.learners
+        if kind in ("add", "add_learner"):
+            if node in voters or node in learners:
+                raise ConfigChangeError(f"{node} is already a member")
+            if kind == "add":
+                voters = voters | {node}
+            else:
+                learners = learners | {node}
+        elif kind == "promote":
+            if node not in learners:
+                raise ConfigChangeError(f"{node} is not a learner")
+            voters, learners = voters | {node}, learners - {node}
+        elif node in learners:
+            learners = learners - {node}
         else:
-            if node not in self.voters:
-                raise ConfigChangeError(f"{node} is not a voter")
-            if len(self.voters) == 1:
+            if node not in voters:
+                raise ConfigChangeError(f"{node} is not a member")
+            if len(voters) == 1:
                 raise ConfigChangeError("cannot remove the last voter")
-            voters = self.voters - {node}
-        return self._append_as_leader(1, encode_voters(voters), EntryKind.CONFIG)
+            voters = voters - {node}
+        return self._append_as_leader(1, encode_config(voters, learners), EntryKind.CONFIG)
+
+    def pending_config_change(self) -> bool:
+        """Whether the last CONFIG entry is not yet committed (no new change is accepted)."""
+        return bool(self._configs) and self._configs[-1][0] >= self.high_watermark
 
     def transfer_leadership(self, to: NodeId) -> None:
         """Hand leadership to `to` (clean shutdown): catch it up, then send TimeoutNow.
@@ -483,11 +517,12 @@ class RaftCore:
             self._broadcast_append(send_if_empty=True)
 
     def _sync_progress(self) -> None:
-        """Track exactly the voters other than this node."""
+        """Track exactly the voters and learners other than this node."""
+        members = self.voters | self.learners
         for node in list(self.progress):
-            if node not in self.voters:
+            if node not in members:
                 del self.progress[node]
-        for node in self.voters:
+        for node in sorted(members):
             if node != self.id and node not in self.progress:
                 self.progress[node] = Progress(
                     next_offset=self.log.log_end_offset(),
@@ -495,7 +530,7 @@ class RaftCore:
                     # Nothing known: a follower may lack even what lies below our log start.
                     match_end=0,
                 )
-        if self.lead_transferee is not None and self.lead_transferee not in self.progress:
+        if self.lead_transferee is not None and self.lead_transferee not in self.voters - {self.id}:
             self.lead_transferee = None
 
     # ---------------------------------------------------------------- ticks and elections
@@ -705,7 +740,7 @@ class RaftCore:
         changed = False
         for entry in entries:
             if entry.kind is EntryKind.CONFIG:
-                self._configs.append((entry.base_offset, decode_voters(entry.payload)))
+                self._configs.append((entry.base_offset, *decode_config(entry.payload)))
                 changed = True
         if changed:
             self._apply_config()
@@ -725,6 +760,7 @@ class RaftCore:
 
     def _apply_config(self) -> None:
         self.voters = self._configs[-1][1] if self._configs else self.config.voters
+        self.learners = self._configs[-1][2] if self._configs else frozenset()
         if self.role is Role.LEADER:
             self._sync_progress()
             for node, pr in self.progress.items():
@@ -764,23 +800,25 @@ class RaftCore:
         sending driver fills in the state-machine data. Nothing else goes to `to` until it is
         acknowledged or an election timeout passes (then it is sent again)."""
         start = self.log.log_start_offset()
+        voters, learners = self._config_before(start)
         self._send(
             MessageType.SNAPSHOT,
             to,
             prev_offset=start - 1,
             prev_epoch=self.log.log_start_epoch(),
             high_watermark=self.high_watermark,
-            snapshot_voters=self._voters_before(start),
+            snapshot_voters=voters,
+            snapshot_learners=learners,
         )
         self.progress[to].become_snapshot(start, self.leader_ticks)
         return True
 
-    def _voters_before(self, offset: int) -> frozenset[NodeId]:
-        """The voter set in force for the entries below `offset`."""
-        for config_offset, voters in reversed(self._configs):
+    def _config_before(self, offset: int) -> tuple[frozenset[NodeId], frozenset[NodeId]]:
+        """(voters, learners) in force for the entries below `offset`."""
+        for config_offset, voters, learners in reversed(self._configs):
             if config_offset < offset:
-                return voters
-        return self.config.voters
+                return voters, learners
+        return self.config.voters, frozenset()
 
     def _broadcast_append(self, send_if_empty: bool = True) -> None:
         for node in list(self.progress):
@@ -869,11 +907,15 @@ class RaftCore:
             self.high_watermark = end
             self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=end)
             return
-        self.log.install_snapshot(Snapshot(end, m.prev_epoch, m.snapshot_voters, m.snapshot_data))
+        self.log.install_snapshot(
+            Snapshot(end, m.prev_epoch, m.snapshot_voters, m.snapshot_data, m.snapshot_learners)
+        )
         self.durable_end = min(self.durable_end, end)
         self.log_generation += 1
         self.high_watermark = end
-        self._configs = [(end - 1, m.snapshot_voters)] if m.snapshot_voters else []
+        self._configs = (
+            [(end - 1, m.snapshot_voters, m.snapshot_learners)] if m.snapshot_voters else []
+        )
         self._apply_config()
         # Waits in the driver until the install is durable (the Ready's snapshot).
         self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=end)

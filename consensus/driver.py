@@ -21,6 +21,7 @@ flush.messages=1). fsync and lmdb commits never run on the event loop.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import heapq
@@ -43,6 +44,7 @@ from raftka.consensus.core import (
     StorageError,
     can_send_before_sync,
 )
+from raftka.consensus.progress import ProgressState
 from raftka.consensus.storage import RaftLog
 from raftka.consensus.transport import PeerTransport
 from raftka.consensus.types import (
@@ -193,6 +195,41 @@ class _WaiterHeap:
             self._heap = keep
 
 
+class AppendThrottle:
+    """A token bucket over the bytes of APPEND messages sent to throttled replicas (Kafka's
+    leader.replication.throttled.rate), shared by every group of a node. At most one
+    second of the rate may be sent in a burst; a message larger than that leaves once the
+    bucket is full and leaves it in debt. Only appends that stream a matched log count:
+    a probe (one in flight) and a snapshot (for a partition, no data) are never held back,
+    so a learner below the leader's log start is not starved of its snapshot."""
+
+    def __init__(self, rate_bytes_per_s: float, clock: Callable[[], float] = time.monotonic):
+        self.rate_bytes_per_s = rate_bytes_per_s
+        self._clock = clock
+        self._tokens = rate_bytes_per_s
+        self._last = clock()
+        self.bytes_sent = 0
+
+    def set_rate(self, rate_bytes_per_s: float) -> None:
+        self.rate_bytes_per_s = rate_bytes_per_s
+        self._tokens = min(self._tokens, rate_bytes_per_s)
+
+    def try_take(self, size_bytes: int) -> bool:
+        now = self._clock()
+        capacity = self.rate_bytes_per_s
+        self._tokens = min(capacity, self._tokens + (now - self._last) * capacity)
+        self._last = now
+        if self._tokens < min(size_bytes, capacity):
+            return False
+        self._tokens -= size_bytes
+        self.bytes_sent += size_bytes
+        return True
+
+
+def _append_bytes(m: Message) -> int:
+    return sum(e.size_bytes for e in m.entries)
+
+
 class RaftGroup:
     """One partition's Raft group on this node. All methods are synchronous except waits."""
 
@@ -220,6 +257,10 @@ class RaftGroup:
         self._known_leadership: tuple[int, NodeId] | None = None
         self.leader_changes = 0
         self._ticked = False
+        # Learners whose APPENDs pass the node's AppendThrottle (set by the broker for the
+        # replicas a reassignment adds), and per replica the APPENDs waiting for it, in order.
+        self.throttled_peers: frozenset[NodeId] = frozenset()
+        self._throttled: dict[NodeId, collections.deque[Message]] = {}
         self._drive()
 
     # ------------------------------------------------------------------ views
@@ -293,6 +334,27 @@ class RaftGroup:
         entry = self._core.propose(record_count, payload, kind)
         self._drive()
         return entry
+
+    def propose_config_change(
+        self,
+        add: NodeId | None = None,
+        remove: NodeId | None = None,
+        add_learner: NodeId | None = None,
+        promote: NodeId | None = None,
+    ) -> Entry:
+        """One membership change as leader (`RaftCore.propose_config_change`); raises
+        ConfigChangeError when it cannot be made now, NotLeaderError as `propose`."""
+        self._check_live()
+        entry = self._core.propose_config_change(
+            add=add, remove=remove, add_learner=add_learner, promote=promote
+        )
+        self._drive()
+        return entry
+
+    @property
+    def config_change_pending(self) -> bool:
+        """The last membership change is not committed yet (no next one is accepted)."""
+        return self._core.pending_config_change()
 
     def transfer_leadership(self, to: NodeId) -> None:
         self._check_live()
@@ -394,10 +456,60 @@ class RaftGroup:
             raise NotLeaderError(None, f"group {self.name} was removed from this node")
 
     # ------------------------------------------------------------------ Ready
+    def _send(self, m: Message) -> None:
+        if (
+            m.to not in self.throttled_peers  # the common case: one set lookup
+            or m.type is not MessageType.APPEND  # a snapshot is never held back
+            or m.to not in self._core.learners  # a voter is never held back
+            or not self._streams_to(m.to)
+        ):
+            self._transport.send(m)
+            return
+        throttle = self._node.append_throttle
+        if throttle is None:
+            self._transport.send(m)
+            return
+        queue = self._throttled.get(m.to)
+        if queue is None and throttle.try_take(_append_bytes(m)):
+            self._transport.send(m)
+            return
+        if queue is None:
+            queue = self._throttled[m.to] = collections.deque()
+            self._node._throttled_groups[self.name] = self
+        queue.append(m)
+
+    def _streams_to(self, peer: NodeId) -> bool:
+        """Whether appends to `peer` stream a matched log (the throttled part of a copy);
+        the one probe in flight that finds where its log matches is not held back, so a
+        learner below the log start learns so and gets its snapshot at once."""
+        progress = self._core.progress.get(peer)
+        return progress is not None and progress.state is ProgressState.REPLICATE
+
+    def _release_throttled(self) -> bool:
+        """Send queued APPENDs as the throttle allows; whether some still wait."""
+        throttle = self._node.append_throttle
+        for peer, queue in list(self._throttled.items()):
+            if (
+                self._core.role is not Role.LEADER
+                or peer not in self.throttled_peers
+                or peer not in self._core.learners
+            ):
+                # Not leading any more (a follower rejects an old term's appends) or no
+                # longer throttled: what waits goes now or never.
+                if self._core.role is Role.LEADER:
+                    for m in queue:
+                        self._transport.send(m)
+                queue.clear()
+            while queue and (throttle is None or throttle.try_take(_append_bytes(queue[0]))):
+                self._transport.send(queue.popleft())
+            if not queue:
+                del self._throttled[peer]
+        return bool(self._throttled)
+
     def _drive(self) -> None:
         core = self._core
         storage = self._storage
-        send = self._transport.send
+        send = self._send
         while core.has_ready():
             rd = core.ready()
             try:
@@ -533,7 +645,7 @@ class RaftGroup:
         if self.removed:
             return
         for m in ticket.held:
-            self._transport.send(m)
+            self._send(m)
         self._core.mark_durable(ticket.end_offset, ticket.generation)
         self._durable_waiters.release_through(self._core.durable_end)
         self._drive_quietly()
@@ -603,6 +715,9 @@ class RaftNode:
         self._hard_states = hard_states
         self._tickets: list[_SyncTicket] = []
         self._tickets_queued = trio.Event()
+        # Set by the broker: the rate of APPENDs to replicas a reassignment adds.
+        self.append_throttle: AppendThrottle | None = None
+        self._throttled_groups: dict[str, RaftGroup] = {}
         # Held by whoever fsyncs partition logs, so a flush job that finds nothing to do
         # knows no other job is still syncing what it would have covered.
         self.sync_lock = trio.Lock()
@@ -736,6 +851,9 @@ class RaftNode:
         for raft_group in list(self._ticked_groups.values()):
             if not raft_group.removed:
                 raft_group._tick()
+        for name, raft_group in list(self._throttled_groups.items()):
+            if raft_group.removed or not raft_group._release_throttled():
+                del self._throttled_groups[name]
 
     def _set_ticked(self, raft_group: RaftGroup, ticked: bool) -> None:
         if ticked:

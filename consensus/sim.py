@@ -53,7 +53,17 @@ from raftka.consensus.core import (
 )
 from raftka.consensus.errors import RaftInvariantError
 from raftka.consensus.storage import MemoryRaftLog
-from raftka.consensus.types import Entry, HardState, Message, MessageType, NodeId, Role, Snapshot
+from raftka.consensus.types import (
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MessageType,
+    NodeId,
+    Role,
+    Snapshot,
+    decode_config,
+)
 
 GROUP = "sim-0"
 
@@ -200,6 +210,8 @@ class Simulation:
         # Invariant records.
         self.leader_of_term: dict[int, NodeId] = {}
         self.committed: dict[int, tuple[int, int, bytes]] = {}  # base -> (last, epoch, payload)
+        # base -> (voters, learners) of every committed CONFIG batch.
+        self.committed_configs: dict[int, tuple[frozenset[NodeId], frozenset[NodeId]]] = {}
         # Term of the leader that first committed each batch (the first node to see it
         # committed is always that leader: followers learn the high watermark from it).
         self.commit_term: dict[int, int] = {}
@@ -313,14 +325,15 @@ class Simulation:
                 continue
             # Logs may start at different offsets (retention); they must agree from the
             # latest start on and end together.
-            start = max(self.nodes[v].log.log_start_offset() for v in leader_core.voters)
+            members = leader_core.voters | leader_core.learners
+            start = max(self.nodes[v].log.log_start_offset() for v in members)
             expected = self._entries_from(self.nodes[leader], start)
             if all(
                 (core := self.nodes[v].core) is not None
                 and self._entries_from(self.nodes[v], start) == expected
                 and self.nodes[v].log.log_end_offset() == leader_core.log.log_end_offset()
                 and core.high_watermark == leader_core.high_watermark
-                for v in leader_core.voters
+                for v in members
             ):
                 return
         ends = {
@@ -468,12 +481,28 @@ class Simulation:
             return
         node = self.rng.choice(leaders)
         core = self._core_of(node)
-        outside = [n for n in self.nodes if n not in core.voters]
+        members = core.voters | core.learners
+        outside = [n for n in self.nodes if n not in members]
+        learners = sorted(core.learners)
         try:
-            if outside and (len(core.voters) <= 3 or self.rng.random() < 0.5):
+            roll = self.rng.random()
+            if learners and roll < 0.4:
+                # A learner is promoted (a reassignment's catch-up done) or dropped (cancel).
+                target = self.rng.choice(learners)
+                if self.rng.random() < 0.7:
+                    core.propose_config_change(promote=target)
+                    self._note(f"{node.node_id} proposes promote {target}")
+                else:
+                    core.propose_config_change(remove=target)
+                    self._note(f"{node.node_id} proposes remove learner {target}")
+            elif outside and (len(core.voters) <= 3 or roll < 0.7):
                 target = self.rng.choice(outside)
-                core.propose_config_change(add=target)
-                self._note(f"{node.node_id} proposes add {target}")
+                if self.rng.random() < 0.5:
+                    core.propose_config_change(add_learner=target)
+                    self._note(f"{node.node_id} proposes add learner {target}")
+                else:
+                    core.propose_config_change(add=target)
+                    self._note(f"{node.node_id} proposes add {target}")
             elif len(core.voters) > 3:
                 target = self.rng.choice(sorted(core.voters))
                 core.propose_config_change(remove=target)
@@ -671,6 +700,19 @@ class Simulation:
                     f"node {node.node_id} installed a snapshot at {end} whose history differs"
                     " from the committed batches"
                 )
+        # It must carry the configuration (voters and learners) the committed batches below
+        # its end set.
+        initial = self._core_of(node).config.voters
+        below = [base for base in self.committed_configs if base < end]
+        expected = self.committed_configs[max(below)] if below else (initial, frozenset())
+        carried = (
+            (snapshot.voters, snapshot.learners) if snapshot.voters else (initial, frozenset())
+        )
+        if carried != expected:
+            raise self._fail(
+                f"node {node.node_id} installed a snapshot at {end} carrying the configuration"
+                f" {carried}, but the committed batches below it set {expected}"
+            )
         node.log.install_snapshot(snapshot)
         node.chain = []
         node.chain_base = chain_value
@@ -682,6 +724,8 @@ class Simulation:
         if rd.soft_state is not None:
             s = rd.soft_state
             self._note(f"{node.node_id} {s.role.value} term {s.term} leader {s.leader_id}")
+            if s.role is not Role.FOLLOWER and node.node_id in core.learners:
+                raise self._fail(f"learner {node.node_id} became {s.role.value} in {s.term}")
             if s.role is Role.LEADER:
                 holder = self.leader_of_term.setdefault(s.term, node.node_id)
                 if holder != node.node_id:
@@ -708,6 +752,8 @@ class Simulation:
                     raise self._fail(f"node {node.node_id} hw {offset} inside a batch")
                 record = (e.last_offset, e.epoch, e.payload)
                 self.commit_term.setdefault(offset, core.term)
+                if e.kind is EntryKind.CONFIG:
+                    self.committed_configs[offset] = decode_config(e.payload)
                 if self.committed.setdefault(offset, record) != record:
                     raise self._fail(
                         f"state machine safety: node {node.node_id} committed {e} but"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from raftka.consensus.errors import RaftInvariantError
-from raftka.consensus.types import Entry, EntryKind, NodeId, Snapshot, decode_voters
+from raftka.consensus.types import Entry, EntryKind, NodeId, Snapshot, decode_config
 
 
 class RaftLog(Protocol):
@@ -47,9 +47,10 @@ class RaftLog(Protocol):
         will do. 0 when nothing was ever removed."""
         ...
 
-    def log_start_voters(self) -> frozenset[NodeId] | None:
-        """The voter set in force at the log start as a snapshot carried it (the CONFIG batch
-        that set it is gone); None: the group's configured voters."""
+    def log_start_config(self) -> tuple[frozenset[NodeId], frozenset[NodeId]] | None:
+        """(voters, learners) in force at the log start as a snapshot or a prefix deletion
+        kept them (the CONFIG batch that set them is gone); None: the group's configured
+        voters and no learners, or a CONFIG batch `config_entries` still lists."""
         ...
 
 
@@ -59,7 +60,7 @@ class MemoryRaftLog:
     def __init__(self, log_start_offset: int = 0) -> None:
         self._start = log_start_offset
         self._start_epoch = 0
-        self._start_voters: frozenset[NodeId] | None = None
+        self._start_config: tuple[frozenset[NodeId], frozenset[NodeId]] | None = None
         self._entries: list[Entry] = []
         self._bases: list[int] = []
 
@@ -95,8 +96,8 @@ class MemoryRaftLog:
     def log_start_epoch(self) -> int:
         return self._start_epoch
 
-    def log_start_voters(self) -> frozenset[NodeId] | None:
-        return self._start_voters
+    def log_start_config(self) -> tuple[frozenset[NodeId], frozenset[NodeId]] | None:
+        return self._start_config
 
     # -- driver writes --------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
@@ -121,13 +122,13 @@ class MemoryRaftLog:
 
     def truncate_prefix(self, offset: int) -> None:
         """Drop every batch below batch boundary `offset` (retention, DeleteRecords); the log
-        then starts there, remembering the epoch and voter set in force just below it."""
+        then starts there, remembering the epoch and configuration in force just below it."""
         if offset <= self._start:
             return
         i = self._batch_index(offset)
         for entry in self._entries[:i]:
             if entry.kind is EntryKind.CONFIG:
-                self._start_voters = decode_voters(entry.payload)
+                self._start_config = decode_config(entry.payload)
         if i:
             self._start_epoch = self._entries[i - 1].epoch
         del self._entries[:i]
@@ -140,12 +141,12 @@ class MemoryRaftLog:
         self._bases.clear()
         self._start = snapshot.end_offset
         self._start_epoch = snapshot.epoch
-        self._start_voters = snapshot.voters
+        self._start_config = (snapshot.voters, snapshot.learners) if snapshot.voters else None
 
     def copy(self) -> MemoryRaftLog:
         other = MemoryRaftLog(self._start)
         other._start_epoch = self._start_epoch
-        other._start_voters = self._start_voters
+        other._start_config = self._start_config
         other._entries = list(self._entries)
         other._bases = list(self._bases)
         return other

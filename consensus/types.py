@@ -56,8 +56,27 @@ def encode_voters(voters: frozenset[NodeId]) -> bytes:
 
 
 def decode_voters(payload: bytes) -> frozenset[NodeId]:
-    text = payload.decode("ascii")
+    """The voters of a CONFIG payload (its learners, if any, are left out)."""
+    return decode_config(payload)[0]
+
+
+def _node_set(text: str) -> frozenset[NodeId]:
     return frozenset(int(part) for part in text.split(",")) if text else frozenset()
+
+
+def encode_config(voters: frozenset[NodeId], learners: frozenset[NodeId]) -> bytes:
+    """Payload of a CONFIG entry: "voters" or, with learners, "voters;learners" (each set
+    ascending, comma separated), so an entry without learners reads as before."""
+    if not learners:
+        return encode_voters(voters)
+    learner_text = ",".join(str(n) for n in sorted(learners))
+    return encode_voters(voters) + b";" + learner_text.encode("ascii")
+
+
+def decode_config(payload: bytes) -> tuple[frozenset[NodeId], frozenset[NodeId]]:
+    """(voters, learners) of a CONFIG payload; an old "1,2,3" payload has no learners."""
+    voters_text, _, learners_text = payload.decode("ascii").partition(";")
+    return _node_set(voters_text), _node_set(learners_text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +130,8 @@ class Message:
     - SNAPSHOT (InstallSnapshot, sent instead of an append when the follower needs offsets
       below the leader's log start): prev_offset/prev_epoch name the last offset the
       snapshot covers (the leader's log start - 1) and its epoch, high_watermark,
-      snapshot_voters the voter set in force there, snapshot_data the state-machine payload
+      snapshot_voters and snapshot_learners the configuration in force there (empty voters:
+      the group's configured voters), snapshot_data the state-machine payload
       (filled in by the sending driver; the core leaves it empty). Answered with an
       APPEND_RESPONSE whose match_end is at least the snapshot's end.
     """
@@ -135,6 +155,7 @@ class Message:
     at_leader_end: bool = False
     snapshot_voters: frozenset[NodeId] = field(default=frozenset())
     snapshot_data: bytes = b""
+    snapshot_learners: frozenset[NodeId] = field(default=frozenset())
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +164,12 @@ class Snapshot:
     and summarized by `data` (the driver's state-machine payload; empty for a partition).
 
     `epoch` is the epoch of offset end_offset - 1 (or an upper bound of it no larger than the
-    epoch of the leader's batch at end_offset), `voters` the voter set in force there.
+    epoch of the leader's batch at end_offset), `voters` and `learners` the configuration in
+    force there (empty voters: the group's configured voters, no learners).
     """
 
     end_offset: int
     epoch: int
     voters: frozenset[NodeId]
     data: bytes = b""
+    learners: frozenset[NodeId] = field(default=frozenset())

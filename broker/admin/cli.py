@@ -20,6 +20,7 @@ from raftka.broker.admin import (
     elect,
     groups,
     quotas,
+    reassign,
     restore,
     topics,
     transactions,
@@ -38,6 +39,7 @@ ADMIN_COMMANDS = (
     "topics",
     "groups",
     "cluster",
+    "partitions",
     "backup",
     "restore",
     "users",
@@ -413,13 +415,14 @@ def _backup_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def add_admin_commands(commands: Any) -> None:
-    """Adds `topics`, `groups`, `transactions`, `cluster`, `backup`, `restore`, `users` and
-    `acls`, `quotas` to the `raftka` subcommands."""
+    """Adds `topics`, `groups`, `transactions`, `cluster`, `partitions`, `backup`, `restore`,
+    `users` and `acls`, `quotas` to the `raftka` subcommands."""
     common = _common_options()
     _topics_parser(commands, common)
     _groups_parser(commands, common)
     _transactions_parser(commands, common)
     _cluster_parser(commands, common)
+    reassign.add_parser(commands, common)
     _backup_parsers(commands, common)
     users.add_parser(commands, common)
     acls.add_parser(commands, common)

@@ -23,15 +23,28 @@ def list_groups(target: Target) -> Document:
     result = target.result(
         admin.list_consumer_groups(request_timeout=target.timeout_s), "list groups"
     )
-    groups = sorted((g.group_id, state_name(g.state)) for g in result.valid)
+    groups = sorted(
+        (g.group_id, state_name(g.state), _group_type(getattr(g, "type", None)))
+        for g in result.valid
+    )
     return {
-        "groups": [{"group": g, "state": s} for g, s in groups],
+        "groups": [{"group": g, "state": s, "type": t} for g, s, t in groups],
         "errors": [str(e) for e in result.errors],
     }
 
 
+def _group_type(group_type: Any) -> str | None:
+    """`consumer` (KIP-848) or `classic`; None when the client does not say."""
+    name = state_name(group_type).lower() if group_type is not None else "unknown"
+    return None if name == "unknown" else name
+
+
 def print_list(document: Document, out: TextIO) -> None:
-    print_table(["GROUP", "STATE"], [[g["group"], g["state"]] for g in document["groups"]], out)
+    print_table(
+        ["GROUP", "TYPE", "STATE"],
+        [[g["group"], g["type"], g["state"]] for g in document["groups"]],
+        out,
+    )
 
 
 def _describe(target: Target, admin: Any, group_id: str) -> Any:
@@ -135,6 +148,7 @@ def describe_group(target: Target, group_id: str) -> Document:
     coordinator = description.coordinator
     return {
         "group": group_id,
+        "type": _group_type(getattr(description, "type", None)),
         "state": state,
         "assignor": description.partition_assignor or None,
         "coordinator": {"id": coordinator.id, "host": coordinator.host, "port": coordinator.port},
@@ -164,7 +178,8 @@ def print_describe(document: Document, out: TextIO) -> None:
     group_id = document["group"]
     coordinator = document["coordinator"]
     print(
-        f"Group {group_id}: state {document['state']}, assignor {document['assignor'] or '-'}, "
+        f"Group {group_id}: type {document['type'] or '-'}, state {document['state']}, "
+        f"assignor {document['assignor'] or '-'}, "
         f"{len(document['members'])} members, coordinator "
         f"{coordinator['host']}:{coordinator['port']} (id {coordinator['id']})",
         file=out,

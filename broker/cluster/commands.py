@@ -452,6 +452,69 @@ class AlterClientQuotaCommand(Command):
         )
 
 
+@dataclass(frozen=True)
+class ReassignPartitionCommand(Command):
+    """AlterPartitionReassignments for one partition: move it to `replicas`, or with None
+    cancel its reassignment in progress."""
+
+    OP: ClassVar[str] = "reassign_partition"
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...] | None
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        value = wire.data.get("replicas")
+        return cls(
+            topic=wire.string("topic"),
+            partition=wire.integer("partition"),
+            replicas=None if value is None else wire._broker_ids("replicas", value),
+        )
+
+
+@dataclass(frozen=True)
+class CompleteReassignmentCommand(Command):
+    """A partition's leader moved its Raft voters to `replicas`, the target of the
+    reassignment in progress: the controller records the move as complete."""
+
+    OP: ClassVar[str] = "complete_reassignment"
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(
+            topic=wire.string("topic"),
+            partition=wire.integer("partition"),
+            replicas=wire._broker_ids("replicas", wire.data.get("replicas")),
+        )
+
+
+@dataclass(frozen=True)
+class AlterBrokerConfigsCommand(Command):
+    """IncrementalAlterConfigs on a BROKER resource (its id, or "" for the cluster-wide
+    default): each dynamic config set to a value or, with None, back to the static one."""
+
+    OP: ClassVar[str] = "alter_broker_configs"
+
+    resource: str
+    changes: Mapping[str, str | None]
+    validate_only: bool = False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(
+            resource=wire.string("resource"),
+            changes=wire.configs("changes", required=True),
+            validate_only=wire.flag("validate_only"),
+        )
+
+
 #: Every command type by its wire name.
 COMMAND_TYPES: dict[str, type[Command]] = {
     cls.OP: cls
@@ -466,6 +529,9 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         CreateAclsCommand,
         DeleteAclsCommand,
         AlterClientQuotaCommand,
+        ReassignPartitionCommand,
+        CompleteReassignmentCommand,
+        AlterBrokerConfigsCommand,
     )
 }
 

@@ -23,32 +23,39 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
     AclOutcome,
+    AlterBrokerConfigsCommand,
     AlterClientQuotaCommand,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
     Command,
     CommandDecodeError,
     CommandResult,
+    CompleteReassignmentCommand,
     CreateAclsCommand,
     CreatePartitionsCommand,
     CreateTopicCommand,
     DeleteAclsCommand,
     DeleteTopicCommand,
     RaiseProducerIdFloorCommand,
+    ReassignPartitionCommand,
     RegisterBrokerCommand,
 )
 from raftka.broker.cluster.image import (
+    BrokerConfigsChanged,
     BrokerRegistered,
     Change,
     ConfigsChanged,
     PartitionsAdded,
+    ReplicasChanged,
     TopicCreated,
     TopicDeleted,
 )
+from raftka.broker.cluster.reassign import ReassignmentMover
 from raftka.broker.cluster.rebalance import ElectionResult, PreferredLeaderElections
 from raftka.broker.cluster.records import (
     AddAclBinding,
     ClientQuota,
+    CompleteReassignment,
     DeleteScramCredential,
     MetadataRecord,
     RaiseProducerIdFloor,
@@ -64,7 +71,7 @@ from raftka.broker.cluster.validation import (
     check_scram_iterations,
     check_scram_mechanism,
 )
-from raftka.broker.config import BrokerConfig
+from raftka.broker.config import LONG_MAX, BrokerConfig
 from raftka.broker.quotas import QuotaRequestError, validate_entity, validate_ops
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
 from raftka.broker.security.acl import (
@@ -76,7 +83,7 @@ from raftka.broker.security.acl import (
 from raftka.broker.security.scram import ScramMechanism
 from raftka.broker.topics import METADATA_TOPIC, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
-from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
+from raftka.consensus.driver import AppendThrottle, RaftGroup, RaftGroupUpdate, RaftNode
 from raftka.consensus.transport import ForwardError, ForwardRemoteError
 from raftka.consensus.types import Role, Snapshot
 from raftka.log import LogConfig, PartitionLog
@@ -198,6 +205,9 @@ class Controller:
                 _route(CreateAclsCommand, self._create_acls),
                 _route(DeleteAclsCommand, self._delete_acls),
                 _route(AlterClientQuotaCommand, self._alter_client_quota),
+                _route(ReassignPartitionCommand, self._reassign_partition),
+                _route(CompleteReassignmentCommand, self._complete_reassignment),
+                _route(AlterBrokerConfigsCommand, self._alter_broker_configs),
             ]
         )
         # Peer RPCs of other parts of the broker, sharing the transport's forward handler.
@@ -205,6 +215,9 @@ class Controller:
         node.transport.set_forward_handler(self._serve_forward)
         # Preferred-leader elections (ElectLeaders, auto rebalance) over their own peer RPC.
         self.elections = PreferredLeaderElections(self)
+        # Membership steps of the reassignments of partitions this broker leads.
+        self.reassignments = ReassignmentMover(self)
+        self._apply_replication_throttle()
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -367,10 +380,22 @@ class Controller:
                                 topic.topic_id,
                                 tuple(topic.replicas),
                                 dict(topic.configs),
+                                tuple(topic.raft_voters(i) for i in range(topic.num_partitions)),
                             )
                         )
                         continue
                     known = len(hosted.partitions)
+                    for index, partition in enumerate(hosted.partitions):
+                        # A reassignment started, completed or cancelled in the image.
+                        wanted = tuple(topic.replicas[index])
+                        voters = tuple(topic.raft_voters(index))
+                        if (
+                            partition.replicas != wanted
+                            or (partition.raft_voters or partition.replicas) != voters
+                        ):
+                            await self._reconcile(
+                                ReplicasChanged(topic.name, topic.topic_id, index, wanted, voters)
+                            )
                     if len(topic.replicas) > known:
                         await self._reconcile(
                             PartitionsAdded(
@@ -445,7 +470,11 @@ class Controller:
         that cannot be opened yet) it retries itself; anything it raises is unexpected."""
         if isinstance(change, TopicCreated):
             await self.topics.add_topic(
-                change.name, change.topic_id, change.replicas, change.configs
+                change.name, change.topic_id, change.replicas, change.configs, change.raft_voters
+            )
+        elif isinstance(change, ReplicasChanged):
+            await self.topics.set_replicas(
+                change.name, change.index, change.replicas, change.raft_voters
             )
         elif isinstance(change, PartitionsAdded):
             await self.topics.add_partitions(change.name, change.new_replicas)
@@ -453,6 +482,8 @@ class Controller:
             self.topics.alter_configs(change.name, change.configs)
         elif isinstance(change, TopicDeleted):
             await self.topics.remove_topic(change.topic_id)
+        elif isinstance(change, BrokerConfigsChanged):
+            self._apply_replication_throttle()
         elif isinstance(change, BrokerRegistered):
             broker = change.broker
             logger.info(
@@ -463,6 +494,22 @@ class Controller:
                 broker.rack,
                 extra={"peer": broker.node_id},
             )
+
+    def replication_throttle_rate(self) -> int:
+        """This broker's leader.replication.throttled.rate: dynamic (its own, else the
+        cluster-wide default) over static."""
+        name = "leader.replication.throttled.rate"
+        dynamic = self.image.dynamic_broker_config(self.node_id, name)
+        return int(dynamic) if dynamic is not None else self.broker_config.get_int(name)
+
+    def _apply_replication_throttle(self) -> None:
+        rate = self.replication_throttle_rate()
+        if rate >= LONG_MAX:
+            self.node.append_throttle = None
+        elif self.node.append_throttle is None:
+            self.node.append_throttle = AppendThrottle(rate)
+        else:
+            self.node.append_throttle.set_rate(rate)
 
     def _apply_failed(self, what: str, exc: Exception) -> MetadataApplyError:
         """Log a failed apply as critical and return the error that stops the apply loop."""
@@ -615,6 +662,49 @@ class Controller:
             await self._commit([record])
         return CommandResult()
 
+    async def _reassign_partition(self, command: ReassignPartitionCommand) -> CommandResult:
+        record = self.image.validate_reassignment(
+            command.topic, command.partition, command.replicas
+        )
+        if record is not None:
+            await self._commit([record])
+            logger.info(
+                "%s-%d: reassignment %s",
+                command.topic,
+                command.partition,
+                "cancelled" if command.replicas is None else f"to {list(command.replicas)}",
+                extra={"topic": command.topic},
+            )
+        return CommandResult()
+
+    async def _complete_reassignment(self, command: CompleteReassignmentCommand) -> CommandResult:
+        topic = self.image.topic(command.topic)
+        move = None if topic is None else topic.reassignments.get(command.partition)
+        if topic is None or move is None or move.target != command.replicas:
+            # Cancelled or replaced meanwhile: the leader reads the new target and goes on.
+            return CommandResult.error(
+                ErrorCode.no_reassignment_in_progress,
+                f"No reassignment of {command.topic}-{command.partition} to "
+                f"{list(command.replicas)} is in progress.",
+            )
+        await self._commit(
+            [CompleteReassignment(topic.topic_id, command.partition, command.replicas)]
+        )
+        logger.info(
+            "%s-%d: reassignment complete, replicas %s",
+            command.topic,
+            command.partition,
+            list(command.replicas),
+            extra={"topic": command.topic},
+        )
+        return CommandResult()
+
+    async def _alter_broker_configs(self, command: AlterBrokerConfigsCommand) -> CommandResult:
+        record = self.image.validate_alter_broker_configs(command.resource, command.changes)
+        if not command.validate_only:
+            await self._commit([record])
+        return CommandResult()
+
     async def _register_broker(self, command: RegisterBrokerCommand) -> CommandResult:
         record = RegisterBroker(
             command.node_id,
@@ -759,6 +849,10 @@ class Controller:
                 == wanted
             ):
                 logger.info("registered with the cluster in %.2f s", time.monotonic() - started)
+                # Everything committed before the registration is applied: a copy of a
+                # partition this broker is no longer a replica of (it was reassigned while
+                # this broker was down) can go.
+                await self.topics.remove_stray_replicas()
                 return
             result = await self.execute(
                 RegisterBrokerCommand(self.node_id, host, port, rack, incarnation, listeners)

@@ -15,21 +15,24 @@ import logging
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.placement import place_replicas
 from raftka.broker.cluster.records import (
     AddAclBinding,
+    AlterBrokerConfigs,
     AlterTopicConfigs,
     ClientQuota,
+    CompleteReassignment,
     CreatePartitions,
     CreateTopic,
     DeleteScramCredential,
     DeleteTopic,
     MetadataRecord,
     RaiseProducerIdFloor,
+    ReassignPartition,
     RegisterBroker,
     RemoveAclBinding,
     UnregisterBroker,
@@ -45,6 +48,7 @@ from raftka.broker.cluster.validation import (
     validate_topic_config_values,
     validate_topic_name,
 )
+from raftka.broker.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, ConfigError
 from raftka.broker.quotas import QuotaEntity, quota_entity
 from raftka.broker.security.acl import (
     AclBinding,
@@ -79,6 +83,8 @@ class TopicSnapshot(TypedDict):
     topic_id: str
     replicas: list[list[int]]
     configs: dict[str, str]
+    #: [partition, original replicas, target replicas]; absent before reassignments: none.
+    reassignments: NotRequired[list[list[Any]]]
 
 
 class ImageSnapshot(TypedDict):
@@ -90,6 +96,8 @@ class ImageSnapshot(TypedDict):
     topics: list[TopicSnapshot]
     #: Absent in snapshots written before the floor existed: 0.
     producer_id_floor: NotRequired[int]
+    #: Absent in snapshots written before dynamic broker configs existed: none.
+    broker_configs: NotRequired[dict[str, dict[str, str]]]
     #: Absent in snapshots written before SCRAM credentials existed: none.
     scram_credentials: NotRequired[list[ScramSnapshot]]
     #: Absent in snapshots written before ACLs existed: none.
@@ -143,14 +151,39 @@ class BrokerInfo:
     __hash__ = None  # type: ignore[assignment]
 
 
+@dataclass(frozen=True)
+class Reassignment:
+    """A partition's move in progress: from `original` to `target` (a cancelled move has
+    target == original until its leader has moved the replicas back)."""
+
+    original: tuple[int, ...]
+    target: tuple[int, ...]
+
+    def adding(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.target) - set(self.original)))
+
+    def removing(self, replicas: Sequence[int]) -> tuple[int, ...]:
+        return tuple(sorted(set(replicas) - set(self.target)))
+
+
 @dataclass
 class TopicImage:
     name: str
     topic_id: uuid.UUID
-    #: Replica list per partition; the first replica is the preferred leader.
+    #: Replica list per partition; the first replica is the preferred leader. During a
+    #: reassignment: the target replicas first, then those still to be removed (Kafka's
+    #: order), so every broker that may hold a copy is listed.
     replicas: list[tuple[int, ...]]
     #: Config overrides as strings (parse with broker.config.validate_topic_configs).
     configs: dict[str, str] = field(default_factory=dict)
+    #: Partition index -> its reassignment in progress.
+    reassignments: dict[int, Reassignment] = field(default_factory=dict)
+
+    def raft_voters(self, index: int) -> tuple[int, ...]:
+        """The partition's Raft voters before any membership change in its log: the
+        replicas it had before a reassignment in progress started."""
+        move = self.reassignments.get(index)
+        return move.original if move is not None else self.replicas[index]
 
     @property
     def num_partitions(self) -> int:
@@ -182,6 +215,9 @@ class TopicCreated:
     topic_id: uuid.UUID
     replicas: tuple[tuple[int, ...], ...]
     configs: Mapping[str, str]
+    #: Per partition, its Raft voters before any membership change (`raft_voters`) when a
+    #: snapshot restores a topic with reassignments in progress; None: the replicas.
+    raft_voters: tuple[tuple[int, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -208,8 +244,30 @@ class ConfigsChanged:
     configs: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class ReplicasChanged:
+    """A partition's replica list changed (a reassignment started, was cancelled or
+    completed): brokers newly listed host a copy, brokers no longer listed drop theirs."""
+
+    name: str
+    topic_id: uuid.UUID
+    index: int
+    replicas: tuple[int, ...]
+    #: Voters before any CONFIG entry of the partition's log (`TopicImage.raft_voters`).
+    raft_voters: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BrokerConfigsChanged:
+    """The dynamic configs of broker `resource` ("": the cluster-wide default) changed."""
+
+    resource: str
+
+
 Change = (
-    BrokerRegistered
+    BrokerConfigsChanged
+    | ReplicasChanged
+    | BrokerRegistered
     | BrokerUnregistered
     | TopicCreated
     | TopicDeleted
@@ -249,6 +307,9 @@ class MetadataImage:
         self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
         #: The cluster's ACL bindings.
         self.acls = AclSet()
+        #: Dynamic broker configs: broker id as a string ("" for the cluster-wide default)
+        #: -> name -> value.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         #: Client quotas: entity -> quota key -> value. Replaced, never changed in place,
         #: when a quota changes (quota enforcement notices a new mapping).
         self.client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = {}
@@ -316,6 +377,30 @@ class MetadataImage:
                 first = topic.num_partitions
                 topic.replicas.extend(record.new_replicas)
                 return [PartitionsAdded(topic.name, topic.topic_id, first, record.new_replicas)]
+            case ReassignPartition():
+                return self._reassign(record, offset)
+            case AlterBrokerConfigs():
+                if record.configs:
+                    self.broker_configs[record.resource] = dict(record.configs)
+                else:
+                    self.broker_configs.pop(record.resource, None)
+                return [BrokerConfigsChanged(record.resource)]
+            case CompleteReassignment():
+                topic = self.topics_by_id.get(record.topic_id)
+                if topic is None or record.partition not in topic.reassignments:
+                    logger.warning("offset %d completes no reassignment in progress", offset)
+                    return []
+                del topic.reassignments[record.partition]
+                topic.replicas[record.partition] = record.replicas
+                return [
+                    ReplicasChanged(
+                        topic.name,
+                        topic.topic_id,
+                        record.partition,
+                        record.replicas,
+                        record.replicas,
+                    )
+                ]
             case UpsertScramCredential():
                 # Authentication reads credentials when a client logs in: nothing to reconcile.
                 if record.mechanism not in set(ScramMechanism):
@@ -355,6 +440,98 @@ class MetadataImage:
                 self.producer_id_floor = max(self.producer_id_floor, record.floor)
                 return []
         raise TypeError(f"not a metadata record: {record!r}")
+
+    def dynamic_broker_config(self, node_id: int, name: str) -> str | None:
+        """A dynamic broker config of `node_id`: its own value, else the cluster-wide
+        default, else None (the static config applies)."""
+        own = self.broker_configs.get(str(node_id), {})
+        if name in own:
+            return own[name]
+        return self.broker_configs.get("", {}).get(name)
+
+    def validate_alter_broker_configs(
+        self, resource: str, changes: Mapping[str, str | None]
+    ) -> AlterBrokerConfigs:
+        """The record giving broker `resource` ("" for all) `changes` (None: back to the
+        static value); INVALID_CONFIG for a config that is not dynamic or a bad value."""
+        if resource != "" and not (resource.isdigit() and int(resource) in self.brokers):
+            raise TopicError(
+                ErrorCode.invalid_request,
+                f"Broker {resource!r} is not registered; name a broker id, or the empty name "
+                "for the cluster-wide default.",
+            )
+        configs = dict(self.broker_configs.get(resource, {}))
+        for name, value in changes.items():
+            if name not in DYNAMIC_BROKER_CONFIGS:
+                raise TopicError(
+                    ErrorCode.invalid_config,
+                    f"Broker config {name} cannot be changed at run time; of the broker "
+                    f"configs only {', '.join(sorted(DYNAMIC_BROKER_CONFIGS))} are dynamic. "
+                    "Set the others at start-up with --config NAME=VALUE or --config-file.",
+                )
+            if value is None:
+                configs.pop(name, None)
+                continue
+            try:
+                BROKER_CONFIGS[name].parse(value)
+            except ConfigError as exc:
+                raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+            configs[name] = value
+        return AlterBrokerConfigs(resource, configs)
+
+    def _reassign(self, record: ReassignPartition, offset: int) -> list[Change]:
+        topic = self.topics_by_id.get(record.topic_id)
+        if topic is None or not 0 <= record.partition < topic.num_partitions:
+            logger.warning("offset %d reassigns an unknown partition", offset)
+            return []
+        index = record.partition
+        current = topic.replicas[index]
+        move = topic.reassignments.get(index)
+        if record.target is None:
+            if move is None:
+                return []
+            target = move.original
+        else:
+            target = record.target
+        original = move.original if move is not None else current
+        topic.reassignments[index] = Reassignment(original, target)
+        # Every broker that may be a member of the Raft group stays listed until completion:
+        # the target, then the others ascending (Kafka's PartitionReassignmentReplicas).
+        topic.replicas[index] = target + tuple(sorted(set(current) - set(target)))
+        return [ReplicasChanged(topic.name, topic.topic_id, index, topic.replicas[index], original)]
+
+    def validate_reassignment(
+        self, name: str, index: int, target: Sequence[int] | None
+    ) -> ReassignPartition | None:
+        """The record starting (or, with a null target, cancelling) a reassignment of
+        partition `index` of `name`, as Kafka's controller checks it; None when there is
+        nothing to do. Raises TopicError."""
+        topic = self.topics.get(name)
+        if topic is None or not 0 <= index < topic.num_partitions:
+            raise TopicError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        move = topic.reassignments.get(index)
+        if target is None:
+            if move is None or move.target == move.original:
+                raise TopicError(
+                    ErrorCode.no_reassignment_in_progress,
+                    f"No reassignment of partition {index} of topic {name} is in progress.",
+                )
+            return ReassignPartition(topic.topic_id, index, None)
+        self._validate_assignment(target, None)
+        if move is not None:
+            if tuple(target) == move.target:
+                return None
+            raise TopicError(
+                ErrorCode.reassignment_in_progress,
+                f"Partition {index} of topic {name} is already moving to "
+                f"{list(move.target)}; cancel that reassignment first.",
+            )
+        if tuple(target) == topic.replicas[index]:
+            return None
+        return ReassignPartition(topic.topic_id, index, tuple(target))
 
     def _apply_client_quota(self, record: ClientQuota) -> None:
         quotas = dict(self.client_quotas)
@@ -678,10 +855,17 @@ class MetadataImage:
                     "topic_id": str(t.topic_id),
                     "replicas": [list(r) for r in t.replicas],
                     "configs": dict(sorted(t.configs.items())),
+                    "reassignments": [
+                        [index, list(move.original), list(move.target)]
+                        for index, move in sorted(t.reassignments.items())
+                    ],
                 }
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
             ],
             "producer_id_floor": self.producer_id_floor,
+            "broker_configs": {
+                r: dict(sorted(c.items())) for r, c in sorted(self.broker_configs.items())
+            },
             "scram_credentials": [
                 {
                     "user": user,
@@ -713,6 +897,10 @@ class MetadataImage:
         image = cls()
         image.applied_offset = int(data["applied_offset"])
         image.producer_id_floor = int(data.get("producer_id_floor", 0))
+        image.broker_configs = {
+            str(r): {str(k): str(v) for k, v in c.items()}
+            for r, c in data.get("broker_configs", {}).items()
+        }
         for c in data.get("scram_credentials", []):
             image.scram_credentials[c["user"], int(c["mechanism"])] = ScramCredential(
                 ScramMechanism(int(c["mechanism"])),
@@ -755,6 +943,12 @@ class MetadataImage:
                 uuid.UUID(t["topic_id"]),
                 [tuple(int(n) for n in r) for r in t["replicas"]],
                 dict(t["configs"]),
+                {
+                    int(index): Reassignment(
+                        tuple(int(n) for n in original), tuple(int(n) for n in target)
+                    )
+                    for index, original, target in t.get("reassignments", [])
+                },
             )
             image.topics[topic.name] = topic
             image.topics_by_id[topic.topic_id] = topic

@@ -214,6 +214,60 @@ class CreatePartitions(_Record):
         object.__setattr__(self, "new_replicas", _replica_lists(self.new_replicas))
 
 
+def _partition_index(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"partition must be a non-negative integer, not {value!r}")
+
+
+@dataclass(frozen=True)
+class ReassignPartition(_Record):
+    """A partition's replicas are to move to `target` (first = preferred leader); a null
+    target cancels the reassignment in progress: the partition moves back to the replicas it
+    had before it. The partition's leader performs the move through Raft membership changes
+    and then asks the controller to write `CompleteReassignment`."""
+
+    topic_id: uuid.UUID
+    partition: int
+    target: tuple[int, ...] | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_id", _topic_id(self.topic_id))
+        _partition_index(self.partition)
+        if self.target is not None:
+            object.__setattr__(self, "target", tuple(int(n) for n in self.target))
+
+
+@dataclass(frozen=True)
+class CompleteReassignment(_Record):
+    """The partition's Raft group now has exactly `replicas` as voters: the reassignment is
+    over, and brokers not among them drop their copy."""
+
+    topic_id: uuid.UUID
+    partition: int
+    replicas: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_id", _topic_id(self.topic_id))
+        _partition_index(self.partition)
+        object.__setattr__(self, "replicas", tuple(int(n) for n in self.replicas))
+
+
+@dataclass(frozen=True)
+class AlterBrokerConfigs(_Record):
+    """The complete new set of dynamic configs of broker `resource` (its id as a string, or
+    "" for the cluster-wide default), as Kafka's IncrementalAlterConfigs on a BROKER."""
+
+    resource: str
+    configs: dict[str, str]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.resource, str):
+            raise ValueError("resource must be a string")
+        object.__setattr__(self, "configs", _configs(self.configs))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class RaiseProducerIdFloor(_Record):
     """Producer ids below `floor` are never handed out again (the image keeps the maximum)."""
@@ -337,6 +391,9 @@ MetadataRecord: TypeAlias = (
     | DeleteTopic
     | AlterTopicConfigs
     | CreatePartitions
+    | ReassignPartition
+    | CompleteReassignment
+    | AlterBrokerConfigs
     | RaiseProducerIdFloor
     | UpsertScramCredential
     | DeleteScramCredential
@@ -354,6 +411,9 @@ RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         DeleteTopic,
         AlterTopicConfigs,
         CreatePartitions,
+        ReassignPartition,
+        CompleteReassignment,
+        AlterBrokerConfigs,
         RaiseProducerIdFloor,
         UpsertScramCredential,
         DeleteScramCredential,

@@ -1,7 +1,9 @@
-"""Kafka's classic consumer-group protocol: the group coordinator and its durable state."""
+"""Kafka's consumer groups, classic and KIP-848: the group coordinator and its durable state."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from raftka.broker.groups.config import CoordinatorConfig
@@ -44,12 +46,32 @@ __all__ = [
 ]
 
 
+class ClusterTopics:
+    """The broker's topics as the consumer group protocol sees them (a `TopicImage`)."""
+
+    def __init__(self, topics: TopicManager) -> None:
+        self._topics = topics
+
+    def lookup(self, name: str) -> tuple[uuid.UUID, int] | None:
+        topic = self._topics.get(name)
+        return None if topic is None else (topic.topic_id, len(topic.partitions))
+
+    def names(self) -> Iterable[str]:
+        return list(self._topics.topics)
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None:
+        topic = self._topics.topics_by_id.get(topic_id)
+        return None if topic is None else topic.name
+
+
 def coordinator_for(
     topics: TopicManager, controller: ControllerClient, config: BrokerConfig
 ) -> GroupCoordinator:
     """The coordinator of a broker: its groups live in the cluster's `__consumer_offsets`."""
     offsets_log = TopicOffsetsLog(topics, controller, config)
-    coordinator = GroupCoordinator(offsets_log, CoordinatorConfig.from_broker_config(config))
+    coordinator = GroupCoordinator(
+        offsets_log, CoordinatorConfig.from_broker_config(config), topics=ClusterTopics(topics)
+    )
     coordinator.share.partition_counts = lambda: {
         name: len(topic.partitions) for name, topic in topics.topics.items()
     }

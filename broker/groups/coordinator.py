@@ -13,6 +13,11 @@ and the wall clock, both injectable so `trio.testing.MockClock` drives timeouts 
 a `Reply` for the JoinGroup and SyncGroup answers that wait for the group, and `run`, which
 runs the loads, the writers, one timer for the machine's deadlines and the offset expiry.
 It also answers ListGroups, DescribeGroups and DeleteGroups.
+
+Groups of the consumer group protocol (KIP-848) share the registry, the offsets and the
+ownership with classic groups; `ConsumerProtocolMachine` (consumer_group.py) runs their
+heartbeats and deadlines; the records of a heartbeat's changes (Kafka's ConsumerGroupMetadata,
+member metadata and current assignment) are in the log before it is answered.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -27,7 +33,17 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.groups.assignors import assignors_named
 from raftka.broker.groups.config import CoordinatorConfig
+from raftka.broker.groups.consumer_group import (
+    GROUP_TYPE_CONSUMER,
+    ConsumerConfig,
+    ConsumerProtocolGroup,
+    ConsumerProtocolMachine,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicImage,
+)
 from raftka.broker.groups.group import (
     ConsumerGroup,
     GroupState,
@@ -38,7 +54,12 @@ from raftka.broker.groups.group import (
 from raftka.broker.groups.offsets import GroupOffsets, TopicPartition
 from raftka.broker.groups.ownership import Ownership, materialize
 from raftka.broker.groups.rebalance import Instant, JoinRequest, RebalanceMachine, SyncRequest
-from raftka.broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
+from raftka.broker.groups.records import (
+    ConsumerGroupMetadataKey,
+    GroupMetadataKey,
+    OffsetKey,
+    OffsetValue,
+)
 from raftka.broker.groups.store import KeyValue, OffsetsLog
 from raftka.broker.groups.txn_offsets import PendingTxnOffsets
 from raftka.broker.groups.writes import Append, WriteQueue
@@ -98,6 +119,19 @@ class GroupDescription:
     members: tuple[DescribedMember, ...]
 
 
+class NoTopics:
+    """A `TopicImage` without topics (a coordinator built without one)."""
+
+    def lookup(self, name: str) -> tuple[uuid.UUID, int] | None:
+        return None
+
+    def names(self) -> Iterable[str]:
+        return ()
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None:
+        return None
+
+
 def _trio_clock_ms() -> float:
     return trio.current_time() * 1000
 
@@ -114,6 +148,7 @@ class GroupCoordinator:
         *,
         clock_ms: Callable[[], float] = _trio_clock_ms,
         wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        topics: TopicImage | None = None,
     ) -> None:
         self.offsets_log = offsets_log
         self.config = config or CoordinatorConfig()
@@ -128,15 +163,31 @@ class GroupCoordinator:
         self.writes = WriteQueue(offsets_log)
         self.pending = PendingTxnOffsets(self.writes.partition_for)
         self.ownership = Ownership(offsets_log, self.machine, self.now, self.pending)
+        self.ownership.on_adopt.append(lambda group: self.consumer.adopt(group, self.now()))
         self.offsets = GroupOffsets(
             self.config, self.machine, self.ownership, self.writes, self.now
         )
+        self.consumer = ConsumerProtocolMachine(
+            ConsumerConfig(
+                heartbeat_interval_ms=self.config.consumer_heartbeat_interval_ms,
+                session_timeout_ms=self.config.consumer_session_timeout_ms,
+                max_size=self.config.consumer_max_size,
+                assignors=assignors_named(list(self.config.consumer_assignors)),
+            ),
+            self.machine.groups,
+            topics or NoTopics(),
+            on_earlier_deadline=self._on_earlier_deadline,
+            on_records=self._store_consumer_records,
+        )
         self._earlier_deadline = trio.Event()
+        # The appends of the heartbeat being handled, which it waits for.
+        self._heartbeat_appends: list[Append] | None = None
         # Share groups (KIP-932): members here, share-partitions where their data is led.
         self.share = ShareGroups(dict)
         self.share_partitions = SharePartitionManager(MemoryStateStore())
 
     def is_classic_group(self, group_id: str) -> bool:
+        """A live classic or consumer (KIP-848) group has the id."""
         group = self.groups.get(group_id)
         return group is not None and not group.is_(GroupState.DEAD)
 
@@ -218,7 +269,8 @@ class GroupCoordinator:
         """Sleep until the machine's next deadline (or an earlier one appears); fire it."""
         while True:
             self._earlier_deadline = trio.Event()
-            deadline = self.machine.next_deadline_ms()
+            deadlines = [self.machine.next_deadline_ms(), self.consumer.next_deadline_ms()]
+            deadline = min((d for d in deadlines if d is not None), default=None)
             wait_s = math.inf if deadline is None else (deadline - self.clock_ms()) / 1000
             with trio.move_on_after(max(0.0, wait_s)) as timer:
                 await self._earlier_deadline.wait()
@@ -226,6 +278,7 @@ class GroupCoordinator:
                 now = self.now()
                 # Woken for `deadline`: it is due even if the clock reads a rounding before.
                 self.machine.tick(Instant(max(now.ms, deadline), now.wall_ms))
+                self.consumer.tick(Instant(max(now.ms, deadline), now.wall_ms))
 
     async def _expire_offsets_periodically(self) -> None:
         while True:
@@ -242,6 +295,53 @@ class GroupCoordinator:
             self.machine.assignment_stored(group, generation, error, self.now())
 
         self.writes.store_group_metadata(group.group_id, group.to_record(), stored)
+
+    def _store_consumer_records(self, group_id: str, records: list[KeyValue]) -> None:
+        append = self.writes.append(group_id, records)
+        if self._heartbeat_appends is not None:
+            self._heartbeat_appends.append(append)
+
+    # -- ConsumerGroupHeartbeat (KIP-848) ------------------------------------------------------
+
+    async def consumer_group_heartbeat(
+        self, request: HeartbeatRequest, version: int
+    ) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat, answered once the records it changed (member,
+        assignment, group epoch) are in the log; a failed write answers NOT_COORDINATOR or
+        COORDINATOR_NOT_AVAILABLE, and the member's next heartbeat is refused or rejoins."""
+        # The empty group id is routed like any other and then refused as INVALID_REQUEST
+        # (Kafka's "GroupId can't be empty."), as Kafka does.
+        error = self.ownership.request_error(request.group_id, empty_allowed=True)
+        if error != ErrorCode.none:
+            return HeartbeatResult(error, None, request.member_id or None)
+        if request.group_id in self.share.groups:
+            message = f"group {request.group_id} is a share group, not a consumer group"
+            return HeartbeatResult(ErrorCode.group_id_not_found, message, request.member_id or None)
+        await self.writes.wait_for_room(request.group_id)
+        error = self.ownership.request_error(request.group_id, empty_allowed=True)
+        if error != ErrorCode.none:
+            return HeartbeatResult(error, None, request.member_id or None)
+        appends: list[Append] = []
+        self._heartbeat_appends = appends
+        try:
+            result = self.consumer.heartbeat(request, self.now(), version)
+        finally:
+            self._heartbeat_appends = None
+        for append in appends:
+            written = await append.wait()
+            if written != ErrorCode.none and result.error == ErrorCode.none:
+                result = HeartbeatResult(written, "the group's records could not be stored")
+        return result
+
+    def consumer_group(self, group_id: str) -> tuple[ErrorCode, ConsumerProtocolGroup | None]:
+        """ConsumerGroupDescribe: the group's state, or GROUP_ID_NOT_FOUND naming why."""
+        error = self.ownership.request_error(group_id)
+        if error != ErrorCode.none:
+            return error, None
+        group = self.groups.get(group_id)
+        if group is None or group.consumer is None or group.is_(GroupState.DEAD):
+            return ErrorCode.group_id_not_found, None
+        return ErrorCode.none, group.consumer
 
     async def wait_for_write_room(self, group_id: str) -> None:
         """Back-pressure for JoinGroup and SyncGroup: wait while the group's partition has
@@ -345,9 +445,11 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetValue],
+        api_version: int = 9,
     ) -> ErrorCode:
+        """OffsetCommit (`api_version` of the request: a consumer-protocol member needs v9)."""
         return await self.offsets.commit(
-            group_id, generation_id, member_id, group_instance_id, offsets
+            group_id, generation_id, member_id, group_instance_id, offsets, api_version
         )
 
     async def commit_transactional_offsets(
@@ -373,9 +475,12 @@ class GroupCoordinator:
         )
 
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        member: tuple[str | None, int] = (None, -1),
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
-        return self.offsets.fetch(group_id, partitions)
+        return self.offsets.fetch(group_id, partitions, member)
 
     def unstable_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition]
@@ -397,29 +502,41 @@ class GroupCoordinator:
         self, states: Iterable[str] = (), types: Iterable[str] = ()
     ) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every live group matching the filters."""
+        return [entry[:3] for entry in self.list_typed_groups(states, types)]
+
+    def list_typed_groups(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type: classic or consumer) of every live
+        group matching the filters."""
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
-        if wanted_types and GROUP_TYPE_CLASSIC not in wanted_types:
-            return []
-        return [
-            (g.group_id, g.protocol_type or "", g.state.value)
-            for g in self.groups.values()
-            if not g.is_(GroupState.DEAD)
-            and self.ownership.is_owned(g.group_id)
-            and (not wanted_states or g.state.value.lower() in wanted_states)
-        ]
+        listed = []
+        for g in self.groups.values():
+            if g.is_(GroupState.DEAD) or not self.ownership.is_owned(g.group_id):
+                continue
+            if g.consumer is None:
+                group_type, state = GROUP_TYPE_CLASSIC, g.state.value
+            else:
+                group_type, state = GROUP_TYPE_CONSUMER, g.consumer.state().value
+            if wanted_states and state.lower() not in wanted_states:
+                continue
+            if wanted_types and group_type not in wanted_types:
+                continue
+            listed.append((g.group_id, g.protocol_type or "", state, group_type))
+        return listed
 
     def list_share_groups(
         self, states: Iterable[str] = (), types: Iterable[str] = ()
-    ) -> list[tuple[str, str, str]]:
-        """(group id, protocol type "share", state) of the share groups this broker
-        coordinates that match the filters."""
+    ) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type "share", state, group type "share") of the share groups
+        this broker coordinates that match the filters."""
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
         if wanted_types and "share" not in wanted_types:
             return []
         return [
-            (g.group_id, "share", g.state)
+            (g.group_id, "share", g.state, "share")
             for g in self.share.groups.values()
             if self.ownership.is_owned(g.group_id)
             and (not wanted_states or g.state.lower() in wanted_states)
@@ -430,7 +547,9 @@ class GroupCoordinator:
         if error != ErrorCode.none:
             return error, GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or group.consumer is not None:
+            # As in Kafka, DescribeGroups sees only classic groups: ConsumerGroupDescribe
+            # describes the others.
             return ErrorCode.none, GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
         stable = group.is_(GroupState.STABLE)
         protocol = group.protocol_name or ""
@@ -469,6 +588,8 @@ class GroupCoordinator:
                 (OffsetKey(group_id, t, p).encode(), None) for t, p in tombstoned
             ]
             records.append((GroupMetadataKey(group_id).encode(), None))
+            if group.consumer is not None:
+                records.append((ConsumerGroupMetadataKey(group_id).encode(), None))
             self.machine.delete(group_id, self.wall_clock_ms())
             self.pending.discard_group(group_id)
             appends.append((group_id, self.writes.append(group_id, records)))

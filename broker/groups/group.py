@@ -10,7 +10,7 @@ import enum
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +20,9 @@ from raftka.broker.groups.records import (
     MemberRecord,
     OffsetValue,
 )
+
+if TYPE_CHECKING:
+    from raftka.broker.groups.consumer_group import ConsumerProtocolGroup
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -152,6 +155,8 @@ class ConsumerGroup:
     # Log offset in `__consumer_offsets` of the record behind each committed offset: a
     # transaction's offset that commits later replaces only an older one.
     committed_at: dict[tuple[str, int], int] = field(default_factory=dict)
+    # The consumer group protocol's state (KIP-848); None for a classic group.
+    consumer: ConsumerProtocolGroup | None = None
 
     # -- queries ---------------------------------------------------------------------------
 

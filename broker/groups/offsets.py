@@ -14,10 +14,16 @@ from collections.abc import Callable, Iterable
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups.config import CoordinatorConfig
+from raftka.broker.groups.consumer_group import commit_error, fetch_error
 from raftka.broker.groups.group import GroupState
 from raftka.broker.groups.ownership import Ownership
 from raftka.broker.groups.rebalance import Instant, RebalanceMachine
-from raftka.broker.groups.records import GroupMetadataKey, OffsetKey, OffsetValue
+from raftka.broker.groups.records import (
+    ConsumerGroupMetadataKey,
+    GroupMetadataKey,
+    OffsetKey,
+    OffsetValue,
+)
 from raftka.broker.groups.store import KeyValue
 from raftka.broker.groups.txn_offsets import PendingOffset, PendingTxnOffsets
 from raftka.broker.groups.writes import WriteQueue
@@ -52,7 +58,12 @@ class GroupOffsets:
         return self.ownership.pending
 
     def validate_commit(
-        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        api_version: int = 9,
     ) -> ErrorCode:
         """Kafka's group checks for an OffsetCommit (doCommitOffsets), without changes."""
         error = self.ownership.request_error(group_id, empty_allowed=True)
@@ -63,6 +74,8 @@ class GroupOffsets:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
+        if group.consumer is not None:
+            return commit_error(group.consumer, member_id, generation_id, api_version=api_version)
         if group.is_static_member_fenced(member_id, group_instance_id):
             return ErrorCode.fenced_instance_id
         if generation_id < 0 and group.is_(GroupState.EMPTY):
@@ -82,14 +95,19 @@ class GroupOffsets:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetValue],
+        api_version: int = 9,
     ) -> ErrorCode:
         """Validate, append the offsets to the group's partition, then apply them."""
-        error = self.validate_commit(group_id, generation_id, member_id, group_instance_id)
+        error = self.validate_commit(
+            group_id, generation_id, member_id, group_instance_id, api_version
+        )
         if error != ErrorCode.none or not offsets:
             return error
         await self.writes.wait_for_room(group_id)
         # The group may have changed while the request waited for room.
-        error = self.validate_commit(group_id, generation_id, member_id, group_instance_id)
+        error = self.validate_commit(
+            group_id, generation_id, member_id, group_instance_id, api_version
+        )
         if error != ErrorCode.none:
             return error
         group = self.machine.group_for_offsets(group_id)
@@ -123,6 +141,8 @@ class GroupOffsets:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
+        if group.consumer is not None:
+            return commit_error(group.consumer, member_id, generation_id, transactional=True)
         if generation_id < 0 and group.is_(GroupState.EMPTY):
             return ErrorCode.none
         if generation_id < 0 and not member_id and group_instance_id is None:
@@ -179,14 +199,22 @@ class GroupOffsets:
         return ErrorCode.none
 
     def fetch(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        member: tuple[str | None, int] = (None, -1),
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
         """Committed offsets of the given partitions (None: all the group has); offsets of
-        open transactions are not committed yet."""
+        open transactions are not committed yet. `member` (id, epoch) of OffsetFetch v9 is
+        checked against a consumer group's member."""
         error = self.ownership.request_error(group_id, empty_allowed=True)
         if error != ErrorCode.none:
             return error, {}
         group = self.machine.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            error = fetch_error(group.consumer, *member)
+            if error != ErrorCode.none:
+                return error, {}
         stored = {} if group is None else group.offsets
         if partitions is None:
             return ErrorCode.none, dict(sorted(stored.items()))
@@ -304,6 +332,8 @@ class GroupOffsets:
         if not group.offsets and not group.members and not self.pending.has_open(group_id):
             self.machine.delete(group_id, self._now().wall_ms)
             records.append((GroupMetadataKey(group_id).encode(), None))
+            if group.consumer is not None:
+                records.append((ConsumerGroupMetadataKey(group_id).encode(), None))
         if records:
             self.writes.append(group_id, records)
         return len(expired)

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.groups.consumer_group import GROUP_TYPE_CONSUMER, restore_group
+from raftka.broker.groups.consumer_records import MemberAssignmentValue, MemberMetadataValue
 from raftka.broker.groups.group import ConsumerGroup, GroupState, Member, valid_group_id
 from raftka.broker.groups.records import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
     GroupMetadataValue,
+    MemberKey,
     OffsetKey,
     OffsetValue,
     RecordFormatError,
@@ -55,6 +61,8 @@ class Ownership:
         # Leader epoch of the partitions whose groups are loaded, and of those loading.
         self.owned: dict[int, int] = {}
         self.loading: dict[int, int] = {}
+        # Called with each group a load restored, after the classic machine adopted it.
+        self.on_adopt: list[Callable[[ConsumerGroup], None]] = []
         self._nursery: trio.Nursery | None = None
 
     def partition_for(self, group_id: str) -> int:
@@ -183,6 +191,8 @@ class Ownership:
             return
         for group in groups:
             self.machine.adopt(group)
+            for adopt in self.on_adopt:
+                adopt(group)
         self.pending.adopt_partition(partition, pending)
         del self.loading[partition]
         self.owned[partition] = epoch
@@ -201,6 +211,10 @@ class Ownership:
         from its records and markers, and how many entries were read."""
         loaded: dict[str, ConsumerGroup] = {}
         metadata: dict[str, GroupMetadataValue | None] = {}
+        # Consumer groups (KIP-848): group epoch, or None after a tombstone. A group's
+        # classic metadata or consumer-group record, whichever comes last, says its type.
+        consumer_epochs: dict[str, int | None] = {}
+        members = ConsumerMembers({}, {})
         pending = PendingTxnOffsets(self.partition_for)
         count = 0
         for entry in self.offsets_log.replay_log(partition):
@@ -213,11 +227,23 @@ class Ownership:
                         materialize(group, offsets)
                 continue
             try:
-                self._replay_record(entry, loaded, metadata, pending)
+                self._replay_record(entry, loaded, metadata, pending, consumer_epochs, members)
             except (RecordFormatError, UnicodeDecodeError) as exc:
                 logger.warning("skipping unreadable %s record: %s", OFFSETS_TOPIC, exc)
         now_ms = self._now().ms
+        for group_id, epoch in consumer_epochs.items():
+            if epoch is None:
+                continue
+            group = loaded.setdefault(group_id, ConsumerGroup(group_id))
+            group.consumer = restore_group(
+                epoch,
+                {m: v for (g, m), v in members.metadata.items() if g == group_id},
+                {m: v for (g, m), v in members.assignments.items() if g == group_id},
+            )
+            group.protocol_type = GROUP_TYPE_CONSUMER
         for group_id, stored in metadata.items():
+            if group_id in consumer_epochs and consumer_epochs[group_id] is not None:
+                continue
             if stored is None:
                 deleted = loaded.get(group_id)
                 if deleted is not None and not deleted.offsets and not pending.has_open(group_id):
@@ -225,6 +251,8 @@ class Ownership:
                 continue
             restore(loaded.setdefault(group_id, ConsumerGroup(group_id)), stored, now_ms)
         for group_id in [g for g, group in loaded.items() if not group.offsets]:
+            if loaded[group_id].consumer is not None:
+                continue
             if metadata.get(group_id) is None and not pending.has_open(group_id):
                 del loaded[group_id]
         groups = [g for g in loaded.values() if self.partition_for(g.group_id) == partition]
@@ -236,9 +264,34 @@ class Ownership:
         loaded: dict[str, ConsumerGroup],
         metadata: dict[str, GroupMetadataValue | None],
         pending: PendingTxnOffsets,
+        consumer_epochs: dict[str, int | None],
+        members: ConsumerMembers,
     ) -> None:
         decoded = decode_key(entry.key)
+        if isinstance(decoded, MemberKey):
+            member = (decoded.group_id, decoded.member_id)
+            if decoded.assignment:
+                if entry.value is None:
+                    members.assignments.pop(member, None)
+                else:
+                    members.assignments[member] = MemberAssignmentValue.decode(entry.value)
+            elif entry.value is None:
+                members.metadata.pop(member, None)
+            else:
+                members.metadata[member] = MemberMetadataValue.decode(entry.value)
+            return
+        if isinstance(decoded, ConsumerGroupMetadataKey):
+            consumer_epochs.pop(decoded.group_id, None)
+            metadata.pop(decoded.group_id, None)
+            consumer_epochs[decoded.group_id] = (
+                None
+                if entry.value is None
+                else ConsumerGroupMetadataValue.decode(entry.value).epoch
+            )
+            return
         if not isinstance(decoded, OffsetKey):
+            if entry.value is not None:
+                consumer_epochs.pop(decoded.group_id, None)
             metadata[decoded.group_id] = (
                 None if entry.value is None else GroupMetadataValue.decode(entry.value)
             )
@@ -256,6 +309,14 @@ class Ownership:
         else:
             group.offsets[tp] = OffsetValue.decode(entry.value)
             group.committed_at[tp] = entry.offset
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMembers:
+    """The consumer group members' records a replay read, by (group id, member id)."""
+
+    metadata: dict[tuple[str, str], MemberMetadataValue]
+    assignments: dict[tuple[str, str], MemberAssignmentValue]
 
 
 def materialize(group: ConsumerGroup, offsets: dict[tuple[str, int], PendingOffset]) -> int:

@@ -183,6 +183,13 @@ class RebalanceMachine:
             group = ConsumerGroup(request.group_id)
         if group.is_(GroupState.DEAD):
             return JoinResult(ErrorCode.coordinator_not_available, member_id)
+        if group.consumer is not None:
+            if group.consumer.members:
+                # Classic members do not join a group of the consumer protocol (KIP-848).
+                return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+            # An empty consumer group becomes a classic one, as in Kafka.
+            group.consumer = None
+            group.protocol_type = None
         if not group.supports_protocols(request.protocol_type, request.protocols):
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         self.groups.setdefault(request.group_id, group)
@@ -358,7 +365,7 @@ class RebalanceMachine:
     ) -> SyncResult | None:
         """The SyncGroup answer now, or None when `answer` gets it later."""
         group = self.groups.get(request.group_id)
-        if group is None:
+        if group is None or group.consumer is not None:
             return SyncResult(ErrorCode.unknown_member_id)
         if group.is_(GroupState.DEAD):
             return SyncResult(ErrorCode.coordinator_not_available)
@@ -455,7 +462,7 @@ class RebalanceMachine:
         now: Instant,
     ) -> ErrorCode:
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or group.consumer is not None:
             return ErrorCode.unknown_member_id
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
@@ -478,7 +485,7 @@ class RebalanceMachine:
     ) -> tuple[ErrorCode, list[ErrorCode]]:
         """(top-level error, one error per (member id, group instance id) leaving)."""
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or group.consumer is not None:
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available, [ErrorCode.coordinator_not_available] * len(

@@ -10,6 +10,11 @@ read the same as Kafka's:
     members[memberId, groupInstanceId, clientId, clientHost, rebalanceTimeout, sessionTimeout,
     subscription, assignment]
 
+- ConsumerGroupMetadataKey v3: group string → ConsumerGroupMetadataValue v0 (flexible):
+  epoch int32, tagged fields -- a consumer group (KIP-848) and its group epoch
+- ConsumerGroupMemberMetadataKey v5 and ConsumerGroupCurrentMemberAssignmentKey v8: group
+  string, member string (`MemberKey`; their values are in consumer_records.py)
+
 A null value (tombstone) deletes what its key names. Strings are int16-length prefixed
 (-1 is null), bytes int32-length prefixed.
 """
@@ -23,6 +28,10 @@ OFFSET_COMMIT_KEY_VERSION = 1
 OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_KEY_VERSION = 2
 GROUP_METADATA_VALUE_VERSION = 3
+CONSUMER_GROUP_METADATA_KEY_VERSION = 3
+CONSUMER_GROUP_METADATA_VALUE_VERSION = 0
+MEMBER_METADATA_KEY_VERSION = 5
+MEMBER_ASSIGNMENT_KEY_VERSION = 8
 STRING_LENGTH_MAX = 32767
 
 _I16 = struct.Struct(">h")
@@ -127,7 +136,31 @@ class GroupMetadataKey:
         return _I16.pack(GROUP_METADATA_KEY_VERSION) + _string(self.group_id)
 
 
-def decode_key(key: bytes) -> OffsetKey | GroupMetadataKey:
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataKey:
+    group_id: str
+
+    def encode(self) -> bytes:
+        return _I16.pack(CONSUMER_GROUP_METADATA_KEY_VERSION) + _string(self.group_id)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberKey:
+    """A consumer group member's metadata (`assignment` False) or current assignment
+    (`assignment` True)."""
+
+    group_id: str
+    member_id: str
+    assignment: bool
+
+    def encode(self) -> bytes:
+        version = MEMBER_ASSIGNMENT_KEY_VERSION if self.assignment else MEMBER_METADATA_KEY_VERSION
+        return _I16.pack(version) + _string(self.group_id) + _string(self.member_id)
+
+
+def decode_key(
+    key: bytes,
+) -> OffsetKey | GroupMetadataKey | ConsumerGroupMetadataKey | MemberKey:
     reader = _Reader(key)
     version = reader.int16()
     if version in (0, 1):
@@ -135,6 +168,12 @@ def decode_key(key: bytes) -> OffsetKey | GroupMetadataKey:
         return OffsetKey(group or "", topic or "", reader.int32())
     if version == 2:
         return GroupMetadataKey(reader.string() or "")
+    if version == CONSUMER_GROUP_METADATA_KEY_VERSION:
+        return ConsumerGroupMetadataKey(reader.string() or "")
+    if version in (MEMBER_METADATA_KEY_VERSION, MEMBER_ASSIGNMENT_KEY_VERSION):
+        group = reader.string() or ""
+        member = reader.string() or ""
+        return MemberKey(group, member, version == MEMBER_ASSIGNMENT_KEY_VERSION)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 
@@ -249,3 +288,20 @@ class GroupMetadataValue:
                 )
             )
         return cls(protocol_type, generation, protocol, leader, timestamp, tuple(members))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+
+    def encode(self) -> bytes:
+        # A flexible version: the fields, then an empty tagged-field section.
+        return _I16.pack(CONSUMER_GROUP_METADATA_VALUE_VERSION) + _I32.pack(self.epoch) + b"\x00"
+
+    @classmethod
+    def decode(cls, value: bytes) -> ConsumerGroupMetadataValue:
+        reader = _Reader(value)
+        version = reader.int16()
+        if version != CONSUMER_GROUP_METADATA_VALUE_VERSION:
+            raise RecordFormatError(f"unknown ConsumerGroupMetadataValue version {version}")
+        return cls(reader.int32())

@@ -8,13 +8,13 @@ resource is answered so before anything else about it is looked at, and left unc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.cluster.commands import AlterConfigsCommand
+from raftka.broker.cluster.commands import AlterBrokerConfigsCommand, AlterConfigsCommand
 from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, ConfigType, TopicConfig
 from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -147,9 +147,10 @@ async def handle_describe_configs(context: RequestContext, request: Any) -> Any:
                     f"but received {resource.resource_name}",
                 )
             else:
-                configs = _entries(
-                    module, request, services.config.describe(), keys, _broker_synonyms
+                described = _with_dynamic(
+                    services.config.describe(), services.controller.image.broker_configs, node_id
                 )
+                configs = _entries(module, request, described, keys, _broker_synonyms)
         else:
             error, message = (
                 ErrorCode.invalid_request,
@@ -255,7 +256,7 @@ async def handle_incremental_alter_configs(context: RequestContext, request: Any
                     request.validate_only,
                 )
         elif resource.resource_type == RESOURCE_BROKER:
-            error, message = ErrorCode.invalid_config, BROKER_DYNAMIC_UNSUPPORTED
+            error, message = await _alter_broker(services.controller, resource, request)
         else:
             error, message = (
                 ErrorCode.invalid_request,
@@ -263,6 +264,47 @@ async def handle_incremental_alter_configs(context: RequestContext, request: Any
             )
         results.append(_resource_result(module, resource, error, message))
     return build(entity, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def _with_dynamic(
+    described: Iterable[tuple[ConfigDef, str | None, ConfigSource]],
+    dynamic: Mapping[str, Mapping[str, str]],
+    node_id: int,
+) -> Iterable[tuple[ConfigDef, str | None, ConfigSource]]:
+    """The broker's configs with the dynamic ones (its own, else the cluster default) over
+    the static values."""
+    own = dynamic.get(str(node_id), {})
+    default = dynamic.get("", {})
+    for definition, value, source in described:
+        if definition.name in own:
+            yield definition, own[definition.name], ConfigSource.DYNAMIC_BROKER_CONFIG
+        elif definition.name in default:
+            yield definition, default[definition.name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        else:
+            yield definition, value, source
+
+
+async def _alter_broker(
+    controller: ControllerClient, resource: Any, request: Any
+) -> tuple[ErrorCode, str | None]:
+    """The dynamic broker configs (the replication throttle rates) of one broker, or of
+    every broker with the empty name, through the controller."""
+    changes: dict[str, str | None] = {}
+    for entry in resource.configs:
+        if entry.config_operation == SET:
+            changes[entry.name] = entry.value
+        elif entry.config_operation == DELETE:
+            changes[entry.name] = None
+        else:
+            return (
+                ErrorCode.invalid_config,
+                f"Config {entry.name} is not a list; APPEND and SUBTRACT apply only to list "
+                "configs",
+            )
+    result = await controller.execute(
+        AlterBrokerConfigsCommand(str(resource.resource_name), changes, request.validate_only)
+    )
+    return result.error_code, result.error_message
 
 
 async def handle_alter_configs(context: RequestContext, request: Any) -> Any:

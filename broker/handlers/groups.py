@@ -1,5 +1,6 @@
 """Consumer-group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch,
-TxnOffsetCommit, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+TxnOffsetCommit, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete (the consumer group
+protocol's own APIs are in consumer_groups.py).
 
 Each handler maps its request (any supported version) onto `broker.groups` and builds the
 response with `build`, which keeps only the fields the version has. JoinGroup and SyncGroup
@@ -335,6 +336,7 @@ async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
         request.member_id,
         getattr(request, "group_instance_id", None),
         valid,
+        context.api_version,
     )
     errors = _commit_errors(errors, valid, group_error)
     return _commit_response(
@@ -417,6 +419,7 @@ def _fetch_group(
     topic_type: Any,
     partition_type: Any,
     require_stable: bool = False,
+    member: tuple[str | None, int] = (None, -1),
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     wanted = (
@@ -437,7 +440,7 @@ def _fetch_group(
         error, offsets = ErrorCode.group_authorization_failed, {}
     else:
         asked = None if wanted is None else [tp for tp in wanted if tp not in hidden]
-        error, offsets = coordinator.fetch_offsets(group_id, asked)
+        error, offsets = coordinator.fetch_offsets(group_id, asked, member)
         if wanted is None and may_describe.enabled:
             offsets = {tp: value for tp, value in offsets.items() if may_describe(tp[0])}
     partition_error = ErrorCode.none
@@ -498,6 +501,8 @@ async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
                 module.OffsetFetchResponseTopics,
                 module.OffsetFetchResponsePartitions,
                 require_stable,
+                # v9 (KIP-848): the member asking, checked against a consumer group.
+                (getattr(group, "member_id", None), getattr(group, "member_epoch", -1)),
             )
             groups.append(
                 build(
@@ -574,14 +579,12 @@ async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
 async def handle_list_groups(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     coordinator = _coordinator(context)
-    listed = coordinator.list_groups(
+    listed = coordinator.list_typed_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
-    share_listed = coordinator.list_share_groups(
+    listed += coordinator.list_share_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
-    share_ids = {entry[0] for entry in share_listed}
-    listed += share_listed
     if not context.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         # Without DESCRIBE on the cluster, only the groups the principal may DESCRIBE.
         listed = [entry for entry in listed if _may(context, AclOperation.DESCRIBE, entry[0])]
@@ -593,9 +596,9 @@ async def handle_list_groups(context: RequestContext, request: Any) -> Any:
             group_id=group_id,
             protocol_type=protocol_type,
             group_state=state,
-            group_type="share" if group_id in share_ids else "classic",
+            group_type=group_type,
         )
-        for group_id, protocol_type, state in listed
+        for group_id, protocol_type, state, group_type in listed
     )
     return build(entity, throttle_time=NO_THROTTLE, error_code=error, groups=groups)
 

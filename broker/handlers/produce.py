@@ -19,10 +19,12 @@ answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka) and one producer id acr
 request (else INVALID_PRODUCER_ID_MAPPING). A producer's first transactional batch on a
 partition (no ongoing transaction of it at that epoch) is verified with the transaction
 coordinator first (KIP-890): its error is the partition's answer and nothing is written.
-After that await every check runs again right before the append, since another request may
-have written in between; and if the producer's transaction ended or its epoch changed on the
-partition meanwhile (its marker landed), the batch is refused with INVALID_TXN_STATE rather
-than opening a transaction no coordinator would end (Kafka's verification guard).
+Until that batch is appended or refused, later writes to the partition queue behind it, so a
+producer's pipelined batches keep their order. After the await every check runs again right
+before the append, since the partition may have changed meanwhile; and if the producer's
+transaction ended or its epoch changed on the partition meanwhile (its marker landed), the
+batch is refused with INVALID_TXN_STATE rather than opening a transaction no coordinator
+would end (Kafka's verification guard).
 
 With an authorizer (`authorizer.class.name`) the request's ACLs are asked first, as in
 Kafka: transactional batches need WRITE on the transactional id (else every partition answers
@@ -408,11 +410,11 @@ def _queue_write(
 
 async def _append_queued(
     context: RequestContext,
+    transactional_id: str | None,
     queued: _QueuedWrite,
     acks: int,
     version: int,
     commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]],
-    verifications: list[tuple[Partition, bytes, _NeedsVerification, dict[str, Any]]],
 ) -> None:
     partition = queued.partition
     try:
@@ -454,7 +456,18 @@ async def _append_queued(
             context, partition, records, acks, now_ms(), version, keys_checked=keys_checked
         )
         if isinstance(appended, _NeedsVerification):
-            verifications.append((partition, records, appended, queued.fields))
+            # Still holding the partition's queue: later writes land after this batch.
+            await _verify_and_append(
+                context,
+                transactional_id,
+                partition,
+                records,
+                appended,
+                queued.fields,
+                acks,
+                version,
+                commits,
+            )
             return
         result, wait_for = appended
         queued.fields.update(result)
@@ -710,20 +723,42 @@ def _transactional_error(context: RequestContext, request: Any) -> tuple[ErrorCo
     return None
 
 
-async def _verify(
+async def _verify_and_append(
     context: RequestContext,
-    transactional_id: str,
+    transactional_id: str | None,
     partition: Partition,
+    records: bytes,
     pending: _NeedsVerification,
-    verdicts: dict[int, ErrorCode],
+    fields: dict[str, Any],
+    acks: int,
+    version: int,
+    commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]],
 ) -> None:
-    verdicts[id(partition)] = await context.services.transactions.verify_partition(
+    """Ask the transaction coordinator about a batch that starts a transaction on the
+    partition, then append it (checked again: another request may have written while we
+    waited) or answer the coordinator's error."""
+    assert transactional_id is not None, "transactional batches carry the request's id"
+    verdict = await context.services.transactions.verify_partition(
         transactional_id,
         pending.producer_id,
         pending.producer_epoch,
         partition.topic.name,
         partition.index,
     )
+    if verdict != ErrorCode.none:
+        fields.update(
+            error_code=verdict,
+            error_message=f"{partition.name}: the transaction coordinator did not "
+            f"confirm producer {pending.producer_id} (epoch {pending.producer_epoch}) "
+            f"added this partition to its transaction: {verdict.name}",
+        )
+        return
+    appended = _append(context, partition, records, acks, now_ms(), version, verified=pending)
+    assert not isinstance(appended, _NeedsVerification), "verified batches append"
+    result, wait_for = appended
+    fields.update(result)
+    if wait_for is not None:
+        commits.append((partition, wait_for, fields))
 
 
 async def handle_produce(context: RequestContext, request: Any) -> Any:
@@ -735,7 +770,6 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
     results: list[tuple[str, list[dict[str, Any]]]] = []
     commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]] = []
     floors: list[tuple[Partition, int, dict[str, Any]]] = []
-    verifications: list[tuple[Partition, bytes, _NeedsVerification, dict[str, Any]]] = []
     queued_writes: list[_QueuedWrite] = []
     refused = _transactional_error(context, request)
     may_write = TopicAccess(context, AclOperation.WRITE)
@@ -795,8 +829,10 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 else:
                     appended = _append(context, partition, records, acks, now, version)
                 if isinstance(appended, _NeedsVerification):
+                    # Verified as a queued write, so later writes to the partition (this
+                    # producer's pipelined batches) wait behind it instead of overtaking it.
                     fields = {"error_code": ErrorCode.none}
-                    verifications.append((partition, records, appended, fields))
+                    queued_writes.append(_queue_write(partition, records, None, fields))
                 elif appended is not None:
                     fields, wait_for = appended
                 if wait_for is not None:
@@ -805,37 +841,12 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
             partition_results.append(fields)
         results.append((name, partition_results))
     if queued_writes:
+        transactional_id = getattr(request, "transactional_id", None)  # Produce v3+
         async with trio.open_nursery() as nursery:
             for queued in queued_writes:
                 nursery.start_soon(
-                    _append_queued, context, queued, acks, version, commits, verifications
+                    _append_queued, context, transactional_id, queued, acks, version, commits
                 )
-    if verifications:
-        verdicts: dict[int, ErrorCode] = {}
-        async with trio.open_nursery() as nursery:
-            for partition, _, pending, _ in verifications:
-                nursery.start_soon(
-                    _verify, context, request.transactional_id, partition, pending, verdicts
-                )
-        for partition, records, pending, fields in verifications:
-            verdict = verdicts[id(partition)]
-            if verdict != ErrorCode.none:
-                fields.update(
-                    error_code=verdict,
-                    error_message=f"{partition.name}: the transaction coordinator did not "
-                    f"confirm producer {pending.producer_id} (epoch {pending.producer_epoch}) "
-                    f"added this partition to its transaction: {verdict.name}",
-                )
-                continue
-            # Checked again: another request may have written while we waited.
-            appended = _append(
-                context, partition, records, acks, now_ms(), version, verified=pending
-            )
-            assert not isinstance(appended, _NeedsVerification), "verified batches append"
-            result, wait_for = appended
-            fields.update(result)
-            if wait_for is not None:
-                commits.append((partition, wait_for, fields))
     if commits or floors:
         timeout_s = max(request.timeout.total_seconds(), 0.001)
         async with trio.open_nursery() as nursery:

@@ -124,7 +124,8 @@ async def handle_share_group_heartbeat(context: RequestContext, request: Any) ->
     if coordinator.is_classic_group(group_id):
         return answer(
             ErrorCode.group_id_not_found,
-            f"group {group_id} is a classic group, not a share group: use another group id",
+            f"group {group_id} is a classic or consumer group, not a share group: use another "
+            "group id",
         )
     result = coordinator.share.heartbeat(
         group_id=group_id,
@@ -678,7 +679,8 @@ async def handle_share_group_describe(context: RequestContext, request: Any) -> 
             fields["error_code"] = error
         elif group is None:
             fields["error_code"] = ErrorCode.group_id_not_found
-            kind = "a classic group" if coordinator.is_classic_group(group_id) else "unknown"
+            other = coordinator.is_classic_group(group_id)
+            kind = "a classic or consumer group" if other else "unknown"
             fields["error_message"] = f"group {group_id} is {kind}, not a share group"
         else:
             coordinator.share.expire(group, _now_ms())

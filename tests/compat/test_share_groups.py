@@ -417,6 +417,22 @@ def test_list_and_describe_share_groups_and_refuse_a_classic_id(broker: BrokerPr
                 version=5,
             )
             assert joined.error_code == 23, joined  # INCONSISTENT_GROUP_PROTOCOL
+            consumer_member = conn.request(
+                68,  # ConsumerGroupHeartbeat (KIP-848) in the share group's id
+                {
+                    "group_id": group,
+                    "member_id": uuid.uuid4().hex,
+                    "member_epoch": 0,
+                    "instance_id": None,
+                    "rack_id": None,
+                    "rebalance_timeout": datetime.timedelta(seconds=10),
+                    "subscribed_topic_names": (topic,),
+                    "server_assignor": None,
+                    "topic_partitions": (),
+                },
+                version=0,
+            )
+            assert consumer_member.error_code == 69, consumer_member  # GROUP_ID_NOT_FOUND
     finally:
         classic.close()
         for m in members:

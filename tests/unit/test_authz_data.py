@@ -460,7 +460,7 @@ class Offsets:
         self.offsets = offsets
         self.asked: list[list[tuple[str, int]] | None] = []
 
-    def fetch_offsets(self, group_id: str, partitions: Any) -> Any:
+    def fetch_offsets(self, group_id: str, partitions: Any, member: Any = (None, -1)) -> Any:
         self.asked.append(None if partitions is None else list(partitions))
         wanted = self.offsets if partitions is None else partitions
         return ErrorCode.none, {tp: self.offsets.get(tp) for tp in wanted}
@@ -566,10 +566,14 @@ class Listed:
         self.group_ids = group_ids
         self.deleted: list[str] = []
 
-    def list_groups(self, states: Any = (), types: Any = ()) -> list[tuple[str, str, str]]:
-        return [(g, "consumer", "Empty") for g in self.group_ids]
+    def list_typed_groups(
+        self, states: Any = (), types: Any = ()
+    ) -> list[tuple[str, str, str, str]]:
+        return [(g, "consumer", "Empty", "classic") for g in self.group_ids]
 
-    def list_share_groups(self, states: Any = (), types: Any = ()) -> list[tuple[str, str, str]]:
+    def list_share_groups(
+        self, states: Any = (), types: Any = ()
+    ) -> list[tuple[str, str, str, str]]:
         return []
 
     def is_loading(self) -> bool:

@@ -14,18 +14,21 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
     COMMAND_TYPES,
+    AlterBrokerConfigsCommand,
     AlterClientQuotaCommand,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
     Command,
     CommandDecodeError,
     CommandResult,
+    CompleteReassignmentCommand,
     CreateAclsCommand,
     CreatePartitionsCommand,
     CreateTopicCommand,
     DeleteAclsCommand,
     DeleteTopicCommand,
     RaiseProducerIdFloorCommand,
+    ReassignPartitionCommand,
     RegisterBrokerCommand,
 )
 
@@ -56,6 +59,11 @@ COMMANDS: list[Command] = [
         (("client-id", None), ("user", "alice")),
         (("producer_byte_rate", 1024.0), ("request_percentage", None)),
     ),
+    ReassignPartitionCommand("t", 0, (2, 3, 4)),
+    ReassignPartitionCommand("t", 1, None),
+    CompleteReassignmentCommand("t", 0, (2, 3, 4)),
+    AlterBrokerConfigsCommand("", {"leader.replication.throttled.rate": "1000"}),
+    AlterBrokerConfigsCommand("2", {"leader.replication.throttled.rate": None}, True),
 ]
 
 

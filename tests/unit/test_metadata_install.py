@@ -11,7 +11,7 @@ import trio
 from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import CreateTopicCommand
-from raftka.broker.cluster.records import ClientQuota
+from raftka.broker.cluster.records import ClientQuota, CompleteReassignment, RegisterBroker
 from raftka.broker.cluster.snapshot import deserialize, serialize
 from raftka.broker.config import BrokerConfig
 from raftka.broker.server import Broker, Listener
@@ -85,5 +85,43 @@ def test_installed_snapshot_replaces_the_image_and_reconciles_topics(tmp_path: P
         retained = controller.snapshots.load_retained()
         assert retained is not None and retained[0] == controller.image.applied_offset + 1
         assert controller.snapshots.load().applied_offset == controller.image.applied_offset
+    finally:
+        _close(broker)
+
+
+def test_installed_snapshot_moves_replicas_as_its_reassignments_say(tmp_path: Path) -> None:
+    """A partition moved off this broker while it was behind: the installed image lists it
+    elsewhere, so its copy here goes."""
+    broker = _broker(tmp_path)
+    controller = broker.controller
+
+    async def scenario() -> None:
+        await controller.execute(CreateTopicCommand("moved", 1, 1))
+        moved_dir = broker.topics.get("moved").partitions[0].log.directory  # type: ignore[union-attr]
+        assert moved_dir.is_dir()
+        image = deserialize(serialize(controller.image), "test")
+        topic_id = image.topics["moved"].topic_id
+        offset = image.applied_offset
+        records = [RegisterBroker(2, "127.0.0.1", 9093, None, "incarnation-2")]
+        for record in records:
+            offset += 1
+            image.apply(record, offset)
+        for record in (
+            image.validate_reassignment("moved", 0, [2]),
+            CompleteReassignment(topic_id, 0, (2,)),
+        ):
+            assert record is not None
+            offset += 1
+            image.apply(record, offset)
+        assert image.topics["moved"].replicas[0] == (2,)
+        controller._install_snapshot(Snapshot(offset + 1, 1, frozenset({1}), serialize(image)))
+
+        with trio.fail_after(10):
+            while moved_dir.exists() or broker.topics.get("moved").partitions[0].log is not None:  # type: ignore[union-attr]
+                await trio.sleep(0.02)
+        assert broker.topics.get("moved").partitions[0].replicas == (2,)  # type: ignore[union-attr]
+
+    try:
+        run_with_broker(broker, scenario, register=True, timeout_s=20)
     finally:
         _close(broker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from batches import encode_batch
@@ -9,10 +10,19 @@ from raft_net import GROUP, Net
 from test_raft_driver import NODES, Cluster, MemoryRaftGroupStorage, run_cluster
 from test_replication_storage import Replica, leader_of, run
 
-from raftka.consensus import Entry, EntryKind, Message, MessageType, Role
-from raftka.consensus.codec import decode_stream, encode_messages
+from raftka.consensus import (
+    Entry,
+    EntryKind,
+    MemoryRaftLog,
+    Message,
+    MessageType,
+    RaftConfig,
+    RaftCore,
+    Role,
+)
+from raftka.consensus.codec import decode_stream, encode_messages, message_size_bytes
 from raftka.consensus.progress import ProgressState
-from raftka.consensus.types import Snapshot
+from raftka.consensus.types import Snapshot, encode_config
 
 
 def E(base: int, last: int, epoch: int, payload: bytes = b"x") -> Entry:
@@ -306,3 +316,106 @@ def test_segment_log_follower_restarts_its_log_at_the_leader_log_start(tmp_path:
     assert lagging.log.log_start_offset == start
     assert lagging.storage.log_start_epoch() == leader.core.term
     assert lagging.core.log.last_offset_and_epoch() == (end - 1, leader.core.term)
+
+
+def test_a_new_learner_below_the_log_start_is_snapshotted_with_the_learners() -> None:
+    """A replica a reassignment adds starts with an empty log: a snapshot brings it up, and
+    carries the configuration in force at the log start, learners included."""
+    net = Net([1, 2, 3])
+    net.elect(1)
+    net.add_node(4)
+    net[1].propose_config_change(add_learner=4)
+    net.deliver()
+    net.crash(4)
+    net.logs[4] = MemoryRaftLog()  # its copy is lost: it comes back empty
+    for i in range(4):
+        net.propose(1, 2, f"b{i}".encode())
+    leader = net[1]
+    last = leader.log.entry_at(leader.log.log_end_offset() - 1)
+    for node in (1, 2, 3):
+        net.logs[node].truncate_prefix(last.base_offset)
+    start = leader.log.log_start_offset()
+    net.start(4)
+    net.tick(2)
+    snapshots = [m for m in net.delivered if m.type is MessageType.SNAPSHOT and m.to == 4]
+    assert snapshots, "the leader must send a snapshot to the learner below its log start"
+    assert snapshots[0].snapshot_voters == frozenset({1, 2, 3})
+    assert snapshots[0].snapshot_learners == frozenset({4})
+    assert net.logs[4].log_start_offset() == start
+    assert net.logs[4].log_start_config() == (frozenset({1, 2, 3}), frozenset({4}))
+    assert net[4].voters == frozenset({1, 2, 3}) and net[4].learners == frozenset({4})
+    assert net.logs[4].all_entries() == net.logs[1].all_entries()
+    # A restart finds the configuration from the log start; a promotion goes on from there.
+    net.crash(4)
+    net.start(4)
+    assert net[4].learners == frozenset({4})
+    net.tick(2)
+    net[1].propose_config_change(promote=4)
+    net.deliver()
+    assert net[4].voters == frozenset({1, 2, 3, 4}) and net[4].learners == frozenset()
+
+
+def test_a_prefix_deletion_keeps_the_configuration_in_force_at_the_new_start() -> None:
+    log = MemoryRaftLog()
+    log.append(
+        [
+            E(0, 0, 1),
+            Entry(1, 1, 1, encode_config(frozenset({1}), frozenset({2})), EntryKind.CONFIG),
+            E(2, 2, 1),
+        ]
+    )
+    log.truncate_prefix(2)
+    assert log.log_start_config() == (frozenset({1}), frozenset({2}))
+    core = RaftCore(RaftConfig(node_id=1, group=GROUP, voters=frozenset({1, 2, 3})), log)
+    assert core.voters == frozenset({1}) and core.learners == frozenset({2})
+
+
+def test_snapshot_learners_round_trip_through_the_codec() -> None:
+    m = msg(
+        MessageType.SNAPSHOT,
+        1,
+        4,
+        3,
+        prev_offset=9,
+        prev_epoch=2,
+        snapshot_voters=frozenset({1, 2, 3}),
+        snapshot_learners=frozenset({4, 5}),
+        snapshot_data=b"",
+    )
+    frame = b"".join(bytes(p) for p in encode_messages([m]))
+    assert decode_stream(frame) == [[m]]
+    plain = replace(m, snapshot_learners=frozenset())
+    plain_frame = b"".join(bytes(p) for p in encode_messages([plain]))
+    assert message_size_bytes(m) - message_size_bytes(plain) == len(frame) - len(plain_frame)
+
+
+def test_segment_log_follower_catches_up_when_the_leader_log_starts_inside_a_batch(
+    tmp_path: Path,
+) -> None:
+    """DeleteRecords may leave the log start inside a batch; batches travel whole, so the
+    follower's log restarts at that batch's base offset and takes the batch from there."""
+    voters = frozenset({1, 2, 3})
+    replicas = {i: SegmentReplica(i, tmp_path / f"node-{i}", voters) for i in voters}
+    run(replicas, 40)
+    leader = leader_of(replicas)
+    lagging = next(r for r in replicas.values() if r is not leader)
+    down = frozenset({lagging.node_id})
+    for i in range(6):
+        leader.core.propose(3, encode_batch([(None, b"r%d-%d" % (i, j)) for j in range(3)]))
+        leader.drain([])
+        run(replicas, 1, down)
+    run(replicas, 3, down)
+    last_base = leader.log.batch_header_at(leader.log.log_end_offset - 1).base_offset
+    batch_base = leader.log.batch_header_at(last_base - 2).base_offset
+    inside = batch_base + 1
+    for replica in replicas.values():
+        if replica is not lagging:
+            replica.log.delete_records_before(inside)
+    run(replicas, 5)
+    assert lagging.log.log_start_offset == batch_base
+    end = leader.log.log_end_offset
+    assert lagging.log.log_end_offset == end
+    assert lagging.log.read(inside, 1 << 20, end, True) == leader.log.read(
+        inside, 1 << 20, end, True
+    )
+    assert lagging.high_watermark == leader.high_watermark == end

@@ -31,8 +31,10 @@ import org.apache.kafka.clients.admin.DeletedRecords;
 import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.PartitionReassignment;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -46,6 +48,7 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.IsolationLevel;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
@@ -130,6 +133,11 @@ public class KafkaTool {
                 need(args, 5);
                 return deleteRecords(bootstrap, args[2], Integer.parseInt(args[3]),
                         Long.parseLong(args[4]), props(args, 5));
+            case "reassign":
+                need(args, 3);
+                return reassign(bootstrap, args[2], props(args, 3));
+            case "list-reassignments":
+                return listReassignments(bootstrap, props(args, 2));
             case "elect-leaders":
                 need(args, 4);
                 return electLeaders(bootstrap, args[2], args[3], props(args, 4));
@@ -243,6 +251,69 @@ public class KafkaTool {
                     Map.of(tp, RecordsToDelete.beforeOffset(before))).lowWatermarks().get(tp).get();
             System.out.println("{\"topic\":" + str(topic) + ",\"partition\":" + partition
                     + ",\"low_watermark\":" + deleted.lowWatermark() + "}");
+        }
+        return 0;
+    }
+
+    /**
+     * alterPartitionReassignments: items "topic:partition=1,2,3" (or "topic:partition=cancel"),
+     * separated by ";". One line per partition: its error name, or null when accepted.
+     */
+    private static int reassign(String bootstrap, String items, Properties overrides)
+            throws Exception {
+        Map<TopicPartition, java.util.Optional<NewPartitionReassignment>> wanted =
+                new LinkedHashMap<>();
+        for (String item : items.split(";")) {
+            int eq = item.indexOf('=');
+            String tpText = item.substring(0, eq);
+            int colon = tpText.lastIndexOf(':');
+            TopicPartition tp = new TopicPartition(tpText.substring(0, colon),
+                    Integer.parseInt(tpText.substring(colon + 1)));
+            String target = item.substring(eq + 1);
+            if (target.equals("cancel")) {
+                wanted.put(tp, java.util.Optional.empty());
+            } else {
+                List<Integer> replicas = new ArrayList<>();
+                for (String id : target.split(",")) {
+                    replicas.add(Integer.parseInt(id));
+                }
+                wanted.put(tp, java.util.Optional.of(new NewPartitionReassignment(replicas)));
+            }
+        }
+        try (Admin admin = admin(bootstrap, overrides)) {
+            Map<TopicPartition, KafkaFuture<Void>> results =
+                    admin.alterPartitionReassignments(wanted).values();
+            for (Map.Entry<TopicPartition, KafkaFuture<Void>> e : results.entrySet()) {
+                String error = null;
+                String message = null;
+                try {
+                    e.getValue().get();
+                } catch (java.util.concurrent.ExecutionException exc) {
+                    error = Errors.forException(exc.getCause()).name();
+                    message = exc.getCause().getMessage();
+                }
+                System.out.println("{\"topic\":" + str(e.getKey().topic()) + ",\"partition\":"
+                        + e.getKey().partition() + ",\"error\":" + str(error)
+                        + ",\"message\":" + str(message) + "}");
+            }
+        }
+        return 0;
+    }
+
+    /** listPartitionReassignments: one line per moving partition. */
+    private static int listReassignments(String bootstrap, Properties overrides)
+            throws Exception {
+        try (Admin admin = admin(bootstrap, overrides)) {
+            Map<TopicPartition, PartitionReassignment> moving =
+                    admin.listPartitionReassignments().reassignments().get();
+            for (Map.Entry<TopicPartition, PartitionReassignment> e
+                    : new TreeMap<>(mapByName(moving)).values()) {
+                PartitionReassignment r = e.getValue();
+                System.out.println("{\"topic\":" + str(e.getKey().topic()) + ",\"partition\":"
+                        + e.getKey().partition() + ",\"replicas\":" + r.replicas()
+                        + ",\"adding\":" + r.addingReplicas() + ",\"removing\":"
+                        + r.removingReplicas() + "}");
+            }
         }
         return 0;
     }
