@@ -423,6 +423,12 @@ class Broker:
                     self.controller.register_rpc,
                 )
             )
+            share_partitions = self.groups.share_partitions
+            self.topics.leadership_listeners.append(
+                lambda p: share_partitions.on_leadership(
+                    p.topic.topic_id, p.index, p.leader_epoch if p.is_leader else None
+                )
+            )
             self.bound_port = self.listener.port
             #: Listener name -> the port it is bound to (known once `run` has bound them).
             self.bound_ports: dict[str, int] = {}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -148,10 +147,15 @@ class SharePartitionManager:
                 raise
             led.persisted_version = version
 
-    def drop_stale(self, led_epochs: Iterable[tuple[ShareKey, int]]) -> None:
-        """Forget share-partitions whose leader epoch is not the current one."""
-        current = dict(led_epochs)
-        for key in [k for k, led in self.partitions.items() if current.get(k) != led.leader_epoch]:
+    def on_leadership(self, topic_id: uuid.UUID, index: int, leader_epoch: int | None) -> None:
+        """A partition's leadership changed (`leader_epoch` None: not led here): forget its
+        share-partitions of other epochs; the next use reloads the persisted state."""
+        stale = [
+            key
+            for key, led in self.partitions.items()
+            if key[1] == topic_id and key[2] == index and led.leader_epoch != leader_epoch
+        ]
+        for key in stale:
             del self.partitions[key]
 
     # -- share sessions -------------------------------------------------------------------------

@@ -173,3 +173,22 @@ def test_gap_archives_only_the_members_own_offsets() -> None:
         ErrorCode.none
     )
     assert sp.start_offset == 3 and sp.counts()[RecordState.ACQUIRED] == 3
+
+
+def test_leadership_changes_forget_share_partitions_of_other_epochs() -> None:
+    import uuid
+
+    from raftka.broker.share.manager import (
+        LedSharePartition,
+        MemoryStateStore,
+        SharePartitionManager,
+    )
+
+    topic_id, other = uuid.uuid4(), uuid.uuid4()
+    manager = SharePartitionManager(MemoryStateStore())
+    for key in (("g", topic_id, 0), ("h", topic_id, 0), ("g", other, 0)):
+        manager.partitions[key] = LedSharePartition(key, 3, SharePartition(0), 0)
+    manager.on_leadership(topic_id, 0, 3)
+    assert len(manager.partitions) == 3
+    manager.on_leadership(topic_id, 0, None)
+    assert list(manager.partitions) == [("g", other, 0)]
