@@ -402,6 +402,18 @@ class PartitionRaftStorage:
             return self.snapshot_source(end_offset)
         return b""
 
+    def record_log_start(self) -> int:
+        return self.log.log_start_offset
+
+    def follow_log_start(self, offset: int) -> None:
+        """A follower's log start follows the leader's (bounded by its high watermark), as
+        Kafka's does, so records DeleteRecords removed stay removed when this replica leads.
+        A log whose snapshots carry state (the metadata log) truncates behind its own
+        snapshots instead. Retention stays local to each replica."""
+        if self.snapshot_source is not None or offset <= self.log.log_start_offset:
+            return
+        self.log.delete_records_before(min(offset, self.log.log_end_offset))
+
     def entries_need_sync(self) -> bool:
         return self.log.flush_due_by_messages()
 

@@ -11,7 +11,8 @@ Wire format (all integers big-endian):
               group:utf8 entry*                        (group = the Raft group id)
     entry   = base_offset:i64 last_offset:i64 epoch:i32 kind:u8 payload_len:u32 payload
     (a SNAPSHOT message continues after its entries with
-              voter_count:u16 voter:i32* data_len:u32 data learner_count:u16 learner:i32*)
+              voter_count:u16 voter:i32* data_len:u32 data learner_count:u16 learner:i32*;
+     a message with the LOG_START flag ends with log_start_offset:i64)
     FORWARD_REQUEST  = request_id:u64 rpc_len:u16 rpc:utf8 payload_len:u32 payload
     FORWARD_RESPONSE = request_id:u64 error_code:i16 payload_len:u32 payload
 
@@ -52,7 +53,9 @@ _VOTER = struct.Struct(">i")
 _FLAG_REJECT = 1
 _FLAG_FORCE = 2
 _FLAG_AT_LEADER_END = 4
-_KNOWN_FLAGS = _FLAG_REJECT | _FLAG_FORCE | _FLAG_AT_LEADER_END
+_FLAG_LOG_START = 8  # a log_start_offset:i64 ends the message
+_KNOWN_FLAGS = _FLAG_REJECT | _FLAG_FORCE | _FLAG_AT_LEADER_END | _FLAG_LOG_START
+_LOG_START = struct.Struct(">q")
 
 Buffer = bytes | bytearray | memoryview
 
@@ -149,6 +152,7 @@ def _write_message(out: _PartsWriter, m: Message) -> None:
         (_FLAG_REJECT if m.reject else 0)
         | (_FLAG_FORCE if m.force else 0)
         | (_FLAG_AT_LEADER_END if m.at_leader_end else 0)
+        | (_FLAG_LOG_START if m.log_start_offset >= 0 else 0)
     )
     try:
         out.write(
@@ -185,6 +189,8 @@ def _write_message(out: _PartsWriter, m: Message) -> None:
             out.write(_VOTER_COUNT.pack(len(learners)))
             for learner in learners:
                 out.write(_VOTER.pack(learner))
+        if m.log_start_offset >= 0:
+            out.write(_LOG_START.pack(m.log_start_offset))
     except struct.error as exc:
         raise CodecError(f"cannot encode {m.type.name} for {m.group!r}: {exc}") from exc
 
@@ -238,6 +244,8 @@ def message_size_bytes(m: Message) -> int:
             + _VOTER_COUNT.size
             + _VOTER.size * len(m.snapshot_learners)
         )
+    if m.log_start_offset >= 0:
+        size += _LOG_START.size
     return size
 
 
@@ -332,6 +340,11 @@ def _read_message(r: _Reader) -> Message:
         snapshot_data = r.take(data_len)
         (learner_count,) = r.unpack(_VOTER_COUNT)
         snapshot_learners = frozenset(r.unpack(_VOTER)[0] for _ in range(learner_count))
+    log_start_offset = -1
+    if flags & _FLAG_LOG_START:
+        (log_start_offset,) = r.unpack(_LOG_START)
+        if log_start_offset < 0:
+            raise CodecError(f"negative log start offset {log_start_offset}")
     return Message(
         group=group,
         type=message_type,
@@ -353,6 +366,7 @@ def _read_message(r: _Reader) -> Message:
         snapshot_voters=snapshot_voters,
         snapshot_data=snapshot_data,
         snapshot_learners=snapshot_learners,
+        log_start_offset=log_start_offset,
     )
 
 

@@ -17,7 +17,8 @@ How a driver uses it -- the durability contract, stated once:
             rd = core.ready()
             1. write rd.hard_state (if set), install rd.snapshot (if set: the log becomes
                empty, starting at its end, and the state machine takes its data), truncate
-               the log to rd.truncate_to (if set) and append rd.entries;
+               the log to rd.truncate_to (if set) and append rd.entries; a follower's log
+               start rises to rd.log_start_offset (if set: committed offsets only);
             2. send rd.messages -- but only once what they depend on is durable:
                - if rd.hard_state is set, every message waits until the hard state is durable
                  (a vote or a term must never be forgotten after it was acted on);
@@ -133,6 +134,9 @@ class Ready:
     high_watermark: int | None
     soft_state: SoftState | None
     snapshot: Snapshot | None = None
+    # A follower's log may now start here (the leader's log start, bounded by this
+    # replica's high watermark): raise it to that, never lower it.
+    log_start_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +222,11 @@ class RaftCore:
         self._prev_hard_state = hard_state
         self._prev_soft_state = self._soft_state()
         self._prev_high_watermark = self.high_watermark
+        # The leader's log start as its last APPEND or HEARTBEAT told it (-1: not told), and
+        # the follower log start last handed to the driver in a Ready.
+        self.leader_log_start = -1
+        self._follow_log_start = -1
+        self._prev_follow_log_start = -1
         self._reset_election_timeout()
 
     # ---------------------------------------------------------------- read-only views
@@ -261,6 +270,7 @@ class RaftCore:
             or self.log.pending_truncate is not None
             or self.log.pending_snapshot is not None
             or self.high_watermark != self._prev_high_watermark
+            or self._follow_log_start != self._prev_follow_log_start
         ):
             return True
         hs, ss = self._prev_hard_state, self._prev_soft_state
@@ -286,7 +296,13 @@ class RaftCore:
             ),
             soft_state=soft_state if soft_state != self._prev_soft_state else None,
             snapshot=self.log.pending_snapshot,
+            log_start_offset=(
+                self._follow_log_start
+                if self._follow_log_start != self._prev_follow_log_start
+                else None
+            ),
         )
+        self._prev_follow_log_start = self._follow_log_start
         self._messages = []
         self._prev_hard_state = hard_state
         self._prev_soft_state = soft_state
@@ -841,6 +857,7 @@ class RaftCore:
         return True
 
     def _handle_append(self, m: Message) -> None:
+        self._follow_leader_log_start(m)
         if m.prev_offset < self.high_watermark - 1:
             # Already committed here; tell the leader how far we certainly match.
             self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=self.high_watermark)
@@ -893,6 +910,7 @@ class RaftCore:
         new_hw = min(m.high_watermark, last_new_end)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+        self._follow_leader_log_start(m)
         self._send(MessageType.APPEND_RESPONSE, m.from_id, match_end=last_new_end)
 
     def _handle_snapshot(self, m: Message) -> None:
@@ -925,7 +943,20 @@ class RaftCore:
         new_hw = min(m.high_watermark, self.log.log_end_offset())
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+        self._follow_leader_log_start(m)
         self._send(MessageType.HEARTBEAT_RESPONSE, m.from_id)
+
+    def _follow_leader_log_start(self, m: Message) -> None:
+        """Kafka's follower raises its log start to the leader's (maybeIncrementLogStartOffset):
+        records a user deleted must not come back when this replica leads. Only committed
+        offsets go (below the high watermark, which the leader's log holds too), and the
+        start only ever rises."""
+        if m.log_start_offset < 0:
+            return
+        self.leader_log_start = m.log_start_offset
+        target = min(m.log_start_offset, self.high_watermark)
+        if target > self._follow_log_start:
+            self._follow_log_start = target
 
     # ---------------------------------------------------------------- helpers
     def _send(

@@ -115,6 +115,18 @@ class RaftGroupStorage(Protocol):
         when nothing is pending. Called only inside `RaftNode.sync_lock`."""
         ...
 
+    def record_log_start(self) -> int:
+        """The log start offset this replica reports to its peers (APPEND, HEARTBEAT and
+        their responses): Kafka's logStartOffset, which may lie inside the Raft log's first
+        batch."""
+        ...
+
+    def follow_log_start(self, offset: int) -> None:
+        """The leader's log start, bounded by this replica's high watermark: raise this log's
+        start to it (DeleteRecords on a follower), or ignore it (a log that truncates
+        behind its own snapshots)."""
+        ...
+
 
 class HardStateCommitter(Protocol):
     """Where the staged hard states of all groups of a node are committed, in one go."""
@@ -226,6 +238,18 @@ class AppendThrottle:
         return True
 
 
+#: Messages that carry their sender's log start (filled in here, not by the core).
+_LOG_START_CARRIERS = frozenset(
+    {
+        MessageType.APPEND,
+        MessageType.HEARTBEAT,
+        MessageType.APPEND_RESPONSE,
+        MessageType.HEARTBEAT_RESPONSE,
+    }
+)
+_LOG_START_RESPONSES = frozenset({MessageType.APPEND_RESPONSE, MessageType.HEARTBEAT_RESPONSE})
+
+
 def _append_bytes(m: Message) -> int:
     return sum(e.size_bytes for e in m.entries)
 
@@ -261,6 +285,8 @@ class RaftGroup:
         # replicas a reassignment adds), and per replica the APPENDs waiting for it, in order.
         self.throttled_peers: frozenset[NodeId] = frozenset()
         self._throttled: dict[NodeId, collections.deque[Message]] = {}
+        # As leader: each replica's log start as its last response reported it.
+        self._peer_log_starts: dict[NodeId, int] = {}
         self._drive()
 
     # ------------------------------------------------------------------ views
@@ -311,6 +337,21 @@ class RaftGroup:
         watermark, as in Kafka. A follower that still needs deleted offsets is sent a
         snapshot instead."""
         return self._core.high_watermark
+
+    def low_watermark(self) -> int | None:
+        """As leader, Kafka's low watermark (lowWatermarkIfLeader): the lowest log start of
+        this replica and every live replica (one that answered within the last election
+        timeout; one that never reported its log start counts as 0). DeleteRecords answers
+        once it reached the requested offset. None on other roles."""
+        core = self._core
+        if core.role is not Role.LEADER:
+            return None
+        low = self._storage.record_log_start()
+        recent = core.leader_ticks - core.config.election_timeout_ticks
+        for node, pr in core.progress.items():
+            if pr.last_response_tick is not None and pr.last_response_tick >= recent:
+                low = min(low, self._peer_log_starts.get(node, 0))
+        return low
 
     def _up_to_date_follower(self) -> NodeId | None:
         """The follower known to hold the most of our log, preferring recently active ones."""
@@ -443,6 +484,8 @@ class RaftGroup:
             self._drive_quietly()
 
     def _step(self, m: Message) -> None:
+        if m.type in _LOG_START_RESPONSES and m.log_start_offset >= 0:
+            self._peer_log_starts[m.from_id] = m.log_start_offset
         self._core.step(m)
         self._drive_quietly()
 
@@ -524,8 +567,13 @@ class RaftGroup:
             # durability than the one before it has.
             needs_ticket = rd.hard_state is not None or fsync_log or self._tickets_pending > 0
             held: list[Message] = []
+            log_start = -1
             for m in rd.messages:
-                if m.type is MessageType.SNAPSHOT:
+                if m.type in _LOG_START_CARRIERS:
+                    if log_start < 0:
+                        log_start = storage.record_log_start()
+                    m = dataclasses.replace(m, log_start_offset=log_start)
+                elif m.type is MessageType.SNAPSHOT:
                     with_data = self._with_snapshot_data(m)
                     if with_data is None:
                         continue  # the core sends it again after an election timeout
@@ -612,6 +660,8 @@ class RaftGroup:
             storage.truncate_to(rd.truncate_to)
         if rd.entries:
             storage.append(rd.entries)
+        if rd.log_start_offset is not None:
+            storage.follow_log_start(rd.log_start_offset)
 
     def _storage_failed(self, exc: OSError) -> StorageError:
         """A write failed mid-Ready: start over from what storage holds, as a restart of

@@ -1,0 +1,180 @@
+"""A follower's log start follows the leader's (DeleteRecords across leader changes)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import trio
+from batches import encode_batch
+from test_raft_driver import Cluster, run_cluster
+
+from raftka.broker.replication import HardStateStore, PartitionRaftStorage
+from raftka.consensus import MemoryRaftLog, Message, MessageType
+from raftka.consensus.codec import decode_frame, encode_messages, message_size_bytes
+from raftka.consensus.core import RaftConfig, RaftCore
+from raftka.consensus.types import Entry, HardState
+from raftka.log import LogConfig, PartitionLog
+
+GROUP = "orders-0"
+VOTERS = frozenset({1, 2, 3})
+
+
+def _decoded(messages: list[Message]) -> list[Message]:
+    parts = encode_messages(messages)
+    frame = b"".join(bytes(p) for p in parts)
+    decoded = decode_frame(frame[4:])
+    assert isinstance(decoded, list)
+    return decoded
+
+
+def test_codec_round_trip_of_the_log_start() -> None:
+    entry = Entry(50, 99, 2, b"x" * 100)
+    messages = [
+        Message(GROUP, MessageType.HEARTBEAT, 1, 2, 3, high_watermark=80, log_start_offset=60),
+        Message(
+            GROUP,
+            MessageType.APPEND,
+            1,
+            2,
+            3,
+            prev_offset=49,
+            prev_epoch=2,
+            entries=(entry,),
+            high_watermark=80,
+            log_start_offset=0,
+        ),
+        Message(GROUP, MessageType.APPEND_RESPONSE, 2, 1, 3, match_end=100, log_start_offset=60),
+        Message(GROUP, MessageType.HEARTBEAT_RESPONSE, 2, 1, 3),  # not told: -1
+    ]
+    decoded = _decoded(messages)
+    assert decoded == messages
+    assert [m.log_start_offset for m in decoded] == [60, 0, 60, -1]
+    # The transport's byte budget counts the field exactly.
+    for m in messages:
+        one = b"".join(bytes(p) for p in encode_messages([m]))
+        assert message_size_bytes(m) == len(one) - 4 - 1 - 4  # length, kind, count
+
+
+def _follower() -> RaftCore:
+    log = MemoryRaftLog()
+    log.append([Entry(0, 49, 1, b"a"), Entry(50, 99, 1, b"b")])
+    config = RaftConfig(node_id=2, group=GROUP, voters=VOTERS, seed=1)
+    return RaftCore(config, log, HardState(term=1))
+
+
+def _step(core: RaftCore, m: Message) -> int | None:
+    core.step(m)
+    rd = core.ready()
+    core.advance(rd)
+    return rd.log_start_offset
+
+
+def test_a_follower_log_start_follows_the_leader_bounded_by_its_high_watermark() -> None:
+    core = _follower()
+    append = Message(
+        GROUP,
+        MessageType.APPEND,
+        1,
+        2,
+        1,
+        prev_offset=99,
+        prev_epoch=1,
+        high_watermark=50,
+        log_start_offset=60,
+    )
+    # Only committed offsets go: the high watermark (50) bounds the leader's start (60).
+    assert _step(core, append) == 50
+    assert core.leader_log_start == 60
+
+    def heartbeat(high_watermark: int, log_start: int) -> Message:
+        return Message(
+            GROUP,
+            MessageType.HEARTBEAT,
+            1,
+            2,
+            1,
+            high_watermark=high_watermark,
+            log_start_offset=log_start,
+        )
+
+    assert _step(core, heartbeat(100, 60)) == 60
+    # Never lowered, nothing new when nothing changed, nothing from a leader that does not say.
+    assert _step(core, heartbeat(100, 40)) is None
+    assert _step(core, heartbeat(100, 60)) is None
+    assert _step(core, heartbeat(100, -1)) is None
+    assert _step(core, heartbeat(100, 99)) == 99
+
+
+def test_without_the_field_the_log_start_stays() -> None:
+    core = _follower()
+    m = Message(GROUP, MessageType.HEARTBEAT, 1, 2, 1, high_watermark=100)
+    assert _step(core, m) is None
+    assert core.leader_log_start == -1
+
+
+def _storage(tmp_path: Path, metadata: bool = False) -> PartitionRaftStorage:
+    log = PartitionLog.open(tmp_path / GROUP, LogConfig(), time.time_ns() // 1_000_000)
+    hard_states = HardStateStore(tmp_path / "raft.lmdb")
+    if metadata:
+        return PartitionRaftStorage(
+            GROUP, log, hard_states, snapshot_source=lambda end: b"", on_snapshot=lambda s: None
+        )
+    return PartitionRaftStorage(GROUP, log, hard_states)
+
+
+def _fill(storage: PartitionRaftStorage) -> None:
+    storage.append(
+        [
+            Entry(0, 49, 1, encode_batch([(None, b"v")] * 50)),
+            Entry(50, 99, 1, encode_batch([(None, b"w")] * 50)),
+        ]
+    )
+
+
+def test_partition_storage_follows_a_start_inside_a_batch(tmp_path: Path) -> None:
+    storage = _storage(tmp_path)
+    _fill(storage)
+    storage.follow_log_start(60)
+    assert storage.log.log_start_offset == 60
+    assert storage.record_log_start() == 60
+    # The Raft log starts at the base of the batch holding the log start.
+    assert storage.log_start_offset() == 50
+    assert storage.entry_at(55).base_offset == 50
+    storage.follow_log_start(30)  # never lowered
+    assert storage.log.log_start_offset == 60
+    storage.follow_log_start(100)
+    assert storage.log.log_start_offset == 100
+    assert storage.log_start_offset() == 100
+
+
+def test_the_metadata_log_keeps_its_own_start(tmp_path: Path) -> None:
+    storage = _storage(tmp_path, metadata=True)
+    _fill(storage)
+    storage.follow_log_start(60)
+    assert storage.log.log_start_offset == 0
+
+
+def test_followers_follow_and_the_leader_learns_their_log_starts() -> None:
+    async def scenario(cluster: Cluster) -> None:
+        g = "orders-0"
+        entry = await cluster.propose_committed(g, b"batch", records=10)
+        await cluster.replicated(g, entry)
+        leader = await cluster.leader(g)
+        followers = [n for n in cluster.nodes if n != leader]
+        raft_group = cluster.raft_group(leader, g)
+        assert raft_group.low_watermark() == 0
+        assert all(cluster.raft_group(n, g).low_watermark() is None for n in followers)
+        cluster.storage[leader, g].record_start = 6  # DeleteRecords before 6 on the leader
+        # The followers have not heard of it yet: the low watermark waits for them.
+        assert raft_group.low_watermark() == 0
+        with trio.fail_after(5):
+            while not all(cluster.storage[n, g].record_start == 6 for n in followers):
+                await trio.sleep(0.02)
+        with trio.fail_after(5):
+            while raft_group.low_watermark() != 6:
+                await trio.sleep(0.02)
+        for n in followers:
+            assert max(cluster.storage[n, g].followed_log_starts) == 6
+
+    run_cluster(["orders-0"], scenario)
