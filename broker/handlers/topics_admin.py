@@ -12,6 +12,7 @@ from collections import Counter
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
@@ -19,13 +20,18 @@ from raftka.broker.cluster.commands import (
     CreateTopicCommand,
     DeleteTopicCommand,
 )
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    denied_message,
+    duration_ms,
+    response_schema,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.services import RequestContext
-    from raftka.broker.topics import Topic
+    from raftka.broker.topics import Partition, Topic
 
 
 def _created_configs(module: ModuleType, topic: Topic) -> tuple[Any, ...]:
@@ -225,15 +231,26 @@ async def handle_create_partitions(context: RequestContext, request: Any) -> Any
     return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
+#: How often a DeleteRecords waiting for the replicas' log starts looks again.
+LOW_WATERMARK_POLL_S = 0.02
+
+
 async def handle_delete_records(context: RequestContext, request: Any) -> Any:
-    """Advance log start offsets; offset -1 means the high watermark."""
+    """Advance log start offsets; offset -1 means the high watermark.
+
+    As in Kafka (DelayedDeleteRecords), a partition answers with its low watermark once
+    that reached the requested offset: the lowest log start of the leader and every live
+    replica, which raise theirs to the leader's through Raft appends and heartbeats. Past
+    the request's timeout it answers REQUEST_TIMED_OUT (the deletion still proceeds)."""
     topics_view = context.services.topics
     entity, module = response_schema(context)
-    topics = []
+    # (topic, partition index) -> [error, low watermark]; waiting: (partition, required).
+    answers: dict[tuple[str, int], list[Any]] = {}
+    waiting: list[tuple[tuple[str, int], Partition, int]] = []
     for wanted in request.topics:
         may_delete = context.authorize(AclOperation.DELETE, ResourceType.TOPIC, wanted.name)
-        partitions = []
         for p in wanted.partitions:
+            key = (wanted.name, p.partition_index)
             partition = topics_view.partition(wanted.name, p.partition_index)
             error, low_watermark = ErrorCode.none, -1
             if not may_delete:
@@ -252,8 +269,16 @@ async def handle_delete_records(context: RequestContext, request: Any) -> Any:
                 else:
                     # Committed data only; followers that lack it are sent a snapshot.
                     deletable_end = partition.hosted_raft.deletable_end()
-                    partition.log.delete_records_before(min(offset, deletable_end))
-                low_watermark = partition.log.log_start_offset
+                    required = min(offset, deletable_end)
+                    partition.log.delete_records_before(required)
+                    waiting.append((key, partition, required))
+            answers[key] = [error, low_watermark]
+    await _await_low_watermarks(answers, waiting, max(duration_ms(request.timeout), 0) / 1000)
+    topics = []
+    for wanted in request.topics:
+        partitions = []
+        for p in wanted.partitions:
+            error, low_watermark = answers[(wanted.name, p.partition_index)]
             partitions.append(
                 build(
                     module.DeleteRecordsPartitionResult,
@@ -266,3 +291,32 @@ async def handle_delete_records(context: RequestContext, request: Any) -> Any:
             build(module.DeleteRecordsTopicResult, name=wanted.name, partitions=tuple(partitions))
         )
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def _await_low_watermarks(
+    answers: dict[tuple[str, int], list[Any]],
+    waiting: list[tuple[tuple[str, int], Partition, int]],
+    timeout_s: float,
+) -> None:
+    """Fill in each waiting partition's low watermark once it reached the required offset;
+    NOT_LEADER_OR_FOLLOWER when leadership moved, REQUEST_TIMED_OUT past `timeout_s`."""
+    deadline = trio.current_time() + timeout_s
+    while True:
+        pending = []
+        for key, partition, required in waiting:
+            raft = partition.raft
+            low_watermark = raft.low_watermark() if raft is not None else None
+            if low_watermark is None or not partition.is_leader:
+                answers[key] = [ErrorCode.not_leader_or_follower, -1]
+            elif low_watermark >= required:
+                answers[key] = [ErrorCode.none, low_watermark]
+            else:
+                pending.append((key, partition, required))
+        waiting = pending
+        if not waiting:
+            return
+        if trio.current_time() >= deadline:
+            for key, _, _ in waiting:
+                answers[key] = [ErrorCode.request_timed_out, -1]
+            return
+        await trio.sleep(min(LOW_WATERMARK_POLL_S, max(deadline - trio.current_time(), 0)))
