@@ -178,3 +178,28 @@ def test_followers_follow_and_the_leader_learns_their_log_starts() -> None:
             assert max(cluster.storage[n, g].followed_log_starts) == 6
 
     run_cluster(["orders-0"], scenario)
+
+
+def test_a_down_replica_stops_counting_and_follows_when_it_is_back() -> None:
+    async def scenario(cluster: Cluster) -> None:
+        g = "orders-0"
+        entry = await cluster.propose_committed(g, b"batch", records=10)
+        await cluster.replicated(g, entry)
+        leader = await cluster.leader(g)
+        down, up = [n for n in cluster.nodes if n != leader]
+        await cluster.crash(down)
+        cluster.storage[leader, g].record_start = 6
+        raft_group = cluster.raft_group(leader, g)
+        # Once the crashed replica has not answered for an election timeout, the low
+        # watermark no longer waits for it (Kafka counts live replicas only).
+        with trio.fail_after(10):
+            while raft_group.low_watermark() != 6:
+                await trio.sleep(0.02)
+        assert cluster.storage[up, g].record_start == 6
+        assert cluster.storage[down, g].record_start == 0
+        await cluster.start(down)
+        with trio.fail_after(10):
+            while cluster.storage[down, g].record_start != 6:
+                await trio.sleep(0.02)
+
+    run_cluster(["orders-0"], scenario)
