@@ -67,6 +67,17 @@ from raftka.consensus.types import (
     encode_config,
 )
 
+#: Messages that carry their sender's log start (a follower follows the leader's, the
+#: leader learns its replicas').
+_LOG_START_CARRIERS = frozenset(
+    {
+        MessageType.APPEND,
+        MessageType.HEARTBEAT,
+        MessageType.APPEND_RESPONSE,
+        MessageType.HEARTBEAT_RESPONSE,
+    }
+)
+
 
 def can_send_before_sync(m: Message) -> bool:
     """Whether `m` may leave before the sync its Ready waits for (step 2 above).
@@ -966,6 +977,8 @@ class RaftCore:
         term: int | None = None,
         **fields: object,
     ) -> None:
+        if type in _LOG_START_CARRIERS:
+            fields["log_start_offset"] = self.log.record_log_start()
         self._messages.append(
             Message(
                 group=self.config.group,

@@ -115,12 +115,6 @@ class RaftGroupStorage(Protocol):
         when nothing is pending. Called only inside `RaftNode.sync_lock`."""
         ...
 
-    def record_log_start(self) -> int:
-        """The log start offset this replica reports to its peers (APPEND, HEARTBEAT and
-        their responses): Kafka's logStartOffset, which may lie inside the Raft log's first
-        batch."""
-        ...
-
     def follow_log_start(self, offset: int) -> None:
         """The leader's log start, bounded by this replica's high watermark: raise this log's
         start to it (DeleteRecords on a follower), or ignore it (a log that truncates
@@ -238,15 +232,6 @@ class AppendThrottle:
         return True
 
 
-#: Messages that carry their sender's log start (filled in here, not by the core).
-_LOG_START_CARRIERS = frozenset(
-    {
-        MessageType.APPEND,
-        MessageType.HEARTBEAT,
-        MessageType.APPEND_RESPONSE,
-        MessageType.HEARTBEAT_RESPONSE,
-    }
-)
 _LOG_START_RESPONSES = frozenset({MessageType.APPEND_RESPONSE, MessageType.HEARTBEAT_RESPONSE})
 
 
@@ -346,7 +331,7 @@ class RaftGroup:
         core = self._core
         if core.role is not Role.LEADER:
             return None
-        low = self._storage.record_log_start()
+        low = core.log.record_log_start()
         recent = core.leader_ticks - core.config.election_timeout_ticks
         for node, pr in core.progress.items():
             if pr.last_response_tick is not None and pr.last_response_tick >= recent:
@@ -567,13 +552,18 @@ class RaftGroup:
             # durability than the one before it has.
             needs_ticket = rd.hard_state is not None or fsync_log or self._tickets_pending > 0
             held: list[Message] = []
-            log_start = -1
-            for m in rd.messages:
-                if m.type in _LOG_START_CARRIERS:
-                    if log_start < 0:
-                        log_start = storage.record_log_start()
-                    m = dataclasses.replace(m, log_start_offset=log_start)
-                elif m.type is MessageType.SNAPSHOT:
+            messages = rd.messages
+            if rd.log_start_offset is not None:
+                # The answers report the log start just raised, not the one the core read.
+                start = core.log.record_log_start()
+                messages = tuple(
+                    dataclasses.replace(m, log_start_offset=start)
+                    if m.type in _LOG_START_RESPONSES
+                    else m
+                    for m in messages
+                )
+            for m in messages:
+                if m.type is MessageType.SNAPSHOT:
                     with_data = self._with_snapshot_data(m)
                     if with_data is None:
                         continue  # the core sends it again after an election timeout

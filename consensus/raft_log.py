@@ -31,6 +31,9 @@ class LogView:
             return self.pending_snapshot.end_offset
         return self.stable.log_start_offset()
 
+    def record_log_start(self) -> int:
+        return self.stable.record_log_start()
+
     def log_start_epoch(self) -> int:
         if self.pending_snapshot is not None:
             return self.pending_snapshot.epoch

@@ -27,6 +27,11 @@ class RaftLog(Protocol):
         """Offset the next batch would get (exclusive end)."""
         ...
 
+    def record_log_start(self) -> int:
+        """The log start offset replicas report to each other (Kafka's logStartOffset): at
+        least log_start_offset, inside the first batch when DeleteRecords left it there."""
+        ...
+
     def entry_at(self, offset: int) -> Entry:
         """The batch covering `offset`; log_start_offset <= offset < log_end_offset."""
         ...
@@ -63,10 +68,14 @@ class MemoryRaftLog:
         self._start_config: tuple[frozenset[NodeId], frozenset[NodeId]] | None = None
         self._entries: list[Entry] = []
         self._bases: list[int] = []
+        self._record_start = log_start_offset
 
     # -- RaftLog --------------------------------------------------------------------------
     def log_start_offset(self) -> int:
         return self._start
+
+    def record_log_start(self) -> int:
+        return max(self._start, self._record_start)
 
     def log_end_offset(self) -> int:
         return self._entries[-1].end_offset if self._entries else self._start
@@ -119,6 +128,11 @@ class MemoryRaftLog:
                 )
             self._entries.append(entry)
             self._bases.append(entry.base_offset)
+
+    def delete_records_before(self, offset: int) -> None:
+        """DeleteRecords: the reported log start rises to `offset`, which may lie inside a
+        batch; the batches stay (the Raft log starts at a batch boundary)."""
+        self._record_start = max(self._record_start, offset)
 
     def truncate_prefix(self, offset: int) -> None:
         """Drop every batch below batch boundary `offset` (retention, DeleteRecords); the log

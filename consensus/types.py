@@ -124,9 +124,8 @@ class Message:
     - HEARTBEAT_RESPONSE: nothing beyond the header.
     - APPEND, HEARTBEAT and their responses: log_start_offset, the sender's partition log
       start offset (Kafka's logStartOffset, which DeleteRecords may leave inside a batch;
-      -1: not told). Filled in by the sending driver, like snapshot_data: a follower raises
-      its own log start to the leader's (bounded by its high watermark), the leader learns
-      the followers' (DeleteRecords' low watermark).
+      -1: not told): a follower raises its own log start to the leader's (bounded by its
+      high watermark), the leader learns the followers' (DeleteRecords' low watermark).
     - PRE_VOTE / VOTE: last_offset/last_epoch of the candidate's log; `force` is set by a
       leadership transfer so voters ignore their leader lease. PRE_VOTE carries the term the
       candidate would campaign in.

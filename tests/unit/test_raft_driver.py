@@ -38,8 +38,6 @@ class MemoryRaftGroupStorage:
         self.disk_full = False
         self.committer: CountingCommitter | None = None
         self.installed: list[Snapshot] = []
-        # The record-level log start (DeleteRecords may leave it inside a batch).
-        self.record_start = 0
         self.followed_log_starts: list[int] = []
 
     def load_hard_state(self) -> HardState:
@@ -65,12 +63,9 @@ class MemoryRaftGroupStorage:
             raise OSError(errno.ENOSPC, "No space left on device")
         self.raft_log.append(entries)
 
-    def record_log_start(self) -> int:
-        return max(self.record_start, self.raft_log.log_start_offset())
-
     def follow_log_start(self, offset: int) -> None:
         self.followed_log_starts.append(offset)
-        self.record_start = max(self.record_start, offset)
+        self.raft_log.delete_records_before(offset)
 
     def high_watermark_checkpoint(self) -> int | None:
         return None
