@@ -24,6 +24,7 @@ from raftka.broker.handlers import (
     sasl,
     scram_credentials,
     share,
+    share_admin,
     topics_admin,
     txn,
     txn_markers,
@@ -130,6 +131,13 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
             txn.LIST_TRANSACTIONS_MAX_VERSION,
             txn.handle_list_transactions,
         ),
+        90: ApiHandler(
+            0,
+            share_admin.SHARE_OFFSETS_DESCRIBE_MAX_VERSION,
+            share_admin.handle_describe_share_group_offsets,
+        ),
+        91: ApiHandler(0, 0, share_admin.handle_alter_share_group_offsets),
+        92: ApiHandler(0, 0, share_admin.handle_delete_share_group_offsets),
         68: ApiHandler(0, 1, consumer_groups.handle_consumer_group_heartbeat),
         69: ApiHandler(0, 1, consumer_groups.handle_consumer_group_describe),
     }

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
 from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from raftka.broker.groups.records import OffsetValue, partition_for_group
+from raftka.broker.handlers import share_admin
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
     TopicAccess,
@@ -658,9 +659,12 @@ async def handle_delete_groups(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     names = list(dict.fromkeys(request.groups_names))
     refused = [name for name in names if not _may(context, AclOperation.DELETE, name)]
+    allowed = [name for name in names if name not in refused]
+    shared = await share_admin.delete_share_groups(context, allowed)
     results = await _coordinator(context).delete_groups(
-        [name for name in names if name not in refused]
+        [name for name in allowed if name not in shared]
     )
+    results.update(shared)
     results.update(dict.fromkeys(refused, ErrorCode.group_authorization_failed))
     return build(
         entity,

@@ -39,6 +39,7 @@ from raftka.broker.share.manager import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     LedSharePartition,
+    Notice,
     SessionPartition,
     SharePartitionManager,
 )
@@ -94,6 +95,15 @@ def _now_ms() -> float:
 # -- ShareGroupHeartbeat -------------------------------------------------------------------
 
 
+async def release_departed(context: RequestContext, delivery_limit: int) -> None:
+    """Members that left or timed out: the leaders of their partitions close their share
+    sessions, so the records they acquired are available at once."""
+    for group_id, member_id in context.services.groups.share.take_departed():
+        await _manager(context).store.tell_brokers(
+            Notice(group_id, member_id, delivery_limit=delivery_limit)
+        )
+
+
 async def handle_share_group_heartbeat(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     coordinator = context.services.groups
@@ -138,6 +148,7 @@ async def handle_share_group_heartbeat(context: RequestContext, request: Any) ->
         now_ms=_now_ms(),
         session_timeout_ms=config.session_timeout_ms,
     )
+    await release_departed(context, config.delivery_limit)
     if result.error != ErrorCode.none:
         return answer(result.error, result.message)
     assignment = None
@@ -719,4 +730,5 @@ async def handle_share_group_describe(context: RequestContext, request: Any) -> 
                 ResourceType.GROUP, group_id
             )
         described.append(build(module.DescribedGroup, **fields))
+    await release_departed(context, share_config(context).delivery_limit)
     return build(entity, throttle_time=NO_THROTTLE, groups=tuple(described))

@@ -90,6 +90,23 @@ class ShareGroups:
     def __init__(self, partition_counts: PartitionCounts) -> None:
         self.groups: dict[str, ShareGroup] = {}
         self.partition_counts = partition_counts
+        # (group, member) that left or timed out, until the caller tells the partition
+        # leaders (whose share sessions of the member then close, releasing its records).
+        self.departed: list[tuple[str, str]] = []
+
+    def take_departed(self) -> list[tuple[str, str]]:
+        departed, self.departed = self.departed, []
+        return departed
+
+    def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups: an empty share group goes (its persisted state is the caller's)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.members:
+            return ErrorCode.non_empty_group
+        del self.groups[group_id]
+        return ErrorCode.none
 
     def heartbeat(
         self,
@@ -115,6 +132,7 @@ class ShareGroups:
             if group is not None and member_id in group.members:
                 del group.members[member_id]
                 group.group_epoch += 1
+                self.departed.append((group_id, member_id))
             return HeartbeatResult(ErrorCode.none, None, member_id, LEAVE_EPOCH)
         if member_epoch < 0:
             return HeartbeatResult(
@@ -167,6 +185,7 @@ class ShareGroups:
         dead = [m for m, member in group.members.items() if member.deadline_ms <= now_ms]
         for member_id in dead:
             del group.members[member_id]
+            self.departed.append((group.group_id, member_id))
         if dead:
             group.group_epoch += 1
 

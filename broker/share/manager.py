@@ -12,6 +12,7 @@ member fetches from here and the epoch its next request must carry.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -50,12 +51,66 @@ class ShareStateStore(Protocol):
         """Persist `state` (acks=all); raises OSError when it could not be."""
         ...
 
+    async def delete(self, key: ShareKey) -> None:
+        """Forget `key`'s state (a tombstone, acks=all): its next use starts afresh per
+        `share.auto.offset.reset`; raises OSError when it could not be."""
+        ...
+
+    def attach(self, manager: SharePartitionManager) -> None:
+        """The manager that `tell_brokers` notices apply to on this broker."""
+        ...
+
+    async def tell_brokers(self, notice: Notice) -> None:
+        """Apply `notice` to the share sessions and share-partitions of every live broker
+        (this one included); brokers that do not answer are skipped (their sessions end
+        with them)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """What a share group's coordinator tells the partition leaders: `member_id` left the
+    group (its share sessions close, releasing its records), or, with `member_id` empty,
+    the group's persisted state of `topic_ids` (None: all) changed under them (their
+    share-partitions are dropped and reloaded on next use)."""
+
+    group_id: str
+    member_id: str = ""
+    topic_ids: tuple[str, ...] | None = None
+    delivery_limit: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            [self.group_id, self.member_id, self.topic_ids, self.delivery_limit]
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Notice:
+        group_id, member_id, topic_ids, delivery_limit = json.loads(raw)
+        return cls(
+            str(group_id),
+            str(member_id),
+            None if topic_ids is None else tuple(str(t) for t in topic_ids),
+            int(delivery_limit),
+        )
+
 
 class MemoryStateStore:
     """A store for tests and for a lone broker's unit tests: lost with the process."""
 
     def __init__(self) -> None:
         self.states: dict[ShareKey, PersistedState] = {}
+        self.manager: SharePartitionManager | None = None
+
+    async def delete(self, key: ShareKey) -> None:
+        self.states.pop(key, None)
+
+    def attach(self, manager: SharePartitionManager) -> None:
+        self.manager = manager
+
+    async def tell_brokers(self, notice: Notice) -> None:
+        if self.manager is not None:
+            self.manager.apply(notice)
 
     async def read(self, key: ShareKey) -> PersistedState | None:
         return self.states.get(key)
@@ -89,6 +144,7 @@ class SharePartitionManager:
         self._loading: dict[ShareKey, trio.Lock] = {}
         # Set (and replaced) whenever records may have become available to fetch.
         self.released = trio.Event()
+        store.attach(self)
 
     def notify_released(self) -> None:
         self.released.set()
@@ -203,6 +259,20 @@ class SharePartitionManager:
                 released += led.state.release_member(member_id, delivery_limit)
         if released:
             self.notify_released()
+
+    def apply(self, notice: Notice) -> None:
+        """A coordinator's notice (see `Notice`), on this broker."""
+        if notice.member_id:
+            self.close_session(notice.group_id, notice.member_id, notice.delivery_limit)
+            return
+        stale = [
+            key
+            for key in self.partitions
+            if key[0] == notice.group_id
+            and (notice.topic_ids is None or str(key[1]) in notice.topic_ids)
+        ]
+        for key in stale:
+            del self.partitions[key]
 
     def describe(self, group_id: str) -> list[tuple[ShareKey, LedSharePartition]]:
         return sorted(

@@ -22,7 +22,12 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups.store import NotCoordinatorError, TopicOffsetsLog
-from raftka.broker.share.manager import PersistedState, ShareKey
+from raftka.broker.share.manager import (
+    Notice,
+    PersistedState,
+    ShareKey,
+    SharePartitionManager,
+)
 from raftka.broker.share.partition import RecordState, StateBatch
 from raftka.broker.topics import SHARE_STATE_TOPIC
 from raftka.consensus.transport import ForwardError, PeerTransport
@@ -36,7 +41,10 @@ logger = logging.getLogger("raftka.share")
 SHARE_STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1"}
 SHARE_STATE_WRITE_RPC = "__share_state_write"
 SHARE_STATE_READ_RPC = "__share_state_read"
+SHARE_NOTICE_RPC = "__share_notice"
 FORWARD_TIMEOUT_S = 15.0
+#: How long a coordinator waits for each broker to apply a notice.
+NOTICE_TIMEOUT_S = 3.0
 
 
 def encode_key(key: ShareKey) -> bytes:
@@ -93,6 +101,36 @@ class TopicShareStateStore:
         # state partition -> (leader epoch, key -> latest value) for the partitions led here.
         self._latest: dict[int, tuple[int, dict[bytes, bytes]]] = {}
         self._loading: dict[int, trio.Lock] = {}
+        self.manager: SharePartitionManager | None = None
+
+    def attach(self, manager: SharePartitionManager) -> None:
+        self.manager = manager
+
+    async def tell_brokers(self, notice: Notice) -> None:
+        if self.manager is not None:
+            self.manager.apply(notice)
+        payload = notice.encode()
+
+        async def tell(node_id: int) -> None:
+            try:
+                await self.transport.forward(node_id, SHARE_NOTICE_RPC, payload, NOTICE_TIMEOUT_S)
+            except ForwardError as exc:
+                logger.info("broker %s did not take a share notice: %s", node_id, exc)
+
+        async with trio.open_nursery() as nursery:
+            for node_id in sorted(self.controller.image.brokers):
+                if node_id != self.node_id:
+                    nursery.start_soon(tell, node_id)
+
+    async def serve_notice(self, payload: bytes) -> tuple[int, bytes]:
+        try:
+            notice = Notice.decode(payload)
+        except (ValueError, TypeError) as exc:
+            return int(ErrorCode.invalid_request), f"bad share notice: {exc}".encode()
+        if self.manager is not None:
+            self.manager.apply(notice)
+        await trio.lowlevel.checkpoint()
+        return 0, b"null"
 
     def partition_for(self, raw_key: bytes) -> int:
         return zlib.crc32(raw_key) % self.log.num_partitions
@@ -134,6 +172,17 @@ class TopicShareStateStore:
                 leader,
                 SHARE_STATE_WRITE_RPC,
                 {"partition": partition, "key": raw_key.decode(), "value": value.decode()},
+            )
+
+    async def delete(self, key: ShareKey) -> None:
+        raw_key = encode_key(key)
+        partition = self.partition_for(raw_key)
+        leader = await self._leader(partition)
+        if leader == self.node_id:
+            await self.delete_local(partition, raw_key)
+        else:
+            await self._forward(
+                leader, SHARE_STATE_WRITE_RPC, {"partition": partition, "key": raw_key.decode()}
             )
 
     async def _forward(self, leader: int, rpc: str, request: dict[str, Any]) -> Any:
@@ -194,6 +243,16 @@ class TopicShareStateStore:
             raise OSError(str(exc)) from exc
         latest[raw_key] = value
 
+    async def delete_local(self, partition: int, raw_key: bytes) -> None:
+        """Append a tombstone for the key (compaction then drops its records)."""
+        latest = await self._latest_of(partition)
+        epoch = self.log.leader_epoch(partition)
+        try:
+            await self.log.append(partition, [(raw_key, None)], leader_epoch=epoch)
+        except NotCoordinatorError as exc:
+            raise OSError(str(exc)) from exc
+        latest.pop(raw_key, None)
+
     async def serve_read(self, payload: bytes) -> tuple[int, bytes]:
         try:
             request = json.loads(payload)
@@ -207,11 +266,14 @@ class TopicShareStateStore:
     async def serve_write(self, payload: bytes) -> tuple[int, bytes]:
         try:
             request = json.loads(payload)
-            await self.write_local(
-                int(request["partition"]),
-                str(request["key"]).encode(),
-                str(request["value"]).encode(),
-            )
+            if request.get("value") is None:
+                await self.delete_local(int(request["partition"]), str(request["key"]).encode())
+            else:
+                await self.write_local(
+                    int(request["partition"]),
+                    str(request["key"]).encode(),
+                    str(request["value"]).encode(),
+                )
         except (ValueError, KeyError, TypeError) as exc:
             return int(ErrorCode.invalid_request), f"bad state write: {exc}".encode()
         except FencedStateEpoch as exc:
@@ -226,4 +288,5 @@ def register(
 ) -> TopicShareStateStore:
     register_rpc(SHARE_STATE_READ_RPC, store.serve_read)
     register_rpc(SHARE_STATE_WRITE_RPC, store.serve_write)
+    register_rpc(SHARE_NOTICE_RPC, store.serve_notice)
     return store
