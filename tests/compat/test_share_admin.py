@@ -1,0 +1,324 @@
+"""Share-group administration against a real broker: DescribeShareGroupOffsets,
+AlterShareGroupOffsets, DeleteShareGroupOffsets and DeleteGroups (over our wire client, as
+confluent-kafka lacks them) with confluent-kafka's ShareConsumer reading, and a member that
+leaves through ShareGroupHeartbeat having its acquired records released at once."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from clients import make_producer, retry_retriable, wait_until
+from confluent_kafka import ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
+from harness import BrokerProcess
+
+from raftka.broker.admin.wire import WireConnection
+
+DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS, DELETE_GROUPS = 90, 91, 92, 42
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH = 76, 78
+NONE, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 0, 68, 69
+# Locks and share sessions outlive the test: a record comes back within it only if
+# something released it.
+LOCK_MS = 60_000
+BROKER_CONFIG = {
+    "group.share.record.lock.duration.ms": str(LOCK_MS),
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.session.timeout.ms": "60000",
+    "share.auto.offset.reset": "earliest",
+    "offsets.topic.num.partitions": "2",
+    "share.coordinator.state.topic.num.partitions": "2",
+}
+WAIT_S = 20
+RECORDS = 20
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(BROKER_CONFIG, base_dir=tmp_path_factory.mktemp("share-admin")) as b:
+        yield b
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, name: str) -> uuid.UUID:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=10)[name].result(timeout=20)
+    producer = make_producer(bootstrap)
+    for i in range(RECORDS):
+        producer.produce(name, value=f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0, "records still unsent after 30 s"
+    return topic_id(bootstrap, name)
+
+
+def topic_id(bootstrap: str, name: str) -> uuid.UUID:
+    from kio.schema.metadata.v12.request import MetadataRequestTopic
+
+    with WireConnection(bootstrap, 10) as conn:
+        answer = conn.request(
+            3,
+            {
+                "topics": (MetadataRequestTopic(topic_id=None, name=name),),
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+            version=12,
+        )
+    (topic,) = answer.topics
+    return topic.topic_id
+
+
+def share_consumer(bootstrap: str, group: str, topic: str) -> ShareConsumer:
+    consumer = ShareConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "implicit",
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def read_offsets(consumer: ShareConsumer, count: int) -> list[int]:
+    """The offsets of `count` records polled (implicitly acknowledged)."""
+    offsets: list[int] = []
+
+    def more() -> bool:
+        offsets.extend(m.offset() for m in consumer.poll(0.5) if m.error() is None)
+        return len(offsets) >= count
+
+    wait_until(more, WAIT_S, f"{count} records for the share consumer")
+    return offsets
+
+
+def describe(conn: WireConnection, group: str, topic: str) -> Any:
+    from kio.schema.describe_share_group_offsets.v1.request import (
+        DescribeShareGroupOffsetsRequestGroup,
+        DescribeShareGroupOffsetsRequestTopic,
+    )
+
+    answer = retry_retriable(
+        lambda: conn.request(
+            DESCRIBE_OFFSETS,
+            {
+                "groups": (
+                    DescribeShareGroupOffsetsRequestGroup(
+                        group_id=group,
+                        topics=(
+                            DescribeShareGroupOffsetsRequestTopic(
+                                topic_name=topic, partitions=(0,)
+                            ),
+                        ),
+                    ),
+                )
+            },
+            version=1,
+        )
+    )
+    (described,) = answer.groups
+    assert described.error_code == NONE, described
+    ((partition,),) = [t.partitions for t in described.topics]
+    assert partition.error_code == NONE, partition
+    return partition
+
+
+def alter(conn: WireConnection, group: str, topic: str, start: int) -> Any:
+    from kio.schema.alter_share_group_offsets.v0.request import (
+        AlterShareGroupOffsetsRequestPartition,
+        AlterShareGroupOffsetsRequestTopic,
+    )
+
+    return retry_retriable(
+        lambda: conn.request(
+            ALTER_OFFSETS,
+            {
+                "group_id": group,
+                "topics": (
+                    AlterShareGroupOffsetsRequestTopic(
+                        topic_name=topic,
+                        partitions=(
+                            AlterShareGroupOffsetsRequestPartition(
+                                partition_index=0, start_offset=start
+                            ),
+                        ),
+                    ),
+                ),
+            },
+            version=0,
+        )
+    )
+
+
+def delete_offsets(conn: WireConnection, group: str, topic: str) -> Any:
+    from kio.schema.delete_share_group_offsets.v0.request import (
+        DeleteShareGroupOffsetsRequestTopic,
+    )
+
+    return retry_retriable(
+        lambda: conn.request(
+            DELETE_OFFSETS,
+            {
+                "group_id": group,
+                "topics": (DeleteShareGroupOffsetsRequestTopic(topic_name=topic),),
+            },
+            version=0,
+        )
+    )
+
+
+def delete_group(conn: WireConnection, group: str) -> int:
+    answer = retry_retriable(
+        lambda: conn.request(DELETE_GROUPS, {"groups_names": (group,)}, version=2)
+    )
+    (result,) = answer.results
+    return int(result.error_code)
+
+
+def test_describe_alter_and_delete_offsets_of_an_idle_share_group(broker: BrokerProcess) -> None:
+    topic, group = unique("share-admin"), unique("share-admin-g")
+    create_topic(broker.bootstrap, topic)
+    with WireConnection(broker.bootstrap, 10) as conn:
+        consumer = share_consumer(broker.bootstrap, group, topic)
+        try:
+            assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
+            consumer.poll(0.5)  # sends the implicit acknowledgements
+            wait_until(
+                lambda: describe(conn, group, topic).start_offset == RECORDS,
+                WAIT_S,
+                "the acknowledged records to move the share-partition start offset",
+            )
+            assert describe(conn, group, topic).lag == 0
+            refused = alter(conn, group, topic, 5)
+            assert refused.error_code == NON_EMPTY_GROUP, refused
+            refused_delete = delete_offsets(conn, group, topic)
+            assert refused_delete.error_code == NON_EMPTY_GROUP, refused_delete
+            assert delete_group(conn, group) == NON_EMPTY_GROUP
+        finally:
+            consumer.close()
+
+        # The member left on close: its start offset can be moved back.
+        altered = wait_until(
+            lambda: (a := alter(conn, group, topic, 5)).error_code != NON_EMPTY_GROUP and a,
+            WAIT_S,
+            "the closed consumer to leave the group",
+        )
+        assert altered.error_code == NONE, altered
+        assert [p.error_code for t in altered.responses for p in t.partitions] == [NONE]
+        described = describe(conn, group, topic)
+        assert (described.start_offset, described.lag) == (5, RECORDS - 5)
+        consumer = share_consumer(broker.bootstrap, group, topic)
+        try:
+            assert sorted(read_offsets(consumer, RECORDS - 5)) == list(range(5, RECORDS))
+        finally:
+            consumer.close()
+
+        # Deleted offsets: the next member starts per share.auto.offset.reset (earliest).
+        deleted = wait_until(
+            lambda: (d := delete_offsets(conn, group, topic)).error_code != NON_EMPTY_GROUP and d,
+            WAIT_S,
+            "the closed consumer to leave the group",
+        )
+        assert deleted.error_code == NONE, deleted
+        assert [t.error_code for t in deleted.responses] == [NONE]
+        assert describe(conn, group, topic).start_offset == -1
+        consumer = share_consumer(broker.bootstrap, group, topic)
+        try:
+            assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
+            consumer.poll(0.5)
+        finally:
+            consumer.close()
+
+        # DeleteGroups: the group and its state go; a new member starts afresh again.
+        wait_until(
+            lambda: describe(conn, group, topic).start_offset == RECORDS,
+            WAIT_S,
+            "the acknowledgements of the third consumer to be persisted",
+        )
+        wait_until(
+            lambda: delete_group(conn, group) != NON_EMPTY_GROUP,
+            WAIT_S,
+            "the third consumer to leave the group",
+        )
+        assert describe(conn, group, topic).start_offset == -1
+        assert delete_group(conn, group) == GROUP_ID_NOT_FOUND
+        consumer = share_consumer(broker.bootstrap, group, topic)
+        try:
+            assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
+        finally:
+            consumer.close()
+
+
+def test_a_member_leaving_by_heartbeat_releases_its_records_at_once(
+    broker: BrokerProcess,
+) -> None:
+    from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic
+
+    topic, group = unique("share-leave"), unique("share-leave-g")
+    tid = create_topic(broker.bootstrap, topic)
+    member = uuid.uuid4().hex
+    with WireConnection(broker.bootstrap, 10) as conn:
+
+        def heartbeat(epoch: int) -> Any:
+            return retry_retriable(
+                lambda: conn.request(
+                    SHARE_GROUP_HEARTBEAT,
+                    {
+                        "group_id": group,
+                        "member_id": member,
+                        "member_epoch": epoch,
+                        "rack_id": None,
+                        "subscribed_topic_names": (topic,) if epoch == 0 else None,
+                    },
+                    version=1,
+                )
+            )
+
+        joined = heartbeat(0)
+        assert joined.error_code == NONE, joined
+
+        def acquire() -> int:
+            answer = conn.request(
+                SHARE_FETCH,
+                {
+                    "group_id": group,
+                    "member_id": member,
+                    "share_session_epoch": 0,
+                    "max_wait": datetime.timedelta(milliseconds=500),
+                    "min_bytes": 1,
+                    "max_bytes": 1 << 20,
+                    "max_records": 100,
+                    "batch_size": 100,
+                    "topics": (
+                        FetchTopic(
+                            topic_id=tid,
+                            partitions=(
+                                FetchPartition(partition_index=0, acknowledgement_batches=()),
+                            ),
+                        ),
+                    ),
+                    "forgotten_topics_data": (),
+                },
+                version=1,
+            )
+            return sum(
+                r.last_offset - r.first_offset + 1
+                for t in answer.responses
+                for p in t.partitions
+                for r in p.acquired_records
+            )
+
+        wait_until(lambda: acquire() == RECORDS, WAIT_S, "the member to acquire every record")
+        left = heartbeat(-1)
+        assert left.error_code == NONE, left
+        # WAIT_S is well under the lock: the records come back only because they were released.
+        consumer = share_consumer(broker.bootstrap, group, topic)
+        try:
+            assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
+        finally:
+            consumer.close()
