@@ -336,6 +336,12 @@ def reset_offsets(
     partitions = sorted(chosen)
     description = _describe(target, admin, group_id)
     state = state_name(description.state)
+    if state == "DEAD":
+        from raftka.broker.admin import share_groups
+
+        members = share_groups.share_group_members(target, group_id)
+        if members is not None:
+            return _reset_share_offsets(target, admin, group_id, partitions, spec, execute, members)
     if execute and state not in RESETTABLE_STATES:
         raise AdminError(
             f"assignments can only be reset if the group '{group_id}' is inactive (no members), "
@@ -361,6 +367,44 @@ def reset_offsets(
                 "topic": t,
                 "partition": p,
                 "current_offset": committed.get((t, p)),
+                "new_offset": planned[(t, p)],
+            }
+            for t, p in partitions
+        ],
+    }
+
+
+def _reset_share_offsets(
+    target: Target,
+    admin: Any,
+    group_id: str,
+    partitions: list[tuple[str, int]],
+    spec: ResetSpec,
+    execute: bool,
+    members: int,
+) -> Document:
+    """reset-offsets for a share group: its share-partitions' start offsets, moved with
+    AlterShareGroupOffsets (the group must have no members)."""
+    from raftka.broker.admin import share_groups
+
+    if execute and members:
+        raise AdminError(
+            f"share group '{group_id}' has {members} member(s): its start offsets can only be "
+            "reset while it has none; stop its consumers first"
+        )
+    current = share_groups.share_start_offsets(target, group_id, partitions)
+    planned = _planned_offsets(target, admin, partitions, current, spec)
+    if execute:
+        share_groups.alter_share_start_offsets(target, group_id, planned)
+    return {
+        "group": group_id,
+        "scenario": spec.describe(),
+        "executed": execute,
+        "partitions": [
+            {
+                "topic": t,
+                "partition": p,
+                "current_offset": current.get((t, p)),
                 "new_offset": planned[(t, p)],
             }
             for t, p in partitions

@@ -61,10 +61,14 @@ def _persisted(target: Target, group_id: str) -> dict[tuple[str, int], Persisted
             if offset + 1 >= ends[index]:
                 done.add(index)
             key, value = message.key(), message.value()
-            if key is None or value is None:
+            if key is None:
                 continue
             group, topic_id, partition = json.loads(key)
-            if group == group_id:
+            if group != group_id:
+                continue
+            if value is None:  # deleted (DeleteShareGroupOffsets, DeleteGroups)
+                states.pop((str(topic_id), int(partition)), None)
+            else:
                 states[(str(topic_id), int(partition))] = decode_state(value)
     finally:
         consumer.close()
@@ -147,3 +151,144 @@ def print_describe(document: Document, out: TextIO) -> None:
         ],
         out,
     )
+
+
+# -- reset-offsets ---------------------------------------------------------------------------
+
+FIND_COORDINATOR, SHARE_GROUP_DESCRIBE = 10, 77
+DESCRIBE_SHARE_OFFSETS, ALTER_SHARE_OFFSETS = 90, 91
+#: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
+_COORDINATOR_RETRIABLE = {14, 15, 16}
+_RETRIES = 30
+_RETRY_PAUSE_S = 0.2
+
+
+def _at_coordinator(cluster: Any, group_id: str, send: Any) -> Any:
+    """`send(connection)` -> (error code, answer) at the group's coordinator, retried while
+    the coordinator loads or moves; the answer once the code is not retriable."""
+    code, answer = 15, None
+    cluster.metadata(())  # the brokers' addresses
+    for attempt in range(_RETRIES):
+        if attempt:
+            time.sleep(_RETRY_PAUSE_S)
+        found = cluster.any_connection().request(
+            FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": (group_id,)}, version=4
+        )
+        (coordinator,) = found.coordinators
+        if coordinator.error_code != 0:
+            continue
+        code, answer = send(cluster.to_node(coordinator.node_id))
+        if code not in _COORDINATOR_RETRIABLE:
+            return answer
+    raise AdminError(f"the coordinator of group {group_id} did not answer (error {code})")
+
+
+def share_group_members(target: Target, group_id: str) -> int | None:
+    """The number of members of share group `group_id`, None when it is not a live share
+    group at its coordinator."""
+    from raftka.broker.admin.wire import WireCluster
+
+    def send(conn: Any) -> tuple[int, Any]:
+        answer = conn.request(
+            SHARE_GROUP_DESCRIBE,
+            {"group_ids": (group_id,), "include_authorized_operations": False},
+            version=1,
+        )
+        (group,) = answer.groups
+        return int(group.error_code), group
+
+    with WireCluster(target) as cluster:
+        group = _at_coordinator(cluster, group_id, send)
+    if group.error_code != 0:
+        return None
+    return len(group.members)
+
+
+def share_start_offsets(
+    target: Target, group_id: str, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """The persisted start offsets of the group's share-partitions among `partitions`."""
+    from kio.schema.describe_share_group_offsets.v0.request import (
+        DescribeShareGroupOffsetsRequestGroup,
+        DescribeShareGroupOffsetsRequestTopic,
+    )
+
+    from raftka.broker.admin.wire import WireCluster
+    from raftka.protocol.api import build
+
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    request = build(
+        DescribeShareGroupOffsetsRequestGroup,
+        group_id=group_id,
+        topics=tuple(
+            build(DescribeShareGroupOffsetsRequestTopic, topic_name=t, partitions=tuple(ps))
+            for t, ps in sorted(by_topic.items())
+        ),
+    )
+
+    def send(conn: Any) -> tuple[int, Any]:
+        answer = conn.request(DESCRIBE_SHARE_OFFSETS, {"groups": (request,)}, version=0)
+        (group,) = answer.groups
+        return int(group.error_code), group
+
+    with WireCluster(target) as cluster:
+        group = _at_coordinator(cluster, group_id, send)
+    if group.error_code != 0:
+        raise AdminError(f"error {group.error_code} describing share group {group_id}")
+    return {
+        (t.topic_name, p.partition_index): p.start_offset
+        for t in group.topics
+        for p in t.partitions
+        if p.error_code == 0 and p.start_offset >= 0
+    }
+
+
+def alter_share_start_offsets(
+    target: Target, group_id: str, planned: dict[tuple[str, int], int]
+) -> None:
+    """AlterShareGroupOffsets: the share-partitions start at `planned` offsets."""
+    from kio.schema.alter_share_group_offsets.v0.request import (
+        AlterShareGroupOffsetsRequestPartition,
+        AlterShareGroupOffsetsRequestTopic,
+    )
+
+    from raftka.broker.admin.wire import WireCluster
+    from raftka.protocol.api import build
+
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in sorted(planned.items()):
+        by_topic.setdefault(topic, []).append((partition, offset))
+    topics = tuple(
+        build(
+            AlterShareGroupOffsetsRequestTopic,
+            topic_name=topic,
+            partitions=tuple(
+                build(AlterShareGroupOffsetsRequestPartition, partition_index=p, start_offset=o)
+                for p, o in entries
+            ),
+        )
+        for topic, entries in by_topic.items()
+    )
+
+    def send(conn: Any) -> tuple[int, Any]:
+        answer = conn.request(
+            ALTER_SHARE_OFFSETS, {"group_id": group_id, "topics": topics}, version=0
+        )
+        return int(answer.error_code), answer
+
+    with WireCluster(target) as cluster:
+        answer = _at_coordinator(cluster, group_id, send)
+    if answer.error_code != 0:
+        raise AdminError(
+            f"error {answer.error_code} resetting share group {group_id}: {answer.error_message}"
+        )
+    failed = [
+        f"{t.topic_name}[{p.partition_index}]: error {p.error_code} {p.error_message or ''}"
+        for t in answer.responses
+        for p in t.partitions
+        if p.error_code != 0
+    ]
+    if failed:
+        raise AdminError("start offsets not reset for " + "; ".join(failed))

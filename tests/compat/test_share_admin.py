@@ -6,12 +6,13 @@ leaves through ShareGroupHeartbeat having its acquired records released at once.
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import make_producer, retry_retriable, wait_until
+from clients import make_producer, retry_retriable, run_raftka, wait_until
 from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
@@ -322,3 +323,55 @@ def test_a_member_leaving_by_heartbeat_releases_its_records_at_once(
             assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
         finally:
             consumer.close()
+
+
+def test_cli_resets_and_deletes_a_share_group(broker: BrokerProcess) -> None:
+    topic, group = unique("share-cli"), unique("share-cli-g")
+    create_topic(broker.bootstrap, topic)
+    bootstrap = ("--bootstrap-servers", broker.bootstrap)
+    consumer = share_consumer(broker.bootstrap, group, topic)
+    try:
+        assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
+        consumer.poll(0.5)
+        refused = run_raftka(
+            "groups", "reset-offsets", group, "--topic", topic, "--shift-by", "-5", "--execute",
+            *bootstrap,
+        )  # fmt: skip
+        assert refused.returncode != 0 and "member" in refused.stderr, refused
+    finally:
+        consumer.close()
+    with WireConnection(broker.bootstrap, 10) as conn:
+        wait_until(
+            lambda: describe(conn, group, topic).start_offset == RECORDS,
+            WAIT_S,
+            "the acknowledgements to be persisted",
+        )
+
+    def reset() -> Any:
+        result = run_raftka(
+            "groups", "reset-offsets", group, "--topic", topic, "--shift-by", "-5", "--execute",
+            "--output", "json", *bootstrap,
+        )  # fmt: skip
+        return result.returncode == 0 and result
+
+    result = wait_until(reset, WAIT_S, "the consumer to leave so its group can be reset")
+    (row,) = json.loads(result.stdout)["partitions"]
+    assert (row["current_offset"], row["new_offset"]) == (RECORDS, RECORDS - 5)
+    described = run_raftka("groups", "describe", group, "--output", "json", *bootstrap)
+    assert described.returncode == 0, described.stderr
+    (persisted,) = json.loads(described.stdout)["partitions"]
+    assert persisted["start_offset"] == RECORDS - 5
+    consumer = share_consumer(broker.bootstrap, group, topic)
+    try:
+        assert sorted(read_offsets(consumer, 5)) == list(range(RECORDS - 5, RECORDS))
+    finally:
+        consumer.close()
+
+    deleted = wait_until(
+        lambda: (r := run_raftka("groups", "delete", group, *bootstrap)).returncode == 0 and r,
+        WAIT_S,
+        "the consumer to leave so its group can be deleted",
+    )
+    assert group in deleted.stdout
+    gone = run_raftka("groups", "describe", group, *bootstrap)
+    assert gone.returncode != 0 and "GROUP_ID_NOT_FOUND" in gone.stderr, gone
