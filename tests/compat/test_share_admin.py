@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import make_producer, retry_retriable, run_raftka, wait_until
+from clients import error_codes, make_producer, retry_retriable, run_raftka, wait_until
 from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
@@ -375,3 +375,148 @@ def test_cli_resets_and_deletes_a_share_group(broker: BrokerProcess) -> None:
     assert group in deleted.stdout
     gone = run_raftka("groups", "describe", group, *bootstrap)
     assert gone.returncode != 0 and "GROUP_ID_NOT_FOUND" in gone.stderr, gone
+
+
+def test_leave_and_alter_reach_partition_leaders_on_other_brokers(cluster_factory: Any) -> None:
+    """In a 3-broker cluster the group's coordinator tells the other partitions' leaders:
+    a leaving member's records come back at once, altered start offsets are used."""
+    from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic
+
+    cluster = cluster_factory(config={**BROKER_CONFIG, "offsets.topic.replication.factor": "3"})
+    topic, group = unique("share-3"), unique("share-3-g")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1)], operation_timeout=10)[topic].result(timeout=20)
+    producer = make_producer(cluster.bootstrap)
+    for i in range(RECORDS * 3):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % 3)
+    assert producer.flush(30) == 0, "records still unsent after 30 s"
+    leaders = {
+        p: meta.leader
+        for p, meta in admin.list_topics(topic, timeout=10).topics[topic].partitions.items()
+    }
+    assert len(set(leaders.values())) > 1, f"partitions all led by one broker: {leaders}"
+    tid = topic_id(cluster.nodes[0].bootstrap, topic)
+    address = {n.node_id: n.bootstrap for n in cluster.nodes}
+    member = uuid.uuid4().hex
+    with WireConnection(cluster.nodes[0].bootstrap, 10) as any_conn:
+
+        def coordinator() -> Any:
+            found = any_conn.request(
+                10, {"key_type": 0, "coordinator_keys": (group,)}, version=4
+            ).coordinators[0]
+            return found.error_code == NONE and found.node_id
+
+        coordinator_id = wait_until(coordinator, WAIT_S, "a coordinator for the group")
+    with WireConnection(address[coordinator_id], 10) as conn:
+
+        def heartbeat(epoch: int) -> Any:
+            return retry_retriable(
+                lambda: conn.request(
+                    SHARE_GROUP_HEARTBEAT,
+                    {
+                        "group_id": group,
+                        "member_id": member,
+                        "member_epoch": epoch,
+                        "rack_id": None,
+                        "subscribed_topic_names": (topic,) if epoch == 0 else None,
+                    },
+                    version=1,
+                )
+            )
+
+        assert heartbeat(0).error_code == NONE
+        for partition, leader in sorted(leaders.items()):
+            with WireConnection(address[leader], 10) as at_leader:
+
+                def acquire(at_leader: WireConnection = at_leader, index: int = partition) -> bool:
+                    answer = at_leader.request(
+                        SHARE_FETCH,
+                        {
+                            "group_id": group,
+                            "member_id": member,
+                            "share_session_epoch": 0,
+                            "max_wait": datetime.timedelta(milliseconds=500),
+                            "min_bytes": 1,
+                            "max_bytes": 1 << 20,
+                            "max_records": 100,
+                            "batch_size": 100,
+                            "topics": (
+                                FetchTopic(
+                                    topic_id=tid,
+                                    partitions=(
+                                        FetchPartition(
+                                            partition_index=index, acknowledgement_batches=()
+                                        ),
+                                    ),
+                                ),
+                            ),
+                            "forgotten_topics_data": (),
+                        },
+                        version=1,
+                    )
+                    return (
+                        sum(
+                            r.last_offset - r.first_offset + 1
+                            for t in answer.responses
+                            for p in t.partitions
+                            for r in p.acquired_records
+                        )
+                        == RECORDS
+                    )
+
+                wait_until(acquire, WAIT_S, f"the member to acquire partition {partition}")
+        assert heartbeat(-1).error_code == NONE
+
+        def read_all(consumer: ShareConsumer) -> list[tuple[int, int]]:
+            got: list[tuple[int, int]] = []
+
+            def more() -> bool:
+                got.extend((m.partition(), m.offset()) for m in consumer.poll(0.5) if not m.error())
+                return len(got) >= RECORDS * 3
+
+            wait_until(more, WAIT_S, f"{RECORDS * 3} records (lock {LOCK_MS} ms)")
+            consumer.poll(0.5)  # sends the implicit acknowledgements
+            return sorted(got)
+
+        everything = [(p, o) for p in range(3) for o in range(RECORDS)]
+        consumer = share_consumer(cluster.bootstrap, group, topic)
+        try:
+            assert read_all(consumer) == everything
+        finally:
+            consumer.close()
+
+        from kio.schema.alter_share_group_offsets.v0.request import (
+            AlterShareGroupOffsetsRequestPartition,
+            AlterShareGroupOffsetsRequestTopic,
+        )
+
+        def alter_all() -> Any:
+            answer = retry_retriable(
+                lambda: conn.request(
+                    ALTER_OFFSETS,
+                    {
+                        "group_id": group,
+                        "topics": (
+                            AlterShareGroupOffsetsRequestTopic(
+                                topic_name=topic,
+                                partitions=tuple(
+                                    AlterShareGroupOffsetsRequestPartition(
+                                        partition_index=p, start_offset=0
+                                    )
+                                    for p in range(3)
+                                ),
+                            ),
+                        ),
+                    },
+                    version=0,
+                )
+            )
+            return answer.error_code != NON_EMPTY_GROUP and answer
+
+        altered = wait_until(alter_all, WAIT_S, "the consumer to leave the group")
+        assert error_codes(altered) == [NONE] * 4, altered
+        consumer = share_consumer(cluster.bootstrap, group, topic)
+        try:
+            assert read_all(consumer) == everything
+        finally:
+            consumer.close()
