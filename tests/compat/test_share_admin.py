@@ -14,14 +14,17 @@ from typing import Any
 import pytest
 from clients import error_codes, make_producer, retry_retriable, run_raftka, wait_until
 from confluent_kafka import ShareConsumer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourceType
 from harness import BrokerProcess
+from test_authorization import TIMEOUT_S, SecuredBroker, create_topics, grant
+from test_authorization import secured as secured  # noqa: F401  (the broker fixture)
 
 from raftka.broker.admin.wire import WireConnection
 
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS, DELETE_GROUPS = 90, 91, 92, 42
 SHARE_GROUP_HEARTBEAT, SHARE_FETCH = 76, 78
 NONE, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 0, 68, 69
+GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 30, 29
 # Locks and share sessions outlive the test: a record comes back within it only if
 # something released it.
 LOCK_MS = 60_000
@@ -520,3 +523,57 @@ def test_leave_and_alter_reach_partition_leaders_on_other_brokers(cluster_factor
             assert read_all(consumer) == everything
         finally:
             consumer.close()
+
+
+def test_share_offsets_apis_check_group_and_topic_acls(secured: SecuredBroker) -> None:
+    topic, group = unique("share-admin-acl"), unique("share-admin-acl-g")
+    create_topics(secured, topic)
+
+    def sasl(user: str) -> dict[str, str]:
+        conf = secured.conf(user).items()
+        return {k: str(v) for k, v in conf if k.startswith(("sasl", "sec"))}
+
+    with WireConnection(f"127.0.0.1:{secured.sasl_port}", TIMEOUT_S, sasl("admin")) as conn:
+        # The coordinator's __consumer_offsets is created by the first FindCoordinator.
+        conn.request(10, {"key_type": 0, "coordinator_keys": (group,)}, version=4)
+    with WireConnection(f"127.0.0.1:{secured.sasl_port}", TIMEOUT_S, sasl("alice")) as conn:
+
+        def described() -> tuple[int, list[int]]:
+            from kio.schema.describe_share_group_offsets.v1.request import (
+                DescribeShareGroupOffsetsRequestGroup,
+                DescribeShareGroupOffsetsRequestTopic,
+            )
+
+            request = DescribeShareGroupOffsetsRequestGroup(
+                group_id=group,
+                topics=(DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=(0,)),),
+            )
+            answer = retry_retriable(
+                lambda: conn.request(DESCRIBE_OFFSETS, {"groups": (request,)}, version=1)
+            )
+            (g,) = answer.groups
+            return g.error_code, [p.error_code for t in g.topics for p in t.partitions]
+
+        def altered() -> tuple[int, list[int]]:
+            answer = alter(conn, group, topic, 0)
+            return answer.error_code, [p.error_code for t in answer.responses for p in t.partitions]
+
+        def deleted() -> tuple[int, list[int]]:
+            answer = delete_offsets(conn, group, topic)
+            return answer.error_code, [t.error_code for t in answer.responses]
+
+        refused = (GROUP_AUTHORIZATION_FAILED, [])
+        assert (described(), altered(), deleted()) == (refused, refused, refused)
+        assert delete_group(conn, group) == GROUP_AUTHORIZATION_FAILED
+        grant(secured, "User:alice", AclOperation.DESCRIBE, ResourceType.GROUP, group)
+        assert described() == (NONE, [TOPIC_AUTHORIZATION_FAILED])
+        grant(secured, "User:alice", AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+        assert described() == (NONE, [NONE])
+        assert altered() == refused
+        grant(secured, "User:alice", AclOperation.READ, ResourceType.GROUP, group)
+        assert altered() == (NONE, [TOPIC_AUTHORIZATION_FAILED])
+        assert deleted() == refused
+        grant(secured, "User:alice", AclOperation.READ, ResourceType.TOPIC, topic)
+        assert altered() == (NONE, [NONE])
+        grant(secured, "User:alice", AclOperation.DELETE, ResourceType.GROUP, group)
+        assert deleted() == (NONE, [NONE])
