@@ -62,6 +62,7 @@ from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
 from raftka.broker.security.session import ClientSession, Principal
 from raftka.broker.server import Broker, Listener
 from raftka.broker.services import BrokerServices, RequestContext
+from raftka.broker.share.group import ShareGroups
 from raftka.broker.txn.coordinator import Listing
 from raftka.broker.txn.metadata import TxnMetadata
 from raftka.broker.txn.records import TxnState
@@ -565,6 +566,7 @@ class Listed:
     def __init__(self, *group_ids: str) -> None:
         self.group_ids = group_ids
         self.deleted: list[str] = []
+        self.share = ShareGroups(dict)  # no share groups
 
     def list_typed_groups(
         self, states: Any = (), types: Any = ()
