@@ -119,7 +119,7 @@ def test_raftka_serve_from_the_wheel_works_with_kcat(installed: Path, kcat_bin: 
         assert out.splitlines() == lines
         # The admin commands need nothing beyond the package's own dependencies.
         groups = _run([str(raftka), "groups", "list", "--bootstrap", bootstrap], cwd=data_dir)
-        assert groups.splitlines()[0].split() == ["GROUP", "STATE"], groups
+        assert groups.splitlines()[0].split() == ["GROUP", "TYPE", "STATE"], groups
     finally:
         broker.terminate()
         try:
