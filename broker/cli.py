@@ -59,7 +59,22 @@ def _parser() -> argparse.ArgumentParser:
         "--peers",
         default="",
         metavar="ID@HOST:PORT,...",
-        help="every voter's --raft-listen address, this broker's included",
+        help="the brokers' --raft-listen addresses, this broker's included: the metadata"
+        " voters at the cluster's first start, afterwards only where to reach them (the voter"
+        " set the metadata log records wins)",
+    )
+    serve.add_argument(
+        "--join",
+        action="store_true",
+        help="join a running cluster: this broker is not a voter of the --peers it names; it"
+        " registers, replicates the metadata as an observer and hosts no partitions until"
+        " they are reassigned to it (needs --cluster-id on its first start)",
+    )
+    serve.add_argument(
+        "--cluster-id",
+        metavar="ID",
+        help="the cluster's id (`raftka cluster status` shows it) instead of one derived from"
+        " --peers; a data directory of another cluster is refused",
     )
     serve.add_argument(
         "--shards",
@@ -280,7 +295,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--peers must include this broker's node id {node_id}")
         if peers and raft_listen is None:
             raft_listen = peers[node_id]
-        cluster = ClusterSpec(raft_listen=raft_listen, peers=peers)
+        if args.join and not peers:
+            raise ValueError("--join needs --peers: the running cluster's brokers and this one")
+        cluster = ClusterSpec(
+            raft_listen=raft_listen, peers=peers, join=args.join, given_cluster_id=args.cluster_id
+        )
     except (ConfigError, ValueError, OSError) as exc:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2

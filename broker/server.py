@@ -80,6 +80,11 @@ class ClusterSpec:
 
     raft_listen: Listener | None = None
     peers: dict[int, Listener] = field(default_factory=dict)
+    #: This broker joins a running cluster: it is not one of the voters it starts with
+    #: (every other broker in `peers`), and the metadata adds it as an observer.
+    join: bool = False
+    #: The cluster's id when given (`--cluster-id`): taken instead of one derived from peers.
+    given_cluster_id: str | None = None
 
     @classmethod
     def parse_peers(cls, text: str) -> dict[int, Listener]:
@@ -93,10 +98,16 @@ class ClusterSpec:
         return peers
 
     def voters(self, node_id: int) -> frozenset[int]:
+        """The metadata voters until the metadata log records a change of them."""
+        if self.join:
+            return frozenset(self.peers) - {node_id}
         return frozenset(self.peers) | {node_id}
 
     def cluster_id(self) -> str | None:
-        """A multi-broker cluster's id, the same on every broker started with these peers."""
+        """A multi-broker cluster's id, the same on every broker started with these peers
+        (or the one given with --cluster-id)."""
+        if self.given_cluster_id is not None:
+            return self.given_cluster_id
         if not self.peers:
             return None
         spec = ",".join(f"{n}@{a.host}:{a.port}" for n, a in sorted(self.peers.items()))
@@ -164,7 +175,7 @@ def read_or_create_cluster_id(data_dir: Path, node_id: int, wanted: str | None =
                 if wanted is not None and found != wanted:
                     raise ValueError(
                         f"{data_dir} belongs to cluster {found}, not to the cluster of these "
-                        f"--peers ({wanted}); use another --data-dir"
+                        f"--peers or --cluster-id ({wanted}); use another --data-dir"
                     )
                 return found
     cluster_id = wanted or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -379,8 +390,20 @@ class Broker:
             opened.callback(os.close, self._data_dir_lock)
             self.cluster = cluster or ClusterSpec()
             self.node_id: int = config.get_int("node.id")
+            if (
+                self.cluster.join
+                and self.cluster.given_cluster_id is None
+                and not (data_dir / "meta.properties").exists()
+            ):
+                raise ValueError(
+                    "--join needs --cluster-id: the id of the running cluster this broker joins"
+                    " (`raftka cluster status` shows it)"
+                )
+            # A joiner's --peers are not the cluster's original ones: no id is derived from them.
             self.cluster_id = read_or_create_cluster_id(
-                data_dir, self.node_id, self.cluster.cluster_id()
+                data_dir,
+                self.node_id,
+                self.cluster.given_cluster_id if self.cluster.join else self.cluster.cluster_id(),
             )
             raft_listen = self.cluster.raft_listen or Listener("127.0.0.1", 0)
             raft_tls = raft_tls_contexts(config)
@@ -391,6 +414,7 @@ class Broker:
                 auth=peer_auth_from(config, self.cluster_id),
                 tls_server=None if raft_tls is None else raft_tls[0],
                 tls_client=None if raft_tls is None else raft_tls[1],
+                admit_joiners=bool(self.cluster.peers),
             )
             self.hard_states = HardStateStore(data_dir / "raft.lmdb")
             opened.callback(self.hard_states.close)
@@ -525,7 +549,9 @@ class Broker:
                 self.identity.advertise_listeners(addresses)
                 host, port = addresses[self.listeners[0].name]
                 self.identity.advertise(host, port)
-                await self.controller.register(host, port, self.identity.rack, addresses)
+                await self.controller.register(
+                    host, port, self.identity.rack, addresses, self._raft_address()
+                )
                 self.registered = True
                 self.groups.load()
                 self.transactions.load()
@@ -568,6 +594,17 @@ class Broker:
             self.producer_ids.close()
             logger.info("raftka: logs flushed and closed in %.2f s", time.monotonic() - started)
             os.close(self._data_dir_lock)  # the lock goes with it
+
+    def _raft_address(self) -> tuple[str, int] | None:
+        """Where other brokers reach this one's Raft transport: its own --peers entry, else
+        the --raft-listen address (with the bound port)."""
+        if not self.cluster.peers:
+            return None
+        own = self.cluster.peers.get(self.node_id)
+        if own is not None:
+            return own.host, own.port
+        listen = self.cluster.raft_listen or Listener("127.0.0.1", 0)
+        return listen.host, self.transport.port or listen.port
 
     async def hand_over_leadership(self) -> None:
         """First step of a clean shutdown, while the broker still runs: move every Raft group it

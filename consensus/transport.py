@@ -232,9 +232,16 @@ class PeerTransport:
         handshakes_per_host_max: int = 8,
         tls_server: ssl.SSLContext | None = None,
         tls_client: ssl.SSLContext | None = None,
+        admit_joiners: bool = False,
     ) -> None:
         """`peers` maps every other node's id to its address (an entry for `node_id` itself
-        is ignored). Received messages go to `on_message` in arrival order.
+        is ignored; `add_peer` adds more while running). Received messages go to
+        `on_message` in arrival order.
+
+        With `admit_joiners`, a connection from a node id that is not a peer (yet) is
+        accepted too (once it passed TLS and the secret's handshake, if configured): its
+        forwarded requests are served (a joining broker registers that way), its Raft
+        messages are dropped until `add_peer` makes it a peer.
 
         With `auth`, every connection is authenticated (see the module docstring) within
         `handshake_timeout_s`. At most `handshakes_per_host_max` inbound connections from one
@@ -254,6 +261,8 @@ class PeerTransport:
             raise ValueError(f"forwards_in_flight_max must be >= 1, not {forwards_in_flight_max}")
         self.node_id = node_id
         self.listen = listen
+        self.admit_joiners = admit_joiners
+        self._nursery: trio.Nursery | None = None
         self._peers = {
             peer: _Peer(peer, address) for peer, address in peers.items() if peer != node_id
         }
@@ -303,6 +312,24 @@ class PeerTransport:
     @property
     def peer_ids(self) -> frozenset[NodeId]:
         return frozenset(self._peers)
+
+    def peer_address(self, peer: NodeId) -> Address | None:
+        found = self._peers.get(peer)
+        return None if found is None else found.address
+
+    def add_peer(self, peer: NodeId, address: Address) -> None:
+        """Make `peer` (at `address`) reachable from now on, or move it to a new `address`
+        (the next dial uses it). Nothing for this node itself."""
+        if peer == self.node_id:
+            return
+        known = self._peers.get(peer)
+        if known is not None:
+            known.address = address
+            return
+        added = _Peer(peer, address)
+        self._peers[peer] = added
+        if self._nursery is not None:
+            self._nursery.start_soon(self._run_peer, added)
 
     def queued_bytes(self, peer: NodeId) -> int:
         """Bytes waiting to be written to `peer` (messages, forwarded requests and
@@ -379,6 +406,7 @@ class PeerTransport:
         try:
             async with trio.open_nursery() as nursery:
                 self.port = listeners[0].socket.getsockname()[1]
+                self._nursery = nursery
                 for listener in listeners:
                     nursery.start_soon(trio.serve_listeners, self.serve_inbound, [listener])
                 for peer in self._peers.values():
@@ -386,6 +414,7 @@ class PeerTransport:
                 task_status.started()
         finally:
             self.running = False
+            self._nursery = None
             for listener in listeners:
                 await trio.aclose_forcefully(listener)
             for pending in list(self._pending.values()):
@@ -653,7 +682,7 @@ class PeerTransport:
                 hello = await reader.read()
             if (
                 not isinstance(hello, Hello)
-                or hello.node_id not in self._peers
+                or (hello.node_id not in self._peers and not self.admit_joiners)
                 or (peer_id is not None and hello.node_id != peer_id)
             ):
                 self.stats.connections_refused += 1
@@ -666,7 +695,8 @@ class PeerTransport:
                 )
                 return
             peer_id = hello.node_id
-            peer = self._peers[peer_id]
+            # A joiner not yet a peer: its requests are answered on this connection.
+            peer = self._peers.get(peer_id) or _Peer(peer_id, ("", 0))
             send_lock = trio.Lock()
             slots = trio.CapacityLimiter(self.forwards_in_flight_max)
             while True:
@@ -720,7 +750,7 @@ class PeerTransport:
             return None
 
         def accept(claimed: NodeId) -> str | None:
-            if claimed in self._peers:
+            if claimed in self._peers or self.admit_joiners:
                 return None
             return "is not one of this broker's peers: check --peers on both brokers"
 
@@ -773,6 +803,8 @@ class PeerTransport:
             if m.from_id != peer_id or m.to != self.node_id:
                 self.stats.messages_misaddressed += 1
                 continue
+            if peer_id not in self._peers:
+                continue  # a joiner's, before it is a peer
             if self._on_message is not None:
                 self._on_message(m)
 

@@ -256,6 +256,8 @@ class RegisterBrokerCommand(Command):
     incarnation_id: str
     #: Listener name -> (host, port) advertised to clients of that listener.
     listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    #: Where other brokers reach this one's Raft transport.
+    raft_address: tuple[str, int] | None = None
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -276,6 +278,17 @@ class RegisterBrokerCommand(Command):
                     f"{wire.what}: field 'listeners' must map names to [host, port]"
                 )
             listeners[name] = (address[0], address[1])
+        raft = wire.data.get("raft_address")
+        raft_address: tuple[str, int] | None = None
+        if raft is not None:
+            if (
+                not isinstance(raft, list)
+                or len(raft) != 2
+                or not isinstance(raft[0], str)
+                or not isinstance(raft[1], int)
+            ):
+                raise CommandDecodeError(f"{wire.what}: field 'raft_address' must be [host, port]")
+            raft_address = (raft[0], raft[1])
         return cls(
             node_id=wire.integer("node_id"),
             host=wire.string("host"),
@@ -283,6 +296,7 @@ class RegisterBrokerCommand(Command):
             rack=wire.optional_string("rack"),
             incarnation_id=wire.string("incarnation_id"),
             listeners=listeners,
+            raft_address=raft_address,
         )
 
 
@@ -515,6 +529,38 @@ class AlterBrokerConfigsCommand(Command):
         )
 
 
+@dataclass(frozen=True)
+class ChangeMetadataVotersCommand(Command):
+    """Promote an observer of the metadata quorum to voter (`add`) or demote a voter to
+    observer (`remove`): one single-server change of `__cluster_metadata`'s voter set."""
+
+    OP: ClassVar[str] = "change_metadata_voters"
+
+    action: str  # "add" or "remove"
+    node_id: int
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        action = wire.string("action")
+        if action not in ("add", "remove"):
+            raise CommandDecodeError(f"{wire.what}: action must be add or remove, not {action!r}")
+        return cls(action=action, node_id=wire.integer("node_id"))
+
+
+@dataclass(frozen=True)
+class UnregisterBrokerCommand(Command):
+    """A broker leaves the cluster for good (Kafka's UnregisterBroker): refused while it
+    hosts replicas or votes in the metadata quorum."""
+
+    OP: ClassVar[str] = "unregister_broker"
+
+    node_id: int
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(node_id=wire.integer("node_id"))
+
+
 #: Every command type by its wire name.
 COMMAND_TYPES: dict[str, type[Command]] = {
     cls.OP: cls
@@ -532,6 +578,8 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         ReassignPartitionCommand,
         CompleteReassignmentCommand,
         AlterBrokerConfigsCommand,
+        ChangeMetadataVotersCommand,
+        UnregisterBrokerCommand,
     )
 }
 

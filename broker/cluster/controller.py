@@ -27,6 +27,7 @@ from raftka.broker.cluster.commands import (
     AlterClientQuotaCommand,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
+    ChangeMetadataVotersCommand,
     Command,
     CommandDecodeError,
     CommandResult,
@@ -39,9 +40,11 @@ from raftka.broker.cluster.commands import (
     RaiseProducerIdFloorCommand,
     ReassignPartitionCommand,
     RegisterBrokerCommand,
+    UnregisterBrokerCommand,
 )
 from raftka.broker.cluster.image import (
     BrokerConfigsChanged,
+    BrokerInfo,
     BrokerRegistered,
     Change,
     ConfigsChanged,
@@ -61,6 +64,7 @@ from raftka.broker.cluster.records import (
     RaiseProducerIdFloor,
     RegisterBroker,
     RemoveAclBinding,
+    UnregisterBroker,
     UpsertScramCredential,
     encode_batch,
     iter_log_records,
@@ -81,8 +85,9 @@ from raftka.broker.security.acl import (
     check_new_binding,
 )
 from raftka.broker.security.scram import ScramMechanism
+from raftka.broker.services import QuorumView
 from raftka.broker.topics import METADATA_TOPIC, TopicManager, now_ms
-from raftka.consensus.core import NotLeaderError
+from raftka.consensus.core import ConfigChangeError, NotLeaderError
 from raftka.consensus.driver import AppendThrottle, RaftGroup, RaftGroupUpdate, RaftNode
 from raftka.consensus.transport import ForwardError, ForwardRemoteError
 from raftka.consensus.types import Role, Snapshot
@@ -208,6 +213,8 @@ class Controller:
                 _route(ReassignPartitionCommand, self._reassign_partition),
                 _route(CompleteReassignmentCommand, self._complete_reassignment),
                 _route(AlterBrokerConfigsCommand, self._alter_broker_configs),
+                _route(ChangeMetadataVotersCommand, self._change_metadata_voters),
+                _route(UnregisterBrokerCommand, self._unregister_broker),
             ]
         )
         # Peer RPCs of other parts of the broker, sharing the transport's forward handler.
@@ -362,6 +369,8 @@ class Controller:
         """Bring TopicManager in line with the whole image (start-up from a snapshot, or a
         snapshot installed from the controller): topics it hosts that the image lacks are
         deleted, the image's topics created, grown or reconfigured."""
+        for broker in list(self.image.brokers.values()):
+            self._reach(broker)
         while True:
             generation = self._install_generation
             image = self.image
@@ -486,6 +495,7 @@ class Controller:
             self._apply_replication_throttle()
         elif isinstance(change, BrokerRegistered):
             broker = change.broker
+            self._reach(broker)
             logger.info(
                 "broker %d registered at %s:%d (rack %s)",
                 broker.node_id,
@@ -494,6 +504,12 @@ class Controller:
                 broker.rack,
                 extra={"peer": broker.node_id},
             )
+
+    def _reach(self, broker: BrokerInfo) -> None:
+        """Let the transport reach a registered broker at its Raft address (one that joined
+        after this broker started is not in its --peers)."""
+        if broker.raft_address is not None and broker.node_id != self.node_id:
+            self.node.transport.add_peer(broker.node_id, broker.raft_address)
 
     def replication_throttle_rate(self) -> int:
         """This broker's leader.replication.throttled.rate: dynamic (its own, else the
@@ -538,6 +554,19 @@ class Controller:
     def live_brokers(self) -> list[int]:
         return sorted(self.image.brokers)
 
+    def quorum(self) -> QuorumView:
+        status = self.raft.status()
+        ends = dict(self.raft.follower_match_ends()) if self.is_controller else {}
+        ends[self.node_id] = status.log_end_offset
+        return QuorumView(
+            -1 if status.leader_id is None else status.leader_id,
+            status.term,
+            status.high_watermark,
+            status.voters,
+            status.learners,
+            ends,
+        )
+
     async def elect_preferred_leaders(
         self, partitions: Sequence[tuple[str, int]], timeout_s: float
     ) -> dict[tuple[str, int], ElectionResult]:
@@ -573,12 +602,35 @@ class Controller:
                         exc,
                         extra={"peer": leader},
                     )
+            elif leader is None and self.node_id not in self.raft.status().voters:
+                # Not a voter (a broker joining the cluster): no leader contacts it until it
+                # is a member, so it asks the brokers it knows in turn.
+                result = await self._execute_at_any_peer(command)
+                if result is not None:
+                    return result
             if trio.current_time() >= deadline:
                 return CommandResult.error(
                     ErrorCode.not_controller,
                     "No controller is available: the metadata quorum has no leader",
                 )
             await trio.sleep(0.05)
+
+    async def _execute_at_any_peer(self, command: Command) -> CommandResult | None:
+        """`command` run by whichever known broker is the controller; None if none is."""
+        for peer in sorted(self.node.transport.peer_ids):
+            try:
+                raw = await self.node.transport.forward(
+                    peer, CONTROLLER_RPC, command.to_wire(), FORWARD_TIMEOUT_S
+                )
+                return CommandResult.from_wire(raw)
+            except ForwardRemoteError as exc:
+                if exc.error_code != ErrorCode.not_controller:
+                    return CommandResult.error(
+                        ErrorCode(exc.error_code), exc.payload.decode(errors="replace")
+                    )
+            except ForwardError as exc:
+                logger.debug("asking broker %s for the controller failed: %s", peer, exc)
+        return None
 
     async def _serve_forward(self, group: str, payload: bytes) -> tuple[int, bytes]:
         if group == LEADERS_RPC:
@@ -713,6 +765,7 @@ class Controller:
             command.rack,
             command.incarnation_id,
             dict(command.listeners),
+            command.raft_address,
         )
         current = self.image.brokers.get(record.node_id)
         if current is None or (
@@ -721,9 +774,144 @@ class Controller:
             current.rack,
             current.listeners,
             current.incarnation_id,
-        ) != (record.host, record.port, record.rack, record.listeners, record.incarnation_id):
+            current.raft_address,
+        ) != (
+            record.host,
+            record.port,
+            record.rack,
+            record.listeners,
+            record.incarnation_id,
+            record.raft_address,
+        ):
             await self._commit([record])
+        status = self.raft.status()
+        if record.node_id not in status.voters | status.learners:
+            # A broker joining a running cluster: it replicates the metadata as an observer
+            # (a learner of the metadata Raft group) until it is made a voter.
+            if record.raft_address is not None:
+                self.node.transport.add_peer(record.node_id, record.raft_address)
+            await self._change_metadata_members(add_learner=record.node_id)
         return CommandResult()
+
+    async def _change_metadata_voters(self, command: ChangeMetadataVotersCommand) -> CommandResult:
+        node = command.node_id
+        if node not in self.image.brokers:
+            raise TopicError(
+                ErrorCode.broker_id_not_registered,
+                f"Broker {node} is not registered: start it (with --join) first",
+            )
+        status = self.raft.status()
+        if command.action == "add":
+            if node in status.voters:
+                raise TopicError(
+                    ErrorCode.duplicate_voter, f"Broker {node} already votes in the metadata quorum"
+                )
+            if node not in status.learners:
+                await self._change_metadata_members(add_learner=node)
+            await self._wait_metadata_caught_up(node)
+            await self._change_metadata_members(promote=node)
+            logger.info("broker %d is a metadata voter now", node)
+            return CommandResult()
+        if node not in status.voters:
+            raise TopicError(
+                ErrorCode.voter_not_found, f"Broker {node} is not a voter of the metadata quorum"
+            )
+        problem = voter_removal_problem(status.voters, node)
+        if problem is not None:
+            raise TopicError(ErrorCode.invalid_request, problem)
+        if node == self.node_id:
+            # The controller leaves the quorum: it hands the controller role off first and
+            # the new controller makes the change.
+            await self._hand_off_controller()
+            return await self.execute(command)
+        await self._change_metadata_members(remove=node)
+        # It keeps replicating the metadata as an observer while it is registered.
+        await self._change_metadata_members(add_learner=node)
+        logger.info("broker %d left the metadata voters (an observer now)", node)
+        return CommandResult()
+
+    async def _wait_metadata_caught_up(self, node: int) -> None:
+        deadline = trio.current_time() + COMMIT_TIMEOUT_S
+        while self.raft.follower_match_ends().get(node, -1) < self.raft.high_watermark:
+            if trio.current_time() >= deadline:
+                raise TopicError(
+                    ErrorCode.request_timed_out,
+                    f"Broker {node} has not caught up with the metadata log; check that it"
+                    " runs and retry",
+                )
+            await trio.sleep(0.05)
+
+    async def _hand_off_controller(self) -> None:
+        status = self.raft.status()
+        others = sorted(status.voters - {self.node_id})
+        matches = self.raft.follower_match_ends()
+        target = max(others, key=lambda n: matches.get(n, -1))
+        self.raft.transfer_leadership(target)
+        with trio.move_on_after(COMMIT_TIMEOUT_S):
+            while self.is_controller:
+                await trio.sleep(0.05)
+        if self.is_controller:
+            raise TopicError(
+                ErrorCode.request_timed_out,
+                f"The controller role did not move to broker {target} in time; retry",
+            )
+
+    async def _unregister_broker(self, command: UnregisterBrokerCommand) -> CommandResult:
+        node = command.node_id
+        if node not in self.image.brokers:
+            raise TopicError(ErrorCode.broker_id_not_registered, f"Broker {node} is not registered")
+        hosted = [f"{name}-{index}" for name, index in self.image.partitions_of(node)]
+        if hosted:
+            names = ", ".join(hosted[:5]) + (" ..." if len(hosted) > 5 else "")
+            raise TopicError(
+                ErrorCode.invalid_request,
+                f"Broker {node} still hosts {len(hosted)} partition replicas ({names}): move"
+                f" them off first (raftka cluster decommission {node})",
+            )
+        status = self.raft.status()
+        if node in status.voters:
+            raise TopicError(
+                ErrorCode.invalid_request,
+                f"Broker {node} votes in the metadata quorum: remove it first (raftka cluster"
+                f" remove-voter {node})",
+            )
+        await self._commit([UnregisterBroker(node)])
+        if node in self.raft.status().learners:
+            await self._change_metadata_members(remove=node)
+        logger.info("broker %d unregistered", node)
+        return CommandResult()
+
+    async def _change_metadata_members(
+        self,
+        add_learner: int | None = None,
+        promote: int | None = None,
+        remove: int | None = None,
+    ) -> None:
+        """One single-server change of the metadata Raft group's members, committed."""
+        deadline = trio.current_time() + COMMIT_TIMEOUT_S
+        while True:
+            try:
+                entry = self.raft.propose_config_change(
+                    add_learner=add_learner, promote=promote, remove=remove
+                )
+                break
+            except ConfigChangeError as exc:
+                if trio.current_time() >= deadline:
+                    raise TopicError(
+                        ErrorCode.request_timed_out,
+                        f"The metadata quorum's membership cannot change now: {exc}; retry",
+                    ) from None
+                await trio.sleep(0.05)
+            except NotLeaderError:
+                raise TopicError(
+                    ErrorCode.not_controller, "This broker stopped being the controller; retry"
+                ) from None
+        if not await self.raft.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S, entry.epoch):
+            raise TopicError(
+                ErrorCode.request_timed_out,
+                "The metadata quorum's membership change did not commit in time; a majority of"
+                " its voters may be down",
+            )
 
     async def _raise_producer_id_floor(self, command: RaiseProducerIdFloorCommand) -> CommandResult:
         if isinstance(command.floor, bool) or command.floor < 0:
@@ -824,6 +1012,7 @@ class Controller:
         port: int,
         rack: str | None,
         listeners: Mapping[str, tuple[str, int]] | None = None,
+        raft_address: tuple[str, int] | None = None,
     ) -> None:
         """Register this broker's client address (and each listener's) under a new
         incarnation, retried until this broker has applied its own registration record.
@@ -834,7 +1023,7 @@ class Controller:
         incarnation = uuid.uuid4().hex
         started = time.monotonic()
         listeners = dict(listeners or {})
-        wanted = (host, port, rack, listeners, incarnation)
+        wanted = (host, port, rack, listeners, incarnation, raft_address)
         while True:
             current = self.image.brokers.get(self.node_id)
             if (
@@ -845,6 +1034,7 @@ class Controller:
                     current.rack,
                     current.listeners,
                     current.incarnation_id,
+                    current.raft_address,
                 )
                 == wanted
             ):
@@ -855,7 +1045,9 @@ class Controller:
                 await self.topics.remove_stray_replicas()
                 return
             result = await self.execute(
-                RegisterBrokerCommand(self.node_id, host, port, rack, incarnation, listeners)
+                RegisterBrokerCommand(
+                    self.node_id, host, port, rack, incarnation, listeners, raft_address
+                )
             )
             if result.error_code != ErrorCode.none:
                 logger.info("registration not accepted yet: %s", result.error_message)
@@ -880,8 +1072,9 @@ class Controller:
     async def gossip_leaders(self, interval_s: float = 0.5) -> None:
         """Learn the leader, epoch and in-sync replicas of every partition this broker does
         not lead by asking every peer, so any broker answers Metadata as its leader would."""
-        peers = [p for p in self.voters if p != self.node_id]
         while True:
+            # Every registered broker: one that joined later is asked too.
+            peers = sorted((set(self.image.brokers) | set(self.voters)) - {self.node_id})
             hints: dict[str, tuple[int, int]] = {}
             isr: dict[str, tuple[int, ...]] = {}
             for peer in peers:
@@ -899,6 +1092,29 @@ class Controller:
             self.leader_hints = hints
             self.isr_hints = isr
             await trio.sleep(interval_s)
+
+
+def voter_removal_problem(voters: frozenset[int], node: int) -> str | None:
+    """Why `node` may not leave the metadata voters `voters` (None: it may)."""
+    if voters == {node}:
+        return f"Broker {node} is the last voter of the metadata quorum: it cannot leave it"
+    return None
+
+
+def voter_removal_warning(voters: frozenset[int], node: int) -> str | None:
+    """A warning when removing `node` leaves the metadata quorum less tolerant of failures."""
+    left = len(voters - {node})
+    if left == len(voters):
+        return None
+    tolerated_before = (len(voters) - 1) // 2
+    tolerated_after = (left - 1) // 2
+    if left < 3 or tolerated_after < tolerated_before:
+        return (
+            f"the metadata quorum keeps {left} voter{'s' if left != 1 else ''}: it survives"
+            f" {tolerated_after} failed voter{'s' if tolerated_after != 1 else ''} (was"
+            f" {tolerated_before}); add a voter (raftka cluster add-voter) to restore that"
+        )
+    return None
 
 
 def _route(

@@ -74,6 +74,8 @@ class BrokerSnapshot(TypedDict):
     incarnation_id: str
     #: Absent in snapshots written before named listeners: none.
     listeners: NotRequired[dict[str, list[object]]]
+    #: Absent for brokers registered without one (before brokers could join later).
+    raft_address: NotRequired[list[object] | None]
 
 
 class TopicSnapshot(TypedDict):
@@ -147,6 +149,9 @@ class BrokerInfo:
     #: Listener name -> (host, port) for clients of that listener; (host, port) above is
     #: the first listener's.
     listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    #: Where other brokers reach its Raft transport (None: registered before brokers could
+    #: join a running cluster; its address is in every broker's --peers).
+    raft_address: tuple[str, int] | None = None
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -554,6 +559,7 @@ class MetadataImage:
             record.rack,
             record.incarnation_id,
             dict(record.listeners),
+            record.raft_address,
         )
         previous = self.brokers.get(record.node_id)
         self.brokers[record.node_id] = broker
@@ -846,6 +852,7 @@ class MetadataImage:
                     "rack": b.rack,
                     "incarnation_id": b.incarnation_id,
                     "listeners": {n: [h, p] for n, (h, p) in sorted(b.listeners.items())},
+                    "raft_address": None if b.raft_address is None else list(b.raft_address),
                 }
                 for b in sorted(self.brokers.values(), key=lambda b: b.node_id)
             ],
@@ -935,6 +942,11 @@ class MetadataImage:
                 b["rack"],
                 b["incarnation_id"],
                 listener_addresses(b.get("listeners", {})),
+                (
+                    None
+                    if b.get("raft_address") is None
+                    else listener_addresses({"raft": b["raft_address"]})["raft"]
+                ),
             )
             image.brokers[broker.node_id] = broker
         for t in data["topics"]:

@@ -123,6 +123,9 @@ class RegisterBroker(_Record):
     #: Listener name -> (host, port) advertised to clients of that listener; absent in
     #: records written before named listeners.
     listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: (host, port) other brokers reach this one's Raft transport at; absent in records
+    #: written before brokers could join a running cluster.
+    raft_address: tuple[str, int] | None = None
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -130,6 +133,9 @@ class RegisterBroker(_Record):
         object.__setattr__(self, "node_id", int(self.node_id))
         object.__setattr__(self, "port", int(self.port))
         object.__setattr__(self, "listeners", listener_addresses(self.listeners))
+        if self.raft_address is not None:
+            found = listener_addresses({"raft": self.raft_address})["raft"]
+            object.__setattr__(self, "raft_address", found)
         if not isinstance(self.host, str) or not isinstance(self.incarnation_id, str):
             raise ValueError("host and incarnation_id must be strings")
         if self.rack is not None and not isinstance(self.rack, str):

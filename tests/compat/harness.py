@@ -594,6 +594,25 @@ class ClusterProcess:
                 )
             time.sleep(0.2)
 
+    def add_joiner(self, node_id: int, cluster_id: str) -> ClusterNode:
+        """Launch broker `node_id` joining the running cluster (`--join`, `--cluster-id`),
+        its --peers the cluster's plus itself; it is added to `nodes` and returned once it
+        answers ApiVersions (it has registered)."""
+        raft_port = free_port()
+        peers = f"{self.nodes[0].peers},{node_id}@127.0.0.1:{raft_port}"
+        node = ClusterNode(
+            node_id,
+            raft_port,
+            peers,
+            self.nodes[0].config,
+            base_dir=self.base_dir / f"node-{node_id}",
+            startup_timeout_s=self.startup_timeout_s,
+            python=self.nodes[0].python,
+        )
+        node.extra_args += ["--join", "--cluster-id", cluster_id]
+        self.nodes.append(node)
+        return node.start()
+
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM every node (one at a time, so leadership can move) and require exit 0."""
         errors = []
