@@ -90,6 +90,19 @@ class MetadataView(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class QuorumView:
+    """The metadata quorum as this broker sees it (log end offsets: what the controller
+    knows of each replica; -1 unknown)."""
+
+    leader_id: int
+    epoch: int
+    high_watermark: int
+    voters: frozenset[int]
+    observers: frozenset[int]
+    log_end_offsets: Mapping[int, int]
+
+
 class ControllerClient(Protocol):
     """The cluster controller as a handler uses it: metadata reads and commands, which the
     controller forwards to the controller leader when this broker is not it."""
@@ -111,6 +124,8 @@ class ControllerClient(Protocol):
         ...
 
     def live_brokers(self) -> list[int]: ...
+
+    def quorum(self) -> QuorumView: ...
 
     async def elect_preferred_leaders(
         self, partitions: Sequence[tuple[str, int]], timeout_s: float

@@ -19,6 +19,7 @@ from raftka.broker.admin import (
     cluster,
     elect,
     groups,
+    membership,
     quotas,
     reassign,
     restore,
@@ -337,13 +338,17 @@ def _transactions_parser(commands: Any, common: argparse.ArgumentParser) -> None
 
 
 def _cluster_parser(commands: Any, common: argparse.ArgumentParser) -> None:
-    parser = commands.add_parser("cluster", help="cluster status and preferred-leader elections")
+    parser = commands.add_parser(
+        "cluster",
+        help="cluster status, preferred-leader elections, the metadata quorum, decommissioning",
+    )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     status = actions.add_parser(
         "status", parents=[common], help="brokers, controller, leaders, ISR, problems"
     )
     status.set_defaults(run=lambda a, t: (cluster.cluster_status(t), cluster.print_status))
     elect.add_parser(actions, common)
+    membership.add_parsers(actions, common)
 
 
 def _topic_list(text: str) -> list[str]:

@@ -20,6 +20,7 @@ from raftka.broker.handlers import (
     metadata,
     produce,
     producer_ids,
+    quorum,
     reassignments,
     sasl,
     scram_credentials,
@@ -97,12 +98,14 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         36: ApiHandler(0, 2, sasl.handle_sasl_authenticate),
         50: ApiHandler(0, 0, scram_credentials.handle_describe_user_scram_credentials),
         51: ApiHandler(0, 0, scram_credentials.handle_alter_user_scram_credentials),
+        55: ApiHandler(0, 2, quorum.handle_describe_quorum),
         60: ApiHandler(0, 1, metadata.handle_describe_cluster),
         61: ApiHandler(
             txn.DESCRIBE_PRODUCERS_MIN_VERSION,
             txn.DESCRIBE_PRODUCERS_MAX_VERSION,
             txn.handle_describe_producers,
         ),
+        64: ApiHandler(0, 0, quorum.handle_unregister_broker),
         65: ApiHandler(
             txn.DESCRIBE_TRANSACTIONS_MIN_VERSION,
             txn.DESCRIBE_TRANSACTIONS_MAX_VERSION,
@@ -140,5 +143,7 @@ HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
         92: ApiHandler(0, 0, share_admin.handle_delete_share_group_offsets),
         68: ApiHandler(0, 1, consumer_groups.handle_consumer_group_heartbeat),
         69: ApiHandler(0, 1, consumer_groups.handle_consumer_group_describe),
+        80: ApiHandler(0, 1, quorum.handle_add_raft_voter),
+        81: ApiHandler(0, 0, quorum.handle_remove_raft_voter),
     }
 )

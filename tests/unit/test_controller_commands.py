@@ -18,6 +18,7 @@ from raftka.broker.cluster.commands import (
     AlterClientQuotaCommand,
     AlterConfigsCommand,
     AlterScramCredentialsCommand,
+    ChangeMetadataVotersCommand,
     Command,
     CommandDecodeError,
     CommandResult,
@@ -30,6 +31,7 @@ from raftka.broker.cluster.commands import (
     RaiseProducerIdFloorCommand,
     ReassignPartitionCommand,
     RegisterBrokerCommand,
+    UnregisterBrokerCommand,
 )
 
 TID = uuid.UUID("00000000-0000-0000-0000-000000000001")
@@ -64,6 +66,10 @@ COMMANDS: list[Command] = [
     CompleteReassignmentCommand("t", 0, (2, 3, 4)),
     AlterBrokerConfigsCommand("", {"leader.replication.throttled.rate": "1000"}),
     AlterBrokerConfigsCommand("2", {"leader.replication.throttled.rate": None}, True),
+    RegisterBrokerCommand(4, "127.0.0.1", 9094, None, "inc", {}, ("127.0.0.1", 19094)),
+    ChangeMetadataVotersCommand("add", 4),
+    ChangeMetadataVotersCommand("remove", 1),
+    UnregisterBrokerCommand(1),
 ]
 
 
