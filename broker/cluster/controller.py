@@ -1073,8 +1073,8 @@ class Controller:
         """Learn the leader, epoch and in-sync replicas of every partition this broker does
         not lead by asking every peer, so any broker answers Metadata as its leader would."""
         while True:
-            # Every registered broker: one that joined later is asked too.
-            peers = sorted((set(self.image.brokers) | set(self.voters)) - {self.node_id})
+            # Every registered broker: one that joined later is asked too, one that left not.
+            peers = sorted(set(self.image.brokers) - {self.node_id})
             hints: dict[str, tuple[int, int]] = {}
             isr: dict[str, tuple[int, ...]] = {}
             for peer in peers:
