@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from kio.index import load_request_schema
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.reassign import reassign
+from raftka.broker.admin.reassign import list_reassignments, reassign
 from raftka.broker.admin.wire import WireCluster
 from raftka.broker.cluster.controller import voter_removal_problem, voter_removal_warning
 from raftka.broker.cluster.decommission import plan_decommission
@@ -149,6 +149,11 @@ def decommission(
             raise AdminError(f"{problem}; add another voter first (raftka cluster add-voter)")
     with WireCluster(target) as cluster:
         brokers, partitions = _placement(cluster)
+    # Moves already under way off the broker (an earlier run) are waited for, not planned.
+    for move in list_reassignments(target)["reassignments"]:
+        going_to = [r for r in move["replicas"] if r not in move["removing"]]
+        if node not in going_to:
+            partitions.pop((move["topic"], move["partition"]), None)
     try:
         plan = plan_decommission(node, partitions, brokers)
     except PlacementError as exc:
