@@ -2,7 +2,8 @@
 
 Each node dials one outbound connection to every peer (lazily, on the first message; re-dialled
 with capped exponential backoff when it breaks) and accepts inbound connections from its
-peers. A connection starts with a HELLO naming the dialling node; unknown ids are refused.
+peers. A connection starts with a HELLO naming the dialling node; unknown ids are refused
+unless joiners are admitted (a broker joining a running cluster, see `admit_joiners`).
 Raft messages and FORWARD_REQUESTs travel on the sender's outbound connection; the
 FORWARD_RESPONSE comes back on the same connection.
 
@@ -683,6 +684,7 @@ class PeerTransport:
             if (
                 not isinstance(hello, Hello)
                 or (hello.node_id not in self._peers and not self.admit_joiners)
+                or hello.node_id == self.node_id
                 or (peer_id is not None and hello.node_id != peer_id)
             ):
                 self.stats.connections_refused += 1
