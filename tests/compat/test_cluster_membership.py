@@ -193,6 +193,16 @@ def test_voter_changes_survive_a_restart(cluster: ClusterProcess) -> None:
     )
     quorum = cluster_cli(cluster, "quorum")
     assert quorum["voters"] == [2, 3, 4] and quorum["observers"] == [], quorum
+    # So does the joiner (started with --join, a voter now): its data dir keeps the cluster id.
+    cluster.node(4).stop()
+    cluster.node(4).start()
+    wait_until(
+        lambda: broker_ids(cluster.node(4).bootstrap) == [2, 3, 4],
+        30,
+        "broker 4 back, listing brokers 2-4",
+    )
+    quorum = cluster_cli(cluster, "quorum")
+    assert quorum["voters"] == [2, 3, 4] and quorum["observers"] == [], quorum
     # The quorum still commits metadata: a new topic is placed on the brokers there are.
     admin = AdminClient({"bootstrap.servers": ",".join(n.bootstrap for n in cluster.running())})
     topic = f"after-{uuid.uuid4().hex[:8]}"
