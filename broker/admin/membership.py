@@ -102,7 +102,7 @@ def add_voter(target: Target, node: int) -> Document:
             "listeners": (),
         },
     )
-    return {"broker": node, "voter": True, **{"quorum": describe_quorum(target)}}
+    return {"broker": node, "voter": True, "quorum": describe_quorum(target)}
 
 
 def remove_voter(target: Target, node: int, warn: TextIO | None = None) -> Document:

@@ -3,10 +3,12 @@ the registration record's Raft address (record, command, snapshot) and `--join`.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
+from raftka.broker.admin.membership import print_decommissioned, print_quorum, print_voter_change
 from raftka.broker.cluster.commands import (
     ChangeMetadataVotersCommand,
     Command,
@@ -87,3 +89,25 @@ def test_a_joiner_is_not_a_voter_and_takes_the_given_cluster_id(tmp_path: Path) 
     assert read_or_create_cluster_id(tmp_path, 4, "abc") == "abc"
     with pytest.raises(ValueError, match="belongs to cluster abc"):
         read_or_create_cluster_id(tmp_path, 4, "other")
+
+
+def test_the_cli_tables() -> None:
+    quorum = {
+        "leader": 2,
+        "epoch": 3,
+        "high_watermark": 40,
+        "voters": [2, 3],
+        "observers": [4],
+        "log_end_offsets": {"2": 40, "3": 40},
+    }
+    out = io.StringIO()
+    print_quorum(quorum, out)
+    print_voter_change({"broker": 4, "voter": True, "quorum": quorum}, out)
+    print_decommissioned(
+        {"broker": 1, "moved": [{"topic": "t", "partition": 0}], "left_voters": True}, out
+    )
+    text = out.getvalue()
+    assert "leader (controller) 2, epoch 3, high watermark 40" in text
+    assert "observer" in text and "-1" in text  # broker 4's log end is unknown
+    assert "Broker 4 is a voter of the metadata quorum." in text
+    assert "Broker 1 decommissioned: 1 partitions moved, removed from the metadata voters" in text
