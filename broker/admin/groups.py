@@ -358,20 +358,7 @@ def reset_offsets(
             [TopicPartition(t, p, planned[(t, p)]) for t, p in partitions],
             "reset offsets of",
         )
-    return {
-        "group": group_id,
-        "scenario": spec.describe(),
-        "executed": execute,
-        "partitions": [
-            {
-                "topic": t,
-                "partition": p,
-                "current_offset": committed.get((t, p)),
-                "new_offset": planned[(t, p)],
-            }
-            for t, p in partitions
-        ],
-    }
+    return _reset_document(group_id, spec, execute, partitions, committed, planned)
 
 
 def _reset_share_offsets(
@@ -396,6 +383,18 @@ def _reset_share_offsets(
     planned = _planned_offsets(target, admin, partitions, current, spec)
     if execute:
         share_groups.alter_share_start_offsets(target, group_id, planned)
+    return _reset_document(group_id, spec, execute, partitions, current, planned)
+
+
+def _reset_document(
+    group_id: str,
+    spec: ResetSpec,
+    execute: bool,
+    partitions: list[tuple[str, int]],
+    current: dict[tuple[str, int], int],
+    planned: dict[tuple[str, int], int],
+) -> Document:
+    """What reset-offsets did (or would do): each partition's current and new offset."""
     return {
         "group": group_id,
         "scenario": spec.describe(),
