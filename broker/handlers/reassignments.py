@@ -25,21 +25,25 @@ if TYPE_CHECKING:
     from raftka.broker.services import RequestContext
 
 
+def _cluster_denied(
+    context: RequestContext, entity: type[Any], operation: AclOperation, **fields: Any
+) -> Any:
+    """The whole-request answer when `operation` on the cluster is not allowed."""
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.cluster_authorization_failed,
+        error_message=denied_message(context, operation, ResourceType.CLUSTER, CLUSTER_NAME),
+        **fields,
+    )
+
+
 async def handle_alter_partition_reassignments(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
     extra = {"allow_replication_factor_change": allow_rf_change} if context.api_version else {}
     if not context.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.cluster_authorization_failed,
-            error_message=denied_message(
-                context, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME
-            ),
-            responses=(),
-            **extra,
-        )
+        return _cluster_denied(context, entity, AclOperation.ALTER, responses=(), **extra)
     image = context.services.controller.image
     responses = []
     for topic in request.topics:
@@ -92,15 +96,7 @@ async def handle_alter_partition_reassignments(context: RequestContext, request:
 async def handle_list_partition_reassignments(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     if not context.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.cluster_authorization_failed,
-            error_message=denied_message(
-                context, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME
-            ),
-            topics=(),
-        )
+        return _cluster_denied(context, entity, AclOperation.DESCRIBE, topics=())
     image = context.services.controller.image
     wanted: dict[str, set[int] | None]
     if request.topics is None:
