@@ -167,18 +167,25 @@ async def handle_describe_share_group_offsets(context: RequestContext, request: 
     return build(entity, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
+def _offsets_response(
+    entity: type[Any], error: ErrorCode, message: str | None, responses: tuple[Any, ...]
+) -> Any:
+    """An Alter- or DeleteShareGroupOffsets response."""
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        error_message=message,
+        responses=responses,
+    )
+
+
 async def handle_alter_share_group_offsets(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     group_id = request.group_id
     error, message = _group_error(context, group_id, AclOperation.READ, empty_only=True)
     if error != ErrorCode.none:
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=error,
-            error_message=message,
-            responses=(),
-        )
+        return _offsets_response(entity, error, message, ())
     topics = context.services.topics
     store = context.services.groups.share_partitions.store
     may_read = TopicAccess(context, AclOperation.READ)
@@ -227,13 +234,7 @@ async def handle_alter_share_group_offsets(context: RequestContext, request: Any
         await context.services.groups.share_partitions.store.tell_brokers(
             Notice(group_id, topic_ids=tuple(sorted(altered)))
         )
-    return build(
-        entity,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        responses=tuple(responses),
-    )
+    return _offsets_response(entity, ErrorCode.none, None, tuple(responses))
 
 
 async def _delete_state(context: RequestContext, group_id: str, topic: Topic) -> None:
@@ -251,13 +252,7 @@ async def handle_delete_share_group_offsets(context: RequestContext, request: An
     group_id = request.group_id
     error, message = _group_error(context, group_id, AclOperation.DELETE, empty_only=True)
     if error != ErrorCode.none:
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=error,
-            error_message=message,
-            responses=(),
-        )
+        return _offsets_response(entity, error, message, ())
     topics = context.services.topics
     may_read = TopicAccess(context, AclOperation.READ)
     deleted: list[str] = []
@@ -290,13 +285,7 @@ async def handle_delete_share_group_offsets(context: RequestContext, request: An
         await context.services.groups.share_partitions.store.tell_brokers(
             Notice(group_id, topic_ids=tuple(deleted))
         )
-    return build(
-        entity,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        responses=tuple(responses),
-    )
+    return _offsets_response(entity, ErrorCode.none, None, tuple(responses))
 
 
 async def delete_share_groups(
