@@ -361,21 +361,42 @@ def _by_topic(answers: list[_PartitionAnswer]) -> dict[uuid.UUID, list[_Partitio
     return out
 
 
+def _response(
+    entity: type[Any],
+    error: ErrorCode,
+    message: str | None,
+    responses: tuple[Any, ...] = (),
+    node_endpoints: tuple[Any, ...] = (),
+    **fields: Any,
+) -> Any:
+    """A ShareFetch or ShareAcknowledge response; a refusal when `responses` is empty."""
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        error_message=message,
+        responses=responses,
+        node_endpoints=node_endpoints,
+        **fields,
+    )
+
+
+def _lock_timeout(config: ShareConfig) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=config.lock_ms)
+
+
+def _leader(module: ModuleType, answer: _PartitionAnswer) -> Any:
+    leader_id, leader_epoch = answer.leader
+    return build(module.LeaderIdAndEpoch, leader_id=leader_id, leader_epoch=leader_epoch)
+
+
 async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
     entity, module = response_schema(context)
     config = share_config(context)
     manager = _manager(context)
 
     def refuse(error: ErrorCode, message: str | None) -> Any:
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=error,
-            error_message=message,
-            acquisition_lock_timeout=datetime.timedelta(milliseconds=config.lock_ms),
-            responses=(),
-            node_endpoints=(),
-        )
+        return _response(entity, error, message, acquisition_lock_timeout=_lock_timeout(config))
 
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     refused = _group_error(context, group_id, member_id)
@@ -552,9 +573,7 @@ def _fetch_response(
                     error_message=a.message,
                     acknowledge_error_code=a.ack_error,
                     acknowledge_error_message=a.ack_message,
-                    current_leader=build(
-                        module.LeaderIdAndEpoch, leader_id=a.leader[0], leader_epoch=a.leader[1]
-                    ),
+                    current_leader=_leader(module, a),
                     records=records,
                     acquired_records=tuple(
                         build(
@@ -570,14 +589,13 @@ def _fetch_response(
         topics.append(
             build(module.ShareFetchableTopicResponse, topic_id=topic_id, partitions=tuple(built))
         )
-    response = build(
+    response = _response(
         entity,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        acquisition_lock_timeout=datetime.timedelta(milliseconds=config.lock_ms),
+        ErrorCode.none,
+        None,
         responses=tuple(topics),
         node_endpoints=_node_endpoints(context, module, answers),
+        acquisition_lock_timeout=_lock_timeout(config),
     )
     return SplicedResponse(response, splices) if splices.ranges else response
 
@@ -588,14 +606,7 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
     manager = _manager(context)
 
     def refuse(error: ErrorCode, message: str | None) -> Any:
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=error,
-            error_message=message,
-            responses=(),
-            node_endpoints=(),
-        )
+        return _response(entity, error, message)
 
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     refused = _group_error(context, group_id, member_id)
@@ -641,20 +652,17 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
                 partition_index=a.index,
                 error_code=a.error,
                 error_message=a.message,
-                current_leader=build(
-                    module.LeaderIdAndEpoch, leader_id=a.leader[0], leader_epoch=a.leader[1]
-                ),
+                current_leader=_leader(module, a),
             )
             for a in partitions
         )
         topics.append(
             build(module.ShareAcknowledgeTopicResponse, topic_id=topic_id, partitions=built)
         )
-    return build(
+    return _response(
         entity,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
+        ErrorCode.none,
+        None,
         responses=tuple(topics),
         node_endpoints=_node_endpoints(context, module, answers),
     )
