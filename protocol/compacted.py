@@ -65,6 +65,20 @@ def records_section(batch: Buffer, max_decompressed_bytes: int = MAX_DECOMPRESSE
         raise UnsupportedBatch(f"cannot decompress: {exc}") from exc
 
 
+def _record_span(records: bytes, pos: int, end: int) -> tuple[int, int]:
+    """Where the record at `pos` starts its body (after the length) and ends."""
+    length, body = _read_varint(records, pos)
+    record_end = body + length
+    if length < 1 or record_end > end:
+        raise UnsupportedBatch("malformed record length")
+    return body, record_end
+
+
+def _check_filled(pos: int, end: int, count: int) -> None:
+    if pos != end:
+        raise UnsupportedBatch(f"{end - pos} bytes after the batch's {count} records")
+
+
 def walk_records(records: bytes, count: int) -> list[RecordView]:
     """The `count` records of an uncompressed records section, in order. Raises
     UnsupportedBatch when they do not fill it exactly."""
@@ -72,10 +86,7 @@ def walk_records(records: bytes, count: int) -> list[RecordView]:
     pos = 0
     end = len(records)
     for _ in range(count):
-        length, body = _read_varint(records, pos)
-        record_end = body + length
-        if length < 1 or record_end > end:
-            raise UnsupportedBatch("malformed record length")
+        body, record_end = _record_span(records, pos, end)
         timestamp_delta, field = _read_varint(records, body + 1)
         offset_delta, rest = _read_varint(records, field)
         key_length, field = _read_varint(records, rest)
@@ -92,8 +103,7 @@ def walk_records(records: bytes, count: int) -> list[RecordView]:
             )
         )
         pos = record_end
-    if pos != end:
-        raise UnsupportedBatch(f"{end - pos} bytes after the batch's {count} records")
+    _check_filled(pos, end, count)
     return found
 
 
@@ -107,18 +117,14 @@ def keyless_records(records: bytes, count: int) -> list[int]:
     pos = 0
     end = len(records)
     for index in range(count):
-        length, body = _read_varint(records, pos)
-        record_end = body + length
-        if length < 1 or record_end > end:
-            raise UnsupportedBatch("malformed record length")
+        body, record_end = _record_span(records, pos, end)
         _, field = _read_varint(records, body + 1)
         _, field = _read_varint(records, field)
         key_length, _ = _read_varint(records, field)
         if key_length < 0:
             missing.append(index)
         pos = record_end
-    if pos != end:
-        raise UnsupportedBatch(f"{end - pos} bytes after the batch's {count} records")
+    _check_filled(pos, end, count)
     return missing
 
 
