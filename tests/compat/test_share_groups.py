@@ -209,6 +209,20 @@ while time.monotonic() < deadline:
 """
 
 
+def delivery_counts(consumer: ShareConsumer, total: int) -> dict[bytes, int]:
+    """Poll, acknowledge and commit until `total` distinct values came: each value's
+    delivery count."""
+    counts: dict[bytes, int] = {}
+    deadline = time.monotonic() + WAIT_S
+    while len(counts) < total:
+        assert time.monotonic() < deadline, f"{len(counts)} of {total} records after {WAIT_S} s"
+        for m in poll_values(consumer, 0.3):
+            counts[m.value()] = m.delivery_count()
+            consumer.acknowledge(m)
+        consumer.commit_sync(10)
+    return counts
+
+
 def test_records_of_a_killed_consumer_come_back_after_the_lock(broker: BrokerProcess) -> None:
     topic, group = unique("share-killed"), unique("share-g")
     create_topic(broker.bootstrap, topic, 1)
@@ -229,15 +243,8 @@ def test_records_of_a_killed_consumer_come_back_after_the_lock(broker: BrokerPro
         holder.wait(10)
     consumer = share_consumer(broker.bootstrap, group, explicit=True)
     consumer.subscribe([topic])
-    counts: dict[bytes, int] = {}
     try:
-        deadline = time.monotonic() + WAIT_S
-        while len(counts) < 50:
-            assert time.monotonic() < deadline, f"{len(counts)} of 50 records after {WAIT_S} s"
-            for m in poll_values(consumer, 0.3):
-                counts[m.value()] = m.delivery_count()
-                consumer.acknowledge(m)
-            consumer.commit_sync(10)
+        counts = delivery_counts(consumer, 50)
     finally:
         consumer.close()
     redelivered = sorted(int(v[1:]) for v, n in counts.items() if n == 2)
@@ -259,15 +266,8 @@ def test_records_of_a_consumer_closed_unacknowledged_are_redelivered(
         first.close()
     second = share_consumer(broker.bootstrap, group, explicit=True)
     second.subscribe([topic])
-    seen: dict[bytes, int] = {}
     try:
-        deadline = time.monotonic() + WAIT_S
-        while len(seen) < 30:
-            assert time.monotonic() < deadline, f"{len(seen)} of 30 records after {WAIT_S} s"
-            for m in poll_values(second, 0.3):
-                seen[m.value()] = m.delivery_count()
-                second.acknowledge(m)
-            second.commit_sync(10)
+        seen = delivery_counts(second, 30)
     finally:
         second.close()
     assert all(seen[m.value()] == 2 for m in held), "records held at close not delivered again"
