@@ -258,66 +258,75 @@ def test_describe_alter_and_delete_offsets_of_an_idle_share_group(broker: Broker
             consumer.close()
 
 
+def share_heartbeat(conn: WireConnection, group: str, member: str, topic: str, epoch: int) -> Any:
+    """A ShareGroupHeartbeat of `member` (joining `topic` at epoch 0), retried while
+    retriable."""
+    return retry_retriable(
+        lambda: conn.request(
+            SHARE_GROUP_HEARTBEAT,
+            {
+                "group_id": group,
+                "member_id": member,
+                "member_epoch": epoch,
+                "rack_id": None,
+                "subscribed_topic_names": (topic,) if epoch == 0 else None,
+            },
+            version=1,
+        )
+    )
+
+
+def acquired(conn: WireConnection, group: str, member: str, tid: uuid.UUID, index: int) -> int:
+    """How many records of partition `index` one ShareFetch (opening a session) acquires."""
+    from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic
+
+    answer = conn.request(
+        SHARE_FETCH,
+        {
+            "group_id": group,
+            "member_id": member,
+            "share_session_epoch": 0,
+            "max_wait": datetime.timedelta(milliseconds=500),
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "max_records": 100,
+            "batch_size": 100,
+            "topics": (
+                FetchTopic(
+                    topic_id=tid,
+                    partitions=(FetchPartition(partition_index=index, acknowledgement_batches=()),),
+                ),
+            ),
+            "forgotten_topics_data": (),
+        },
+        version=1,
+    )
+    return sum(
+        r.last_offset - r.first_offset + 1
+        for t in answer.responses
+        for p in t.partitions
+        for r in p.acquired_records
+    )
+
+
 def test_a_member_leaving_by_heartbeat_releases_its_records_at_once(
     broker: BrokerProcess,
 ) -> None:
-    from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic
-
     topic, group = unique("share-leave"), unique("share-leave-g")
     tid = create_topic(broker.bootstrap, topic)
     member = uuid.uuid4().hex
     with WireConnection(broker.bootstrap, 10) as conn:
 
         def heartbeat(epoch: int) -> Any:
-            return retry_retriable(
-                lambda: conn.request(
-                    SHARE_GROUP_HEARTBEAT,
-                    {
-                        "group_id": group,
-                        "member_id": member,
-                        "member_epoch": epoch,
-                        "rack_id": None,
-                        "subscribed_topic_names": (topic,) if epoch == 0 else None,
-                    },
-                    version=1,
-                )
-            )
+            return share_heartbeat(conn, group, member, topic, epoch)
 
         joined = heartbeat(0)
         assert joined.error_code == NONE, joined
-
-        def acquire() -> int:
-            answer = conn.request(
-                SHARE_FETCH,
-                {
-                    "group_id": group,
-                    "member_id": member,
-                    "share_session_epoch": 0,
-                    "max_wait": datetime.timedelta(milliseconds=500),
-                    "min_bytes": 1,
-                    "max_bytes": 1 << 20,
-                    "max_records": 100,
-                    "batch_size": 100,
-                    "topics": (
-                        FetchTopic(
-                            topic_id=tid,
-                            partitions=(
-                                FetchPartition(partition_index=0, acknowledgement_batches=()),
-                            ),
-                        ),
-                    ),
-                    "forgotten_topics_data": (),
-                },
-                version=1,
-            )
-            return sum(
-                r.last_offset - r.first_offset + 1
-                for t in answer.responses
-                for p in t.partitions
-                for r in p.acquired_records
-            )
-
-        wait_until(lambda: acquire() == RECORDS, WAIT_S, "the member to acquire every record")
+        wait_until(
+            lambda: acquired(conn, group, member, tid, 0) == RECORDS,
+            WAIT_S,
+            "the member to acquire every record",
+        )
         left = heartbeat(-1)
         assert left.error_code == NONE, left
         # WAIT_S is well under the lock: the records come back only because they were released.
@@ -383,8 +392,6 @@ def test_cli_resets_and_deletes_a_share_group(broker: BrokerProcess) -> None:
 def test_leave_and_alter_reach_partition_leaders_on_other_brokers(cluster_factory: Any) -> None:
     """In a 3-broker cluster the group's coordinator tells the other partitions' leaders:
     a leaving member's records come back at once, altered start offsets are used."""
-    from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic
-
     cluster = cluster_factory(config={**BROKER_CONFIG, "offsets.topic.replication.factor": "3"})
     topic, group = unique("share-3"), unique("share-3-g")
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -413,59 +420,14 @@ def test_leave_and_alter_reach_partition_leaders_on_other_brokers(cluster_factor
     with WireConnection(address[coordinator_id], 10) as conn:
 
         def heartbeat(epoch: int) -> Any:
-            return retry_retriable(
-                lambda: conn.request(
-                    SHARE_GROUP_HEARTBEAT,
-                    {
-                        "group_id": group,
-                        "member_id": member,
-                        "member_epoch": epoch,
-                        "rack_id": None,
-                        "subscribed_topic_names": (topic,) if epoch == 0 else None,
-                    },
-                    version=1,
-                )
-            )
+            return share_heartbeat(conn, group, member, topic, epoch)
 
         assert heartbeat(0).error_code == NONE
         for partition, leader in sorted(leaders.items()):
             with WireConnection(address[leader], 10) as at_leader:
 
                 def acquire(at_leader: WireConnection = at_leader, index: int = partition) -> bool:
-                    answer = at_leader.request(
-                        SHARE_FETCH,
-                        {
-                            "group_id": group,
-                            "member_id": member,
-                            "share_session_epoch": 0,
-                            "max_wait": datetime.timedelta(milliseconds=500),
-                            "min_bytes": 1,
-                            "max_bytes": 1 << 20,
-                            "max_records": 100,
-                            "batch_size": 100,
-                            "topics": (
-                                FetchTopic(
-                                    topic_id=tid,
-                                    partitions=(
-                                        FetchPartition(
-                                            partition_index=index, acknowledgement_batches=()
-                                        ),
-                                    ),
-                                ),
-                            ),
-                            "forgotten_topics_data": (),
-                        },
-                        version=1,
-                    )
-                    return (
-                        sum(
-                            r.last_offset - r.first_offset + 1
-                            for t in answer.responses
-                            for p in t.partitions
-                            for r in p.acquired_records
-                        )
-                        == RECORDS
-                    )
+                    return acquired(at_leader, group, member, tid, index) == RECORDS
 
                 wait_until(acquire, WAIT_S, f"the member to acquire partition {partition}")
         assert heartbeat(-1).error_code == NONE
