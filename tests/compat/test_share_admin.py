@@ -132,7 +132,8 @@ def describe(conn: WireConnection, group: str, topic: str) -> Any:
     return partition
 
 
-def alter(conn: WireConnection, group: str, topic: str, start: int) -> Any:
+def alter(conn: WireConnection, group: str, topic: str, start: int, partitions: int = 1) -> Any:
+    """AlterShareGroupOffsets: `start` for partitions 0 to `partitions` - 1 of `topic`."""
     from kio.schema.alter_share_group_offsets.v0.request import (
         AlterShareGroupOffsetsRequestPartition,
         AlterShareGroupOffsetsRequestTopic,
@@ -146,10 +147,11 @@ def alter(conn: WireConnection, group: str, topic: str, start: int) -> Any:
                 "topics": (
                     AlterShareGroupOffsetsRequestTopic(
                         topic_name=topic,
-                        partitions=(
+                        partitions=tuple(
                             AlterShareGroupOffsetsRequestPartition(
-                                partition_index=0, start_offset=start
-                            ),
+                                partition_index=p, start_offset=start
+                            )
+                            for p in range(partitions)
                         ),
                     ),
                 ),
@@ -450,32 +452,8 @@ def test_leave_and_alter_reach_partition_leaders_on_other_brokers(cluster_factor
         finally:
             consumer.close()
 
-        from kio.schema.alter_share_group_offsets.v0.request import (
-            AlterShareGroupOffsetsRequestPartition,
-            AlterShareGroupOffsetsRequestTopic,
-        )
-
         def alter_all() -> Any:
-            answer = retry_retriable(
-                lambda: conn.request(
-                    ALTER_OFFSETS,
-                    {
-                        "group_id": group,
-                        "topics": (
-                            AlterShareGroupOffsetsRequestTopic(
-                                topic_name=topic,
-                                partitions=tuple(
-                                    AlterShareGroupOffsetsRequestPartition(
-                                        partition_index=p, start_offset=0
-                                    )
-                                    for p in range(3)
-                                ),
-                            ),
-                        ),
-                    },
-                    version=0,
-                )
-            )
+            answer = alter(conn, group, topic, 0, partitions=3)
             return answer.error_code != NON_EMPTY_GROUP and answer
 
         altered = wait_until(alter_all, WAIT_S, "the consumer to leave the group")
