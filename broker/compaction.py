@@ -21,6 +21,7 @@ from raftka.broker.topics import Partition, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
 from raftka.log import LogInvariantError, PartitionLog
 from raftka.log.cleaner import (
+    CleaningCancelled,
     CleaningPlan,
     CleanRequest,
     cleaning_due,
@@ -90,9 +91,17 @@ class LogCleaner:
         started = trio.current_time()
         job = log.start_cleaning(request, now_ms(), self.io_bytes_per_second)
         try:
+            # The thread is never left running: on cancellation the job is told to stop
+            # (it does at its next batch) and awaited, so its descriptors close only after
+            # its last read and it writes nothing once cancelled.
             result = await trio.to_thread.run_sync(job.run, abandon_on_cancel=True)
-        except BaseException:
+        except BaseException as exc:
+            job.cancel()
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(job.done.wait)
             log.abandon_cleaning(job)
+            if isinstance(exc, CleaningCancelled):
+                return  # the log was closed or truncated meanwhile
             raise
         if partition.log is not log:
             log.abandon_cleaning(job)  # closed meanwhile: its next open completes the swap

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -151,21 +152,36 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-class Throttle:
-    """Holds the calling thread back to `bytes_per_second` (log.cleaner.io.max.bytes.per.second)."""
+class CleaningCancelled(Exception):
+    """The cleaning was cancelled (its log closed or truncated, or the broker stopping)."""
 
-    def __init__(self, bytes_per_second: float) -> None:
+
+class Throttle:
+    """Holds the calling thread back to `bytes_per_second` (log.cleaner.io.max.bytes.per.second).
+    With a `cancelled` event it is also where a job stops: it raises `CleaningCancelled`
+    once the event is set, waking from its wait at once."""
+
+    def __init__(self, bytes_per_second: float, cancelled: threading.Event | None = None) -> None:
         self.bytes_per_second = bytes_per_second
+        self.cancelled = cancelled
         self._start = time.monotonic()
         self._bytes = 0
 
     def __call__(self, nbytes: int) -> None:
         self._bytes += nbytes
+        self.check()
         if self.bytes_per_second <= 0 or self.bytes_per_second >= 1e300:
             return
         due = self._bytes / self.bytes_per_second - (time.monotonic() - self._start)
         if due > 0:
-            time.sleep(due)
+            if self.cancelled is None:
+                time.sleep(due)
+            elif self.cancelled.wait(due):
+                raise CleaningCancelled("the cleaning was cancelled")
+
+    def check(self) -> None:
+        if self.cancelled is not None and self.cancelled.is_set():
+            raise CleaningCancelled("the cleaning was cancelled")
 
 
 @dataclass(slots=True)
@@ -243,7 +259,8 @@ class CleaningResult:
 class CleaningJob:
     """One request carried out on one replica's log. `run` is the worker-thread part; it
     reads only its `sources` (own descriptors) and writes only the staging folder and the
-    swap marker."""
+    swap marker. `cancel` (from any thread) stops it at its next batch or throttle wait;
+    once `cancel` returned the job writes no marker, and `done` is set when `run` ended."""
 
     def __init__(
         self,
@@ -260,8 +277,17 @@ class CleaningJob:
         self.sources = sources
         self.index_interval_bytes = index_interval_bytes
         self.segment_index_bytes = segment_index_bytes
-        self.throttle = Throttle(io_bytes_per_second)
+        self.cancelled = threading.Event()
+        self.done = threading.Event()
+        self.throttle = Throttle(io_bytes_per_second, self.cancelled)
         self.result: CleaningResult | None = None
+        self._marker_lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Stop the job: after this returns it writes no swap marker (one already written
+        stays: that cleaning is complete)."""
+        with self._marker_lock:
+            self.cancelled.set()
 
     def build_key_map(self) -> tuple[dict[bytes, int], int]:
         """The latest offset of each key in [dirty_start, end_offset), and the offset the
@@ -294,8 +320,16 @@ class CleaningJob:
         return latest, request.end_offset
 
     def run(self) -> CleaningResult:
-        """Map, rewrite and stage; fsync everything and write the swap marker last."""
+        """Map, rewrite and stage; fsync everything and write the swap marker last. Raises
+        `CleaningCancelled` (leaving no staging folder) if cancelled."""
+        try:
+            return self._run()
+        finally:
+            self.done.set()
+
+    def _run(self) -> CleaningResult:
         request = self.request
+        self.throttle.check()
         latest, cleaned_end = self.build_key_map()
         staging = self.directory / CLEANER_STAGING_DIR
         # A marker left by a job that was abandoned must not commit this one's half-staged
@@ -319,10 +353,12 @@ class CleaningJob:
                     finally:
                         os.close(fd)
             _fsync_dir(staging)
-            write_file_atomically(
-                self.directory / CLEANER_SWAP_FILE,
-                CleanerCheckpoint(request.offset, cleaned_end).encode(),
-            )
+            with self._marker_lock:
+                self.throttle.check()
+                write_file_atomically(
+                    self.directory / CLEANER_SWAP_FILE,
+                    CleanerCheckpoint(request.offset, cleaned_end).encode(),
+                )
         except BaseException:
             for staged in result.staged.values():
                 staged.close()

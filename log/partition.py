@@ -149,6 +149,7 @@ class PartitionLog:
         # Compaction: committed or not, the clean requests in the log this replica has not
         # carried out yet (in log order), and where the last one carried out reached.
         self.clean_requests: list[CleanRequest] = []
+        self._cleaning: CleaningJob | None = None  # the job started and not yet finished
         self.cleaner_checkpoint = CleanerCheckpoint(-1, 0)
         self.tombstone_horizon_ms = -1  # earliest delete horizon of tombstones left, if known
 
@@ -999,7 +1000,8 @@ class PartitionLog:
             raise LogInvariantError(f"{self.directory}: {request} is not the next clean request")
         if self.segments[-1].base_offset < request.end_offset:
             self.roll(now_ms)
-        return CleaningJob(
+        self._cancel_cleaning()
+        self._cleaning = CleaningJob(
             self.directory,
             request,
             self.source_segments(request.end_offset),
@@ -1007,6 +1009,13 @@ class PartitionLog:
             segment_index_bytes=self.config.segment_index_bytes,
             io_bytes_per_second=io_bytes_per_second,
         )
+        return self._cleaning
+
+    def _cancel_cleaning(self) -> None:
+        """Stop the running job, if any: it writes no swap marker from now on."""
+        if self._cleaning is not None:
+            self._cleaning.cancel()
+            self._cleaning = None
 
     def finish_cleaning(self, job: CleaningJob) -> Callable[[], None]:
         """Swap the job's staged segments in (on the owner's thread, after `run`); returns
@@ -1015,6 +1024,8 @@ class PartitionLog:
         A staged segment whose original is gone meanwhile (retention, DeleteRecords) is
         dropped. Readers holding a replaced segment keep reading its old file.
         """
+        if self._cleaning is job:
+            self._cleaning = None
         for source in job.sources:
             source.close()
         result = job.result
@@ -1065,10 +1076,11 @@ class PartitionLog:
 
         return finish
 
-    @staticmethod
-    def abandon_cleaning(job: CleaningJob) -> None:
-        """Release what a job that will not be finished holds (its staging folder stays for
-        the next cleaning or the next open to remove)."""
+    def abandon_cleaning(self, job: CleaningJob) -> None:
+        """Release what a job that will not be finished holds, once its `run` has ended
+        (its staging folder stays for the next cleaning or the next open to remove)."""
+        if self._cleaning is job:
+            self._cleaning = None
         for source in job.sources:
             source.close()
         if job.result is not None:
@@ -1084,6 +1096,7 @@ class PartitionLog:
         """Flush everything, mark the folder cleanly shut down and release descriptors. If a
         write fails (a full disk) the descriptors are still released, the folder stays
         unmarked (the next open recovers it) and the OSError propagates."""
+        self._cancel_cleaning()
         try:
             self.segments[-1].seal()
             self.flush()
@@ -1095,6 +1108,7 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close descriptors and remove the partition folder."""
+        self._cancel_cleaning()
         with self._durable_lock:
             self._durable_generation += 1
             for segment in self.segments:
