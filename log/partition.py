@@ -954,6 +954,11 @@ class PartitionLog:
         if offset < 0:
             raise LogInvariantError(f"{self.directory}: a log cannot start at offset {offset}")
         self._lower_recovery_point(0)
+        # A cleaning of the old data must not be swapped in at the next open.
+        self._cancel_cleaning()
+        (self.directory / CLEANER_SWAP_FILE).unlink(missing_ok=True)
+        shutil.rmtree(self.directory / CLEANER_STAGING_DIR, ignore_errors=True)
+        fsync_directory(self.directory)
         for segment in self.segments:
             segment.delete()
         self.segments.clear()

@@ -104,3 +104,23 @@ def test_a_job_writes_no_marker_once_its_log_is_closed(tmp_path: Path) -> None:
     log.abandon_cleaning(job)
     assert not (directory / CLEANER_SWAP_FILE).exists()
     assert not (directory / CLEANER_STAGING_DIR).exists()
+
+
+def test_a_snapshot_install_drops_a_staged_cleaning(tmp_path: Path) -> None:
+    directory = tmp_path / "p-0"
+    log = open_log(directory)
+    write_ops(log, random_ops(7))
+    request_clean(log, CleanRequest(0, log.log_end_offset, T0, 1000, 1 << 20))
+    job = log.start_cleaning(log.clean_requests[0], T0, float("inf"))
+    job.run()  # staged and committed by the marker, not yet swapped in
+    assert (directory / CLEANER_SWAP_FILE).exists()
+    start = log.log_end_offset + 100
+    log.truncate_fully_and_start_at(start, T0, epoch=5)
+    log.abandon_cleaning(job)
+    assert not (directory / CLEANER_SWAP_FILE).exists()
+    assert not (directory / CLEANER_STAGING_DIR).exists()
+    log.close()
+    reopened = open_log(directory)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (start, start)
+    assert batches_of(reopened) == []
+    assert [segment.base_offset for segment in reopened.segments] == [start]
