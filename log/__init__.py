@@ -1,9 +1,9 @@
 """Kafka's on-disk partition log: segments, offset and time indexes, recovery, retention."""
 
 from .config import LogConfig
-from .epochs import LeaderEpochCache
+from .epochs import LeaderEpochCache, fsync_directory
 from .errors import LogInvariantError, NonContiguousAppend, OffsetOutOfRange
-from .partition import AppendInfo, PartitionLog, fsync_directory
+from .partition import AppendInfo, PartitionLog
 from .segment import LogSegment
 
 __all__ = [

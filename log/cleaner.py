@@ -39,7 +39,7 @@ from raftka.protocol.records import (
     read_batch_header,
 )
 
-from .epochs import write_file_atomically
+from .epochs import fsync_directory, write_file_atomically
 from .segment import LogSegment
 
 #: Control record type of a clean request (Kafka's types are 0-6; clients ignore others).
@@ -137,19 +137,11 @@ def complete_interrupted_swap(directory: Path) -> None:
         if staging.is_dir():
             for path in sorted(staging.iterdir()):
                 os.replace(path, directory / path.name)
-        _fsync_dir(directory)
+        fsync_directory(directory)
         write_file_atomically(directory / CLEANER_CHECKPOINT_FILE, checkpoint.encode())
     marker.unlink(missing_ok=True)
     if staging.exists():
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class CleaningCancelled(Exception):
@@ -352,7 +344,7 @@ class CleaningJob:
                         os.fsync(fd)
                     finally:
                         os.close(fd)
-            _fsync_dir(staging)
+            fsync_directory(staging)
             with self._marker_lock:
                 self.throttle.check()
                 write_file_atomically(

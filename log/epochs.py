@@ -121,6 +121,15 @@ class LeaderEpochCache:
         return True
 
 
+def fsync_directory(directory: Path) -> None:
+    """Make a directory's entries (files created, renamed or deleted in it) durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_file_atomically(path: Path, data: bytes, durable: bool = True) -> None:
     """Replace `path` by `data` so that a crash leaves the old or the new content, durably
     (file and directory fsynced) unless `durable` is False: then a process crash keeps it
@@ -136,10 +145,5 @@ def write_file_atomically(path: Path, data: bytes, durable: bool = True) -> None
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if not durable:
-        return
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    if durable:
+        fsync_directory(path.parent)

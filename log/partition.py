@@ -40,7 +40,7 @@ from .cleaner import (
     read_checkpoint,
 )
 from .config import LogConfig
-from .epochs import LeaderEpochCache, write_file_atomically
+from .epochs import LeaderEpochCache, fsync_directory, write_file_atomically
 from .errors import LogInvariantError, NonContiguousAppend, OffsetOutOfRange
 from .producer_state import (
     CompletedTxn,
@@ -83,15 +83,6 @@ class LogSlice(NamedTuple):
     position: int
     length: int
     next_offset: int
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a directory's entries (files created, renamed or deleted in it) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_file(path: Path) -> None:
