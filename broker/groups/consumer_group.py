@@ -27,12 +27,12 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
+import re2
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups.assignors import Assignment, Assignor, MemberSubscription
@@ -273,6 +273,14 @@ def _owns_any(owned: TopicPartitions | None, partitions: Assignment) -> bool:
     return any(set(parts) & partitions.get(t, set()) for t, parts in owned.items())
 
 
+def _compile_regex(pattern: str) -> Any:
+    """A subscription's regular expression compiled with RE2 (Kafka's syntax, matching in
+    time linear in the name); raises `re2.error` if it is invalid."""
+    options = re2.Options()
+    options.log_errors = False  # the heartbeat answers INVALID_REGULAR_EXPRESSION instead
+    return re2.compile(pattern, options)
+
+
 def restore_group(
     epoch: int,
     metadata: Mapping[str, MemberMetadataValue],
@@ -335,11 +343,13 @@ def validate_request(request: HeartbeatRequest, version: int, assignors: Iterabl
         if version < 1:
             raise invalid("SubscribedTopicRegex needs version 1.")
         try:
-            re.compile(request.subscribed_topic_regex)
-        except re.error as exc:
+            _compile_regex(request.subscribed_topic_regex)
+        except re2.error as exc:
+            reason = b"".join(a for a in exc.args if isinstance(a, bytes)).decode(errors="replace")
             raise HeartbeatError(
                 ErrorCode.invalid_regular_expression,
-                f"SubscribedTopicRegex {request.subscribed_topic_regex!r} is invalid: {exc}",
+                f"SubscribedTopicRegex {request.subscribed_topic_regex!r} is invalid "
+                f"(RE2 syntax, as in Kafka): {reason or exc}",
             ) from exc
     known = list(assignors)
     if request.server_assignor is not None and request.server_assignor not in known:
@@ -761,15 +771,18 @@ class ConsumerProtocolMachine:
         }
         stale = regexes and now_ms - state.regex_resolved_ms >= REGEX_REFRESH_MS
         if state.subscribed_names is None or stale:
-            # Kafka matches with RE2/J against the whole name; Python's `re` (fullmatch)
-            # agrees for the common syntax. Internal topics are never matched.
+            # Kafka matches with RE2/J against the whole name; RE2 is the same syntax and
+            # matches in linear time, whatever the client sends. Internal topics are never
+            # matched.
             candidates = (
                 [n for n in self.topics.names() if not n.startswith("__")] if regexes else []
             )
-            state.regex_matches = {
-                regex: frozenset(n for n in candidates if re.fullmatch(regex, n))
-                for regex in regexes
-            }
+            state.regex_matches = {}
+            for regex in regexes:
+                compiled = _compile_regex(regex)
+                state.regex_matches[regex] = frozenset(
+                    n for n in candidates if compiled.fullmatch(n)
+                )
             state.regex_resolved_ms = now_ms
             names: set[str] = set()
             for member in state.members.values():

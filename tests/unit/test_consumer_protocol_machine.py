@@ -276,6 +276,27 @@ def test_a_new_topic_matching_a_regex_is_assigned_within_the_refresh_interval() 
     }
 
 
+@pytest.mark.timeout(20)
+def test_a_backtracking_regex_is_matched_in_linear_time() -> None:
+    # With a backtracking matcher `(a+)+$` against this name takes about 2**40 steps and
+    # stalls the event loop; RE2 (Kafka's syntax and semantics) answers at once.
+    name = "a" * 40 + "!"
+    topics = Topics(**{name: 1, "aaa": 1})
+    g = Group(topics)
+    joined = g.join("a", subscribed_topic_names=None, subscribed_topic_regex="(a+)+$")
+    assert joined.assignment == {topics.ids["aaa"]: {0}}
+
+
+def test_a_regex_outside_re2_syntax_is_refused() -> None:
+    # Look-behind is Python's, not RE2's: Kafka refuses it, so does the broker.
+    g = Group()
+    fields = {"subscribed_topic_names": None, "subscribed_topic_regex": "(?<=x)t"}
+    result = g.beat("a", 0, **fields)
+    assert result.error == E.invalid_regular_expression, result
+    assert result.message and "(?<=x)t" in result.message
+    assert g.groups == {}
+
+
 def test_range_assignor_on_request() -> None:
     g = Group()
     g.join("a", server_assignor="range")
