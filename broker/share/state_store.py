@@ -12,10 +12,11 @@ replaying the partition once per leader epoch and kept up to date by its own wri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -101,6 +102,9 @@ class TopicShareStateStore:
         # state partition -> (leader epoch, key -> latest value) for the partitions led here.
         self._latest: dict[int, tuple[int, dict[bytes, bytes]]] = {}
         self._loading: dict[int, trio.Lock] = {}
+        # (state partition, key) -> the lock its writers hold from the fence check to the
+        # end of their append, so a stale write cannot pass the check during another's.
+        self._writing: dict[tuple[int, bytes], trio.Lock] = {}
         self.manager: SharePartitionManager | None = None
 
     def attach(self, manager: SharePartitionManager) -> None:
@@ -224,34 +228,48 @@ class TopicShareStateStore:
     async def read_local(self, partition: int, raw_key: bytes) -> bytes | None:
         return (await self._latest_of(partition)).get(raw_key)
 
+    @contextlib.asynccontextmanager
+    async def _key_lock(self, partition: int, raw_key: bytes) -> AsyncIterator[None]:
+        """One writer of a key at a time; the lock goes once nobody holds or awaits it."""
+        lock = self._writing.setdefault((partition, raw_key), trio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._writing.pop((partition, raw_key), None)
+
     async def write_local(self, partition: int, raw_key: bytes, value: bytes) -> None:
         """Append the state unless the stored one has a later state epoch (written by a
-        later leader of the data partition: this writer is stale, FENCED_STATE_EPOCH)."""
-        latest = await self._latest_of(partition)
-        stored = latest.get(raw_key)
-        if stored is not None:
-            stored_epoch = decode_state(stored).state_epoch
-            if decode_state(value).state_epoch < stored_epoch:
-                raise FencedStateEpoch(
-                    f"state epoch {decode_state(value).state_epoch} is older than the stored "
-                    f"{stored_epoch}: the partition has a newer leader"
-                )
-        epoch = self.log.leader_epoch(partition)
-        try:
-            await self.log.append(partition, [(raw_key, value)], leader_epoch=epoch)
-        except NotCoordinatorError as exc:
-            raise OSError(str(exc)) from exc
-        latest[raw_key] = value
+        later leader of the data partition: this writer is stale, FENCED_STATE_EPOCH).
+        Writes of one key are serialized, so the check sees every earlier write."""
+        async with self._key_lock(partition, raw_key):
+            latest = await self._latest_of(partition)
+            stored = latest.get(raw_key)
+            if stored is not None:
+                stored_epoch = decode_state(stored).state_epoch
+                if decode_state(value).state_epoch < stored_epoch:
+                    raise FencedStateEpoch(
+                        f"state epoch {decode_state(value).state_epoch} is older than the "
+                        f"stored {stored_epoch}: the partition has a newer leader"
+                    )
+            epoch = self.log.leader_epoch(partition)
+            try:
+                await self.log.append(partition, [(raw_key, value)], leader_epoch=epoch)
+            except NotCoordinatorError as exc:
+                raise OSError(str(exc)) from exc
+            latest[raw_key] = value
 
     async def delete_local(self, partition: int, raw_key: bytes) -> None:
         """Append a tombstone for the key (compaction then drops its records)."""
-        latest = await self._latest_of(partition)
-        epoch = self.log.leader_epoch(partition)
-        try:
-            await self.log.append(partition, [(raw_key, None)], leader_epoch=epoch)
-        except NotCoordinatorError as exc:
-            raise OSError(str(exc)) from exc
-        latest.pop(raw_key, None)
+        async with self._key_lock(partition, raw_key):
+            latest = await self._latest_of(partition)
+            epoch = self.log.leader_epoch(partition)
+            try:
+                await self.log.append(partition, [(raw_key, None)], leader_epoch=epoch)
+            except NotCoordinatorError as exc:
+                raise OSError(str(exc)) from exc
+            latest.pop(raw_key, None)
 
     async def serve_read(self, payload: bytes) -> tuple[int, bytes]:
         try:
