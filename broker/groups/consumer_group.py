@@ -113,8 +113,32 @@ class ConsumerMember:
     member_epoch: int = 0
     previous_member_epoch: int = 0
     state: MemberState = MemberState.STABLE
+    # Replaced, never changed in place (`assignment_fields` relies on it).
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+
+    def metadata_fields(self) -> tuple[object, ...]:
+        """What `metadata_value` stores, to tell a change without building the record."""
+        return (
+            self.instance_id,
+            self.rack_id,
+            self.client_id,
+            self.client_host,
+            self.subscribed_topic_names,
+            self.subscribed_topic_regex,
+            self.rebalance_timeout_ms,
+            self.server_assignor,
+        )
+
+    def assignment_fields(self) -> tuple[object, ...]:
+        """What `assignment_value` stores, to tell a change without building the record."""
+        return (
+            self.member_epoch,
+            self.previous_member_epoch,
+            self.state,
+            self.assigned,
+            self.pending_revocation,
+        )
 
     def metadata_value(self) -> MemberMetadataValue:
         return MemberMetadataValue(
@@ -182,9 +206,11 @@ class ConsumerProtocolGroup:
     # (topic id, partition) -> the epoch of the member holding it (assigned or revoking).
     partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
     assignor_name: str = ""
-    # The members' subscribed topic names (None: to be computed again) and each regular
+    # The members' subscribed topic names (None: to be computed again, with
+    # `subscribed_regexes`, the members' regular expressions) and each regular
     # expression's matches, as of `regex_resolved_ms`.
     subscribed_names: set[str] | None = None
+    subscribed_regexes: frozenset[str] = frozenset()
     regex_matches: dict[str, frozenset[str]] = field(default_factory=dict)
     regex_resolved_ms: float = -math.inf
 
@@ -460,8 +486,8 @@ class ConsumerProtocolMachine:
             )
         member = self._member(group.group_id, state, member_id, request, joining, now)
         known = member.member_id in state.members
-        metadata_before = member.metadata_value() if known else None
-        assignment_before = member.assignment_value() if known else None
+        metadata_before = member.metadata_fields() if known else None
+        assignment_before = member.assignment_fields() if known else None
         # A static member's new incarnation replaces the old one without a rebalance.
         bump = not known and (
             member.instance_id is None or member.instance_id not in state.static_members
@@ -505,8 +531,8 @@ class ConsumerProtocolMachine:
         if state.group_epoch > state.assignment_epoch:
             self._compute_target(state)
         self._reconcile(group.group_id, state, member, request.owned)
-        metadata_changed = member.metadata_value() != metadata_before
-        if metadata_changed or member.assignment_value() != assignment_before:
+        metadata_changed = member.metadata_fields() != metadata_before
+        if metadata_changed or member.assignment_fields() != assignment_before:
             self._record_member(group.group_id, member, metadata_changed)
         self.deadlines.schedule(
             DeadlineKey(DeadlineKind.SESSION, group.group_id, member.member_id),
@@ -764,11 +790,13 @@ class ConsumerProtocolMachine:
         """The topic names the members subscribe to, cached until the membership or a
         subscription changes; regular expressions are matched again at most every
         `REGEX_REFRESH_MS`, so a heartbeat costs one lookup per subscribed topic."""
-        regexes = {
-            m.subscribed_topic_regex
-            for m in state.members.values()
-            if m.subscribed_topic_regex is not None
-        }
+        if state.subscribed_names is None:
+            state.subscribed_regexes = frozenset(
+                m.subscribed_topic_regex
+                for m in state.members.values()
+                if m.subscribed_topic_regex is not None
+            )
+        regexes = state.subscribed_regexes
         stale = regexes and now_ms - state.regex_resolved_ms >= REGEX_REFRESH_MS
         if state.subscribed_names is None or stale:
             # Kafka matches with RE2/J against the whole name; RE2 is the same syntax and

@@ -297,6 +297,40 @@ def test_a_regex_outside_re2_syntax_is_refused() -> None:
     assert g.groups == {}
 
 
+class CountingMembers(dict[str, Any]):
+    """A group's members that count the walks over them."""
+
+    walks = 0
+
+    def values(self) -> Any:
+        self.walks += 1
+        return super().values()
+
+
+def test_a_steady_heartbeat_does_not_walk_the_membership() -> None:
+    # The subscribed names and regular expressions are cached until the membership or a
+    # subscription changes: a heartbeat costs O(1) in the group's size, not O(members).
+    topics = Topics(orders=4, orders_eu=2)
+    g = Group(topics)
+    fields = {"subscribed_topic_names": None, "subscribed_topic_regex": "orders.*"}
+    for member_id in "abc":
+        g.join(member_id, **fields)
+
+    def beat_all() -> None:
+        for member_id, member in list(g.state.members.items()):
+            owned = {t: sorted(p) for t, p in member.assigned.items()}
+            assert g.beat(member_id, member.member_epoch, owned).error == E.none
+
+    for _ in range(3):  # until every member is stable at the group's epoch
+        beat_all()
+    assert g.state.state() == GroupProtocolState.STABLE
+    g.state.members = members = CountingMembers(g.state.members)
+    stored = list(g.epochs_stored)
+    beat_all()
+    assert members.walks == 0
+    assert g.epochs_stored == stored
+
+
 def test_range_assignor_on_request() -> None:
     g = Group()
     g.join("a", server_assignor="range")
