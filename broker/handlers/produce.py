@@ -332,8 +332,11 @@ _ASSUMED_COMPRESSION_RATIO = 4
 
 
 def _recompress_in_thread(records: bytes) -> bool:
-    """Whether recompressing the batch in `records` is worth a worker thread."""
+    """Whether recompressing (or scanning) the batch in `records` is worth a worker thread;
+    never for records too short to hold a batch header, which validation refuses."""
     size = len(records)
+    if size < RECORD_BATCH_OVERHEAD:
+        return False
     if records[_ATTRIBUTES_LOW_BYTE] & COMPRESSION_MASK:
         size *= _ASSUMED_COMPRESSION_RATIO
     return size > RECOMPRESS_IN_THREAD_BYTES

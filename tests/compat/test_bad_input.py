@@ -308,3 +308,29 @@ def test_records_of_an_internal_topic_cannot_be_deleted(bootstrap, health_topic,
     assert codes <= {17, 6}, codes  # INVALID_TOPIC_EXCEPTION (or NOT_LEADER elsewhere)
     assert 17 in codes
     _broker_still_healthy(bootstrap, health_topic, bystander)
+
+
+@pytest.mark.parametrize("records", [b"", b"\x00" * 10], ids=["empty", "ten-bytes"])
+def test_short_records_on_a_compacted_topic(bootstrap, new_topic, health_topic, records):
+    """Records too short to hold a batch header get the same error on a compacted topic as
+    on any other (not a closed connection), and the connection keeps serving."""
+    compacted = new_topic(partitions=1, config={"cleanup.policy": "compact"})
+    req_mod, resp_mod = _produce_classes(bootstrap)
+    before = watermarks(bootstrap, compacted)
+    with RawConnection(bootstrap) as conn:
+        conn.send_request(_produce_request(req_mod, health_topic, records))
+        resp = conn.recv_response(resp_mod.ProduceResponse)
+        [plain] = resp.responses[0].partition_responses
+        assert plain.error_code != 0, plain
+
+        conn.send_request(_produce_request(req_mod, compacted, records))
+        resp = conn.recv_response(resp_mod.ProduceResponse)
+        [p] = resp.responses[0].partition_responses
+        assert p.error_code == plain.error_code, (p, plain)
+        assert watermarks(bootstrap, compacted) == before, "short records changed the log"
+
+        # Same connection: a good batch to the plain topic is still answered.
+        conn.send_request(_produce_request(req_mod, health_topic, record_batch([b"after"])))
+        resp = conn.recv_response(resp_mod.ProduceResponse)
+        [p] = resp.responses[0].partition_responses
+        assert p.error_code == 0, p
