@@ -470,6 +470,7 @@ async def _append_queued(
                 acks,
                 version,
                 commits,
+                keys_checked=keys_checked,
             )
             return
         result, wait_for = appended
@@ -736,10 +737,11 @@ async def _verify_and_append(
     acks: int,
     version: int,
     commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]],
+    keys_checked: bool = False,
 ) -> None:
     """Ask the transaction coordinator about a batch that starts a transaction on the
     partition, then append it (checked again: another request may have written while we
-    waited) or answer the coordinator's error."""
+    waited) or answer the coordinator's error. `keys_checked` as for `_append`."""
     assert transactional_id is not None, "transactional batches carry the request's id"
     verdict = await context.services.transactions.verify_partition(
         transactional_id,
@@ -756,7 +758,16 @@ async def _verify_and_append(
             f"added this partition to its transaction: {verdict.name}",
         )
         return
-    appended = _append(context, partition, records, acks, now_ms(), version, verified=pending)
+    appended = _append(
+        context,
+        partition,
+        records,
+        acks,
+        now_ms(),
+        version,
+        verified=pending,
+        keys_checked=keys_checked,
+    )
     assert not isinstance(appended, _NeedsVerification), "verified batches append"
     result, wait_for = appended
     fields.update(result)

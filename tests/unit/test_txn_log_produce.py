@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.config import BrokerConfig
+from raftka.broker.handlers import produce as produce_module
 from raftka.broker.handlers.produce import _transactional_error, handle_produce
 from raftka.broker.handlers.txn_markers import write_marker
 from raftka.broker.server import Broker, Listener
@@ -84,7 +86,11 @@ def _header() -> RequestHeader:
 
 
 def produce(
-    broker: Broker, services: BrokerServices, records: bytes, transactional_id: str | None
+    broker: Broker,
+    services: BrokerServices,
+    records: bytes,
+    transactional_id: str | None,
+    topic: str = TOPIC,
 ) -> Any:
     request = ProduceRequest(
         transactional_id=transactional_id,
@@ -92,7 +98,7 @@ def produce(
         timeout=datetime.timedelta(seconds=10),
         topic_data=(
             TopicProduceData(
-                name=TOPIC, partition_data=(PartitionProduceData(index=0, records=records),)
+                name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
             ),
         ),
     )
@@ -295,3 +301,55 @@ def test_transactional_and_another_producer_in_one_request_is_refused(broker: Br
     assert codes == {ErrorCode.invalid_producer_id_mapping}
     assert log_end(broker) == end
     assert coordinator.asked == []
+
+
+def create_compacted(broker: Broker, name: str) -> None:
+    created = _run(
+        broker,
+        broker.controller.execute,
+        CreateTopicCommand(
+            name=name,
+            num_partitions=1,
+            replication_factor=1,
+            configs={"cleanup.policy": "compact"},
+        ),
+    )
+    assert created.error_code == ErrorCode.none, created
+
+    async def led() -> None:
+        with trio.fail_after(10):  # awaiting the new topic's leader
+            while True:
+                partition = broker.topics.partition(name, 0)
+                if partition is not None and partition.is_leader:
+                    return
+                await trio.sleep(0.01)
+
+    _run(broker, led)
+
+
+def test_large_compacted_transactional_batch_is_scanned_for_keys_once(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch large enough for its key scan to run in a worker thread is not scanned again
+    on the event loop once the coordinator verified it."""
+    create_compacted(broker, "compacted")
+    loop_thread = threading.current_thread()
+    scans: list[bool] = []
+    scan = produce_module._keyless_records
+
+    def counting_scan(records: bytes, headers: Any) -> list[int]:
+        scans.append(threading.current_thread() is loop_thread)
+        return scan(records, headers)
+
+    monkeypatch.setattr(produce_module, "_keyless_records", counting_scan)
+    value = b"v" * 1024
+    records = [(b"k%d" % i, value) for i in range(100)]
+    assert len(value) * len(records) > produce_module.RECOMPRESS_IN_THREAD_BYTES
+    batch = build_batch(
+        records, 0, producer_id=PID, producer_epoch=0, base_sequence=0, transactional=True
+    )
+    coordinator = Coordinator()
+    answer = produce(broker, services_with(broker, coordinator), batch, "tx", topic="compacted")
+    assert answer.error_code == ErrorCode.none, answer
+    assert len(coordinator.asked) == 1
+    assert scans == [False], f"key scans (True: on the event loop): {scans}"
