@@ -19,8 +19,9 @@ answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka) and one producer id acr
 request (else INVALID_PRODUCER_ID_MAPPING). A producer's first transactional batch on a
 partition (no ongoing transaction of it at that epoch) is verified with the transaction
 coordinator first (KIP-890): its error is the partition's answer and nothing is written.
-Until that batch is appended or refused, later writes to the partition queue behind it, so a
-producer's pipelined batches keep their order. After the await every check runs again right
+Until that batch is appended or refused, the same producer's later writes to the partition
+queue behind it (`Partition.verifying_producers`), so its pipelined batches keep their order;
+other producers' writes go on meanwhile. After the await every check runs again right
 before the append, since the partition may have changed meanwhile; and if the producer's
 transaction ended or its epoch changed on the partition meanwhile (its marker landed), the
 batch is refused with INVALID_TXN_STATE rather than opening a transaction no coordinator
@@ -57,6 +58,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -96,6 +98,7 @@ from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
     MAGIC_OFFSET,
     MAGIC_V2,
+    PRODUCER_ID_OFFSET,
     RECORD_BATCH_OVERHEAD,
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
@@ -392,7 +395,8 @@ def _validated_and_recompressed(
 class _QueuedWrite:
     """One partition's write that waits for the writes queued before it on the partition
     (`previous`) and maybe for a worker thread; `done` is set once it was appended or
-    refused. `fields` is the partition's answer, filled in then."""
+    refused. `fields` is the partition's answer, filled in then. `pending`: the batch was
+    checked already and waits only for its verification."""
 
     partition: Partition
     records: bytes
@@ -400,15 +404,40 @@ class _QueuedWrite:
     previous: trio.Event | None
     done: trio.Event
     fields: dict[str, Any]
+    pending: _NeedsVerification | None = None
 
 
 def _queue_write(
-    partition: Partition, records: bytes, codec: int | None, fields: dict[str, Any]
+    partition: Partition,
+    records: bytes,
+    codec: int | None,
+    fields: dict[str, Any],
+    pending: _NeedsVerification | None = None,
 ) -> _QueuedWrite:
     done = trio.Event()
-    queued = _QueuedWrite(partition, records, codec, partition.last_queued_write, done, fields)
+    queued = _QueuedWrite(
+        partition, records, codec, partition.last_queued_write, done, fields, pending
+    )
     partition.last_queued_write = done
     return queued
+
+
+_PRODUCER_ID = struct.Struct(">q")
+
+
+def _verifying_producer(partition: Partition, records: bytes) -> int | None:
+    """The producer id of the batch in `records` if a write of that producer waits for its
+    verification on the partition (one dict check while none does)."""
+    if not partition.verifying_producers or len(records) < RECORD_BATCH_OVERHEAD:
+        return None
+    (producer_id,) = _PRODUCER_ID.unpack_from(records, PRODUCER_ID_OFFSET)
+    return producer_id if producer_id in partition.verifying_producers else None
+
+
+def _leave_partition_queue(queued: _QueuedWrite) -> None:
+    queued.done.set()
+    if queued.partition.last_queued_write is queued.done:
+        queued.partition.last_queued_write = None
 
 
 async def _append_queued(
@@ -424,6 +453,20 @@ async def _append_queued(
         if queued.previous is not None:
             await queued.previous.wait()
         records = queued.records
+        if queued.pending is not None:
+            await _behind_producer(
+                context,
+                transactional_id,
+                queued,
+                queued.pending.producer_id,
+                records,
+                acks,
+                version,
+                commits,
+                pending=queued.pending,
+                keys_checked=True,  # _append got as far as the producer checks
+            )
+            return
         if queued.codec is not None and _codec_differs(records, queued.codec):
             try:
                 if _recompress_in_thread(records):
@@ -455,22 +498,35 @@ async def _append_queued(
                 queued.fields.update(_keyless_refusal(context, partition, missing))
                 return
             keys_checked = True
-        appended = _append(
-            context, partition, records, acks, now_ms(), version, keys_checked=keys_checked
-        )
-        if isinstance(appended, _NeedsVerification):
-            # Still holding the partition's queue: later writes land after this batch.
-            await _verify_and_append(
+        producer_id = _verifying_producer(partition, records)
+        if producer_id is not None:
+            await _behind_producer(
                 context,
                 transactional_id,
-                partition,
+                queued,
+                producer_id,
                 records,
-                appended,
-                queued.fields,
                 acks,
                 version,
                 commits,
                 keys_checked=keys_checked,
+            )
+            return
+        appended = _append(
+            context, partition, records, acks, now_ms(), version, keys_checked=keys_checked
+        )
+        if isinstance(appended, _NeedsVerification):
+            await _behind_producer(
+                context,
+                transactional_id,
+                queued,
+                appended.producer_id,
+                records,
+                acks,
+                version,
+                commits,
+                pending=appended,
+                keys_checked=True,
             )
             return
         result, wait_for = appended
@@ -478,9 +534,61 @@ async def _append_queued(
         if wait_for is not None:
             commits.append((partition, wait_for, queued.fields))
     finally:
-        queued.done.set()
-        if partition.last_queued_write is queued.done:
-            partition.last_queued_write = None
+        _leave_partition_queue(queued)
+
+
+async def _behind_producer(
+    context: RequestContext,
+    transactional_id: str | None,
+    queued: _QueuedWrite,
+    producer_id: int,
+    records: bytes,
+    acks: int,
+    version: int,
+    commits: list[tuple[Partition, tuple[int, int | None], dict[str, Any]]],
+    pending: _NeedsVerification | None = None,
+    keys_checked: bool = False,
+) -> None:
+    """Move a queued write from the partition's queue to its producer's: it waits for the
+    producer's writes that wait for a verification there, and then for its own verification
+    (`pending`) if it needs one, while other producers' writes go on. Without `pending` it
+    is checked again once its turn comes."""
+    partition = queued.partition
+    previous = partition.verifying_producers.get(producer_id)
+    mine = trio.Event()
+    partition.verifying_producers[producer_id] = mine
+    # Registered before leaving, so the producer's next write in the partition queue sees it.
+    _leave_partition_queue(queued)
+    try:
+        if previous is not None:
+            await previous.wait()
+        if pending is None:
+            appended = _append(
+                context, partition, records, acks, now_ms(), version, keys_checked=keys_checked
+            )
+            if not isinstance(appended, _NeedsVerification):
+                result, wait_for = appended
+                queued.fields.update(result)
+                if wait_for is not None:
+                    commits.append((partition, wait_for, queued.fields))
+                return
+            pending = appended
+        await _verify_and_append(
+            context,
+            transactional_id,
+            partition,
+            records,
+            pending,
+            queued.fields,
+            acks,
+            version,
+            commits,
+            keys_checked=True,
+        )
+    finally:
+        mine.set()
+        if partition.verifying_producers.get(producer_id) is mine:
+            del partition.verifying_producers[producer_id]
 
 
 #: Control types a restore may write: ABORT and COMMIT markers, LEADER_CHANGE.
@@ -825,9 +933,13 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 records = data.records or b""
                 codec = _target_codec(partition)
                 wait_for = None
-                if partition.last_queued_write is not None or (
-                    (_codec_differs(records, codec) or _is_compacted(partition))
-                    and _recompress_in_thread(records)
+                if (
+                    partition.last_queued_write is not None
+                    or _verifying_producer(partition, records) is not None
+                    or (
+                        (_codec_differs(records, codec) or _is_compacted(partition))
+                        and _recompress_in_thread(records)
+                    )
                 ):
                     fields = {"error_code": ErrorCode.none}
                     queued_writes.append(_queue_write(partition, records, codec, fields))
@@ -843,10 +955,12 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
                 else:
                     appended = _append(context, partition, records, acks, now, version)
                 if isinstance(appended, _NeedsVerification):
-                    # Verified as a queued write, so later writes to the partition (this
-                    # producer's pipelined batches) wait behind it instead of overtaking it.
+                    # Verified as a queued write, so this producer's later (pipelined)
+                    # writes to the partition wait behind it instead of overtaking it.
                     fields = {"error_code": ErrorCode.none}
-                    queued_writes.append(_queue_write(partition, records, None, fields))
+                    queued_writes.append(
+                        _queue_write(partition, records, None, fields, pending=appended)
+                    )
                 elif appended is not None:
                     fields, wait_for = appended
                 if wait_for is not None:

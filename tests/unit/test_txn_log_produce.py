@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.request_header.v2.header import RequestHeader
@@ -353,3 +354,67 @@ def test_large_compacted_transactional_batch_is_scanned_for_keys_once(
     assert answer.error_code == ErrorCode.none, answer
     assert len(coordinator.asked) == 1
     assert scans == [False], f"key scans (True: on the event loop): {scans}"
+
+
+def test_verification_holds_up_only_its_own_producer(broker: Broker) -> None:
+    """While the coordinator has not answered for a producer's first transactional batch,
+    that producer's pipelined batch waits behind it, and another producer's write lands."""
+    release = trio.Event()
+
+    class Stuck(Coordinator):
+        async def verify_partition(
+            self,
+            transactional_id: str,
+            producer_id: int,
+            producer_epoch: int,
+            topic: str,
+            index: int,
+        ) -> ErrorCode:
+            self.asked.append((transactional_id, producer_id, producer_epoch, topic, index))
+            await release.wait()
+            return ErrorCode.none
+
+    coordinator = Stuck()
+    services = services_with(broker, coordinator)
+    other = build_batch([(None, b"o")], 0, producer_id=PID + 1, producer_epoch=0, base_sequence=0)
+    answers: dict[str, Any] = {}
+
+    async def send(name: str, records: bytes, transactional_id: str | None) -> None:
+        request = ProduceRequest(
+            transactional_id=transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=10),
+            topic_data=(
+                TopicProduceData(
+                    name=TOPIC, partition_data=(PartitionProduceData(index=0, records=records),)
+                ),
+            ),
+        )
+        context = RequestContext(services, _header(), 0, 9, "127.0.0.1", 1)
+        response = await handle_produce(context, request)
+        answers[name] = response.responses[0].partition_responses[0]
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            try:
+                nursery.start_soon(send, "first", txn_batch(0), "tx")
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(coordinator.asked) == 1, coordinator.asked
+                nursery.start_soon(send, "second", txn_batch(1), "tx")
+                await trio.testing.wait_all_tasks_blocked()
+                with trio.move_on_after(10) as waited:
+                    await send("other", other, None)
+                assert not waited.cancelled_caught, (
+                    "another producer's write waited for the stuck verification"
+                )
+                assert "first" not in answers and "second" not in answers, answers
+            finally:
+                release.set()
+
+    _run(broker, scenario)
+    assert [answers[name].error_code for name in ("other", "first", "second")] == [
+        ErrorCode.none
+    ] * 3, answers
+    assert answers["other"].base_offset < answers["first"].base_offset
+    assert answers["first"].base_offset < answers["second"].base_offset
+    assert len(coordinator.asked) == 1
