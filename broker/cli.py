@@ -272,8 +272,22 @@ def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return first
 
 
+def _attach_cluster_id(argv: list[str]) -> list[str]:
+    """`--cluster-id ID` as `--cluster-id=ID`: a cluster id is URL-safe base64 and may start
+    with "-", which argparse would otherwise take for an option."""
+    out: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--cluster-id":
+            value = next(args, None)
+            out.append(arg if value is None else f"{arg}={value}")
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_attach_cluster_id(sys.argv[1:] if argv is None else argv))
     if args.command == "configs":
         _print_configs()
         return 0

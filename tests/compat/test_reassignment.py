@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from clients import (
     run_raftka,
     wait_until,
 )
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from harness import ClusterProcess
 from test_cluster import ContinuousProducer, check_acked_records, raw_metadata
@@ -351,9 +352,7 @@ def test_a_new_replica_starts_at_the_leaders_log_start(
     for i in range(60):
         producer.produce(topic, value=b"r%d" % i, partition=0)
         assert producer.flush(30) == 0  # one batch per record: offset 40 starts a batch
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    deleted = admin.delete_records([TopicPartition(topic, 0, 40)])
-    assert next(iter(deleted.values())).result(30).low_watermark == 40
+    assert delete_records(cluster, topic, 40) == 40
     (answer,) = java_tool.json("reassign", cluster.bootstrap, f"{topic}:0=1,2,4")
     assert answer["error"] is None, answer
     wait_until(lambda: not moving(java_tool, cluster, topic), 60, "the move to finish")
@@ -361,6 +360,30 @@ def test_a_new_replica_starts_at_the_leaders_log_start(
     assert segments[0] == "00000000000000000040.log", segments
     got = consume(cluster.bootstrap, topic, [0], start=40, timeout=60)[0]
     assert [m.value() for m in got] == [b"r%d" % i for i in range(40, 60)]
+
+
+def delete_records(cluster: ClusterProcess, topic: str, before: int) -> int:
+    """DeleteRecords of partition 0 below `before`; the low watermark answered. A broker of
+    the shared cluster that restarted in an earlier test may not know every leader yet
+    ("No leaders found"): retried as an operator would, for up to 30 s."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    deadline = time.monotonic() + 30
+    while True:
+        deleted = admin.delete_records([TopicPartition(topic, 0, before)])
+        try:
+            return int(next(iter(deleted.values())).result(30).low_watermark)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NOENT or time.monotonic() > deadline:
+                seen = admin.list_topics(topic, timeout=10)
+                partitions = {
+                    i: (p.leader, p.replicas, p.error)
+                    for i, p in seen.topics[topic].partitions.items()
+                }
+                raise AssertionError(
+                    f"DeleteRecords of {topic}: {exc}; Metadata: brokers {sorted(seen.brokers)},"
+                    f" partitions (leader, replicas, error) {partitions}"
+                ) from exc
+            time.sleep(0.5)
 
 
 def batch_bounds(directory: Path) -> list[tuple[int, int]]:
@@ -393,9 +416,7 @@ def test_a_new_replica_starts_at_the_batch_holding_a_log_start_inside_it(
     bounds = batch_bounds(partition_dir(cluster, leader, topic))
     base, last = next((b, e) for b, e in bounds if e > b and b >= 10)
     inside = base + 1
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    deleted = admin.delete_records([TopicPartition(topic, 0, inside)])
-    assert next(iter(deleted.values())).result(30).low_watermark == inside
+    assert delete_records(cluster, topic, inside) == inside
     kept = [leader, next(r for r in (1, 2, 3) if r != leader), 4]
     (answer,) = java_tool.json(
         "reassign", cluster.bootstrap, f"{topic}:0={','.join(map(str, kept))}"

@@ -262,7 +262,10 @@ def test_describe_alter_and_delete_offsets_of_an_idle_share_group(broker: Broker
 
 def share_heartbeat(conn: WireConnection, group: str, member: str, topic: str, epoch: int) -> Any:
     """A ShareGroupHeartbeat of `member` (joining `topic` at epoch 0), retried while
-    retriable."""
+    retriable. Joining looks the coordinator up first, as a client does: the first
+    FindCoordinator creates `__consumer_offsets`, without which no broker coordinates."""
+    if epoch == 0:
+        conn.request(10, {"key_type": 0, "coordinator_keys": (group,)}, version=4)
     return retry_retriable(
         lambda: conn.request(
             SHARE_GROUP_HEARTBEAT,

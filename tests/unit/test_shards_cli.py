@@ -83,3 +83,11 @@ def test_what_cannot_be_split_across_shards_is_refused(
 def test_shards_with_peers_exits_2_naming_both(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--shards", "2", "--peers", "1@h:1,2@h:2"]) == 2
     assert "--peers cannot be combined with --shards" in capsys.readouterr().err
+
+
+def test_a_cluster_id_starting_with_a_dash_is_taken_as_the_value() -> None:
+    from raftka.broker.cli import _attach_cluster_id, _parser
+
+    argv = ["serve", "--join", "--cluster-id", "-TvHikygvkwmeD11dBwecw", "--node-id", "4"]
+    args = _parser().parse_args(_attach_cluster_id(argv))
+    assert (args.cluster_id, args.join, args.node_id) == ("-TvHikygvkwmeD11dBwecw", True, 4)
