@@ -86,7 +86,7 @@ def metadata_segment_bases(node: ClusterNode) -> list[int]:
     return sorted(int(p.stem) for p in (node.data_dir / "__cluster_metadata-0").glob("*.log"))
 
 
-def test_a_broker_joins_and_hosts_nothing_until_asked(cluster: ClusterProcess) -> None:
+def a_broker_joins_and_hosts_nothing_until_asked(cluster: ClusterProcess) -> None:
     topic = create_on(cluster, [1, 2, 3])
     wait_until(
         lambda: all(metadata_segment_bases(n)[0] > 0 for n in cluster.nodes),
@@ -113,7 +113,7 @@ def test_a_broker_joins_and_hosts_nothing_until_asked(cluster: ClusterProcess) -
     assert [int(r) for r in md.topics[0].partitions[0].replica_nodes] == [1, 2, 3]
 
 
-def test_decommission_moves_replicas_off_under_load(cluster: ClusterProcess) -> None:
+def decommission_moves_replicas_off_under_load(cluster: ClusterProcess) -> None:
     topic = create_on(cluster, [1, 2, 3])
     bootstrap = ",".join(n.bootstrap for n in cluster.nodes if n.node_id != 1)
     producer = ContinuousProducer(
@@ -161,7 +161,7 @@ def test_decommission_moves_replicas_off_under_load(cluster: ClusterProcess) -> 
     assert state["replicas"] == [4, 2, 3], state  # broker 1's place taken by the empty one
 
 
-def test_voter_changes_survive_a_restart(cluster: ClusterProcess) -> None:
+def voter_changes_survive_a_restart(cluster: ClusterProcess) -> None:
     unknown = run_cli(cluster, "decommission", "9")
     assert unknown.returncode != 0 and "broker 9 is not registered" in unknown.stderr
     refused = run_cli(cluster, "remove-voter", "4")
@@ -216,3 +216,12 @@ def test_voter_changes_survive_a_restart(cluster: ClusterProcess) -> None:
         30,
         f"{topic}-0 in sync on brokers 2-4",
     )
+
+
+def test_join_decommission_and_voter_changes(cluster: ClusterProcess) -> None:
+    """One story on one cluster, in order (each step builds on the one before, so they are
+    one test: test workers may not split them): broker 4 joins and hosts nothing; broker 1
+    is decommissioned under load; the voter set survives restarts."""
+    a_broker_joins_and_hosts_nothing_until_asked(cluster)
+    decommission_moves_replicas_off_under_load(cluster)
+    voter_changes_survive_a_restart(cluster)
