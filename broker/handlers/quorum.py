@@ -124,33 +124,24 @@ def _wrong_cluster(context: RequestContext, request: Any) -> str | None:
     )
 
 
+def _answer(entity: Any, error_code: Any, error_message: str | None) -> Any:
+    return build(
+        entity, throttle_time=NO_THROTTLE, error_code=error_code, error_message=error_message
+    )
+
+
 async def _voter_change(context: RequestContext, request: Any, action: str) -> Any:
     entity, _module = response_schema(context)
     denied = _denied(context, AclOperation.ALTER)
     if denied is not None:
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.cluster_authorization_failed,
-            error_message=denied,
-        )
+        return _answer(entity, ErrorCode.cluster_authorization_failed, denied)
     wrong = _wrong_cluster(context, request)
     if wrong is not None:
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.inconsistent_cluster_id,
-            error_message=wrong,
-        )
+        return _answer(entity, ErrorCode.inconsistent_cluster_id, wrong)
     result = await context.services.controller.execute(
         ChangeMetadataVotersCommand(action, int(request.voter_id))
     )
-    return build(
-        entity,
-        throttle_time=NO_THROTTLE,
-        error_code=result.error_code,
-        error_message=result.error_message,
-    )
+    return _answer(entity, result.error_code, result.error_message)
 
 
 async def handle_add_raft_voter(context: RequestContext, request: Any) -> Any:
@@ -165,18 +156,8 @@ async def handle_unregister_broker(context: RequestContext, request: Any) -> Any
     entity, _module = response_schema(context)
     denied = _denied(context, AclOperation.ALTER)
     if denied is not None:
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.cluster_authorization_failed,
-            error_message=denied,
-        )
+        return _answer(entity, ErrorCode.cluster_authorization_failed, denied)
     result = await context.services.controller.execute(
         UnregisterBrokerCommand(int(request.broker_id))
     )
-    return build(
-        entity,
-        throttle_time=NO_THROTTLE,
-        error_code=result.error_code,
-        error_message=result.error_message,
-    )
+    return _answer(entity, result.error_code, result.error_message)
