@@ -13,7 +13,7 @@
   (empty the log, restart it at the snapshot's end, install the driver's data).
 - `RaftInvariantError`: a broken invariant (a bug); it propagates and stops the driver.
 - `status()`: role, leader, term (= leader epoch), high watermark, in-sync replicas.
-- `consensus.sim`: seeded fault-injection simulation (`python -m consensus.sim --seed N`).
+- `consensus.sim`: seeded fault-injection simulation (`python -m raftka.consensus.sim --seed N`).
 """
 
 from raftka.consensus.core import (

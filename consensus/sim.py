@@ -28,7 +28,7 @@ a few ticks later; the messages that depend on it are held until then (the core'
 and a crash is a machine crash that loses everything unsynced -- of one node or of every node
 at once. No committed entry may be lost either way.
 
-Run one seed: `python -m consensus.sim --seed N`; many: `--seeds 1000 --seed-start 0`.
+Run one seed: `python -m raftka.consensus.sim --seed N`; many: `--seeds 1000 --seed-start 0`.
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ class Simulation:
         recent = "\n  ".join(self.trace)
         return SimulationFailure(
             f"seed {self.seed} tick {self.now}: {what}\n  recent events:\n  {recent}\n"
-            f"reproduce: python -m consensus.sim --seed {self.seed}  |  "
+            f"reproduce: python -m raftka.consensus.sim --seed {self.seed}  |  "
             f"pytest tests/unit/test_raft_sim.py --raft-seeds 1 --raft-seed-start {self.seed}"
         )
 

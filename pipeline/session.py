@@ -13,8 +13,6 @@ from pyspark.sql import SparkSession
 
 from raftka.pipeline.source import RaftkaDataSource
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 
 class SparkSetupError(RuntimeError):
     """Spark cannot start here (no Java)."""
@@ -22,12 +20,9 @@ class SparkSetupError(RuntimeError):
 
 def _prepare_environment() -> None:
     # Spark starts Python workers with PYSPARK_PYTHON (default: `python3` on PATH, which
-    # lacks this virtualenv's packages) and adds PYTHONPATH, which must reach `pipeline`.
+    # lacks this virtualenv's packages); this interpreter imports raftka as installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(REPO_ROOT) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *paths])
     # Otherwise Spark binds the machine's outward address and says so in a warning.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     java_home = os.environ.get("JAVA_HOME")

@@ -224,9 +224,6 @@ class BrokerProcess:
             log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
             log.flush()
             env = dict(os.environ, PYTHONUNBUFFERED="1")
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
-            )
             # Launched from the calling thread: PR_SET_PDEATHSIG fires when the *thread*
             # that forked the child exits, so never spawn from a short-lived thread.
             self._proc = subprocess.Popen(

@@ -3,7 +3,6 @@ real client, partitions led by both, stopped together by one SIGTERM."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -52,9 +51,8 @@ def test_two_shards_serve_one_topic_across_both_and_stop_on_sigterm(
     argv = [sys.executable, "-m", "raftka.broker", "serve", "--shards", "2"]
     argv += ["--listen", f"127.0.0.1:{kafka_port}", "--raft-listen", f"127.0.0.1:{raft_port}"]
     argv += ["--data-dir", str(tmp_path / "data")]
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     with open(log_path, "wb") as log:
-        launcher = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=log)
+        launcher = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=log)
     try:
         shard_pids = wait_until(
             lambda: len(pids := children(launcher.pid)) == 2 and pids, 30, "two shard processes"
@@ -109,13 +107,10 @@ def test_a_shard_that_cannot_start_stops_the_others_and_the_launcher_fails(
     argv = [sys.executable, "-m", "raftka.broker", "serve", "--shards", "2"]
     argv += ["--listen", f"127.0.0.1:{kafka_port}", "--raft-listen", f"127.0.0.1:{raft_port}"]
     argv += ["--data-dir", str(tmp_path / "data")]
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     with socket.socket() as taken:  # the second shard's Kafka port is in use
         taken.bind(("127.0.0.1", kafka_port + 1))
         taken.listen()
-        done = subprocess.run(
-            argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
-        )
+        done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr[-3000:]
     assert f"cannot serve on 127.0.0.1:{kafka_port + 1}" in done.stderr
     assert "shard node 2 exited with code 1; stopping the other shards" in done.stderr

@@ -534,7 +534,7 @@ def test_simulation_failure_names_its_reproduction() -> None:
 
     sim = Simulation(3)
     report = str(sim._fail("example"))
-    assert "python -m consensus.sim --seed 3" in report
+    assert "python -m raftka.consensus.sim --seed 3" in report
     assert "--raft-seeds 1 --raft-seed-start 3" in report
 
 

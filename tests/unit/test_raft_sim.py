@@ -1,7 +1,7 @@
 """Deterministic simulation of Raft groups under faults (see consensus/sim.py).
 
 Default: 1,000 seeds. `--raft-seeds 100000` for a long run; a failing seed prints its
-reproduction line (`python -m consensus.sim --seed N`).
+reproduction line (`python -m raftka.consensus.sim --seed N`).
 """
 
 from __future__ import annotations
