@@ -43,7 +43,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="process the events present now, emit what that finishes, and stop",
     )
-    bounded.add_argument("--duration", type=float, help="stop after this many seconds")
+    bounded.add_argument(
+        "--duration",
+        type=float,
+        help="stop this many seconds after the first micro-batch finished",
+    )
     run.add_argument(
         "--trigger-interval", default="5 seconds", help="micro-batch interval (default 5 s)"
     )

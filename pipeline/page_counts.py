@@ -202,14 +202,16 @@ class PageCountsJob:
         clock: Callable[[], float] = time.monotonic,
     ) -> RunResult:
         """Run until all events present at the start are processed (`available_now`), for
-        `duration_s`, or until interrupted; the query is stopped on the way out."""
+        `duration_s` counted from the end of the first micro-batch (so a run does some work
+        however long Spark takes to start), or until interrupted; the query is stopped on
+        the way out."""
         query = self.start(available_now=available_now, interval=interval)
         mode = "available events" if available_now else f"trigger every {interval}"
         self._say(
             f"run: reading {EVENTS_TOPIC} on {self.bootstrap} with format {self.source} "
             f"({mode}), checkpoint {self.checkpoint}"
         )
-        deadline = None if duration_s is None else clock() + duration_s
+        deadline: float | None = None
         printed: set[int] = set()
         stop = threading.Event()
         # PySpark's own SIGINT handler calls into the JVM from inside the signal handler,
@@ -222,6 +224,8 @@ class PageCountsJob:
             while query.isActive and not stop.is_set():
                 query.awaitTermination(1)
                 self._report(query, printed)
+                if duration_s is not None and deadline is None and printed:
+                    deadline = clock() + duration_s
                 if deadline is not None and clock() >= deadline:
                     break
             if stop.is_set():
