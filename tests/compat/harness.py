@@ -1,6 +1,7 @@
 """Broker processes and client tools for the compat suite.
 
-Nothing here imports pytest, so `scripts/bench` can reuse `BrokerProcess`.
+Nothing here imports pytest, so tests/chaos can reuse it. The tools in scripts/ start their
+brokers with raftka.broker.tools.processes instead (the package imports nothing from tests/).
 """
 
 from __future__ import annotations

@@ -36,6 +36,27 @@ def bench(tmp_path: Path, *args: object) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+@pytest.mark.parametrize(
+    ("script", "usage"),
+    [
+        ("bench", "usage: scripts/bench "),
+        ("shards-experiment", "usage: shards-experiment "),
+        ("startup-time", "usage: startup-time "),
+    ],
+)
+def test_each_tool_wrapper_runs_its_module(script: str, usage: str) -> None:
+    """scripts/<tool> runs raftka.broker.tools.<tool> from any folder; --help needs no broker."""
+    result = subprocess.run(
+        [str(REPO_ROOT / "scripts" / script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(usage) and result.stderr == ""
+
+
 def test_produce_and_consume_with_two_processes_each(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

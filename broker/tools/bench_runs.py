@@ -1,0 +1,311 @@
+"""One bench run against one broker: its topic, the throughput phases (produce, then
+consume) or the latency phase (both at once, paced), and the broker's CPU meanwhile."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from raftka.broker.tools.bench_report import Result, latency_summary, percentile
+from raftka.broker.tools.bench_workers import MB, WorkerGroup, WorkerSpec
+from raftka.broker.tools.procfs import cpu_seconds, status_kb
+
+GB = 1_000_000_000  # CPU per GB: bytes = records x record size, GB = 10^9 bytes
+
+
+# -- broker process accounting -------------------------------------------------------------
+
+
+class BrokerMeter:
+    """CPU used by the broker since construction; no-op without a pid."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.start = cpu_seconds(pid) if pid else (0.0, 0.0)
+
+    def report(self, label: str, data_bytes: int) -> dict[str, float] | None:
+        """Print and return CPU seconds (and per GB of `data_bytes`); None without a pid."""
+        if not self.pid:
+            return None
+        try:
+            user, system = cpu_seconds(self.pid)
+            peak_kb = status_kb(self.pid, "VmHWM")
+        except (FileNotFoundError, ProcessLookupError):
+            print(f"broker ({label}): process {self.pid} is gone")
+            return None
+        user -= self.start[0]
+        system -= self.start[1]
+        total = user + system
+        per_gb = total / (data_bytes / GB) if data_bytes else 0.0
+        peak = f"{peak_kb / 1024:.1f} MB" if peak_kb is not None else "unknown"
+        print(
+            f"broker ({label}): {total:.2f} s CPU ({user:.2f} user, {system:.2f} sys), "
+            f"{per_gb:.2f} s/GB, peak RSS {peak}"
+        )
+        return {
+            "cpu_s": total,
+            "user_s": user,
+            "system_s": system,
+            "cpu_s_per_gb": per_gb,
+            "peak_rss_mb": peak_kb / 1024 if peak_kb is not None else -1.0,
+        }
+
+
+# -- topic ---------------------------------------------------------------------------------
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int) -> None:
+    """Create the topic unless it exists; return once every partition has a leader."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)]
+    )
+    try:
+        futures[topic].result(timeout=30)
+        print(
+            f"created topic {topic} with {partitions} partition(s), "
+            f"replication factor {replication_factor}"
+        )
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+        print(f"using existing topic {topic}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+        if (
+            md is not None
+            and md.error is None
+            and md.partitions
+            and all(p.leader >= 0 for p in md.partitions.values())
+        ):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"bench: topic {topic} has no leader for every partition after 30 s")
+
+
+def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+    """The topic's partition ids; exits if the broker does not know the topic."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+    if md is None or md.error is not None or not md.partitions:
+        raise SystemExit(
+            f"bench: topic {topic} not found on {bootstrap} ({md.error if md else 'missing'}); "
+            "produce to it first or leave out --mode consume"
+        )
+    return sorted(md.partitions)
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+def split(total: int, parts: int) -> list[int]:
+    """`total` in `parts` shares that differ by at most one, larger first."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def base_spec(args: argparse.Namespace, bootstrap: str, topic: str) -> WorkerSpec:
+    """What every worker of a run is given; roles add their share of the load."""
+    return {
+        "bootstrap": bootstrap,
+        "topic": topic,
+        "record_size": args.record_size,
+        "acks": args.acks,
+        "compression": args.compression,
+        "linger_ms": args.linger_ms,
+        "batch_size": args.batch_size,
+        "producer_config": args.producer_config,
+        "consumer_config": args.consumer_config,
+        "timeout_s": args.timeout_s,
+        "rate": 0,
+        "tag": 0,
+    }
+
+
+def add_consumers(
+    group: WorkerGroup, args: argparse.Namespace, spec: WorkerSpec, partitions: list[int]
+) -> None:
+    """--consumers consumers (at most one per partition), each reading every n-th partition."""
+    consumers = min(args.consumers, len(partitions))
+    first = len(group.specs)
+    for i in range(consumers):
+        group.add(
+            "consume",
+            {
+                **spec,
+                "partitions": partitions[i::consumers],
+                "consumers": consumers,
+                "first_counter": first,
+            },
+        )
+
+
+def run_throughput(
+    args: argparse.Namespace, bootstrap: str, pid: int | None, topic: str, label: str
+) -> Result:
+    """--mode produce, consume or both, one after the other; printed like Kafka's perf tools."""
+    result: Result = {"target": label, "topic": topic}
+    spec = base_spec(args, bootstrap, topic)
+    to_consume = args.num_records
+    if args.mode in ("produce", "both"):
+        ensure_topic(bootstrap, topic, args.partitions, args.replication_factor)
+        group = WorkerGroup(args.quiet, f"{label} produce", args.record_size)
+        for records in split(args.num_records, args.producers):
+            group.add("produce", {**spec, "records": records})
+        meter = BrokerMeter(pid)
+        results, timeline = group.run()
+        delivered = sum(r["delivered"] for r in results)
+        failed = sum(r["failed"] for r in results)
+        seconds = (
+            max(r["last_ack_ns"] for r in results) - min(r["first_send_ns"] for r in results)
+        ) / 1e9
+        lat = latency_summary([x for r in results for x in r["ack_latencies_ms"]])
+        rate = delivered / seconds if seconds else 0.0
+        print(
+            f"{delivered} records sent by {args.producers} producer(s), {rate:.1f} records/sec "
+            f"({rate * args.record_size / MB:.2f} MB/sec), {lat['avg']:.2f} ms avg latency, "
+            f"{lat['max']:.2f} ms max latency, {lat['p50']:.0f} ms 50th, {lat['p99']:.0f} ms 99th, "
+            f"{lat['p99_9']:.0f} ms 99.9th."
+        )
+        errors = [r["first_error"] for r in results if r["first_error"]]
+        if failed:
+            print(f"{failed} records FAILED (first error: {errors[0]})")
+        result["produce"] = {
+            "records": delivered,
+            "failed": failed,
+            "seconds": seconds,
+            "records_per_s": rate,
+            "mb_per_s": rate * args.record_size / MB,
+            "ack_latency_ms": lat,
+            "broker": meter.report(f"{label} produce", delivered * args.record_size),
+            "timeline": timeline,
+        }
+        to_consume = delivered
+    if args.mode in ("consume", "both"):
+        partitions = topic_partitions(bootstrap, topic)
+        if args.consumers > len(partitions):
+            print(
+                f"bench: topic {topic} has {len(partitions)} partition(s); "
+                f"using {len(partitions)} consumer(s), not {args.consumers}"
+            )
+        group = WorkerGroup(args.quiet, f"{label} consume", args.record_size)
+        add_consumers(group, args, spec, partitions)
+        group.target.value = to_consume
+        meter = BrokerMeter(pid)
+        results, timeline = group.run()
+        records = sum(r["records"] for r in results)
+        total_bytes = sum(r["bytes"] for r in results)
+        active = [r for r in results if r["first_ns"]]
+        seconds = (
+            (max(r["last_ns"] for r in active) - min(r["first_ns"] for r in active)) / 1e9
+            if active
+            else 0.0
+        )
+        rate = records / seconds if seconds else 0.0
+        mb = total_bytes / MB
+        print(
+            f"{records} records consumed by {len(results)} consumer(s), {mb:.2f} MB, "
+            f"{mb / seconds if seconds else 0.0:.2f} MB/sec, {rate:.1f} records/sec, "
+            f"{seconds:.2f} s from first record to last."
+        )
+        errors = [e for r in results for e in r["errors"]]
+        if errors:
+            print(f"consume errors, first: {errors[0]}")
+        if records < to_consume:
+            print(f"consumed {records} of {to_consume} records: no data for {args.timeout_s:.0f} s")
+        result["consume"] = {
+            "records": records,
+            "bytes": total_bytes,
+            "seconds": seconds,
+            "records_per_s": rate,
+            "mb_per_s": mb / seconds if seconds else 0.0,
+            "errors": len(errors),
+            "broker": meter.report(f"{label} consume", records * args.record_size),
+            "timeline": timeline,
+        }
+        result["ok"] = not errors and records == to_consume
+    result.setdefault("ok", True)
+    if "produce" in result:
+        result["ok"] = result["ok"] and result["produce"]["failed"] == 0
+    return result
+
+
+def run_latency(
+    args: argparse.Namespace, bootstrap: str, pid: int | None, topic: str, label: str
+) -> Result:
+    """--rate records/s for --warmup + --duration s, consumed meanwhile; end-to-end latency."""
+    ensure_topic(bootstrap, topic, args.partitions, args.replication_factor)
+    tag = random.getrandbits(63)
+    seconds = args.warmup + args.duration
+    # "rate" tells consumers to read send times; each producer gets its share below.
+    spec = {**base_spec(args, bootstrap, topic), "rate": args.rate, "tag": tag}
+    group = WorkerGroup(args.quiet, f"{label} latency", args.record_size)
+    add_consumers(group, args, spec, topic_partitions(bootstrap, topic))
+    for rate in split(args.rate, args.producers):
+        group.add("produce", {**spec, "records": 0, "rate": rate, "seconds": seconds})
+
+    def producers_done(results: list[Result]) -> None:
+        group.target.value = sum(r.get("delivered", 0) for r in results)
+
+    meter = BrokerMeter(pid)
+    results, timeline = group.run(on_producers_done=producers_done)
+    produced = [r for r in results if "delivered" in r]
+    consumed = [r for r in results if "latency_us" in r]
+    delivered = sum(r["delivered"] for r in produced)
+    failed = sum(r["failed"] for r in produced)
+    start_ns = min(r["first_send_ns"] for r in produced)
+    steady_from = start_ns + int(args.warmup * 1e9)
+    steady_ms: list[float] = []
+    per_second: dict[int, list[float]] = {}
+    for r in consumed:
+        for sent_at, lat_us in zip(r["send_ns"], r["latency_us"], strict=True):
+            ms = lat_us / 1000.0
+            per_second.setdefault(int((sent_at - start_ns) // 1_000_000_000), []).append(ms)
+            if sent_at >= steady_from:
+                steady_ms.append(ms)
+    received = sum(r["records"] for r in consumed)
+    lat = latency_summary(steady_ms)
+    achieved = lat["count"] / args.duration if args.duration else 0.0
+    print(
+        f"{delivered} records sent at {args.rate} rec/s target by {args.producers} producer(s), "
+        f"{received} received by {len(consumed)} consumer(s); steady part "
+        f"({args.duration:g} s after {args.warmup:g} s warm-up): {lat['count']} records, "
+        f"{achieved:.0f} rec/s, end-to-end latency {lat['p50']:.2f} ms 50th, "
+        f"{lat['p99']:.2f} ms 99th, {lat['p99_9']:.2f} ms 99.9th, {lat['max']:.2f} ms max."
+    )
+    if failed:
+        errors = [r["first_error"] for r in produced if r["first_error"]]
+        print(f"{failed} records FAILED (first error: {errors[0]})")
+    latency_timeline = []
+    for second in sorted(per_second):
+        values = sorted(per_second[second])
+        latency_timeline.append(
+            {
+                "t_s": second,
+                "p50": percentile(values, 0.5),
+                "p99": percentile(values, 0.99),
+                "max": values[-1],
+            }
+        )
+    return {
+        "target": label,
+        "topic": topic,
+        "ok": failed == 0 and received == delivered,
+        "latency": {
+            "rate": args.rate,
+            "warmup_s": args.warmup,
+            "duration_s": args.duration,
+            "sent": delivered,
+            "failed": failed,
+            "received": received,
+            "steady_records_per_s": achieved,
+            "e2e_latency_ms": lat,
+            "broker": meter.report(f"{label} latency", delivered * args.record_size),
+            "timeline": timeline,
+            "latency_timeline": latency_timeline,
+        },
+    }
