@@ -63,7 +63,7 @@ class PartitionCore:
     [log_start_offset, log_end_offset) are readable) and the state kept beside them."""
 
     def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
-        # Use `open`; this only sets fields.
+        # Use `PartitionLog.open`; this only sets fields.
         self.directory = directory
         self.config = config
         self.segments: list[LogSegment] = []

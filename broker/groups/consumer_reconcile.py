@@ -32,6 +32,8 @@ def reconcile(
     member: ConsumerMember,
     owned: TopicPartitions | None,
 ) -> None:
+    """Move `member` one step towards its target, given the partitions its heartbeat
+    reports as owned (None: not reported)."""
     target_epoch = state.assignment_epoch
     if member.state == MemberState.STABLE:
         if member.member_epoch == target_epoch:
@@ -62,6 +64,8 @@ def next_assignment(
     epoch: int,
     owned: TopicPartitions | None,
 ) -> None:
+    """The member's next assignment and state: revocations pending while it still owns
+    revoked partitions, else its kept and free partitions at the assignment epoch."""
     target = state.target.get(member.member_id, {})
     assigned: Assignment = {}
     revoking: Assignment = {}

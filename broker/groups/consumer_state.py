@@ -183,6 +183,7 @@ class ConsumerProtocolGroup:
 
 
 def copy_assignment(assignment: Mapping[uuid.UUID, Iterable[int]]) -> Assignment:
+    """A copy of its own, without empty topics."""
     return {t: set(p) for t, p in assignment.items() if p}
 
 

@@ -46,6 +46,7 @@ def compile_regex(pattern: str) -> Any:
 
 
 def subscribed_names(state: ConsumerProtocolGroup, member: ConsumerMember) -> set[str]:
+    """The topic names one member subscribes to: its names and its regex's last matches."""
     names = set(member.subscribed_topic_names)
     if member.subscribed_topic_regex is not None:
         names |= state.regex_matches.get(member.subscribed_topic_regex, frozenset())
@@ -84,6 +85,7 @@ def group_topic_names(topics: TopicImage, state: ConsumerProtocolGroup, now_ms: 
 def subscription_metadata(
     topics: TopicImage, state: ConsumerProtocolGroup, now_ms: float
 ) -> dict[str, tuple[uuid.UUID, int]]:
+    """Topic name -> (id, partition count) of every existing topic the group subscribes to."""
     metadata: dict[str, tuple[uuid.UUID, int]] = {}
     for name in group_topic_names(topics, state, now_ms):
         found = topics.lookup(name)
@@ -103,6 +105,8 @@ def choose_assignor(config: ConsumerConfig, state: ConsumerProtocolGroup) -> Ass
 
 
 def compute_target(config: ConsumerConfig, state: ConsumerProtocolGroup) -> None:
+    """The group's target assignment as of its group epoch, into `state.target` (and the
+    assignment epoch catches up with the group epoch)."""
     assignor = choose_assignor(config, state)
     partitions = {topic_id: count for topic_id, count in state.subscription_metadata.values()}
     subscriptions = {}
