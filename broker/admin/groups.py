@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table, state_name
+from raftka.broker.admin.offsets import list_offsets, log_end_offsets
 
 # Kafka resets offsets only for a group nobody consumes in (the tool checks the same states).
 RESETTABLE_STATES = ("EMPTY", "DEAD")
@@ -85,31 +86,6 @@ def commit_offsets(
         raise AdminError(f"{what} group {group_id}: " + "; ".join(errors))
 
 
-def list_offsets(
-    target: Target, admin: Any, partitions: Sequence[tuple[str, int]], spec: Any
-) -> dict[tuple[str, int], int]:
-    """ListOffsets for every partition with one OffsetSpec (earliest, latest, a timestamp)."""
-    from confluent_kafka import TopicPartition
-
-    if not partitions:
-        return {}
-    futures = admin.list_offsets(
-        {TopicPartition(t, p): spec for t, p in partitions}, request_timeout=target.timeout_s
-    )
-    return {
-        (tp.topic, tp.partition): target.result(f, f"offsets of {tp.topic}[{tp.partition}]").offset
-        for tp, f in futures.items()
-    }
-
-
-def _log_end_offsets(
-    target: Target, admin: Any, partitions: Sequence[tuple[str, int]]
-) -> dict[tuple[str, int], int]:
-    from confluent_kafka.admin import OffsetSpec
-
-    return list_offsets(target, admin, partitions, OffsetSpec.latest())
-
-
 def describe_group(target: Target, group_id: str) -> Document:
     admin = target.admin()
     target.metadata(admin)
@@ -128,7 +104,7 @@ def describe_group(target: Target, group_id: str) -> Document:
         for tp in member.assignment.topic_partitions if member.assignment else []:
             owner[(tp.topic, tp.partition)] = member
     partitions = sorted(set(owner) | set(committed))
-    ends = _log_end_offsets(target, admin, partitions)
+    ends = log_end_offsets(target, admin, partitions)
     rows = []
     for key in partitions:
         offset = committed.get(key)

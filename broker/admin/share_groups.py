@@ -84,7 +84,7 @@ def _canonical(topic_id: Any) -> str:
 
 def describe_share_group(target: Target, group_id: str) -> Document | None:
     """The share group's partitions, or None when nothing of the group was persisted."""
-    from raftka.broker.admin.groups import _log_end_offsets
+    from raftka.broker.admin.offsets import log_end_offsets
     from raftka.broker.admin.topics import topic_descriptions
 
     states = _persisted(target, group_id)
@@ -101,7 +101,7 @@ def describe_share_group(target: Target, group_id: str) -> Document | None:
         for (topic_id, partition), state in states.items()
         if topic_id in names
     )
-    ends = _log_end_offsets(target, admin, [(t, p) for t, p, _s in keys])
+    ends = log_end_offsets(target, admin, [(t, p) for t, p, _s in keys])
     rows = []
     for topic, partition, state in keys:
         counts = dict.fromkeys(RecordState, 0)

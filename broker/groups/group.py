@@ -22,7 +22,7 @@ from raftka.broker.groups.records import (
 )
 
 if TYPE_CHECKING:
-    from raftka.broker.groups.consumer_group import ConsumerProtocolGroup
+    from raftka.broker.groups.consumer_state import ConsumerProtocolGroup
 
 T_contra = TypeVar("T_contra", contravariant=True)
 

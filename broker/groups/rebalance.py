@@ -41,17 +41,9 @@ from raftka.broker.groups.group import (
     Member,
     SyncResult,
 )
+from raftka.broker.groups.instant import Instant
 
 logger = logging.getLogger("raftka.groups")
-
-
-@dataclass(frozen=True, slots=True)
-class Instant:
-    """A moment as the machine sees it: `ms` on the monotonic clock deadlines are kept on,
-    `wall_ms` (ms since the Unix epoch) for the state timestamps stored with a group."""
-
-    ms: float
-    wall_ms: int
 
 
 @dataclass(frozen=True, slots=True)

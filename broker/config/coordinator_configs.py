@@ -1,0 +1,186 @@
+"""Broker configs of the coordinators and their internal topics: consumer groups and
+`__consumer_offsets`, transactions and `__transaction_state`, share groups and their state
+topic, and the consumer protocol (KIP-848)."""
+
+from __future__ import annotations
+
+from raftka.broker.config.types import INT, INT_MAX, ConfigDef, S
+
+COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
+    ConfigDef(
+        "offsets.topic.num.partitions",
+        INT,
+        50,
+        "Partitions of __consumer_offsets.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "offsets.topic.replication.factor",
+        S,
+        "3",
+        "Replication factor of __consumer_offsets (capped by live brokers).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "offsets.topic.segment.bytes",
+        INT,
+        104857600,
+        "Segment size of __consumer_offsets (compaction rewrites only full segments).",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "offsets.retention.minutes",
+        INT,
+        10080,
+        "Committed offsets of an empty group expire after this.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "group.initial.rebalance.delay.ms",
+        INT,
+        3000,
+        "Delay of the first rebalance of a new group.",
+        minimum=0,
+    ),
+    ConfigDef(
+        "transaction.state.log.num.partitions",
+        INT,
+        50,
+        "Partitions of __transaction_state.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "transaction.state.log.replication.factor",
+        S,
+        "3",
+        "Replication factor of __transaction_state (capped by live brokers).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "transaction.max.timeout.ms",
+        INT,
+        900000,
+        "Largest transaction.timeout.ms a transactional producer may ask for.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        INT,
+        10000,
+        "How often the coordinator aborts transactions ongoing longer than their timeout.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.share.record.lock.duration.ms",
+        INT,
+        30000,
+        "How long a share consumer holds the records it acquired before they are available again.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "group.share.delivery.count.limit",
+        INT,
+        5,
+        "Deliveries after which a record released or expired again is archived.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "group.share.partition.max.record.locks",
+        INT,
+        2000,
+        "Records of one share-partition in flight (past its start offset) at most.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "group.share.session.timeout.ms",
+        INT,
+        45000,
+        "A share-group member that does not heartbeat for this long leaves the group.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "group.share.heartbeat.interval.ms",
+        INT,
+        5000,
+        "How often share-group members heartbeat.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "group.share.max.share.sessions",
+        INT,
+        2000,
+        "Share sessions (one per share-group member fetching from this broker) open at most; "
+        "one unused for group.share.session.timeout.ms is closed.",
+        minimum=1,
+    ),
+    ConfigDef(
+        "share.auto.offset.reset",
+        S,
+        "latest",
+        "Where a new share-partition starts: earliest (the log start) or latest (the high "
+        "watermark). Kafka has it as a group config; here it is the broker's, for every "
+        "share group.",
+        choices=("earliest", "latest"),
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.num.partitions",
+        INT,
+        50,
+        "Partitions of __share_group_state.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.replication.factor",
+        S,
+        "3",
+        "Replication factor of __share_group_state (capped by live brokers).",
+        read_only=True,
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.segment.bytes",
+        INT,
+        104857600,
+        "Segment size of __share_group_state.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
+    ConfigDef("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
+    ConfigDef(
+        "group.consumer.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Heartbeat interval of consumer-protocol group members (KIP-848).",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.session.timeout.ms",
+        INT,
+        45000,
+        "Session timeout of consumer-protocol group members (KIP-848).",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.max.size",
+        INT,
+        INT_MAX,
+        "Most members a consumer-protocol group may have.",
+        minimum=1,
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.consumer.assignors",
+        S,
+        "uniform,range",
+        "Server-side assignors of consumer-protocol groups; the first is the default.",
+        read_only=True,
+    ),
+)

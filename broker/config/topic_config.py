@@ -1,0 +1,60 @@
+"""A topic's effective configuration (TopicConfig): its overrides over the broker's values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from raftka.broker.config.broker_config import BrokerConfig
+from raftka.broker.config.tables import BROKER_CONFIGS, TOPIC_CONFIGS
+from raftka.broker.config.topic_configs import TOPIC_SYNONYMS
+from raftka.broker.config.typed import _TypedConfigs
+from raftka.broker.config.types import ConfigDef, ConfigSource, ConfigValue
+
+
+class TopicConfig(_TypedConfigs):
+    """A topic's effective configuration: its overrides over the broker's values."""
+
+    _definitions = TOPIC_CONFIGS
+
+    def __init__(self, broker: BrokerConfig, overrides: Mapping[str, ConfigValue]) -> None:
+        self.broker = broker
+        self.overrides = dict(overrides)
+
+    def get(self, name: str) -> ConfigValue:
+        """The config's value; the typed getters check its type as well."""
+        if name in self.overrides:
+            return self.overrides[name]
+        synonym = TOPIC_SYNONYMS.get(name)
+        if synonym is not None:
+            return self.broker.get(synonym)
+        return TOPIC_CONFIGS[name].default
+
+    def render(self, name: str) -> str | None:
+        return TOPIC_CONFIGS[name].render(self.get(name))
+
+    def source(self, name: str) -> ConfigSource:
+        if name in self.overrides:
+            return ConfigSource.DYNAMIC_TOPIC_CONFIG
+        synonym = TOPIC_SYNONYMS.get(name)
+        if synonym is not None:
+            return self.broker.source(synonym)
+        return ConfigSource.DEFAULT_CONFIG
+
+    def describe(self) -> Iterable[tuple[ConfigDef, str | None, ConfigSource]]:
+        for name, definition in TOPIC_CONFIGS.items():
+            yield definition, definition.render(self.get(name)), self.source(name)
+
+    def synonyms(self, name: str) -> list[tuple[str, str | None, ConfigSource]]:
+        """Kafka's synonym list for DescribeConfigs: the topic value, then the broker's."""
+        found: list[tuple[str, str | None, ConfigSource]] = []
+        definition = TOPIC_CONFIGS[name]
+        if name in self.overrides:
+            found.append(
+                (name, definition.render(self.overrides[name]), ConfigSource.DYNAMIC_TOPIC_CONFIG)
+            )
+        synonym = TOPIC_SYNONYMS.get(name)
+        if synonym is not None:
+            broker_def = BROKER_CONFIGS[synonym]
+            value = broker_def.render(self.broker.get(synonym))
+            found.append((synonym, value, self.broker.source(synonym)))
+        return found

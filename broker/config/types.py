@@ -1,0 +1,134 @@
+"""What a config is: its Kafka type and source, and its definition (ConfigDef: name, type,
+default, bounds), which parses and renders its values."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs v3+ config types."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+# A parsed config value: what ConfigDef.parse returns for each ConfigType (None: no value).
+ConfigValue = bool | int | float | str | None
+
+
+def python_type(config_type: ConfigType) -> type[bool] | type[int] | type[float] | type[str]:
+    """The Python type ConfigDef.parse gives a value of this config type."""
+    if config_type == ConfigType.BOOLEAN:
+        return bool
+    if config_type in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+        return int
+    if config_type == ConfigType.DOUBLE:
+        return float
+    return str
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs config sources."""
+
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigError(ValueError):
+    """An invalid config name or value; the message names both and what is accepted."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: ConfigValue
+    doc: str
+    minimum: int | None = None
+    choices: tuple[str, ...] | None = None
+    #: Numeric configs with an upper bound; `also` lists values accepted outside the range.
+    maximum: int | None = None
+    also: tuple[int, ...] = ()
+    read_only: bool = False
+
+    def parse(self, raw: ConfigValue) -> ConfigValue:
+        """Parse and validate a value given as text (or already typed)."""
+        if raw is None:
+            if self.default is None:
+                return None
+            raise ConfigError(f"{self.name}: a value is required")
+        try:
+            if self.type == ConfigType.BOOLEAN:
+                if isinstance(raw, bool):
+                    value: ConfigValue = raw
+                elif str(raw).strip().lower() in ("true", "false"):
+                    value = str(raw).strip().lower() == "true"
+                else:
+                    raise ValueError
+            elif self.type in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = int(str(raw).strip())
+                limit = LONG_MAX if self.type == ConfigType.LONG else INT_MAX
+                if not -limit - 1 <= value <= limit:
+                    raise ValueError
+            elif self.type == ConfigType.DOUBLE:
+                value = float(raw)
+            else:
+                value = str(raw).strip()
+        except ValueError:
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: "
+                f"expected {self.type.name.lower()}"
+            ) from None
+        # Only numeric configs declare a minimum or maximum.
+        if isinstance(value, int | float) and value not in self.also:
+            if self.minimum is not None and value < self.minimum:
+                raise ConfigError(
+                    f"Invalid value {value} for configuration {self.name}: "
+                    f"value must be at least {self.minimum}{self._also_text()}"
+                )
+            if self.maximum is not None and value > self.maximum:
+                raise ConfigError(
+                    f"Invalid value {value} for configuration {self.name}: "
+                    f"value must be at most {self.maximum}{self._also_text()}"
+                )
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(
+                f"Invalid value {value!r} for configuration {self.name}: "
+                f"must be one of {', '.join(self.choices)}"
+            )
+        return value
+
+    def _also_text(self) -> str:
+        return "".join(f" or equal to {value}" for value in self.also)
+
+    def render(self, value: ConfigValue) -> str | None:
+        """Kafka's textual form of a value, as DescribeConfigs reports it."""
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+
+# Short names the definition tables use for the config types.
+B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
+DOUBLE = ConfigType.DOUBLE
+P = ConfigType.PASSWORD
+DAY_MS = 24 * 3600 * 1000
