@@ -1,16 +1,18 @@
 """The cluster metadata Raft group and the controller that writes to it.
 
 `__cluster_metadata` is a Raft group over every voter (like KRaft's controller quorum). Its
-committed records are applied, in offset order, to this broker's `MetadataImage`, and the
-changes are reconciled into `TopicManager` (open or delete partition logs and Raft groups).
-Admin operations (create/delete topics, configs, partitions, broker registration) are
-validated and proposed by that Raft group's leader, the controller; any other broker forwards
-them to it over the peer transport and relays the answer.
+committed records are applied, in offset order, to this broker's `MetadataImage` by one
+apply loop, and the changes are published to the broker (`publisher.py`: open or delete
+partition logs and Raft groups). Admin commands are decided by that Raft group's leader, the
+controller, from its image without I/O (`control/`, one module per area: the records to
+append and the answer); it appends the records and answers once they are applied here. Any
+other broker forwards commands to it over the peer transport and relays the answer. Snapshot
+retention (`retention.py`), membership changes of the metadata group (`membership.py`) and
+leadership gossip (`leaders.py`) are parts it composes.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -52,10 +54,6 @@ from raftka.broker.cluster.control.scram import alter_scram_credentials
 from raftka.broker.cluster.control.topics import create_partitions, create_topic, delete_topic
 from raftka.broker.cluster.control.voters import change_voters
 from raftka.broker.cluster.image import (
-    BrokerConfigsChanged,
-    BrokerInfo,
-    BrokerRegistered,
-    Change,
     ConfigsChanged,
     MetadataImage,
     PartitionsAdded,
@@ -63,17 +61,21 @@ from raftka.broker.cluster.image import (
     TopicCreated,
     TopicDeleted,
 )
+from raftka.broker.cluster.leaders import LEADERS_RPC, LeaderGossip
+from raftka.broker.cluster.membership import MetadataMembership
+from raftka.broker.cluster.publisher import MetadataPublisher
 from raftka.broker.cluster.quorum import QuorumView
 from raftka.broker.cluster.reassign import ReassignmentMover
 from raftka.broker.cluster.rebalance import ElectionResult, PreferredLeaderElections
 from raftka.broker.cluster.records import MetadataRecord, encode_batch, iter_log_records
+from raftka.broker.cluster.retention import SnapshotRetention
 from raftka.broker.cluster.snapshot import SnapshotError, SnapshotStore, deserialize, serialize
 from raftka.broker.cluster.validation import TopicError
-from raftka.broker.config import LONG_MAX, BrokerConfig
+from raftka.broker.config import BrokerConfig
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
 from raftka.broker.topics import METADATA_TOPIC, TopicManager
-from raftka.consensus.core import ConfigChangeError, NotLeaderError
-from raftka.consensus.driver import AppendThrottle, RaftGroup, RaftGroupUpdate, RaftNode
+from raftka.consensus.core import NotLeaderError
+from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
 from raftka.consensus.transport import ForwardError, ForwardRemoteError
 from raftka.consensus.types import Role, Snapshot
 from raftka.log import LogConfig, PartitionLog
@@ -83,7 +85,6 @@ logger = logging.getLogger("raftka.controller")
 
 METADATA_GROUP = f"{METADATA_TOPIC}-0"  # the metadata Raft group and its log folder
 CONTROLLER_RPC = "__controller"
-LEADERS_RPC = "__leaders"
 COMMIT_TIMEOUT_S = 10.0
 FORWARD_TIMEOUT_S = 15.0
 REPLAY_READ_BYTES = 4 * 1024 * 1024
@@ -140,9 +141,13 @@ class Controller:
         )
         # The retained snapshot: the image at the log start - 1, what a broker that needs
         # offsets below the log start is sent. The log is truncated only behind it.
-        self._retained = self.snapshots.load_retained()
-        if self._retained is not None:
-            retained_end = self._retained[0]
+        self.retention = SnapshotRetention(
+            broker_config.get_int("metadata.log.max.record.bytes.between.snapshots"),
+            broker_config.get_int("metadata.log.max.snapshot.interval.ms") / 1000,
+            self.snapshots.load_retained(),
+        )
+        if self.retention.retained is not None:
+            retained_end = self.retention.retained_end
             if self.log.log_start_offset < retained_end <= self.log.log_end_offset:
                 # Truncated, but the new log start was not on disk yet at a crash.
                 self.log.delete_records_before(retained_end)
@@ -153,15 +158,6 @@ class Controller:
                 f"{self.log.log_start_offset}: the records between are gone. Restore the "
                 "data directory or remove it so the broker rejoins from its peers."
             )
-        # When the snapshot was last retained (loop time); set once the loop runs.
-        self._retained_at: float | None = None
-        self._bytes_since_retained = 0
-        self._max_bytes_between_snapshots = broker_config.get_int(
-            "metadata.log.max.record.bytes.between.snapshots"
-        )
-        self._max_snapshot_interval_s = (
-            broker_config.get_int("metadata.log.max.snapshot.interval.ms") / 1000
-        )
         # Bumped by every snapshot installed from the controller; an apply pass that sees
         # it change stops (the image it was applying to was replaced).
         self._install_generation = 0
@@ -171,18 +167,18 @@ class Controller:
             self.log,
             hard_states,
             voters == frozenset({self.node_id}),
-            snapshot_source=self._retained_snapshot,
+            snapshot_source=self.retention.snapshot_ending_at,
             on_snapshot=self._install_snapshot,
         )
         self._logged_leadership: tuple[int, int] | None = None  # (term, leader) last logged
         self.raft: RaftGroup = node.add_raft_group(
             METADATA_GROUP, voters, self.storage, self._on_update
         )
+        self.membership = MetadataMembership(self.raft, self.node_id, clock)
         if voters == frozenset({self.node_id}):
             self.raft.campaign()
-        self.leader_hints: dict[str, tuple[int, int]] = {}
-        # Partition name -> in-sync replicas, as its leader (elsewhere) last reported them.
-        self.isr_hints: dict[str, tuple[int, ...]] = {}
+        self.gossip = LeaderGossip(self.node_id, node.transport, topics, lambda: self.image.brokers)
+        self.publisher = MetadataPublisher(node, topics, broker_config, lambda: self.image)
         # Set when a change failed to apply: the image is ahead of this broker's state, so
         # it must not be saved as a snapshot (a restart replays the log from the last one).
         self.diverged = False
@@ -212,7 +208,7 @@ class Controller:
         self.elections = PreferredLeaderElections(self)
         # Membership steps of the reassignments of partitions this broker leads.
         self.reassignments = ReassignmentMover(self)
-        self._apply_replication_throttle()
+        self.publisher.apply_replication_throttle()
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -234,8 +230,7 @@ class Controller:
         broker must stop rather than serve from state that differs from the metadata."""
         if not self._restored:
             self._restored = True
-            if self._retained_at is None:
-                self._retained_at = self.clock.now_s()
+            self.retention.start(self.clock.now_s())
             await self._reconcile_image()
             if self.image.topics:
                 logger.info(
@@ -289,23 +284,12 @@ class Controller:
     def _retain_due(self) -> bool:
         if self.diverged:
             return False
-        retained_end = self._retained[0] if self._retained is not None else 0
-        if self.applied_end <= max(retained_end, self.log.log_start_offset):
-            return False
-        if self._bytes_since_retained >= self._max_bytes_between_snapshots:
-            return True
-        return (
-            self._max_snapshot_interval_s > 0
-            and self._retained_at is not None
-            and self.clock.now_s() - self._retained_at >= self._max_snapshot_interval_s
-        )
+        return self.retention.due(self.applied_end, self.log.log_start_offset, self.clock.now_s())
 
     def _truncate_behind(self, end: int, raw: bytes) -> None:
         """The snapshot of everything below `end` is durable and retained: the metadata log
         now starts at `end` (whole segments below it are deleted)."""
-        self._retained = (end, raw)
-        self._retained_at = self.clock.now_s()
-        self._bytes_since_retained = 0
+        self.retention.retain(end, raw, self.clock.now_s())
         before = len(self.log.segments)
         self.log.delete_records_before(min(end, self.raft.high_watermark))
         logger.info(
@@ -317,13 +301,6 @@ class Controller:
             before - len(self.log.segments),
             extra={"raft_group": METADATA_GROUP},
         )
-
-    def _retained_snapshot(self, end: int) -> bytes | None:
-        """The image below `end` (the log start) for a broker that needs older offsets."""
-        retained = self._retained
-        if retained is None or retained[0] != end:
-            return None
-        return retained[1]
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         """The controller sent a snapshot (this broker needs offsets below its log start):
@@ -340,9 +317,7 @@ class Controller:
                 f" offset {image.applied_offset}"
             )
         self.snapshots.save_raw_job(snapshot.data, image.applied_offset, True)()
-        self._retained = (end, snapshot.data)
-        self._retained_at = self.clock.now_s()
-        self._bytes_since_retained = 0
+        self.retention.retain(end, snapshot.data, self.clock.now_s())
         self.image = image
         self.applied_end = end
         self._install_generation += 1
@@ -361,7 +336,7 @@ class Controller:
         snapshot installed from the controller): topics it hosts that the image lacks are
         deleted, the image's topics created, grown or reconfigured."""
         for broker in list(self.image.brokers.values()):
-            self._reach(broker)
+            self.publisher.reach(broker)
         while True:
             generation = self._install_generation
             image = self.image
@@ -370,11 +345,11 @@ class Controller:
                 for topic_id, local in list(self.topics.topics_by_id.items()):
                     if topic_id not in ids:
                         replicas = tuple(p.replicas for p in local.partitions)
-                        await self._reconcile(TopicDeleted(local.name, topic_id, replicas))
+                        await self.publisher.publish(TopicDeleted(local.name, topic_id, replicas))
                 for topic in list(image.topics.values()):
                     hosted = self.topics.topics_by_id.get(topic.topic_id)
                     if hosted is None:
-                        await self._reconcile(
+                        await self.publisher.publish(
                             TopicCreated(
                                 topic.name,
                                 topic.topic_id,
@@ -393,17 +368,17 @@ class Controller:
                             partition.replicas != wanted
                             or (partition.raft_voters or partition.replicas) != voters
                         ):
-                            await self._reconcile(
+                            await self.publisher.publish(
                                 ReplicasChanged(topic.name, topic.topic_id, index, wanted, voters)
                             )
                     if len(topic.replicas) > known:
-                        await self._reconcile(
+                        await self.publisher.publish(
                             PartitionsAdded(
                                 topic.name, topic.topic_id, known, tuple(topic.replicas[known:])
                             )
                         )
                     if hosted.config.overrides != dict(topic.configs):
-                        await self._reconcile(
+                        await self.publisher.publish(
                             ConfigsChanged(topic.name, topic.topic_id, dict(topic.configs))
                         )
             except Exception as exc:
@@ -444,14 +419,14 @@ class Controller:
             for offset, record in iter_log_records(data):
                 try:
                     for change in self.image.apply(record, offset):
-                        await self._reconcile(change)
+                        await self.publisher.publish(change)
                 except Exception as exc:
                     raise self._apply_failed(
                         f"metadata record {record} at offset {offset}", exc
                     ) from exc
                 if generation != self._install_generation:
                     return  # a snapshot replaced the image meanwhile: start over from it
-            self._bytes_since_retained += len(data)
+            self.retention.applied(len(data))
             # Batch ends (control batches included) from the raw headers.
             headers = scan_batches(data, verify_crc=False).headers
             if headers:
@@ -464,59 +439,6 @@ class Controller:
             self._snapshot_due.set()
         self.applied.set()
         self.applied = trio.Event()
-
-    async def _reconcile(self, change: Change) -> None:
-        """Bring TopicManager in line with one change. Conditions it can recover from (a log
-        that cannot be opened yet) it retries itself; anything it raises is unexpected."""
-        if isinstance(change, TopicCreated):
-            await self.topics.add_topic(
-                change.name, change.topic_id, change.replicas, change.configs, change.raft_voters
-            )
-        elif isinstance(change, ReplicasChanged):
-            await self.topics.set_replicas(
-                change.name, change.index, change.replicas, change.raft_voters
-            )
-        elif isinstance(change, PartitionsAdded):
-            await self.topics.add_partitions(change.name, change.new_replicas)
-        elif isinstance(change, ConfigsChanged):
-            self.topics.alter_configs(change.name, change.configs)
-        elif isinstance(change, TopicDeleted):
-            await self.topics.remove_topic(change.topic_id)
-        elif isinstance(change, BrokerConfigsChanged):
-            self._apply_replication_throttle()
-        elif isinstance(change, BrokerRegistered):
-            broker = change.broker
-            self._reach(broker)
-            logger.info(
-                "broker %d registered at %s:%d (rack %s)",
-                broker.node_id,
-                broker.host,
-                broker.port,
-                broker.rack,
-                extra={"peer": broker.node_id},
-            )
-
-    def _reach(self, broker: BrokerInfo) -> None:
-        """Let the transport reach a registered broker at its Raft address (one that joined
-        after this broker started is not in its --peers)."""
-        if broker.raft_address is not None and broker.node_id != self.node_id:
-            self.node.transport.add_peer(broker.node_id, broker.raft_address)
-
-    def replication_throttle_rate(self) -> int:
-        """This broker's leader.replication.throttled.rate: dynamic (its own, else the
-        cluster-wide default) over static."""
-        name = "leader.replication.throttled.rate"
-        dynamic = self.image.dynamic_broker_config(self.node_id, name)
-        return int(dynamic) if dynamic is not None else self.broker_config.get_int(name)
-
-    def _apply_replication_throttle(self) -> None:
-        rate = self.replication_throttle_rate()
-        if rate >= LONG_MAX:
-            self.node.append_throttle = None
-        elif self.node.append_throttle is None:
-            self.node.append_throttle = AppendThrottle(rate)
-        else:
-            self.node.append_throttle.set_rate(rate)
 
     def _apply_failed(self, what: str, exc: Exception) -> MetadataApplyError:
         """Log a failed apply as critical and return the error that stops the apply loop."""
@@ -625,7 +547,7 @@ class Controller:
 
     async def _serve_forward(self, group: str, payload: bytes) -> tuple[int, bytes]:
         if group == LEADERS_RPC:
-            return 0, json.dumps(self.local_leaders()).encode()
+            return 0, self.gossip.serve()
         handler = self._rpc_handlers.get(group)
         if handler is not None:
             return await handler(payload)
@@ -729,7 +651,7 @@ class Controller:
             # (a learner of the metadata Raft group) until it is made a voter.
             if command.raft_address is not None:
                 self.node.transport.add_peer(command.node_id, command.raft_address)
-            await self._change_metadata_members(add_learner=command.node_id)
+            await self.membership.change(add_learner=command.node_id)
         return CommandResult()
 
     async def _unregister_broker(self, command: UnregisterBrokerCommand) -> CommandResult:
@@ -739,7 +661,7 @@ class Controller:
             return decision.result
         await self._append(decision)
         if node in self.raft.status().learners:
-            await self._change_metadata_members(remove=node)
+            await self.membership.change(remove=node)
         logger.info("broker %d unregistered", node)
         return decision.result
 
@@ -748,79 +670,15 @@ class Controller:
         change = change_voters(self.image, command, status.voters, status.learners, self.node_id)
         for step in change.steps:
             if step.action == "hand_off":
-                await self._hand_off_controller()
+                # The new controller makes the change.
+                await self.membership.hand_off()
                 return await self.execute(command)
-            if step.action == "catch_up":
-                await self._wait_metadata_caught_up(step.node)
-            elif step.action == "add_learner":
-                await self._change_metadata_members(add_learner=step.node)
-            elif step.action == "promote":
-                await self._change_metadata_members(promote=step.node)
-            else:
-                await self._change_metadata_members(remove=step.node)
+            await self.membership.take(step)
         if change.steps and command.action == "add":
             logger.info("broker %d is a metadata voter now", command.node_id)
         elif change.steps:
             logger.info("broker %d left the metadata voters (an observer now)", command.node_id)
         return change.result
-
-    async def _wait_metadata_caught_up(self, node: int) -> None:
-        deadline = self.clock.now_s() + COMMIT_TIMEOUT_S
-        while self.raft.follower_match_ends().get(node, -1) < self.raft.high_watermark:
-            if self.clock.now_s() >= deadline:
-                raise TopicError(
-                    ErrorCode.request_timed_out,
-                    f"Broker {node} has not caught up with the metadata log; check that it"
-                    " runs and retry",
-                )
-            await trio.sleep(0.05)
-
-    async def _hand_off_controller(self) -> None:
-        status = self.raft.status()
-        others = sorted(status.voters - {self.node_id})
-        matches = self.raft.follower_match_ends()
-        target = max(others, key=lambda n: matches.get(n, -1))
-        self.raft.transfer_leadership(target)
-        with trio.move_on_after(COMMIT_TIMEOUT_S):
-            while self.is_controller:
-                await trio.sleep(0.05)
-        if self.is_controller:
-            raise TopicError(
-                ErrorCode.request_timed_out,
-                f"The controller role did not move to broker {target} in time; retry",
-            )
-
-    async def _change_metadata_members(
-        self,
-        add_learner: int | None = None,
-        promote: int | None = None,
-        remove: int | None = None,
-    ) -> None:
-        """One single-server change of the metadata Raft group's members, committed."""
-        deadline = self.clock.now_s() + COMMIT_TIMEOUT_S
-        while True:
-            try:
-                entry = self.raft.propose_config_change(
-                    add_learner=add_learner, promote=promote, remove=remove
-                )
-                break
-            except ConfigChangeError as exc:
-                if self.clock.now_s() >= deadline:
-                    raise TopicError(
-                        ErrorCode.request_timed_out,
-                        f"The metadata quorum's membership cannot change now: {exc}; retry",
-                    ) from None
-                await trio.sleep(0.05)
-            except NotLeaderError:
-                raise TopicError(
-                    ErrorCode.not_controller, "This broker stopped being the controller; retry"
-                ) from None
-        if not await self.raft.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S, entry.epoch):
-            raise TopicError(
-                ErrorCode.request_timed_out,
-                "The metadata quorum's membership change did not commit in time; a majority of"
-                " its voters may be down",
-            )
 
     # -- registration and leadership gossip -----------------------------------------------
 
@@ -879,37 +737,20 @@ class Controller:
                         break
                     await self.applied.wait()
 
-    def local_leaders(self) -> dict[str, tuple[int, int, tuple[int, ...]]]:
-        """Partitions this broker leads: name → (leader id, leader epoch, in-sync replicas)."""
-        return {
-            p.name: (self.node_id, p.leader_epoch, p.in_sync_replicas())
-            for p in self.topics.local_partitions()
-            if p.is_leader
-        }
-
     async def gossip_leaders(self, interval_s: float = 0.5) -> None:
         """Learn the leader, epoch and in-sync replicas of every partition this broker does
         not lead by asking every peer, so any broker answers Metadata as its leader would."""
-        while True:
-            # Every registered broker: one that joined later is asked too, one that left not.
-            peers = sorted(set(self.image.brokers) - {self.node_id})
-            hints: dict[str, tuple[int, int]] = {}
-            isr: dict[str, tuple[int, ...]] = {}
-            for peer in peers:
-                try:
-                    raw = await self.node.transport.forward(peer, LEADERS_RPC, b"", interval_s * 4)
-                except ForwardError:
-                    continue
-                for name, (leader, epoch, *rest) in json.loads(raw).items():
-                    if name not in hints or hints[name][1] < epoch:
-                        hints[name] = (leader, epoch)
-                        if rest:  # a peer of an older version sends no in-sync replicas
-                            isr[name] = tuple(rest[0])
-                        else:
-                            isr.pop(name, None)
-            self.leader_hints = hints
-            self.isr_hints = isr
-            await trio.sleep(interval_s)
+        await self.gossip.run(interval_s)
+
+    @property
+    def leader_hints(self) -> dict[str, tuple[int, int]]:
+        """Partition name -> (leader id, leader epoch) of partitions led elsewhere."""
+        return self.gossip.leader_hints
+
+    @property
+    def isr_hints(self) -> dict[str, tuple[int, ...]]:
+        """Partition name -> in-sync replicas, as their leaders elsewhere report them."""
+        return self.gossip.isr_hints
 
 
 def _route(
