@@ -105,7 +105,8 @@ class MetadataApplyError(RuntimeError):
 
 class Controller:
     """This broker's view of cluster metadata, and the controller when it leads the metadata
-    Raft group."""
+    Raft group. It reads time only from `clock` (deadlines, retention intervals, record
+    timestamps)."""
 
     def __init__(
         self,
