@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Final, Protocol
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
+from raftka.broker.cluster.quorum import QuorumView
+
 if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
 
@@ -88,19 +90,6 @@ class MetadataView(Protocol):
     def client_quotas(self) -> Mapping[QuotaEntity, Mapping[str, float]]:
         """Client quotas: entity -> quota key -> value."""
         ...
-
-
-@dataclass(frozen=True)
-class QuorumView:
-    """The metadata quorum as this broker sees it (log end offsets: what the controller
-    knows of each replica; -1 unknown)."""
-
-    leader_id: int
-    epoch: int
-    high_watermark: int
-    voters: frozenset[int]
-    observers: frozenset[int]
-    log_end_offsets: Mapping[int, int]
 
 
 class ControllerClient(Protocol):

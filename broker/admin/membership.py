@@ -16,7 +16,7 @@ from kio.index import load_request_schema
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.admin.reassign import list_reassignments, reassign
 from raftka.broker.admin.wire import WireCluster
-from raftka.broker.cluster.controller import voter_removal_problem, voter_removal_warning
+from raftka.broker.cluster.control.voters import voter_removal_problem, voter_removal_warning
 from raftka.broker.cluster.decommission import plan_decommission
 from raftka.broker.cluster.placement import PlacementError
 from raftka.protocol.api import schema_module

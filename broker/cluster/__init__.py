@@ -1,14 +1,15 @@
 """Cluster metadata: the `__cluster_metadata` Raft group's records, image and snapshots.
 
 - `records`: metadata record types and their encoding as Kafka v2 record batches.
-- `image`: `MetadataImage`, built by applying committed records; the controller's validation.
-- `validation`: Kafka's rules for topic names, partition counts and config overrides.
+- `image`: `MetadataImage`, built by applying committed records.
+- `validation`: Kafka's rules for topic names, partition counts, assignments and configs.
+- `control`: the controller's decisions per area, (image, command) -> ControllerResult.
 - `placement`: deterministic, rack-aware replica placement that spreads preferred leaders.
 - `commands`: the admin commands the controller executes, typed, and their wire form.
 
 These are pure (no trio, lmdb, Raft or log) and are what this package exports. The parts
-with I/O are imported from their modules: `snapshot` (the image saved to and loaded from
-lmdb) and `controller` (the metadata Raft group's leader and every broker's apply loop).
+with I/O are imported from their modules: `snapshot` (the image's format, saved to and
+loaded from lmdb) and `controller` (the metadata Raft group's leader and every broker's apply loop).
 """
 
 from raftka.broker.cluster.image import (

@@ -1,18 +1,19 @@
 """The cluster metadata Raft group and the controller that writes to it.
 
 `__cluster_metadata` is a Raft group over every voter (like KRaft's controller quorum). Its
-committed records are applied, in offset order, to this broker's `MetadataImage`, and the
-changes are reconciled into `TopicManager` (open or delete partition logs and Raft groups).
-Admin operations (create/delete topics, configs, partitions, broker registration) are
-validated and proposed by that Raft group's leader, the controller; any other broker forwards
-them to it over the peer transport and relays the answer.
+committed records are applied, in offset order, to this broker's `MetadataImage` by one
+apply loop, and the changes are published to the broker (`publisher.py`: open or delete
+partition logs and Raft groups). Admin commands are decided by that Raft group's leader, the
+controller, from its image without I/O (`control/`, one module per area: the records to
+append and the answer); it appends the records and answers once they are applied here. Any
+other broker forwards commands to it over the peer transport and relays the answer. Snapshot
+retention (`retention.py`), membership changes of the metadata group (`membership.py`) and
+leadership gossip (`leaders.py`) are parts it composes.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,8 +22,8 @@ from typing import TypeVar
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.clock import SYSTEM_CLOCK, Clock
 from raftka.broker.cluster.commands import (
-    AclOutcome,
     AlterBrokerConfigsCommand,
     AlterClientQuotaCommand,
     AlterConfigsCommand,
@@ -42,53 +43,39 @@ from raftka.broker.cluster.commands import (
     RegisterBrokerCommand,
     UnregisterBrokerCommand,
 )
+from raftka.broker.cluster.control.acls import create_acls, delete_acls
+from raftka.broker.cluster.control.brokers import register_broker, unregister_broker
+from raftka.broker.cluster.control.configs import alter_broker_configs, alter_topic_configs
+from raftka.broker.cluster.control.producer_ids import raise_producer_id_floor
+from raftka.broker.cluster.control.quotas import alter_client_quota
+from raftka.broker.cluster.control.reassignment import complete_reassignment, reassign_partition
+from raftka.broker.cluster.control.result import ControllerResult
+from raftka.broker.cluster.control.scram import alter_scram_credentials
+from raftka.broker.cluster.control.topics import create_partitions, create_topic, delete_topic
+from raftka.broker.cluster.control.voters import change_voters
 from raftka.broker.cluster.image import (
-    BrokerConfigsChanged,
-    BrokerInfo,
-    BrokerRegistered,
-    Change,
     ConfigsChanged,
+    MetadataImage,
     PartitionsAdded,
     ReplicasChanged,
     TopicCreated,
     TopicDeleted,
 )
+from raftka.broker.cluster.leaders import LEADERS_RPC, LeaderGossip
+from raftka.broker.cluster.membership import MetadataMembership
+from raftka.broker.cluster.publisher import MetadataPublisher
+from raftka.broker.cluster.quorum import QuorumView
 from raftka.broker.cluster.reassign import ReassignmentMover
 from raftka.broker.cluster.rebalance import ElectionResult, PreferredLeaderElections
-from raftka.broker.cluster.records import (
-    AddAclBinding,
-    ClientQuota,
-    CompleteReassignment,
-    DeleteScramCredential,
-    MetadataRecord,
-    RaiseProducerIdFloor,
-    RegisterBroker,
-    RemoveAclBinding,
-    UnregisterBroker,
-    UpsertScramCredential,
-    encode_batch,
-    iter_log_records,
-)
+from raftka.broker.cluster.records import MetadataRecord, encode_batch, iter_log_records
+from raftka.broker.cluster.retention import SnapshotRetention
 from raftka.broker.cluster.snapshot import SnapshotError, SnapshotStore, deserialize, serialize
-from raftka.broker.cluster.validation import (
-    TopicError,
-    check_scram_iterations,
-    check_scram_mechanism,
-)
-from raftka.broker.config import LONG_MAX, BrokerConfig
-from raftka.broker.quotas import QuotaRequestError, validate_entity, validate_ops
+from raftka.broker.cluster.validation import TopicError
+from raftka.broker.config import BrokerConfig
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
-from raftka.broker.security.acl import (
-    AclBindingFilter,
-    binding_codes,
-    binding_from_codes,
-    check_new_binding,
-)
-from raftka.broker.security.scram import ScramMechanism
-from raftka.broker.services import QuorumView
-from raftka.broker.topics import METADATA_TOPIC, TopicManager, now_ms
-from raftka.consensus.core import ConfigChangeError, NotLeaderError
-from raftka.consensus.driver import AppendThrottle, RaftGroup, RaftGroupUpdate, RaftNode
+from raftka.broker.topics import METADATA_TOPIC, TopicManager
+from raftka.consensus.core import NotLeaderError
+from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
 from raftka.consensus.transport import ForwardError, ForwardRemoteError
 from raftka.consensus.types import Role, Snapshot
 from raftka.log import LogConfig, PartitionLog
@@ -98,7 +85,6 @@ logger = logging.getLogger("raftka.controller")
 
 METADATA_GROUP = f"{METADATA_TOPIC}-0"  # the metadata Raft group and its log folder
 CONTROLLER_RPC = "__controller"
-LEADERS_RPC = "__leaders"
 COMMIT_TIMEOUT_S = 10.0
 FORWARD_TIMEOUT_S = 15.0
 REPLAY_READ_BYTES = 4 * 1024 * 1024
@@ -119,7 +105,8 @@ class MetadataApplyError(RuntimeError):
 
 class Controller:
     """This broker's view of cluster metadata, and the controller when it leads the metadata
-    Raft group."""
+    Raft group. It reads time only from `clock` (deadlines, retention intervals, record
+    timestamps)."""
 
     def __init__(
         self,
@@ -129,8 +116,10 @@ class Controller:
         broker_config: BrokerConfig,
         topics: TopicManager,
         hard_states: HardStateStore,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.node = node
+        self.clock = clock
         self.node_id = node.node_id
         self.voters = voters
         self.broker_config = broker_config
@@ -149,13 +138,17 @@ class Controller:
                 retention_ms=-1,
                 segment_bytes=broker_config.get_int("metadata.log.segment.bytes"),
             ),
-            now_ms(),
+            clock.wall_ms(),
         )
         # The retained snapshot: the image at the log start - 1, what a broker that needs
         # offsets below the log start is sent. The log is truncated only behind it.
-        self._retained = self.snapshots.load_retained()
-        if self._retained is not None:
-            retained_end = self._retained[0]
+        self.retention = SnapshotRetention(
+            broker_config.get_int("metadata.log.max.record.bytes.between.snapshots"),
+            broker_config.get_int("metadata.log.max.snapshot.interval.ms") / 1000,
+            self.snapshots.load_retained(),
+        )
+        if self.retention.retained is not None:
+            retained_end = self.retention.retained_end
             if self.log.log_start_offset < retained_end <= self.log.log_end_offset:
                 # Truncated, but the new log start was not on disk yet at a crash.
                 self.log.delete_records_before(retained_end)
@@ -166,14 +159,6 @@ class Controller:
                 f"{self.log.log_start_offset}: the records between are gone. Restore the "
                 "data directory or remove it so the broker rejoins from its peers."
             )
-        self._retained_at = time.monotonic()
-        self._bytes_since_retained = 0
-        self._max_bytes_between_snapshots = broker_config.get_int(
-            "metadata.log.max.record.bytes.between.snapshots"
-        )
-        self._max_snapshot_interval_s = (
-            broker_config.get_int("metadata.log.max.snapshot.interval.ms") / 1000
-        )
         # Bumped by every snapshot installed from the controller; an apply pass that sees
         # it change stops (the image it was applying to was replaced).
         self._install_generation = 0
@@ -183,36 +168,36 @@ class Controller:
             self.log,
             hard_states,
             voters == frozenset({self.node_id}),
-            snapshot_source=self._retained_snapshot,
+            snapshot_source=self.retention.snapshot_ending_at,
             on_snapshot=self._install_snapshot,
         )
         self._logged_leadership: tuple[int, int] | None = None  # (term, leader) last logged
         self.raft: RaftGroup = node.add_raft_group(
             METADATA_GROUP, voters, self.storage, self._on_update
         )
+        self.membership = MetadataMembership(self.raft, self.node_id, clock)
         if voters == frozenset({self.node_id}):
             self.raft.campaign()
-        self.leader_hints: dict[str, tuple[int, int]] = {}
-        # Partition name -> in-sync replicas, as its leader (elsewhere) last reported them.
-        self.isr_hints: dict[str, tuple[int, ...]] = {}
+        self.gossip = LeaderGossip(self.node_id, node.transport, topics, lambda: self.image.brokers)
+        self.publisher = MetadataPublisher(node, topics, broker_config, lambda: self.image)
         # Set when a change failed to apply: the image is ahead of this broker's state, so
         # it must not be saved as a snapshot (a restart replays the log from the last one).
         self.diverged = False
         self._command_handlers: dict[type[Command], CommandHandler] = dict(
             [
                 _route(CreateTopicCommand, self._create_topic),
-                _route(DeleteTopicCommand, self._delete_topic),
-                _route(AlterConfigsCommand, self._alter_configs),
-                _route(CreatePartitionsCommand, self._create_partitions),
+                _route(DeleteTopicCommand, self._decided(delete_topic)),
+                _route(AlterConfigsCommand, self._decided(alter_topic_configs)),
+                _route(CreatePartitionsCommand, self._decided(create_partitions)),
                 _route(RegisterBrokerCommand, self._register_broker),
-                _route(RaiseProducerIdFloorCommand, self._raise_producer_id_floor),
-                _route(AlterScramCredentialsCommand, self._alter_scram_credentials),
-                _route(CreateAclsCommand, self._create_acls),
-                _route(DeleteAclsCommand, self._delete_acls),
-                _route(AlterClientQuotaCommand, self._alter_client_quota),
+                _route(RaiseProducerIdFloorCommand, self._decided(raise_producer_id_floor)),
+                _route(AlterScramCredentialsCommand, self._decided(alter_scram_credentials)),
+                _route(CreateAclsCommand, self._decided(create_acls)),
+                _route(DeleteAclsCommand, self._decided(delete_acls)),
+                _route(AlterClientQuotaCommand, self._decided(alter_client_quota)),
                 _route(ReassignPartitionCommand, self._reassign_partition),
                 _route(CompleteReassignmentCommand, self._complete_reassignment),
-                _route(AlterBrokerConfigsCommand, self._alter_broker_configs),
+                _route(AlterBrokerConfigsCommand, self._decided(alter_broker_configs)),
                 _route(ChangeMetadataVotersCommand, self._change_metadata_voters),
                 _route(UnregisterBrokerCommand, self._unregister_broker),
             ]
@@ -224,7 +209,7 @@ class Controller:
         self.elections = PreferredLeaderElections(self)
         # Membership steps of the reassignments of partitions this broker leads.
         self.reassignments = ReassignmentMover(self)
-        self._apply_replication_throttle()
+        self.publisher.apply_replication_throttle()
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -246,6 +231,7 @@ class Controller:
         broker must stop rather than serve from state that differs from the metadata."""
         if not self._restored:
             self._restored = True
+            self.retention.start(self.clock.now_s())
             await self._reconcile_image()
             if self.image.topics:
                 logger.info(
@@ -299,22 +285,12 @@ class Controller:
     def _retain_due(self) -> bool:
         if self.diverged:
             return False
-        retained_end = self._retained[0] if self._retained is not None else 0
-        if self.applied_end <= max(retained_end, self.log.log_start_offset):
-            return False
-        if self._bytes_since_retained >= self._max_bytes_between_snapshots:
-            return True
-        return (
-            self._max_snapshot_interval_s > 0
-            and time.monotonic() - self._retained_at >= self._max_snapshot_interval_s
-        )
+        return self.retention.due(self.applied_end, self.log.log_start_offset, self.clock.now_s())
 
     def _truncate_behind(self, end: int, raw: bytes) -> None:
         """The snapshot of everything below `end` is durable and retained: the metadata log
         now starts at `end` (whole segments below it are deleted)."""
-        self._retained = (end, raw)
-        self._retained_at = time.monotonic()
-        self._bytes_since_retained = 0
+        self.retention.retain(end, raw, self.clock.now_s())
         before = len(self.log.segments)
         self.log.delete_records_before(min(end, self.raft.high_watermark))
         logger.info(
@@ -326,13 +302,6 @@ class Controller:
             before - len(self.log.segments),
             extra={"raft_group": METADATA_GROUP},
         )
-
-    def _retained_snapshot(self, end: int) -> bytes | None:
-        """The image below `end` (the log start) for a broker that needs older offsets."""
-        retained = self._retained
-        if retained is None or retained[0] != end:
-            return None
-        return retained[1]
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         """The controller sent a snapshot (this broker needs offsets below its log start):
@@ -349,9 +318,7 @@ class Controller:
                 f" offset {image.applied_offset}"
             )
         self.snapshots.save_raw_job(snapshot.data, image.applied_offset, True)()
-        self._retained = (end, snapshot.data)
-        self._retained_at = time.monotonic()
-        self._bytes_since_retained = 0
+        self.retention.retain(end, snapshot.data, self.clock.now_s())
         self.image = image
         self.applied_end = end
         self._install_generation += 1
@@ -370,7 +337,7 @@ class Controller:
         snapshot installed from the controller): topics it hosts that the image lacks are
         deleted, the image's topics created, grown or reconfigured."""
         for broker in list(self.image.brokers.values()):
-            self._reach(broker)
+            self.publisher.reach(broker)
         while True:
             generation = self._install_generation
             image = self.image
@@ -379,11 +346,11 @@ class Controller:
                 for topic_id, local in list(self.topics.topics_by_id.items()):
                     if topic_id not in ids:
                         replicas = tuple(p.replicas for p in local.partitions)
-                        await self._reconcile(TopicDeleted(local.name, topic_id, replicas))
+                        await self.publisher.publish(TopicDeleted(local.name, topic_id, replicas))
                 for topic in list(image.topics.values()):
                     hosted = self.topics.topics_by_id.get(topic.topic_id)
                     if hosted is None:
-                        await self._reconcile(
+                        await self.publisher.publish(
                             TopicCreated(
                                 topic.name,
                                 topic.topic_id,
@@ -402,17 +369,17 @@ class Controller:
                             partition.replicas != wanted
                             or (partition.raft_voters or partition.replicas) != voters
                         ):
-                            await self._reconcile(
+                            await self.publisher.publish(
                                 ReplicasChanged(topic.name, topic.topic_id, index, wanted, voters)
                             )
                     if len(topic.replicas) > known:
-                        await self._reconcile(
+                        await self.publisher.publish(
                             PartitionsAdded(
                                 topic.name, topic.topic_id, known, tuple(topic.replicas[known:])
                             )
                         )
                     if hosted.config.overrides != dict(topic.configs):
-                        await self._reconcile(
+                        await self.publisher.publish(
                             ConfigsChanged(topic.name, topic.topic_id, dict(topic.configs))
                         )
             except Exception as exc:
@@ -453,14 +420,14 @@ class Controller:
             for offset, record in iter_log_records(data):
                 try:
                     for change in self.image.apply(record, offset):
-                        await self._reconcile(change)
+                        await self.publisher.publish(change)
                 except Exception as exc:
                     raise self._apply_failed(
                         f"metadata record {record} at offset {offset}", exc
                     ) from exc
                 if generation != self._install_generation:
                     return  # a snapshot replaced the image meanwhile: start over from it
-            self._bytes_since_retained += len(data)
+            self.retention.applied(len(data))
             # Batch ends (control batches included) from the raw headers.
             headers = scan_batches(data, verify_crc=False).headers
             if headers:
@@ -473,59 +440,6 @@ class Controller:
             self._snapshot_due.set()
         self.applied.set()
         self.applied = trio.Event()
-
-    async def _reconcile(self, change: Change) -> None:
-        """Bring TopicManager in line with one change. Conditions it can recover from (a log
-        that cannot be opened yet) it retries itself; anything it raises is unexpected."""
-        if isinstance(change, TopicCreated):
-            await self.topics.add_topic(
-                change.name, change.topic_id, change.replicas, change.configs, change.raft_voters
-            )
-        elif isinstance(change, ReplicasChanged):
-            await self.topics.set_replicas(
-                change.name, change.index, change.replicas, change.raft_voters
-            )
-        elif isinstance(change, PartitionsAdded):
-            await self.topics.add_partitions(change.name, change.new_replicas)
-        elif isinstance(change, ConfigsChanged):
-            self.topics.alter_configs(change.name, change.configs)
-        elif isinstance(change, TopicDeleted):
-            await self.topics.remove_topic(change.topic_id)
-        elif isinstance(change, BrokerConfigsChanged):
-            self._apply_replication_throttle()
-        elif isinstance(change, BrokerRegistered):
-            broker = change.broker
-            self._reach(broker)
-            logger.info(
-                "broker %d registered at %s:%d (rack %s)",
-                broker.node_id,
-                broker.host,
-                broker.port,
-                broker.rack,
-                extra={"peer": broker.node_id},
-            )
-
-    def _reach(self, broker: BrokerInfo) -> None:
-        """Let the transport reach a registered broker at its Raft address (one that joined
-        after this broker started is not in its --peers)."""
-        if broker.raft_address is not None and broker.node_id != self.node_id:
-            self.node.transport.add_peer(broker.node_id, broker.raft_address)
-
-    def replication_throttle_rate(self) -> int:
-        """This broker's leader.replication.throttled.rate: dynamic (its own, else the
-        cluster-wide default) over static."""
-        name = "leader.replication.throttled.rate"
-        dynamic = self.image.dynamic_broker_config(self.node_id, name)
-        return int(dynamic) if dynamic is not None else self.broker_config.get_int(name)
-
-    def _apply_replication_throttle(self) -> None:
-        rate = self.replication_throttle_rate()
-        if rate >= LONG_MAX:
-            self.node.append_throttle = None
-        elif self.node.append_throttle is None:
-            self.node.append_throttle = AppendThrottle(rate)
-        else:
-            self.node.append_throttle.set_rate(rate)
 
     def _apply_failed(self, what: str, exc: Exception) -> MetadataApplyError:
         """Log a failed apply as critical and return the error that stops the apply loop."""
@@ -579,7 +493,7 @@ class Controller:
     async def execute(self, command: Command) -> CommandResult:
         """Run an admin command on the controller (here, or forwarded to it) and return its
         result; failures are results with Kafka's error code and message."""
-        deadline = trio.current_time() + FORWARD_TIMEOUT_S
+        deadline = self.clock.now_s() + FORWARD_TIMEOUT_S
         while True:
             if self.is_controller:
                 return await self._execute_here(command)
@@ -608,7 +522,7 @@ class Controller:
                 result = await self._execute_at_any_peer(command)
                 if result is not None:
                     return result
-            if trio.current_time() >= deadline:
+            if self.clock.now_s() >= deadline:
                 return CommandResult.error(
                     ErrorCode.not_controller,
                     "No controller is available: the metadata quorum has no leader",
@@ -634,7 +548,7 @@ class Controller:
 
     async def _serve_forward(self, group: str, payload: bytes) -> tuple[int, bytes]:
         if group == LEADERS_RPC:
-            return 0, json.dumps(self.local_leaders()).encode()
+            return 0, self.gossip.serve()
         handler = self._rpc_handlers.get(group)
         if handler is not None:
             return await handler(payload)
@@ -666,7 +580,9 @@ class Controller:
 
     async def _commit(self, records: list[MetadataRecord]) -> None:
         """Propose records as one batch and wait until they are applied here."""
-        entry = self.raft.propose(len(records), encode_batch(records, timestamp_ms=now_ms()))
+        entry = self.raft.propose(
+            len(records), encode_batch(records, timestamp_ms=self.clock.wall_ms())
+        )
         if not await self.raft.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S, entry.epoch):
             raise TopicError(
                 ErrorCode.request_timed_out,
@@ -675,51 +591,37 @@ class Controller:
         while self.applied_end < entry.end_offset:
             await self.applied.wait()
 
+    def _decided(
+        self, decide: Callable[[MetadataImage, C], ControllerResult]
+    ) -> Callable[[C], Awaitable[CommandResult]]:
+        """A command decided from the image alone: its records appended, its result."""
+
+        async def run(command: C) -> CommandResult:
+            return await self._append(decide(self.image, command))
+
+        return run
+
+    async def _append(self, decision: ControllerResult) -> CommandResult:
+        """Append the decision's records as one batch (none: nothing) and, once they are
+        applied here, answer its result."""
+        if decision.records:
+            await self._commit(list(decision.records))
+        return decision.result
+
     async def _create_topic(self, command: CreateTopicCommand) -> CommandResult:
-        record = self.image.plan_create_topic(
-            command.name,
+        decision = create_topic(
+            self.image,
+            command,
             uuid.uuid4(),
-            command.num_partitions,
-            command.replication_factor,
-            command.assignments or None,
-            command.configs,
-            self.live_brokers(),
             default_num_partitions=self.broker_config.get_int("num.partitions"),
             default_replication_factor=self.broker_config.get_int("default.replication.factor"),
         )
-        if not command.validate_only:
-            await self._commit([record])
-        return CommandResult(
-            topic_id=record.topic_id,
-            num_partitions=len(record.replicas),
-            replication_factor=len(record.replicas[0]),
-        )
-
-    async def _delete_topic(self, command: DeleteTopicCommand) -> CommandResult:
-        record = self.image.validate_delete_topic(command.name)
-        await self._commit([record])
-        return CommandResult(topic_id=record.topic_id)
-
-    async def _alter_configs(self, command: AlterConfigsCommand) -> CommandResult:
-        record = self.image.validate_alter_configs(command.name, command.configs)
-        if not command.validate_only:
-            await self._commit([record])
-        return CommandResult()
-
-    async def _create_partitions(self, command: CreatePartitionsCommand) -> CommandResult:
-        record = self.image.validate_create_partitions(
-            command.name, command.count, command.assignments, self.live_brokers()
-        )
-        if not command.validate_only:
-            await self._commit([record])
-        return CommandResult()
+        return await self._append(decision)
 
     async def _reassign_partition(self, command: ReassignPartitionCommand) -> CommandResult:
-        record = self.image.validate_reassignment(
-            command.topic, command.partition, command.replicas
-        )
-        if record is not None:
-            await self._commit([record])
+        decision = reassign_partition(self.image, command)
+        result = await self._append(decision)
+        if decision.records:
             logger.info(
                 "%s-%d: reassignment %s",
                 command.topic,
@@ -727,282 +629,57 @@ class Controller:
                 "cancelled" if command.replicas is None else f"to {list(command.replicas)}",
                 extra={"topic": command.topic},
             )
-        return CommandResult()
+        return result
 
     async def _complete_reassignment(self, command: CompleteReassignmentCommand) -> CommandResult:
-        topic = self.image.topic(command.topic)
-        move = None if topic is None else topic.reassignments.get(command.partition)
-        if topic is None or move is None or move.target != command.replicas:
-            # Cancelled or replaced meanwhile: the leader reads the new target and goes on.
-            return CommandResult.error(
-                ErrorCode.no_reassignment_in_progress,
-                f"No reassignment of {command.topic}-{command.partition} to "
-                f"{list(command.replicas)} is in progress.",
+        decision = complete_reassignment(self.image, command)
+        result = await self._append(decision)
+        if decision.records:
+            logger.info(
+                "%s-%d: reassignment complete, replicas %s",
+                command.topic,
+                command.partition,
+                list(command.replicas),
+                extra={"topic": command.topic},
             )
-        await self._commit(
-            [CompleteReassignment(topic.topic_id, command.partition, command.replicas)]
-        )
-        logger.info(
-            "%s-%d: reassignment complete, replicas %s",
-            command.topic,
-            command.partition,
-            list(command.replicas),
-            extra={"topic": command.topic},
-        )
-        return CommandResult()
-
-    async def _alter_broker_configs(self, command: AlterBrokerConfigsCommand) -> CommandResult:
-        record = self.image.validate_alter_broker_configs(command.resource, command.changes)
-        if not command.validate_only:
-            await self._commit([record])
-        return CommandResult()
+        return result
 
     async def _register_broker(self, command: RegisterBrokerCommand) -> CommandResult:
-        record = RegisterBroker(
-            command.node_id,
-            command.host,
-            command.port,
-            command.rack,
-            command.incarnation_id,
-            dict(command.listeners),
-            command.raft_address,
-        )
-        current = self.image.brokers.get(record.node_id)
-        if current is None or (
-            current.host,
-            current.port,
-            current.rack,
-            current.listeners,
-            current.incarnation_id,
-            current.raft_address,
-        ) != (
-            record.host,
-            record.port,
-            record.rack,
-            record.listeners,
-            record.incarnation_id,
-            record.raft_address,
-        ):
-            await self._commit([record])
+        await self._append(register_broker(self.image, command))
         status = self.raft.status()
-        if record.node_id not in status.voters | status.learners:
+        if command.node_id not in status.voters | status.learners:
             # A broker joining a running cluster: it replicates the metadata as an observer
             # (a learner of the metadata Raft group) until it is made a voter.
-            if record.raft_address is not None:
-                self.node.transport.add_peer(record.node_id, record.raft_address)
-            await self._change_metadata_members(add_learner=record.node_id)
+            if command.raft_address is not None:
+                self.node.transport.add_peer(command.node_id, command.raft_address)
+            await self.membership.change(add_learner=command.node_id)
         return CommandResult()
-
-    async def _change_metadata_voters(self, command: ChangeMetadataVotersCommand) -> CommandResult:
-        node = command.node_id
-        if node not in self.image.brokers:
-            raise TopicError(
-                ErrorCode.broker_id_not_registered,
-                f"Broker {node} is not registered: start it (with --join) first",
-            )
-        status = self.raft.status()
-        if command.action == "add":
-            if node in status.voters:
-                raise TopicError(
-                    ErrorCode.duplicate_voter, f"Broker {node} already votes in the metadata quorum"
-                )
-            if node not in status.learners:
-                await self._change_metadata_members(add_learner=node)
-            await self._wait_metadata_caught_up(node)
-            await self._change_metadata_members(promote=node)
-            logger.info("broker %d is a metadata voter now", node)
-            return CommandResult()
-        if node not in status.voters:
-            raise TopicError(
-                ErrorCode.voter_not_found, f"Broker {node} is not a voter of the metadata quorum"
-            )
-        problem = voter_removal_problem(status.voters, node)
-        if problem is not None:
-            raise TopicError(ErrorCode.invalid_request, problem)
-        if node == self.node_id:
-            # The controller leaves the quorum: it hands the controller role off first and
-            # the new controller makes the change.
-            await self._hand_off_controller()
-            return await self.execute(command)
-        await self._change_metadata_members(remove=node)
-        # It keeps replicating the metadata as an observer while it is registered.
-        await self._change_metadata_members(add_learner=node)
-        logger.info("broker %d left the metadata voters (an observer now)", node)
-        return CommandResult()
-
-    async def _wait_metadata_caught_up(self, node: int) -> None:
-        deadline = trio.current_time() + COMMIT_TIMEOUT_S
-        while self.raft.follower_match_ends().get(node, -1) < self.raft.high_watermark:
-            if trio.current_time() >= deadline:
-                raise TopicError(
-                    ErrorCode.request_timed_out,
-                    f"Broker {node} has not caught up with the metadata log; check that it"
-                    " runs and retry",
-                )
-            await trio.sleep(0.05)
-
-    async def _hand_off_controller(self) -> None:
-        status = self.raft.status()
-        others = sorted(status.voters - {self.node_id})
-        matches = self.raft.follower_match_ends()
-        target = max(others, key=lambda n: matches.get(n, -1))
-        self.raft.transfer_leadership(target)
-        with trio.move_on_after(COMMIT_TIMEOUT_S):
-            while self.is_controller:
-                await trio.sleep(0.05)
-        if self.is_controller:
-            raise TopicError(
-                ErrorCode.request_timed_out,
-                f"The controller role did not move to broker {target} in time; retry",
-            )
 
     async def _unregister_broker(self, command: UnregisterBrokerCommand) -> CommandResult:
         node = command.node_id
-        if node not in self.image.brokers:
-            raise TopicError(ErrorCode.broker_id_not_registered, f"Broker {node} is not registered")
-        hosted = [f"{name}-{index}" for name, index in self.image.partitions_of(node)]
-        if hosted:
-            names = ", ".join(hosted[:5]) + (" ..." if len(hosted) > 5 else "")
-            raise TopicError(
-                ErrorCode.invalid_request,
-                f"Broker {node} still hosts {len(hosted)} partition replicas ({names}): move"
-                f" them off first (raftka cluster decommission {node})",
-            )
-        status = self.raft.status()
-        if node in status.voters:
-            raise TopicError(
-                ErrorCode.invalid_request,
-                f"Broker {node} votes in the metadata quorum: remove it first (raftka cluster"
-                f" remove-voter {node})",
-            )
-        await self._commit([UnregisterBroker(node)])
+        decision = unregister_broker(self.image, command, self.raft.status().voters)
+        if not decision.records:
+            return decision.result
+        await self._append(decision)
         if node in self.raft.status().learners:
-            await self._change_metadata_members(remove=node)
+            await self.membership.change(remove=node)
         logger.info("broker %d unregistered", node)
-        return CommandResult()
+        return decision.result
 
-    async def _change_metadata_members(
-        self,
-        add_learner: int | None = None,
-        promote: int | None = None,
-        remove: int | None = None,
-    ) -> None:
-        """One single-server change of the metadata Raft group's members, committed."""
-        deadline = trio.current_time() + COMMIT_TIMEOUT_S
-        while True:
-            try:
-                entry = self.raft.propose_config_change(
-                    add_learner=add_learner, promote=promote, remove=remove
-                )
-                break
-            except ConfigChangeError as exc:
-                if trio.current_time() >= deadline:
-                    raise TopicError(
-                        ErrorCode.request_timed_out,
-                        f"The metadata quorum's membership cannot change now: {exc}; retry",
-                    ) from None
-                await trio.sleep(0.05)
-            except NotLeaderError:
-                raise TopicError(
-                    ErrorCode.not_controller, "This broker stopped being the controller; retry"
-                ) from None
-        if not await self.raft.wait_committed(entry.end_offset, COMMIT_TIMEOUT_S, entry.epoch):
-            raise TopicError(
-                ErrorCode.request_timed_out,
-                "The metadata quorum's membership change did not commit in time; a majority of"
-                " its voters may be down",
-            )
-
-    async def _raise_producer_id_floor(self, command: RaiseProducerIdFloorCommand) -> CommandResult:
-        if isinstance(command.floor, bool) or command.floor < 0:
-            raise TopicError(
-                ErrorCode.invalid_request,
-                f"producer id floor must be a non-negative integer, not {command.floor}",
-            )
-        if command.floor > self.image.producer_id_floor:
-            await self._commit([RaiseProducerIdFloor(command.floor)])
-        return CommandResult()
-
-    async def _alter_scram_credentials(
-        self, command: AlterScramCredentialsCommand
-    ) -> CommandResult:
-        records: list[MetadataRecord] = []
-        for mechanism in command.deletions:
-            check_scram_mechanism(mechanism)
-            if (command.user, mechanism) not in self.image.scram_credentials:
-                raise TopicError(
-                    ErrorCode.resource_not_found,
-                    f"Attempt to delete a user credential that does not exist: user "
-                    f"{command.user} has no {ScramMechanism(mechanism).mechanism_name} credential",
-                )
-            records.append(DeleteScramCredential(command.user, mechanism))
-        for mechanism, iterations, salt, stored_key, server_key in command.upsertions:
-            check_scram_mechanism(mechanism)
-            check_scram_iterations(iterations)
-            records.append(
-                UpsertScramCredential(
-                    command.user, mechanism, iterations, salt, stored_key, server_key
-                )
-            )
-        if records:
-            await self._commit(records)
-        return CommandResult()
-
-    async def _create_acls(self, command: CreateAclsCommand) -> CommandResult:
-        records: list[MetadataRecord] = []
-        new = set()
-        outcomes = []
-        for codes in command.bindings:
-            binding = binding_from_codes(*codes)
-            problem = check_new_binding(binding)
-            if problem is not None:
-                outcomes.append(AclOutcome(ErrorCode.invalid_request, problem))
-                continue
-            if binding not in self.image.acls and binding not in new:
-                new.add(binding)
-                records.append(AddAclBinding(*binding_codes(binding)))
-            outcomes.append(AclOutcome())
-        if records:
-            await self._commit(records)
-        return CommandResult(acl_outcomes=tuple(outcomes))
-
-    async def _delete_acls(self, command: DeleteAclsCommand) -> CommandResult:
-        removed = set()
-        records: list[MetadataRecord] = []
-        outcomes = []
-        for codes in command.filters:
-            acl_filter = AclBindingFilter.from_codes(*codes)
-            problem = acl_filter.problem()
-            if problem is not None:
-                outcomes.append(AclOutcome(ErrorCode.invalid_request, problem))
-                continue
-            matched = acl_filter.select(self.image.acls)
-            for binding in matched:
-                if binding not in removed:
-                    removed.add(binding)
-                    records.append(RemoveAclBinding(*binding_codes(binding)))
-            outcomes.append(AclOutcome(bindings=tuple(binding_codes(b) for b in matched)))
-        if records:
-            await self._commit(records)
-        return CommandResult(acl_outcomes=tuple(outcomes))
-
-    async def _alter_client_quota(self, command: AlterClientQuotaCommand) -> CommandResult:
-        try:
-            entity = validate_entity(command.entity)
-            changes = validate_ops(command.changes)
-        except QuotaRequestError as exc:
-            return CommandResult.error(exc.error_code, exc.message)
-        current = self.image.client_quotas.get(entity, {})
-        # Only what changes is written, as Kafka's controller does.
-        records: list[MetadataRecord] = [
-            ClientQuota(entity, key, value)
-            for key, value in sorted(changes.items())
-            if (value is None and key in current)
-            or (value is not None and current.get(key) != value)
-        ]
-        if records:
-            await self._commit(records)
-        return CommandResult()
+    async def _change_metadata_voters(self, command: ChangeMetadataVotersCommand) -> CommandResult:
+        status = self.raft.status()
+        change = change_voters(self.image, command, status.voters, status.learners, self.node_id)
+        for step in change.steps:
+            if step.action == "hand_off":
+                # The new controller makes the change.
+                await self.membership.hand_off()
+                return await self.execute(command)
+            await self.membership.take(step)
+        if change.steps and command.action == "add":
+            logger.info("broker %d is a metadata voter now", command.node_id)
+        elif change.steps:
+            logger.info("broker %d left the metadata voters (an observer now)", command.node_id)
+        return change.result
 
     # -- registration and leadership gossip -----------------------------------------------
 
@@ -1021,7 +698,7 @@ class Controller:
         applied everything committed before it, so it never serves clients (or checks their
         ACLs) from metadata older than the cluster's when it started."""
         incarnation = uuid.uuid4().hex
-        started = time.monotonic()
+        started = self.clock.now_s()
         listeners = dict(listeners or {})
         wanted = (host, port, rack, listeners, incarnation, raft_address)
         while True:
@@ -1038,7 +715,7 @@ class Controller:
                 )
                 == wanted
             ):
-                logger.info("registered with the cluster in %.2f s", time.monotonic() - started)
+                logger.info("registered with the cluster in %.2f s", self.clock.now_s() - started)
                 # Everything committed before the registration is applied: a copy of a
                 # partition this broker is no longer a replica of (it was reassigned while
                 # this broker was down) can go.
@@ -1061,60 +738,20 @@ class Controller:
                         break
                     await self.applied.wait()
 
-    def local_leaders(self) -> dict[str, tuple[int, int, tuple[int, ...]]]:
-        """Partitions this broker leads: name → (leader id, leader epoch, in-sync replicas)."""
-        return {
-            p.name: (self.node_id, p.leader_epoch, p.in_sync_replicas())
-            for p in self.topics.local_partitions()
-            if p.is_leader
-        }
-
     async def gossip_leaders(self, interval_s: float = 0.5) -> None:
         """Learn the leader, epoch and in-sync replicas of every partition this broker does
         not lead by asking every peer, so any broker answers Metadata as its leader would."""
-        while True:
-            # Every registered broker: one that joined later is asked too, one that left not.
-            peers = sorted(set(self.image.brokers) - {self.node_id})
-            hints: dict[str, tuple[int, int]] = {}
-            isr: dict[str, tuple[int, ...]] = {}
-            for peer in peers:
-                try:
-                    raw = await self.node.transport.forward(peer, LEADERS_RPC, b"", interval_s * 4)
-                except ForwardError:
-                    continue
-                for name, (leader, epoch, *rest) in json.loads(raw).items():
-                    if name not in hints or hints[name][1] < epoch:
-                        hints[name] = (leader, epoch)
-                        if rest:  # a peer of an older version sends no in-sync replicas
-                            isr[name] = tuple(rest[0])
-                        else:
-                            isr.pop(name, None)
-            self.leader_hints = hints
-            self.isr_hints = isr
-            await trio.sleep(interval_s)
+        await self.gossip.run(interval_s)
 
+    @property
+    def leader_hints(self) -> dict[str, tuple[int, int]]:
+        """Partition name -> (leader id, leader epoch) of partitions led elsewhere."""
+        return self.gossip.leader_hints
 
-def voter_removal_problem(voters: frozenset[int], node: int) -> str | None:
-    """Why `node` may not leave the metadata voters `voters` (None: it may)."""
-    if voters == {node}:
-        return f"Broker {node} is the last voter of the metadata quorum: it cannot leave it"
-    return None
-
-
-def voter_removal_warning(voters: frozenset[int], node: int) -> str | None:
-    """A warning when removing `node` leaves the metadata quorum less tolerant of failures."""
-    left = len(voters - {node})
-    if left == len(voters):
-        return None
-    tolerated_before = (len(voters) - 1) // 2
-    tolerated_after = (left - 1) // 2
-    if left < 3 or tolerated_after < tolerated_before:
-        return (
-            f"the metadata quorum keeps {left} voter{'s' if left != 1 else ''}: it survives"
-            f" {tolerated_after} failed voter{'s' if tolerated_after != 1 else ''} (was"
-            f" {tolerated_before}); add a voter (raftka cluster add-voter) to restore that"
-        )
-    return None
+    @property
+    def isr_hints(self) -> dict[str, tuple[int, ...]]:
+        """Partition name -> in-sync replicas, as their leaders elsewhere report them."""
+        return self.gossip.isr_hints
 
 
 def _route(

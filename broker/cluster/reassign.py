@@ -24,23 +24,38 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.cluster.commands import CompleteReassignmentCommand
+from raftka.broker.cluster.commands import Command, CommandResult, CompleteReassignmentCommand
 from raftka.broker.config import ConfigError, throttled_replicas
 from raftka.consensus.core import ConfigChangeError, NotLeaderError
 
 if TYPE_CHECKING:
-    from raftka.broker.cluster.controller import Controller
-    from raftka.broker.topics import Partition
+    from raftka.broker.cluster.image import MetadataImage
+    from raftka.broker.topics import Partition, TopicManager
 
 logger = logging.getLogger("raftka.reassign")
 
 #: How often a broker looks at the moving partitions it leads.
 STEP_INTERVAL_S = 0.1
+
+
+class ReassignmentHost(Protocol):
+    """What the mover uses of its broker's controller (`cluster.controller.Controller`)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def topics(self) -> TopicManager: ...
+
+    async def execute(self, command: Command) -> CommandResult: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +111,7 @@ def next_step(
 class ReassignmentMover:
     """Drives the reassignments of the partitions this broker leads (see the module doc)."""
 
-    def __init__(self, controller: Controller, interval_s: float = STEP_INTERVAL_S) -> None:
+    def __init__(self, controller: ReassignmentHost, interval_s: float = STEP_INTERVAL_S) -> None:
         self.controller = controller
         self.interval_s = interval_s
         # Completions sent and accepted, until the metadata shows them applied here.

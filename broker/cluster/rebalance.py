@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -32,8 +32,8 @@ from raftka.consensus.core import NotLeaderError
 from raftka.consensus.transport import ForwardError
 
 if TYPE_CHECKING:
-    from raftka.broker.cluster.controller import Controller
-    from raftka.broker.topics import Partition
+    from raftka.broker.topics import Partition, TopicManager
+    from raftka.consensus.driver import RaftNode
 
 logger = logging.getLogger("raftka.rebalance")
 
@@ -55,6 +55,38 @@ UNCLEAN_REFUSED = (
     "raftka does not elect unclean leaders: Raft only elects a replica that holds every "
     "committed record"
 )
+
+
+class ElectionHost(Protocol):
+    """What elections use of their broker's controller (`cluster.controller.Controller`)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def node(self) -> RaftNode: ...
+
+    @property
+    def topics(self) -> TopicManager: ...
+
+    @property
+    def is_controller(self) -> bool: ...
+
+    @property
+    def leader_hints(self) -> Mapping[str, tuple[int, int]]:
+        """Partition name -> (leader id, leader epoch) of partitions led elsewhere."""
+        ...
+
+    @property
+    def isr_hints(self) -> Mapping[str, tuple[int, ...]]:
+        """Partition name -> in-sync replicas, as their leaders elsewhere report them."""
+        ...
+
+    def register_rpc(
+        self, rpc: str, handler: Callable[[bytes], Awaitable[tuple[int, bytes]]]
+    ) -> None:
+        """Serve the peer RPC `rpc` with `handler`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +164,7 @@ class PreferredLeaderElections:
     """Preferred-leader elections on this broker: asked here (ElectLeaders, the rebalance),
     carried out by each partition's leader; and the controller's rebalance loop."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: ElectionHost) -> None:
         self.controller = controller
         self.node_id = controller.node_id
         self.topics = controller.topics

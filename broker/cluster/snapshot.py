@@ -1,4 +1,5 @@
-"""Snapshots of the metadata image in lmdb, so a restart does not replay the whole log.
+"""Snapshots of the metadata image: its format (JSON) and its store in lmdb, so a restart
+does not replay the whole log.
 
 One lmdb environment `<data-dir>/cluster-metadata.lmdb` holds key `image` (the image as JSON)
 and `applied-offset` (decimal), written in one transaction: a snapshot is all or nothing.
@@ -12,19 +13,251 @@ leader sends a broker that needs offsets below its log start, and it is always w
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 import lmdb
 
-from raftka.broker.cluster.image import MetadataImage
+from raftka.broker.cluster.image import BrokerInfo, MetadataImage, Reassignment, TopicImage
+from raftka.broker.cluster.records import listener_addresses
+from raftka.broker.quotas import quota_entity
+from raftka.broker.security.acl import AclBinding, binding_codes, binding_from_codes
+from raftka.broker.security.scram import ScramCredential, ScramMechanism
 
 SNAPSHOT_DIR_NAME = "cluster-metadata.lmdb"
 _IMAGE_KEY = b"image"
 _OFFSET_KEY = b"applied-offset"
 _RETAINED_IMAGE_KEY = b"retained-image"
 _RETAINED_END_KEY = b"retained-end"
+
+
+# -- the format ---------------------------------------------------------------------------
+
+IMAGE_FORMAT_VERSION = 1
+
+
+class BrokerSnapshot(TypedDict):
+    """One registered broker in the snapshot format (JSON)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    incarnation_id: str
+    #: Absent in snapshots written before named listeners: none.
+    listeners: NotRequired[dict[str, list[object]]]
+    #: Absent for brokers registered without one (before brokers could join later).
+    raft_address: NotRequired[list[object] | None]
+
+
+class TopicSnapshot(TypedDict):
+    """One topic in the snapshot format (JSON): its id as a string, replica lists as lists."""
+
+    name: str
+    topic_id: str
+    replicas: list[list[int]]
+    configs: dict[str, str]
+    #: [partition, original replicas, target replicas]; absent before reassignments: none.
+    reassignments: NotRequired[list[list[Any]]]
+
+
+class ImageSnapshot(TypedDict):
+    """The whole image in the snapshot format (JSON), version IMAGE_FORMAT_VERSION."""
+
+    version: int
+    applied_offset: int
+    brokers: list[BrokerSnapshot]
+    topics: list[TopicSnapshot]
+    #: Absent in snapshots written before the floor existed: 0.
+    producer_id_floor: NotRequired[int]
+    #: Absent in snapshots written before dynamic broker configs existed: none.
+    broker_configs: NotRequired[dict[str, dict[str, str]]]
+    #: Absent in snapshots written before SCRAM credentials existed: none.
+    scram_credentials: NotRequired[list[ScramSnapshot]]
+    #: Absent in snapshots written before ACLs existed: none.
+    acls: NotRequired[list[AclSnapshot]]
+    #: Absent in snapshots written before client quotas existed: none.
+    client_quotas: NotRequired[list[ClientQuotaSnapshot]]
+
+
+class AclSnapshot(TypedDict):
+    """One ACL binding; resource type, pattern type, operation and permission as Kafka's
+    codes."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
+class ClientQuotaSnapshot(TypedDict):
+    """One quota entity ([type, name or null] pairs) and its quota values."""
+
+    entity: list[list[str | None]]
+    values: dict[str, float]
+
+
+class ScramSnapshot(TypedDict):
+    """One user's SCRAM credential for one mechanism; salt and keys in base64."""
+
+    user: str
+    mechanism: int
+    iterations: int
+    salt: str
+    stored_key: str
+    server_key: str
+
+
+def image_to_dict(image: MetadataImage) -> ImageSnapshot:
+    """The image in the snapshot format (plain JSON values, every list sorted)."""
+    return {
+        "version": IMAGE_FORMAT_VERSION,
+        "applied_offset": image.applied_offset,
+        "brokers": [
+            {
+                "node_id": b.node_id,
+                "host": b.host,
+                "port": b.port,
+                "rack": b.rack,
+                "incarnation_id": b.incarnation_id,
+                "listeners": {n: [h, p] for n, (h, p) in sorted(b.listeners.items())},
+                "raft_address": None if b.raft_address is None else list(b.raft_address),
+            }
+            for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
+        ],
+        "topics": [
+            {
+                "name": t.name,
+                "topic_id": str(t.topic_id),
+                "replicas": [list(r) for r in t.replicas],
+                "configs": dict(sorted(t.configs.items())),
+                "reassignments": [
+                    [index, list(move.original), list(move.target)]
+                    for index, move in sorted(t.reassignments.items())
+                ],
+            }
+            for t in sorted(image.topics.values(), key=lambda t: t.name)
+        ],
+        "producer_id_floor": image.producer_id_floor,
+        "broker_configs": {
+            r: dict(sorted(c.items())) for r, c in sorted(image.broker_configs.items())
+        },
+        "scram_credentials": [
+            {
+                "user": user,
+                "mechanism": mechanism,
+                "iterations": c.iterations,
+                "salt": base64.b64encode(c.salt).decode(),
+                "stored_key": base64.b64encode(c.stored_key).decode(),
+                "server_key": base64.b64encode(c.server_key).decode(),
+            }
+            for (user, mechanism), c in sorted(image.scram_credentials.items())
+        ],
+        "acls": [_acl_snapshot(b) for b in sorted(image.acls, key=binding_codes)],
+        "client_quotas": [
+            {
+                "entity": [[kind, name] for kind, name in entity],
+                "values": dict(sorted(values.items())),
+            }
+            for entity, values in sorted(
+                image.client_quotas.items(), key=lambda item: repr(item[0])
+            )
+        ],
+    }
+
+
+def image_from_dict(data: ImageSnapshot) -> MetadataImage:
+    """The image `image_to_dict` wrote; ValueError, KeyError or TypeError if it is malformed
+    or of another format version."""
+    version = data.get("version")
+    if version != IMAGE_FORMAT_VERSION:
+        raise ValueError(f"metadata image format version {version!r} is not supported")
+    image = MetadataImage()
+    image.applied_offset = int(data["applied_offset"])
+    image.producer_id_floor = int(data.get("producer_id_floor", 0))
+    image.broker_configs = {
+        str(r): {str(k): str(v) for k, v in c.items()}
+        for r, c in data.get("broker_configs", {}).items()
+    }
+    for c in data.get("scram_credentials", []):
+        image.scram_credentials[c["user"], int(c["mechanism"])] = ScramCredential(
+            ScramMechanism(int(c["mechanism"])),
+            base64.b64decode(c["salt"]),
+            int(c["iterations"]),
+            base64.b64decode(c["stored_key"]),
+            base64.b64decode(c["server_key"]),
+        )
+    for a in data.get("acls", []):
+        image.acls.add(
+            binding_from_codes(
+                int(a["resource_type"]),
+                str(a["resource_name"]),
+                int(a["pattern_type"]),
+                str(a["principal"]),
+                str(a["host"]),
+                int(a["operation"]),
+                int(a["permission"]),
+            )
+        )
+    image.client_quotas = {
+        quota_entity((str(kind), name) for kind, name in q["entity"]): {
+            str(key): float(value) for key, value in q["values"].items()
+        }
+        for q in data.get("client_quotas", [])
+    }
+    for b in data["brokers"]:
+        broker = BrokerInfo(
+            int(b["node_id"]),
+            b["host"],
+            int(b["port"]),
+            b["rack"],
+            b["incarnation_id"],
+            listener_addresses(b.get("listeners", {})),
+            (
+                None
+                if b.get("raft_address") is None
+                else listener_addresses({"raft": b["raft_address"]})["raft"]
+            ),
+        )
+        image.brokers[broker.node_id] = broker
+    for t in data["topics"]:
+        topic = TopicImage(
+            t["name"],
+            uuid.UUID(t["topic_id"]),
+            [tuple(int(n) for n in r) for r in t["replicas"]],
+            dict(t["configs"]),
+            {
+                int(index): Reassignment(
+                    tuple(int(n) for n in original), tuple(int(n) for n in target)
+                )
+                for index, original, target in t.get("reassignments", [])
+            },
+        )
+        image.topics[topic.name] = topic
+        image.topics_by_id[topic.topic_id] = topic
+    return image
+
+
+def _acl_snapshot(binding: AclBinding) -> AclSnapshot:
+    return {
+        "resource_type": int(binding.resource_type),
+        "resource_name": binding.resource_name,
+        "pattern_type": int(binding.pattern_type),
+        "principal": binding.principal,
+        "host": binding.host,
+        "operation": int(binding.operation),
+        "permission": int(binding.permission),
+    }
+
+
+# -- the store ----------------------------------------------------------------------------
 
 
 class SnapshotError(ValueError):
@@ -77,7 +310,7 @@ class SnapshotStore:
         if raw is None:
             return MetadataImage()
         try:
-            image = MetadataImage.from_dict(json.loads(raw))
+            image = image_from_dict(json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
             raise SnapshotError(f"unreadable metadata snapshot in {self.path}: {exc}") from None
         if offset is None or int(offset) != image.applied_offset:
@@ -107,13 +340,13 @@ class SnapshotStore:
 
 
 def serialize(image: MetadataImage) -> bytes:
-    return json.dumps(image.to_dict(), separators=(",", ":")).encode()
+    return json.dumps(image_to_dict(image), separators=(",", ":")).encode()
 
 
 def deserialize(raw: bytes, source: str) -> MetadataImage:
     """The image in `raw` (JSON); SnapshotError naming `source` if it cannot be read."""
     try:
-        return MetadataImage.from_dict(json.loads(raw))
+        return image_from_dict(json.loads(raw))
     except (ValueError, KeyError, TypeError) as exc:
         raise SnapshotError(f"unreadable metadata snapshot from {source}: {exc}") from None
 

@@ -1,4 +1,4 @@
-"""Kafka's rules for topic names, partition counts and topic config overrides.
+"""Kafka's rules for topic names, partition counts, replica assignments and config overrides.
 
 Pure checks (no I/O, no trio): the controller applies them before it proposes a metadata
 record, and the Metadata handler checks a name before it auto-creates a topic. A broken rule
@@ -8,7 +8,7 @@ raises `TopicError` with the error code and message Kafka answers.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -102,4 +102,38 @@ def check_scram_iterations(iterations: int) -> None:
         raise TopicError(
             ErrorCode.unacceptable_credential,
             f"Too many iterations: {iterations} (at most {ITERATIONS_MAX})",
+        )
+
+
+def validate_assignment(
+    registered: Collection[int], replicas: Sequence[int], replication_factor: int | None
+) -> None:
+    """A manual replica list as Kafka's ReplicationControlManager checks it
+    (validateManualPartitionAssignment): not empty, only `registered` brokers, none twice,
+    and `replication_factor` replicas when that is given. INVALID_REPLICA_ASSIGNMENT."""
+    if not replicas:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes an empty replica list.",
+        )
+    previous = None
+    for node_id in sorted(replicas):
+        if node_id not in registered:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {node_id}, but no such "
+                "broker is registered.",
+            )
+        if node_id == previous:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes the broker {node_id} more than once.",
+            )
+        previous = node_id
+    if replication_factor is not None and len(replicas) != replication_factor:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            f"The manual partition assignment includes a partition with {len(replicas)} "
+            "replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication_factor} replica(s).",
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections import Counter
@@ -30,6 +31,13 @@ from raftka.broker.cluster import (
     encode_batch,
     iter_log_records,
     place_replicas,
+)
+from raftka.broker.cluster.control.configs import validate_alter_configs
+from raftka.broker.cluster.control.topics import (
+    plan_create_topic,
+    validate_create_partitions,
+    validate_create_topic,
+    validate_delete_topic,
 )
 from raftka.broker.cluster.records import decode_record
 from raftka.broker.cluster.snapshot import SnapshotStore, load_snapshot, save_snapshot
@@ -205,57 +213,57 @@ def test_validate_create_topic_errors() -> None:
     image = _image((1, None), (2, None))
     image.apply(CreateTopic("taken", TID, [[1]], {}), 10)
 
-    err = _error(image.validate_create_topic, "taken", 1, 1)
+    err = _error(validate_create_topic, image, "taken", 1, 1)
     assert (err.error_code, err.message) == (
         ErrorCode.topic_already_exists,
         "Topic 'taken' already exists.",
     )
-    err = _error(image.validate_create_topic, "bad name!", 1, 1)
+    err = _error(validate_create_topic, image, "bad name!", 1, 1)
     assert err.error_code == ErrorCode.invalid_topic_exception
     assert "contains a character other than" in err.message
-    err = _error(image.validate_create_topic, "", 1, 1)
+    err = _error(validate_create_topic, image, "", 1, 1)
     assert err.error_code == ErrorCode.invalid_topic_exception
     image.apply(CreateTopic("a.b", TID2, [[1]], {}), 11)
-    err = _error(image.validate_create_topic, "a_b", 1, 1)
+    err = _error(validate_create_topic, image, "a_b", 1, 1)
     assert (err.error_code, err.message) == (
         ErrorCode.invalid_topic_exception,
         "Topic 'a_b' collides with existing topic: a.b",
     )
 
-    err = _error(image.validate_create_topic, "t", 0, 1)
+    err = _error(validate_create_topic, image, "t", 0, 1)
     assert (err.error_code, err.message) == (
         ErrorCode.invalid_partitions,
         "Number of partitions was set to an invalid non-positive value.",
     )
-    err = _error(image.validate_create_topic, "t", -2, 1)
+    err = _error(validate_create_topic, image, "t", -2, 1)
     assert err.error_code == ErrorCode.invalid_partitions
 
-    err = _error(image.validate_create_topic, "t", 1, 0)
+    err = _error(validate_create_topic, image, "t", 1, 0)
     assert (err.error_code, err.message) == (
         ErrorCode.invalid_replication_factor,
         "Replication factor must be larger than 0, or -1 to use the default value.",
     )
-    err = _error(image.validate_create_topic, "t", 1, 3)
+    err = _error(validate_create_topic, image, "t", 1, 3)
     assert (err.error_code, err.message) == (
         ErrorCode.invalid_replication_factor,
         "Unable to replicate the partition 3 time(s): The target replication factor of 3 "
         "cannot be reached because only 2 broker(s) are registered.",
     )
     # Only live brokers count.
-    err = _error(image.validate_create_topic, "t", 1, 2, live_brokers=[1])
+    err = _error(validate_create_topic, image, "t", 1, 2, live_brokers=[1])
     assert err.error_code == ErrorCode.invalid_replication_factor
     assert "only 1 broker(s)" in err.message
-    err = _error(image.validate_create_topic, "t", -1, -1, default_replication_factor=3)
+    err = _error(validate_create_topic, image, "t", -1, -1, default_replication_factor=3)
     assert err.error_code == ErrorCode.invalid_replication_factor
 
-    err = _error(image.validate_create_topic, "t", 1, 1, configs={"no.such": "1"})
+    err = _error(validate_create_topic, image, "t", 1, 1, configs={"no.such": "1"})
     assert (err.error_code, err.message) == (
         ErrorCode.invalid_config,
         "Unknown topic config name: no.such",
     )
-    err = _error(image.validate_create_topic, "t", 1, 1, configs={"retention.ms": "x"})
+    err = _error(validate_create_topic, image, "t", 1, 1, configs={"retention.ms": "x"})
     assert err.error_code == ErrorCode.invalid_config
-    err = _error(image.validate_create_topic, "t", 1, 1, configs={"retention.ms": None})
+    err = _error(validate_create_topic, image, "t", 1, 1, configs={"retention.ms": None})
     assert (err.error_code, err.message) == (
         ErrorCode.invalid_config,
         "Null value not supported for topic configs: retention.ms",
@@ -264,7 +272,7 @@ def test_validate_create_topic_errors() -> None:
 
 def test_validate_manual_assignments() -> None:
     image = _image((1, None), (2, None))
-    v = image.validate_create_topic
+    v = functools.partial(validate_create_topic, image)
     assert v("t", -1, -1, [(0, [1, 2]), (1, [2, 1])]) == [[1, 2], [2, 1]]
     cases = [
         ([(0, [])], "The manual partition assignment includes an empty replica list."),
@@ -297,46 +305,46 @@ def test_validate_manual_assignments() -> None:
 
 def test_plan_create_topic_places_and_keeps_configs() -> None:
     image = _image((1, None), (2, None), (3, None))
-    record = image.plan_create_topic("t", TID, 3, 2, configs={"retention.ms": "10"})
+    record = plan_create_topic(image, "t", TID, 3, 2, configs={"retention.ms": "10"})
     assert record == CreateTopic("t", TID, [[1, 2], [2, 3], [3, 1]], {"retention.ms": "10"})
-    assert image.validate_create_topic("u", -1, -1, default_num_partitions=2) == [[1], [2]]
+    assert validate_create_topic(image, "u", -1, -1, default_num_partitions=2) == [[1], [2]]
 
 
 def test_validate_create_partitions_delete_and_alter() -> None:
     image = _image((1, None), (2, None), (3, None))
     image.apply(CreateTopic("t", TID, [[1, 2], [2, 3]], {}), 10)
 
-    record = image.validate_create_partitions("t", 4)
+    record = validate_create_partitions(image, "t", 4)
     assert record.topic_id == TID
     assert len(record.new_replicas) == 2
     assert all(len(set(r)) == 2 for r in record.new_replicas)
-    assert image.validate_create_partitions("t", 3, [[3, 1]]).new_replicas == ((3, 1),)
+    assert validate_create_partitions(image, "t", 3, [[3, 1]]).new_replicas == ((3, 1),)
 
-    err = _error(image.validate_create_partitions, "t", 2)
+    err = _error(validate_create_partitions, image, "t", 2)
     assert (err.error_code, err.message) == (
         ErrorCode.invalid_partitions,
         "Topic already has 2 partition(s).",
     )
-    err = _error(image.validate_create_partitions, "t", 1)
+    err = _error(validate_create_partitions, image, "t", 1)
     assert err.message == "The topic t currently has 2 partition(s); 1 would not be an increase."
-    err = _error(image.validate_create_partitions, "t", 4, [[1, 2]])
+    err = _error(validate_create_partitions, image, "t", 4, [[1, 2]])
     assert (err.error_code, err.message) == (
         ErrorCode.invalid_replica_assignment,
         "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified.",
     )
-    err = _error(image.validate_create_partitions, "t", 3, [[1]])
+    err = _error(validate_create_partitions, image, "t", 3, [[1]])
     assert err.error_code == ErrorCode.invalid_replica_assignment
-    err = _error(image.validate_create_partitions, "nope", 3)
+    err = _error(validate_create_partitions, image, "nope", 3)
     assert err.error_code == ErrorCode.unknown_topic_or_partition
 
-    assert image.validate_delete_topic("t") == DeleteTopic(TID)
-    assert _error(image.validate_delete_topic, "nope").error_code == (
+    assert validate_delete_topic(image, "t") == DeleteTopic(TID)
+    assert _error(validate_delete_topic, image, "nope").error_code == (
         ErrorCode.unknown_topic_or_partition
     )
-    assert image.validate_alter_configs("t", {"retention.ms": "7"}) == AlterTopicConfigs(
+    assert validate_alter_configs(image, "t", {"retention.ms": "7"}) == AlterTopicConfigs(
         TID, {"retention.ms": "7"}
     )
-    err = _error(image.validate_alter_configs, "t", {"retention.ms": "soon"})
+    err = _error(validate_alter_configs, image, "t", {"retention.ms": "soon"})
     assert err.error_code == ErrorCode.invalid_config
 
 
@@ -375,9 +383,9 @@ def test_placement_rack_aware() -> None:
 
 def test_placement_spreads_leaders_across_topics() -> None:
     image = _image((1, None), (2, None), (3, None))
-    first = image.plan_create_topic("a", TID, 2, 1)
+    first = plan_create_topic(image, "a", TID, 2, 1)
     image.apply(first, 10)
-    second = image.plan_create_topic("b", TID2, 1, 1)
+    second = plan_create_topic(image, "b", TID2, 1, 1)
     assert {first.replicas[0][0], first.replicas[1][0], second.replicas[0][0]} == {1, 2, 3}
     # Directly: the least-loaded broker leads first.
     assert place_replicas(3, 1, [(1, None), (2, None), (3, None)], {1: 5, 2: 0, 3: 1}) == [
@@ -434,7 +442,7 @@ def test_the_metadata_logs_name_is_refused_and_an_old_record_of_it_skipped() -> 
     image = MetadataImage()
     image.apply(RegisterBroker(1, "h", 9092, None, "a"), 0)
     with pytest.raises(TopicError) as refused:
-        image.plan_create_topic("__cluster_metadata", uuid.uuid4(), 1, 1)
+        plan_create_topic(image, "__cluster_metadata", uuid.uuid4(), 1, 1)
     assert refused.value.error_code == ErrorCode.invalid_request
     assert "prohibited" in refused.value.message
     # A record of it written before the refusal existed is skipped, not hosted: hosting it

@@ -16,11 +16,12 @@ from raftka.broker.cluster.commands import (
     RegisterBrokerCommand,
     UnregisterBrokerCommand,
 )
-from raftka.broker.cluster.controller import voter_removal_problem, voter_removal_warning
+from raftka.broker.cluster.control.voters import voter_removal_problem, voter_removal_warning
 from raftka.broker.cluster.decommission import plan_decommission
 from raftka.broker.cluster.image import MetadataImage
 from raftka.broker.cluster.placement import PlacementError
 from raftka.broker.cluster.records import RegisterBroker, decode_metadata_batch, encode_batch
+from raftka.broker.cluster.snapshot import image_from_dict, image_to_dict
 from raftka.broker.server import ClusterSpec, Listener, read_or_create_cluster_id
 
 
@@ -75,7 +76,7 @@ def test_the_raft_address_travels_in_record_command_and_snapshot() -> None:
     image = MetadataImage()
     image.apply(record, 0)
     image.apply(RegisterBroker(1, "h", 9091, None, "i"), 1)
-    restored = MetadataImage.from_dict(image.to_dict())
+    restored = image_from_dict(image_to_dict(image))
     assert restored.brokers[4].raft_address == ("10.0.0.4", 19092)
     assert restored.brokers[1].raft_address is None
 

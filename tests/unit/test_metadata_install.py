@@ -11,6 +11,13 @@ import trio
 from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.cluster.control.configs import validate_alter_configs
+from raftka.broker.cluster.control.reassignment import validate_reassignment
+from raftka.broker.cluster.control.topics import (
+    plan_create_topic,
+    validate_create_partitions,
+    validate_delete_topic,
+)
 from raftka.broker.cluster.records import ClientQuota, CompleteReassignment, RegisterBroker
 from raftka.broker.cluster.snapshot import deserialize, serialize
 from raftka.broker.config import BrokerConfig
@@ -43,10 +50,10 @@ def test_installed_snapshot_replaces_the_image_and_reconciles_topics(tmp_path: P
         image = deserialize(serialize(controller.image), "test")
         offset = image.applied_offset + 100
         records = [
-            image.validate_delete_topic("doomed"),
-            image.validate_create_partitions("kept", 3),
-            image.validate_alter_configs("kept", {"retention.ms": "60000"}),
-            image.plan_create_topic("fresh", uuid.uuid4(), 2, 1),
+            validate_delete_topic(image, "doomed"),
+            validate_create_partitions(image, "kept", 3),
+            validate_alter_configs(image, "kept", {"retention.ms": "60000"}),
+            plan_create_topic(image, "fresh", uuid.uuid4(), 2, 1),
             ClientQuota((("user", "alice"),), "producer_byte_rate", 1024.0),
         ]
         for record in records:
@@ -107,7 +114,7 @@ def test_installed_snapshot_moves_replicas_as_its_reassignments_say(tmp_path: Pa
             offset += 1
             image.apply(record, offset)
         for record in (
-            image.validate_reassignment("moved", 0, [2]),
+            validate_reassignment(image, "moved", 0, [2]),
             CompleteReassignment(topic_id, 0, (2,)),
         ):
             assert record is not None

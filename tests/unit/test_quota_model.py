@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.image import MetadataImage
 from raftka.broker.cluster.records import ClientQuota, decode_metadata_batch, encode_batch
+from raftka.broker.cluster.snapshot import image_from_dict, image_to_dict
 from raftka.broker.quotas import (
     CLIENT_ID,
     CONSUMER_BYTE_RATE,
@@ -212,11 +213,11 @@ def test_snapshot_keeps_quotas_and_old_snapshots_still_load() -> None:
     image = MetadataImage()
     image.apply(ClientQuota(entity("alice", None), PRODUCER_BYTE_RATE, 1024), 0)
     image.apply(ClientQuota(entity(client="c"), CONSUMER_BYTE_RATE, 2048), 1)
-    restored = MetadataImage.from_dict(image.to_dict())
+    restored = image_from_dict(image_to_dict(image))
     assert restored.client_quotas == image.client_quotas and restored == image
-    old = image.to_dict()
+    old = image_to_dict(image)
     del old["client_quotas"]  # written before quotas existed
-    assert MetadataImage.from_dict(old).client_quotas == {}
+    assert image_from_dict(old).client_quotas == {}
 
 
 # -- AlterClientQuotas / DescribeClientQuotas validation -------------------------------------

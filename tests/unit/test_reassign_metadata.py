@@ -8,6 +8,8 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.cluster.control.configs import validate_alter_broker_configs
+from raftka.broker.cluster.control.reassignment import validate_reassignment
 from raftka.broker.cluster.image import (
     BrokerConfigsChanged,
     MetadataImage,
@@ -23,6 +25,7 @@ from raftka.broker.cluster.records import (
     RegisterBroker,
     decode_record,
 )
+from raftka.broker.cluster.snapshot import image_from_dict, image_to_dict
 from raftka.broker.cluster.validation import TopicError
 from raftka.broker.config import ConfigError, throttled_replicas, validate_topic_configs
 from raftka.consensus.driver import AppendThrottle
@@ -60,7 +63,7 @@ def test_a_move_lists_target_first_then_the_replicas_to_remove_until_completed()
     move = topic.reassignments[0]
     assert move.adding() == (4,) and move.removing(topic.replicas[0]) == (1,)
     # Snapshots keep the move.
-    restored = MetadataImage.from_dict(image.to_dict())
+    restored = image_from_dict(image_to_dict(image))
     assert restored == image and restored.topics["t"].reassignments == topic.reassignments
     changes = image.apply(CompleteReassignment(TID, 0, (2, 3, 4)), 12)
     assert changes == [ReplicasChanged("t", TID, 0, (2, 3, 4), (2, 3, 4))]
@@ -81,7 +84,7 @@ def test_cancel_targets_the_original_replicas_and_keeps_every_copy_listed() -> N
 
 def _error(image: MetadataImage, name: str, index: int, target: object) -> TopicError:
     with pytest.raises(TopicError) as info:
-        image.validate_reassignment(name, index, target)  # type: ignore[arg-type]
+        validate_reassignment(image, name, index, target)  # type: ignore[arg-type]
     return info.value
 
 
@@ -92,13 +95,13 @@ def test_validation_gives_kafkas_errors() -> None:
     assert _error(image, "t", 0, None).error_code == ErrorCode.no_reassignment_in_progress
     for bad in ((), (1, 1, 2), (1, 2, 9)):
         assert _error(image, "t", 0, bad).error_code == ErrorCode.invalid_replica_assignment
-    assert image.validate_reassignment("t", 0, (1, 2, 3)) is None, "already there"
-    record = image.validate_reassignment("t", 0, (2, 3, 4))
+    assert validate_reassignment(image, "t", 0, (1, 2, 3)) is None, "already there"
+    record = validate_reassignment(image, "t", 0, (2, 3, 4))
     assert record == ReassignPartition(TID, 0, (2, 3, 4))
     image.apply(record, 11)
-    assert image.validate_reassignment("t", 0, (2, 3, 4)) is None, "same target again"
+    assert validate_reassignment(image, "t", 0, (2, 3, 4)) is None, "same target again"
     assert _error(image, "t", 0, (1, 3, 4)).error_code == ErrorCode.reassignment_in_progress
-    assert image.validate_reassignment("t", 0, None) == ReassignPartition(TID, 0, None)
+    assert validate_reassignment(image, "t", 0, None) == ReassignPartition(TID, 0, None)
     image.apply(ReassignPartition(TID, 0, None), 12)
     assert _error(image, "t", 0, None).error_code == ErrorCode.no_reassignment_in_progress
 
@@ -169,7 +172,7 @@ def test_a_new_leader_goes_on_from_the_membership_in_its_log() -> None:
 
 def test_dynamic_broker_configs_are_only_the_throttle_rates() -> None:
     image = _image()
-    record = image.validate_alter_broker_configs("", {"leader.replication.throttled.rate": "5000"})
+    record = validate_alter_broker_configs(image, "", {"leader.replication.throttled.rate": "5000"})
     assert record == AlterBrokerConfigs("", {"leader.replication.throttled.rate": "5000"})
     assert decode_record(b"AlterBrokerConfigs", record.to_bytes()) == record
     assert image.apply(record, 11) == [BrokerConfigsChanged("")]
@@ -177,9 +180,9 @@ def test_dynamic_broker_configs_are_only_the_throttle_rates() -> None:
     image.apply(AlterBrokerConfigs("3", {"leader.replication.throttled.rate": "70"}), 12)
     assert image.dynamic_broker_config(3, "leader.replication.throttled.rate") == "70"
     assert image.dynamic_broker_config(2, "leader.replication.throttled.rate") == "5000"
-    assert MetadataImage.from_dict(image.to_dict()).broker_configs == image.broker_configs
+    assert image_from_dict(image_to_dict(image)).broker_configs == image.broker_configs
     # None goes back to the static value; an empty set forgets the resource.
-    record = image.validate_alter_broker_configs("3", {"leader.replication.throttled.rate": None})
+    record = validate_alter_broker_configs(image, "3", {"leader.replication.throttled.rate": None})
     image.apply(record, 13)
     assert "3" not in image.broker_configs
 
@@ -190,5 +193,5 @@ def test_dynamic_broker_configs_are_only_the_throttle_rates() -> None:
         ("9", {"leader.replication.throttled.rate": "1"}, ErrorCode.invalid_request),
     ]:
         with pytest.raises(TopicError) as info:
-            image.validate_alter_broker_configs(resource, changes)  # type: ignore[arg-type]
+            validate_alter_broker_configs(image, resource, changes)  # type: ignore[arg-type]
         assert info.value.error_code == code, (resource, changes)

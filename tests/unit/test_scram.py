@@ -15,6 +15,7 @@ from raftka.broker.cluster.records import (
     decode_metadata_batch,
     encode_batch,
 )
+from raftka.broker.cluster.snapshot import image_from_dict, image_to_dict
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.security.listeners import (
     SecurityProtocol,
@@ -220,12 +221,12 @@ def test_credential_records_round_trip_and_apply() -> None:
 def test_snapshot_keeps_credentials_and_old_snapshots_still_load() -> None:
     image = MetadataImage()
     image.apply(_upsert("alice"), 0)
-    restored = MetadataImage.from_dict(image.to_dict())
+    restored = image_from_dict(image_to_dict(image))
     assert restored == image
     assert password_matches(restored.scram_credentials["alice", 2], "pw")
-    old = image.to_dict()
+    old = image_to_dict(image)
     del old["scram_credentials"]
-    assert MetadataImage.from_dict(old).scram_credentials == {}
+    assert image_from_dict(old).scram_credentials == {}
 
 
 def test_broker_registration_carries_listener_addresses_and_old_records_still_decode() -> None:
@@ -239,10 +240,10 @@ def test_broker_registration_carries_listener_addresses_and_old_records_still_de
     assert old.listeners == {}
     image = MetadataImage()
     image.apply(record, 0)
-    snapshot = image.to_dict()
-    assert MetadataImage.from_dict(snapshot).brokers[1].listeners == {"SASL_SSL": ("h", 9095)}
+    snapshot = image_to_dict(image)
+    assert image_from_dict(snapshot).brokers[1].listeners == {"SASL_SSL": ("h", 9095)}
     del snapshot["brokers"][0]["listeners"]
-    assert MetadataImage.from_dict(snapshot).brokers[1].listeners == {}
+    assert image_from_dict(snapshot).brokers[1].listeners == {}
 
 
 @pytest.mark.parametrize("mechanism", list(ScramMechanism))

@@ -1,0 +1,77 @@
+"""Config overrides (Kafka's ConfigurationControlManager): a topic's overrides and the dynamic
+broker configs, decided from the image without I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.cluster.commands import AlterBrokerConfigsCommand, AlterConfigsCommand
+from raftka.broker.cluster.control.result import ControllerResult, errors_as_results
+from raftka.broker.cluster.control.topics import existing_topic, render_configs
+from raftka.broker.cluster.image import MetadataImage
+from raftka.broker.cluster.records import AlterBrokerConfigs, AlterTopicConfigs
+from raftka.broker.cluster.validation import (
+    TopicError,
+    check_no_null_configs,
+    validate_topic_config_values,
+)
+from raftka.broker.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, ConfigError
+
+
+@errors_as_results
+def alter_topic_configs(image: MetadataImage, command: AlterConfigsCommand) -> ControllerResult:
+    """AlterConfigs on a topic: its overrides become `command.configs`."""
+    record = validate_alter_configs(image, command.name, command.configs)
+    return ControllerResult(() if command.validate_only else (record,))
+
+
+@errors_as_results
+def alter_broker_configs(
+    image: MetadataImage, command: AlterBrokerConfigsCommand
+) -> ControllerResult:
+    """IncrementalAlterConfigs on a BROKER resource (an id, or "" for the cluster default)."""
+    record = validate_alter_broker_configs(image, command.resource, command.changes)
+    return ControllerResult(() if command.validate_only else (record,))
+
+
+def validate_alter_configs(
+    image: MetadataImage, name: str, configs: Mapping[str, str | None]
+) -> AlterTopicConfigs:
+    """The record replacing `name`'s overrides with `configs`; INVALID_CONFIG if bad."""
+    topic = existing_topic(image, name)
+    check_no_null_configs(configs)
+    validate_topic_config_values(configs)
+    return AlterTopicConfigs(topic.topic_id, render_configs(configs))
+
+
+def validate_alter_broker_configs(
+    image: MetadataImage, resource: str, changes: Mapping[str, str | None]
+) -> AlterBrokerConfigs:
+    """The record giving broker `resource` ("" for all) `changes` (None: back to the
+    static value); INVALID_CONFIG for a config that is not dynamic or a bad value."""
+    if resource != "" and not (resource.isdigit() and int(resource) in image.brokers):
+        raise TopicError(
+            ErrorCode.invalid_request,
+            f"Broker {resource!r} is not registered; name a broker id, or the empty name "
+            "for the cluster-wide default.",
+        )
+    configs = dict(image.broker_configs.get(resource, {}))
+    for name, value in changes.items():
+        if name not in DYNAMIC_BROKER_CONFIGS:
+            raise TopicError(
+                ErrorCode.invalid_config,
+                f"Broker config {name} cannot be changed at run time; of the broker "
+                f"configs only {', '.join(sorted(DYNAMIC_BROKER_CONFIGS))} are dynamic. "
+                "Set the others at start-up with --config NAME=VALUE or --config-file.",
+            )
+        if value is None:
+            configs.pop(name, None)
+            continue
+        try:
+            BROKER_CONFIGS[name].parse(value)
+        except ConfigError as exc:
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        configs[name] = value
+    return AlterBrokerConfigs(resource, configs)
