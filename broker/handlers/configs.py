@@ -99,7 +99,6 @@ def _entries(
                 value=None if definition.type == ConfigType.PASSWORD else value,
                 read_only=definition.read_only,
                 config_source=int(source),
-                is_default=source.name == "DEFAULT_CONFIG",
                 is_sensitive=definition.type == ConfigType.PASSWORD,
                 synonyms=synonyms,
                 config_type=int(definition.type),
