@@ -27,8 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from raftka.protocol.api_keys import ApiKey
+
 if TYPE_CHECKING:
     from trio.lowlevel import Task
+
+    from raftka.broker.clock import Clock
+    from raftka.broker.config import BrokerConfig
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -50,8 +55,8 @@ _LONG_MAX = 2**63 - 1
 #: Entity type -> name (None: the default entity), as sorted pairs so it can key a dict.
 QuotaEntity = tuple[tuple[str, str | None], ...]
 
-PRODUCE_KEY = 0
-FETCH_KEY = 1
+PRODUCE_KEY = ApiKey.PRODUCE
+FETCH_KEY = ApiKey.FETCH
 
 
 def quota_entity(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
@@ -349,8 +354,15 @@ class ClientQuotaManager:
         quotas: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]],
         samples: int = 11,
         window_s: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
+        if clock is None:
+            # Imported here: the cluster image imports this module and must not load trio.
+            from raftka.broker.clock import SYSTEM_CLOCK
+
+            clock = SYSTEM_CLOCK
         self._quotas = quotas
+        self.clock = clock
         self.samples = samples
         self.window_s = window_s
         self._seen: Mapping[QuotaEntity, Mapping[str, float]] | None = None
@@ -361,12 +373,16 @@ class ClientQuotaManager:
 
     @classmethod
     def from_config(
-        cls, config: Any, quotas: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]]
+        cls,
+        config: BrokerConfig,
+        quotas: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]],
+        clock: Clock | None = None,
     ) -> ClientQuotaManager:
         return cls(
             quotas,
             samples=config.get_int("quota.window.num"),
             window_s=float(config.get_int("quota.window.size.seconds")),
+            clock=clock,
         )
 
     @property
@@ -434,7 +450,7 @@ class ClientQuotaManager:
         return sensor
 
     def _drop_idle_sensors(self) -> None:
-        idle_before = time.monotonic() - self.samples * self.window_s
+        idle_before = self.clock.now_s() - self.samples * self.window_s
         for name, sensor in list(self._sensors.items()):
             if sensor.window.last_s < idle_before:
                 del self._sensors[name]

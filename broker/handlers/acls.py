@@ -32,7 +32,7 @@ from raftka.broker.security.acl import (
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
@@ -13,15 +13,27 @@ from raftka.broker.handlers.common import NO_THROTTLE, response_schema
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.handlers import ApiHandler
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.api_keys import ApiKey
 
 
-def _ranges(handlers: Mapping[int, ApiHandler]) -> list[tuple[int, int, int]]:
+class VersionRange(Protocol):
+    """What ApiVersions reads of a handler: the versions it serves."""
+
+    @property
+    def min_version(self) -> int: ...
+
+    @property
+    def max_version(self) -> int: ...
+
+
+def _ranges(handlers: Mapping[ApiKey, VersionRange]) -> list[tuple[int, int, int]]:
     return sorted((key, h.min_version, h.max_version) for key, h in handlers.items())
 
 
-def unsupported_version_response(handlers: Mapping[int, ApiHandler]) -> ApiVersionsResponseV0:
+def unsupported_version_response(
+    handlers: Mapping[ApiKey, VersionRange],
+) -> ApiVersionsResponseV0:
     """KIP-511: a too-new ApiVersions request is answered in v0 with UNSUPPORTED_VERSION."""
     return ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,

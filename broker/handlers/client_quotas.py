@@ -26,7 +26,7 @@ from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
 
 
 async def handle_describe_client_quotas(context: RequestContext, request: Any) -> Any:

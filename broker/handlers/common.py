@@ -12,8 +12,11 @@ from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.protocol.api import response_type, schema_module
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.services import RequestContext as _RequestContext
     from raftka.broker.topics import Partition
+
+    # These helpers use no coordinator, so serve a context of any.
+    RequestContext = _RequestContext[object, object]
 
 NO_THROTTLE = datetime.timedelta(0)
 

@@ -21,7 +21,8 @@ from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import ControllerClient, RequestContext, TopicsView
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.broker.services import ControllerClient, TopicsView
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

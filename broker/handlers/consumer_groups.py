@@ -24,8 +24,8 @@ from raftka.broker.handlers.common import (
     duration_ms,
     response_schema,
 )
+from raftka.broker.handlers.context import RequestContext
 from raftka.broker.security.acl import AclOperation, ResourceType
-from raftka.broker.services import RequestContext
 from raftka.protocol.api import build
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)

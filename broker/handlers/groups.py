@@ -16,7 +16,6 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
 from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from raftka.broker.groups.records import OffsetValue, partition_for_group
-from raftka.broker.handlers import share_admin
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
     TopicAccess,
@@ -24,10 +23,11 @@ from raftka.broker.handlers.common import (
     duration_ms,
     response_schema,
 )
+from raftka.broker.handlers.context import RequestContext
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
+from raftka.broker.handlers.share_admin import delete_share_groups
 from raftka.broker.handlers.txn import ensure_transaction_state_topic, may_write_transaction
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from raftka.broker.services import RequestContext
 from raftka.broker.topics import Topic, now_ms
 from raftka.protocol.api import build
 
@@ -660,7 +660,7 @@ async def handle_delete_groups(context: RequestContext, request: Any) -> Any:
     names = list(dict.fromkeys(request.groups_names))
     refused = [name for name in names if not _may(context, AclOperation.DELETE, name)]
     allowed = [name for name in names if name not in refused]
-    shared = await share_admin.delete_share_groups(context, allowed)
+    shared = await delete_share_groups(context, allowed)
     results = await _coordinator(context).delete_groups(
         [name for name in allowed if name not in shared]
     )

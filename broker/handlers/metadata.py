@@ -23,7 +23,8 @@ from raftka.broker.topics import Topic
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import BrokerServices, ControllerClient, RequestContext
+    from raftka.broker.handlers.context import BrokerServices, RequestContext
+    from raftka.broker.services import ControllerClient
     from raftka.broker.topics import Partition
 
 logger = logging.getLogger("raftka.metadata")

@@ -23,7 +23,7 @@ from raftka.broker.topics import METADATA_TOPIC
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
 
 # Replica directories are not tracked: every replica reports this one.
 NO_DIRECTORY = uuid.UUID(int=0)

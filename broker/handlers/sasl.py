@@ -20,13 +20,10 @@ from raftka.broker.security.session import Principal
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.security.session import ClientSession
-    from raftka.broker.services import RequestContext
 
 logger = logging.getLogger("raftka.sasl")
-
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
 
 
 def _session(context: RequestContext) -> ClientSession:

@@ -28,7 +28,7 @@ from raftka.broker.security.scram import credential_from_salted
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
 
 
 def _cluster_denial(context: RequestContext, operation: AclOperation) -> str | None:

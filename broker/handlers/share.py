@@ -49,7 +49,7 @@ from raftka.protocol.api import build
 from raftka.protocol.splice import SplicedResponse, Splices
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
 
 logger = logging.getLogger("raftka.share")
@@ -88,8 +88,9 @@ def _manager(context: RequestContext) -> SharePartitionManager:
     return context.services.groups.share_partitions
 
 
-def _now_ms() -> float:
-    return trio.current_time() * 1000
+def _now_ms(context: RequestContext) -> float:
+    """The loop's clock in milliseconds, the time share groups and sessions keep."""
+    return context.services.clock.now_s() * 1000
 
 
 # -- ShareGroupHeartbeat -------------------------------------------------------------------
@@ -145,7 +146,7 @@ async def handle_share_group_heartbeat(context: RequestContext, request: Any) ->
         subscribed=None if subscribed is None else tuple(subscribed),
         client_id=context.header.client_id or "",
         client_host=context.client_host,
-        now_ms=_now_ms(),
+        now_ms=_now_ms(context),
         session_timeout_ms=config.session_timeout_ms,
     )
     await release_departed(context, config.delivery_limit)
@@ -239,7 +240,7 @@ async def _share_partition(
         config.auto_offset_reset,
     )
     led.state.move_start(log.log_start_offset)
-    if led.state.release_expired(_now_ms(), config.delivery_limit):
+    if led.state.release_expired(_now_ms(context), config.delivery_limit):
         _manager(context).notify_released()
     return led
 
@@ -299,7 +300,7 @@ def _fetch_once(
     remaining_bytes = request.max_bytes if request.max_bytes > 0 else 0
     remaining_records = request.max_records
     acquired_total = 0
-    now = _now_ms()
+    now = _now_ms(context)
     for partition, led, answer in targets:
         if remaining_records <= 0:
             break
@@ -414,7 +415,7 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
                 ErrorCode.invalid_request,
                 "a ShareFetch opening a share session (epoch 0) cannot acknowledge",
             )
-        manager.evict_idle(_now_ms(), config.session_timeout_ms, config.delivery_limit)
+        manager.evict_idle(_now_ms(context), config.session_timeout_ms, config.delivery_limit)
         opened = manager.open_session(
             group_id,
             member_id,
@@ -443,7 +444,7 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
         if epoch != FINAL_EPOCH:
             session.partitions |= _session_partitions(request)
             session.epoch += 1
-    session.last_used_ms = _now_ms()
+    session.last_used_ms = _now_ms(context)
     may_read = TopicAccess(context, AclOperation.READ)
     answers: dict[SessionPartition, _PartitionAnswer] = {}
     located: dict[SessionPartition, Partition] = {}
@@ -479,9 +480,9 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
         acquired = _fetch_once(context, member_id, targets, request, config)
         max_wait_s = max(duration_ms(request.max_wait) / 1000, 0)
         if acquired == 0 and max_wait_s > 0 and (targets or pending):
-            deadline = trio.current_time() + max_wait_s
-            while acquired == 0 and trio.current_time() < deadline:
-                retry_at = trio.current_time() + STATE_RETRY_S
+            deadline = context.services.clock.now_s() + max_wait_s
+            while acquired == 0 and context.services.clock.now_s() < deadline:
+                retry_at = context.services.clock.now_s() + STATE_RETRY_S
                 wake_at = min(deadline, retry_at) if pending else deadline
                 await _wait_for_records(context, targets, wake_at)
                 if (group_id, member_id) not in manager.sessions:
@@ -490,7 +491,7 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
                     pending = await _load(
                         context, group_id, pending, located, answers, targets, config
                     )
-                now = _now_ms()
+                now = _now_ms(context)
                 for _partition, led, _answer in targets:
                     if led.state.release_expired(now, config.delivery_limit):
                         manager.notify_released()
@@ -621,7 +622,7 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
     if error != ErrorCode.none:
         return refuse(error, f"share session of member {member_id}: {error.name}")
     session = manager.sessions[(group_id, member_id)]
-    session.last_used_ms = _now_ms()
+    session.last_used_ms = _now_ms(context)
     if epoch != FINAL_EPOCH:
         session.epoch += 1
     may_read = TopicAccess(context, AclOperation.READ)
@@ -702,7 +703,7 @@ async def handle_share_group_describe(context: RequestContext, request: Any) -> 
             kind = "a classic or consumer group" if other else "unknown"
             fields["error_message"] = f"group {group_id} is {kind}, not a share group"
         else:
-            coordinator.share.expire(group, _now_ms())
+            coordinator.share.expire(group, _now_ms(context))
             members = []
             for m in group.members.values():
                 assigned = tuple(

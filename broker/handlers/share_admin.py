@@ -17,7 +17,6 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.handlers.common import NO_THROTTLE, TopicAccess, denied_message, response_schema
@@ -28,7 +27,7 @@ from raftka.broker.topics import PartitionNotHostedError
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Topic
 
 
@@ -56,7 +55,7 @@ def _group_error(
         )
     group = coordinator.share.groups.get(group_id)
     if empty_only and group is not None:
-        coordinator.share.expire(group, trio.current_time() * 1000)
+        coordinator.share.expire(group, context.services.clock.now_s() * 1000)
         if group.members:
             return (
                 ErrorCode.non_empty_group,
@@ -299,7 +298,7 @@ async def delete_share_groups(
         group = coordinator.share.groups.get(group_id)
         if group is None or coordinator.ownership.request_error(group_id) != ErrorCode.none:
             continue
-        coordinator.share.expire(group, trio.current_time() * 1000)
+        coordinator.share.expire(group, context.services.clock.now_s() * 1000)
         error = coordinator.share.delete(group_id)
         if error == ErrorCode.none:
             try:

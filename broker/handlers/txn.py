@@ -30,7 +30,7 @@ from raftka.broker.txn.records import TxnState
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Topic
     from raftka.broker.txn import TransactionCoordinator
     from raftka.broker.txn.metadata import TopicPartition
