@@ -33,6 +33,16 @@ from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        CreateAclsRequest,
+        DeleteAclsRequest,
+        DescribeAclsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        CreateAclsResponse,
+        DeleteAclsResponse,
+        DescribeAclsResponse,
+    )
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
@@ -102,7 +112,9 @@ def _grouped(module: Any, bindings: Iterable[AclBinding]) -> tuple[Any, ...]:
     )
 
 
-async def handle_describe_acls(context: RequestContext, request: Any) -> Any:
+async def handle_describe_acls(
+    context: RequestContext, request: DescribeAclsRequest
+) -> DescribeAclsResponse:
     entity, module = response_schema(context)
     code, message, resources = ErrorCode.none, None, ()
     refusal = _refusal(context, AclOperation.DESCRIBE)
@@ -124,7 +136,9 @@ async def handle_describe_acls(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_create_acls(context: RequestContext, request: Any) -> Any:
+async def handle_create_acls(
+    context: RequestContext, request: CreateAclsRequest
+) -> CreateAclsResponse:
     entity, module = response_schema(context)
     outcomes: list[AclOutcome]
     refusal = _refusal(context, AclOperation.ALTER)
@@ -165,7 +179,9 @@ async def handle_create_acls(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_delete_acls(context: RequestContext, request: Any) -> Any:
+async def handle_delete_acls(
+    context: RequestContext, request: DeleteAclsRequest
+) -> DeleteAclsResponse:
     entity, module = response_schema(context)
     outcomes: list[AclOutcome]
     refusal = _refusal(context, AclOperation.ALTER)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
@@ -15,6 +15,8 @@ from raftka.protocol.api import build
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.protocol.api_keys import ApiKey
+    from raftka.protocol.messages.requests import ApiVersionsRequest
+    from raftka.protocol.messages.responses import ApiVersionsResponse
 
 
 class VersionRange(Protocol):
@@ -44,7 +46,9 @@ def unsupported_version_response(
     )
 
 
-async def handle_api_versions(context: RequestContext, request: Any) -> Any:
+async def handle_api_versions(
+    context: RequestContext, request: ApiVersionsRequest
+) -> ApiVersionsResponse:
     entity, module = response_schema(context)
     return build(
         entity,

@@ -9,7 +9,7 @@ with a message. `validate_only` checks and answers without changing anything.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -27,9 +27,19 @@ from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        AlterClientQuotasRequest,
+        DescribeClientQuotasRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterClientQuotasResponse,
+        DescribeClientQuotasResponse,
+    )
 
 
-async def handle_describe_client_quotas(context: RequestContext, request: Any) -> Any:
+async def handle_describe_client_quotas(
+    context: RequestContext, request: DescribeClientQuotasRequest
+) -> DescribeClientQuotasResponse:
     response_entity, module = response_schema(context)
     if not context.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
         return build(
@@ -76,7 +86,9 @@ async def handle_describe_client_quotas(context: RequestContext, request: Any) -
     )
 
 
-async def handle_alter_client_quotas(context: RequestContext, request: Any) -> Any:
+async def handle_alter_client_quotas(
+    context: RequestContext, request: AlterClientQuotasRequest
+) -> AlterClientQuotasResponse:
     response_entity, module = response_schema(context)
     authorized = context.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)
     seen: set[QuotaEntity] = set()

@@ -23,6 +23,16 @@ from raftka.protocol.api import build
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.services import ControllerClient, TopicsView
+    from raftka.protocol.messages.requests import (
+        AlterConfigsRequest,
+        DescribeConfigsRequest,
+        IncrementalAlterConfigsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterConfigsResponse,
+        DescribeConfigsResponse,
+        IncrementalAlterConfigsResponse,
+    )
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -111,7 +121,9 @@ def _entries(
     return tuple(entries)
 
 
-async def handle_describe_configs(context: RequestContext, request: Any) -> Any:
+async def handle_describe_configs(
+    context: RequestContext, request: DescribeConfigsRequest
+) -> DescribeConfigsResponse:
     services = context.services
     entity, module = response_schema(context)
     results = []
@@ -215,7 +227,9 @@ BROKER_DYNAMIC_UNSUPPORTED = (
 )
 
 
-async def handle_incremental_alter_configs(context: RequestContext, request: Any) -> Any:
+async def handle_incremental_alter_configs(
+    context: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
     services = context.services
     entity, module = response_schema(context)
     results = []
@@ -307,7 +321,9 @@ async def _alter_broker(
     return result.error_code, result.error_message
 
 
-async def handle_alter_configs(context: RequestContext, request: Any) -> Any:
+async def handle_alter_configs(
+    context: RequestContext, request: AlterConfigsRequest
+) -> AlterConfigsResponse:
     """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
     services = context.services
     entity, module = response_schema(context)

@@ -9,8 +9,9 @@ subscribed to or assigned.
 from __future__ import annotations
 
 import datetime
+import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -24,9 +25,20 @@ from raftka.broker.handlers.common import (
     duration_ms,
     response_schema,
 )
-from raftka.broker.handlers.context import RequestContext
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.protocol.api import build
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupHeartbeatRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        ConsumerGroupDescribeResponse,
+        ConsumerGroupHeartbeatResponse,
+    )
+
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 MEMBER_TYPE_CONSUMER = 1  # ConsumerGroupDescribe v1: the member uses the consumer protocol
@@ -36,7 +48,10 @@ def _coordinator(context: RequestContext) -> GroupCoordinator:
     return context.services.groups
 
 
-async def handle_consumer_group_heartbeat(context: RequestContext, request: Any) -> Any:
+async def handle_consumer_group_heartbeat(
+    context: RequestContext, request: ConsumerGroupHeartbeatRequest
+) -> ConsumerGroupHeartbeatResponse:
+
     entity, module = response_schema(context)
 
     def refused(error: ErrorCode, message: str) -> Any:
@@ -69,7 +84,11 @@ async def handle_consumer_group_heartbeat(context: RequestContext, request: Any)
     owned = (
         None
         if request.topic_partitions is None
-        else {tp.topic_id: list(tp.partitions) for tp in request.topic_partitions}
+        # kio types every uuid field as nullable; a member names its partitions' topic ids
+        else cast(
+            "dict[uuid.UUID, list[int]]",
+            {tp.topic_id: list(tp.partitions) for tp in request.topic_partitions},
+        )
     )
     result = await _coordinator(context).consumer_group_heartbeat(
         HeartbeatRequest(
@@ -112,7 +131,9 @@ def _topic_partitions(module: Any, assignment: Assignment) -> tuple[Any, ...]:
     )
 
 
-async def handle_consumer_group_describe(context: RequestContext, request: Any) -> Any:
+async def handle_consumer_group_describe(
+    context: RequestContext, request: ConsumerGroupDescribeRequest
+) -> ConsumerGroupDescribeResponse:
     entity, module = response_schema(context)
     coordinator = _coordinator(context)
     names_of = coordinator.consumer.topics

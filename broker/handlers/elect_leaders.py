@@ -34,6 +34,8 @@ from raftka.protocol.api import build
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.services import ControllerClient, TopicsView
+    from raftka.protocol.messages.requests import ElectLeadersRequest
+    from raftka.protocol.messages.responses import ElectLeadersResponse
 
 PREFERRED = 0
 UNCLEAN = 1
@@ -121,7 +123,9 @@ def election_results(
     )
 
 
-async def handle_elect_leaders(context: RequestContext, request: Any) -> Any:
+async def handle_elect_leaders(
+    context: RequestContext, request: ElectLeadersRequest
+) -> ElectLeadersResponse:
     services = context.services
     entity, module = response_schema(context)
     election_type = int(getattr(request, "election_type", PREFERRED))

@@ -9,9 +9,17 @@ wait for the group; they run as their own tasks, so the connection's other reque
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import (
+    FindCoordinatorRequest as FindCoordinatorRequestV4,
+)
+from kio.schema.leave_group.v0.request import LeaveGroupRequest as LeaveGroupRequestV0
+from kio.schema.leave_group.v1.request import LeaveGroupRequest as LeaveGroupRequestV1
+from kio.schema.leave_group.v2.request import LeaveGroupRequest as LeaveGroupRequestV2
+from kio.schema.offset_fetch.v8.request import OffsetFetchRequest as OffsetFetchRequestV8
+from kio.schema.offset_fetch.v9.request import OffsetFetchRequest as OffsetFetchRequestV9
 
 from raftka.broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
 from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
@@ -23,13 +31,44 @@ from raftka.broker.handlers.common import (
     duration_ms,
     response_schema,
 )
-from raftka.broker.handlers.context import RequestContext
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
 from raftka.broker.handlers.share_admin import delete_share_groups
 from raftka.broker.handlers.txn import ensure_transaction_state_topic, may_write_transaction
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.topics import Topic, now_ms
 from raftka.protocol.api import build
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        DeleteGroupsRequest,
+        DescribeGroupsRequest,
+        FindCoordinatorRequest,
+        HeartbeatRequest,
+        JoinGroupRequest,
+        LeaveGroupRequest,
+        ListGroupsRequest,
+        OffsetCommitRequest,
+        OffsetDeleteRequest,
+        OffsetFetchRequest,
+        SyncGroupRequest,
+        TxnOffsetCommitRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        DeleteGroupsResponse,
+        DescribeGroupsResponse,
+        FindCoordinatorResponse,
+        HeartbeatResponse,
+        JoinGroupResponse,
+        LeaveGroupResponse,
+        ListGroupsResponse,
+        OffsetCommitResponse,
+        OffsetDeleteResponse,
+        OffsetFetchResponse,
+        SyncGroupResponse,
+        TxnOffsetCommitResponse,
+    )
+
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -78,7 +117,9 @@ def _no_coordinator(error: ErrorCode, message: str) -> dict[str, object]:
     return {"node_id": -1, "host": "", "port": -1, "error_code": error, "error_message": message}
 
 
-async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
+async def handle_find_coordinator(
+    context: RequestContext, request: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
     entity, module = response_schema(context)
     services = context.services
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
@@ -119,7 +160,7 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
             error = ErrorCode.invalid_request
         return _no_coordinator(error, error.name.upper())
 
-    if context.api_version >= 4:
+    if isinstance(request, FindCoordinatorRequestV4):
         coordinators = tuple(
             [
                 build(module.Coordinator, key=key, **await answer(key))
@@ -133,7 +174,9 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
 
 
-async def handle_join_group(context: RequestContext, request: Any) -> Any:
+async def handle_join_group(
+    context: RequestContext, request: JoinGroupRequest
+) -> JoinGroupResponse:
     entity, module = response_schema(context)
     version = context.api_version
     if not _may(context, AclOperation.READ, request.group_id):
@@ -190,7 +233,9 @@ async def handle_join_group(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_sync_group(context: RequestContext, request: Any) -> Any:
+async def handle_sync_group(
+    context: RequestContext, request: SyncGroupRequest
+) -> SyncGroupResponse:
     entity, _ = response_schema(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
@@ -222,7 +267,7 @@ async def handle_sync_group(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_heartbeat(context: RequestContext, request: Any) -> Any:
+async def handle_heartbeat(context: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     entity, _ = response_schema(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
@@ -237,7 +282,9 @@ async def handle_heartbeat(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, error_code=error)
 
 
-async def handle_leave_group(context: RequestContext, request: Any) -> Any:
+async def handle_leave_group(
+    context: RequestContext, request: LeaveGroupRequest
+) -> LeaveGroupResponse:
     entity, module = response_schema(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
@@ -246,7 +293,7 @@ async def handle_leave_group(context: RequestContext, request: Any) -> Any:
             error_code=ErrorCode.group_authorization_failed,
             members=(),
         )
-    if context.api_version < 3:
+    if isinstance(request, LeaveGroupRequestV0 | LeaveGroupRequestV1 | LeaveGroupRequestV2):
         top, errors = _coordinator(context).leave_group(
             request.group_id, [(request.member_id, None)]
         )
@@ -320,7 +367,9 @@ def _refused_commit(request: Any, error: ErrorCode) -> dict[tuple[str, int], Err
     return {(t.name, p.partition_index): error for t in request.topics for p in t.partitions}
 
 
-async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
+async def handle_offset_commit(
+    context: RequestContext, request: OffsetCommitRequest
+) -> OffsetCommitResponse:
     entity, module = response_schema(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return _commit_response(
@@ -349,7 +398,9 @@ async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_txn_offset_commit(context: RequestContext, request: Any) -> Any:
+async def handle_txn_offset_commit(
+    context: RequestContext, request: TxnOffsetCommitRequest
+) -> TxnOffsetCommitResponse:
     """TxnOffsetCommit v0-3 (v3 carries the consumer's generation, member and instance ids,
     KIP-447): the offsets are written as a transactional batch of the producer and count
     once its transaction commits."""
@@ -489,10 +540,12 @@ def _fetch_group(
     )
 
 
-async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
+async def handle_offset_fetch(
+    context: RequestContext, request: OffsetFetchRequest
+) -> OffsetFetchResponse:
     entity, module = response_schema(context)
     require_stable = bool(getattr(request, "require_stable", False))
-    if context.api_version >= 8:
+    if isinstance(request, OffsetFetchRequestV8 | OffsetFetchRequestV9):
         groups = []
         for group in request.groups:
             error, topics = _fetch_group(
@@ -525,7 +578,9 @@ async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 
-async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
+async def handle_offset_delete(
+    context: RequestContext, request: OffsetDeleteRequest
+) -> OffsetDeleteResponse:
     entity, module = response_schema(context)
     if not _may(context, AclOperation.DELETE, request.group_id):
         return build(
@@ -537,7 +592,7 @@ async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
     topics = context.services.topics
     may_read = TopicAccess(context, AclOperation.READ)
     refused: dict[tuple[str, int], ErrorCode] = {}
-    wanted = []
+    wanted: list[tuple[str, int]] = []
     for topic in request.topics:
         known = topics.get(topic.name)
         for p in topic.partitions:
@@ -577,7 +632,9 @@ async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
 # -- listing, describing, deleting groups --------------------------------------------------
 
 
-async def handle_list_groups(context: RequestContext, request: Any) -> Any:
+async def handle_list_groups(
+    context: RequestContext, request: ListGroupsRequest
+) -> ListGroupsResponse:
     entity, module = response_schema(context)
     coordinator = _coordinator(context)
     listed = coordinator.list_typed_groups(
@@ -604,7 +661,9 @@ async def handle_list_groups(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, error_code=error, groups=groups)
 
 
-async def handle_describe_groups(context: RequestContext, request: Any) -> Any:
+async def handle_describe_groups(
+    context: RequestContext, request: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
     entity, module = response_schema(context)
     with_operations = bool(getattr(request, "include_authorized_operations", False))
     described = []
@@ -655,9 +714,11 @@ async def handle_describe_groups(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-async def handle_delete_groups(context: RequestContext, request: Any) -> Any:
+async def handle_delete_groups(
+    context: RequestContext, request: DeleteGroupsRequest
+) -> DeleteGroupsResponse:
     entity, module = response_schema(context)
-    names = list(dict.fromkeys(request.groups_names))
+    names: list[str] = list(dict.fromkeys(request.groups_names))
     refused = [name for name in names if not _may(context, AclOperation.DELETE, name)]
     allowed = [name for name in names if name not in refused]
     shared = await delete_share_groups(context, allowed)

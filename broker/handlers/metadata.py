@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from raftka.broker.handlers.context import BrokerServices, RequestContext
     from raftka.broker.services import ControllerClient
     from raftka.broker.topics import Partition
+    from raftka.protocol.messages.requests import DescribeClusterRequest, MetadataRequest
+    from raftka.protocol.messages.responses import DescribeClusterResponse, MetadataResponse
 
 logger = logging.getLogger("raftka.metadata")
 
@@ -177,7 +179,7 @@ async def _named_entry(
     return _topic_entry(module, controller, topic), True
 
 
-async def handle_metadata(context: RequestContext, request: Any) -> Any:
+async def handle_metadata(context: RequestContext, request: MetadataRequest) -> MetadataResponse:
     services = context.services
     controller = services.controller
     entity, module = response_schema(context)
@@ -241,7 +243,9 @@ async def handle_metadata(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_describe_cluster(context: RequestContext, request: Any) -> Any:
+async def handle_describe_cluster(
+    context: RequestContext, request: DescribeClusterRequest
+) -> DescribeClusterResponse:
     services = context.services
     entity, module = response_schema(context)
     return build(

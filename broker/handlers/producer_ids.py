@@ -14,7 +14,7 @@ topic (KIP-679; CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +25,8 @@ from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import InitProducerIdRequest
+    from raftka.protocol.messages.responses import InitProducerIdResponse
 
 INIT_PRODUCER_ID_MIN_VERSION = 0
 INIT_PRODUCER_ID_MAX_VERSION = 5
@@ -44,7 +46,9 @@ def _refusal(context: RequestContext, transactional_id: str | None) -> ErrorCode
     return ErrorCode.cluster_authorization_failed
 
 
-async def handle_init_producer_id(context: RequestContext, request: Any) -> Any:
+async def handle_init_producer_id(
+    context: RequestContext, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
     entity, _module = response_schema(context)
     refusal = _refusal(context, request.transactional_id)
     if refusal is not None:

@@ -24,6 +24,18 @@ from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        AddRaftVoterRequest,
+        DescribeQuorumRequest,
+        RemoveRaftVoterRequest,
+        UnregisterBrokerRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AddRaftVoterResponse,
+        DescribeQuorumResponse,
+        RemoveRaftVoterResponse,
+        UnregisterBrokerResponse,
+    )
 
 # Replica directories are not tracked: every replica reports this one.
 NO_DIRECTORY = uuid.UUID(int=0)
@@ -35,7 +47,9 @@ def _denied(context: RequestContext, operation: AclOperation) -> str | None:
     return denied_message(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-async def handle_describe_quorum(context: RequestContext, request: Any) -> Any:
+async def handle_describe_quorum(
+    context: RequestContext, request: DescribeQuorumRequest
+) -> DescribeQuorumResponse:
     entity, module = response_schema(context)
     denied = _denied(context, AclOperation.DESCRIBE)
     if denied is not None:
@@ -144,15 +158,21 @@ async def _voter_change(context: RequestContext, request: Any, action: str) -> A
     return _answer(entity, result.error_code, result.error_message)
 
 
-async def handle_add_raft_voter(context: RequestContext, request: Any) -> Any:
+async def handle_add_raft_voter(
+    context: RequestContext, request: AddRaftVoterRequest
+) -> AddRaftVoterResponse:
     return await _voter_change(context, request, "add")
 
 
-async def handle_remove_raft_voter(context: RequestContext, request: Any) -> Any:
+async def handle_remove_raft_voter(
+    context: RequestContext, request: RemoveRaftVoterRequest
+) -> RemoveRaftVoterResponse:
     return await _voter_change(context, request, "remove")
 
 
-async def handle_unregister_broker(context: RequestContext, request: Any) -> Any:
+async def handle_unregister_broker(
+    context: RequestContext, request: UnregisterBrokerRequest
+) -> UnregisterBrokerResponse:
     entity, _module = response_schema(context)
     denied = _denied(context, AclOperation.ALTER)
     if denied is not None:

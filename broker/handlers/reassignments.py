@@ -23,6 +23,14 @@ from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        AlterPartitionReassignmentsRequest,
+        ListPartitionReassignmentsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterPartitionReassignmentsResponse,
+        ListPartitionReassignmentsResponse,
+    )
 
 
 def _cluster_denied(
@@ -38,7 +46,9 @@ def _cluster_denied(
     )
 
 
-async def handle_alter_partition_reassignments(context: RequestContext, request: Any) -> Any:
+async def handle_alter_partition_reassignments(
+    context: RequestContext, request: AlterPartitionReassignmentsRequest
+) -> AlterPartitionReassignmentsResponse:
     entity, module = response_schema(context)
     allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
     extra = {"allow_replication_factor_change": allow_rf_change} if context.api_version else {}
@@ -93,7 +103,9 @@ async def handle_alter_partition_reassignments(context: RequestContext, request:
     )
 
 
-async def handle_list_partition_reassignments(context: RequestContext, request: Any) -> Any:
+async def handle_list_partition_reassignments(
+    context: RequestContext, request: ListPartitionReassignmentsRequest
+) -> ListPartitionReassignmentsResponse:
     entity, module = response_schema(context)
     if not context.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return _cluster_denied(context, entity, AclOperation.DESCRIBE, topics=())

@@ -22,6 +22,8 @@ from raftka.protocol.api import build
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.security.session import ClientSession
+    from raftka.protocol.messages.requests import SaslAuthenticateRequest, SaslHandshakeRequest
+    from raftka.protocol.messages.responses import SaslAuthenticateResponse, SaslHandshakeResponse
 
 logger = logging.getLogger("raftka.sasl")
 
@@ -31,7 +33,9 @@ def _session(context: RequestContext) -> ClientSession:
     return context.session
 
 
-async def handle_sasl_handshake(context: RequestContext, request: Any) -> Any:
+async def handle_sasl_handshake(
+    context: RequestContext, request: SaslHandshakeRequest
+) -> SaslHandshakeResponse:
     session = _session(context)
     entity, _ = response_schema(context)
     enabled = context.services.authenticator.mechanisms(session.listener.name)
@@ -67,7 +71,9 @@ async def handle_sasl_handshake(context: RequestContext, request: Any) -> Any:
     return build(entity, error_code=ErrorCode.none, mechanisms=tuple(enabled))
 
 
-async def handle_sasl_authenticate(context: RequestContext, request: Any) -> Any:
+async def handle_sasl_authenticate(
+    context: RequestContext, request: SaslAuthenticateRequest
+) -> SaslAuthenticateResponse:
     session = _session(context)
     entity, _ = response_schema(context)
     authenticator = context.services.authenticator

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -29,6 +29,14 @@ from raftka.protocol.api import build
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        AlterUserScramCredentialsRequest,
+        DescribeUserScramCredentialsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterUserScramCredentialsResponse,
+        DescribeUserScramCredentialsResponse,
+    )
 
 
 def _cluster_denial(context: RequestContext, operation: AclOperation) -> str | None:
@@ -38,7 +46,9 @@ def _cluster_denial(context: RequestContext, operation: AclOperation) -> str | N
     return denied_message(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-async def handle_describe_user_scram_credentials(context: RequestContext, request: Any) -> Any:
+async def handle_describe_user_scram_credentials(
+    context: RequestContext, request: DescribeUserScramCredentialsRequest
+) -> DescribeUserScramCredentialsResponse:
     entity, module = response_schema(context)
     denial = _cluster_denial(context, AclOperation.DESCRIBE)
     if denial is not None:
@@ -101,7 +111,9 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
-async def handle_alter_user_scram_credentials(context: RequestContext, request: Any) -> Any:
+async def handle_alter_user_scram_credentials(
+    context: RequestContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsResponse:
     entity, module = response_schema(context)
     controller = context.services.controller
     users = list(

@@ -19,7 +19,7 @@ import math
 import uuid
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -51,6 +51,18 @@ from raftka.protocol.splice import SplicedResponse, Splices
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
+    from raftka.protocol.messages.requests import (
+        ShareAcknowledgeRequest,
+        ShareFetchRequest,
+        ShareGroupDescribeRequest,
+        ShareGroupHeartbeatRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        ShareAcknowledgeResponse,
+        ShareFetchResponse,
+        ShareGroupDescribeResponse,
+        ShareGroupHeartbeatResponse,
+    )
 
 logger = logging.getLogger("raftka.share")
 
@@ -105,7 +117,9 @@ async def release_departed(context: RequestContext, delivery_limit: int) -> None
         )
 
 
-async def handle_share_group_heartbeat(context: RequestContext, request: Any) -> Any:
+async def handle_share_group_heartbeat(
+    context: RequestContext, request: ShareGroupHeartbeatRequest
+) -> ShareGroupHeartbeatResponse:
     entity, module = response_schema(context)
     coordinator = context.services.groups
     config = share_config(context)
@@ -191,7 +205,9 @@ class _PartitionAnswer:
     acquired: tuple[Acquired, ...] = ()
 
 
-def _group_error(context: RequestContext, group_id: str | None, member_id: str | None) -> Any:
+def _group_error(
+    context: RequestContext, group_id: str | None, member_id: str | None
+) -> tuple[ErrorCode, str] | None:
     """(error, message) refusing the request as a whole, or None."""
     if not group_id:
         return ErrorCode.invalid_group_id, "GroupId must be set"
@@ -338,8 +354,16 @@ def _fetch_once(
     return acquired_total
 
 
-def _session_partitions(request: Any) -> set[SessionPartition]:
-    return {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
+def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:
+    """A topic id of a share request: kio types every uuid field as nullable, but the share
+    APIs name each topic by its id (an unknown or null one is answered UNKNOWN_TOPIC_ID)."""
+    return cast(uuid.UUID, topic_id)
+
+
+def _session_partitions(request: ShareFetchRequest) -> set[SessionPartition]:
+    return {
+        (_topic_id(t.topic_id), p.partition_index) for t in request.topics for p in t.partitions
+    }
 
 
 def _node_endpoints(
@@ -391,7 +415,9 @@ def _leader(module: ModuleType, answer: _PartitionAnswer) -> Any:
     return build(module.LeaderIdAndEpoch, leader_id=leader_id, leader_epoch=leader_epoch)
 
 
-async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
+async def handle_share_fetch(
+    context: RequestContext, request: ShareFetchRequest
+) -> ShareFetchResponse:
     entity, module = response_schema(context)
     config = share_config(context)
     manager = _manager(context)
@@ -403,8 +429,9 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
     refused = _group_error(context, group_id, member_id)
     if refused is not None:
         return refuse(*refused)
+    assert group_id and member_id, "_group_error refuses a request without them"
     acks = {
-        (t.topic_id, p.partition_index): p.acknowledgement_batches
+        (_topic_id(t.topic_id), p.partition_index): p.acknowledgement_batches
         for t in request.topics
         for p in t.partitions
         if p.acknowledgement_batches
@@ -460,10 +487,11 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
             continue
         await _acknowledge(context, group_id, member_id, partition, batches, config, answers[key])
     for t in request.forgotten_topics_data:
+        forgotten_id = _topic_id(t.topic_id)
         for index in t.partitions:
-            session.partitions.discard((t.topic_id, index))
-            answers.pop((t.topic_id, index), None)
-            led = manager.partitions.get((group_id, t.topic_id, index))
+            session.partitions.discard((forgotten_id, index))
+            answers.pop((forgotten_id, index), None)
+            led = manager.partitions.get((group_id, forgotten_id, index))
             if led is not None and led.state.release_member(member_id, config.delivery_limit):
                 manager.notify_released()
     if epoch == FINAL_EPOCH:
@@ -601,7 +629,9 @@ def _fetch_response(
     return SplicedResponse(response, splices) if splices.ranges else response
 
 
-async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any:
+async def handle_share_acknowledge(
+    context: RequestContext, request: ShareAcknowledgeRequest
+) -> ShareAcknowledgeResponse:
     entity, module = response_schema(context)
     config = share_config(context)
     manager = _manager(context)
@@ -613,6 +643,7 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
     refused = _group_error(context, group_id, member_id)
     if refused is not None:
         return refuse(*refused)
+    assert group_id and member_id, "_group_error refuses a request without them"
     if epoch == INITIAL_EPOCH:
         return refuse(
             ErrorCode.invalid_share_session_epoch,
@@ -629,7 +660,7 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
     answers: list[_PartitionAnswer] = []
     for t in request.topics:
         for p in t.partitions:
-            partition, answer = _locate(context, t.topic_id, p.partition_index, may_read)
+            partition, answer = _locate(context, _topic_id(t.topic_id), p.partition_index, may_read)
             answers.append(answer)
             if partition is not None:
                 await _acknowledge(
@@ -672,7 +703,9 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
 # -- ShareGroupDescribe --------------------------------------------------------------------
 
 
-async def handle_share_group_describe(context: RequestContext, request: Any) -> Any:
+async def handle_share_group_describe(
+    context: RequestContext, request: ShareGroupDescribeRequest
+) -> ShareGroupDescribeResponse:
     entity, module = response_schema(context)
     coordinator = context.services.groups
     topics = context.services.topics

@@ -29,6 +29,16 @@ from raftka.protocol.api import build
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Topic
+    from raftka.protocol.messages.requests import (
+        AlterShareGroupOffsetsRequest,
+        DeleteShareGroupOffsetsRequest,
+        DescribeShareGroupOffsetsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterShareGroupOffsetsResponse,
+        DeleteShareGroupOffsetsResponse,
+        DescribeShareGroupOffsetsResponse,
+    )
 
 
 SHARE_OFFSETS_DESCRIBE_MAX_VERSION = 1
@@ -80,7 +90,9 @@ def _lag(topic: Topic, index: int, state: PersistedState) -> int:
     return max(0, end - state.start_offset - done)
 
 
-async def handle_describe_share_group_offsets(context: RequestContext, request: Any) -> Any:
+async def handle_describe_share_group_offsets(
+    context: RequestContext, request: DescribeShareGroupOffsetsRequest
+) -> DescribeShareGroupOffsetsResponse:
     entity, module = response_schema(context)
     topics = context.services.topics
     store = context.services.groups.share_partitions.store
@@ -179,7 +191,9 @@ def _offsets_response(
     )
 
 
-async def handle_alter_share_group_offsets(context: RequestContext, request: Any) -> Any:
+async def handle_alter_share_group_offsets(
+    context: RequestContext, request: AlterShareGroupOffsetsRequest
+) -> AlterShareGroupOffsetsResponse:
     entity, module = response_schema(context)
     group_id = request.group_id
     error, message = _group_error(context, group_id, AclOperation.READ, empty_only=True)
@@ -246,7 +260,9 @@ async def _delete_state(context: RequestContext, group_id: str, topic: Topic) ->
             await store.delete(key)
 
 
-async def handle_delete_share_group_offsets(context: RequestContext, request: Any) -> Any:
+async def handle_delete_share_group_offsets(
+    context: RequestContext, request: DeleteShareGroupOffsetsRequest
+) -> DeleteShareGroupOffsetsResponse:
     entity, module = response_schema(context)
     group_id = request.group_id
     error, message = _group_error(context, group_id, AclOperation.DELETE, empty_only=True)

@@ -19,6 +19,12 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.add_partitions_to_txn.v4.request import (
+    AddPartitionsToTxnRequest as AddPartitionsToTxnRequestV4,
+)
+from kio.schema.add_partitions_to_txn.v5.request import (
+    AddPartitionsToTxnRequest as AddPartitionsToTxnRequestV5,
+)
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import OFFSETS_TOPIC
@@ -34,6 +40,22 @@ if TYPE_CHECKING:
     from raftka.broker.topics import Topic
     from raftka.broker.txn import TransactionCoordinator
     from raftka.broker.txn.metadata import TopicPartition
+    from raftka.protocol.messages.requests import (
+        AddOffsetsToTxnRequest,
+        AddPartitionsToTxnRequest,
+        DescribeProducersRequest,
+        DescribeTransactionsRequest,
+        EndTxnRequest,
+        ListTransactionsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AddOffsetsToTxnResponse,
+        AddPartitionsToTxnResponse,
+        DescribeProducersResponse,
+        DescribeTransactionsResponse,
+        EndTxnResponse,
+        ListTransactionsResponse,
+    )
 
 ADD_PARTITIONS_MIN_VERSION, ADD_PARTITIONS_MAX_VERSION = 0, 5
 ADD_OFFSETS_MIN_VERSION, ADD_OFFSETS_MAX_VERSION = 0, 4
@@ -125,9 +147,11 @@ def _topic_results(module: Any, errors: dict[TopicPartition, ErrorCode]) -> tupl
     )
 
 
-async def handle_add_partitions_to_txn(context: RequestContext, request: Any) -> Any:
+async def handle_add_partitions_to_txn(
+    context: RequestContext, request: AddPartitionsToTxnRequest
+) -> AddPartitionsToTxnResponse:
     entity, module = response_schema(context)
-    if context.api_version < 4:
+    if not isinstance(request, AddPartitionsToTxnRequestV4 | AddPartitionsToTxnRequestV5):
         errors = await _add_one(
             context,
             request.v3_and_below_transactional_id,
@@ -176,7 +200,9 @@ async def handle_add_partitions_to_txn(context: RequestContext, request: Any) ->
 # -- AddOffsetsToTxn ------------------------------------------------------------------------
 
 
-async def handle_add_offsets_to_txn(context: RequestContext, request: Any) -> Any:
+async def handle_add_offsets_to_txn(
+    context: RequestContext, request: AddOffsetsToTxnRequest
+) -> AddOffsetsToTxnResponse:
     entity, _module = response_schema(context)
     services = context.services
     if not may_write_transaction(context, request.transactional_id):
@@ -207,7 +233,7 @@ async def handle_add_offsets_to_txn(context: RequestContext, request: Any) -> An
 # -- EndTxn ---------------------------------------------------------------------------------
 
 
-async def handle_end_txn(context: RequestContext, request: Any) -> Any:
+async def handle_end_txn(context: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     entity, _module = response_schema(context)
     if not may_write_transaction(context, request.transactional_id):
         return build(
@@ -235,7 +261,9 @@ async def handle_end_txn(context: RequestContext, request: Any) -> Any:
 # -- DescribeTransactions / ListTransactions --------------------------------------------------
 
 
-async def handle_describe_transactions(context: RequestContext, request: Any) -> Any:
+async def handle_describe_transactions(
+    context: RequestContext, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
     entity, module = response_schema(context)
     coordinator = coordinator_of(context)
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
@@ -290,7 +318,9 @@ def _datetime(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-async def handle_list_transactions(context: RequestContext, request: Any) -> Any:
+async def handle_list_transactions(
+    context: RequestContext, request: ListTransactionsRequest
+) -> ListTransactionsResponse:
     entity, module = response_schema(context)
     states: list[TxnState] = []
     unknown: list[str] = []
@@ -336,7 +366,9 @@ async def handle_list_transactions(context: RequestContext, request: Any) -> Any
 DESCRIBE_PRODUCERS_MIN_VERSION, DESCRIBE_PRODUCERS_MAX_VERSION = 0, 0
 
 
-async def handle_describe_producers(context: RequestContext, request: Any) -> Any:
+async def handle_describe_producers(
+    context: RequestContext, request: DescribeProducersRequest
+) -> DescribeProducersResponse:
     """DescribeProducers (KIP-664): the producers a partition's leader tracks, with the
     first offset of each one's ongoing transaction, which is how `kafka-transactions.sh
     find-hanging` finds a transaction that holds the last stable offset back."""
