@@ -45,7 +45,7 @@ import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 
     from raftka.broker.handlers.context import ApiEndpoint, BrokerServices
     from raftka.broker.handlers.context import RequestContext as HandlerContext
+    from raftka.protocol.messages.requests import FetchRequest
 
 logger = logging.getLogger("raftka.connection")
 
@@ -457,7 +458,8 @@ class Connection:
         timer = quotas.timer if quotas is not None and client.request is not None else None
         task = timer.track() if timer is not None else None
         if prefix.api_key == ApiKey.FETCH:
-            request = cap_fetch_bytes(request, client)
+            # decoded by the Fetch key: one of the Fetch versions served
+            request = cap_fetch_bytes(cast("FetchRequest", request), client)
         try:
             response = await handler.serve(context, request)
         except BaseException:

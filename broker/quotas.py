@@ -23,17 +23,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
 from raftka.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
+    from kio.static.protocol import Payload
     from trio.lowlevel import Task
 
     from raftka.broker.clock import Clock
     from raftka.broker.config import BrokerConfig
+    from raftka.protocol.messages.requests import FetchRequest
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -457,7 +460,11 @@ class ClientQuotaManager:
         self._clients.clear()  # they may hold the dropped sensors
 
 
-def cap_fetch_bytes(request: Any, client: ClientQuota) -> Any:
+#: A kio request or response entity.
+P = TypeVar("P", bound="Payload")
+
+
+def cap_fetch_bytes(request: FetchRequest, client: ClientQuota) -> FetchRequest:
     """A Fetch request whose `max_bytes` is at most what the consumer's quota allows in one
     window, as Kafka caps it: more would be throttled however long the client waited."""
     if client.fetch is None:
@@ -465,15 +472,15 @@ def cap_fetch_bytes(request: Any, client: ClientQuota) -> Any:
     most = max(1, int(client.fetch.max_value_in_window()))
     if request.max_bytes <= most:
         return request
-    return dataclasses.replace(request, max_bytes=most)
+    return dataclasses.replace(request, max_bytes=i32(most))
 
 
-def with_throttle_time(response: Any, throttle_ms: int) -> Any:
+def with_throttle_time(response: P, throttle_ms: int) -> P:
     """The response with its `throttle_time` field set (responses without one unchanged)."""
     current = getattr(response, "throttle_time", None)
     if current is None:
         return response
-    value: Any = (
+    value: datetime.timedelta | int = (
         datetime.timedelta(milliseconds=throttle_ms)
         if isinstance(current, datetime.timedelta)
         else throttle_ms
@@ -481,6 +488,6 @@ def with_throttle_time(response: Any, throttle_ms: int) -> Any:
     return dataclasses.replace(response, throttle_time=value)
 
 
-def throttled_fetch_response(response: Any, throttle_ms: int) -> Any:
+def throttled_fetch_response(response: P, throttle_ms: int) -> P:
     """What a throttled consumer gets, as from Kafka: no partitions, only the throttle time."""
     return dataclasses.replace(with_throttle_time(response, throttle_ms), responses=())

@@ -9,7 +9,8 @@ Kafka. Creating and deleting need ALTER on the cluster, describing DESCRIBE on i
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -73,7 +74,29 @@ def _outcomes(result: CommandResult, count: int) -> list[AclOutcome]:
     ] * count
 
 
-def _filter_of(item: Any) -> AclBindingFilter:
+class _FilterFields(Protocol):
+    """An ACL filter as DescribeAcls and DeleteAcls send it (pattern type from v1 on)."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+
+    @property
+    def resource_name_filter(self) -> str | None: ...
+
+    @property
+    def principal_filter(self) -> str | None: ...
+
+    @property
+    def host_filter(self) -> str | None: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
+def _filter_of(item: _FilterFields) -> AclBindingFilter:
     return AclBindingFilter.from_codes(
         item.resource_type_filter,
         item.resource_name_filter,
@@ -85,7 +108,7 @@ def _filter_of(item: Any) -> AclBindingFilter:
     )
 
 
-def _grouped(module: Any, bindings: Iterable[AclBinding]) -> tuple[Any, ...]:
+def _grouped(module: ModuleType, bindings: Iterable[AclBinding]) -> tuple[object, ...]:
     """Bindings grouped by resource pattern (type, name, pattern type), as Kafka answers."""
     by_resource: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in sorted(bindings, key=binding_codes):
@@ -116,7 +139,8 @@ async def handle_describe_acls(
     context: RequestContext, request: DescribeAclsRequest
 ) -> DescribeAclsResponse:
     entity, module = response_schema(context)
-    code, message, resources = ErrorCode.none, None, ()
+    resources: tuple[object, ...] = ()
+    code, message = ErrorCode.none, None
     refusal = _refusal(context, AclOperation.DESCRIBE)
     if refusal is not None:
         code, message = refusal

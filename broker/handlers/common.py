@@ -28,6 +28,8 @@ def duration_ms(value: datetime.timedelta | int) -> int:
     return int(value)
 
 
+# Any: the entity is the request's version's, chosen at run time; each handler declares the
+# union of versions it returns (raftka.protocol.messages), which `build` of it satisfies.
 def response_schema(context: RequestContext) -> tuple[type[Any], ModuleType]:
     """The response entity for the request being served and its module (nested classes)."""
     entity = response_type(context.api_key, context.api_version)

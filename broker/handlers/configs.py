@@ -8,9 +8,9 @@ resource is answered so before anything else about it is looked at, and left unc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -79,14 +79,42 @@ def _broker_synonyms(name: str, value: str | None, source: ConfigSource) -> list
     return [(name, value, source)]
 
 
+class ConfigResource(Protocol):
+    """A resource an AlterConfigs or IncrementalAlterConfigs request names."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+class AlteredConfig(Protocol):
+    """One config change of an IncrementalAlterConfigs request."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config_operation(self) -> int: ...
+
+    @property
+    def value(self) -> str | None: ...
+
+
+class AlteredResource(ConfigResource, Protocol):
+    @property
+    def configs(self) -> Sequence[AlteredConfig]: ...
+
+
 def _entries(
     module: ModuleType,
-    request: Any,
+    request: DescribeConfigsRequest,
     described: Iterable[Described],
     keys: set[str] | None,
     synonyms_of: SynonymsOf,
-) -> tuple[Any, ...]:
-    entries = []
+) -> tuple[object, ...]:
+    entries: list[object] = []
     for definition, value, source in described:
         if keys is not None and definition.name not in keys:
             continue
@@ -129,7 +157,8 @@ async def handle_describe_configs(
     results = []
     for resource in request.resources:
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-        error, message, configs = ErrorCode.none, None, ()
+        configs: tuple[object, ...] = ()
+        error, message = ErrorCode.none, None
         denial = config_denial(
             context, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name
         )
@@ -210,8 +239,8 @@ async def _alter_topic(
 
 
 def _resource_result(
-    module: ModuleType, resource: Any, error: ErrorCode, message: str | None
-) -> Any:
+    module: ModuleType, resource: ConfigResource, error: ErrorCode, message: str | None
+) -> object:
     return build(
         module.AlterConfigsResourceResponse,
         error_code=error,
@@ -270,7 +299,9 @@ async def handle_incremental_alter_configs(
                     request.validate_only,
                 )
         elif resource.resource_type == RESOURCE_BROKER:
-            error, message = await _alter_broker(services.controller, resource, request)
+            error, message = await _alter_broker(
+                services.controller, resource, request.validate_only
+            )
         else:
             error, message = (
                 ErrorCode.invalid_request,
@@ -299,7 +330,7 @@ def _with_dynamic(
 
 
 async def _alter_broker(
-    controller: ControllerClient, resource: Any, request: Any
+    controller: ControllerClient, resource: AlteredResource, validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
     """The dynamic broker configs (the replication throttle rates) of one broker, or of
     every broker with the empty name, through the controller."""
@@ -316,7 +347,7 @@ async def _alter_broker(
                 "configs",
             )
     result = await controller.execute(
-        AlterBrokerConfigsCommand(str(resource.resource_name), changes, request.validate_only)
+        AlterBrokerConfigsCommand(str(resource.resource_name), changes, validate_only)
     )
     return result.error_code, result.error_message
 

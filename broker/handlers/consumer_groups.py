@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -54,7 +55,7 @@ async def handle_consumer_group_heartbeat(
 
     entity, module = response_schema(context)
 
-    def refused(error: ErrorCode, message: str) -> Any:
+    def refused(error: ErrorCode, message: str) -> ConsumerGroupHeartbeatResponse:
         return build(
             entity,
             throttle_time=NO_THROTTLE,
@@ -124,7 +125,7 @@ async def handle_consumer_group_heartbeat(
     )
 
 
-def _topic_partitions(module: Any, assignment: Assignment) -> tuple[Any, ...]:
+def _topic_partitions(module: ModuleType, assignment: Assignment) -> tuple[object, ...]:
     return tuple(
         build(module.TopicPartitions, topic_id=topic_id, partitions=tuple(sorted(partitions)))
         for topic_id, partitions in sorted(assignment.items())
@@ -139,7 +140,7 @@ async def handle_consumer_group_describe(
     names_of = coordinator.consumer.topics
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
 
-    def described_assignment(assignment: Assignment) -> Any:
+    def described_assignment(assignment: Assignment) -> object:
         return build(
             module.Assignment,
             topic_partitions=tuple(
@@ -153,7 +154,7 @@ async def handle_consumer_group_describe(
             ),
         )
 
-    def described_member(member: ConsumerMember, target: Assignment) -> Any:
+    def described_member(member: ConsumerMember, target: Assignment) -> object:
         return build(
             module.Member,
             member_id=member.member_id,
@@ -169,7 +170,7 @@ async def handle_consumer_group_describe(
             member_type=MEMBER_TYPE_CONSUMER,
         )
 
-    def group_answer(group_id: str) -> Any:
+    def group_answer(group_id: str) -> object:
         error, state, message = ErrorCode.none, None, None
         if not context.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             error = ErrorCode.group_authorization_failed
@@ -230,7 +231,7 @@ async def handle_consumer_group_describe(
     )
 
 
-def _names(name_of: Any, assignment: Assignment) -> Iterable[str]:
+def _names(name_of: Callable[[uuid.UUID], str | None], assignment: Assignment) -> Iterable[str]:
     for topic_id in assignment:
         name = name_of(topic_id)
         if name is not None:

@@ -10,9 +10,10 @@ ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -51,8 +52,18 @@ class ElectionPlan:
     to_elect: list[TopicPartition] = field(default_factory=list)
 
 
+class NamedPartitions(Protocol):
+    """A request's topic and partition indexes (ElectLeaders' TopicPartitions)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
 def requested_partitions(
-    topics: TopicsView, topic_partitions: Iterable[Any] | None
+    topics: TopicsView, topic_partitions: Iterable[NamedPartitions] | None
 ) -> list[TopicPartition]:
     """The partitions a request names (each once, in request order); every partition of
     every topic when it names none (null)."""
@@ -96,14 +107,14 @@ def plan_elections(
 
 
 def election_results(
-    module: Any,
+    module: ModuleType,
     partitions: list[TopicPartition],
     results: Mapping[TopicPartition, ElectionResult],
     all_partitions: bool,
-) -> tuple[Any, ...]:
+) -> tuple[object, ...]:
     """ReplicaElectionResult entries per topic, in request order; with `all_partitions`,
     partitions that already have their preferred leader are left out (Kafka's rule)."""
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[object]] = {}
     for tp in partitions:
         code, message = results[tp]
         if all_partitions and code == ErrorCode.election_not_needed:

@@ -9,7 +9,8 @@ wait for the group; they run as their own tasks, so the connection's other reque
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import (
@@ -317,7 +318,7 @@ async def handle_leave_group(
 
 
 def _offsets_to_commit(
-    context: RequestContext, request: Any
+    context: RequestContext, request: OffsetCommitRequest | TxnOffsetCommitRequest
 ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetValue]]:
     """(error per partition refused before the group is asked, offsets to commit) of an
     OffsetCommit or TxnOffsetCommit: partitions of topics without READ get
@@ -362,7 +363,9 @@ def _commit_errors(
     return errors
 
 
-def _refused_commit(request: Any, error: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+def _refused_commit(
+    request: OffsetCommitRequest | TxnOffsetCommitRequest, error: ErrorCode
+) -> dict[tuple[str, int], ErrorCode]:
     """Every partition of a commit refused as a whole answers `error`."""
     return {(t.name, p.partition_index): error for t in request.topics for p in t.partitions}
 
@@ -438,13 +441,17 @@ async def handle_txn_offset_commit(
     )
 
 
+#: The response entity of the request being answered.
+R = TypeVar("R")
+
+
 def _commit_response(
-    entity: Any,
-    topic_entity: Any,
-    partition_entity: Any,
-    request: Any,
+    entity: type[R],
+    topic_entity: type[object],
+    partition_entity: type[object],
+    request: OffsetCommitRequest | TxnOffsetCommitRequest,
     errors: dict[tuple[str, int], ErrorCode],
-) -> Any:
+) -> R:
     """An OffsetCommit or TxnOffsetCommit response: every requested partition's error."""
     response_topics = tuple(
         build(
@@ -464,15 +471,25 @@ def _commit_response(
     return build(entity, throttle_time=NO_THROTTLE, topics=response_topics)
 
 
+class FetchedTopic(Protocol):
+    """A topic an OffsetFetch request asks for (its own entity in v1-7 and in v8+)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partition_indexes(self) -> Sequence[int]: ...
+
+
 def _fetch_group(
     context: RequestContext,
     group_id: str,
-    topics: Any,
-    topic_type: Any,
-    partition_type: Any,
+    topics: Iterable[FetchedTopic] | None,
+    topic_type: type[object],
+    partition_type: type[object],
     require_stable: bool = False,
     member: tuple[str | None, int] = (None, -1),
-) -> tuple[ErrorCode, tuple[Any, ...]]:
+) -> tuple[ErrorCode, tuple[object, ...]]:
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     wanted = (
         None
@@ -506,7 +523,7 @@ def _fetch_group(
         if require_stable and error == ErrorCode.none
         else set()
     )
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[object]] = {}
     if error == ErrorCode.none:
         for topic, partition in hidden:
             by_topic.setdefault(topic, []).append(

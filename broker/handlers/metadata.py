@@ -11,9 +11,10 @@ import dataclasses
 import logging
 import uuid
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.cluster.validation import TopicError, check_not_reserved, validate_topic_name
@@ -50,7 +51,14 @@ def in_sync_replicas(controller: ControllerClient, partition: Partition) -> tupl
     return controller.isr_hints.get(partition.name, partition.replicas)
 
 
-def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic) -> Any:
+class TopicEntry(Entity, Protocol):
+    """A topic of a Metadata response (kio's MetadataResponseTopic of the request's version)."""
+
+    @property
+    def name(self) -> str | None: ...
+
+
+def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic) -> TopicEntry:
     partitions = []
     for p in topic.partitions:
         leader, epoch = partition_leader(controller, p)
@@ -79,7 +87,7 @@ def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic)
 
 def _error_entry(
     module: ModuleType, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode
-) -> Any:
+) -> TopicEntry:
     return build(
         module.MetadataResponseTopic,
         error_code=error,
@@ -138,7 +146,7 @@ def may_auto_create(context: RequestContext, name: str) -> bool:
     ) or context.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)
 
 
-def cluster_authorized_operations(context: RequestContext, request: Any) -> int:
+def cluster_authorized_operations(context: RequestContext, request: object) -> int:
     """The cluster bit field when asked for: 0 without DESCRIBE on the cluster (Kafka)."""
     if not getattr(request, "include_cluster_authorized_operations", False):
         return AUTHORIZED_OPERATIONS_OMITTED
@@ -149,7 +157,7 @@ def cluster_authorized_operations(context: RequestContext, request: Any) -> int:
 
 async def _named_entry(
     context: RequestContext, module: ModuleType, name: str, allow_create: bool
-) -> tuple[Any, bool]:
+) -> tuple[TopicEntry, bool]:
     """The entry for a topic asked for by name, and whether it is one the principal may
     DESCRIBE (which gets its authorized operations when asked for)."""
     services = context.services
@@ -186,7 +194,7 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
     topics = services.topics
     requested = request.topics
     # (entry, whether it gets the topic's authorized operations when asked for)
-    entries: list[tuple[Any, bool]] = []
+    entries: list[tuple[TopicEntry, bool]] = []
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if requested is None or (context.api_version == 0 and not requested):
         for topic in list(topics.topics.values()):
@@ -218,8 +226,9 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
             (
                 dataclasses.replace(
                     entry,
+                    # a describable entry is one found by name or id: it has its name
                     topic_authorized_operations=context.authorized_operations(
-                        ResourceType.TOPIC, entry.name
+                        ResourceType.TOPIC, entry.name or ""
                     ),
                 )
                 if describable

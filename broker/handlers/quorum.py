@@ -12,7 +12,7 @@ DESCRIBE on the cluster, the changes ALTER (CLUSTER_AUTHORIZATION_FAILED otherwi
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -64,7 +64,7 @@ async def handle_describe_quorum(
     quorum = controller.quorum()
     image = controller.image
 
-    def replica(node: int) -> Any:
+    def replica(node: int) -> object:
         end = quorum.log_end_offsets.get(node, -1)
         return build(
             module.ReplicaState,
@@ -128,7 +128,7 @@ async def handle_describe_quorum(
     )
 
 
-def _wrong_cluster(context: RequestContext, request: Any) -> str | None:
+def _wrong_cluster(context: RequestContext, request: object) -> str | None:
     wanted = getattr(request, "cluster_id", None)
     if wanted is None or wanted == context.services.identity.cluster_id:
         return None
@@ -138,14 +138,22 @@ def _wrong_cluster(context: RequestContext, request: Any) -> str | None:
     )
 
 
-def _answer(entity: Any, error_code: Any, error_message: str | None) -> Any:
+#: The response entity of the request being answered.
+R = TypeVar("R")
+
+
+def _answer(entity: type[R], error_code: ErrorCode, error_message: str | None) -> R:
     return build(
         entity, throttle_time=NO_THROTTLE, error_code=error_code, error_message=error_message
     )
 
 
-async def _voter_change(context: RequestContext, request: Any, action: str) -> Any:
-    entity, _module = response_schema(context)
+async def _voter_change(
+    context: RequestContext,
+    entity: type[R],
+    request: AddRaftVoterRequest | RemoveRaftVoterRequest,
+    action: str,
+) -> R:
     denied = _denied(context, AclOperation.ALTER)
     if denied is not None:
         return _answer(entity, ErrorCode.cluster_authorization_failed, denied)
@@ -161,13 +169,15 @@ async def _voter_change(context: RequestContext, request: Any, action: str) -> A
 async def handle_add_raft_voter(
     context: RequestContext, request: AddRaftVoterRequest
 ) -> AddRaftVoterResponse:
-    return await _voter_change(context, request, "add")
+    entity, _module = response_schema(context)
+    return await _voter_change(context, entity, request, "add")
 
 
 async def handle_remove_raft_voter(
     context: RequestContext, request: RemoveRaftVoterRequest
 ) -> RemoveRaftVoterResponse:
-    return await _voter_change(context, request, "remove")
+    entity, _module = response_schema(context)
+    return await _voter_change(context, entity, request, "remove")
 
 
 async def handle_unregister_broker(

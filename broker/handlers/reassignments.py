@@ -12,7 +12,7 @@ List DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -33,9 +33,13 @@ if TYPE_CHECKING:
     )
 
 
+#: The response entity of the request being answered.
+R = TypeVar("R")
+
+
 def _cluster_denied(
-    context: RequestContext, entity: type[Any], operation: AclOperation, **fields: Any
-) -> Any:
+    context: RequestContext, entity: type[R], operation: AclOperation, **fields: object
+) -> R:
     """The whole-request answer when `operation` on the cluster is not allowed."""
     return build(
         entity,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -40,7 +40,7 @@ async def handle_sasl_handshake(
     entity, _ = response_schema(context)
     enabled = context.services.authenticator.mechanisms(session.listener.name)
 
-    def refuse(code: ErrorCode, why: str) -> Any:
+    def refuse(code: ErrorCode, why: str) -> SaslHandshakeResponse:
         logger.warning("closing connection from %s: %s", context.client_host, why)
         session.close_after_response = True
         return build(entity, error_code=code, mechanisms=tuple(enabled))
@@ -79,7 +79,7 @@ async def handle_sasl_authenticate(
     authenticator = context.services.authenticator
     host = context.client_host
 
-    def answer(auth_bytes: bytes = b"") -> Any:
+    def answer(auth_bytes: bytes = b"") -> SaslAuthenticateResponse:
         return build(
             entity,
             error_code=ErrorCode.none,
@@ -88,7 +88,7 @@ async def handle_sasl_authenticate(
             session_lifetime=datetime.timedelta(0),
         )
 
-    async def fail(code: ErrorCode, message: str) -> Any:
+    async def fail(code: ErrorCode, message: str) -> SaslAuthenticateResponse:
         session.close_after_response = True
         delay_s = authenticator.failure_delays.record_failure(host)
         logger.warning(
@@ -107,7 +107,7 @@ async def handle_sasl_authenticate(
             session_lifetime=datetime.timedelta(0),
         )
 
-    def succeed(user: str, auth_bytes: bytes = b"") -> Any:
+    def succeed(user: str, auth_bytes: bytes = b"") -> SaslAuthenticateResponse:
         session.principal = Principal("User", user)
         session.authenticated = True
         session.scram = None

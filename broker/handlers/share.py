@@ -17,9 +17,10 @@ import datetime
 import logging
 import math
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -51,6 +52,7 @@ from raftka.protocol.splice import SplicedResponse, Splices
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
+    from raftka.log.segment import LogSegment
     from raftka.protocol.messages.requests import (
         ShareAcknowledgeRequest,
         ShareFetchRequest,
@@ -124,7 +126,9 @@ async def handle_share_group_heartbeat(
     coordinator = context.services.groups
     config = share_config(context)
 
-    def answer(error: ErrorCode, message: str | None = None, **fields: Any) -> Any:
+    def answer(
+        error: ErrorCode, message: str | None = None, **fields: object
+    ) -> ShareGroupHeartbeatResponse:
         fields.setdefault("member_id", request.member_id or None)
         fields.setdefault("member_epoch", 0)
         return build(
@@ -201,7 +205,8 @@ class _PartitionAnswer:
     ack_error: ErrorCode = ErrorCode.none
     ack_message: str | None = None
     leader: tuple[int, int] = (-1, -1)
-    records: Any = b""
+    # b"" until records are read: then their (segment, position, length) in the log
+    records: bytes | tuple[LogSegment, int, int] = b""
     acquired: tuple[Acquired, ...] = ()
 
 
@@ -261,12 +266,25 @@ async def _share_partition(
     return led
 
 
+class AcknowledgementBatch(Protocol):
+    """One acknowledgement batch of a ShareFetch or ShareAcknowledge request."""
+
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def acknowledge_types(self) -> Sequence[int]: ...
+
+
 async def _acknowledge(
     context: RequestContext,
     group_id: str,
     member_id: str,
     partition: Partition,
-    batches: Any,
+    batches: Iterable[AcknowledgementBatch],
     config: ShareConfig,
     answer: _PartitionAnswer,
 ) -> None:
@@ -308,13 +326,13 @@ def _fetch_once(
     context: RequestContext,
     member_id: str,
     targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]],
-    request: Any,
+    request: ShareFetchRequest,
     config: ShareConfig,
 ) -> int:
     """Acquire and read for each partition (no await: the slices stay valid); the number of
     records acquired."""
     remaining_bytes = request.max_bytes if request.max_bytes > 0 else 0
-    remaining_records = request.max_records
+    remaining_records: int = request.max_records
     acquired_total = 0
     now = _now_ms(context)
     for partition, led, answer in targets:
@@ -368,7 +386,7 @@ def _session_partitions(request: ShareFetchRequest) -> set[SessionPartition]:
 
 def _node_endpoints(
     context: RequestContext, module: ModuleType, answers: list[_PartitionAnswer]
-) -> tuple[Any, ...]:
+) -> tuple[object, ...]:
     wanted = {a.leader[0] for a in answers if a.error == ErrorCode.not_leader_or_follower}
     if not wanted:
         return ()
@@ -386,14 +404,18 @@ def _by_topic(answers: list[_PartitionAnswer]) -> dict[uuid.UUID, list[_Partitio
     return out
 
 
+#: The response entity of the request being answered.
+R = TypeVar("R")
+
+
 def _response(
-    entity: type[Any],
+    entity: type[R],
     error: ErrorCode,
     message: str | None,
-    responses: tuple[Any, ...] = (),
-    node_endpoints: tuple[Any, ...] = (),
-    **fields: Any,
-) -> Any:
+    responses: tuple[object, ...] = (),
+    node_endpoints: tuple[object, ...] = (),
+    **fields: object,
+) -> R:
     """A ShareFetch or ShareAcknowledge response; a refusal when `responses` is empty."""
     return build(
         entity,
@@ -410,19 +432,19 @@ def _lock_timeout(config: ShareConfig) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=config.lock_ms)
 
 
-def _leader(module: ModuleType, answer: _PartitionAnswer) -> Any:
+def _leader(module: ModuleType, answer: _PartitionAnswer) -> object:
     leader_id, leader_epoch = answer.leader
     return build(module.LeaderIdAndEpoch, leader_id=leader_id, leader_epoch=leader_epoch)
 
 
 async def handle_share_fetch(
     context: RequestContext, request: ShareFetchRequest
-) -> ShareFetchResponse:
+) -> ShareFetchResponse | SplicedResponse:
     entity, module = response_schema(context)
     config = share_config(context)
     manager = _manager(context)
 
-    def refuse(error: ErrorCode, message: str | None) -> Any:
+    def refuse(error: ErrorCode, message: str | None) -> ShareFetchResponse:
         return _response(entity, error, message, acquisition_lock_timeout=_lock_timeout(config))
 
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
@@ -580,20 +602,22 @@ async def _wait_for_records(
 
 def _fetch_response(
     context: RequestContext,
-    entity: type[Any],
+    entity: type[R],
     module: ModuleType,
     answers: list[_PartitionAnswer],
     config: ShareConfig,
-) -> Any:
+) -> R | SplicedResponse:
     splices = Splices()
     topics = []
     for topic_id, partitions in _by_topic(answers).items():
         built = []
         for a in partitions:
-            records = a.records
-            if records:
-                segment, position, length = records
-                records = _records(segment, position, length, splices)
+            stored = a.records
+            records = (
+                _records(stored[0], stored[1], stored[2], splices)
+                if isinstance(stored, tuple)
+                else stored
+            )
             built.append(
                 build(
                     module.PartitionData,
@@ -636,7 +660,7 @@ async def handle_share_acknowledge(
     config = share_config(context)
     manager = _manager(context)
 
-    def refuse(error: ErrorCode, message: str | None) -> Any:
+    def refuse(error: ErrorCode, message: str | None) -> ShareAcknowledgeResponse:
         return _response(entity, error, message)
 
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
@@ -712,7 +736,7 @@ async def handle_share_group_describe(
     with_operations = bool(request.include_authorized_operations)
     described = []
     for group_id in request.group_ids:
-        fields: dict[str, Any] = {
+        fields: dict[str, object] = {
             "group_id": group_id,
             "error_code": ErrorCode.none,
             "error_message": None,

@@ -15,7 +15,7 @@ group for DeleteGroups.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -128,7 +128,7 @@ async def handle_describe_share_group_offsets(
             for index in (
                 indexes if indexes is not None else range(len(topic.partitions) if topic else 0)
             ):
-                fields: dict[str, Any] = {
+                fields: dict[str, object] = {
                     "partition_index": index,
                     "start_offset": -1,
                     "leader_epoch": -1,
@@ -178,9 +178,13 @@ async def handle_describe_share_group_offsets(
     return build(entity, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
+#: The response entity of the request being answered.
+R = TypeVar("R")
+
+
 def _offsets_response(
-    entity: type[Any], error: ErrorCode, message: str | None, responses: tuple[Any, ...]
-) -> Any:
+    entity: type[R], error: ErrorCode, message: str | None, responses: tuple[object, ...]
+) -> R:
     """An Alter- or DeleteShareGroupOffsets response."""
     return build(
         entity,

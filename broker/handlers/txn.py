@@ -17,7 +17,9 @@ DescribeProducers needs READ on each topic.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.add_partitions_to_txn.v4.request import (
     AddPartitionsToTxnRequest as AddPartitionsToTxnRequestV4,
@@ -90,12 +92,22 @@ def fenced_for_version(error: ErrorCode, version: int, first_fenced_version: int
 # -- AddPartitionsToTxn ---------------------------------------------------------------------
 
 
+class NamedPartitions(Protocol):
+    """A topic's name and partition indexes, as AddPartitionsToTxn names them."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
 async def _add_one(
     context: RequestContext,
     transactional_id: str,
     producer_id: int,
     producer_epoch: int,
-    topics: Any,
+    topics: Iterable[NamedPartitions],
     verify_only: bool,
 ) -> dict[TopicPartition, ErrorCode]:
     """Per-partition errors for one transaction of the request."""
@@ -131,8 +143,10 @@ async def _add_one(
     return dict.fromkeys(wanted, fenced_for_version(error, context.api_version, 2))
 
 
-def _topic_results(module: Any, errors: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
-    by_topic: dict[str, list[Any]] = {}
+def _topic_results(
+    module: ModuleType, errors: dict[TopicPartition, ErrorCode]
+) -> tuple[object, ...]:
+    by_topic: dict[str, list[object]] = {}
     for (topic, index), error in errors.items():
         by_topic.setdefault(topic, []).append(
             build(
@@ -376,7 +390,7 @@ async def handle_describe_producers(
     topics = context.services.topics
     may_read = TopicAccess(context, AclOperation.READ)
 
-    def partition_answer(name: str, index: int) -> Any:
+    def partition_answer(name: str, index: int) -> object:
         partition = topics.partition(name, index)
         if not may_read(name):
             error, message = ErrorCode.topic_authorization_failed, None
