@@ -20,7 +20,11 @@ from raftka.broker.cluster.commands import (
     CreateAclsCommand,
     DeleteAclsCommand,
 )
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -138,7 +142,8 @@ def _grouped(module: ModuleType, bindings: Iterable[AclBinding]) -> tuple[object
 async def handle_describe_acls(
     context: RequestContext, request: DescribeAclsRequest
 ) -> DescribeAclsResponse:
-    entity, module = response_schema(context)
+    entity: type[DescribeAclsResponse] = response_entity(context)
+    module = response_module(context)
     resources: tuple[object, ...] = ()
     code, message = ErrorCode.none, None
     refusal = _refusal(context, AclOperation.DESCRIBE)
@@ -163,7 +168,8 @@ async def handle_describe_acls(
 async def handle_create_acls(
     context: RequestContext, request: CreateAclsRequest
 ) -> CreateAclsResponse:
-    entity, module = response_schema(context)
+    entity: type[CreateAclsResponse] = response_entity(context)
+    module = response_module(context)
     outcomes: list[AclOutcome]
     refusal = _refusal(context, AclOperation.ALTER)
     if refusal is not None:
@@ -206,7 +212,8 @@ async def handle_create_acls(
 async def handle_delete_acls(
     context: RequestContext, request: DeleteAclsRequest
 ) -> DeleteAclsResponse:
-    entity, module = response_schema(context)
+    entity: type[DeleteAclsResponse] = response_entity(context)
+    module = response_module(context)
     outcomes: list[AclOutcome]
     refusal = _refusal(context, AclOperation.ALTER)
     if refusal is not None:

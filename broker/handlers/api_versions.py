@@ -9,7 +9,11 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    response_entity,
+    response_module,
+)
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
@@ -49,7 +53,8 @@ def unsupported_version_response(
 async def handle_api_versions(
     context: RequestContext, request: ApiVersionsRequest
 ) -> ApiVersionsResponse:
-    entity, module = response_schema(context)
+    entity: type[ApiVersionsResponse] = response_entity(context)
+    module = response_module(context)
     return build(
         entity,
         error_code=ErrorCode.none,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import AlterClientQuotaCommand
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import NO_THROTTLE, response_entity, response_module
 from raftka.broker.quotas import (
     QuotaEntity,
     QuotaRequestError,
@@ -40,10 +40,11 @@ if TYPE_CHECKING:
 async def handle_describe_client_quotas(
     context: RequestContext, request: DescribeClientQuotasRequest
 ) -> DescribeClientQuotasResponse:
-    response_entity, module = response_schema(context)
+    answer: type[DescribeClientQuotasResponse] = response_entity(context)
+    module = response_module(context)
     if not context.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
         return build(
-            response_entity,
+            answer,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message="Cluster authorization failed.",
@@ -58,7 +59,7 @@ async def handle_describe_client_quotas(
         )
     except QuotaRequestError as exc:
         return build(
-            response_entity,
+            answer,
             throttle_time=NO_THROTTLE,
             error_code=exc.error_code,
             error_message=exc.message,
@@ -78,7 +79,7 @@ async def handle_describe_client_quotas(
         for entity, values in found
     )
     return build(
-        response_entity,
+        answer,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         error_message=None,
@@ -89,7 +90,8 @@ async def handle_describe_client_quotas(
 async def handle_alter_client_quotas(
     context: RequestContext, request: AlterClientQuotasRequest
 ) -> AlterClientQuotasResponse:
-    response_entity, module = response_schema(context)
+    answer: type[AlterClientQuotasResponse] = response_entity(context)
+    module = response_module(context)
     authorized = context.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)
     seen: set[QuotaEntity] = set()
     results = []
@@ -125,7 +127,7 @@ async def handle_alter_client_quotas(
                 ),
             )
         )
-    return build(response_entity, throttle_time=NO_THROTTLE, entries=tuple(results))
+    return build(answer, throttle_time=NO_THROTTLE, entries=tuple(results))
 
 
 def _render(pairs: list[tuple[str, str | None]]) -> str:

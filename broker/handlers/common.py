@@ -28,11 +28,21 @@ def duration_ms(value: datetime.timedelta | int) -> int:
     return int(value)
 
 
-# Any: the entity is the request's version's, chosen at run time; each handler declares the
-# union of versions it returns (raftka.protocol.messages), which `build` of it satisfies.
+# Any: the entity is the request's version's, chosen at run time; a handler assigns it to
+# the union of versions it answers (raftka.protocol.messages), so `build` returns that union.
+def response_entity(context: RequestContext) -> type[Any]:
+    """The response entity for the request being served."""
+    return response_type(context.api_key, context.api_version)
+
+
+def response_module(context: RequestContext) -> ModuleType:
+    """The module of the response entity for the request being served (its nested classes)."""
+    return schema_module(response_type(context.api_key, context.api_version))
+
+
 def response_schema(context: RequestContext) -> tuple[type[Any], ModuleType]:
     """The response entity for the request being served and its module (nested classes)."""
-    entity = response_type(context.api_key, context.api_version)
+    entity = response_entity(context)
     return entity, schema_module(entity)
 
 

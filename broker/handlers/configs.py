@@ -16,7 +16,12 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import AlterBrokerConfigsCommand, AlterConfigsCommand
 from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, ConfigType, TopicConfig
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
@@ -153,7 +158,8 @@ async def handle_describe_configs(
     context: RequestContext, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[DescribeConfigsResponse] = response_entity(context)
+    module = response_module(context)
     results = []
     for resource in request.resources:
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
@@ -260,7 +266,8 @@ async def handle_incremental_alter_configs(
     context: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[IncrementalAlterConfigsResponse] = response_entity(context)
+    module = response_module(context)
     results = []
     for resource in request.resources:
         error, message = ErrorCode.none, None
@@ -357,7 +364,8 @@ async def handle_alter_configs(
 ) -> AlterConfigsResponse:
     """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[AlterConfigsResponse] = response_entity(context)
+    module = response_module(context)
     results = []
     for resource in request.resources:
         error: ErrorCode

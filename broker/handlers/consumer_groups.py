@@ -24,7 +24,8 @@ from raftka.broker.handlers.common import (
     TopicAccess,
     denied_message,
     duration_ms,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.protocol.api import build
@@ -53,7 +54,8 @@ async def handle_consumer_group_heartbeat(
     context: RequestContext, request: ConsumerGroupHeartbeatRequest
 ) -> ConsumerGroupHeartbeatResponse:
 
-    entity, module = response_schema(context)
+    entity: type[ConsumerGroupHeartbeatResponse] = response_entity(context)
+    module = response_module(context)
 
     def refused(error: ErrorCode, message: str) -> ConsumerGroupHeartbeatResponse:
         return build(
@@ -135,7 +137,8 @@ def _topic_partitions(module: ModuleType, assignment: Assignment) -> tuple[objec
 async def handle_consumer_group_describe(
     context: RequestContext, request: ConsumerGroupDescribeRequest
 ) -> ConsumerGroupDescribeResponse:
-    entity, module = response_schema(context)
+    entity: type[ConsumerGroupDescribeResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = _coordinator(context)
     names_of = coordinator.consumer.topics
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)

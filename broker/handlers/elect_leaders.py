@@ -26,7 +26,8 @@ from raftka.broker.handlers.common import (
     NO_THROTTLE,
     denied_message,
     duration_ms,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.handlers.metadata import partition_leader
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -138,7 +139,8 @@ async def handle_elect_leaders(
     context: RequestContext, request: ElectLeadersRequest
 ) -> ElectLeadersResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[ElectLeadersResponse] = response_entity(context)
+    module = response_module(context)
     election_type = int(getattr(request, "election_type", PREFERRED))
     all_partitions = request.topic_partitions is None
     if not context.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):

@@ -30,7 +30,8 @@ from raftka.broker.handlers.common import (
     TopicAccess,
     denied_message,
     duration_ms,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
 from raftka.broker.handlers.share_admin import delete_share_groups
@@ -121,7 +122,8 @@ def _no_coordinator(error: ErrorCode, message: str) -> dict[str, object]:
 async def handle_find_coordinator(
     context: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
-    entity, module = response_schema(context)
+    entity: type[FindCoordinatorResponse] = response_entity(context)
+    module = response_module(context)
     services = context.services
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
 
@@ -178,7 +180,8 @@ async def handle_find_coordinator(
 async def handle_join_group(
     context: RequestContext, request: JoinGroupRequest
 ) -> JoinGroupResponse:
-    entity, module = response_schema(context)
+    entity: type[JoinGroupResponse] = response_entity(context)
+    module = response_module(context)
     version = context.api_version
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
@@ -237,7 +240,7 @@ async def handle_join_group(
 async def handle_sync_group(
     context: RequestContext, request: SyncGroupRequest
 ) -> SyncGroupResponse:
-    entity, _ = response_schema(context)
+    entity: type[SyncGroupResponse] = response_entity(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
             entity,
@@ -269,7 +272,7 @@ async def handle_sync_group(
 
 
 async def handle_heartbeat(context: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
-    entity, _ = response_schema(context)
+    entity: type[HeartbeatResponse] = response_entity(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
             entity, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed
@@ -286,7 +289,8 @@ async def handle_heartbeat(context: RequestContext, request: HeartbeatRequest) -
 async def handle_leave_group(
     context: RequestContext, request: LeaveGroupRequest
 ) -> LeaveGroupResponse:
-    entity, module = response_schema(context)
+    entity: type[LeaveGroupResponse] = response_entity(context)
+    module = response_module(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
             entity,
@@ -373,7 +377,8 @@ def _refused_commit(
 async def handle_offset_commit(
     context: RequestContext, request: OffsetCommitRequest
 ) -> OffsetCommitResponse:
-    entity, module = response_schema(context)
+    entity: type[OffsetCommitResponse] = response_entity(context)
+    module = response_module(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return _commit_response(
             entity,
@@ -407,7 +412,8 @@ async def handle_txn_offset_commit(
     """TxnOffsetCommit v0-3 (v3 carries the consumer's generation, member and instance ids,
     KIP-447): the offsets are written as a transactional batch of the producer and count
     once its transaction commits."""
-    entity, module = response_schema(context)
+    entity: type[TxnOffsetCommitResponse] = response_entity(context)
+    module = response_module(context)
     refusal = None
     if not may_write_transaction(context, request.transactional_id):
         refusal = ErrorCode.transactional_id_authorization_failed
@@ -560,7 +566,8 @@ def _fetch_group(
 async def handle_offset_fetch(
     context: RequestContext, request: OffsetFetchRequest
 ) -> OffsetFetchResponse:
-    entity, module = response_schema(context)
+    entity: type[OffsetFetchResponse] = response_entity(context)
+    module = response_module(context)
     require_stable = bool(getattr(request, "require_stable", False))
     if isinstance(request, OffsetFetchRequestV8 | OffsetFetchRequestV9):
         groups = []
@@ -598,7 +605,8 @@ async def handle_offset_fetch(
 async def handle_offset_delete(
     context: RequestContext, request: OffsetDeleteRequest
 ) -> OffsetDeleteResponse:
-    entity, module = response_schema(context)
+    entity: type[OffsetDeleteResponse] = response_entity(context)
+    module = response_module(context)
     if not _may(context, AclOperation.DELETE, request.group_id):
         return build(
             entity,
@@ -652,7 +660,8 @@ async def handle_offset_delete(
 async def handle_list_groups(
     context: RequestContext, request: ListGroupsRequest
 ) -> ListGroupsResponse:
-    entity, module = response_schema(context)
+    entity: type[ListGroupsResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = _coordinator(context)
     listed = coordinator.list_typed_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
@@ -681,7 +690,8 @@ async def handle_list_groups(
 async def handle_describe_groups(
     context: RequestContext, request: DescribeGroupsRequest
 ) -> DescribeGroupsResponse:
-    entity, module = response_schema(context)
+    entity: type[DescribeGroupsResponse] = response_entity(context)
+    module = response_module(context)
     with_operations = bool(getattr(request, "include_authorized_operations", False))
     described = []
     for group_id in request.groups:
@@ -734,7 +744,8 @@ async def handle_describe_groups(
 async def handle_delete_groups(
     context: RequestContext, request: DeleteGroupsRequest
 ) -> DeleteGroupsResponse:
-    entity, module = response_schema(context)
+    entity: type[DeleteGroupsResponse] = response_entity(context)
+    module = response_module(context)
     names: list[str] = list(dict.fromkeys(request.groups_names))
     refused = [name for name in names if not _may(context, AclOperation.DELETE, name)]
     allowed = [name for name in names if name not in refused]

@@ -18,7 +18,11 @@ from kio.static.protocol import Entity
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.cluster.validation import TopicError, check_not_reserved, validate_topic_name
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.topics import Topic
 from raftka.protocol.api import build
@@ -74,7 +78,7 @@ def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic)
                 offline_replicas=(),
             )
         )
-    return build(
+    entry: TopicEntry = build(
         module.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=topic.name,
@@ -83,12 +87,13 @@ def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic)
         partitions=tuple(partitions),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+    return entry
 
 
 def _error_entry(
     module: ModuleType, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode
 ) -> TopicEntry:
-    return build(
+    entry: TopicEntry = build(
         module.MetadataResponseTopic,
         error_code=error,
         name=name,
@@ -97,6 +102,7 @@ def _error_entry(
         partitions=(),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+    return entry
 
 
 async def _auto_create(controller: ControllerClient, name: str) -> ErrorCode:
@@ -190,7 +196,8 @@ async def _named_entry(
 async def handle_metadata(context: RequestContext, request: MetadataRequest) -> MetadataResponse:
     services = context.services
     controller = services.controller
-    entity, module = response_schema(context)
+    entity: type[MetadataResponse] = response_entity(context)
+    module = response_module(context)
     topics = services.topics
     requested = request.topics
     # (entry, whether it gets the topic's authorized operations when asked for)
@@ -256,7 +263,8 @@ async def handle_describe_cluster(
     context: RequestContext, request: DescribeClusterRequest
 ) -> DescribeClusterResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[DescribeClusterResponse] = response_entity(context)
+    module = response_module(context)
     return build(
         entity,
         throttle_time=NO_THROTTLE,

@@ -18,7 +18,11 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import NO_THROTTLE, duration_ms, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    duration_ms,
+    response_entity,
+)
 from raftka.broker.handlers.txn import coordinator_of, fenced_for_version, may_write_transaction
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
@@ -49,7 +53,7 @@ def _refusal(context: RequestContext, transactional_id: str | None) -> ErrorCode
 async def handle_init_producer_id(
     context: RequestContext, request: InitProducerIdRequest
 ) -> InitProducerIdResponse:
-    entity, _module = response_schema(context)
+    entity: type[InitProducerIdResponse] = response_entity(context)
     refusal = _refusal(context, request.transactional_id)
     if refusal is not None:
         return build(

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, TypeVar
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import ChangeMetadataVotersCommand, UnregisterBrokerCommand
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.topics import METADATA_TOPIC
 from raftka.protocol.api import build
@@ -50,7 +55,8 @@ def _denied(context: RequestContext, operation: AclOperation) -> str | None:
 async def handle_describe_quorum(
     context: RequestContext, request: DescribeQuorumRequest
 ) -> DescribeQuorumResponse:
-    entity, module = response_schema(context)
+    entity: type[DescribeQuorumResponse] = response_entity(context)
+    module = response_module(context)
     denied = _denied(context, AclOperation.DESCRIBE)
     if denied is not None:
         return build(
@@ -169,21 +175,21 @@ async def _voter_change(
 async def handle_add_raft_voter(
     context: RequestContext, request: AddRaftVoterRequest
 ) -> AddRaftVoterResponse:
-    entity, _module = response_schema(context)
+    entity: type[AddRaftVoterResponse] = response_entity(context)
     return await _voter_change(context, entity, request, "add")
 
 
 async def handle_remove_raft_voter(
     context: RequestContext, request: RemoveRaftVoterRequest
 ) -> RemoveRaftVoterResponse:
-    entity, _module = response_schema(context)
+    entity: type[RemoveRaftVoterResponse] = response_entity(context)
     return await _voter_change(context, entity, request, "remove")
 
 
 async def handle_unregister_broker(
     context: RequestContext, request: UnregisterBrokerRequest
 ) -> UnregisterBrokerResponse:
-    entity, _module = response_schema(context)
+    entity: type[UnregisterBrokerResponse] = response_entity(context)
     denied = _denied(context, AclOperation.ALTER)
     if denied is not None:
         return _answer(entity, ErrorCode.cluster_authorization_failed, denied)

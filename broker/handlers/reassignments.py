@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, TypeVar
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import ReassignPartitionCommand
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
@@ -53,7 +58,8 @@ def _cluster_denied(
 async def handle_alter_partition_reassignments(
     context: RequestContext, request: AlterPartitionReassignmentsRequest
 ) -> AlterPartitionReassignmentsResponse:
-    entity, module = response_schema(context)
+    entity: type[AlterPartitionReassignmentsResponse] = response_entity(context)
+    module = response_module(context)
     allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
     extra = {"allow_replication_factor_change": allow_rf_change} if context.api_version else {}
     if not context.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
@@ -110,7 +116,8 @@ async def handle_alter_partition_reassignments(
 async def handle_list_partition_reassignments(
     context: RequestContext, request: ListPartitionReassignmentsRequest
 ) -> ListPartitionReassignmentsResponse:
-    entity, module = response_schema(context)
+    entity: type[ListPartitionReassignmentsResponse] = response_entity(context)
+    module = response_module(context)
     if not context.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return _cluster_denied(context, entity, AclOperation.DESCRIBE, topics=())
     image = context.services.controller.image

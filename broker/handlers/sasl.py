@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import response_schema
+from raftka.broker.handlers.common import response_entity
 from raftka.broker.security.scram import ScramError, ScramMechanism, ScramServer
 from raftka.broker.security.session import Principal
 from raftka.protocol.api import build
@@ -37,7 +37,7 @@ async def handle_sasl_handshake(
     context: RequestContext, request: SaslHandshakeRequest
 ) -> SaslHandshakeResponse:
     session = _session(context)
-    entity, _ = response_schema(context)
+    entity: type[SaslHandshakeResponse] = response_entity(context)
     enabled = context.services.authenticator.mechanisms(session.listener.name)
 
     def refuse(code: ErrorCode, why: str) -> SaslHandshakeResponse:
@@ -75,7 +75,7 @@ async def handle_sasl_authenticate(
     context: RequestContext, request: SaslAuthenticateRequest
 ) -> SaslAuthenticateResponse:
     session = _session(context)
-    entity, _ = response_schema(context)
+    entity: type[SaslAuthenticateResponse] = response_entity(context)
     authenticator = context.services.authenticator
     host = context.client_host
 

@@ -22,7 +22,12 @@ from raftka.broker.cluster.validation import (
     check_scram_iterations,
     check_scram_mechanism,
 )
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.security.scram import credential_from_salted
 from raftka.protocol.api import build
@@ -49,7 +54,8 @@ def _cluster_denial(context: RequestContext, operation: AclOperation) -> str | N
 async def handle_describe_user_scram_credentials(
     context: RequestContext, request: DescribeUserScramCredentialsRequest
 ) -> DescribeUserScramCredentialsResponse:
-    entity, module = response_schema(context)
+    entity: type[DescribeUserScramCredentialsResponse] = response_entity(context)
+    module = response_module(context)
     denial = _cluster_denial(context, AclOperation.DESCRIBE)
     if denial is not None:
         code = ErrorCode.cluster_authorization_failed
@@ -114,7 +120,8 @@ def _b64(raw: bytes) -> str:
 async def handle_alter_user_scram_credentials(
     context: RequestContext, request: AlterUserScramCredentialsRequest
 ) -> AlterUserScramCredentialsResponse:
-    entity, module = response_schema(context)
+    entity: type[AlterUserScramCredentialsResponse] = response_entity(context)
+    module = response_module(context)
     controller = context.services.controller
     users = list(
         dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])

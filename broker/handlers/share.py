@@ -31,7 +31,8 @@ from raftka.broker.handlers.common import (
     denied_message,
     duration_ms,
     led_partition,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.handlers.fetch import _any_appended, _records
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
@@ -122,7 +123,8 @@ async def release_departed(context: RequestContext, delivery_limit: int) -> None
 async def handle_share_group_heartbeat(
     context: RequestContext, request: ShareGroupHeartbeatRequest
 ) -> ShareGroupHeartbeatResponse:
-    entity, module = response_schema(context)
+    entity: type[ShareGroupHeartbeatResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = context.services.groups
     config = share_config(context)
 
@@ -440,7 +442,8 @@ def _leader(module: ModuleType, answer: _PartitionAnswer) -> object:
 async def handle_share_fetch(
     context: RequestContext, request: ShareFetchRequest
 ) -> ShareFetchResponse | SplicedResponse:
-    entity, module = response_schema(context)
+    entity: type[ShareFetchResponse] = response_entity(context)
+    module = response_module(context)
     config = share_config(context)
     manager = _manager(context)
 
@@ -656,7 +659,8 @@ def _fetch_response(
 async def handle_share_acknowledge(
     context: RequestContext, request: ShareAcknowledgeRequest
 ) -> ShareAcknowledgeResponse:
-    entity, module = response_schema(context)
+    entity: type[ShareAcknowledgeResponse] = response_entity(context)
+    module = response_module(context)
     config = share_config(context)
     manager = _manager(context)
 
@@ -730,7 +734,8 @@ async def handle_share_acknowledge(
 async def handle_share_group_describe(
     context: RequestContext, request: ShareGroupDescribeRequest
 ) -> ShareGroupDescribeResponse:
-    entity, module = response_schema(context)
+    entity: type[ShareGroupDescribeResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = context.services.groups
     topics = context.services.topics
     with_operations = bool(request.include_authorized_operations)

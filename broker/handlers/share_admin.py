@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import NO_THROTTLE, TopicAccess, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    TopicAccess,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.share.manager import Notice, PersistedState, ShareKey
 from raftka.broker.share.partition import RecordState
@@ -93,7 +99,8 @@ def _lag(topic: Topic, index: int, state: PersistedState) -> int:
 async def handle_describe_share_group_offsets(
     context: RequestContext, request: DescribeShareGroupOffsetsRequest
 ) -> DescribeShareGroupOffsetsResponse:
-    entity, module = response_schema(context)
+    entity: type[DescribeShareGroupOffsetsResponse] = response_entity(context)
+    module = response_module(context)
     topics = context.services.topics
     store = context.services.groups.share_partitions.store
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
@@ -198,7 +205,8 @@ def _offsets_response(
 async def handle_alter_share_group_offsets(
     context: RequestContext, request: AlterShareGroupOffsetsRequest
 ) -> AlterShareGroupOffsetsResponse:
-    entity, module = response_schema(context)
+    entity: type[AlterShareGroupOffsetsResponse] = response_entity(context)
+    module = response_module(context)
     group_id = request.group_id
     error, message = _group_error(context, group_id, AclOperation.READ, empty_only=True)
     if error != ErrorCode.none:
@@ -267,7 +275,8 @@ async def _delete_state(context: RequestContext, group_id: str, topic: Topic) ->
 async def handle_delete_share_group_offsets(
     context: RequestContext, request: DeleteShareGroupOffsetsRequest
 ) -> DeleteShareGroupOffsetsResponse:
-    entity, module = response_schema(context)
+    entity: type[DeleteShareGroupOffsetsResponse] = response_entity(context)
+    module = response_module(context)
     group_id = request.group_id
     error, message = _group_error(context, group_id, AclOperation.DELETE, empty_only=True)
     if error != ErrorCode.none:

@@ -31,7 +31,12 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import OFFSETS_TOPIC
 from raftka.broker.groups.records import partition_for_group
-from raftka.broker.handlers.common import NO_THROTTLE, TopicAccess, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    TopicAccess,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.txn.coordinator import TRANSACTION_STATE_TOPIC
 from raftka.broker.txn.records import TxnState
@@ -164,7 +169,8 @@ def _topic_results(
 async def handle_add_partitions_to_txn(
     context: RequestContext, request: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:
-    entity, module = response_schema(context)
+    entity: type[AddPartitionsToTxnResponse] = response_entity(context)
+    module = response_module(context)
     if not isinstance(request, AddPartitionsToTxnRequestV4 | AddPartitionsToTxnRequestV5):
         errors = await _add_one(
             context,
@@ -217,7 +223,7 @@ async def handle_add_partitions_to_txn(
 async def handle_add_offsets_to_txn(
     context: RequestContext, request: AddOffsetsToTxnRequest
 ) -> AddOffsetsToTxnResponse:
-    entity, _module = response_schema(context)
+    entity: type[AddOffsetsToTxnResponse] = response_entity(context)
     services = context.services
     if not may_write_transaction(context, request.transactional_id):
         error = ErrorCode.transactional_id_authorization_failed
@@ -248,7 +254,7 @@ async def handle_add_offsets_to_txn(
 
 
 async def handle_end_txn(context: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
-    entity, _module = response_schema(context)
+    entity: type[EndTxnResponse] = response_entity(context)
     if not may_write_transaction(context, request.transactional_id):
         return build(
             entity,
@@ -278,7 +284,8 @@ async def handle_end_txn(context: RequestContext, request: EndTxnRequest) -> End
 async def handle_describe_transactions(
     context: RequestContext, request: DescribeTransactionsRequest
 ) -> DescribeTransactionsResponse:
-    entity, module = response_schema(context)
+    entity: type[DescribeTransactionsResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = coordinator_of(context)
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     states = []
@@ -335,7 +342,8 @@ def _datetime(ms: int) -> datetime.datetime:
 async def handle_list_transactions(
     context: RequestContext, request: ListTransactionsRequest
 ) -> ListTransactionsResponse:
-    entity, module = response_schema(context)
+    entity: type[ListTransactionsResponse] = response_entity(context)
+    module = response_module(context)
     states: list[TxnState] = []
     unknown: list[str] = []
     for name in request.state_filters:
@@ -386,7 +394,8 @@ async def handle_describe_producers(
     """DescribeProducers (KIP-664): the producers a partition's leader tracks, with the
     first offset of each one's ongoing transaction, which is how `kafka-transactions.sh
     find-hanging` finds a transaction that holds the last stable offset back."""
-    entity, module = response_schema(context)
+    entity: type[DescribeProducersResponse] = response_entity(context)
+    module = response_module(context)
     topics = context.services.topics
     may_read = TopicAccess(context, AclOperation.READ)
 
