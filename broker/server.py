@@ -47,7 +47,7 @@ from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.share.manager import SharePartitionManager
 from raftka.broker.share.state_store import TopicShareStateStore
 from raftka.broker.share.state_store import register as register_share_state
-from raftka.broker.topics import Partition, TopicManager, now_ms
+from raftka.broker.topics import Partition, TopicManager
 from raftka.broker.txn import transaction_coordinator_for
 from raftka.consensus.driver import RaftNode
 from raftka.consensus.peer_auth import PeerAuth, load_secrets
@@ -668,7 +668,7 @@ class Broker:
         the Raft driver's sync tickets, not for this loop."""
         while True:
             await trio.sleep(FLUSH_CHECK_INTERVAL_S)
-            now = now_ms()
+            now = self.clock.wall_ms()
             for partition in self._partitions_flushed_on_schedule():
                 log = partition.log
                 if log is not None and log.should_flush(now):
@@ -704,7 +704,7 @@ class Broker:
         interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
         while True:
             await trio.sleep(interval_s)
-            now = now_ms()
+            now = self.clock.wall_ms()
             deleted = 0
             for partition in list(self.topics.local_partitions()):
                 if partition.log is not None and partition.raft is not None:

@@ -37,7 +37,7 @@ from raftka.broker.handlers.metadata import brokers_of, client_listener, partiti
 from raftka.broker.handlers.share_admin import delete_share_groups
 from raftka.broker.handlers.txn import ensure_transaction_state_topic, may_write_transaction
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from raftka.broker.topics import Topic, now_ms
+from raftka.broker.topics import Topic
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
@@ -330,7 +330,7 @@ def _offsets_to_commit(
     metadata OFFSET_METADATA_TOO_LARGE."""
     topics = context.services.topics
     may_read = TopicAccess(context, AclOperation.READ)
-    commit_ms = now_ms()
+    commit_ms = context.services.clock.wall_ms()
     errors: dict[tuple[str, int], ErrorCode] = {}
     valid: dict[tuple[str, int], OffsetValue] = {}
     for topic in request.topics:
