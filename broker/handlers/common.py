@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     RequestContext = _RequestContext[object, object]
 
 NO_THROTTLE = datetime.timedelta(0)
+#: The response entity of the request being answered, in helpers that build it.
+R = TypeVar("R")
 
 
 def duration_ms(value: datetime.timedelta | int) -> int:

@@ -10,7 +10,7 @@ wait for the group; they run as their own tasks, so the connection's other reque
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import (
@@ -27,6 +27,7 @@ from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from raftka.broker.groups.records import OffsetValue, partition_for_group
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
+    R,
     TopicAccess,
     denied_message,
     duration_ms,
@@ -445,10 +446,6 @@ async def handle_txn_offset_commit(
         request,
         errors,
     )
-
-
-#: The response entity of the request being answered.
-R = TypeVar("R")
 
 
 def _commit_response(

@@ -12,13 +12,14 @@ DESCRIBE on the cluster, the changes ALTER (CLUSTER_AUTHORIZATION_FAILED otherwi
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import ChangeMetadataVotersCommand, UnregisterBrokerCommand
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
+    R,
     denied_message,
     response_entity,
     response_module,
@@ -142,10 +143,6 @@ def _wrong_cluster(context: RequestContext, request: object) -> str | None:
         f"the request is for cluster {wanted}, this is cluster "
         f"{context.services.identity.cluster_id}"
     )
-
-
-#: The response entity of the request being answered.
-R = TypeVar("R")
 
 
 def _answer(entity: type[R], error_code: ErrorCode, error_message: str | None) -> R:

@@ -12,13 +12,14 @@ List DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import ReassignPartitionCommand
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
+    R,
     denied_message,
     response_entity,
     response_module,
@@ -36,10 +37,6 @@ if TYPE_CHECKING:
         AlterPartitionReassignmentsResponse,
         ListPartitionReassignmentsResponse,
     )
-
-
-#: The response entity of the request being answered.
-R = TypeVar("R")
 
 
 def _cluster_denied(

@@ -20,13 +20,14 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
+    R,
     TopicAccess,
     denied_message,
     duration_ms,
@@ -375,8 +376,7 @@ def _fetch_once(
 
 
 def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:
-    """A topic id of a share request: kio types every uuid field as nullable, but the share
-    APIs name each topic by its id (an unknown or null one is answered UNKNOWN_TOPIC_ID)."""
+    """A share request's topic id, which kio types as nullable (null: UNKNOWN_TOPIC_ID)."""
     return cast(uuid.UUID, topic_id)
 
 
@@ -404,10 +404,6 @@ def _by_topic(answers: list[_PartitionAnswer]) -> dict[uuid.UUID, list[_Partitio
     for a in answers:
         out.setdefault(a.topic_id, []).append(a)
     return out
-
-
-#: The response entity of the request being answered.
-R = TypeVar("R")
 
 
 def _response(
@@ -616,11 +612,7 @@ def _fetch_response(
         built = []
         for a in partitions:
             stored = a.records
-            records = (
-                _records(stored[0], stored[1], stored[2], splices)
-                if isinstance(stored, tuple)
-                else stored
-            )
+            records = _records(*stored, splices) if isinstance(stored, tuple) else stored
             built.append(
                 build(
                     module.PartitionData,

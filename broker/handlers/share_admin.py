@@ -15,12 +15,13 @@ group for DeleteGroups.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
+    R,
     TopicAccess,
     denied_message,
     response_entity,
@@ -183,10 +184,6 @@ async def handle_describe_share_group_offsets(
             )
         )
     return build(entity, throttle_time=NO_THROTTLE, groups=tuple(groups))
-
-
-#: The response entity of the request being answered.
-R = TypeVar("R")
 
 
 def _offsets_response(
