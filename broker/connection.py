@@ -43,17 +43,15 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import trio
 
 from raftka.broker.handlers.api_versions import unsupported_version_response
-from raftka.broker.handlers.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from raftka.broker.metrics import HANDLER_FAILED, error_name
 from raftka.broker.quotas import (
-    FETCH_KEY,
-    PRODUCE_KEY,
     ClientQuota,
     ClientQuotaManager,
     cap_fetch_bytes,
@@ -63,19 +61,23 @@ from raftka.broker.quotas import (
 from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
 from raftka.broker.security.session import ClientSession
 from raftka.broker.security.tls import certificate_principal
-from raftka.broker.services import BrokerServices, RequestContext
+from raftka.broker.services import RequestContext
 from raftka.protocol.api import (
-    API_VERSIONS_KEY,
     FrameError,
     RequestPrefix,
     decode_request,
     encode_response,
     read_prefix,
 )
+from raftka.protocol.api_keys import ApiKey
 from raftka.protocol.splice import FileRange, Pieces, SplicedResponse
 
 if TYPE_CHECKING:
-    from raftka.broker.handlers import Handle
+    from kio.static.protocol import RequestPayload
+
+    from raftka.broker.handlers.context import ApiEndpoint, BrokerServices
+    from raftka.broker.handlers.context import RequestContext as HandlerContext
+    from raftka.protocol.messages.requests import FetchRequest
 
 logger = logging.getLogger("raftka.connection")
 
@@ -85,12 +87,13 @@ RECEIVE_CHUNK_BYTES = 256 * 1024
 _SENDFILE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 #: What a SASL listener serves before authentication (Kafka's rule).
-_BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+_BEFORE_AUTHENTICATION = frozenset(
+    {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+)
 _PLAINTEXT_LISTENER = ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "", 0)
-_METADATA_KEY = 3
 #: The APIs whose requests run concurrently with the requests around them on a connection
 #: (the module docstring says why each is safe); every other request runs alone.
-CONCURRENT_APIS = frozenset({PRODUCE_KEY, FETCH_KEY, _METADATA_KEY, API_VERSIONS_KEY})
+CONCURRENT_APIS = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS})
 
 
 @dataclass(eq=False)
@@ -126,11 +129,12 @@ class Connection:
         self.services = services
         self.quotas = quotas
         # A throttled client: no request is read while a throttled response waits to be
-        # written, nor until trio.current_time() reaches `_muted_until` after it was.
+        # written, nor until the clock's now_s() reaches `_muted_until` after it was.
         self._throttles_pending = 0
         self._muted_until = 0.0
         self._unmuted = trio.Event()
         self.config = services.config
+        self.clock = services.clock
         self.handlers = services.handlers
         self.metrics = services.metrics
         self.stream = stream
@@ -305,7 +309,7 @@ class Connection:
                     return
 
     async def _wait_unmuted(self) -> None:
-        while self._throttles_pending or trio.current_time() < self._muted_until:
+        while self._throttles_pending or self.clock.now_s() < self._muted_until:
             if self._throttles_pending:
                 await self._unmuted.wait()
             else:
@@ -313,9 +317,9 @@ class Connection:
         self._muted_until = 0.0
 
     async def _sleep_watching_for_close(self, deadline: float) -> None:
-        """Sleep until `deadline` (trio time) without reading a request, but return at once
-        (ConnectionError) if the client closes the connection meanwhile, so a throttled
-        client that gave up does not hold its connection slot."""
+        """Sleep until `deadline` (the clock's now_s, which is trio's time) without reading a
+        request, but return at once (ConnectionError) if the client closes the connection
+        meanwhile, so a throttled client that gave up does not hold its connection slot."""
         with trio.move_on_at(deadline):
             peeked = await self.socket_stream.socket.recv(1, socket.MSG_PEEK)
             if not peeked:
@@ -345,9 +349,9 @@ class Connection:
             slot.close_after = True
             slot.done.set()
             return True
-        handler = self.handlers.get(prefix.api_key)
+        handler = _handler_of(self.handlers, prefix.api_key)
         if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
-            if prefix.api_key == API_VERSIONS_KEY:
+            if prefix.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer a too-new ApiVersions in the v0 format so the client can
                 # learn our range and retry.
                 slot.frame = encode_response(
@@ -392,27 +396,27 @@ class Connection:
                 slot.serial = True
                 self._handlers_running += 1
                 nursery.start_soon(
-                    self._run_handler, handler.handle, context, request, prefix, slot, client
+                    self._run_handler, handler, context, request, prefix, slot, client
                 )
                 return False
         self._handlers_running += 1
-        nursery.start_soon(self._run_handler, handler.handle, context, request, prefix, slot)
+        nursery.start_soon(self._run_handler, handler, context, request, prefix, slot)
         return False
 
     async def _run_handler(
         self,
-        handle: Handle,
-        context: RequestContext,
-        request: Any,
+        handler: ApiEndpoint,
+        context: HandlerContext,
+        request: RequestPayload,
         prefix: RequestPrefix,
         slot: _Slot,
         client: ClientQuota | None = None,
     ) -> None:
         try:
             if client is not None:
-                await self._run_with_quota(client, handle, context, request, prefix, slot)
+                await self._run_with_quota(client, handler, context, request, prefix, slot)
                 return
-            response = await handle(context, request)
+            response = await handler.serve(context, request)
             if isinstance(response, SplicedResponse):
                 slot.frame = response.encode(prefix.correlation_id)
                 response = response.response
@@ -443,9 +447,9 @@ class Connection:
     async def _run_with_quota(
         self,
         client: ClientQuota,
-        handle: Handle,
-        context: RequestContext,
-        request: Any,
+        handler: ApiEndpoint,
+        context: HandlerContext,
+        request: RequestPayload,
         prefix: RequestPrefix,
         slot: _Slot,
     ) -> None:
@@ -453,10 +457,11 @@ class Connection:
         quotas = self.quotas
         timer = quotas.timer if quotas is not None and client.request is not None else None
         task = timer.track() if timer is not None else None
-        if prefix.api_key == FETCH_KEY:
-            request = cap_fetch_bytes(request, client)
+        if prefix.api_key == ApiKey.FETCH:
+            # decoded by the Fetch key: one of the Fetch versions served
+            request = cap_fetch_bytes(cast("FetchRequest", request), client)
         try:
-            response = await handle(context, request)
+            response = await handler.serve(context, request)
         except BaseException:
             if timer is not None and task is not None:
                 timer.stop(task)
@@ -467,12 +472,12 @@ class Connection:
             frame = response.encode(prefix.correlation_id)
         elif response is not None:
             frame = encode_response(prefix.correlation_id, response)
-        now_s = time.monotonic()
+        now_s = self.clock.now_s()
         throttle_ms = 0
         fetched_bytes = 0
-        if prefix.api_key == PRODUCE_KEY and client.produce is not None:
+        if prefix.api_key == ApiKey.PRODUCE and client.produce is not None:
             throttle_ms = client.produce.record(slot.request_bytes, now_s)
-        elif prefix.api_key == FETCH_KEY and client.fetch is not None and frame is not None:
+        elif prefix.api_key == ApiKey.FETCH and client.fetch is not None and frame is not None:
             fetched_bytes = _frame_bytes(frame)
             throttle_ms = client.fetch.record(fetched_bytes, now_s)
         if timer is not None and task is not None and client.request is not None:
@@ -529,7 +534,7 @@ class Connection:
         """A throttled response was written: reading resumes `throttle_ms` from now (or
         later, while another throttled response is due or an earlier mute lasts longer)."""
         self._throttles_pending -= 1
-        self._muted_until = max(self._muted_until, trio.current_time() + throttle_ms / 1000)
+        self._muted_until = max(self._muted_until, self.clock.now_s() + throttle_ms / 1000)
         self._unmuted.set()
         self._unmuted = trio.Event()
 
@@ -569,6 +574,14 @@ class Connection:
             for piece in pieces:
                 if isinstance(piece, FileRange):
                     piece.close()
+
+
+def _handler_of(handlers: Mapping[ApiKey, ApiEndpoint], api_key: int) -> ApiEndpoint | None:
+    """The handler of an API key, or None for a key this broker does not serve."""
+    try:
+        return handlers.get(ApiKey(api_key))
+    except ValueError:  # not a key raftka knows at all
+        return None
 
 
 def _frame_bytes(frame: bytes | Pieces) -> int:

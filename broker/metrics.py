@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -24,8 +24,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from raftka.broker.cluster.controller import Controller
-    from raftka.broker.groups import GroupCoordinator
     from raftka.broker.topics import TopicManager
     from raftka.consensus.driver import RaftNode
 
@@ -196,6 +194,36 @@ class BrokerMetrics:
             self._bytes_out.remove(topic)
 
 
+class ControllerRole(Protocol):
+    """What the metrics read of the controller."""
+
+    @property
+    def is_controller(self) -> bool:
+        """Whether this broker leads the metadata Raft group."""
+        ...
+
+
+class CommittedOffset(Protocol):
+    @property
+    def offset(self) -> int: ...
+
+
+class GroupOffsets(Protocol):
+    """What the metrics read of a consumer group: its committed offsets."""
+
+    @property
+    def offsets(self) -> Mapping[tuple[str, int], CommittedOffset]:
+        """(topic, partition) -> the committed offset."""
+        ...
+
+
+class GroupsView(Protocol):
+    """What the metrics read of the group coordinator: the groups it coordinates."""
+
+    @property
+    def groups(self) -> Mapping[str, GroupOffsets]: ...
+
+
 class BrokerStateCollector(Collector):
     """Metrics read from the broker's state when Prometheus scrapes: per partition hosted
     here, per Raft group, per consumer group this broker coordinates."""
@@ -203,8 +231,8 @@ class BrokerStateCollector(Collector):
     def __init__(
         self,
         topics: TopicManager,
-        controller: Controller,
-        groups: GroupCoordinator,
+        controller: ControllerRole,
+        groups: GroupsView,
         node: RaftNode,
     ) -> None:
         self.topics = topics

@@ -23,12 +23,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
+
+from raftka.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
+    from kio.static.protocol import Payload
     from trio.lowlevel import Task
+
+    from raftka.broker.clock import Clock
+    from raftka.broker.config import BrokerConfig
+    from raftka.protocol.messages.requests import FetchRequest
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -50,8 +58,8 @@ _LONG_MAX = 2**63 - 1
 #: Entity type -> name (None: the default entity), as sorted pairs so it can key a dict.
 QuotaEntity = tuple[tuple[str, str | None], ...]
 
-PRODUCE_KEY = 0
-FETCH_KEY = 1
+PRODUCE_KEY = ApiKey.PRODUCE
+FETCH_KEY = ApiKey.FETCH
 
 
 def quota_entity(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
@@ -349,8 +357,15 @@ class ClientQuotaManager:
         quotas: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]],
         samples: int = 11,
         window_s: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
+        if clock is None:
+            # Imported here: the cluster image imports this module and must not load trio.
+            from raftka.broker.clock import SYSTEM_CLOCK
+
+            clock = SYSTEM_CLOCK
         self._quotas = quotas
+        self.clock = clock
         self.samples = samples
         self.window_s = window_s
         self._seen: Mapping[QuotaEntity, Mapping[str, float]] | None = None
@@ -361,12 +376,16 @@ class ClientQuotaManager:
 
     @classmethod
     def from_config(
-        cls, config: Any, quotas: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]]
+        cls,
+        config: BrokerConfig,
+        quotas: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]],
+        clock: Clock | None = None,
     ) -> ClientQuotaManager:
         return cls(
             quotas,
             samples=config.get_int("quota.window.num"),
             window_s=float(config.get_int("quota.window.size.seconds")),
+            clock=clock,
         )
 
     @property
@@ -434,14 +453,18 @@ class ClientQuotaManager:
         return sensor
 
     def _drop_idle_sensors(self) -> None:
-        idle_before = time.monotonic() - self.samples * self.window_s
+        idle_before = self.clock.now_s() - self.samples * self.window_s
         for name, sensor in list(self._sensors.items()):
             if sensor.window.last_s < idle_before:
                 del self._sensors[name]
         self._clients.clear()  # they may hold the dropped sensors
 
 
-def cap_fetch_bytes(request: Any, client: ClientQuota) -> Any:
+#: A kio request or response entity.
+P = TypeVar("P", bound="Payload")
+
+
+def cap_fetch_bytes(request: FetchRequest, client: ClientQuota) -> FetchRequest:
     """A Fetch request whose `max_bytes` is at most what the consumer's quota allows in one
     window, as Kafka caps it: more would be throttled however long the client waited."""
     if client.fetch is None:
@@ -449,15 +472,15 @@ def cap_fetch_bytes(request: Any, client: ClientQuota) -> Any:
     most = max(1, int(client.fetch.max_value_in_window()))
     if request.max_bytes <= most:
         return request
-    return dataclasses.replace(request, max_bytes=most)
+    return dataclasses.replace(request, max_bytes=i32(most))
 
 
-def with_throttle_time(response: Any, throttle_ms: int) -> Any:
+def with_throttle_time(response: P, throttle_ms: int) -> P:
     """The response with its `throttle_time` field set (responses without one unchanged)."""
     current = getattr(response, "throttle_time", None)
     if current is None:
         return response
-    value: Any = (
+    value: datetime.timedelta | int = (
         datetime.timedelta(milliseconds=throttle_ms)
         if isinstance(current, datetime.timedelta)
         else throttle_ms
@@ -465,6 +488,6 @@ def with_throttle_time(response: Any, throttle_ms: int) -> Any:
     return dataclasses.replace(response, throttle_time=value)
 
 
-def throttled_fetch_response(response: Any, throttle_ms: int) -> Any:
+def throttled_fetch_response(response: P, throttle_ms: int) -> P:
     """What a throttled consumer gets, as from Kafka: no partitions, only the throttle time."""
     return dataclasses.replace(with_throttle_time(response, throttle_ms), responses=())

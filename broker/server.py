@@ -13,16 +13,17 @@ import os
 import resource
 import socket
 import ssl
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from raftka.broker.clock import SYSTEM_CLOCK, Clock
 from raftka.broker.cluster.controller import Controller
 from raftka.broker.compaction import LogCleaner
 from raftka.broker.config import BrokerConfig, ConfigError
@@ -46,12 +47,15 @@ from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.share.manager import SharePartitionManager
 from raftka.broker.share.state_store import TopicShareStateStore
 from raftka.broker.share.state_store import register as register_share_state
-from raftka.broker.topics import Partition, TopicManager, now_ms
+from raftka.broker.topics import Partition, TopicManager
 from raftka.broker.txn import transaction_coordinator_for
 from raftka.consensus.driver import RaftNode
 from raftka.consensus.peer_auth import PeerAuth, load_secrets
 from raftka.consensus.transport import PeerTransport
 from raftka.protocol.api import api_name
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import BrokerServices as HandlerServices
 
 logger = logging.getLogger("raftka.server")
 
@@ -370,8 +374,10 @@ class Broker:
         listener: Listener | None,
         data_dir: Path,
         cluster: ClusterSpec | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
+        self.clock = clock
         self.listeners: list[ListenerSpec] = resolve_listeners(
             config, None if listener is None else (listener.host, listener.port)
         )
@@ -496,7 +502,7 @@ class Broker:
                     self.authenticator.validate(spec.name)
             self.authorizer = Authorizer.from_config(config, lambda: self.controller.image.acls)
             self.quotas = ClientQuotaManager.from_config(
-                config, lambda: self.controller.image.client_quotas
+                config, lambda: self.controller.image.client_quotas, clock
             )
             self.connection_limits = ConnectionLimits.from_config(config)
             self.transactions = transaction_coordinator_for(
@@ -508,7 +514,7 @@ class Broker:
                 self.producer_ids,
                 lambda: self.services,
             )
-            self.services = BrokerServices(
+            self.services: HandlerServices = BrokerServices(
                 config=config,
                 identity=self.identity,
                 topics=self.topics,
@@ -520,6 +526,7 @@ class Broker:
                 authenticator=self.authenticator,
                 transactions=self.transactions,
                 authorizer=self.authorizer,
+                clock=clock,
             )
             opened.pop_all()  # the broker's now: `run` closes them
 
@@ -587,12 +594,12 @@ class Broker:
                     nursery.start_soon(trio.serve_listeners, serve, limited)
                 task_status.started(self.bound_port)
         finally:
-            started = time.monotonic()
+            started = self.clock.now_s()
             self.topics.close()
             self.controller.close()
             self.hard_states.close()
             self.producer_ids.close()
-            logger.info("raftka: logs flushed and closed in %.2f s", time.monotonic() - started)
+            logger.info("raftka: logs flushed and closed in %.2f s", self.clock.now_s() - started)
             os.close(self._data_dir_lock)  # the lock goes with it
 
     def _raft_address(self) -> tuple[str, int] | None:
@@ -611,9 +618,9 @@ class Broker:
         leads to an up-to-date follower so clients fail over without an election timeout."""
         if not self.cluster.peers:
             return
-        started = time.monotonic()
+        started = self.clock.now_s()
         await self.node.shutdown(timeout_s=3.0)
-        logger.info("raftka: leadership handed over in %.2f s", time.monotonic() - started)
+        logger.info("raftka: leadership handed over in %.2f s", self.clock.now_s() - started)
 
     def not_ready_reason(self) -> str | None:
         """Why the broker cannot serve its share of the cluster yet (None: it can): it must
@@ -661,7 +668,7 @@ class Broker:
         the Raft driver's sync tickets, not for this loop."""
         while True:
             await trio.sleep(FLUSH_CHECK_INTERVAL_S)
-            now = now_ms()
+            now = self.clock.wall_ms()
             for partition in self._partitions_flushed_on_schedule():
                 log = partition.log
                 if log is not None and log.should_flush(now):
@@ -697,7 +704,7 @@ class Broker:
         interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
         while True:
             await trio.sleep(interval_s)
-            now = now_ms()
+            now = self.clock.wall_ms()
             deleted = 0
             for partition in list(self.topics.local_partitions()):
                 if partition.log is not None and partition.raft is not None:

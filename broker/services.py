@@ -5,14 +5,20 @@ client's address, and the `BrokerServices` — the topics it reads, the controll
 commands to, the group coordinator, the producer-id allocator, the broker config, this
 broker's identity and its metrics. The `Broker` builds the services once; a handler reaches
 nothing else.
+
+This module sits below the coordinators, which use its views (`TopicsView`,
+`ControllerClient`, ...), so it imports none of them nor the handlers: the coordinators'
+types are parameters of `BrokerServices` and `RequestContext`, which
+`raftka.broker.handlers.context` fixes for the handlers, and the handler table is seen
+through `ApiEndpoint`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -21,12 +27,12 @@ from raftka.broker.cluster.quorum import QuorumView
 
 if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
+    from kio.static.protocol import RequestPayload, ResponsePayload
 
+    from raftka.broker.clock import Clock
     from raftka.broker.cluster.commands import Command, CommandResult
     from raftka.broker.cluster.image import BrokerInfo, TopicImage
     from raftka.broker.config import BrokerConfig
-    from raftka.broker.groups import GroupCoordinator
-    from raftka.broker.handlers import ApiHandler
     from raftka.broker.metrics import BrokerMetrics
     from raftka.broker.quotas import QuotaEntity
     from raftka.broker.security.acl import (
@@ -38,7 +44,15 @@ if TYPE_CHECKING:
     from raftka.broker.security.scram import ScramCredential
     from raftka.broker.security.session import Authenticator, ClientSession, Principal
     from raftka.broker.topics import Partition, Topic
-    from raftka.broker.txn import TransactionCoordinator
+    from raftka.protocol.api_keys import ApiKey
+    from raftka.protocol.splice import SplicedResponse
+
+#: The group coordinator and the transaction coordinator, as the handlers know them. A part
+#: that uses neither takes a `RequestContext[object, object]`.
+GroupsT = TypeVar("GroupsT", covariant=True)
+TransactionsT = TypeVar("TransactionsT", covariant=True)
+_GroupsIn = TypeVar("_GroupsIn", contravariant=True)
+_TransactionsIn = TypeVar("_TransactionsIn", contravariant=True)
 
 
 class TopicsView(Protocol):
@@ -184,33 +198,52 @@ class BrokerIdentity:
         return self._listeners.get(listener, (self._advertised_host, self._advertised_port))
 
 
+class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
+    """One API's handler as ApiVersions advertises it and the connection dispatches to it."""
+
+    @property
+    def min_version(self) -> int: ...
+
+    @property
+    def max_version(self) -> int: ...
+
+    def serve(
+        self, context: RequestContext[_GroupsIn, _TransactionsIn], request: RequestPayload
+    ) -> Awaitable[ResponsePayload | SplicedResponse | None]:
+        """The response to `request`, a decoded request of this API at a version in range
+        (a spliced one for Fetch, None when the client wants none: Produce with acks=0)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True, eq=False)
-class BrokerServices:
+class BrokerServices(Generic[GroupsT, TransactionsT]):
     """Everything of its broker a handler may use."""
 
     config: BrokerConfig
     identity: BrokerIdentity
     topics: TopicsView
     controller: ControllerClient
-    groups: GroupCoordinator
+    groups: GroupsT
     producer_ids: ProducerIdSource
     # api key -> handler: what ApiVersions advertises and the connection dispatches to.
-    handlers: Mapping[int, ApiHandler]
+    handlers: Mapping[ApiKey, ApiEndpoint[GroupsT, TransactionsT]]
     # Counted per request, per produced batch and per fetched partition.
     metrics: BrokerMetrics
     # SASL: enabled mechanisms, PLAIN users, SCRAM credentials, failure delays.
     authenticator: Authenticator
     # The transaction coordinator (transactional ids, their transactions and markers).
-    transactions: TransactionCoordinator
+    transactions: TransactionsT
     # ACL checks (allows everything unless `authorizer.class.name` is set).
     authorizer: Authorizer
+    # The one source of time for connections and handlers.
+    clock: Clock
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class RequestContext:
+class RequestContext(Generic[GroupsT, TransactionsT]):
     """What a handler may know about the request it serves."""
 
-    services: BrokerServices
+    services: BrokerServices[GroupsT, TransactionsT]
     header: RequestHeaderV1 | RequestHeaderV2
     api_key: int
     api_version: int

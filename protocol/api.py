@@ -8,13 +8,16 @@ correlation id. Everything else is kio.
 
 from __future__ import annotations
 
+import importlib
 import io
+import pkgutil
+import re
 import struct
 import sys
 from dataclasses import dataclass, fields
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -24,6 +27,8 @@ from kio.serial import entity_reader, entity_writer
 from raftka.protocol.bounds import BoundsError, check_request
 
 API_VERSIONS_KEY = 18
+
+E = TypeVar("E")
 
 _PREFIX = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -78,13 +83,47 @@ def _field_names(entity_type: Any) -> frozenset[str]:
     return frozenset(f.name for f in fields(entity_type))
 
 
-def build(entity_type: Any, **values: Any) -> Any:
+_VERSION_PART = re.compile(r"v\d+")
+
+
+@cache
+def _any_version_field_names(entity_type: Any) -> frozenset[str]:
+    """The fields of every version of the entity: its class of the same name in each
+    version's module of the same API (`kio.schema.<api>.v<N>.<kind>`)."""
+    parts = entity_type.__module__.split(".")
+    names = set(_field_names(entity_type))
+    if len(parts) < 4 or not _VERSION_PART.fullmatch(parts[-2]):
+        return frozenset(names)  # not a versioned kio entity: its own fields only
+    api_package = importlib.import_module(".".join(parts[:-2]))
+    for version in pkgutil.iter_modules(api_package.__path__):
+        if not _VERSION_PART.fullmatch(version.name):
+            continue
+        try:
+            sibling = importlib.import_module(f"{api_package.__name__}.{version.name}.{parts[-1]}")
+        except ImportError:
+            continue
+        other = getattr(sibling, entity_type.__name__, None)
+        if isinstance(other, type):
+            names |= _field_names(other)
+    return frozenset(names)
+
+
+def build(entity_type: type[E], **values: object) -> E:
     """Instantiate a kio entity from values meant for any version of it.
 
     Fields the version does not have are dropped; fields it has but that were not given
-    keep their schema defaults. This lets one handler serve a range of versions.
+    keep their schema defaults. This lets one handler serve a range of versions. A field
+    that no version of the entity has is a mistake and raises TypeError.
     """
-    names = _field_names(entity_type)
+    entity: Any = entity_type  # the caches take a class, which mypy does not see as Hashable
+    names = _field_names(entity)
+    unknown = values.keys() - names
+    if unknown and (unknown := unknown - _any_version_field_names(entity)):
+        raise TypeError(
+            f"{entity_type.__module__}.{entity_type.__name__} has no field "
+            + ", ".join(sorted(unknown))
+            + " in any version"
+        )
     return entity_type(**{k: v for k, v in values.items() if k in names})
 
 

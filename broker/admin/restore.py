@@ -112,7 +112,6 @@ class PartitionWriter(LeaderClient):
                 partition_index=partition,
                 current_leader_epoch=-1,
                 timestamp=LATEST_TIMESTAMP,
-                max_num_offsets=1,
             )
             response = connection.request(
                 LIST_OFFSETS_KEY,

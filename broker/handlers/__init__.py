@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from raftka.broker.handlers import (
     acls,
@@ -30,120 +30,162 @@ from raftka.broker.handlers import (
     txn,
     txn_markers,
 )
-from raftka.broker.services import RequestContext
+from raftka.protocol.api_keys import ApiKey
 
-# Request and response are kio entities of the request's version, which kio types as Any.
-Handle = Callable[[RequestContext, Any], Awaitable[Any]]
+if TYPE_CHECKING:
+    from kio.static.protocol import RequestPayload, ResponsePayload
+
+    from raftka.broker.handlers.context import ApiEndpoint, RequestContext
+    from raftka.protocol.splice import SplicedResponse
+
+#: The request entities one handler serves: a union of kio's versions of one API's request.
+Req = TypeVar("Req")
+#: What the handler answers: kio's response entities (or a spliced Fetch response, or None
+#: for no response at all).
+Resp = TypeVar("Resp", bound="ResponsePayload | SplicedResponse | None")
 
 
 @dataclass(frozen=True, slots=True)
-class ApiHandler:
+class ApiHandler(Generic[Req, Resp]):
+    """One API's handler and the versions of it this broker serves."""
+
     min_version: int
     max_version: int
-    handle: Handle
+    handle: Callable[[RequestContext, Req], Awaitable[Resp]]
+
+    def serve(
+        self, context: RequestContext, request: RequestPayload
+    ) -> Awaitable[ResponsePayload | SplicedResponse | None]:
+        # The connection decodes `request` by this handler's API key and a version in its
+        # range, so it is one of the versions `handle` takes.
+        return self.handle(context, cast(Req, request))
 
 
 # api key → handler; ApiVersions advertises exactly these ranges.
-HANDLERS: Mapping[int, ApiHandler] = MappingProxyType(
+HANDLERS: Mapping[ApiKey, ApiEndpoint] = MappingProxyType(
     {
-        0: ApiHandler(3, 9, produce.handle_produce),
-        1: ApiHandler(4, 12, fetch.handle_fetch),
-        2: ApiHandler(1, 7, list_offsets.handle_list_offsets),
-        3: ApiHandler(0, 12, metadata.handle_metadata),
-        8: ApiHandler(2, 9, groups.handle_offset_commit),
-        9: ApiHandler(1, 9, groups.handle_offset_fetch),
-        10: ApiHandler(0, 4, groups.handle_find_coordinator),
-        11: ApiHandler(0, 9, groups.handle_join_group),
-        12: ApiHandler(0, 4, groups.handle_heartbeat),
-        13: ApiHandler(0, 5, groups.handle_leave_group),
-        14: ApiHandler(0, 5, groups.handle_sync_group),
-        15: ApiHandler(0, 5, groups.handle_describe_groups),
-        16: ApiHandler(0, 5, groups.handle_list_groups),
-        17: ApiHandler(0, 1, sasl.handle_sasl_handshake),
-        18: ApiHandler(0, 3, api_versions.handle_api_versions),
-        19: ApiHandler(2, 7, topics_admin.handle_create_topics),
-        20: ApiHandler(1, 6, topics_admin.handle_delete_topics),
-        21: ApiHandler(0, 2, topics_admin.handle_delete_records),
-        22: ApiHandler(
+        ApiKey.PRODUCE: ApiHandler(3, 9, produce.handle_produce),
+        ApiKey.FETCH: ApiHandler(4, 12, fetch.handle_fetch),
+        ApiKey.LIST_OFFSETS: ApiHandler(1, 7, list_offsets.handle_list_offsets),
+        ApiKey.METADATA: ApiHandler(0, 12, metadata.handle_metadata),
+        ApiKey.OFFSET_COMMIT: ApiHandler(2, 9, groups.handle_offset_commit),
+        ApiKey.OFFSET_FETCH: ApiHandler(1, 9, groups.handle_offset_fetch),
+        ApiKey.FIND_COORDINATOR: ApiHandler(0, 4, groups.handle_find_coordinator),
+        ApiKey.JOIN_GROUP: ApiHandler(0, 9, groups.handle_join_group),
+        ApiKey.HEARTBEAT: ApiHandler(0, 4, groups.handle_heartbeat),
+        ApiKey.LEAVE_GROUP: ApiHandler(0, 5, groups.handle_leave_group),
+        ApiKey.SYNC_GROUP: ApiHandler(0, 5, groups.handle_sync_group),
+        ApiKey.DESCRIBE_GROUPS: ApiHandler(0, 5, groups.handle_describe_groups),
+        ApiKey.LIST_GROUPS: ApiHandler(0, 5, groups.handle_list_groups),
+        ApiKey.SASL_HANDSHAKE: ApiHandler(0, 1, sasl.handle_sasl_handshake),
+        ApiKey.API_VERSIONS: ApiHandler(0, 3, api_versions.handle_api_versions),
+        ApiKey.CREATE_TOPICS: ApiHandler(2, 7, topics_admin.handle_create_topics),
+        ApiKey.DELETE_TOPICS: ApiHandler(1, 6, topics_admin.handle_delete_topics),
+        ApiKey.DELETE_RECORDS: ApiHandler(0, 2, topics_admin.handle_delete_records),
+        ApiKey.INIT_PRODUCER_ID: ApiHandler(
             producer_ids.INIT_PRODUCER_ID_MIN_VERSION,
             producer_ids.INIT_PRODUCER_ID_MAX_VERSION,
             producer_ids.handle_init_producer_id,
         ),
-        23: ApiHandler(2, 4, list_offsets.handle_offset_for_leader_epoch),
-        24: ApiHandler(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: ApiHandler(
+            2, 4, list_offsets.handle_offset_for_leader_epoch
+        ),
+        ApiKey.ADD_PARTITIONS_TO_TXN: ApiHandler(
             txn.ADD_PARTITIONS_MIN_VERSION,
             txn.ADD_PARTITIONS_MAX_VERSION,
             txn.handle_add_partitions_to_txn,
         ),
-        25: ApiHandler(
+        ApiKey.ADD_OFFSETS_TO_TXN: ApiHandler(
             txn.ADD_OFFSETS_MIN_VERSION, txn.ADD_OFFSETS_MAX_VERSION, txn.handle_add_offsets_to_txn
         ),
-        26: ApiHandler(txn.END_TXN_MIN_VERSION, txn.END_TXN_MAX_VERSION, txn.handle_end_txn),
-        27: ApiHandler(1, 2, txn_markers.handle_write_txn_markers),
-        28: ApiHandler(0, 3, groups.handle_txn_offset_commit),
-        29: ApiHandler(1, 3, acls.handle_describe_acls),
-        30: ApiHandler(1, 3, acls.handle_create_acls),
-        31: ApiHandler(1, 3, acls.handle_delete_acls),
-        32: ApiHandler(1, 4, configs.handle_describe_configs),
-        33: ApiHandler(0, 2, configs.handle_alter_configs),
-        37: ApiHandler(0, 3, topics_admin.handle_create_partitions),
-        42: ApiHandler(0, 2, groups.handle_delete_groups),
-        43: ApiHandler(0, 2, elect_leaders.handle_elect_leaders),
-        44: ApiHandler(0, 1, configs.handle_incremental_alter_configs),
-        45: ApiHandler(0, 1, reassignments.handle_alter_partition_reassignments),
-        46: ApiHandler(0, 0, reassignments.handle_list_partition_reassignments),
-        47: ApiHandler(0, 0, groups.handle_offset_delete),
-        48: ApiHandler(0, 1, client_quotas.handle_describe_client_quotas),
-        49: ApiHandler(0, 1, client_quotas.handle_alter_client_quotas),
-        36: ApiHandler(0, 2, sasl.handle_sasl_authenticate),
-        50: ApiHandler(0, 0, scram_credentials.handle_describe_user_scram_credentials),
-        51: ApiHandler(0, 0, scram_credentials.handle_alter_user_scram_credentials),
-        55: ApiHandler(0, 2, quorum.handle_describe_quorum),
-        60: ApiHandler(0, 1, metadata.handle_describe_cluster),
-        61: ApiHandler(
+        ApiKey.END_TXN: ApiHandler(
+            txn.END_TXN_MIN_VERSION, txn.END_TXN_MAX_VERSION, txn.handle_end_txn
+        ),
+        ApiKey.WRITE_TXN_MARKERS: ApiHandler(1, 2, txn_markers.handle_write_txn_markers),
+        ApiKey.TXN_OFFSET_COMMIT: ApiHandler(0, 3, groups.handle_txn_offset_commit),
+        ApiKey.DESCRIBE_ACLS: ApiHandler(1, 3, acls.handle_describe_acls),
+        ApiKey.CREATE_ACLS: ApiHandler(1, 3, acls.handle_create_acls),
+        ApiKey.DELETE_ACLS: ApiHandler(1, 3, acls.handle_delete_acls),
+        ApiKey.DESCRIBE_CONFIGS: ApiHandler(1, 4, configs.handle_describe_configs),
+        ApiKey.ALTER_CONFIGS: ApiHandler(0, 2, configs.handle_alter_configs),
+        ApiKey.CREATE_PARTITIONS: ApiHandler(0, 3, topics_admin.handle_create_partitions),
+        ApiKey.DELETE_GROUPS: ApiHandler(0, 2, groups.handle_delete_groups),
+        ApiKey.ELECT_LEADERS: ApiHandler(0, 2, elect_leaders.handle_elect_leaders),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiHandler(
+            0, 1, configs.handle_incremental_alter_configs
+        ),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: ApiHandler(
+            0, 1, reassignments.handle_alter_partition_reassignments
+        ),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: ApiHandler(
+            0, 0, reassignments.handle_list_partition_reassignments
+        ),
+        ApiKey.OFFSET_DELETE: ApiHandler(0, 0, groups.handle_offset_delete),
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: ApiHandler(
+            0, 1, client_quotas.handle_describe_client_quotas
+        ),
+        ApiKey.ALTER_CLIENT_QUOTAS: ApiHandler(0, 1, client_quotas.handle_alter_client_quotas),
+        ApiKey.SASL_AUTHENTICATE: ApiHandler(0, 2, sasl.handle_sasl_authenticate),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ApiHandler(
+            0, 0, scram_credentials.handle_describe_user_scram_credentials
+        ),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiHandler(
+            0, 0, scram_credentials.handle_alter_user_scram_credentials
+        ),
+        ApiKey.DESCRIBE_QUORUM: ApiHandler(0, 2, quorum.handle_describe_quorum),
+        ApiKey.DESCRIBE_CLUSTER: ApiHandler(0, 1, metadata.handle_describe_cluster),
+        ApiKey.DESCRIBE_PRODUCERS: ApiHandler(
             txn.DESCRIBE_PRODUCERS_MIN_VERSION,
             txn.DESCRIBE_PRODUCERS_MAX_VERSION,
             txn.handle_describe_producers,
         ),
-        64: ApiHandler(0, 0, quorum.handle_unregister_broker),
-        65: ApiHandler(
+        ApiKey.UNREGISTER_BROKER: ApiHandler(0, 0, quorum.handle_unregister_broker),
+        ApiKey.DESCRIBE_TRANSACTIONS: ApiHandler(
             txn.DESCRIBE_TRANSACTIONS_MIN_VERSION,
             txn.DESCRIBE_TRANSACTIONS_MAX_VERSION,
             txn.handle_describe_transactions,
         ),
-        76: ApiHandler(
+        ApiKey.SHARE_GROUP_HEARTBEAT: ApiHandler(
             share.SHARE_API_MIN_VERSION,
             share.SHARE_API_MAX_VERSION,
             share.handle_share_group_heartbeat,
         ),
-        77: ApiHandler(
+        ApiKey.SHARE_GROUP_DESCRIBE: ApiHandler(
             share.SHARE_API_MIN_VERSION,
             share.SHARE_API_MAX_VERSION,
             share.handle_share_group_describe,
         ),
-        78: ApiHandler(
+        ApiKey.SHARE_FETCH: ApiHandler(
             share.SHARE_API_MIN_VERSION, share.SHARE_API_MAX_VERSION, share.handle_share_fetch
         ),
-        79: ApiHandler(
+        ApiKey.SHARE_ACKNOWLEDGE: ApiHandler(
             share.SHARE_API_MIN_VERSION,
             share.SHARE_API_MAX_VERSION,
             share.handle_share_acknowledge,
         ),
-        66: ApiHandler(
+        ApiKey.LIST_TRANSACTIONS: ApiHandler(
             txn.LIST_TRANSACTIONS_MIN_VERSION,
             txn.LIST_TRANSACTIONS_MAX_VERSION,
             txn.handle_list_transactions,
         ),
-        90: ApiHandler(
+        ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ApiHandler(
             0,
             share_admin.SHARE_OFFSETS_DESCRIBE_MAX_VERSION,
             share_admin.handle_describe_share_group_offsets,
         ),
-        91: ApiHandler(0, 0, share_admin.handle_alter_share_group_offsets),
-        92: ApiHandler(0, 0, share_admin.handle_delete_share_group_offsets),
-        68: ApiHandler(0, 1, consumer_groups.handle_consumer_group_heartbeat),
-        69: ApiHandler(0, 1, consumer_groups.handle_consumer_group_describe),
-        80: ApiHandler(0, 1, quorum.handle_add_raft_voter),
-        81: ApiHandler(0, 0, quorum.handle_remove_raft_voter),
+        ApiKey.ALTER_SHARE_GROUP_OFFSETS: ApiHandler(
+            0, 0, share_admin.handle_alter_share_group_offsets
+        ),
+        ApiKey.DELETE_SHARE_GROUP_OFFSETS: ApiHandler(
+            0, 0, share_admin.handle_delete_share_group_offsets
+        ),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: ApiHandler(
+            0, 1, consumer_groups.handle_consumer_group_heartbeat
+        ),
+        ApiKey.CONSUMER_GROUP_DESCRIBE: ApiHandler(
+            0, 1, consumer_groups.handle_consumer_group_describe
+        ),
+        ApiKey.ADD_RAFT_VOTER: ApiHandler(0, 1, quorum.handle_add_raft_voter),
+        ApiKey.REMOVE_RAFT_VOTER: ApiHandler(0, 0, quorum.handle_remove_raft_voter),
     }
 )

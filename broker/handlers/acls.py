@@ -9,7 +9,8 @@ Kafka. Creating and deleting need ALTER on the cluster, describing DESCRIBE on i
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -19,7 +20,11 @@ from raftka.broker.cluster.commands import (
     CreateAclsCommand,
     DeleteAclsCommand,
 )
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -32,7 +37,17 @@ from raftka.broker.security.acl import (
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        CreateAclsRequest,
+        DeleteAclsRequest,
+        DescribeAclsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        CreateAclsResponse,
+        DeleteAclsResponse,
+        DescribeAclsResponse,
+    )
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
@@ -63,7 +78,29 @@ def _outcomes(result: CommandResult, count: int) -> list[AclOutcome]:
     ] * count
 
 
-def _filter_of(item: Any) -> AclBindingFilter:
+class _FilterFields(Protocol):
+    """An ACL filter as DescribeAcls and DeleteAcls send it (pattern type from v1 on)."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+
+    @property
+    def resource_name_filter(self) -> str | None: ...
+
+    @property
+    def principal_filter(self) -> str | None: ...
+
+    @property
+    def host_filter(self) -> str | None: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
+def _filter_of(item: _FilterFields) -> AclBindingFilter:
     return AclBindingFilter.from_codes(
         item.resource_type_filter,
         item.resource_name_filter,
@@ -75,7 +112,7 @@ def _filter_of(item: Any) -> AclBindingFilter:
     )
 
 
-def _grouped(module: Any, bindings: Iterable[AclBinding]) -> tuple[Any, ...]:
+def _grouped(module: ModuleType, bindings: Iterable[AclBinding]) -> tuple[object, ...]:
     """Bindings grouped by resource pattern (type, name, pattern type), as Kafka answers."""
     by_resource: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in sorted(bindings, key=binding_codes):
@@ -102,9 +139,13 @@ def _grouped(module: Any, bindings: Iterable[AclBinding]) -> tuple[Any, ...]:
     )
 
 
-async def handle_describe_acls(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
-    code, message, resources = ErrorCode.none, None, ()
+async def handle_describe_acls(
+    context: RequestContext, request: DescribeAclsRequest
+) -> DescribeAclsResponse:
+    entity: type[DescribeAclsResponse] = response_entity(context)
+    module = response_module(context)
+    resources: tuple[object, ...] = ()
+    code, message = ErrorCode.none, None
     refusal = _refusal(context, AclOperation.DESCRIBE)
     if refusal is not None:
         code, message = refusal
@@ -124,8 +165,11 @@ async def handle_describe_acls(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_create_acls(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_create_acls(
+    context: RequestContext, request: CreateAclsRequest
+) -> CreateAclsResponse:
+    entity: type[CreateAclsResponse] = response_entity(context)
+    module = response_module(context)
     outcomes: list[AclOutcome]
     refusal = _refusal(context, AclOperation.ALTER)
     if refusal is not None:
@@ -165,8 +209,11 @@ async def handle_create_acls(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_delete_acls(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_delete_acls(
+    context: RequestContext, request: DeleteAclsRequest
+) -> DeleteAclsResponse:
+    entity: type[DeleteAclsResponse] = response_entity(context)
+    module = response_module(context)
     outcomes: list[AclOutcome]
     refusal = _refusal(context, AclOperation.ALTER)
     if refusal is not None:

@@ -9,12 +9,12 @@ with a message. `validate_only` checks and answers without changing anything.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import AlterClientQuotaCommand
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import NO_THROTTLE, response_entity, response_module
 from raftka.broker.quotas import (
     QuotaEntity,
     QuotaRequestError,
@@ -26,14 +26,25 @@ from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        AlterClientQuotasRequest,
+        DescribeClientQuotasRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterClientQuotasResponse,
+        DescribeClientQuotasResponse,
+    )
 
 
-async def handle_describe_client_quotas(context: RequestContext, request: Any) -> Any:
-    response_entity, module = response_schema(context)
+async def handle_describe_client_quotas(
+    context: RequestContext, request: DescribeClientQuotasRequest
+) -> DescribeClientQuotasResponse:
+    answer: type[DescribeClientQuotasResponse] = response_entity(context)
+    module = response_module(context)
     if not context.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
         return build(
-            response_entity,
+            answer,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.cluster_authorization_failed,
             error_message="Cluster authorization failed.",
@@ -48,7 +59,7 @@ async def handle_describe_client_quotas(context: RequestContext, request: Any) -
         )
     except QuotaRequestError as exc:
         return build(
-            response_entity,
+            answer,
             throttle_time=NO_THROTTLE,
             error_code=exc.error_code,
             error_message=exc.message,
@@ -68,7 +79,7 @@ async def handle_describe_client_quotas(context: RequestContext, request: Any) -
         for entity, values in found
     )
     return build(
-        response_entity,
+        answer,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         error_message=None,
@@ -76,8 +87,11 @@ async def handle_describe_client_quotas(context: RequestContext, request: Any) -
     )
 
 
-async def handle_alter_client_quotas(context: RequestContext, request: Any) -> Any:
-    response_entity, module = response_schema(context)
+async def handle_alter_client_quotas(
+    context: RequestContext, request: AlterClientQuotasRequest
+) -> AlterClientQuotasResponse:
+    answer: type[AlterClientQuotasResponse] = response_entity(context)
+    module = response_module(context)
     authorized = context.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)
     seen: set[QuotaEntity] = set()
     results = []
@@ -113,7 +127,7 @@ async def handle_alter_client_quotas(context: RequestContext, request: Any) -> A
                 ),
             )
         )
-    return build(response_entity, throttle_time=NO_THROTTLE, entries=tuple(results))
+    return build(answer, throttle_time=NO_THROTTLE, entries=tuple(results))
 
 
 def _render(pairs: list[tuple[str, str | None]]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -12,10 +12,15 @@ from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.protocol.api import response_type, schema_module
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.services import RequestContext as _RequestContext
     from raftka.broker.topics import Partition
 
+    # These helpers use no coordinator, so serve a context of any.
+    RequestContext = _RequestContext[object, object]
+
 NO_THROTTLE = datetime.timedelta(0)
+#: The response entity of the request being answered, in helpers that build it.
+R = TypeVar("R")
 
 
 def duration_ms(value: datetime.timedelta | int) -> int:
@@ -25,9 +30,21 @@ def duration_ms(value: datetime.timedelta | int) -> int:
     return int(value)
 
 
+# Any: the entity is the request's version's, chosen at run time; a handler assigns it to
+# the union of versions it answers (raftka.protocol.messages), so `build` returns that union.
+def response_entity(context: RequestContext) -> type[Any]:
+    """The response entity for the request being served."""
+    return response_type(context.api_key, context.api_version)
+
+
+def response_module(context: RequestContext) -> ModuleType:
+    """The module of the response entity for the request being served (its nested classes)."""
+    return schema_module(response_type(context.api_key, context.api_version))
+
+
 def response_schema(context: RequestContext) -> tuple[type[Any], ModuleType]:
     """The response entity for the request being served and its module (nested classes)."""
-    entity = response_type(context.api_key, context.api_version)
+    entity = response_entity(context)
     return entity, schema_module(entity)
 
 

@@ -8,20 +8,36 @@ resource is answered so before anything else about it is looked at, and left unc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import AlterBrokerConfigsCommand, AlterConfigsCommand
 from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, ConfigType, TopicConfig
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import ControllerClient, RequestContext, TopicsView
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.broker.services import ControllerClient, TopicsView
+    from raftka.protocol.messages.requests import (
+        AlterConfigsRequest,
+        DescribeConfigsRequest,
+        IncrementalAlterConfigsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterConfigsResponse,
+        DescribeConfigsResponse,
+        IncrementalAlterConfigsResponse,
+    )
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -68,14 +84,42 @@ def _broker_synonyms(name: str, value: str | None, source: ConfigSource) -> list
     return [(name, value, source)]
 
 
+class ConfigResource(Protocol):
+    """A resource an AlterConfigs or IncrementalAlterConfigs request names."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+class AlteredConfig(Protocol):
+    """One config change of an IncrementalAlterConfigs request."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config_operation(self) -> int: ...
+
+    @property
+    def value(self) -> str | None: ...
+
+
+class AlteredResource(ConfigResource, Protocol):
+    @property
+    def configs(self) -> Sequence[AlteredConfig]: ...
+
+
 def _entries(
     module: ModuleType,
-    request: Any,
+    request: DescribeConfigsRequest,
     described: Iterable[Described],
     keys: set[str] | None,
     synonyms_of: SynonymsOf,
-) -> tuple[Any, ...]:
-    entries = []
+) -> tuple[object, ...]:
+    entries: list[object] = []
     for definition, value, source in described:
         if keys is not None and definition.name not in keys:
             continue
@@ -99,7 +143,6 @@ def _entries(
                 value=None if definition.type == ConfigType.PASSWORD else value,
                 read_only=definition.read_only,
                 config_source=int(source),
-                is_default=source.name == "DEFAULT_CONFIG",
                 is_sensitive=definition.type == ConfigType.PASSWORD,
                 synonyms=synonyms,
                 config_type=int(definition.type),
@@ -111,13 +154,17 @@ def _entries(
     return tuple(entries)
 
 
-async def handle_describe_configs(context: RequestContext, request: Any) -> Any:
+async def handle_describe_configs(
+    context: RequestContext, request: DescribeConfigsRequest
+) -> DescribeConfigsResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[DescribeConfigsResponse] = response_entity(context)
+    module = response_module(context)
     results = []
     for resource in request.resources:
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-        error, message, configs = ErrorCode.none, None, ()
+        configs: tuple[object, ...] = ()
+        error, message = ErrorCode.none, None
         denial = config_denial(
             context, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name
         )
@@ -198,8 +245,8 @@ async def _alter_topic(
 
 
 def _resource_result(
-    module: ModuleType, resource: Any, error: ErrorCode, message: str | None
-) -> Any:
+    module: ModuleType, resource: ConfigResource, error: ErrorCode, message: str | None
+) -> object:
     return build(
         module.AlterConfigsResourceResponse,
         error_code=error,
@@ -215,9 +262,12 @@ BROKER_DYNAMIC_UNSUPPORTED = (
 )
 
 
-async def handle_incremental_alter_configs(context: RequestContext, request: Any) -> Any:
+async def handle_incremental_alter_configs(
+    context: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[IncrementalAlterConfigsResponse] = response_entity(context)
+    module = response_module(context)
     results = []
     for resource in request.resources:
         error, message = ErrorCode.none, None
@@ -256,7 +306,9 @@ async def handle_incremental_alter_configs(context: RequestContext, request: Any
                     request.validate_only,
                 )
         elif resource.resource_type == RESOURCE_BROKER:
-            error, message = await _alter_broker(services.controller, resource, request)
+            error, message = await _alter_broker(
+                services.controller, resource, request.validate_only
+            )
         else:
             error, message = (
                 ErrorCode.invalid_request,
@@ -285,7 +337,7 @@ def _with_dynamic(
 
 
 async def _alter_broker(
-    controller: ControllerClient, resource: Any, request: Any
+    controller: ControllerClient, resource: AlteredResource, validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
     """The dynamic broker configs (the replication throttle rates) of one broker, or of
     every broker with the empty name, through the controller."""
@@ -302,15 +354,18 @@ async def _alter_broker(
                 "configs",
             )
     result = await controller.execute(
-        AlterBrokerConfigsCommand(str(resource.resource_name), changes, request.validate_only)
+        AlterBrokerConfigsCommand(str(resource.resource_name), changes, validate_only)
     )
     return result.error_code, result.error_message
 
 
-async def handle_alter_configs(context: RequestContext, request: Any) -> Any:
+async def handle_alter_configs(
+    context: RequestContext, request: AlterConfigsRequest
+) -> AlterConfigsResponse:
     """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[AlterConfigsResponse] = response_entity(context)
+    module = response_module(context)
     results = []
     for resource in request.resources:
         error: ErrorCode

@@ -9,8 +9,10 @@ subscribed to or assigned.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -22,11 +24,23 @@ from raftka.broker.handlers.common import (
     TopicAccess,
     denied_message,
     duration_ms,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.security.acl import AclOperation, ResourceType
-from raftka.broker.services import RequestContext
 from raftka.protocol.api import build
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupHeartbeatRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        ConsumerGroupDescribeResponse,
+        ConsumerGroupHeartbeatResponse,
+    )
+
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 MEMBER_TYPE_CONSUMER = 1  # ConsumerGroupDescribe v1: the member uses the consumer protocol
@@ -36,10 +50,14 @@ def _coordinator(context: RequestContext) -> GroupCoordinator:
     return context.services.groups
 
 
-async def handle_consumer_group_heartbeat(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_consumer_group_heartbeat(
+    context: RequestContext, request: ConsumerGroupHeartbeatRequest
+) -> ConsumerGroupHeartbeatResponse:
 
-    def refused(error: ErrorCode, message: str) -> Any:
+    entity: type[ConsumerGroupHeartbeatResponse] = response_entity(context)
+    module = response_module(context)
+
+    def refused(error: ErrorCode, message: str) -> ConsumerGroupHeartbeatResponse:
         return build(
             entity,
             throttle_time=NO_THROTTLE,
@@ -69,7 +87,11 @@ async def handle_consumer_group_heartbeat(context: RequestContext, request: Any)
     owned = (
         None
         if request.topic_partitions is None
-        else {tp.topic_id: list(tp.partitions) for tp in request.topic_partitions}
+        # kio types every uuid field as nullable; a member names its partitions' topic ids
+        else cast(
+            "dict[uuid.UUID, list[int]]",
+            {tp.topic_id: list(tp.partitions) for tp in request.topic_partitions},
+        )
     )
     result = await _coordinator(context).consumer_group_heartbeat(
         HeartbeatRequest(
@@ -105,20 +127,23 @@ async def handle_consumer_group_heartbeat(context: RequestContext, request: Any)
     )
 
 
-def _topic_partitions(module: Any, assignment: Assignment) -> tuple[Any, ...]:
+def _topic_partitions(module: ModuleType, assignment: Assignment) -> tuple[object, ...]:
     return tuple(
         build(module.TopicPartitions, topic_id=topic_id, partitions=tuple(sorted(partitions)))
         for topic_id, partitions in sorted(assignment.items())
     )
 
 
-async def handle_consumer_group_describe(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_consumer_group_describe(
+    context: RequestContext, request: ConsumerGroupDescribeRequest
+) -> ConsumerGroupDescribeResponse:
+    entity: type[ConsumerGroupDescribeResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = _coordinator(context)
     names_of = coordinator.consumer.topics
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
 
-    def described_assignment(assignment: Assignment) -> Any:
+    def described_assignment(assignment: Assignment) -> object:
         return build(
             module.Assignment,
             topic_partitions=tuple(
@@ -132,7 +157,7 @@ async def handle_consumer_group_describe(context: RequestContext, request: Any) 
             ),
         )
 
-    def described_member(member: ConsumerMember, target: Assignment) -> Any:
+    def described_member(member: ConsumerMember, target: Assignment) -> object:
         return build(
             module.Member,
             member_id=member.member_id,
@@ -148,7 +173,7 @@ async def handle_consumer_group_describe(context: RequestContext, request: Any) 
             member_type=MEMBER_TYPE_CONSUMER,
         )
 
-    def group_answer(group_id: str) -> Any:
+    def group_answer(group_id: str) -> object:
         error, state, message = ErrorCode.none, None, None
         if not context.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             error = ErrorCode.group_authorization_failed
@@ -209,7 +234,7 @@ async def handle_consumer_group_describe(context: RequestContext, request: Any) 
     )
 
 
-def _names(name_of: Any, assignment: Assignment) -> Iterable[str]:
+def _names(name_of: Callable[[uuid.UUID], str | None], assignment: Assignment) -> Iterable[str]:
     for topic_id in assignment:
         name = name_of(topic_id)
         if name is not None:

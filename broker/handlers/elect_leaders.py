@@ -10,9 +10,10 @@ ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -25,14 +26,18 @@ from raftka.broker.handlers.common import (
     NO_THROTTLE,
     denied_message,
     duration_ms,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.handlers.metadata import partition_leader
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import ControllerClient, RequestContext, TopicsView
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.broker.services import ControllerClient, TopicsView
+    from raftka.protocol.messages.requests import ElectLeadersRequest
+    from raftka.protocol.messages.responses import ElectLeadersResponse
 
 PREFERRED = 0
 UNCLEAN = 1
@@ -48,8 +53,18 @@ class ElectionPlan:
     to_elect: list[TopicPartition] = field(default_factory=list)
 
 
+class NamedPartitions(Protocol):
+    """A request's topic and partition indexes (ElectLeaders' TopicPartitions)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
 def requested_partitions(
-    topics: TopicsView, topic_partitions: Iterable[Any] | None
+    topics: TopicsView, topic_partitions: Iterable[NamedPartitions] | None
 ) -> list[TopicPartition]:
     """The partitions a request names (each once, in request order); every partition of
     every topic when it names none (null)."""
@@ -93,14 +108,14 @@ def plan_elections(
 
 
 def election_results(
-    module: Any,
+    module: ModuleType,
     partitions: list[TopicPartition],
     results: Mapping[TopicPartition, ElectionResult],
     all_partitions: bool,
-) -> tuple[Any, ...]:
+) -> tuple[object, ...]:
     """ReplicaElectionResult entries per topic, in request order; with `all_partitions`,
     partitions that already have their preferred leader are left out (Kafka's rule)."""
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[object]] = {}
     for tp in partitions:
         code, message = results[tp]
         if all_partitions and code == ErrorCode.election_not_needed:
@@ -120,9 +135,12 @@ def election_results(
     )
 
 
-async def handle_elect_leaders(context: RequestContext, request: Any) -> Any:
+async def handle_elect_leaders(
+    context: RequestContext, request: ElectLeadersRequest
+) -> ElectLeadersResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[ElectLeadersResponse] = response_entity(context)
+    module = response_module(context)
     election_type = int(getattr(request, "election_type", PREFERRED))
     all_partitions = request.topic_partitions is None
     if not context.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):

@@ -9,27 +9,69 @@ wait for the group; they run as their own tasks, so the connection's other reque
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import (
+    FindCoordinatorRequest as FindCoordinatorRequestV4,
+)
+from kio.schema.leave_group.v0.request import LeaveGroupRequest as LeaveGroupRequestV0
+from kio.schema.leave_group.v1.request import LeaveGroupRequest as LeaveGroupRequestV1
+from kio.schema.leave_group.v2.request import LeaveGroupRequest as LeaveGroupRequestV2
+from kio.schema.offset_fetch.v8.request import OffsetFetchRequest as OffsetFetchRequestV8
+from kio.schema.offset_fetch.v9.request import OffsetFetchRequest as OffsetFetchRequestV9
 
 from raftka.broker.groups import OFFSETS_TOPIC, GroupCoordinator, Reply
 from raftka.broker.groups.offsets import OFFSET_METADATA_MAX_BYTES
 from raftka.broker.groups.records import OffsetValue, partition_for_group
-from raftka.broker.handlers import share_admin
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
+    R,
     TopicAccess,
     denied_message,
     duration_ms,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
+from raftka.broker.handlers.share_admin import delete_share_groups
 from raftka.broker.handlers.txn import ensure_transaction_state_topic, may_write_transaction
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from raftka.broker.services import RequestContext
-from raftka.broker.topics import Topic, now_ms
+from raftka.broker.topics import Topic
 from raftka.protocol.api import build
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        DeleteGroupsRequest,
+        DescribeGroupsRequest,
+        FindCoordinatorRequest,
+        HeartbeatRequest,
+        JoinGroupRequest,
+        LeaveGroupRequest,
+        ListGroupsRequest,
+        OffsetCommitRequest,
+        OffsetDeleteRequest,
+        OffsetFetchRequest,
+        SyncGroupRequest,
+        TxnOffsetCommitRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        DeleteGroupsResponse,
+        DescribeGroupsResponse,
+        FindCoordinatorResponse,
+        HeartbeatResponse,
+        JoinGroupResponse,
+        LeaveGroupResponse,
+        ListGroupsResponse,
+        OffsetCommitResponse,
+        OffsetDeleteResponse,
+        OffsetFetchResponse,
+        SyncGroupResponse,
+        TxnOffsetCommitResponse,
+    )
+
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -78,8 +120,11 @@ def _no_coordinator(error: ErrorCode, message: str) -> dict[str, object]:
     return {"node_id": -1, "host": "", "port": -1, "error_code": error, "error_message": message}
 
 
-async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_find_coordinator(
+    context: RequestContext, request: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
+    entity: type[FindCoordinatorResponse] = response_entity(context)
+    module = response_module(context)
     services = context.services
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
 
@@ -119,7 +164,7 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
             error = ErrorCode.invalid_request
         return _no_coordinator(error, error.name.upper())
 
-    if context.api_version >= 4:
+    if isinstance(request, FindCoordinatorRequestV4):
         coordinators = tuple(
             [
                 build(module.Coordinator, key=key, **await answer(key))
@@ -133,8 +178,11 @@ async def handle_find_coordinator(context: RequestContext, request: Any) -> Any:
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
 
 
-async def handle_join_group(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_join_group(
+    context: RequestContext, request: JoinGroupRequest
+) -> JoinGroupResponse:
+    entity: type[JoinGroupResponse] = response_entity(context)
+    module = response_module(context)
     version = context.api_version
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
@@ -190,8 +238,10 @@ async def handle_join_group(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_sync_group(context: RequestContext, request: Any) -> Any:
-    entity, _ = response_schema(context)
+async def handle_sync_group(
+    context: RequestContext, request: SyncGroupRequest
+) -> SyncGroupResponse:
+    entity: type[SyncGroupResponse] = response_entity(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
             entity,
@@ -222,8 +272,8 @@ async def handle_sync_group(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_heartbeat(context: RequestContext, request: Any) -> Any:
-    entity, _ = response_schema(context)
+async def handle_heartbeat(context: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    entity: type[HeartbeatResponse] = response_entity(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
             entity, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed
@@ -237,8 +287,11 @@ async def handle_heartbeat(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, error_code=error)
 
 
-async def handle_leave_group(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_leave_group(
+    context: RequestContext, request: LeaveGroupRequest
+) -> LeaveGroupResponse:
+    entity: type[LeaveGroupResponse] = response_entity(context)
+    module = response_module(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return build(
             entity,
@@ -246,7 +299,7 @@ async def handle_leave_group(context: RequestContext, request: Any) -> Any:
             error_code=ErrorCode.group_authorization_failed,
             members=(),
         )
-    if context.api_version < 3:
+    if isinstance(request, LeaveGroupRequestV0 | LeaveGroupRequestV1 | LeaveGroupRequestV2):
         top, errors = _coordinator(context).leave_group(
             request.group_id, [(request.member_id, None)]
         )
@@ -270,7 +323,7 @@ async def handle_leave_group(context: RequestContext, request: Any) -> Any:
 
 
 def _offsets_to_commit(
-    context: RequestContext, request: Any
+    context: RequestContext, request: OffsetCommitRequest | TxnOffsetCommitRequest
 ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetValue]]:
     """(error per partition refused before the group is asked, offsets to commit) of an
     OffsetCommit or TxnOffsetCommit: partitions of topics without READ get
@@ -278,7 +331,7 @@ def _offsets_to_commit(
     metadata OFFSET_METADATA_TOO_LARGE."""
     topics = context.services.topics
     may_read = TopicAccess(context, AclOperation.READ)
-    commit_ms = now_ms()
+    commit_ms = context.services.clock.wall_ms()
     errors: dict[tuple[str, int], ErrorCode] = {}
     valid: dict[tuple[str, int], OffsetValue] = {}
     for topic in request.topics:
@@ -315,13 +368,18 @@ def _commit_errors(
     return errors
 
 
-def _refused_commit(request: Any, error: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+def _refused_commit(
+    request: OffsetCommitRequest | TxnOffsetCommitRequest, error: ErrorCode
+) -> dict[tuple[str, int], ErrorCode]:
     """Every partition of a commit refused as a whole answers `error`."""
     return {(t.name, p.partition_index): error for t in request.topics for p in t.partitions}
 
 
-async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_offset_commit(
+    context: RequestContext, request: OffsetCommitRequest
+) -> OffsetCommitResponse:
+    entity: type[OffsetCommitResponse] = response_entity(context)
+    module = response_module(context)
     if not _may(context, AclOperation.READ, request.group_id):
         return _commit_response(
             entity,
@@ -349,11 +407,14 @@ async def handle_offset_commit(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_txn_offset_commit(context: RequestContext, request: Any) -> Any:
+async def handle_txn_offset_commit(
+    context: RequestContext, request: TxnOffsetCommitRequest
+) -> TxnOffsetCommitResponse:
     """TxnOffsetCommit v0-3 (v3 carries the consumer's generation, member and instance ids,
     KIP-447): the offsets are written as a transactional batch of the producer and count
     once its transaction commits."""
-    entity, module = response_schema(context)
+    entity: type[TxnOffsetCommitResponse] = response_entity(context)
+    module = response_module(context)
     refusal = None
     if not may_write_transaction(context, request.transactional_id):
         refusal = ErrorCode.transactional_id_authorization_failed
@@ -388,12 +449,12 @@ async def handle_txn_offset_commit(context: RequestContext, request: Any) -> Any
 
 
 def _commit_response(
-    entity: Any,
-    topic_entity: Any,
-    partition_entity: Any,
-    request: Any,
+    entity: type[R],
+    topic_entity: type[object],
+    partition_entity: type[object],
+    request: OffsetCommitRequest | TxnOffsetCommitRequest,
     errors: dict[tuple[str, int], ErrorCode],
-) -> Any:
+) -> R:
     """An OffsetCommit or TxnOffsetCommit response: every requested partition's error."""
     response_topics = tuple(
         build(
@@ -413,15 +474,25 @@ def _commit_response(
     return build(entity, throttle_time=NO_THROTTLE, topics=response_topics)
 
 
+class FetchedTopic(Protocol):
+    """A topic an OffsetFetch request asks for (its own entity in v1-7 and in v8+)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partition_indexes(self) -> Sequence[int]: ...
+
+
 def _fetch_group(
     context: RequestContext,
     group_id: str,
-    topics: Any,
-    topic_type: Any,
-    partition_type: Any,
+    topics: Iterable[FetchedTopic] | None,
+    topic_type: type[object],
+    partition_type: type[object],
     require_stable: bool = False,
     member: tuple[str | None, int] = (None, -1),
-) -> tuple[ErrorCode, tuple[Any, ...]]:
+) -> tuple[ErrorCode, tuple[object, ...]]:
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     wanted = (
         None
@@ -455,7 +526,7 @@ def _fetch_group(
         if require_stable and error == ErrorCode.none
         else set()
     )
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[object]] = {}
     if error == ErrorCode.none:
         for topic, partition in hidden:
             by_topic.setdefault(topic, []).append(
@@ -489,10 +560,13 @@ def _fetch_group(
     )
 
 
-async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_offset_fetch(
+    context: RequestContext, request: OffsetFetchRequest
+) -> OffsetFetchResponse:
+    entity: type[OffsetFetchResponse] = response_entity(context)
+    module = response_module(context)
     require_stable = bool(getattr(request, "require_stable", False))
-    if context.api_version >= 8:
+    if isinstance(request, OffsetFetchRequestV8 | OffsetFetchRequestV9):
         groups = []
         for group in request.groups:
             error, topics = _fetch_group(
@@ -525,8 +599,11 @@ async def handle_offset_fetch(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 
-async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_offset_delete(
+    context: RequestContext, request: OffsetDeleteRequest
+) -> OffsetDeleteResponse:
+    entity: type[OffsetDeleteResponse] = response_entity(context)
+    module = response_module(context)
     if not _may(context, AclOperation.DELETE, request.group_id):
         return build(
             entity,
@@ -537,7 +614,7 @@ async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
     topics = context.services.topics
     may_read = TopicAccess(context, AclOperation.READ)
     refused: dict[tuple[str, int], ErrorCode] = {}
-    wanted = []
+    wanted: list[tuple[str, int]] = []
     for topic in request.topics:
         known = topics.get(topic.name)
         for p in topic.partitions:
@@ -577,8 +654,11 @@ async def handle_offset_delete(context: RequestContext, request: Any) -> Any:
 # -- listing, describing, deleting groups --------------------------------------------------
 
 
-async def handle_list_groups(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_list_groups(
+    context: RequestContext, request: ListGroupsRequest
+) -> ListGroupsResponse:
+    entity: type[ListGroupsResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = _coordinator(context)
     listed = coordinator.list_typed_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
@@ -604,8 +684,11 @@ async def handle_list_groups(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, error_code=error, groups=groups)
 
 
-async def handle_describe_groups(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_describe_groups(
+    context: RequestContext, request: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
+    entity: type[DescribeGroupsResponse] = response_entity(context)
+    module = response_module(context)
     with_operations = bool(getattr(request, "include_authorized_operations", False))
     described = []
     for group_id in request.groups:
@@ -655,12 +738,15 @@ async def handle_describe_groups(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-async def handle_delete_groups(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
-    names = list(dict.fromkeys(request.groups_names))
+async def handle_delete_groups(
+    context: RequestContext, request: DeleteGroupsRequest
+) -> DeleteGroupsResponse:
+    entity: type[DeleteGroupsResponse] = response_entity(context)
+    module = response_module(context)
+    names: list[str] = list(dict.fromkeys(request.groups_names))
     refused = [name for name in names if not _may(context, AclOperation.DELETE, name)]
     allowed = [name for name in names if name not in refused]
-    shared = await share_admin.delete_share_groups(context, allowed)
+    shared = await delete_share_groups(context, allowed)
     results = await _coordinator(context).delete_groups(
         [name for name in allowed if name not in shared]
     )

@@ -11,20 +11,28 @@ import dataclasses
 import logging
 import uuid
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.cluster.validation import TopicError, check_not_reserved, validate_topic_name
-from raftka.broker.handlers.common import NO_THROTTLE, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.topics import Topic
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import BrokerServices, ControllerClient, RequestContext
+    from raftka.broker.handlers.context import BrokerServices, RequestContext
+    from raftka.broker.services import ControllerClient
     from raftka.broker.topics import Partition
+    from raftka.protocol.messages.requests import DescribeClusterRequest, MetadataRequest
+    from raftka.protocol.messages.responses import DescribeClusterResponse, MetadataResponse
 
 logger = logging.getLogger("raftka.metadata")
 
@@ -47,7 +55,14 @@ def in_sync_replicas(controller: ControllerClient, partition: Partition) -> tupl
     return controller.isr_hints.get(partition.name, partition.replicas)
 
 
-def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic) -> Any:
+class TopicEntry(Entity, Protocol):
+    """A topic of a Metadata response (kio's MetadataResponseTopic of the request's version)."""
+
+    @property
+    def name(self) -> str | None: ...
+
+
+def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic) -> TopicEntry:
     partitions = []
     for p in topic.partitions:
         leader, epoch = partition_leader(controller, p)
@@ -63,7 +78,7 @@ def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic)
                 offline_replicas=(),
             )
         )
-    return build(
+    entry: TopicEntry = build(
         module.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=topic.name,
@@ -72,12 +87,13 @@ def _topic_entry(module: ModuleType, controller: ControllerClient, topic: Topic)
         partitions=tuple(partitions),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+    return entry
 
 
 def _error_entry(
     module: ModuleType, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode
-) -> Any:
-    return build(
+) -> TopicEntry:
+    entry: TopicEntry = build(
         module.MetadataResponseTopic,
         error_code=error,
         name=name,
@@ -86,6 +102,7 @@ def _error_entry(
         partitions=(),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+    return entry
 
 
 async def _auto_create(controller: ControllerClient, name: str) -> ErrorCode:
@@ -135,7 +152,7 @@ def may_auto_create(context: RequestContext, name: str) -> bool:
     ) or context.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)
 
 
-def cluster_authorized_operations(context: RequestContext, request: Any) -> int:
+def cluster_authorized_operations(context: RequestContext, request: object) -> int:
     """The cluster bit field when asked for: 0 without DESCRIBE on the cluster (Kafka)."""
     if not getattr(request, "include_cluster_authorized_operations", False):
         return AUTHORIZED_OPERATIONS_OMITTED
@@ -146,7 +163,7 @@ def cluster_authorized_operations(context: RequestContext, request: Any) -> int:
 
 async def _named_entry(
     context: RequestContext, module: ModuleType, name: str, allow_create: bool
-) -> tuple[Any, bool]:
+) -> tuple[TopicEntry, bool]:
     """The entry for a topic asked for by name, and whether it is one the principal may
     DESCRIBE (which gets its authorized operations when asked for)."""
     services = context.services
@@ -176,14 +193,15 @@ async def _named_entry(
     return _topic_entry(module, controller, topic), True
 
 
-async def handle_metadata(context: RequestContext, request: Any) -> Any:
+async def handle_metadata(context: RequestContext, request: MetadataRequest) -> MetadataResponse:
     services = context.services
     controller = services.controller
-    entity, module = response_schema(context)
+    entity: type[MetadataResponse] = response_entity(context)
+    module = response_module(context)
     topics = services.topics
     requested = request.topics
     # (entry, whether it gets the topic's authorized operations when asked for)
-    entries: list[tuple[Any, bool]] = []
+    entries: list[tuple[TopicEntry, bool]] = []
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if requested is None or (context.api_version == 0 and not requested):
         for topic in list(topics.topics.values()):
@@ -215,8 +233,9 @@ async def handle_metadata(context: RequestContext, request: Any) -> Any:
             (
                 dataclasses.replace(
                     entry,
+                    # a describable entry is one found by name or id: it has its name
                     topic_authorized_operations=context.authorized_operations(
-                        ResourceType.TOPIC, entry.name
+                        ResourceType.TOPIC, entry.name or ""
                     ),
                 )
                 if describable
@@ -240,9 +259,12 @@ async def handle_metadata(context: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_describe_cluster(context: RequestContext, request: Any) -> Any:
+async def handle_describe_cluster(
+    context: RequestContext, request: DescribeClusterRequest
+) -> DescribeClusterResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[DescribeClusterResponse] = response_entity(context)
+    module = response_module(context)
     return build(
         entity,
         throttle_time=NO_THROTTLE,

@@ -14,17 +14,23 @@ topic (KIP-679; CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import NO_THROTTLE, duration_ms, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    duration_ms,
+    response_entity,
+)
 from raftka.broker.handlers.txn import coordinator_of, fenced_for_version, may_write_transaction
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import InitProducerIdRequest
+    from raftka.protocol.messages.responses import InitProducerIdResponse
 
 INIT_PRODUCER_ID_MIN_VERSION = 0
 INIT_PRODUCER_ID_MAX_VERSION = 5
@@ -44,8 +50,10 @@ def _refusal(context: RequestContext, transactional_id: str | None) -> ErrorCode
     return ErrorCode.cluster_authorization_failed
 
 
-async def handle_init_producer_id(context: RequestContext, request: Any) -> Any:
-    entity, _module = response_schema(context)
+async def handle_init_producer_id(
+    context: RequestContext, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
+    entity: type[InitProducerIdResponse] = response_entity(context)
     refusal = _refusal(context, request.transactional_id)
     if refusal is not None:
         return build(

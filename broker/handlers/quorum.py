@@ -12,18 +12,36 @@ DESCRIBE on the cluster, the changes ALTER (CLUSTER_AUTHORIZATION_FAILED otherwi
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import ChangeMetadataVotersCommand, UnregisterBrokerCommand
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    R,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.topics import METADATA_TOPIC
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        AddRaftVoterRequest,
+        DescribeQuorumRequest,
+        RemoveRaftVoterRequest,
+        UnregisterBrokerRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AddRaftVoterResponse,
+        DescribeQuorumResponse,
+        RemoveRaftVoterResponse,
+        UnregisterBrokerResponse,
+    )
 
 # Replica directories are not tracked: every replica reports this one.
 NO_DIRECTORY = uuid.UUID(int=0)
@@ -35,8 +53,11 @@ def _denied(context: RequestContext, operation: AclOperation) -> str | None:
     return denied_message(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-async def handle_describe_quorum(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_describe_quorum(
+    context: RequestContext, request: DescribeQuorumRequest
+) -> DescribeQuorumResponse:
+    entity: type[DescribeQuorumResponse] = response_entity(context)
+    module = response_module(context)
     denied = _denied(context, AclOperation.DESCRIBE)
     if denied is not None:
         return build(
@@ -50,7 +71,7 @@ async def handle_describe_quorum(context: RequestContext, request: Any) -> Any:
     quorum = controller.quorum()
     image = controller.image
 
-    def replica(node: int) -> Any:
+    def replica(node: int) -> object:
         end = quorum.log_end_offsets.get(node, -1)
         return build(
             module.ReplicaState,
@@ -114,7 +135,7 @@ async def handle_describe_quorum(context: RequestContext, request: Any) -> Any:
     )
 
 
-def _wrong_cluster(context: RequestContext, request: Any) -> str | None:
+def _wrong_cluster(context: RequestContext, request: object) -> str | None:
     wanted = getattr(request, "cluster_id", None)
     if wanted is None or wanted == context.services.identity.cluster_id:
         return None
@@ -124,14 +145,18 @@ def _wrong_cluster(context: RequestContext, request: Any) -> str | None:
     )
 
 
-def _answer(entity: Any, error_code: Any, error_message: str | None) -> Any:
+def _answer(entity: type[R], error_code: ErrorCode, error_message: str | None) -> R:
     return build(
         entity, throttle_time=NO_THROTTLE, error_code=error_code, error_message=error_message
     )
 
 
-async def _voter_change(context: RequestContext, request: Any, action: str) -> Any:
-    entity, _module = response_schema(context)
+async def _voter_change(
+    context: RequestContext,
+    entity: type[R],
+    request: AddRaftVoterRequest | RemoveRaftVoterRequest,
+    action: str,
+) -> R:
     denied = _denied(context, AclOperation.ALTER)
     if denied is not None:
         return _answer(entity, ErrorCode.cluster_authorization_failed, denied)
@@ -144,16 +169,24 @@ async def _voter_change(context: RequestContext, request: Any, action: str) -> A
     return _answer(entity, result.error_code, result.error_message)
 
 
-async def handle_add_raft_voter(context: RequestContext, request: Any) -> Any:
-    return await _voter_change(context, request, "add")
+async def handle_add_raft_voter(
+    context: RequestContext, request: AddRaftVoterRequest
+) -> AddRaftVoterResponse:
+    entity: type[AddRaftVoterResponse] = response_entity(context)
+    return await _voter_change(context, entity, request, "add")
 
 
-async def handle_remove_raft_voter(context: RequestContext, request: Any) -> Any:
-    return await _voter_change(context, request, "remove")
+async def handle_remove_raft_voter(
+    context: RequestContext, request: RemoveRaftVoterRequest
+) -> RemoveRaftVoterResponse:
+    entity: type[RemoveRaftVoterResponse] = response_entity(context)
+    return await _voter_change(context, entity, request, "remove")
 
 
-async def handle_unregister_broker(context: RequestContext, request: Any) -> Any:
-    entity, _module = response_schema(context)
+async def handle_unregister_broker(
+    context: RequestContext, request: UnregisterBrokerRequest
+) -> UnregisterBrokerResponse:
+    entity: type[UnregisterBrokerResponse] = response_entity(context)
     denied = _denied(context, AclOperation.ALTER)
     if denied is not None:
         return _answer(entity, ErrorCode.cluster_authorization_failed, denied)

@@ -12,22 +12,36 @@ List DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import ReassignPartitionCommand
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    R,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        AlterPartitionReassignmentsRequest,
+        ListPartitionReassignmentsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterPartitionReassignmentsResponse,
+        ListPartitionReassignmentsResponse,
+    )
 
 
 def _cluster_denied(
-    context: RequestContext, entity: type[Any], operation: AclOperation, **fields: Any
-) -> Any:
+    context: RequestContext, entity: type[R], operation: AclOperation, **fields: object
+) -> R:
     """The whole-request answer when `operation` on the cluster is not allowed."""
     return build(
         entity,
@@ -38,8 +52,11 @@ def _cluster_denied(
     )
 
 
-async def handle_alter_partition_reassignments(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_alter_partition_reassignments(
+    context: RequestContext, request: AlterPartitionReassignmentsRequest
+) -> AlterPartitionReassignmentsResponse:
+    entity: type[AlterPartitionReassignmentsResponse] = response_entity(context)
+    module = response_module(context)
     allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
     extra = {"allow_replication_factor_change": allow_rf_change} if context.api_version else {}
     if not context.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
@@ -93,8 +110,11 @@ async def handle_alter_partition_reassignments(context: RequestContext, request:
     )
 
 
-async def handle_list_partition_reassignments(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_list_partition_reassignments(
+    context: RequestContext, request: ListPartitionReassignmentsRequest
+) -> ListPartitionReassignmentsResponse:
+    entity: type[ListPartitionReassignmentsResponse] = response_entity(context)
+    module = response_module(context)
     if not context.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return _cluster_denied(context, entity, AclOperation.DESCRIBE, topics=())
     image = context.services.controller.image

@@ -9,24 +9,23 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import response_schema
+from raftka.broker.handlers.common import response_entity
 from raftka.broker.security.scram import ScramError, ScramMechanism, ScramServer
 from raftka.broker.security.session import Principal
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.security.session import ClientSession
-    from raftka.broker.services import RequestContext
+    from raftka.protocol.messages.requests import SaslAuthenticateRequest, SaslHandshakeRequest
+    from raftka.protocol.messages.responses import SaslAuthenticateResponse, SaslHandshakeResponse
 
 logger = logging.getLogger("raftka.sasl")
-
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
 
 
 def _session(context: RequestContext) -> ClientSession:
@@ -34,12 +33,14 @@ def _session(context: RequestContext) -> ClientSession:
     return context.session
 
 
-async def handle_sasl_handshake(context: RequestContext, request: Any) -> Any:
+async def handle_sasl_handshake(
+    context: RequestContext, request: SaslHandshakeRequest
+) -> SaslHandshakeResponse:
     session = _session(context)
-    entity, _ = response_schema(context)
+    entity: type[SaslHandshakeResponse] = response_entity(context)
     enabled = context.services.authenticator.mechanisms(session.listener.name)
 
-    def refuse(code: ErrorCode, why: str) -> Any:
+    def refuse(code: ErrorCode, why: str) -> SaslHandshakeResponse:
         logger.warning("closing connection from %s: %s", context.client_host, why)
         session.close_after_response = True
         return build(entity, error_code=code, mechanisms=tuple(enabled))
@@ -70,13 +71,15 @@ async def handle_sasl_handshake(context: RequestContext, request: Any) -> Any:
     return build(entity, error_code=ErrorCode.none, mechanisms=tuple(enabled))
 
 
-async def handle_sasl_authenticate(context: RequestContext, request: Any) -> Any:
+async def handle_sasl_authenticate(
+    context: RequestContext, request: SaslAuthenticateRequest
+) -> SaslAuthenticateResponse:
     session = _session(context)
-    entity, _ = response_schema(context)
+    entity: type[SaslAuthenticateResponse] = response_entity(context)
     authenticator = context.services.authenticator
     host = context.client_host
 
-    def answer(auth_bytes: bytes = b"") -> Any:
+    def answer(auth_bytes: bytes = b"") -> SaslAuthenticateResponse:
         return build(
             entity,
             error_code=ErrorCode.none,
@@ -85,7 +88,7 @@ async def handle_sasl_authenticate(context: RequestContext, request: Any) -> Any
             session_lifetime=datetime.timedelta(0),
         )
 
-    async def fail(code: ErrorCode, message: str) -> Any:
+    async def fail(code: ErrorCode, message: str) -> SaslAuthenticateResponse:
         session.close_after_response = True
         delay_s = authenticator.failure_delays.record_failure(host)
         logger.warning(
@@ -104,7 +107,7 @@ async def handle_sasl_authenticate(context: RequestContext, request: Any) -> Any
             session_lifetime=datetime.timedelta(0),
         )
 
-    def succeed(user: str, auth_bytes: bytes = b"") -> Any:
+    def succeed(user: str, auth_bytes: bytes = b"") -> SaslAuthenticateResponse:
         session.principal = Principal("User", user)
         session.authenticated = True
         session.scram = None

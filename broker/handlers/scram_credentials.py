@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -22,13 +22,26 @@ from raftka.broker.cluster.validation import (
     check_scram_iterations,
     check_scram_mechanism,
 )
-from raftka.broker.handlers.common import NO_THROTTLE, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.security.scram import credential_from_salted
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
+    from raftka.protocol.messages.requests import (
+        AlterUserScramCredentialsRequest,
+        DescribeUserScramCredentialsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterUserScramCredentialsResponse,
+        DescribeUserScramCredentialsResponse,
+    )
 
 
 def _cluster_denial(context: RequestContext, operation: AclOperation) -> str | None:
@@ -38,8 +51,11 @@ def _cluster_denial(context: RequestContext, operation: AclOperation) -> str | N
     return denied_message(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-async def handle_describe_user_scram_credentials(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_describe_user_scram_credentials(
+    context: RequestContext, request: DescribeUserScramCredentialsRequest
+) -> DescribeUserScramCredentialsResponse:
+    entity: type[DescribeUserScramCredentialsResponse] = response_entity(context)
+    module = response_module(context)
     denial = _cluster_denial(context, AclOperation.DESCRIBE)
     if denial is not None:
         code = ErrorCode.cluster_authorization_failed
@@ -101,8 +117,11 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
-async def handle_alter_user_scram_credentials(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_alter_user_scram_credentials(
+    context: RequestContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsResponse:
+    entity: type[AlterUserScramCredentialsResponse] = response_entity(context)
+    module = response_module(context)
     controller = context.services.controller
     users = list(
         dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])

@@ -17,20 +17,23 @@ import datetime
 import logging
 import math
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
+    R,
     TopicAccess,
     denied_message,
     duration_ms,
     led_partition,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.handlers.fetch import _any_appended, _records
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
@@ -49,8 +52,21 @@ from raftka.protocol.api import build
 from raftka.protocol.splice import SplicedResponse, Splices
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
+    from raftka.log.segment import LogSegment
+    from raftka.protocol.messages.requests import (
+        ShareAcknowledgeRequest,
+        ShareFetchRequest,
+        ShareGroupDescribeRequest,
+        ShareGroupHeartbeatRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        ShareAcknowledgeResponse,
+        ShareFetchResponse,
+        ShareGroupDescribeResponse,
+        ShareGroupHeartbeatResponse,
+    )
 
 logger = logging.getLogger("raftka.share")
 
@@ -88,8 +104,9 @@ def _manager(context: RequestContext) -> SharePartitionManager:
     return context.services.groups.share_partitions
 
 
-def _now_ms() -> float:
-    return trio.current_time() * 1000
+def _now_ms(context: RequestContext) -> float:
+    """The loop's clock in milliseconds, the time share groups and sessions keep."""
+    return context.services.clock.now_s() * 1000
 
 
 # -- ShareGroupHeartbeat -------------------------------------------------------------------
@@ -104,12 +121,17 @@ async def release_departed(context: RequestContext, delivery_limit: int) -> None
         )
 
 
-async def handle_share_group_heartbeat(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_share_group_heartbeat(
+    context: RequestContext, request: ShareGroupHeartbeatRequest
+) -> ShareGroupHeartbeatResponse:
+    entity: type[ShareGroupHeartbeatResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = context.services.groups
     config = share_config(context)
 
-    def answer(error: ErrorCode, message: str | None = None, **fields: Any) -> Any:
+    def answer(
+        error: ErrorCode, message: str | None = None, **fields: object
+    ) -> ShareGroupHeartbeatResponse:
         fields.setdefault("member_id", request.member_id or None)
         fields.setdefault("member_epoch", 0)
         return build(
@@ -145,7 +167,7 @@ async def handle_share_group_heartbeat(context: RequestContext, request: Any) ->
         subscribed=None if subscribed is None else tuple(subscribed),
         client_id=context.header.client_id or "",
         client_host=context.client_host,
-        now_ms=_now_ms(),
+        now_ms=_now_ms(context),
         session_timeout_ms=config.session_timeout_ms,
     )
     await release_departed(context, config.delivery_limit)
@@ -186,11 +208,14 @@ class _PartitionAnswer:
     ack_error: ErrorCode = ErrorCode.none
     ack_message: str | None = None
     leader: tuple[int, int] = (-1, -1)
-    records: Any = b""
+    # b"" until records are read: then their (segment, position, length) in the log
+    records: bytes | tuple[LogSegment, int, int] = b""
     acquired: tuple[Acquired, ...] = ()
 
 
-def _group_error(context: RequestContext, group_id: str | None, member_id: str | None) -> Any:
+def _group_error(
+    context: RequestContext, group_id: str | None, member_id: str | None
+) -> tuple[ErrorCode, str] | None:
     """(error, message) refusing the request as a whole, or None."""
     if not group_id:
         return ErrorCode.invalid_group_id, "GroupId must be set"
@@ -239,9 +264,22 @@ async def _share_partition(
         config.auto_offset_reset,
     )
     led.state.move_start(log.log_start_offset)
-    if led.state.release_expired(_now_ms(), config.delivery_limit):
+    if led.state.release_expired(_now_ms(context), config.delivery_limit):
         _manager(context).notify_released()
     return led
+
+
+class AcknowledgementBatch(Protocol):
+    """One acknowledgement batch of a ShareFetch or ShareAcknowledge request."""
+
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def acknowledge_types(self) -> Sequence[int]: ...
 
 
 async def _acknowledge(
@@ -249,7 +287,7 @@ async def _acknowledge(
     group_id: str,
     member_id: str,
     partition: Partition,
-    batches: Any,
+    batches: Iterable[AcknowledgementBatch],
     config: ShareConfig,
     answer: _PartitionAnswer,
 ) -> None:
@@ -291,15 +329,15 @@ def _fetch_once(
     context: RequestContext,
     member_id: str,
     targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]],
-    request: Any,
+    request: ShareFetchRequest,
     config: ShareConfig,
 ) -> int:
     """Acquire and read for each partition (no await: the slices stay valid); the number of
     records acquired."""
     remaining_bytes = request.max_bytes if request.max_bytes > 0 else 0
-    remaining_records = request.max_records
+    remaining_records: int = request.max_records
     acquired_total = 0
-    now = _now_ms()
+    now = _now_ms(context)
     for partition, led, answer in targets:
         if remaining_records <= 0:
             break
@@ -337,13 +375,20 @@ def _fetch_once(
     return acquired_total
 
 
-def _session_partitions(request: Any) -> set[SessionPartition]:
-    return {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
+def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:
+    """A share request's topic id, which kio types as nullable (null: UNKNOWN_TOPIC_ID)."""
+    return cast(uuid.UUID, topic_id)
+
+
+def _session_partitions(request: ShareFetchRequest) -> set[SessionPartition]:
+    return {
+        (_topic_id(t.topic_id), p.partition_index) for t in request.topics for p in t.partitions
+    }
 
 
 def _node_endpoints(
     context: RequestContext, module: ModuleType, answers: list[_PartitionAnswer]
-) -> tuple[Any, ...]:
+) -> tuple[object, ...]:
     wanted = {a.leader[0] for a in answers if a.error == ErrorCode.not_leader_or_follower}
     if not wanted:
         return ()
@@ -362,13 +407,13 @@ def _by_topic(answers: list[_PartitionAnswer]) -> dict[uuid.UUID, list[_Partitio
 
 
 def _response(
-    entity: type[Any],
+    entity: type[R],
     error: ErrorCode,
     message: str | None,
-    responses: tuple[Any, ...] = (),
-    node_endpoints: tuple[Any, ...] = (),
-    **fields: Any,
-) -> Any:
+    responses: tuple[object, ...] = (),
+    node_endpoints: tuple[object, ...] = (),
+    **fields: object,
+) -> R:
     """A ShareFetch or ShareAcknowledge response; a refusal when `responses` is empty."""
     return build(
         entity,
@@ -385,25 +430,29 @@ def _lock_timeout(config: ShareConfig) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=config.lock_ms)
 
 
-def _leader(module: ModuleType, answer: _PartitionAnswer) -> Any:
+def _leader(module: ModuleType, answer: _PartitionAnswer) -> object:
     leader_id, leader_epoch = answer.leader
     return build(module.LeaderIdAndEpoch, leader_id=leader_id, leader_epoch=leader_epoch)
 
 
-async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_share_fetch(
+    context: RequestContext, request: ShareFetchRequest
+) -> ShareFetchResponse | SplicedResponse:
+    entity: type[ShareFetchResponse] = response_entity(context)
+    module = response_module(context)
     config = share_config(context)
     manager = _manager(context)
 
-    def refuse(error: ErrorCode, message: str | None) -> Any:
+    def refuse(error: ErrorCode, message: str | None) -> ShareFetchResponse:
         return _response(entity, error, message, acquisition_lock_timeout=_lock_timeout(config))
 
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     refused = _group_error(context, group_id, member_id)
     if refused is not None:
         return refuse(*refused)
+    assert group_id and member_id, "_group_error refuses a request without them"
     acks = {
-        (t.topic_id, p.partition_index): p.acknowledgement_batches
+        (_topic_id(t.topic_id), p.partition_index): p.acknowledgement_batches
         for t in request.topics
         for p in t.partitions
         if p.acknowledgement_batches
@@ -414,7 +463,7 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
                 ErrorCode.invalid_request,
                 "a ShareFetch opening a share session (epoch 0) cannot acknowledge",
             )
-        manager.evict_idle(_now_ms(), config.session_timeout_ms, config.delivery_limit)
+        manager.evict_idle(_now_ms(context), config.session_timeout_ms, config.delivery_limit)
         opened = manager.open_session(
             group_id,
             member_id,
@@ -443,7 +492,7 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
         if epoch != FINAL_EPOCH:
             session.partitions |= _session_partitions(request)
             session.epoch += 1
-    session.last_used_ms = _now_ms()
+    session.last_used_ms = _now_ms(context)
     may_read = TopicAccess(context, AclOperation.READ)
     answers: dict[SessionPartition, _PartitionAnswer] = {}
     located: dict[SessionPartition, Partition] = {}
@@ -459,10 +508,11 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
             continue
         await _acknowledge(context, group_id, member_id, partition, batches, config, answers[key])
     for t in request.forgotten_topics_data:
+        forgotten_id = _topic_id(t.topic_id)
         for index in t.partitions:
-            session.partitions.discard((t.topic_id, index))
-            answers.pop((t.topic_id, index), None)
-            led = manager.partitions.get((group_id, t.topic_id, index))
+            session.partitions.discard((forgotten_id, index))
+            answers.pop((forgotten_id, index), None)
+            led = manager.partitions.get((group_id, forgotten_id, index))
             if led is not None and led.state.release_member(member_id, config.delivery_limit):
                 manager.notify_released()
     if epoch == FINAL_EPOCH:
@@ -479,9 +529,9 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
         acquired = _fetch_once(context, member_id, targets, request, config)
         max_wait_s = max(duration_ms(request.max_wait) / 1000, 0)
         if acquired == 0 and max_wait_s > 0 and (targets or pending):
-            deadline = trio.current_time() + max_wait_s
-            while acquired == 0 and trio.current_time() < deadline:
-                retry_at = trio.current_time() + STATE_RETRY_S
+            deadline = context.services.clock.now_s() + max_wait_s
+            while acquired == 0 and context.services.clock.now_s() < deadline:
+                retry_at = context.services.clock.now_s() + STATE_RETRY_S
                 wake_at = min(deadline, retry_at) if pending else deadline
                 await _wait_for_records(context, targets, wake_at)
                 if (group_id, member_id) not in manager.sessions:
@@ -490,7 +540,7 @@ async def handle_share_fetch(context: RequestContext, request: Any) -> Any:
                     pending = await _load(
                         context, group_id, pending, located, answers, targets, config
                     )
-                now = _now_ms()
+                now = _now_ms(context)
                 for _partition, led, _answer in targets:
                     if led.state.release_expired(now, config.delivery_limit):
                         manager.notify_released()
@@ -551,20 +601,18 @@ async def _wait_for_records(
 
 def _fetch_response(
     context: RequestContext,
-    entity: type[Any],
+    entity: type[R],
     module: ModuleType,
     answers: list[_PartitionAnswer],
     config: ShareConfig,
-) -> Any:
+) -> R | SplicedResponse:
     splices = Splices()
     topics = []
     for topic_id, partitions in _by_topic(answers).items():
         built = []
         for a in partitions:
-            records = a.records
-            if records:
-                segment, position, length = records
-                records = _records(segment, position, length, splices)
+            stored = a.records
+            records = _records(*stored, splices) if isinstance(stored, tuple) else stored
             built.append(
                 build(
                     module.PartitionData,
@@ -600,18 +648,22 @@ def _fetch_response(
     return SplicedResponse(response, splices) if splices.ranges else response
 
 
-async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_share_acknowledge(
+    context: RequestContext, request: ShareAcknowledgeRequest
+) -> ShareAcknowledgeResponse:
+    entity: type[ShareAcknowledgeResponse] = response_entity(context)
+    module = response_module(context)
     config = share_config(context)
     manager = _manager(context)
 
-    def refuse(error: ErrorCode, message: str | None) -> Any:
+    def refuse(error: ErrorCode, message: str | None) -> ShareAcknowledgeResponse:
         return _response(entity, error, message)
 
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     refused = _group_error(context, group_id, member_id)
     if refused is not None:
         return refuse(*refused)
+    assert group_id and member_id, "_group_error refuses a request without them"
     if epoch == INITIAL_EPOCH:
         return refuse(
             ErrorCode.invalid_share_session_epoch,
@@ -621,14 +673,14 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
     if error != ErrorCode.none:
         return refuse(error, f"share session of member {member_id}: {error.name}")
     session = manager.sessions[(group_id, member_id)]
-    session.last_used_ms = _now_ms()
+    session.last_used_ms = _now_ms(context)
     if epoch != FINAL_EPOCH:
         session.epoch += 1
     may_read = TopicAccess(context, AclOperation.READ)
     answers: list[_PartitionAnswer] = []
     for t in request.topics:
         for p in t.partitions:
-            partition, answer = _locate(context, t.topic_id, p.partition_index, may_read)
+            partition, answer = _locate(context, _topic_id(t.topic_id), p.partition_index, may_read)
             answers.append(answer)
             if partition is not None:
                 await _acknowledge(
@@ -671,14 +723,17 @@ async def handle_share_acknowledge(context: RequestContext, request: Any) -> Any
 # -- ShareGroupDescribe --------------------------------------------------------------------
 
 
-async def handle_share_group_describe(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_share_group_describe(
+    context: RequestContext, request: ShareGroupDescribeRequest
+) -> ShareGroupDescribeResponse:
+    entity: type[ShareGroupDescribeResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = context.services.groups
     topics = context.services.topics
     with_operations = bool(request.include_authorized_operations)
     described = []
     for group_id in request.group_ids:
-        fields: dict[str, Any] = {
+        fields: dict[str, object] = {
             "group_id": group_id,
             "error_code": ErrorCode.none,
             "error_message": None,
@@ -702,7 +757,7 @@ async def handle_share_group_describe(context: RequestContext, request: Any) -> 
             kind = "a classic or consumer group" if other else "unknown"
             fields["error_message"] = f"group {group_id} is {kind}, not a share group"
         else:
-            coordinator.share.expire(group, _now_ms())
+            coordinator.share.expire(group, _now_ms(context))
             members = []
             for m in group.members.values():
                 assigned = tuple(

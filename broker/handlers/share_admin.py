@@ -15,12 +15,18 @@ group for DeleteGroups.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import NO_THROTTLE, TopicAccess, denied_message, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    R,
+    TopicAccess,
+    denied_message,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.share.manager import Notice, PersistedState, ShareKey
 from raftka.broker.share.partition import RecordState
@@ -28,8 +34,18 @@ from raftka.broker.topics import PartitionNotHostedError
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Topic
+    from raftka.protocol.messages.requests import (
+        AlterShareGroupOffsetsRequest,
+        DeleteShareGroupOffsetsRequest,
+        DescribeShareGroupOffsetsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AlterShareGroupOffsetsResponse,
+        DeleteShareGroupOffsetsResponse,
+        DescribeShareGroupOffsetsResponse,
+    )
 
 
 SHARE_OFFSETS_DESCRIBE_MAX_VERSION = 1
@@ -56,7 +72,7 @@ def _group_error(
         )
     group = coordinator.share.groups.get(group_id)
     if empty_only and group is not None:
-        coordinator.share.expire(group, trio.current_time() * 1000)
+        coordinator.share.expire(group, context.services.clock.now_s() * 1000)
         if group.members:
             return (
                 ErrorCode.non_empty_group,
@@ -81,8 +97,11 @@ def _lag(topic: Topic, index: int, state: PersistedState) -> int:
     return max(0, end - state.start_offset - done)
 
 
-async def handle_describe_share_group_offsets(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_describe_share_group_offsets(
+    context: RequestContext, request: DescribeShareGroupOffsetsRequest
+) -> DescribeShareGroupOffsetsResponse:
+    entity: type[DescribeShareGroupOffsetsResponse] = response_entity(context)
+    module = response_module(context)
     topics = context.services.topics
     store = context.services.groups.share_partitions.store
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
@@ -117,7 +136,7 @@ async def handle_describe_share_group_offsets(context: RequestContext, request: 
             for index in (
                 indexes if indexes is not None else range(len(topic.partitions) if topic else 0)
             ):
-                fields: dict[str, Any] = {
+                fields: dict[str, object] = {
                     "partition_index": index,
                     "start_offset": -1,
                     "leader_epoch": -1,
@@ -168,8 +187,8 @@ async def handle_describe_share_group_offsets(context: RequestContext, request: 
 
 
 def _offsets_response(
-    entity: type[Any], error: ErrorCode, message: str | None, responses: tuple[Any, ...]
-) -> Any:
+    entity: type[R], error: ErrorCode, message: str | None, responses: tuple[object, ...]
+) -> R:
     """An Alter- or DeleteShareGroupOffsets response."""
     return build(
         entity,
@@ -180,8 +199,11 @@ def _offsets_response(
     )
 
 
-async def handle_alter_share_group_offsets(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_alter_share_group_offsets(
+    context: RequestContext, request: AlterShareGroupOffsetsRequest
+) -> AlterShareGroupOffsetsResponse:
+    entity: type[AlterShareGroupOffsetsResponse] = response_entity(context)
+    module = response_module(context)
     group_id = request.group_id
     error, message = _group_error(context, group_id, AclOperation.READ, empty_only=True)
     if error != ErrorCode.none:
@@ -247,8 +269,11 @@ async def _delete_state(context: RequestContext, group_id: str, topic: Topic) ->
             await store.delete(key)
 
 
-async def handle_delete_share_group_offsets(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_delete_share_group_offsets(
+    context: RequestContext, request: DeleteShareGroupOffsetsRequest
+) -> DeleteShareGroupOffsetsResponse:
+    entity: type[DeleteShareGroupOffsetsResponse] = response_entity(context)
+    module = response_module(context)
     group_id = request.group_id
     error, message = _group_error(context, group_id, AclOperation.DELETE, empty_only=True)
     if error != ErrorCode.none:
@@ -299,7 +324,7 @@ async def delete_share_groups(
         group = coordinator.share.groups.get(group_id)
         if group is None or coordinator.ownership.request_error(group_id) != ErrorCode.none:
             continue
-        coordinator.share.expire(group, trio.current_time() * 1000)
+        coordinator.share.expire(group, context.services.clock.now_s() * 1000)
         error = coordinator.share.delete(group_id)
         if error == ErrorCode.none:
             try:

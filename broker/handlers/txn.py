@@ -17,23 +17,52 @@ DescribeProducers needs READ on each topic.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
+from kio.schema.add_partitions_to_txn.v4.request import (
+    AddPartitionsToTxnRequest as AddPartitionsToTxnRequestV4,
+)
+from kio.schema.add_partitions_to_txn.v5.request import (
+    AddPartitionsToTxnRequest as AddPartitionsToTxnRequestV5,
+)
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import OFFSETS_TOPIC
 from raftka.broker.groups.records import partition_for_group
-from raftka.broker.handlers.common import NO_THROTTLE, TopicAccess, response_schema
+from raftka.broker.handlers.common import (
+    NO_THROTTLE,
+    TopicAccess,
+    response_entity,
+    response_module,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.broker.txn.coordinator import TRANSACTION_STATE_TOPIC
 from raftka.broker.txn.records import TxnState
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Topic
     from raftka.broker.txn import TransactionCoordinator
     from raftka.broker.txn.metadata import TopicPartition
+    from raftka.protocol.messages.requests import (
+        AddOffsetsToTxnRequest,
+        AddPartitionsToTxnRequest,
+        DescribeProducersRequest,
+        DescribeTransactionsRequest,
+        EndTxnRequest,
+        ListTransactionsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        AddOffsetsToTxnResponse,
+        AddPartitionsToTxnResponse,
+        DescribeProducersResponse,
+        DescribeTransactionsResponse,
+        EndTxnResponse,
+        ListTransactionsResponse,
+    )
 
 ADD_PARTITIONS_MIN_VERSION, ADD_PARTITIONS_MAX_VERSION = 0, 5
 ADD_OFFSETS_MIN_VERSION, ADD_OFFSETS_MAX_VERSION = 0, 4
@@ -68,12 +97,22 @@ def fenced_for_version(error: ErrorCode, version: int, first_fenced_version: int
 # -- AddPartitionsToTxn ---------------------------------------------------------------------
 
 
+class NamedPartitions(Protocol):
+    """A topic's name and partition indexes, as AddPartitionsToTxn names them."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partitions(self) -> Sequence[int]: ...
+
+
 async def _add_one(
     context: RequestContext,
     transactional_id: str,
     producer_id: int,
     producer_epoch: int,
-    topics: Any,
+    topics: Iterable[NamedPartitions],
     verify_only: bool,
 ) -> dict[TopicPartition, ErrorCode]:
     """Per-partition errors for one transaction of the request."""
@@ -109,8 +148,10 @@ async def _add_one(
     return dict.fromkeys(wanted, fenced_for_version(error, context.api_version, 2))
 
 
-def _topic_results(module: Any, errors: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
-    by_topic: dict[str, list[Any]] = {}
+def _topic_results(
+    module: ModuleType, errors: dict[TopicPartition, ErrorCode]
+) -> tuple[object, ...]:
+    by_topic: dict[str, list[object]] = {}
     for (topic, index), error in errors.items():
         by_topic.setdefault(topic, []).append(
             build(
@@ -125,9 +166,12 @@ def _topic_results(module: Any, errors: dict[TopicPartition, ErrorCode]) -> tupl
     )
 
 
-async def handle_add_partitions_to_txn(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
-    if context.api_version < 4:
+async def handle_add_partitions_to_txn(
+    context: RequestContext, request: AddPartitionsToTxnRequest
+) -> AddPartitionsToTxnResponse:
+    entity: type[AddPartitionsToTxnResponse] = response_entity(context)
+    module = response_module(context)
+    if not isinstance(request, AddPartitionsToTxnRequestV4 | AddPartitionsToTxnRequestV5):
         errors = await _add_one(
             context,
             request.v3_and_below_transactional_id,
@@ -176,8 +220,10 @@ async def handle_add_partitions_to_txn(context: RequestContext, request: Any) ->
 # -- AddOffsetsToTxn ------------------------------------------------------------------------
 
 
-async def handle_add_offsets_to_txn(context: RequestContext, request: Any) -> Any:
-    entity, _module = response_schema(context)
+async def handle_add_offsets_to_txn(
+    context: RequestContext, request: AddOffsetsToTxnRequest
+) -> AddOffsetsToTxnResponse:
+    entity: type[AddOffsetsToTxnResponse] = response_entity(context)
     services = context.services
     if not may_write_transaction(context, request.transactional_id):
         error = ErrorCode.transactional_id_authorization_failed
@@ -207,8 +253,8 @@ async def handle_add_offsets_to_txn(context: RequestContext, request: Any) -> An
 # -- EndTxn ---------------------------------------------------------------------------------
 
 
-async def handle_end_txn(context: RequestContext, request: Any) -> Any:
-    entity, _module = response_schema(context)
+async def handle_end_txn(context: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    entity: type[EndTxnResponse] = response_entity(context)
     if not may_write_transaction(context, request.transactional_id):
         return build(
             entity,
@@ -235,8 +281,11 @@ async def handle_end_txn(context: RequestContext, request: Any) -> Any:
 # -- DescribeTransactions / ListTransactions --------------------------------------------------
 
 
-async def handle_describe_transactions(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_describe_transactions(
+    context: RequestContext, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
+    entity: type[DescribeTransactionsResponse] = response_entity(context)
+    module = response_module(context)
     coordinator = coordinator_of(context)
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     states = []
@@ -290,8 +339,11 @@ def _datetime(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-async def handle_list_transactions(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_list_transactions(
+    context: RequestContext, request: ListTransactionsRequest
+) -> ListTransactionsResponse:
+    entity: type[ListTransactionsResponse] = response_entity(context)
+    module = response_module(context)
     states: list[TxnState] = []
     unknown: list[str] = []
     for name in request.state_filters:
@@ -336,15 +388,18 @@ async def handle_list_transactions(context: RequestContext, request: Any) -> Any
 DESCRIBE_PRODUCERS_MIN_VERSION, DESCRIBE_PRODUCERS_MAX_VERSION = 0, 0
 
 
-async def handle_describe_producers(context: RequestContext, request: Any) -> Any:
+async def handle_describe_producers(
+    context: RequestContext, request: DescribeProducersRequest
+) -> DescribeProducersResponse:
     """DescribeProducers (KIP-664): the producers a partition's leader tracks, with the
     first offset of each one's ongoing transaction, which is how `kafka-transactions.sh
     find-hanging` finds a transaction that holds the last stable offset back."""
-    entity, module = response_schema(context)
+    entity: type[DescribeProducersResponse] = response_entity(context)
+    module = response_module(context)
     topics = context.services.topics
     may_read = TopicAccess(context, AclOperation.READ)
 
-    def partition_answer(name: str, index: int) -> Any:
+    def partition_answer(name: str, index: int) -> object:
         partition = topics.partition(name, index)
         if not may_read(name):
             error, message = ErrorCode.topic_authorization_failed, None

@@ -104,7 +104,8 @@ class FailureDelays:
         if len(self._failures) > 10_000:  # bounded: forget the oldest half
             for old in sorted(self._failures, key=lambda h: self._failures[h][1])[:5_000]:
                 del self._failures[old]
-        return self.base_s * min(2 ** (count - 1), FAILURE_DELAY_FACTOR_MAX)
+        factor: int = min(2 ** (count - 1), FAILURE_DELAY_FACTOR_MAX)
+        return self.base_s * factor
 
     def record_success(self, host: str) -> None:
         self._failures.pop(host, None)

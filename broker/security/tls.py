@@ -115,6 +115,7 @@ def _escape(value: str) -> str:
     return out
 
 
+# Any: ssl's peer-certificate dict, whose nested (name, value) tuples typeshed leaves open.
 def certificate_principal(certificate: dict[str, Any] | None) -> str | None:
     """`CN=…,OU=…,O=…` of a peer certificate as Kafka's default principal builder renders
     the subject (RFC 2253: most specific name first); None without a certificate."""
