@@ -174,6 +174,12 @@ def watermarks(bootstrap: str, topic: str, partition: int = 0, timeout: float = 
         c.close()
 
 
+def unique(prefix: str) -> str:
+    """`prefix` and a random suffix: a name (topic, group, user, ...) no other test uses."""
+    separator = "" if prefix.endswith(("-", "_", ".")) else "-"
+    return f"{prefix}{separator}{uuid.uuid4().hex[:10]}"
+
+
 def strictly_increasing(seq: list[int]) -> bool:
     return all(a < b for a, b in zip(seq, seq[1:], strict=False))
 

@@ -18,11 +18,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from brokers import Brokers  # noqa: E402
 from clients import create_topic  # noqa: E402
-from harness import BrokerProcess, ClusterProcess, JavaTool, find_java_jars  # noqa: E402
+from harness import (  # noqa: E402
+    BrokerProcess,
+    BrokerStopError,
+    ClusterProcess,
+    JavaTool,
+    find_java_jars,
+)
 from required import clients_required, missing_client  # noqa: E402
 
-BROKERS_KEY = pytest.StashKey[list[BrokerProcess]]()
+BROKERS_KEY = pytest.StashKey[list[BrokerProcess | ClusterProcess]]()
+# Per node (a module, the session): fixture name -> the brokers that fixture started.
+SCOPED_BROKERS_KEY = pytest.StashKey[dict[str, list[BrokerProcess | ClusterProcess]]]()
 SESSION_BROKER_KEY = pytest.StashKey[BrokerProcess]()
 SESSION_BROKER_USERS = {"bootstrap"}
 LOG_TAIL_LINES = 40
@@ -94,11 +103,33 @@ def _external_bootstrap(config: pytest.Config) -> str | None:
     return config.getoption("--bootstrap-servers")
 
 
-def _track(request: pytest.FixtureRequest, broker: BrokerProcess) -> None:
+def _track(request: pytest.FixtureRequest, broker: BrokerProcess | ClusterProcess) -> None:
     """Remember which brokers a test used, so a failure report can show their logs."""
     brokers = request.node.stash.setdefault(BROKERS_KEY, [])
     if broker not in brokers:
         brokers.append(broker)
+
+
+def _brokers_used(item: pytest.Item) -> list[BrokerProcess]:
+    """The brokers whose logs a failure of `item` shows: those its own fixtures started,
+    those of the module's (or the session's) broker fixtures it requests, and the
+    session broker if it talks to it; a cluster's nodes as they are now."""
+    tracked = list(item.stash.get(BROKERS_KEY, []))
+    used = set(getattr(item, "fixturenames", ()))
+    for node in item.listchain()[:-1]:
+        for fixture, started in node.stash.get(SCOPED_BROKERS_KEY, {}).items():
+            if fixture in used:
+                tracked += started
+    brokers: list[BrokerProcess] = []
+    for process in tracked:
+        for broker in process.nodes if isinstance(process, ClusterProcess) else [process]:
+            if broker not in brokers:
+                brokers.append(broker)
+    session_broker = item.config.stash.get(SESSION_BROKER_KEY, None)
+    wants_session = session_broker is not None and used & SESSION_BROKER_USERS
+    if wants_session and session_broker not in brokers:
+        brokers.insert(0, session_broker)
+    return brokers
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -106,13 +137,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     outcome = yield
     report = outcome.get_result()
     if report.failed:
-        brokers = list(item.stash.get(BROKERS_KEY, []))
-        session_broker = item.config.stash.get(SESSION_BROKER_KEY, None)
-        used = set(getattr(item, "fixturenames", ()))
-        wants_session = session_broker is not None and used & SESSION_BROKER_USERS
-        if wants_session and session_broker not in brokers:
-            brokers.insert(0, session_broker)
-        for broker in brokers:
+        for broker in _brokers_used(item):
             report.sections.append(
                 (
                     f"broker {broker.bootstrap} log tail ({broker.log_path})",
@@ -122,6 +147,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 
 # -- brokers -------------------------------------------------------------------------------
+
+
+def _close(brokers: Brokers) -> None:
+    try:
+        brokers.close()
+    except BrokerStopError as exc:
+        pytest.fail(str(exc))
+
+
+def _needs_own_brokers(request: pytest.FixtureRequest) -> None:
+    if _external_bootstrap(request.config):
+        pytest.skip("needs its own raftka brokers; not available with --bootstrap-servers")
+
+
+def _scoped_brokers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Brokers:
+    """A `Brokers` whose processes a failure report shows for every test that requests
+    the fixture `request` is for (a module's broker fixture, say)."""
+    by_fixture = request.node.stash.setdefault(SCOPED_BROKERS_KEY, {})
+    started = by_fixture.setdefault(request.fixturename, [])
+    return Brokers(tmp_path_factory, started.append)
 
 
 @pytest.fixture(scope="session")
@@ -137,14 +184,14 @@ def _session_broker(
         if not sep:
             raise pytest.UsageError(f"--broker-config expects KEY=VALUE, got {item!r}")
         config[key] = value
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("session-broker"))
+    brokers = Brokers(tmp_path_factory, lambda broker: None)
+    broker = brokers.broker(config, name="session-broker", start=False)
     request.config.stash[SESSION_BROKER_KEY] = broker
     try:
         broker.start()
         yield broker
-        broker.stop()
     finally:
-        broker.kill()
+        _close(brokers)
 
 
 @pytest.fixture(scope="session")
@@ -158,70 +205,47 @@ def bootstrap(request: pytest.FixtureRequest, _session_broker: BrokerProcess | N
 
 
 @pytest.fixture
-def broker_factory(
+def brokers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[..., BrokerProcess]]:
-    """`broker_factory(config=None) -> BrokerProcess`, started; stopped cleanly after the test."""
-    if _external_bootstrap(request.config):
-        pytest.skip("needs its own raftka broker process; not available with --bootstrap-servers")
-    started: list[BrokerProcess] = []
-
-    def factory(config: dict[str, str] | None = None, **kwargs: object) -> BrokerProcess:
-        base_dir = tmp_path_factory.mktemp("broker")
-        broker = BrokerProcess(config, base_dir=base_dir, **kwargs)  # type: ignore[arg-type]
-        started.append(broker)
-        _track(request, broker)
-        return broker.start()
-
+) -> Iterator[Brokers]:
+    """`brokers.broker(config=None, **kwargs)` and `brokers.cluster(size=3, config=None,
+    **kwargs)` for this test: started, their logs shown if the test fails, stopped cleanly
+    after it (see `Brokers`)."""
+    _needs_own_brokers(request)
+    owned = Brokers(tmp_path_factory, lambda broker: _track(request, broker))
     try:
-        yield factory
-        errors = []
-        for broker in started:
-            try:
-                broker.stop()
-            except AssertionError as exc:
-                errors.append(str(exc))
-        if errors:
-            pytest.fail("broker did not shut down cleanly:\n" + "\n".join(errors))
+        yield owned
     finally:
-        for broker in started:
-            broker.kill()
+        _close(owned)
+
+
+@pytest.fixture(scope="module")
+def module_brokers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Brokers]:
+    """`brokers` shared by a module's tests: for a module-scoped broker fixture, whose
+    processes' logs a failure shows for every test that requests that fixture."""
+    _needs_own_brokers(request)
+    owned = _scoped_brokers(request, tmp_path_factory)
+    try:
+        yield owned
+    finally:
+        _close(owned)
 
 
 @pytest.fixture
-def cluster_factory(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[..., ClusterProcess]]:
-    """`cluster_factory(size=3, config=None) -> ClusterProcess`, started (every node lists
-    all brokers); stopped after the test (a node left paused is resumed first). A failure
-    report shows every node's log tail."""
-    if _external_bootstrap(request.config):
-        pytest.skip("needs its own raftka cluster; not available with --bootstrap-servers")
-    started: list[ClusterProcess] = []
+def broker_factory(brokers: Brokers) -> Callable[..., BrokerProcess]:
+    """`broker_factory(config=None, **kwargs) -> BrokerProcess`, started; stopped cleanly
+    after the test."""
+    return brokers.broker
 
-    def factory(
-        size: int = 3, config: dict[str, str] | None = None, **kwargs: object
-    ) -> ClusterProcess:
-        base_dir = tmp_path_factory.mktemp("cluster")
-        cluster = ClusterProcess(size, config, base_dir=base_dir, **kwargs)  # type: ignore[arg-type]
-        started.append(cluster)
-        for node in cluster.nodes:
-            _track(request, node)
-        return cluster.start()
 
-    try:
-        yield factory
-        errors = []
-        for cluster in started:
-            try:
-                cluster.stop()
-            except AssertionError as exc:
-                errors.append(str(exc))
-        if errors:
-            pytest.fail("cluster did not shut down cleanly:\n" + "\n".join(errors))
-    finally:
-        for cluster in started:
-            cluster.kill()
+@pytest.fixture
+def cluster_factory(brokers: Brokers) -> Callable[..., ClusterProcess]:
+    """`cluster_factory(size=3, config=None, **kwargs) -> ClusterProcess`, started (every
+    node lists all brokers); stopped after the test (a node left paused is resumed first).
+    A failure report shows every node's log tail."""
+    return brokers.cluster
 
 
 # -- topics --------------------------------------------------------------------------------

@@ -7,8 +7,10 @@ brokers with raftka.broker.tools.processes instead (the package imports nothing 
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
+import random
 import signal
 import socket
 import struct
@@ -18,6 +20,7 @@ import sysconfig
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -43,37 +46,115 @@ class BrokerStopError(AssertionError):
     """The broker did not shut down cleanly (timeout or non-zero exit code)."""
 
 
-# Under pytest-xdist each worker ("gw0", "gw1", ...) takes its ports from a range of its own
-# below Linux's ephemeral range (32768+), so two workers never pick the same port and no
-# client connection's ephemeral port takes one between the pick and the broker's bind.
-_WORKER_PORTS = 4000
-_WORKER_PORT_BASE = 12000
-_next_worker_port = 0
+# -- ports ------------------------------------------------------------------------------------
+#
+# Each pytest-xdist worker (`PYTEST_XDIST_WORKER` gw0, gw1, ...) owns a block of ports of its
+# own and hands them out one after another, so two workers never pick the same port and one
+# worker never picks a port twice while a broker it started has not bound it yet. Every block
+# lies outside the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), so no
+# client connection's local port can take one between the pick and the broker's bind. A port
+# is still checked free (bound and released) before it is handed out: a broker of another run
+# or a process outside the suite may hold it.
+
+EPHEMERAL_RANGE_PATH = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: Linux's default ephemeral range, when the kernel's cannot be read.
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+#: Below this, ports belong to well-known and commonly configured services.
+LOWEST_PORT = 10000
+HIGHEST_PORT = 65535
+#: A worker's block is at least this large, however many workers run.
+MIN_BLOCK = 256
 
 
-def _worker_index() -> int | None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+def ephemeral_range() -> tuple[int, int]:
+    """(first, last) of the ports the kernel picks for outgoing connections."""
+    try:
+        first, last = (int(part) for part in EPHEMERAL_RANGE_PATH.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
+    return first, last
+
+
+def worker() -> tuple[int, int]:
+    """(index, count) of this pytest-xdist worker; (0, 1) outside xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (name.startswith("gw") and name[2:].isdigit()):
+        return 0, 1
+    index = int(name[2:])
+    return index, max(int(count) if count.isdigit() else 1, index + 1)
+
+
+def worker_block(index: int, count: int, ephemeral: tuple[int, int] | None = None) -> range:
+    """Worker `index` of `count`'s ports: an equal share of the ports outside the
+    ephemeral range (the larger side of it), disjoint from every other worker's."""
+    first, last = ephemeral if ephemeral is not None else ephemeral_range()
+    below = range(LOWEST_PORT, max(LOWEST_PORT, first))
+    above = range(min(last + 1, HIGHEST_PORT + 1), HIGHEST_PORT + 1)
+    pool = below if len(below) >= len(above) else above
+    size = len(pool) // count
+    if size < MIN_BLOCK:
+        raise RuntimeError(
+            f"{len(pool)} ports outside the ephemeral range {first}-{last} are too few "
+            f"for {count} workers"
+        )
+    start = pool.start + index * size
+    return range(start, start + size)
+
+
+def is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` on `host` could be bound a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class PortAllocator:
+    """Hands out this worker's ports in order, from a random point of its block (so two
+    test runs side by side rarely walk the same ports), wrapping around at its end."""
+
+    def __init__(self, block: range, seed: int | None = None) -> None:
+        self.block = block
+        self.next = random.Random(seed).randrange(len(block))
+
+    def take(self, width: int = 1, host: str = "127.0.0.1") -> int:
+        """The first of `width` consecutive ports, each free a moment ago, none handed out
+        by this allocator before (until it has gone once round its block)."""
+        for _ in range(len(self.block)):
+            offset = self.next % len(self.block)
+            if offset + width > len(self.block):
+                self.next += len(self.block) - offset
+                continue
+            self.next += width
+            first = self.block[offset]
+            if all(is_free(first + i, host) for i in range(width)):
+                return first
+        raise RuntimeError(f"no {width} free consecutive port(s) in {self.block}")
+
+
+@functools.cache
+def _worker_ports() -> PortAllocator:
+    """This process's allocator, made on first use (xdist has set the worker's environment
+    by then); one per process, so that no port is handed out twice."""
+    return PortAllocator(worker_block(*worker()))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago."""
-    global _next_worker_port
-    index = _worker_index()
-    if index is not None and index < 5:
-        first = _WORKER_PORT_BASE + index * _WORKER_PORTS
-        for _ in range(_WORKER_PORTS):
-            port = first + _next_worker_port % _WORKER_PORTS
-            _next_worker_port += 1
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                try:
-                    sock.bind((host, port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port of this worker's block, free a moment ago and not handed out before."""
+    return _worker_ports().take(1, host)
+
+
+def free_port_pair(host: str = "127.0.0.1") -> int:
+    """A port p such that p and p + 1 are both free and neither was handed out before."""
+    return _worker_ports().take(2, host)
+
+
+def free_ports(names: Iterable[str], host: str = "127.0.0.1") -> dict[str, int]:
+    """One free port per name (a listener's, say), all distinct."""
+    return {name: free_port(host) for name in names}
 
 
 def split_host_port(bootstrap: str) -> tuple[str, int]:

@@ -5,11 +5,11 @@ is not one refused, and a broker without an authorizer answering SECURITY_DISABL
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import RawConnection, run_raftka, wait_until
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -21,57 +21,27 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from harness import BrokerProcess, ClusterProcess, free_port
+from harness import BrokerProcess, ClusterProcess
 from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
 from kio.schema.create_acls.v3.response import CreateAclsResponse
 from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
 from kio.schema.delete_acls.v3.response import DeleteAclsResponse
 from kio.schema.describe_acls.v3 import DescribeAclsRequest, DescribeAclsResponse
 from kio.static.primitive import i8
+from secured import AUTHORIZER, SaslBroker, start_sasl_broker
 
 TIMEOUT_S = 30
-AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
-class SaslBroker:
-    def __init__(self, broker: BrokerProcess, sasl_port: int) -> None:
-        self.broker = broker
-        self.sasl_port = sasl_port
-
+class AclsBroker(SaslBroker):
     def admin(self, user: str) -> AdminClient:
-        return AdminClient(
-            {
-                "bootstrap.servers": f"127.0.0.1:{self.sasl_port}",
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN",
-                "sasl.username": user,
-                "sasl.password": f"{user}-secret",
-            }
-        )
-
-
-def _sasl_config(port: int) -> dict[str, str]:
-    return {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.plain.users": "admin:admin-secret,alice:alice-secret",
-    }
+        return AdminClient(self.client(user))
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker]:
-    port = free_port()
-    config = {
-        **_sasl_config(port),
-        "authorizer.class.name": AUTHORIZER,
-        "super.users": "User:admin",
-    }
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("acl-broker"))
-    broker.start()
-    try:
-        yield SaslBroker(broker, port)
-    finally:
-        broker.stop()
+def secured(module_brokers: Brokers) -> AclsBroker:
+    started = start_sasl_broker(module_brokers, ("admin", "alice"), name="acl-broker")
+    return AclsBroker(started.broker, started.sasl_port)
 
 
 def binding(
@@ -128,7 +98,7 @@ def error_code(exc: BaseException | None) -> int:
     return int(error.code())
 
 
-def test_super_user_creates_describes_and_deletes(secured: SaslBroker) -> None:
+def test_super_user_creates_describes_and_deletes(secured: AclsBroker) -> None:
     admin = secured.admin("admin")
     read = binding("orders")
     prefixed_write = binding(
@@ -177,7 +147,7 @@ def test_super_user_creates_describes_and_deletes(secured: SaslBroker) -> None:
     assert describe(admin, acl_filter()) == set()
 
 
-def test_invalid_creations_are_refused_and_valid_ones_kept(secured: SaslBroker) -> None:
+def test_invalid_creations_are_refused_and_valid_ones_kept(secured: AclsBroker) -> None:
     admin = secured.admin("admin")
     good = binding("kept", "User:carol")
     bad_cluster = binding("other", restype=ResourceType.BROKER, operation=AclOperation.ALTER)
@@ -213,7 +183,7 @@ def describe_raw(bootstrap: str) -> tuple[int, str | None]:
     return int(response.error_code), response.error_message
 
 
-def test_a_user_who_is_not_super_may_not_manage_acls(secured: SaslBroker) -> None:
+def test_a_user_who_is_not_super_may_not_manage_acls(secured: AclsBroker) -> None:
     alice = secured.admin("alice")
     outcomes = create(alice, [binding("mine")])
     assert error_code(outcomes[binding("mine")]) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
@@ -228,23 +198,22 @@ def test_a_user_who_is_not_super_may_not_manage_acls(secured: SaslBroker) -> Non
 
 
 def test_without_an_authorizer_acl_requests_answer_security_disabled(
-    tmp_path_factory: pytest.TempPathFactory,
+    broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    broker = BrokerProcess(base_dir=tmp_path_factory.mktemp("plain-broker"))
-    with broker:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        outcomes = create(admin, [binding("t")])
-        assert error_code(outcomes[binding("t")]) == KafkaError.SECURITY_DISABLED
-        with pytest.raises(KafkaException) as deleted:
-            delete(admin, [acl_filter()])
-        assert error_code(deleted.value) == KafkaError.SECURITY_DISABLED
-        assert describe_raw(broker.bootstrap) == (
-            KafkaError.SECURITY_DISABLED,
-            "No Authorizer is configured on the broker",
-        )
+    broker = broker_factory(name="plain-broker")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    outcomes = create(admin, [binding("t")])
+    assert error_code(outcomes[binding("t")]) == KafkaError.SECURITY_DISABLED
+    with pytest.raises(KafkaException) as deleted:
+        delete(admin, [acl_filter()])
+    assert error_code(deleted.value) == KafkaError.SECURITY_DISABLED
+    assert describe_raw(broker.bootstrap) == (
+        KafkaError.SECURITY_DISABLED,
+        "No Authorizer is configured on the broker",
+    )
 
 
-def acls_cli(secured: SaslBroker, user: str, *args: str) -> Any:
+def acls_cli(secured: AclsBroker, user: str, *args: str) -> Any:
     return run_raftka(
         "acls",
         *args,
@@ -273,7 +242,7 @@ def _row(resource_type: str, name: str, pattern: str, principal: str, op: str, p
     }
 
 
-def test_raftka_acls_cli(secured: SaslBroker) -> None:
+def test_raftka_acls_cli(secured: AclsBroker) -> None:
     added = acls_cli(
         secured,
         "admin",
@@ -351,7 +320,7 @@ def java_sasl(user: str) -> list[str]:
     ]
 
 
-def test_java_admin_manages_acls(secured: SaslBroker, java_tool: Any) -> None:
+def test_java_admin_manages_acls(secured: AclsBroker, java_tool: Any) -> None:
     bootstrap = f"127.0.0.1:{secured.sasl_port}"
     admin = java_sasl("admin")
     acls = [
@@ -399,7 +368,7 @@ def test_java_admin_manages_acls(secured: SaslBroker, java_tool: Any) -> None:
     assert java_tool.json("describe-acls", bootstrap, everything, *admin) == []
 
 
-def test_java_admin_manages_scram_users(secured: SaslBroker, java_tool: Any) -> None:
+def test_java_admin_manages_scram_users(secured: AclsBroker, java_tool: Any) -> None:
     bootstrap = f"127.0.0.1:{secured.sasl_port}"
     admin = java_sasl("admin")
     user = "erin"
@@ -499,34 +468,32 @@ def delete_raw(bootstrap: str, principal: str) -> set[Acl]:
     }  # fmt: skip
 
 
-def test_acls_are_replicated_to_every_broker_and_survive_restarts(tmp_path: Path) -> None:
+def test_acls_are_replicated_to_every_broker_and_survive_restarts(
+    cluster_factory: Callable[..., ClusterProcess],
+) -> None:
     # Plain listeners, whose clients (User:ANONYMOUS) are the super user here.
     config = {"authorizer.class.name": AUTHORIZER, "super.users": "User:ANONYMOUS"}
-    cluster = ClusterProcess(3, config, base_dir=tmp_path / "cluster")
+    cluster = cluster_factory(config=config)
+    acls: list[Acl] = [
+        (2, "orders", 3, "User:alice", "*", 3, 3),
+        (2, "logs-", 4, "User:*", "*", 4, 2),
+        (3, "g", 3, "User:bob", "10.0.0.1", 2, 3),
+    ]
+    one, two, three = (cluster.node(i) for i in (1, 2, 3))
+    assert create_raw(one.bootstrap, acls) == [0, 0, 0]
+    for node in (two, three):
+        wait_until(lambda n=node: acls_on(n.bootstrap) == set(acls), 30, f"ACLs on {node}")
+
+    two.stop()
+    two.start()
+    # A broker serves only once it has applied its own new registration, so its first
+    # answer already has everything committed before it started.
+    assert acls_on(two.bootstrap) == set(acls)
+
+    assert delete_raw(three.bootstrap, "User:bob") == {acls[2]}
+    wait_until(lambda: acls_on(one.bootstrap) == set(acls[:2]), 30, "the delete on node 1")
+
+    cluster.stop()
     cluster.start()
-    try:
-        acls: list[Acl] = [
-            (2, "orders", 3, "User:alice", "*", 3, 3),
-            (2, "logs-", 4, "User:*", "*", 4, 2),
-            (3, "g", 3, "User:bob", "10.0.0.1", 2, 3),
-        ]
-        one, two, three = (cluster.node(i) for i in (1, 2, 3))
-        assert create_raw(one.bootstrap, acls) == [0, 0, 0]
-        for node in (two, three):
-            wait_until(lambda n=node: acls_on(n.bootstrap) == set(acls), 30, f"ACLs on {node}")
-
-        two.stop()
-        two.start()
-        # A broker serves only once it has applied its own new registration, so its first
-        # answer already has everything committed before it started.
-        assert acls_on(two.bootstrap) == set(acls)
-
-        assert delete_raw(three.bootstrap, "User:bob") == {acls[2]}
-        wait_until(lambda: acls_on(one.bootstrap) == set(acls[:2]), 30, "the delete on node 1")
-
-        cluster.stop()
-        cluster.start()
-        for node in cluster.nodes:
-            assert acls_on(node.bootstrap) == set(acls[:2]), f"ACLs on {node} after the restart"
-    finally:
-        cluster.stop()
+    for node in cluster.nodes:
+        assert acls_on(node.bootstrap) == set(acls[:2]), f"ACLs on {node} after the restart"

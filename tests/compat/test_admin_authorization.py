@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import run_raftka
+from brokers import Brokers
+from clients import run_raftka, unique
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
@@ -30,32 +29,15 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from harness import BrokerProcess, free_port
 from kafka import KafkaAdminClient
 from kafka.errors import ClusterAuthorizationFailedError
+from secured import SaslBroker, password, start_sasl_broker
 
 TIMEOUT_S = 30
-AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret"}
+USERS = ("admin", "alice")
 
 
-class SecuredBroker:
-    def __init__(self, broker: BrokerProcess, sasl_port: int) -> None:
-        self.broker = broker
-        self.sasl_port = sasl_port
-        self.address = f"127.0.0.1:{sasl_port}"
-
-    def client(self, user: str, **conf: Any) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.address,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": user,
-            "sasl.password": PASSWORDS[user],
-            "log_level": 0,
-            **conf,
-        }
-
+class SecuredBroker(SaslBroker):
     def admin(self, user: str) -> AdminClient:
         return AdminClient(self.client(user))
 
@@ -63,30 +45,14 @@ class SecuredBroker:
         """`raftka ARGS` as `user` over the SASL listener."""
         return run_raftka(*args, "--bootstrap-servers", self.address,
                           "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "PLAIN",
-                          "--sasl-username", user, "--sasl-password", PASSWORDS[user],
+                          "--sasl-username", user, "--sasl-password", password(user),
                           timeout=90)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
-    port = free_port()
-    config = {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.plain.users": ",".join(f"{u}:{p}" for u, p in PASSWORDS.items()),
-        "authorizer.class.name": AUTHORIZER,
-        "super.users": "User:admin",
-    }
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("authz-admin-broker"))
-    broker.start()
-    try:
-        yield SecuredBroker(broker, port)
-    finally:
-        broker.stop()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+def secured(module_brokers: Brokers) -> SecuredBroker:
+    started = start_sasl_broker(module_brokers, USERS, name="authz-admin-broker")
+    return SecuredBroker(started.broker, started.sasl_port)
 
 
 def grant(
@@ -277,7 +243,7 @@ def test_alice_cannot_list_or_alter_scram_users(secured: SecuredBroker) -> None:
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism="PLAIN",
         sasl_plain_username="alice",
-        sasl_plain_password=PASSWORDS["alice"],
+        sasl_plain_password=password("alice"),
     )
     try:
         with pytest.raises(ClusterAuthorizationFailedError, match="not authorized to DESCRIBE"):

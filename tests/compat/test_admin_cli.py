@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from clients import make_producer, run_raftka, wait_until, watermarks
+from clients import make_producer, run_raftka, unique, wait_until, watermarks
 from confluent_kafka import Consumer, TopicPartition
 from harness import ClusterProcess, free_port
 
@@ -35,10 +34,6 @@ def as_json(*args: object) -> Any:
 
 def table_rows(text: str, first: str) -> list[list[str]]:
     return [line.split() for line in text.splitlines() if line.split()[:1] == [first]]
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 # -- topics ----------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ printed with `-s`."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from brokers import Brokers
+from clients import unique
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
@@ -24,52 +25,25 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from harness import BrokerProcess, free_port
+from secured import SaslBroker, start_sasl_broker
 
 TIMEOUT_S = 30
-AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 USERS = ("admin", "alice", "bob")
 RECORDS = 3
 
 
-class SecuredBroker:
-    def __init__(self, broker: BrokerProcess, sasl_port: int) -> None:
-        self.broker = broker
-        self.sasl_port = sasl_port
-        self.admin = AdminClient(self.conf("admin"))
+@dataclass
+class SecuredBroker(SaslBroker):
+    """The broker, with its super user's AdminClient as `admin`."""
 
-    def conf(self, user: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": f"127.0.0.1:{self.sasl_port}",
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": user,
-            "sasl.password": f"{user}-secret",
-            "log_level": 0,
-            **extra,
-        }
+    def __post_init__(self) -> None:
+        self.admin = AdminClient(self.client("admin"))
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
-    port = free_port()
-    config = {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.plain.users": ",".join(f"{user}:{user}-secret" for user in USERS),
-        "authorizer.class.name": AUTHORIZER,
-        "super.users": "User:admin",
-    }
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("authz-broker"))
-    broker.start()
-    try:
-        yield SecuredBroker(broker, port)
-    finally:
-        broker.stop()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:8]}"
+def secured(module_brokers: Brokers) -> SecuredBroker:
+    started = start_sasl_broker(module_brokers, USERS, name="authz-broker")
+    return SecuredBroker(started.broker, started.sasl_port)
 
 
 def create_topics(secured: SecuredBroker, *names: str) -> None:
@@ -115,7 +89,7 @@ def grant(
 def produce(secured: SecuredBroker, user: str, topic: str, **extra: Any) -> list[KafkaError | None]:
     """Produce RECORDS records as `user`; each one's delivery error (None: delivered)."""
     outcomes: list[KafkaError | None] = []
-    producer = Producer(secured.conf(user, **{"message.timeout.ms": 20000, **extra}))
+    producer = Producer(secured.client(user, **{"message.timeout.ms": 20000, **extra}))
     for i in range(RECORDS):
         producer.produce(
             topic, f"{user}-{i}".encode(), on_delivery=lambda err, _msg: outcomes.append(err)
@@ -125,7 +99,7 @@ def produce(secured: SecuredBroker, user: str, topic: str, **extra: Any) -> list
 
 
 def high_watermark(secured: SecuredBroker, topic: str) -> int:
-    consumer = Consumer(secured.conf("admin", **{"group.id": unique("wm-")}))
+    consumer = Consumer(secured.client("admin", **{"group.id": unique("wm-")}))
     try:
         return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT_S)[1])
     finally:
@@ -138,7 +112,7 @@ def consume(
     """Consume `topic` from the start as `user` in `group` until RECORDS records or the first
     error: (values, error)."""
     consumer = Consumer(
-        secured.conf(
+        secured.client(
             user,
             **{"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False},
         )
@@ -190,7 +164,7 @@ def test_an_idempotent_producer_needs_write_on_some_topic(secured: SecuredBroker
     create_topics(secured, topic)
     # bob has no ACL at all: InitProducerId is refused (IDEMPOTENT_WRITE or WRITE on a topic),
     # which librdkafka reports as a fatal error.
-    producer = Producer(secured.conf("bob", **{"enable.idempotence": True}))
+    producer = Producer(secured.client("bob", **{"enable.idempotence": True}))
     producer.produce(topic, b"never")
     deadline = time.monotonic() + TIMEOUT_S
     with pytest.raises(KafkaException) as refused:
@@ -245,7 +219,7 @@ def test_consuming_needs_read_on_the_topic_and_on_the_group(secured: SecuredBrok
     assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
     report("consumer without READ on the topic", error)
     assert error.str().endswith("Broker: Topic authorization failed") and topic in error.str()
-    consumer = Consumer(secured.conf("alice", **{"group.id": group}))
+    consumer = Consumer(secured.client("alice", **{"group.id": group}))
     try:
         with pytest.raises(KafkaException) as refused:
             committed = consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
@@ -269,7 +243,7 @@ def test_consuming_needs_read_on_the_topic_and_on_the_group(secured: SecuredBrok
     # Both allow her: she reads everything and commits.
     values, error = consume(secured, "alice", topic, group)
     assert error is None and values == [f"admin-{i}".encode() for i in range(RECORDS)]
-    consumer = Consumer(secured.conf("alice", **{"group.id": group}))
+    consumer = Consumer(secured.client("alice", **{"group.id": group}))
     try:
         committed = consumer.commit(offsets=[TopicPartition(topic, 0, RECORDS)], asynchronous=False)
         assert committed is not None and committed[0].error is None
@@ -322,7 +296,7 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(
     transactional_id = unique("alice-tx-")
     create_topics(secured, topic)
     grant(secured, "User:alice", AclOperation.WRITE, ResourceType.TOPIC, topic)
-    producer = Producer(secured.conf("alice", **{"transactional.id": transactional_id}))
+    producer = Producer(secured.client("alice", **{"transactional.id": transactional_id}))
     with pytest.raises(KafkaException) as refused:
         producer.init_transactions(TIMEOUT_S)
     error = refused.value.args[0]
@@ -338,7 +312,7 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(
         ResourceType.TRANSACTIONAL_ID,
         transactional_id,
     )
-    producer = Producer(secured.conf("alice", **{"transactional.id": transactional_id}))
+    producer = Producer(secured.client("alice", **{"transactional.id": transactional_id}))
     with pytest.raises(KafkaException) as refused:
         producer.init_transactions(TIMEOUT_S)
     error = refused.value.args[0]
@@ -348,7 +322,7 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(
     grant(
         secured, "User:alice", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
     )
-    producer = Producer(secured.conf("alice", **{"transactional.id": transactional_id}))
+    producer = Producer(secured.client("alice", **{"transactional.id": transactional_id}))
     producer.init_transactions(TIMEOUT_S)
     producer.begin_transaction()
     for i in range(RECORDS):
@@ -365,7 +339,7 @@ def test_list_groups_shows_alice_only_the_groups_she_may_describe(
     create_topics(secured, topic)
     mine, theirs = unique("alice-list-"), unique("bob-list-")
     for group in (mine, theirs):
-        consumer = Consumer(secured.conf("admin", **{"group.id": group}))
+        consumer = Consumer(secured.client("admin", **{"group.id": group}))
         try:
             consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
         finally:
@@ -373,7 +347,7 @@ def test_list_groups_shows_alice_only_the_groups_she_may_describe(
     grant(secured, "User:alice", AclOperation.DESCRIBE, ResourceType.GROUP, mine)
 
     def listed(user: str) -> set[str]:
-        admin = AdminClient(secured.conf(user))
+        admin = AdminClient(secured.client(user))
         result = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)
         return {group.group_id for group in result.valid}
 

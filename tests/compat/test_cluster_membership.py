@@ -10,10 +10,10 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import RawConnection, retry_retriable, wait_until
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import REPO_ROOT, ClusterNode, ClusterProcess
@@ -38,13 +38,8 @@ CONFIG = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
-    cluster = ClusterProcess(3, CONFIG, base_dir=tmp_path_factory.mktemp("members"))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def cluster(module_brokers: Brokers) -> ClusterProcess:
+    return module_brokers.cluster(3, CONFIG, name="members")
 
 
 def run_cli(

@@ -11,10 +11,11 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import RawConnection, make_producer, retry_retriable, wait_until
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -27,25 +28,14 @@ COMMIT_ATTEMPTS = 20
 
 
 @pytest.fixture(scope="module")
-def kip848_broker(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BrokerProcess]:
-    if request.config.getoption("--bootstrap-servers"):
-        pytest.skip("needs its own raftka broker (short consumer heartbeat interval)")
-    broker = BrokerProcess(
-        {
-            "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
-            "group.consumer.session.timeout.ms": "6000",
-            "offsets.topic.num.partitions": "3",
-        },
-        base_dir=tmp_path_factory.mktemp("kip848"),
-    )
-    try:
-        broker.start()
-        yield broker
-        broker.stop()
-    finally:
-        broker.kill()
+def kip848_broker(module_brokers: Brokers) -> BrokerProcess:
+    """A broker with a short consumer heartbeat interval."""
+    config = {
+        "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
+        "group.consumer.session.timeout.ms": "6000",
+        "offsets.topic.num.partitions": "3",
+    }
+    return module_brokers.broker(config, name="kip848")
 
 
 class GroupConsumer:

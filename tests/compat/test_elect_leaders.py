@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import create_topic, run_raftka, wait_until
 from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -23,7 +23,8 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from harness import BrokerProcess, ClusterProcess, free_port
+from harness import ClusterProcess
+from secured import password, sasl_plain_client, start_sasl_broker
 from test_cluster import ContinuousProducer, check_acked_records, raw_metadata, read_partition
 
 pytestmark = pytest.mark.timeout(300)
@@ -203,39 +204,16 @@ def test_auto_rebalance_returns_leadership_after_a_restart(cluster_factory) -> N
 
 # -- the ACL ElectLeaders needs ------------------------------------------------------------
 
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret"}
-
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def secured(module_brokers: Brokers) -> str:
     """One broker with the StandardAuthorizer and a SASL_PLAINTEXT listener; its address."""
-    port = free_port()
-    config = {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.plain.users": ",".join(f"{u}:{p}" for u, p in PASSWORDS.items()),
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin",
-    }
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("elect-acl-broker"))
-    broker.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        broker.stop()
+    users = ("admin", "alice")
+    return start_sasl_broker(module_brokers, users, name="elect-acl-broker").address
 
 
 def sasl_admin(address: str, user: str) -> AdminClient:
-    return AdminClient(
-        {
-            "bootstrap.servers": address,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": user,
-            "sasl.password": PASSWORDS[user],
-            "log_level": 0,
-        }
-    )
+    return AdminClient(sasl_plain_client(address, user))
 
 
 def test_elect_leaders_needs_alter_on_the_cluster(secured: str) -> None:
@@ -250,7 +228,7 @@ def test_elect_leaders_needs_alter_on_the_cluster(secured: str) -> None:
     cli = run_raftka("cluster", "elect-leaders", "--topic", topic, "--partition", "0",
                      "--bootstrap-servers", secured, "--security-protocol", "SASL_PLAINTEXT",
                      "--sasl-mechanism", "PLAIN", "--sasl-username", "alice",
-                     "--sasl-password", PASSWORDS["alice"], timeout=90)  # fmt: skip
+                     "--sasl-password", password("alice"), timeout=90)  # fmt: skip
     assert cli.returncode == 1, cli.stdout
     assert "CLUSTER_AUTHORIZATION_FAILED" in cli.stderr and "ALTER" in cli.stderr, cli.stderr
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import RawConnection, api_versions_v0, retry_retriable
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess
 from kafka import KafkaAdminClient
 from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaPythonTopicPartition
@@ -47,6 +48,7 @@ from kio.schema.sync_group.v3 import response as sync_resp
 from kio.schema.txn_offset_commit.v3 import request as txn_commit_req
 from kio.schema.txn_offset_commit.v3 import response as txn_commit_resp
 from kio.static.primitive import i8, i16, i32, i64
+from secured import start_sasl_broker
 
 E = ErrorCode
 EMPTY = ""
@@ -314,39 +316,15 @@ def test_versions_kafka_4_removed_are_neither_advertised_nor_served(bootstrap: s
 
 # -- under an authorizer ---------------------------------------------------------------------
 
-AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-
 
 @pytest.fixture(scope="module")
-def authorizing_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+def authorizing_broker(module_brokers: Brokers) -> tuple[str, Any]:
     """A broker with the StandardAuthorizer: its PLAINTEXT bootstrap (User:ANONYMOUS) and a
     confluent-kafka AdminClient of its super user over SASL_PLAINTEXT."""
     from confluent_kafka.admin import AdminClient
 
-    sasl_port = free_port()
-    config = {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.plain.users": "admin:admin-secret",
-        "authorizer.class.name": AUTHORIZER,
-        "super.users": "User:admin",
-    }
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("parity-authz"))
-    broker.start()
-    try:
-        admin = AdminClient(
-            {
-                "bootstrap.servers": f"127.0.0.1:{sasl_port}",
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN",
-                "sasl.username": "admin",
-                "sasl.password": "admin-secret",
-                "log_level": 0,
-            }
-        )
-        yield broker.bootstrap, admin
-    finally:
-        broker.stop()
+    started = start_sasl_broker(module_brokers, ("admin",), name="parity-authz")
+    return started.broker.bootstrap, AdminClient(started.client("admin"))
 
 
 def test_the_empty_group_under_acls_is_granted_by_a_wildcard_only(

@@ -25,11 +25,11 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import create_topic, find_transaction_coordinator, wait_until
 from harness import BrokerProcess, ClusterProcess, JavaTool
 
@@ -48,14 +48,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(CONFIG, base_dir=tmp_path_factory.mktemp("java-txn-broker"))
-    try:
-        broker.start()
-        yield broker
-        broker.stop()
-    finally:
-        broker.kill()
+def txn_broker(module_brokers: Brokers) -> BrokerProcess:
+    return module_brokers.broker(CONFIG, name="java-txn-broker")
 
 
 class RunningTool:

@@ -9,16 +9,17 @@ import ssl
 import struct
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from certs import Certificates, make_certificates
 from clients import run_raftka
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess, free_ports
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError, SaslAuthenticationFailedError
+from secured import tls_listeners_config
 
 RECORDS = 5
 EXPECTED = [f"value-{i}".encode() for i in range(RECORDS)]
@@ -48,24 +49,12 @@ class SecuredBroker:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+def secured(module_brokers: Brokers, tmp_path_factory: pytest.TempPathFactory) -> SecuredBroker:
     certs = make_certificates(tmp_path_factory.mktemp("certs"))
-    ports = {name: free_port() for name in ("SASL_SSL", "MTLS")}
-    config = {
-        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL",
-        "ssl.keystore.location": str(certs.broker_keystore),
-        "ssl.truststore.location": str(certs.ca),
-        "listener.name.mtls.ssl.client.auth": "required",
-        "sasl.plain.users": f"{PLAIN_USER}:{PLAIN_PASSWORD}",
-        "connection.failed.authentication.delay.ms": "50",
-    }
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("kafka-python-secured"))
-    broker.start()
-    try:
-        yield SecuredBroker(broker, certs, ports)
-    finally:
-        broker.stop()
+    ports = free_ports(("SASL_SSL", "MTLS"))
+    config = tls_listeners_config(certs, ports, {"MTLS": "SSL"})
+    config["sasl.plain.users"] = f"{PLAIN_USER}:{PLAIN_PASSWORD}"
+    return SecuredBroker(module_brokers.broker(config, name="kafka-python-secured"), certs, ports)
 
 
 def sasl(mechanism: str, user: str, password: str) -> dict[str, str]:

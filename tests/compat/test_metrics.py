@@ -14,7 +14,7 @@ import uuid
 import pytest
 from clients import consume, make_consumer, produce, roundtrip_works, wait_until
 from confluent_kafka import TopicPartition
-from harness import ClusterProcess, free_port
+from harness import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -134,8 +134,8 @@ def test_metrics_follow_a_produce_and_consume_run(broker_factory, new_topic):
 
 
 @pytest.mark.timeout(300)
-def test_readiness_flips_when_nodes_leave_and_return(tmp_path):
-    cluster = ClusterProcess(3, base_dir=tmp_path)
+def test_readiness_flips_when_nodes_leave_and_return(cluster_factory):
+    cluster = cluster_factory(start=False)
     addresses = {}
     for node in cluster.nodes:
         addresses[node.node_id] = f"127.0.0.1:{free_port()}"
@@ -146,45 +146,38 @@ def test_readiness_flips_when_nodes_leave_and_return(tmp_path):
     def ready(address: str) -> bool:
         return http_get(address, "/readyz", timeout_s=2)[0] == 200
 
-    try:
-        cluster.start()
-        for address in addresses.values():
-            wait_until(lambda a=address: ready(a), READY_BOUND_S, f"{address}/readyz 200")
-        metadata_group = (("raft_group", "__cluster_metadata-0"),)
-        leaders = {scrape(a)["raftka_raft_leader", metadata_group] for a in addresses.values()}
-        assert len(leaders) == 1 and leaders != {-1}, leaders
+    cluster.start()
+    for address in addresses.values():
+        wait_until(lambda a=address: ready(a), READY_BOUND_S, f"{address}/readyz 200")
+    metadata_group = (("raft_group", "__cluster_metadata-0"),)
+    leaders = {scrape(a)["raftka_raft_leader", metadata_group] for a in addresses.values()}
+    assert len(leaders) == 1 and leaders != {-1}, leaders
 
-        for node in leaving:
-            node.kill()
-        started = time.monotonic()
-        status, reason = wait_until(
-            lambda: (got := http_get(survivor_metrics, "/readyz", timeout_s=2))[0] == 503 and got,
-            NOT_READY_BOUND_S,
-            "/readyz 503 on the survivor with two of three brokers down",
+    for node in leaving:
+        node.kill()
+    started = time.monotonic()
+    status, reason = wait_until(
+        lambda: (got := http_get(survivor_metrics, "/readyz", timeout_s=2))[0] == 503 and got,
+        NOT_READY_BOUND_S,
+        "/readyz 503 on the survivor with two of three brokers down",
+    )
+    assert "no leader known for the metadata Raft group" in reason, reason
+    assert http_get(survivor_metrics, "/healthz") == (200, "ok\n")
+    assert scrape(survivor_metrics)["raftka_raft_leader", metadata_group] == -1
+    flipped_s = time.monotonic() - started
+
+    for node in leaving:
+        node.spawn()
+    for node in leaving:
+        node.wait_ready()
+    wait_until(lambda: ready(survivor_metrics), READY_BOUND_S, "/readyz 200 again")
+    for node in leaving:
+        wait_until(
+            lambda a=addresses[node.node_id]: ready(a),
+            READY_BOUND_S,
+            f"/readyz 200 on restarted node {node.node_id}",
         )
-        assert "no leader known for the metadata Raft group" in reason, reason
-        assert http_get(survivor_metrics, "/healthz") == (200, "ok\n")
-        assert scrape(survivor_metrics)["raftka_raft_leader", metadata_group] == -1
-        flipped_s = time.monotonic() - started
-
-        for node in leaving:
-            node.spawn()
-        for node in leaving:
-            node.wait_ready()
-        wait_until(lambda: ready(survivor_metrics), READY_BOUND_S, "/readyz 200 again")
-        for node in leaving:
-            wait_until(
-                lambda a=addresses[node.node_id]: ready(a),
-                READY_BOUND_S,
-                f"/readyz 200 on restarted node {node.node_id}",
-            )
-        print(f"readiness turned 503 {flipped_s:.1f} s after two of three brokers died")
-        cluster.stop()
-    except BaseException:
-        print(cluster.log_tails(30))
-        raise
-    finally:
-        cluster.kill()
+    print(f"readiness turned 503 {flipped_s:.1f} s after two of three brokers died")
 
 
 def test_bad_http_input_gets_4xx_and_the_broker_keeps_serving(broker_factory, new_topic):

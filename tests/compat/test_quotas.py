@@ -14,10 +14,9 @@ import socket
 import struct
 import threading
 import time
-import uuid
 from typing import Any
 
-from clients import create_topic, make_producer, run_raftka, wait_until
+from clients import create_topic, make_producer, run_raftka, unique, wait_until
 from confluent_kafka import Consumer, Producer
 from harness import _api_versions_request_v3, split_host_port
 
@@ -58,10 +57,6 @@ def raftka_ok(*args: object) -> str:
     result = run_raftka(*args)
     assert result.returncode == 0, f"raftka {args} exited {result.returncode}: {result.stderr}"
     return result.stdout
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def percentile(values: list[float], fraction: float) -> float:

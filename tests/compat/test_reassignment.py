@@ -9,11 +9,11 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import (
     RawConnection,
     consume,
@@ -39,13 +39,8 @@ CONFIG = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
-    cluster = ClusterProcess(4, CONFIG, base_dir=tmp_path_factory.mktemp("reassign"))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def cluster(module_brokers: Brokers) -> ClusterProcess:
+    return module_brokers.cluster(4, CONFIG, name="reassign")
 
 
 def create_on(

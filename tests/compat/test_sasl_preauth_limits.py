@@ -14,13 +14,12 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from confluent_kafka import Consumer, Producer
-from harness import BrokerProcess, free_port
+from secured import SaslBroker, start_sasl_broker
 
 IDLE_MS = 3000
 PREAUTH_LIMIT = 524288
@@ -29,19 +28,9 @@ PREAUTH_LIMIT = 524288
 LARGE_VALUE = b"x" * 1_000_000
 
 
-@dataclass
-class SaslBroker:
-    broker: BrokerProcess
-    sasl_port: int
-
+class PreauthBroker(SaslBroker):
     def sasl_client(self) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": f"127.0.0.1:{self.sasl_port}",
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": "alice",
-            "sasl.password": "alice-secret",
-        }
+        return self.client("alice")
 
     def plaintext_client(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.broker.bootstrap}
@@ -57,20 +46,15 @@ class SaslBroker:
 
 
 @pytest.fixture(scope="module")
-def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker]:
-    sasl_port = free_port()
-    config = {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.plain.users": "alice:alice-secret",
-        "connections.max.idle.ms": str(IDLE_MS),
-    }
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("preauth-broker"))
-    broker.start()
-    try:
-        yield SaslBroker(broker, sasl_port)
-    finally:
-        broker.stop()
+def sasl_broker(module_brokers: Brokers) -> PreauthBroker:
+    started = start_sasl_broker(
+        module_brokers,
+        ("alice",),
+        authorizer=False,
+        config={"connections.max.idle.ms": str(IDLE_MS)},
+        name="preauth-broker",
+    )
+    return PreauthBroker(started.broker, started.sasl_port)
 
 
 def _closed(sock: socket.socket, within_s: float = 30.0) -> bool:
@@ -113,7 +97,7 @@ def roundtrip(settings: dict[str, Any], value: bytes = b"v") -> bytes:
 
 
 def test_large_frame_before_authentication_is_refused_without_its_body(
-    sasl_broker: SaslBroker,
+    sasl_broker: PreauthBroker,
 ) -> None:
     size = 10 * 1024 * 1024
     with sasl_broker.raw() as raw:
@@ -131,7 +115,7 @@ def test_large_frame_before_authentication_is_refused_without_its_body(
 
 
 def test_authenticated_and_plaintext_clients_keep_socket_request_max_bytes(
-    sasl_broker: SaslBroker,
+    sasl_broker: PreauthBroker,
 ) -> None:
     assert roundtrip(sasl_broker.sasl_client(), LARGE_VALUE) == LARGE_VALUE
     assert roundtrip(sasl_broker.plaintext_client(), LARGE_VALUE) == LARGE_VALUE
@@ -154,7 +138,7 @@ def _trickle(sock: socket.socket, outcome: list[int]) -> None:
 
 
 def test_stalled_or_trickling_frame_is_dropped_after_the_idle_timeout(
-    sasl_broker: SaslBroker,
+    sasl_broker: PreauthBroker,
 ) -> None:
     body_bytes = 1000
     with (

@@ -15,17 +15,19 @@ import struct
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from certs import Certificates, make_certificates
 from clients import run_raftka
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess, ClusterProcess, free_port, free_ports
+from secured import tls_listeners_config
 
 CLI_TIMEOUT_S = 90
 RECORDS = 5
@@ -55,25 +57,12 @@ class SecuredBroker:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+def secured(module_brokers: Brokers, tmp_path_factory: pytest.TempPathFactory) -> SecuredBroker:
     certs = make_certificates(tmp_path_factory.mktemp("certs"))
-    ports = {name: free_port() for name in ("SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL")}
-    config = {
-        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,"
-        "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        "ssl.keystore.location": str(certs.broker_keystore),
-        "ssl.truststore.location": str(certs.ca),
-        "listener.name.mtls.ssl.client.auth": "required",
-        "sasl.plain.users": "alice:alice-secret,carol:c:olon",
-        "connection.failed.authentication.delay.ms": "50",
-    }
-    broker = BrokerProcess(config, base_dir=tmp_path_factory.mktemp("secured-broker"))
-    broker.start()
-    try:
-        yield SecuredBroker(broker, certs, ports)
-    finally:
-        broker.stop()
+    ports = free_ports(("SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL"))
+    config = tls_listeners_config(certs, ports, {"MTLS": "SSL"})
+    config["sasl.plain.users"] = "alice:alice-secret,carol:c:olon"
+    return SecuredBroker(module_brokers.broker(config, name="secured-broker"), certs, ports)
 
 
 def roundtrip(settings: dict[str, Any]) -> list[bytes]:
@@ -415,40 +404,37 @@ def test_bad_keystore_stops_startup_naming_config_and_file(tmp_path: Path, keyst
 # -- a cluster ---------------------------------------------------------------------------
 
 
-def test_credentials_made_through_one_broker_work_on_the_others(tmp_path: Path) -> None:
-    from harness import ClusterProcess
-
-    cluster = ClusterProcess(3, {}, base_dir=tmp_path / "cluster")
+def test_credentials_made_through_one_broker_work_on_the_others(
+    cluster_factory: Callable[..., ClusterProcess],
+) -> None:
+    cluster = cluster_factory(start=False)
     sasl_ports = {}
     for node in cluster.nodes:
         sasl_ports[node.node_id] = free_port()
         node.config["listeners"] = f"SASL_PLAINTEXT://127.0.0.1:{sasl_ports[node.node_id]}"
     cluster.start()
-    try:
-        user = f"user-{uuid.uuid4().hex[:8]}"
-        ok("users", "add", user, "--password", "everywhere", "--mechanism", "SCRAM-SHA-256",
-           "--bootstrap-servers", cluster.node(1).bootstrap)  # fmt: skip
-        for node_id in (2, 3):
-            settings = {
-                "bootstrap.servers": f"127.0.0.1:{sasl_ports[node_id]}",
-                "security.protocol": "SASL_PLAINTEXT",
-                **sasl("SCRAM-SHA-256", user, "everywhere"),
-            }
-            deadline = time.monotonic() + 30
-            while True:  # replicated: applied on every broker shortly after the commit
-                try:
-                    metadata = AdminClient({**settings, "log_level": 0}).list_topics(timeout=5)
-                    break
-                except KafkaException:
-                    assert time.monotonic() < deadline, f"node {node_id} never accepted {user}"
-            # Each broker is given at its address on the listener the client used.
-            assert {(b.id, b.port) for b in metadata.brokers.values()} == {
-                (n, sasl_ports[n]) for n in (1, 2, 3)
-            }
-        listed = ok("users", "list", "--bootstrap-servers", cluster.node(3).bootstrap)
-        assert any(line.split()[:2] == [user, "SCRAM-SHA-256"] for line in listed.splitlines())
-    finally:
-        cluster.stop()
+    user = f"user-{uuid.uuid4().hex[:8]}"
+    ok("users", "add", user, "--password", "everywhere", "--mechanism", "SCRAM-SHA-256",
+       "--bootstrap-servers", cluster.node(1).bootstrap)  # fmt: skip
+    for node_id in (2, 3):
+        settings = {
+            "bootstrap.servers": f"127.0.0.1:{sasl_ports[node_id]}",
+            "security.protocol": "SASL_PLAINTEXT",
+            **sasl("SCRAM-SHA-256", user, "everywhere"),
+        }
+        deadline = time.monotonic() + 30
+        while True:  # replicated: applied on every broker shortly after the commit
+            try:
+                metadata = AdminClient({**settings, "log_level": 0}).list_topics(timeout=5)
+                break
+            except KafkaException:
+                assert time.monotonic() < deadline, f"node {node_id} never accepted {user}"
+        # Each broker is given at its address on the listener the client used.
+        assert {(b.id, b.port) for b in metadata.brokers.values()} == {
+            (n, sasl_ports[n]) for n in (1, 2, 3)
+        }
+    listed = ok("users", "list", "--bootstrap-servers", cluster.node(3).bootstrap)
+    assert any(line.split()[:2] == [user, "SCRAM-SHA-256"] for line in listed.splitlines())
 
 
 def test_java_client_over_sasl_ssl_with_scram(secured: SecuredBroker, java_tool: Any) -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import datetime
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import error_codes, make_producer, retry_retriable, run_raftka, wait_until
+from brokers import Brokers
+from clients import error_codes, make_producer, retry_retriable, run_raftka, unique, wait_until
 from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourceType
 from harness import BrokerProcess
@@ -41,13 +41,8 @@ RECORDS = 20
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(BROKER_CONFIG, base_dir=tmp_path_factory.mktemp("share-admin")) as b:
-        yield b
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+def broker(module_brokers: Brokers) -> BrokerProcess:
+    return module_brokers.broker(BROKER_CONFIG, name="share-admin")
 
 
 def create_topic(bootstrap: str, name: str) -> uuid.UUID:
@@ -473,7 +468,7 @@ def test_share_offsets_apis_check_group_and_topic_acls(secured: SecuredBroker) -
     create_topics(secured, topic)
 
     def sasl(user: str) -> dict[str, str]:
-        conf = secured.conf(user).items()
+        conf = secured.client(user).items()
         return {k: str(v) for k, v in conf if k.startswith(("sasl", "sec"))}
 
     with WireConnection(f"127.0.0.1:{secured.sasl_port}", TIMEOUT_S, sasl("admin")) as conn:

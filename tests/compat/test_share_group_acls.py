@@ -9,9 +9,10 @@ import time
 import uuid
 from typing import Any
 
+from clients import unique
 from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import AclOperation, ResourceType
-from test_authorization import TIMEOUT_S, SecuredBroker, create_topics, grant, unique
+from test_authorization import TIMEOUT_S, SecuredBroker, create_topics, grant
 from test_authorization import secured as secured  # noqa: F401  (the broker fixture)
 
 from raftka.broker.admin.wire import WireConnection
@@ -23,14 +24,14 @@ COORDINATOR_RETRIABLE = (14, 15, 16)  # load in progress, not available, not coo
 
 
 def produce_as_admin(secured: SecuredBroker, topic: str) -> None:
-    producer = Producer(secured.conf("admin"))
+    producer = Producer(secured.client("admin"))
     for i in range(RECORDS):
         producer.produce(topic, value=f"v{i}".encode())
     assert producer.flush(TIMEOUT_S) == 0, f"records to {topic} unsent after {TIMEOUT_S} s"
 
 
 def wire(secured: SecuredBroker, user: str) -> WireConnection:
-    security = {k: str(v) for k, v in secured.conf(user).items() if k.startswith(("sasl", "sec"))}
+    security = {k: str(v) for k, v in secured.client(user).items() if k.startswith(("sasl", "sec"))}
     return WireConnection(f"127.0.0.1:{secured.sasl_port}", TIMEOUT_S, security)
 
 
@@ -106,7 +107,7 @@ def test_share_apis_need_read_on_group_and_topic(secured: SecuredBroker) -> None
         assert partition.error_code == TOPIC_AUTHORIZATION_FAILED and not partition.records
     grant(secured, "User:alice", AclOperation.READ, ResourceType.TOPIC, topic)
     grant(secured, "User:alice", AclOperation.DESCRIBE, ResourceType.GROUP, group)
-    consumer = ShareConsumer(secured.conf("alice", **{"group.id": group}))
+    consumer = ShareConsumer(secured.client("alice", **{"group.id": group}))
     consumer.subscribe([topic])
     got: list[bytes] = []
     try:

@@ -11,11 +11,11 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clients import make_consumer, make_producer, run_raftka, wait_until
+from brokers import Brokers
+from clients import make_consumer, make_producer, run_raftka, unique, wait_until
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
@@ -39,13 +39,8 @@ WAIT_S = 40
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(BROKER_CONFIG, base_dir=tmp_path_factory.mktemp("share-broker")) as b:
-        yield b
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+def broker(module_brokers: Brokers) -> BrokerProcess:
+    return module_brokers.broker(BROKER_CONFIG, name="share-broker")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:

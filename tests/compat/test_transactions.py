@@ -12,10 +12,10 @@ import datetime
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import (
     RawConnection,
     create_topic,
@@ -48,14 +48,8 @@ RETRIABLE = {NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTI
 
 
 @pytest.fixture(scope="module")
-def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(CONFIG, base_dir=tmp_path_factory.mktemp("txn-broker"))
-    try:
-        broker.start()
-        yield broker
-        broker.stop()
-    finally:
-        broker.kill()
+def txn_broker(module_brokers: Brokers) -> BrokerProcess:
+    return module_brokers.broker(CONFIG, name="txn-broker")
 
 
 def partition_for(transactional_id: str, partitions: int) -> int:

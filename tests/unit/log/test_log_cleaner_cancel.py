@@ -10,6 +10,14 @@ from typing import Any
 
 import pytest
 import trio
+from test_log_cleaner import (
+    T0,
+    batches_of,
+    open_log,
+    random_ops,
+    request_clean,
+    write_ops,
+)
 
 from raftka.broker.compaction import LogCleaner
 from raftka.log.cleaner import (
@@ -18,14 +26,6 @@ from raftka.log.cleaner import (
     CleaningCancelled,
     CleaningJob,
     CleanRequest,
-)
-from tests.unit.test_log_cleaner import (
-    T0,
-    batches_of,
-    open_log,
-    random_ops,
-    request_clean,
-    write_ops,
 )
 
 

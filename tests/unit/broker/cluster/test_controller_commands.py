@@ -210,5 +210,5 @@ def test_metadata_image_imports_no_io() -> None:
         "assert not loaded, loaded\n"
     )
     env = dict(os.environ, HYPOTHESIS_NO_PLUGINS="1")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root, env=env)

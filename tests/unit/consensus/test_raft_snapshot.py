@@ -6,9 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from batches import encode_batch
+from log_replicas import Replica, leader_of, run
 from raft_net import GROUP, Net
 from test_raft_driver import NODES, Cluster, MemoryRaftGroupStorage, run_cluster
-from test_replication_storage import Replica, leader_of, run
 
 from raftka.consensus import (
     Entry,

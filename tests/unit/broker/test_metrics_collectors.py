@@ -81,7 +81,7 @@ def test_error_names_are_kafkas() -> None:
 
 
 def test_the_grafana_dashboard_uses_only_metrics_the_broker_has() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     dashboard = json.loads((root / "scripts" / "grafana-dashboard.json").read_text())
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     used = {
