@@ -263,7 +263,8 @@ class Simulation:
         return SimulationFailure(
             f"seed {self.seed} tick {self.now}: {what}\n  recent events:\n  {recent}\n"
             f"reproduce: python -m raftka.consensus.sim --seed {self.seed}  |  "
-            f"pytest tests/unit/test_raft_sim.py --raft-seeds 1 --raft-seed-start {self.seed}"
+            "pytest tests/unit/consensus/test_raft_sim.py "
+            f"--raft-seeds 1 --raft-seed-start {self.seed}"
         )
 
     def _core_of(self, node: SimNode) -> RaftCore:
