@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from raftka.broker.handlers import ApiHandler
     from raftka.broker.metrics import BrokerMetrics
     from raftka.broker.quotas import QuotaEntity
+    from raftka.broker.replica import ReplicaManager
     from raftka.broker.security.acl import (
         AclOperation,
         AclSet,
@@ -215,6 +216,8 @@ class BrokerServices:
     transactions: TransactionCoordinator
     # ACL checks (allows everything unless `authorizer.class.name` is set).
     authorizer: Authorizer
+    # The data path: appends, fetches, DeleteRecords and markers of the hosted partitions.
+    replica_manager: ReplicaManager
 
 
 @dataclass(frozen=True, slots=True, eq=False)
