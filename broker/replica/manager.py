@@ -160,7 +160,8 @@ class ReplicaManager:
         CLIENT append to a topic in restore mode is a RESTORE append. COORDINATOR records
         are one batch per entry, appended unless this broker does not lead the partition at
         `leader_epoch` (None: any; else NOT_LEADER_OR_FOLLOWER) or a transactional batch's
-        producer epoch is older than the partition's (INVALID_PRODUCER_EPOCH).
+        producer epoch is older than the partition's (INVALID_PRODUCER_EPOCH); their answers
+        wait until the batch is committed, whatever `required_acks`.
         `transactional_id` and `verifier` serve KIP-890's verification of CLIENT batches."""
         waits: list[AckWait] = []
         commits: list[tuple[Partition, Entry, AppendResult]] = []
