@@ -200,3 +200,16 @@ def test_list_offsets_and_delete_records(broker: Broker) -> None:
     error, low_watermark = answers[0]
     assert error == ErrorCode.none and low_watermark >= 3
     assert replicas.list_offset(partition, EARLIEST, 0)[0] == partition.hosted_log.log_start_offset
+
+
+def test_a_restore_append_keeps_offsets_and_raises_the_producer_id_floor(broker: Broker) -> None:
+    misplaced = build_batch(_records(2), 0, base_offset=5)
+    (refused,) = _append(broker, AppendOrigin.RESTORE, [misplaced])
+    assert refused.error_code == ErrorCode.invalid_record
+    assert _partition(broker).hosted_log.log_end_offset == 0
+    stored = build_batch(
+        _records(2), 0, base_offset=0, producer_id=PID, producer_epoch=0, base_sequence=0
+    )
+    (restored,) = _append(broker, AppendOrigin.RESTORE, [stored])
+    assert (restored.error_code, restored.base_offset) == (ErrorCode.none, 0)
+    assert broker.controller.image.producer_id_floor > PID
