@@ -29,11 +29,13 @@ from raftka.broker.compaction import LogCleaner
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
 from raftka.broker.groups import coordinator_for
+from raftka.broker.groups.store import offsets_marker_listener
 from raftka.broker.handlers import HANDLERS
 from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.quotas import ClientQuotaManager
+from raftka.broker.replica import ReplicaManager
 from raftka.broker.replication import HardStateStore
 from raftka.broker.security.acl import Authorizer
 from raftka.broker.security.listeners import (
@@ -444,11 +446,20 @@ class Broker:
                 floor=lambda: self.controller.image.producer_id_floor,
             )
             opened.callback(self.producer_ids.close)
+            self.replica_manager = ReplicaManager(self.topics, self.controller)
             self.groups = coordinator_for(self.topics, self.controller, config)
+            self.replica_manager.marker_listeners.append(
+                offsets_marker_listener(self.groups.on_transaction_completed)
+            )
             self.groups.share_partitions = SharePartitionManager(
                 register_share_state(
                     TopicShareStateStore(
-                        self.node_id, self.topics, self.controller, config, self.transport
+                        self.node_id,
+                        self.topics,
+                        self.controller,
+                        config,
+                        self.transport,
+                        self.replica_manager,
                     ),
                     self.controller.register_rpc,
                 )
@@ -512,7 +523,7 @@ class Broker:
                 self.transport,
                 config,
                 self.producer_ids,
-                lambda: self.services,
+                self.replica_manager,
             )
             self.services: HandlerServices = BrokerServices(
                 config=config,
@@ -527,6 +538,7 @@ class Broker:
                 transactions=self.transactions,
                 authorizer=self.authorizer,
                 clock=clock,
+                replica_manager=self.replica_manager,
             )
             opened.pop_all()  # the broker's now: `run` closes them
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from raftka.broker.config import BrokerConfig
     from raftka.broker.metrics import BrokerMetrics
     from raftka.broker.quotas import QuotaEntity
+    from raftka.broker.replica import ReplicaManager
     from raftka.broker.security.acl import (
         AclOperation,
         AclSet,
@@ -237,6 +238,8 @@ class BrokerServices(Generic[GroupsT, TransactionsT]):
     authorizer: Authorizer
     # The one source of time for connections and handlers.
     clock: Clock
+    # The data path: appends, fetches, DeleteRecords and markers of the hosted partitions.
+    replica_manager: ReplicaManager
 
 
 @dataclass(frozen=True, slots=True, eq=False)

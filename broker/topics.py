@@ -83,14 +83,6 @@ class Partition:
     storage: PartitionRaftStorage | None = None
     raft: RaftGroup | None = None
     waiters: set[trio.Event] = field(default_factory=set)
-    #: Produce: set when the last write queued behind a recompression was appended or
-    #: refused; None when none waits. Later writes queue behind it, so a producer's
-    #: pipelined batches keep their order even when one waits for a worker thread.
-    last_queued_write: trio.Event | None = None
-    #: Produce: producer id → set when the last of its writes waiting for (or queued behind)
-    #: a transaction coordinator's verification was appended or refused. That producer's
-    #: later writes queue behind it; other producers' writes do not wait.
-    verifying_producers: dict[int, trio.Event] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

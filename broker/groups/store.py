@@ -15,7 +15,7 @@ which partitions it "leads" (and at which epoch) is up to the test.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -23,6 +23,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.replica import AppendOrigin, ReplicaManager, leads
 from raftka.broker.topics import OFFSETS_TOPIC, Partition, Topic, now_ms
 from raftka.consensus.core import NotLeaderError
 from raftka.protocol.batch_builder import (
@@ -44,7 +45,7 @@ from raftka.protocol.records import (
 
 if TYPE_CHECKING:
     from raftka.broker.config import BrokerConfig
-    from raftka.broker.services import ControllerClient, TopicsView
+    from raftka.broker.replica.types import CoordinatorController, PartitionSource
 
 logger = logging.getLogger("raftka.groups")
 
@@ -239,23 +240,43 @@ def marker_batch(
     )
 
 
+def offsets_marker_listener(
+    on_transaction_completed: Callable[[int, int, bool], None],
+) -> Callable[[str, int, int, bool], None]:
+    """A replica manager's marker listener telling the group coordinator
+    (`on_transaction_completed(partition, producer id, committed)`) of each marker committed
+    on a `__consumer_offsets` partition."""
+
+    def on_marker(topic: str, partition: int, producer_id: int, committed: bool) -> None:
+        if topic == OFFSETS_TOPIC:
+            on_transaction_completed(partition, producer_id, committed)
+
+    return on_marker
+
+
 class TopicOffsetsLog:
     """The coordinator's records in `__consumer_offsets`, proposed to each partition's Raft
     group and acknowledged once committed (a majority of its replicas hold them)."""
 
     def __init__(
         self,
-        topics: TopicsView,
-        controller: ControllerClient,
+        topics: PartitionSource,
+        controller: CoordinatorController,
         config: BrokerConfig,
         topic_name: str = OFFSETS_TOPIC,
         config_prefix: str = "offsets.topic",
         topic_configs: Mapping[str, str] = OFFSETS_TOPIC_CONFIGS,
+        replica_manager: ReplicaManager | None = None,
     ) -> None:
         """`topic_name` and the broker configs `<config_prefix>.num.partitions` and
         `<config_prefix>.replication.factor` name another internal topic kept the same way
-        (the transaction coordinator's `__transaction_state`)."""
+        (the transaction coordinator's `__transaction_state`). Appends go through
+        `replica_manager` (the broker's; without one, a manager of `topics` of its own,
+        which behaves the same for a coordinator's appends)."""
         self.topics = topics
+        self.replica_manager = (
+            ReplicaManager(topics, controller) if replica_manager is None else replica_manager
+        )
         self.controller = controller
         self.config = config
         self.topic_name = topic_name
@@ -321,24 +342,20 @@ class TopicOffsetsLog:
         batch = offsets_batch(
             records, now_ms(), producer_id=producer_id, producer_epoch=producer_epoch
         )
-        if producer_id >= 0 and target.log is not None:
-            # Checked right before the propose (no await between): a fenced producer's
-            # offsets must not reach the log, as Kafka's producer state refuses them.
-            known = target.log.producer_state.get(producer_id)
-            check_producer_epoch(
-                target.name, producer_id, producer_epoch, None if known is None else known.epoch
-            )
-        # Checked right before the propose too: a write decided in an earlier term of this
-        # broker must not land in a later one (Kafka checks the coordinator epoch).
-        check_leader_epoch(target.name, leader_epoch, self.leader_epoch(partition))
-        try:
-            entry = target.propose(batch, len(records))
-            committed = await target.wait_committed(entry, COMMIT_TIMEOUT_S)
-        except NotLeaderError as exc:
-            raise NotCoordinatorError(f"{target.name}: {exc}") from exc
-        if not committed:
+        (result,) = await self.replica_manager.append_records(
+            AppendOrigin.COORDINATOR,
+            -1,
+            COMMIT_TIMEOUT_S,
+            [(target, batch)],
+            leader_epoch=leader_epoch,
+        )
+        if result.error_code == ErrorCode.invalid_producer_epoch:
+            raise StaleProducerEpochError(result.error_message)
+        if result.error_code == ErrorCode.request_timed_out:
             raise NotCoordinatorError(f"{target.name}: the records did not commit in time")
-        return entry.end_offset - len(records)
+        if result.error_code != ErrorCode.none:
+            raise NotCoordinatorError(result.error_message or f"{target.name}: not the leader")
+        return result.base_offset
 
     def _partition(self, partition: int) -> Partition | None:
         topic = self.topic()
@@ -349,7 +366,7 @@ class TopicOffsetsLog:
     def leader_epoch(self, partition: int) -> int | None:
         """The epoch at which this broker leads the partition; None when it does not."""
         target = self._partition(partition)
-        if target is None or target.log is None or not target.is_leader:
+        if target is None or not leads(target):
             return None
         return target.leader_epoch
 
@@ -358,9 +375,7 @@ class TopicOffsetsLog:
         topic = self.topic()
         if topic is None:
             return {}
-        return {
-            p.index: p.leader_epoch for p in topic.partitions if p.log is not None and p.is_leader
-        }
+        return {p.index: p.leader_epoch for p in topic.partitions if leads(p)}
 
     async def wait_caught_up(self, partition: int, epoch: int) -> bool:
         """Wait until the partition's high watermark reaches its log end (a new leader's log
@@ -368,14 +383,15 @@ class TopicOffsetsLog:
         leads it at `epoch`."""
         while True:
             target = self._partition(partition)
+            log = None if target is None else self.replica_manager.get_log(target)
             if (
                 target is None
-                or target.log is None
+                or log is None
                 or not target.is_leader
                 or target.leader_epoch != epoch
             ):
                 return False
-            end = target.log.log_end_offset
+            end = log.log_end_offset
             if target.high_watermark >= end:
                 return True
             try:
@@ -386,9 +402,10 @@ class TopicOffsetsLog:
     def replay_log(self, partition: int) -> Iterator[LoggedEntry]:
         """The committed records and transaction markers of one partition, in log order."""
         target = self._partition(partition)
-        if target is None or target.log is None or not target.is_local:
+        log = None if target is None else self.replica_manager.get_log(target)
+        if target is None or log is None:
             return
-        yield from read_entries(target.log, target.high_watermark)
+        yield from read_entries(log, target.high_watermark)
 
     def replay(self, partition: int) -> Iterator[KeyValue]:
         """The committed records of one partition, in log order (markers left out)."""

@@ -34,9 +34,8 @@ from raftka.broker.handlers.common import (
     led_partition,
     response_schema,
 )
+from raftka.broker.replica import wait_for_appends
 from raftka.broker.security.acl import AclOperation
-from raftka.log import OffsetOutOfRange
-from raftka.log.partition import LogSlice
 from raftka.protocol.api import build
 from raftka.protocol.splice import FileRange, SplicedResponse, Splices
 
@@ -45,7 +44,8 @@ if TYPE_CHECKING:
     from raftka.broker.topics import Partition, Topic
     from raftka.log.segment import LogSegment
 
-READ_COMMITTED = 1
+#: Share fetches long-poll as fetches do (`handlers/share.py`).
+_any_appended = wait_for_appends
 #: Record ranges up to this size are read into the response rather than sent with sendfile.
 INLINE_RECORDS_BYTES_MAX = 32 * 1024
 
@@ -57,6 +57,7 @@ def _read_all(
     topic, bytes, partitions read). A partition's "records" is a segment slice or b"".
     Partitions of topics `may_read` refuses answer TOPIC_AUTHORIZATION_FAILED."""
     topics = context.services.topics
+    replicas = context.services.replica_manager
     remaining = request.max_bytes if request.max_bytes > 0 else 0
     # KIP-74: the first partition with data returns at least one whole batch.
     min_one_batch = True
@@ -104,43 +105,32 @@ def _read_all(
                 # topic stored in zstd, rather than sent batches it cannot read.
                 fields["error_code"] = ErrorCode.unsupported_compression_type
             else:
-                partition = led
-                log = partition.hosted_log
-                high_watermark = partition.high_watermark
-                stable = partition.last_stable_offset
-                limit = high_watermark if request.isolation_level != READ_COMMITTED else stable
-                fields.update(
-                    high_watermark=high_watermark,
-                    last_stable_offset=stable,
-                    log_start_offset=log.log_start_offset,
-                )
-                watched.append(partition)
+                watched.append(led)
                 max_bytes = min(p.partition_max_bytes, remaining)
-                found: LogSlice | None = None
-                try:
-                    if max_bytes > 0 or min_one_batch:
-                        found = log.fetch_slice(p.fetch_offset, max_bytes, limit, min_one_batch)
-                except OffsetOutOfRange:
-                    fields["error_code"] = ErrorCode.offset_out_of_range
+                read = replicas.read(
+                    led, p.fetch_offset, max_bytes, request.isolation_level, min_one_batch
+                )
+                fields.update(
+                    error_code=read.error_code,
+                    high_watermark=read.high_watermark,
+                    last_stable_offset=read.last_stable_offset,
+                    log_start_offset=read.log_start_offset,
+                )
+                found = read.found
                 if found is not None:
                     length = found.length
                     min_one_batch = False
                     remaining = max(0, remaining - length)
                     total_bytes += length
                     fields["records"] = (found.segment, found.position, length)
-                if request.isolation_level == READ_COMMITTED:
-                    aborted = (
-                        log.collect_aborted(p.fetch_offset, found.next_offset)
-                        if found is not None
-                        else []
-                    )
+                if read.aborted is not None:
                     fields["aborted_transactions"] = tuple(
                         build(
                             module.AbortedTransaction,
                             producer_id=txn.producer_id,
                             first_offset=txn.first_offset,
                         )
-                        for txn in aborted
+                        for txn in read.aborted
                     )
             partitions.append(fields)
         responses.append((name or "", getattr(wanted, "topic_id", None), partitions))
@@ -218,7 +208,7 @@ async def handle_fetch(context: RequestContext, request: Any) -> Any:
     if total_bytes < request.min_bytes and max_wait_s > 0 and watched:
         with trio.move_on_after(max_wait_s):
             while total_bytes < request.min_bytes:
-                await _any_appended(watched)
+                await wait_for_appends(watched)
                 responses, total_bytes, watched = _read_all(context, request, module, may_read)
     splices = Splices()
     response = build(
@@ -229,15 +219,3 @@ async def handle_fetch(context: RequestContext, request: Any) -> Any:
         responses=_build_topics(context, module, responses, splices),
     )
     return SplicedResponse(response, splices) if splices.ranges else response
-
-
-async def _any_appended(partitions: list[Partition]) -> None:
-    """Wait until any of the partitions has an append (or is deleted)."""
-    woken = trio.Event()
-    for partition in partitions:
-        partition.waiters.add(woken)
-    try:
-        await woken.wait()
-    finally:
-        for partition in partitions:
-            partition.waiters.discard(woken)

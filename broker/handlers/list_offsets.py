@@ -22,6 +22,7 @@ from raftka.broker.handlers.common import (
     led_partition,
     response_schema,
 )
+from raftka.broker.replica import OffsetNotAvailable, replica_partition
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
@@ -29,69 +30,14 @@ if TYPE_CHECKING:
     from raftka.broker.services import RequestContext
     from raftka.broker.topics import Partition
 
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 
 
-class OffsetNotAvailable(Exception):
-    """The answer would come from a high watermark the new leader has not caught up yet."""
-
-
-def _lookup(partition: Partition, timestamp: int, isolation_level: int | None) -> tuple[int, int]:
-    """(offset, timestamp) per Kafka's ListOffsets rules; (-1, -1) when nothing matches.
-    `isolation_level` None: a replica or debugging client, answered up to the log end offset.
-    Raises OffsetNotAvailable where Kafka answers a consumer OFFSET_NOT_AVAILABLE (retriable)."""
-    log = partition.hosted_log
-    if isolation_level is None:
-        last_fetchable = log.log_end_offset
-    elif isolation_level == READ_COMMITTED:
-        last_fetchable = partition.last_stable_offset
-    else:
-        last_fetchable = partition.high_watermark
-    # Only a consumer waits for a new leader to commit its epoch start (KAFKA-7703).
-    behind = isolation_level is not None and partition.high_watermark_behind_epoch_start
-    if timestamp == LATEST:
-        if behind:
-            raise OffsetNotAvailable
-        return last_fetchable, -1
-    if timestamp == EARLIEST:
-        return log.log_start_offset, -1
-    if timestamp == MAX_TIMESTAMP:
-        found = log.max_timestamp_and_offset()
-        if found is None or found[1] >= last_fetchable:
-            return -1, -1
-        return found[1], found[0]
-    at_timestamp = log.offset_for_timestamp(timestamp)
-    if at_timestamp is None or at_timestamp[0] >= last_fetchable:
-        if behind:
-            raise OffsetNotAvailable
-        return -1, -1
-    return at_timestamp
-
-
-def replica_partition(
-    partition: Partition | None, current_leader_epoch: int
-) -> Partition | ErrorCode:
-    """`partition` when this broker holds a replica of it and may answer from that replica's
-    own log at `current_leader_epoch` (Kafka fences the epoch on followers too); otherwise
-    the error Kafka answers."""
-    if partition is None:
-        return ErrorCode.unknown_topic_or_partition
-    if partition.raft is None or partition.log is None:
-        return ErrorCode.not_leader_or_follower
-    if 0 <= current_leader_epoch < partition.leader_epoch:
-        return ErrorCode.fenced_leader_epoch
-    if current_leader_epoch > partition.leader_epoch:
-        return ErrorCode.unknown_leader_epoch
-    return partition
-
-
 async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
     topics_view = context.services.topics
+    replicas = context.services.replica_manager
     entity, module = response_schema(context)
     replica_id = request.replica_id
     # Kafka applies an isolation level to consumers only; replicas read to the log end.
@@ -122,17 +68,12 @@ async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
             if isinstance(led, ErrorCode):
                 fields["error_code"] = led
             else:
-                partition = led
                 try:
-                    offset, timestamp = _lookup(partition, p.timestamp, isolation)
+                    offset, timestamp, epoch = replicas.list_offset(led, p.timestamp, isolation)
                 except OffsetNotAvailable:
-                    offset, timestamp = -1, -1
+                    offset, timestamp, epoch = -1, -1, -1
                     fields["error_code"] = ErrorCode.offset_not_available
-                fields.update(offset=offset, timestamp=timestamp)
-                if offset >= 0:
-                    # Kafka reports the epoch that wrote the offset, or -1 when none is known.
-                    epoch_of_offset = partition.hosted_log.epoch_for_offset(offset)
-                    fields["leader_epoch"] = -1 if epoch_of_offset is None else epoch_of_offset
+                fields.update(offset=offset, timestamp=timestamp, leader_epoch=epoch)
             partitions.append(build(module.ListOffsetsPartitionResponse, **fields))
         topics.append(
             build(module.ListOffsetsTopicResponse, name=wanted.name, partitions=tuple(partitions))
@@ -167,7 +108,9 @@ async def handle_offset_for_leader_epoch(context: RequestContext, request: Any) 
             elif isinstance(led, ErrorCode):
                 fields["error_code"] = led
             else:
-                epoch, end_offset = led.hosted_log.end_offset_for_epoch(p.leader_epoch)
+                epoch, end_offset = context.services.replica_manager.end_offset_for_epoch(
+                    led, p.leader_epoch
+                )
                 fields.update(leader_epoch=epoch, end_offset=end_offset)
             partitions.append(build(module.EpochEndOffset, **fields))
         topics.append(

@@ -12,7 +12,6 @@ from collections import Counter
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import (
@@ -231,49 +230,36 @@ async def handle_create_partitions(context: RequestContext, request: Any) -> Any
     return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-#: How often a DeleteRecords waiting for the replicas' log starts looks again.
-LOW_WATERMARK_POLL_S = 0.02
-
-
 async def handle_delete_records(context: RequestContext, request: Any) -> Any:
-    """Advance log start offsets; offset -1 means the high watermark.
-
-    As in Kafka (DelayedDeleteRecords), a partition answers with its low watermark once
-    that reached the requested offset: the lowest log start of the leader and every live
-    replica, which raise theirs to the leader's through Raft appends and heartbeats. Past
-    the request's timeout it answers REQUEST_TIMED_OUT (the deletion still proceeds)."""
+    """Advance log start offsets (offset -1 means the high watermark) through the replica
+    manager, which answers each partition once the replicas' low watermark reached it."""
     topics_view = context.services.topics
     entity, module = response_schema(context)
-    # (topic, partition index) -> [error, low watermark]; waiting: (partition, required).
-    answers: dict[tuple[str, int], list[Any]] = {}
-    waiting: list[tuple[tuple[str, int], Partition, int]] = []
+    # (topic, partition index) -> (error, low watermark); deletions: (key, partition, offset).
+    answers: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
+    deletions: list[tuple[tuple[str, int], Partition, int]] = []
     for wanted in request.topics:
         may_delete = context.authorize(AclOperation.DELETE, ResourceType.TOPIC, wanted.name)
         for p in wanted.partitions:
             key = (wanted.name, p.partition_index)
             partition = topics_view.partition(wanted.name, p.partition_index)
-            error, low_watermark = ErrorCode.none, -1
+            answers[key] = (ErrorCode.none, -1)
             if not may_delete:
-                error = ErrorCode.topic_authorization_failed
+                answers[key] = (ErrorCode.topic_authorization_failed, -1)
             elif partition is None:
-                error = ErrorCode.unknown_topic_or_partition
+                answers[key] = (ErrorCode.unknown_topic_or_partition, -1)
             elif partition.topic.is_internal:
                 # Kafka: "Cannot delete records of internal topic" (offsets, transactions).
-                error = ErrorCode.invalid_topic_exception
-            elif not partition.is_leader or partition.log is None:
-                error = ErrorCode.not_leader_or_follower
+                answers[key] = (ErrorCode.invalid_topic_exception, -1)
             else:
-                offset = partition.high_watermark if p.offset == -1 else p.offset
-                if offset < 0 or offset > partition.high_watermark:
-                    error = ErrorCode.offset_out_of_range
-                else:
-                    # Committed data only; followers that lack it are sent a snapshot.
-                    deletable_end = partition.hosted_raft.deletable_end()
-                    required = min(offset, deletable_end)
-                    partition.log.delete_records_before(required)
-                    waiting.append((key, partition, required))
-            answers[key] = [error, low_watermark]
-    await _await_low_watermarks(answers, waiting, max(duration_ms(request.timeout), 0) / 1000)
+                deletions.append((key, partition, p.offset))
+    if deletions:
+        deleted = await context.services.replica_manager.delete_records(
+            [(partition, offset) for _, partition, offset in deletions],
+            max(duration_ms(request.timeout), 0) / 1000,
+        )
+        for (key, _, _), answer in zip(deletions, deleted, strict=True):
+            answers[key] = answer
     topics = []
     for wanted in request.topics:
         partitions = []
@@ -291,32 +277,3 @@ async def handle_delete_records(context: RequestContext, request: Any) -> Any:
             build(module.DeleteRecordsTopicResult, name=wanted.name, partitions=tuple(partitions))
         )
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(topics))
-
-
-async def _await_low_watermarks(
-    answers: dict[tuple[str, int], list[Any]],
-    waiting: list[tuple[tuple[str, int], Partition, int]],
-    timeout_s: float,
-) -> None:
-    """Fill in each waiting partition's low watermark once it reached the required offset;
-    NOT_LEADER_OR_FOLLOWER when leadership moved, REQUEST_TIMED_OUT past `timeout_s`."""
-    deadline = trio.current_time() + timeout_s
-    while True:
-        pending = []
-        for key, partition, required in waiting:
-            raft = partition.raft
-            low_watermark = raft.low_watermark() if raft is not None else None
-            if low_watermark is None or not partition.is_leader:
-                answers[key] = [ErrorCode.not_leader_or_follower, -1]
-            elif low_watermark >= required:
-                answers[key] = [ErrorCode.none, low_watermark]
-            else:
-                pending.append((key, partition, required))
-        waiting = pending
-        if not waiting:
-            return
-        if trio.current_time() >= deadline:
-            for key, _, _ in waiting:
-                answers[key] = [ErrorCode.request_timed_out, -1]
-            return
-        await trio.sleep(min(LOW_WATERMARK_POLL_S, max(deadline - trio.current_time(), 0)))

@@ -8,14 +8,13 @@ read_committed consumers, or are listed as aborted) once the high watermark pass
 
 The WriteTxnMarkers API (key 27) lets a coordinator elsewhere ask this broker; with an
 authorizer it needs ALTER or CLUSTER_ACTION on the cluster, as Kafka's does (every marker's
-partitions answer CLUSTER_AUTHORIZATION_FAILED otherwise). raftka's own coordinators do not
-use it: they call `write_marker` here, or on the partition's leader over the Raft peer
-transport, which no client ACL governs.
+partitions answer CLUSTER_AUTHORIZATION_FAILED otherwise). The markers are written by the
+replica manager (`ReplicaManager.write_marker`); raftka's own coordinators call it directly,
+or on the partition's leader over the Raft peer transport, which no client ACL governs.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -23,74 +22,14 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.handlers.common import response_schema
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from raftka.broker.topics import OFFSETS_TOPIC, now_ms
-from raftka.consensus.core import NotLeaderError, StorageError
-from raftka.log.producer_state import ProducerStateError
 from raftka.protocol.api import build
-from raftka.protocol.batch_builder import build_end_txn_marker
 
 if TYPE_CHECKING:
     from raftka.broker.services import BrokerServices, RequestContext
 
-logger = logging.getLogger("raftka.txn_markers")
-
 #: How long a WriteTxnMarkers request waits for each marker to commit (Kafka's
 #: request.timeout.ms default, which bounds the coordinator's marker requests).
 WRITE_TXN_MARKERS_TIMEOUT_S = 30.0
-
-
-async def write_marker(
-    services: BrokerServices,
-    topic: str,
-    partition: int,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-    committed: bool,
-    timeout_s: float,
-) -> ErrorCode:
-    """Append one COMMIT (`committed`) or ABORT marker of `producer_id` at `producer_epoch`
-    to topic-partition, which this broker must lead, and return once it is committed (the
-    high watermark passed it): ErrorCode.none, or Kafka's error (NOT_LEADER_OR_FOLLOWER,
-    UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for an epoch older than the
-    partition's, REQUEST_TIMED_OUT after `timeout_s`). A marker on a `__consumer_offsets`
-    partition also tells the group coordinator (`on_transaction_completed`)."""
-    target = services.topics.partition(topic, partition)
-    if target is None:
-        return ErrorCode.unknown_topic_or_partition
-    log = target.log
-    if not target.is_leader or log is None:
-        return ErrorCode.not_leader_or_follower
-    # Checked and proposed with no await in between: no other append can come first.
-    try:
-        log.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
-    except ProducerStateError as exc:
-        logger.info(
-            "refused a %s marker on %s: %s",
-            "COMMIT" if committed else "ABORT",
-            target.name,
-            exc.message,
-            extra={"partition": target.name, "topic": topic},
-        )
-        return ErrorCode(exc.error_code)
-    batch = build_end_txn_marker(
-        producer_id, producer_epoch, coordinator_epoch, committed, now_ms()
-    )
-    try:
-        entry = target.propose(batch, 1)
-    except StorageError:
-        return ErrorCode.kafka_storage_error
-    except NotLeaderError:
-        return ErrorCode.not_leader_or_follower
-    try:
-        done = await target.wait_committed(entry, timeout_s)
-    except NotLeaderError:
-        return ErrorCode.not_leader_or_follower
-    if not done:
-        return ErrorCode.request_timed_out
-    if topic == OFFSETS_TOPIC:
-        services.groups.on_transaction_completed(partition, producer_id, committed)
-    return ErrorCode.none
 
 
 async def _write_one(
@@ -101,8 +40,7 @@ async def _write_one(
     errors: dict[tuple[int, str, int], ErrorCode],
     slot: tuple[int, str, int],
 ) -> None:
-    errors[slot] = await write_marker(
-        services,
+    errors[slot] = await services.replica_manager.write_marker(
         topic,
         partition,
         marker.producer_id,

@@ -35,6 +35,7 @@ from raftka.consensus.transport import ForwardError, PeerTransport
 
 if TYPE_CHECKING:
     from raftka.broker.config import BrokerConfig
+    from raftka.broker.replica import ReplicaManager
     from raftka.broker.services import ControllerClient, TopicsView
 
 logger = logging.getLogger("raftka.share")
@@ -87,7 +88,10 @@ class TopicShareStateStore:
         controller: ControllerClient,
         config: BrokerConfig,
         transport: PeerTransport,
+        replica_manager: ReplicaManager | None = None,
     ) -> None:
+        """The state partitions' records are appended through `replica_manager` (see
+        `TopicOffsetsLog`)."""
         self.node_id = node_id
         self.controller = controller
         self.transport = transport
@@ -98,6 +102,7 @@ class TopicShareStateStore:
             topic_name=SHARE_STATE_TOPIC,
             config_prefix="share.coordinator.state.topic",
             topic_configs=SHARE_STATE_TOPIC_CONFIGS,
+            replica_manager=replica_manager,
         )
         # state partition -> (leader epoch, key -> latest value) for the partitions led here.
         self._latest: dict[int, tuple[int, dict[bytes, bytes]]] = {}
@@ -144,7 +149,7 @@ class TopicShareStateStore:
         if topic is None:
             raise OSError(f"{SHARE_STATE_TOPIC} cannot be created now")
         target = topic.partitions[partition]
-        if target.raft is not None and target.is_leader:
+        if target.is_leader:
             return self.node_id
         leader = self.controller.leader_hints.get(target.name, (-1, -1))[0]
         if leader < 0 or leader == self.node_id:

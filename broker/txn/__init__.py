@@ -7,9 +7,11 @@ the first transactional batch of a producer's transaction (KIP-890's verificatio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from raftka.broker.groups.store import TopicOffsetsLog
+from raftka.broker.replica.types import CoordinatorController
 from raftka.broker.txn.coordinator import (
     TRANSACTION_STATE_TOPIC,
     TRANSACTION_STATE_TOPIC_CONFIGS,
@@ -23,12 +25,10 @@ from raftka.broker.txn.peers import TXN_MARKERS_RPC, TXN_VERIFY_RPC, PeerTxnLink
 from raftka.broker.txn.records import TxnState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from raftka.broker.cluster.controller import Controller
     from raftka.broker.config import BrokerConfig
-    from raftka.broker.services import BrokerServices, ProducerIdSource
+    from raftka.broker.replica import ReplicaManager
     from raftka.broker.topics import TopicManager
+    from raftka.broker.txn.coordinator import ProducerIdSource
     from raftka.consensus.transport import PeerTransport
 
 __all__ = [
@@ -45,17 +45,30 @@ __all__ = [
 ]
 
 
+class TxnController(CoordinatorController, Protocol):
+    """What the coordinator needs of the cluster controller (`Controller`): its internal
+    topic's creation, where partitions are led, and the peer RPCs it serves."""
+
+    @property
+    def leader_hints(self) -> Mapping[str, tuple[int, int]]: ...
+
+    def register_rpc(
+        self, rpc: str, handler: Callable[[bytes], Awaitable[tuple[int, bytes]]]
+    ) -> None: ...
+
+
 def transaction_coordinator_for(
     node_id: int,
     topics: TopicManager,
-    controller: Controller,
+    controller: TxnController,
     transport: PeerTransport,
     config: BrokerConfig,
     producer_ids: ProducerIdSource,
-    services: Callable[[], BrokerServices],
+    replica_manager: ReplicaManager,
 ) -> TransactionCoordinator:
     """The coordinator of a broker: its state lives in the cluster's `__transaction_state`,
-    its markers and verification questions travel over the peer transport."""
+    written through `replica_manager`, as are the markers of partitions this broker leads;
+    markers elsewhere and verification questions travel over the peer transport."""
     log = TopicOffsetsLog(
         topics,
         controller,
@@ -63,10 +76,11 @@ def transaction_coordinator_for(
         topic_name=TRANSACTION_STATE_TOPIC,
         config_prefix="transaction.state.log",
         topic_configs=TRANSACTION_STATE_TOPIC_CONFIGS,
+        replica_manager=replica_manager,
     )
     txn_config = TxnConfig.from_broker_config(config)
     link = PeerTxnLink(
-        node_id, topics, controller, transport, services, txn_config.marker_timeout_s
+        node_id, topics, controller, transport, replica_manager, txn_config.marker_timeout_s
     )
     coordinator = TransactionCoordinator(log, producer_ids, link, txn_config, remote=link)
     link.coordinator = coordinator

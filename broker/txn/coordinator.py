@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
+import raftka.broker.txn.metadata as transitions
 from raftka.broker.groups.store import OffsetsLog, StoredRecord
 from raftka.broker.groups.writes import WriteQueue
+from raftka.broker.replica import leads
 from raftka.broker.topics import TRANSACTION_STATE_TOPIC, now_ms
-from raftka.broker.txn import metadata as transitions
 from raftka.broker.txn.metadata import TopicPartition, TxnMetadata
 from raftka.broker.txn.records import (
     STRING_BYTES_MAX,
@@ -41,7 +42,6 @@ from raftka.broker.txn.records import (
 
 if TYPE_CHECKING:
     from raftka.broker.config import BrokerConfig
-    from raftka.broker.services import ProducerIdSource
     from raftka.broker.topics import Partition
 
 logger = logging.getLogger("raftka.txn")
@@ -82,6 +82,12 @@ class MarkerJob:
     coordinator_epoch: int
     committed: bool
     partitions: frozenset[TopicPartition]
+
+
+class ProducerIdSource(Protocol):
+    async def next_producer_id(self) -> int:
+        """An id no broker of the cluster has handed out, before or after a restart."""
+        ...
 
 
 class MarkerWriter(Protocol):
@@ -183,7 +189,7 @@ class TransactionCoordinator:
         """A `TopicManager` leadership listener: follows `__transaction_state` partitions."""
         if partition.topic.name != TRANSACTION_STATE_TOPIC:
             return
-        if partition.log is not None and partition.is_leader:
+        if leads(partition):
             self.become_leader(partition.index, partition.leader_epoch)
         else:
             self.resign(partition.index)

@@ -3,7 +3,7 @@ verification questions answered by the coordinator of a transactional id elsewhe
 
 Both travel over the Raft peer transport as forwarded RPCs (`TXN_MARKERS_RPC`,
 `TXN_VERIFY_RPC`, served through the controller's RPC registry) with JSON payloads. A marker
-for a partition this broker leads is written here (`txn_markers.write_marker`); the others
+for a partition this broker leads is written here (`ReplicaManager.write_marker`); the others
 are grouped by leader, one RPC per leader.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -26,7 +26,6 @@ from raftka.broker.txn.metadata import TopicPartition
 from raftka.consensus.transport import ForwardError, PeerTransport
 
 if TYPE_CHECKING:
-    from raftka.broker.services import BrokerServices, ControllerClient, TopicsView
     from raftka.broker.topics import Partition
 
 logger = logging.getLogger("raftka.txn")
@@ -36,7 +35,35 @@ TXN_VERIFY_RPC = "__txn_verify"
 VERIFY_TIMEOUT_S = 5.0
 
 
-def _leader(controller: ControllerClient, partition: Partition) -> int:
+class PartitionsView(Protocol):
+    """The topics this broker knows of (`TopicManager`)."""
+
+    def partition(self, name: str, index: int) -> Partition | None: ...
+
+
+class LeaderHints(Protocol):
+    """Where partitions hosted elsewhere are led, as the controller last heard."""
+
+    @property
+    def leader_hints(self) -> Mapping[str, tuple[int, int]]: ...
+
+
+class MarkerAppender(Protocol):
+    """Writes a marker to a partition this broker leads (`ReplicaManager.write_marker`)."""
+
+    async def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        timeout_s: float,
+    ) -> ErrorCode: ...
+
+
+def _leader(controller: LeaderHints, partition: Partition) -> int:
     """The partition's leader as this broker knows it; -1 while unknown."""
     if partition.raft is not None:
         leader = partition.leader_id
@@ -46,22 +73,22 @@ def _leader(controller: ControllerClient, partition: Partition) -> int:
 
 class PeerTxnLink:
     """A `MarkerWriter` and `RemoteVerifier` over the peer transport, and the server side of
-    both RPCs. `services` is read when a marker is written (the broker builds it last)."""
+    both RPCs. Markers of partitions this broker leads are written by `replica_manager`."""
 
     def __init__(
         self,
         node_id: int,
-        topics: TopicsView,
-        controller: ControllerClient,
+        topics: PartitionsView,
+        controller: LeaderHints,
         transport: PeerTransport,
-        services: Callable[[], BrokerServices],
+        replica_manager: MarkerAppender,
         marker_timeout_s: float = 10.0,
     ) -> None:
         self.node_id = node_id
         self.topics = topics
         self.controller = controller
         self.transport = transport
-        self.services = services
+        self.replica_manager = replica_manager
         self.marker_timeout_s = marker_timeout_s
         self.coordinator: TransactionCoordinator | None = None
 
@@ -95,11 +122,8 @@ class PeerTxnLink:
         answers[tp] = await self.write_local(job, tp)
 
     async def write_local(self, job: MarkerJob, tp: TopicPartition) -> ErrorCode:
-        from raftka.broker.handlers.txn_markers import write_marker
-
         try:
-            return await write_marker(
-                self.services(),
+            return await self.replica_manager.write_marker(
                 tp[0],
                 tp[1],
                 job.producer_id,

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.list_offsets import (
+from raftka.broker.replica.manager import (
     EARLIEST,
     LATEST,
     MAX_TIMESTAMP,
     OffsetNotAvailable,
-    _lookup,
+    lookup_offset,
     replica_partition,
 )
 
@@ -36,7 +36,7 @@ class LogView:
 
 @dataclass
 class LeaderView:
-    """What _lookup reads of a partition; `behind`: a new leader below its epoch start."""
+    """What lookup_offset reads of a partition; `behind`: a new leader below its epoch start."""
 
     high_watermark: int
     behind: bool
@@ -53,39 +53,45 @@ class LeaderView:
 
 def test_latest_is_not_available_until_the_new_leader_commits_its_epoch_start() -> None:
     with pytest.raises(OffsetNotAvailable):
-        _lookup(LeaderView(high_watermark=10, behind=True), LATEST, 0)
-    assert _lookup(LeaderView(high_watermark=12, behind=False), LATEST, 0) == (12, -1)
+        lookup_offset(LeaderView(high_watermark=10, behind=True), LATEST, 0)
+    assert lookup_offset(LeaderView(high_watermark=12, behind=False), LATEST, 0) == (12, -1)
 
 
 def test_timestamp_lookup_past_the_high_watermark_waits_for_the_new_leader() -> None:
     log = LogView(by_timestamp={100: (5, 100), 200: (11, 200)})
     behind = LeaderView(high_watermark=10, behind=True, hosted_log=log)
-    assert _lookup(behind, 100, 0) == (5, 100)  # below the high watermark: a real answer
+    assert lookup_offset(behind, 100, 0) == (5, 100)  # below the high watermark: a real answer
     with pytest.raises(OffsetNotAvailable):
-        _lookup(behind, 200, 0)
-    assert _lookup(LeaderView(high_watermark=10, behind=False, hosted_log=log), 200, 0) == (-1, -1)
+        lookup_offset(behind, 200, 0)
+    assert lookup_offset(LeaderView(high_watermark=10, behind=False, hosted_log=log), 200, 0) == (
+        -1,
+        -1,
+    )
 
 
 def test_earliest_is_always_available() -> None:
-    assert _lookup(LeaderView(high_watermark=0, behind=True), EARLIEST, 0) == (0, -1)
+    assert lookup_offset(LeaderView(high_watermark=0, behind=True), EARLIEST, 0) == (0, -1)
 
 
 def test_a_replica_is_answered_up_to_its_log_end_not_the_high_watermark() -> None:
     log = LogView(log_start_offset=3, log_end_offset=15, by_timestamp={200: (11, 200)})
     follower = LeaderView(high_watermark=10, behind=False, hosted_log=log)
-    assert _lookup(follower, LATEST, None) == (15, -1)
-    assert _lookup(follower, EARLIEST, None) == (3, -1)
-    assert _lookup(follower, 200, None) == (11, 200)  # past the high watermark, below the end
-    assert _lookup(follower, LATEST, 0) == (10, -1)  # a consumer still sees the high watermark
-    assert _lookup(follower, 200, 0) == (-1, -1)
+    assert lookup_offset(follower, LATEST, None) == (15, -1)
+    assert lookup_offset(follower, EARLIEST, None) == (3, -1)
+    assert lookup_offset(follower, 200, None) == (11, 200)  # past the high watermark, below the end
+    assert lookup_offset(follower, LATEST, 0) == (
+        10,
+        -1,
+    )  # a consumer still sees the high watermark
+    assert lookup_offset(follower, 200, 0) == (-1, -1)
 
 
 def test_a_replica_is_answered_even_while_a_new_leader_is_behind_its_epoch_start() -> None:
     log = LogView(log_end_offset=12, max_timestamp=(300, 11))
     behind = LeaderView(high_watermark=10, behind=True, hosted_log=log)
-    assert _lookup(behind, LATEST, None) == (12, -1)
-    assert _lookup(behind, MAX_TIMESTAMP, None) == (11, 300)
-    assert _lookup(behind, MAX_TIMESTAMP, 0) == (-1, -1)
+    assert lookup_offset(behind, LATEST, None) == (12, -1)
+    assert lookup_offset(behind, MAX_TIMESTAMP, None) == (11, 300)
+    assert lookup_offset(behind, MAX_TIMESTAMP, 0) == (-1, -1)
 
 
 def replica(epoch: int, *, hosted: bool = True) -> Any:

@@ -48,7 +48,6 @@ from raftka.broker.groups.coordinator import GroupDescription
 from raftka.broker.groups.records import OffsetValue
 from raftka.broker.handlers import HANDLERS
 from raftka.broker.handlers.groups import NO_AUTHORIZED_OPERATIONS
-from raftka.broker.handlers.txn_markers import write_marker
 from raftka.broker.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -764,7 +763,9 @@ def test_broker_to_broker_forms_need_cluster_permissions(broker: Broker) -> None
     )
     assert log_end(broker, TOPIC, 1) == before
     # The coordinator's own path is no client request: no ACL applies to it.
-    written = _run(broker, write_marker, broker.services, TOPIC, 1, 901, 0, 0, True, 10.0)
+    written = _run(
+        broker, broker.services.replica_manager.write_marker, TOPIC, 1, 901, 0, 0, True, 10.0
+    )
     assert written == ErrorCode.none
     assert log_end(broker, TOPIC, 1) == before + 1
 

@@ -24,8 +24,9 @@ from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.config import BrokerConfig
-from raftka.broker.handlers.produce import RECOMPRESS_IN_THREAD_BYTES, handle_produce
+from raftka.broker.handlers.produce import handle_produce
 from raftka.broker.server import Broker, Listener
+from raftka.log.validation import RECOMPRESS_IN_THREAD_BYTES
 from raftka.protocol import records as r
 from raftka.protocol.batch_builder import build_batch, decode_batch
 from raftka.protocol.recompress import TOPIC_CODECS, compress_records, recompress_batch

@@ -22,11 +22,11 @@ from running_broker import run_with_broker
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.config import BrokerConfig
-from raftka.broker.handlers import produce as produce_module
 from raftka.broker.handlers.produce import _transactional_error, handle_produce
-from raftka.broker.handlers.txn_markers import write_marker
+from raftka.broker.replica import append as replica_append
 from raftka.broker.server import Broker, Listener
 from raftka.broker.services import BrokerServices, RequestContext
+from raftka.log import validation
 from raftka.protocol.batch_builder import build_batch
 
 TOPIC = "txn"
@@ -127,7 +127,7 @@ def txn_batch(seq: int, epoch: int = 0) -> bytes:
 
 def marker(broker: Broker, services: BrokerServices, epoch: int, committed: bool) -> ErrorCode:
     result: ErrorCode = _run(
-        broker, write_marker, services, TOPIC, 0, PID, epoch, 0, committed, 10.0
+        broker, services.replica_manager.write_marker, TOPIC, 0, PID, epoch, 0, committed, 10.0
     )
     return result
 
@@ -191,7 +191,10 @@ def test_producer_checks_run_again_after_verification(broker: Broker) -> None:
 
     async def fence() -> None:
         # While the produce waits, the coordinator fences the producer with a newer epoch.
-        assert await write_marker(services, TOPIC, 0, PID, 1, 0, False, 10.0) == ErrorCode.none
+        assert (
+            await services.replica_manager.write_marker(TOPIC, 0, PID, 1, 0, False, 10.0)
+            == ErrorCode.none
+        )
 
     coordinator.during = fence
     end = log_end(broker)
@@ -215,7 +218,9 @@ def test_marker_landing_during_verification_refuses_the_batch(
 
     async def end_transaction() -> None:
         # The new transaction's marker (e.g. a timeout abort) lands while the produce waits.
-        assert await write_marker(services, TOPIC, 0, PID, 0, 0, committed, 10.0) == 0
+        assert (
+            await services.replica_manager.write_marker(TOPIC, 0, PID, 0, 0, committed, 10.0) == 0
+        )
 
     coordinator.during = end_transaction
     end = log_end(broker)
@@ -232,7 +237,7 @@ def test_marker_of_an_unknown_producer_during_verification_refuses_the_batch(
     services = services_with(broker, coordinator)
 
     async def end_transaction() -> None:
-        assert await write_marker(services, TOPIC, 0, PID, 0, 0, False, 10.0) == 0
+        assert await services.replica_manager.write_marker(TOPIC, 0, PID, 0, 0, False, 10.0) == 0
 
     coordinator.during = end_transaction
     answer = produce(broker, services, txn_batch(0), "tx")
@@ -336,16 +341,18 @@ def test_large_compacted_transactional_batch_is_scanned_for_keys_once(
     create_compacted(broker, "compacted")
     loop_thread = threading.current_thread()
     scans: list[bool] = []
-    scan = produce_module._keyless_records
+    scan = validation.keyless_records_of
 
     def counting_scan(records: bytes, headers: Any) -> list[int]:
         scans.append(threading.current_thread() is loop_thread)
         return scan(records, headers)
 
-    monkeypatch.setattr(produce_module, "_keyless_records", counting_scan)
+    # The scan in a worker thread (log/validation.py) and on the loop (the append path).
+    monkeypatch.setattr(validation, "keyless_records_of", counting_scan)
+    monkeypatch.setattr(replica_append, "keyless_records_of", counting_scan)
     value = b"v" * 1024
     records = [(b"k%d" % i, value) for i in range(100)]
-    assert len(value) * len(records) > produce_module.RECOMPRESS_IN_THREAD_BYTES
+    assert len(value) * len(records) > validation.RECOMPRESS_IN_THREAD_BYTES
     batch = build_batch(
         records, 0, producer_id=PID, producer_epoch=0, base_sequence=0, transactional=True
     )

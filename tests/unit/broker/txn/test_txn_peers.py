@@ -1,7 +1,8 @@
 """Markers and verification across brokers: `PeerTxnLink` over an in-memory transport.
 
-Each broker's link writes the markers of the partitions it leads (`write_marker`, replaced
-by a recorder) and forwards the others to their leaders, one RPC per leader.
+Each broker's link writes the markers of the partitions it leads
+(`ReplicaManager.write_marker`, replaced by a recorder) and forwards the others to their
+leaders, one RPC per leader.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers import txn_markers
 from raftka.broker.txn import MarkerJob
 from raftka.broker.txn.peers import TXN_MARKERS_RPC, TXN_VERIFY_RPC, PeerTxnLink
 from raftka.consensus.transport import ForwardError
@@ -67,12 +67,15 @@ def links(
 ) -> tuple[Network, dict[int, PeerTxnLink], list[tuple[Any, ...]]]:
     written: list[tuple[Any, ...]] = []
 
-    async def write_marker(services: Any, topic: str, partition: int, *args: Any) -> E:
-        await trio.lowlevel.checkpoint()
-        written.append((services, topic, partition, *args))
-        return E.none
+    class Replicas:
+        def __init__(self, node_id: int) -> None:
+            self.name = f"replicas of {node_id}"
 
-    monkeypatch.setattr(txn_markers, "write_marker", write_marker)
+        async def write_marker(self, topic: str, partition: int, *args: Any) -> E:
+            await trio.lowlevel.checkpoint()
+            written.append((self.name, topic, partition, *args))
+            return E.none
+
     network = Network()
     by_node = {}
     for node_id in (1, 2):
@@ -81,7 +84,7 @@ def links(
             Topics(),  # type: ignore[arg-type]
             SimpleNamespace(leader_hints={}),  # type: ignore[arg-type]
             network.transport(node_id),
-            lambda node_id=node_id: f"services of {node_id}",  # type: ignore[misc]
+            Replicas(node_id),
         )
         network.handlers[node_id] = {
             TXN_MARKERS_RPC: link.serve_markers,
@@ -117,9 +120,9 @@ def test_markers_are_written_by_each_leader(monkeypatch: pytest.MonkeyPatch) -> 
     }
     assert network.sent == [(2, TXN_MARKERS_RPC)]  # one RPC for both of node 2's partitions
     assert sorted(written) == [
-        ("services of 1", "a", 0, 9, 3, 5, True, 10.0),
-        ("services of 2", "a", 1, 9, 3, 5, True, 10.0),
-        ("services of 2", "b", 0, 9, 3, 5, True, 10.0),
+        ("replicas of 1", "a", 0, 9, 3, 5, True, 10.0),
+        ("replicas of 2", "a", 1, 9, 3, 5, True, 10.0),
+        ("replicas of 2", "b", 0, 9, 3, 5, True, 10.0),
     ]
 
 
@@ -141,7 +144,7 @@ def test_a_failing_write_marker_is_an_error_to_retry(monkeypatch: pytest.MonkeyP
     async def broken(*args: Any) -> E:
         raise NotImplementedError("write_marker")
 
-    monkeypatch.setattr(txn_markers, "write_marker", broken)
+    by_node[1].replica_manager = SimpleNamespace(write_marker=broken)
 
     async def main() -> dict[tuple[str, int], E]:
         return dict(await by_node[1].write(JOB))
