@@ -10,9 +10,10 @@ and none of the later ones. Only these run concurrently with the requests around
 data does not hold up the next request:
 
 - Produce: each batch is checked and appended, or queued behind the writes already queued on
-  its partition (`Partition.last_queued_write`; a batch that starts a transaction there moves
-  to its producer's queue, `Partition.verifying_producers`, while its coordinator verifies
-  it, and that producer's later batches queue behind it), before the handler's first await,
+  its partition (the replica manager's `WriteQueues.last_queued`; a batch that starts a
+  transaction there moves to its producer's queue, `WriteQueues.verifying`, while its
+  coordinator verifies it, and that producer's later batches queue behind it), before the
+  handler's first await,
   and the reader yields (`send` on the response channel is a trio checkpoint) between starting one
   handler and the next, so handlers start in arrival order and an idempotent producer's
   pipelined batches reach each partition in request order. What overlaps later requests
