@@ -3,6 +3,7 @@ raftka.protocol, … through the packaging's package-dir, with no links and no s
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import tomllib
@@ -49,3 +50,93 @@ def test_nothing_imports_a_package_under_a_second_name() -> None:
         for match in second_name.finditer(path.read_text(encoding="utf-8")):
             offenders.append(f"{path.relative_to(REPO_ROOT)}: {match.group(0).strip()}")
     assert offenders == []
+
+
+def _broker_imports() -> dict[str, set[str]]:
+    """Module -> the modules of broker/ it imports, counting every import statement: at
+    module level, under `if TYPE_CHECKING:` and inside functions."""
+    paths = {}
+    for path in (REPO_ROOT / "broker").rglob("*.py"):
+        parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        paths[".".join(["raftka", *parts])] = path
+    edges: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{anchor}.{base}" if base else anchor
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in paths:  # the longest module the name names
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges[name].add(target)
+    return edges
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(edges) == [["a", "b", "c"]]
+
+
+def test_no_module_of_broker_imports_itself_through_others() -> None:
+    edges = _broker_imports()
+    assert len(edges) > 100, "broker/ should have been read"
+    circles = _circles(edges)
+    assert circles == [], "\n".join(
+        f"circle: {' -> '.join(c)} (each imports another; break it with a Protocol or a "
+        "module below both)"
+        for c in circles
+    )
