@@ -133,7 +133,7 @@ def test_the_circle_finder_finds_a_circle() -> None:
 
 def test_no_module_of_broker_imports_itself_through_others() -> None:
     edges = _broker_imports()
-    assert len(edges) > 100, "broker/ should have been read"
+    assert len(edges) > 50, "broker/ should have been read"
     circles = _circles(edges)
     assert circles == [], "\n".join(
         f"circle: {' -> '.join(c)} (each imports another; break it with a Protocol or a "
