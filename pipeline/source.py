@@ -185,7 +185,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._offset_reader = OffsetReader(self.options)
         return self._offset_reader
 
-    def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
+    def initialOffset(self) -> dict[str, dict[str, int]]:  # noqa: N802 - PySpark's name
         reader = self._reader()
         tps = reader.topic_partitions()
         return offsets_to_json(reader.resolve(self.options.starting, tps, "startingOffsets"))
@@ -198,7 +198,9 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reader = self._reader()
         self._available_now_end = reader.latest(reader.topic_partitions())
 
-    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
+    def latestOffset(  # noqa: N802 - PySpark's name
+        self, start: dict[str, dict[str, int]] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, dict[str, int]]:
         reader = self._reader()
         if self._available_now_end is not None:
             latest = dict(self._available_now_end)
@@ -229,7 +231,9 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = rate_limit(begin, latest, limit.max_rows)
         return offsets_to_json(latest)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(
+        self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
+    ) -> Sequence[InputPartition]:
         begin = offsets_from_json(start)
         stop = offsets_from_json(end)
         new = [tp for tp in stop if tp not in begin]
@@ -240,7 +244,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return _read_partition(self.options, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, dict[str, int]]) -> None:
         pass  # progress lives in Spark's checkpoint, as with Spark's Kafka source
 
     def stop(self) -> None:

@@ -18,7 +18,7 @@ from kio.schema.describe_transactions.v0 import response as describe_v0
 from kio.static.primitive import i64
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.wire import WireCluster, WireError
+from raftka.broker.admin.wire import Fields, WireCluster, WireError
 
 LIST_TRANSACTIONS_KEY = 66
 DESCRIBE_TRANSACTIONS_KEY = 65
@@ -55,14 +55,14 @@ DescribeTransactionsResponseV0 = _schema_variant(
 )
 
 
-def _error_name(code: Any) -> str:
+def _error_name(code: object) -> str:
     return str(getattr(code, "name", code))
 
 
 def list_transactions(target: Target) -> Document:
     with WireCluster(target) as cluster:
         cluster.metadata()
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, Document] = {}
         errors = []
         for node_id in sorted(cluster.brokers):
             try:
@@ -101,7 +101,7 @@ def print_list(document: Document, out: TextIO) -> None:
 def _coordinator(cluster: WireCluster, transactional_id: str) -> int:
     connection = cluster.any_connection()
     version = connection.version_for(FIND_COORDINATOR_KEY)
-    keys: dict[str, Any] = (
+    keys: Fields = (
         {"coordinator_keys": (transactional_id,)} if version >= 4 else {"key": transactional_id}
     )
     response = connection.request(
