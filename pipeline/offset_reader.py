@@ -5,7 +5,7 @@ confluent-kafka's AdminClient: Metadata and ListOffsets)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import cast
 
 from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -115,7 +115,9 @@ class OffsetReader:
 
     # -- offsets ---------------------------------------------------------------------------
 
-    def _list_offsets(self, specs: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
+    def _list_offsets(
+        self, specs: Mapping[TopicPartition, KafkaOffsetSpec]
+    ) -> dict[TopicPartition, int]:
         if not specs:
             return {}
         try:

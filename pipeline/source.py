@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -55,8 +55,11 @@ from raftka.pipeline.options import (
     parse_source_options,
     rate_limit,
 )
-from raftka.pipeline.range_reader import OffsetRange, read_range
+from raftka.pipeline.range_reader import KafkaRow, OffsetRange, read_range
 from raftka.pipeline.sink import SinkColumns, WrittenRecords, check_sink_schema, write_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
 
 LOG = logging.getLogger("pipeline.source")
 
@@ -89,7 +92,7 @@ class RangePartition(InputPartition):
         self.offset_range = offset_range
 
 
-def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[KafkaRow]:
     if not isinstance(partition, RangePartition):
         return iter(())  # Spark's stand-in partition for a read with no ranges
     return read_range(
@@ -154,7 +157,7 @@ class RaftkaBatchReader(DataSourceReader):
                 start[tp] = min(earliest[tp], end[tp])
         return _ranges(start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[KafkaRow]:
         return _read_partition(self.options, partition)
 
 
@@ -176,7 +179,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._offset_reader: OffsetReader | None = None
         self._available_now_end: dict[TopicPartition, int] | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # Executors get the options only; the driver's client stays on the driver.
         return {"options": self.options, "_offset_reader": None, "_available_now_end": None}
 
@@ -241,7 +244,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin.update(self._reader().earliest(new))
         return _ranges(begin, stop)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[KafkaRow]:
         return _read_partition(self.options, partition)
 
     def commit(self, end: dict[str, dict[str, int]]) -> None:
@@ -263,7 +266,7 @@ class RaftkaWriter(DataSourceWriter):
         self.options = options
         self.columns = columns
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return write_rows(iterator, self.options, self.columns)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -281,7 +284,7 @@ class RaftkaStreamWriter(DataSourceStreamWriter):
         self.options = options
         self.columns = columns
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return write_rows(iterator, self.options, self.columns)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

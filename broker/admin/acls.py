@@ -137,8 +137,7 @@ def _row(
     }
 
 
-# Any: confluent-kafka's AclBinding types its enum fields `Enum | str | int` (converted later).
-def _client_row(binding: Any) -> dict[str, str]:
+def _client_row(binding: Any) -> dict[str, str]:  # Any: AclBinding's stub has union fields
     return _row(
         int(binding.restype.value),
         binding.name,

@@ -354,8 +354,7 @@ class Manifest:
     def run_file(self, run_id: str, name: str) -> Path:
         return self.root / "runs" / run_id / name
 
-    # Any: a JSON value, whose shape the caller knows from the file it names.
-    def load_run_json(self, run_id: str, name: str) -> Any:
+    def load_run_json(self, run_id: str, name: str) -> Any:  # Any: JSON, shaped by the file
         path = self.run_file(run_id, name)
         try:
             return json.loads(path.read_text())

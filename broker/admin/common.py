@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 if TYPE_CHECKING:
     import argparse
@@ -24,13 +24,14 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT_S = 15.0
 
+T = TypeVar("T")
+
 # librdkafka's own codes for "no broker answered" (transport failures, local timeouts).
 _UNREACHABLE_CODES = ("_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE")
 
 
 # What a command returns: printed as a table, or as one JSON document with --output json.
-# Any: a JSON value, whose shape differs per command.
-Document = dict[str, Any]
+Document = dict[str, Any]  # Any: a JSON object, shaped per command
 
 
 class AdminError(Exception):
@@ -110,8 +111,7 @@ class Target:
     def security_protocol(self) -> str:
         return self.security.get("security.protocol", "PLAINTEXT").upper()
 
-    # Any: librdkafka properties are strings, numbers and a callback (error_cb).
-    def client_config(self) -> dict[str, Any]:
+    def client_config(self) -> dict[str, Any]:  # Any: strings, numbers, a callback
         timeout_ms = int(self.timeout_s * 1000)
         return {
             "bootstrap.servers": self.bootstrap,
@@ -159,8 +159,7 @@ class Target:
 
     def failure(self, exc: BaseException) -> AdminError:
         """An exception from a client call as the AdminError the user sees."""
-        # Any: a KafkaException carries a KafkaError, any other exception whatever it was given.
-        error: Any = exc.args[0] if exc.args else None
+        error: Any = exc.args[0] if exc.args else None  # Any: a KafkaError, or anything
         name = error.name() if hasattr(error, "name") else ""
         if name == "_AUTHENTICATION" or "Authentication failed" in kafka_error_text(exc):
             return AdminError(
@@ -171,8 +170,7 @@ class Target:
             return self.unreachable()
         return AdminError(kafka_error_text(exc))
 
-    def result(self, future: Future[Any], what: str, needs: str | None = None) -> Any:
-        # Any: confluent-kafka's futures are untyped (`Future` without a result type).
+    def result(self, future: Future[T], what: str, needs: str | None = None) -> T:
         """`future.result()` bounded by the timeout; a refusal as AdminError naming `what`,
         and for an authorization failure the ACL `needs` names (e.g. `DELETE on topic t`)."""
         import concurrent.futures
@@ -190,7 +188,7 @@ class Target:
 
     def deleted(
         self,
-        futures: Mapping[str, Future[Any]],
+        futures: Mapping[str, Future[object]],
         names: Sequence[str],
         what: str,
         operation: str = "",
@@ -216,8 +214,7 @@ class Target:
 
 def kafka_error_text(exc: BaseException) -> str:
     """Kafka's error name and message, e.g. `TOPIC_ALREADY_EXISTS: Topic 'x' already exists.`"""
-    # Any: a KafkaException carries a KafkaError, any other exception whatever it was given.
-    error: Any = exc.args[0] if exc.args else None
+    error: Any = exc.args[0] if exc.args else None  # Any: a KafkaError, or anything
     if hasattr(error, "name") and hasattr(error, "str"):
         return f"{error.name()}: {error.str()}"
     return str(exc)

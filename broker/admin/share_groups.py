@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
+from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar, cast
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.share.manager import PersistedState
@@ -21,6 +21,7 @@ from raftka.broker.share.state_store import decode_state
 from raftka.broker.topics import SHARE_STATE_TOPIC
 
 if TYPE_CHECKING:
+    from confluent_kafka import Uuid
     from kio.schema.alter_share_group_offsets.v0.response import AlterShareGroupOffsetsResponse
     from kio.schema.describe_share_group_offsets.v0.response import (
         DescribeShareGroupOffsetsResponseGroup,
@@ -88,16 +89,17 @@ def _persisted(target: Target, group_id: str) -> dict[tuple[str, int], Persisted
 
 
 class _ClientTopicId(Protocol):
-    """confluent-kafka's Uuid as it is at run time (its stub leaves these methods out)."""
+    """confluent-kafka's Uuid as it is at run time (its stub leaves these accessors out)."""
 
     def get_most_significant_bits(self) -> int: ...
     def get_least_significant_bits(self) -> int: ...
 
 
-def _canonical(topic_id: _ClientTopicId) -> str:
+def _canonical(topic_id: Uuid) -> str:
     """A client's topic id (two signed 64-bit halves) as the state keys write it."""
-    high = topic_id.get_most_significant_bits() & (2**64 - 1)
-    low = topic_id.get_least_significant_bits() & (2**64 - 1)
+    halves = cast("_ClientTopicId", topic_id)
+    high = halves.get_most_significant_bits() & (2**64 - 1)
+    low = halves.get_least_significant_bits() & (2**64 - 1)
     return str(uuid.UUID(int=(high << 64) | low))
 
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.admin.partitions import leader_epochs, partition_states, with_leader_epochs
 from raftka.broker.admin.wire import WireCluster
 
 if TYPE_CHECKING:
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import AdminClient, TopicDescription
 
 
-def topic_descriptions(target: Target, admin: AdminClient, names: Sequence[str]) -> dict[str, Any]:
+def topic_descriptions(
+    target: Target, admin: AdminClient, names: Sequence[str]
+) -> dict[str, TopicDescription]:
     """Topic name -> TopicDescription (topic id, is_internal); a topic gone meanwhile is
     left out."""
     from confluent_kafka import TopicCollection
@@ -21,7 +23,7 @@ def topic_descriptions(target: Target, admin: AdminClient, names: Sequence[str])
     if not names:
         return {}
     futures = admin.describe_topics(TopicCollection(list(names)), request_timeout=target.timeout_s)
-    descriptions = {}
+    descriptions: dict[str, TopicDescription] = {}
     for name, future in futures.items():
         try:
             descriptions[name] = target.result(future, f"describe topic {name}")
@@ -30,7 +32,7 @@ def topic_descriptions(target: Target, admin: AdminClient, names: Sequence[str])
     return descriptions
 
 
-def _internal_flags(descriptions: dict[str, Any]) -> dict[str, bool]:
+def _internal_flags(descriptions: dict[str, TopicDescription]) -> dict[str, bool]:
     return {name: bool(d.is_internal) for name, d in descriptions.items()}
 
 
@@ -65,7 +67,9 @@ def print_list(document: Document, out: TextIO) -> None:
     )
 
 
-def non_default_configs(target: Target, admin: AdminClient, names: Sequence[str]) -> dict[str, Any]:
+def non_default_configs(
+    target: Target, admin: AdminClient, names: Sequence[str]
+) -> dict[str, dict[str, str | None]]:
     from confluent_kafka.admin import ConfigResource
 
     resources = [ConfigResource("topic", name) for name in names]

@@ -35,10 +35,8 @@ from raftka.protocol.api import (
 
 T = TypeVar("T")
 
-# Any: a kio entity of the version negotiated at run time (kio has one class per version).
-Entity = Any
-# Any: a kio request's field values (numbers, strings, nested entities); kio checks them.
-Fields = dict[str, Any]
+Entity = Any  # Any: a kio entity of the negotiated version (kio has a class per version)
+Fields = dict[str, Any]  # Any: a kio request's field values (numbers, strings, entities)
 
 _SIZE = struct.Struct(">i")
 MAX_FRAME_BYTES = 256 * 1024 * 1024
