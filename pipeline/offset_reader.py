@@ -5,7 +5,7 @@ confluent-kafka's AdminClient: Metadata and ListOffsets)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import cast
 
 from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -21,6 +21,16 @@ from raftka.pipeline.options import (
     TopicPartition,
     client_settings,
 )
+
+
+def _earliest_spec() -> KafkaOffsetSpec:
+    """OffsetSpec.earliest(), typed: confluent-kafka leaves the classmethod unannotated."""
+    return cast(KafkaOffsetSpec, KafkaOffsetSpec.earliest())  # type: ignore[no-untyped-call]
+
+
+def _latest_spec() -> KafkaOffsetSpec:
+    """OffsetSpec.latest(), typed: confluent-kafka leaves the classmethod unannotated."""
+    return cast(KafkaOffsetSpec, KafkaOffsetSpec.latest())  # type: ignore[no-untyped-call]
 
 
 def make_admin(client_config: Mapping[str, str]) -> AdminClient:
@@ -105,7 +115,9 @@ class OffsetReader:
 
     # -- offsets ---------------------------------------------------------------------------
 
-    def _list_offsets(self, specs: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
+    def _list_offsets(
+        self, specs: Mapping[TopicPartition, KafkaOffsetSpec]
+    ) -> dict[TopicPartition, int]:
         if not specs:
             return {}
         try:
@@ -131,11 +143,11 @@ class OffsetReader:
 
     def earliest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Each partition's log start offset."""
-        return self._list_offsets({tp: KafkaOffsetSpec.earliest() for tp in tps})
+        return self._list_offsets({tp: _earliest_spec() for tp in tps})
 
     def latest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Each partition's high watermark (last committed offset + 1)."""
-        return self._list_offsets({tp: KafkaOffsetSpec.latest() for tp in tps})
+        return self._list_offsets({tp: _latest_spec() for tp in tps})
 
     def for_timestamps(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Each partition's first offset whose timestamp is >= the given one, -1 if none."""

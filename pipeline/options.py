@@ -56,7 +56,7 @@ class OptionError(ValueError):
     """An option is missing, unknown in this combination, or malformed."""
 
 
-def client_settings(config: Mapping[str, str]) -> dict[str, Any]:
+def client_settings(config: Mapping[str, str]) -> dict[str, Any]:  # Any: settings with a Logger
     """A confluent-kafka client's settings: `config` with librdkafka's log lines sent to the
     `pipeline.kafka` logger (served by the client's poll, so an unreachable broker does not
     print a connection failure every few milliseconds on stderr)."""

@@ -14,9 +14,8 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from raftka.pipeline.errors import SourceError, report_data_loss
@@ -42,14 +41,18 @@ class OffsetRange:
         return f"{self.topic}-{self.partition} [{self.start}, {self.end})"
 
 
-def kafka_row(message: Any, include_headers: bool) -> tuple[Any, ...]:
+# A row of Spark's Kafka source schema (see `kafka_row`).
+KafkaRow = tuple[object, ...]
+
+
+def kafka_row(message: Message, include_headers: bool) -> KafkaRow:
     """A record as a row of Spark's Kafka source schema: key, value, topic, partition,
     offset, timestamp, timestampType (0 CreateTime, 1 LogAppendTime, -1 none) and, when
     asked, headers (None when the record has none, as Spark gives)."""
     ts_type, ts_ms = message.timestamp()
     # librdkafka numbers timestamp types from 0 = not available; Kafka's Java enum from -1.
     timestamp = None if ts_type == 0 else EPOCH + datetime.timedelta(milliseconds=ts_ms)
-    row: tuple[Any, ...] = (
+    row: KafkaRow = (
         message.key(),
         message.value(),
         message.topic(),
@@ -60,7 +63,9 @@ def kafka_row(message: Any, include_headers: bool) -> tuple[Any, ...]:
     )
     if include_headers:
         headers = message.headers()
-        row += ([(k, v) for k, v in headers] if headers else None,)
+        # A consumer's message gives a list of pairs; the stub also allows a producer's dict.
+        pairs = headers.items() if isinstance(headers, dict) else headers or []
+        row += ([(k, v) for k, v in pairs] if headers else None,)
     return row
 
 
@@ -71,7 +76,7 @@ def read_range(
     include_headers: bool,
     fail_on_data_loss: bool,
     poll_timeout_s: float,
-) -> Iterator[tuple[Any, ...]]:
+) -> Iterator[KafkaRow]:
     """Rows of every record in `offset_range`, in offset order.
 
     Offsets below the partition's log start (deleted by retention or DeleteRecords) are lost

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import (
     ArrayType,
@@ -22,6 +22,9 @@ from pyspark.sql.types import (
 
 from raftka.pipeline.errors import SourceError
 from raftka.pipeline.options import OptionError, SinkOptions, client_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
 
 FLUSH_TIMEOUT_S = 120.0
 POLL_EVERY = 1000  # rows between producer.poll(0) calls, to serve delivery reports
@@ -95,7 +98,7 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> SinkColumns:
     )
 
 
-def _as_bytes(value: Any) -> bytes | None:
+def _as_bytes(value: str | bytes | bytearray | memoryview | None) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, str):
@@ -103,7 +106,7 @@ def _as_bytes(value: Any) -> bytes | None:
     return bytes(value)  # bytearray, memoryview
 
 
-def write_rows(rows: Iterable[Any], options: SinkOptions, columns: SinkColumns) -> WrittenRecords:
+def write_rows(rows: Iterable[Row], options: SinkOptions, columns: SinkColumns) -> WrittenRecords:
     """Produce one record per row and wait until the broker acknowledged every one.
 
     Raises `SourceError` naming the topic and the first error when any record failed.
@@ -115,7 +118,7 @@ def write_rows(rows: Iterable[Any], options: SinkOptions, columns: SinkColumns) 
     failures: list[str] = []
     acked = [0]
 
-    def on_delivery(error: KafkaError | None, message: Any) -> None:
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
         if error is None:
             acked[0] += 1
         elif len(failures) < 5:
@@ -128,7 +131,10 @@ def write_rows(rows: Iterable[Any], options: SinkOptions, columns: SinkColumns) 
             raise SourceError(
                 "null topic present in the data. Use the topic option for setting a topic."
             )
-        record: dict[str, Any] = {"value": _as_bytes(row["value"]), "on_delivery": on_delivery}
+        record: dict[str, Any] = {  # Any: Producer.produce's keywords
+            "value": _as_bytes(row["value"]),
+            "on_delivery": on_delivery,
+        }
         if columns.has_key:
             record["key"] = _as_bytes(row["key"])
         if columns.has_partition and row["partition"] is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -55,8 +55,11 @@ from raftka.pipeline.options import (
     parse_source_options,
     rate_limit,
 )
-from raftka.pipeline.range_reader import OffsetRange, read_range
+from raftka.pipeline.range_reader import KafkaRow, OffsetRange, read_range
 from raftka.pipeline.sink import SinkColumns, WrittenRecords, check_sink_schema, write_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
 
 LOG = logging.getLogger("pipeline.source")
 
@@ -89,7 +92,7 @@ class RangePartition(InputPartition):
         self.offset_range = offset_range
 
 
-def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[KafkaRow]:
     if not isinstance(partition, RangePartition):
         return iter(())  # Spark's stand-in partition for a read with no ranges
     return read_range(
@@ -154,7 +157,7 @@ class RaftkaBatchReader(DataSourceReader):
                 start[tp] = min(earliest[tp], end[tp])
         return _ranges(start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[KafkaRow]:
         return _read_partition(self.options, partition)
 
 
@@ -176,7 +179,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._offset_reader: OffsetReader | None = None
         self._available_now_end: dict[TopicPartition, int] | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # Executors get the options only; the driver's client stays on the driver.
         return {"options": self.options, "_offset_reader": None, "_available_now_end": None}
 
@@ -185,7 +188,7 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._offset_reader = OffsetReader(self.options)
         return self._offset_reader
 
-    def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
+    def initialOffset(self) -> dict[str, dict[str, int]]:  # noqa: N802 - PySpark's name
         reader = self._reader()
         tps = reader.topic_partitions()
         return offsets_to_json(reader.resolve(self.options.starting, tps, "startingOffsets"))
@@ -198,7 +201,9 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reader = self._reader()
         self._available_now_end = reader.latest(reader.topic_partitions())
 
-    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
+    def latestOffset(  # noqa: N802 - PySpark's name
+        self, start: dict[str, dict[str, int]] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, dict[str, int]]:
         reader = self._reader()
         if self._available_now_end is not None:
             latest = dict(self._available_now_end)
@@ -229,7 +234,9 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = rate_limit(begin, latest, limit.max_rows)
         return offsets_to_json(latest)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(
+        self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
+    ) -> Sequence[InputPartition]:
         begin = offsets_from_json(start)
         stop = offsets_from_json(end)
         new = [tp for tp in stop if tp not in begin]
@@ -237,10 +244,10 @@ class RaftkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin.update(self._reader().earliest(new))
         return _ranges(begin, stop)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[KafkaRow]:
         return _read_partition(self.options, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, dict[str, int]]) -> None:
         pass  # progress lives in Spark's checkpoint, as with Spark's Kafka source
 
     def stop(self) -> None:
@@ -259,7 +266,7 @@ class RaftkaWriter(DataSourceWriter):
         self.options = options
         self.columns = columns
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return write_rows(iterator, self.options, self.columns)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -277,7 +284,7 @@ class RaftkaStreamWriter(DataSourceStreamWriter):
         self.options = options
         self.columns = columns
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return write_rows(iterator, self.options, self.columns)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.security.acl import (
@@ -21,6 +21,13 @@ from raftka.broker.security.acl import (
     PatternType,
     ResourceType,
 )
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AclOperation as ClientOperation
+    from confluent_kafka.admin import AclPermissionType, ResourcePatternType
+    from confluent_kafka.admin import ResourceType as ClientResourceType
+
+    from raftka.broker.admin.common import Subcommands
 
 DESCRIBE_ACLS_KEY = 29
 #: Operations a binding may name (`--operation`), Kafka's names.
@@ -85,26 +92,26 @@ def check_remove(args: argparse.Namespace) -> str | None:
 # -- confluent-kafka's types ---------------------------------------------------------------
 
 
-def _client_restype(resource_type: ResourceType) -> Any:
+def _client_restype(resource_type: ResourceType) -> ClientResourceType:
     from confluent_kafka.admin import ResourceType as ClientType
 
     # librdkafka calls the CLUSTER resource (code 4) BROKER.
     return ClientType(int(resource_type))
 
 
-def _client_pattern(pattern_type: PatternType) -> Any:
+def _client_pattern(pattern_type: PatternType) -> ResourcePatternType:
     from confluent_kafka.admin import ResourcePatternType
 
     return ResourcePatternType(int(pattern_type))
 
 
-def _client_operation(name: str) -> Any:
+def _client_operation(name: str) -> ClientOperation:
     from confluent_kafka.admin import AclOperation as ClientOperation
 
     return ClientOperation(int(AclOperation[name]))
 
 
-def _client_permission(permission: AclPermission) -> Any:
+def _client_permission(permission: AclPermission) -> AclPermissionType:
     from confluent_kafka.admin import AclPermissionType
 
     return AclPermissionType(int(permission))
@@ -130,7 +137,7 @@ def _row(
     }
 
 
-def _client_row(binding: Any) -> dict[str, str]:
+def _client_row(binding: Any) -> dict[str, str]:  # Any: AclBinding's stub has union fields
     return _row(
         int(binding.restype.value),
         binding.name,
@@ -185,7 +192,11 @@ def add_acls(target: Target, args: argparse.Namespace) -> Document:
     return {"added": _sorted(created)}
 
 
-def _filters(args: argparse.Namespace) -> list[tuple[Any, ...]]:
+# (resource type, name, pattern type, principal, host, operation, permission); None: any.
+AclFilter = tuple[ResourceType, str | None, PatternType, str | None, str | None, str, AclPermission]
+
+
+def _filters(args: argparse.Namespace) -> list[AclFilter]:
     """(resource type, name, pattern type, principal, host, operation, permission) filters."""
     resources: list[tuple[ResourceType, str | None]] = list(_resources(args)) or [
         (ResourceType.ANY, None)
@@ -246,13 +257,14 @@ def list_acls(target: Target, args: argparse.Namespace) -> Document:
 def remove_acls(target: Target, args: argparse.Namespace) -> Document:
     from confluent_kafka.admin import AclBindingFilter
 
+    # None matches anything; confluent-kafka's stub types these arguments as str only.
     filters = [
         AclBindingFilter(
             _client_restype(restype),
-            name,
+            name,  # type: ignore[arg-type]
             _client_pattern(pattern),
-            principal,
-            host,
+            principal,  # type: ignore[arg-type]
+            host,  # type: ignore[arg-type]
             _client_operation(operation),
             _client_permission(permission),
         )
@@ -288,7 +300,7 @@ def print_acls(document: Document, out: TextIO) -> None:
     print_table(_HEADER, ([*r.values()] for r in rows), out)
 
 
-def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("acls", help="ACLs: list, add or remove (like kafka-acls.sh)")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text, run, check in (

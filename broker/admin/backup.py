@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from kio.index import load_request_schema
 
@@ -32,17 +32,21 @@ from raftka.broker.admin.backup_format import (
     write_atomically,
 )
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.groups import list_offsets
+from raftka.broker.admin.offsets import earliest_spec, latest_spec, list_offsets
 from raftka.broker.admin.topics import non_default_configs, topic_descriptions
 from raftka.broker.admin.wire import (
     RETRIES_MAX,
     RETRY_PAUSE_S,
+    Fields,
     LeaderClient,
     WireCluster,
     WireConnection,
 )
 from raftka.log import fsync_directory
 from raftka.protocol.api import build, schema_module
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 FETCH_KEY = 1
 FETCH_VERSION_MAX = 12
@@ -52,11 +56,20 @@ FETCH_PARTITION_BYTES = 4 << 20
 # Errors after which the leader may have moved: refresh metadata and try again.
 
 
-def progress_bar(**kwargs: Any) -> Any:
+class ProgressBar(Protocol):
+    """What the commands use of a tqdm bar."""
+
+    def update(self, n: float = 1) -> object: ...
+    def __enter__(self) -> ProgressBar: ...
+    def __exit__(self, *exc: object) -> object: ...
+
+
+def progress_bar(**kwargs: object) -> ProgressBar:
     """A tqdm bar on stderr (hidden when stderr is not a terminal)."""
     from tqdm import tqdm
 
-    return tqdm(file=sys.stderr, disable=None, unit="B", unit_scale=True, **kwargs)
+    bar: ProgressBar = tqdm(file=sys.stderr, disable=None, unit="B", unit_scale=True, **kwargs)
+    return bar
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,7 @@ class PartitionReader(LeaderClient):
         return self.call(topic, partition, f"fetch at offset {offset} of", send)
 
 
-def fetch_request(version: int, topic: str, partition: int, offset: int) -> dict[str, Any]:
+def fetch_request(version: int, topic: str, partition: int, offset: int) -> Fields:
     module = schema_module(load_request_schema(FETCH_KEY, version))
     fetch_partition = build(
         module.FetchPartition,
@@ -111,7 +124,7 @@ def fetch_request(version: int, topic: str, partition: int, offset: int) -> dict
 
 
 def copy_partition(
-    reader: PartitionReader, copy: PartitionCopy, root: Path, relative: Path, overall: Any
+    reader: PartitionReader, copy: PartitionCopy, root: Path, relative: Path, overall: ProgressBar
 ) -> Range:
     """Writes the batches of [copy.start, copy.end) to `root / relative` (synced); their
     range."""
@@ -168,14 +181,14 @@ def copy_partition(
     return Range(copy.start, end, base, relative_file, size, offsets, copy.gap)
 
 
-def _group_offsets(target: Target, admin: Any) -> dict[str, list[dict[str, Any]]]:
+def _group_offsets(target: Target, admin: AdminClient) -> dict[str, list[Document]]:
     """Every group's committed offsets with their metadata strings."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     listed = target.result(
         admin.list_consumer_groups(request_timeout=target.timeout_s), "list groups"
     )
-    snapshot: dict[str, list[dict[str, Any]]] = {}
+    snapshot: dict[str, list[Document]] = {}
     for group in sorted(g.group_id for g in listed.valid):
         futures = admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group)], request_timeout=target.timeout_s
@@ -206,8 +219,6 @@ def new_run_id(manifest: Manifest) -> str:
 
 def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool) -> Document:
     """One backup run into `root`; the summary document."""
-    from confluent_kafka.admin import OffsetSpec
-
     admin = target.admin()
     metadata = target.metadata(admin)
     cluster_id = metadata.cluster_id
@@ -276,8 +287,8 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
             notes.append(f"topic {name} was deleted since the last run; restore skips it")
 
     keys = [(name, p) for name in chosen for p in sorted(metadata.topics[name].partitions)]
-    earliest = list_offsets(target, admin, keys, OffsetSpec.earliest())
-    latest = list_offsets(target, admin, keys, OffsetSpec.latest())
+    earliest = list_offsets(target, admin, keys, earliest_spec())
+    latest = list_offsets(target, admin, keys, latest_spec())
 
     fresh: dict[str, bool] = {}
     copies = []
@@ -301,7 +312,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
         print(f"raftka backup: warning: {note}", file=sys.stderr)
 
     run_dir = root / "runs" / run_id
-    run_topics: dict[str, dict[str, Any]] = {
+    run_topics: dict[str, Document] = {
         name: {"topic_id": topic_ids[name], "fresh": fresh[name], "partitions": {}}
         for name in chosen
     }
@@ -329,7 +340,7 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
     }
     manifest.add_run(run)
     manifest.save()
-    partitions = [
+    summaries = [
         {"topic": t, "partition": int(p), **r}
         for t, entry in run_topics.items()
         for p, r in entry["partitions"].items()
@@ -341,9 +352,9 @@ def run_backup(target: Target, root: Path, topics: list[str] | None, full: bool)
         "cluster_id": cluster_id,
         "topics": len(chosen),
         "groups": len(group_snapshot),
-        "offsets": sum(p["offsets"] for p in partitions),
-        "bytes": sum(p["bytes"] for p in partitions),
-        "partitions": partitions,
+        "offsets": sum(p["offsets"] for p in summaries),
+        "bytes": sum(p["bytes"] for p in summaries),
+        "partitions": summaries,
         "notes": notes,
     }
 

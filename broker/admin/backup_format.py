@@ -37,7 +37,7 @@ from typing import Any
 
 import crc32c
 
-from raftka.broker.admin.common import AdminError
+from raftka.broker.admin.common import AdminError, Document
 from raftka.log import fsync_directory
 from raftka.protocol.batch_builder import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, build_batch
 from raftka.protocol.records import (
@@ -211,7 +211,7 @@ class Range:
     offsets: int = 0
     gap: tuple[int, int] | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> Document:
         return {
             "from": self.start,
             "to": self.end,
@@ -223,12 +223,12 @@ class Range:
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Range:
+    def from_json(cls, doc: Document) -> Range:
         gap = doc.get("gap")
         return cls(
             int(doc["from"]),
             int(doc["to"]),
-            int(doc.get("base", doc["from"])),
+            int(doc["base"] if "base" in doc else doc["from"]),
             doc.get("file"),
             int(doc.get("bytes", 0)),
             int(doc.get("offsets", 0)),
@@ -278,7 +278,7 @@ def contiguous_ranges(ranges: Sequence[Range]) -> PartitionPlan:
 class Manifest:
     """manifest.json of one backup directory."""
 
-    def __init__(self, root: Path, doc: dict[str, Any]) -> None:
+    def __init__(self, root: Path, doc: Document) -> None:
         self.root = root
         self.doc = doc
 
@@ -287,7 +287,7 @@ class Manifest:
         return self.doc.get("cluster_id")
 
     @property
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[Document]:
         return list(self.doc["runs"])
 
     @classmethod
@@ -318,7 +318,7 @@ class Manifest:
     def save(self) -> None:
         write_atomically(self.root / MANIFEST, json.dumps(self.doc, indent=2).encode())
 
-    def add_run(self, run: dict[str, Any]) -> None:
+    def add_run(self, run: Document) -> None:
         self.doc["runs"].append(run)
 
     def latest_ranges(self) -> dict[tuple[str, int], tuple[str | None, Range]]:
@@ -354,7 +354,7 @@ class Manifest:
     def run_file(self, run_id: str, name: str) -> Path:
         return self.root / "runs" / run_id / name
 
-    def load_run_json(self, run_id: str, name: str) -> Any:
+    def load_run_json(self, run_id: str, name: str) -> Any:  # Any: JSON, shaped by the file
         path = self.run_file(run_id, name)
         try:
             return json.loads(path.read_text())

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from raftka.broker.admin import (
     acls,
@@ -31,10 +31,14 @@ from raftka.broker.admin.backup_format import MANIFEST
 from raftka.broker.admin.common import (
     DEFAULT_TIMEOUT_S,
     AdminError,
+    Document,
     Target,
     print_json,
     read_command_config,
 )
+
+if TYPE_CHECKING:
+    from raftka.broker.admin.common import Subcommands
 
 ADMIN_COMMANDS = (
     "topics",
@@ -50,8 +54,8 @@ ADMIN_COMMANDS = (
 )
 
 # A command: (parsed arguments, target) -> (JSON document, table printer).
-Printer = Callable[[dict[str, Any], TextIO], None]
-Command = Callable[[argparse.Namespace, Target], tuple[dict[str, Any], Printer]]
+Printer = Callable[[Document, TextIO], None]
+Command = Callable[[argparse.Namespace, Target], tuple[Document, Printer]]
 
 
 def _positive_int(text: str) -> int:
@@ -182,7 +186,7 @@ def _security(args: argparse.Namespace) -> dict[str, str]:
     return found
 
 
-def _topics_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def _topics_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("topics", help="list, describe, create, alter or delete topics")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -261,7 +265,7 @@ def _topics_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     delete.set_defaults(run=lambda a, t: (topics.delete_topics(t, a.topics), topics.print_done))
 
 
-def _groups_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def _groups_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("groups", help="list, describe, delete or reset consumer groups")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -316,7 +320,7 @@ def _groups_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
-def _transactions_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def _transactions_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("transactions", help="list or describe transactional ids")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser(
@@ -337,7 +341,7 @@ def _transactions_parser(commands: Any, common: argparse.ArgumentParser) -> None
     )
 
 
-def _cluster_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def _cluster_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "cluster",
         help="cluster status, preferred-leader elections, the metadata quorum, decommissioning",
@@ -376,7 +380,7 @@ def _backup_source(text: str) -> Path:
     return path
 
 
-def _backup_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
+def _backup_parsers(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     saved = commands.add_parser(
         "backup",
         parents=[common],
@@ -419,7 +423,7 @@ def _backup_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
-def add_admin_commands(commands: Any) -> None:
+def add_admin_commands(commands: Subcommands) -> None:
     """Adds `topics`, `groups`, `transactions`, `cluster`, `partitions`, `backup`, `restore`,
     `users` and `acls`, `quotas` to the `raftka` subcommands."""
     common = _common_options()

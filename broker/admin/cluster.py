@@ -4,7 +4,7 @@ offline (no leader) partitions listed and counted."""
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from raftka.broker.admin.common import Document, Target, print_table
 from raftka.broker.admin.partitions import (
@@ -18,8 +18,11 @@ from raftka.broker.admin.partitions import (
 )
 from raftka.broker.admin.wire import WireCluster
 
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
-def _racks(target: Target, admin: Any) -> tuple[dict[int, str | None], str | None]:
+
+def _racks(target: Target, admin: AdminClient) -> tuple[dict[int, str | None], str | None]:
     """Broker id -> rack, and the cluster id, from DescribeCluster (Metadata in the Python
     client carries neither); empty when the broker does not serve DescribeCluster."""
     from confluent_kafka import KafkaException
@@ -93,7 +96,7 @@ def cluster_status(target: Target) -> Document:
     }
 
 
-def _broker_status(broker: dict[str, Any]) -> str:
+def _broker_status(broker: Document) -> str:
     if not broker["in_metadata"]:
         return "not in metadata"
     return "up" if broker["answers"] else "not answering"

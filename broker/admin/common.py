@@ -9,16 +9,29 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+
+if TYPE_CHECKING:
+    import argparse
+    from concurrent.futures import Future
+    from typing import TypeAlias
+
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+    #: What `add_subparsers()` returns: each command family adds its parser to it.
+    Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 DEFAULT_TIMEOUT_S = 15.0
+
+T = TypeVar("T")
 
 # librdkafka's own codes for "no broker answered" (transport failures, local timeouts).
 _UNREACHABLE_CODES = ("_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE")
 
 
 # What a command returns: printed as a table, or as one JSON document with --output json.
-Document = dict[str, Any]
+Document = dict[str, Any]  # Any: a JSON object, shaped per command
 
 
 class AdminError(Exception):
@@ -92,13 +105,13 @@ class Target:
     #: Authentication failures the clients reported (librdkafka reports them through its
     #: error callback; the failed call itself only says no broker answered).
     auth_failures: list[str] = field(default_factory=list, compare=False)
-    _clients: list[Any] = field(default_factory=list, compare=False, repr=False)
+    _clients: list[AdminClient] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def security_protocol(self) -> str:
         return self.security.get("security.protocol", "PLAINTEXT").upper()
 
-    def client_config(self) -> dict[str, Any]:
+    def client_config(self) -> dict[str, Any]:  # Any: strings, numbers, a callback
         timeout_ms = int(self.timeout_s * 1000)
         return {
             "bootstrap.servers": self.bootstrap,
@@ -110,11 +123,11 @@ class Target:
             **self.security,
         }
 
-    def _client_error(self, error: Any) -> None:
+    def _client_error(self, error: KafkaError) -> None:
         if getattr(error, "name", lambda: "")() == "_AUTHENTICATION":
             self.auth_failures.append(error.str())
 
-    def admin(self) -> Any:
+    def admin(self) -> AdminClient:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient(self.client_config())
@@ -135,7 +148,7 @@ class Target:
             "(is a broker running there? --bootstrap-servers HOST:PORT)"
         )
 
-    def metadata(self, admin: Any, topic: str | None = None) -> Any:
+    def metadata(self, admin: AdminClient, topic: str | None = None) -> ClusterMetadata:
         """Metadata (ClusterMetadata), or AdminError naming the bootstrap address."""
         from confluent_kafka import KafkaException
 
@@ -146,7 +159,7 @@ class Target:
 
     def failure(self, exc: BaseException) -> AdminError:
         """An exception from a client call as the AdminError the user sees."""
-        error: Any = exc.args[0] if exc.args else None
+        error: Any = exc.args[0] if exc.args else None  # Any: a KafkaError, or anything
         name = error.name() if hasattr(error, "name") else ""
         if name == "_AUTHENTICATION" or "Authentication failed" in kafka_error_text(exc):
             return AdminError(
@@ -157,7 +170,7 @@ class Target:
             return self.unreachable()
         return AdminError(kafka_error_text(exc))
 
-    def result(self, future: Any, what: str, needs: str | None = None) -> Any:
+    def result(self, future: Future[T], what: str, needs: str | None = None) -> T:
         """`future.result()` bounded by the timeout; a refusal as AdminError naming `what`,
         and for an authorization failure the ACL `needs` names (e.g. `DELETE on topic t`)."""
         import concurrent.futures
@@ -174,7 +187,11 @@ class Target:
             raise AdminError(f"{what}: {failure}") from None
 
     def deleted(
-        self, futures: Mapping[str, Any], names: Sequence[str], what: str, operation: str = ""
+        self,
+        futures: Mapping[str, Future[object]],
+        names: Sequence[str],
+        what: str,
+        operation: str = "",
     ) -> Document:
         """Wait for one deletion future per name: {"deleted": names}, or an AdminError naming
         every failure and what was deleted nonetheless. `operation` is the ACL operation a
@@ -197,13 +214,13 @@ class Target:
 
 def kafka_error_text(exc: BaseException) -> str:
     """Kafka's error name and message, e.g. `TOPIC_ALREADY_EXISTS: Topic 'x' already exists.`"""
-    error: Any = exc.args[0] if exc.args else None
+    error: Any = exc.args[0] if exc.args else None  # Any: a KafkaError, or anything
     if hasattr(error, "name") and hasattr(error, "str"):
         return f"{error.name()}: {error.str()}"
     return str(exc)
 
 
-def state_name(state: Any) -> str:
+def state_name(state: object) -> str:
     return str(getattr(state, "name", state))
 
 

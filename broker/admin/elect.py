@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kio.index import load_request_schema
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.wire import WireCluster
+from raftka.broker.admin.wire import Entity, Fields, WireCluster
 from raftka.protocol.api import schema_module
+
+if TYPE_CHECKING:
+    from raftka.broker.admin.common import Subcommands
 
 ELECT_LEADERS_KEY = 43
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
@@ -25,7 +28,7 @@ ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 BROKER_WAIT_SHARE = 0.8
 
 
-def _error_name(code: Any) -> str:
+def _error_name(code: object) -> str:
     return str(getattr(code, "name", code)).upper()
 
 
@@ -41,7 +44,7 @@ def elect_leaders(
         connection = cluster.any_connection()
         version = connection.version_for(ELECT_LEADERS_KEY)
         module = schema_module(load_request_schema(ELECT_LEADERS_KEY, version))
-        topic_partitions: tuple[Any, ...] | None = None
+        topic_partitions: tuple[Entity, ...] | None = None
         if topic is not None:
             if partitions is None:
                 metadata = cluster.metadata([topic])
@@ -50,7 +53,7 @@ def elect_leaders(
                     raise AdminError(f"topic {topic!r} does not exist")
                 partitions = sorted(p.partition_index for p in found[0].partitions)
             topic_partitions = (module.TopicPartitions(topic=topic, partitions=tuple(partitions)),)
-        values: dict[str, Any] = {
+        values: Fields = {
             "topic_partitions": topic_partitions,
             "timeout": timedelta(seconds=target.timeout_s * BROKER_WAIT_SHARE),
         }
@@ -89,7 +92,7 @@ def print_results(document: Document, out: TextIO) -> None:
     )
 
 
-def add_parser(actions: Any, common: argparse.ArgumentParser) -> None:
+def add_parser(actions: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = actions.add_parser(
         "elect-leaders",
         parents=[common],

@@ -9,10 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table, state_name
-from raftka.broker.admin.offsets import list_offsets, log_end_offsets
+from raftka.broker.admin.offsets import earliest_spec, latest_spec, list_offsets, log_end_offsets
+
+if TYPE_CHECKING:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, MemberDescription
 
 # Kafka resets offsets only for a group nobody consumes in (the tool checks the same states).
 RESETTABLE_STATES = ("EMPTY", "DEAD")
@@ -34,7 +38,7 @@ def list_groups(target: Target) -> Document:
     }
 
 
-def _group_type(group_type: Any) -> str | None:
+def _group_type(group_type: object) -> str | None:
     """`consumer` (KIP-848) or `classic`; None when the client does not say."""
     name = state_name(group_type).lower() if group_type is not None else "unknown"
     return None if name == "unknown" else name
@@ -48,12 +52,15 @@ def print_list(document: Document, out: TextIO) -> None:
     )
 
 
-def _describe(target: Target, admin: Any, group_id: str) -> Any:
+def _describe(target: Target, admin: AdminClient, group_id: str) -> ConsumerGroupDescription:
     futures = admin.describe_consumer_groups([group_id], request_timeout=target.timeout_s)
-    return target.result(futures[group_id], f"describe group {group_id}")
+    description: ConsumerGroupDescription = target.result(
+        futures[group_id], f"describe group {group_id}"
+    )
+    return description
 
 
-def _committed(target: Target, admin: Any, group_id: str) -> dict[tuple[str, int], int]:
+def _committed(target: Target, admin: AdminClient, group_id: str) -> dict[tuple[str, int], int]:
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     futures = admin.list_consumer_group_offsets(
@@ -68,7 +75,7 @@ def _committed(target: Target, admin: Any, group_id: str) -> dict[tuple[str, int
 
 
 def commit_offsets(
-    target: Target, admin: Any, group_id: str, offsets: list[Any], what: str
+    target: Target, admin: AdminClient, group_id: str, offsets: list[TopicPartition], what: str
 ) -> None:
     """Commit `offsets` (TopicPartitions) for a group with no active members; AdminError
     naming every partition the broker refused."""
@@ -99,7 +106,7 @@ def describe_group(target: Target, group_id: str) -> Document:
         if shared is not None:
             return shared
         raise AdminError(f"GROUP_ID_NOT_FOUND: consumer group '{group_id}' does not exist")
-    owner: dict[tuple[str, int], Any] = {}
+    owner: dict[tuple[str, int], MemberDescription] = {}
     for member in description.members:
         for tp in member.assignment.topic_partitions if member.assignment else []:
             owner[(tp.topic, tp.partition)] = member
@@ -108,7 +115,7 @@ def describe_group(target: Target, group_id: str) -> Document:
     rows = []
     for key in partitions:
         offset = committed.get(key)
-        member = owner.get(key)
+        owned_by = owner.get(key)
         rows.append(
             {
                 "topic": key[0],
@@ -116,9 +123,9 @@ def describe_group(target: Target, group_id: str) -> Document:
                 "current_offset": offset,
                 "log_end_offset": ends[key],
                 "lag": None if offset is None else max(ends[key] - offset, 0),
-                "consumer_id": member.member_id if member else None,
-                "host": member.host if member else None,
-                "client_id": member.client_id if member else None,
+                "consumer_id": owned_by.member_id if owned_by else None,
+                "host": owned_by.host if owned_by else None,
+                "client_id": owned_by.client_id if owned_by else None,
             }
         )
     coordinator = description.coordinator
@@ -208,7 +215,7 @@ def print_describe(document: Document, out: TextIO) -> None:
         )
 
 
-def _assignment_text(assignment: Sequence[dict[str, Any]]) -> str:
+def _assignment_text(assignment: Sequence[Document]) -> str:
     by_topic: dict[str, list[int]] = {}
     for tp in assignment:
         by_topic.setdefault(tp["topic"], []).append(tp["partition"])
@@ -251,15 +258,15 @@ class ResetSpec:
 
 def _planned_offsets(
     target: Target,
-    admin: Any,
+    admin: AdminClient,
     partitions: Sequence[tuple[str, int]],
     committed: dict[tuple[str, int], int],
     spec: ResetSpec,
 ) -> dict[tuple[str, int], int]:
     from confluent_kafka.admin import OffsetSpec
 
-    earliest = list_offsets(target, admin, partitions, OffsetSpec.earliest())
-    latest = list_offsets(target, admin, partitions, OffsetSpec.latest())
+    earliest = list_offsets(target, admin, partitions, earliest_spec())
+    latest = list_offsets(target, admin, partitions, latest_spec())
     if spec.to_earliest:
         return earliest
     if spec.to_latest:
@@ -339,7 +346,7 @@ def reset_offsets(
 
 def _reset_share_offsets(
     target: Target,
-    admin: Any,
+    admin: AdminClient,
     group_id: str,
     partitions: list[tuple[str, int]],
     spec: ResetSpec,

@@ -9,17 +9,20 @@ import argparse
 import sys
 import time
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kio.index import load_request_schema
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.admin.reassign import list_reassignments, reassign
-from raftka.broker.admin.wire import WireCluster
+from raftka.broker.admin.wire import Fields, WireCluster
 from raftka.broker.cluster.control.voters import voter_removal_problem, voter_removal_warning
 from raftka.broker.cluster.decommission import plan_decommission
 from raftka.broker.cluster.placement import PlacementError
 from raftka.protocol.api import schema_module
+
+if TYPE_CHECKING:
+    from raftka.broker.admin.common import Subcommands
 
 DESCRIBE_QUORUM_KEY = 55
 UNREGISTER_BROKER_KEY = 64
@@ -31,7 +34,7 @@ DEFAULT_MOVE_TIMEOUT_S = 600.0
 POLL_INTERVAL_S = 0.5
 
 
-def _error_name(code: Any) -> str:
+def _error_name(code: object) -> str:
     return str(getattr(code, "name", code)).upper()
 
 
@@ -82,7 +85,7 @@ def print_quorum(document: Document, out: TextIO) -> None:
     print_table(["BROKER", "ROLE", "LOG END"], rows, out)
 
 
-def _simple_call(target: Target, api_key: int, values: dict[str, Any]) -> None:
+def _simple_call(target: Target, api_key: int, values: Fields) -> None:
     with WireCluster(target) as cluster:
         connection = cluster.any_connection()
         response = connection.request(api_key, values)
@@ -124,7 +127,9 @@ def remove_voter(target: Target, node: int, warn: TextIO | None = None) -> Docum
     return {"broker": node, "voter": False, "warning": warning, "quorum": describe_quorum(target)}
 
 
-def _placement(cluster: WireCluster) -> tuple[dict[int, str | None], dict[tuple[str, int], Any]]:
+def _placement(
+    cluster: WireCluster,
+) -> tuple[dict[int, str | None], dict[tuple[str, int], list[int]]]:
     """(broker id -> rack, (topic, partition) -> replicas) from one Metadata answer."""
     metadata = cluster.metadata()
     brokers = {int(b.node_id): b.rack for b in metadata.brokers}
@@ -218,7 +223,7 @@ def _broker_id(text: str) -> int:
     return value
 
 
-def add_parsers(actions: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(actions: Subcommands, common: argparse.ArgumentParser) -> None:
     quorum = actions.add_parser(
         "quorum", parents=[common], help="the metadata quorum: controller, voters, observers"
     )

@@ -8,15 +8,19 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from raftka.broker.admin.common import Target
 from raftka.broker.admin.wire import (
+    Entity,
     WireCluster,
     WireConnection,
     WireError,
     replica_log_end_offsets,
 )
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata
 
 PROBE_TIMEOUT_MAX_S = 5.0
 
@@ -81,13 +85,13 @@ class PartitionState:
         return document
 
 
-def partition_states(metadata: Any) -> dict[tuple[str, int], PartitionState]:
+def partition_states(metadata: ClusterMetadata) -> dict[tuple[str, int], PartitionState]:
     """Every partition of the Metadata answer, by (topic, partition)."""
     states = {}
-    for topic in metadata.topics.values():
+    for name, topic in metadata.topics.items():
         for p in topic.partitions.values():
-            states[(topic.topic, p.id)] = PartitionState(
-                topic=topic.topic,
+            states[(name, p.id)] = PartitionState(
+                topic=name,
                 partition=p.id,
                 leader=p.leader,
                 replicas=tuple(p.replicas),
@@ -97,7 +101,7 @@ def partition_states(metadata: Any) -> dict[tuple[str, int], PartitionState]:
     return dict(sorted(states.items()))
 
 
-def leader_epochs(metadata: Any) -> dict[tuple[str, int], int | None]:
+def leader_epochs(metadata: Entity) -> dict[tuple[str, int], int | None]:
     """(topic, partition) -> leader epoch, from a kio Metadata response (WireCluster.metadata);
     None where the version answered has no epoch or the broker reports none (-1)."""
     epochs: dict[tuple[str, int], int | None] = {}
@@ -177,7 +181,7 @@ def with_replica_lag(
     return measured
 
 
-def _probe(target: Target, host: str, port: int) -> Any | None:
+def _probe(target: Target, host: str, port: int) -> ClusterMetadata | None:
     """Metadata answered by the broker at host:port alone, or None if it does not answer."""
     from confluent_kafka import KafkaException
 
@@ -188,7 +192,7 @@ def _probe(target: Target, host: str, port: int) -> Any | None:
         return None
 
 
-def answering(target: Target, metadata: Any) -> dict[int, bool]:
+def answering(target: Target, metadata: ClusterMetadata) -> dict[int, bool]:
     """Broker id -> whether it answers Metadata on its own address."""
     brokers = list(metadata.brokers.values())
     if not brokers:

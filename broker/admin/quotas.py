@@ -9,10 +9,19 @@ or one of each (Kafka's kafka-configs.sh names).
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.wire import WireCluster, alter_client_quotas, describe_client_quotas
+from raftka.broker.admin.wire import (
+    Entity,
+    WireCluster,
+    alter_client_quotas,
+    describe_client_quotas,
+)
+
+if TYPE_CHECKING:
+    from raftka.broker.admin.common import Subcommands
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -26,7 +35,7 @@ KEY_OPTIONS = {
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 
-def _error_name(code: Any) -> str:
+def _error_name(code: object) -> str:
     return str(getattr(code, "name", code)).upper()
 
 
@@ -44,11 +53,13 @@ def _entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     return pairs
 
 
-def _entity_text(pairs: Any) -> str:
+def _entity_text(pairs: Iterable[tuple[str, str | None]]) -> str:
     return ", ".join(f"{kind}={'<default>' if name is None else name}" for kind, name in pairs)
 
 
-def _describe(target: Target, components: list[tuple[str, int, str | None]], strict: bool) -> Any:
+def _describe(
+    target: Target, components: list[tuple[str, int, str | None]], strict: bool
+) -> Entity:
     with WireCluster(target) as cluster:
         response = describe_client_quotas(cluster.any_connection(), components, strict=strict)
     if response.error_code:
@@ -92,7 +103,9 @@ def print_list(document: Document, out: TextIO) -> None:
     print_table(("ENTITY", "KEY", "VALUE"), rows, out)
 
 
-def _alter(target: Target, pairs: list[tuple[str, str | None]], ops: dict[str, Any]) -> None:
+def _alter(
+    target: Target, pairs: list[tuple[str, str | None]], ops: dict[str, float | None]
+) -> None:
     with WireCluster(target) as cluster:
         response = alter_client_quotas(cluster.any_connection(), [(pairs, ops)])
     for entry in response.entries:
@@ -169,7 +182,7 @@ def _check_set(args: argparse.Namespace) -> str | None:
     return _check_entity(args)
 
 
-def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("quotas", help="client quotas: list, set or remove")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser(

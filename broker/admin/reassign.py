@@ -14,13 +14,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kio.index import load_request_schema
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.wire import WireCluster
+from raftka.broker.admin.wire import Entity, WireCluster
 from raftka.protocol.api import schema_module
+
+if TYPE_CHECKING:
+    from raftka.broker.admin.common import Subcommands
 
 ALTER_REASSIGNMENTS_KEY = 45
 LIST_REASSIGNMENTS_KEY = 46
@@ -35,7 +38,7 @@ THROTTLE_RATE = "leader.replication.throttled.rate"
 Move = tuple[str, int, tuple[int, ...] | None]
 
 
-def _error_name(code: Any) -> str:
+def _error_name(code: object) -> str:
     return str(getattr(code, "name", code)).upper()
 
 
@@ -63,7 +66,7 @@ def reassign(target: Target, moves: Sequence[Move], throttle: int | None) -> Doc
             _throttle(cluster, [m for m in moves if m[2] is not None], throttle)
         version = connection.version_for(ALTER_REASSIGNMENTS_KEY)
         module = schema_module(load_request_schema(ALTER_REASSIGNMENTS_KEY, version))
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[Entity]] = {}
         for topic, partition, replicas in moves:
             by_topic.setdefault(topic, []).append(
                 module.ReassignablePartition(partition_index=partition, replicas=replicas)
@@ -134,7 +137,7 @@ def _throttle(cluster: WireCluster, moves: Sequence[Move], rate_bytes_per_s: int
     version = connection.version_for(INCREMENTAL_ALTER_CONFIGS_KEY)
     module = schema_module(load_request_schema(INCREMENTAL_ALTER_CONFIGS_KEY, version))
 
-    def resource(kind: int, name: str, config: str, value: str) -> Any:
+    def resource(kind: int, name: str, config: str, value: str) -> Entity:
         entry = module.AlterableConfig(name=config, config_operation=SET, value=value)
         return module.AlterConfigsResource(resource_type=kind, resource_name=name, configs=(entry,))
 
@@ -245,7 +248,7 @@ def _check_reassign(args: argparse.Namespace) -> str | None:
     return None
 
 
-def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("partitions", help="move partitions to other brokers")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     moving = actions.add_parser(

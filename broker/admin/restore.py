@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from kio.index import load_request_schema
 
-from raftka.broker.admin.backup import progress_bar
+from raftka.broker.admin.backup import ProgressBar, progress_bar
 from raftka.broker.admin.backup_format import (
     RESTORE_FLAG,
     Batch,
@@ -30,14 +30,19 @@ from raftka.broker.admin.backup_format import (
     restore_stream,
 )
 from raftka.broker.admin.common import AdminError, Document, Target, print_table, state_name
-from raftka.broker.admin.groups import RESETTABLE_STATES, commit_offsets, list_offsets
+from raftka.broker.admin.groups import RESETTABLE_STATES, commit_offsets
+from raftka.broker.admin.offsets import earliest_spec, latest_spec, list_offsets
 from raftka.broker.admin.wire import (
     RETRIES_MAX,
     LeaderClient,
     LeaderUnavailable,
     WireCluster,
+    WireConnection,
 )
 from raftka.protocol.api import build, schema_module
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 PRODUCE_KEY = 0
 PRODUCE_VERSION_MAX = 9
@@ -59,14 +64,16 @@ class TopicPlan:
     plans: dict[int, PartitionPlan]
 
 
-def plan_restore(manifest: Manifest, topics: list[str] | None) -> tuple[list[TopicPlan], Any]:
+def plan_restore(
+    manifest: Manifest, topics: list[str] | None
+) -> tuple[list[TopicPlan], dict[str, list[Document]]]:
     """Every topic a run holds and no later run saw deleted (or `topics` of them), as the
     newest run that holds it describes it, with its partition plans; and the newest run's
     group offsets."""
     if not manifest.runs:
         raise AdminError(f"{manifest.root} holds no completed backup run")
     latest = manifest.runs[-1]["run"]
-    described: dict[str, Any] = {}
+    described: Document = {}
     for run in manifest.runs:
         for doc in manifest.load_run_json(run["run"], "topics.json"):
             described[doc["name"]] = doc
@@ -99,12 +106,20 @@ def plan_restore(manifest: Manifest, topics: list[str] | None) -> tuple[list[Top
     return plans, manifest.load_run_json(latest, "groups.json")
 
 
+class RecordsWriter(Protocol):
+    """What a restore writes through (a PartitionWriter, or a stand-in in tests)."""
+
+    def log_end(self, topic: str, partition: int) -> int: ...
+    def append(self, topic: str, partition: int, batches: list[Batch]) -> None: ...
+    def delete_records(self, topic: str, partition: int, offset: int) -> None: ...
+
+
 class PartitionWriter(LeaderClient):
     """Produce, ListOffsets and DeleteRecords to a partition's leader, following leader
     changes."""
 
     def log_end(self, topic: str, partition: int) -> int:
-        def send(connection: Any) -> tuple[int, str | None, int]:
+        def send(connection: WireConnection) -> tuple[int, str | None, int]:
             version = connection.version_for(LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION_MAX)
             module = schema_module(load_request_schema(LIST_OFFSETS_KEY, version))
             wanted = build(
@@ -130,7 +145,7 @@ class PartitionWriter(LeaderClient):
     def append(self, topic: str, partition: int, batches: list[Batch]) -> None:
         records = b"".join(b.raw for b in batches)
 
-        def send(connection: Any) -> tuple[int, str | None, None]:
+        def send(connection: WireConnection) -> tuple[int, str | None, None]:
             version = connection.version_for(PRODUCE_KEY, PRODUCE_VERSION_MAX)
             module = schema_module(load_request_schema(PRODUCE_KEY, version))
             data = build(module.PartitionProduceData, index=partition, records=records)
@@ -152,7 +167,7 @@ class PartitionWriter(LeaderClient):
         self.call(topic, partition, f"restore offsets {batches[0].base_offset}.. of", send)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> None:
-        def send(connection: Any) -> tuple[int, str | None, None]:
+        def send(connection: WireConnection) -> tuple[int, str | None, None]:
             version = connection.version_for(DELETE_RECORDS_KEY, DELETE_RECORDS_VERSION_MAX)
             module = schema_module(load_request_schema(DELETE_RECORDS_KEY, version))
             wanted = build(module.DeleteRecordsPartition, partition_index=partition, offset=offset)
@@ -191,7 +206,12 @@ def _requests(stream: Iterator[Batch]) -> Iterator[list[Batch]]:
 
 
 def restore_partition(
-    manifest: Manifest, writer: Any, topic: str, partition: int, plan: PartitionPlan, overall: Any
+    manifest: Manifest,
+    writer: RecordsWriter,
+    topic: str,
+    partition: int,
+    plan: PartitionPlan,
+    overall: ProgressBar,
 ) -> None:
     """Appends the plan's batches from where the partition's log ends now, then deletes the
     records before the plan's start. `writer` is a PartitionWriter (or any object with its
@@ -214,7 +234,9 @@ def restore_partition(
         writer.delete_records(topic, partition, plan.start)
 
 
-def _existing_restore_flags(target: Target, admin: Any, names: list[str]) -> dict[str, bool]:
+def _existing_restore_flags(
+    target: Target, admin: AdminClient, names: list[str]
+) -> dict[str, bool]:
     from confluent_kafka.admin import ConfigResource
 
     if not names:
@@ -230,7 +252,9 @@ def _existing_restore_flags(target: Target, admin: Any, names: list[str]) -> dic
     return flags
 
 
-def _create_topics(target: Target, admin: Any, plans: list[TopicPlan], rf: dict[str, int]) -> None:
+def _create_topics(
+    target: Target, admin: AdminClient, plans: list[TopicPlan], rf: dict[str, int]
+) -> None:
     from confluent_kafka.admin import NewTopic
 
     if not plans:
@@ -265,7 +289,7 @@ def _wait_for_leaders(writer: PartitionWriter, plans: list[TopicPlan], timeout_s
 
 
 def _restore_groups(
-    target: Target, admin: Any, groups: dict[str, list[dict[str, Any]]], topics: set[str]
+    target: Target, admin: AdminClient, groups: dict[str, list[Document]], topics: set[str]
 ) -> int:
     from confluent_kafka import TopicPartition
 
@@ -297,7 +321,7 @@ def _restore_groups(
     return restored
 
 
-def _clear_flag(target: Target, admin: Any, names: list[str]) -> None:
+def _clear_flag(target: Target, admin: AdminClient, names: list[str]) -> None:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     for name in names:
@@ -311,8 +335,6 @@ def run_restore(
     target: Target, root: Path, topics: list[str] | None, replication_factor: int | None
 ) -> Document:
     """Restores the backup in `root` into the cluster at `target`; the summary document."""
-    from confluent_kafka.admin import OffsetSpec
-
     manifest = Manifest.load(root)
     plans, groups = plan_restore(manifest, topics)
     admin = target.admin()
@@ -364,8 +386,8 @@ def run_restore(
     _clear_flag(target, admin, [p.name for p in plans])
 
     keys = [(plan.name, p) for plan in plans for p in plan.plans]
-    earliest = list_offsets(target, admin, keys, OffsetSpec.earliest())
-    latest = list_offsets(target, admin, keys, OffsetSpec.latest())
+    earliest = list_offsets(target, admin, keys, earliest_spec())
+    latest = list_offsets(target, admin, keys, latest_spec())
     rows = []
     mismatches = []
     for plan in plans:

@@ -11,13 +11,26 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar, cast
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.share.manager import PersistedState
 from raftka.broker.share.partition import RecordState
 from raftka.broker.share.state_store import decode_state
 from raftka.broker.topics import SHARE_STATE_TOPIC
+
+if TYPE_CHECKING:
+    from confluent_kafka import Uuid
+    from kio.schema.alter_share_group_offsets.v0.response import AlterShareGroupOffsetsResponse
+    from kio.schema.describe_share_group_offsets.v0.response import (
+        DescribeShareGroupOffsetsResponseGroup,
+    )
+    from kio.schema.share_group_describe.v1.response import DescribedGroup
+
+    from raftka.broker.admin.wire import WireCluster, WireConnection
+
+T = TypeVar("T")
 
 
 def _persisted(target: Target, group_id: str) -> dict[tuple[str, int], PersistedState]:
@@ -75,10 +88,18 @@ def _persisted(target: Target, group_id: str) -> dict[tuple[str, int], Persisted
     return states
 
 
-def _canonical(topic_id: Any) -> str:
+class _ClientTopicId(Protocol):
+    """confluent-kafka's Uuid as it is at run time (its stub leaves these accessors out)."""
+
+    def get_most_significant_bits(self) -> int: ...
+    def get_least_significant_bits(self) -> int: ...
+
+
+def _canonical(topic_id: Uuid) -> str:
     """A client's topic id (two signed 64-bit halves) as the state keys write it."""
-    high = topic_id.get_most_significant_bits() & (2**64 - 1)
-    low = topic_id.get_least_significant_bits() & (2**64 - 1)
+    halves = cast("_ClientTopicId", topic_id)
+    high = halves.get_most_significant_bits() & (2**64 - 1)
+    low = halves.get_least_significant_bits() & (2**64 - 1)
     return str(uuid.UUID(int=(high << 64) | low))
 
 
@@ -163,10 +184,12 @@ _RETRIES = 30
 _RETRY_PAUSE_S = 0.2
 
 
-def _at_coordinator(cluster: Any, group_id: str, send: Any) -> Any:
+def _at_coordinator(
+    cluster: WireCluster, group_id: str, send: Callable[[WireConnection], tuple[int, T]]
+) -> T:
     """`send(connection)` -> (error code, answer) at the group's coordinator, retried while
     the coordinator loads or moves; the answer once the code is not retriable."""
-    code, answer = 15, None
+    code = 15
     cluster.metadata(())  # the brokers' addresses
     for attempt in range(_RETRIES):
         if attempt:
@@ -188,7 +211,7 @@ def share_group_members(target: Target, group_id: str) -> int | None:
     group at its coordinator."""
     from raftka.broker.admin.wire import WireCluster
 
-    def send(conn: Any) -> tuple[int, Any]:
+    def send(conn: WireConnection) -> tuple[int, DescribedGroup]:
         answer = conn.request(
             SHARE_GROUP_DESCRIBE,
             {"group_ids": (group_id,), "include_authorized_operations": False},
@@ -228,7 +251,7 @@ def share_start_offsets(
         ),
     )
 
-    def send(conn: Any) -> tuple[int, Any]:
+    def send(conn: WireConnection) -> tuple[int, DescribeShareGroupOffsetsResponseGroup]:
         answer = conn.request(DESCRIBE_SHARE_OFFSETS, {"groups": (request,)}, version=0)
         (group,) = answer.groups
         return int(group.error_code), group
@@ -272,11 +295,12 @@ def alter_share_start_offsets(
         for topic, entries in by_topic.items()
     )
 
-    def send(conn: Any) -> tuple[int, Any]:
+    def send(conn: WireConnection) -> tuple[int, AlterShareGroupOffsetsResponse]:
         answer = conn.request(
             ALTER_SHARE_OFFSETS, {"group_id": group_id, "topics": topics}, version=0
         )
-        return int(answer.error_code), answer
+        response: AlterShareGroupOffsetsResponse = answer
+        return int(response.error_code), response
 
     with WireCluster(target) as cluster:
         answer = _at_coordinator(cluster, group_id, send)

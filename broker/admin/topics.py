@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.admin.partitions import leader_epochs, partition_states, with_leader_epochs
 from raftka.broker.admin.wire import WireCluster
 
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient, TopicDescription
 
-def topic_descriptions(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
+
+def topic_descriptions(
+    target: Target, admin: AdminClient, names: Sequence[str]
+) -> dict[str, TopicDescription]:
     """Topic name -> TopicDescription (topic id, is_internal); a topic gone meanwhile is
     left out."""
     from confluent_kafka import TopicCollection
@@ -18,7 +23,7 @@ def topic_descriptions(target: Target, admin: Any, names: Sequence[str]) -> dict
     if not names:
         return {}
     futures = admin.describe_topics(TopicCollection(list(names)), request_timeout=target.timeout_s)
-    descriptions = {}
+    descriptions: dict[str, TopicDescription] = {}
     for name, future in futures.items():
         try:
             descriptions[name] = target.result(future, f"describe topic {name}")
@@ -27,7 +32,7 @@ def topic_descriptions(target: Target, admin: Any, names: Sequence[str]) -> dict
     return descriptions
 
 
-def _internal_flags(descriptions: dict[str, Any]) -> dict[str, bool]:
+def _internal_flags(descriptions: dict[str, TopicDescription]) -> dict[str, bool]:
     return {name: bool(d.is_internal) for name, d in descriptions.items()}
 
 
@@ -62,7 +67,9 @@ def print_list(document: Document, out: TextIO) -> None:
     )
 
 
-def non_default_configs(target: Target, admin: Any, names: Sequence[str]) -> dict[str, Any]:
+def non_default_configs(
+    target: Target, admin: AdminClient, names: Sequence[str]
+) -> dict[str, dict[str, str | None]]:
     from confluent_kafka.admin import ConfigResource
 
     resources = [ConfigResource("topic", name) for name in names]
@@ -204,9 +211,9 @@ def alter_topic(
             for k in delete_configs
         ]
         resource = ConfigResource("topic", name, incremental_configs=entries)
-        futures = admin.incremental_alter_configs([resource], request_timeout=target.timeout_s)
+        altered = admin.incremental_alter_configs([resource], request_timeout=target.timeout_s)
         target.result(
-            futures[resource], f"alter configs of topic {name}", f"ALTER_CONFIGS on topic {name}"
+            altered[resource], f"alter configs of topic {name}", f"ALTER_CONFIGS on topic {name}"
         )
         document["set_configs"] = dict(set_configs)
         document["deleted_configs"] = list(delete_configs)

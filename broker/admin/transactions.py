@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import time
 import typing
-from typing import Any, TextIO
+from typing import TextIO
 
 from kio.schema.describe_transactions.v0 import response as describe_v0
 from kio.static.primitive import i64
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.wire import WireCluster, WireError
+from raftka.broker.admin.wire import Entity, Fields, WireCluster, WireError
 
 LIST_TRANSACTIONS_KEY = 66
 DESCRIBE_TRANSACTIONS_KEY = 65
@@ -28,10 +28,12 @@ KEY_TYPE_TRANSACTION = 1
 RETRIABLE = {"coordinator_load_in_progress", "not_coordinator", "coordinator_not_available"}
 
 
-def _schema_variant(entity: type[Any], changes: dict[str, tuple[Any, dict[str, str]]]) -> Any:
+def _schema_variant(
+    entity: type[Entity], changes: dict[str, tuple[object, dict[str, str]]]
+) -> type[Entity]:
     """A copy of kio entity `entity` whose fields in `changes` get another (type, metadata)."""
     hints = typing.get_type_hints(entity)
-    fields: list[tuple[str, Any, Any]] = []
+    fields: list[tuple[str, object, dataclasses.Field[object]]] = []
     for f in dataclasses.fields(entity):
         kind, metadata = changes.get(f.name, (hints[f.name], dict(f.metadata)))
         fields.append((f.name, kind, dataclasses.field(metadata=metadata)))
@@ -55,14 +57,14 @@ DescribeTransactionsResponseV0 = _schema_variant(
 )
 
 
-def _error_name(code: Any) -> str:
+def _error_name(code: object) -> str:
     return str(getattr(code, "name", code))
 
 
 def list_transactions(target: Target) -> Document:
     with WireCluster(target) as cluster:
         cluster.metadata()
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, Document] = {}
         errors = []
         for node_id in sorted(cluster.brokers):
             try:
@@ -101,7 +103,7 @@ def print_list(document: Document, out: TextIO) -> None:
 def _coordinator(cluster: WireCluster, transactional_id: str) -> int:
     connection = cluster.any_connection()
     version = connection.version_for(FIND_COORDINATOR_KEY)
-    keys: dict[str, Any] = (
+    keys: Fields = (
         {"coordinator_keys": (transactional_id,)} if version >= 4 else {"key": transactional_id}
     )
     response = connection.request(

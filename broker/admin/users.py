@@ -10,10 +10,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.admin.wire import WireCluster
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import ScramMechanism, UserScramCredentialAlteration
+
+    from raftka.broker.admin.common import Subcommands
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ITERATIONS_DEFAULT = 8192
@@ -23,7 +28,7 @@ DESCRIBE_SCRAM_KEY = 50
 _MECHANISM_NAMES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 
 
-def _mechanism(name: str) -> Any:
+def _mechanism(name: str) -> ScramMechanism:
     from confluent_kafka.admin import ScramMechanism
 
     return ScramMechanism[name.replace("-", "_")]
@@ -85,7 +90,9 @@ def _password(args: argparse.Namespace) -> str:
     return password
 
 
-def _alter(target: Target, alterations: list[Any], user: str, what: str) -> None:
+def _alter(
+    target: Target, alterations: list[UserScramCredentialAlteration], user: str, what: str
+) -> None:
     admin = target.admin()
     futures = admin.alter_user_scram_credentials(alterations, request_timeout=target.timeout_s)
     target.result(futures[user], f"{what} user {user}")
@@ -109,7 +116,7 @@ def set_password(target: Target, args: argparse.Namespace, *, creating: bool) ->
         raise AdminError(
             f"user {user} has no {', '.join(missing)} credential; use `raftka users add`"
         )
-    alterations = [
+    alterations: list[UserScramCredentialAlteration] = [
         UserScramCredentialUpsertion(
             user,
             ScramCredentialInfo(_mechanism(m), args.iterations),
@@ -129,12 +136,10 @@ def remove_user(target: Target, args: argparse.Namespace) -> Document:
     mechanisms = existing if args.mechanism == "both" else [args.mechanism]
     if not existing or not set(mechanisms) <= set(existing):
         raise AdminError(f"user {user} has no {' or '.join(mechanisms or MECHANISMS)} credential")
-    _alter(
-        target,
-        [UserScramCredentialDeletion(user, _mechanism(m)) for m in mechanisms],
-        user,
-        "remove",
-    )
+    deletions: list[UserScramCredentialAlteration] = [
+        UserScramCredentialDeletion(user, _mechanism(m)) for m in mechanisms
+    ]
+    _alter(target, deletions, user, "remove")
     return {"user": user, "removed": mechanisms}
 
 
@@ -158,7 +163,7 @@ def _iterations(text: str) -> int:
     return value
 
 
-def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "users", help="SCRAM users: list, add, change (password) or remove"
     )

@@ -18,7 +18,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
@@ -32,6 +32,11 @@ from raftka.protocol.api import (
     response_type,
     schema_module,
 )
+
+T = TypeVar("T")
+
+Entity = Any  # Any: a kio entity of the negotiated version (kio has a class per version)
+Fields = dict[str, Any]  # Any: a kio request's field values (numbers, strings, entities)
 
 _SIZE = struct.Struct(">i")
 MAX_FRAME_BYTES = 256 * 1024 * 1024
@@ -169,11 +174,11 @@ class WireConnection:
     def request(
         self,
         api_key: int,
-        values: dict[str, Any],
+        values: Fields,
         *,
         version: int | None = None,
-        response_cls: type[Any] | None = None,
-    ) -> Any:
+        response_cls: type[Entity] | None = None,
+    ) -> Entity:
         """Send one request built from `values` (kio entity fields; nested entities already
         built) and return the decoded response entity (read as `response_cls` when given: a
         variant of kio's schema for a field kio cannot read as Kafka sends it)."""
@@ -300,7 +305,7 @@ class WireCluster:
             raise WireError(f"broker {node_id} is not in the cluster's metadata")
         return self.connection(broker.address)
 
-    def metadata(self, topics: Sequence[str] | None = None, *, highest: int = 12) -> Any:
+    def metadata(self, topics: Sequence[str] | None = None, *, highest: int = 12) -> Entity:
         """A Metadata response (at most v`highest`); records the brokers it names."""
         for address in list(self._bootstrap_addresses()):
             try:
@@ -320,14 +325,14 @@ class WireCluster:
         raise self.target.unreachable()
 
 
-def metadata_request(version: int, topics: Sequence[str] | None) -> dict[str, Any]:
+def metadata_request(version: int, topics: Sequence[str] | None) -> Fields:
     """Fields of a Metadata request for `topics` (None: every topic)."""
     topic_cls = schema_module(load_request_schema(3, version)).MetadataRequestTopic
     if topics is None:
-        wanted: Any = None if version >= 1 else ()
+        wanted: tuple[Entity, ...] | None = None if version >= 1 else ()
     else:
         wanted = tuple(build(topic_cls, name=t, topic_id=None) for t in topics)
-    values: dict[str, Any] = {"topics": wanted}
+    values: Fields = {"topics": wanted}
     if version >= 4:
         values["allow_auto_topic_creation"] = False
     if 8 <= version <= 10:
@@ -371,7 +376,7 @@ def replica_log_end_offsets(
         )
         for topic, indexes in by_topic.items()
     )
-    values: dict[str, Any] = {
+    values: Fields = {
         "replica_id": DEBUGGING_REPLICA_ID,
         "isolation_level": 0,
         "topics": topics,
@@ -420,8 +425,8 @@ class LeaderClient:
         topic: str,
         partition: int,
         what: str,
-        send: Callable[[WireConnection], tuple[int, str | None, Any]],
-    ) -> Any:
+        send: Callable[[WireConnection], tuple[int, str | None, T]],
+    ) -> T:
         """`send(connection)` -> (error code, message, result) against the leader; the
         result once the code is 0, AdminError for a code that is not retriable."""
         last = "no leader"
@@ -460,7 +465,7 @@ def describe_client_quotas(
     components: Sequence[tuple[str, int, str | None]],
     *,
     strict: bool = False,
-) -> Any:
+) -> Entity:
     """A DescribeClientQuotas response for the filter's (entity type, match type, match)."""
     version = connection.version_for(DESCRIBE_CLIENT_QUOTAS_KEY)
     module = schema_module(load_request_schema(DESCRIBE_CLIENT_QUOTAS_KEY, version))
@@ -482,7 +487,7 @@ def alter_client_quotas(
     entries: Sequence[tuple[Sequence[tuple[str, str | None]], Mapping[str, float | None]]],
     *,
     validate_only: bool = False,
-) -> Any:
+) -> Entity:
     """An AlterClientQuotas response; each entry is (entity pairs, key -> value or None to
     remove)."""
     version = connection.version_for(ALTER_CLIENT_QUOTAS_KEY)

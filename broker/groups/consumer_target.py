@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 import re2
 
@@ -37,12 +37,19 @@ class TopicImage(Protocol):
         """The name of the topic with this id; None if there is none."""
 
 
-def compile_regex(pattern: str) -> Any:
+class Regex(Protocol):
+    """What the coordinator uses of a compiled RE2 expression."""
+
+    def fullmatch(self, text: str) -> object: ...
+
+
+def compile_regex(pattern: str) -> Regex:
     """A subscription's regular expression compiled with RE2 (Kafka's syntax, matching in
     time linear in the name); raises `re2.error` if it is invalid."""
     options = re2.Options()
     options.log_errors = False  # the heartbeat answers INVALID_REGULAR_EXPRESSION instead
-    return re2.compile(pattern, options)
+    compiled: Regex = re2.compile(pattern, options)
+    return compiled
 
 
 def subscribed_names(state: ConsumerProtocolGroup, member: ConsumerMember) -> set[str]:

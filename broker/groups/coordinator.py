@@ -51,9 +51,10 @@ from raftka.broker.groups.group import (
     SyncResult,
     valid_group_id,
 )
+from raftka.broker.groups.instant import Instant
 from raftka.broker.groups.offsets import GroupOffsets, TopicPartition
 from raftka.broker.groups.ownership import Ownership, materialize
-from raftka.broker.groups.rebalance import Instant, JoinRequest, RebalanceMachine, SyncRequest
+from raftka.broker.groups.rebalance import JoinRequest, RebalanceMachine, SyncRequest
 from raftka.broker.groups.records import (
     ConsumerGroupMetadataKey,
     GroupMetadataKey,

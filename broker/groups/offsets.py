@@ -16,8 +16,9 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.groups.config import CoordinatorConfig
 from raftka.broker.groups.consumer_group import commit_error, fetch_error
 from raftka.broker.groups.group import GroupState
+from raftka.broker.groups.instant import Instant
 from raftka.broker.groups.ownership import Ownership
-from raftka.broker.groups.rebalance import Instant, RebalanceMachine
+from raftka.broker.groups.rebalance import RebalanceMachine
 from raftka.broker.groups.records import (
     ConsumerGroupMetadataKey,
     GroupMetadataKey,

@@ -37,7 +37,8 @@ from raftka.broker.groups.txn_offsets import PendingOffset, PendingTxnOffsets
 from raftka.broker.log_output import partition_context
 
 if TYPE_CHECKING:
-    from raftka.broker.groups.rebalance import Instant, RebalanceMachine
+    from raftka.broker.groups.instant import Instant
+    from raftka.broker.groups.rebalance import RebalanceMachine
     from raftka.broker.topics import Partition
 
 logger = logging.getLogger("raftka.groups")
