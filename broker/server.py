@@ -447,7 +447,9 @@ class Broker:
             )
             opened.callback(self.producer_ids.close)
             self.replica_manager = ReplicaManager(self.topics, self.controller)
-            self.groups = coordinator_for(self.topics, self.controller, config)
+            self.groups = coordinator_for(
+                self.topics, self.controller, config, self.replica_manager, clock
+            )
             self.replica_manager.marker_listeners.append(
                 offsets_marker_listener(self.groups.on_transaction_completed)
             )

@@ -24,7 +24,9 @@ from raftka.broker.groups.store import (
 )
 
 if TYPE_CHECKING:
+    from raftka.broker.clock import Clock
     from raftka.broker.config import BrokerConfig
+    from raftka.broker.replica import ReplicaManager
     from raftka.broker.services import ControllerClient
     from raftka.broker.topics import TopicManager
 
@@ -65,12 +67,20 @@ class ClusterTopics:
 
 
 def coordinator_for(
-    topics: TopicManager, controller: ControllerClient, config: BrokerConfig
+    topics: TopicManager,
+    controller: ControllerClient,
+    config: BrokerConfig,
+    replica_manager: ReplicaManager,
+    clock: Clock,
 ) -> GroupCoordinator:
-    """The coordinator of a broker: its groups live in the cluster's `__consumer_offsets`."""
-    offsets_log = TopicOffsetsLog(topics, controller, config)
+    """The coordinator of a broker: its groups live in the cluster's `__consumer_offsets`,
+    appended to and read through the broker's replica manager."""
+    offsets_log = TopicOffsetsLog(topics, controller, config, replica_manager=replica_manager)
     coordinator = GroupCoordinator(
-        offsets_log, CoordinatorConfig.from_broker_config(config), topics=ClusterTopics(topics)
+        offsets_log,
+        CoordinatorConfig.from_broker_config(config),
+        clock=clock,
+        topics=ClusterTopics(topics),
     )
     coordinator.share.partition_counts = lambda: {
         name: len(topic.partitions) for name, topic in topics.topics.items()

@@ -8,8 +8,9 @@
   offset expiry; `PendingTxnOffsets` (txn_offsets.py): the offsets of open transactions;
 - `WriteQueue` (writes.py): the bounded, ordered appends to `__consumer_offsets`.
 
-This module supplies what the parts need from trio: the time (`Instant`, from trio's clock
-and the wall clock, both injectable so `trio.testing.MockClock` drives timeouts in tests),
+This module supplies what the parts need from trio: the time (`Instant`, from the injected
+`Clock`: the loop's clock, so `trio.testing.MockClock` drives timeouts in tests, and the wall
+clock),
 a `Reply` for the JoinGroup and SyncGroup answers that wait for the group, and `run`, which
 runs the loads, the writers, one timer for the machine's deadlines and the offset expiry.
 It also answers ListGroups, DescribeGroups and DeleteGroups.
@@ -24,15 +25,15 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.clock import SYSTEM_CLOCK, Clock
 from raftka.broker.groups.assignors import assignors_named
 from raftka.broker.groups.config import CoordinatorConfig
 from raftka.broker.groups.consumer_group import (
@@ -133,28 +134,18 @@ class NoTopics:
         return None
 
 
-def _trio_clock_ms() -> float:
-    return trio.current_time() * 1000
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class GroupCoordinator:
     def __init__(
         self,
         offsets_log: OffsetsLog,
         config: CoordinatorConfig | None = None,
         *,
-        clock_ms: Callable[[], float] = _trio_clock_ms,
-        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock: Clock = SYSTEM_CLOCK,
         topics: TopicImage | None = None,
     ) -> None:
         self.offsets_log = offsets_log
         self.config = config or CoordinatorConfig()
-        self.clock_ms = clock_ms
-        self.wall_clock_ms = wall_clock_ms
+        self.clock = clock
         self.machine = RebalanceMachine(
             self.config,
             store_group=self._store_group,
@@ -193,7 +184,7 @@ class GroupCoordinator:
         return group is not None and not group.is_(GroupState.DEAD)
 
     def now(self) -> Instant:
-        return Instant(self.clock_ms(), self.wall_clock_ms())
+        return Instant(self.clock.now_s() * 1000, self.clock.wall_ms())
 
     def on_transaction_completed(
         self, offsets_partition: int, producer_id: int, committed: bool
@@ -272,7 +263,7 @@ class GroupCoordinator:
             self._earlier_deadline = trio.Event()
             deadlines = [self.machine.next_deadline_ms(), self.consumer.next_deadline_ms()]
             deadline = min((d for d in deadlines if d is not None), default=None)
-            wait_s = math.inf if deadline is None else (deadline - self.clock_ms()) / 1000
+            wait_s = math.inf if deadline is None else (deadline - self.clock.now_s() * 1000) / 1000
             with trio.move_on_after(max(0.0, wait_s)) as timer:
                 await self._earlier_deadline.wait()
             if timer.cancelled_caught and deadline is not None:
@@ -591,7 +582,7 @@ class GroupCoordinator:
             records.append((GroupMetadataKey(group_id).encode(), None))
             if group.consumer is not None:
                 records.append((ConsumerGroupMetadataKey(group_id).encode(), None))
-            self.machine.delete(group_id, self.wall_clock_ms())
+            self.machine.delete(group_id, self.clock.wall_ms())
             self.pending.discard_group(group_id)
             appends.append((group_id, self.writes.append(group_id, records)))
             logger.info("deleted group %s", group_id, extra={"group": group_id})

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from clocks import WallSetByTest
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import CoordinatorConfig, GroupCoordinator, MemoryOffsetsLog
@@ -566,7 +567,9 @@ def test_an_empty_consumer_group_expires_with_its_offsets_and_stays_gone() -> No
     config = CoordinatorConfig(offsets_retention_ms=60_000)
 
     async def main() -> None:
-        c = GroupCoordinator(offsets_log, config, topics=Topics(t=6), wall_clock_ms=lambda: wall[0])
+        c = GroupCoordinator(
+            offsets_log, config, topics=Topics(t=6), clock=WallSetByTest(lambda: wall[0])
+        )
         c.load()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(c.run)

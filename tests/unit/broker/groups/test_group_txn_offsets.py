@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 import trio.testing
+from clocks import WallSetByTest
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import (
@@ -381,7 +382,7 @@ def test_expiry_spares_partitions_and_groups_with_open_transactions() -> None:
     now = {"ms": 1_000_000}
 
     async def body(h: Harness) -> None:
-        h.c.wall_clock_ms = lambda: now["ms"]
+        h.c.clock = WallSetByTest(lambda: now["ms"])
         old = {tp: OffsetValue(v.offset, -1, "", now["ms"]) for tp, v in offsets(p0=1).items()}
         assert await h.c.commit_offsets("g", -1, "", None, old) == E.none
         assert await h.txn_commit("g", P1, offsets(p0=2)) == E.none

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from clocks import WallSetByTest
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.groups import (
@@ -145,7 +146,7 @@ def run(
     async def main() -> None:
         kwargs: dict[str, Any] = {}
         if wall is not None:
-            kwargs["wall_clock_ms"] = wall
+            kwargs["clock"] = WallSetByTest(wall)
         coordinator = GroupCoordinator(offsets_log or MemoryOffsetsLog(), config, **kwargs)
         coordinator.load()
         async with trio.open_nursery() as nursery:
