@@ -270,17 +270,8 @@ class ClusterNode(processes.ClusterNode):
     launcher = "harness"
     cwd = REPO_ROOT
     stop_error = BrokerStopError
-
-    def __init__(
-        self,
-        node_id: int,
-        raft_port: int,
-        peers: str,
-        config: dict[str, str] | None = None,
-        **kwargs: object,
-    ) -> None:
-        self.paused = False
-        super().__init__(node_id, raft_port, peers, config, **kwargs)  # type: ignore[arg-type]
+    #: Set by `pause()`; cleared by `resume()`, `spawn()` and `kill()`.
+    paused = False
 
     def allocate_port(self) -> int:
         return free_port()
