@@ -1,6 +1,12 @@
 """raftka broker processes for the tools: one broker, or a cluster of a few, on free ports
 of 127.0.0.1 with data under a folder of the caller's, started as
-`python -m raftka.broker serve` and ready once they answer Kafka's ApiVersions."""
+`python -m raftka.broker serve` and ready once they answer Kafka's ApiVersions.
+
+The compat suite's brokers build on these classes: a subclass may override `allocate_port`
+(where free ports come from), `launcher` (the name in the log's start banner), `cwd` (the
+child's working directory), `stop_error` (what an unclean stop raises) and, for a cluster,
+`node_class` (the class of its nodes).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
+from typing import Self
 
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
@@ -102,9 +109,17 @@ class BrokerProcess:
     """One raftka broker running as `python -m raftka.broker serve` in a subprocess.
 
     The broker listens on 127.0.0.1:<port>; its stdout and stderr go to `broker.log` in
-    `base_dir`. `start()` returns once the port answers a Kafka ApiVersions request. The
-    child is killed if the process that started it dies, so no broker outlives a tool.
+    `base_dir`, its data to `data_dir` (`base_dir/data` unless given). `start()` returns
+    once the port answers a Kafka ApiVersions request. The child is killed if the process
+    that started it dies, so no broker outlives a tool.
     """
+
+    #: Named in the `=== <launcher>: starting ...` line written to the log at every start.
+    launcher = "tools"
+    #: The child's working directory (None: the caller's).
+    cwd: Path | None = None
+    #: Raised by `stop()` when the broker does not shut down cleanly.
+    stop_error: type[BrokerStopError] = BrokerStopError
 
     def __init__(
         self,
@@ -112,23 +127,28 @@ class BrokerProcess:
         *,
         port: int | None = None,
         base_dir: str | os.PathLike[str] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
         startup_timeout_s: float = 20.0,
         python: str = sys.executable,
         extra_args: list[str] | None = None,
     ) -> None:
         self.config = dict(config or {})
-        self.port = port or free_port()
+        self.port = port or self.allocate_port()
         if base_dir is None:
             base_dir = tempfile.mkdtemp(prefix="raftka-broker-")
         self.base_dir = Path(base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = self.base_dir / "data"
+        self.data_dir = Path(data_dir) if data_dir is not None else self.base_dir / "data"
         self.log_path = self.base_dir / "broker.log"
         self.startup_timeout_s = startup_timeout_s
         self.python = python
         self.extra_args = list(extra_args or [])
         self._proc: subprocess.Popen[bytes] | None = None
         self._killed = False  # the last exit was our SIGKILL, not a crash
+
+    def allocate_port(self) -> int:
+        """A free port for the broker's listener when none is given."""
+        return free_port()
 
     @property
     def bootstrap(self) -> str:
@@ -162,11 +182,10 @@ class BrokerProcess:
         except FileNotFoundError:
             return "(no broker log yet)\n"
 
-    def start(self) -> BrokerProcess:
+    def start(self) -> Self:
         """Launch the broker and wait until it answers; kills it on failure."""
         self.spawn()
-        self.wait_ready()
-        return self
+        return self.wait_ready()
 
     def spawn(self) -> None:
         """Launch the broker process without waiting for it to answer."""
@@ -176,12 +195,13 @@ class BrokerProcess:
         self._killed = False
         argv = self.command()
         with open(self.log_path, "ab") as log:
-            log.write(f"=== tools: starting {' '.join(argv)}\n".encode())
+            log.write(f"=== {self.launcher}: starting {' '.join(argv)}\n".encode())
             log.flush()
             # Launched from the calling thread: PR_SET_PDEATHSIG fires when the *thread*
             # that forked the child exits, so never spawn from a short-lived thread.
             self._proc = subprocess.Popen(
                 argv,
+                cwd=self.cwd,
                 env=dict(os.environ, PYTHONUNBUFFERED="1"),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -189,13 +209,14 @@ class BrokerProcess:
                 preexec_fn=set_parent_death_signal,
             )
 
-    def wait_ready(self) -> None:
+    def wait_ready(self) -> Self:
         """Until the broker answers ApiVersions; BrokerStartError (and killed) otherwise."""
         try:
             self._wait_ready()
         except BaseException:
             self.kill()
             raise
+        return self
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -234,7 +255,7 @@ class BrokerProcess:
         if proc is None or proc.poll() is not None:
             code = None if proc is None else proc.returncode
             if code not in (None, 0) and not self._killed:
-                raise BrokerStopError(
+                raise self.stop_error(
                     f"broker {self.bootstrap} had already exited with code {code}\n"
                     f"--- broker log tail ---\n{self.log_tail(40)}"
                 )
@@ -244,12 +265,12 @@ class BrokerProcess:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise BrokerStopError(
+            raise self.stop_error(
                 f"broker {self.bootstrap} (pid {proc.pid}) did not exit within {timeout} s "
                 f"of SIGTERM; killed\n--- broker log tail ---\n{self.log_tail(40)}"
             ) from None
         if code != 0:
-            raise BrokerStopError(
+            raise self.stop_error(
                 f"broker {self.bootstrap} exited with code {code} after SIGTERM (expected 0)\n"
                 f"--- broker log tail ---\n{self.log_tail(40)}"
             )
@@ -261,6 +282,20 @@ class BrokerProcess:
             proc.kill()
             proc.wait()
             self._killed = True
+
+    def restart(self, timeout: float = 15) -> Self:
+        """Clean stop, then start again on the same port and data dir."""
+        self.stop(timeout=timeout)
+        return self.start()
+
+    def __enter__(self) -> Self:
+        return self.start() if not self.is_running() else self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if exc_info[0] is None:
+            self.stop()
+        else:
+            self.kill()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.is_running() else "stopped"
@@ -276,14 +311,65 @@ def metadata_brokers(bootstrap: str, timeout_s: float = 5.0) -> tuple[list[int],
     return sorted(md.brokers), int(md.controller_id)
 
 
+class ClusterNode(BrokerProcess):
+    """One voter of a `ClusterProcess`: a `BrokerProcess` with a node id and a Raft port.
+
+    A voter only starts serving clients once it has registered with the metadata quorum,
+    so a cluster's nodes must all be launched (`spawn()`) before any is waited for
+    (`wait_ready()`).
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        raft_port: int,
+        peers: str,
+        config: dict[str, str] | None = None,
+        *,
+        port: int | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 20.0,
+        python: str = sys.executable,
+    ) -> None:
+        self.node_id = node_id
+        self.raft_port = raft_port
+        self.peers = peers
+        extra = ["--node-id", str(node_id), "--raft-listen", f"127.0.0.1:{raft_port}"]
+        extra += ["--peers", peers]
+        super().__init__(
+            config,
+            port=port,
+            base_dir=base_dir,
+            data_dir=data_dir,
+            startup_timeout_s=startup_timeout_s,
+            python=python,
+            extra_args=extra,
+        )
+
+    @property
+    def raft_address(self) -> str:
+        return f"127.0.0.1:{self.raft_port}"
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.is_running() else "stopped"
+        return f"ClusterNode({self.node_id}, {self.bootstrap}, raft {self.raft_port}, {state})"
+
+
 class ClusterProcess:
     """`size` raftka brokers on free ports (Kafka and Raft), each with its own data dir
     under `base_dir/node-N/`, every one listing all voters in `--peers`.
 
     `start()` launches all nodes at once (a voter serves clients only once it has
     registered with the metadata quorum) and returns when every node answers Metadata
-    listing all `size` brokers. `nodes[i]` is node i + 1's `BrokerProcess`.
+    listing all `size` brokers. `nodes[i]` is node i + 1's `ClusterNode`; `node(id)` looks
+    one up by node id.
     """
+
+    #: The class of `nodes`.
+    node_class: type[ClusterNode] = ClusterNode
+    #: Raised by `stop()` when a node does not shut down cleanly.
+    stop_error: type[BrokerStopError] = BrokerStopError
 
     def __init__(
         self,
@@ -303,30 +389,45 @@ class ClusterProcess:
         raft_ports: list[int] = []
         while len(kafka_ports) < size:
             for ports in (kafka_ports, raft_ports):
-                port = free_port()
+                port = self.allocate_port()
                 while port in kafka_ports or port in raft_ports:
-                    port = free_port()
+                    port = self.allocate_port()
                 ports.append(port)
         peers = ",".join(f"{i + 1}@127.0.0.1:{raft_ports[i]}" for i in range(size))
         self.nodes = [
-            BrokerProcess(
+            self.node_class(
+                i + 1,
+                raft_ports[i],
+                peers,
                 config,
                 port=kafka_ports[i],
                 base_dir=self.base_dir / f"node-{i + 1}",
                 startup_timeout_s=startup_timeout_s,
                 python=python,
-                extra_args=["--node-id", str(i + 1), "--raft-listen", f"127.0.0.1:{raft_ports[i]}"]
-                + ["--peers", peers],
             )
             for i in range(size)
         ]
+
+    def allocate_port(self) -> int:
+        """A free port for a node's Kafka or Raft listener."""
+        return free_port()
 
     @property
     def bootstrap(self) -> str:
         """Every node's Kafka address, comma-separated (a client's bootstrap.servers)."""
         return ",".join(n.bootstrap for n in self.nodes)
 
-    def start(self) -> ClusterProcess:
+    def node(self, node_id: int) -> ClusterNode:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    def running(self) -> list[ClusterNode]:
+        """The nodes expected to answer clients: those whose process is running."""
+        return [n for n in self.nodes if n.is_running()]
+
+    def start(self) -> Self:
         try:
             for node in self.nodes:
                 node.spawn()
@@ -338,32 +439,33 @@ class ClusterProcess:
             raise
         return self
 
-    def wait_formed(self) -> None:
-        """Until every node answers Metadata listing all nodes as brokers."""
-        want = list(range(1, len(self.nodes) + 1))
-        deadline = time.monotonic() + self.startup_timeout_s
+    def wait_formed(self, timeout_s: float | None = None) -> None:
+        """Until every running node answers Metadata listing all nodes as brokers."""
+        timeout_s = self.startup_timeout_s if timeout_s is None else timeout_s
+        want = sorted(n.node_id for n in self.nodes)
+        deadline = time.monotonic() + timeout_s
         last: dict[int, object] = {}
         while True:
             pending = []
-            for node_id, node in enumerate(self.nodes, start=1):
+            for node in self.running():
                 try:
                     ids, _controller = metadata_brokers(node.bootstrap, timeout_s=2.0)
-                    last[node_id] = ids
+                    last[node.node_id] = ids
                     if ids != want:
-                        pending.append((node_id, node))
+                        pending.append(node)
                 except Exception as exc:  # noqa: BLE001 - reported on timeout
-                    last[node_id] = exc
-                    pending.append((node_id, node))
+                    last[node.node_id] = exc
+                    pending.append(node)
             if not pending:
                 return
             if time.monotonic() >= deadline:
                 tails = "\n".join(
-                    f"--- node {node_id} log tail ({n.log_path}) ---\n{n.log_tail(30)}"
-                    for node_id, n in pending
+                    f"--- node {n.node_id} log tail ({n.log_path}) ---\n{n.log_tail(30)}"
+                    for n in pending
                 )
                 raise BrokerStartError(
-                    f"cluster did not form within {self.startup_timeout_s:.0f} s: brokers seen "
-                    f"per node {last} (want {want})\n{tails}"
+                    f"cluster did not form within {timeout_s:.0f} s: brokers seen per node "
+                    f"{last} (want {want})\n{tails}"
                 )
             time.sleep(0.2)
 
@@ -376,11 +478,27 @@ class ClusterProcess:
             except BrokerStopError as exc:
                 errors.append(str(exc))
         if errors:
-            raise BrokerStopError("\n".join(errors))
+            raise self.stop_error("\n".join(errors))
 
     def kill(self) -> None:
         for node in self.nodes:
             node.kill()
+
+    def log_tails(self, n: int = 40) -> str:
+        return "\n".join(
+            f"--- node {node.node_id} ({node.bootstrap}) log tail ---\n{node.log_tail(n)}"
+            for node in self.nodes
+        )
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if exc_info[0] is None:
+                self.stop()
+        finally:
+            self.kill()
 
     def __repr__(self) -> str:
         return f"ClusterProcess({self.nodes!r})"

@@ -1,27 +1,37 @@
 """Broker processes and client tools for the compat suite.
 
-Nothing here imports pytest, so tests/chaos can reuse it. The tools in scripts/ start their
-brokers with raftka.broker.tools.processes instead (the package imports nothing from tests/).
+Nothing here imports pytest, so tests/chaos can reuse it. The broker processes are
+raftka.broker.tools.processes's (the tools in scripts/ start theirs with that module, which
+imports nothing from tests/); this module adds what only the suite needs: ports from a
+block per pytest-xdist worker, pausing a cluster node, brokers joining a running cluster.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
 import random
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import sysconfig
-import tempfile
-import time
-from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
+
+from raftka.broker.tools import processes
+
+# Re-exported: the suite and tests/chaos import these from here.
+from raftka.broker.tools.processes import API_VERSIONS_KEY as API_VERSIONS_KEY
+from raftka.broker.tools.processes import UNSUPPORTED_VERSION as UNSUPPORTED_VERSION
+from raftka.broker.tools.processes import BrokerStartError as BrokerStartError
+from raftka.broker.tools.processes import api_versions_request_v3 as _api_versions_request_v3  # noqa: F401
+from raftka.broker.tools.processes import metadata_brokers as metadata_brokers
+from raftka.broker.tools.processes import probe_api_versions as probe_api_versions
+from raftka.broker.tools.processes import recv_exactly as _recv_exactly  # noqa: F401
+from raftka.broker.tools.processes import set_parent_death_signal as _set_parent_death_signal  # noqa: F401
+from raftka.broker.tools.processes import split_host_port as split_host_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JAVA_DIR = Path(__file__).resolve().parent / "java"
@@ -34,16 +44,10 @@ JAVA_JAR_NAMES = (
     "zstd-jni.jar",
 )
 
-API_VERSIONS_KEY = 18
-UNSUPPORTED_VERSION = 35
 
-
-class BrokerStartError(RuntimeError):
-    """The broker process exited or did not answer ApiVersions in time."""
-
-
-class BrokerStopError(AssertionError):
-    """The broker did not shut down cleanly (timeout or non-zero exit code)."""
+class BrokerStopError(processes.BrokerStopError, AssertionError):
+    """The broker did not shut down cleanly (timeout or non-zero exit code); an
+    AssertionError too, so a test reports it as a failure."""
 
 
 # -- ports ------------------------------------------------------------------------------------
@@ -157,249 +161,21 @@ def free_ports(names: Iterable[str], host: str = "127.0.0.1") -> dict[str, int]:
     return {name: free_port(host) for name in names}
 
 
-def split_host_port(bootstrap: str) -> tuple[str, int]:
-    first = bootstrap.split(",")[0].strip()
-    host, _, port = first.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
+class BrokerProcess(processes.BrokerProcess):
+    """One raftka broker running as `python -m raftka.broker serve` in a subprocess, on a
+    port of this worker's block, started from the repository root.
 
-
-def _api_versions_request_v3(correlation_id: int) -> bytes:
-    """ApiVersions v3, as librdkafka sends it first (flexible request header v2)."""
-    client_id = b"raftka-harness"
-    header = struct.pack(">hhi", API_VERSIONS_KEY, 3, correlation_id)
-    header += struct.pack(">h", len(client_id)) + client_id + b"\x00"  # no tagged fields
-    software_name = b"raftka-harness"
-    software_version = b"0.1"
-    body = bytes([len(software_name) + 1]) + software_name
-    body += bytes([len(software_version) + 1]) + software_version + b"\x00"
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise ConnectionError("connection closed by broker")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def probe_api_versions(bootstrap: str, timeout_s: float = 2.0) -> int:
-    """Send one ApiVersions request and return the response's error code.
-
-    0 means the broker accepted v3; 35 (UNSUPPORTED_VERSION) is also a valid Kafka answer
-    (the broker then lists its versions). Raises OSError/ConnectionError/ValueError otherwise.
-    """
-    host, port = split_host_port(bootstrap)
-    correlation_id = 0x5AF7
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
-        sock.settimeout(timeout_s)
-        sock.sendall(_api_versions_request_v3(correlation_id))
-        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-        if not 6 <= size <= 1 << 20:
-            raise ValueError(f"implausible ApiVersions response size {size}")
-        response = _recv_exactly(sock, size)
-    got_correlation_id, error_code = struct.unpack(">ih", response[:6])
-    if got_correlation_id != correlation_id:
-        raise ValueError(f"correlation id {got_correlation_id} != {correlation_id}")
-    return error_code
-
-
-def _set_parent_death_signal() -> None:
-    """Runs in the child before exec: die with SIGKILL if the test process dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-class BrokerProcess:
-    """One raftka broker running as `python -m raftka.broker serve` in a subprocess.
-
-    The broker listens on 127.0.0.1:<port>; its stdout and stderr go to `broker.log` in
-    `data_dir`'s parent folder. `start()` returns once the port answers a Kafka ApiVersions
-    request. The child is killed if the test process dies, so no broker outlives a run.
+    Its stdout and stderr go to `broker.log` in `base_dir`. `start()` returns once the port
+    answers a Kafka ApiVersions request. The child is killed if the test process dies, so
+    no broker outlives a run.
     """
 
-    def __init__(
-        self,
-        config: dict[str, str] | None = None,
-        *,
-        port: int | None = None,
-        base_dir: str | os.PathLike[str] | None = None,
-        data_dir: str | os.PathLike[str] | None = None,
-        startup_timeout_s: float = 20.0,
-        python: str = sys.executable,
-        extra_args: list[str] | None = None,
-    ) -> None:
-        self.config = dict(config or {})
-        self.port = port or free_port()
-        if base_dir is None:
-            base_dir = tempfile.mkdtemp(prefix="raftka-broker-")
-        self.base_dir = Path(base_dir)
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = Path(data_dir) if data_dir is not None else self.base_dir / "data"
-        self.log_path = self.base_dir / "broker.log"
-        self.startup_timeout_s = startup_timeout_s
-        self.python = python
-        self.extra_args = list(extra_args or [])
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._killed = False  # the last exit was our SIGKILL, not a crash
+    launcher = "harness"
+    cwd = REPO_ROOT
+    stop_error = BrokerStopError
 
-    # -- what tests read -------------------------------------------------------------------
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        if self._proc is None:
-            raise RuntimeError("broker not started")
-        return self._proc.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def command(self) -> list[str]:
-        argv = [self.python, "-m", "raftka.broker", "serve", "--listen", self.bootstrap]
-        argv += ["--data-dir", str(self.data_dir)]
-        for key, value in self.config.items():
-            argv += ["--config", f"{key}={value}"]
-        return argv + self.extra_args
-
-    def log_tail(self, n: int = 40) -> str:
-        """The last `n` lines the broker wrote to stdout/stderr (all starts appended)."""
-        try:
-            with open(self.log_path, errors="replace") as log:
-                return "".join(deque(log, maxlen=n))
-        except FileNotFoundError:
-            return "(no broker log yet)\n"
-
-    # -- lifecycle ---------------------------------------------------------------------
-
-    def start(self) -> BrokerProcess:
-        self.spawn()
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def spawn(self) -> None:
-        """Launch the broker process without waiting for it to answer."""
-        if self.is_running():
-            raise RuntimeError(f"broker already running (pid {self.pid})")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._killed = False
-        argv = self.command()
-        with open(self.log_path, "ab") as log:
-            log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
-            log.flush()
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
-            # Launched from the calling thread: PR_SET_PDEATHSIG fires when the *thread*
-            # that forked the child exits, so never spawn from a short-lived thread.
-            self._proc = subprocess.Popen(
-                argv,
-                cwd=REPO_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_set_parent_death_signal,
-            )
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        last_error: Exception | None = None
-        while True:
-            code = self.returncode
-            if code is not None:
-                raise BrokerStartError(
-                    f"broker exited with code {code} during start-up\n"
-                    f"command: {' '.join(self.command())}\n"
-                    f"--- broker log tail ({self.log_path}) ---\n{self.log_tail(40)}"
-                )
-            try:
-                error_code = probe_api_versions(self.bootstrap, timeout_s=1.0)
-                if error_code in (0, UNSUPPORTED_VERSION):
-                    return
-                last_error = ValueError(f"ApiVersions error code {error_code}")
-            except (OSError, ValueError) as exc:
-                last_error = exc
-            if time.monotonic() >= deadline:
-                raise BrokerStartError(
-                    f"broker on {self.bootstrap} did not answer ApiVersions within "
-                    f"{self.startup_timeout_s:.0f} s (last error: {last_error!r})\n"
-                    f"command: {' '.join(self.command())}\n"
-                    f"--- broker log tail ({self.log_path}) ---\n{self.log_tail(40)}"
-                )
-            time.sleep(0.05)
-
-    def stop(self, timeout: float = 15) -> None:
-        """SIGTERM, wait, and require exit code 0 (a clean shutdown).
-
-        A no-op if the broker is not running because `kill()` stopped it; an error if it
-        exited by itself with a non-zero code.
-        """
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            code = None if proc is None else proc.returncode
-            if code not in (None, 0) and not self._killed:
-                raise BrokerStopError(
-                    f"broker {self.bootstrap} had already exited with code {code}\n"
-                    f"--- broker log tail ---\n{self.log_tail(40)}"
-                )
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise BrokerStopError(
-                f"broker {self.bootstrap} (pid {proc.pid}) did not exit within {timeout} s "
-                f"of SIGTERM; killed\n--- broker log tail ---\n{self.log_tail(40)}"
-            ) from None
-        if code != 0:
-            raise BrokerStopError(
-                f"broker {self.bootstrap} exited with code {code} after SIGTERM (expected 0)\n"
-                f"--- broker log tail ---\n{self.log_tail(40)}"
-            )
-
-    def kill(self) -> None:
-        """SIGKILL and reap; a no-op if the broker is not running."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-            self._killed = True
-
-    def restart(self, timeout: float = 15) -> BrokerProcess:
-        """Clean stop, then start again on the same port and data dir."""
-        self.stop(timeout=timeout)
-        return self.start()
-
-    def __enter__(self) -> BrokerProcess:
-        return self.start() if not self.is_running() else self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if exc_info[0] is None:
-            self.stop()
-        else:
-            self.kill()
-
-    def __repr__(self) -> str:
-        state = f"pid {self._proc.pid}" if self.is_running() else "stopped"
-        return f"BrokerProcess({self.bootstrap}, {state}, data_dir={self.data_dir})"
+    def allocate_port(self) -> int:
+        return free_port()
 
 
 # -- Java client tool ------------------------------------------------------------------------
@@ -485,62 +261,25 @@ class JavaTool:
 # -- a local multi-broker cluster ------------------------------------------------------------
 
 
-def metadata_brokers(bootstrap: str, timeout_s: float = 5.0) -> tuple[list[int], int]:
-    """(sorted broker ids, controller id) from one Metadata request to `bootstrap` only."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
-    md = admin.list_topics(timeout=timeout_s)
-    return sorted(md.brokers), md.controller_id
-
-
-class ClusterNode(BrokerProcess):
+class ClusterNode(processes.ClusterNode):
     """One voter of a `ClusterProcess`: a `BrokerProcess` with a node id and a Raft port.
 
     Adds `pause()` (SIGSTOP) and `resume()` (SIGCONT); `stop()` resumes a paused node first.
     """
 
-    def __init__(
-        self,
-        node_id: int,
-        raft_port: int,
-        peers: str,
-        config: dict[str, str] | None = None,
-        **kwargs: object,
-    ) -> None:
-        self.node_id = node_id
-        self.raft_port = raft_port
-        self.peers = peers
-        self.paused = False
-        extra = ["--node-id", str(node_id), "--raft-listen", f"127.0.0.1:{raft_port}"]
-        extra += ["--peers", peers]
-        super().__init__(config, extra_args=extra, **kwargs)  # type: ignore[arg-type]
+    launcher = "harness"
+    cwd = REPO_ROOT
+    stop_error = BrokerStopError
+    #: Set by `pause()`; cleared by `resume()`, `spawn()` and `kill()`.
+    paused = False
 
-    @property
-    def raft_address(self) -> str:
-        return f"127.0.0.1:{self.raft_port}"
+    def allocate_port(self) -> int:
+        return free_port()
 
     def spawn(self) -> None:
-        """Launch the process without waiting for it to answer (see `wait_ready`).
-
-        A voter only starts serving clients once it has registered with the metadata
-        quorum, so a cluster's nodes must all be launched before any is waited for.
-        """
+        """Launch the process without waiting for it to answer (see `wait_ready`)."""
         self.paused = False
         super().spawn()
-
-    def wait_ready(self) -> ClusterNode:
-        """Until the node answers ApiVersions (it has registered); kills it on failure."""
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def start(self) -> ClusterNode:
-        self.spawn()
-        return self.wait_ready()
 
     def pause(self) -> None:
         """SIGSTOP: the process stays alive but does nothing (no ticks, no answers)."""
@@ -565,113 +304,31 @@ class ClusterNode(BrokerProcess):
         self.paused = False
 
     def __repr__(self) -> str:
-        state = f"pid {self._proc.pid}" if self.is_running() else "stopped"
+        state = f"pid {self.pid}" if self.is_running() else "stopped"
         if self.paused:
             state += ", paused"
         return f"ClusterNode({self.node_id}, {self.bootstrap}, raft {self.raft_port}, {state})"
 
 
-class ClusterProcess:
-    """`size` raftka brokers on free ports (Kafka and Raft), each with its own data dir
-    under `base_dir/node-N/`, every one listing all voters in `--peers`.
+class ClusterProcess(processes.ClusterProcess):
+    """`size` raftka brokers on free ports of this worker's block (Kafka and Raft), each
+    with its own data dir under `base_dir/node-N/`, every one listing all voters in `--peers`.
 
     `start()` launches all nodes at once and returns when every node answers Metadata
     listing all `size` brokers. `nodes[i]` is a `ClusterNode` (`kill()`, `stop()`,
-    `start()`, `pause()`, `resume()`, `data_dir`); `node(id)` looks one up by node id.
+    `start()`, `pause()`, `resume()`, `data_dir`); `node(id)` looks one up by node id;
+    `running()` leaves out paused nodes; `add_joiner()` grows the cluster.
     """
 
-    def __init__(
-        self,
-        size: int = 3,
-        config: dict[str, str] | None = None,
-        *,
-        base_dir: str | os.PathLike[str] | None = None,
-        startup_timeout_s: float = 30.0,
-        python: str = sys.executable,
-    ) -> None:
-        python = os.path.abspath(python) if os.sep in python else python
-        if base_dir is None:
-            base_dir = tempfile.mkdtemp(prefix="raftka-cluster-")
-        self.base_dir = Path(base_dir)
-        self.startup_timeout_s = startup_timeout_s
-        kafka_ports: list[int] = []
-        raft_ports: list[int] = []
-        while len(kafka_ports) < size:
-            for ports in (kafka_ports, raft_ports):
-                port = free_port()
-                while port in kafka_ports or port in raft_ports:
-                    port = free_port()
-                ports.append(port)
-        peers = ",".join(f"{i + 1}@127.0.0.1:{raft_ports[i]}" for i in range(size))
-        self.nodes = [
-            ClusterNode(
-                i + 1,
-                raft_ports[i],
-                peers,
-                config,
-                port=kafka_ports[i],
-                base_dir=self.base_dir / f"node-{i + 1}",
-                startup_timeout_s=startup_timeout_s,
-                python=python,
-            )
-            for i in range(size)
-        ]
+    node_class = ClusterNode
+    stop_error = BrokerStopError
+    nodes: list[ClusterNode]
 
-    @property
-    def bootstrap(self) -> str:
-        """Every node's Kafka address, comma-separated (a client's bootstrap.servers)."""
-        return ",".join(n.bootstrap for n in self.nodes)
+    def allocate_port(self) -> int:
+        return free_port()
 
-    def node(self, node_id: int) -> ClusterNode:
-        for n in self.nodes:
-            if n.node_id == node_id:
-                return n
-        raise KeyError(node_id)
-
-    def running(self) -> list[ClusterNode]:
+    def running(self) -> list[ClusterNode]:  # type: ignore[override]
         return [n for n in self.nodes if n.is_running() and not n.paused]
-
-    def start(self) -> ClusterProcess:
-        try:
-            for node in self.nodes:
-                node.spawn()
-            for node in self.nodes:
-                node.wait_ready()
-            self.wait_formed()
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def wait_formed(self, timeout_s: float | None = None) -> None:
-        """Until every running node answers Metadata listing all nodes as brokers."""
-        timeout_s = self.startup_timeout_s if timeout_s is None else timeout_s
-        want = sorted(n.node_id for n in self.nodes)
-        deadline = time.monotonic() + timeout_s
-        last: dict[int, object] = {}
-        while True:
-            pending = []
-            for node in self.running():
-                try:
-                    ids, _controller = metadata_brokers(node.bootstrap, timeout_s=2.0)
-                    last[node.node_id] = ids
-                    if ids != want:
-                        pending.append(node)
-                except Exception as exc:  # noqa: BLE001 - reported on timeout
-                    last[node.node_id] = exc
-                    pending.append(node)
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                tails = "\n".join(
-                    f"--- node {n.node_id} log tail ({n.log_path}) ---\n{n.log_tail(30)}"
-                    for n in pending
-                )
-                raise BrokerStartError(
-                    f"cluster did not form within {timeout_s:.0f} s: brokers seen per node "
-                    f"{last} (want {want})\n{tails}"
-                )
-            time.sleep(0.2)
 
     def add_joiner(self, node_id: int, cluster_id: str) -> ClusterNode:
         """Launch broker `node_id` joining the running cluster (`--join`, `--cluster-id`),
@@ -691,37 +348,3 @@ class ClusterProcess:
         node.extra_args += ["--join", "--cluster-id", cluster_id]
         self.nodes.append(node)
         return node.start()
-
-    def stop(self, timeout: float = 20) -> None:
-        """SIGTERM every node (one at a time, so leadership can move) and require exit 0."""
-        errors = []
-        for node in self.nodes:
-            try:
-                node.stop(timeout=timeout)
-            except AssertionError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise BrokerStopError("\n".join(errors))
-
-    def kill(self) -> None:
-        for node in self.nodes:
-            node.kill()
-
-    def log_tails(self, n: int = 40) -> str:
-        return "\n".join(
-            f"--- node {node.node_id} ({node.bootstrap}) log tail ---\n{node.log_tail(n)}"
-            for node in self.nodes
-        )
-
-    def __enter__(self) -> ClusterProcess:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            if exc_info[0] is None:
-                self.stop()
-        finally:
-            self.kill()
-
-    def __repr__(self) -> str:
-        return f"ClusterProcess({self.nodes!r})"
