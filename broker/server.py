@@ -446,9 +446,9 @@ class Broker:
                 floor=lambda: self.controller.image.producer_id_floor,
             )
             opened.callback(self.producer_ids.close)
-            self.replica_manager = ReplicaManager(self.topics, self.controller)
+            self.replica_manager = ReplicaManager(self.topics, self.controller, self.clock)
             self.groups = coordinator_for(
-                self.topics, self.controller, config, self.replica_manager, clock
+                self.topics, self.controller, config, self.replica_manager, self.clock
             )
             self.replica_manager.marker_listeners.append(
                 offsets_marker_listener(self.groups.on_transaction_completed)

@@ -5,7 +5,7 @@ committed records are applied, in offset order, to this broker's `MetadataImage`
 apply loop, and the changes are published to the broker (`publisher.py`: open or delete
 partition logs and Raft groups). Admin commands are decided by that Raft group's leader, the
 controller, from its image without I/O (`control/`, one module per area: the records to
-append and the answer); it appends the records and answers once they are applied here. Any
+append and the answer); it appends the records and answers once they are applied here. Every
 other broker forwards commands to it over the peer transport and relays the answer. Snapshot
 retention (`retention.py`), membership changes of the metadata group (`membership.py`) and
 leadership gossip (`leaders.py`) are parts it composes.

@@ -207,6 +207,7 @@ class PreferredLeaderElections:
                         )
                         continue
                     by_leader.setdefault(leader, []).append(tp)
+                # The cancel scope's deadline is on trio's clock, so it is read on that clock.
                 remaining_s = max(scope.deadline - trio.current_time(), 0.0)
                 async with trio.open_nursery() as nursery:
                     for leader, tps in by_leader.items():
@@ -320,6 +321,7 @@ class PreferredLeaderElections:
     async def _serve(self, payload: bytes) -> tuple[int, bytes]:
         """ELECT_RPC: [[topic, partition, error code, message]...] for the partitions asked."""
         try:
+            # A peer's JSON object; each field is converted as read, and a bad one refused.
             request: dict[str, Any] = json.loads(payload)
             tps = [(str(t), int(p)) for t, p in request["partitions"]]
             timeout_s = float(request["timeout_s"])

@@ -18,7 +18,7 @@ import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import lmdb
 
@@ -62,7 +62,7 @@ class TopicSnapshot(TypedDict):
     replicas: list[list[int]]
     configs: dict[str, str]
     #: [partition, original replicas, target replicas]; absent before reassignments: none.
-    reassignments: NotRequired[list[list[Any]]]
+    reassignments: NotRequired[list[tuple[int, list[int], list[int]]]]
 
 
 class ImageSnapshot(TypedDict):
@@ -139,7 +139,7 @@ def image_to_dict(image: MetadataImage) -> ImageSnapshot:
                 "replicas": [list(r) for r in t.replicas],
                 "configs": dict(sorted(t.configs.items())),
                 "reassignments": [
-                    [index, list(move.original), list(move.target)]
+                    (index, list(move.original), list(move.target))
                     for index, move in sorted(t.reassignments.items())
                 ],
             }

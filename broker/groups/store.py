@@ -24,7 +24,8 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.replica import AppendOrigin, ReplicaManager, leads
-from raftka.broker.topics import OFFSETS_TOPIC, Partition, Topic, now_ms
+from raftka.broker.topics import OFFSETS_TOPIC as OFFSETS_TOPIC  # named from here by groups/
+from raftka.broker.topics import Partition, Topic, now_ms
 from raftka.consensus.core import NotLeaderError
 from raftka.protocol.batch_builder import (
     CONTROL_TYPE_COMMIT,

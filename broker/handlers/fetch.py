@@ -22,8 +22,9 @@ evicted session.
 from __future__ import annotations
 
 import os
+import uuid
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -32,7 +33,8 @@ from raftka.broker.handlers.common import (
     NO_THROTTLE,
     TopicAccess,
     led_partition,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.replica import wait_for_appends
 from raftka.broker.security.acl import AclOperation
@@ -40,9 +42,17 @@ from raftka.protocol.api import build
 from raftka.protocol.splice import FileRange, SplicedResponse, Splices
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition, Topic
     from raftka.log.segment import LogSegment
+    from raftka.protocol.messages.requests import FetchRequest
+    from raftka.protocol.messages.responses import FetchResponse
+
+#: A partition's answer before it is built: its fields (all but "records") and the segment
+#: slice (segment, position, length) to send as its records, or None for none.
+_PartitionAnswer: TypeAlias = "tuple[dict[str, object], tuple[LogSegment, int, int] | None]"
+#: (topic name, topic id, its partitions' answers).
+_TopicAnswer: TypeAlias = "tuple[str, uuid.UUID | None, list[_PartitionAnswer]]"
 
 #: Share fetches long-poll as fetches do (`handlers/share.py`).
 _any_appended = wait_for_appends
@@ -51,10 +61,10 @@ INLINE_RECORDS_BYTES_MAX = 32 * 1024
 
 
 def _read_all(
-    context: RequestContext, request: Any, module: ModuleType, may_read: TopicAccess
-) -> tuple[list[tuple[str, Any, list[dict[str, Any]]]], int, list[Partition]]:
-    """One pass over the requested partitions: ((topic, topic id, partition fields) per
-    topic, bytes, partitions read). A partition's "records" is a segment slice or b"".
+    context: RequestContext, request: FetchRequest, module: ModuleType, may_read: TopicAccess
+) -> tuple[list[_TopicAnswer], int, list[Partition]]:
+    """One pass over the requested partitions: ((topic, topic id, partition answers) per
+    topic, bytes, partitions read). A partition's records are a segment slice or none.
     Partitions of topics `may_read` refuses answer TOPIC_AUTHORIZATION_FAILED."""
     topics = context.services.topics
     replicas = context.services.replica_manager
@@ -63,19 +73,21 @@ def _read_all(
     min_one_batch = True
     total_bytes = 0
     watched: list[Partition] = []
-    responses = []
+    responses: list[_TopicAnswer] = []
     by_id = hasattr(request.topics[0], "topic_id") if request.topics else False
     for wanted in request.topics:
         topic: Topic | None
+        topic_id: uuid.UUID | None = getattr(wanted, "topic_id", None)  # Fetch v13+
         if by_id:
-            topic = topics.topics_by_id.get(wanted.topic_id)
+            topic = topics.topics_by_id.get(topic_id) if topic_id is not None else None
             name = topic.name if topic is not None else None
         else:
             name = wanted.topic
             topic = topics.get(name)
-        partitions = []
+        partitions: list[_PartitionAnswer] = []
         for p in wanted.partitions:
-            fields: dict[str, Any] = {
+            found_slice: tuple[LogSegment, int, int] | None = None
+            fields: dict[str, object] = {
                 "partition_index": p.partition,
                 "error_code": ErrorCode.none,
                 "high_watermark": -1,
@@ -83,7 +95,6 @@ def _read_all(
                 "log_start_offset": -1,
                 "aborted_transactions": None,
                 "preferred_read_replica": -1,
-                "records": b"",  # empty, never null: librdkafka rejects a null MessageSet
             }
             partition = (
                 topic.partitions[p.partition]
@@ -122,7 +133,7 @@ def _read_all(
                     min_one_batch = False
                     remaining = max(0, remaining - length)
                     total_bytes += length
-                    fields["records"] = (found.segment, found.position, length)
+                    found_slice = (found.segment, found.position, length)
                 if read.aborted is not None:
                     fields["aborted_transactions"] = tuple(
                         build(
@@ -132,8 +143,8 @@ def _read_all(
                         )
                         for txn in read.aborted
                     )
-            partitions.append(fields)
-        responses.append((name or "", getattr(wanted, "topic_id", None), partitions))
+            partitions.append((fields, found_slice))
+        responses.append((name or "", topic_id, partitions))
     return responses, total_bytes, watched
 
 
@@ -148,9 +159,9 @@ def _stores_zstd(partition: Partition) -> bool:
 def _build_topics(
     context: RequestContext,
     module: ModuleType,
-    responses: list[tuple[str, Any, list[dict[str, Any]]]],
+    responses: list[_TopicAnswer],
     splices: Splices,
-) -> tuple[Any, ...]:
+) -> tuple[object, ...]:
     """The response's topics, each slice made a placeholder for its file range (or read when
     small); counts bytes out and partition errors of the response sent. Must run in the same
     step as the `_read_all` that found the slices: no segment may have gone since."""
@@ -158,15 +169,17 @@ def _build_topics(
     topics = []
     for name, topic_id, partitions in responses:
         built = []
-        for fields in partitions:
-            found = fields["records"]
-            if found:
+        for fields, found in partitions:
+            # Empty, never null: librdkafka rejects a null MessageSet.
+            records = b""
+            if found is not None:
                 segment, position, length = found
-                fields["records"] = _records(segment, position, length, splices)
+                records = _records(segment, position, length, splices)
                 metrics.fetched(name, length)
-            if fields["error_code"]:
-                metrics.request_error(context.api_key, fields["error_code"])
-            built.append(build(module.PartitionData, **fields))
+            error_code = cast(ErrorCode, fields["error_code"])
+            if error_code:
+                metrics.request_error(context.api_key, error_code)
+            built.append(build(module.PartitionData, records=records, **fields))
         topics.append(
             build(
                 module.FetchableTopicResponse,
@@ -190,8 +203,11 @@ def _records(segment: LogSegment, position: int, length: int, splices: Splices) 
     return segment.pread(length, position)
 
 
-async def handle_fetch(context: RequestContext, request: Any) -> Any:
-    entity, module = response_schema(context)
+async def handle_fetch(
+    context: RequestContext, request: FetchRequest
+) -> FetchResponse | SplicedResponse:
+    entity: type[FetchResponse] = response_entity(context)
+    module = response_module(context)
     session_id = getattr(request, "session_id", 0)
     if session_id != 0:
         return build(

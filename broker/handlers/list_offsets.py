@@ -12,7 +12,7 @@ principal with CLUSTER_ACTION on the cluster, as Kafka does for its brokers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -20,25 +20,34 @@ from raftka.broker.handlers.common import (
     NO_THROTTLE,
     TopicAccess,
     led_partition,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.replica import OffsetNotAvailable, replica_partition
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
+    from raftka.protocol.messages.requests import ListOffsetsRequest, OffsetForLeaderEpochRequest
+    from raftka.protocol.messages.responses import (
+        ListOffsetsResponse,
+        OffsetForLeaderEpochResponse,
+    )
 
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 
 
-async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
+async def handle_list_offsets(
+    context: RequestContext, request: ListOffsetsRequest
+) -> ListOffsetsResponse:
     topics_view = context.services.topics
     replicas = context.services.replica_manager
-    entity, module = response_schema(context)
+    entity: type[ListOffsetsResponse] = response_entity(context)
+    module = response_module(context)
     replica_id = request.replica_id
     # Kafka applies an isolation level to consumers only; replicas read to the log end.
     isolation = (
@@ -50,7 +59,7 @@ async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
         partitions = []
         for p in wanted.partitions:
             partition = topics_view.partition(wanted.name, p.partition_index)
-            fields: dict[str, Any] = {
+            fields: dict[str, object] = {
                 "partition_index": p.partition_index,
                 "error_code": ErrorCode.none,
                 "timestamp": -1,
@@ -81,10 +90,13 @@ async def handle_list_offsets(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-async def handle_offset_for_leader_epoch(context: RequestContext, request: Any) -> Any:
+async def handle_offset_for_leader_epoch(
+    context: RequestContext, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
     """KIP-101/KIP-320: the end offset of a leader epoch, for truncation detection."""
     topics_view = context.services.topics
-    entity, module = response_schema(context)
+    entity: type[OffsetForLeaderEpochResponse] = response_entity(context)
+    module = response_module(context)
     # Brokers may ask about every topic (CLUSTER_ACTION); consumers (KIP-320) need DESCRIBE.
     may_describe = TopicAccess(context, AclOperation.DESCRIBE)
     if may_describe.enabled and context.authorize(
@@ -96,7 +108,7 @@ async def handle_offset_for_leader_epoch(context: RequestContext, request: Any) 
         partitions = []
         for p in wanted.partitions:
             partition = topics_view.partition(wanted.topic, p.partition)
-            fields: dict[str, Any] = {
+            fields: dict[str, object] = {
                 "error_code": ErrorCode.none,
                 "partition": p.partition,
                 "leader_epoch": -1,

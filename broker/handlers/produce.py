@@ -24,7 +24,7 @@ Produce check with KIP-679).
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -32,7 +32,8 @@ from raftka.broker.handlers.common import (
     NO_THROTTLE,
     TopicAccess,
     denied_message,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.replica import AppendOrigin, AppendResult, in_restore_mode
 from raftka.broker.security.acl import AclOperation, ResourceType
@@ -48,8 +49,10 @@ from raftka.protocol.records import (
 )
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
+    from raftka.protocol.messages.requests import ProduceRequest
+    from raftka.protocol.messages.responses import ProduceResponse
 
 
 def _append_time(ms: int | None) -> datetime.datetime | None:
@@ -63,7 +66,9 @@ _AUTHORIZATION_ERRORS = frozenset(
 )
 
 
-def _transactional_error(context: RequestContext, request: Any) -> tuple[ErrorCode, str] | None:
+def _transactional_error(
+    context: RequestContext, request: ProduceRequest
+) -> tuple[ErrorCode, str] | None:
     """Kafka's whole-request refusals of transactional batches: no transactional id, no
     WRITE on it, or more than one producer id among them (restore-mode topics take batches
     as stored). Only a batch whose attributes say transactional (and not control) is looked
@@ -114,7 +119,7 @@ def _transactional_error(context: RequestContext, request: Any) -> tuple[ErrorCo
 
 def _refusal(
     context: RequestContext,
-    request: Any,
+    request: ProduceRequest,
     name: str,
     partition: Partition | None,
     refused: tuple[ErrorCode, str] | None,
@@ -140,7 +145,9 @@ def _refusal(
     return None
 
 
-async def handle_produce(context: RequestContext, request: Any) -> Any:
+async def handle_produce(
+    context: RequestContext, request: ProduceRequest
+) -> ProduceResponse | None:
     services = context.services
     topics = services.topics
     refused = _transactional_error(context, request)
@@ -149,7 +156,7 @@ async def handle_produce(context: RequestContext, request: Any) -> Any:
     results: list[tuple[str, list[tuple[int, AppendResult | None]]]] = []
     appends: list[tuple[Partition, bytes]] = []
     for topic_data in request.topic_data or ():
-        name = topic_data.name
+        name: str = topic_data.name
         partition_results: list[tuple[int, AppendResult | None]] = []
         for data in topic_data.partition_data or ():
             partition = topics.partition(name, data.index)
@@ -203,8 +210,9 @@ def _refused(answers: list[tuple[str, list[tuple[int, AppendResult]]]]) -> bool:
 
 def _response(
     context: RequestContext, answers: list[tuple[str, list[tuple[int, AppendResult]]]]
-) -> Any:
-    entity, module = response_schema(context)
+) -> ProduceResponse:
+    entity: type[ProduceResponse] = response_entity(context)
+    module = response_module(context)
     with_record_errors = hasattr(module, "BatchIndexAndErrorMessage")  # Produce v8+
     topic_responses = []
     for name, partition_answers in answers:

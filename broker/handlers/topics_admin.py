@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -23,17 +23,30 @@ from raftka.broker.handlers.common import (
     NO_THROTTLE,
     denied_message,
     duration_ms,
-    response_schema,
+    response_entity,
+    response_module,
 )
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import RequestContext
+    from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition, Topic
+    from raftka.protocol.messages.requests import (
+        CreatePartitionsRequest,
+        CreateTopicsRequest,
+        DeleteRecordsRequest,
+        DeleteTopicsRequest,
+    )
+    from raftka.protocol.messages.responses import (
+        CreatePartitionsResponse,
+        CreateTopicsResponse,
+        DeleteRecordsResponse,
+        DeleteTopicsResponse,
+    )
 
 
-def _created_configs(module: ModuleType, topic: Topic) -> tuple[Any, ...]:
+def _created_configs(module: ModuleType, topic: Topic) -> tuple[object, ...]:
     if not hasattr(module, "CreatableTopicConfigs"):  # CreateTopics v4 and older
         return ()
     return tuple(
@@ -49,14 +62,17 @@ def _created_configs(module: ModuleType, topic: Topic) -> tuple[Any, ...]:
     )
 
 
-async def handle_create_topics(context: RequestContext, request: Any) -> Any:
+async def handle_create_topics(
+    context: RequestContext, request: CreateTopicsRequest
+) -> CreateTopicsResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[CreateTopicsResponse] = response_entity(context)
+    module = response_module(context)
     counts = Counter(t.name for t in request.topics)
     may_create = context.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
     results = []
     for wanted in request.topics:
-        fields: dict[str, Any] = {
+        fields: dict[str, object] = {
             "name": wanted.name,
             "topic_id": None,
             "error_code": ErrorCode.none,
@@ -123,9 +139,12 @@ async def handle_create_topics(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def handle_delete_topics(context: RequestContext, request: Any) -> Any:
+async def handle_delete_topics(
+    context: RequestContext, request: DeleteTopicsRequest
+) -> DeleteTopicsResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[DeleteTopicsResponse] = response_entity(context)
+    module = response_module(context)
     if hasattr(request, "topics"):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -136,7 +155,9 @@ async def handle_delete_topics(context: RequestContext, request: Any) -> Any:
         error, message = ErrorCode.none, None
         by_id = name is None
         if by_id:
-            topic_by_id = services.topics.topics_by_id.get(topic_id)
+            topic_by_id = (
+                services.topics.topics_by_id.get(topic_id) if topic_id is not None else None
+            )
             name = topic_by_id.name if topic_by_id is not None else None
             if name is None:
                 error = ErrorCode.unknown_topic_id
@@ -195,9 +216,12 @@ async def handle_delete_topics(context: RequestContext, request: Any) -> Any:
     return build(entity, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def handle_create_partitions(context: RequestContext, request: Any) -> Any:
+async def handle_create_partitions(
+    context: RequestContext, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
     services = context.services
-    entity, module = response_schema(context)
+    entity: type[CreatePartitionsResponse] = response_entity(context)
+    module = response_module(context)
     counts = Counter(t.name for t in request.topics)
     results = []
     for wanted in request.topics:
@@ -230,18 +254,21 @@ async def handle_create_partitions(context: RequestContext, request: Any) -> Any
     return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-async def handle_delete_records(context: RequestContext, request: Any) -> Any:
+async def handle_delete_records(
+    context: RequestContext, request: DeleteRecordsRequest
+) -> DeleteRecordsResponse:
     """Advance log start offsets (offset -1 means the high watermark) through the replica
     manager, which answers each partition once the replicas' low watermark reached it."""
     topics_view = context.services.topics
-    entity, module = response_schema(context)
+    entity: type[DeleteRecordsResponse] = response_entity(context)
+    module = response_module(context)
     # (topic, partition index) -> (error, low watermark); deletions: (key, partition, offset).
     answers: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
     deletions: list[tuple[tuple[str, int], Partition, int]] = []
     for wanted in request.topics:
         may_delete = context.authorize(AclOperation.DELETE, ResourceType.TOPIC, wanted.name)
         for p in wanted.partitions:
-            key = (wanted.name, p.partition_index)
+            key: tuple[str, int] = (wanted.name, p.partition_index)
             partition = topics_view.partition(wanted.name, p.partition_index)
             answers[key] = (ErrorCode.none, -1)
             if not may_delete:

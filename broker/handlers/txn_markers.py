@@ -15,17 +15,30 @@ or on the partition's leader over the Raft peer transport, which no client ACL g
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.handlers.common import response_schema
+from raftka.broker.handlers.common import response_entity, response_module
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
-    from raftka.broker.services import BrokerServices, RequestContext
+    from types import ModuleType
+    from typing import TypeAlias
+
+    import kio.schema.write_txn_markers.v1.request
+    import kio.schema.write_txn_markers.v2.request
+
+    from raftka.broker.handlers.context import BrokerServices, RequestContext
+    from raftka.protocol.messages.requests import WriteTxnMarkersRequest
+    from raftka.protocol.messages.responses import WriteTxnMarkersResponse
+
+    WritableTxnMarker: TypeAlias = (
+        kio.schema.write_txn_markers.v1.request.WritableTxnMarker
+        | kio.schema.write_txn_markers.v2.request.WritableTxnMarker
+    )
 
 #: How long a WriteTxnMarkers request waits for each marker to commit (Kafka's
 #: request.timeout.ms default, which bounds the coordinator's marker requests).
@@ -34,7 +47,7 @@ WRITE_TXN_MARKERS_TIMEOUT_S = 30.0
 
 async def _write_one(
     services: BrokerServices,
-    marker: Any,
+    marker: WritableTxnMarker,
     topic: str,
     partition: int,
     errors: dict[tuple[int, str, int], ErrorCode],
@@ -51,19 +64,23 @@ async def _write_one(
     )
 
 
-async def handle_write_txn_markers(context: RequestContext, request: Any) -> Any:
+async def handle_write_txn_markers(
+    context: RequestContext, request: WriteTxnMarkersRequest
+) -> WriteTxnMarkersResponse:
     """Write every marker of the request (all partitions concurrently) and answer an error
     code per marker, topic and partition."""
-    entity, module = response_schema(context)
+    entity: type[WriteTxnMarkersResponse] = response_entity(context)
+    module = response_module(context)
     errors: dict[tuple[int, str, int], ErrorCode] = {}
+    markers: tuple[WritableTxnMarker, ...] = request.markers
     if not _may_write_markers(context):
-        for number, marker in enumerate(request.markers):
+        for number, marker in enumerate(markers):
             for wanted in marker.topics:
                 for index in wanted.partition_indexes:
                     errors[(number, wanted.name, index)] = ErrorCode.cluster_authorization_failed
         return _response(context, entity, module, request, errors)
     async with trio.open_nursery() as nursery:
-        for number, marker in enumerate(request.markers):
+        for number, marker in enumerate(markers):
             for wanted in marker.topics:
                 for index in wanted.partition_indexes:
                     slot = (number, wanted.name, index)
@@ -81,14 +98,15 @@ def _may_write_markers(context: RequestContext) -> bool:
 
 def _response(
     context: RequestContext,
-    entity: Any,
-    module: Any,
-    request: Any,
+    entity: type[WriteTxnMarkersResponse],
+    module: ModuleType,
+    request: WriteTxnMarkersRequest,
     errors: dict[tuple[int, str, int], ErrorCode],
-) -> Any:
+) -> WriteTxnMarkersResponse:
     """The answer: an error code per marker, topic and partition."""
     results = []
-    for number, marker in enumerate(request.markers):
+    markers: tuple[WritableTxnMarker, ...] = request.markers
+    for number, marker in enumerate(markers):
         topics = []
         for wanted in marker.topics:
             partitions = []

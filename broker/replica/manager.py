@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.clock import SYSTEM_CLOCK, Clock
 from raftka.broker.cluster.commands import RaiseProducerIdFloorCommand
 from raftka.broker.replica.append import AckWait, ClientAppends, WriteQueues
 from raftka.broker.replica.restore import append_restore, in_restore_mode
@@ -132,9 +133,12 @@ class ReplicaManager:
     """The partitions' data path; `topics` finds them, `controller` raises the producer id
     floor after a restore. Built before the coordinators that write through it."""
 
-    def __init__(self, topics: PartitionSource, controller: MetadataClient) -> None:
+    def __init__(
+        self, topics: PartitionSource, controller: MetadataClient, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.topics = topics
         self.controller = controller
+        self.clock = clock
         self.queues = WriteQueues()
         self.marker_listeners: list[MarkerListener] = []
 
@@ -435,13 +439,13 @@ class ReplicaManager:
         await self._await_low_watermarks(answers, waiting, timeout_s)
         return answers
 
-    @staticmethod
     async def _await_low_watermarks(
+        self,
         answers: list[tuple[ErrorCode, int]],
         waiting: list[tuple[int, Partition, int]],
         timeout_s: float,
     ) -> None:
-        deadline = trio.current_time() + timeout_s
+        deadline = self.clock.now_s() + timeout_s
         while True:
             pending = []
             for slot, partition, required in waiting:
@@ -456,11 +460,11 @@ class ReplicaManager:
             waiting = pending
             if not waiting:
                 return
-            if trio.current_time() >= deadline:
+            if self.clock.now_s() >= deadline:
                 for slot, _, _ in waiting:
                     answers[slot] = (ErrorCode.request_timed_out, -1)
                 return
-            await trio.sleep(min(LOW_WATERMARK_POLL_S, max(deadline - trio.current_time(), 0)))
+            await trio.sleep(min(LOW_WATERMARK_POLL_S, max(deadline - self.clock.now_s(), 0)))
 
 
 __all__ = [

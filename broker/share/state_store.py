@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -65,6 +65,7 @@ def encode_state(state: PersistedState) -> bytes:
 
 
 def decode_state(raw: bytes) -> PersistedState:
+    # A JSON object of our own encoding (encode_state); each field is converted as read.
     doc: dict[str, Any] = json.loads(raw)
     return PersistedState(
         int(doc["state_epoch"]),
@@ -194,7 +195,7 @@ class TopicShareStateStore:
                 leader, SHARE_STATE_WRITE_RPC, {"partition": partition, "key": raw_key.decode()}
             )
 
-    async def _forward(self, leader: int, rpc: str, request: dict[str, Any]) -> Any:
+    async def _forward(self, leader: int, rpc: str, request: dict[str, object]) -> object:
         try:
             raw = await self.transport.forward(
                 leader, rpc, json.dumps(request).encode(), FORWARD_TIMEOUT_S
@@ -307,7 +308,8 @@ class TopicShareStateStore:
 
 
 def register(
-    store: TopicShareStateStore, register_rpc: Callable[[str, Any], None]
+    store: TopicShareStateStore,
+    register_rpc: Callable[[str, Callable[[bytes], Awaitable[tuple[int, bytes]]]], None],
 ) -> TopicShareStateStore:
     register_rpc(SHARE_STATE_READ_RPC, store.serve_read)
     register_rpc(SHARE_STATE_WRITE_RPC, store.serve_write)

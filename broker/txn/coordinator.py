@@ -28,7 +28,10 @@ import raftka.broker.txn.metadata as transitions
 from raftka.broker.groups.store import OffsetsLog, StoredRecord
 from raftka.broker.groups.writes import WriteQueue
 from raftka.broker.replica import leads
-from raftka.broker.topics import TRANSACTION_STATE_TOPIC, now_ms
+from raftka.broker.topics import (  # the topic's name, named from here by txn/ and handlers
+    TRANSACTION_STATE_TOPIC as TRANSACTION_STATE_TOPIC,
+)
+from raftka.broker.topics import now_ms
 from raftka.broker.txn.metadata import TopicPartition, TxnMetadata
 from raftka.broker.txn.records import (
     STRING_BYTES_MAX,

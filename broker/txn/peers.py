@@ -175,6 +175,7 @@ class PeerTxnLink:
     async def serve_markers(self, payload: bytes) -> tuple[int, bytes]:
         """TXN_MARKERS_RPC: write the markers asked for; [[topic, partition, error]...]."""
         try:
+            # A peer's JSON object; each field is converted as read, and a bad one refused.
             request: dict[str, Any] = json.loads(payload)
             job = MarkerJob(
                 transactional_id=str(request["transactional_id"]),
