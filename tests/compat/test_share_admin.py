@@ -400,10 +400,15 @@ def test_leave_and_alter_reach_partition_leaders_on_other_brokers(cluster_factor
     for i in range(RECORDS * 3):
         producer.produce(topic, value=f"v{i}".encode(), partition=i % 3)
     assert producer.flush(30) == 0, "records still unsent after 30 s"
-    leaders = {
-        p: meta.leader
-        for p, meta in admin.list_topics(topic, timeout=10).topics[topic].partitions.items()
-    }
+
+    # The broker answering Metadata learns the leaders of partitions it does not lead from
+    # its peers' leadership gossip (every half second): wait until it names all three.
+    def known_leaders() -> dict[int, int] | None:
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        found = {p: meta.leader for p, meta in partitions.items()}
+        return found if all(leader >= 0 for leader in found.values()) else None
+
+    leaders = wait_until(known_leaders, WAIT_S, "a leader for every partition in Metadata")
     assert len(set(leaders.values())) > 1, f"partitions all led by one broker: {leaders}"
     tid = topic_id(cluster.nodes[0].bootstrap, topic)
     address = {n.node_id: n.bootstrap for n in cluster.nodes}
