@@ -44,8 +44,9 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import trio
@@ -62,7 +63,7 @@ from raftka.broker.quotas import (
 from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
 from raftka.broker.security.session import ClientSession
 from raftka.broker.security.tls import certificate_principal
-from raftka.broker.services import RequestContext
+from raftka.broker.services import Later, RequestContext
 from raftka.protocol.api import (
     FrameError,
     RequestPrefix,
@@ -74,7 +75,7 @@ from raftka.protocol.api_keys import ApiKey
 from raftka.protocol.splice import FileRange, Pieces, SplicedResponse
 
 if TYPE_CHECKING:
-    from kio.static.protocol import RequestPayload
+    from kio.static.protocol import RequestPayload, ResponsePayload
 
     from raftka.broker.handlers.context import ApiEndpoint, BrokerServices
     from raftka.broker.handlers.context import RequestContext as HandlerContext
@@ -95,13 +96,15 @@ _PLAINTEXT_LISTENER = ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "", 
 #: The APIs whose requests run concurrently with the requests around them on a connection
 #: (the module docstring says why each is safe); every other request runs alone.
 CONCURRENT_APIS = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS})
+#: Requests a connection's reader serves from its buffer before it lets other tasks run.
+_SERVED_IN_A_ROW_MAX = 16
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Slot:
     """A response position in the connection's order; filled when its handler finishes."""
 
-    done: trio.Event = field(default_factory=trio.Event)
+    done: bool = False
     frame: bytes | Pieces | None = None
     close_after: bool = False
     request_bytes: int = 0
@@ -154,16 +157,19 @@ class Connection:
         self.peer = f"{host}:{port}"
         self._buffer = bytearray()
         self._in_flight_bytes = 0
-        self._bytes_released = trio.Event()
-        # Handlers started and not finished; `_handlers_idle` is set when that drops to 0.
+        # The responses not yet written, in request order (at most `queued.max.requests`).
+        self._slots: deque[_Slot] = deque()
+        self._reading_stopped = False
+        # Handlers started and not finished.
         self._handlers_running = 0
-        self._handlers_idle = trio.Event()
+        # Set (and replaced) on every change a task may wait for: a response finished or
+        # written, a request queued, reading stopped. Made only while a task waits.
+        self._changed: trio.Event | None = None
         self.max_frame_bytes: int = self.config.get_int("socket.request.max.bytes")
         self.max_preauth_frame_bytes: int = self.config.get_int("sasl.server.max.receive.size")
         self.max_in_flight: int = self.config.get_int("queued.max.requests")
 
     async def serve(self) -> None:
-        send, receive = trio.open_memory_channel[_Slot](self.max_in_flight)
         self.metrics.connection_opened()
         try:
             if isinstance(self.stream, trio.SSLStream) and not await self._tls_handshake(
@@ -171,9 +177,13 @@ class Connection:
             ):
                 return
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_responses, receive, nursery.cancel_scope)
-                async with send:
-                    await self._read_requests(send, nursery)
+                nursery.start_soon(self._write_responses, nursery.cancel_scope)
+                try:
+                    await self._read_requests(nursery)
+                finally:
+                    # The writer sends what is still due, then ends the connection.
+                    self._reading_stopped = True
+                    self._notify()
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
         except BaseExceptionGroup as group:
@@ -217,97 +227,124 @@ class Connection:
 
     # -- reading -----------------------------------------------------------------------
 
-    async def _receive_exactly(self, count: int) -> bool:
-        while len(self._buffer) < count:
-            data = await self.stream.receive_some(
-                max(RECEIVE_CHUNK_BYTES, count - len(self._buffer))
-            )
-            if not data:
-                if self._buffer:
-                    logger.info(
-                        "connection from %s closed in the middle of a frame (%d of %d bytes)",
-                        self.peer,
-                        len(self._buffer),
-                        count,
-                    )
-                return False
-            self._buffer += data
-        return True
-
-    async def _read_requests(
-        self, send: trio.MemorySendChannel[_Slot], nursery: trio.Nursery
-    ) -> None:
+    async def _read_requests(self, nursery: trio.Nursery) -> None:
+        """Serve every complete request in the buffer, in order, then read more bytes."""
         idle_ms: int = self.config.get_int("connections.max.idle.ms")
         idle_s = float("inf") if idle_ms < 0 else idle_ms / 1000
+        buffer = self._buffer
+        # When the request begun in the buffer must be complete: the whole request must
+        # arrive within the idle timeout, so a client that stalls or trickles in the
+        # middle of a frame does not hold its connection.
+        frame_deadline = 0.0
+        # Requests served since the reader last let other tasks run.
+        served_in_a_row = 0
         while True:
-            with trio.move_on_after(idle_s) as idle:
-                if not await self._receive_exactly(4):
+            size = -1
+            if len(buffer) >= 4:
+                (size,) = _SIZE.unpack_from(buffer, 0)
+                if not self._size_allowed(size):
                     return
-            if idle.cancelled_caught:
-                logger.info("closing idle connection from %s", self.peer)
-                return
-            (size,) = _SIZE.unpack_from(self._buffer, 0)
-            # Before SASL authentication a client may not make the broker buffer much:
-            # the limit is checked before any of the body is read.
-            if self.session.authenticated:
-                limit_name, limit = "socket.request.max.bytes", self.max_frame_bytes
+                if len(buffer) >= 4 + size:
+                    frame_deadline = 0.0
+                    if served_in_a_row >= _SERVED_IN_A_ROW_MAX:
+                        # A buffer of many small requests: let the writer and the other
+                        # connections run now and then.
+                        served_in_a_row = 0
+                        await trio.lowlevel.checkpoint()
+                    served_in_a_row += 1
+                    if not await self._serve_request(size, nursery):
+                        return
+                    continue
+            served_in_a_row = 0
+            if buffer:
+                if not frame_deadline:
+                    frame_deadline = trio.current_time() + idle_s
+                deadline = frame_deadline
             else:
-                limit_name, limit = "sasl.server.max.receive.size", self.max_preauth_frame_bytes
-            if size < 0 or size > limit:
-                logger.warning(
-                    "closing connection from %s: request of %d bytes exceeds %s=%d",
-                    self.peer,
-                    size,
-                    limit_name,
-                    limit,
+                deadline = trio.current_time() + idle_s
+            with trio.move_on_at(deadline) as waited:
+                data = await self.stream.receive_some(
+                    max(RECEIVE_CHUNK_BYTES, size + 4 - len(buffer))
                 )
+            if waited.cancelled_caught:
+                if not buffer:
+                    logger.info("closing idle connection from %s", self.peer)
+                else:
+                    logger.info(
+                        "closing connection from %s: request incomplete after "
+                        "connections.max.idle.ms=%d (%d of %s bytes received)",
+                        self.peer,
+                        idle_ms,
+                        max(len(buffer) - 4, 0),
+                        size if size >= 0 else "?",
+                    )
                 return
-            # The whole request must arrive within the idle timeout, so a client that
-            # stalls or trickles in the middle of a frame does not hold its connection.
-            with trio.move_on_after(idle_s) as partial:
-                if not await self._receive_exactly(4 + size):
-                    return
-            if partial.cancelled_caught:
-                logger.info(
-                    "closing connection from %s: request incomplete after "
-                    "connections.max.idle.ms=%d (%d of %d bytes received)",
-                    self.peer,
-                    idle_ms,
-                    len(self._buffer) - 4,
-                    size,
-                )
+            if not data:
+                if buffer:
+                    logger.info(
+                        "connection from %s closed in the middle of a frame (%d of %s bytes)",
+                        self.peer,
+                        len(buffer),
+                        size + 4 if size >= 0 else "?",
+                    )
                 return
-            received_s = time.perf_counter()
-            # One copy out of the buffer (slicing the bytearray first would make two).
-            with memoryview(self._buffer) as view:
-                frame = bytes(view[4 : 4 + size])
-            del self._buffer[: 4 + size]
-            try:
-                prefix = read_prefix(frame)
-            except FrameError as exc:
-                logger.warning("closing connection from %s: %s", self.peer, exc)
-                return
-            if self._throttles_pending or self._muted_until:
-                await self._wait_unmuted()
-            serial = prefix.api_key not in CONCURRENT_APIS
-            if serial:
-                await self._wait_for_handlers()
-            await self._wait_for_budget(size)
-            slot = _Slot(request_bytes=size, received_s=received_s, serial=serial)
-            self._in_flight_bytes += size
-            authenticating = not self.session.authenticated
-            stop = self._dispatch(frame, prefix, slot, nursery)
-            await send.send(slot)
-            if stop:
-                return
-            if slot.serial:
-                await slot.done.wait()
-            if authenticating:
-                # Until authenticated, one request at a time: the next one is checked
-                # against the state this one leaves.
-                await slot.done.wait()
-                if slot.close_after:
-                    return
+            buffer += data
+
+    def _size_allowed(self, size: int) -> bool:
+        """Whether a request of `size` bytes may be read; logs why not. Before SASL
+        authentication a client may not make the broker buffer much: the limit is checked
+        before any of the body is read."""
+        if self.session.authenticated:
+            limit_name, limit = "socket.request.max.bytes", self.max_frame_bytes
+        else:
+            limit_name, limit = "sasl.server.max.receive.size", self.max_preauth_frame_bytes
+        if 0 <= size <= limit:
+            return True
+        logger.warning(
+            "closing connection from %s: request of %d bytes exceeds %s=%d",
+            self.peer,
+            size,
+            limit_name,
+            limit,
+        )
+        return False
+
+    async def _serve_request(self, size: int, nursery: trio.Nursery) -> bool:
+        """Take the buffered request of `size` bytes and start (or serve) it; False if the
+        connection must stop."""
+        received_s = time.perf_counter()
+        buffer = self._buffer
+        # One copy out of the buffer (slicing the bytearray first would make two).
+        with memoryview(buffer) as view:
+            frame = bytes(view[4 : 4 + size])
+        del buffer[: 4 + size]
+        try:
+            prefix = read_prefix(frame)
+        except FrameError as exc:
+            logger.warning("closing connection from %s: %s", self.peer, exc)
+            return False
+        if self._throttles_pending or self._muted_until:
+            await self._wait_unmuted()
+        serial = prefix.api_key not in CONCURRENT_APIS
+        if serial:
+            await self._wait_for_handlers()
+        await self._wait_for_room(size)
+        slot = _Slot(request_bytes=size, received_s=received_s, serial=serial)
+        self._in_flight_bytes += size
+        self._slots.append(slot)
+        authenticating = not self.session.authenticated
+        stop = self._dispatch(frame, prefix, slot, nursery)
+        self._notify()
+        if stop:
+            return False
+        if slot.serial or authenticating:
+            # Until authenticated, one request at a time: the next one is checked against
+            # the state this one leaves.
+            while not slot.done:
+                await self._wait_for_change()
+            if authenticating and slot.close_after:
+                return False
+        return True
 
     async def _wait_unmuted(self) -> None:
         while self._throttles_pending or self.clock.now_s() < self._muted_until:
@@ -330,11 +367,27 @@ class Connection:
     async def _wait_for_handlers(self) -> None:
         """Wait until every request started so far has been handled."""
         while self._handlers_running:
-            await self._handlers_idle.wait()
+            await self._wait_for_change()
 
-    async def _wait_for_budget(self, size: int) -> None:
-        while self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX:
-            await self._bytes_released.wait()
+    async def _wait_for_room(self, size: int) -> None:
+        """Wait until another request of `size` bytes fits the connection's bounds."""
+        while len(self._slots) >= self.max_in_flight or (
+            self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX
+        ):
+            await self._wait_for_change()
+
+    async def _wait_for_change(self) -> None:
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = trio.Event()
+        await changed.wait()
+
+    def _notify(self) -> None:
+        """Wake the tasks waiting for a change (`_wait_for_change`)."""
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
 
     def _dispatch(
         self, frame: bytes, prefix: RequestPrefix, slot: _Slot, nursery: trio.Nursery
@@ -348,7 +401,7 @@ class Connection:
                 self.listener.name,
             )
             slot.close_after = True
-            slot.done.set()
+            self._finish(slot)
             return True
         handler = _handler_of(self.handlers, prefix.api_key)
         if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
@@ -358,7 +411,7 @@ class Connection:
                 slot.frame = encode_response(
                     prefix.correlation_id, unsupported_version_response(self.handlers)
                 )
-                slot.done.set()
+                self._finish(slot)
                 return False
             what = "unknown api key" if handler is None else "unsupported version"
             logger.warning(
@@ -369,14 +422,14 @@ class Connection:
                 prefix.api_version,
             )
             slot.close_after = True
-            slot.done.set()
+            self._finish(slot)
             return True
         try:
             header, request = decode_request(frame, prefix)
         except FrameError as exc:
             logger.warning("closing connection from %s: %s", self.peer, exc)
             slot.close_after = True
-            slot.done.set()
+            self._finish(slot)
             return True
         slot.api_key = prefix.api_key
         context = RequestContext(
@@ -400,9 +453,32 @@ class Connection:
                     self._run_handler, handler, context, request, prefix, slot, client
                 )
                 return False
-        self._handlers_running += 1
-        nursery.start_soon(self._run_handler, handler, context, request, prefix, slot)
+        try:
+            answer = handler.serve_now(context, request)
+            if isinstance(answer, Later):
+                self._handlers_running += 1
+                nursery.start_soon(self._run_later, answer.answer, context, prefix, slot)
+                return False
+            self._answered(answer, prefix, slot)
+        except Exception:
+            self._handler_failed(prefix, slot)
+        self._finish(slot, context)
         return False
+
+    async def _run_later(
+        self,
+        answer: Awaitable[ResponsePayload | SplicedResponse | None],
+        context: HandlerContext,
+        prefix: RequestPrefix,
+        slot: _Slot,
+    ) -> None:
+        try:
+            self._answered(await answer, prefix, slot)
+        except Exception:
+            self._handler_failed(prefix, slot)
+        finally:
+            self._handlers_running -= 1
+            self._finish(slot, context)
 
     async def _run_handler(
         self,
@@ -411,39 +487,47 @@ class Connection:
         request: RequestPayload,
         prefix: RequestPrefix,
         slot: _Slot,
-        client: ClientQuota | None = None,
+        client: ClientQuota,
     ) -> None:
         try:
-            if client is not None:
-                await self._run_with_quota(client, handler, context, request, prefix, slot)
-                return
-            response = await handler.serve(context, request)
-            if isinstance(response, SplicedResponse):
-                slot.frame = response.encode(prefix.correlation_id)
-                response = response.response
-            elif response is not None:
-                slot.frame = encode_response(prefix.correlation_id, response)
-            if response is not None:
-                code = getattr(response, "error_code", 0)
-                if code:
-                    slot.error = error_name(code)
+            await self._run_with_quota(client, handler, context, request, prefix, slot)
         except Exception:
-            slot.error = HANDLER_FAILED
-            logger.exception(
-                "closing connection from %s: handler for api key %d v%d failed",
-                self.peer,
-                prefix.api_key,
-                prefix.api_version,
-            )
-            slot.close_after = True
+            self._handler_failed(prefix, slot)
         finally:
-            if context.session is not None and context.session.close_after_response:
-                slot.close_after = True
-            slot.done.set()
             self._handlers_running -= 1
-            if not self._handlers_running:
-                self._handlers_idle.set()
-                self._handlers_idle = trio.Event()
+            self._finish(slot, context)
+
+    def _answered(
+        self, response: ResponsePayload | SplicedResponse | None, prefix: RequestPrefix, slot: _Slot
+    ) -> None:
+        """Encode a handler's response into its slot."""
+        if isinstance(response, SplicedResponse):
+            slot.frame = response.encode(prefix.correlation_id)
+            response = response.response
+        elif response is not None:
+            slot.frame = encode_response(prefix.correlation_id, response)
+        if response is not None:
+            code = getattr(response, "error_code", 0)
+            if code:
+                slot.error = error_name(code)
+
+    def _handler_failed(self, prefix: RequestPrefix, slot: _Slot) -> None:
+        slot.error = HANDLER_FAILED
+        logger.exception(
+            "closing connection from %s: handler for api key %d v%d failed",
+            self.peer,
+            prefix.api_key,
+            prefix.api_version,
+        )
+        slot.close_after = True
+
+    def _finish(self, slot: _Slot, context: HandlerContext | None = None) -> None:
+        """The slot's response is decided: the writer may send it."""
+        session = None if context is None else context.session
+        if session is not None and session.close_after_response:
+            slot.close_after = True
+        slot.done = True
+        self._notify()
 
     async def _run_with_quota(
         self,
@@ -508,28 +592,54 @@ class Connection:
 
     # -- writing -----------------------------------------------------------------------
 
-    async def _write_responses(
-        self, receive: trio.MemoryReceiveChannel[_Slot], scope: trio.CancelScope
-    ) -> None:
-        async with receive:
-            async for slot in receive:
-                await slot.done.wait()
-                self._in_flight_bytes -= slot.request_bytes
-                self._bytes_released.set()
-                self._bytes_released = trio.Event()
-                if isinstance(slot.frame, list):
-                    await self._send_pieces(slot.frame)
-                elif slot.frame is not None:
-                    await self.stream.send_all(slot.frame)
-                if slot.throttle_ms:
-                    self._unmute_after(slot.throttle_ms)
-                if slot.api_key is not None:
-                    self.metrics.request_done(
-                        slot.api_key, time.perf_counter() - slot.received_s, slot.error
-                    )
-                if slot.close_after:
+    async def _write_responses(self, scope: trio.CancelScope) -> None:
+        """Write the responses in request order, each as soon as it and every response
+        before it are decided; those decided together leave in one send."""
+        slots = self._slots
+        metrics = self.metrics
+        written: list[_Slot] = []
+        while True:
+            if not slots or not slots[0].done:
+                if not slots and self._reading_stopped:
                     break
+                await self._wait_for_change()
+                continue
+            frames: list[bytes] = []
+            closing = False
+            while slots and slots[0].done:
+                slot = slots.popleft()
+                written.append(slot)
+                self._in_flight_bytes -= slot.request_bytes
+                frame = slot.frame
+                if isinstance(frame, list):
+                    await self._send_frames(frames)
+                    await self._send_pieces(frame)
+                elif frame is not None:
+                    frames.append(frame)
+                if slot.throttle_ms:
+                    await self._send_frames(frames)
+                    self._unmute_after(slot.throttle_ms)
+                if slot.close_after:
+                    closing = True
+                    break
+            await self._send_frames(frames)
+            self._notify()  # room for more requests
+            now = time.perf_counter()
+            for slot in written:
+                if slot.api_key is not None:
+                    metrics.request_done(slot.api_key, now - slot.received_s, slot.error)
+            written.clear()
+            if closing:
+                break
         scope.cancel()
+
+    async def _send_frames(self, frames: list[bytes]) -> None:
+        """Send the frames (and empty the list) with one send."""
+        if not frames:
+            return
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        frames.clear()
+        await self.stream.send_all(data)
 
     def _unmute_after(self, throttle_ms: int) -> None:
         """A throttled response was written: reading resumes `throttle_ms` from now (or

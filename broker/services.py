@@ -199,6 +199,17 @@ class BrokerIdentity:
         return self._listeners.get(listener, (self._advertised_host, self._advertised_port))
 
 
+_Answer = TypeVar("_Answer", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Later(Generic[_Answer]):
+    """A handler's answer that is not ready when the handler returns: awaiting `answer`
+    gives it (the connection runs that in a task of its own)."""
+
+    answer: Awaitable[_Answer]
+
+
 class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
     """One API's handler as ApiVersions advertises it and the connection dispatches to it."""
 
@@ -213,6 +224,15 @@ class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
     ) -> Awaitable[ResponsePayload | SplicedResponse | None]:
         """The response to `request`, a decoded request of this API at a version in range
         (a spliced one for Fetch, None when the client wants none: Produce with acks=0)."""
+        ...
+
+    def serve_now(
+        self, context: RequestContext[_GroupsIn, _TransactionsIn], request: RequestPayload
+    ) -> ResponsePayload | SplicedResponse | None | Later[ResponsePayload | SplicedResponse | None]:
+        """`serve`, done at once as far as it can be: the response itself when nothing had
+        to wait, else `Later` (whose answer the caller must await). Whatever the request
+        changes happens in this call up to its first wait, so requests served one after
+        the other take effect in that order."""
         ...
 
 

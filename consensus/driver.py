@@ -423,6 +423,16 @@ class RaftGroup:
         self._check_epoch(end_offset, epoch)
         return True
 
+    def reached(self, end_offset: int, epoch: int | None, *, durable: bool = False) -> bool:
+        """Whether `wait_committed` (or, `durable`, `wait_durable`) would return True at
+        once, without waiting: the mark already passed `end_offset`. Raises NotLeaderError
+        as they do when the entry was replaced."""
+        mark = self._core.durable_end if durable else self._core.high_watermark
+        if mark < end_offset:
+            return False
+        self._check_epoch(end_offset, epoch)
+        return True
+
     def _high_watermark(self) -> int:
         return self._core.high_watermark
 

@@ -30,6 +30,7 @@ from raftka.broker.handlers import (
     txn,
     txn_markers,
 )
+from raftka.broker.services import Later
 from raftka.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -52,6 +53,15 @@ class ApiHandler(Generic[Req, Resp]):
     min_version: int
     max_version: int
     handle: Callable[[RequestContext, Req], Awaitable[Resp]]
+    #: `handle` split where it first waits (see `ApiEndpoint.serve_now`); None: `handle`.
+    start: Callable[[RequestContext, Req], Resp | Later[Resp]] | None = None
+
+    def serve_now(
+        self, context: RequestContext, request: RequestPayload
+    ) -> ResponsePayload | SplicedResponse | None | Later[ResponsePayload | SplicedResponse | None]:
+        if self.start is not None:
+            return self.start(context, cast(Req, request))
+        return Later(self.handle(context, cast(Req, request)))
 
     def serve(
         self, context: RequestContext, request: RequestPayload
@@ -64,7 +74,7 @@ class ApiHandler(Generic[Req, Resp]):
 # api key → handler; ApiVersions advertises exactly these ranges.
 HANDLERS: Mapping[ApiKey, ApiEndpoint] = MappingProxyType(
     {
-        ApiKey.PRODUCE: ApiHandler(3, 9, produce.handle_produce),
+        ApiKey.PRODUCE: ApiHandler(3, 9, produce.handle_produce, produce.start_produce),
         ApiKey.FETCH: ApiHandler(4, 12, fetch.handle_fetch),
         ApiKey.LIST_OFFSETS: ApiHandler(1, 7, list_offsets.handle_list_offsets),
         ApiKey.METADATA: ApiHandler(0, 12, metadata.handle_metadata),

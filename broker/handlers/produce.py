@@ -35,8 +35,9 @@ from raftka.broker.handlers.common import (
     response_entity,
     response_module,
 )
-from raftka.broker.replica import AppendOrigin, AppendResult, in_restore_mode
+from raftka.broker.replica import AppendOrigin, AppendResult, PendingAppends, in_restore_mode
 from raftka.broker.security.acl import AclOperation, ResourceType
+from raftka.broker.services import Later
 from raftka.log.validation import ATTRIBUTES_LOW_BYTE
 from raftka.protocol.api import build
 from raftka.protocol.records import (
@@ -148,12 +149,25 @@ def _refusal(
 async def handle_produce(
     context: RequestContext, request: ProduceRequest
 ) -> ProduceResponse | None:
+    answer = start_produce(context, request)
+    return await answer.answer if isinstance(answer, Later) else answer
+
+
+#: Each topic's partitions' answers in request order: (topic, [(partition index, answer)]),
+#: the answers of appended partitions None until the replica manager gives them.
+_Answers = list[tuple[str, list[tuple[int, AppendResult | None]]]]
+
+
+def start_produce(
+    context: RequestContext, request: ProduceRequest
+) -> ProduceResponse | None | Later[ProduceResponse | None]:
+    """Check and append the request's batches now; the response, or `Later` while a
+    partition's answer waits for acks, a worker thread or a verification."""
     services = context.services
     topics = services.topics
     refused = _transactional_error(context, request)
     may_write = TopicAccess(context, AclOperation.WRITE)
-    # (topic, [(partition index, answer)]), the answers of appended partitions filled later.
-    results: list[tuple[str, list[tuple[int, AppendResult | None]]]] = []
+    results: _Answers = []
     appends: list[tuple[Partition, bytes]] = []
     for topic_data in request.topic_data or ():
         name: str = topic_data.name
@@ -166,25 +180,47 @@ async def handle_produce(
                 appends.append((partition, data.records or b""))
             partition_results.append((data.index, answer))
         results.append((name, partition_results))
-    appended = iter(
-        await services.replica_manager.append_records(
-            AppendOrigin.CLIENT,
-            request.acks,
-            request.timeout.total_seconds(),
-            appends,
-            produce_version=context.api_version,
-            client=context.client_host,
-            transactional_id=getattr(request, "transactional_id", None),  # Produce v3+
-            verifier=services.transactions,
-        )
-        if appends
-        else ()
+    if not appends:
+        return _answer(context, request, results, [], may_write)
+    pending = services.replica_manager.start_append(
+        AppendOrigin.CLIENT,
+        request.acks,
+        request.timeout.total_seconds(),
+        appends,
+        produce_version=context.api_version,
+        client=context.client_host,
+        transactional_id=getattr(request, "transactional_id", None),  # Produce v3+
+        verifier=services.transactions,
     )
+    if pending.complete:
+        return _answer(context, request, results, pending.results, may_write)
+    return Later(_answer_later(context, request, results, pending, may_write))
+
+
+async def _answer_later(
+    context: RequestContext,
+    request: ProduceRequest,
+    results: _Answers,
+    pending: PendingAppends,
+    may_write: TopicAccess,
+) -> ProduceResponse | None:
+    return _answer(context, request, results, await pending.wait(), may_write)
+
+
+def _answer(
+    context: RequestContext,
+    request: ProduceRequest,
+    results: _Answers,
+    appended_results: list[AppendResult],
+    may_write: TopicAccess,
+) -> ProduceResponse | None:
+    """Count the answers and build the response (None for acks=0)."""
+    appended = iter(appended_results)
     answers = [
         (name, [(index, answer or next(appended)) for index, answer in partition_results])
         for name, partition_results in results
     ]
-    metrics = services.metrics
+    metrics = context.services.metrics
     for name, partition_answers in answers:
         for _, answer in partition_answers:
             if answer.appended_bytes:

@@ -6,6 +6,7 @@ and get back); record checks that need only bytes are in `log/validation.py`."""
 
 from raftka.broker.replica.manager import (
     OffsetNotAvailable,
+    PendingAppends,
     ReplicaManager,
     leads,
     replica_partition,
@@ -24,6 +25,7 @@ __all__ = [
     "AppendResult",
     "OffsetNotAvailable",
     "PartitionRead",
+    "PendingAppends",
     "ReplicaManager",
     "TransactionVerifier",
     "in_restore_mode",

@@ -168,6 +168,23 @@ def wait_for(
     return None
 
 
+def acked_already(
+    partition: Partition, acks: int, waiting: tuple[int, int | None], result: AppendResult
+) -> bool:
+    """Whether the wait `wait_for` asked for is over before it starts (a leader that is its
+    partition's only voter commits as it writes): then no task need wait for it. A batch
+    replaced meanwhile fails `result` with NOT_LEADER_OR_FOLLOWER, as the wait would."""
+    raft = partition.raft
+    if raft is None:
+        return False  # the wait answers NOT_LEADER_OR_FOLLOWER
+    end_offset, epoch = waiting
+    try:
+        return raft.reached(end_offset, epoch, durable=acks != -1)
+    except NotLeaderError:
+        result.fail(ErrorCode.not_leader_or_follower)
+        return True
+
+
 def refuse(client: str, partition: Partition, result: AppendResult, exc: InvalidRecords) -> None:
     """Fill in the answer of a partition whose records Kafka would refuse (logged once)."""
     result.fail(ErrorCode(exc.error_code), exc.message)
@@ -281,6 +298,16 @@ class ClientAppends:
             self._queue(partition, records, None, result, pending=appended)
             return result
         return appended
+
+    def take_waits(self) -> list[AckWait]:
+        """The waits for acks collected so far (the caller now owns them)."""
+        waits, self.waits = self.waits, []
+        return waits
+
+    @property
+    def queued(self) -> bool:
+        """Whether any write was queued: `finish` must run before the answers are final."""
+        return bool(self._queued)
 
     async def finish(self) -> None:
         """Append (or refuse) every queued write."""
@@ -403,7 +430,7 @@ class ClientAppends:
         self, partition: Partition, end_offset: int, epoch: int | None, result: AppendResult
     ) -> None:
         waiting = wait_for(partition, self.acks, end_offset, epoch)
-        if waiting is not None:
+        if waiting is not None and not acked_already(partition, self.acks, waiting, result):
             self.waits.append((partition, waiting, result))
 
     def _settle(self, queued: _QueuedWrite, appended: AppendResult) -> None:

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.clock import SYSTEM_CLOCK, Clock
 from raftka.broker.cluster.commands import RaiseProducerIdFloorCommand
-from raftka.broker.replica.append import AckWait, ClientAppends, WriteQueues
+from raftka.broker.replica.append import AckWait, ClientAppends, WriteQueues, acked_already
 from raftka.broker.replica.restore import append_restore, in_restore_mode
 from raftka.broker.replica.types import (
     AppendOrigin,
@@ -124,9 +124,72 @@ def lookup_offset(
     return at_timestamp
 
 
+def _committed_already(partition: Partition, entry: Entry, result: AppendResult) -> bool:
+    """Whether a coordinator's batch committed as it was written (an only voter): its
+    answer need not wait. A replaced batch fails `result` as `_await_commit` would."""
+    raft = partition.raft
+    if raft is None:
+        return False
+    try:
+        return raft.reached(entry.end_offset, entry.epoch)
+    except NotLeaderError as exc:
+        result.fail(ErrorCode.not_leader_or_follower, f"{partition.name}: {exc}")
+        return True
+
+
 def leads(partition: Partition) -> bool:
     """Whether this broker leads the partition and hosts its log."""
     return partition.is_leader and partition.log is not None
+
+
+class PendingAppends:
+    """The answers of `ReplicaManager.start_append`: final when `complete`, else once `wait`
+    returns (on time out a partition answers REQUEST_TIMED_OUT, on lost leadership
+    NOT_LEADER_OR_FOLLOWER)."""
+
+    __slots__ = (
+        "manager",
+        "required_acks",
+        "timeout_s",
+        "results",
+        "waits",
+        "commits",
+        "floors",
+        "client_appends",
+    )
+
+    def __init__(self, manager: ReplicaManager, required_acks: int, timeout_s: float) -> None:
+        self.manager = manager
+        self.required_acks = required_acks
+        self.timeout_s = timeout_s
+        self.results: list[AppendResult] = []
+        self.waits: list[AckWait] = []
+        self.commits: list[tuple[Partition, Entry, AppendResult]] = []
+        self.floors: list[tuple[Partition, int, AppendResult]] = []
+        self.client_appends: ClientAppends | None = None
+
+    @property
+    def complete(self) -> bool:
+        queued = self.client_appends is not None and self.client_appends.queued
+        return not (queued or self.waits or self.commits or self.floors)
+
+    async def wait(self) -> list[AppendResult]:
+        """Append the queued writes, then wait for every answer's acks."""
+        if self.client_appends is not None and self.client_appends.queued:
+            await self.client_appends.finish()
+            self.waits += self.client_appends.take_waits()
+        if self.waits or self.commits or self.floors:
+            manager, acks, timeout_s = self.manager, self.required_acks, self.timeout_s
+            async with trio.open_nursery() as nursery:
+                for partition, waiting, result in self.waits:
+                    nursery.start_soon(
+                        manager._await_ack, partition, acks, waiting, timeout_s, result
+                    )
+                for partition, entry, result in self.commits:
+                    nursery.start_soon(manager._await_commit, partition, entry, timeout_s, result)
+                if self.floors:
+                    nursery.start_soon(manager._raise_producer_id_floor, self.floors)
+        return self.results
 
 
 class ReplicaManager:
@@ -157,47 +220,72 @@ class ReplicaManager:
         verifier: TransactionVerifier | None = None,
         leader_epoch: int | None = None,
     ) -> list[AppendResult]:
-        """Append each partition's records; the answers in the order of `entries`.
+        """Append each partition's records; the answers in the order of `entries`
+        (`start_append` and its `PendingAppends.wait`, which says more)."""
+        return await self.start_append(
+            origin,
+            required_acks,
+            timeout_s,
+            entries,
+            produce_version=produce_version,
+            client=client,
+            transactional_id=transactional_id,
+            verifier=verifier,
+            leader_epoch=leader_epoch,
+        ).wait()
 
-        Every append that needs no worker thread or verification is proposed before the
-        first await, so requests handled in order keep their order on each partition. A
+    def start_append(
+        self,
+        origin: AppendOrigin,
+        required_acks: int,
+        timeout_s: float,
+        entries: Sequence[tuple[Partition, bytes]],
+        *,
+        produce_version: int = 9,
+        client: str = "",
+        transactional_id: str | None = None,
+        verifier: TransactionVerifier | None = None,
+        leader_epoch: int | None = None,
+    ) -> PendingAppends:
+        """Append each partition's records now, or queue them; the answers, in the order of
+        `entries`, are final once the result is `complete` (else after its `wait`).
+
+        Every append that needs no worker thread or verification is proposed before this
+        returns, so requests handled in order keep their order on each partition. A
         CLIENT append to a topic in restore mode is a RESTORE append. COORDINATOR records
         are one batch per entry, appended unless this broker does not lead the partition at
         `leader_epoch` (None: any; else NOT_LEADER_OR_FOLLOWER) or a transactional batch's
         producer epoch is older than the partition's (INVALID_PRODUCER_EPOCH); their answers
         wait until the batch is committed, whatever `required_acks`.
-        `transactional_id` and `verifier` serve KIP-890's verification of CLIENT batches."""
-        waits: list[AckWait] = []
-        commits: list[tuple[Partition, Entry, AppendResult]] = []
-        floors: list[tuple[Partition, int, AppendResult]] = []
-        results: list[AppendResult] = []
-        client_appends = ClientAppends(
+        `transactional_id` and `verifier` serve KIP-890's verification of CLIENT batches.
+        Waits that are over before they start (an only voter commits as it writes) are
+        left out, so a request on such partitions is complete at once."""
+        pending = PendingAppends(self, required_acks, max(timeout_s, 0.001))
+        waits = pending.waits
+        client_appends = pending.client_appends = ClientAppends(
             self.queues, required_acks, produce_version, client, transactional_id, verifier
         )
+        results = pending.results
         for partition, records in entries:
             if origin is AppendOrigin.COORDINATOR:
-                result = self._append_coordinator(partition, records, leader_epoch, commits)
+                result = self._append_coordinator(partition, records, leader_epoch, pending.commits)
             elif origin is AppendOrigin.RESTORE or in_restore_mode(partition.topic):
-                result, floor = append_restore(partition, records, required_acks, client, waits)
+                restore_waits: list[AckWait] = []
+                result, floor = append_restore(
+                    partition, records, required_acks, client, restore_waits
+                )
+                waits += (
+                    w for w in restore_waits if not acked_already(w[0], required_acks, w[1], w[2])
+                )
                 if floor is not None:
-                    floors.append((partition, floor, result))
+                    pending.floors.append((partition, floor, result))
             else:
                 result = client_appends.start(partition, records)
             results.append(result)
-        await client_appends.finish()
-        waits += client_appends.waits
-        if waits or commits or floors:
-            timeout_s = max(timeout_s, 0.001)
-            async with trio.open_nursery() as nursery:
-                for partition, waiting, result in waits:
-                    nursery.start_soon(
-                        self._await_ack, partition, required_acks, waiting, timeout_s, result
-                    )
-                for partition, entry, result in commits:
-                    nursery.start_soon(self._await_commit, partition, entry, timeout_s, result)
-                if floors:
-                    nursery.start_soon(self._raise_producer_id_floor, floors)
-        return results
+        waits += client_appends.take_waits()
+        if pending.commits:
+            pending.commits = [c for c in pending.commits if not _committed_already(*c)]
+        return pending
 
     @staticmethod
     def _append_coordinator(

@@ -103,6 +103,8 @@ class FakePartition:
         self.committed = 0
         self.commit_on_propose = True
         self.propose_error: BaseException | None = None
+        # No Raft group to ask whether a batch committed at once: every answer waits.
+        self.raft = None
 
     @property
     def name(self) -> str:
