@@ -12,21 +12,30 @@ data does not hold up the next request:
 - Produce: each batch is checked and appended, or queued behind the writes already queued on
   its partition (the replica manager's `WriteQueues.last_queued`; a batch that starts a
   transaction there moves to its producer's queue, `WriteQueues.verifying`, while its
-  coordinator verifies it, and that producer's later batches queue behind it), before the
-  handler's first await,
-  and the reader yields (`send` on the response channel is a trio checkpoint) between starting one
-  handler and the next, so handlers start in arrival order and an idempotent producer's
-  pipelined batches reach each partition in request order. What overlaps later requests
-  (worker-thread recompression, verification, the wait for the acknowledgement) happens after
-  the order of each partition's writes is fixed.
+  coordinator verifies it, and that producer's later batches queue behind it), by the
+  handler's `serve_now` in the reader itself, before the next request is read. So handlers
+  start in arrival order and an idempotent producer's pipelined batches reach each
+  partition in request order. What overlaps later requests (worker-thread recompression,
+  verification, the wait for the acknowledgement) runs in a task of its own, after the
+  order of each partition's writes is fixed.
 - Fetch: reads only (raftka keeps no fetch sessions).
 - Metadata, ApiVersions: read only; the topics Metadata may auto-create are created
   asynchronously in Kafka too, so no client can rely on their order against a Produce.
 
 Since every other request waits for those before it and holds back those after it, these
-run concurrently only with each other. A connection holds at most `queued.max.requests`
-requests and a bounded number of request bytes in flight; past that the broker stops reading
-from it. Each request a handler serves is counted once in the broker's metrics, when its
+run concurrently only with each other.
+
+A request costs no task when its handler can answer at once (`ApiEndpoint.serve_now`: a
+Produce whose partitions commit as they are written, on a leader that is their only voter,
+or with acks=0/1): the reader serves every complete request it has buffered, then sends the
+responses that are ready with one write before it waits for more bytes. A writer task sends
+the rest: responses decided in handlers' tasks, what the kernel did not take at once,
+spliced Fetch responses (sendfile), throttled and last responses, and everything on a TLS
+connection. Plaintext sockets are read and written with os.read/os.write on the
+non-blocking descriptor; trio is asked only to wait until it is ready.
+
+A connection holds at most `queued.max.requests` requests and a bounded number of request
+bytes in flight; past that the broker stops reading from it. Each request a handler serves is counted once in the broker's metrics, when its
 response is written.
 
 Client quotas (broker/quotas.py) are charged around the handler: Produce's request bytes,
@@ -162,9 +171,17 @@ class Connection:
         self._reading_stopped = False
         # Handlers started and not finished.
         self._handlers_running = 0
-        # Set (and replaced) on every change a task may wait for: a response finished or
-        # written, a request queued, reading stopped. Made only while a task waits.
+        # The reader waits on `_changed` for room or for handlers to finish; the writer on
+        # `_writer_wakeup` for responses it must send. Each is made only while waited on.
         self._changed: trio.Event | None = None
+        self._writer_wakeup: trio.Event | None = None
+        # Plaintext connections are read and written with os.read/os.write on the socket's
+        # descriptor (non-blocking; trio only waits for readiness): no layers per request.
+        self._fd = -1 if self.tls else self.socket_stream.socket.fileno()
+        # Bytes of responses the kernel did not take yet: they go before anything else.
+        self._unsent: memoryview | None = None
+        # The writer is in the middle of a frame (sendfile, TLS): nobody else may send.
+        self._writer_busy = False
         self.max_frame_bytes: int = self.config.get_int("socket.request.max.bytes")
         self.max_preauth_frame_bytes: int = self.config.get_int("sasl.server.max.receive.size")
         self.max_in_flight: int = self.config.get_int("queued.max.requests")
@@ -183,7 +200,7 @@ class Connection:
                 finally:
                     # The writer sends what is still due, then ends the connection.
                     self._reading_stopped = True
-                    self._notify()
+                    self._wake_writer()
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
         except BaseExceptionGroup as group:
@@ -262,11 +279,8 @@ class Connection:
                 deadline = frame_deadline
             else:
                 deadline = trio.current_time() + idle_s
-            with trio.move_on_at(deadline) as waited:
-                data = await self.stream.receive_some(
-                    max(RECEIVE_CHUNK_BYTES, size + 4 - len(buffer))
-                )
-            if waited.cancelled_caught:
+            data = await self._receive(deadline, max(RECEIVE_CHUNK_BYTES, size + 4 - len(buffer)))
+            if data is None:
                 if not buffer:
                     logger.info("closing idle connection from %s", self.peer)
                 else:
@@ -289,6 +303,35 @@ class Connection:
                     )
                 return
             buffer += data
+
+    async def _receive(self, deadline: float, max_bytes: int) -> bytes | bytearray | None:
+        """The next bytes from the client (b"" once it closed), or None if none came by
+        `deadline`. The responses ready so far are sent first: the client waits for them."""
+        if self._fd < 0:
+            if self._slots and self._slots[0].done:
+                self._wake_writer()  # over TLS the writer sends every response
+            with trio.move_on_at(deadline):
+                return await self.stream.receive_some(max_bytes)
+            return None
+        self._send_ready()
+        try:
+            data = os.read(self._fd, max_bytes)
+        except BlockingIOError:
+            pass
+        else:
+            # Data at once (a client sending fast): still let other tasks run.
+            await trio.lowlevel.checkpoint()
+            return data
+        if self._unsent is not None or (self._slots and self._slots[0].done):
+            self._wake_writer()  # what `_send_ready` left needs a wait or the writer's care
+        while True:
+            with trio.move_on_at(deadline):
+                await trio.lowlevel.wait_readable(self._fd)
+                try:
+                    return os.read(self._fd, max_bytes)
+                except BlockingIOError:
+                    continue
+            return None
 
     def _size_allowed(self, size: int) -> bool:
         """Whether a request of `size` bytes may be read; logs why not. Before SASL
@@ -334,7 +377,6 @@ class Connection:
         self._slots.append(slot)
         authenticating = not self.session.authenticated
         stop = self._dispatch(frame, prefix, slot, nursery)
-        self._notify()
         if stop:
             return False
         if slot.serial or authenticating:
@@ -377,17 +419,29 @@ class Connection:
             await self._wait_for_change()
 
     async def _wait_for_change(self) -> None:
+        """Wait until a response is written or a handler finishes. The reader's own
+        decided responses go first (nobody else sends them): if that frees room, at once."""
+        if self._send_ready():
+            return
+        if self._unsent is not None or (self._slots and self._slots[0].done):
+            self._wake_writer()
         changed = self._changed
         if changed is None:
             changed = self._changed = trio.Event()
         await changed.wait()
 
     def _notify(self) -> None:
-        """Wake the tasks waiting for a change (`_wait_for_change`)."""
+        """Wake the reader if it waits for a change (`_wait_for_change`)."""
         changed = self._changed
         if changed is not None:
             self._changed = None
             changed.set()
+
+    def _wake_writer(self) -> None:
+        wakeup = self._writer_wakeup
+        if wakeup is not None:
+            self._writer_wakeup = None
+            wakeup.set()
 
     def _dispatch(
         self, frame: bytes, prefix: RequestPrefix, slot: _Slot, nursery: trio.Nursery
@@ -478,7 +532,7 @@ class Connection:
             self._handler_failed(prefix, slot)
         finally:
             self._handlers_running -= 1
-            self._finish(slot, context)
+            self._finish(slot, context, in_task=True)
 
     async def _run_handler(
         self,
@@ -495,7 +549,7 @@ class Connection:
             self._handler_failed(prefix, slot)
         finally:
             self._handlers_running -= 1
-            self._finish(slot, context)
+            self._finish(slot, context, in_task=True)
 
     def _answered(
         self, response: ResponsePayload | SplicedResponse | None, prefix: RequestPrefix, slot: _Slot
@@ -521,13 +575,18 @@ class Connection:
         )
         slot.close_after = True
 
-    def _finish(self, slot: _Slot, context: HandlerContext | None = None) -> None:
-        """The slot's response is decided: the writer may send it."""
+    def _finish(
+        self, slot: _Slot, context: HandlerContext | None = None, *, in_task: bool = False
+    ) -> None:
+        """The slot's response is decided and may be sent: by the reader before it next
+        waits for bytes, or (`in_task`: decided in a handler's task) by the writer."""
         session = None if context is None else context.session
         if session is not None and session.close_after_response:
             slot.close_after = True
         slot.done = True
-        self._notify()
+        if in_task:
+            self._wake_writer()
+            self._notify()
 
     async def _run_with_quota(
         self,
@@ -593,19 +652,88 @@ class Connection:
     # -- writing -----------------------------------------------------------------------
 
     async def _write_responses(self, scope: trio.CancelScope) -> None:
-        """Write the responses in request order, each as soon as it and every response
-        before it are decided; those decided together leave in one send."""
+        """Write the responses in request order, each once it and every response before it
+        are decided; those decided together leave in one send. The reader sends what it
+        can without waiting (`_send_ready`); this task sends the rest: what the kernel did
+        not take at once, spliced frames, throttled or last responses, and over TLS all."""
         slots = self._slots
-        metrics = self.metrics
-        written: list[_Slot] = []
         while True:
-            if not slots or not slots[0].done:
-                if not slots and self._reading_stopped:
-                    break
-                await self._wait_for_change()
+            if self._unsent is not None:
+                await self._send_unsent()
                 continue
-            frames: list[bytes] = []
-            closing = False
+            self._send_ready()
+            if self._unsent is not None:
+                continue
+            if slots and slots[0].done:
+                if await self._send_head():
+                    break
+                continue
+            if not slots and self._reading_stopped:
+                break
+            wakeup = self._writer_wakeup
+            if wakeup is None:
+                wakeup = self._writer_wakeup = trio.Event()
+            await wakeup.wait()
+        scope.cancel()
+
+    def _send_ready(self) -> bool:
+        """Send the decided responses at the head of the order that are plain bytes, with
+        one write and no wait; what the kernel does not take becomes `_unsent`. True if
+        any response was sent (or handed to the writer as `_unsent`)."""
+        slots = self._slots
+        if self._fd < 0 or self._writer_busy or self._unsent is not None:
+            return False
+        frames: list[bytes] = []
+        written: list[_Slot] = []
+        while slots:
+            slot = slots[0]
+            if (
+                not slot.done
+                or isinstance(slot.frame, list)
+                or slot.throttle_ms
+                or slot.close_after
+            ):
+                break
+            slots.popleft()
+            written.append(slot)
+            self._in_flight_bytes -= slot.request_bytes
+            if slot.frame is not None:
+                frames.append(slot.frame)
+        if not written:
+            return False
+        if frames:
+            data = frames[0] if len(frames) == 1 else b"".join(frames)
+            try:
+                sent = os.write(self._fd, data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                self._unsent = memoryview(data)[sent:]
+                self._wake_writer()
+        self._count(written)
+        self._notify()  # room for more requests
+        return True
+
+    async def _send_unsent(self) -> None:
+        unsent = self._unsent
+        assert unsent is not None, "called only with bytes to send"
+        while unsent:
+            await trio.lowlevel.wait_writable(self._fd)
+            try:
+                unsent = unsent[os.write(self._fd, unsent) :]
+            except BlockingIOError:
+                continue
+        self._unsent = None
+
+    async def _send_head(self) -> bool:
+        """Send the decided responses at the head that `_send_ready` leaves (all of them
+        over TLS); True if the connection ends after them."""
+        slots = self._slots
+        frames: list[bytes] = []
+        written: list[_Slot] = []
+        closing = False
+        self._writer_busy = True
+        try:
             while slots and slots[0].done:
                 slot = slots.popleft()
                 written.append(slot)
@@ -622,16 +750,22 @@ class Connection:
                 if slot.close_after:
                     closing = True
                     break
+                if self._fd >= 0:
+                    break  # plain bytes after it: `_send_ready`'s
             await self._send_frames(frames)
-            self._notify()  # room for more requests
-            now = time.perf_counter()
-            for slot in written:
-                if slot.api_key is not None:
-                    metrics.request_done(slot.api_key, now - slot.received_s, slot.error)
-            written.clear()
-            if closing:
-                break
-        scope.cancel()
+        finally:
+            self._writer_busy = False
+        self._count(written)
+        self._notify()
+        return closing
+
+    def _count(self, written: list[_Slot]) -> None:
+        """Each request served once in the metrics, when its response was written."""
+        now = time.perf_counter()
+        request_done = self.metrics.request_done
+        for slot in written:
+            if slot.api_key is not None:
+                request_done(slot.api_key, now - slot.received_s, slot.error)
 
     async def _send_frames(self, frames: list[bytes]) -> None:
         """Send the frames (and empty the list) with one send."""
@@ -639,7 +773,10 @@ class Connection:
             return
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         frames.clear()
-        await self.stream.send_all(data)
+        if self._fd < 0:
+            await self.stream.send_all(data)
+        else:
+            await _send_bytes(self.socket_stream.socket, data)
 
     def _unmute_after(self, throttle_ms: int) -> None:
         """A throttled response was written: reading resumes `throttle_ms` from now (or

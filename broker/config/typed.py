@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import ClassVar, TypeVar
 
-from raftka.broker.config.types import ConfigDef, ConfigValue, python_type
+from raftka.broker.config.types import ConfigDef, ConfigType, ConfigValue, python_type
 
 _T = TypeVar("_T", bool, int, float, str)
+
+
+@cache
+def _check_declared(name: str, config_type: ConfigType, wanted: str, getter: str) -> None:
+    """TypeError unless the config is declared of the type the getter reads (asked once per
+    config and getter: the reads are on every request's path)."""
+    declared = python_type(config_type)
+    if declared.__name__ != wanted:
+        raise TypeError(
+            f"{getter}({name!r}): {name} is declared {config_type.name} "
+            f"({declared.__name__}), not {wanted}"
+        )
 
 
 class _TypedConfigs:
@@ -52,13 +65,7 @@ class _TypedConfigs:
         return value
 
     def _value(self, name: str, wanted: type[_T], getter: str) -> _T | None:
-        definition = self._definitions[name]
-        declared = python_type(definition.type)
-        if declared is not wanted:
-            raise TypeError(
-                f"{getter}({name!r}): {name} is declared {definition.type.name} "
-                f"({declared.__name__}), not {wanted.__name__}"
-            )
+        _check_declared(name, self._definitions[name].type, wanted.__name__, getter)
         value = self.get(name)
         if value is None:
             return None

@@ -144,8 +144,10 @@ def check_producer_state(
 
 def too_few_in_sync(partition: Partition, result: AppendResult) -> bool:
     """Whether an acks=all write must be refused for min.insync.replicas (error in `result`)."""
-    in_sync = len(partition.in_sync_replicas())
     required = partition.topic.config.get_int("min.insync.replicas")
+    if required <= 1:
+        return False  # the leader itself is in sync
+    in_sync = len(partition.in_sync_replicas())
     if in_sync >= required:
         return False
     result.fail(
