@@ -4,7 +4,9 @@ Two kinds:
 - counted as things happen, where a dict lookup and an increment is all they cost: requests,
   their total time and errors per API (once per request, in connection.py), bytes and
   messages in per topic (once per produced batch), bytes out per topic (once per fetched
-  partition), open connections, and the event loop's lag;
+  partition), open connections, and the event loop's lag. The per-request and per-topic
+  ones are plain ints and floats that `BrokerMetrics.collect` renders at scrape time as the
+  same series prometheus_client's Counter and Histogram would (`_created` included);
 - read at scrape time by `BrokerStateCollector` from the broker's parts (partition logs, Raft
   groups, consumer groups): nothing is kept per request for them.
 
@@ -13,15 +15,26 @@ Each broker has its own CollectorRegistry, so several brokers in one process do 
 
 from __future__ import annotations
 
+import math
+import time
+from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import metrics as prometheus_metrics
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
     from raftka.broker.topics import TopicManager
@@ -29,6 +42,11 @@ if TYPE_CHECKING:
 
 # Kafka's RequestMetrics report TotalTimeMs in milliseconds; the histogram keeps that unit.
 REQUEST_TIME_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+# Upper bounds of the buckets as floats, +Inf last, and their `le` labels.
+_BOUNDS_MS = (*(float(bound) for bound in REQUEST_TIME_BUCKETS_MS), math.inf)
+# prometheus_client's rendering of a bound (Go's), which its Histogram uses for `le`.
+_go_float: Callable[[float], str] = floatToGoString
+_LE = tuple(_go_float(bound) for bound in _BOUNDS_MS)
 # Kafka's name of the listener clients use; raftka has one.
 LISTENER = "PLAINTEXT"
 EVENT_LOOP_PROBE_INTERVAL_S = 0.5
@@ -44,18 +62,47 @@ def error_name(code: int) -> str:
         return str(code)
 
 
-@dataclass(frozen=True, slots=True)
-class _ApiMetrics:
+@dataclass(slots=True)
+class _ApiCounts:
+    """One API's requests: how many fell in each time bucket (not cumulative; their sum is
+    the request count) and the sum of their times."""
+
     name: str
-    requests: Counter
-    total_time_ms: Histogram
+    created: float
+    buckets: list[int]
+    sum_ms: float = 0.0
 
 
-class BrokerMetrics:
+_REQUESTS = "kafka_network_requestmetrics_requests"
+_REQUESTS_HELP = "Requests answered, per API (Kafka's RequestMetrics RequestsPerSec)."
+_TOTAL_TIME = "kafka_network_requestmetrics_totaltimems"
+_TOTAL_TIME_HELP = (
+    "Time from reading a request to writing its response, in milliseconds, per API "
+    "(Kafka's RequestMetrics TotalTimeMs)."
+)
+_ERRORS = "kafka_network_requestmetrics_errors"
+_ERRORS_HELP = (
+    "Requests answered with an error, per API and error: the response's top-level "
+    "error code, Produce and Fetch per partition, UNKNOWN_SERVER_ERROR for a failed "
+    "handler (Kafka's RequestMetrics ErrorsPerSec, without NONE)."
+)
+_BYTES_IN = "kafka_server_brokertopicmetrics_bytesin"
+_BYTES_IN_HELP = "Bytes of record batches appended by Produce, per topic (BytesInPerSec)."
+_MESSAGES_IN = "kafka_server_brokertopicmetrics_messagesin"
+_MESSAGES_IN_HELP = "Records appended by Produce, per topic (MessagesInPerSec)."
+_BYTES_OUT = "kafka_server_brokertopicmetrics_bytesout"
+_BYTES_OUT_HELP = "Bytes of record batches returned by Fetch, per topic (BytesOutPerSec)."
+
+
+class BrokerMetrics(Collector):
     """The metrics counted as they happen, and the registry every broker metric is in.
 
     `live_topics` names the topics that exist; per-topic series of deleted topics are
     dropped at the next scrape, as Kafka removes a deleted topic's metrics.
+
+    The counting methods take no lock: they and the scrape (`exposition`, from the HTTP
+    endpoint's trio task) all run on the broker's one event-loop thread, so no count is
+    read while it is being changed. A series' `_created` is when it was first counted.
     """
 
     def __init__(
@@ -66,47 +113,17 @@ class BrokerMetrics:
         self.registry = CollectorRegistry()
         self._api_names = dict(api_names)
         self._live_topics = live_topics
+        # Counted here, rendered by `collect`; registered first, so they lead the scrape.
+        self._per_api: dict[int, _ApiCounts] = {}
+        self._errors: dict[tuple[str, str], int] = {}
+        self._errors_created: dict[tuple[str, str], float] = {}
+        # topic -> [bytes in, messages in]; topic -> bytes out
+        self._topics_in: dict[str, list[int]] = {}
+        self._topics_in_created: dict[str, float] = {}
+        self._topics_out: dict[str, int] = {}
+        self._topics_out_created: dict[str, float] = {}
         registry = self.registry
-        self._requests = Counter(
-            "kafka_network_requestmetrics_requests",
-            "Requests answered, per API (Kafka's RequestMetrics RequestsPerSec).",
-            ["request"],
-            registry=registry,
-        )
-        self._total_time_ms = Histogram(
-            "kafka_network_requestmetrics_totaltimems",
-            "Time from reading a request to writing its response, in milliseconds, per API "
-            "(Kafka's RequestMetrics TotalTimeMs).",
-            ["request"],
-            buckets=REQUEST_TIME_BUCKETS_MS,
-            registry=registry,
-        )
-        self._errors = Counter(
-            "kafka_network_requestmetrics_errors",
-            "Requests answered with an error, per API and error: the response's top-level "
-            "error code, Produce and Fetch per partition, UNKNOWN_SERVER_ERROR for a failed "
-            "handler (Kafka's RequestMetrics ErrorsPerSec, without NONE).",
-            ["request", "error"],
-            registry=registry,
-        )
-        self._bytes_in = Counter(
-            "kafka_server_brokertopicmetrics_bytesin",
-            "Bytes of record batches appended by Produce, per topic (BytesInPerSec).",
-            ["topic"],
-            registry=registry,
-        )
-        self._messages_in = Counter(
-            "kafka_server_brokertopicmetrics_messagesin",
-            "Records appended by Produce, per topic (MessagesInPerSec).",
-            ["topic"],
-            registry=registry,
-        )
-        self._bytes_out = Counter(
-            "kafka_server_brokertopicmetrics_bytesout",
-            "Bytes of record batches returned by Fetch, per topic (BytesOutPerSec).",
-            ["topic"],
-            registry=registry,
-        )
+        registry.register(self)
         self._connections = Gauge(
             "kafka_server_socketservermetrics_connection_count",
             "Open client connections (socket-server-metrics connection-count).",
@@ -119,42 +136,42 @@ class BrokerMetrics:
             "last measured.",
             registry=registry,
         )
-        self._per_api: dict[int, _ApiMetrics] = {}
-        self._topics_in: dict[str, tuple[Counter, Counter]] = {}
-        self._topics_out: dict[str, Counter] = {}
 
-    # -- counted as it happens -------------------------------------------------------------
+    # -- counted as it happens (one thread: no locks) ---------------------------------------
 
     def request_done(self, api_key: int, seconds: float, error: str | None) -> None:
         """One request answered (or left unanswered: acks=0) after `seconds`."""
         api = self._per_api.get(api_key)
         if api is None:
             api = self._api(api_key)
-        api.requests.inc()
-        api.total_time_ms.observe(seconds * 1000)
+        time_ms = seconds * 1000
+        # The first bucket whose bound is at least the time, as Histogram.observe picks it.
+        api.buckets[bisect_left(_BOUNDS_MS, time_ms)] += 1
+        api.sum_ms += time_ms
         if error is not None:
-            self._errors.labels(api.name, error).inc()
+            self._count_error((api.name, error))
 
     def request_error(self, api_key: int, code: int) -> None:
         """An error inside a response (a partition's), besides its top-level one."""
         name = self._api_names.get(api_key) or f"ApiKey{api_key}"
-        self._errors.labels(name, error_name(code)).inc()
+        self._count_error((name, error_name(code)))
 
     def produced(self, topic: str, batch_bytes: int, records: int) -> None:
         """One batch appended to `topic` by Produce."""
-        counters = self._topics_in.get(topic)
-        if counters is None:
-            counters = (self._bytes_in.labels(topic), self._messages_in.labels(topic))
-            self._topics_in[topic] = counters
-        counters[0].inc(batch_bytes)
-        counters[1].inc(records)
+        counts = self._topics_in.get(topic)
+        if counts is None:
+            counts = self._topics_in[topic] = [0, 0]
+            self._topics_in_created[topic] = time.time()
+        counts[0] += batch_bytes
+        counts[1] += records
 
     def fetched(self, topic: str, batch_bytes: int) -> None:
         """Bytes of `topic` returned by one Fetch response."""
-        counter = self._topics_out.get(topic)
-        if counter is None:
-            counter = self._topics_out[topic] = self._bytes_out.labels(topic)
-        counter.inc(batch_bytes)
+        total = self._topics_out.get(topic)
+        if total is None:
+            self._topics_out_created[topic] = time.time()
+            total = 0
+        self._topics_out[topic] = total + batch_bytes
 
     def connection_opened(self) -> None:
         self._connections.inc()
@@ -170,28 +187,72 @@ class BrokerMetrics:
             await trio.sleep(interval_s)
             self._event_loop_lag.set(max(0.0, trio.current_time() - due))
 
+    def _api(self, api_key: int) -> _ApiCounts:
+        name = self._api_names.get(api_key) or f"ApiKey{api_key}"
+        api = _ApiCounts(name, time.time(), [0] * len(_BOUNDS_MS))
+        self._per_api[api_key] = api
+        return api
+
+    def _count_error(self, key: tuple[str, str]) -> None:
+        count = self._errors.get(key)
+        if count is None:
+            self._errors_created[key] = time.time()
+            count = 0
+        self._errors[key] = count + 1
+
     # -- scraping ---------------------------------------------------------------------------
 
     def exposition(self) -> bytes:
         """Every metric of the broker in Prometheus' text format."""
-        self._forget_deleted_topics()
         return generate_latest(self.registry)
 
-    def _api(self, api_key: int) -> _ApiMetrics:
-        name = self._api_names.get(api_key) or f"ApiKey{api_key}"
-        api = _ApiMetrics(name, self._requests.labels(name), self._total_time_ms.labels(name))
-        self._per_api[api_key] = api
-        return api
+    def collect(self) -> Iterator[Metric]:
+        """The counted metrics, as prometheus_client's Counter and Histogram render them."""
+        self._forget_deleted_topics()
+        # prometheus_client's own switch (PROMETHEUS_DISABLE_CREATED_SERIES), so `_created`
+        # shows here exactly when it shows for the library's Counter and Histogram.
+        created = prometheus_metrics._use_created
+        requests = CounterMetricFamily(_REQUESTS, _REQUESTS_HELP, labels=["request"])
+        total_time = HistogramMetricFamily(_TOTAL_TIME, _TOTAL_TIME_HELP, labels=["request"])
+        for api in self._per_api.values():
+            cumulative: list[tuple[str, float]] = []
+            count = 0
+            for le, in_bucket in zip(_LE, api.buckets, strict=True):
+                count += in_bucket
+                cumulative.append((le, count))
+            requests.add_metric([api.name], count, api.created if created else None)
+            total_time.add_metric([api.name], cumulative, api.sum_ms)
+            if created:
+                labels = {"request": api.name}
+                total_time.samples.append(Sample(_TOTAL_TIME + "_created", labels, api.created))
+        yield requests
+        yield total_time
+        errors = CounterMetricFamily(_ERRORS, _ERRORS_HELP, labels=["request", "error"])
+        for key, errors_count in self._errors.items():
+            errors.add_metric(key, errors_count, self._errors_created[key] if created else None)
+        yield errors
+        bytes_in = CounterMetricFamily(_BYTES_IN, _BYTES_IN_HELP, labels=["topic"])
+        messages_in = CounterMetricFamily(_MESSAGES_IN, _MESSAGES_IN_HELP, labels=["topic"])
+        for topic, (in_bytes, messages) in self._topics_in.items():
+            since_in = self._topics_in_created[topic] if created else None
+            bytes_in.add_metric([topic], in_bytes, since_in)
+            messages_in.add_metric([topic], messages, since_in)
+        yield bytes_in
+        yield messages_in
+        bytes_out = CounterMetricFamily(_BYTES_OUT, _BYTES_OUT_HELP, labels=["topic"])
+        for topic, out_bytes in self._topics_out.items():
+            since_out = self._topics_out_created[topic] if created else None
+            bytes_out.add_metric([topic], out_bytes, since_out)
+        yield bytes_out
 
     def _forget_deleted_topics(self) -> None:
         live = self._live_topics()
         for topic in [t for t in self._topics_in if t not in live]:
             del self._topics_in[topic]
-            self._bytes_in.remove(topic)
-            self._messages_in.remove(topic)
+            del self._topics_in_created[topic]
         for topic in [t for t in self._topics_out if t not in live]:
             del self._topics_out[topic]
-            self._bytes_out.remove(topic)
+            del self._topics_out_created[topic]
 
 
 class ControllerRole(Protocol):
