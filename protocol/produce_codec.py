@@ -70,6 +70,7 @@ _INT32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _ACKS_TIMEOUT_COUNT = struct.Struct(">hii")  # v3-v8: and the topic count
 _INDEX_SIZE = struct.Struct(">ii")  # v3-v8: partition index, records length
+_INDEX_BYTE = struct.Struct(">iB")  # v9+: partition index, first byte of the records length
 _ONE_MS = datetime.timedelta(milliseconds=1)  # a product of it is exact, unlike a float
 
 # The fewest bytes an array element can take, so a count is refused before any loop:
@@ -224,15 +225,17 @@ def _compact_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, An
         )
         partitions = []
         for _ in range(partition_count):
-            if pos + 4 > end:
-                raise _truncated("partition index", pos, end)
-            (index,) = _INT32.unpack_from(frame, pos)
-            pos += 4
-            if pos < end and frame[pos] < 0x80:
-                size = frame[pos] - 1
+            if pos + _INDEX_BYTE.size > end:
+                raise _truncated("partition", pos, end)
+            index, size = _INDEX_BYTE.unpack_from(frame, pos)
+            pos += _INDEX_BYTE.size
+            if size < 0x80:
+                size -= 1
+            elif pos < end and frame[pos] < 0x80:  # a batch of 127 B to 16 KiB, the usual
+                size = (size & 0x7F | frame[pos] << 7) - 1
                 pos += 1
             else:
-                size, pos = _uvarint(frame, pos, end, "records")
+                size, pos = _uvarint(frame, pos - 1, end, "records")
                 size -= 1
             if size == -1:
                 records = None
