@@ -35,8 +35,8 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
 from raftka.protocol.api import FrameError
+from raftka.protocol.api_keys import ApiKey
 
-PRODUCE_KEY = 0
 #: The Produce versions served here: v3 (the first with a transactional id) to v12 (v13
 #: names topics by id, a different shape).
 FIRST_VERSION = 3
@@ -86,8 +86,9 @@ _COMPACT_PARTITION_BYTES = 6
 def decode_produce_request(frame: bytes, version: int) -> tuple[RequestHeader, ProduceRequest]:
     """The request header and the Produce request of a frame (without its size prefix),
     as kio's entities of that version, equal to what kio decodes; `records` are the batch
-    bytes as sent (None when null). Trailing bytes after the body are ignored, as Kafka
-    does. Raises FrameError for anything malformed, and for a frame that is not a Produce
+    bytes as sent (None when null). Unknown tagged fields are skipped and trailing bytes
+    after the body ignored, as Kafka does (kio refuses unknown tagged fields). Raises
+    FrameError for anything malformed, and for a frame that is not a Produce
     request of `version` (FIRST_VERSION to LAST_VERSION).
     """
     if not FIRST_VERSION <= version <= LAST_VERSION:
@@ -96,7 +97,7 @@ def decode_produce_request(frame: bytes, version: int) -> tuple[RequestHeader, P
     if end < _HEADER.size:
         raise FrameError(f"frame of {end} bytes is shorter than a request header")
     api_key, api_version, correlation_id, length = _HEADER.unpack_from(frame, 0)
-    if api_key != PRODUCE_KEY or api_version != version:
+    if api_key != ApiKey.PRODUCE or api_version != version:
         raise FrameError(f"api key {api_key} v{api_version} is not Produce v{version}")
     pos = _HEADER.size
     if length == -1:
