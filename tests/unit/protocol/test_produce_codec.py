@@ -194,7 +194,7 @@ def test_every_truncation_is_refused(version_frame: tuple[int, bytes]) -> None:
             decode_produce_request(frame[:end], version)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames(), st.data())
 def test_a_mutated_frame_is_refused_or_decoded_as_kio_decodes_it(
     version_frame: tuple[int, bytes], data: st.DataObject
@@ -338,7 +338,7 @@ def _reference_response(
     return encode_response(correlation_id, response)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(VERSIONS), INT32, TOPIC_ANSWERS)
 def test_a_response_is_what_kio_writes(
     version: int, correlation_id: int, answers: list[tuple[str, list[tuple[int, Answer]]]]
