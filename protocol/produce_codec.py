@@ -1,0 +1,494 @@
+"""Produce on the wire without kio's generic walk: the request decoded straight from its frame,
+the response written straight into one.
+
+Produce is the request a busy producer sends most, so its fixed cost matters. The decoder
+reads each field with precompiled `struct` formats and checks every length against the frame
+before using it, so it needs no separate bounds walk: malformed input of any kind raises
+`FrameError` naming the field, nothing is read past the frame and nothing is allocated for a
+length the frame cannot hold. It still returns kio's own entities, so callers keep their
+types. Record batches stay opaque bytes: nothing here is done per record.
+
+The encoder writes a whole response frame (size, header, body) from the broker's per-partition
+answers, read through `PartitionAnswer` so this package does not import the broker. It writes
+what kio writes for the same response (throttle time 0; on v10+ no current-leader or
+node-endpoint tagged fields), which the unit tests check version by version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeAlias
+
+from kio.schema.produce.v3 import request as v3
+from kio.schema.produce.v4 import request as v4
+from kio.schema.produce.v5 import request as v5
+from kio.schema.produce.v6 import request as v6
+from kio.schema.produce.v7 import request as v7
+from kio.schema.produce.v8 import request as v8
+from kio.schema.produce.v9 import request as v9
+from kio.schema.produce.v10 import request as v10
+from kio.schema.produce.v11 import request as v11
+from kio.schema.produce.v12 import request as v12
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+
+from raftka.protocol.api import FrameError
+from raftka.protocol.api_keys import ApiKey
+
+#: The Produce versions served here: v3 (the first with a transactional id) to v12 (v13
+#: names topics by id, a different shape).
+FIRST_VERSION = 3
+LAST_VERSION = 12
+#: Produce v9 and later use compact lengths and tagged fields (KIP-482).
+FIRST_FLEXIBLE_VERSION = 9
+
+ProduceRequest: TypeAlias = (
+    v3.ProduceRequest
+    | v4.ProduceRequest
+    | v5.ProduceRequest
+    | v6.ProduceRequest
+    | v7.ProduceRequest
+    | v8.ProduceRequest
+    | v9.ProduceRequest
+    | v10.ProduceRequest
+    | v11.ProduceRequest
+    | v12.ProduceRequest
+)
+RequestHeader: TypeAlias = RequestHeaderV1 | RequestHeaderV2
+
+# kio's (request, topic, partition) entity classes of each version, from FIRST_VERSION on.
+_ENTITIES: tuple[tuple[Any, Any, Any], ...] = tuple(
+    (module.ProduceRequest, module.TopicProduceData, module.PartitionProduceData)
+    for module in (v3, v4, v5, v6, v7, v8, v9, v10, v11, v12)
+)
+
+_HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_ACKS_TIMEOUT_COUNT = struct.Struct(">hii")  # v3-v8: and the topic count
+_INDEX_SIZE = struct.Struct(">ii")  # v3-v8: partition index, records length
+_INDEX_BYTE = struct.Struct(">iB")  # v9+: partition index, first byte of the records length
+_ONE_MS = datetime.timedelta(milliseconds=1)  # a product of it is exact, unlike a float
+
+# The fewest bytes an array element can take, so a count is refused before any loop:
+# v3-v8 topic: name length, partition count; partition: index, records length.
+_LEGACY_TOPIC_BYTES = 6
+_LEGACY_PARTITION_BYTES = 8
+# v9+ topic: name length, partition count, tagged fields; partition: index, records
+# length, tagged fields.
+_COMPACT_TOPIC_BYTES = 3
+_COMPACT_PARTITION_BYTES = 6
+
+
+def decode_produce_request(frame: bytes, version: int) -> tuple[RequestHeader, ProduceRequest]:
+    """The request header and the Produce request of a frame (without its size prefix),
+    as kio's entities of that version, equal to what kio decodes; `records` are the batch
+    bytes as sent (None when null). Unknown tagged fields are skipped and trailing bytes
+    after the body ignored, as Kafka does (kio refuses unknown tagged fields). Raises
+    FrameError for anything malformed, and for a frame that is not a Produce
+    request of `version` (FIRST_VERSION to LAST_VERSION).
+    """
+    if not FIRST_VERSION <= version <= LAST_VERSION:
+        raise FrameError(f"Produce v{version} is not decoded here")
+    end = len(frame)
+    if end < _HEADER.size:
+        raise FrameError(f"frame of {end} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, length = _HEADER.unpack_from(frame, 0)
+    if api_key != ApiKey.PRODUCE or api_version != version:
+        raise FrameError(f"api key {api_key} v{api_version} is not Produce v{version}")
+    pos = _HEADER.size
+    if length == -1:
+        client_id = None
+    elif 0 <= length <= end - pos:
+        client_id = _text(frame, pos, pos + length, "client_id")
+        pos += length
+    else:
+        raise _bad_length("client_id", length, pos, end)
+    if version < FIRST_FLEXIBLE_VERSION:
+        header: RequestHeader = RequestHeaderV1(
+            request_api_key=api_key,
+            request_api_version=api_version,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        )
+        return header, _legacy_body(frame, pos, end, _ENTITIES[version - FIRST_VERSION])
+    if pos < end and frame[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(frame, pos, end, "request header")
+    header = RequestHeaderV2(
+        request_api_key=api_key,
+        request_api_version=api_version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    return header, _compact_body(frame, pos, end, _ENTITIES[version - FIRST_VERSION])
+
+
+def _legacy_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, Any]) -> Any:
+    """A v3-v8 body: int16 string lengths, int32 array and bytes lengths, -1 for null."""
+    request_type, topic_type, partition_type = entities
+    if pos + 2 > end:
+        raise _truncated("transactional_id", pos, end)
+    (length,) = _INT16.unpack_from(frame, pos)
+    pos += 2
+    if length == -1:
+        transactional_id = None
+    elif 0 <= length <= end - pos:
+        transactional_id = _text(frame, pos, pos + length, "transactional_id")
+        pos += length
+    else:
+        raise _bad_length("transactional_id", length, pos, end)
+    if pos + _ACKS_TIMEOUT_COUNT.size > end:
+        raise _truncated("acks, timeout_ms and topic_data", pos, end)
+    acks, timeout_ms, topic_count = _ACKS_TIMEOUT_COUNT.unpack_from(frame, pos)
+    pos += _ACKS_TIMEOUT_COUNT.size
+    if not 0 <= topic_count <= (end - pos) // _LEGACY_TOPIC_BYTES:
+        raise _bad_count("topic_data", topic_count, pos, end)
+    topics = []
+    for _ in range(topic_count):
+        if pos + 2 > end:
+            raise _truncated("topic name", pos, end)
+        (length,) = _INT16.unpack_from(frame, pos)
+        pos += 2
+        if not 0 <= length <= end - pos:
+            raise _bad_length("topic name", length, pos, end)
+        name = _text(frame, pos, pos + length, "topic name")
+        pos += length
+        if pos + 4 > end:
+            raise _truncated("partition_data", pos, end)
+        (partition_count,) = _INT32.unpack_from(frame, pos)
+        pos += 4
+        if not 0 <= partition_count <= (end - pos) // _LEGACY_PARTITION_BYTES:
+            raise _bad_count("partition_data", partition_count, pos, end)
+        partitions = []
+        for _ in range(partition_count):
+            if pos + _INDEX_SIZE.size > end:
+                raise _truncated("partition", pos, end)
+            index, size = _INDEX_SIZE.unpack_from(frame, pos)
+            pos += _INDEX_SIZE.size
+            if size == -1:
+                records = None
+            elif 0 <= size <= end - pos:
+                records = frame[pos : pos + size]
+                pos += size
+            else:
+                raise _bad_length("records", size, pos, end)
+            partitions.append(partition_type(index=index, records=records))
+        topics.append(topic_type(name=name, partition_data=tuple(partitions)))
+    return request_type(
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout=_ONE_MS * timeout_ms,
+        topic_data=tuple(topics),
+    )
+
+
+def _compact_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, Any]) -> Any:
+    """A v9+ body: unsigned varint lengths of length + 1 (0 for null), tagged fields at the
+    end of every structure."""
+    request_type, topic_type, partition_type = entities
+    if pos < end and frame[pos] < 0x80:
+        length = frame[pos] - 1
+        pos += 1
+    else:
+        length, pos = _uvarint(frame, pos, end, "transactional_id")
+        length -= 1
+    if length == -1:
+        transactional_id = None
+    elif length <= end - pos:
+        transactional_id = _text(frame, pos, pos + length, "transactional_id")
+        pos += length
+    else:
+        raise _bad_length("transactional_id", length, pos, end)
+    if pos + _ACKS_TIMEOUT.size > end:
+        raise _truncated("acks and timeout_ms", pos, end)
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
+    pos += _ACKS_TIMEOUT.size
+    topic_count, pos = _compact_count(frame, pos, end, "topic_data", _COMPACT_TOPIC_BYTES)
+    topics = []
+    for _ in range(topic_count):
+        if pos < end and frame[pos] < 0x80:
+            length = frame[pos] - 1
+            pos += 1
+        else:
+            length, pos = _uvarint(frame, pos, end, "topic name")
+            length -= 1
+        if not 0 <= length <= end - pos:
+            raise _bad_length("topic name", length, pos, end)
+        name = _text(frame, pos, pos + length, "topic name")
+        pos += length
+        partition_count, pos = _compact_count(
+            frame, pos, end, "partition_data", _COMPACT_PARTITION_BYTES
+        )
+        partitions = []
+        for _ in range(partition_count):
+            if pos + _INDEX_BYTE.size > end:
+                raise _truncated("partition", pos, end)
+            index, size = _INDEX_BYTE.unpack_from(frame, pos)
+            pos += _INDEX_BYTE.size
+            if size < 0x80:
+                size -= 1
+            elif pos < end and frame[pos] < 0x80:  # a batch of 127 B to 16 KiB, the usual
+                size = (size & 0x7F | frame[pos] << 7) - 1
+                pos += 1
+            else:
+                size, pos = _uvarint(frame, pos - 1, end, "records")
+                size -= 1
+            if size == -1:
+                records = None
+            elif size <= end - pos:
+                records = frame[pos : pos + size]
+                pos += size
+            else:
+                raise _bad_length("records", size, pos, end)
+            if pos < end and frame[pos] == 0:
+                pos += 1
+            else:
+                pos = _skip_tagged_fields(frame, pos, end, "partition_data")
+            partitions.append(partition_type(index=index, records=records))
+        if pos < end and frame[pos] == 0:
+            pos += 1
+        else:
+            pos = _skip_tagged_fields(frame, pos, end, "topic_data")
+        topics.append(topic_type(name=name, partition_data=tuple(partitions)))
+    if pos < end and frame[pos] == 0:
+        pos += 1
+    else:
+        pos = _skip_tagged_fields(frame, pos, end, "ProduceRequest")
+    return request_type(
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout=_ONE_MS * timeout_ms,
+        topic_data=tuple(topics),
+    )
+
+
+def _uvarint(frame: bytes, pos: int, end: int, field: str) -> tuple[int, int]:
+    """(value, position after it) of an unsigned varint of at most 5 bytes, as Kafka's
+    ByteUtils.readUnsignedVarint reads them."""
+    value = shift = 0
+    while pos < end:
+        byte = frame[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise FrameError(f"the varint length of {field} at {pos - 5} is longer than 5 bytes")
+    raise _truncated(field, pos, end)
+
+
+def _compact_count(frame: bytes, pos: int, end: int, field: str, least: int) -> tuple[int, int]:
+    """(element count, position after it) of a non-nullable compact array whose elements
+    take at least `least` bytes each."""
+    if pos < end and frame[pos] < 0x80:
+        count = frame[pos] - 1
+        pos += 1
+    else:
+        count, pos = _uvarint(frame, pos, end, field)
+        count -= 1
+    if not 0 <= count <= (end - pos) // least:
+        raise _bad_count(field, count, pos, end)
+    return count, pos
+
+
+def _skip_tagged_fields(frame: bytes, pos: int, end: int, where: str) -> int:
+    """The position after a tagged field set; Produce requests define no tagged fields of
+    their own, so every one is skipped by its size."""
+    count, pos = _uvarint(frame, pos, end, f"tagged fields of {where}")
+    if count > (end - pos) // 2:  # a tag and a size take a byte each at least
+        raise _bad_count(f"tagged fields of {where}", count, pos, end)
+    for _ in range(count):
+        _tag, pos = _uvarint(frame, pos, end, f"a tag of {where}")
+        size, pos = _uvarint(frame, pos, end, f"a tagged field size of {where}")
+        if size > end - pos:
+            raise _bad_length(f"a tagged field of {where}", size, pos, end)
+        pos += size
+    return pos
+
+
+def _text(frame: bytes, start: int, stop: int, field: str) -> str:
+    try:
+        return frame[start:stop].decode()
+    except UnicodeDecodeError:
+        raise FrameError(f"{field} at {start} is not UTF-8") from None
+
+
+def _truncated(field: str, pos: int, end: int) -> FrameError:
+    return FrameError(f"the frame ends at {end}, in the middle of {field} at {pos}")
+
+
+def _bad_length(field: str, length: int, pos: int, end: int) -> FrameError:
+    return FrameError(f"{field} at {pos} claims {length} bytes, {end - pos} are left")
+
+
+def _bad_count(field: str, count: int, pos: int, end: int) -> FrameError:
+    return FrameError(f"{field} at {pos} claims {count} elements, {end - pos} bytes are left")
+
+
+class PartitionAnswer(Protocol):
+    """One partition's answer to a Produce request, as the broker's replica manager gives
+    it (`AppendResult`): the fields of Kafka's PartitionProduceResponse."""
+
+    @property
+    def error_code(self) -> int: ...
+    @property
+    def error_message(self) -> str | None: ...
+    @property
+    def base_offset(self) -> int: ...
+    #: The leader's append time on a LogAppendTime topic; None (or -1) otherwise.
+    @property
+    def log_append_time_ms(self) -> int | None: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    #: (index of the record in its batch, message) of each record refused.
+    @property
+    def record_errors(self) -> Sequence[tuple[int, str | None]]: ...
+
+
+#: Per topic, in the request's order: its name and (partition index, answer) pairs.
+TopicAnswers: TypeAlias = Sequence[tuple[str, Sequence[tuple[int, PartitionAnswer]]]]
+
+_SIZE_CORRELATION = struct.Struct(">ii")
+_INT16_LENGTH = struct.Struct(">h")
+_INT32_COUNT = struct.Struct(">i")
+_NULL_INT16_STRING = b"\xff\xff"
+# index, error_code, base_offset, log_append_time_ms (v2+), log_start_offset (v5+)
+_PARTITION_V3 = struct.Struct(">ihqq")
+_PARTITION_V5 = struct.Struct(">ihqqq")
+_BATCH_INDEX = struct.Struct(">i")
+_THROTTLE_TIME = struct.Struct(">i")
+_NO_THROTTLE = _THROTTLE_TIME.pack(0)
+# v8: no record errors (empty array), no error message (null string).
+_NO_RECORD_ERRORS_V8 = b"\x00\x00\x00\x00\xff\xff"
+# v9+: an empty compact array, a null compact string, no tagged fields.
+_NO_RECORD_ERRORS_COMPACT = b"\x01\x00\x00"
+_SMALL_UVARINTS = tuple(bytes((value,)) for value in range(0x80))
+
+
+def encode_produce_response(correlation_id: int, version: int, answers: TopicAnswers) -> bytes:
+    """A whole Produce response frame of `version` (FIRST_VERSION to LAST_VERSION): its size
+    prefix, the response header (v0, or v1 with tagged fields on v9+) and the body, with
+    throttle_time_ms 0. Fields a version lacks are left out (log_start_offset before v5,
+    record errors and error_message before v8); a negative or None append time is written
+    as -1, Kafka's "none". Raises ValueError for a version not served here.
+    """
+    if not FIRST_VERSION <= version <= LAST_VERSION:
+        raise ValueError(f"Produce v{version} is not encoded here")
+    if version >= FIRST_FLEXIBLE_VERSION:
+        return _compact_response(correlation_id, answers)
+    out = bytearray(_SIZE_CORRELATION.size)
+    out += _INT32_COUNT.pack(len(answers))
+    with_start_offset = version >= 5
+    with_record_errors = version >= 8
+    for name, partitions in answers:
+        encoded = name.encode()
+        out += _INT16_LENGTH.pack(len(encoded))
+        out += encoded
+        out += _INT32_COUNT.pack(len(partitions))
+        for index, answer in partitions:
+            append_time_ms = answer.log_append_time_ms
+            if append_time_ms is None or append_time_ms < 0:
+                append_time_ms = -1
+            if with_start_offset:
+                out += _PARTITION_V5.pack(
+                    index,
+                    answer.error_code,
+                    answer.base_offset,
+                    append_time_ms,
+                    answer.log_start_offset,
+                )
+            else:
+                out += _PARTITION_V3.pack(
+                    index, answer.error_code, answer.base_offset, append_time_ms
+                )
+            if not with_record_errors:
+                continue
+            record_errors = answer.record_errors
+            message = answer.error_message
+            if not record_errors and message is None:
+                out += _NO_RECORD_ERRORS_V8
+                continue
+            out += _INT32_COUNT.pack(len(record_errors))
+            for batch_index, record_message in record_errors:
+                out += _BATCH_INDEX.pack(batch_index)
+                _legacy_nullable_string(out, record_message)
+            _legacy_nullable_string(out, message)
+    out += _NO_THROTTLE
+    _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)
+    return bytes(out)
+
+
+def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
+    """Produce response v9+: compact lengths, a tagged field set after every structure,
+    all of them empty."""
+    out = bytearray(_SIZE_CORRELATION.size)
+    out += b"\x00"  # the response header's tagged fields
+    out += _uvarint_bytes(len(answers) + 1)
+    for name, partitions in answers:
+        encoded = name.encode()
+        out += _uvarint_bytes(len(encoded) + 1)
+        out += encoded
+        out += _uvarint_bytes(len(partitions) + 1)
+        for index, answer in partitions:
+            append_time_ms = answer.log_append_time_ms
+            if append_time_ms is None or append_time_ms < 0:
+                append_time_ms = -1
+            out += _PARTITION_V5.pack(
+                index,
+                answer.error_code,
+                answer.base_offset,
+                append_time_ms,
+                answer.log_start_offset,
+            )
+            record_errors = answer.record_errors
+            message = answer.error_message
+            if not record_errors and message is None:
+                out += _NO_RECORD_ERRORS_COMPACT
+                continue
+            out += _uvarint_bytes(len(record_errors) + 1)
+            for batch_index, record_message in record_errors:
+                out += _BATCH_INDEX.pack(batch_index)
+                _compact_nullable_string(out, record_message)
+                out += b"\x00"  # the record error's tagged fields
+            _compact_nullable_string(out, message)
+            out += b"\x00"  # the partition's tagged fields (no current leader)
+        out += b"\x00"  # the topic's tagged fields
+    out += _NO_THROTTLE
+    out += b"\x00"  # the body's tagged fields (no node endpoints)
+    _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)
+    return bytes(out)
+
+
+def _legacy_nullable_string(out: bytearray, value: str | None) -> None:
+    if value is None:
+        out += _NULL_INT16_STRING
+        return
+    encoded = value.encode()
+    out += _INT16_LENGTH.pack(len(encoded))
+    out += encoded
+
+
+def _compact_nullable_string(out: bytearray, value: str | None) -> None:
+    if value is None:
+        out += b"\x00"
+        return
+    encoded = value.encode()
+    out += _uvarint_bytes(len(encoded) + 1)
+    out += encoded
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL_UVARINTS[value]
+    encoded = bytearray()
+    while value >= 0x80:
+        encoded.append((value & 0x7F) | 0x80)
+        value >>= 7
+    encoded.append(value)
+    return bytes(encoded)
