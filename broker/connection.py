@@ -35,8 +35,8 @@ connection. Plaintext sockets are read and written with os.read/os.write on the
 non-blocking descriptor; trio is asked only to wait until it is ready.
 
 A connection holds at most `queued.max.requests` requests and a bounded number of request
-bytes in flight; past that the broker stops reading from it. Each request a handler serves is counted once in the broker's metrics, when its
-response is written.
+bytes in flight; past that the broker stops reading from it. Each request a handler serves
+is counted once in the broker's metrics, when its response is written.
 
 Client quotas (broker/quotas.py) are charged around the handler: Produce's request bytes,
 Fetch's response bytes and the handler's running time. A client under a quota has every
@@ -74,6 +74,7 @@ from raftka.broker.security.session import ClientSession
 from raftka.broker.security.tls import certificate_principal
 from raftka.broker.services import Later, RequestContext
 from raftka.protocol.api import (
+    EncodedResponse,
     FrameError,
     RequestPrefix,
     decode_request,
@@ -81,6 +82,7 @@ from raftka.protocol.api import (
     read_prefix,
 )
 from raftka.protocol.api_keys import ApiKey
+from raftka.protocol.produce_codec import decode_produce_request
 from raftka.protocol.splice import FileRange, Pieces, SplicedResponse
 
 if TYPE_CHECKING:
@@ -479,7 +481,10 @@ class Connection:
             self._finish(slot)
             return True
         try:
-            header, request = decode_request(frame, prefix)
+            if prefix.api_key == ApiKey.PRODUCE:
+                header, request = decode_produce_request(frame, prefix.api_version)
+            else:
+                header, request = decode_request(frame, prefix)
         except FrameError as exc:
             logger.warning("closing connection from %s: %s", self.peer, exc)
             slot.close_after = True
@@ -521,7 +526,7 @@ class Connection:
 
     async def _run_later(
         self,
-        answer: Awaitable[ResponsePayload | SplicedResponse | None],
+        answer: Awaitable[ResponsePayload | SplicedResponse | EncodedResponse | None],
         context: HandlerContext,
         prefix: RequestPrefix,
         slot: _Slot,
@@ -552,10 +557,15 @@ class Connection:
             self._finish(slot, context, in_task=True)
 
     def _answered(
-        self, response: ResponsePayload | SplicedResponse | None, prefix: RequestPrefix, slot: _Slot
+        self,
+        response: ResponsePayload | SplicedResponse | EncodedResponse | None,
+        prefix: RequestPrefix,
+        slot: _Slot,
     ) -> None:
         """Encode a handler's response into its slot."""
-        if isinstance(response, SplicedResponse):
+        if isinstance(response, EncodedResponse):
+            slot.frame = response.encode(prefix.correlation_id)
+        elif isinstance(response, SplicedResponse):
             slot.frame = response.encode(prefix.correlation_id)
             response = response.response
         elif response is not None:

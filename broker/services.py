@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from raftka.broker.security.scram import ScramCredential
     from raftka.broker.security.session import Authenticator, ClientSession, Principal
     from raftka.broker.topics import Partition, Topic
+    from raftka.protocol.api import EncodedResponse
     from raftka.protocol.api_keys import ApiKey
     from raftka.protocol.splice import SplicedResponse
 
@@ -228,11 +229,18 @@ class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
 
     def serve_now(
         self, context: RequestContext[_GroupsIn, _TransactionsIn], request: RequestPayload
-    ) -> ResponsePayload | SplicedResponse | None | Later[ResponsePayload | SplicedResponse | None]:
+    ) -> (
+        ResponsePayload
+        | SplicedResponse
+        | EncodedResponse
+        | None
+        | Later[ResponsePayload | SplicedResponse | EncodedResponse | None]
+    ):
         """`serve`, done at once as far as it can be: the response itself when nothing had
         to wait, else `Later` (whose answer the caller must await). Whatever the request
         changes happens in this call up to its first wait, so requests served one after
-        the other take effect in that order."""
+        the other take effect in that order. The answer may be a response that encodes
+        itself (`EncodedResponse`), which `serve` gives as the kio entity."""
         ...
 
 

@@ -45,6 +45,18 @@ class RequestPrefix:
     correlation_id: int
 
 
+class EncodedResponse:
+    """A response that writes its own frame (a hand-written encoder of a hot API) instead
+    of a kio entity; `error_code` is its top-level error, as a kio response's would be."""
+
+    __slots__ = ()
+    error_code: int = 0
+
+    def encode(self, correlation_id: int) -> bytes:
+        """The whole response frame: size prefix, response header, body."""
+        raise NotImplementedError
+
+
 def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
     if len(frame) < _PREFIX.size:
         raise FrameError(f"frame of {len(frame)} bytes is shorter than a request header")

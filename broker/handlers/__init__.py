@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from kio.static.protocol import RequestPayload, ResponsePayload
 
     from raftka.broker.handlers.context import ApiEndpoint, RequestContext
+    from raftka.protocol.api import EncodedResponse
     from raftka.protocol.splice import SplicedResponse
 
 #: The request entities one handler serves: a union of kio's versions of one API's request.
@@ -44,21 +45,29 @@ Req = TypeVar("Req")
 #: What the handler answers: kio's response entities (or a spliced Fetch response, or None
 #: for no response at all).
 Resp = TypeVar("Resp", bound="ResponsePayload | SplicedResponse | None")
+#: What the handler's `start` answers: as `Resp`, or a response that encodes itself.
+Now = TypeVar("Now", bound="ResponsePayload | SplicedResponse | EncodedResponse | None")
 
 
 @dataclass(frozen=True, slots=True)
-class ApiHandler(Generic[Req, Resp]):
+class ApiHandler(Generic[Req, Resp, Now]):
     """One API's handler and the versions of it this broker serves."""
 
     min_version: int
     max_version: int
     handle: Callable[[RequestContext, Req], Awaitable[Resp]]
     #: `handle` split where it first waits (see `ApiEndpoint.serve_now`); None: `handle`.
-    start: Callable[[RequestContext, Req], Resp | Later[Resp]] | None = None
+    start: Callable[[RequestContext, Req], Now | Later[Now]] | None = None
 
     def serve_now(
         self, context: RequestContext, request: RequestPayload
-    ) -> ResponsePayload | SplicedResponse | None | Later[ResponsePayload | SplicedResponse | None]:
+    ) -> (
+        ResponsePayload
+        | SplicedResponse
+        | EncodedResponse
+        | None
+        | Later[ResponsePayload | SplicedResponse | EncodedResponse | None]
+    ):
         if self.start is not None:
             return self.start(context, cast(Req, request))
         return Later(self.handle(context, cast(Req, request)))

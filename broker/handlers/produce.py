@@ -39,7 +39,8 @@ from raftka.broker.replica import AppendOrigin, AppendResult, PendingAppends, in
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.services import Later
 from raftka.log.validation import ATTRIBUTES_LOW_BYTE
-from raftka.protocol.api import build
+from raftka.protocol.api import EncodedResponse, build
+from raftka.protocol.produce_codec import encode_produce_response
 from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
     MAGIC_OFFSET,
@@ -150,7 +151,23 @@ async def handle_produce(
     context: RequestContext, request: ProduceRequest
 ) -> ProduceResponse | None:
     answer = start_produce(context, request)
-    return await answer.answer if isinstance(answer, Later) else answer
+    if isinstance(answer, Later):
+        answer = await answer.answer
+    return None if answer is None else _response(context, answer.answers)
+
+
+class ProduceAnswers(EncodedResponse):
+    """A Produce response as the partitions' answers, written by the hand-written encoder
+    (`protocol/produce_codec.py`) of the request's version."""
+
+    __slots__ = ("version", "answers")
+
+    def __init__(self, version: int, answers: list[tuple[str, list[tuple[int, AppendResult]]]]):
+        self.version = version
+        self.answers = answers
+
+    def encode(self, correlation_id: int) -> bytes:
+        return encode_produce_response(correlation_id, self.version, self.answers)
 
 
 #: Each topic's partitions' answers in request order: (topic, [(partition index, answer)]),
@@ -160,7 +177,7 @@ _Answers = list[tuple[str, list[tuple[int, AppendResult | None]]]]
 
 def start_produce(
     context: RequestContext, request: ProduceRequest
-) -> ProduceResponse | None | Later[ProduceResponse | None]:
+) -> ProduceAnswers | None | Later[ProduceAnswers | None]:
     """Check and append the request's batches now; the response, or `Later` while a
     partition's answer waits for acks, a worker thread or a verification."""
     services = context.services
@@ -203,7 +220,7 @@ async def _answer_later(
     results: _Answers,
     pending: PendingAppends,
     may_write: TopicAccess,
-) -> ProduceResponse | None:
+) -> ProduceAnswers | None:
     return _answer(context, request, results, await pending.wait(), may_write)
 
 
@@ -213,7 +230,7 @@ def _answer(
     results: _Answers,
     appended_results: list[AppendResult],
     may_write: TopicAccess,
-) -> ProduceResponse | None:
+) -> ProduceAnswers | None:
     """Count the answers and build the response (None for acks=0)."""
     appended = iter(appended_results)
     answers = [
@@ -232,7 +249,7 @@ def _answer(
             # No answer can tell the client; Kafka closes the connection instead.
             context.session.close_after_response = True
         return None
-    return _response(context, answers)
+    return ProduceAnswers(context.api_version, answers)
 
 
 def _refused(answers: list[tuple[str, list[tuple[int, AppendResult]]]]) -> bool:
@@ -254,13 +271,18 @@ def _response(
     for name, partition_answers in answers:
         responses = []
         for index, answer in partition_answers:
-            record_errors = tuple(
-                build(
-                    module.BatchIndexAndErrorMessage,
-                    batch_index=batch_index,
-                    batch_index_error_message=message,
+            # Record errors exist on the wire from v8 (the module has no entity before).
+            record_errors = (
+                tuple(
+                    build(
+                        module.BatchIndexAndErrorMessage,
+                        batch_index=batch_index,
+                        batch_index_error_message=message,
+                    )
+                    for batch_index, message in answer.record_errors
                 )
-                for batch_index, message in answer.record_errors
+                if with_record_errors
+                else ()
             )
             responses.append(
                 build(
@@ -271,7 +293,7 @@ def _response(
                     base_offset=answer.base_offset,
                     log_append_time=_append_time(answer.log_append_time_ms),
                     log_start_offset=answer.log_start_offset,
-                    record_errors=record_errors if with_record_errors else (),
+                    record_errors=record_errors,
                 )
             )
         topic_responses.append(

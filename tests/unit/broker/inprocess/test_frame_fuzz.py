@@ -27,6 +27,8 @@ from trio.testing import MockClock
 
 from raftka.broker.cluster.commands import CreateTopicCommand
 from raftka.broker.config import BrokerConfig
+from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
+from raftka.broker.security.session import ClientSession
 from raftka.broker.server import Broker, Listener
 from raftka.broker.services import RequestContext
 from raftka.protocol.api import (
@@ -182,8 +184,19 @@ def _serve_frame(broker: Broker, frame: bytes) -> None:
         header, request = decode_request(frame, prefix)
     except FrameError:
         return
+    # A connection's session on a plaintext listener, as every served request has one
+    # (the SASL handlers need it).
+    session = ClientSession.for_listener(
+        ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "", 0), None
+    )
     context = RequestContext(
-        broker.services, header, prefix.api_key, prefix.api_version, "127.0.0.1", 1
+        broker.services,
+        header,
+        prefix.api_key,
+        prefix.api_version,
+        "127.0.0.1",
+        1,
+        session=session,
     )
 
     async def run() -> Any:
