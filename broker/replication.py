@@ -435,6 +435,7 @@ class PartitionRaftStorage:
             self._configs = self._configs + configs
         now = time.time_ns() // 1_000_000
         buffer = bytearray()
+        headers: list[BatchHeader] = []
         for entry in entries:
             start = len(buffer)
             if entry.kind is EntryKind.DATA:
@@ -449,7 +450,10 @@ class PartitionRaftStorage:
                     "hold exactly one batch of its record count"
                 )
             stamp_batches(buffer, [header], entry.base_offset, entry.epoch)
-        headers = scan_batches(buffer, verify_crc=False).headers
+            # The header as stamped (what a scan of `buffer` would read back).
+            headers.append(
+                header._replace(base_offset=entry.base_offset, partition_leader_epoch=entry.epoch)
+            )
         self._last_entry = None
         try:
             self.log.append_replicated(buffer, headers, now)

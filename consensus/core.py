@@ -295,17 +295,26 @@ class RaftCore:
     def ready(self) -> Ready:
         if self._awaiting_advance:
             raise RaftInvariantError(f"{self._name()}: ready() before the last Ready's advance()")
-        hard_state = self._hard_state()
-        soft_state = self._soft_state()
+        # Unchanged states are the common case (every append): the previous objects serve.
+        hard_state = self._prev_hard_state
+        if hard_state.term != self.term or hard_state.voted_for != self.voted_for:
+            hard_state = self._hard_state()
+        soft_state = self._prev_soft_state
+        if (
+            soft_state.role is not self.role
+            or soft_state.leader_id != self.leader_id
+            or soft_state.term != self.term
+        ):
+            soft_state = self._soft_state()
         rd = Ready(
-            hard_state=hard_state if hard_state != self._prev_hard_state else None,
+            hard_state=hard_state if hard_state is not self._prev_hard_state else None,
             truncate_to=self.log.pending_truncate,
             entries=tuple(self.log.unstable),
             messages=tuple(self._messages),
             high_watermark=(
                 self.high_watermark if self.high_watermark != self._prev_high_watermark else None
             ),
-            soft_state=soft_state if soft_state != self._prev_soft_state else None,
+            soft_state=soft_state if soft_state is not self._prev_soft_state else None,
             snapshot=self.log.pending_snapshot,
             log_start_offset=(
                 self._follow_log_start
