@@ -12,13 +12,33 @@ from raftka.broker.config.types import ConfigDef, ConfigSource, ConfigValue
 
 
 class TopicConfig(_TypedConfigs):
-    """A topic's effective configuration: its overrides over the broker's values."""
+    """A topic's effective configuration: its overrides over the broker's values.
+
+    Never changed once made (a topic whose configs change gets a new one, and the broker's
+    values it falls back to are fixed at start), so the typed reads on every request's path
+    (`get_int`, `get_str`) are remembered after the first."""
 
     _definitions = TOPIC_CONFIGS
 
     def __init__(self, broker: BrokerConfig, overrides: Mapping[str, ConfigValue]) -> None:
         self.broker = broker
         self.overrides = dict(overrides)
+        self._ints: dict[str, int] = {}
+        self._strs: dict[str, str] = {}
+
+    def get_int(self, name: str) -> int:
+        try:
+            return self._ints[name]
+        except KeyError:
+            value = self._ints[name] = super().get_int(name)
+            return value
+
+    def get_str(self, name: str) -> str:
+        try:
+            return self._strs[name]
+        except KeyError:
+            value = self._strs[name] = super().get_str(name)
+            return value
 
     def get(self, name: str) -> ConfigValue:
         """The config's value; the typed getters check its type as well."""
