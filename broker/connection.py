@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, cast
 import trio
 
 from raftka.broker.handlers.api_versions import unsupported_version_response
+from raftka.broker.idle import IdleConnections
 from raftka.broker.metrics import HANDLER_FAILED, error_name
 from raftka.broker.quotas import (
     ClientQuota,
@@ -140,9 +141,14 @@ class Connection:
         stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
         listener: ListenerSpec = _PLAINTEXT_LISTENER,
         quotas: ClientQuotaManager | None = None,
+        idle: IdleConnections | None = None,
     ) -> None:
         self.services = services
         self.quotas = quotas
+        # The broker's reaper of idle connections (None: each wait keeps its own timeout).
+        self._idle = idle
+        self._reading_scope = trio.CancelScope()
+        self._expired = False
         # A throttled client: no request is read while a throttled response waits to be
         # written, nor until the clock's now_s() reaches `_muted_until` after it was.
         self._throttles_pending = 0
@@ -198,7 +204,10 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_responses, nursery.cancel_scope)
                 try:
-                    await self._read_requests(nursery)
+                    with self._reading_scope:
+                        await self._read_requests(nursery)
+                    if self._expired:
+                        self._log_idle_close()
                 finally:
                     # The writer sends what is still due, then ends the connection.
                     self._reading_stopped = True
@@ -283,17 +292,7 @@ class Connection:
                 deadline = trio.current_time() + idle_s
             data = await self._receive(deadline, max(RECEIVE_CHUNK_BYTES, size + 4 - len(buffer)))
             if data is None:
-                if not buffer:
-                    logger.info("closing idle connection from %s", self.peer)
-                else:
-                    logger.info(
-                        "closing connection from %s: request incomplete after "
-                        "connections.max.idle.ms=%d (%d of %s bytes received)",
-                        self.peer,
-                        idle_ms,
-                        max(len(buffer) - 4, 0),
-                        size if size >= 0 else "?",
-                    )
+                self._log_idle_close()
                 return
             if not data:
                 if buffer:
@@ -306,15 +305,60 @@ class Connection:
                 return
             buffer += data
 
+    def _log_idle_close(self) -> None:
+        """Say why a connection whose idle time ran out is closed."""
+        buffer = self._buffer
+        if not buffer:
+            logger.info("closing idle connection from %s", self.peer)
+            return
+        size = _SIZE.unpack_from(buffer, 0)[0] if len(buffer) >= 4 else None
+        logger.info(
+            "closing connection from %s: request incomplete after "
+            "connections.max.idle.ms=%d (%d of %s bytes received)",
+            self.peer,
+            self.config.get_int("connections.max.idle.ms"),
+            max(len(buffer) - 4, 0),
+            "?" if size is None else size,
+        )
+
+    def expire(self) -> None:
+        """The idle time ran out while the reader waited for bytes (`IdleConnections`)."""
+        self._expired = True
+        self._reading_scope.cancel()
+
+    async def _wait_for_bytes(self, deadline: float) -> bool:
+        """Wait until the socket (or the TLS stream, `receive`) may have bytes; False if
+        `deadline` passed first. With the broker's `IdleConnections` the wait is
+        registered there instead, and expiry cancels the reading altogether."""
+        idle = self._idle
+        if idle is None:
+            with trio.move_on_at(deadline):
+                await trio.lowlevel.wait_readable(self._fd)
+                return True
+            return False
+        idle.waiting(self, deadline)
+        try:
+            await trio.lowlevel.wait_readable(self._fd)
+        finally:
+            idle.done(self)
+        return True
+
     async def _receive(self, deadline: float, max_bytes: int) -> bytes | bytearray | None:
         """The next bytes from the client (b"" once it closed), or None if none came by
         `deadline`. The responses ready so far are sent first: the client waits for them."""
         if self._fd < 0:
             if self._slots and self._slots[0].done:
                 self._wake_writer()  # over TLS the writer sends every response
-            with trio.move_on_at(deadline):
+            idle = self._idle
+            if idle is None:
+                with trio.move_on_at(deadline):
+                    return await self.stream.receive_some(max_bytes)
+                return None
+            idle.waiting(self, deadline)
+            try:
                 return await self.stream.receive_some(max_bytes)
-            return None
+            finally:
+                idle.done(self)
         self._send_ready()
         try:
             data = os.read(self._fd, max_bytes)
@@ -326,14 +370,12 @@ class Connection:
             return data
         if self._unsent is not None or (self._slots and self._slots[0].done):
             self._wake_writer()  # what `_send_ready` left needs a wait or the writer's care
-        while True:
-            with trio.move_on_at(deadline):
-                await trio.lowlevel.wait_readable(self._fd)
-                try:
-                    return os.read(self._fd, max_bytes)
-                except BlockingIOError:
-                    continue
-            return None
+        while await self._wait_for_bytes(deadline):
+            try:
+                return os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                continue
+        return None
 
     def _size_allowed(self, size: int) -> bool:
         """Whether a request of `size` bytes may be read; logs why not. Before SASL

@@ -32,6 +32,7 @@ from raftka.broker.groups import coordinator_for
 from raftka.broker.groups.store import offsets_marker_listener
 from raftka.broker.handlers import HANDLERS
 from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
+from raftka.broker.idle import IdleConnections
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.quotas import ClientQuotaManager
@@ -518,6 +519,7 @@ class Broker:
                 config, lambda: self.controller.image.client_quotas, clock
             )
             self.connection_limits = ConnectionLimits.from_config(config)
+            self.idle = IdleConnections(config.get_int("connections.max.idle.ms"))
             self.transactions = transaction_coordinator_for(
                 self.node_id,
                 self.topics,
@@ -602,6 +604,7 @@ class Broker:
                     self.cluster_id,
                     self.data_dir,
                 )
+                nursery.start_soon(self.idle.run)
                 for spec in self.listeners:
                     serve = functools.partial(self._serve_connection, spec)
                     limited = [LimitedListener(s, self.connection_limits) for s in bound[spec.name]]
@@ -669,10 +672,10 @@ class Broker:
         try:
             context = self.tls_contexts.get(listener.name)
             if context is None:
-                await Connection(self.services, stream, listener, self.quotas).serve()
+                await Connection(self.services, stream, listener, self.quotas, self.idle).serve()
                 return
             tls = trio.SSLStream(stream, context, server_side=True)
-            await Connection(self.services, tls, listener, self.quotas).serve()
+            await Connection(self.services, tls, listener, self.quotas, self.idle).serve()
         finally:
             self.connection_limits.release(stream)
 
