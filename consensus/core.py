@@ -861,9 +861,16 @@ class RaftCore:
             self._send_append(node, send_if_empty)
 
     def _maybe_commit(self) -> bool:
-        match_ends = {node: pr.match_end for node, pr in self.progress.items()}
-        match_ends[self.id] = min(self.durable_end, self.log.log_end_offset())
-        end = committed_end(self.voters, match_ends)
+        own = min(self.durable_end, self.log.log_end_offset())
+        hw = self.high_watermark
+        if own <= hw and all(pr.match_end <= hw for pr in self.progress.values()):
+            return False  # nobody holds more than is committed (every append as leader)
+        if len(self.voters) == 1 and self.id in self.voters:
+            end = own  # the only voter is a majority
+        else:
+            match_ends = {node: pr.match_end for node, pr in self.progress.items()}
+            match_ends[self.id] = own
+            end = committed_end(self.voters, match_ends)
         # Raft §5.4.2: only an entry of the leader's own term is committed by counting.
         if end <= self.high_watermark or self.log.epoch_at(end - 1) != self.term:
             return False
