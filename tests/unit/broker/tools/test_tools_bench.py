@@ -115,6 +115,9 @@ def test_defaults_and_derived_options() -> None:
         (["--json", "/no/such/folder/bench.json"], "does not exist"),
         (["--start-broker", "--bootstrap", "127.0.0.1:9092"], "not allowed with"),
         (["--num-records", "0"], "is not a positive integer"),
+        (["--connections", "10"], "--connections N needs --rate R"),
+        (["--connections", "10", "--rate", "100", "--mode", "produce"], "only produces"),
+        (["--idle-connections", "10", "--mode", "produce"], "runs no load"),
     ],
 )
 def test_refused_option_combinations(
