@@ -131,6 +131,9 @@ def run_connections(
     else:
         requests = None
     lat = steady["latency_ms"]
+    generator_cpu_s = max(r["cpu_s"] for r in results)
+    lag_max_s = max(r["lag_max_s"] for r in results)
+    seconds = args.warmup + args.duration
     print(f"-- {label}, {args.connections} connections, steady part:")
     print(
         f"{sent:,} Produce requests of one {args.record_size} B record sent at {args.rate:,}/s "
@@ -155,6 +158,11 @@ def run_connections(
             f"broker: {broker['cpu_percent']:.0f}% of a core, RSS {broker['rss_mb']:.1f} MB "
             f"(peak {broker['peak_rss_mb']:.1f} MB in the steady part)"
         )
+    # A generator near a full core, or sending late, measures itself as well as the broker.
+    print(
+        f"generator: busiest process {100 * generator_cpu_s / seconds:.0f}% of a core, "
+        f"at worst {1000 * lag_max_s:.1f} ms behind its schedule"
+    )
     return {
         "target": label,
         "topic": topic,
@@ -172,6 +180,8 @@ def run_connections(
             "skipped_in_flight": skipped,
             "unanswered": lost,
             "closed_by_broker": closed,
+            "generator_cpu_s": [r["cpu_s"] for r in results],
+            "generator_lag_max_ms": 1000 * lag_max_s,
             "requests_per_s": steady["answered_per_s"],
             "request_latency_ms": lat,
             "requests": requests,
@@ -192,7 +202,6 @@ class IdleConnections:
         self.count = count
         self.sockets: list[socket.socket] = []
         self.rss_before_kb: int | None = None
-        self.rss_open_kb: int | None = None
         self.cpu_open_s = 0.0
         self.opened_at = 0.0
         self.open_s = 0.0
@@ -210,7 +219,6 @@ class IdleConnections:
         self.open_s = time.monotonic() - started
         self.opened_at = time.monotonic()
         if self.pid:
-            self.rss_open_kb = status_kb(self.pid, "VmRSS")
             self.cpu_open_s = cpu_seconds_total(self.pid)
         print(f"opened {self.count:,} idle connections in {self.open_s:.1f} s")
 

@@ -161,6 +161,7 @@ class LoadCounts:
     skipped_closed: int = 0
     closed: int = 0
     lost: int = 0  # sent on a connection that closed before answering
+    lag_max_s: float = 0.0  # how far behind its schedule the generator sent, at worst
     send_ns: array[int] = field(default_factory=lambda: array("q"))
     latency_us: array[int] = field(default_factory=lambda: array("q"))
     answer_ns: array[int] = field(default_factory=lambda: array("q"))
@@ -221,6 +222,8 @@ class ProduceLoad:
             if now >= deadline:
                 break
             due = int((now - started) * rate)
+            if request < due:
+                counts.lag_max_s = max(counts.lag_max_s, now - started - (request + 1) / rate)
             while request < due:
                 conn = conns[request % n]
                 request += 1
@@ -358,7 +361,9 @@ def connections_worker(
         out.put(("ready", index, None))
         start.wait()
         first_send_ns = time.time_ns()
+        cpu_started = time.process_time()
         counts = load.run()
+        cpu_s = time.process_time() - cpu_started
         load.close()
         out.put(
             (
@@ -375,6 +380,8 @@ def connections_worker(
                     "skipped_closed": counts.skipped_closed,
                     "closed": counts.closed,
                     "lost": counts.lost,
+                    "lag_max_s": counts.lag_max_s,
+                    "cpu_s": cpu_s,
                     "send_ns": counts.send_ns,
                     "latency_us": counts.latency_us,
                     "answer_ns": counts.answer_ns,
