@@ -125,8 +125,8 @@ def run_connections(
         rates = {api: n / broker["seconds"] for api, n in broker["requests"].items()}
         requests = request_figures(rates, broker["seconds"], broker["cpu_s"], "broker")
     elif broker.get("complete"):
-        sent_steady = steady["latency_ms"]["count"] if acks_wanted else 0
-        rates = {"Produce": sent_steady / args.duration} if sent_steady else {}
+        answered_per_s = steady["answered_per_s"]
+        rates = {"Produce": answered_per_s} if answered_per_s else {}
         requests = request_figures(rates, broker["seconds"], broker["cpu_s"], "generator")
     else:
         requests = None
@@ -158,6 +158,8 @@ def run_connections(
             f"broker: {broker['cpu_percent']:.0f}% of a core, RSS {broker['rss_mb']:.1f} MB "
             f"(peak {broker['peak_rss_mb']:.1f} MB in the steady part)"
         )
+    if broker.get("error"):
+        print(f"broker: {broker['error']}")
     # A generator near a full core, or sending late, measures itself as well as the broker.
     print(
         f"generator: busiest process {100 * generator_cpu_s / seconds:.0f}% of a core, "

@@ -23,6 +23,9 @@ from raftka.broker.tools.procfs import cpu_seconds_total, status_kb
 
 REQUESTS_METRIC = "kafka_network_requestmetrics_requests"
 STATISTICS_INTERVAL_MS = 500
+# A busy broker's event loop answers its metrics endpoint late; past this it is reported.
+SCRAPE_TIMEOUT_S = 30.0
+SCRAPE_SLOW_S = 0.5
 # Produce "dominates" a load, and CPU per Produce request is printed, from this share on.
 PRODUCE_DOMINATES = 0.9
 
@@ -183,10 +186,18 @@ class BrokerSnapshot:
             except (FileNotFoundError, ProcessLookupError):
                 self.error = f"broker process {pid} is gone"
         if url:
+            started = time.monotonic()
             try:
-                self.requests = scrape_request_counts(url)
+                self.requests = scrape_request_counts(url, SCRAPE_TIMEOUT_S)
             except (OSError, ValueError) as exc:
                 self.error = f"metrics endpoint {url}: {exc}"
+            took_s = time.monotonic() - started
+            if took_s > SCRAPE_SLOW_S and self.error is None:
+                # The counters are of some moment within the scrape, not of time_ns.
+                self.error = (
+                    f"metrics endpoint took {took_s:.1f} s to answer: request counts are "
+                    "approximate"
+                )
 
 
 class SteadyWindow:
