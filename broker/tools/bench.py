@@ -269,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             load = f"{args.mode} {args.num_records} records"
         partitions = "" if args.mode == "consume" else f"{args.partitions} partition(s), "
-        if args.connections or (args.idle_connections and not args.rate):
+        if args.idle_connections and not args.rate:
+            print(f"bench: {load}, {args.repeat} run(s) on {len(targets)} broker(s)")
+        elif args.connections:
             # raw connections: no librdkafka client, so none of its settings apply
             print(
                 f"bench: {load}, {args.record_size} B records, {args.producers} generator "

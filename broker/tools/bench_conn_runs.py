@@ -85,7 +85,8 @@ def run_connections(
 ) -> Result:
     """--connections N sending --rate R one-record Produce requests/s in total."""
     ensure_topic(bootstrap, topic, args.partitions, args.replication_factor)
-    for problem in check_descriptors(args.connections, pid):
+    share = -(-args.connections // args.producers)  # the largest process's connections
+    for problem in check_descriptors(args.connections, pid, share):
         print(f"bench: LIMIT: {problem}")
     targets = connection_targets(partition_leaders(bootstrap, topic), args.connections)
     tag = random.getrandbits(63)

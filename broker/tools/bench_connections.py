@@ -54,8 +54,11 @@ def raise_open_file_limit(wanted: int) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass  # above the system's nr_open: the caller reports the limit in force
     return int(soft) if soft != resource.RLIM_INFINITY else wanted
 
 
@@ -72,15 +75,20 @@ def open_file_limit_of(pid: int) -> int | None:
     return None
 
 
-def check_descriptors(connections: int, broker_pid: int | None) -> list[str]:
+def check_descriptors(
+    connections: int, broker_pid: int | None, own_share: int | None = None
+) -> list[str]:
     """Problems that would keep `connections` sockets from opening: this process's limit
-    (raised to the hard limit first) and the broker's; empty when there are none."""
+    (raised to the hard limit first) for `own_share` of them (default: all; a share means
+    more generator processes would help) and the broker's for all; empty when none."""
     problems = []
-    limit = raise_open_file_limit(connections + FD_MARGIN)
-    if limit < connections + FD_MARGIN:
+    mine = connections if own_share is None else own_share
+    limit = raise_open_file_limit(mine + FD_MARGIN)
+    if limit < mine + FD_MARGIN:
         problems.append(
-            f"this process may open {limit} files (hard limit); {connections} connections "
-            f"need {connections + FD_MARGIN}: raise it (ulimit -Hn) or use more --producers"
+            f"this process may open {limit} files (hard limit); {mine} connections "
+            f"need {mine + FD_MARGIN}: raise it (ulimit -Hn)"
+            + (" or use more --producers" if own_share is not None else "")
         )
     broker_limit = open_file_limit_of(broker_pid) if broker_pid else None
     if broker_limit is not None and broker_limit < connections + FD_MARGIN:
@@ -353,7 +361,7 @@ def connections_worker(
 ) -> None:
     """A generator process: open spec["targets"] connections, report ready, run the load."""
     try:
-        problems = check_descriptors(len(spec["targets"]), None)
+        problems = check_descriptors(len(spec["targets"]), None, len(spec["targets"]))
         if problems:
             raise SystemExit("; ".join(problems))
         load = ProduceLoad(spec, counters, index)

@@ -5,6 +5,7 @@ and how connections and their answers are counted (no broker)."""
 from __future__ import annotations
 
 import os
+import resource
 from array import array
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ from kio.static.primitive import i16, i32, i64
 
 from raftka.broker.tools.bench_conn_runs import connection_targets, steady_requests_of
 from raftka.broker.tools.bench_connections import (
+    check_descriptors,
     open_file_limit_of,
     raise_open_file_limit,
 )
@@ -157,3 +159,13 @@ def test_open_file_limits() -> None:
     assert soft >= 64
     assert open_file_limit_of(os.getpid()) == soft
     assert open_file_limit_of(2**31 - 1) is None
+
+
+def test_descriptor_limits_that_would_stop_the_connections_are_named() -> None:
+    assert check_descriptors(10, os.getpid()) == []
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard >= 10**8:
+        pytest.skip("no hard limit below 10^8 descriptors here")
+    (mine, broker) = check_descriptors(10**8, os.getpid(), 10**8)
+    assert "this process may open" in mine and "--producers" in mine
+    assert f"broker process {os.getpid()}" in broker
