@@ -10,6 +10,7 @@ the samples inside the steady part stands for the whole part. A broker without t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -171,7 +172,9 @@ def request_lines(figures: Mapping[str, Any]) -> list[str]:
 
 class BrokerSnapshot:
     """The broker's CPU seconds, RSS and request counters at one moment; each None when it
-    cannot be read (no pid, no metrics endpoint, process gone)."""
+    cannot be read (no pid, no metrics endpoint, process gone). A busy broker renders its
+    counters some time into the scrape: time and CPU are then the means of their readings
+    before and after it, so a late answer shifts neither end of a window more than the other."""
 
     def __init__(self, pid: int | None, url: str | None) -> None:
         self.time_ns = time.time_ns()
@@ -179,25 +182,35 @@ class BrokerSnapshot:
         self.rss_kb: int | None = None
         self.requests: RequestCounts | None = None
         self.error: str | None = None
-        if pid:
-            try:
-                self.cpu_s = cpu_seconds_total(pid)
+        self.cpu_s = self._cpu(pid)
+        if pid and self.cpu_s is not None:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
                 self.rss_kb = status_kb(pid, "VmRSS")
-            except (FileNotFoundError, ProcessLookupError):
-                self.error = f"broker process {pid} is gone"
-        if url:
-            started = time.monotonic()
-            try:
-                self.requests = scrape_request_counts(url, SCRAPE_TIMEOUT_S)
-            except (OSError, ValueError) as exc:
-                self.error = f"metrics endpoint {url}: {exc}"
-            took_s = time.monotonic() - started
-            if took_s > SCRAPE_SLOW_S and self.error is None:
-                # The counters are of some moment within the scrape, not of time_ns.
-                self.error = (
-                    f"metrics endpoint took {took_s:.1f} s to answer: request counts are "
-                    "approximate"
-                )
+        if not url:
+            return
+        started = time.monotonic()
+        try:
+            self.requests = scrape_request_counts(url, SCRAPE_TIMEOUT_S)
+        except (OSError, ValueError) as exc:
+            self.error = f"metrics endpoint {url}: {exc}"
+        took_s = time.monotonic() - started
+        self.time_ns = (self.time_ns + time.time_ns()) // 2
+        cpu_after = self._cpu(pid)
+        if self.cpu_s is not None and cpu_after is not None:
+            self.cpu_s = (self.cpu_s + cpu_after) / 2
+        if took_s > SCRAPE_SLOW_S and self.error is None:
+            self.error = (
+                f"metrics endpoint took {took_s:.1f} s to answer: request counts are approximate"
+            )
+
+    def _cpu(self, pid: int | None) -> float | None:
+        if not pid:
+            return None
+        try:
+            return cpu_seconds_total(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            self.error = f"broker process {pid} is gone"
+            return None
 
 
 class SteadyWindow:
