@@ -59,7 +59,7 @@ def steady_requests_of(results: list[Result], steady_from_ns: int, duration_s: f
     second that arrived within it, over every generator process."""
     steady_to_ns = steady_from_ns + int(duration_s * 1e9)
     latencies_ms: list[float] = []
-    answered_in_window = sent_in_window = 0
+    answered_in_window = 0
     for r in results:
         for sent_at, latency_us, answered_at in zip(
             r["send_ns"], r["latency_us"], r["answer_ns"], strict=True
@@ -68,7 +68,6 @@ def steady_requests_of(results: list[Result], steady_from_ns: int, duration_s: f
                 latencies_ms.append(latency_us / 1000.0)
             if steady_from_ns <= answered_at < steady_to_ns:
                 answered_in_window += 1
-        sent_in_window += sum(1 for sent_at in r["send_ns"] if sent_at >= steady_from_ns)
     return {
         "latency_ms": latency_summary(latencies_ms),
         "answered_per_s": answered_in_window / duration_s if duration_s else 0.0,
@@ -101,6 +100,7 @@ def run_connections(
             "tag": tag,
             "rate": args.rate * share / args.connections,
             "seconds": args.warmup + args.duration,
+            "warmup": args.warmup,
             "targets": targets[first : first + share],
         }
         group.add("produce", spec, connections_worker)
@@ -112,6 +112,7 @@ def run_connections(
     start_ns = min(r["first_send_ns"] for r in results)
     steady = steady_requests_of(results, start_ns + int(args.warmup * 1e9), args.duration)
     sent = sum(r["sent"] for r in results)
+    sent_per_s = sum(r["sent_steady"] for r in results) / args.duration
     answered = sum(r["answered"] for r in results)
     errors: dict[str, int] = {}
     for r in results:
@@ -126,7 +127,7 @@ def run_connections(
         rates = {api: n / broker["seconds"] for api, n in broker["requests"].items()}
         requests = request_figures(rates, broker["seconds"], broker["cpu_s"], "broker")
     elif broker.get("complete"):
-        answered_per_s = steady["answered_per_s"]
+        answered_per_s = steady["answered_per_s"] if acks_wanted else sent_per_s
         rates = {"Produce": answered_per_s} if answered_per_s else {}
         requests = request_figures(rates, broker["seconds"], broker["cpu_s"], "generator")
     else:
@@ -139,7 +140,12 @@ def run_connections(
     print(
         f"{sent:,} Produce requests of one {args.record_size} B record sent at {args.rate:,}/s "
         f"target by {processes} process(es), {answered:,} acknowledged (acks={args.acks}); "
-        f"requests/s achieved: {steady['answered_per_s']:,.0f}"
+        + (
+            f"requests/s achieved: {steady['answered_per_s']:,.0f} answered"
+            if acks_wanted
+            else "no answers with acks=0"
+        )
+        + f", {sent_per_s:,.0f} sent"
     )
     if acks_wanted:
         print(
@@ -186,6 +192,7 @@ def run_connections(
             "generator_cpu_s": [r["cpu_s"] for r in results],
             "generator_lag_max_ms": 1000 * lag_max_s,
             "requests_per_s": steady["answered_per_s"],
+            "sent_per_s": sent_per_s,
             "request_latency_ms": lat,
             "requests": requests,
             "steady_broker": broker,

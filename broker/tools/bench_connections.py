@@ -170,6 +170,7 @@ class LoadCounts:
     closed: int = 0
     lost: int = 0  # sent on a connection that closed before answering
     lag_max_s: float = 0.0  # how far behind its schedule the generator sent, at worst
+    sent_steady: int = 0  # sent after the warm-up
     send_ns: array[int] = field(default_factory=lambda: array("q"))
     latency_us: array[int] = field(default_factory=lambda: array("q"))
     answer_ns: array[int] = field(default_factory=lambda: array("q"))
@@ -224,6 +225,7 @@ class ProduceLoad:
         counts = self.counts
         started = time.perf_counter()
         deadline = started + self.spec["seconds"]
+        steady_from = started + self.spec["warmup"]
         request = 0
         while True:
             now = time.perf_counter()
@@ -250,6 +252,8 @@ class ProduceLoad:
                 if self.acks:
                     conn.in_flight.append((self.correlation_id, sent_ns))
                 counts.sent += 1
+                if now >= steady_from:
+                    counts.sent_steady += 1
             self._flush_pending()
             wait = started + (request + 1) / rate - time.perf_counter()
             self._poll(min(max(wait, 0.0), 0.005))
@@ -389,6 +393,7 @@ def connections_worker(
                     "closed": counts.closed,
                     "lost": counts.lost,
                     "lag_max_s": counts.lag_max_s,
+                    "sent_steady": counts.sent_steady,
                     "cpu_s": cpu_s,
                     "send_ns": counts.send_ns,
                     "latency_us": counts.latency_us,
