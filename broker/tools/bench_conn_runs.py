@@ -84,8 +84,8 @@ def run_connections(
 ) -> Result:
     """--connections N sending --rate R one-record Produce requests/s in total."""
     ensure_topic(bootstrap, topic, args.partitions, args.replication_factor)
-    share = -(-args.connections // args.producers)  # the largest process's connections
-    for problem in check_descriptors(args.connections, pid, share):
+    largest_share = -(-args.connections // args.producers)
+    for problem in check_descriptors(args.connections, pid, largest_share):
         print(f"bench: LIMIT: {problem}")
     targets = connection_targets(partition_leaders(bootstrap, topic), args.connections)
     tag = random.getrandbits(63)
@@ -133,9 +133,8 @@ def run_connections(
     else:
         requests = None
     lat = steady["latency_ms"]
-    generator_cpu_s = max(r["cpu_s"] for r in results)
+    generator_busy = max(r["cpu_s"] / r["run_s"] for r in results if r["run_s"])
     lag_max_s = max(r["lag_max_s"] for r in results)
-    seconds = args.warmup + args.duration
     print(f"-- {label}, {args.connections} connections, steady part:")
     print(
         f"{sent:,} Produce requests of one {args.record_size} B record sent at {args.rate:,}/s "
@@ -169,7 +168,7 @@ def run_connections(
         print(f"broker: {broker['error']}")
     # A generator near a full core, or sending late, measures itself as well as the broker.
     print(
-        f"generator: busiest process {100 * generator_cpu_s / seconds:.0f}% of a core, "
+        f"generator: busiest process {100 * generator_busy:.0f}% of a core, "
         f"at worst {1000 * lag_max_s:.1f} ms behind its schedule"
     )
     return {

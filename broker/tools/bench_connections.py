@@ -373,9 +373,9 @@ def connections_worker(
         out.put(("ready", index, None))
         start.wait()
         first_send_ns = time.time_ns()
-        cpu_started = time.process_time()
+        cpu_started, run_started = time.process_time(), time.perf_counter()
         counts = load.run()
-        cpu_s = time.process_time() - cpu_started
+        cpu_s, run_s = time.process_time() - cpu_started, time.perf_counter() - run_started
         load.close()
         out.put(
             (
@@ -395,6 +395,7 @@ def connections_worker(
                     "lag_max_s": counts.lag_max_s,
                     "sent_steady": counts.sent_steady,
                     "cpu_s": cpu_s,
+                    "run_s": run_s,
                     "send_ns": counts.send_ns,
                     "latency_us": counts.latency_us,
                     "answer_ns": counts.answer_ns,
