@@ -143,6 +143,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "requests/s in total (needs --rate; --producers generator processes share them)",
     )
     parser.add_argument(
+        "--connection-in-flight",
+        type=positive_int,
+        default=5,
+        metavar="K",
+        help="--connections: requests a connection may have unanswered; at K it skips its "
+        "turn (1: each connection waits for an answer before it sends again)",
+    )
+    parser.add_argument(
         "--idle-connections",
         type=positive_int,
         metavar="N",

@@ -101,6 +101,7 @@ def run_connections(
             "rate": args.rate * share / args.connections,
             "seconds": args.warmup + args.duration,
             "warmup": args.warmup,
+            "in_flight": args.connection_in_flight,
             "targets": targets[first : first + share],
         }
         group.add("produce", spec, connections_worker)
@@ -153,7 +154,8 @@ def run_connections(
         )
     if errors or skipped or lost or closed:
         print(
-            f"errors {errors or 'none'}; turns skipped with 5 requests in flight: {skipped:,}; "
+            f"errors {errors or 'none'}; turns skipped with {args.connection_in_flight} "
+            f"requests in flight: {skipped:,}; "
             f"unanswered: {lost:,}; connections closed by the broker: {closed:,}"
         )
     if requests is not None:
@@ -179,6 +181,7 @@ def run_connections(
             "connections": args.connections,
             "rate": args.rate,
             "processes": processes,
+            "in_flight_max": args.connection_in_flight,
             "produce_version": results[0]["produce_version"],
             "warmup_s": args.warmup,
             "duration_s": args.duration,

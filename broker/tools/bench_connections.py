@@ -6,7 +6,8 @@ A librdkafka producer per connection would be too heavy for thousands, so the ge
 speaks the protocol itself with frames from `bench_frames`: per request it stamps a
 prebuilt frame and makes one send. The schedule is open-loop (request k of a process is due
 at k / rate seconds), so a slow broker does not slow the load down; a connection that
-already has `IN_FLIGHT_MAX` requests unanswered skips its turn (counted, as a client would
+already has spec["in_flight"] requests unanswered (`--connection-in-flight`, default 5 as the
+Java producer's max.in.flight.requests.per.connection) skips its turn (counted, as a client would
 batch those records instead). Latency is from a request's send to its response's arrival.
 """
 
@@ -38,7 +39,6 @@ from raftka.broker.tools.bench_frames import (
 from raftka.broker.tools.bench_workers import LATENCY_HEADER, Counters, WorkerMessage
 from raftka.broker.tools.processes import api_versions_request_v3, recv_exactly
 
-IN_FLIGHT_MAX = 5  # per connection, as the Java producer's max.in.flight.requests.per.connection
 CONNECT_WAVE = 250  # connections opened (and answered) at a time: within any listen backlog
 DRAIN_S = 10.0  # after the last send, how long answers are still waited for
 FD_MARGIN = 64  # descriptors besides the connections: the process's own files and pipes
@@ -219,6 +219,7 @@ class ProduceLoad:
     def run(self) -> LoadCounts:
         """Send at spec["rate"] requests/s for spec["seconds"], then wait for the answers."""
         rate = self.spec["rate"]
+        in_flight_max = self.spec["in_flight"]
         conns = self.connections
         n = len(conns)
         pack = LATENCY_HEADER.pack
@@ -240,7 +241,7 @@ class ProduceLoad:
                 if conn.closed:
                     counts.skipped_closed += 1
                     continue
-                if self.acks and len(conn.in_flight) >= IN_FLIGHT_MAX:
+                if self.acks and len(conn.in_flight) >= in_flight_max:
                     counts.skipped_in_flight += 1
                     continue
                 sent_ns = time.time_ns()

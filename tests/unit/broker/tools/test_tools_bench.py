@@ -101,6 +101,8 @@ def test_defaults_and_derived_options() -> None:
     assert args.num_records == 1_000_000 and args.record_size == 100 and args.acks == "all"
     assert args.plot == Path("/tmp/bench.png"), "the plot goes beside the JSON"
     assert parse_args(["--partitions", "8", "--consumers", "2"]).partitions == 8
+    assert args.connections is None and args.idle_connections is None
+    assert args.connection_in_flight == 5, "as the Java producer's max in-flight requests"
 
 
 @pytest.mark.parametrize(
