@@ -146,7 +146,7 @@ def request_figures(
 def request_lines(figures: Mapping[str, Any]) -> list[str]:
     """The printed lines of `request_figures`: rates by API, then CPU per request."""
     by_api = ", ".join(
-        f"{api} {rate:,.0f}"
+        f"{api} {rate:,.0f}" if rate >= 10 else f"{api} {rate:.1f}"
         for api, rate in sorted(figures["requests_per_s"].items(), key=lambda item: -item[1])
     )
     source = {
