@@ -12,7 +12,17 @@ received to the last.
 Latency (--rate R): the producers send R records/s in total, paced in small batches, for
 --warmup + --duration seconds; every value starts with its send time (time.time_ns), and the
 consumers, running at the same time, report receive minus send time over the steady part
-(records sent after the warm-up).
+(records sent after the warm-up). Over that steady part it also reports the producers'
+acknowledgement latency (produce() to delivery report), the acknowledged records/s (the rate
+kept), requests/s by API and the broker's CPU per request: counted by the broker's metrics
+endpoint (--start-broker opens one; --broker-metrics for another raftka) or, without one and
+always with --compare, by the clients' librdkafka statistics.
+
+Many connections (--connections N --rate R): N raw TCP connections, spread over --producers
+generator processes, send R one-record Produce requests/s in total; request latency (send to
+answer), requests/s achieved and errors over the steady part. --idle-connections N holds N
+connections that only asked ApiVersions, beside any load or alone, and reports the broker's
+RSS and CPU meanwhile.
 
 --compare BOOTSTRAP runs the same load against another Kafka-compatible broker, alternating
 with raftka for --repeat rounds, and prints medians and raftka/other ratios.
@@ -30,12 +40,15 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
+from raftka.broker.tools.bench_conn_runs import IdleConnections, run_connections, run_idle
 from raftka.broker.tools.bench_report import Result, medians, plot, print_summary
+from raftka.broker.tools.bench_requests import metrics_url
 from raftka.broker.tools.bench_runs import run_latency, run_throughput
 from raftka.broker.tools.bench_workers import LATENCY_HEADER
-from raftka.broker.tools.processes import BrokerProcess
+from raftka.broker.tools.processes import BrokerProcess, free_port
 
 
 def positive_int(text: str) -> int:
@@ -62,6 +75,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--broker-pid", type=int, help="pid of an external broker, to report its CPU and memory"
+    )
+    parser.add_argument(
+        "--broker-metrics",
+        metavar="URL",
+        help="raftka's metrics endpoint of an external broker (HOST:PORT or URL), to count "
+        "its requests by API; --start-broker opens one on a free port",
     )
     parser.add_argument(
         "--broker-config",
@@ -117,7 +136,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="latency mode: send this many records/s in total, measure end-to-end latency",
     )
     parser.add_argument(
-        "--duration", type=float, default=30, help="latency mode: seconds measured after warm-up"
+        "--connections",
+        type=positive_int,
+        metavar="N",
+        help="many-connections load: N raw connections sending --rate one-record Produce "
+        "requests/s in total (needs --rate; --producers generator processes share them)",
+    )
+    parser.add_argument(
+        "--connection-in-flight",
+        type=positive_int,
+        default=5,
+        metavar="K",
+        help="--connections: requests a connection may have unanswered; at K it skips its "
+        "turn (1: each connection waits for an answer before it sends again)",
+    )
+    parser.add_argument(
+        "--idle-connections",
+        type=positive_int,
+        metavar="N",
+        help="hold N connections that only ask ApiVersions, beside the load (or alone, with "
+        "neither --rate nor --connections), and report the broker's RSS and CPU meanwhile",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=30,
+        help="latency, connections and idle modes: seconds measured after warm-up",
     )
     parser.add_argument(
         "--warmup", type=float, default=2, help="latency mode: first seconds left out of figures"
@@ -137,6 +181,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.partitions is None:
         args.partitions = args.consumers
+    if args.connections is not None:
+        if args.rate is None:
+            parser.error("--connections N needs --rate R (requests/s over all N connections)")
+        if args.mode != "both":
+            parser.error("--connections only produces; leave out --mode")
     if args.rate is not None:
         if args.record_size < LATENCY_HEADER.size:
             parser.error(
@@ -152,6 +201,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error("--duration must be > 0 and --warmup >= 0")
         if args.mode != "both":
             parser.error("--rate produces and consumes at once; leave out --mode")
+    if args.idle_connections is not None and args.rate is None and args.mode != "both":
+        parser.error("--idle-connections alone runs no load; leave out --mode")
     if args.topic is None and args.mode == "consume":
         parser.error("--mode consume needs --topic (a topic that already holds records)")
     if args.compare_pid and not args.compare:
@@ -175,6 +226,17 @@ def run_topic(args: argparse.Namespace, label: str, round_no: int, runs_total: i
     return f"{base}-{label}-{round_no}-{uuid.uuid4().hex[:8]}"
 
 
+def pick_run(args: argparse.Namespace) -> Callable[..., Result]:
+    """The run of the options: many connections, latency, idle connections or throughput."""
+    if args.connections:
+        return run_connections
+    if args.rate:
+        return run_latency
+    if args.idle_connections:
+        return run_idle
+    return run_throughput
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the bench; 0 if every run counted every record, 1 otherwise, 130 on Ctrl-C."""
     args = parse_args(argv)
@@ -183,36 +245,68 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.start_broker:
             config = dict(item.partition("=")[::2] for item in args.broker_config)
+            config.setdefault("metrics.listen", f"127.0.0.1:{free_port()}")
             broker_dir = tempfile.mkdtemp(prefix="raftka-bench-")
             broker = BrokerProcess(config, base_dir=broker_dir)
             broker.start()
             bootstrap, pid = broker.bootstrap, broker.pid
-            print(f"started broker on {bootstrap} (pid {pid}, data {broker.data_dir})")
+            metrics = metrics_url(config["metrics.listen"]) if config["metrics.listen"] else None
+            print(
+                f"started broker on {bootstrap} (pid {pid}, data {broker.data_dir}, "
+                f"metrics {metrics})"
+            )
         else:
             bootstrap, pid = args.bootstrap, args.broker_pid
-        targets = [("raftka", bootstrap, pid)]
+            metrics = metrics_url(args.broker_metrics) if args.broker_metrics else None
+        targets: list[tuple[str, str, int | None, str | None]] = [
+            ("raftka", bootstrap, pid, metrics)
+        ]
         if args.compare:
-            targets.append(("other", args.compare, args.compare_pid))
-        load = (
-            f"latency at {args.rate} rec/s for {args.warmup:g}+{args.duration:g} s"
-            if args.rate
-            else f"{args.mode} {args.num_records} records"
-        )
+            targets.append(("other", args.compare, args.compare_pid, None))
+        if args.connections:
+            load = (
+                f"{args.connections} connections at {args.rate} requests/s in total for "
+                f"{args.warmup:g}+{args.duration:g} s"
+            )
+        elif args.rate:
+            load = f"latency at {args.rate} rec/s for {args.warmup:g}+{args.duration:g} s"
+        elif args.idle_connections:
+            load = (
+                f"{args.idle_connections} idle connections for {args.warmup:g}+{args.duration:g} s"
+            )
+        else:
+            load = f"{args.mode} {args.num_records} records"
         partitions = "" if args.mode == "consume" else f"{args.partitions} partition(s), "
-        print(
-            f"bench: {load} of {args.record_size} B, {args.producers} producer(s), "
-            f"{args.consumers} consumer(s), {partitions}acks={args.acks}, "
-            f"compression={args.compression}, linger.ms={args.linger_ms}, "
-            f"batch.size={args.batch_size}, {args.repeat} run(s) on {len(targets)} broker(s)"
-        )
+        if args.idle_connections and not args.rate:
+            print(f"bench: {load}, {args.repeat} run(s) on {len(targets)} broker(s)")
+        elif args.connections:
+            # raw connections: no librdkafka client, so none of its settings apply
+            print(
+                f"bench: {load}, {args.record_size} B records, {args.producers} generator "
+                f"process(es), {partitions}acks={args.acks}, {args.repeat} run(s) on "
+                f"{len(targets)} broker(s)"
+            )
+        else:
+            print(
+                f"bench: {load} of {args.record_size} B, {args.producers} producer(s), "
+                f"{args.consumers} consumer(s), {partitions}acks={args.acks}, "
+                f"compression={args.compression}, linger.ms={args.linger_ms}, "
+                f"batch.size={args.batch_size}, {args.repeat} run(s) on {len(targets)} broker(s)"
+            )
         runs_total = args.repeat * len(targets)
         for round_no in range(1, args.repeat + 1):
-            for label, target_bootstrap, target_pid in targets:
+            for label, target_bootstrap, target_pid, target_metrics in targets:
                 if runs_total > 1:
                     print(f"\n-- {label} ({target_bootstrap}), run {round_no} of {args.repeat}")
                 topic = run_topic(args, label, round_no, runs_total)
-                run = run_latency if args.rate else run_throughput
-                result = run(args, target_bootstrap, target_pid, topic, label)
+                run = pick_run(args)
+                idle = None
+                if args.idle_connections and run is not run_idle:
+                    idle = IdleConnections(target_bootstrap, target_pid, args.idle_connections)
+                    idle.open()
+                result = run(args, target_bootstrap, target_pid, topic, label, target_metrics)
+                if idle is not None:
+                    result["idle"] = idle.report(label, under_load=True)
                 result["run"] = round_no
                 result["bootstrap"] = target_bootstrap
                 runs.append(result)

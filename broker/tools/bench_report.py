@@ -23,6 +23,21 @@ METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("latency e2e p99.9 ms", ("latency", "e2e_latency_ms", "p99_9")),
     ("latency e2e max ms", ("latency", "e2e_latency_ms", "max")),
     ("latency broker CPU s/GB", ("latency", "broker", "cpu_s_per_gb")),
+    ("latency ack p50 ms", ("latency", "ack_latency_ms", "p50")),
+    ("latency ack p99 ms", ("latency", "ack_latency_ms", "p99")),
+    ("latency ack p99.9 ms", ("latency", "ack_latency_ms", "p99_9")),
+    ("latency rate kept rec/s", ("latency", "acked_records_per_s")),
+    ("latency requests/s", ("latency", "requests", "total_per_s")),
+    ("latency CPU µs/request", ("latency", "requests", "cpu_us_per_request")),
+    ("latency broker RSS MB", ("latency", "steady_broker", "rss_mb")),
+    ("connections requests/s", ("connections", "requests_per_s")),
+    ("connections p50 ms", ("connections", "request_latency_ms", "p50")),
+    ("connections p99 ms", ("connections", "request_latency_ms", "p99")),
+    ("connections p99.9 ms", ("connections", "request_latency_ms", "p99_9")),
+    ("connections CPU µs/request", ("connections", "requests", "cpu_us_per_request")),
+    ("connections broker RSS MB", ("connections", "steady_broker", "rss_mb")),
+    ("idle broker CPU %", ("idle", "cpu_percent")),
+    ("idle broker RSS MB", ("idle", "rss_mb")),
 )
 
 
@@ -102,7 +117,7 @@ def plot(runs: list[Result], path: Path) -> None:
     throughput = axes[0][0]
     for r in runs:
         name = f"{r['target']} #{r['run']}"
-        for phase in ("produce", "consume", "latency"):
+        for phase in ("produce", "consume", "latency", "connections"):
             timeline = r.get(phase, {}).get("timeline", [])
             for role in ("produce", "consume"):
                 points = [p for p in timeline if f"{role}_rec_s" in p]

@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from raftka.broker.tools.bench_report import Result, latency_summary, percentile
+from raftka.broker.tools.bench_requests import SteadyWindow, request_lines, steady_requests
 from raftka.broker.tools.bench_workers import MB, WorkerGroup, WorkerSpec
 from raftka.broker.tools.procfs import cpu_seconds, status_kb
 
@@ -145,7 +146,12 @@ def add_consumers(
 
 
 def run_throughput(
-    args: argparse.Namespace, bootstrap: str, pid: int | None, topic: str, label: str
+    args: argparse.Namespace,
+    bootstrap: str,
+    pid: int | None,
+    topic: str,
+    label: str,
+    metrics: str | None = None,
 ) -> Result:
     """--mode produce, consume or both, one after the other; printed like Kafka's perf tools."""
     result: Result = {"target": label, "topic": topic}
@@ -235,14 +241,26 @@ def run_throughput(
 
 
 def run_latency(
-    args: argparse.Namespace, bootstrap: str, pid: int | None, topic: str, label: str
+    args: argparse.Namespace,
+    bootstrap: str,
+    pid: int | None,
+    topic: str,
+    label: str,
+    metrics: str | None = None,
 ) -> Result:
-    """--rate records/s for --warmup + --duration s, consumed meanwhile; end-to-end latency."""
+    """--rate records/s for --warmup + --duration s, consumed meanwhile; end-to-end latency,
+    the producers' acknowledgement latency, and requests and broker CPU per request over the
+    steady part (from the broker's metrics at `metrics`, or the clients' statistics)."""
     ensure_topic(bootstrap, topic, args.partitions, args.replication_factor)
     tag = random.getrandbits(63)
     seconds = args.warmup + args.duration
     # "rate" tells consumers to read send times; each producer gets its share below.
-    spec = {**base_spec(args, bootstrap, topic), "rate": args.rate, "tag": tag}
+    spec = {
+        **base_spec(args, bootstrap, topic),
+        "rate": args.rate,
+        "tag": tag,
+        "client_stats": True,
+    }
     group = WorkerGroup(args.quiet, f"{label} latency", args.record_size)
     add_consumers(group, args, spec, topic_partitions(bootstrap, topic))
     for rate in split(args.rate, args.producers):
@@ -252,7 +270,9 @@ def run_latency(
         group.target.value = sum(r.get("delivered", 0) for r in results)
 
     meter = BrokerMeter(pid)
-    results, timeline = group.run(on_producers_done=producers_done)
+    window = SteadyWindow(pid, metrics, args.warmup, args.duration)
+    results, timeline = group.run(on_producers_done=producers_done, on_start=window.start)
+    window.finish()
     produced = [r for r in results if "delivered" in r]
     consumed = [r for r in results if "latency_us" in r]
     delivered = sum(r["delivered"] for r in produced)
@@ -280,6 +300,12 @@ def run_latency(
     if failed:
         errors = [r["first_error"] for r in produced if r["first_error"]]
         print(f"{failed} records FAILED (first error: {errors[0]})")
+    acks = steady_acks(produced, steady_from, args.duration)
+    steady = window.figures()
+    requests = steady_requests(
+        steady, [r["request_stats"] for r in results], prefer_client=bool(args.compare)
+    )
+    print_steady_block(label, args.rate, acks, steady, requests)
     latency_timeline = []
     for second in sorted(per_second):
         values = sorted(per_second[second])
@@ -304,8 +330,55 @@ def run_latency(
             "received": received,
             "steady_records_per_s": achieved,
             "e2e_latency_ms": lat,
+            "ack_latency_ms": acks["ack_latency_ms"],
+            "acked_records_per_s": acks["acked_records_per_s"],
+            "steady_broker": steady,
+            "requests": requests,
             "broker": meter.report(f"{label} latency", delivered * args.record_size),
             "timeline": timeline,
             "latency_timeline": latency_timeline,
         },
     }
+
+
+def steady_acks(produced: list[Result], steady_from_ns: int, duration_s: float) -> Result:
+    """The producers' acknowledgement latency (produce() to delivery report) of the records
+    sent in the steady part, and the records acknowledged per second within it."""
+    steady_to_ns = steady_from_ns + int(duration_s * 1e9)
+    latencies_ms: list[float] = []
+    acked = 0
+    for r in produced:
+        for acked_at, latency_us in zip(r["ack_ns"], r["ack_latency_us"], strict=True):
+            if acked_at - latency_us * 1000 >= steady_from_ns:
+                latencies_ms.append(latency_us / 1000.0)
+            if steady_from_ns <= acked_at < steady_to_ns:
+                acked += 1
+    return {
+        "ack_latency_ms": latency_summary(latencies_ms),
+        "acked_records_per_s": acked / duration_s if duration_s else 0.0,
+    }
+
+
+def print_steady_block(
+    label: str, rate: int, acks: Result, steady: Result, requests: Result | None
+) -> None:
+    """One run's steady part in a few lines: rate kept, ack latency, requests, broker."""
+    ack = acks["ack_latency_ms"]
+    print(f"-- {label}, steady part:")
+    print(
+        f"rate kept: {acks['acked_records_per_s']:,.0f} acknowledged records/s of {rate:,} "
+        f"sent; ack latency p50 {ack['p50']:.2f} ms, p99 {ack['p99']:.2f} ms, "
+        f"p99.9 {ack['p99_9']:.2f} ms, max {ack['max']:.2f} ms ({ack['count']} records)"
+    )
+    if requests is not None:
+        for line in request_lines(requests):
+            print(line)
+    else:
+        print("requests/s: not counted (no broker metrics endpoint and no client statistics)")
+    if steady.get("complete") and steady["cpu_s"] is not None:
+        print(
+            f"broker: {steady['cpu_percent']:.0f}% of a core, RSS {steady['rss_mb']:.1f} MB "
+            f"(peak {steady['peak_rss_mb']:.1f} MB in the steady part)"
+        )
+    if steady.get("error"):
+        print(f"broker: {steady['error']}")

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from raftka.broker.tools.bench_report import Result
+from raftka.broker.tools.bench_requests import ClientRequestStats
 
 POLL_EVERY = 1024  # records between poll(0) calls and counter updates
 MB = 1024 * 1024
@@ -41,6 +42,8 @@ WorkerMessage = tuple[str, int, Result | str | None]
 # Records done so far, one per worker: a ctypes array of int64 in shared memory.
 Counters = MutableSequence[int]
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
+# A worker process's function: (spec, index, counters, start event, message queue).
+WorkerMain = Callable[[WorkerSpec, int, Counters, Event, "Queue[WorkerMessage]"], None]
 
 
 class SharedCount(Protocol):
@@ -74,13 +77,19 @@ def producer_worker(
 ) -> None:
     """Send spec["records"] records (or spec["rate"] records/s); report the acknowledgements."""
     try:
-        producer = Producer(producer_config(spec))
+        stats = ClientRequestStats()
+        producer = Producer({**producer_config(spec), **stats.client_config(spec)})
         rng = random.Random(index)
         # Random upper-case letters, as Kafka's perf tool sends: compressible, not trivially.
         filler = bytes(rng.randrange(65, 91) for _ in range(spec["record_size"]))
         n = spec["records"]
         sampling = max(1, n // SAMPLED_LATENCIES_MAX)
         latencies_s = array("d")
+        # Rate mode keeps every acknowledgement's time and latency: the figures are taken
+        # over the steady part, which only the parent knows the bounds of.
+        ack_ns = array("q")
+        ack_latency_us = array("q")
+        paced = bool(spec["rate"])
         state = {"delivered": 0, "failed": 0, "last_ack_ns": 0}
         first_error: list[str] = []
 
@@ -91,10 +100,14 @@ def producer_worker(
                     first_error.append(str(err))
                 return
             state["delivered"] += 1
-            if state["delivered"] % sampling == 0:
-                latency_s = msg.latency()
-                if latency_s is not None:  # a delivered record always has one
-                    latencies_s.append(latency_s)
+            latency_s = msg.latency()
+            if latency_s is None:  # a delivered record always has one
+                return
+            if paced:
+                ack_ns.append(time.time_ns())
+                ack_latency_us.append(int(latency_s * 1e6))
+            elif state["delivered"] % sampling == 0:
+                latencies_s.append(latency_s)
 
         produce = producer.produce
         poll = producer.poll
@@ -132,6 +145,9 @@ def producer_worker(
                     "first_send_ns": first_send_ns,
                     "last_ack_ns": last_ack_ns,
                     "ack_latencies_ms": [s * 1000.0 for s in latencies_s],
+                    "ack_ns": ack_ns,
+                    "ack_latency_us": ack_latency_us,
+                    "request_stats": stats.samples,
                 },
             )
         )
@@ -181,8 +197,10 @@ def consumer_worker(
 ) -> None:
     """Read spec["partitions"] until the consumers together have spec["target"] records."""
     try:
+        stats = ClientRequestStats()
         consumer = Consumer(
             {
+                **stats.client_config(spec),
                 "bootstrap.servers": spec["bootstrap"],
                 # Required by the client; the bench assigns partitions and never commits.
                 "group.id": f"raftka-bench-{uuid.uuid4().hex[:8]}",
@@ -271,6 +289,7 @@ def consumer_worker(
                     "last_ns": last_ns,
                     "send_ns": send_ns,
                     "latency_us": latency_us,
+                    "request_stats": stats.samples,
                 },
             )
         )
@@ -288,18 +307,25 @@ class WorkerGroup:
         self.record_size = record_size
         self.roles: list[str] = []
         self.specs: list[WorkerSpec] = []
+        self.mains: list[WorkerMain | None] = []
         # Total records all consumers should read; -1 while unknown.
         self.target: SharedCount = self.ctx.Value("q", -1, lock=False)
 
-    def add(self, role: str, spec: WorkerSpec) -> None:
+    def add(self, role: str, spec: WorkerSpec, main: WorkerMain | None = None) -> None:
+        """A worker of `role` ("produce" or "consume"), run by `main` (default: the role's
+        librdkafka worker); its counter counts records done in that role."""
         self.roles.append(role)
         self.specs.append(spec)
+        self.mains.append(main)
 
     def run(
-        self, on_producers_done: Callable[[list[Result]], None] | None = None
+        self,
+        on_producers_done: Callable[[list[Result]], None] | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> tuple[list[Result], list[dict[str, float]]]:
         """Run every worker to the end; (results by index, per-second timeline).
-        `on_producers_done` is called with the producers' results once they all have one."""
+        `on_producers_done` is called with the producers' results once they all have one;
+        `on_start` as the workers are told to start."""
         n = len(self.specs)
         counters: Counters = self.ctx.Array("q", n, lock=False)
         start = self.ctx.Event()
@@ -308,7 +334,9 @@ class WorkerGroup:
         for index, (role, spec) in enumerate(zip(self.roles, self.specs, strict=True)):
             if role == "consume":
                 spec["target"] = self.target
-            target_fn = producer_worker if role == "produce" else consumer_worker
+            target_fn = self.mains[index] or (
+                producer_worker if role == "produce" else consumer_worker
+            )
             worker = self.ctx.Process(
                 target=target_fn, args=(spec, index, counters, start, out), daemon=True
             )
@@ -326,6 +354,8 @@ class WorkerGroup:
                     )
                 ready += 1
             start.set()
+            if on_start is not None:
+                on_start()
             started = time.monotonic()
             next_tick = started + 1.0
             while any(r is None for r in results):

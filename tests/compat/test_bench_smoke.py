@@ -105,6 +105,13 @@ def test_latency_mode_reports_ordered_percentiles(bootstrap: str, tmp_path: Path
     assert 0 < e2e["count"] < latency["sent"]
     assert 0 <= e2e["p50"] <= e2e["p99"] <= e2e["p99_9"] <= e2e["max"]
     assert latency["latency_timeline"], "no per-second latency points for the plot"
+    ack = latency["ack_latency_ms"]
+    assert ack["count"] > 0 and 0 <= ack["p50"] <= ack["p99"] <= ack["p99_9"] <= ack["max"]
+    assert latency["acked_records_per_s"] > 0
+    # No metrics endpoint named: the clients' librdkafka statistics count the requests.
+    requests = latency["requests"]
+    assert requests["source"] == "client"
+    assert requests["requests_per_s"]["Produce"] > 0 and requests["requests_per_s"]["Fetch"] > 0
 
 
 def test_compare_prints_medians_and_ratios(

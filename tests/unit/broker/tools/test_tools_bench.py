@@ -101,6 +101,8 @@ def test_defaults_and_derived_options() -> None:
     assert args.num_records == 1_000_000 and args.record_size == 100 and args.acks == "all"
     assert args.plot == Path("/tmp/bench.png"), "the plot goes beside the JSON"
     assert parse_args(["--partitions", "8", "--consumers", "2"]).partitions == 8
+    assert args.connections is None and args.idle_connections is None
+    assert args.connection_in_flight == 5, "as the Java producer's max in-flight requests"
 
 
 @pytest.mark.parametrize(
@@ -115,6 +117,9 @@ def test_defaults_and_derived_options() -> None:
         (["--json", "/no/such/folder/bench.json"], "does not exist"),
         (["--start-broker", "--bootstrap", "127.0.0.1:9092"], "not allowed with"),
         (["--num-records", "0"], "is not a positive integer"),
+        (["--connections", "10"], "--connections N needs --rate R"),
+        (["--connections", "10", "--rate", "100", "--mode", "produce"], "only produces"),
+        (["--idle-connections", "10", "--mode", "produce"], "runs no load"),
     ],
 )
 def test_refused_option_combinations(

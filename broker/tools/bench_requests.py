@@ -1,0 +1,312 @@
+"""Requests per second by API and broker CPU per request over a bench run's steady part.
+
+Two sources count requests. The broker's own: raftka's metrics endpoint serves Prometheus'
+`kafka_network_requestmetrics_requests_total{request=...}`, read at both ends of the steady
+part. The clients': librdkafka's statistics (`statistics.interval.ms`) carry per-broker
+request counts by API name (`brokers.*.req`), sampled in every bench client; their rate over
+the samples inside the steady part stands for the whole part. A broker without the endpoint
+(Apache Kafka) is counted from the client side, and a comparison counts both sides that way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from raftka.broker.tools.procfs import cpu_seconds_total, status_kb
+
+REQUESTS_METRIC = "kafka_network_requestmetrics_requests"
+STATISTICS_INTERVAL_MS = 500
+# A busy broker's event loop answers its metrics endpoint late; past this it is reported.
+SCRAPE_TIMEOUT_S = 30.0
+SCRAPE_SLOW_S = 0.5
+# Produce "dominates" a load, and CPU per Produce request is printed, from this share on.
+PRODUCE_DOMINATES = 0.9
+
+# API name -> requests (counters are floats in Prometheus' text format).
+RequestCounts = dict[str, float]
+# (time.time_ns() of the sample, requests by API so far): one client's statistics over time.
+ClientSample = tuple[int, dict[str, int]]
+
+
+# -- the broker's counters -----------------------------------------------------------------
+
+
+def metrics_url(address: str) -> str:
+    """The /metrics URL of a `metrics.listen` address (HOST:PORT) or of a full URL."""
+    if "://" in address:
+        return address
+    return f"http://{address}/metrics"
+
+
+def parse_request_counts(text: str) -> RequestCounts:
+    """Requests answered by API from a Prometheus text page (`..._requests_total` samples)."""
+    counts: RequestCounts = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != REQUESTS_METRIC:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{REQUESTS_METRIC}_total" and "request" in sample.labels:
+                api = sample.labels["request"]
+                counts[api] = counts.get(api, 0.0) + float(sample.value)
+    return counts
+
+
+def scrape_request_counts(url: str, timeout_s: float = 5.0) -> RequestCounts:
+    """The broker's request counters now; OSError if the endpoint does not answer."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return parse_request_counts(response.read().decode())
+
+
+def count_delta(before: Mapping[str, float], after: Mapping[str, float]) -> RequestCounts:
+    """Requests by API between two readings of the counters; APIs with none left out."""
+    delta = {api: after[api] - before.get(api, 0.0) for api in after}
+    return {api: n for api, n in sorted(delta.items()) if n > 0}
+
+
+# -- the clients' statistics ---------------------------------------------------------------
+
+
+def client_request_counts(statistics: Mapping[str, Any]) -> dict[str, int]:
+    """Requests sent by API, summed over the brokers of one librdkafka statistics document."""
+    counts: dict[str, int] = {}
+    for broker in statistics.get("brokers", {}).values():
+        for api, n in broker.get("req", {}).items():
+            if n:
+                counts[api] = counts.get(api, 0) + int(n)
+    return counts
+
+
+def client_window_rates(
+    workers: Sequence[Sequence[ClientSample]], start_ns: int, end_ns: int
+) -> RequestCounts | None:
+    """Requests/s by API summed over the clients, each client's rate taken between its first
+    and last statistics sample inside [start_ns, end_ns]; None if no client has two there."""
+    rates: RequestCounts = {}
+    measured = False
+    for samples in workers:
+        inside = [s for s in samples if start_ns <= s[0] <= end_ns]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            continue
+        measured = True
+        (t0, first), (t1, last) = inside[0], inside[-1]
+        seconds = (t1 - t0) / 1e9
+        for api, n in count_delta(first, last).items():
+            rates[api] = rates.get(api, 0.0) + n / seconds
+    return dict(sorted(rates.items())) if measured else None
+
+
+class ClientRequestStats:
+    """A bench client's librdkafka statistics, kept as (time, requests by API) samples."""
+
+    def __init__(self) -> None:
+        self.samples: list[ClientSample] = []
+
+    def client_config(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The properties that turn the statistics on (none unless spec["client_stats"])."""
+        if not spec.get("client_stats"):
+            return {}
+        return {"statistics.interval.ms": STATISTICS_INTERVAL_MS, "stats_cb": self.on_stats}
+
+    def on_stats(self, document: str) -> None:
+        self.samples.append((time.time_ns(), client_request_counts(json.loads(document))))
+
+
+# -- figures -------------------------------------------------------------------------------
+
+
+def request_figures(
+    requests_per_s: Mapping[str, float], seconds: float, cpu_s: float | None, source: str
+) -> dict[str, Any]:
+    """Requests/s by API and in total, and broker CPU µs per request (and per Produce
+    request) for a part of `seconds` in which the broker used `cpu_s` (None: unknown)."""
+    total_per_s = sum(requests_per_s.values())
+    requests = total_per_s * seconds
+    produce = requests_per_s.get("Produce", 0.0) * seconds
+    cpu_us = cpu_s * 1e6 if cpu_s is not None else None
+    return {
+        "source": source,
+        "seconds": seconds,
+        "requests_per_s": dict(requests_per_s),
+        "total_per_s": total_per_s,
+        "produce_share": produce / requests if requests else 0.0,
+        "broker_cpu_s": cpu_s,
+        "cpu_us_per_request": cpu_us / requests if cpu_us is not None and requests else None,
+        "cpu_us_per_produce": cpu_us / produce if cpu_us is not None and produce else None,
+    }
+
+
+def request_lines(figures: Mapping[str, Any]) -> list[str]:
+    """The printed lines of `request_figures`: rates by API, then CPU per request."""
+    by_api = ", ".join(
+        f"{api} {rate:,.0f}" if rate >= 10 else f"{api} {rate:.1f}"
+        for api, rate in sorted(figures["requests_per_s"].items(), key=lambda item: -item[1])
+    )
+    source = {
+        "broker": "broker metrics",
+        "client": "client statistics",
+        "generator": "load generator's own count",
+    }.get(figures["source"], figures["source"])
+    lines = [f"requests/s ({source}): {figures['total_per_s']:,.0f} total; {by_api or 'none'}"]
+    per_request = figures["cpu_us_per_request"]
+    if per_request is not None:
+        line = f"broker CPU per request: {per_request:,.0f} µs"
+        if figures["produce_share"] >= PRODUCE_DOMINATES and figures["cpu_us_per_produce"]:
+            line += (
+                f" ({figures['cpu_us_per_produce']:,.0f} µs per Produce request, "
+                f"{figures['produce_share']:.0%} of requests)"
+            )
+        lines.append(line + f", {figures['broker_cpu_s']:.2f} CPU s in {figures['seconds']:.1f} s")
+    return lines
+
+
+# -- the steady part, seen from the broker's side ------------------------------------------
+
+
+class BrokerSnapshot:
+    """The broker's CPU seconds, RSS and request counters at one moment; each None when it
+    cannot be read (no pid, no metrics endpoint, process gone). A busy broker renders its
+    counters some time into the scrape: time and CPU are then the means of their readings
+    before and after it, so a late answer shifts neither end of a window more than the other."""
+
+    def __init__(self, pid: int | None, url: str | None) -> None:
+        self.time_ns = time.time_ns()
+        self.cpu_s: float | None = None
+        self.rss_kb: int | None = None
+        self.requests: RequestCounts | None = None
+        self.error: str | None = None
+        self.cpu_s = self._cpu(pid)
+        if pid and self.cpu_s is not None:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                self.rss_kb = status_kb(pid, "VmRSS")
+        if not url:
+            return
+        started = time.monotonic()
+        try:
+            self.requests = scrape_request_counts(url, SCRAPE_TIMEOUT_S)
+        except (OSError, ValueError) as exc:
+            self.error = f"metrics endpoint {url}: {exc}"
+        took_s = time.monotonic() - started
+        self.time_ns = (self.time_ns + time.time_ns()) // 2
+        cpu_after = self._cpu(pid)
+        if self.cpu_s is not None and cpu_after is not None:
+            self.cpu_s = (self.cpu_s + cpu_after) / 2
+        if took_s > SCRAPE_SLOW_S and self.error is None:
+            self.error = (
+                f"metrics endpoint took {took_s:.1f} s to answer: request counts are approximate"
+            )
+
+    def _cpu(self, pid: int | None) -> float | None:
+        if not pid:
+            return None
+        try:
+            return cpu_seconds_total(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            self.error = f"broker process {pid} is gone"
+            return None
+
+
+class SteadyWindow:
+    """Snapshots of the broker at both ends of a run's steady part, taken by a thread that
+    sleeps from `start()` (the run's start) through `warmup_s`, then through `duration_s`."""
+
+    def __init__(
+        self,
+        pid: int | None,
+        url: str | None,
+        warmup_s: float,
+        duration_s: float,
+        snapshot: Callable[[int | None, str | None], BrokerSnapshot] = BrokerSnapshot,
+    ) -> None:
+        self.pid = pid
+        self.url = url
+        self.warmup_s = warmup_s
+        self.duration_s = duration_s
+        self.snapshot = snapshot
+        self.first: BrokerSnapshot | None = None
+        self.last: BrokerSnapshot | None = None
+        self.peak_rss_kb: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="steady-window", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        if self._stop.wait(self.warmup_s):
+            return
+        self.first = self.snapshot(self.pid, self.url)
+        end = started + self.warmup_s + self.duration_s
+        # RSS once a second in between: the peak of the steady part, not of the whole life.
+        while not self._stop.wait(max(0.0, min(1.0, end - time.monotonic()))):
+            if time.monotonic() >= end:
+                break
+            self._note_rss(self.snapshot(self.pid, None))
+        if self._stop.is_set():
+            return
+        self.last = self.snapshot(self.pid, self.url)
+        self._note_rss(self.first)
+        self._note_rss(self.last)
+
+    def _note_rss(self, snap: BrokerSnapshot) -> None:
+        if snap.rss_kb is not None:
+            self.peak_rss_kb = max(self.peak_rss_kb or 0, snap.rss_kb)
+
+    def finish(self) -> None:
+        """Wait for the last snapshot (the run lasts longer than the window), or give up."""
+        self._thread.join(timeout=self.warmup_s + self.duration_s + 30)
+        self._stop.set()
+
+    def figures(self) -> dict[str, Any]:
+        """The window's bounds, the broker's CPU and RSS in it, and its request counts."""
+        first, last = self.first, self.last
+        if first is None or last is None:
+            return {"complete": False}
+        seconds = (last.time_ns - first.time_ns) / 1e9
+        cpu_s = (
+            last.cpu_s - first.cpu_s if first.cpu_s is not None and last.cpu_s is not None else None
+        )
+        requests = (
+            count_delta(first.requests, last.requests)
+            if first.requests is not None and last.requests is not None
+            else None
+        )
+        return {
+            "complete": True,
+            "start_ns": first.time_ns,
+            "end_ns": last.time_ns,
+            "seconds": seconds,
+            "cpu_s": cpu_s,
+            "cpu_percent": 100.0 * cpu_s / seconds if cpu_s is not None and seconds else None,
+            "rss_mb": last.rss_kb / 1024 if last.rss_kb is not None else None,
+            "peak_rss_mb": self.peak_rss_kb / 1024 if self.peak_rss_kb is not None else None,
+            "requests": requests,
+            "error": last.error or first.error,
+        }
+
+
+def steady_requests(
+    window: Mapping[str, Any],
+    client_samples: Sequence[Sequence[ClientSample]],
+    prefer_client: bool,
+) -> dict[str, Any] | None:
+    """Request figures of a steady part: from the broker's counters when the window has
+    them (unless `prefer_client`), else from the clients' statistics; None without either."""
+    if not window.get("complete"):
+        return None
+    seconds = window["seconds"]
+    if window["requests"] is not None and not prefer_client and seconds > 0:
+        rates = {api: n / seconds for api, n in window["requests"].items()}
+        return request_figures(rates, seconds, window["cpu_s"], "broker")
+    client = client_window_rates(client_samples, window["start_ns"], window["end_ns"])
+    if client is None:
+        return None
+    return request_figures(client, seconds, window["cpu_s"], "client")
