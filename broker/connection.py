@@ -275,9 +275,10 @@ class Connection:
                 if len(buffer) >= 4 + size:
                     frame_deadline = 0.0
                     if served_in_a_row >= _SERVED_IN_A_ROW_MAX:
-                        # A buffer of many small requests: let the writer and the other
-                        # connections run now and then.
+                        # A buffer of many small requests: send what is answered so far
+                        # (the client waits for it), and let the other tasks run.
                         served_in_a_row = 0
+                        self._send_ready()
                         await trio.lowlevel.checkpoint()
                     served_in_a_row += 1
                     if not await self._serve_request(size, nursery):
