@@ -178,8 +178,12 @@ class PendingAppends:
         if self.client_appends is not None and self.client_appends.queued:
             await self.client_appends.finish()
             self.waits += self.client_appends.take_waits()
-        if self.waits or self.commits or self.floors:
-            manager, acks, timeout_s = self.manager, self.required_acks, self.timeout_s
+        manager, acks, timeout_s = self.manager, self.required_acks, self.timeout_s
+        if len(self.waits) == 1 and not self.commits and not self.floors:
+            # One partition to wait for (the usual request): no nursery, no task.
+            partition, waiting, result = self.waits[0]
+            await manager._await_ack(partition, acks, waiting, timeout_s, result)
+        elif self.waits or self.commits or self.floors:
             async with trio.open_nursery() as nursery:
                 for partition, waiting, result in self.waits:
                     nursery.start_soon(
