@@ -174,6 +174,8 @@ class Connection:
         self.peer = f"{host}:{port}"
         self._buffer = bytearray()
         self._in_flight_bytes = 0
+        # A handler task was started whose request has not taken effect yet.
+        self._handler_to_start = False
         # The responses not yet written, in request order (at most `queued.max.requests`).
         self._slots: deque[_Slot] = deque()
         self._reading_stopped = False
@@ -422,6 +424,11 @@ class Connection:
         self._slots.append(slot)
         authenticating = not self.session.authenticated
         stop = self._dispatch(frame, prefix, slot, nursery)
+        if self._handler_to_start:
+            # Its handler runs up to its first wait before the next request is read, so
+            # handlers start in arrival order (a fetch session's epochs are checked so).
+            self._handler_to_start = False
+            await trio.lowlevel.checkpoint()
         if stop:
             return False
         if slot.serial or authenticating:
@@ -560,6 +567,7 @@ class Connection:
             if isinstance(answer, Later):
                 self._handlers_running += 1
                 nursery.start_soon(self._run_later, answer.answer, context, prefix, slot)
+                self._handler_to_start = not answer.begun
                 return False
             self._answered(answer, prefix, slot)
         except Exception:

@@ -206,9 +206,12 @@ _Answer = TypeVar("_Answer", covariant=True)
 @dataclass(frozen=True, slots=True)
 class Later(Generic[_Answer]):
     """A handler's answer that is not ready when the handler returns: awaiting `answer`
-    gives it (the connection runs that in a task of its own)."""
+    gives it (the connection runs that in a task of its own). `begun`: the request already
+    took effect as far as it does before its first wait (`serve_now` did that part); if
+    not, the task must start before the next request of the connection does."""
 
     answer: Awaitable[_Answer]
+    begun: bool = True
 
 
 class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):

@@ -70,7 +70,7 @@ class ApiHandler(Generic[Req, Resp, Now]):
     ):
         if self.start is not None:
             return self.start(context, cast(Req, request))
-        return Later(self.handle(context, cast(Req, request)))
+        return Later(self.handle(context, cast(Req, request)), begun=False)
 
     def serve(
         self, context: RequestContext, request: RequestPayload
