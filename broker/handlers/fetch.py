@@ -13,10 +13,17 @@ connection sends with sendfile (see `raftka.protocol.splice`). Ranges under
 With an authorizer, a consumer needs READ on each topic it fetches (else its partitions
 answer TOPIC_AUTHORIZATION_FAILED and nothing of them is read), asked once per request.
 
-Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells the
-client that no session was created, so it keeps sending full fetch requests. A request that
-names a session we never handed out gets FETCH_SESSION_ID_NOT_FOUND, as Kafka answers for an
-evicted session.
+A consumer's Fetch (replica id -1, v7+) goes through the broker's fetch sessions (KIP-227,
+`raftka.broker.fetch_sessions`): epoch 0 reads the named partitions and opens a session of
+them when a slot is free (its id in the response, else 0); epoch -1 reads them without one;
+any other epoch reads every partition of the named session, after applying the request's
+added, changed and forgotten partitions, and the response carries only the partitions with
+records, an error or a changed high watermark, log start or last stable offset. An unknown
+session answers FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH (also
+when a later request of the session was checked while this one long-polled), both top-level
+with no partitions. The session is checked and updated before the handler's first await, so
+fetches of one session are checked in arrival order. A replica's Fetch (replica id >= 0)
+keeps no session: followers replicate by Raft.
 """
 
 from __future__ import annotations
