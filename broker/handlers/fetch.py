@@ -57,6 +57,7 @@ from raftka.broker.handlers.common import (
     response_module,
 )
 from raftka.broker.replica import wait_for_appends
+from raftka.broker.replica.manager import READ_COMMITTED
 from raftka.broker.security.acl import AclOperation
 from raftka.protocol.api import build
 from raftka.protocol.splice import FileRange, SplicedResponse, Splices
@@ -68,9 +69,12 @@ if TYPE_CHECKING:
     from raftka.protocol.messages.requests import FetchRequest
     from raftka.protocol.messages.responses import FetchResponse
 
-#: A partition's answer before it is built: its fields (all but "records") and the segment
-#: slice (segment, position, length) to send as its records, or None for none.
-_PartitionAnswer: TypeAlias = "tuple[dict[str, object], tuple[LogSegment, int, int] | None]"
+#: A partition's answer before it is built: its fields (all but "records"), the segment
+#: slice (segment, position, length) to send as its records or None for none, and what
+#: was asked of it.
+_PartitionAnswer: TypeAlias = (
+    "tuple[dict[str, object], tuple[LogSegment, int, int] | None, _Position]"
+)
 #: (topic name, topic id, its partitions' answers).
 _TopicAnswer: TypeAlias = "tuple[str, uuid.UUID | None, list[_PartitionAnswer]]"
 #: (topic name, topic id, its partitions) to read: a request's, or a session's in fetch order.
@@ -101,10 +105,13 @@ def _read_all(
     by_id: bool,
     module: ModuleType,
     may_read: TopicAccess,
+    incremental: bool = False,
 ) -> tuple[list[_TopicAnswer], int, list[Partition]]:
     """One pass over the wanted partitions: ((topic, topic id, partition answers) per
     topic, bytes, partitions read). A partition's records are a segment slice or none.
-    Partitions of topics `may_read` refuses answer TOPIC_AUTHORIZATION_FAILED."""
+    Partitions of topics `may_read` refuses answer TOPIC_AUTHORIZATION_FAILED.
+    `incremental`: the positions are a session's, and a partition with nothing to tell
+    (`_has_no_news`) is watched but not read, and has no answer."""
     topics = context.services.topics
     replicas = context.services.replica_manager
     remaining = request.max_bytes if request.max_bytes > 0 else 0
@@ -123,6 +130,23 @@ def _read_all(
             topic = topics.get(name) if name is not None else None
         partitions: list[_PartitionAnswer] = []
         for p in wanted_partitions:
+            partition = (
+                topic.partitions[p.partition]
+                if topic is not None and 0 <= p.partition < len(topic.partitions)
+                else None
+            )
+            # Consumers read from the leader (no fetch-from-follower, KIP-392).
+            led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
+            if (
+                incremental
+                and not isinstance(led, ErrorCode)
+                and name is not None
+                and may_read(name)
+                and _has_no_news(led, cast(CachedPartition, p), request.isolation_level)
+                and not (context.api_version < ZSTD_FETCH_MIN_VERSION and _stores_zstd(led))
+            ):
+                watched.append(led)
+                continue
             found_slice: tuple[LogSegment, int, int] | None = None
             fields: dict[str, object] = {
                 "partition_index": p.partition,
@@ -133,13 +157,6 @@ def _read_all(
                 "aborted_transactions": None,
                 "preferred_read_replica": -1,
             }
-            partition = (
-                topic.partitions[p.partition]
-                if topic is not None and 0 <= p.partition < len(topic.partitions)
-                else None
-            )
-            # Consumers read from the leader (no fetch-from-follower, KIP-392).
-            led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
             if name is not None and not may_read(name):
                 # An unknown topic id is answered as such first, as Kafka does; a name is
                 # refused before its existence is told.
@@ -180,7 +197,7 @@ def _read_all(
                         )
                         for txn in read.aborted
                     )
-            partitions.append((fields, found_slice))
+            partitions.append((fields, found_slice, p))
         responses.append((name or "", topic_id, partitions))
     return responses, total_bytes, watched
 
@@ -191,6 +208,25 @@ ZSTD_FETCH_MIN_VERSION = 10
 SESSION_FETCH_MIN_VERSION = 7
 #: The first Fetch version that names topics by id (KIP-516).
 TOPIC_ID_FETCH_MIN_VERSION = 13
+
+
+def _has_no_news(partition: Partition, cached: CachedPartition, isolation_level: int) -> bool:
+    """Whether reading the partition for a session could tell nothing new: the consumer is
+    at the end of what it may read and every offset the session last told is unchanged.
+    Skips the read, which for a consumer of many partitions is most of an idle fetch."""
+    high_watermark = partition.high_watermark
+    if cached.high_watermark != high_watermark:
+        return False
+    stable = partition.last_stable_offset
+    if cached.last_stable_offset != stable:
+        return False
+    log_start = partition.hosted_log.log_start_offset
+    limit = stable if isolation_level == READ_COMMITTED else high_watermark
+    return (
+        cached.fetch_offset == limit
+        and cached.local_log_start_offset == log_start
+        and log_start <= limit
+    )
 
 
 def _stores_zstd(partition: Partition) -> bool:
@@ -210,7 +246,7 @@ def _build_topics(
     topics = []
     for name, topic_id, partitions in responses:
         built = []
-        for fields, found in partitions:
+        for fields, found, _ in partitions:
             # Empty, never null: librdkafka rejects a null MessageSet.
             records = b""
             if found is not None:
@@ -300,7 +336,7 @@ def _forgotten(request: FetchRequest, by_id: bool) -> list[PartitionKey]:
 
 def _recorded(answer: _PartitionAnswer, cached: CachedPartition) -> bool:
     """Whether an incremental response carries this answer; the session remembers it."""
-    fields, found = answer
+    fields, found, _ = answer
     return cached.must_respond(
         cast(int, fields["error_code"]),
         cast(int, fields["high_watermark"]),
@@ -312,14 +348,15 @@ def _recorded(answer: _PartitionAnswer, cached: CachedPartition) -> bool:
 
 
 def _incremental_answers(
-    session: FetchSession, wanted: list[_WantedTopic], responses: list[_TopicAnswer]
+    session: FetchSession, responses: list[_TopicAnswer]
 ) -> list[_TopicAnswer]:
     """Only the answers an incremental response carries; partitions that returned records
     move to the end of the session's fetch order."""
     kept: list[_TopicAnswer] = []
-    for (_, _, cached_partitions), (name, topic_id, answers) in zip(wanted, responses, strict=True):
+    for name, topic_id, answers in responses:
         chosen = []
-        for cached, answer in zip(cached_partitions, answers, strict=True):
+        for answer in answers:
+            cached = answer[2]
             assert isinstance(cached, CachedPartition)
             if _recorded(answer, cached):
                 chosen.append(answer)
@@ -374,14 +411,17 @@ async def handle_fetch(
     )
     # READ on each topic, asked once for the request however often the long poll reads.
     may_read = TopicAccess(context, AclOperation.READ)
-    responses, total_bytes, watched = _read_all(context, request, wanted, by_id, module, may_read)
+    incremental = isinstance(fetch_context, IncrementalFetch)
+    responses, total_bytes, watched = _read_all(
+        context, request, wanted, by_id, module, may_read, incremental
+    )
     max_wait_s = max(request.max_wait.total_seconds(), 0)
     if total_bytes < request.min_bytes and max_wait_s > 0 and watched:
         with trio.move_on_after(max_wait_s):
             while total_bytes < request.min_bytes:
                 await wait_for_appends(watched)
                 responses, total_bytes, watched = _read_all(
-                    context, request, wanted, by_id, module, may_read
+                    context, request, wanted, by_id, module, may_read, incremental
                 )
     response_session_id = INVALID_SESSION_ID
     if isinstance(fetch_context, IncrementalFetch):
@@ -389,7 +429,7 @@ async def handle_fetch(
         if session.epoch != fetch_context.response_epoch:
             # A later request of the session came first: this one's answer would be stale.
             return _error_response(entity, ErrorCode.invalid_fetch_session_epoch, session.id)
-        responses = _incremental_answers(session, wanted, responses)
+        responses = _incremental_answers(session, responses)
         response_session_id = session.id
     elif isinstance(fetch_context, FullFetch):
         response_session_id = _open_session(
