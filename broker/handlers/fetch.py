@@ -217,10 +217,11 @@ def _has_no_news(partition: Partition, cached: CachedPartition, isolation_level:
     high_watermark = partition.high_watermark
     if cached.high_watermark != high_watermark:
         return False
-    stable = partition.last_stable_offset
+    log = partition.hosted_log
+    stable = log.last_stable_offset(high_watermark)  # Partition.last_stable_offset, once
     if cached.last_stable_offset != stable:
         return False
-    log_start = partition.hosted_log.log_start_offset
+    log_start = log.log_start_offset
     limit = stable if isolation_level == READ_COMMITTED else high_watermark
     return (
         cached.fetch_offset == limit
