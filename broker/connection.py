@@ -18,7 +18,12 @@ data does not hold up the next request:
   partition in request order. What overlaps later requests (worker-thread recompression,
   verification, the wait for the acknowledgement) runs in a task of its own, after the
   order of each partition's writes is fixed.
-- Fetch: reads only (raftka keeps no fetch sessions).
+- Fetch: reads, and a consumer's fetch session (KIP-227), whose epoch is checked and
+  advanced and whose partitions are updated before the handler's first wait. Handlers start
+  in arrival order, so a session's fetches are checked in the order they arrived; a fetch
+  whose session a later request moved on while it long-polled answers
+  INVALID_FETCH_SESSION_EPOCH (Kafka's rule), so overlapping fetches of one session cannot
+  hide a change. Kafka clients send one Fetch per broker at a time anyway.
 - Metadata, ApiVersions: read only; the topics Metadata may auto-create are created
   asynchronously in Kafka too, so no client can rely on their order against a Produce.
 

@@ -8,7 +8,8 @@ Two kinds:
   ones are plain ints and floats that `BrokerMetrics.collect` renders at scrape time as the
   same series prometheus_client's Counter and Histogram would (`_created` included);
 - read at scrape time by `BrokerStateCollector` from the broker's parts (partition logs, Raft
-  groups, consumer groups): nothing is kept per request for them.
+  groups, consumer groups) and by `FetchSessionCollector` from the fetch session cache:
+  nothing is kept per request for them.
 
 Each broker has its own CollectorRegistry, so several brokers in one process do not clash.
 """
@@ -283,6 +284,50 @@ class GroupsView(Protocol):
 
     @property
     def groups(self) -> Mapping[str, GroupOffsets]: ...
+
+
+class FetchSessionsView(Protocol):
+    """What the metrics read of the fetch session cache."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def partitions_cached(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def incremental_fetches(self) -> int: ...
+
+
+class FetchSessionCollector(Collector):
+    """Kafka's FetchSessionCache metrics, read when Prometheus scrapes."""
+
+    def __init__(self, sessions: FetchSessionsView) -> None:
+        self.sessions = sessions
+
+    def collect(self) -> Iterator[Metric]:
+        sessions = self.sessions
+        prefix = "kafka_server_fetchsessioncache_"
+        yield GaugeMetricFamily(
+            prefix + "numincrementalfetchsessions",
+            "Open incremental fetch sessions (NumIncrementalFetchSessions).",
+            value=sessions.size,
+        )
+        yield GaugeMetricFamily(
+            prefix + "numincrementalfetchpartitionscached",
+            "Partitions over all fetch sessions (NumIncrementalFetchPartitionsCached).",
+            value=sessions.partitions_cached,
+        )
+        yield CounterMetricFamily(
+            prefix + "incrementalfetchsessionevictions",
+            "Fetch sessions evicted for a new one (IncrementalFetchSessionEvictionsPerSec).",
+            value=sessions.evictions,
+        )
+        yield CounterMetricFamily(
+            "raftka_incremental_fetch_requests",
+            "Fetch requests served from a session (incremental fetches).",
+            value=sessions.incremental_fetches,
+        )
 
 
 class BrokerStateCollector(Collector):

@@ -28,12 +28,13 @@ from raftka.broker.cluster.controller import Controller
 from raftka.broker.compaction import LogCleaner
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
+from raftka.broker.fetch_sessions import FetchSessionCache
 from raftka.broker.groups import coordinator_for
 from raftka.broker.groups.store import offsets_marker_listener
 from raftka.broker.handlers import HANDLERS
 from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.idle import IdleConnections
-from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector
+from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector, FetchSessionCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.quotas import ClientQuotaManager
 from raftka.broker.replica import ReplicaManager
@@ -520,6 +521,10 @@ class Broker:
             )
             self.connection_limits = ConnectionLimits.from_config(config)
             self.idle = IdleConnections(config.get_int("connections.max.idle.ms"))
+            self.fetch_sessions = FetchSessionCache(
+                config.get_int("max.incremental.fetch.session.cache.slots"), clock
+            )
+            self.metrics.registry.register(FetchSessionCollector(self.fetch_sessions))
             self.transactions = transaction_coordinator_for(
                 self.node_id,
                 self.topics,
@@ -543,6 +548,7 @@ class Broker:
                 authorizer=self.authorizer,
                 clock=clock,
                 replica_manager=self.replica_manager,
+                fetch_sessions=self.fetch_sessions,
             )
             opened.pop_all()  # the broker's now: `run` closes them
 

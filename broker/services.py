@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from raftka.broker.cluster.commands import Command, CommandResult
     from raftka.broker.cluster.image import BrokerInfo, TopicImage
     from raftka.broker.config import BrokerConfig
+    from raftka.broker.fetch_sessions import FetchSessionCache
     from raftka.broker.metrics import BrokerMetrics
     from raftka.broker.quotas import QuotaEntity
     from raftka.broker.replica import ReplicaManager
@@ -271,6 +272,8 @@ class BrokerServices(Generic[GroupsT, TransactionsT]):
     clock: Clock
     # The data path: appends, fetches, DeleteRecords and markers of the hosted partitions.
     replica_manager: ReplicaManager
+    # Consumers' incremental fetch sessions (KIP-227).
+    fetch_sessions: FetchSessionCache
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -226,6 +226,15 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         minimum=1,
     ),
     ConfigDef(
+        "max.incremental.fetch.session.cache.slots",
+        INT,
+        1000,
+        "Incremental fetch sessions (KIP-227) the broker keeps; 0 answers every consumer "
+        "Fetch in full.",
+        minimum=0,
+        read_only=True,
+    ),
+    ConfigDef(
         "connections.max.idle.ms", L, 600000, "Idle connections are closed after this.", minimum=-1
     ),
     ConfigDef(

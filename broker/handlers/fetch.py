@@ -13,22 +13,42 @@ connection sends with sendfile (see `raftka.protocol.splice`). Ranges under
 With an authorizer, a consumer needs READ on each topic it fetches (else its partitions
 answer TOPIC_AUTHORIZATION_FAILED and nothing of them is read), asked once per request.
 
-Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells the
-client that no session was created, so it keeps sending full fetch requests. A request that
-names a session we never handed out gets FETCH_SESSION_ID_NOT_FOUND, as Kafka answers for an
-evicted session.
+A consumer's Fetch (replica id -1, v7+) goes through the broker's fetch sessions (KIP-227,
+`raftka.broker.fetch_sessions`): epoch 0 reads the named partitions and opens a session of
+them when a slot is free (its id in the response, else 0); epoch -1 reads them without one;
+any other epoch reads every partition of the named session, after applying the request's
+added, changed and forgotten partitions, and the response carries only the partitions with
+records, an error or a changed high watermark, log start or last stable offset. An unknown
+session answers FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH (also
+when a later request of the session was checked while this one long-polled), both top-level
+with no partitions. The session is checked and updated before the handler's first await, so
+fetches of one session are checked in arrival order. A replica's Fetch (replica id >= 0)
+keeps no session: followers replicate by Raft.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.fetch_sessions import (
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchContext,
+    FetchSession,
+    FetchSessionCache,
+    FullFetch,
+    IncrementalFetch,
+    PartitionKey,
+    SessionError,
+    Sessionless,
+)
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
     TopicAccess,
@@ -37,6 +57,7 @@ from raftka.broker.handlers.common import (
     response_module,
 )
 from raftka.broker.replica import wait_for_appends
+from raftka.broker.replica.manager import READ_COMMITTED
 from raftka.broker.security.acl import AclOperation
 from raftka.protocol.api import build
 from raftka.protocol.splice import FileRange, SplicedResponse, Splices
@@ -48,11 +69,28 @@ if TYPE_CHECKING:
     from raftka.protocol.messages.requests import FetchRequest
     from raftka.protocol.messages.responses import FetchResponse
 
-#: A partition's answer before it is built: its fields (all but "records") and the segment
-#: slice (segment, position, length) to send as its records, or None for none.
-_PartitionAnswer: TypeAlias = "tuple[dict[str, object], tuple[LogSegment, int, int] | None]"
+#: A partition's answer before it is built: its fields (all but "records"), the segment
+#: slice (segment, position, length) to send as its records or None for none, and what
+#: was asked of it.
+_PartitionAnswer: TypeAlias = (
+    "tuple[dict[str, object], tuple[LogSegment, int, int] | None, _Position]"
+)
 #: (topic name, topic id, its partitions' answers).
 _TopicAnswer: TypeAlias = "tuple[str, uuid.UUID | None, list[_PartitionAnswer]]"
+#: (topic name, topic id, its partitions) to read: a request's, or a session's in fetch order.
+_WantedTopic: TypeAlias = "tuple[str | None, uuid.UUID | None, Sequence[_Position]]"
+
+
+class _Position(Protocol):
+    """Where to read a partition: a request's partition or a session's `CachedPartition`."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def fetch_offset(self) -> int: ...
+    @property
+    def partition_max_bytes(self) -> int: ...
+
 
 #: Share fetches long-poll as fetches do (`handlers/share.py`).
 _any_appended = wait_for_appends
@@ -61,11 +99,19 @@ INLINE_RECORDS_BYTES_MAX = 32 * 1024
 
 
 def _read_all(
-    context: RequestContext, request: FetchRequest, module: ModuleType, may_read: TopicAccess
+    context: RequestContext,
+    request: FetchRequest,
+    wanted_topics: Sequence[_WantedTopic],
+    by_id: bool,
+    module: ModuleType,
+    may_read: TopicAccess,
+    incremental: bool = False,
 ) -> tuple[list[_TopicAnswer], int, list[Partition]]:
-    """One pass over the requested partitions: ((topic, topic id, partition answers) per
+    """One pass over the wanted partitions: ((topic, topic id, partition answers) per
     topic, bytes, partitions read). A partition's records are a segment slice or none.
-    Partitions of topics `may_read` refuses answer TOPIC_AUTHORIZATION_FAILED."""
+    Partitions of topics `may_read` refuses answer TOPIC_AUTHORIZATION_FAILED.
+    `incremental`: the positions are a session's, and a partition with nothing to tell
+    (`_has_no_news`) is watched but not read, and has no answer."""
     topics = context.services.topics
     replicas = context.services.replica_manager
     remaining = request.max_bytes if request.max_bytes > 0 else 0
@@ -74,18 +120,33 @@ def _read_all(
     total_bytes = 0
     watched: list[Partition] = []
     responses: list[_TopicAnswer] = []
-    by_id = hasattr(request.topics[0], "topic_id") if request.topics else False
-    for wanted in request.topics:
+    for wanted_name, topic_id, wanted_partitions in wanted_topics:
         topic: Topic | None
-        topic_id: uuid.UUID | None = getattr(wanted, "topic_id", None)  # Fetch v13+
         if by_id:
             topic = topics.topics_by_id.get(topic_id) if topic_id is not None else None
             name = topic.name if topic is not None else None
         else:
-            name = wanted.topic
-            topic = topics.get(name)
+            name = wanted_name
+            topic = topics.get(name) if name is not None else None
         partitions: list[_PartitionAnswer] = []
-        for p in wanted.partitions:
+        for p in wanted_partitions:
+            partition = (
+                topic.partitions[p.partition]
+                if topic is not None and 0 <= p.partition < len(topic.partitions)
+                else None
+            )
+            # Consumers read from the leader (no fetch-from-follower, KIP-392).
+            led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
+            if (
+                incremental
+                and not isinstance(led, ErrorCode)
+                and name is not None
+                and may_read(name)
+                and _has_no_news(led, cast(CachedPartition, p), request.isolation_level)
+                and not (context.api_version < ZSTD_FETCH_MIN_VERSION and _stores_zstd(led))
+            ):
+                watched.append(led)
+                continue
             found_slice: tuple[LogSegment, int, int] | None = None
             fields: dict[str, object] = {
                 "partition_index": p.partition,
@@ -96,13 +157,6 @@ def _read_all(
                 "aborted_transactions": None,
                 "preferred_read_replica": -1,
             }
-            partition = (
-                topic.partitions[p.partition]
-                if topic is not None and 0 <= p.partition < len(topic.partitions)
-                else None
-            )
-            # Consumers read from the leader (no fetch-from-follower, KIP-392).
-            led = led_partition(partition, getattr(p, "current_leader_epoch", -1))
             if name is not None and not may_read(name):
                 # An unknown topic id is answered as such first, as Kafka does; a name is
                 # refused before its existence is told.
@@ -143,13 +197,37 @@ def _read_all(
                         )
                         for txn in read.aborted
                     )
-            partitions.append((fields, found_slice))
+            partitions.append((fields, found_slice, p))
         responses.append((name or "", topic_id, partitions))
     return responses, total_bytes, watched
 
 
 #: The first Fetch version of clients that read zstd (KIP-110).
 ZSTD_FETCH_MIN_VERSION = 10
+#: The first Fetch version with sessions (KIP-227).
+SESSION_FETCH_MIN_VERSION = 7
+#: The first Fetch version that names topics by id (KIP-516).
+TOPIC_ID_FETCH_MIN_VERSION = 13
+
+
+def _has_no_news(partition: Partition, cached: CachedPartition, isolation_level: int) -> bool:
+    """Whether reading the partition for a session could tell nothing new: the consumer is
+    at the end of what it may read and every offset the session last told is unchanged.
+    Skips the read, which for a consumer of many partitions is most of an idle fetch."""
+    high_watermark = partition.high_watermark
+    if cached.high_watermark != high_watermark:
+        return False
+    log = partition.hosted_log
+    stable = log.last_stable_offset(high_watermark)  # Partition.last_stable_offset, once
+    if cached.last_stable_offset != stable:
+        return False
+    log_start = log.log_start_offset
+    limit = stable if isolation_level == READ_COMMITTED else high_watermark
+    return (
+        cached.fetch_offset == limit
+        and cached.local_log_start_offset == log_start
+        and log_start <= limit
+    )
 
 
 def _stores_zstd(partition: Partition) -> bool:
@@ -169,7 +247,7 @@ def _build_topics(
     topics = []
     for name, topic_id, partitions in responses:
         built = []
-        for fields, found in partitions:
+        for fields, found, _ in partitions:
             # Empty, never null: librdkafka rejects a null MessageSet.
             records = b""
             if found is not None:
@@ -203,35 +281,180 @@ def _records(segment: LogSegment, position: int, length: int, splices: Splices) 
     return segment.pread(length, position)
 
 
+def _request_topics(request: FetchRequest) -> list[_WantedTopic]:
+    return [
+        (getattr(t, "topic", None), getattr(t, "topic_id", None), t.partitions)
+        for t in request.topics
+    ]
+
+
+def _session_topics(session: FetchSession) -> list[_WantedTopic]:
+    """The session's partitions in fetch order, consecutive ones of a topic grouped (a
+    topic may appear more than once, as in Kafka's responses)."""
+    wanted: list[_WantedTopic] = []
+    last: tuple[str | None, uuid.UUID | None] | None = None
+    for cached in session.in_order():
+        topic = (cached.topic, cached.topic_id)
+        if topic != last:
+            wanted.append((cached.topic, cached.topic_id, []))
+            last = topic
+        cast("list[CachedPartition]", wanted[-1][2]).append(cached)
+    return wanted
+
+
+def _cached(
+    request: FetchRequest, by_id: bool, context: RequestContext
+) -> Iterator[CachedPartition]:
+    """The request's partitions as a session keeps them, made as they are iterated."""
+    by_topic_id = context.services.topics.topics_by_id
+    for t in request.topics:
+        topic_id: uuid.UUID | None = getattr(t, "topic_id", None)
+        if by_id:
+            topic = by_topic_id.get(topic_id) if topic_id is not None else None
+            name = topic.name if topic is not None else None
+        else:
+            name = t.topic
+        for p in t.partitions:
+            yield CachedPartition(
+                topic=name,
+                topic_id=topic_id,
+                partition=p.partition,
+                fetch_offset=p.fetch_offset,
+                partition_max_bytes=p.partition_max_bytes,
+                current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                log_start_offset=getattr(p, "log_start_offset", -1),
+                last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+            )
+
+
+def _forgotten(request: FetchRequest, by_id: bool) -> list[PartitionKey]:
+    forgotten: list[PartitionKey] = []
+    for t in getattr(request, "forgotten_topics_data", ()):
+        topic: str | uuid.UUID = t.topic_id if by_id else t.topic
+        forgotten.extend((topic, partition) for partition in t.partitions)
+    return forgotten
+
+
+def _recorded(answer: _PartitionAnswer, cached: CachedPartition) -> bool:
+    """Whether an incremental response carries this answer; the session remembers it."""
+    fields, found, _ = answer
+    return cached.must_respond(
+        cast(int, fields["error_code"]),
+        cast(int, fields["high_watermark"]),
+        cast(int, fields["log_start_offset"]),
+        cast(int, fields["last_stable_offset"]),
+        found is not None and found[2] > 0,
+        cast(int, fields["preferred_read_replica"]),
+    )
+
+
+def _incremental_answers(
+    session: FetchSession, responses: list[_TopicAnswer]
+) -> list[_TopicAnswer]:
+    """Only the answers an incremental response carries; partitions that returned records
+    move to the end of the session's fetch order."""
+    kept: list[_TopicAnswer] = []
+    for name, topic_id, answers in responses:
+        chosen = []
+        for answer in answers:
+            cached = answer[2]
+            assert isinstance(cached, CachedPartition)
+            if _recorded(answer, cached):
+                chosen.append(answer)
+                if answer[1] is not None:
+                    session.moved_to_end(cached)
+        if chosen:
+            kept.append((name, topic_id, chosen))
+    return kept
+
+
+def _open_session(
+    sessions: FetchSessionCache,
+    request: FetchRequest,
+    by_id: bool,
+    context: RequestContext,
+    responses: list[_TopicAnswer],
+) -> int:
+    """A session of the request's partitions, told what this response says; its id or 0."""
+    partitions = list(_cached(request, by_id, context))
+    answers = [answer for _, _, topic_answers in responses for answer in topic_answers]
+    for cached, answer in zip(partitions, answers, strict=True):
+        _recorded(answer, cached)
+    return sessions.open_session(partitions, by_id)
+
+
 async def handle_fetch(
     context: RequestContext, request: FetchRequest
 ) -> FetchResponse | SplicedResponse:
     entity: type[FetchResponse] = response_entity(context)
     module = response_module(context)
-    session_id = getattr(request, "session_id", 0)
-    if session_id != 0:
-        return build(
-            entity,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.fetch_session_id_not_found,
-            session_id=0,
-            responses=(),
+    session_id = getattr(request, "session_id", INVALID_SESSION_ID)
+    by_id = context.api_version >= TOPIC_ID_FETCH_MIN_VERSION
+    fetch_context: FetchContext = Sessionless()
+    if request.replica_id >= 0 or context.api_version < SESSION_FETCH_MIN_VERSION:
+        # Followers replicate by Raft, so a replica's Fetch keeps no session.
+        if session_id != INVALID_SESSION_ID:
+            fetch_context = SessionError(ErrorCode.fetch_session_id_not_found)
+    else:
+        fetch_context = context.services.fetch_sessions.new_context(
+            session_id,
+            getattr(request, "session_epoch", 0),
+            by_id,
+            _cached(request, by_id, context),
+            _forgotten(request, by_id),
         )
+    if isinstance(fetch_context, SessionError):
+        return _error_response(entity, fetch_context.error_code)
+    wanted = (
+        _session_topics(fetch_context.session)
+        if isinstance(fetch_context, IncrementalFetch)
+        else _request_topics(request)
+    )
     # READ on each topic, asked once for the request however often the long poll reads.
     may_read = TopicAccess(context, AclOperation.READ)
-    responses, total_bytes, watched = _read_all(context, request, module, may_read)
+    incremental = isinstance(fetch_context, IncrementalFetch)
+    responses, total_bytes, watched = _read_all(
+        context, request, wanted, by_id, module, may_read, incremental
+    )
     max_wait_s = max(request.max_wait.total_seconds(), 0)
     if total_bytes < request.min_bytes and max_wait_s > 0 and watched:
         with trio.move_on_after(max_wait_s):
             while total_bytes < request.min_bytes:
                 await wait_for_appends(watched)
-                responses, total_bytes, watched = _read_all(context, request, module, may_read)
+                responses, total_bytes, watched = _read_all(
+                    context, request, wanted, by_id, module, may_read, incremental
+                )
+    response_session_id = INVALID_SESSION_ID
+    if isinstance(fetch_context, IncrementalFetch):
+        session = fetch_context.session
+        if session.epoch != fetch_context.response_epoch:
+            # A later request of the session came first: this one's answer would be stale.
+            return _error_response(entity, ErrorCode.invalid_fetch_session_epoch, session.id)
+        responses = _incremental_answers(session, responses)
+        response_session_id = session.id
+    elif isinstance(fetch_context, FullFetch):
+        response_session_id = _open_session(
+            context.services.fetch_sessions, request, by_id, context, responses
+        )
     splices = Splices()
     response = build(
         entity,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
-        session_id=0,
+        session_id=response_session_id,
         responses=_build_topics(context, module, responses, splices),
     )
     return SplicedResponse(response, splices) if splices.ranges else response
+
+
+def _error_response(
+    entity: type[FetchResponse], error_code: ErrorCode, session_id: int = INVALID_SESSION_ID
+) -> FetchResponse:
+    """A top-level session error: no partitions."""
+    return build(
+        entity,
+        throttle_time=NO_THROTTLE,
+        error_code=error_code,
+        session_id=session_id,
+        responses=(),
+    )
