@@ -135,8 +135,9 @@ def _close_logger(logger: logging.Logger) -> None:
 
 
 def _record_provenance(history: History, cluster: ChaosCluster) -> None:
-    """For every duplicated value, the producer id, epoch and sequence of each copy."""
-    duplicates = dict(list(duplicated_values(read_history(history.path)).items())[:200])
+    """For every duplicated value, the producer id, epoch and sequence of each copy (all of
+    them: a value without its copies' writers would count as an anomaly)."""
+    duplicates = duplicated_values(read_history(history.path))
     if not duplicates:
         return
     wanted: dict[int, set[int]] = {}
