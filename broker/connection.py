@@ -61,7 +61,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import trio
 
@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from raftka.protocol.messages.requests import FetchRequest
 
 logger = logging.getLogger("raftka.connection")
+_T = TypeVar("_T")
 
 _SIZE = struct.Struct(">i")
 IN_FLIGHT_BYTES_MAX = 128 * 1024 * 1024
@@ -146,11 +147,12 @@ class Connection:
         stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
         listener: ListenerSpec = _PLAINTEXT_LISTENER,
         quotas: ClientQuotaManager | None = None,
-        idle: IdleConnections | None = None,
+        *,
+        idle: IdleConnections,
     ) -> None:
         self.services = services
         self.quotas = quotas
-        # The broker's reaper of idle connections (None: each wait keeps its own timeout).
+        # The broker's reaper of idle connections.
         self._idle = idle
         self._reading_scope = trio.CancelScope()
         self._expired = False
@@ -299,9 +301,6 @@ class Connection:
             else:
                 deadline = trio.current_time() + idle_s
             data = await self._receive(deadline, max(RECEIVE_CHUNK_BYTES, size + 4 - len(buffer)))
-            if data is None:
-                self._log_idle_close()
-                return
             if not data:
                 if buffer:
                     logger.info(
@@ -334,39 +333,25 @@ class Connection:
         self._expired = True
         self._reading_scope.cancel()
 
-    async def _wait_for_bytes(self, deadline: float) -> bool:
-        """Wait until the socket (or the TLS stream, `receive`) may have bytes; False if
-        `deadline` passed first. With the broker's `IdleConnections` the wait is
-        registered there instead, and expiry cancels the reading altogether."""
+    async def _wait_for(self, deadline: float, ready: Awaitable[_T]) -> _T:
+        """Await `ready` (the socket readable, or bytes from the TLS stream) with the wait
+        registered at the broker's `IdleConnections` until `deadline`: if it passes first,
+        the reaper expires the connection, which cancels the reading altogether."""
         idle = self._idle
-        if idle is None:
-            with trio.move_on_at(deadline):
-                await trio.lowlevel.wait_readable(self._fd)
-                return True
-            return False
         idle.waiting(self, deadline)
         try:
-            await trio.lowlevel.wait_readable(self._fd)
+            return await ready
         finally:
             idle.done(self)
-        return True
 
-    async def _receive(self, deadline: float, max_bytes: int) -> bytes | bytearray | None:
-        """The next bytes from the client (b"" once it closed), or None if none came by
-        `deadline`. The responses ready so far are sent first: the client waits for them."""
+    async def _receive(self, deadline: float, max_bytes: int) -> bytes | bytearray:
+        """The next bytes from the client (b"" once it closed); the connection expires if
+        none came by `deadline`. The responses ready so far are sent first: the client
+        waits for them."""
         if self._fd < 0:
             if self._slots and self._slots[0].done:
                 self._wake_writer()  # over TLS the writer sends every response
-            idle = self._idle
-            if idle is None:
-                with trio.move_on_at(deadline):
-                    return await self.stream.receive_some(max_bytes)
-                return None
-            idle.waiting(self, deadline)
-            try:
-                return await self.stream.receive_some(max_bytes)
-            finally:
-                idle.done(self)
+            return await self._wait_for(deadline, self.stream.receive_some(max_bytes))
         self._send_ready()
         try:
             data = os.read(self._fd, max_bytes)
@@ -378,12 +363,12 @@ class Connection:
             return data
         if self._unsent is not None or (self._slots and self._slots[0].done):
             self._wake_writer()  # what `_send_ready` left needs a wait or the writer's care
-        while await self._wait_for_bytes(deadline):
+        while True:
+            await self._wait_for(deadline, trio.lowlevel.wait_readable(self._fd))
             try:
                 return os.read(self._fd, max_bytes)
             except BlockingIOError:
                 continue
-        return None
 
     def _size_allowed(self, size: int) -> bool:
         """Whether a request of `size` bytes may be read; logs why not. Before SASL

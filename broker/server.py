@@ -678,10 +678,12 @@ class Broker:
         try:
             context = self.tls_contexts.get(listener.name)
             if context is None:
-                await Connection(self.services, stream, listener, self.quotas, self.idle).serve()
+                await Connection(
+                    self.services, stream, listener, self.quotas, idle=self.idle
+                ).serve()
                 return
             tls = trio.SSLStream(stream, context, server_side=True)
-            await Connection(self.services, tls, listener, self.quotas, self.idle).serve()
+            await Connection(self.services, tls, listener, self.quotas, idle=self.idle).serve()
         finally:
             self.connection_limits.release(stream)
 
