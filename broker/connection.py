@@ -78,7 +78,7 @@ from raftka.broker.quotas import (
 from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
 from raftka.broker.security.session import ClientSession
 from raftka.broker.security.tls import certificate_principal
-from raftka.broker.services import Later, RequestContext
+from raftka.broker.services import Deferred, Later, RequestContext
 from raftka.protocol.api import (
     EncodedResponse,
     FrameError,
@@ -183,6 +183,18 @@ class Connection:
         self._in_flight_bytes = 0
         # A handler task was started whose request has not taken effect yet.
         self._handler_to_start = False
+        # Answers to settle once the batches proposed so far are written (group commit),
+        # before this connection lets another task run; `_nursery` runs what then waits.
+        self._deferred: list[
+            tuple[
+                Deferred[ResponsePayload | SplicedResponse | EncodedResponse | None],
+                HandlerContext,
+                RequestPrefix,
+                _Slot,
+            ]
+        ] = []
+        self._nursery: trio.Nursery | None = None
+        self._write_proposed = services.replica_manager.write_proposed
         # The responses not yet written, in request order (at most `queued.max.requests`).
         self._slots: deque[_Slot] = deque()
         self._reading_stopped = False
@@ -211,6 +223,7 @@ class Connection:
             ):
                 return
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 nursery.start_soon(self._write_responses, nursery.cancel_scope)
                 try:
                     with self._reading_scope:
@@ -218,6 +231,7 @@ class Connection:
                     if self._expired:
                         self._log_idle_close()
                 finally:
+                    self._settle()
                     # The writer sends what is still due, then ends the connection.
                     self._reading_stopped = True
                     self._wake_writer()
@@ -349,6 +363,7 @@ class Connection:
         none came by `deadline`. The responses ready so far are sent first: the client
         waits for them."""
         if self._fd < 0:
+            self._settle()
             if self._slots and self._slots[0].done:
                 self._wake_writer()  # over TLS the writer sends every response
             return await self._wait_for(deadline, self.stream.receive_some(max_bytes))
@@ -404,6 +419,7 @@ class Connection:
             logger.warning("closing connection from %s: %s", self.peer, exc)
             return False
         if self._throttles_pending or self._muted_until:
+            self._settle()
             await self._wait_unmuted()
         serial = prefix.api_key not in CONCURRENT_APIS
         if serial:
@@ -418,6 +434,7 @@ class Connection:
             # Its handler runs up to its first wait before the next request is read, so
             # handlers start in arrival order (a fetch session's epochs are checked so).
             self._handler_to_start = False
+            self._settle()
             await trio.lowlevel.checkpoint()
         if stop:
             return False
@@ -463,7 +480,8 @@ class Connection:
     async def _wait_for_change(self) -> None:
         """Wait until a response is written or a handler finishes. The reader's own
         decided responses go first (nobody else sends them): if that frees room, at once."""
-        if self._send_ready():
+        settled = self._settle()
+        if self._send_ready() or settled:
             return
         if self._unsent is not None or (self._slots and self._slots[0].done):
             self._wake_writer()
@@ -554,6 +572,10 @@ class Connection:
                 return False
         try:
             answer = handler.serve_now(context, request)
+            if isinstance(answer, Deferred):
+                self._handlers_running += 1
+                self._deferred.append((answer, context, prefix, slot))
+                return False
             if isinstance(answer, Later):
                 self._handlers_running += 1
                 nursery.start_soon(self._run_later, answer.answer, context, prefix, slot)
@@ -564,6 +586,31 @@ class Connection:
             self._handler_failed(prefix, slot)
         self._finish(slot, context)
         return False
+
+    def _settle(self) -> bool:
+        """Write the batches proposed so far (by any connection) and settle this
+        connection's deferred answers: done now, or in a task when they must wait. Called
+        before the connection lets another task run or sends responses. True if any
+        answer was settled."""
+        self._write_proposed()
+        deferred = self._deferred
+        if not deferred:
+            return False
+        self._deferred = []
+        for answer, context, prefix, slot in deferred:
+            try:
+                settled = answer.settle()
+                if isinstance(settled, Later):
+                    assert self._nursery is not None, "requests are read inside the nursery"
+                    self._nursery.start_soon(self._run_later, settled.answer, context, prefix, slot)
+                    continue
+                self._answered(settled, prefix, slot)
+            except Exception:
+                self._handler_failed(prefix, slot)
+            self._handlers_running -= 1
+            self._finish(slot, context)
+        self._notify()  # a reader waiting for handlers to finish
+        return True
 
     async def _run_later(
         self,
@@ -731,6 +778,7 @@ class Connection:
         """Send the decided responses at the head of the order that are plain bytes, with
         one write and no wait; what the kernel does not take becomes `_unsent`. True if
         any response was sent (or handed to the writer as `_unsent`)."""
+        self._settle()
         slots = self._slots
         if self._fd < 0 or self._writer_busy or self._unsent is not None:
             return False

@@ -16,7 +16,7 @@ through `ApiEndpoint`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
@@ -215,6 +215,16 @@ class Later(Generic[_Answer]):
     begun: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Deferred(Generic[_Answer]):
+    """A handler's answer decided once the batches it proposed are written: requests read
+    together are written together (group commit). The caller runs the replica manager's
+    `write_proposed` before it lets any other task run, then `settle`, which gives the
+    answer or `Later`."""
+
+    settle: Callable[[], _Answer | Later[_Answer]]
+
+
 class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
     """One API's handler as ApiVersions advertises it and the connection dispatches to it."""
 
@@ -239,12 +249,14 @@ class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
         | EncodedResponse
         | None
         | Later[ResponsePayload | SplicedResponse | EncodedResponse | None]
+        | Deferred[ResponsePayload | SplicedResponse | EncodedResponse | None]
     ):
         """`serve`, done at once as far as it can be: the response itself when nothing had
-        to wait, else `Later` (whose answer the caller must await). Whatever the request
-        changes happens in this call up to its first wait, so requests served one after
-        the other take effect in that order. The answer may be a response that encodes
-        itself (`EncodedResponse`), which `serve` gives as the kio entity."""
+        to wait, else `Later` (whose answer the caller must await) or `Deferred` (settled
+        after the proposed batches are written). Whatever the request changes happens in
+        this call up to its first wait, so requests served one after the other take effect
+        in that order. The answer may be a response that encodes itself
+        (`EncodedResponse`), which `serve` gives as the kio entity."""
         ...
 
 

@@ -153,6 +153,18 @@ class Partition:
             raise NotLeaderError(None, f"{self.name} is not hosted on this broker")
         return self.raft.propose(record_count, records, kind)
 
+    def propose_unwritten(self, records: bytes, record_count: int) -> Entry:
+        """`propose` of a client's batch, written by the next `write_proposed` with the
+        others proposed meanwhile (`RaftGroup.propose_unwritten`)."""
+        if self.raft is None:
+            raise NotLeaderError(None, f"{self.name} is not hosted on this broker")
+        return self.raft.propose_unwritten(record_count, records)
+
+    def write_proposed(self) -> None:
+        """Write what `propose_unwritten` left (StorageError as `propose`)."""
+        if self.raft is not None:
+            self.raft.write_proposed()
+
     async def wait_committed(self, entry: Entry, timeout_s: float) -> bool:
         """Whether `entry` (proposed here) committed in time; NotLeaderError if leadership
         was lost first or the entry was replaced by a later leader's."""

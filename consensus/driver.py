@@ -272,6 +272,8 @@ class RaftGroup:
         self._throttled: dict[NodeId, collections.deque[Message]] = {}
         # As leader: each replica's log start as its last response reported it.
         self._peer_log_starts: dict[NodeId, int] = {}
+        # Batches proposed by `propose_unwritten` that no drive has written yet.
+        self.unwritten = False
         self._drive()
 
     # ------------------------------------------------------------------ views
@@ -360,6 +362,25 @@ class RaftGroup:
         entry = self._core.propose(record_count, payload, kind)
         self._drive()
         return entry
+
+    def propose_unwritten(
+        self, record_count: int, payload: bytes, kind: EntryKind = EntryKind.DATA
+    ) -> Entry:
+        """`propose` without the write: the batch takes its offsets now and is written and
+        sent to the followers by the next `write_proposed` (or whatever drives the group
+        first), together with the batches proposed meanwhile: one write and one round of
+        messages for requests that arrive together (group commit). The caller must call
+        `write_proposed` before it lets other tasks run. Raises NotLeaderError as `propose`.
+        """
+        self._check_live()
+        entry = self._core.propose(record_count, payload, kind)
+        self.unwritten = True
+        return entry
+
+    def write_proposed(self) -> None:
+        """Write and send what `propose_unwritten` left; StorageError as `propose`."""
+        if self.unwritten and not self.removed:
+            self._drive()
 
     def propose_config_change(
         self,
@@ -460,9 +481,14 @@ class RaftGroup:
         return True
 
     def _check_epoch(self, end_offset: int, epoch: int | None) -> None:
+        if epoch is None:
+            return
         last = end_offset - 1
-        log = self._core.log
-        if epoch is not None and last >= log.log_start_offset() and log.epoch_at(last) != epoch:
+        core = self._core
+        if core.role is Role.LEADER and epoch == core.term and last >= core.term_start_offset:
+            return  # a leader's entries of its own term stay in its log while it leads
+        log = core.log
+        if last >= log.log_start_offset() and log.epoch_at(last) != epoch:
             raise NotLeaderError(
                 self._core.leader_id,
                 f"{self.name}: the entry ending at {last} was replaced by a later leader's",
@@ -545,6 +571,7 @@ class RaftGroup:
         return bool(self._throttled)
 
     def _drive(self) -> None:
+        self.unwritten = False
         core = self._core
         storage = self._storage
         send = self._send

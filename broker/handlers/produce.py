@@ -37,7 +37,7 @@ from raftka.broker.handlers.common import (
 )
 from raftka.broker.replica import AppendOrigin, AppendResult, PendingAppends, in_restore_mode
 from raftka.broker.security.acl import AclOperation, ResourceType
-from raftka.broker.services import Later
+from raftka.broker.services import Deferred, Later
 from raftka.log.validation import ATTRIBUTES_LOW_BYTE
 from raftka.protocol.api import EncodedResponse, build
 from raftka.protocol.produce_codec import encode_produce_response
@@ -151,6 +151,7 @@ async def handle_produce(
     context: RequestContext, request: ProduceRequest
 ) -> ProduceResponse | None:
     answer = start_produce(context, request)
+    assert not isinstance(answer, Deferred), "only group commit defers"
     if isinstance(answer, Later):
         answer = await answer.answer
     return None if answer is None else _response(context, answer.answers)
@@ -175,11 +176,21 @@ class ProduceAnswers(EncodedResponse):
 _Answers = list[tuple[str, list[tuple[int, AppendResult | None]]]]
 
 
-def start_produce(
+def start_produce_together(
     context: RequestContext, request: ProduceRequest
-) -> ProduceAnswers | None | Later[ProduceAnswers | None]:
+) -> ProduceAnswers | None | Later[ProduceAnswers | None] | Deferred[ProduceAnswers | None]:
+    """`start_produce` with group commit: the batches appended at once are written with
+    those of the other requests read together (`Deferred`)."""
+    return start_produce(context, request, group_commit=True)
+
+
+def start_produce(
+    context: RequestContext, request: ProduceRequest, *, group_commit: bool = False
+) -> ProduceAnswers | None | Later[ProduceAnswers | None] | Deferred[ProduceAnswers | None]:
     """Check and append the request's batches now; the response, or `Later` while a
-    partition's answer waits for acks, a worker thread or a verification."""
+    partition's answer waits for acks, a worker thread or a verification. `group_commit`:
+    batches are left unwritten and the answer is `Deferred` (see
+    `ReplicaManager.start_append`)."""
     services = context.services
     topics = services.topics
     refused = _transactional_error(context, request)
@@ -208,8 +219,24 @@ def start_produce(
         client=context.client_host,
         transactional_id=getattr(request, "transactional_id", None),  # Produce v3+
         verifier=services.transactions,
+        group_commit=group_commit,
     )
+    if group_commit and pending.waits:
+        return Deferred(lambda: _settled(context, request, results, pending, may_write))
     if pending.complete:
+        return _answer(context, request, results, pending.results, may_write)
+    return Later(_answer_later(context, request, results, pending, may_write))
+
+
+def _settled(
+    context: RequestContext,
+    request: ProduceRequest,
+    results: _Answers,
+    pending: PendingAppends,
+    may_write: TopicAccess,
+) -> ProduceAnswers | None | Later[ProduceAnswers | None]:
+    """The answer once the proposed batches were written: at once if no wait is left."""
+    if pending.settle():
         return _answer(context, request, results, pending.results, may_write)
     return Later(_answer_later(context, request, results, pending, may_write))
 

@@ -82,6 +82,11 @@ class WriteQueues:
 
     last_queued: dict[Partition, trio.Event] = field(default_factory=dict)
     verifying: dict[Partition, dict[int, trio.Event]] = field(default_factory=dict)
+    #: Partitions with batches proposed but not yet written (group commit), each once.
+    unwritten: list[Partition] = field(default_factory=list)
+    #: Partitions whose unwritten batches could not be written, since the first of those
+    #: batches was proposed: their answers fail with the error.
+    write_failures: dict[Partition, NotLeaderError] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +192,15 @@ def acked_already(
         return True
 
 
+def fail_unwritten(partition: Partition, result: AppendResult, exc: NotLeaderError) -> None:
+    """Fail `result` for a batch this broker could not write: KAFKA_STORAGE_ERROR when the
+    log's storage failed, else NOT_LEADER_OR_FOLLOWER."""
+    if isinstance(exc, StorageError):
+        result.fail(ErrorCode.kafka_storage_error, f"{partition.name}: {exc}")
+    else:
+        result.fail(ErrorCode.not_leader_or_follower)
+
+
 def refuse(client: str, partition: Partition, result: AppendResult, exc: InvalidRecords) -> None:
     """Fill in the answer of a partition whose records Kafka would refuse (logged once)."""
     result.fail(ErrorCode(exc.error_code), exc.message)
@@ -258,8 +272,12 @@ class ClientAppends:
         client: str,
         transactional_id: str | None,
         verifier: TransactionVerifier | None,
+        group_commit: bool = False,
     ) -> None:
         self.queues = queues
+        # `start` leaves its batches unwritten (`WriteQueues.unwritten`) for the caller to
+        # write together with others (`ReplicaManager.write_proposed`).
+        self.group_commit = group_commit
         self.acks = acks
         self.version = produce_version
         self.client = client
@@ -292,7 +310,7 @@ class ClientAppends:
                 result = AppendResult()
                 refuse(self.client, partition, result, exc)
                 return result
-        appended = self._append(partition, records, self._now)
+        appended = self._append(partition, records, self._now, group_commit=self.group_commit)
         if isinstance(appended, NeedsVerification):
             # Verified as a queued write, so this producer's later (pipelined) writes to
             # the partition wait behind it instead of overtaking it.
@@ -355,11 +373,13 @@ class ClientAppends:
         now: int,
         verified: NeedsVerification | None = None,
         keys_checked: bool = False,
+        group_commit: bool = False,
     ) -> AppendResult | NeedsVerification:
         """Validate and propose one partition's batch; its answer's wait for acks goes to
         `waits`. A transaction's first batch here returns what to verify (nothing written),
         unless it is the batch `verified` was taken for. `keys_checked`: a compacted
-        topic's records were already scanned for missing keys (in a worker thread)."""
+        topic's records were already scanned for missing keys (in a worker thread).
+        `group_commit`: the batch is left unwritten (`WriteQueues.unwritten`)."""
         topic = partition.topic
         result = AppendResult()
         try:
@@ -385,6 +405,16 @@ class ClientAppends:
                 return result
         if self.acks == -1 and too_few_in_sync(partition, result):
             return result
+        raft = partition.raft
+        if raft is not None and raft.unwritten and any(h.producer_id >= 0 for h in headers):
+            # The producer state is updated as batches are written: an idempotent or
+            # transactional batch is checked against what was proposed before it.
+            try:
+                raft.write_proposed()
+            except NotLeaderError as exc:
+                self.queues.write_failures[partition] = exc
+                fail_unwritten(partition, result, exc)
+                return result
         try:
             duplicate = check_producer_state(log, headers, verified)
         except ProducerStateError as exc:
@@ -415,12 +445,17 @@ class ClientAppends:
             result.log_append_time_ms = now
         record_count = headers[0].last_offset_delta + 1
         try:
-            entry = partition.propose(records, record_count)
-        except StorageError as exc:
-            result.fail(ErrorCode.kafka_storage_error, str(exc))
-            return result
-        except NotLeaderError:
-            result.fail(ErrorCode.not_leader_or_follower)
+            if group_commit and raft is not None:
+                if not raft.unwritten:
+                    queues = self.queues
+                    if not queues.unwritten:
+                        queues.write_failures.clear()  # a new round of unwritten batches
+                    queues.unwritten.append(partition)
+                entry = partition.propose_unwritten(records, record_count)
+            else:
+                entry = partition.propose(records, record_count)
+        except NotLeaderError as exc:
+            fail_unwritten(partition, result, exc)
             return result
         result.base_offset = entry.base_offset
         result.appended_bytes = len(records)

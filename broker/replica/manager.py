@@ -26,7 +26,13 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.clock import SYSTEM_CLOCK, Clock
 from raftka.broker.cluster.commands import RaiseProducerIdFloorCommand
-from raftka.broker.replica.append import AckWait, ClientAppends, WriteQueues, acked_already
+from raftka.broker.replica.append import (
+    AckWait,
+    ClientAppends,
+    WriteQueues,
+    acked_already,
+    fail_unwritten,
+)
 from raftka.broker.replica.restore import append_restore, in_restore_mode
 from raftka.broker.replica.types import (
     AppendOrigin,
@@ -173,6 +179,22 @@ class PendingAppends:
         queued = self.client_appends is not None and self.client_appends.queued
         return not (queued or self.waits or self.commits or self.floors)
 
+    def settle(self) -> bool:
+        """Drop the waits for acks that are over now (after `ReplicaManager.write_proposed`
+        an only voter's batches are committed); whether the answers are final."""
+        acks = self.required_acks
+        failures = self.manager.queues.write_failures
+        waits: list[AckWait] = []
+        for wait in self.waits:
+            partition, waiting, result = wait
+            failure = failures.get(partition) if failures else None
+            if failure is not None:
+                fail_unwritten(partition, result, failure)
+            elif not acked_already(partition, acks, waiting, result):
+                waits.append(wait)
+        self.waits = waits
+        return self.complete
+
     async def wait(self) -> list[AppendResult]:
         """Append the queued writes, then wait for every answer's acks."""
         if self.client_appends is not None and self.client_appends.queued:
@@ -250,6 +272,7 @@ class ReplicaManager:
         transactional_id: str | None = None,
         verifier: TransactionVerifier | None = None,
         leader_epoch: int | None = None,
+        group_commit: bool = False,
     ) -> PendingAppends:
         """Append each partition's records now, or queue them; the answers, in the order of
         `entries`, are final once the result is `complete` (else after its `wait`).
@@ -263,11 +286,20 @@ class ReplicaManager:
         wait until the batch is committed, whatever `required_acks`.
         `transactional_id` and `verifier` serve KIP-890's verification of CLIENT batches.
         Waits that are over before they start (an only voter commits as it writes) are
-        left out, so a request on such partitions is complete at once."""
+        left out, so a request on such partitions is complete at once.
+        `group_commit`: CLIENT batches appended at once are left unwritten, to be written
+        with others by `write_proposed`, which the caller must call before it lets other
+        tasks run; the answers are then final if `PendingAppends.settle` says so."""
         pending = PendingAppends(self, required_acks, max(timeout_s, 0.001))
         waits = pending.waits
         client_appends = pending.client_appends = ClientAppends(
-            self.queues, required_acks, produce_version, client, transactional_id, verifier
+            self.queues,
+            required_acks,
+            produce_version,
+            client,
+            transactional_id,
+            verifier,
+            group_commit,
         )
         results = pending.results
         for partition, records in entries:
@@ -290,6 +322,22 @@ class ReplicaManager:
         if pending.commits:
             pending.commits = [c for c in pending.commits if not _committed_already(*c)]
         return pending
+
+    def write_proposed(self) -> None:
+        """Write (and send to the followers) every batch `start_append` left unwritten:
+        one write and one round of messages per partition for requests that came together.
+        A partition whose log could not be written stops leading it; the answers waiting
+        for those batches say so."""
+        queues = self.queues
+        unwritten = queues.unwritten
+        if not unwritten:
+            return
+        queues.unwritten = []
+        for partition in unwritten:
+            try:
+                partition.write_proposed()
+            except NotLeaderError as exc:  # logged by the Raft group
+                queues.write_failures[partition] = exc
 
     @staticmethod
     def _append_coordinator(

@@ -213,3 +213,61 @@ def test_a_restore_append_keeps_offsets_and_raises_the_producer_id_floor(broker:
     (restored,) = _append(broker, AppendOrigin.RESTORE, [stored])
     assert (restored.error_code, restored.base_offset) == (ErrorCode.none, 0)
     assert broker.controller.image.producer_id_floor > PID
+
+
+def _start_together(broker: Broker, batches: list[bytes]) -> tuple[list[int], list[AppendResult]]:
+    """Start one CLIENT append per batch with group commit, as requests read together are;
+    the log end before the proposed batches are written, and the settled answers."""
+    partition = _partition(broker)
+    manager = broker.replica_manager
+
+    async def together() -> tuple[list[int], list[AppendResult]]:
+        (first,) = await manager.append_records(
+            AppendOrigin.CLIENT, -1, 5.0, [(partition, build_batch(_records(1), 0))]
+        )
+        assert first.error_code == ErrorCode.none
+        pending = [
+            manager.start_append(AppendOrigin.CLIENT, -1, 5.0, [(partition, b)], group_commit=True)
+            for b in batches
+        ]
+        ends = [partition.hosted_log.log_end_offset]
+        manager.write_proposed()
+        ends.append(partition.hosted_log.log_end_offset)
+        for appended in pending:
+            if not appended.settle():
+                await appended.wait()  # an fsync of the leader's election still running
+        return ends, [p.results[0] for p in pending]
+
+    result: tuple[list[int], list[AppendResult]] = _run(broker, together)
+    return result
+
+
+def test_appends_read_together_are_written_together(broker: Broker) -> None:
+    ends, results = _start_together(
+        broker,
+        [build_batch(_records(2), 0), build_batch(_records(3), 0), build_batch(_records(1), 0)],
+    )
+    assert ends == [1, 7]
+    assert [(r.error_code, r.base_offset) for r in results] == [
+        (ErrorCode.none, 1),
+        (ErrorCode.none, 3),
+        (ErrorCode.none, 6),
+    ]
+    assert _partition(broker).high_watermark == 7
+
+
+def test_an_idempotent_producers_pipelined_batches_are_in_sequence_when_written_together(
+    broker: Broker,
+) -> None:
+    batches = [
+        build_batch(_records(2), 0, producer_id=PID, producer_epoch=0, base_sequence=0),
+        build_batch(_records(2), 0, producer_id=PID, producer_epoch=0, base_sequence=2),
+        build_batch(_records(2), 0, producer_id=PID, producer_epoch=0, base_sequence=2),
+    ]
+    _, results = _start_together(broker, batches)
+    assert [(r.error_code, r.base_offset) for r in results] == [
+        (ErrorCode.none, 1),
+        (ErrorCode.none, 3),
+        (ErrorCode.none, 3),  # the retried batch answers the first's offset
+    ]
+    assert _partition(broker).hosted_log.log_end_offset == 5
