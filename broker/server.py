@@ -51,6 +51,7 @@ from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.share.manager import SharePartitionManager
 from raftka.broker.share.state_store import TopicShareStateStore
 from raftka.broker.share.state_store import register as register_share_state
+from raftka.broker.sync_failure import halt_after_failed_sync
 from raftka.broker.topics import Partition, TopicManager
 from raftka.broker.txn import transaction_coordinator_for
 from raftka.consensus.driver import RaftNode
@@ -429,7 +430,11 @@ class Broker:
             self.hard_states = HardStateStore(data_dir / "raft.lmdb")
             opened.callback(self.hard_states.close)
             self.node = RaftNode(
-                self.node_id, self.transport, seed=self.node_id, hard_states=self.hard_states
+                self.node_id,
+                self.transport,
+                seed=self.node_id,
+                hard_states=self.hard_states,
+                on_sync_failure=halt_after_failed_sync,
             )
             self.topics = TopicManager(data_dir, config, self.node, self.hard_states)
             opened.callback(self.topics.close)
@@ -703,13 +708,7 @@ class Broker:
                             try:
                                 await trio.to_thread.run_sync(job)
                             except OSError as exc:
-                                # The segments stay dirty; the next round tries again.
-                                logger.error(
-                                    "fsync of %s failed: %s",
-                                    partition.name,
-                                    exc,
-                                    extra={"partition": partition.name},
-                                )
+                                halt_after_failed_sync(f"the log of {partition.name}", exc)
 
     def _partitions_flushed_on_schedule(self) -> list[Partition]:
         """Local partitions of the topics whose flush.messages or flush.ms is finite; under

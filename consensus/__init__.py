@@ -25,7 +25,7 @@ from raftka.consensus.core import (
     SoftState,
     Status,
 )
-from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.errors import RaftInvariantError, SyncFailedError
 from raftka.consensus.storage import MemoryRaftLog, RaftLog
 from raftka.consensus.types import Entry, EntryKind, HardState, Message, MessageType, NodeId, Role
 
@@ -42,6 +42,7 @@ __all__ = [
     "RaftConfig",
     "RaftCore",
     "RaftInvariantError",
+    "SyncFailedError",
     "RaftLog",
     "Ready",
     "Role",

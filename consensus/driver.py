@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import trio
 
@@ -44,6 +44,7 @@ from raftka.consensus.core import (
     StorageError,
     can_send_before_sync,
 )
+from raftka.consensus.errors import SyncFailedError
 from raftka.consensus.progress import ProgressState
 from raftka.consensus.storage import RaftLog
 from raftka.consensus.transport import PeerTransport
@@ -772,13 +773,19 @@ class RaftNode:
         election_timeout_ticks: int = 10,
         heartbeat_interval_ticks: int = 1,
         hard_states: HardStateCommitter | None = None,
+        on_sync_failure: Callable[[str, OSError], NoReturn] | None = None,
     ) -> None:
         """`hard_states` commits the groups' staged hard states (None: the storages keep
-        them durable themselves, as in-memory test doubles do)."""
+        them durable themselves, as in-memory test doubles do). `on_sync_failure` is
+        called when a sync ticket's fsync or commit fails, with what failed: nothing that
+        waited for it may go ahead, and a retry that succeeds would not prove the data
+        durable, so it must not return (a broker halts); without one, `run_syncs` raises
+        SyncFailedError."""
         if transport.node_id != node_id:
             raise ValueError(f"node {node_id} given the transport of node {transport.node_id}")
         self.node_id = node_id
         self.transport = transport
+        self._on_sync_failure = on_sync_failure
         self.tick_ms = tick_ms
         self.seed = seed
         self.election_timeout_ticks = election_timeout_ticks
@@ -885,39 +892,34 @@ class RaftNode:
             await self._serve(tickets)
 
     async def _serve(self, tickets: list[_SyncTicket]) -> None:
-        failures = 0
-        while True:
-            try:
-                async with self.sync_lock:
-                    jobs: list[Callable[[], None]] = []
-                    if self._hard_states is not None:
-                        fsync = any(t.fsync_hard_state for t in tickets)
-                        job = self._hard_states.commit_job(fsync)
-                        if job is not None:
-                            jobs.append(job)
-                    synced: set[int] = set()
-                    for ticket in tickets:
-                        group = ticket.group
-                        if ticket.fsync_log and not group.removed and id(group) not in synced:
-                            synced.add(id(group))
-                            job = group._storage.sync_job()
-                            if job is not None:
-                                jobs.append(job)
-                    if jobs:
-                        await trio.to_thread.run_sync(_run_all, jobs)
-                break
-            except OSError as exc:
-                # Nothing waiting on this sync may go ahead; retry until storage recovers.
-                failures += 1
-                delay_s = min(5.0, 0.1 * 2**failures)
-                log.error(
-                    "node %s: sync of %d groups failed (%s); retrying in %.1f s",
-                    self.node_id,
-                    len({id(t.group) for t in tickets}),
-                    exc,
-                    delay_s,
-                )
-                await trio.sleep(delay_s)
+        async with self.sync_lock:
+            jobs: list[Callable[[], None]] = []
+            if self._hard_states is not None:
+                fsync = any(t.fsync_hard_state for t in tickets)
+                job = self._hard_states.commit_job(fsync)
+                if job is not None:
+                    jobs.append(job)
+            synced: set[int] = set()
+            for ticket in tickets:
+                group = ticket.group
+                if ticket.fsync_log and not group.removed and id(group) not in synced:
+                    synced.add(id(group))
+                    job = group._storage.sync_job()
+                    if job is not None:
+                        jobs.append(job)
+            if jobs:
+                try:
+                    await trio.to_thread.run_sync(_run_all, jobs)
+                except OSError as exc:
+                    # Never retried: see `on_sync_failure`.
+                    names = sorted({t.group.name for t in tickets if t.fsync_log})
+                    what = ", ".join(names[:5]) + (
+                        f" and {len(names) - 5} more" if len(names) > 5 else ""
+                    )
+                    what = f"the logs of {what}" if names else "the Raft hard states"
+                    if self._on_sync_failure is not None:
+                        self._on_sync_failure(what, exc)
+                    raise SyncFailedError(f"node {self.node_id}: sync of {what} failed") from exc
         for ticket in tickets:
             ticket.group._synced(ticket)
 

@@ -1,4 +1,5 @@
-"""The error raised when the consensus package finds its own state impossible."""
+"""The errors that stop whoever drives the consensus package: its own state impossible,
+or storage that can no longer be trusted."""
 
 from __future__ import annotations
 
@@ -11,4 +12,12 @@ class RaftInvariantError(Exception):
     It reports a bug, not a condition to handle. Continuing could lose or corrupt committed
     data, so it propagates and stops whoever drives the core (the message says what was
     violated, with the values involved).
+    """
+
+
+class SyncFailedError(Exception):
+    """An fsync (or a commit of hard states) that acknowledgements waited for failed. The
+    kernel may have dropped the data it could not write, so a retry that succeeds would not
+    prove it durable: nothing that waited may go ahead, and the node must stop. Raised by
+    `RaftNode.run_syncs` when the node has no `on_sync_failure` (a broker halts instead).
     """
