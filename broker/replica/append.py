@@ -46,6 +46,8 @@ from raftka.log.producer_state import (
     BatchMetadata,
     ProducerStateError,
     ProducerStateManager,
+    increment_sequence,
+    last_sequence_of,
 )
 from raftka.log.validation import (
     LEVEL_CONFIGS,
@@ -87,6 +89,9 @@ class WriteQueues:
     #: Partitions whose unwritten batches could not be written, since the first of those
     #: batches was proposed: their answers fail with the error.
     write_failures: dict[Partition, NotLeaderError] = field(default_factory=dict)
+    #: Per partition and idempotent producer, the (epoch, last sequence) of its last batch
+    #: proposed unwritten: its next batch in sequence needs no write before its check.
+    unwritten_sequences: dict[tuple[Partition, int], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,17 +411,20 @@ class ClientAppends:
         if self.acks == -1 and too_few_in_sync(partition, result):
             return result
         raft = partition.raft
+        chained = False
         if raft is not None and raft.unwritten and any(h.producer_id >= 0 for h in headers):
-            # The producer state is updated as batches are written: an idempotent or
-            # transactional batch is checked against what was proposed before it.
-            try:
-                raft.write_proposed()
-            except NotLeaderError as exc:
-                self.queues.write_failures[partition] = exc
-                fail_unwritten(partition, result, exc)
-                return result
+            chained = self._next_in_sequence(partition, headers)
+            if not chained:
+                # The producer state is updated as batches are written: this batch is
+                # checked against what was proposed before it.
+                try:
+                    raft.write_proposed()
+                except NotLeaderError as exc:
+                    self.queues.write_failures[partition] = exc
+                    fail_unwritten(partition, result, exc)
+                    return result
         try:
-            duplicate = check_producer_state(log, headers, verified)
+            duplicate = None if chained else check_producer_state(log, headers, verified)
         except ProducerStateError as exc:
             result.fail(ErrorCode(exc.error_code), exc.message)
             logger.info(
@@ -446,12 +454,20 @@ class ClientAppends:
         record_count = headers[0].last_offset_delta + 1
         try:
             if group_commit and raft is not None:
+                queues = self.queues
                 if not raft.unwritten:
-                    queues = self.queues
                     if not queues.unwritten:
-                        queues.write_failures.clear()  # a new round of unwritten batches
+                        # A new round of unwritten batches.
+                        queues.write_failures.clear()
+                        queues.unwritten_sequences.clear()
                     queues.unwritten.append(partition)
                 entry = partition.propose_unwritten(records, record_count)
+                header = headers[0]
+                if len(headers) == 1 and header.producer_id >= 0 and not header.is_transactional:
+                    queues.unwritten_sequences[partition, header.producer_id] = (
+                        header.producer_epoch,
+                        last_sequence_of(header),
+                    )
             else:
                 entry = partition.propose(records, record_count)
         except NotLeaderError as exc:
@@ -462,6 +478,24 @@ class ClientAppends:
         result.appended_records = record_count
         self._wait(partition, entry.end_offset, entry.epoch, result)
         return result
+
+    def _next_in_sequence(self, partition: Partition, headers: Sequence[BatchHeader]) -> bool:
+        """Whether `headers` is one idempotent, non-transactional batch that continues the
+        batch its producer proposed last in this round of unwritten batches (same epoch,
+        the next sequence): that batch passed the producer state's check, and nothing
+        else changes the producer's state before this one is written, so it is in order
+        and not a duplicate without a write first."""
+        if len(headers) != 1:
+            return False
+        header = headers[0]
+        if header.is_transactional or header.producer_id < 0:
+            return False
+        last = self.queues.unwritten_sequences.get((partition, header.producer_id))
+        return (
+            last is not None
+            and last[0] == header.producer_epoch
+            and header.base_sequence == increment_sequence(last[1], 1)
+        )
 
     def _wait(
         self, partition: Partition, end_offset: int, epoch: int | None, result: AppendResult

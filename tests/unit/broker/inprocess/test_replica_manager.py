@@ -256,18 +256,38 @@ def test_appends_read_together_are_written_together(broker: Broker) -> None:
     assert _partition(broker).high_watermark == 7
 
 
-def test_an_idempotent_producers_pipelined_batches_are_in_sequence_when_written_together(
+def _idempotent(base_sequence: int) -> bytes:
+    return build_batch(
+        _records(2), 0, producer_id=PID, producer_epoch=0, base_sequence=base_sequence
+    )
+
+
+def test_an_idempotent_producers_pipelined_batches_are_written_together_in_sequence(
     broker: Broker,
 ) -> None:
-    batches = [
-        build_batch(_records(2), 0, producer_id=PID, producer_epoch=0, base_sequence=0),
-        build_batch(_records(2), 0, producer_id=PID, producer_epoch=0, base_sequence=2),
-        build_batch(_records(2), 0, producer_id=PID, producer_epoch=0, base_sequence=2),
-    ]
-    _, results = _start_together(broker, batches)
+    ends, results = _start_together(broker, [_idempotent(0), _idempotent(2), _idempotent(4)])
+    assert ends == [1, 7], "the batches in sequence were not written before the round's end"
     assert [(r.error_code, r.base_offset) for r in results] == [
         (ErrorCode.none, 1),
         (ErrorCode.none, 3),
-        (ErrorCode.none, 3),  # the retried batch answers the first's offset
+        (ErrorCode.none, 5),
+    ]
+
+
+def test_a_retried_batch_behind_unwritten_ones_answers_the_first_offset(broker: Broker) -> None:
+    _, results = _start_together(broker, [_idempotent(0), _idempotent(2), _idempotent(2)])
+    assert [(r.error_code, r.base_offset) for r in results] == [
+        (ErrorCode.none, 1),
+        (ErrorCode.none, 3),
+        (ErrorCode.none, 3),  # the retry of a batch proposed earlier in the round
     ]
     assert _partition(broker).hosted_log.log_end_offset == 5
+
+
+def test_a_batch_out_of_sequence_behind_unwritten_ones_is_refused(broker: Broker) -> None:
+    _, results = _start_together(broker, [_idempotent(0), _idempotent(5)])
+    assert [r.error_code for r in results] == [
+        ErrorCode.none,
+        ErrorCode.out_of_order_sequence_number,
+    ]
+    assert _partition(broker).hosted_log.log_end_offset == 3
