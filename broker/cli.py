@@ -336,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseExceptionGroup as group:
         bind_errors = group.subgroup(EndpointBindError)
         if bind_errors is not None:
-            return _stopped(f"metrics.listen: {_first(bind_errors)}", json_logs)
+            # The error names its config (metrics.listen or console.listen).
+            return _stopped(str(_first(bind_errors)), json_logs)
         os_errors, others = group.split(
             lambda exc: isinstance(exc, OSError) and exc.errno in BIND_ERRNOS
         )

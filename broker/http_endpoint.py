@@ -1,18 +1,21 @@
-"""The broker's HTTP endpoint (`metrics.listen`): a small HTTP/1.1 responder on trio.
+"""The broker's HTTP endpoints (`metrics.listen`, `console.listen`): a small HTTP/1.1
+responder on trio.
 
-One request per connection, answered with `Connection: close`. Only GET; the path picks a
-route, the query string is ignored. A request head is at most REQUEST_HEAD_BYTES_MAX bytes
-and must arrive within REQUEST_TIMEOUT_S; anything malformed gets 400, an unknown path 404,
-another method 405. At most CONNECTIONS_MAX connections are served at once (more get 503).
-A connection's failure is logged and ends that connection only: never another one, never
-the broker.
+One request per connection, answered with `Connection: close`. The path picks a route (GET
+only, the query string ignored); a path no route names goes to the endpoint's `app`, when it
+has one, with the method and query string (the console's pages). A request head is at
+most REQUEST_HEAD_BYTES_MAX bytes and must arrive within REQUEST_TIMEOUT_S; anything
+malformed gets 400, an unknown path 404, another method 405. At most CONNECTIONS_MAX
+connections are served at once (more get 503). A connection's failure is logged and ends
+that connection only: never another one, never the broker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -57,6 +60,10 @@ class HttpError(Exception):
 class HttpRequest:
     method: str
     path: str
+    #: What follows `?` in the request target, still percent-encoded ("" when none).
+    query: str = ""
+    #: The client's address (set for an `app`; "" when unknown).
+    client_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ class HttpResponse:
     status: HTTPStatus
     body: bytes
     content_type: str = TEXT
+    #: More header fields (name, value), e.g. Cache-Control.
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def text(cls, status: HTTPStatus, line: str) -> HttpResponse:
@@ -74,7 +83,8 @@ class HttpResponse:
             f"HTTP/1.1 {self.status.value} {self.status.phrase}\r\n"
             f"Content-Type: {self.content_type}\r\n"
             f"Content-Length: {len(self.body)}\r\n"
-            "Connection: close\r\n\r\n"
+            + "".join(f"{name}: {value}\r\n" for name, value in self.headers)
+            + "Connection: close\r\n\r\n"
         )
         return head.encode("ascii") + self.body
 
@@ -91,8 +101,8 @@ def parse_request_line(line: bytes) -> HttpRequest:
         raise HttpError(HTTPStatus.BAD_REQUEST, "malformed request target")
     if not _VERSION.fullmatch(version):
         raise HttpError(HTTPStatus.BAD_REQUEST, "not HTTP/1.0 or HTTP/1.1")
-    path = target.split(b"?", 1)[0].split(b"#", 1)[0]
-    return HttpRequest(method.decode("ascii"), path.decode("ascii"))
+    path, _, query = target.split(b"#", 1)[0].partition(b"?")
+    return HttpRequest(method.decode("ascii"), path.decode("ascii"), query.decode("ascii"))
 
 
 def parse_request_head(head: bytes) -> HttpRequest:
@@ -149,6 +159,15 @@ def _could_start_request(received: bytes | bytearray) -> bool:
 
 
 Route = Callable[[], HttpResponse]
+#: What answers the requests no route takes (any method; the answer within RESPONSE_TIMEOUT_S).
+App = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+def _peer_host(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername()[0])
+    except OSError:
+        return ""
 
 
 async def _drain(stream: trio.SocketStream) -> None:
@@ -162,12 +181,22 @@ async def _drain(stream: trio.SocketStream) -> None:
 
 
 class HttpEndpoint:
-    """Serves `routes` (path -> what answers a GET of it) on `host:port` until cancelled."""
+    """Serves `routes` (path -> what answers a GET of it) and `app` (every other request)
+    on `host:port` until cancelled. `config_name` names the endpoint's config in errors."""
 
-    def __init__(self, host: str, port: int, routes: Mapping[str, Route]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        routes: Mapping[str, Route],
+        app: App | None = None,
+        config_name: str = "metrics.listen",
+    ) -> None:
         self.host = host
         self.port = port
         self.routes = dict(routes)
+        self.app = app
+        self.config_name = config_name
         self.bound_port = port
         self._serving = 0
 
@@ -176,10 +205,12 @@ class HttpEndpoint:
             listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         except OSError as exc:
             raise EndpointBindError(
-                exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+                exc.errno,
+                f"{self.config_name}: cannot listen on {self.host}:{self.port}: "
+                f"{exc.strerror or exc}",
             ) from exc
         self.bound_port = listeners[0].socket.getsockname()[1]
-        paths = ", ".join(sorted(self.routes))
+        paths = ", ".join(sorted(self.routes) + (["the console"] if self.app else []))
         logger.info("http: serving %s on %s:%d", paths, self.host, self.bound_port)
         task_status.started(self.bound_port)
         await trio.serve_listeners(self._serve_connection, listeners)
@@ -218,9 +249,12 @@ class HttpEndpoint:
             return HttpResponse.text(exc.status, exc.message)
         if request is None:
             return None
+        route = self.routes.get(request.path)
+        if route is None and self.app is not None:
+            peer = _peer_host(stream)
+            return await self._answer_app(self.app, dataclasses.replace(request, client_host=peer))
         if request.method != "GET":
             return HttpResponse.text(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served")
-        route = self.routes.get(request.path)
         if route is None:
             known = ", ".join(sorted(self.routes))
             return HttpResponse.text(HTTPStatus.NOT_FOUND, f"no such path; try {known}")
@@ -228,4 +262,13 @@ class HttpEndpoint:
             return route()
         except Exception:
             logger.exception("http: GET %s failed", request.path)
+            return HttpResponse.text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
+
+    async def _answer_app(self, app: App, request: HttpRequest) -> HttpResponse:
+        try:
+            with trio.move_on_after(RESPONSE_TIMEOUT_S):
+                return await app(request)
+            return HttpResponse.text(HTTPStatus.GATEWAY_TIMEOUT, "no answer in time")
+        except Exception:
+            logger.exception("http: %s %s failed", request.method, request.path)
             return HttpResponse.text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")

@@ -24,7 +24,7 @@ from raftka.broker.http_endpoint import (
     ("line", "expected"),
     [
         (b"GET /metrics HTTP/1.1", HttpRequest("GET", "/metrics")),
-        (b"GET /readyz?verbose=1 HTTP/1.0", HttpRequest("GET", "/readyz")),
+        (b"GET /readyz?verbose=1 HTTP/1.0", HttpRequest("GET", "/readyz", "verbose=1")),
         (b"POST /healthz HTTP/1.1", HttpRequest("POST", "/healthz")),
         (b"GET / HTTP/1.1", HttpRequest("GET", "/")),
     ],

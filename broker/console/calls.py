@@ -1,0 +1,161 @@
+"""The Kafka APIs the console reads through: the broker's own handlers, called in-process
+with a request context of the console's principal, so a page sees what a client of that
+principal would (the same ACL checks, the same answers) without a socket.
+
+Each function builds one request of a version this broker serves, awaits its handler and
+returns the kio response entity; a handler's Kafka error stays in the response for the page
+to show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.describe_configs.v4 import request as describe_configs
+from kio.schema.describe_groups.v5 import request as describe_groups
+from kio.schema.list_groups.v5 import request as list_groups
+from kio.schema.list_offsets.v7 import request as list_offsets
+from kio.schema.metadata.v12 import request as metadata
+from kio.schema.offset_fetch.v7 import request as offset_fetch
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.static.primitive import i16, i32
+
+from raftka.broker.services import RequestContext
+from raftka.protocol.api import build
+from raftka.protocol.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import BrokerServices
+    from raftka.broker.security.session import ClientSession
+
+CLIENT_ID = "raftka-console"
+RESOURCE_TOPIC = 2
+#: ListOffsets' special timestamps and the replica id of a debugging client, which any
+#: replica answers from its own log (so the console shows a follower's offsets too).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+DEBUGGING_REPLICA_ID = -2
+CONSUMER_REPLICA_ID = -1
+
+Response = Any  # Any: a kio response entity of the version asked for
+
+
+class Caller:
+    """Calls this broker's handlers as the console's principal, from `client_host`."""
+
+    def __init__(
+        self, services: BrokerServices, client_host: str, session: ClientSession | None = None
+    ) -> None:
+        self.services = services
+        self.client_host = client_host
+        self.session = session
+
+    def context(self, api_key: int, api_version: int) -> RequestContext[Any, Any]:
+        """A request context as the connection would make for this principal's request."""
+        header = RequestHeader(
+            request_api_key=i16(api_key),
+            request_api_version=i16(api_version),
+            correlation_id=i32(0),
+            client_id=CLIENT_ID,
+        )
+        return RequestContext(
+            services=self.services,
+            header=header,
+            api_key=api_key,
+            api_version=api_version,
+            client_host=self.client_host,
+            client_port=0,
+            session=self.session,
+        )
+
+    async def call(self, request: Any) -> Response:  # Any: a kio request entity
+        api_key = ApiKey(request.__api_key__)
+        handler = self.services.handlers[api_key]
+        answer = await handler.serve(self.context(api_key, request.__version__), request)
+        if answer is None:
+            raise RuntimeError(f"{api_key.name} answered nothing")
+        return answer
+
+    async def metadata(self, topics: Sequence[str] | None = None) -> Response:
+        """Metadata of every topic the principal may describe (or of `topics`)."""
+        wanted = (
+            None
+            if topics is None
+            else tuple(
+                build(metadata.MetadataRequestTopic, name=name, topic_id=None) for name in topics
+            )
+        )
+        return await self.call(
+            build(
+                metadata.MetadataRequest,
+                topics=wanted,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+
+    async def topic_configs(self, topic: str) -> Response:
+        resource = build(
+            describe_configs.DescribeConfigsResource,
+            resource_type=RESOURCE_TOPIC,
+            resource_name=topic,
+            configuration_keys=None,
+        )
+        return await self.call(
+            build(
+                describe_configs.DescribeConfigsRequest,
+                resources=(resource,),
+                include_synonyms=False,
+                include_documentation=True,
+            )
+        )
+
+    async def list_offsets(
+        self, topic: str, partitions: Sequence[int], timestamp: int, replica_id: int
+    ) -> dict[int, tuple[int, int]]:
+        """Partition -> (Kafka error code, offset) for `timestamp` (or EARLIEST/LATEST)."""
+        request = build(
+            list_offsets.ListOffsetsRequest,
+            replica_id=replica_id,
+            isolation_level=0,
+            topics=(
+                build(
+                    list_offsets.ListOffsetsTopic,
+                    name=topic,
+                    partitions=tuple(
+                        build(
+                            list_offsets.ListOffsetsPartition,
+                            partition_index=index,
+                            current_leader_epoch=-1,
+                            timestamp=timestamp,
+                        )
+                        for index in partitions
+                    ),
+                ),
+            ),
+        )
+        response = await self.call(request)
+        return {
+            int(p.partition_index): (int(p.error_code), int(p.offset))
+            for t in response.topics
+            for p in t.partitions
+        }
+
+    async def list_groups(self) -> Response:
+        return await self.call(build(list_groups.ListGroupsRequest, states_filter=()))
+
+    async def describe_groups(self, group_ids: Sequence[str]) -> Response:
+        return await self.call(
+            build(
+                describe_groups.DescribeGroupsRequest,
+                groups=tuple(group_ids),
+                include_authorized_operations=False,
+            )
+        )
+
+    async def committed_offsets(self, group_id: str) -> Response:
+        """OffsetFetch of every partition the group has committed an offset for."""
+        return await self.call(
+            build(offset_fetch.OffsetFetchRequest, group_id=group_id, topics=None)
+        )

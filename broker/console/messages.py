@@ -1,0 +1,299 @@
+"""The message browser (`/topics/NAME/messages`): one partition or all, from an offset, a
+timestamp or the newest N, each record's key, value (text, pretty JSON or hex), headers,
+timestamp and offset.
+
+A page reads at most `limit` records a partition, READ_BYTES at a time from where the page
+starts, through the same read a Fetch makes (up to the high watermark), so browsing a large
+topic costs the pages shown, never the topic. The next page's link carries each partition's
+next offset (`positions`). It needs READ on the topic, as a consumer would, and shows the
+partitions this broker hosts.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.console.html import (
+    Html,
+    Row,
+    join,
+    link,
+    quote,
+    section,
+    table,
+    tag,
+    url,
+    void,
+)
+from raftka.broker.console.records import (
+    FORMATS,
+    SHOWN_BYTES_MAX,
+    Record,
+    batch_records,
+    render_value,
+    split_batches,
+)
+from raftka.broker.console.topics import hosted
+from raftka.broker.console.view import PageError
+from raftka.broker.security.acl import AclOperation, ResourceType
+from raftka.protocol.api_keys import ApiKey
+from raftka.protocol.records import UnsupportedBatch
+
+if TYPE_CHECKING:
+    from raftka.broker.console.view import View
+    from raftka.broker.http_endpoint import HttpResponse
+    from raftka.broker.topics import Partition
+
+LIMIT_DEFAULT = 50
+LIMIT_MAX = 500
+#: Bytes of log read at a time, and reads a partition's page may take (control batches and
+#: records before the page's first offset are skipped).
+READ_BYTES = 1 << 20
+READS_MAX = 8
+READ_UNCOMMITTED = 0
+MODES = ("newest", "offset", "timestamp")
+OFFSET_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Browse:
+    """What a page shows: its partitions, where each starts, and how many records."""
+
+    partitions: tuple[int, ...]
+    mode: str
+    limit: int
+    form: str
+
+
+def parse_positions(text: str) -> dict[int, int]:
+    """`PARTITION:OFFSET,...` as {partition: offset}; PageError 400 when malformed."""
+    found: dict[int, int] = {}
+    for item in filter(None, text.split(",")):
+        partition, sep, offset = item.partition(":")
+        if not sep or not partition.isdigit() or not offset.isdigit():
+            raise PageError(HTTPStatus.BAD_REQUEST, f"positions: expected P:OFFSET, got {item!r}")
+        found[int(partition)] = int(offset)
+    return found
+
+
+def parse_timestamp(text: str) -> int:
+    """Milliseconds since the epoch, given as such or as an ISO date-time (UTC unless it
+    says otherwise, as a datetime-local field sends it)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise PageError(
+            HTTPStatus.BAD_REQUEST, f"timestamp: not milliseconds or an ISO date-time: {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def timestamp_text(timestamp_ms: int) -> str:
+    if timestamp_ms < 0:
+        return "none"
+    moment = datetime.datetime.fromtimestamp(timestamp_ms / 1000, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def start_offset(view: View, partition: Partition, mode: str, limit: int) -> int:
+    log = partition.hosted_log
+    end = partition.high_watermark
+    if mode == "offset":
+        wanted = view.int_param("offset", 0, 0, OFFSET_MAX)
+        return min(max(wanted or 0, log.log_start_offset), end)
+    if mode == "timestamp":
+        wanted_ms = parse_timestamp(view.query.get("timestamp", "") or "0")
+        replicas = view.services.replica_manager
+        offset, _, _ = replicas.list_offset(partition, wanted_ms, READ_UNCOMMITTED)
+        return end if offset < 0 else min(max(offset, log.log_start_offset), end)
+    return max(log.log_start_offset, end - limit)
+
+
+def read_page(view: View, partition: Partition, start: int, limit: int) -> list[Record]:
+    """Up to `limit` records of `partition` from offset `start`, below its high watermark."""
+    replicas = view.services.replica_manager
+    found: list[Record] = []
+    position = start
+    for _ in range(READS_MAX):
+        read = replicas.read(partition, position, READ_BYTES, READ_UNCOMMITTED, True)
+        if read.error_code != ErrorCode.none or read.found is None:
+            break
+        piece = read.found
+        chunk = piece.segment.pread(piece.length, piece.position)
+        for batch in split_batches(chunk):
+            try:
+                records = list(batch_records(partition.index, batch))
+            except UnsupportedBatch:
+                continue
+            for record in records:
+                if start <= record.offset < read.high_watermark:
+                    value = None if record.value is None else record.value[: SHOWN_BYTES_MAX + 1]
+                    found.append(record._replace(value=value))
+                    if len(found) >= limit:
+                        return found
+        if piece.next_offset <= position or piece.next_offset >= read.high_watermark:
+            break
+        position = piece.next_offset
+    return found
+
+
+def _bytes_cell(value: bytes | None, form: str) -> Html:
+    used, shown = render_value(value, form)
+    return join([tag("pre", shown, class_=f"value {used.split(',')[0]}"), tag("small", used)])
+
+
+def _headers_cell(headers: tuple[tuple[str, bytes | None], ...], form: str) -> Html:
+    return join(
+        tag("div", tag("b", name), ": ", render_value(value, form)[1], class_="header")
+        for name, value in headers
+    )
+
+
+def _controls(view: View, name: str, partitions: list[int], browse: Browse) -> Html:
+    query = view.query
+    chosen = query.get("partition", "all")
+    partition_options = [
+        tag("option", "all", value="all", selected="" if chosen == "all" else None)
+    ]
+    partition_options += [
+        tag("option", str(p), value=str(p), selected="" if chosen == str(p) else None)
+        for p in partitions
+    ]
+    mode_options = [
+        tag("option", mode, value=mode, selected="" if browse.mode == mode else None)
+        for mode in MODES
+    ]
+    form_options = [
+        tag("option", form, value=form, selected="" if browse.form == form else None)
+        for form in FORMATS
+    ]
+
+    def field(label: str, control: Html) -> Html:
+        return tag("label", label, " ", control)
+
+    return tag(
+        "form",
+        field("partition", tag("select", *partition_options, name="partition")),
+        field("from", tag("select", *mode_options, name="mode")),
+        field("offset", void("input", name="offset", size=10, value=query.get("offset", ""))),
+        field(
+            "timestamp",
+            void(
+                "input",
+                name="timestamp",
+                placeholder="2026-01-31T12:00 or ms",
+                value=query.get("timestamp", ""),
+            ),
+        ),
+        field("records", void("input", name="limit", size=4, value=browse.limit)),
+        field("value as", tag("select", *form_options, name="format")),
+        tag("button", "Show", type="submit"),
+        method="get",
+        action=f"/topics/{quote(name)}/messages",
+        class_="controls",
+    )
+
+
+async def messages_page(view: View, name: str) -> HttpResponse:
+    metadata = await view.caller.metadata([name])
+    found = [t for t in metadata.topics if t.name == name]
+    if not found or found[0].error_code != ErrorCode.none:
+        code = ErrorCode(found[0].error_code) if found else ErrorCode.unknown_topic_or_partition
+        raise PageError(HTTPStatus.NOT_FOUND, f"topic {name!r}: {code.name}")
+    context = view.caller.context(ApiKey.FETCH, 12)
+    if not context.authorize(AclOperation.READ, ResourceType.TOPIC, name):
+        raise PageError(HTTPStatus.FORBIDDEN, f"not authorized to read topic {name!r}")
+    leaders = {int(p.partition_index): int(p.leader_id) for p in found[0].partitions}
+    all_partitions = sorted(leaders)
+    chosen = view.query.get("partition", "all") or "all"
+    if chosen == "all":
+        selected = all_partitions
+    else:
+        index = view.int_param("partition", None, 0, 2**31 - 1)
+        if index is None or index not in leaders:
+            raise PageError(HTTPStatus.NOT_FOUND, f"topic {name!r} has no partition {chosen}")
+        selected = [index]
+    mode = view.query.get("mode", "newest") or "newest"
+    if mode not in MODES:
+        raise PageError(HTTPStatus.BAD_REQUEST, f"mode: one of {', '.join(MODES)}")
+    form = view.query.get("format", "auto") or "auto"
+    if form not in FORMATS:
+        raise PageError(HTTPStatus.BAD_REQUEST, f"format: one of {', '.join(FORMATS)}")
+    limit = view.int_param("limit", LIMIT_DEFAULT, 1, LIMIT_MAX) or LIMIT_DEFAULT
+    browse = Browse(tuple(selected), mode, limit, form)
+    positions = parse_positions(view.query.get("positions", ""))
+    notes: list[Html] = []
+    shown: list[Record] = []
+    starts: dict[int, int] = {}
+    for index in selected:
+        partition = hosted(view, name, index)
+        if partition is None:
+            notes.append(
+                tag(
+                    "li",
+                    f"partition {index} is not hosted on this broker; its leader is broker "
+                    f"{leaders[index]}: browse it on that broker's console",
+                )
+            )
+            continue
+        start = positions.get(index)
+        if start is None:
+            start = start_offset(view, partition, mode, limit)
+        starts[index] = start
+        shown += read_page(view, partition, start, limit)
+    if len(selected) == 1:
+        shown.sort(key=lambda r: r.offset)
+    else:
+        shown.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
+    if len(shown) > limit:
+        shown = shown[-limit:] if mode == "newest" and not positions else shown[:limit]
+    nexts = dict(starts)
+    for record in shown:
+        nexts[record.partition] = max(nexts[record.partition], record.offset + 1)
+    rows: list[Row] = [
+        [
+            record.partition,
+            record.offset,
+            timestamp_text(record.timestamp_ms),
+            _bytes_cell(record.key, form),
+            _bytes_cell(record.value, form),
+            _headers_cell(record.headers, form),
+        ]
+        for record in shown
+    ]
+    path = f"/topics/{quote(name)}/messages"
+    base: dict[str, str | int | None] = {"partition": chosen, "limit": limit, "format": form}
+    following = ",".join(f"{p}:{o}" for p, o in sorted(nexts.items()))
+    paging = [link(url(path, {**base, "positions": following}), "next page →", class_="next")]
+    if len(selected) == 1 and starts.get(selected[0], 0) > 0:
+        older = f"{selected[0]}:{max(0, starts[selected[0]] - limit)}"
+        paging.insert(0, link(url(path, {**base, "positions": older}), "← older", class_="older"))
+    body = join(
+        [
+            tag("p", link(f"/topics/{quote(name)}", f"← topic {name}")),
+            _controls(view, name, all_partitions, browse),
+            tag("ul", *notes, class_="notes") if notes else None,
+            section(
+                f"{len(shown)} records",
+                table(
+                    ("partition", "offset", "timestamp", "key", "value", "headers"),
+                    rows,
+                    id="messages",
+                )
+                if rows
+                else tag("p", "No records here."),
+                tag("p", *paging, class_="paging"),
+            ),
+        ]
+    )
+    return view.page(f"Messages of {name}", body)

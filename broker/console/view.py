@@ -1,0 +1,63 @@
+"""What a page is rendered from: the broker's services, the console's principal calling
+the broker's APIs, and the request's query."""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from raftka.broker.console.calls import Caller
+from raftka.broker.console.html import Content, error_page, page
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import BrokerServices
+    from raftka.broker.http_endpoint import HttpResponse
+
+
+class PageError(Exception):
+    """A request a page cannot answer: `status` and a line for the user."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    services: BrokerServices
+    caller: Caller
+    query: dict[str, str]
+
+    @classmethod
+    def of(cls, services: BrokerServices, client_host: str, query: str) -> View:
+        parsed = urllib.parse.parse_qs(query, keep_blank_values=True, max_num_fields=32)
+        return cls(services, Caller(services, client_host), {k: v[-1] for k, v in parsed.items()})
+
+    def page(self, title: str, body: Content, *, live: bool = False) -> HttpResponse:
+        identity = self.services.identity
+        return page(
+            title, body, cluster_id=identity.cluster_id, node_id=identity.node_id, live=live
+        )
+
+    def error(self, status: HTTPStatus, message: str) -> HttpResponse:
+        identity = self.services.identity
+        return error_page(status, message, cluster_id=identity.cluster_id, node_id=identity.node_id)
+
+    def int_param(self, name: str, default: int | None, low: int, high: int) -> int | None:
+        """The query's `name` as an int in [low, high]; `default` when absent or empty;
+        PageError 400 when it is not such a number."""
+        given = self.query.get(name, "").strip()
+        if not given:
+            return default
+        try:
+            value = int(given)
+        except ValueError:
+            raise PageError(
+                HTTPStatus.BAD_REQUEST, f"{name}: not a whole number: {given!r}"
+            ) from None
+        if not low <= value <= high:
+            raise PageError(HTTPStatus.BAD_REQUEST, f"{name}: {value} is not in {low}..{high}")
+        return value
