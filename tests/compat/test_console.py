@@ -1,0 +1,306 @@
+"""The web console (`console.listen`) of a real broker process, looked at in a real headless
+browser (Debian's chromium): the overview, a topic produced to by confluent-kafka, its
+messages (a `<script>` value shown as text, never run), and a consumer group's lag as it
+commits. Each page is checked on the DOM the browser built; a failing check keeps a
+screenshot of the page beside the test's temporary files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from clients import consume, make_consumer, produce, wait_until
+from confluent_kafka import TopicPartition
+from harness import free_port
+from required import missing_client
+
+BROWSER_TIMEOUT_S = 60.0
+SCRIPT_VALUE = "<script>document.title='owned'</script>"
+
+
+class Browser:
+    """Headless chromium: the DOM of a page after its scripts ran, and screenshots."""
+
+    def __init__(self, binary: str, profile: Path, shots: Path) -> None:
+        self.binary = binary
+        self.profile = profile
+        self.shots = shots
+
+    def _run(self, *args: str) -> str:
+        command = [
+            self.binary,
+            "--headless",
+            "--no-sandbox",  # tests run as root in containers
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            f"--user-data-dir={self.profile}",
+            *args,
+        ]
+        done = subprocess.run(command, capture_output=True, timeout=BROWSER_TIMEOUT_S, text=True)
+        assert done.returncode == 0, f"chromium exited {done.returncode}: {done.stderr[-2000:]}"
+        return done.stdout
+
+    def dom(self, url: str) -> str:
+        return self._run("--dump-dom", url)
+
+    def screenshot(self, url: str, name: str) -> Path:
+        path = self.shots / f"{name}.png"
+        self._run("--window-size=1400,1000", f"--screenshot={path}", url)
+        return path
+
+
+VOID_ELEMENTS = frozenset({"meta", "link", "input", "br", "img", "hr"})
+
+
+class Page(HTMLParser):
+    """What a user reads on a page: its title, the text of each element with an id, and
+    the rows of each table (each cell's text, white space collapsed)."""
+
+    def __init__(self, dom: str) -> None:
+        super().__init__()
+        self.title = ""
+        self.by_id: dict[str, str] = {}
+        self.tables: dict[str, list[list[str]]] = {}
+        self.scripts: list[str] = []
+        self.words: list[str] = []
+        # open elements: (tag, id, the texts inside it so far)
+        self._open: list[tuple[str, str | None, list[str]]] = []
+        self._table: str | None = None
+        self._row: list[str] | None = None
+        self.feed(dom)
+        self.close()
+        self.text = " ".join(self.words)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in VOID_ELEMENTS:
+            return
+        element_id = dict(attrs).get("id")
+        self._open.append((tag, element_id, []))
+        if tag == "table":
+            self._table = element_id or f"table-{len(self.tables)}"
+            self.tables[self._table] = []
+        elif tag == "tr":
+            self._row = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if not any(open_tag == tag for open_tag, _, _ in self._open):
+            return
+        while self._open:
+            open_tag, element_id, parts = self._open.pop()
+            content = " ".join(" ".join(parts).split())
+            if self._open:
+                self._open[-1][2].append(content)
+            if element_id:
+                self.by_id[element_id] = content
+            if open_tag == "title":
+                self.title = content
+            elif open_tag == "script":
+                self.scripts.append(content)
+            elif open_tag in ("td", "th") and self._row is not None:
+                self._row.append(content)
+            elif open_tag == "tr" and self._table is not None and self._row is not None:
+                self.tables[self._table].append(self._row)
+                self._row = None
+            elif open_tag == "table":
+                self._table = None
+            if open_tag == tag:
+                return
+
+    def handle_data(self, data: str) -> None:
+        if data.strip():
+            self.words.append(data.strip())
+            if self._open:
+                self._open[-1][2].append(data)
+
+    def rows(self, table: str) -> list[list[str]]:
+        """The table's body rows (its heading row left out)."""
+        return self.tables.get(table, [])[1:]
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        missing_client("chromium not found: run scripts/setup as root or apt-get install chromium")
+    return path
+
+
+@pytest.fixture(scope="module")
+def console(module_brokers, tmp_path_factory):
+    """A broker with its console; (the broker, the console's base URL)."""
+    address = f"127.0.0.1:{free_port()}"
+    broker = module_brokers.broker({"console.listen": address}, name="console-broker")
+    base = f"http://{address}"
+    wait_until(lambda: http_get(base + "/")[0] == 200, 30, "the console answers /")
+    return broker, base
+
+
+@pytest.fixture
+def browser(chromium, tmp_path):
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    instance = Browser(chromium, tmp_path / "profile", shots)
+    yield instance
+
+
+def look(browser: Browser, url: str, name: str) -> Page:
+    """The page at `url` as the browser built it; on a failing check the caller takes a
+    screenshot (see `checked`)."""
+    return Page(browser.dom(url))
+
+
+class checked:
+    """Runs a block of checks on a page; a failure keeps a screenshot of the page."""
+
+    def __init__(self, browser: Browser, url: str, name: str) -> None:
+        self.browser = browser
+        self.url = url
+        self.name = name
+
+    def __enter__(self) -> checked:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if error is not None:
+            try:
+                shot = self.browser.screenshot(self.url, self.name)
+                error.add_note(f"screenshot of {self.url}: {shot}")
+            except Exception as exc:  # the failure itself is what matters
+                error.add_note(f"no screenshot of {self.url}: {exc}")
+
+
+def test_the_overview_shows_the_cluster_and_its_brokers(console, browser):
+    broker, base = console
+    with checked(browser, base + "/", "overview"):
+        page = look(browser, base + "/", "overview")
+        assert page.title == "Overview · raftka"
+        assert "Cluster id" in page.text
+        brokers = page.rows("brokers")
+        assert len(brokers) == 1
+        node_id, address, _rack, status, *_ = brokers[0]
+        assert address == broker.bootstrap
+        assert status == "up"
+        assert page.by_id["under-replicated"] == "0"
+        assert page.by_id["offline"] == "0"
+
+
+def test_a_topic_and_its_messages_are_shown_and_values_stay_text(console, browser, new_topic):
+    broker, base = console
+    topic = new_topic(partitions=2, bootstrap=broker.bootstrap)
+    records = [
+        {"key": f"key-{i}".encode(), "value": json.dumps({"n": i}).encode(), "partition": i % 2}
+        for i in range(20)
+    ]
+    records.append(
+        {
+            "key": b"evil",
+            "value": SCRIPT_VALUE.encode(),
+            "partition": 0,
+            "headers": [("origin", b"<b>test</b>")],
+        }
+    )
+    records.append({"key": b"binary", "value": b"\x00\xff\x10", "partition": 1})
+    result = produce(broker.bootstrap, topic, records, compression_type="lz4")
+    assert not result.errors, result.errors[:5]
+
+    with checked(browser, base + "/topics", "topics"):
+        page = look(browser, base + "/topics", "topics")
+        listed = {row[0]: row for row in page.rows("topics")}
+        assert topic in listed
+        assert listed[topic][1:3] == ["2", "1"]  # partitions, replication factor
+
+    topic_url = f"{base}/topics/{urllib.parse.quote(topic)}"
+    with checked(browser, topic_url, "topic"):
+        page = look(browser, topic_url, "topic")
+        partitions = page.rows("partitions")
+        assert [row[0] for row in partitions] == ["0", "1"]
+        # partition, leader, epoch, replicas, ISR, log start, high watermark, log end
+        assert partitions[0][1] == partitions[0][3] == partitions[0][4] == "1"  # node 1
+        assert partitions[0][5:8] == ["0", "11", "11"]
+        assert partitions[1][5:8] == ["0", "11", "11"]
+        configs = {row[0]: row for row in page.rows("configs")}
+        assert configs["cleanup.policy"][1:] == ["delete", "default"]
+
+    messages_url = f"{topic_url}/messages?partition=0&mode=offset&offset=0&limit=50"
+    with checked(browser, messages_url, "messages"):
+        page = look(browser, messages_url, "messages")
+        assert page.title == f"Messages of {topic} · raftka"  # the value's script did not run
+        shown = page.rows("messages")
+        assert [row[1] for row in shown] == [str(i) for i in range(11)]
+        by_key = {row[3].split(" ")[0]: row for row in shown}
+        assert by_key["key-0"][4] == '{ "n": 0 } json'  # pretty-printed JSON
+        evil = by_key["evil"]
+        assert evil[4] == f"{SCRIPT_VALUE} text"  # shown as text
+        assert evil[5] == "origin : <b>test</b>"
+        assert not any("owned" in script for script in page.scripts)
+
+    newest_url = f"{topic_url}/messages?partition=1&limit=2"
+    with checked(browser, newest_url, "newest"):
+        page = look(browser, newest_url, "newest")
+        shown = page.rows("messages")
+        assert [row[1] for row in shown] == ["9", "10"]
+        assert shown[1][4] == "00 ff 10 hex"  # binary as hex
+
+    # Paging: the next page of partition 0 from offset 3 starts where the first ended.
+    first = Page(http_get(f"{topic_url}/messages?partition=0&mode=offset&offset=3&limit=4")[1])
+    assert [row[1] for row in first.rows("messages")] == ["3", "4", "5", "6"]
+    status, body = http_get(f"{topic_url}/messages?partition=0&positions=0:7&limit=4")
+    assert status == 200
+    assert [row[1] for row in Page(body).rows("messages")] == ["7", "8", "9", "10"]
+
+
+def test_a_groups_lag_is_shown_as_it_commits(console, browser, new_topic):
+    broker, base = console
+    topic = new_topic(partitions=1, bootstrap=broker.bootstrap)
+    n = 40
+    result = produce(broker.bootstrap, topic, [{"value": b"m%d" % i} for i in range(n)])
+    assert not result.errors, result.errors[:5]
+    group = f"console-{topic[-10:]}"
+    consumer = make_consumer(broker.bootstrap, group_id=group)
+    try:
+        got = consume(broker.bootstrap, topic, [0], count=n, consumer=consumer, timeout=60)
+        assert len(got[0]) == n
+        consumer.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
+        group_url = f"{base}/groups/{urllib.parse.quote(group)}"
+        with checked(browser, group_url, "group"):
+            page = look(browser, group_url, "group")
+            assert page.by_id["total-lag"] == str(n - 10)
+            assert page.rows("lag") == [[topic, "0", "10", str(n), str(n - 10)]]
+        consumer.commit(offsets=[TopicPartition(topic, 0, n)], asynchronous=False)
+        with checked(browser, group_url, "group-caught-up"):
+            page = look(browser, group_url, "group-caught-up")
+            assert page.by_id["total-lag"] == "0"
+        with checked(browser, base + "/groups", "groups"):
+            page = look(browser, base + "/groups", "groups")
+            assert group in [row[0] for row in page.rows("groups")]
+    finally:
+        consumer.close()
+
+
+def test_unknown_pages_and_bad_parameters_are_refused(console):
+    _broker, base = console
+    assert http_get(base + "/topics/no-such-topic")[0] == 404
+    assert http_get(base + "/nowhere")[0] == 404
+    assert http_get(base + "/topics/x/messages?limit=many")[0] in (400, 404)
+    request = urllib.request.Request(base + "/", data=b"x=1", method="POST")
+    try:
+        urllib.request.urlopen(request, timeout=10)
+        raise AssertionError("a POST was answered")
+    except urllib.error.HTTPError as error:
+        assert error.code == 405
