@@ -18,6 +18,14 @@ from pathlib import Path
 import pytest
 from clients import consume, make_consumer, produce, wait_until
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 from harness import free_port
 from required import missing_client
 
@@ -304,3 +312,73 @@ def test_unknown_pages_and_bad_parameters_are_refused(console):
         raise AssertionError("a POST was answered")
     except urllib.error.HTTPError as error:
         assert error.code == 405
+
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def test_the_console_shows_only_what_its_principal_may_see_and_shares_the_metrics_port(
+    broker_factory, new_topic
+):
+    """With an authorizer, the console (User:ANONYMOUS) is refused what a client of that
+    principal would be: a topic denied DESCRIBE is not listed nor shown, one denied READ
+    is shown but not browsed. Its address is metrics.listen's: one port serves both."""
+    address = f"127.0.0.1:{free_port()}"
+    broker = broker_factory(
+        {
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "allow.everyone.if.no.acl.found": "true",
+            "metrics.listen": address,
+            "console.listen": address,
+        }
+    )
+    base = f"http://{address}"
+    wait_until(lambda: http_get(base + "/")[0] == 200, 30, "the console answers /")
+    status, metrics = http_get(base + "/metrics")
+    assert status == 200 and "kafka_server_replicamanager_partitioncount" in metrics
+
+    shown, hidden, unreadable = (new_topic(bootstrap=broker.bootstrap) for _ in range(3))
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    bindings = [
+        AclBinding(
+            ResourceType.TOPIC,
+            hidden,
+            ResourcePatternType.LITERAL,
+            "User:ANONYMOUS",
+            "*",
+            AclOperation.DESCRIBE,
+            AclPermissionType.DENY,
+        ),
+        AclBinding(
+            ResourceType.TOPIC,
+            unreadable,
+            ResourcePatternType.LITERAL,
+            "User:ANONYMOUS",
+            "*",
+            AclOperation.DESCRIBE,
+            AclPermissionType.ALLOW,
+        ),
+        AclBinding(
+            ResourceType.TOPIC,
+            unreadable,
+            ResourcePatternType.LITERAL,
+            "User:ANONYMOUS",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.DENY,
+        ),
+    ]
+    for future in admin.create_acls(bindings, request_timeout=30).values():
+        future.result()
+
+    def listed() -> list[str]:
+        return [row[0] for row in Page(http_get(base + "/topics")[1]).rows("topics")]
+
+    wait_until(lambda: hidden not in listed(), 10, "the denied topic leaves the list")
+    assert shown in listed() and unreadable in listed()
+    assert http_get(f"{base}/topics/{hidden}")[0] == 404
+    assert http_get(f"{base}/topics/{hidden}/messages")[0] == 404
+    assert http_get(f"{base}/topics/{unreadable}")[0] == 200
+    status, body = http_get(f"{base}/topics/{unreadable}/messages")
+    assert status == 403, body
+    assert http_get(f"{base}/topics/{shown}/messages")[0] == 200
