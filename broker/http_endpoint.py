@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 
 import trio
@@ -24,6 +24,8 @@ import trio
 logger = logging.getLogger("raftka.http")
 
 REQUEST_HEAD_BYTES_MAX = 8192
+#: The largest request body read (a console form).
+BODY_BYTES_MAX = 65536
 REQUEST_TIMEOUT_S = 5.0
 RESPONSE_TIMEOUT_S = 10.0
 CONNECTIONS_MAX = 32
@@ -64,6 +66,15 @@ class HttpRequest:
     query: str = ""
     #: The client's address (set for an `app`; "" when unknown).
     client_host: str = ""
+    #: Header fields (name in lower case, value), in order.
+    headers: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    #: The body (read for an `app` only, by Content-Length, at most BODY_BYTES_MAX).
+    body: bytes = field(default=b"", compare=False)
+
+    def header(self, name: str) -> str | None:
+        """The last value of header field `name` (lower case), None when absent."""
+        found = [value for key, value in self.headers if key == name]
+        return found[-1] if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +122,13 @@ def parse_request_head(head: bytes) -> HttpRequest:
     lines = head.split(b"\n")
     lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
     request = parse_request_line(lines[0])
-    for field in lines[1:]:
-        name, colon, value = field.partition(b":")
+    headers = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
         if not colon or not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
             raise HttpError(HTTPStatus.BAD_REQUEST, "malformed header field")
-    return request
+        headers.append((name.decode("ascii").lower(), value.strip().decode("latin-1")))
+    return dataclasses.replace(request, headers=tuple(headers))
 
 
 def head_end(buffer: bytes | bytearray) -> tuple[int, int] | None:
@@ -127,12 +140,38 @@ def head_end(buffer: bytes | bytearray) -> tuple[int, int] | None:
 async def read_request(stream: trio.abc.ReceiveStream) -> HttpRequest | None:
     """Read and parse one request head; None if the peer closed without sending anything.
     The request line is checked as soon as it has arrived, so garbage is refused at once."""
+    found = await _read_head(stream)
+    return None if found is None else found[0]
+
+
+async def read_body(stream: trio.abc.ReceiveStream, request: HttpRequest, early: bytes) -> bytes:
+    """The request's body by its Content-Length (`early`: what arrived with the head); empty
+    without one. HttpError 400 for a bad length, 413 past BODY_BYTES_MAX."""
+    given = request.header("content-length")
+    if given is None:
+        return b""
+    if not given.isdigit():
+        raise HttpError(HTTPStatus.BAD_REQUEST, "malformed Content-Length")
+    length = int(given)
+    if length > BODY_BYTES_MAX:
+        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {BODY_BYTES_MAX} bytes")
+    body = bytearray(early[:length])
+    while len(body) < length:
+        data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+        if not data:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "connection closed within the body")
+        body += data[: length - len(body)]
+    return bytes(body)
+
+
+async def _read_head(stream: trio.abc.ReceiveStream) -> tuple[HttpRequest, bytes] | None:
+    """One request head and the bytes that arrived after it; None as `read_request`."""
     buffer = bytearray()
     line_checked = False
     while True:
         end = head_end(buffer)
         if end is not None:
-            return parse_request_head(bytes(buffer[: end[0]]))
+            return parse_request_head(bytes(buffer[: end[0]])), bytes(buffer[end[1] :])
         if not line_checked:
             newline = buffer.find(b"\n")
             if newline >= 0:
@@ -242,13 +281,17 @@ class HttpEndpoint:
     async def _answer(self, stream: trio.SocketStream) -> HttpResponse | None:
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S) as timer:
-                request = await read_request(stream)
+                found = await _read_head(stream)
+                if found is not None and found[0].path not in self.routes and self.app:
+                    body = await read_body(stream, found[0], found[1])
+                    found = dataclasses.replace(found[0], body=body), b""
             if timer.cancelled_caught:
                 raise HttpError(HTTPStatus.REQUEST_TIMEOUT, "no complete request in time")
         except HttpError as exc:
             return HttpResponse.text(exc.status, exc.message)
-        if request is None:
+        if found is None:
             return None
+        request = found[0]
         route = self.routes.get(request.path)
         if route is None and self.app is not None:
             peer = _peer_host(stream)

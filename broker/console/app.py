@@ -4,13 +4,23 @@ a page's refusal (PageError) or a failure becomes an error page."""
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from raftka.broker.console.actions import (
+    CSRF_FIELD,
+    add_partitions,
+    change_config,
+    create_topic,
+    delete_records,
+    delete_topic,
+)
 from raftka.broker.console.groups import group_page, groups_page
 from raftka.broker.console.messages import messages_page
 from raftka.broker.console.overview import overview_page
@@ -38,6 +48,8 @@ class Console:
 
     def __init__(self, services: BrokerServices) -> None:
         self.services = services
+        #: Put in every form and required of every POST; new with each broker start.
+        self.csrf_token = secrets.token_urlsafe(32)
         package = resources.files("raftka.broker.console") / "static"
         self.static = {
             name: HttpResponse(
@@ -50,16 +62,43 @@ class Console:
         }
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
-        view = View.of(self.services, request.client_host, request.query)
-        if request.method not in ("GET", "HEAD"):
-            return view.error(HTTPStatus.METHOD_NOT_ALLOWED, "the console serves GET only")
+        try:
+            view = View.of(
+                self.services, request.client_host, request.query, self.csrf_token, request.body
+            )
+        except PageError as exc:
+            return HttpResponse.text(exc.status, exc.message)
         segments = [urllib.parse.unquote(s) for s in request.path.strip("/").split("/")]
         if segments == [""]:
             segments = []
         try:
+            if request.method == "POST":
+                return await self._change(view, segments)
+            if request.method not in ("GET", "HEAD"):
+                raise PageError(HTTPStatus.METHOD_NOT_ALLOWED, "the console serves GET and POST")
             return await self._dispatch(view, segments)
         except PageError as exc:
             return view.error(exc.status, exc.message)
+
+    async def _change(self, view: View, segments: list[str]) -> HttpResponse:
+        """A posted form: refused without this console's token (a forged form from another
+        site cannot know it), else the change it names."""
+        if not hmac.compare_digest(
+            view.form.get(CSRF_FIELD, "").encode(), view.csrf_token.encode()
+        ):
+            raise PageError(HTTPStatus.FORBIDDEN, "the form is not this console's (no valid token)")
+        match segments:
+            case ["topics"]:
+                return await create_topic(view)
+            case ["topics", name, "partitions"]:
+                return await add_partitions(view, name)
+            case ["topics", name, "configs"]:
+                return await change_config(view, name)
+            case ["topics", name, "records"]:
+                return await delete_records(view, name)
+            case ["topics", name, "delete"]:
+                return await delete_topic(view, name)
+        raise PageError(HTTPStatus.NOT_FOUND, "no such action")
 
     async def _dispatch(self, view: View, segments: list[str]) -> HttpResponse:
         match segments:

@@ -9,11 +9,17 @@ to show.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.create_partitions.v3 import request as create_partitions
+from kio.schema.create_topics.v7 import request as create_topics
+from kio.schema.delete_records.v2 import request as delete_records
+from kio.schema.delete_topics.v6 import request as delete_topics
 from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.describe_groups.v5 import request as describe_groups
+from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from kio.schema.list_groups.v5 import request as list_groups
 from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
@@ -37,6 +43,11 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 DEBUGGING_REPLICA_ID = -2
 CONSUMER_REPLICA_ID = -1
+#: IncrementalAlterConfigs' operations.
+CONFIG_SET = 0
+CONFIG_DELETE = 1
+#: How long an admin request may wait for the controller.
+ADMIN_TIMEOUT = datetime.timedelta(seconds=8)
 
 Response = Any  # Any: a kio response entity of the version asked for
 
@@ -158,4 +169,80 @@ class Caller:
         """OffsetFetch of every partition the group has committed an offset for."""
         return await self.call(
             build(offset_fetch.OffsetFetchRequest, group_id=group_id, topics=None)
+        )
+
+    # -- changes (each subject to the ACLs its API checks) ------------------------------
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int) -> Response:
+        topic = build(
+            create_topics.CreatableTopic,
+            name=name,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            assignments=(),
+            configs=(),
+        )
+        return await self.call(
+            build(
+                create_topics.CreateTopicsRequest,
+                topics=(topic,),
+                timeout=ADMIN_TIMEOUT,
+                validate_only=False,
+            )
+        )
+
+    async def create_partitions(self, name: str, count: int) -> Response:
+        topic = build(
+            create_partitions.CreatePartitionsTopic, name=name, count=count, assignments=None
+        )
+        return await self.call(
+            build(
+                create_partitions.CreatePartitionsRequest,
+                topics=(topic,),
+                timeout=ADMIN_TIMEOUT,
+                validate_only=False,
+            )
+        )
+
+    async def alter_topic_config(self, topic: str, name: str, value: str | None) -> Response:
+        """Set `name` on the topic, or remove its override when `value` is None."""
+        config = build(
+            alter_configs.AlterableConfig,
+            name=name,
+            config_operation=CONFIG_SET if value is not None else CONFIG_DELETE,
+            value=value,
+        )
+        resource = build(
+            alter_configs.AlterConfigsResource,
+            resource_type=RESOURCE_TOPIC,
+            resource_name=topic,
+            configs=(config,),
+        )
+        return await self.call(
+            build(
+                alter_configs.IncrementalAlterConfigsRequest,
+                resources=(resource,),
+                validate_only=False,
+            )
+        )
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> Response:
+        """Records of `partition` before `offset` (-1: the high watermark) go."""
+        wanted = build(
+            delete_records.DeleteRecordsTopic,
+            name=topic,
+            partitions=(
+                build(
+                    delete_records.DeleteRecordsPartition, partition_index=partition, offset=offset
+                ),
+            ),
+        )
+        return await self.call(
+            build(delete_records.DeleteRecordsRequest, topics=(wanted,), timeout=ADMIN_TIMEOUT)
+        )
+
+    async def delete_topic(self, name: str) -> Response:
+        state = build(delete_topics.DeleteTopicState, name=name, topic_id=None)
+        return await self.call(
+            build(delete_topics.DeleteTopicsRequest, topics=(state,), timeout=ADMIN_TIMEOUT)
         )

@@ -80,7 +80,7 @@ async def groups_page(view: View) -> HttpResponse:
         for g in sorted(listed.groups, key=lambda g: g.group_id)
     ]
     note = (
-        tag("p", f"Some groups are still loading ({ErrorCode(listed.error_code).name}).")
+        tag("p", f"Some groups are still loading ({ErrorCode(listed.error_code).name.upper()}).")
         if listed.error_code != ErrorCode.none
         else None
     )
@@ -108,7 +108,7 @@ async def _lag_rows(view: View, group_id: str) -> tuple[list[Row], int]:
             HTTPStatus.FORBIDDEN
             if fetched.error_code == ErrorCode.group_authorization_failed
             else HTTPStatus.SERVICE_UNAVAILABLE,
-            f"group {group_id!r}: {ErrorCode(fetched.error_code).name}",
+            f"group {group_id!r}: {ErrorCode(fetched.error_code).name.upper()}",
         )
     rows: list[Row] = []
     total = 0
@@ -148,7 +148,7 @@ async def group_page(view: View, group_id: str) -> HttpResponse:
     if group.error_code != ErrorCode.none and group.error_code != ErrorCode.group_id_not_found:
         raise PageError(
             HTTPStatus.SERVICE_UNAVAILABLE,
-            f"group {group_id!r}: {ErrorCode(group.error_code).name}",
+            f"group {group_id!r}: {ErrorCode(group.error_code).name.upper()}",
         )
     members = [
         [

@@ -209,7 +209,7 @@ async def messages_page(view: View, name: str) -> HttpResponse:
     found = [t for t in metadata.topics if t.name == name]
     if not found or found[0].error_code != ErrorCode.none:
         code = ErrorCode(found[0].error_code) if found else ErrorCode.unknown_topic_or_partition
-        raise PageError(HTTPStatus.NOT_FOUND, f"topic {name!r}: {code.name}")
+        raise PageError(HTTPStatus.NOT_FOUND, f"topic {name!r}: {code.name.upper()}")
     context = view.caller.context(ApiKey.FETCH, 12)
     if not context.authorize(AclOperation.READ, ResourceType.TOPIC, name):
         raise PageError(HTTPStatus.FORBIDDEN, f"not authorized to read topic {name!r}")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.console.actions import create_topic_form, topic_action_forms
 from raftka.broker.console.html import (
     Row,
     definitions,
@@ -82,7 +83,7 @@ async def topics_page(view: View) -> HttpResponse:
                 link(f"/topics/{quote(name)}/messages", "messages"),
             ]
         )
-    body = (
+    listing = (
         table(
             ("topic", "partitions", "replication factor", "size on this broker", "health", ""),
             rows,
@@ -91,7 +92,7 @@ async def topics_page(view: View) -> HttpResponse:
         if rows
         else tag("p", "No topics (or none this principal may describe).")
     )
-    return view.page("Topics", body, live=True)
+    return view.page("Topics", join([listing, create_topic_form(view)]))
 
 
 def _partition_row(view: View, name: str, p: Any) -> Row:
@@ -143,7 +144,7 @@ async def topic_page(view: View, name: str) -> HttpResponse:
     if not found or found[0].error_code != ErrorCode.none:
         code = ErrorCode(found[0].error_code) if found else ErrorCode.unknown_topic_or_partition
         # Kafka answers an undescribable topic as it would a missing one.
-        raise PageError(HTTPStatus.NOT_FOUND, f"topic {name!r}: {code.name}")
+        raise PageError(HTTPStatus.NOT_FOUND, f"topic {name!r}: {code.name.upper()}")
     topic = found[0]
     partitions = sorted(topic.partitions, key=lambda p: p.partition_index)
     described = await view.caller.topic_configs(name)
@@ -151,7 +152,7 @@ async def topic_page(view: View, name: str) -> HttpResponse:
     configs = (
         table(("config", "value", "source"), _config_rows(result.configs), id="configs")
         if result.error_code == ErrorCode.none
-        else tag("p", f"{ErrorCode(result.error_code).name}: {result.error_message or ''}")
+        else tag("p", f"{ErrorCode(result.error_code).name.upper()}: {result.error_message or ''}")
     )
     summary = definitions(
         [
@@ -194,6 +195,7 @@ async def topic_page(view: View, name: str) -> HttpResponse:
                 ),
             ),
             section("Configs", configs),
+            topic_action_forms(view, name, len(partitions)),
         ]
     )
-    return view.page(f"Topic {name}", body, live=True)
+    return view.page(f"Topic {name}", body)

@@ -25,16 +25,43 @@ class PageError(Exception):
         self.message = message
 
 
+def _fields(encoded: str) -> dict[str, str]:
+    """A query string or form body (`a=1&b=2`) as {name: its last value}."""
+    try:
+        parsed = urllib.parse.parse_qs(
+            encoded, keep_blank_values=True, max_num_fields=32, errors="strict"
+        )
+    except (ValueError, UnicodeDecodeError):
+        raise PageError(HTTPStatus.BAD_REQUEST, "malformed query or form") from None
+    return {name: values[-1] for name, values in parsed.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class View:
     services: BrokerServices
     caller: Caller
     query: dict[str, str]
+    #: The console's token: a form posted without it is refused (CSRF).
+    csrf_token: str
+    #: A posted form's fields (empty for a GET).
+    form: dict[str, str]
 
     @classmethod
-    def of(cls, services: BrokerServices, client_host: str, query: str) -> View:
-        parsed = urllib.parse.parse_qs(query, keep_blank_values=True, max_num_fields=32)
-        return cls(services, Caller(services, client_host), {k: v[-1] for k, v in parsed.items()})
+    def of(
+        cls, services: BrokerServices, client_host: str, query: str, csrf_token: str, body: bytes
+    ) -> View:
+        """PageError 400 when the query or a form body is malformed."""
+        try:
+            form_text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PageError(HTTPStatus.BAD_REQUEST, "form is not UTF-8") from None
+        return cls(
+            services,
+            Caller(services, client_host),
+            _fields(query),
+            csrf_token,
+            _fields(form_text),
+        )
 
     def page(self, title: str, body: Content, *, live: bool = False) -> HttpResponse:
         identity = self.services.identity

@@ -7,11 +7,13 @@ screenshot of the page beside the test's temporary files."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -306,12 +308,101 @@ def test_unknown_pages_and_bad_parameters_are_refused(console):
     assert http_get(base + "/topics/no-such-topic")[0] == 404
     assert http_get(base + "/nowhere")[0] == 404
     assert http_get(base + "/topics/x/messages?limit=many")[0] in (400, 404)
-    request = urllib.request.Request(base + "/", data=b"x=1", method="POST")
+    request = urllib.request.Request(base + "/", data=b"x=1", method="PUT")
     try:
         urllib.request.urlopen(request, timeout=10)
-        raise AssertionError("a POST was answered")
+        raise AssertionError("a PUT was answered")
     except urllib.error.HTTPError as error:
         assert error.code == 405
+
+
+def csrf_token(dom: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', dom)
+    assert found, "the page has a form with the console's token"
+    return found.group(1)
+
+
+def post(url: str, fields: dict[str, str]) -> tuple[int, str]:
+    """A form post as a browser sends it."""
+    data = urllib.parse.urlencode(fields).encode()
+    request = urllib.request.Request(url, data=data, method="POST")
+    request.add_header("Content-Type", "application/x-www-form-urlencoded")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def outcome(body: str) -> str:
+    return Page(body).by_id.get("outcome", Page(body).text)
+
+
+def test_changes_are_posted_with_the_token_and_confirmed_by_name(console, browser):
+    broker, base = console
+    token = csrf_token(browser.dom(base + "/topics"))
+    topic = f"console-made-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic_url = f"{base}/topics/{topic}"
+
+    # A forged form (no token) changes nothing.
+    status, body = post(base + "/topics", {"name": topic, "partitions": "2"})
+    assert status == 403, body
+    assert topic not in admin.list_topics(timeout=10).topics
+
+    status, body = post(
+        base + "/topics",
+        {"csrf": token, "name": topic, "partitions": "2", "replication_factor": "1"},
+    )
+    assert (status, outcome(body)) == (200, "Done.")
+    wait_until(lambda: topic in admin.list_topics(timeout=10).topics, 10, "the topic exists")
+    with checked(browser, base + "/topics", "topics-after-create"):
+        assert topic in [row[0] for row in look(browser, base + "/topics", "").rows("topics")]
+
+    # Not confirmed: refused, nothing changes.
+    status, body = post(f"{topic_url}/partitions", {"csrf": token, "count": "3", "confirm": "x"})
+    assert status == 400, body
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 2
+    status, body = post(f"{topic_url}/partitions", {"csrf": token, "count": "3", "confirm": topic})
+    assert (status, outcome(body)) == (200, "Done.")
+    wait_until(
+        lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3,
+        10,
+        "three partitions",
+    )
+
+    status, body = post(
+        f"{topic_url}/configs",
+        {"csrf": token, "name": "retention.ms", "value": "3600000", "confirm": topic},
+    )
+    assert (status, outcome(body)) == (200, "Done.")
+    status, body = post(
+        f"{topic_url}/configs",
+        {"csrf": token, "name": "retention.ms", "value": "soon", "confirm": topic},
+    )
+    assert status == 400 and outcome(body).startswith("INVALID_CONFIG"), body
+    with checked(browser, topic_url, "topic-after-changes"):
+        page = look(browser, topic_url, "")
+        assert [row[0] for row in page.rows("partitions")] == ["0", "1", "2"]
+        configs = {row[0]: row for row in page.rows("configs")}
+        assert configs["retention.ms"][1:] == ["3600000", "set on the topic"]
+
+    records = [{"value": b"r%d" % i, "partition": 0} for i in range(10)]
+    assert not produce(broker.bootstrap, topic, records).errors
+    status, body = post(
+        f"{topic_url}/records",
+        {"csrf": token, "partition": "0", "offset": "4", "confirm": topic},
+    )
+    assert (status, outcome(body)) == (200, "Done.")
+    messages_url = f"{topic_url}/messages?partition=0&mode=offset&offset=0"
+    with checked(browser, messages_url, "messages-after-delete-records"):
+        shown = look(browser, messages_url, "").rows("messages")
+        assert [row[1] for row in shown] == [str(i) for i in range(4, 10)]
+
+    status, body = post(f"{topic_url}/delete", {"csrf": token, "confirm": topic})
+    assert (status, outcome(body)) == (200, "Done.")
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 10, "the topic goes")
+    assert http_get(topic_url)[0] == 404
 
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -367,6 +458,25 @@ def test_the_console_shows_only_what_its_principal_may_see_and_shares_the_metric
             AclOperation.READ,
             AclPermissionType.DENY,
         ),
+        AclBinding(
+            ResourceType.TOPIC,
+            unreadable,
+            ResourcePatternType.LITERAL,
+            "User:ANONYMOUS",
+            "*",
+            AclOperation.DELETE,
+            AclPermissionType.DENY,
+        ),
+        # DELETE on the cluster would allow deleting every topic.
+        AclBinding(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            ResourcePatternType.LITERAL,
+            "User:ANONYMOUS",
+            "*",
+            AclOperation.DELETE,
+            AclPermissionType.DENY,
+        ),
     ]
     for future in admin.create_acls(bindings, request_timeout=30).values():
         future.result()
@@ -382,3 +492,11 @@ def test_the_console_shows_only_what_its_principal_may_see_and_shares_the_metric
     status, body = http_get(f"{base}/topics/{unreadable}/messages")
     assert status == 403, body
     assert http_get(f"{base}/topics/{shown}/messages")[0] == 200
+
+    # Changes are authorized as the API's: deleting the topic needs DELETE on it.
+    token = csrf_token(http_get(f"{base}/topics/{unreadable}")[1])
+    status, body = post(
+        f"{base}/topics/{unreadable}/delete", {"csrf": token, "confirm": unreadable}
+    )
+    assert status == 403 and outcome(body).startswith("TOPIC_AUTHORIZATION_FAILED"), body
+    assert unreadable in admin.list_topics(timeout=10).topics
