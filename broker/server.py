@@ -551,6 +551,7 @@ class Broker:
                 replica_manager=self.replica_manager,
                 fetch_sessions=self.fetch_sessions,
             )
+            self.console: Console | None = None
             self.console_http = self._console_endpoint(config.get_str("console.listen"))
             opened.pop_all()  # the broker's now: `run` closes them
 
@@ -563,7 +564,7 @@ class Broker:
             address = Listener.parse(listen)
         except ValueError as exc:
             raise ValueError(f"console.listen: {exc}") from None
-        console = Console(self.services)
+        console = self.console = Console(self.services)
         metrics = self.http
         if (
             metrics is not None
@@ -589,6 +590,8 @@ class Broker:
                     nursery.start_soon(self.metrics.measure_event_loop_lag)
                 if self.console_http is not None:
                     await nursery.start(self.console_http.run)
+                if self.console is not None:
+                    nursery.start_soon(self.console.run)
                 if self.cluster.peers:
                     await nursery.start(self.transport.run)
                 await nursery.start(self.node.run)

@@ -24,6 +24,7 @@ from raftka.broker.console.actions import (
 from raftka.broker.console.groups import group_page, groups_page
 from raftka.broker.console.messages import messages_page
 from raftka.broker.console.overview import overview_page
+from raftka.broker.console.throughput import Throughput
 from raftka.broker.console.topics import topic_page, topics_page
 from raftka.broker.console.view import PageError, View
 from raftka.broker.http_endpoint import HttpRequest, HttpResponse
@@ -50,6 +51,7 @@ class Console:
         self.services = services
         #: Put in every form and required of every POST; new with each broker start.
         self.csrf_token = secrets.token_urlsafe(32)
+        self.throughput = Throughput(services.metrics, services.clock)
         package = resources.files("raftka.broker.console") / "static"
         self.static = {
             name: HttpResponse(
@@ -60,6 +62,10 @@ class Console:
             )
             for name, content_type in STATIC_FILES.items()
         }
+
+    async def run(self) -> None:
+        """The console's background duty (sampling throughput for the overview's chart)."""
+        await self.throughput.run()
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -103,7 +109,7 @@ class Console:
     async def _dispatch(self, view: View, segments: list[str]) -> HttpResponse:
         match segments:
             case []:
-                return await overview_page(view)
+                return await overview_page(view, self.throughput)
             case ["topics"]:
                 return await topics_page(view)
             case ["topics", name]:

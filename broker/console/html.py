@@ -95,6 +95,16 @@ def section(heading: str, *children: Content, **attributes: str | None) -> Html:
     return tag("section", tag("h2", heading), *children, **attributes)
 
 
+def size_text(size_bytes: int) -> str:
+    """Bytes for a person: `1.5 MiB`."""
+    size = float(size_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size_bytes} B"
+
+
 NAVIGATION = (("/", "Overview"), ("/topics", "Topics"), ("/groups", "Groups"))
 
 

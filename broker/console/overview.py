@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from raftka.broker.console.html import Row, definitions, join, link, quote, section, table, tag
+from raftka.broker.console.throughput import Throughput, chart
 
 if TYPE_CHECKING:
     from raftka.broker.console.view import View
@@ -42,7 +43,7 @@ def _partition_rows(found: list[tuple[str, Any]]) -> list[Row]:
     ]
 
 
-async def overview_page(view: View) -> HttpResponse:
+async def overview_page(view: View, throughput: Throughput) -> HttpResponse:
     services = view.services
     controller = services.controller
     metadata = await view.caller.metadata()
@@ -110,6 +111,10 @@ async def overview_page(view: View) -> HttpResponse:
     body = join(
         [
             summary,
+            section(
+                "Throughput of this broker, last 10 minutes",
+                chart(throughput.rates(), services.clock.now_s()),
+            ),
             section(
                 "Brokers",
                 table(

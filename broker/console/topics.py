@@ -17,6 +17,7 @@ from raftka.broker.console.html import (
     link,
     quote,
     section,
+    size_text,
     table,
     tag,
 )
@@ -38,16 +39,6 @@ CONFIG_SOURCES = {
     6: "broker logger",
 }
 DEFAULT_CONFIG = 5
-
-
-def size_text(size_bytes: int) -> str:
-    """Bytes for a person: `1.5 MiB`."""
-    size = float(size_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size_bytes} B"
 
 
 def hosted(view: View, topic: str, index: int) -> Partition | None:
@@ -88,6 +79,7 @@ async def topics_page(view: View) -> HttpResponse:
             ("topic", "partitions", "replication factor", "size on this broker", "health", ""),
             rows,
             id="topics",
+            data_live="1",
         )
         if rows
         else tag("p", "No topics (or none this principal may describe).")
@@ -192,6 +184,7 @@ async def topic_page(view: View, name: str) -> HttpResponse:
                     ),
                     [_partition_row(view, name, p) for p in partitions],
                     id="partitions",
+                    data_live="1",
                 ),
             ),
             section("Configs", configs),

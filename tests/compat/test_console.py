@@ -316,6 +316,30 @@ def test_unknown_pages_and_bad_parameters_are_refused(console):
         assert error.code == 405
 
 
+def test_the_overview_charts_the_throughput_of_the_last_minutes(console, browser, new_topic):
+    broker, base = console
+    topic = new_topic(partitions=1, bootstrap=broker.bootstrap)
+    assert not produce(broker.bootstrap, topic, [{"value": b"x" * 1000}] * 200).errors
+    got = consume(broker.bootstrap, topic, [0], count=200, timeout=60)
+    assert len(got[0]) == 200
+
+    def peaks() -> dict[str, str]:
+        page = Page(http_get(base + "/")[1])
+        return {name: page.by_id.get(name, "") for name in ("peak-in", "peak-out")}
+
+    # Sampled every few seconds: the produce and the fetch show once a sample follows them.
+    wait_until(
+        lambda: all(value not in ("", "0 B/s") for value in peaks().values()),
+        30,
+        "the chart's peaks in and out above zero",
+    )
+    with checked(browser, base + "/", "overview-throughput"):
+        dom = browser.dom(base + "/")
+        page = Page(dom)
+        assert "throughput" in page.by_id
+        assert dom.count("<polyline") == 2  # in and out
+
+
 def csrf_token(dom: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', dom)
     assert found, "the page has a form with the console's token"

@@ -1,10 +1,10 @@
-// raftka console: a live page (<main data-live>) replaces its content with a fresh copy
-// every few seconds while the tab is visible; nothing is fetched from elsewhere.
+// raftka console: the live parts of a page (elements with an id and data-live) are replaced
+// by their fresh copies every few seconds while the tab is visible, so numbers move without a
+// reload and forms elsewhere on the page keep what is typed. Nothing is fetched from elsewhere.
 "use strict";
 (function () {
   const REFRESH_MS = 5000;
-  const main = document.getElementById("content");
-  if (!main || !main.dataset.live) {
+  if (!document.querySelector("[data-live][id]")) {
     return;
   }
   async function refresh() {
@@ -17,9 +17,11 @@
         return;
       }
       const page = new DOMParser().parseFromString(await response.text(), "text/html");
-      const fresh = page.getElementById("content");
-      if (fresh) {
-        main.replaceChildren(...fresh.childNodes);
+      for (const shown of document.querySelectorAll("[data-live][id]")) {
+        const fresh = page.getElementById(shown.id);
+        if (fresh) {
+          shown.replaceWith(document.importNode(fresh, true));
+        }
       }
     } catch (error) {
       // The broker may be restarting: keep what is shown and try again later.

@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from raftka.broker.clock import ManualClock
 from raftka.broker.console.groups import assignment_text, decode_assignment
 from raftka.broker.console.html import Html, tag, text, url, void
 from raftka.broker.console.messages import parse_positions, parse_timestamp
@@ -16,7 +17,9 @@ from raftka.broker.console.records import (
     render_value,
     split_batches,
 )
+from raftka.broker.console.throughput import Rate, Throughput, chart
 from raftka.broker.console.view import PageError
+from raftka.broker.metrics import BrokerMetrics
 from raftka.protocol.batch_builder import build_batch
 
 
@@ -102,3 +105,19 @@ def test_browser_parameters_are_checked() -> None:
     assert parse_timestamp("2023-11-14T22:13:20") == 1_700_000_000_000
     with pytest.raises(PageError):
         parse_timestamp("yesterday")
+
+
+def test_throughput_is_the_rate_between_samples_and_is_charted() -> None:
+    metrics = BrokerMetrics({})
+    clock = ManualClock(100.0)
+    throughput = Throughput(metrics, clock)
+    throughput.sample()
+    metrics.produced("orders", 5000, 50)
+    metrics.fetched("orders", 10000)
+    clock.advance(5)
+    throughput.sample()
+    assert throughput.rates() == [Rate(105.0, 1000.0, 10.0, 2000.0)]
+    drawn = chart(throughput.rates(), clock.now_s())
+    assert drawn.count("<polyline") == 2
+    assert 'id="peak-in">1000 B/s<' in drawn
+    assert "No samples" in chart([], clock.now_s())
