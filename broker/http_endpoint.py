@@ -46,7 +46,11 @@ _FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 
 
 class EndpointBindError(OSError):
-    """The endpoint's address cannot be listened on (in use, not this host's)."""
+    """The endpoint's address cannot be listened on (in use, not this host's); its text
+    names the endpoint's config, the address and why."""
+
+    def __str__(self) -> str:
+        return str(self.strerror or super().__str__())
 
 
 class HttpError(Exception):
