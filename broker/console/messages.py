@@ -1,6 +1,6 @@
 """The message browser (`/topics/NAME/messages`): one partition or all, from an offset, a
 timestamp or the newest N, each record's key, value (text, pretty JSON or hex), headers,
-timestamp and offset.
+timestamp and offset; `filter` keeps the records whose key or value holds a string.
 
 A page reads at most `limit` records a partition, READ_BYTES at a time from where the page
 starts, through the same read a Fetch makes (up to the high watermark), so browsing a large
@@ -119,8 +119,19 @@ def start_offset(view: View, partition: Partition, mode: str, limit: int) -> int
     return max(log.log_start_offset, end - limit)
 
 
-def read_page(view: View, partition: Partition, start: int, limit: int) -> list[Record]:
-    """Up to `limit` records of `partition` from offset `start`, below its high watermark."""
+def matches(record: Record, wanted: bytes) -> bool:
+    """Whether the record's key or value holds `wanted` (empty: every record)."""
+    return not wanted or any(
+        part is not None and wanted in part for part in (record.key, record.value)
+    )
+
+
+def read_page(
+    view: View, partition: Partition, start: int, limit: int, wanted: bytes = b""
+) -> tuple[list[Record], int]:
+    """Up to `limit` records of `partition` from offset `start` below its high watermark
+    whose key or value holds `wanted`, and the offset the scan reached (where a next page
+    starts when fewer than `limit` were found): at most READS_MAX reads of READ_BYTES."""
     replicas = view.services.replica_manager
     found: list[Record] = []
     position = start
@@ -136,15 +147,18 @@ def read_page(view: View, partition: Partition, start: int, limit: int) -> list[
             except UnsupportedBatch:
                 continue
             for record in records:
-                if start <= record.offset < read.high_watermark:
+                if start <= record.offset < read.high_watermark and matches(record, wanted):
                     value = None if record.value is None else record.value[: SHOWN_BYTES_MAX + 1]
                     found.append(record._replace(value=value))
                     if len(found) >= limit:
-                        return found
-        if piece.next_offset <= position or piece.next_offset >= read.high_watermark:
+                        return found, record.offset + 1
+        reached = min(piece.next_offset, read.high_watermark)
+        if reached <= position:
             break
-        position = piece.next_offset
-    return found
+        position = reached
+        if position >= read.high_watermark:
+            break
+    return found, position
 
 
 def _bytes_cell(value: bytes | None, form: str) -> Html:
@@ -196,6 +210,10 @@ def _controls(view: View, name: str, partitions: list[int], browse: Browse) -> H
             ),
         ),
         field("records", void("input", name="limit", size=4, value=browse.limit)),
+        field(
+            "key or value holds",
+            void("input", name="filter", size=16, value=query.get("filter", "")),
+        ),
         field("value as", tag("select", *form_options, name="format")),
         tag("button", "Show", type="submit"),
         method="get",
@@ -235,6 +253,8 @@ async def messages_page(view: View, name: str) -> HttpResponse:
     notes: list[Html] = []
     shown: list[Record] = []
     starts: dict[int, int] = {}
+    scanned: dict[int, int] = {}
+    wanted = view.query.get("filter", "").encode()
     for index in selected:
         partition = hosted(view, name, index)
         if partition is None:
@@ -250,16 +270,22 @@ async def messages_page(view: View, name: str) -> HttpResponse:
         if start is None:
             start = start_offset(view, partition, mode, limit)
         starts[index] = start
-        shown += read_page(view, partition, start, limit)
+        records, scanned[index] = read_page(view, partition, start, limit, wanted)
+        shown += records
     if len(selected) == 1:
         shown.sort(key=lambda r: r.offset)
     else:
         shown.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
+    # A partition goes on from where its scan reached, or from its first record the merge
+    # left out of this page (the newest N leave out older ones: the next page is newer).
+    nexts = dict(scanned)
     if len(shown) > limit:
-        shown = shown[-limit:] if mode == "newest" and not positions else shown[:limit]
-    nexts = dict(starts)
-    for record in shown:
-        nexts[record.partition] = max(nexts[record.partition], record.offset + 1)
+        if mode == "newest" and not positions:
+            shown = shown[-limit:]
+        else:
+            for record in shown[limit:]:
+                nexts[record.partition] = min(nexts[record.partition], record.offset)
+            shown = shown[:limit]
     rows: list[Row] = [
         [
             record.partition,
@@ -272,7 +298,12 @@ async def messages_page(view: View, name: str) -> HttpResponse:
         for record in shown
     ]
     path = f"/topics/{quote(name)}/messages"
-    base: dict[str, str | int | None] = {"partition": chosen, "limit": limit, "format": form}
+    base: dict[str, str | int | None] = {
+        "partition": chosen,
+        "limit": limit,
+        "format": form,
+        "filter": wanted.decode() or None,
+    }
     following = ",".join(f"{p}:{o}" for p, o in sorted(nexts.items()))
     paging = [link(url(path, {**base, "positions": following}), "next page →", class_="next")]
     if len(selected) == 1 and starts.get(selected[0], 0) > 0:

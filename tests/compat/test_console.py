@@ -6,6 +6,7 @@ screenshot of the page beside the test's temporary files."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -267,7 +268,31 @@ def test_a_topic_and_its_messages_are_shown_and_values_stay_text(console, browse
         assert [row[1] for row in shown] == ["9", "10"]
         assert shown[1][4] == "00 ff 10 hex"  # binary as hex
 
-    # Paging: the next page of partition 0 from offset 3 starts where the first ended.
+    # Paging through all partitions five at a time shows every record once, then none.
+    seen: list[tuple[str, str]] = []
+    page_url = f"{topic_url}/messages?partition=all&mode=offset&offset=0&limit=5"
+    for _ in range(10):
+        status, body = http_get(page_url)
+        assert status == 200, body
+        rows = Page(body).rows("messages")
+        if not rows:
+            break
+        assert len(rows) <= 5
+        seen += [(row[0], row[1]) for row in rows]
+        following = re.search(r'<a href="([^"]+)" class="next">', body)
+        assert following, body
+        page_url = base + html.unescape(following.group(1))
+    assert sorted(seen, key=lambda p: (p[0], int(p[1]))) == [
+        (str(p), str(o)) for p in (0, 1) for o in range(11)
+    ]
+
+    # Found by key across partitions, from the start of each.
+    found_url = f"{topic_url}/messages?partition=all&mode=offset&offset=0&filter=evil"
+    with checked(browser, found_url, "filter"):
+        shown = look(browser, found_url, "filter").rows("messages")
+        assert [(row[0], row[3].split(" ")[0]) for row in shown] == [("0", "evil")]
+
+        # Paging: the next page of partition 0 from offset 3 starts where the first ended.
     first = Page(http_get(f"{topic_url}/messages?partition=0&mode=offset&offset=3&limit=4")[1])
     assert [row[1] for row in first.rows("messages")] == ["3", "4", "5", "6"]
     status, body = http_get(f"{topic_url}/messages?partition=0&positions=0:7&limit=4")
