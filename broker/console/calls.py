@@ -13,6 +13,7 @@ import datetime
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.consumer_group_describe.v0 import request as consumer_group_describe
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_records.v2 import request as delete_records
@@ -161,6 +162,16 @@ class Caller:
             build(
                 describe_groups.DescribeGroupsRequest,
                 groups=tuple(group_ids),
+                include_authorized_operations=False,
+            )
+        )
+
+    async def describe_consumer_groups(self, group_ids: Sequence[str]) -> Response:
+        """ConsumerGroupDescribe: groups of the consumer protocol (KIP-848)."""
+        return await self.call(
+            build(
+                consumer_group_describe.ConsumerGroupDescribeRequest,
+                group_ids=tuple(group_ids),
                 include_authorized_operations=False,
             )
         )

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import struct
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.console.calls import CONSUMER_REPLICA_ID, LATEST_TIMESTAMP
 from raftka.broker.console.html import (
+    Content,
     Html,
     Row,
     definitions,
@@ -140,17 +141,8 @@ async def _lag_rows(view: View, group_id: str) -> tuple[list[Row], int]:
     return rows, total
 
 
-async def group_page(view: View, group_id: str) -> HttpResponse:
-    described = await view.caller.describe_groups([group_id])
-    group = described.groups[0]
-    if group.error_code == ErrorCode.group_authorization_failed:
-        raise PageError(HTTPStatus.FORBIDDEN, f"not authorized to describe group {group_id!r}")
-    if group.error_code != ErrorCode.none and group.error_code != ErrorCode.group_id_not_found:
-        raise PageError(
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            f"group {group_id!r}: {ErrorCode(group.error_code).name.upper()}",
-        )
-    members = [
+def _classic_members(group: Any) -> list[Row]:
+    return [
         [
             m.member_id,
             m.group_instance_id or "",
@@ -162,13 +154,67 @@ async def group_page(view: View, group_id: str) -> HttpResponse:
         ]
         for m in group.members
     ]
-    lag_rows, total = await _lag_rows(view, group_id)
-    state = group.group_state or "Dead"
-    summary = definitions(
+
+
+def _consumer_members(group: Any) -> list[Row]:
+    """Members of a consumer-protocol group with the partitions assigned to each."""
+    return [
         [
-            ("State", tag("span", state, id="group-state")),
+            m.member_id,
+            m.instance_id or "",
+            m.client_id,
+            m.client_host,
+            assignment_text(
+                {tp.topic_name: list(tp.partitions) for tp in m.assignment.topic_partitions}
+            ),
+        ]
+        for m in group.members
+    ]
+
+
+def _refused(group_id: str, code: ErrorCode) -> PageError:
+    if code == ErrorCode.group_authorization_failed:
+        return PageError(HTTPStatus.FORBIDDEN, f"not authorized to describe group {group_id!r}")
+    return PageError(HTTPStatus.SERVICE_UNAVAILABLE, f"group {group_id!r}: {code.name.upper()}")
+
+
+async def group_page(view: View, group_id: str) -> HttpResponse:
+    """A classic group (DescribeGroups) or, when there is none of that name, a group of the
+    consumer protocol (ConsumerGroupDescribe)."""
+    described = await view.caller.describe_groups([group_id])
+    group = described.groups[0]
+    code = ErrorCode(group.error_code)
+    facts: list[tuple[str, Content]]
+    if code == ErrorCode.none and group.group_state not in ("", "Dead"):
+        members = _classic_members(group)
+        facts = [
+            ("Type", "classic"),
+            ("State", tag("span", group.group_state, id="group-state")),
             ("Protocol type", group.protocol_type or "none"),
             ("Assignor", group.protocol_data or "none"),
+        ]
+    elif code in (ErrorCode.none, ErrorCode.group_id_not_found):
+        found = (await view.caller.describe_consumer_groups([group_id])).groups[0]
+        found_code = ErrorCode(found.error_code)
+        if found_code == ErrorCode.none:
+            members = _consumer_members(found)
+            facts = [
+                ("Type", "consumer (KIP-848)"),
+                ("State", tag("span", found.group_state, id="group-state")),
+                ("Group epoch", int(found.group_epoch)),
+                ("Assignor", found.assignor_name or "none"),
+            ]
+        elif found_code in (ErrorCode.group_id_not_found, ErrorCode.unsupported_version):
+            members = []
+            facts = [("State", tag("span", "Dead", id="group-state"))]
+        else:
+            raise _refused(group_id, found_code)
+    else:
+        raise _refused(group_id, code)
+    lag_rows, total = await _lag_rows(view, group_id)
+    summary = definitions(
+        [
+            *facts,
             ("Members", len(members)),
             ("Total lag", tag("span", total, id="total-lag")),
         ]

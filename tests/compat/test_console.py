@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from clients import consume, make_consumer, produce, wait_until
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -324,6 +324,37 @@ def test_a_groups_lag_is_shown_as_it_commits(console, browser, new_topic):
         with checked(browser, base + "/groups", "groups"):
             page = look(browser, base + "/groups", "groups")
             assert group in [row[0] for row in page.rows("groups")]
+    finally:
+        consumer.close()
+
+
+def test_a_consumer_protocol_group_shows_its_members_assignment(console, browser, new_topic):
+    broker, base = console
+    topic = new_topic(partitions=2, bootstrap=broker.bootstrap)
+    group = f"console-848-{topic[-10:]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+
+        def assigned() -> bool:
+            consumer.poll(0.2)
+            return len(consumer.assignment()) == 2
+
+        wait_until(assigned, 30, "both partitions assigned to the one member")
+        group_url = f"{base}/groups/{urllib.parse.quote(group)}"
+        with checked(browser, group_url, "group-848"):
+            page = look(browser, group_url, "group-848")
+            assert page.by_id["group-state"] == "Stable"
+            members = page.rows("members")
+            assert len(members) == 1
+            assert members[0][4] == f"{topic}: 0, 1"
     finally:
         consumer.close()
 
