@@ -314,7 +314,9 @@ class HttpEndpoint:
     async def _answer_app(self, app: App, request: HttpRequest) -> HttpResponse:
         try:
             with trio.move_on_after(RESPONSE_TIMEOUT_S):
-                return await app(request)
+                answer = await app(request)
+                # HEAD: the status and fields a GET gets, without the body.
+                return dataclasses.replace(answer, body=b"") if request.method == "HEAD" else answer
             return HttpResponse.text(HTTPStatus.GATEWAY_TIMEOUT, "no answer in time")
         except Exception:
             logger.exception("http: %s %s failed", request.method, request.path)

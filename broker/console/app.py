@@ -44,6 +44,16 @@ Page = Callable[[View], Awaitable[HttpResponse]]
 NamedPage = Callable[[View, str], Awaitable[HttpResponse]]
 
 
+def same_origin(request: HttpRequest) -> bool:
+    """Whether a posted form came from a page of this console: a browser sends the page's
+    origin (`Origin`), which must name the host the request was sent to (`Host`); a client
+    that sends no Origin (not a browser) is judged by the token alone."""
+    origin = request.header("origin")
+    if origin is None:
+        return True
+    return urllib.parse.urlsplit(origin).netloc == request.header("host")
+
+
 class Console:
     """Answers the console's requests for one broker (the endpoint's `app`)."""
 
@@ -79,20 +89,22 @@ class Console:
             segments = []
         try:
             if request.method == "POST":
-                return await self._change(view, segments)
+                return await self._change(view, request, segments)
             if request.method not in ("GET", "HEAD"):
                 raise PageError(HTTPStatus.METHOD_NOT_ALLOWED, "the console serves GET and POST")
             return await self._dispatch(view, segments)
         except PageError as exc:
             return view.error(exc.status, exc.message)
 
-    async def _change(self, view: View, segments: list[str]) -> HttpResponse:
+    async def _change(self, view: View, request: HttpRequest, segments: list[str]) -> HttpResponse:
         """A posted form: refused without this console's token (a forged form from another
         site cannot know it), else the change it names."""
         if not hmac.compare_digest(
             view.form.get(CSRF_FIELD, "").encode(), view.csrf_token.encode()
         ):
             raise PageError(HTTPStatus.FORBIDDEN, "the form is not this console's (no valid token)")
+        if not same_origin(request):
+            raise PageError(HTTPStatus.FORBIDDEN, "the form was posted from another site")
         match segments:
             case ["topics"]:
                 return await create_topic(view)

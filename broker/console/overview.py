@@ -51,17 +51,28 @@ async def overview_page(view: View, throughput: Throughput) -> HttpResponse:
     leaders: dict[int, int] = {}
     replicas: dict[int, int] = {}
     not_answering: set[int] = set()
+    # Replicas a leader does not count in sync: a broker that stopped answering drops out
+    # of the ISR of every partition it replicates within an election timeout.
+    out_of_sync: dict[int, int] = {}
     for topic in metadata.topics:
         for p in topic.partitions:
             leaders[p.leader_id] = leaders.get(p.leader_id, 0) + 1
             for node in p.replica_nodes:
                 replicas[node] = replicas.get(node, 0) + 1
             not_answering.update(int(node) for node in p.offline_replicas)
+            for node in set(p.replica_nodes) - set(p.isr_nodes):
+                out_of_sync[node] = out_of_sync.get(node, 0) + 1
     quorum = controller.quorum()
     broker_rows: list[Row] = []
     for node_id in sorted(registered):
         info = registered[node_id]
-        status = "not answering" if node_id in not_answering else "up"
+        lagging = out_of_sync.get(node_id, 0)
+        if node_id in not_answering:
+            status = "not answering"
+        elif lagging:
+            status = f"not in sync on {lagging} partitions"
+        else:
+            status = "up"
         roles = [
             role
             for role, holds in (

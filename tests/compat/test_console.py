@@ -402,11 +402,13 @@ def csrf_token(dom: str) -> str:
     return found.group(1)
 
 
-def post(url: str, fields: dict[str, str]) -> tuple[int, str]:
-    """A form post as a browser sends it."""
+def post(url: str, fields: dict[str, str], origin: str | None = None) -> tuple[int, str]:
+    """A form post as a browser sends it (from a page of `origin`, when given)."""
     data = urllib.parse.urlencode(fields).encode()
     request = urllib.request.Request(url, data=data, method="POST")
     request.add_header("Content-Type", "application/x-www-form-urlencoded")
+    if origin is not None:
+        request.add_header("Origin", origin)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read().decode()
@@ -430,10 +432,13 @@ def test_changes_are_posted_with_the_token_and_confirmed_by_name(console, browse
     assert status == 403, body
     assert topic not in admin.list_topics(timeout=10).topics
 
-    status, body = post(
-        base + "/topics",
-        {"csrf": token, "name": topic, "partitions": "2", "replication_factor": "1"},
-    )
+    # Nor does one posted from another site's page, token or not.
+    made = {"csrf": token, "name": topic, "partitions": "2", "replication_factor": "1"}
+    status, body = post(base + "/topics", made, origin="http://elsewhere.example")
+    assert status == 403, body
+    assert topic not in admin.list_topics(timeout=10).topics
+
+    status, body = post(base + "/topics", made, origin=base)
     assert (status, outcome(body)) == (200, "Done.")
     wait_until(lambda: topic in admin.list_topics(timeout=10).topics, 10, "the topic exists")
     with checked(browser, base + "/topics", "topics-after-create"):
