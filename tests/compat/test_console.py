@@ -19,7 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from clients import consume, make_consumer, produce, wait_until
+from clients import consume, create_topic, make_consumer, produce, wait_until
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
@@ -585,3 +585,36 @@ def test_the_console_shows_only_what_its_principal_may_see_and_shares_the_metric
     )
     assert status == 403 and outcome(body).startswith("TOPIC_AUTHORIZATION_FAILED"), body
     assert unreadable in admin.list_topics(timeout=10).topics
+
+
+@pytest.mark.timeout(300)
+def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_factory, browser):
+    """On a 3-node cluster the console of node 1 lists the three brokers up; once node 3 is
+    killed, the overview says it is out of sync and the messages of every partition (node 1
+    holds a replica of each) are still browsed."""
+    cluster = cluster_factory(start=False)
+    address = f"127.0.0.1:{free_port()}"
+    cluster.nodes[0].config["console.listen"] = address
+    base = f"http://{address}"
+    cluster.start()
+    wait_until(lambda: http_get(base + "/")[0] == 200, 30, "the console answers /")
+    topic = f"console-rf3-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, partitions=3, replication_factor=3)
+    records = [{"value": b"v%d" % i, "partition": i % 3} for i in range(30)]
+    assert not produce(cluster.bootstrap, topic, records).errors
+
+    def statuses() -> dict[str, str]:
+        return {row[0]: row[3] for row in Page(http_get(base + "/")[1]).rows("brokers")}
+
+    wait_until(lambda: statuses() == {"1": "up", "2": "up", "3": "up"}, 30, "three brokers up")
+    with checked(browser, base + "/", "cluster-overview"):
+        assert len(look(browser, base + "/", "").rows("brokers")) == 3
+
+    cluster.nodes[2].kill()
+    wait_until(
+        lambda: statuses()["3"].startswith("not in sync on"), 30, "broker 3 shown out of sync"
+    )
+    messages_url = f"{base}/topics/{topic}/messages?partition=all&mode=offset&offset=0"
+    with checked(browser, messages_url, "cluster-messages"):
+        shown = look(browser, messages_url, "").rows("messages")
+        assert sorted(row[4].split(" ")[0] for row in shown) == sorted(f"v{i}" for i in range(30))
