@@ -128,7 +128,7 @@ def _number(view: View, name: str, low: int, high: int, default: int | None = No
     return value
 
 
-def _outcome(view: View, title: str, error: Any, message: str | None, back: Html) -> HttpResponse:
+def outcome(view: View, title: str, error: Any, message: str | None, back: Html) -> HttpResponse:
     """The page after a change: done, or Kafka's refusal (`error` a Kafka error code)."""
     code = ErrorCode(error)
     if code == ErrorCode.none:
@@ -148,7 +148,7 @@ async def create_topic(view: View) -> HttpResponse:
     response = await view.caller.create_topic(name, partitions, replication)
     result = response.topics[0]
     back = tag("p", link(f"/topics/{quote(name)}", f"topic {name}"))
-    return _outcome(view, f"Create topic {name}", result.error_code, result.error_message, back)
+    return outcome(view, f"Create topic {name}", result.error_code, result.error_message, back)
 
 
 async def add_partitions(view: View, topic: str) -> HttpResponse:
@@ -157,7 +157,7 @@ async def add_partitions(view: View, topic: str) -> HttpResponse:
     response = await view.caller.create_partitions(topic, count)
     result = response.results[0]
     back = tag("p", link(f"/topics/{quote(topic)}", f"← topic {topic}"))
-    return _outcome(view, f"Partitions of {topic}", result.error_code, result.error_message, back)
+    return outcome(view, f"Partitions of {topic}", result.error_code, result.error_message, back)
 
 
 async def change_config(view: View, topic: str) -> HttpResponse:
@@ -169,7 +169,7 @@ async def change_config(view: View, topic: str) -> HttpResponse:
     response = await view.caller.alter_topic_config(topic, name, value if value else None)
     result = response.responses[0]
     back = tag("p", link(f"/topics/{quote(topic)}", f"← topic {topic}"))
-    return _outcome(view, f"Config of {topic}", result.error_code, result.error_message, back)
+    return outcome(view, f"Config of {topic}", result.error_code, result.error_message, back)
 
 
 async def delete_records(view: View, topic: str) -> HttpResponse:
@@ -181,7 +181,7 @@ async def delete_records(view: View, topic: str) -> HttpResponse:
     error = found[0].error_code if found else ErrorCode.unknown_topic_or_partition
     low = f"log start offset now {found[0].low_watermark}" if found and not error else None
     back = tag("p", link(f"/topics/{quote(topic)}", f"← topic {topic}"), " ", low)
-    return _outcome(view, f"Delete records of {topic}-{partition}", error, None, back)
+    return outcome(view, f"Delete records of {topic}-{partition}", error, None, back)
 
 
 async def delete_topic(view: View, topic: str) -> HttpResponse:
@@ -189,4 +189,4 @@ async def delete_topic(view: View, topic: str) -> HttpResponse:
     response = await view.caller.delete_topic(topic)
     result = response.responses[0]
     back = tag("p", link("/topics", "← topics"))
-    return _outcome(view, f"Delete topic {topic}", result.error_code, result.error_message, back)
+    return outcome(view, f"Delete topic {topic}", result.error_code, result.error_message, back)

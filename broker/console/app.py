@@ -23,6 +23,7 @@ from raftka.broker.console.actions import (
 )
 from raftka.broker.console.groups import group_page, groups_page
 from raftka.broker.console.messages import messages_page
+from raftka.broker.console.offsets_reset import reset_offsets
 from raftka.broker.console.overview import overview_page
 from raftka.broker.console.throughput import Throughput
 from raftka.broker.console.topics import topic_page, topics_page
@@ -116,6 +117,8 @@ class Console:
                 return await delete_records(view, name)
             case ["topics", name, "delete"]:
                 return await delete_topic(view, name)
+            case ["groups", name, "reset"]:
+                return await reset_offsets(view, name)
         raise PageError(HTTPStatus.NOT_FOUND, "no such action")
 
     async def _dispatch(self, view: View, segments: list[str]) -> HttpResponse:

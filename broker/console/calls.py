@@ -24,6 +24,7 @@ from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from kio.schema.list_groups.v5 import request as list_groups
 from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
+from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v7 import request as offset_fetch
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.static.primitive import i16, i32
@@ -256,4 +257,32 @@ class Caller:
         state = build(delete_topics.DeleteTopicState, name=name, topic_id=None)
         return await self.call(
             build(delete_topics.DeleteTopicsRequest, topics=(state,), timeout=ADMIN_TIMEOUT)
+        )
+
+    async def commit_offsets(self, group_id: str, topic: str, offsets: dict[int, int]) -> Response:
+        """OffsetCommit as an admin client makes it (no member, generation -1): what Kafka
+        accepts for a group without members."""
+        wanted = build(
+            offset_commit.OffsetCommitRequestTopic,
+            name=topic,
+            partitions=tuple(
+                build(
+                    offset_commit.OffsetCommitRequestPartition,
+                    partition_index=partition,
+                    committed_offset=offset,
+                    committed_leader_epoch=-1,
+                    committed_metadata="",
+                )
+                for partition, offset in sorted(offsets.items())
+            ),
+        )
+        return await self.call(
+            build(
+                offset_commit.OffsetCommitRequest,
+                group_id=group_id,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=(wanted,),
+            )
         )

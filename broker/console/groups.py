@@ -23,6 +23,7 @@ from raftka.broker.console.html import (
     table,
     tag,
 )
+from raftka.broker.console.offsets_reset import reset_form
 from raftka.broker.console.view import PageError
 
 if TYPE_CHECKING:
@@ -101,8 +102,9 @@ async def groups_page(view: View) -> HttpResponse:
     return view.page("Groups", body, live=True)
 
 
-async def _lag_rows(view: View, group_id: str) -> tuple[list[Row], int]:
-    """Committed offset, end offset and lag per partition, and the total lag known."""
+async def _lag_rows(view: View, group_id: str) -> tuple[list[Row], int, list[str]]:
+    """Committed offset, end offset and lag per partition, the total lag known, and the
+    topics the group has committed offsets of."""
     fetched = await view.caller.committed_offsets(group_id)
     if fetched.error_code != ErrorCode.none:
         raise PageError(
@@ -138,7 +140,7 @@ async def _lag_rows(view: View, group_id: str) -> tuple[list[Row], int]:
                     tag("span", lag, class_="lag"),
                 ]
             )
-    return rows, total
+    return rows, total, sorted({t.name for t in fetched.topics})
 
 
 def _classic_members(group: Any) -> list[Row]:
@@ -211,20 +213,30 @@ async def group_page(view: View, group_id: str) -> HttpResponse:
             raise _refused(group_id, found_code)
     else:
         raise _refused(group_id, code)
-    lag_rows, total = await _lag_rows(view, group_id)
-    summary = definitions(
-        [
-            *facts,
-            ("Members", len(members)),
-            ("Total lag", tag("span", total, id="total-lag")),
-        ]
+    lag_rows, total, lag_topics = await _lag_rows(view, group_id)
+    summary = tag(
+        "div",
+        definitions(
+            [
+                *facts,
+                ("Members", len(members)),
+                ("Total lag", tag("span", total, id="total-lag")),
+            ]
+        ),
+        id="group-summary",
+        data_live="1",
     )
     body = join(
         [
             summary,
             section(
                 "Members",
-                table(("member", "instance", "client", "host", "assignment"), members, id="members")
+                table(
+                    ("member", "instance", "client", "host", "assignment"),
+                    members,
+                    id="members",
+                    data_live="1",
+                )
                 if members
                 else tag("p", "No members."),
             ),
@@ -234,10 +246,12 @@ async def group_page(view: View, group_id: str) -> HttpResponse:
                     ("topic", "partition", "committed offset", "end offset", "lag"),
                     lag_rows,
                     id="lag",
+                    data_live="1",
                 )
                 if lag_rows
                 else tag("p", "No committed offsets."),
             ),
+            reset_form(view, group_id, lag_topics),
         ]
     )
-    return view.page(f"Group {group_id}", body, live=True)
+    return view.page(f"Group {group_id}", body)

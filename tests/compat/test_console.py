@@ -324,6 +324,23 @@ def test_a_groups_lag_is_shown_as_it_commits(console, browser, new_topic):
         with checked(browser, base + "/groups", "groups"):
             page = look(browser, base + "/groups", "groups")
             assert group in [row[0] for row in page.rows("groups")]
+
+        # Reset to the earliest offset: a dry run changes nothing, the confirmed run does.
+        token = csrf_token(browser.dom(group_url))
+        reset_url = f"{group_url}/reset"
+        wanted = {"csrf": token, "topic": topic, "to": "earliest", "value": ""}
+        status, body = post(reset_url, wanted)
+        assert status == 200, body
+        assert Page(body).rows("reset-plan") == [[topic, "0", str(n), "0"]]
+        assert Page(http_get(group_url)[1]).by_id["total-lag"] == "0"
+        status, body = post(reset_url, {**wanted, "execute": "1", "confirm": "not it"})
+        assert status == 400, body
+        status, body = post(reset_url, {**wanted, "execute": "1", "confirm": group})
+        assert (status, outcome(body)) == (200, "Done."), body
+        with checked(browser, group_url, "group-reset"):
+            page = look(browser, group_url, "group-reset")
+            assert page.by_id["total-lag"] == str(n)
+            assert page.rows("lag") == [[topic, "0", "0", str(n), str(n)]]
     finally:
         consumer.close()
 
