@@ -190,3 +190,51 @@ async def delete_topic(view: View, topic: str) -> HttpResponse:
     result = response.responses[0]
     back = tag("p", link("/topics", "← topics"))
     return outcome(view, f"Delete topic {topic}", result.error_code, result.error_message, back)
+
+
+def produce_form(view: View, topic: str, partitions: list[int]) -> Html:
+    """The message browser's form to produce a test record."""
+    options = [tag("option", str(p), value=str(p)) for p in partitions]
+    return section(
+        "Produce a test message",
+        _form(
+            view,
+            f"/topics/{quote(topic)}/produce",
+            "Produce",
+            tag("label", "partition ", tag("select", *options, name="partition")),
+            _field("key (empty: none)", "key", size=16),
+            _field("value", "value", size=40),
+            confirm=None,
+        ),
+        id="produce",
+    )
+
+
+async def produce_record(view: View, topic: str) -> HttpResponse:
+    partition = _number(view, "partition", 0, 2**31 - 1)
+    key = view.form.get("key", "")
+    value = view.form.get("value", "")
+    response = await view.caller.produce(
+        topic,
+        partition,
+        key.encode() if key else None,
+        value.encode(),
+        view.services.clock.wall_ms(),
+    )
+    found = [p for t in response.responses for p in t.partition_responses]
+    error = found[0].error_code if found else ErrorCode.unknown_topic_or_partition
+    at = f"at offset {found[0].base_offset}" if found and not error else None
+    path = f"/topics/{quote(topic)}/messages"
+    back = tag(
+        "p",
+        at,
+        " ",
+        link(
+            f"{path}?partition={partition}&mode=offset&offset={found[0].base_offset}"
+            if at
+            else path,
+            "show it",
+        ),
+    )
+    message = found[0].error_message if found else None
+    return outcome(view, f"Produce to {topic}-{partition}", error, message, back)

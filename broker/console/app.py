@@ -20,6 +20,7 @@ from raftka.broker.console.actions import (
     create_topic,
     delete_records,
     delete_topic,
+    produce_record,
 )
 from raftka.broker.console.groups import group_page, groups_page
 from raftka.broker.console.messages import messages_page
@@ -117,6 +118,8 @@ class Console:
                 return await delete_records(view, name)
             case ["topics", name, "delete"]:
                 return await delete_topic(view, name)
+            case ["topics", name, "produce"]:
+                return await produce_record(view, name)
             case ["groups", name, "reset"]:
                 return await reset_offsets(view, name)
         raise PageError(HTTPStatus.NOT_FOUND, "no such action")

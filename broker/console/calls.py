@@ -26,12 +26,14 @@ from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v7 import request as offset_fetch
+from kio.schema.produce.v9 import request as produce
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.static.primitive import i16, i32
 
 from raftka.broker.services import RequestContext
 from raftka.protocol.api import build
 from raftka.protocol.api_keys import ApiKey
+from raftka.protocol.batch_builder import build_batch
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import BrokerServices
@@ -48,6 +50,8 @@ CONSUMER_REPLICA_ID = -1
 #: IncrementalAlterConfigs' operations.
 CONFIG_SET = 0
 CONFIG_DELETE = 1
+#: A produced record is acknowledged by every in-sync replica (acks=all).
+ACKS_ALL = -1
 #: How long an admin request may wait for the controller.
 ADMIN_TIMEOUT = datetime.timedelta(seconds=8)
 
@@ -284,5 +288,21 @@ class Caller:
                 member_id="",
                 group_instance_id=None,
                 topics=(wanted,),
+            )
+        )
+
+    async def produce(
+        self, topic: str, partition: int, key: bytes | None, value: bytes, timestamp_ms: int
+    ) -> Response:
+        """One record, acks=all, as a producer without idempotence sends it."""
+        records = build_batch([(key, value)], timestamp_ms)
+        data = build(produce.PartitionProduceData, index=partition, records=records)
+        return await self.call(
+            build(
+                produce.ProduceRequest,
+                transactional_id=None,
+                acks=ACKS_ALL,
+                timeout=ADMIN_TIMEOUT,
+                topic_data=(build(produce.TopicProduceData, name=topic, partition_data=(data,)),),
             )
         )

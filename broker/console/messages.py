@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.console.actions import produce_form
 from raftka.broker.console.html import (
     Html,
     Row,
@@ -325,6 +326,7 @@ async def messages_page(view: View, name: str) -> HttpResponse:
                 else tag("p", "No records here."),
                 tag("p", *paging, class_="paging"),
             ),
+            produce_form(view, name, all_partitions),
         ]
     )
     return view.page(f"Messages of {name}", body)

@@ -501,6 +501,20 @@ def test_changes_are_posted_with_the_token_and_confirmed_by_name(console, browse
         shown = look(browser, messages_url, "").rows("messages")
         assert [row[1] for row in shown] == [str(i) for i in range(4, 10)]
 
+    status, body = post(
+        f"{topic_url}/produce",
+        {"csrf": token, "partition": "1", "key": "k1", "value": "hello from the console"},
+    )
+    assert (status, outcome(body)) == (200, "Done."), body
+    produced_url = f"{topic_url}/messages?partition=1&mode=offset&offset=0"
+    with checked(browser, produced_url, "messages-after-produce"):
+        shown = look(browser, produced_url, "").rows("messages")
+        assert [(row[1], row[3], row[4]) for row in shown] == [
+            ("0", "k1 text", "hello from the console text")
+        ]
+    got = consume(broker.bootstrap, topic, [1], count=1, timeout=30)
+    assert [(m.key(), m.value()) for m in got[1]] == [(b"k1", b"hello from the console")]
+
     status, body = post(f"{topic_url}/delete", {"csrf": token, "confirm": topic})
     assert (status, outcome(body)) == (200, "Done.")
     wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 10, "the topic goes")
