@@ -43,7 +43,7 @@ from raftka.broker.console.topics import hosted
 from raftka.broker.console.view import PageError
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.protocol.api_keys import ApiKey
-from raftka.protocol.records import UnsupportedBatch
+from raftka.protocol.records import UnsupportedBatch, read_batch_header
 
 if TYPE_CHECKING:
     from raftka.broker.console.view import View
@@ -57,6 +57,8 @@ LIMIT_MAX = 500
 READ_BYTES = 1 << 20
 READS_MAX = 8
 READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+ISOLATIONS = ("read_uncommitted", "read_committed")
 MODES = ("newest", "offset", "timestamp")
 OFFSET_MAX = 2**63 - 1
 
@@ -106,16 +108,19 @@ def timestamp_text(timestamp_ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def start_offset(view: View, partition: Partition, mode: str, limit: int) -> int:
+def start_offset(
+    view: View, partition: Partition, mode: str, limit: int, committed: bool = False
+) -> int:
     log = partition.hosted_log
-    end = partition.high_watermark
+    end = partition.last_stable_offset if committed else partition.high_watermark
     if mode == "offset":
         wanted = view.int_param("offset", 0, 0, OFFSET_MAX)
         return min(max(wanted or 0, log.log_start_offset), end)
     if mode == "timestamp":
         wanted_ms = parse_timestamp(view.query.get("timestamp", "") or "0")
         replicas = view.services.replica_manager
-        offset, _, _ = replicas.list_offset(partition, wanted_ms, READ_UNCOMMITTED)
+        isolation = READ_COMMITTED if committed else READ_UNCOMMITTED
+        offset, _, _ = replicas.list_offset(partition, wanted_ms, isolation)
         return end if offset < 0 else min(max(offset, log.log_start_offset), end)
     return max(log.log_start_offset, end - limit)
 
@@ -128,36 +133,56 @@ def matches(record: Record, wanted: bytes) -> bool:
 
 
 def read_page(
-    view: View, partition: Partition, start: int, limit: int, wanted: bytes = b""
+    view: View,
+    partition: Partition,
+    start: int,
+    limit: int,
+    wanted: bytes = b"",
+    committed: bool = False,
 ) -> tuple[list[Record], int]:
     """Up to `limit` records of `partition` from offset `start` below its high watermark
-    whose key or value holds `wanted`, and the offset the scan reached (where a next page
-    starts when fewer than `limit` were found): at most READS_MAX reads of READ_BYTES."""
+    (`committed`: below its last stable offset, without the records of aborted
+    transactions, as a read_committed consumer sees them) whose key or value holds
+    `wanted`, and the offset the scan reached (where a next page starts when fewer than
+    `limit` were found): at most READS_MAX reads of READ_BYTES."""
     replicas = view.services.replica_manager
+    isolation = READ_COMMITTED if committed else READ_UNCOMMITTED
     found: list[Record] = []
+    # Producers whose open transaction was aborted, until their abort marker.
+    aborting: set[int] = set()
     position = start
     for _ in range(READS_MAX):
-        read = replicas.read(partition, position, READ_BYTES, READ_UNCOMMITTED, True)
+        read = replicas.read(partition, position, READ_BYTES, isolation, True)
         if read.error_code != ErrorCode.none or read.found is None:
             break
+        end = read.last_stable_offset if committed else read.high_watermark
+        aborted = sorted(read.aborted or (), key=lambda txn: txn.first_offset)
         piece = read.found
         chunk = piece.segment.pread(piece.length, piece.position)
         for batch in split_batches(chunk):
+            header = read_batch_header(batch, 0)
+            while aborted and aborted[0].first_offset <= header.last_offset:
+                aborting.add(aborted.pop(0).producer_id)
+            if header.is_control:
+                aborting.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborting:
+                continue
             try:
                 records = list(batch_records(partition.index, batch))
             except UnsupportedBatch:
                 continue
             for record in records:
-                if start <= record.offset < read.high_watermark and matches(record, wanted):
+                if start <= record.offset < end and matches(record, wanted):
                     value = None if record.value is None else record.value[: SHOWN_BYTES_MAX + 1]
                     found.append(record._replace(value=value))
                     if len(found) >= limit:
                         return found, record.offset + 1
-        reached = min(piece.next_offset, read.high_watermark)
+        reached = min(piece.next_offset, end)
         if reached <= position:
             break
         position = reached
-        if position >= read.high_watermark:
+        if position >= end:
             break
     return found, position
 
@@ -216,6 +241,22 @@ def _controls(view: View, name: str, partitions: list[int], browse: Browse) -> H
             void("input", name="filter", size=16, value=query.get("filter", "")),
         ),
         field("value as", tag("select", *form_options, name="format")),
+        field(
+            "isolation",
+            tag(
+                "select",
+                *(
+                    tag(
+                        "option",
+                        choice,
+                        value=choice,
+                        selected="" if query.get("isolation") == choice else None,
+                    )
+                    for choice in ISOLATIONS
+                ),
+                name="isolation",
+            ),
+        ),
         tag("button", "Show", type="submit"),
         method="get",
         action=f"/topics/{quote(name)}/messages",
@@ -256,6 +297,10 @@ async def messages_page(view: View, name: str) -> HttpResponse:
     starts: dict[int, int] = {}
     scanned: dict[int, int] = {}
     wanted = view.query.get("filter", "").encode()
+    isolation = view.query.get("isolation", ISOLATIONS[0]) or ISOLATIONS[0]
+    if isolation not in ISOLATIONS:
+        raise PageError(HTTPStatus.BAD_REQUEST, f"isolation: one of {', '.join(ISOLATIONS)}")
+    committed = isolation == "read_committed"
     for index in selected:
         partition = hosted(view, name, index)
         if partition is None:
@@ -269,9 +314,9 @@ async def messages_page(view: View, name: str) -> HttpResponse:
             continue
         start = positions.get(index)
         if start is None:
-            start = start_offset(view, partition, mode, limit)
+            start = start_offset(view, partition, mode, limit, committed)
         starts[index] = start
-        records, scanned[index] = read_page(view, partition, start, limit, wanted)
+        records, scanned[index] = read_page(view, partition, start, limit, wanted, committed)
         shown += records
     if len(selected) == 1:
         shown.sort(key=lambda r: r.offset)
@@ -304,6 +349,7 @@ async def messages_page(view: View, name: str) -> HttpResponse:
         "limit": limit,
         "format": form,
         "filter": wanted.decode() or None,
+        "isolation": isolation if committed else None,
     }
     following = ",".join(f"{p}:{o}" for p, o in sorted(nexts.items()))
     paging = [link(url(path, {**base, "positions": following}), "next page →", class_="next")]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from clients import consume, create_topic, make_consumer, produce, wait_until
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -343,6 +343,40 @@ def test_a_groups_lag_is_shown_as_it_commits(console, browser, new_topic):
             assert page.rows("lag") == [[topic, "0", "0", str(n), str(n)]]
     finally:
         consumer.close()
+
+
+def test_read_committed_browsing_leaves_out_aborted_transactions(console, browser, new_topic):
+    broker, base = console
+    topic = new_topic(partitions=1, bootstrap=broker.bootstrap)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": f"console-{topic[-10:]}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=b"aborted-%d" % i, partition=0)
+    producer.flush(30)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    for i in range(2):
+        producer.produce(topic, value=b"committed-%d" % i, partition=0)
+    producer.commit_transaction(30)
+
+    def values(isolation: str) -> list[str]:
+        url = (
+            f"{base}/topics/{topic}/messages?partition=0&mode=offset&offset=0&isolation={isolation}"
+        )
+        with checked(browser, url, isolation):
+            return [row[4].split(" ")[0] for row in look(browser, url, "").rows("messages")]
+
+    assert values("read_uncommitted") == [
+        "aborted-0",
+        "aborted-1",
+        "aborted-2",
+        "committed-0",
+        "committed-1",
+    ]
+    assert values("read_committed") == ["committed-0", "committed-1"]
 
 
 def test_a_consumer_protocol_group_shows_its_members_assignment(console, browser, new_topic):
