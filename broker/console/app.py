@@ -25,6 +25,7 @@ from raftka.broker.console.actions import (
 from raftka.broker.console.groups import group_page, groups_page
 from raftka.broker.console.messages import messages_page
 from raftka.broker.console.offsets_reset import reset_offsets
+from raftka.broker.console.operations import operations_page, security_page
 from raftka.broker.console.overview import overview_page
 from raftka.broker.console.throughput import Throughput
 from raftka.broker.console.topics import topic_page, topics_page
@@ -136,6 +137,10 @@ class Console:
                 return await messages_page(view, name)
             case ["groups"]:
                 return await groups_page(view)
+            case ["security"]:
+                return await security_page(view)
+            case ["operations"]:
+                return await operations_page(view)
             case ["groups", name]:
                 return await group_page(view, name)
             case ["static", name] if name in self.static:

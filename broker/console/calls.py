@@ -18,11 +18,16 @@ from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_records.v2 import request as delete_records
 from kio.schema.delete_topics.v6 import request as delete_topics
+from kio.schema.describe_acls.v3 import request as describe_acls
+from kio.schema.describe_client_quotas.v1 import request as describe_quotas
 from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.describe_groups.v5 import request as describe_groups
+from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
 from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from kio.schema.list_groups.v5 import request as list_groups
 from kio.schema.list_offsets.v7 import request as list_offsets
+from kio.schema.list_partition_reassignments.v0 import request as list_reassignments
+from kio.schema.list_transactions.v0 import request as list_transactions
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v7 import request as offset_fetch
@@ -50,6 +55,8 @@ CONSUMER_REPLICA_ID = -1
 #: IncrementalAlterConfigs' operations.
 CONFIG_SET = 0
 CONFIG_DELETE = 1
+#: The ACL filters' "any" (resource type, pattern type, operation, permission).
+ANY = 1
 #: A produced record is acknowledged by every in-sync replica (acks=all).
 ACKS_ALL = -1
 #: How long an admin request may wait for the controller.
@@ -185,6 +192,49 @@ class Caller:
         """OffsetFetch of every partition the group has committed an offset for."""
         return await self.call(
             build(offset_fetch.OffsetFetchRequest, group_id=group_id, topics=None)
+        )
+
+    async def acls(self) -> Response:
+        """Every ACL binding the principal may describe (DescribeAcls, all filters ANY)."""
+        return await self.call(
+            build(
+                describe_acls.DescribeAclsRequest,
+                resource_type_filter=ANY,
+                resource_name_filter=None,
+                pattern_type_filter=ANY,
+                principal_filter=None,
+                host_filter=None,
+                operation=ANY,
+                permission_type=ANY,
+            )
+        )
+
+    async def scram_users(self) -> Response:
+        return await self.call(
+            build(describe_scram.DescribeUserScramCredentialsRequest, users=None)
+        )
+
+    async def client_quotas(self) -> Response:
+        return await self.call(
+            build(describe_quotas.DescribeClientQuotasRequest, components=(), strict=False)
+        )
+
+    async def reassignments(self) -> Response:
+        return await self.call(
+            build(
+                list_reassignments.ListPartitionReassignmentsRequest,
+                timeout=ADMIN_TIMEOUT,
+                topics=None,
+            )
+        )
+
+    async def transactions(self) -> Response:
+        return await self.call(
+            build(
+                list_transactions.ListTransactionsRequest,
+                state_filters=(),
+                producer_id_filters=(),
+            )
         )
 
     # -- changes (each subject to the ACLs its API checks) ------------------------------

@@ -105,7 +105,13 @@ def size_text(size_bytes: int) -> str:
     return f"{size_bytes} B"
 
 
-NAVIGATION = (("/", "Overview"), ("/topics", "Topics"), ("/groups", "Groups"))
+NAVIGATION = (
+    ("/", "Overview"),
+    ("/topics", "Topics"),
+    ("/groups", "Groups"),
+    ("/security", "Security"),
+    ("/operations", "Operations"),
+)
 
 
 def page(

@@ -378,6 +378,12 @@ def test_read_committed_browsing_leaves_out_aborted_transactions(console, browse
     ]
     assert values("read_committed") == ["committed-0", "committed-1"]
 
+    # The transaction's id, on the operations page with its last state.
+    with checked(browser, base + "/operations", "operations"):
+        page = look(browser, base + "/operations", "")
+        states = {row[0]: row[2] for row in page.rows("transactions")}
+        assert states[f"console-{topic[-10:]}"] == "CompleteCommit"
+
 
 def test_a_consumer_protocol_group_shows_its_members_assignment(console, browser, new_topic):
     broker, base = console
@@ -627,6 +633,16 @@ def test_the_console_shows_only_what_its_principal_may_see_and_shares_the_metric
             AclOperation.DELETE,
             AclPermissionType.DENY,
         ),
+        # DescribeAcls (the security page) needs DESCRIBE on the cluster, which now has ACLs.
+        AclBinding(
+            ResourceType.BROKER,
+            "kafka-cluster",
+            ResourcePatternType.LITERAL,
+            "User:ANONYMOUS",
+            "*",
+            AclOperation.DESCRIBE,
+            AclPermissionType.ALLOW,
+        ),
     ]
     for future in admin.create_acls(bindings, request_timeout=30).values():
         future.result()
@@ -642,6 +658,10 @@ def test_the_console_shows_only_what_its_principal_may_see_and_shares_the_metric
     status, body = http_get(f"{base}/topics/{unreadable}/messages")
     assert status == 403, body
     assert http_get(f"{base}/topics/{shown}/messages")[0] == 200
+
+    # The bindings, on the security page.
+    acl_rows = Page(http_get(f"{base}/security")[1]).rows("acls")
+    assert ["TOPIC", hidden, "LITERAL", "User:ANONYMOUS", "*", "DESCRIBE", "DENY"] in acl_rows
 
     # Changes are authorized as the API's: deleting the topic needs DELETE on it.
     token = csrf_token(http_get(f"{base}/topics/{unreadable}")[1])
