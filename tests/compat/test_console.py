@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -172,7 +173,12 @@ def browser(chromium, tmp_path):
 
 def look(browser: Browser, url: str, name: str) -> Page:
     """The page at `url` as the browser built it; on a failing check the caller takes a
-    screenshot (see `checked`)."""
+    screenshot (see `checked`). With RAFTKA_CONSOLE_SCREENSHOTS=DIR every page looked at
+    with a `name` is kept as DIR/name.png too (the pictures of the docs)."""
+    keep = os.environ.get("RAFTKA_CONSOLE_SCREENSHOTS")
+    if keep and name:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        Browser(browser.binary, browser.profile, Path(keep)).screenshot(url, name)
     return Page(browser.dom(url))
 
 
