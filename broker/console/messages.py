@@ -2,9 +2,10 @@
 timestamp or the newest N, each record's key, value (text, pretty JSON or hex), headers,
 timestamp and offset; `filter` keeps the records whose key or value holds a string.
 
-A page reads at most `limit` records a partition, READ_BYTES at a time from where the page
-starts, through the same read a Fetch makes (up to the high watermark), so browsing a large
-topic costs the pages shown, never the topic. The next page's link carries each partition's
+A page reads at most `limit` records a partition and about PAGE_BYTES_MAX of log in all
+(shared by the partitions shown) from where the page starts, through the same read a Fetch
+makes (up to the high watermark), so browsing a large topic costs the pages shown, never
+the topic. The next page's link carries each partition's
 next offset (`positions`). It needs READ on the topic, as a consumer would, and shows the
 partitions this broker hosts.
 """
@@ -56,6 +57,19 @@ LIMIT_MAX = 500
 #: records before the page's first offset are skipped).
 READ_BYTES = 1 << 20
 READS_MAX = 8
+#: What one page may read in all (a page of all partitions shares it among them, at least
+#: one read of READ_BYTES_MIN each; a read returns at least one whole batch).
+PAGE_BYTES_MAX = 16 << 20
+READ_BYTES_MIN = 64 << 10
+
+
+def read_budget(partitions: int) -> tuple[int, int]:
+    """(bytes per read, reads) of each partition of a page of `partitions` partitions."""
+    share = PAGE_BYTES_MAX // max(partitions, 1)
+    read_bytes = min(max(share, READ_BYTES_MIN), READ_BYTES)
+    return read_bytes, min(max(share // read_bytes, 1), READS_MAX)
+
+
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 ISOLATIONS = ("read_uncommitted", "read_committed")
@@ -139,20 +153,22 @@ def read_page(
     limit: int,
     wanted: bytes = b"",
     committed: bool = False,
+    budget: tuple[int, int] = (READ_BYTES, READS_MAX),
 ) -> tuple[list[Record], int]:
     """Up to `limit` records of `partition` from offset `start` below its high watermark
     (`committed`: below its last stable offset, without the records of aborted
     transactions, as a read_committed consumer sees them) whose key or value holds
     `wanted`, and the offset the scan reached (where a next page starts when fewer than
-    `limit` were found): at most READS_MAX reads of READ_BYTES."""
+    `limit` were found): at most `budget` (bytes per read, reads)."""
     replicas = view.services.replica_manager
     isolation = READ_COMMITTED if committed else READ_UNCOMMITTED
     found: list[Record] = []
     # Producers whose open transaction was aborted, until their abort marker.
     aborting: set[int] = set()
     position = start
-    for _ in range(READS_MAX):
-        read = replicas.read(partition, position, READ_BYTES, isolation, True)
+    read_bytes, reads = budget
+    for _ in range(reads):
+        read = replicas.read(partition, position, read_bytes, isolation, True)
         if read.error_code != ErrorCode.none or read.found is None:
             break
         end = read.last_stable_offset if committed else read.high_watermark
@@ -316,7 +332,9 @@ async def messages_page(view: View, name: str) -> HttpResponse:
         if start is None:
             start = start_offset(view, partition, mode, limit, committed)
         starts[index] = start
-        records, scanned[index] = read_page(view, partition, start, limit, wanted, committed)
+        records, scanned[index] = read_page(
+            view, partition, start, limit, wanted, committed, read_budget(len(selected))
+        )
         shown += records
     if len(selected) == 1:
         shown.sort(key=lambda r: r.offset)

@@ -10,7 +10,15 @@ import pytest
 from raftka.broker.clock import ManualClock
 from raftka.broker.console.groups import assignment_text, decode_assignment
 from raftka.broker.console.html import Html, tag, text, url, void
-from raftka.broker.console.messages import parse_positions, parse_timestamp
+from raftka.broker.console.messages import (
+    PAGE_BYTES_MAX,
+    READ_BYTES,
+    READ_BYTES_MIN,
+    READS_MAX,
+    parse_positions,
+    parse_timestamp,
+    read_budget,
+)
 from raftka.broker.console.records import (
     SHOWN_BYTES_MAX,
     batch_records,
@@ -121,3 +129,12 @@ def test_throughput_is_the_rate_between_samples_and_is_charted() -> None:
     assert drawn.count("<polyline") == 2
     assert 'id="peak-in">1000 B/s<' in drawn
     assert "No samples" in chart([], clock.now_s())
+
+
+def test_a_page_of_many_partitions_shares_a_bounded_read() -> None:
+    assert read_budget(1) == (READ_BYTES, READS_MAX)
+    read_bytes, reads = read_budget(1000)
+    assert (read_bytes, reads) == (READ_BYTES_MIN, 1)
+    for partitions in (1, 3, 16, 100, 256):
+        read_bytes, reads = read_budget(partitions)
+        assert read_bytes * reads * partitions <= PAGE_BYTES_MAX
