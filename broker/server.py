@@ -564,7 +564,8 @@ class Broker:
             address = Listener.parse(listen)
         except ValueError as exc:
             raise ValueError(f"console.listen: {exc}") from None
-        console = self.console = Console(self.services)
+        sasl = [spec for spec in self.listeners if spec.protocol.uses_sasl]
+        console = self.console = Console(self.services, sasl[0] if sasl else None)
         metrics = self.http
         if (
             metrics is not None

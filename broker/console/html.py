@@ -115,15 +115,23 @@ NAVIGATION = (
 
 
 def page(
-    title: str, body: Content, *, cluster_id: str, node_id: int, live: bool = False
+    title: str,
+    body: Content,
+    *,
+    cluster_id: str,
+    node_id: int,
+    live: bool = False,
+    signed_in: Content = None,
 ) -> HttpResponse:
     """A whole page: the navigation, `title` as its heading, then `body`. `live`: the page
-    replaces its content with a fresh copy every few seconds (console.js)."""
+    replaces its content with a fresh copy every few seconds (console.js). `signed_in`:
+    who is signed in (and how to sign out), at the navigation's end."""
     navigation = tag(
         "nav",
         tag("strong", "raftka"),
         *(link(href, label) for href, label in NAVIGATION),
         tag("span", f"cluster {cluster_id} · broker {node_id}", class_="where"),
+        signed_in,
     )
     document = Html(
         "<!DOCTYPE html>"

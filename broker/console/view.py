@@ -9,11 +9,12 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from raftka.broker.console.calls import Caller
-from raftka.broker.console.html import Content, error_page, page
+from raftka.broker.console.html import Content, Html, error_page, page, tag, void
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import BrokerServices
     from raftka.broker.http_endpoint import HttpResponse
+    from raftka.broker.security.session import ClientSession
 
 
 class PageError(Exception):
@@ -48,7 +49,13 @@ class View:
 
     @classmethod
     def of(
-        cls, services: BrokerServices, client_host: str, query: str, csrf_token: str, body: bytes
+        cls,
+        services: BrokerServices,
+        client_host: str,
+        query: str,
+        csrf_token: str,
+        body: bytes,
+        session: ClientSession | None = None,
     ) -> View:
         """PageError 400 when the query or a form body is malformed."""
         try:
@@ -57,7 +64,7 @@ class View:
             raise PageError(HTTPStatus.BAD_REQUEST, "form is not UTF-8") from None
         return cls(
             services,
-            Caller(services, client_host),
+            Caller(services, client_host, session),
             _fields(query),
             csrf_token,
             _fields(form_text),
@@ -66,7 +73,28 @@ class View:
     def page(self, title: str, body: Content, *, live: bool = False) -> HttpResponse:
         identity = self.services.identity
         return page(
-            title, body, cluster_id=identity.cluster_id, node_id=identity.node_id, live=live
+            title,
+            body,
+            cluster_id=identity.cluster_id,
+            node_id=identity.node_id,
+            live=live,
+            signed_in=self._signed_in(),
+        )
+
+    def _signed_in(self) -> Html | None:
+        """The signed-in user and a sign-out button, when the console has logins."""
+        session = self.caller.session
+        if session is None:
+            return None
+        return tag(
+            "form",
+            tag("span", session.principal.name, id="user"),
+            " ",
+            void("input", type="hidden", name="csrf", value=self.csrf_token),
+            tag("button", "Sign out", type="submit"),
+            method="post",
+            action="/logout",
+            class_="signed-in",
         )
 
     def error(self, status: HTTPStatus, message: str) -> HttpResponse:

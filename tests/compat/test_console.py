@@ -7,6 +7,7 @@ screenshot of the page beside the test's temporary files."""
 from __future__ import annotations
 
 import html
+import http.cookiejar
 import json
 import os
 import re
@@ -27,11 +28,13 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
 )
 from harness import free_port
 from required import missing_client
+from secured import password, start_sasl_broker
 
 BROWSER_TIMEOUT_S = 60.0
 SCRIPT_VALUE = "<script>document.title='owned'</script>"
@@ -709,3 +712,96 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     with checked(browser, messages_url, "cluster-messages"):
         shown = look(browser, messages_url, "").rows("messages")
         assert sorted(row[4].split(" ")[0] for row in shown) == sorted(f"v{i}" for i in range(30))
+
+
+class SignedIn:
+    """A browser-like client of the console: it keeps the session cookie."""
+
+    def __init__(self) -> None:
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
+
+    def get(self, url: str) -> tuple[int, str, str]:
+        """(status, body, the URL it ended at after redirects)."""
+        try:
+            with self.opener.open(url, timeout=30) as response:
+                return response.status, response.read().decode(), response.url
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode(), url
+
+    def post(self, url: str, fields: dict[str, str]) -> tuple[int, str, str]:
+        data = urllib.parse.urlencode(fields).encode()
+        try:
+            with self.opener.open(urllib.request.Request(url, data=data), timeout=30) as answer:
+                return answer.status, answer.read().decode(), answer.url
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode(), url
+
+
+def test_with_sasl_the_console_signs_users_in_and_acts_as_them(module_brokers, new_topic):
+    """On a cluster with SASL, every page needs a sign-in checked as SASL/PLAIN checks it;
+    a wrong password is refused; a signed-in user sees what that principal may describe and
+    a form without the session's token changes nothing."""
+    address = f"127.0.0.1:{free_port()}"
+    secured = start_sasl_broker(
+        module_brokers,
+        ("admin", "alice"),
+        config={"console.listen": address, "connection.failed.authentication.delay.ms": "50"},
+        name="console-sasl",
+    )
+    base = f"http://{address}"
+    wait_until(lambda: http_get(base + "/login")[0] == 200, 30, "the console answers /login")
+    admin = AdminClient(secured.client("admin"))
+    mine, theirs = f"alice-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in (mine, theirs)]).values():
+        future.result(30)
+    allowed = AclBinding(
+        ResourceType.TOPIC,
+        mine,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.DESCRIBE,
+        AclPermissionType.ALLOW,
+    )
+    for future in admin.create_acls([allowed], request_timeout=30).values():
+        future.result()
+
+    alice = SignedIn()
+    status, body, at = alice.get(base + "/topics")
+    assert status == 200 and at == base + "/login"  # sent to sign in first
+    token = csrf_token(body)
+    status, body, _ = alice.post(
+        base + "/login", {"csrf": token, "username": "alice", "password": "wrong"}
+    )
+    assert status == 401 and "Wrong user name or password." in body
+    assert alice.get(base + "/topics")[2] == base + "/login"
+    status, body, at = alice.post(
+        base + "/login", {"csrf": token, "username": "alice", "password": password("alice")}
+    )
+    assert (status, at) == (200, base + "/")
+    assert Page(body).by_id["user"] == "alice"
+
+    def listed() -> list[str]:
+        return [row[0] for row in Page(alice.get(base + "/topics")[1]).rows("topics")]
+
+    wait_until(lambda: mine in listed(), 10, "alice's topic listed")
+    assert theirs not in listed()
+    assert alice.get(f"{base}/topics/{theirs}")[0] == 404
+
+    # Deleting needs DELETE, which alice lacks; a form without the session's token is
+    # refused before that.
+    status, body, _ = alice.post(f"{base}/topics/{mine}/delete", {"confirm": mine})
+    assert status == 403, body
+    session_token = csrf_token(alice.get(f"{base}/topics/{mine}")[1])
+    assert session_token != token
+    status, body, _ = alice.post(
+        f"{base}/topics/{mine}/delete", {"csrf": session_token, "confirm": mine}
+    )
+    assert status == 403 and outcome(body).startswith("TOPIC_AUTHORIZATION_FAILED"), body
+    assert mine in admin.list_topics(timeout=10).topics
+
+    # Signed out, the session is gone.
+    alice.post(base + "/logout", {"csrf": session_token})
+    assert alice.get(base + "/topics")[2] == base + "/login"
