@@ -25,6 +25,7 @@ from raftka.broker.console.records import (
     render_value,
     split_batches,
 )
+from raftka.broker.console.sessions import COOKIE, SESSION_IDLE_S, Sessions, set_cookie
 from raftka.broker.console.throughput import Rate, Throughput, chart
 from raftka.broker.console.view import PageError
 from raftka.broker.metrics import BrokerMetrics
@@ -138,3 +139,24 @@ def test_a_page_of_many_partitions_shares_a_bounded_read() -> None:
     for partitions in (1, 3, 16, 100, 256):
         read_bytes, reads = read_budget(partitions)
         assert read_bytes * reads * partitions <= PAGE_BYTES_MAX
+
+
+def test_sessions_expire_when_idle_and_are_bounded() -> None:
+    clock = ManualClock(0.0)
+    sessions = Sessions(clock)
+    token = sessions.open("alice")
+    cookie = f"other=1; {COOKIE}={token}"
+    found = sessions.find(cookie)
+    assert found is not None and found[1].user == "alice"
+    clock.advance(SESSION_IDLE_S - 1)
+    assert sessions.find(cookie) is not None  # used: its idle time starts again
+    clock.advance(SESSION_IDLE_S - 1)
+    assert sessions.find(cookie) is not None
+    clock.advance(SESSION_IDLE_S + 1)
+    assert sessions.find(cookie) is None
+    assert sessions.find(None) is None
+    assert sessions.find(f"{COOKIE}=forged") is None
+    again = sessions.open("alice")
+    sessions.close(again)
+    assert sessions.find(f"{COOKIE}={again}") is None
+    assert set_cookie("t")[1] == f"{COOKIE}=t; Path=/; HttpOnly; SameSite=Strict"
