@@ -11,6 +11,7 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import trio
@@ -44,10 +45,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("raftka.console")
 
 #: Files served under /static/, shipped as package data: name -> content type.
-STATIC_FILES = {
-    "console.js": "text/javascript; charset=utf-8",
-    "console.css": "text/css; charset=utf-8",
-}
+STATIC_FILES = MappingProxyType(
+    {
+        "console.js": "text/javascript; charset=utf-8",
+        "console.css": "text/css; charset=utf-8",
+    }
+)
 
 Page = Callable[[View], Awaitable[HttpResponse]]
 NamedPage = Callable[[View, str], Awaitable[HttpResponse]]

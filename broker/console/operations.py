@@ -5,6 +5,7 @@ console's principal; a refusal shows Kafka's error instead of the table."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from raftka.broker.http_endpoint import HttpResponse
 
 #: SCRAM mechanism numbers of DescribeUserScramCredentials.
-SCRAM_MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+SCRAM_MECHANISMS = MappingProxyType({1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"})
 
 
 def _refused(response: Any) -> Html | None:

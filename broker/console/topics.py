@@ -5,6 +5,7 @@ leader, epoch, replicas, ISR, offsets and size; configs with their defaults mark
 from __future__ import annotations
 
 from http import HTTPStatus
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -30,14 +31,16 @@ if TYPE_CHECKING:
     from raftka.broker.topics import Partition
 
 #: DescribeConfigs' config_source values (Kafka's ConfigSource) as the page names them.
-CONFIG_SOURCES = {
-    1: "set on the topic",
-    2: "broker (this broker's dynamic config)",
-    3: "broker (cluster-wide dynamic default)",
-    4: "broker (static config)",
-    5: "default",
-    6: "broker logger",
-}
+CONFIG_SOURCES = MappingProxyType(
+    {
+        1: "set on the topic",
+        2: "broker (this broker's dynamic config)",
+        3: "broker (cluster-wide dynamic default)",
+        4: "broker (static config)",
+        5: "default",
+        6: "broker logger",
+    }
+)
 DEFAULT_CONFIG = 5
 
 
