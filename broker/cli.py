@@ -129,9 +129,9 @@ def shard_commands(
     Shard i (from 0) is node `first_node_id + i` on Kafka port `listen.port + i` and Raft port
     `raft_listen.port + i` (default: Kafka port + 10000), with data in `data_dir/shard-<id>`,
     every shard listed in `--peers`; `broker.rack` is `rack` unless configured, and a
-    configured `metrics.listen` port is counted up like the others. `passthrough` (configs,
-    config file, logging options) goes to every shard. Raises ValueError naming what
-    cannot be split across shards.
+    configured `metrics.listen` (and `console.listen`) port is counted up like the others.
+    `passthrough` (configs, config file, logging options) goes to every shard. Raises
+    ValueError naming what cannot be split across shards.
     """
     if shards < 1:
         raise ValueError(f"--shards must be at least 1, got {shards}")
@@ -143,9 +143,14 @@ def shard_commands(
     raft_base = raft_listen or Listener(listen.host, listen.port + RAFT_PORT_OFFSET)
     metrics = config.get_str("metrics.listen")
     metrics_base = Listener.parse(metrics) if metrics else None
+    console = config.get_str("console.listen")
+    console_base = Listener.parse(console) if console else None
     bases = {"--listen": listen, "--raft-listen": raft_base}
     if metrics_base is not None:
         bases["metrics.listen"] = metrics_base
+    # A console on the metrics port shares each shard's metrics port.
+    if console_base is not None and console_base != metrics_base:
+        bases["console.listen"] = console_base
     taken: dict[int, str] = {}
     for name, base in bases.items():
         if base.port == 0 or base.port + shards - 1 > 65535:
@@ -175,6 +180,8 @@ def shard_commands(
             argv += ["--config", f"broker.rack={rack}"]
         if metrics_base is not None:
             argv += ["--config", f"metrics.listen={metrics_base.host}:{metrics_base.port + i}"]
+        if console_base is not None:
+            argv += ["--config", f"console.listen={console_base.host}:{console_base.port + i}"]
         commands.append((node_id, argv))
     return commands
 
@@ -336,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseExceptionGroup as group:
         bind_errors = group.subgroup(EndpointBindError)
         if bind_errors is not None:
-            return _stopped(f"metrics.listen: {_first(bind_errors)}", json_logs)
+            # The error names its config (metrics.listen or console.listen).
+            return _stopped(str(_first(bind_errors)), json_logs)
         os_errors, others = group.split(
             lambda exc: isinstance(exc, OSError) and exc.errno in BIND_ERRNOS
         )

@@ -174,6 +174,13 @@ class BrokerMetrics(Collector):
             total = 0
         self._topics_out[topic] = total + batch_bytes
 
+    def traffic_totals(self) -> tuple[int, int, int]:
+        """(bytes in, messages in, bytes out) of every topic since start: what a rate is
+        measured from."""
+        bytes_in = sum(counts[0] for counts in self._topics_in.values())
+        messages_in = sum(counts[1] for counts in self._topics_in.values())
+        return bytes_in, messages_in, sum(self._topics_out.values())
+
     def connection_opened(self) -> None:
         self._connections.inc()
 

@@ -28,6 +28,7 @@ from raftka.broker.cluster.controller import Controller
 from raftka.broker.compaction import LogCleaner
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
+from raftka.broker.console.app import Console
 from raftka.broker.fetch_sessions import FetchSessionCache
 from raftka.broker.groups import coordinator_for
 from raftka.broker.groups.store import offsets_marker_listener
@@ -555,7 +556,34 @@ class Broker:
                 replica_manager=self.replica_manager,
                 fetch_sessions=self.fetch_sessions,
             )
+            self.console: Console | None = None
+            self.console_http = self._console_endpoint(config.get_str("console.listen"))
             opened.pop_all()  # the broker's now: `run` closes them
+
+    def _console_endpoint(self, listen: str) -> HttpEndpoint | None:
+        """The console's own endpoint for `console.listen`; None when it is off or served
+        by the metrics endpoint (the same address). ValueError naming a bad address."""
+        if not listen:
+            return None
+        try:
+            address = Listener.parse(listen)
+        except ValueError as exc:
+            raise ValueError(f"console.listen: {exc}") from None
+        sasl = [spec for spec in self.listeners if spec.protocol.uses_sasl]
+        console = self.console = Console(self.services, sasl[0] if sasl else None)
+        metrics = self.http
+        if (
+            metrics is not None
+            and address.port != 0
+            and (metrics.host, metrics.port)
+            == (
+                address.host,
+                address.port,
+            )
+        ):
+            metrics.app = console
+            return None
+        return HttpEndpoint(address.host, address.port, {}, console, "console.listen")
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         raise_open_file_limit()
@@ -566,6 +594,10 @@ class Broker:
                     # waits for the cluster.
                     await nursery.start(self.http.run)
                     nursery.start_soon(self.metrics.measure_event_loop_lag)
+                if self.console_http is not None:
+                    await nursery.start(self.console_http.run)
+                if self.console is not None:
+                    nursery.start_soon(self.console.run)
                 if self.cluster.peers:
                     await nursery.start(self.transport.run)
                 await nursery.start(self.node.run)

@@ -193,6 +193,14 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         "empty: no endpoint.",
         read_only=True,
     ),
+    ConfigDef(
+        "console.listen",
+        S,
+        "",
+        "HOST:PORT of the web console (overview, topics, messages, groups); the same as "
+        "metrics.listen to serve both on one port; empty: no console.",
+        read_only=True,
+    ),
     ConfigDef("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
     ConfigDef(
         "default.replication.factor",

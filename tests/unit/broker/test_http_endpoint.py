@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from raftka.broker.http_endpoint import (
+    BODY_BYTES_MAX,
     REQUEST_HEAD_BYTES_MAX,
     HttpError,
     HttpRequest,
@@ -16,6 +17,7 @@ from raftka.broker.http_endpoint import (
     head_end,
     parse_request_head,
     parse_request_line,
+    read_body,
     read_request,
 )
 
@@ -24,7 +26,7 @@ from raftka.broker.http_endpoint import (
     ("line", "expected"),
     [
         (b"GET /metrics HTTP/1.1", HttpRequest("GET", "/metrics")),
-        (b"GET /readyz?verbose=1 HTTP/1.0", HttpRequest("GET", "/readyz")),
+        (b"GET /readyz?verbose=1 HTTP/1.0", HttpRequest("GET", "/readyz", "verbose=1")),
         (b"POST /healthz HTTP/1.1", HttpRequest("POST", "/healthz")),
         (b"GET / HTTP/1.1", HttpRequest("GET", "/")),
     ],
@@ -135,3 +137,41 @@ def test_response_has_length_and_closes() -> None:
     assert b"Content-Length: 13" in head
     assert b"Connection: close" in head
     assert body == b"not ready: x\n"
+
+
+def test_header_fields_are_kept_by_lower_case_name() -> None:
+    request = _read(b"POST /topics HTTP/1.1\r\nContent-Length: 3\r\nX-A: 1\r\nx-a: 2\r\n\r\n")
+    assert request is not None
+    assert request.header("content-length") == "3"
+    assert request.header("x-a") == "2"
+    assert request.header("host") is None
+
+
+def _body(head: bytes, early: bytes, *later: bytes) -> bytes:
+    """What read_body makes of a request with this head, `early` bytes having arrived with
+    it and `later` ones after."""
+
+    async def run() -> bytes:
+        send, receive = trio.testing.memory_stream_one_way_pair()
+        for chunk in later:
+            await send.send_all(chunk)
+        await send.aclose()
+        with trio.fail_after(1):
+            return await read_body(receive, parse_request_head(head), early)
+
+    return trio.run(run)
+
+
+def test_a_body_is_read_by_its_length_and_bounded() -> None:
+    head = b"POST /topics HTTP/1.1\r\nContent-Length: 7"
+    assert _body(head, b"a=1", b"&b=", b"2EXTRA") == b"a=1&b=2"
+    assert _body(b"POST / HTTP/1.1", b"ignored") == b""
+    with pytest.raises(HttpError) as caught:
+        _body(f"POST / HTTP/1.1\r\nContent-Length: {BODY_BYTES_MAX + 1}".encode(), b"")
+    assert caught.value.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+    with pytest.raises(HttpError) as caught:
+        _body(head, b"a=1")  # the peer closed early
+    assert caught.value.status == HTTPStatus.BAD_REQUEST
+    with pytest.raises(HttpError) as caught:
+        _body(b"POST / HTTP/1.1\r\nContent-Length: -1", b"")
+    assert caught.value.status == HTTPStatus.BAD_REQUEST

@@ -91,3 +91,18 @@ def test_a_cluster_id_starting_with_a_dash_is_taken_as_the_value() -> None:
     argv = ["serve", "--join", "--cluster-id", "-TvHikygvkwmeD11dBwecw", "--node-id", "4"]
     args = _parser().parse_args(_attach_cluster_id(argv))
     assert (args.cluster_id, args.join, args.node_id) == ("-TvHikygvkwmeD11dBwecw", True, 4)
+
+
+def test_console_ports_are_counted_up_too_or_share_the_metrics_port() -> None:
+    apart = commands(2, console_listen="127.0.0.1:9480", metrics_listen="127.0.0.1:9100")
+    assert [option(a, "--config")[1:] for a in apart] == [
+        ["metrics.listen=127.0.0.1:9100", "console.listen=127.0.0.1:9480"],
+        ["metrics.listen=127.0.0.1:9101", "console.listen=127.0.0.1:9481"],
+    ]
+    shared = commands(2, console_listen="127.0.0.1:9100", metrics_listen="127.0.0.1:9100")
+    assert [option(a, "--config")[1:] for a in shared] == [
+        ["metrics.listen=127.0.0.1:9100", "console.listen=127.0.0.1:9100"],
+        ["metrics.listen=127.0.0.1:9101", "console.listen=127.0.0.1:9101"],
+    ]
+    with pytest.raises(ValueError, match="would both use port 19093"):
+        commands(2, console_listen="127.0.0.1:19093")

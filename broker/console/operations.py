@@ -1,0 +1,177 @@
+"""Two read-only pages of what an operator checks besides topics and groups: `/security`
+(ACL bindings, SCRAM users, client quotas) and `/operations` (partition reassignments in
+progress, open transactions). Each table is what the matching describe API answers the
+console's principal; a refusal shows Kafka's error instead of the table."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.console.html import Html, Row, join, link, quote, section, table, tag
+from raftka.broker.security.acl import AclOperation, AclPermission, PatternType, ResourceType
+
+if TYPE_CHECKING:
+    from raftka.broker.console.view import View
+    from raftka.broker.http_endpoint import HttpResponse
+
+#: SCRAM mechanism numbers of DescribeUserScramCredentials.
+SCRAM_MECHANISMS = MappingProxyType({1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"})
+
+
+def _refused(response: Any) -> Html | None:
+    """Kafka's error of a response, as a line; None when it answered."""
+    if response.error_code == ErrorCode.none:
+        return None
+    name = ErrorCode(response.error_code).name.upper()
+    message = getattr(response, "error_message", None)
+    return tag("p", name + (f": {message}" if message else ""), class_="error")
+
+
+def _enum_name(kind: type[Any], value: int) -> str:
+    try:
+        return str(kind(value).name)
+    except ValueError:
+        return str(value)
+
+
+async def security_page(view: View) -> HttpResponse:
+    acls = await view.caller.acls()
+    acl_rows: list[Row] = [
+        [
+            _enum_name(ResourceType, resource.resource_type),
+            resource.resource_name,
+            _enum_name(PatternType, resource.pattern_type),
+            acl.principal,
+            acl.host,
+            _enum_name(AclOperation, acl.operation),
+            _enum_name(AclPermission, acl.permission_type),
+        ]
+        for resource in acls.resources
+        for acl in resource.acls
+    ]
+    users = await view.caller.scram_users()
+    user_rows: list[Row] = [
+        [
+            result.user,
+            ", ".join(
+                f"{SCRAM_MECHANISMS.get(int(info.mechanism), info.mechanism)} "
+                f"({info.iterations} iterations)"
+                for info in result.credential_infos
+            ),
+        ]
+        for result in users.results
+        if result.error_code == ErrorCode.none
+    ]
+    quotas = await view.caller.client_quotas()
+    quota_rows: list[Row] = [
+        [
+            ", ".join(f"{e.entity_type}={e.entity_name or '(default)'}" for e in entry.entity),
+            ", ".join(f"{v.key}={v.value:g}" for v in entry.values),
+        ]
+        for entry in quotas.entries or ()
+    ]
+    body = join(
+        [
+            section(
+                "ACLs",
+                _refused(acls)
+                or (
+                    table(
+                        (
+                            "resource type",
+                            "name",
+                            "pattern",
+                            "principal",
+                            "host",
+                            "operation",
+                            "permission",
+                        ),
+                        acl_rows,
+                        id="acls",
+                    )
+                    if acl_rows
+                    else tag("p", "No ACL bindings.")
+                ),
+            ),
+            section(
+                "SCRAM users",
+                _refused(users)
+                or (
+                    table(("user", "credentials"), user_rows, id="users")
+                    if user_rows
+                    else tag("p", "No SCRAM users.")
+                ),
+            ),
+            section(
+                "Client quotas",
+                _refused(quotas)
+                or (
+                    table(("entity", "quotas"), quota_rows, id="quotas")
+                    if quota_rows
+                    else tag("p", "No client quotas.")
+                ),
+            ),
+        ]
+    )
+    return view.page("Security", body)
+
+
+async def operations_page(view: View) -> HttpResponse:
+    moving = await view.caller.reassignments()
+    moving_rows: list[Row] = [
+        [
+            link(f"/topics/{quote(topic.name)}", topic.name),
+            int(p.partition_index),
+            ", ".join(str(r) for r in p.replicas),
+            ", ".join(str(r) for r in p.adding_replicas),
+            ", ".join(str(r) for r in p.removing_replicas),
+        ]
+        for topic in moving.topics
+        for p in topic.partitions
+    ]
+    transactions = await view.caller.transactions()
+    transaction_rows: list[Row] = [
+        [state.transactional_id, int(state.producer_id), state.transaction_state]
+        for state in sorted(transactions.transaction_states, key=lambda s: s.transactional_id)
+    ]
+    body = join(
+        [
+            section(
+                "Reassignments in progress",
+                _refused(moving)
+                or (
+                    table(
+                        ("topic", "partition", "replicas", "adding", "removing"),
+                        moving_rows,
+                        id="reassignments",
+                        data_live="1",
+                    )
+                    if moving_rows
+                    else tag("p", "None.", id="reassignments", data_live="1")
+                ),
+            ),
+            section(
+                "Transactions",
+                tag(
+                    "p",
+                    "The transactional ids this broker coordinates.",
+                    class_="note",
+                ),
+                _refused(transactions)
+                or (
+                    table(
+                        ("transactional id", "producer id", "state"),
+                        transaction_rows,
+                        id="transactions",
+                        data_live="1",
+                    )
+                    if transaction_rows
+                    else tag("p", "None.", id="transactions", data_live="1")
+                ),
+            ),
+        ]
+    )
+    return view.page("Operations", body)

@@ -1,0 +1,197 @@
+"""The topics pages: `/topics` (every topic the principal may describe, with partitions,
+replication factor and this broker's bytes of it) and `/topics/NAME` (partitions with
+leader, epoch, replicas, ISR, offsets and size; configs with their defaults marked)."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.console.actions import create_topic_form, topic_action_forms
+from raftka.broker.console.html import (
+    Row,
+    definitions,
+    join,
+    link,
+    quote,
+    section,
+    size_text,
+    table,
+    tag,
+)
+from raftka.broker.console.overview import NO_LEADER, partition_health
+from raftka.broker.console.view import PageError
+
+if TYPE_CHECKING:
+    from raftka.broker.console.view import View
+    from raftka.broker.http_endpoint import HttpResponse
+    from raftka.broker.topics import Partition
+
+#: DescribeConfigs' config_source values (Kafka's ConfigSource) as the page names them.
+CONFIG_SOURCES = MappingProxyType(
+    {
+        1: "set on the topic",
+        2: "broker (this broker's dynamic config)",
+        3: "broker (cluster-wide dynamic default)",
+        4: "broker (static config)",
+        5: "default",
+        6: "broker logger",
+    }
+)
+DEFAULT_CONFIG = 5
+
+
+def hosted(view: View, topic: str, index: int) -> Partition | None:
+    """The partition when this broker holds a replica of it (its log is readable here)."""
+    partition = view.services.topics.partition(topic, index)
+    if partition is None or partition.log is None or partition.raft is None:
+        return None
+    return partition
+
+
+async def topics_page(view: View) -> HttpResponse:
+    metadata = await view.caller.metadata()
+    under, offline = partition_health(metadata.topics)
+    under_by_topic = {name for name, _ in under} | {name for name, _ in offline}
+    rows: list[Row] = []
+    for topic in sorted(metadata.topics, key=lambda t: t.name or ""):
+        name = topic.name or ""
+        size = 0
+        local = 0
+        for p in topic.partitions:
+            partition = hosted(view, name, int(p.partition_index))
+            if partition is not None and partition.log is not None:
+                size += partition.log.size_bytes
+                local += 1
+        replication = max((len(p.replica_nodes) for p in topic.partitions), default=0)
+        rows.append(
+            [
+                link(f"/topics/{quote(name)}", name, class_="topic"),
+                len(topic.partitions),
+                replication,
+                f"{size_text(size)} in {local} partitions here" if local else "none here",
+                tag("span", "under-replicated", class_="bad") if name in under_by_topic else "ok",
+                link(f"/topics/{quote(name)}/messages", "messages"),
+            ]
+        )
+    listing = (
+        table(
+            ("topic", "partitions", "replication factor", "size on this broker", "health", ""),
+            rows,
+            id="topics",
+            data_live="1",
+        )
+        if rows
+        else tag("p", "No topics (or none this principal may describe).")
+    )
+    return view.page("Topics", join([listing, create_topic_form(view)]))
+
+
+def _partition_row(view: View, name: str, p: Any) -> Row:
+    index = int(p.partition_index)
+    partition = hosted(view, name, index)
+    if partition is None or partition.log is None:
+        offsets: Row = ["not hosted here", "", "", ""]
+    else:
+        log = partition.log
+        offsets = [
+            log.log_start_offset,
+            partition.high_watermark,
+            log.log_end_offset,
+            size_text(log.size_bytes),
+        ]
+    return [
+        index,
+        "none" if p.leader_id == NO_LEADER else int(p.leader_id),
+        int(p.leader_epoch),
+        ", ".join(str(r) for r in p.replica_nodes),
+        ", ".join(str(r) for r in p.isr_nodes),
+        *offsets,
+        link(f"/topics/{quote(name)}/messages?partition={index}", "messages"),
+    ]
+
+
+def _config_rows(configs: Any) -> list[Row]:
+    rows: list[Row] = []
+    for entry in sorted(configs, key=lambda c: c.name):
+        source = int(entry.config_source)
+        value = "(sensitive)" if entry.is_sensitive else entry.value
+        rows.append(
+            [
+                tag("span", entry.name, title=entry.documentation),
+                tag("code", value if value is not None else "null"),
+                tag(
+                    "span",
+                    CONFIG_SOURCES.get(source, str(source)),
+                    class_="default" if source == DEFAULT_CONFIG else "override",
+                ),
+            ]
+        )
+    return rows
+
+
+async def topic_page(view: View, name: str) -> HttpResponse:
+    metadata = await view.caller.metadata([name])
+    found = [t for t in metadata.topics if t.name == name]
+    if not found or found[0].error_code != ErrorCode.none:
+        code = ErrorCode(found[0].error_code) if found else ErrorCode.unknown_topic_or_partition
+        # Kafka answers an undescribable topic as it would a missing one.
+        raise PageError(HTTPStatus.NOT_FOUND, f"topic {name!r}: {code.name.upper()}")
+    topic = found[0]
+    partitions = sorted(topic.partitions, key=lambda p: p.partition_index)
+    described = await view.caller.topic_configs(name)
+    result = described.results[0]
+    configs = (
+        table(("config", "value", "source"), _config_rows(result.configs), id="configs")
+        if result.error_code == ErrorCode.none
+        else tag("p", f"{ErrorCode(result.error_code).name.upper()}: {result.error_message or ''}")
+    )
+    summary = definitions(
+        [
+            ("Topic id", str(topic.topic_id)),
+            ("Partitions", len(partitions)),
+            (
+                "Replication factor",
+                max((len(p.replica_nodes) for p in partitions), default=0),
+            ),
+            ("Internal", "yes" if topic.is_internal else "no"),
+            ("Messages", link(f"/topics/{quote(name)}/messages", "browse")),
+        ]
+    )
+    body = join(
+        [
+            summary,
+            section(
+                "Partitions",
+                tag(
+                    "p",
+                    "Offsets and size are this broker's replica's; the log end may run ahead "
+                    "of the high watermark until the replicas have it.",
+                    class_="note",
+                ),
+                table(
+                    (
+                        "partition",
+                        "leader",
+                        "leader epoch",
+                        "replicas",
+                        "in-sync replicas",
+                        "log start",
+                        "high watermark",
+                        "log end",
+                        "size",
+                        "",
+                    ),
+                    [_partition_row(view, name, p) for p in partitions],
+                    id="partitions",
+                    data_live="1",
+                ),
+            ),
+            section("Configs", configs),
+            topic_action_forms(view, name, len(partitions)),
+        ]
+    )
+    return view.page(f"Topic {name}", body)
