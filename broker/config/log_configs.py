@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LONG_MAX, B, ConfigDef, L, S
+from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LIST, LONG_MAX, B, ConfigDef, L, S
 
-#: `cleanup.policy` values: Kafka's list of `delete` and `compact`, in either order.
-CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
+#: The items a `cleanup.policy` list may hold (Kafka's ValidList of `compact` and `delete`).
+CLEANUP_POLICIES = ("compact", "delete")
 
 
 #: Kafka's `compression.type` values (BrokerCompressionType), broker and topic alike.
@@ -67,7 +67,10 @@ LOG_RETENTION_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef("log.retention.hours", INT, 168, "Retention in hours.", minimum=-1),
     ConfigDef(
-        "log.retention.bytes", L, -1, "Delete old segments beyond this partition size.", minimum=-1
+        "log.retention.bytes",
+        L,
+        -1,
+        "Delete old segments beyond this partition size (negative: no limit).",
     ),
     ConfigDef(
         "log.retention.check.interval.ms", L, 300000, "How often retention is enforced.", minimum=1
@@ -117,7 +120,7 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "log.cleanup.policy",
-        S,
+        LIST,
         "delete",
         "delete drops old segments by retention; compact keeps the latest record per key.",
         choices=CLEANUP_POLICIES,

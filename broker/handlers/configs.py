@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Protocol
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.cluster.commands import AlterBrokerConfigsCommand, AlterConfigsCommand
-from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, ConfigType, TopicConfig
+from raftka.broker.config import (
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigError,
+    ConfigSource,
+    ConfigType,
+    TopicConfig,
+)
+from raftka.broker.config.alter_ops import AlterConfigOp, apply_config_ops
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
     denied_message,
@@ -216,7 +224,28 @@ async def handle_describe_configs(
     return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+class RequestError(Exception):
+    """A resource of an alter request that Kafka answers with INVALID_REQUEST."""
+
+
+def config_ops(configs: Sequence[AlteredConfig]) -> list[tuple[str, AlterConfigOp, str | None]]:
+    """An IncrementalAlterConfigs resource's operations, checked as Kafka checks them before
+    looking at the configs; RequestError otherwise."""
+    names = [entry.name for entry in configs]
+    if len(set(names)) != len(names):
+        raise RequestError("Error due to duplicate config keys")
+    ops = []
+    nulls = []
+    for entry in configs:
+        if entry.config_operation not in set(AlterConfigOp):
+            raise RequestError(f"Unknown operations type {entry.config_operation}")
+        op = AlterConfigOp(entry.config_operation)
+        if op != AlterConfigOp.DELETE and entry.value is None:
+            nulls.append(entry.name)
+        ops.append((entry.name, op, entry.value))
+    if nulls:
+        raise RequestError(f"Null value not supported for : {', '.join(nulls)}")
+    return ops
 
 
 async def _alter_topic(
@@ -242,6 +271,31 @@ async def _alter_topic(
         AlterConfigsCommand(name=name, configs=overrides, validate_only=validate_only)
     )
     return result.error_code, result.error_message
+
+
+async def _alter_topic_incrementally(
+    topics: TopicsView,
+    controller: ControllerClient,
+    resource: AlteredResource,
+    validate_only: bool,
+) -> tuple[ErrorCode, str | None]:
+    """A topic's overrides after the resource's operations, through the controller."""
+    topic = topics.get(resource.resource_name)
+    if topic is None:
+        return (
+            ErrorCode.unknown_topic_or_partition,
+            f"Topic {resource.resource_name} does not exist.",
+        )
+    current = {name: topic.config.render(name) or "" for name in topic.config.overrides}
+    try:
+        configs = apply_config_ops(current, config_ops(resource.configs), TOPIC_CONFIGS, "topic")
+    except RequestError as exc:
+        return ErrorCode.invalid_request, str(exc)
+    except ConfigError as exc:
+        return ErrorCode.invalid_config, str(exc)
+    return await _alter_topic(
+        topics, controller, resource.resource_name, dict(configs), True, validate_only
+    )
 
 
 def _resource_result(
@@ -277,34 +331,9 @@ async def handle_incremental_alter_configs(
         if denial is not None:
             error, message = denial
         elif resource.resource_type == RESOURCE_TOPIC:
-            changes: dict[str, str | None] = {}
-            for entry in resource.configs:
-                if entry.config_operation == SET:
-                    changes[entry.name] = entry.value
-                elif entry.config_operation == DELETE:
-                    changes[entry.name] = None
-                else:
-                    error = ErrorCode.invalid_config
-                    message = (
-                        f"Config {entry.name} is not a list; APPEND and SUBTRACT apply only "
-                        "to list configs"
-                    )
-                    break
-                if entry.name not in TOPIC_CONFIGS:
-                    error, message = (
-                        ErrorCode.invalid_config,
-                        f"Unknown topic config name: {entry.name}",
-                    )
-                    break
-            if error == ErrorCode.none:
-                error, message = await _alter_topic(
-                    services.topics,
-                    services.controller,
-                    resource.resource_name,
-                    changes,
-                    False,
-                    request.validate_only,
-                )
+            error, message = await _alter_topic_incrementally(
+                services.topics, services.controller, resource, request.validate_only
+            )
         elif resource.resource_type == RESOURCE_BROKER:
             error, message = await _alter_broker(
                 services.controller, resource, request.validate_only
@@ -343,9 +372,9 @@ async def _alter_broker(
     every broker with the empty name, through the controller."""
     changes: dict[str, str | None] = {}
     for entry in resource.configs:
-        if entry.config_operation == SET:
+        if entry.config_operation == AlterConfigOp.SET:
             changes[entry.name] = entry.value
-        elif entry.config_operation == DELETE:
+        elif entry.config_operation == AlterConfigOp.DELETE:
             changes[entry.name] = None
         else:
             return (
