@@ -209,7 +209,7 @@ class Controller:
         self.elections = PreferredLeaderElections(self)
         # Membership steps of the reassignments of partitions this broker leads.
         self.reassignments = ReassignmentMover(self)
-        self.publisher.apply_replication_throttle()
+        self.publisher.apply_broker_configs()
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -338,6 +338,8 @@ class Controller:
         deleted, the image's topics created, grown or reconfigured."""
         for broker in list(self.image.brokers.values()):
             self.publisher.reach(broker)
+        # Topics are opened with the dynamic broker configs they fall back to.
+        self.publisher.apply_broker_configs()
         while True:
             generation = self._install_generation
             image = self.image

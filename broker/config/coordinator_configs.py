@@ -36,6 +36,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         10080,
         "Committed offsets of an empty group expire after this.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "group.initial.rebalance.delay.ms",
@@ -43,6 +44,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         3000,
         "Delay of the first rebalance of a new group.",
         minimum=0,
+        read_only=True,
     ),
     ConfigDef(
         "transaction.state.log.num.partitions",
@@ -81,6 +83,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         30000,
         "How long a share consumer holds the records it acquired before they are available again.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "group.share.delivery.count.limit",
@@ -88,6 +91,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         5,
         "Deliveries after which a record released or expired again is archived.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "group.share.partition.max.record.locks",
@@ -95,6 +99,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         2000,
         "Records of one share-partition in flight (past its start offset) at most.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "group.share.session.timeout.ms",
@@ -102,6 +107,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         45000,
         "A share-group member that does not heartbeat for this long leaves the group.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "group.share.heartbeat.interval.ms",
@@ -109,6 +115,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         5000,
         "How often share-group members heartbeat.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "group.share.max.share.sessions",
@@ -117,6 +124,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         "Share sessions (one per share-group member fetching from this broker) open at most; "
         "one unused for group.share.session.timeout.ms is closed.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "share.auto.offset.reset",
@@ -126,6 +134,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         "watermark). Kafka has it as a group config; here it is the broker's, for every "
         "share group.",
         choices=("earliest", "latest"),
+        read_only=True,
     ),
     ConfigDef(
         "share.coordinator.state.topic.num.partitions",
@@ -150,8 +159,20 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         minimum=1,
         read_only=True,
     ),
-    ConfigDef("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout allowed."),
-    ConfigDef("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout allowed."),
+    ConfigDef(
+        "group.min.session.timeout.ms",
+        INT,
+        6000,
+        "Smallest session timeout allowed.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "group.max.session.timeout.ms",
+        INT,
+        1800000,
+        "Largest session timeout allowed.",
+        read_only=True,
+    ),
     ConfigDef(
         "group.consumer.heartbeat.interval.ms",
         INT,

@@ -54,7 +54,14 @@ LOG_RETENTION_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "log.roll.ms", L, None, "Segment age that triggers a roll (overrides hours).", minimum=1
     ),
-    ConfigDef("log.roll.hours", INT, 168, "Segment age that triggers a roll, in hours.", minimum=1),
+    ConfigDef(
+        "log.roll.hours",
+        INT,
+        168,
+        "Segment age that triggers a roll, in hours.",
+        minimum=1,
+        read_only=True,
+    ),
     ConfigDef(
         "log.retention.ms",
         L,
@@ -63,9 +70,14 @@ LOG_RETENTION_CONFIGS: tuple[ConfigDef, ...] = (
         minimum=-1,
     ),
     ConfigDef(
-        "log.retention.minutes", INT, None, "Retention in minutes (overrides hours).", minimum=-1
+        "log.retention.minutes",
+        INT,
+        None,
+        "Retention in minutes (overrides hours).",
+        minimum=-1,
+        read_only=True,
     ),
-    ConfigDef("log.retention.hours", INT, 168, "Retention in hours.", minimum=-1),
+    ConfigDef("log.retention.hours", INT, 168, "Retention in hours.", minimum=-1, read_only=True),
     ConfigDef(
         "log.retention.bytes",
         L,
@@ -73,7 +85,12 @@ LOG_RETENTION_CONFIGS: tuple[ConfigDef, ...] = (
         "Delete old segments beyond this partition size (negative: no limit).",
     ),
     ConfigDef(
-        "log.retention.check.interval.ms", L, 300000, "How often retention is enforced.", minimum=1
+        "log.retention.check.interval.ms",
+        L,
+        300000,
+        "How often retention is enforced.",
+        minimum=1,
+        read_only=True,
     ),
 )
 
@@ -99,6 +116,7 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
         LONG_MAX,
         "How often the flusher checks partitions.",
         minimum=0,
+        read_only=True,
     ),
     ConfigDef(
         "log.index.interval.bytes", INT, 4096, "Bytes between offset index entries.", minimum=0
@@ -134,7 +152,6 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
         15000,
         "How often the cleaner looks for compacted partitions to clean.",
         minimum=0,
-        read_only=True,
     ),
     ConfigDef(
         "log.cleaner.io.max.bytes.per.second",
@@ -142,7 +159,6 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
         sys.float_info.max,
         "Bytes per second the cleaner may read and write, together.",
         minimum=1,
-        read_only=True,
     ),
     ConfigDef(
         "log.cleaner.dedupe.buffer.size",
@@ -151,7 +167,6 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
         "Memory for the cleaner's key map (24 bytes a key, as Kafka counts); a cleaning that "
         "cannot map its whole dirty region cleans up to where the map filled.",
         minimum=1024 * 1024,
-        read_only=True,
     ),
     ConfigDef(
         "log.cleaner.delete.retention.ms",

@@ -193,21 +193,25 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         "empty: no endpoint.",
         read_only=True,
     ),
-    ConfigDef("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
+    ConfigDef(
+        "num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1, read_only=True
+    ),
     ConfigDef(
         "default.replication.factor",
         INT,
         1,
         "Replication factor of auto-created topics.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "auto.create.topics.enable",
         B,
         True,
         "Create a topic when a client asks for its metadata or produces to it.",
+        read_only=True,
     ),
-    ConfigDef("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    ConfigDef("delete.topic.enable", B, True, "Allow DeleteTopics.", read_only=True),
     ConfigDef(
         "message.max.bytes", INT, 1048588, "Largest record batch the broker accepts.", minimum=0
     ),
@@ -217,6 +221,7 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         104857600,
         "Largest request frame; larger frames close the connection.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "queued.max.requests",
@@ -224,6 +229,7 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         500,
         "Requests a connection may have in flight before the broker stops reading it.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "max.incremental.fetch.session.cache.slots",
@@ -235,7 +241,12 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         read_only=True,
     ),
     ConfigDef(
-        "connections.max.idle.ms", L, 600000, "Idle connections are closed after this.", minimum=-1
+        "connections.max.idle.ms",
+        L,
+        600000,
+        "Idle connections are closed after this.",
+        minimum=-1,
+        read_only=True,
     ),
     ConfigDef(
         "quota.window.num",

@@ -65,6 +65,8 @@ class ConfigDef:
     #: Numeric configs with an upper bound; `also` lists values accepted outside the range.
     maximum: int | None = None
     also: tuple[int, ...] = ()
+    #: A broker config that cannot change at run time (DescribeConfigs' read_only; a
+    #: broker config without it is a dynamic one). Topic configs never set it.
     read_only: bool = False
 
     def parse(self, raw: ConfigValue) -> ConfigValue:

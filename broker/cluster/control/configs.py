@@ -50,7 +50,8 @@ def validate_alter_broker_configs(
     image: MetadataImage, resource: str, changes: Mapping[str, str | None]
 ) -> AlterBrokerConfigs:
     """The record giving broker `resource` ("" for all) `changes` (None: back to the
-    static value); INVALID_CONFIG for a config that is not dynamic or a bad value."""
+    static value), each value stored as Kafka renders it; INVALID_CONFIG for an unknown
+    config, INVALID_REQUEST (as Kafka) for one that is not dynamic or a bad value."""
     if resource != "" and not (resource.isdigit() and int(resource) in image.brokers):
         raise TopicError(
             ErrorCode.invalid_request,
@@ -58,20 +59,28 @@ def validate_alter_broker_configs(
             "for the cluster-wide default.",
         )
     configs = dict(image.broker_configs.get(resource, {}))
+    unknown = sorted(name for name in changes if name not in BROKER_CONFIGS)
+    if unknown:
+        raise TopicError(ErrorCode.invalid_config, f"Unknown broker config name: {unknown[0]}")
+    # Kafka answers a broker config it cannot take with INVALID_REQUEST (KAFKA-13609).
+    static = sorted(
+        name
+        for name, value in changes.items()
+        if value is not None and name not in DYNAMIC_BROKER_CONFIGS
+    )
+    if static:
+        raise TopicError(
+            ErrorCode.invalid_request,
+            f"Cannot update these configs dynamically: Set({', '.join(static)}); the "
+            f"dynamic broker configs are {', '.join(sorted(DYNAMIC_BROKER_CONFIGS))}. Set "
+            "the others at start-up with --config NAME=VALUE or --config-file.",
+        )
     for name, value in changes.items():
-        if name not in DYNAMIC_BROKER_CONFIGS:
-            raise TopicError(
-                ErrorCode.invalid_config,
-                f"Broker config {name} cannot be changed at run time; of the broker "
-                f"configs only {', '.join(sorted(DYNAMIC_BROKER_CONFIGS))} are dynamic. "
-                "Set the others at start-up with --config NAME=VALUE or --config-file.",
-            )
         if value is None:
             configs.pop(name, None)
             continue
         try:
-            BROKER_CONFIGS[name].parse(value)
+            configs[name] = BROKER_CONFIGS[name].render(BROKER_CONFIGS[name].parse(value)) or ""
         except ConfigError as exc:
-            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
-        configs[name] = value
+            raise TopicError(ErrorCode.invalid_request, str(exc)) from None
     return AlterBrokerConfigs(resource, configs)
