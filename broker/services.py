@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -70,6 +71,11 @@ class TopicsView(Protocol):
     def get(self, name: str) -> Topic | None: ...
 
     def partition(self, name: str, index: int) -> Partition | None: ...
+
+    @property
+    def data_dir(self) -> Path:
+        """The log directory the hosted partitions' folders are in."""
+        ...
 
 
 class MetadataView(Protocol):
