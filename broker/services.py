@@ -90,6 +90,11 @@ class MetadataView(Protocol):
         ...
 
     @property
+    def group_configs(self) -> Mapping[str, Mapping[str, str]]:
+        """Group configs by group id (Kafka 4's GROUP config resources)."""
+        ...
+
+    @property
     def topics(self) -> Mapping[str, TopicImage]:
         """Topics by name: replica lists and reassignments in progress."""
         ...

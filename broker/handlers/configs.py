@@ -38,6 +38,11 @@ from raftka.broker.handlers.common import (
     response_entity,
     response_module,
 )
+from raftka.broker.handlers.group_configs import (
+    alter_group,
+    alter_group_incrementally,
+    describe_group,
+)
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
 
@@ -188,6 +193,17 @@ async def handle_describe_configs(
                 error, message = ErrorCode.invalid_request, str(exc)
             else:
                 configs = _entries(module, request, described, keys, synonyms.__getitem__)
+        elif resource.resource_type == RESOURCE_GROUP:
+            try:
+                described, synonyms = describe_group(
+                    services.config,
+                    services.controller.image.group_configs,
+                    resource.resource_name,
+                )
+            except RequestError as exc:
+                error, message = ErrorCode.invalid_request, str(exc)
+            else:
+                configs = _entries(module, request, described, keys, synonyms.__getitem__)
         else:
             error, message = (
                 ErrorCode.invalid_request,
@@ -294,6 +310,14 @@ async def handle_incremental_alter_configs(
                 resource.configs,
                 request.validate_only,
             )
+        elif resource.resource_type == RESOURCE_GROUP:
+            error, message = await alter_group_incrementally(
+                services.controller,
+                services.config,
+                resource.resource_name,
+                resource.configs,
+                request.validate_only,
+            )
         else:
             error, message = (
                 ErrorCode.invalid_request,
@@ -341,6 +365,14 @@ async def handle_alter_configs(
                     {c.name: c.value for c in resource.configs},
                     request.validate_only,
                 )
+        elif resource.resource_type == RESOURCE_GROUP:
+            error, message = await alter_group(
+                services.controller,
+                services.config,
+                resource.resource_name,
+                {c.name: c.value for c in resource.configs},
+                request.validate_only,
+            )
         else:
             error, message = (
                 ErrorCode.invalid_request,

@@ -7,17 +7,21 @@ from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.cluster.commands import AlterBrokerConfigsCommand, AlterConfigsCommand
+from raftka.broker.cluster.commands import (
+    AlterBrokerConfigsCommand,
+    AlterConfigsCommand,
+    AlterGroupConfigsCommand,
+)
 from raftka.broker.cluster.control.result import ControllerResult, errors_as_results
 from raftka.broker.cluster.control.topics import existing_topic, render_configs
 from raftka.broker.cluster.image import MetadataImage
-from raftka.broker.cluster.records import AlterBrokerConfigs, AlterTopicConfigs
+from raftka.broker.cluster.records import AlterBrokerConfigs, AlterGroupConfigs, AlterTopicConfigs
 from raftka.broker.cluster.validation import (
     TopicError,
     check_no_null_configs,
     validate_topic_config_values,
 )
-from raftka.broker.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, ConfigError
+from raftka.broker.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, GROUP_CONFIGS, ConfigError
 
 
 @errors_as_results
@@ -33,6 +37,30 @@ def alter_broker_configs(
 ) -> ControllerResult:
     """IncrementalAlterConfigs on a BROKER resource (an id, or "" for the cluster default)."""
     record = validate_alter_broker_configs(image, command.resource, command.changes)
+    return ControllerResult(() if command.validate_only else (record,))
+
+
+@errors_as_results
+def alter_group_configs(
+    image: MetadataImage, command: AlterGroupConfigsCommand
+) -> ControllerResult:
+    """A GROUP resource's configs become `command.configs`: known names and values of their
+    types (the bounds from broker configs were checked by the broker that took the request);
+    INVALID_CONFIG otherwise. Kafka keeps configs of a group that does not exist yet."""
+    if not command.group:
+        raise TopicError(ErrorCode.invalid_request, "Group name must not be empty")
+    configs: dict[str, str] = {}
+    for name, value in command.configs.items():
+        definition = GROUP_CONFIGS.get(name)
+        if definition is None:
+            raise TopicError(ErrorCode.invalid_config, f"Unknown group config name: {name}")
+        if value is None:
+            raise TopicError(ErrorCode.invalid_request, f"Null value not supported for : {name}")
+        try:
+            configs[name] = definition.render(definition.parse(value)) or ""
+        except ConfigError as exc:
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+    record = AlterGroupConfigs(command.group, configs)
     return ControllerResult(() if command.validate_only else (record,))
 
 
