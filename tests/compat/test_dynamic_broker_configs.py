@@ -22,6 +22,8 @@ from confluent_kafka.admin import (
     ConfigSource,
 )
 from harness import BrokerProcess, ClusterProcess, JavaTool
+from kafka.admin import ConfigResource as KafkaConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
 
 DEFAULT_DYN = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
 PER_BROKER = ConfigSource.DYNAMIC_BROKER_CONFIG.value
@@ -165,3 +167,26 @@ def test_every_broker_applies_the_cluster_default(
 
     wait_until(applied, 30, "the default on node 3")
     assert _value_and_source(far, "everywhere", "max.message.bytes") == ("200000", DEFAULT_DYN)
+
+
+def test_legacy_alter_configs_sets_a_brokers_dynamic_configs(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    _alter(admin, "broker", "1", _set("log.segment.bytes", "2000000"))
+    # kafka-python's AlterConfigs (not incremental): the given set replaces the broker's, so
+    # the client first describes the broker and sends its other dynamic configs along.
+    legacy = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        resource = KafkaConfigResource(
+            ConfigResourceType.BROKER, "1", {"log.retention.ms": "1800000"}
+        )
+        legacy.alter_configs([resource], incremental=False, raise_on_unknown=False)
+    finally:
+        legacy.close()
+    described = _describe(admin, "broker", "1")
+    retention = described["log.retention.ms"]
+    assert (retention.value, retention.source) == ("1800000", PER_BROKER)
+    segment = described["log.segment.bytes"]
+    assert (segment.value, segment.source) == ("2000000", PER_BROKER)
