@@ -43,6 +43,9 @@ class MetadataPublisher:
         self.topics = topics
         self.broker_config = broker_config
         self._image = image
+        #: Called after the dynamic broker configs changed, for the parts that keep what
+        #: they read from the broker config (the connection limits).
+        self.config_listeners: list[Callable[[], None]] = []
 
     async def publish(self, change: Change) -> None:
         """Bring this broker in line with one change. Conditions it can recover from (a log
@@ -89,6 +92,8 @@ class MetadataPublisher:
         self.broker_config.set_dynamic(dynamic.get(str(self.node_id), {}), dynamic.get("", {}))
         self.topics.refresh_broker_defaults()
         self.apply_replication_throttle()
+        for listener in self.config_listeners:
+            listener()
 
     def apply_replication_throttle(self) -> None:
         """The Raft node's append throttle at this broker's current rate (none: unlimited)."""

@@ -270,7 +270,6 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         INT_MAX,
         "Client connections the broker holds at once; past it, accepting waits for one to close.",
         minimum=0,
-        read_only=True,
     ),
     ConfigDef(
         "max.connections.per.ip",
@@ -278,7 +277,6 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         INT_MAX,
         "Client connections from one address; a further one is closed at once.",
         minimum=0,
-        read_only=True,
     ),
     ConfigDef(
         "max.connections.per.ip.overrides",

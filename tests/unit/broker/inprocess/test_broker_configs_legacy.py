@@ -1,6 +1,6 @@
 """Legacy AlterConfigs on a BROKER resource replaces its whole set of dynamic configs, as in
 Kafka (a config left out goes back to its static value); a resource naming another broker
-is refused with INVALID_REQUEST."""
+is refused with INVALID_REQUEST. The connection limits follow their dynamic configs."""
 
 from __future__ import annotations
 
@@ -65,3 +65,13 @@ def test_the_given_set_replaces_the_brokers_dynamic_configs(broker: Broker) -> N
     assert refused.error_message == "Unexpected broker id, expected 1, but received 7"
     static = _legacy(broker, "", num_partitions="3")
     assert static.error_code == ErrorCode.invalid_request
+
+
+def test_connection_limits_follow_their_dynamic_configs(broker: Broker) -> None:
+    assert broker.connection_limits.per_ip_max == 2**31 - 1
+    assert _legacy(broker, "", max_connections_per_ip="3", max_connections="50").error_code == (
+        ErrorCode.none
+    )
+    assert (broker.connection_limits.per_ip_max, broker.connection_limits.total_max) == (3, 50)
+    assert _legacy(broker, "").error_code == ErrorCode.none
+    assert broker.connection_limits.per_ip_max == 2**31 - 1
