@@ -37,10 +37,21 @@ class LogCleaner:
 
     def __init__(self, topics: TopicManager, config: BrokerConfig) -> None:
         self.topics = topics
+        self.config = config
         self.enabled = config.get_bool("log.cleaner.enable")
-        self.backoff_s = config.get_int("log.cleaner.backoff.ms") / 1000
-        self.io_bytes_per_second = config.get_float("log.cleaner.io.max.bytes.per.second")
-        self.max_map_keys = max_map_keys(config.get_int("log.cleaner.dedupe.buffer.size"))
+
+    # Dynamic broker configs: read when used, so a change applies from the next cleaning.
+    @property
+    def backoff_s(self) -> float:
+        return self.config.get_int("log.cleaner.backoff.ms") / 1000
+
+    @property
+    def io_bytes_per_second(self) -> float:
+        return self.config.get_float("log.cleaner.io.max.bytes.per.second")
+
+    @property
+    def max_map_keys(self) -> int:
+        return max_map_keys(self.config.get_int("log.cleaner.dedupe.buffer.size"))
 
     async def run(self) -> None:
         if not self.enabled:

@@ -246,6 +246,15 @@ class ConnectionLimits:
             parse_connection_overrides(config.get_str("max.connections.per.ip.overrides")),
         )
 
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Take the broker's current `max.connections` and `max.connections.per.ip` (dynamic
+        configs): a raised total lets a waiting accept go on; connections already open
+        beyond a lowered limit stay open, as in Kafka."""
+        self.total_max = config.get_int("max.connections")
+        self.per_ip_max = config.get_int("max.connections.per.ip")
+        self._closed.set()
+        self._closed = trio.Event()
+
     def limit_for(self, ip: str) -> int:
         return self.per_ip_overrides.get(ip, self.per_ip_max)
 
@@ -526,6 +535,9 @@ class Broker:
                 config, lambda: self.controller.image.client_quotas, clock
             )
             self.connection_limits = ConnectionLimits.from_config(config)
+            self.controller.publisher.config_listeners.append(
+                lambda: self.connection_limits.reconfigure(config)
+            )
             self.idle = IdleConnections(config.get_int("connections.max.idle.ms"))
             self.fetch_sessions = FetchSessionCache(
                 config.get_int("max.incremental.fetch.session.cache.slots"), clock

@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -71,6 +72,11 @@ class TopicsView(Protocol):
 
     def partition(self, name: str, index: int) -> Partition | None: ...
 
+    @property
+    def data_dir(self) -> Path:
+        """The log directory the hosted partitions' folders are in."""
+        ...
+
 
 class MetadataView(Protocol):
     """The part of the cluster metadata image a handler reads."""
@@ -81,6 +87,11 @@ class MetadataView(Protocol):
     @property
     def broker_configs(self) -> Mapping[str, Mapping[str, str]]:
         """Dynamic broker configs by broker id as a string ("": the cluster default)."""
+        ...
+
+    @property
+    def group_configs(self) -> Mapping[str, Mapping[str, str]]:
+        """Group configs by group id (Kafka 4's GROUP config resources)."""
         ...
 
     @property

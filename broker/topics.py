@@ -387,8 +387,17 @@ class TopicManager:
 
     def alter_configs(self, name: str, configs: Mapping[str, str]) -> None:
         topic = self.topics[name]
-        topic.config = TopicConfig(self.broker_config, validate_topic_configs(configs))
-        log_config = log_config_for(topic.config)
+        self._set_config(topic, TopicConfig(self.broker_config, validate_topic_configs(configs)))
+
+    def refresh_broker_defaults(self) -> None:
+        """The broker's dynamic configs changed: every topic's configs are made again over
+        them, so a topic without an override of a config takes its new broker value."""
+        for topic in list(self.topics.values()):
+            self._set_config(topic, TopicConfig(self.broker_config, topic.config.overrides))
+
+    def _set_config(self, topic: Topic, config: TopicConfig) -> None:
+        topic.config = config
+        log_config = log_config_for(config)
         for partition in topic.partitions:
             if partition.log is not None:
                 partition.log.update_config(log_config)

@@ -561,6 +561,29 @@ class UnregisterBrokerCommand(Command):
         return cls(node_id=wire.integer("node_id"))
 
 
+@dataclass(frozen=True)
+class AlterGroupConfigsCommand(Command):
+    """IncrementalAlterConfigs or AlterConfigs on a GROUP resource: `configs` becomes the
+    group's complete set of configs (checked against the broker's bounds by the broker
+    that took the request)."""
+
+    OP: ClassVar[str] = "alter_group_configs"
+
+    group: str
+    configs: Mapping[str, str | None]
+    validate_only: bool = False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def _from_wire_fields(cls, wire: _WireFields) -> Self:
+        return cls(
+            group=wire.string("group"),
+            configs=wire.configs("configs", required=True),
+            validate_only=wire.flag("validate_only"),
+        )
+
+
 #: Every command type by its wire name.
 COMMAND_TYPES: dict[str, type[Command]] = {
     cls.OP: cls
@@ -578,6 +601,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         ReassignPartitionCommand,
         CompleteReassignmentCommand,
         AlterBrokerConfigsCommand,
+        AlterGroupConfigsCommand,
         ChangeMetadataVotersCommand,
         UnregisterBrokerCommand,
     )

@@ -27,6 +27,7 @@ from raftka.broker.cluster.commands import (
     AlterBrokerConfigsCommand,
     AlterClientQuotaCommand,
     AlterConfigsCommand,
+    AlterGroupConfigsCommand,
     AlterScramCredentialsCommand,
     ChangeMetadataVotersCommand,
     Command,
@@ -45,7 +46,11 @@ from raftka.broker.cluster.commands import (
 )
 from raftka.broker.cluster.control.acls import create_acls, delete_acls
 from raftka.broker.cluster.control.brokers import register_broker, unregister_broker
-from raftka.broker.cluster.control.configs import alter_broker_configs, alter_topic_configs
+from raftka.broker.cluster.control.configs import (
+    alter_broker_configs,
+    alter_group_configs,
+    alter_topic_configs,
+)
 from raftka.broker.cluster.control.producer_ids import raise_producer_id_floor
 from raftka.broker.cluster.control.quotas import alter_client_quota
 from raftka.broker.cluster.control.reassignment import complete_reassignment, reassign_partition
@@ -198,6 +203,7 @@ class Controller:
                 _route(ReassignPartitionCommand, self._reassign_partition),
                 _route(CompleteReassignmentCommand, self._complete_reassignment),
                 _route(AlterBrokerConfigsCommand, self._decided(alter_broker_configs)),
+                _route(AlterGroupConfigsCommand, self._decided(alter_group_configs)),
                 _route(ChangeMetadataVotersCommand, self._change_metadata_voters),
                 _route(UnregisterBrokerCommand, self._unregister_broker),
             ]
@@ -209,7 +215,7 @@ class Controller:
         self.elections = PreferredLeaderElections(self)
         # Membership steps of the reassignments of partitions this broker leads.
         self.reassignments = ReassignmentMover(self)
-        self.publisher.apply_replication_throttle()
+        self.publisher.apply_broker_configs()
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -338,6 +344,8 @@ class Controller:
         deleted, the image's topics created, grown or reconfigured."""
         for broker in list(self.image.brokers.values()):
             self.publisher.reach(broker)
+        # Topics are opened with the dynamic broker configs they fall back to.
+        self.publisher.apply_broker_configs()
         while True:
             generation = self._install_generation
             image = self.image

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from raftka.broker.cluster.records import (
     AddAclBinding,
     AlterBrokerConfigs,
+    AlterGroupConfigs,
     AlterTopicConfigs,
     ClientQuota,
     CompleteReassignment,
@@ -208,6 +209,8 @@ class MetadataImage:
         #: Dynamic broker configs: broker id as a string ("" for the cluster-wide default)
         #: -> name -> value.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        #: Group configs: group id -> name -> value.
+        self.group_configs: dict[str, dict[str, str]] = {}
         #: Client quotas: entity -> quota key -> value. Replaced, never changed in place,
         #: when a quota changes (quota enforcement notices a new mapping).
         self.client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = {}
@@ -283,6 +286,13 @@ class MetadataImage:
                 else:
                     self.broker_configs.pop(record.resource, None)
                 return [BrokerConfigsChanged(record.resource)]
+            case AlterGroupConfigs():
+                # The group coordinators read them per request: nothing to reconcile.
+                if record.configs:
+                    self.group_configs[record.group] = dict(record.configs)
+                else:
+                    self.group_configs.pop(record.group, None)
+                return []
             case CompleteReassignment():
                 topic = self.topics_by_id.get(record.topic_id)
                 if topic is None or record.partition not in topic.reassignments:

@@ -43,6 +43,9 @@ class MetadataPublisher:
         self.topics = topics
         self.broker_config = broker_config
         self._image = image
+        #: Called after the dynamic broker configs changed, for the parts that keep what
+        #: they read from the broker config (the connection limits).
+        self.config_listeners: list[Callable[[], None]] = []
 
     async def publish(self, change: Change) -> None:
         """Bring this broker in line with one change. Conditions it can recover from (a log
@@ -62,7 +65,7 @@ class MetadataPublisher:
         elif isinstance(change, TopicDeleted):
             await self.topics.remove_topic(change.topic_id)
         elif isinstance(change, BrokerConfigsChanged):
-            self.apply_replication_throttle()
+            self.apply_broker_configs()
         elif isinstance(change, BrokerRegistered):
             broker = change.broker
             self.reach(broker)
@@ -81,16 +84,20 @@ class MetadataPublisher:
         if broker.raft_address is not None and broker.node_id != self.node_id:
             self.node.transport.add_peer(broker.node_id, broker.raft_address)
 
-    def replication_throttle_rate(self) -> int:
-        """This broker's leader.replication.throttled.rate: dynamic (its own, else the
-        cluster-wide default) over static."""
-        name = "leader.replication.throttled.rate"
-        dynamic = self._image().dynamic_broker_config(self.node_id, name)
-        return int(dynamic) if dynamic is not None else self.broker_config.get_int(name)
+    def apply_broker_configs(self) -> None:
+        """Bring this broker in line with the image's dynamic broker configs (its own, then
+        the cluster-wide default, over the static ones): the broker config every part reads,
+        the topics' configs that fall back to them, and the replication throttle."""
+        dynamic = self._image().broker_configs
+        self.broker_config.set_dynamic(dynamic.get(str(self.node_id), {}), dynamic.get("", {}))
+        self.topics.refresh_broker_defaults()
+        self.apply_replication_throttle()
+        for listener in self.config_listeners:
+            listener()
 
     def apply_replication_throttle(self) -> None:
         """The Raft node's append throttle at this broker's current rate (none: unlimited)."""
-        rate = self.replication_throttle_rate()
+        rate = self.broker_config.get_int("leader.replication.throttled.rate")
         if rate >= LONG_MAX:
             self.node.append_throttle = None
         elif self.node.append_throttle is None:

@@ -275,6 +275,22 @@ class AlterBrokerConfigs(_Record):
 
 
 @dataclass(frozen=True)
+class AlterGroupConfigs(_Record):
+    """The complete new set of configs of consumer or share group `group` (Kafka 4's GROUP
+    config resource); an empty set forgets the group's configs."""
+
+    group: str
+    configs: dict[str, str]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group, str):
+            raise ValueError("group must be a string")
+        object.__setattr__(self, "configs", _configs(self.configs))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
 class RaiseProducerIdFloor(_Record):
     """Producer ids below `floor` are never handed out again (the image keeps the maximum)."""
 
@@ -400,6 +416,7 @@ MetadataRecord: TypeAlias = (
     | ReassignPartition
     | CompleteReassignment
     | AlterBrokerConfigs
+    | AlterGroupConfigs
     | RaiseProducerIdFloor
     | UpsertScramCredential
     | DeleteScramCredential
@@ -420,6 +437,7 @@ RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         ReassignPartition,
         CompleteReassignment,
         AlterBrokerConfigs,
+        AlterGroupConfigs,
         RaiseProducerIdFloor,
         UpsertScramCredential,
         DeleteScramCredential,

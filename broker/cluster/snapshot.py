@@ -76,6 +76,8 @@ class ImageSnapshot(TypedDict):
     producer_id_floor: NotRequired[int]
     #: Absent in snapshots written before dynamic broker configs existed: none.
     broker_configs: NotRequired[dict[str, dict[str, str]]]
+    #: Absent in snapshots written before group configs existed: none.
+    group_configs: NotRequired[dict[str, dict[str, str]]]
     #: Absent in snapshots written before SCRAM credentials existed: none.
     scram_credentials: NotRequired[list[ScramSnapshot]]
     #: Absent in snapshots written before ACLs existed: none.
@@ -149,6 +151,9 @@ def image_to_dict(image: MetadataImage) -> ImageSnapshot:
         "broker_configs": {
             r: dict(sorted(c.items())) for r, c in sorted(image.broker_configs.items())
         },
+        "group_configs": {
+            g: dict(sorted(c.items())) for g, c in sorted(image.group_configs.items())
+        },
         "scram_credentials": [
             {
                 "user": user,
@@ -185,6 +190,10 @@ def image_from_dict(data: ImageSnapshot) -> MetadataImage:
     image.broker_configs = {
         str(r): {str(k): str(v) for k, v in c.items()}
         for r, c in data.get("broker_configs", {}).items()
+    }
+    image.group_configs = {
+        str(g): {str(k): str(v) for k, v in c.items()}
+        for g, c in data.get("group_configs", {}).items()
     }
     for c in data.get("scram_credentials", []):
         image.scram_credentials[c["user"], int(c["mechanism"])] = ScramCredential(

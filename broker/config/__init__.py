@@ -16,6 +16,11 @@ configurations `BrokerConfig` and `TopicConfig`. Every name is importable from h
 from __future__ import annotations
 
 from raftka.broker.config.broker_config import DYNAMIC_BROKER_CONFIGS, BrokerConfig
+from raftka.broker.config.group_configs import (
+    GROUP_CONFIGS,
+    GroupConfig,
+    validate_group_configs,
+)
 from raftka.broker.config.log_configs import CLEANUP_POLICIES, COMPRESSION_TYPES
 from raftka.broker.config.parsing import (
     ENV_PREFIX,
@@ -52,6 +57,8 @@ __all__ = [
     "ConfigValue",
     "DYNAMIC_BROKER_CONFIGS",
     "ENV_PREFIX",
+    "GROUP_CONFIGS",
+    "GroupConfig",
     "INT_MAX",
     "LISTENER_PREFIX",
     "LONG_MAX",
@@ -64,5 +71,6 @@ __all__ = [
     "parse_assignments",
     "python_type",
     "throttled_replicas",
+    "validate_group_configs",
     "validate_topic_configs",
 ]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LONG_MAX, B, ConfigDef, L, S
+from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LIST, LONG_MAX, B, ConfigDef, L, S
 
-#: `cleanup.policy` values: Kafka's list of `delete` and `compact`, in either order.
-CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
+#: The items a `cleanup.policy` list may hold (Kafka's ValidList of `compact` and `delete`).
+CLEANUP_POLICIES = ("compact", "delete")
 
 
 #: Kafka's `compression.type` values (BrokerCompressionType), broker and topic alike.
@@ -54,7 +54,14 @@ LOG_RETENTION_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "log.roll.ms", L, None, "Segment age that triggers a roll (overrides hours).", minimum=1
     ),
-    ConfigDef("log.roll.hours", INT, 168, "Segment age that triggers a roll, in hours.", minimum=1),
+    ConfigDef(
+        "log.roll.hours",
+        INT,
+        168,
+        "Segment age that triggers a roll, in hours.",
+        minimum=1,
+        read_only=True,
+    ),
     ConfigDef(
         "log.retention.ms",
         L,
@@ -63,14 +70,27 @@ LOG_RETENTION_CONFIGS: tuple[ConfigDef, ...] = (
         minimum=-1,
     ),
     ConfigDef(
-        "log.retention.minutes", INT, None, "Retention in minutes (overrides hours).", minimum=-1
+        "log.retention.minutes",
+        INT,
+        None,
+        "Retention in minutes (overrides hours).",
+        minimum=-1,
+        read_only=True,
     ),
-    ConfigDef("log.retention.hours", INT, 168, "Retention in hours.", minimum=-1),
+    ConfigDef("log.retention.hours", INT, 168, "Retention in hours.", minimum=-1, read_only=True),
     ConfigDef(
-        "log.retention.bytes", L, -1, "Delete old segments beyond this partition size.", minimum=-1
+        "log.retention.bytes",
+        L,
+        -1,
+        "Delete old segments beyond this partition size (negative: no limit).",
     ),
     ConfigDef(
-        "log.retention.check.interval.ms", L, 300000, "How often retention is enforced.", minimum=1
+        "log.retention.check.interval.ms",
+        L,
+        300000,
+        "How often retention is enforced.",
+        minimum=1,
+        read_only=True,
     ),
 )
 
@@ -96,6 +116,7 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
         LONG_MAX,
         "How often the flusher checks partitions.",
         minimum=0,
+        read_only=True,
     ),
     ConfigDef(
         "log.index.interval.bytes", INT, 4096, "Bytes between offset index entries.", minimum=0
@@ -117,7 +138,7 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "log.cleanup.policy",
-        S,
+        LIST,
         "delete",
         "delete drops old segments by retention; compact keeps the latest record per key.",
         choices=CLEANUP_POLICIES,
@@ -131,7 +152,6 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
         15000,
         "How often the cleaner looks for compacted partitions to clean.",
         minimum=0,
-        read_only=True,
     ),
     ConfigDef(
         "log.cleaner.io.max.bytes.per.second",
@@ -139,7 +159,6 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
         sys.float_info.max,
         "Bytes per second the cleaner may read and write, together.",
         minimum=1,
-        read_only=True,
     ),
     ConfigDef(
         "log.cleaner.dedupe.buffer.size",
@@ -148,7 +167,6 @@ LOG_STORAGE_CONFIGS: tuple[ConfigDef, ...] = (
         "Memory for the cleaner's key map (24 bytes a key, as Kafka counts); a cleaning that "
         "cannot map its whole dirty region cleans up to where the map filled.",
         minimum=1024 * 1024,
-        read_only=True,
     ),
     ConfigDef(
         "log.cleaner.delete.retention.ms",

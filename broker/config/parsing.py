@@ -11,6 +11,10 @@ from raftka.broker.config.tables import TOPIC_CONFIGS
 from raftka.broker.config.types import ConfigError, ConfigValue
 
 ENV_PREFIX = "RAFTKA_"
+#: Topic configs in Kafka's throttled-replicas format (see `throttled_replicas`).
+THROTTLED_REPLICAS_CONFIGS = frozenset(
+    {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+)
 
 
 def env_name(name: str) -> str:
@@ -85,7 +89,7 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Confi
         if definition is None:
             raise ConfigError(f"Unknown topic config name: {name}")
         parsed[name] = definition.parse(raw)
-        if name == "leader.replication.throttled.replicas":
+        if name in THROTTLED_REPLICAS_CONFIGS:
             throttled_replicas(str(parsed[name]))
     return parsed
 
@@ -101,7 +105,7 @@ def throttled_replicas(value: str) -> frozenset[tuple[int, int]] | None:
         partition, sep, broker = item.partition(":")
         if not (sep and partition.isdigit() and broker.isdigit()):
             raise ConfigError(
-                f"Invalid leader.replication.throttled.replicas entry {item!r}: expected "
+                f"Invalid throttled replicas entry {item!r}: expected "
                 "PARTITION:BROKER pairs separated by commas, or *"
             )
         pairs.add((int(partition), int(broker)))

@@ -201,21 +201,25 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         "metrics.listen to serve both on one port; empty: no console.",
         read_only=True,
     ),
-    ConfigDef("num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1),
+    ConfigDef(
+        "num.partitions", INT, 1, "Partitions of an auto-created topic.", minimum=1, read_only=True
+    ),
     ConfigDef(
         "default.replication.factor",
         INT,
         1,
         "Replication factor of auto-created topics.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "auto.create.topics.enable",
         B,
         True,
         "Create a topic when a client asks for its metadata or produces to it.",
+        read_only=True,
     ),
-    ConfigDef("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    ConfigDef("delete.topic.enable", B, True, "Allow DeleteTopics.", read_only=True),
     ConfigDef(
         "message.max.bytes", INT, 1048588, "Largest record batch the broker accepts.", minimum=0
     ),
@@ -225,6 +229,7 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         104857600,
         "Largest request frame; larger frames close the connection.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "queued.max.requests",
@@ -232,6 +237,7 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         500,
         "Requests a connection may have in flight before the broker stops reading it.",
         minimum=1,
+        read_only=True,
     ),
     ConfigDef(
         "max.incremental.fetch.session.cache.slots",
@@ -243,7 +249,12 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         read_only=True,
     ),
     ConfigDef(
-        "connections.max.idle.ms", L, 600000, "Idle connections are closed after this.", minimum=-1
+        "connections.max.idle.ms",
+        L,
+        600000,
+        "Idle connections are closed after this.",
+        minimum=-1,
+        read_only=True,
     ),
     ConfigDef(
         "quota.window.num",
@@ -267,7 +278,6 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         INT_MAX,
         "Client connections the broker holds at once; past it, accepting waits for one to close.",
         minimum=0,
-        read_only=True,
     ),
     ConfigDef(
         "max.connections.per.ip",
@@ -275,7 +285,6 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         INT_MAX,
         "Client connections from one address; a further one is closed at once.",
         minimum=0,
-        read_only=True,
     ),
     ConfigDef(
         "max.connections.per.ip.overrides",

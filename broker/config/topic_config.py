@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from raftka.broker.config.broker_config import BrokerConfig
-from raftka.broker.config.tables import BROKER_CONFIGS, TOPIC_CONFIGS
+from raftka.broker.config.tables import TOPIC_CONFIGS
 from raftka.broker.config.topic_configs import TOPIC_SYNONYMS
 from raftka.broker.config.typed import _TypedConfigs
 from raftka.broker.config.types import ConfigDef, ConfigSource, ConfigValue
@@ -14,8 +14,8 @@ from raftka.broker.config.types import ConfigDef, ConfigSource, ConfigValue
 class TopicConfig(_TypedConfigs):
     """A topic's effective configuration: its overrides over the broker's values.
 
-    Never changed once made (a topic whose configs change gets a new one, and the broker's
-    values it falls back to are fixed at start), so the typed reads on every request's path
+    Never changed once made (a topic whose configs change, or whose broker's dynamic configs
+    change, gets a new one), so the typed reads on every request's path
     (`get_int`, `get_str`) are remembered after the first."""
 
     _definitions = TOPIC_CONFIGS
@@ -53,6 +53,8 @@ class TopicConfig(_TypedConfigs):
         return TOPIC_CONFIGS[name].render(self.get(name))
 
     def source(self, name: str) -> ConfigSource:
+        """The topic's override, else where the broker's value comes from (a dynamic
+        default, a static config or the default), as Kafka reports it."""
         if name in self.overrides:
             return ConfigSource.DYNAMIC_TOPIC_CONFIG
         synonym = TOPIC_SYNONYMS.get(name)
@@ -74,7 +76,5 @@ class TopicConfig(_TypedConfigs):
             )
         synonym = TOPIC_SYNONYMS.get(name)
         if synonym is not None:
-            broker_def = BROKER_CONFIGS[synonym]
-            value = broker_def.render(self.broker.get(synonym))
-            found.append((synonym, value, self.broker.source(synonym)))
+            found.extend(self.broker.synonyms(synonym))
         return found

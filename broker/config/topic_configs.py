@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raftka.broker.config.log_configs import CLEANUP_POLICIES, COMPRESSION_TYPES, compression_levels
-from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LONG_MAX, ConfigDef, L, S
+from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LIST, LONG_MAX, ConfigDef, L, S
 
 #: Topic config that puts Produce in restore mode (no broker synonym).
 RESTORE_IN_PROGRESS = "raftka.restore.in.progress"
@@ -11,7 +11,7 @@ RESTORE_IN_PROGRESS = "raftka.restore.in.progress"
 TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "cleanup.policy",
-        S,
+        LIST,
         "delete",
         "delete drops old segments by retention; compact keeps the latest record per key.",
         choices=CLEANUP_POLICIES,
@@ -62,10 +62,17 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "leader.replication.throttled.replicas",
-        S,
+        LIST,
         "",
         "Replicas, as PARTITION:BROKER pairs or * for all, whose leader sends at most "
         "leader.replication.throttled.rate to the replicas a reassignment adds.",
+    ),
+    ConfigDef(
+        "follower.replication.throttled.replicas",
+        LIST,
+        "",
+        "Accepted (Kafka's reassignment tool sets it) and checked; raftka throttles on the "
+        "leader side only.",
     ),
     ConfigDef("segment.bytes", INT, 1073741824, "Segment size that triggers a roll.", minimum=14),
     ConfigDef("segment.ms", L, 7 * DAY_MS, "Segment age that triggers a roll.", minimum=1),
@@ -75,7 +82,10 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "retention.ms", L, 7 * DAY_MS, "Delete segments older than this (-1: never).", minimum=-1
     ),
     ConfigDef(
-        "retention.bytes", L, -1, "Delete old segments beyond this partition size.", minimum=-1
+        "retention.bytes",
+        L,
+        -1,
+        "Delete old segments beyond this partition size (negative: no limit).",
     ),
     ConfigDef("flush.messages", L, LONG_MAX, "fsync after this many records.", minimum=1),
     ConfigDef(

@@ -47,6 +47,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 class ConfigError(ValueError):
@@ -60,10 +61,13 @@ class ConfigDef:
     default: ConfigValue
     doc: str
     minimum: int | None = None
+    #: The accepted values; for a LIST config, the accepted items of the list.
     choices: tuple[str, ...] | None = None
     #: Numeric configs with an upper bound; `also` lists values accepted outside the range.
     maximum: int | None = None
     also: tuple[int, ...] = ()
+    #: A broker config that cannot change at run time (DescribeConfigs' read_only; a
+    #: broker config without it is a dynamic one). Topic configs never set it.
     read_only: bool = False
 
     def parse(self, raw: ConfigValue) -> ConfigValue:
@@ -89,6 +93,8 @@ class ConfigDef:
                     raise ValueError
             elif self.type == ConfigType.DOUBLE:
                 value = float(raw)
+            elif self.type == ConfigType.LIST:
+                return self._parse_list(str(raw))
             else:
                 value = str(raw).strip()
         except ValueError:
@@ -115,6 +121,25 @@ class ConfigDef:
             )
         return value
 
+    def _parse_list(self, raw: str) -> str:
+        """A LIST value as Kafka reads it (items separated by commas, whitespace around them
+        ignored, empty text: no items), each item checked, kept joined by plain commas."""
+        text = raw.strip()
+        items = [item.strip() for item in text.split(",")] if text else []
+        if self.choices is not None:
+            for item in items:
+                if item not in self.choices:
+                    raise ConfigError(
+                        f"Invalid value {item} for configuration {self.name}: "
+                        f"String must be one of: {', '.join(self.choices)}"
+                    )
+        return ",".join(items)
+
+    def items(self, value: ConfigValue) -> list[str]:
+        """The items of a LIST config's value (none for an empty or absent value)."""
+        text = "" if value is None else str(value)
+        return [item for item in text.split(",") if item]
+
     def _also_text(self) -> str:
         return "".join(f" or equal to {value}" for value in self.also)
 
@@ -131,4 +156,5 @@ class ConfigDef:
 B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
 DOUBLE = ConfigType.DOUBLE
 P = ConfigType.PASSWORD
+LIST = ConfigType.LIST
 DAY_MS = 24 * 3600 * 1000

@@ -82,6 +82,9 @@ def coordinator_for(
         clock=clock,
         topics=ClusterTopics(topics),
     )
+    coordinator.consumer.group_configs = lambda group_id: controller.image.group_configs.get(
+        group_id, {}
+    )
     coordinator.share.partition_counts = lambda: {
         name: len(topic.partitions) for name, topic in topics.topics.items()
     }

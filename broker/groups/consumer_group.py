@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -153,6 +153,18 @@ class ConsumerProtocolMachine:
         self._new_member_id = new_member_id
         # Records of the operation under way, by group: handed to `on_records` at its end.
         self._records: dict[str, list[KeyValue]] = {}
+        #: A group's own configs (Kafka 4's group configs, checked when they were set):
+        #: consumer.session.timeout.ms and consumer.heartbeat.interval.ms replace the
+        #: broker-wide values for that group.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        own = self.group_configs(group_id).get("consumer.session.timeout.ms")
+        return self.config.session_timeout_ms if own is None else int(own)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        own = self.group_configs(group_id).get("consumer.heartbeat.interval.ms")
+        return self.config.heartbeat_interval_ms if own is None else int(own)
 
     def _flush(self) -> None:
         records, self._records = self._records, {}
@@ -282,7 +294,7 @@ class ConsumerProtocolMachine:
             self._record_member(group.group_id, member, metadata_changed)
         self.deadlines.schedule(
             DeadlineKey(DeadlineKind.SESSION, group.group_id, member.member_id),
-            now.ms + self.config.session_timeout_ms,
+            now.ms + self.session_timeout_ms(group.group_id),
         )
         if member.state == MemberState.UNREVOKED_PARTITIONS:
             key = DeadlineKey(DeadlineKind.REBALANCE, group.group_id, member.member_id)
@@ -303,7 +315,7 @@ class ConsumerProtocolMachine:
             None,
             member.member_id,
             member.member_epoch,
-            self.config.heartbeat_interval_ms,
+            self.heartbeat_interval_ms(group.group_id),
             copy_assignment(member.assigned) if full or changed else None,
         )
 
@@ -545,7 +557,7 @@ class ConsumerProtocolMachine:
             state.target[member.member_id] = copy_assignment(member.assigned)
             self.deadlines.schedule(
                 DeadlineKey(DeadlineKind.SESSION, group.group_id, member.member_id),
-                now.ms + self.config.session_timeout_ms,
+                now.ms + self.session_timeout_ms(group.group_id),
             )
             if member.state == MemberState.UNREVOKED_PARTITIONS:
                 self.deadlines.schedule(

@@ -17,6 +17,7 @@ from raftka.broker.handlers import (
     fetch,
     groups,
     list_offsets,
+    log_dirs,
     metadata,
     produce,
     producer_ids,
@@ -130,6 +131,11 @@ HANDLERS: Mapping[ApiKey, ApiEndpoint] = MappingProxyType(
         ApiKey.ALTER_CONFIGS: ApiHandler(0, 2, configs.handle_alter_configs),
         ApiKey.CREATE_PARTITIONS: ApiHandler(0, 3, topics_admin.handle_create_partitions),
         ApiKey.DELETE_GROUPS: ApiHandler(0, 2, groups.handle_delete_groups),
+        ApiKey.DESCRIBE_LOG_DIRS: ApiHandler(
+            log_dirs.DESCRIBE_LOG_DIRS_MIN_VERSION,
+            log_dirs.DESCRIBE_LOG_DIRS_MAX_VERSION,
+            log_dirs.handle_describe_log_dirs,
+        ),
         ApiKey.ELECT_LEADERS: ApiHandler(0, 2, elect_leaders.handle_elect_leaders),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiHandler(
             0, 1, configs.handle_incremental_alter_configs

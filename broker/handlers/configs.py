@@ -1,4 +1,5 @@
-"""DescribeConfigs for topics and this broker; AlterConfigs and IncrementalAlterConfigs.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs on topics and brokers (the
+BROKER resources are answered by broker_configs.py).
 
 With an authorizer, as Kafka: describing a resource's configs needs DESCRIBE_CONFIGS and
 altering them ALTER_CONFIGS, on the topic for a topic (else TOPIC_AUTHORIZATION_FAILED), on
@@ -8,19 +9,39 @@ resource is answered so before anything else about it is looked at, and left unc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.cluster.commands import AlterBrokerConfigsCommand, AlterConfigsCommand
-from raftka.broker.config import TOPIC_CONFIGS, ConfigDef, ConfigSource, ConfigType, TopicConfig
+from raftka.broker.cluster.commands import AlterConfigsCommand
+from raftka.broker.config import (
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigError,
+    ConfigSource,
+    ConfigType,
+)
+from raftka.broker.config.alter_ops import apply_config_ops
+from raftka.broker.handlers.broker_configs import (
+    AlteredConfig,
+    RequestError,
+    alter_broker,
+    alter_broker_incrementally,
+    config_ops,
+    describe_broker,
+)
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
     denied_message,
     response_entity,
     response_module,
+)
+from raftka.broker.handlers.group_configs import (
+    alter_group,
+    alter_group_incrementally,
+    describe_group,
 )
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from raftka.protocol.api import build
@@ -72,16 +93,7 @@ def config_denial(
 # (config, its value as text, where the value comes from), as DescribeConfigs reports it.
 Described = tuple[ConfigDef, str | None, ConfigSource]
 Synonym = tuple[str, str | None, ConfigSource]
-SynonymsOf = Callable[[str, str | None, ConfigSource], Iterable[Synonym]]
-
-
-def _topic_synonyms(config: TopicConfig) -> SynonymsOf:
-    return lambda name, _value, _source: config.synonyms(name)
-
-
-def _broker_synonyms(name: str, value: str | None, source: ConfigSource) -> list[Synonym]:
-    """A static broker config's only synonym is itself."""
-    return [(name, value, source)]
+SynonymsOf = Callable[[str], Iterable[Synonym]]
 
 
 class ConfigResource(Protocol):
@@ -92,19 +104,6 @@ class ConfigResource(Protocol):
 
     @property
     def resource_name(self) -> str: ...
-
-
-class AlteredConfig(Protocol):
-    """One config change of an IncrementalAlterConfigs request."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def config_operation(self) -> int: ...
-
-    @property
-    def value(self) -> str | None: ...
 
 
 class AlteredResource(ConfigResource, Protocol):
@@ -133,7 +132,7 @@ def _entries(
                     value=None if secret else v,  # a password's synonym is one too
                     source=int(s),
                 )
-                for n, v, s in synonyms_of(definition.name, value, source)
+                for n, v, s in synonyms_of(definition.name)
             )
         entries.append(
             build(
@@ -183,21 +182,28 @@ async def handle_describe_configs(
                     request,
                     topic.config.describe(),
                     keys,
-                    _topic_synonyms(topic.config),
+                    topic.config.synonyms,
                 )
         elif resource.resource_type == RESOURCE_BROKER:
-            node_id = services.identity.node_id
-            if resource.resource_name not in ("", str(node_id)):
-                error, message = (
-                    ErrorCode.invalid_request,
-                    f"Unexpected broker id, expected {node_id} or empty string, "
-                    f"but received {resource.resource_name}",
+            try:
+                described, synonyms = describe_broker(
+                    services.config, resource.resource_name, services.identity.node_id
                 )
+            except RequestError as exc:
+                error, message = ErrorCode.invalid_request, str(exc)
             else:
-                described = _with_dynamic(
-                    services.config.describe(), services.controller.image.broker_configs, node_id
+                configs = _entries(module, request, described, keys, synonyms.__getitem__)
+        elif resource.resource_type == RESOURCE_GROUP:
+            try:
+                described, synonyms = describe_group(
+                    services.config,
+                    services.controller.image.group_configs,
+                    resource.resource_name,
                 )
-                configs = _entries(module, request, described, keys, _broker_synonyms)
+            except RequestError as exc:
+                error, message = ErrorCode.invalid_request, str(exc)
+            else:
+                configs = _entries(module, request, described, keys, synonyms.__getitem__)
         else:
             error, message = (
                 ErrorCode.invalid_request,
@@ -214,9 +220,6 @@ async def handle_describe_configs(
             )
         )
     return build(entity, throttle_time=NO_THROTTLE, results=tuple(results))
-
-
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 async def _alter_topic(
@@ -244,6 +247,31 @@ async def _alter_topic(
     return result.error_code, result.error_message
 
 
+async def _alter_topic_incrementally(
+    topics: TopicsView,
+    controller: ControllerClient,
+    resource: AlteredResource,
+    validate_only: bool,
+) -> tuple[ErrorCode, str | None]:
+    """A topic's overrides after the resource's operations, through the controller."""
+    topic = topics.get(resource.resource_name)
+    if topic is None:
+        return (
+            ErrorCode.unknown_topic_or_partition,
+            f"Topic {resource.resource_name} does not exist.",
+        )
+    current = {name: topic.config.render(name) or "" for name in topic.config.overrides}
+    try:
+        configs = apply_config_ops(current, config_ops(resource.configs), TOPIC_CONFIGS, "topic")
+    except RequestError as exc:
+        return ErrorCode.invalid_request, str(exc)
+    except ConfigError as exc:
+        return ErrorCode.invalid_config, str(exc)
+    return await _alter_topic(
+        topics, controller, resource.resource_name, dict(configs), True, validate_only
+    )
+
+
 def _resource_result(
     module: ModuleType, resource: ConfigResource, error: ErrorCode, message: str | None
 ) -> object:
@@ -254,12 +282,6 @@ def _resource_result(
         resource_type=resource.resource_type,
         resource_name=resource.resource_name,
     )
-
-
-BROKER_DYNAMIC_UNSUPPORTED = (
-    "Dynamic broker configs are not supported; set broker configs at start-up with "
-    "--config NAME=VALUE or --config-file"
-)
 
 
 async def handle_incremental_alter_configs(
@@ -277,37 +299,24 @@ async def handle_incremental_alter_configs(
         if denial is not None:
             error, message = denial
         elif resource.resource_type == RESOURCE_TOPIC:
-            changes: dict[str, str | None] = {}
-            for entry in resource.configs:
-                if entry.config_operation == SET:
-                    changes[entry.name] = entry.value
-                elif entry.config_operation == DELETE:
-                    changes[entry.name] = None
-                else:
-                    error = ErrorCode.invalid_config
-                    message = (
-                        f"Config {entry.name} is not a list; APPEND and SUBTRACT apply only "
-                        "to list configs"
-                    )
-                    break
-                if entry.name not in TOPIC_CONFIGS:
-                    error, message = (
-                        ErrorCode.invalid_config,
-                        f"Unknown topic config name: {entry.name}",
-                    )
-                    break
-            if error == ErrorCode.none:
-                error, message = await _alter_topic(
-                    services.topics,
-                    services.controller,
-                    resource.resource_name,
-                    changes,
-                    False,
-                    request.validate_only,
-                )
+            error, message = await _alter_topic_incrementally(
+                services.topics, services.controller, resource, request.validate_only
+            )
         elif resource.resource_type == RESOURCE_BROKER:
-            error, message = await _alter_broker(
-                services.controller, resource, request.validate_only
+            error, message = await alter_broker_incrementally(
+                services.controller,
+                services.identity.node_id,
+                resource.resource_name,
+                resource.configs,
+                request.validate_only,
+            )
+        elif resource.resource_type == RESOURCE_GROUP:
+            error, message = await alter_group_incrementally(
+                services.controller,
+                services.config,
+                resource.resource_name,
+                resource.configs,
+                request.validate_only,
             )
         else:
             error, message = (
@@ -318,51 +327,11 @@ async def handle_incremental_alter_configs(
     return build(entity, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-def _with_dynamic(
-    described: Iterable[tuple[ConfigDef, str | None, ConfigSource]],
-    dynamic: Mapping[str, Mapping[str, str]],
-    node_id: int,
-) -> Iterable[tuple[ConfigDef, str | None, ConfigSource]]:
-    """The broker's configs with the dynamic ones (its own, else the cluster default) over
-    the static values."""
-    own = dynamic.get(str(node_id), {})
-    default = dynamic.get("", {})
-    for definition, value, source in described:
-        if definition.name in own:
-            yield definition, own[definition.name], ConfigSource.DYNAMIC_BROKER_CONFIG
-        elif definition.name in default:
-            yield definition, default[definition.name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
-        else:
-            yield definition, value, source
-
-
-async def _alter_broker(
-    controller: ControllerClient, resource: AlteredResource, validate_only: bool
-) -> tuple[ErrorCode, str | None]:
-    """The dynamic broker configs (the replication throttle rates) of one broker, or of
-    every broker with the empty name, through the controller."""
-    changes: dict[str, str | None] = {}
-    for entry in resource.configs:
-        if entry.config_operation == SET:
-            changes[entry.name] = entry.value
-        elif entry.config_operation == DELETE:
-            changes[entry.name] = None
-        else:
-            return (
-                ErrorCode.invalid_config,
-                f"Config {entry.name} is not a list; APPEND and SUBTRACT apply only to list "
-                "configs",
-            )
-    result = await controller.execute(
-        AlterBrokerConfigsCommand(str(resource.resource_name), changes, validate_only)
-    )
-    return result.error_code, result.error_message
-
-
 async def handle_alter_configs(
     context: RequestContext, request: AlterConfigsRequest
 ) -> AlterConfigsResponse:
-    """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
+    """Legacy AlterConfigs: the given configs replace all of the resource's configs (a
+    topic's overrides, a broker's dynamic configs)."""
     services = context.services
     entity: type[AlterConfigsResponse] = response_entity(context)
     module = response_module(context)
@@ -385,7 +354,25 @@ async def handle_alter_configs(
                 request.validate_only,
             )
         elif resource.resource_type == RESOURCE_BROKER:
-            error, message = ErrorCode.invalid_config, BROKER_DYNAMIC_UNSUPPORTED
+            names = [c.name for c in resource.configs]
+            if len(set(names)) != len(names):
+                error, message = ErrorCode.invalid_request, "Error due to duplicate config keys"
+            else:
+                error, message = await alter_broker(
+                    services.controller,
+                    services.identity.node_id,
+                    resource.resource_name,
+                    {c.name: c.value for c in resource.configs},
+                    request.validate_only,
+                )
+        elif resource.resource_type == RESOURCE_GROUP:
+            error, message = await alter_group(
+                services.controller,
+                services.config,
+                resource.resource_name,
+                {c.name: c.value for c in resource.configs},
+                request.validate_only,
+            )
         else:
             error, message = (
                 ErrorCode.invalid_request,

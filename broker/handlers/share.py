@@ -36,6 +36,7 @@ from raftka.broker.handlers.common import (
     response_module,
 )
 from raftka.broker.handlers.fetch import _any_appended, _records
+from raftka.broker.handlers.group_configs import group_config
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.share.manager import (
@@ -87,15 +88,19 @@ class ShareConfig:
     sessions_max: int
 
 
-def share_config(context: RequestContext) -> ShareConfig:
+def share_config(context: RequestContext, group_id: str | None = None) -> ShareConfig:
+    """The share settings of `group_id`: its group configs (share.record.lock.duration.ms,
+    share.session.timeout.ms, ...) where it sets them, else the broker's; the broker's
+    alone without a group."""
     config = context.services.config
+    group = group_config(config, context.services.controller.image.group_configs, group_id or "")
     return ShareConfig(
-        lock_ms=config.get_int("group.share.record.lock.duration.ms"),
+        lock_ms=group.get_int("share.record.lock.duration.ms"),
         delivery_limit=config.get_int("group.share.delivery.count.limit"),
         max_in_flight=config.get_int("group.share.partition.max.record.locks"),
-        session_timeout_ms=config.get_int("group.share.session.timeout.ms"),
-        heartbeat_interval_ms=config.get_int("group.share.heartbeat.interval.ms"),
-        auto_offset_reset=config.get_str("share.auto.offset.reset"),
+        session_timeout_ms=group.get_int("share.session.timeout.ms"),
+        heartbeat_interval_ms=group.get_int("share.heartbeat.interval.ms"),
+        auto_offset_reset=group.get_str("share.auto.offset.reset"),
         sessions_max=config.get_int("group.share.max.share.sessions"),
     )
 
@@ -127,7 +132,7 @@ async def handle_share_group_heartbeat(
     entity: type[ShareGroupHeartbeatResponse] = response_entity(context)
     module = response_module(context)
     coordinator = context.services.groups
-    config = share_config(context)
+    config = share_config(context, request.group_id)
 
     def answer(
         error: ErrorCode, message: str | None = None, **fields: object
@@ -440,7 +445,7 @@ async def handle_share_fetch(
 ) -> ShareFetchResponse | SplicedResponse:
     entity: type[ShareFetchResponse] = response_entity(context)
     module = response_module(context)
-    config = share_config(context)
+    config = share_config(context, request.group_id)
     manager = _manager(context)
 
     def refuse(error: ErrorCode, message: str | None) -> ShareFetchResponse:
@@ -653,7 +658,7 @@ async def handle_share_acknowledge(
 ) -> ShareAcknowledgeResponse:
     entity: type[ShareAcknowledgeResponse] = response_entity(context)
     module = response_module(context)
-    config = share_config(context)
+    config = share_config(context, request.group_id)
     manager = _manager(context)
 
     def refuse(error: ErrorCode, message: str | None) -> ShareAcknowledgeResponse:

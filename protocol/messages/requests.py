@@ -87,6 +87,10 @@ if TYPE_CHECKING:
     import kio.schema.describe_groups.v3.request
     import kio.schema.describe_groups.v4.request
     import kio.schema.describe_groups.v5.request
+    import kio.schema.describe_log_dirs.v1.request
+    import kio.schema.describe_log_dirs.v2.request
+    import kio.schema.describe_log_dirs.v3.request
+    import kio.schema.describe_log_dirs.v4.request
     import kio.schema.describe_producers.v0.request
     import kio.schema.describe_quorum.v0.request
     import kio.schema.describe_quorum.v1.request
@@ -376,6 +380,12 @@ if TYPE_CHECKING:
         | kio.schema.describe_groups.v5.request.DescribeGroupsRequest
     )
 
+    DescribeLogDirsRequest: TypeAlias = (
+        kio.schema.describe_log_dirs.v1.request.DescribeLogDirsRequest
+        | kio.schema.describe_log_dirs.v2.request.DescribeLogDirsRequest
+        | kio.schema.describe_log_dirs.v3.request.DescribeLogDirsRequest
+        | kio.schema.describe_log_dirs.v4.request.DescribeLogDirsRequest
+    )
     DescribeProducersRequest: TypeAlias = (
         kio.schema.describe_producers.v0.request.DescribeProducersRequest
     )

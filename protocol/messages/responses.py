@@ -87,6 +87,10 @@ if TYPE_CHECKING:
     import kio.schema.describe_groups.v3.response
     import kio.schema.describe_groups.v4.response
     import kio.schema.describe_groups.v5.response
+    import kio.schema.describe_log_dirs.v1.response
+    import kio.schema.describe_log_dirs.v2.response
+    import kio.schema.describe_log_dirs.v3.response
+    import kio.schema.describe_log_dirs.v4.response
     import kio.schema.describe_producers.v0.response
     import kio.schema.describe_quorum.v0.response
     import kio.schema.describe_quorum.v1.response
@@ -376,6 +380,12 @@ if TYPE_CHECKING:
         | kio.schema.describe_groups.v5.response.DescribeGroupsResponse
     )
 
+    DescribeLogDirsResponse: TypeAlias = (
+        kio.schema.describe_log_dirs.v1.response.DescribeLogDirsResponse
+        | kio.schema.describe_log_dirs.v2.response.DescribeLogDirsResponse
+        | kio.schema.describe_log_dirs.v3.response.DescribeLogDirsResponse
+        | kio.schema.describe_log_dirs.v4.response.DescribeLogDirsResponse
+    )
     DescribeProducersResponse: TypeAlias = (
         kio.schema.describe_producers.v0.response.DescribeProducersResponse
     )

@@ -82,7 +82,8 @@ public class KafkaTool {
                     + " [k=v...]\n"
                     + Transactions.USAGE
                     + SparkConnector.USAGE
-                    + Security.USAGE;
+                    + Security.USAGE
+                    + Configs.USAGE;
 
     public static void main(String[] args) {
         silenceSlf4jWarning();
@@ -187,6 +188,15 @@ public class KafkaTool {
             case "delete-scram-user":
                 need(args, 4);
                 return Security.deleteScramUser(bootstrap, args[2], args[3], props(args, 4));
+            case "alter-configs":
+                need(args, 5);
+                return Configs.alter(bootstrap, args[2], args[3], args[4], props(args, 5));
+            case "describe-configs":
+                need(args, 4);
+                return Configs.describe(bootstrap, args[2], args[3], props(args, 4));
+            case "describe-log-dirs":
+                need(args, 3);
+                return Configs.describeLogDirs(bootstrap, args[2], props(args, 3));
             default:
                 throw new UsageException("unknown command: " + command);
         }
@@ -2066,6 +2076,142 @@ public class KafkaTool {
                     new org.apache.kafka.clients.admin.UserScramCredentialDeletion(user,
                             org.apache.kafka.clients.admin.ScramMechanism.valueOf(mechanism)),
                     overrides);
+        }
+    }
+
+    /**
+     * Configs (incrementalAlterConfigs, describeConfigs) and log dirs (describeLogDirs)
+     * through the Admin API, as Kafka's kafka-configs and kafka-log-dirs call them. A Kafka
+     * error is printed as {"error": "ExceptionClass", "message": ...} (exit code 0).
+     */
+    static final class Configs {
+        static final String USAGE =
+                "  alter-configs BOOTSTRAP topic|broker|group NAME OP:KEY[=VALUE][;...] [k=v...]\n"
+                + "      OP: SET, DELETE, APPEND, SUBTRACT\n"
+                + "  describe-configs BOOTSTRAP topic|broker|group NAME [k=v...]\n"
+                + "  describe-log-dirs BOOTSTRAP BROKER_ID[,BROKER_ID...] [k=v...]\n";
+
+        private static org.apache.kafka.common.config.ConfigResource resource(
+                String type, String name) {
+            return new org.apache.kafka.common.config.ConfigResource(
+                    org.apache.kafka.common.config.ConfigResource.Type.valueOf(
+                            type.toUpperCase(Locale.ROOT)), name);
+        }
+
+        private static String error(Throwable e) {
+            Throwable cause = e instanceof java.util.concurrent.ExecutionException
+                    && e.getCause() != null ? e.getCause() : e;
+            if (!(cause instanceof org.apache.kafka.common.errors.ApiException)) {
+                throw new RuntimeException(cause);
+            }
+            return "{\"error\":" + str(cause.getClass().getSimpleName()) + ",\"message\":"
+                    + str(cause.getMessage()) + "}";
+        }
+
+        static int alter(String bootstrap, String type, String name, String ops,
+                Properties overrides) throws Exception {
+            List<org.apache.kafka.clients.admin.AlterConfigOp> changes = new ArrayList<>();
+            for (String op : ops.split(";")) {
+                int colon = op.indexOf(':');
+                if (colon < 0) {
+                    throw new UsageException("an operation is OP:KEY[=VALUE]: " + op);
+                }
+                String entry = op.substring(colon + 1);
+                int eq = entry.indexOf('=');
+                String key = eq < 0 ? entry : entry.substring(0, eq);
+                String value = eq < 0 ? null : entry.substring(eq + 1);
+                changes.add(new org.apache.kafka.clients.admin.AlterConfigOp(
+                        new org.apache.kafka.clients.admin.ConfigEntry(key, value),
+                        org.apache.kafka.clients.admin.AlterConfigOp.OpType.valueOf(
+                                op.substring(0, colon))));
+            }
+            try (Admin admin = admin(bootstrap, overrides)) {
+                try {
+                    admin.incrementalAlterConfigs(
+                            Map.of(resource(type, name), changes)).all().get();
+                    System.out.println("{\"error\":null}");
+                } catch (Exception e) {
+                    System.out.println(error(e));
+                }
+            }
+            return 0;
+        }
+
+        static int describe(String bootstrap, String type, String name, Properties overrides)
+                throws Exception {
+            org.apache.kafka.common.config.ConfigResource r = resource(type, name);
+            try (Admin admin = admin(bootstrap, overrides)) {
+                org.apache.kafka.clients.admin.Config config;
+                try {
+                    config = admin.describeConfigs(List.of(r),
+                            new org.apache.kafka.clients.admin.DescribeConfigsOptions()
+                                    .includeSynonyms(true)).all().get().get(r);
+                } catch (Exception e) {
+                    System.out.println(error(e));
+                    return 0;
+                }
+                for (org.apache.kafka.clients.admin.ConfigEntry entry : config.entries()) {
+                    StringBuilder synonyms = new StringBuilder();
+                    for (org.apache.kafka.clients.admin.ConfigEntry.ConfigSynonym synonym
+                            : entry.synonyms()) {
+                        synonyms.append(synonyms.length() == 0 ? "" : ",")
+                                .append("[").append(str(synonym.name())).append(",")
+                                .append(str(synonym.value())).append(",")
+                                .append(str(synonym.source().name())).append("]");
+                    }
+                    System.out.println("{\"name\":" + str(entry.name())
+                            + ",\"value\":" + str(entry.value())
+                            + ",\"source\":" + str(entry.source().name())
+                            + ",\"readOnly\":" + entry.isReadOnly()
+                            + ",\"type\":" + str(entry.type().name())
+                            + ",\"synonyms\":[" + synonyms + "]}");
+                }
+            }
+            return 0;
+        }
+
+        static int describeLogDirs(String bootstrap, String brokers, Properties overrides)
+                throws Exception {
+            List<Integer> ids = new ArrayList<>();
+            for (String id : brokers.split(",")) {
+                ids.add(Integer.parseInt(id));
+            }
+            try (Admin admin = admin(bootstrap, overrides)) {
+                Map<Integer, Map<String, org.apache.kafka.clients.admin.LogDirDescription>> all;
+                try {
+                    all = admin.describeLogDirs(ids).allDescriptions().get();
+                } catch (Exception e) {
+                    System.out.println(error(e));
+                    return 0;
+                }
+                for (Map.Entry<Integer, Map<String,
+                        org.apache.kafka.clients.admin.LogDirDescription>> broker
+                        : new TreeMap<>(all).entrySet()) {
+                    for (Map.Entry<String, org.apache.kafka.clients.admin.LogDirDescription> dir
+                            : broker.getValue().entrySet()) {
+                        org.apache.kafka.clients.admin.LogDirDescription d = dir.getValue();
+                        System.out.println("{\"broker\":" + broker.getKey()
+                                + ",\"dir\":" + str(dir.getKey())
+                                + ",\"error\":" + (d.error() == null ? "null"
+                                        : str(d.error().getClass().getSimpleName()))
+                                + ",\"totalBytes\":" + d.totalBytes().orElse(-1L)
+                                + ",\"usableBytes\":" + d.usableBytes().orElse(-1L) + "}");
+                        for (Map.Entry<TopicPartition,
+                                org.apache.kafka.clients.admin.ReplicaInfo> replica
+                                : d.replicaInfos().entrySet()) {
+                            org.apache.kafka.clients.admin.ReplicaInfo info = replica.getValue();
+                            System.out.println("{\"broker\":" + broker.getKey()
+                                    + ",\"dir\":" + str(dir.getKey())
+                                    + ",\"topic\":" + str(replica.getKey().topic())
+                                    + ",\"partition\":" + replica.getKey().partition()
+                                    + ",\"size\":" + info.size()
+                                    + ",\"offsetLag\":" + info.offsetLag()
+                                    + ",\"isFuture\":" + info.isFuture() + "}");
+                        }
+                    }
+                }
+            }
+            return 0;
         }
     }
 

@@ -20,6 +20,7 @@ from test_log_cleaner import (
 )
 
 from raftka.broker.compaction import LogCleaner
+from raftka.broker.config import BrokerConfig
 from raftka.log.cleaner import (
     CLEANER_STAGING_DIR,
     CLEANER_SWAP_FILE,
@@ -51,7 +52,7 @@ def test_a_cancelled_cleaning_stops_its_thread_and_leaves_no_marker(
 
     monkeypatch.setattr(CleaningJob, "_clean_segment", slow_rewrite)
     cleaner = LogCleaner.__new__(LogCleaner)
-    cleaner.io_bytes_per_second = float("inf")
+    cleaner.config = BrokerConfig(environ={})  # the cleaner's rate: unbounded
     partition = SimpleNamespace(log=log, name="t-0", topic=SimpleNamespace(name="t"))
     jobs: list[CleaningJob] = []
     start_cleaning = log.start_cleaning

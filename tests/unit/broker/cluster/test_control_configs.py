@@ -70,9 +70,10 @@ def test_alter_broker_configs_merges_into_the_current_ones() -> None:
 def test_alter_broker_configs_errors() -> None:
     image = _image()
     for resource, changes, code in [
-        ("", {"log.retention.ms": "1"}, ErrorCode.invalid_config),
-        ("", {RATE: "0"}, ErrorCode.invalid_config),
-        ("", {RATE: "fast"}, ErrorCode.invalid_config),
+        ("", {"log.dirs": "/x"}, ErrorCode.invalid_request),
+        ("", {"no.such.config": "1"}, ErrorCode.invalid_config),
+        ("", {RATE: "0"}, ErrorCode.invalid_request),
+        ("", {RATE: "fast"}, ErrorCode.invalid_request),
         ("9", {RATE: "1"}, ErrorCode.invalid_request),
         ("x", {RATE: "1"}, ErrorCode.invalid_request),
     ]:

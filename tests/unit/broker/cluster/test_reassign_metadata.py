@@ -170,7 +170,7 @@ def test_a_new_leader_goes_on_from_the_membership_in_its_log() -> None:
     assert step == MembershipStep("promote", 4)
 
 
-def test_dynamic_broker_configs_are_only_the_throttle_rates() -> None:
+def test_dynamic_broker_configs_are_stored_per_broker_and_as_the_default() -> None:
     image = _image()
     record = validate_alter_broker_configs(image, "", {"leader.replication.throttled.rate": "5000"})
     assert record == AlterBrokerConfigs("", {"leader.replication.throttled.rate": "5000"})
@@ -187,9 +187,9 @@ def test_dynamic_broker_configs_are_only_the_throttle_rates() -> None:
     assert "3" not in image.broker_configs
 
     for resource, changes, code in [
-        ("", {"log.retention.ms": "1"}, ErrorCode.invalid_config),
-        ("", {"leader.replication.throttled.rate": "0"}, ErrorCode.invalid_config),
-        ("", {"leader.replication.throttled.rate": "fast"}, ErrorCode.invalid_config),
+        ("", {"log.dirs": "/x"}, ErrorCode.invalid_request),
+        ("", {"leader.replication.throttled.rate": "0"}, ErrorCode.invalid_request),
+        ("", {"leader.replication.throttled.rate": "fast"}, ErrorCode.invalid_request),
         ("9", {"leader.replication.throttled.rate": "1"}, ErrorCode.invalid_request),
     ]:
         with pytest.raises(TopicError) as info:

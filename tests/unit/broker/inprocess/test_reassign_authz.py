@@ -103,8 +103,8 @@ def test_the_throttle_rate_is_a_dynamic_broker_config(broker: Broker) -> None:
     assert alter("admin", rate, "1000").error_code == ErrorCode.none
     assert broker.node.append_throttle is not None
     assert broker.node.append_throttle.rate_bytes_per_s == 1000
-    refused = alter("admin", "log.retention.ms", "1")
-    assert refused.error_code == ErrorCode.invalid_config and "dynamic" in refused.error_message
+    refused = alter("admin", "log.dirs", "/elsewhere")
+    assert refused.error_code == ErrorCode.invalid_request and "dynamic" in refused.error_message
 
     request = describe_configs.DescribeConfigsRequest(
         resources=(
