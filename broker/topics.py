@@ -40,6 +40,9 @@ SHARE_STATE_TOPIC = "__share_group_state"
 INTERNAL_TOPICS = frozenset(
     {OFFSETS_TOPIC, METADATA_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC}
 )
+#: The internal topics a coordinator creates on first use, with its own partition count and
+#: configs; nothing else creates them.
+COORDINATOR_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC})
 
 
 class PartitionNotHostedError(RuntimeError):
