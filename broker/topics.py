@@ -444,8 +444,12 @@ class TopicManager:
                 leader = soft_state.leader_id
                 # One line per new leader, none per election round without one.
                 if leader is not None and logged_leadership != (soft_state.term, leader):
+                    # A partition's first leader here is part of its topic's start (told
+                    # in one line per topic); later ones are changes worth a line each.
+                    level = logging.DEBUG if logged_leadership is None else logging.INFO
                     logged_leadership = (soft_state.term, leader)
-                    logger.info(
+                    logger.log(
+                        level,
                         "%s: leader is node %d at epoch %d",
                         partition.name,
                         leader,
