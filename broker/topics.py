@@ -86,6 +86,9 @@ class Partition:
     storage: PartitionRaftStorage | None = None
     raft: RaftGroup | None = None
     waiters: set[trio.Event] = field(default_factory=set)
+    #: The epoch of the last leader this broker knew of; 0 while the partition has had none
+    #: (a new one electing its first), as Kafka numbers a new partition's leader epoch.
+    last_leader_epoch: int = 0
 
     @property
     def name(self) -> str:
@@ -443,6 +446,8 @@ class TopicManager:
             if soft_state is not None:
                 leader = soft_state.leader_id
                 # One line per new leader, none per election round without one.
+                if leader is not None:
+                    partition.last_leader_epoch = soft_state.term
                 if leader is not None and logged_leadership != (soft_state.term, leader):
                     # A partition's first leader here is part of its topic's start (told
                     # in one line per topic); later ones are changes worth a line each.
@@ -465,6 +470,9 @@ class TopicManager:
             storage,
             on_update,
         )
+        if partition.raft.term > 0:
+            # Elected before this start (its term is kept): its leader is not a first one.
+            partition.last_leader_epoch = partition.raft.term
         if partition.replicas == (self.node_id,):
             # A single replica is its own majority: no reason to wait an election timeout.
             partition.raft.campaign()

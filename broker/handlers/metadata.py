@@ -50,10 +50,14 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def partition_leader(controller: ControllerClient, partition: Partition) -> tuple[int, int]:
-    """(leader id, leader epoch) as this broker knows it; (-1, -1) while unknown."""
+    """(leader id, leader epoch) as this broker knows it. Without a leader: a replica
+    gives its last leader's epoch, 0 while the partition has had none (it is being
+    created); another broker gives -1."""
     if partition.raft is not None:
         leader = partition.leader_id
-        return (-1, -1) if leader is None else (leader, partition.leader_epoch)
+        if leader is None:
+            return -1, partition.last_leader_epoch
+        return leader, partition.leader_epoch
     return controller.leader_hints.get(partition.name, (-1, -1))
 
 

@@ -1,7 +1,8 @@
-"""What `raftka cluster` prints, as an operator reads it: `cluster status` lists the
-partitions of user topics (internal topics' only with --include-internal), a reader that
-closes the pipe early (`| head`) gets no traceback, and `cluster quorum` asked through a
-broker that is not the controller still shows every voter's log end."""
+"""What `raftka cluster` and `topics describe` print, as an operator reads it: `cluster status`
+lists the partitions of user topics (internal topics' only with --include-internal), a reader
+that closes the pipe early (`| head`) gets no traceback, `cluster quorum` asked through a
+broker that is not the controller still shows every voter's log end, and a partition that has
+not had its first leader yet is `creating`, not `offline`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from brokers import Brokers
 from clients import make_consumer, make_producer, run_raftka, unique, wait_until
+from confluent_kafka.admin import AdminClient, NewTopic
 from harness import REPO_ROOT, BrokerProcess, ClusterProcess
 
 
@@ -65,11 +67,14 @@ def test_a_closed_pipe_ends_the_command_without_a_traceback(broker: BrokerProces
     assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
 
 
-def test_cluster_quorum_through_another_broker_knows_every_log_end(
-    module_brokers: Brokers,
-) -> None:
-    cluster: ClusterProcess = module_brokers.cluster(3, name="cli-quorum")
+@pytest.fixture(scope="module")
+def cluster(module_brokers: Brokers) -> ClusterProcess:
+    return module_brokers.cluster(3, name="cli-quorum")
 
+
+def test_cluster_quorum_through_another_broker_knows_every_log_end(
+    cluster: ClusterProcess,
+) -> None:
     def quorum(bootstrap: str) -> Any:
         done = run_raftka("cluster", "quorum", "--bootstrap-servers", bootstrap, "--output", "json")
         assert done.returncode == 0, done.stderr
@@ -85,3 +90,44 @@ def test_cluster_quorum_through_another_broker_knows_every_log_end(
     ends = answer["log_end_offsets"]
     assert sorted(ends) == ["1", "2", "3"], answer
     assert all(end >= 0 for end in ends.values()), answer
+
+
+def test_a_partition_electing_its_first_leader_is_creating(cluster: ClusterProcess) -> None:
+    topic = unique("creating")
+    done = run_raftka(
+        "cluster", "quorum", "--bootstrap-servers", cluster.nodes[0].bootstrap, "--output", "json"
+    )
+    controller = json.loads(done.stdout)["leader"]
+    # Replicas on the two other brokers, one of them paused: no majority, no leader yet,
+    # while the controller and the other keep the metadata quorum.
+    node_2, node_3 = [n for n in cluster.nodes if n.node_id != controller]
+    node_3.pause()
+    try:
+        admin = AdminClient({"bootstrap.servers": node_2.bootstrap})
+        future = admin.create_topics(
+            [NewTopic(topic, 1, -1, replica_assignment=[[node_2.node_id, node_3.node_id]])],
+            operation_timeout=10,
+        )[topic]
+        future.result(timeout=30)
+
+        def described() -> Any:
+            done = run_raftka(
+                "topics", "describe", topic, "--bootstrap-servers", node_2.bootstrap,
+                "--output", "json",
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        (partition,) = wait_until(
+            lambda: (d := described()["topics"][0]["partitions"]) and d,
+            30,
+            "the new topic in node 2's metadata",
+        )
+        assert (partition["leader"], partition["status"]) == (-1, "creating"), partition
+    finally:
+        node_3.resume()
+    wait_until(
+        lambda: described()["topics"][0]["partitions"][0]["status"] in ("ok", "under-replicated"),
+        60,
+        "the partition's first leader",
+    )
