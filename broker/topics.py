@@ -435,6 +435,9 @@ class TopicManager:
         )
         partition.storage = storage
         logged_leadership: tuple[int, int] | None = None  # (epoch, leader) last logged
+        # A restarted or internal partition's first leader here is part of the broker's
+        # start (told in one line per topic); a new topic's, and later ones, a line each.
+        quiet_first_leader = partition.topic.is_internal
 
         def on_update(update: RaftGroupUpdate) -> None:
             nonlocal logged_leadership
@@ -449,9 +452,8 @@ class TopicManager:
                 if leader is not None:
                     partition.last_leader_epoch = soft_state.term
                 if leader is not None and logged_leadership != (soft_state.term, leader):
-                    # A partition's first leader here is part of its topic's start (told
-                    # in one line per topic); later ones are changes worth a line each.
-                    level = logging.DEBUG if logged_leadership is None else logging.INFO
+                    first = logged_leadership is None
+                    level = logging.DEBUG if first and quiet_first_leader else logging.INFO
                     logged_leadership = (soft_state.term, leader)
                     logger.log(
                         level,
@@ -473,6 +475,7 @@ class TopicManager:
         if partition.raft.term > 0:
             # Elected before this start (its term is kept): its leader is not a first one.
             partition.last_leader_epoch = partition.raft.term
+            quiet_first_leader = True
         if partition.replicas == (self.node_id,):
             # A single replica is its own majority: no reason to wait an election timeout.
             partition.raft.campaign()
