@@ -19,8 +19,10 @@ import trio
 from raftka.broker.admin.cli import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 from raftka.broker.cluster.controller import MetadataApplyError
 from raftka.broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
+from raftka.broker.config.kraft_configs import COMBINED_ROLES
 from raftka.broker.http_endpoint import EndpointBindError
 from raftka.broker.log_output import LOG_FORMATS, configure_logging
+from raftka.broker.security.listeners import controller_listener
 from raftka.broker.server import Broker, ClusterSpec, Listener
 
 logger = logging.getLogger("raftka")
@@ -39,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
         "PLAINTEXT://127.0.0.1:9092)",
     )
     serve.add_argument(
-        "--data-dir", default="./data", type=Path, help="partition logs and metadata"
+        "--data-dir",
+        type=Path,
+        help="partition logs and metadata (default: the `log.dirs` config, ./data)",
     )
     serve.add_argument(
         "--config",
@@ -251,7 +255,7 @@ def _serve_shards(args: argparse.Namespace) -> int:
             Listener.parse(args.listen),
             Listener.parse(args.raft_listen) if args.raft_listen else None,
             config.get_int("node.id"),
-            args.data_dir,
+            _data_dir(args, config),
             config,
             passthrough,
             socket.gethostname(),
@@ -260,6 +264,46 @@ def _serve_shards(args: argparse.Namespace) -> int:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2
     return _run_shards(commands)
+
+
+def _data_dir(args: argparse.Namespace, config: BrokerConfig) -> Path:
+    """--data-dir, else Kafka's `log.dirs` (raftka keeps one data directory)."""
+    if args.data_dir is not None:
+        return Path(args.data_dir)
+    dirs = [d.strip() for d in config.get_str("log.dirs").split(",") if d.strip()]
+    if len(dirs) != 1:
+        raise ConfigError(f"log.dirs={config.get_str('log.dirs')}: raftka keeps one data directory")
+    return Path(dirs[0])
+
+
+def _check_process_roles(config: BrokerConfig) -> None:
+    roles = {r.strip() for r in config.get_str("process.roles").split(",") if r.strip()}
+    if roles != COMBINED_ROLES:
+        raise ConfigError(
+            f"process.roles={config.get_str('process.roles')}: raftka's nodes are broker and "
+            "controller in one (process.roles=broker,controller); a node that is not a voter "
+            "joins with --join"
+        )
+
+
+def _kraft_voters(config: BrokerConfig, node_id: int) -> dict[int, Listener]:
+    """Kafka's `controller.quorum.voters` as --peers; none for a single voter that is this
+    node (a single broker needs no Raft listener)."""
+    text = config.get_optional_str("controller.quorum.voters")
+    if not text:
+        return {}
+    try:
+        voters = ClusterSpec.parse_peers(text)
+    except ValueError:
+        raise ConfigError(
+            f"controller.quorum.voters: expected ID@HOST:PORT,..., got {text!r}"
+        ) from None
+    if node_id not in voters:
+        raise ConfigError(
+            f"controller.quorum.voters: node.id {node_id} is not one of the voters "
+            f"({', '.join(str(n) for n in sorted(voters))})"
+        )
+    return {} if set(voters) == {node_id} else voters
 
 
 def _print_configs() -> None:
@@ -309,18 +353,21 @@ def main(argv: list[str] | None = None) -> int:
             overrides["node.id"] = str(args.node_id)
         config = BrokerConfig(overrides, file_values=file_values)
         listener = Listener.parse(args.listen) if args.listen else None
-        peers = ClusterSpec.parse_peers(args.peers)
-        raft_listen = Listener.parse(args.raft_listen) if args.raft_listen else None
         node_id = config.get_int("node.id")
+        _check_process_roles(config)
+        peers = ClusterSpec.parse_peers(args.peers) or _kraft_voters(config, node_id)
+        raft_listen = Listener.parse(args.raft_listen) if args.raft_listen else None
         if peers and node_id not in peers:
             raise ValueError(f"--peers must include this broker's node id {node_id}")
         if peers and raft_listen is None:
-            raft_listen = peers[node_id]
+            controller = controller_listener(config)
+            raft_listen = peers[node_id] if controller is None else Listener(*controller)
         if args.join and not peers:
             raise ValueError("--join needs --peers: the running cluster's brokers and this one")
         cluster = ClusterSpec(
             raft_listen=raft_listen, peers=peers, join=args.join, given_cluster_id=args.cluster_id
         )
+        data_dir = _data_dir(args, config)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2
@@ -331,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     json_logs = args.log_format == "json"
     try:
-        broker = Broker(config, listener, args.data_dir, cluster)
+        broker = Broker(config, listener, data_dir, cluster)
     except ValueError as exc:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2

@@ -130,10 +130,40 @@ class ClusterSpec:
 OPEN_FILES_WANTED = 100_000
 
 
-def raise_open_file_limit(wanted: int = OPEN_FILES_WANTED) -> int:
+#: Files a hosted partition may hold open: a segment's log, offset and time indexes, with
+#: room for a second segment while it rolls and its leader-epoch and producer-state files.
+FILES_PER_PARTITION = 8
+#: Connections counted when `max.connections` does not bound them, and descriptors for
+#: everything else (Raft peers, metadata log, sockets of the HTTP endpoint).
+CONNECTIONS_COUNTED_MAX = 1_000
+OPEN_FILES_HEADROOM = 512
+
+
+def open_files_needed(config: BrokerConfig, data_dir: Path) -> int:
+    """Descriptors this broker needs: its partitions (those in `data_dir` and the internal
+    topics' configured ones) and its connections (`max.connections`, at most 1,000)."""
+    try:
+        partitions = sum(1 for entry in data_dir.iterdir() if entry.is_dir())
+    except OSError:
+        partitions = 0
+    partitions += sum(
+        config.get_int(name)
+        for name in (
+            "offsets.topic.num.partitions",
+            "transaction.state.log.num.partitions",
+            "share.coordinator.state.topic.num.partitions",
+        )
+    )
+    connections = min(config.get_int("max.connections"), CONNECTIONS_COUNTED_MAX)
+    return partitions * FILES_PER_PARTITION + connections + OPEN_FILES_HEADROOM
+
+
+def raise_open_file_limit(wanted: int = OPEN_FILES_WANTED, needed: int | None = None) -> int:
     """Raise the soft RLIMIT_NOFILE toward `wanted` (at most the hard limit), as Kafka's
-    docs ask operators to; returns the soft limit now in force. Logs a warning when the hard
-    limit keeps it below `wanted`."""
+    docs ask operators to; returns the soft limit now in force. Logs a warning when the
+    limit stays below `needed` (default `wanted`), what the broker's partitions and
+    connections need."""
+    needed = wanted if needed is None else needed
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
@@ -143,13 +173,13 @@ def raise_open_file_limit(wanted: int = OPEN_FILES_WANTED) -> int:
             soft = target
         except (ValueError, OSError) as exc:
             logger.warning("cannot raise the open file limit from %d: %s", soft, exc)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
+    if soft != resource.RLIM_INFINITY and soft < needed:
         logger.warning(
             "open file limit is %d (hard limit %d): each partition keeps files open and each"
             " client connection one; raise it (ulimit -n, LimitNOFILE=) to at least %d",
             soft,
             hard,
-            wanted,
+            needed,
         )
     return soft
 
@@ -598,7 +628,7 @@ class Broker:
         return HttpEndpoint(address.host, address.port, {}, console, "console.listen")
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        raise_open_file_limit()
+        raise_open_file_limit(needed=open_files_needed(self.config, self.data_dir))
         try:
             async with trio.open_nursery() as nursery:
                 if self.http is not None:

@@ -40,6 +40,9 @@ SHARE_STATE_TOPIC = "__share_group_state"
 INTERNAL_TOPICS = frozenset(
     {OFFSETS_TOPIC, METADATA_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC}
 )
+#: The internal topics a coordinator creates on first use, with its own partition count and
+#: configs; nothing else creates them.
+COORDINATOR_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC})
 
 
 class PartitionNotHostedError(RuntimeError):
@@ -83,6 +86,9 @@ class Partition:
     storage: PartitionRaftStorage | None = None
     raft: RaftGroup | None = None
     waiters: set[trio.Event] = field(default_factory=set)
+    #: The epoch of the last leader this broker knew of; 0 while the partition has had none
+    #: (a new one electing its first), as Kafka numbers a new partition's leader epoch.
+    last_leader_epoch: int = 0
 
     @property
     def name(self) -> str:
@@ -450,6 +456,9 @@ class TopicManager:
         )
         partition.storage = storage
         logged_leadership: tuple[int, int] | None = None  # (epoch, leader) last logged
+        # A restarted or internal partition's first leader here is part of the broker's
+        # start (told in one line per topic); a new topic's, and later ones, a line each.
+        quiet_first_leader = partition.topic.is_internal
 
         def on_update(update: RaftGroupUpdate) -> None:
             nonlocal logged_leadership
@@ -461,9 +470,14 @@ class TopicManager:
             if soft_state is not None:
                 leader = soft_state.leader_id
                 # One line per new leader, none per election round without one.
+                if leader is not None:
+                    partition.last_leader_epoch = soft_state.term
                 if leader is not None and logged_leadership != (soft_state.term, leader):
+                    first = logged_leadership is None
+                    level = logging.DEBUG if first and quiet_first_leader else logging.INFO
                     logged_leadership = (soft_state.term, leader)
-                    logger.info(
+                    logger.log(
+                        level,
                         "%s: leader is node %d at epoch %d",
                         partition.name,
                         leader,
@@ -479,6 +493,10 @@ class TopicManager:
             storage,
             on_update,
         )
+        if partition.raft.term > 0:
+            # Elected before this start (its term is kept): its leader is not a first one.
+            partition.last_leader_epoch = partition.raft.term
+            quiet_first_leader = True
         if partition.replicas == (self.node_id,):
             # A single replica is its own majority: no reason to wait an election timeout.
             partition.raft.campaign()

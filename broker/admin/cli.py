@@ -7,6 +7,7 @@ exit 2 (argparse), a broker that refuses or does not answer exits 1 with one mes
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -350,7 +351,12 @@ def _cluster_parser(commands: Subcommands, common: argparse.ArgumentParser) -> N
     status = actions.add_parser(
         "status", parents=[common], help="brokers, controller, leaders, ISR, problems"
     )
-    status.set_defaults(run=lambda a, t: (cluster.cluster_status(t), cluster.print_status))
+    status.add_argument(
+        "--include-internal", action="store_true", help="also the partitions of __ topics"
+    )
+    status.set_defaults(
+        run=lambda a, t: (cluster.cluster_status(t, a.include_internal), cluster.print_status)
+    )
     elect.add_parser(actions, common)
     membership.add_parsers(actions, common)
 
@@ -453,10 +459,17 @@ def run_admin_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int
     except AdminError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 1
-    if args.output == "json":
-        print_json(document, out)
-    else:
-        printer(document, out)
+    try:
+        if args.output == "json":
+            print_json(document, out)
+        else:
+            printer(document, out)
+        out.flush()
+    except BrokenPipeError:
+        # The reader had enough (`| head`): what is still buffered goes nowhere, quietly.
+        if out is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     if document.get("executed") is False:
         print(
             "Dry run: nothing was committed; add --execute to commit these offsets.",

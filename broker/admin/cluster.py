@@ -1,6 +1,7 @@
 """`raftka cluster status`: brokers, the controller, and every partition's leader, leader
 epoch, ISR and replica lag, with under-replicated (ISR smaller than the replica set) and
-offline (no leader) partitions listed and counted."""
+offline (no leader) partitions listed and counted; internal topics' partitions are counted but
+listed only when asked for."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from raftka.broker.admin.partitions import (
     with_replica_lag,
 )
 from raftka.broker.admin.wire import WireCluster
+from raftka.broker.topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -36,7 +38,9 @@ def _racks(target: Target, admin: AdminClient) -> tuple[dict[int, str | None], s
     return {n.id: n.rack for n in described.nodes}, described.cluster_id
 
 
-def cluster_status(target: Target) -> Document:
+def cluster_status(target: Target, include_internal: bool = False) -> Document:
+    """The status document; internal topics' partitions are left out of its partition
+    list unless `include_internal` (they count, and show among the problems, either way)."""
     admin = target.admin()  # kept referenced: a collected client cancels its requests
     metadata = target.metadata(admin)
     racks, cluster_id = _racks(target, admin)
@@ -83,7 +87,12 @@ def cluster_status(target: Target) -> Document:
         "cluster_id": cluster_id,
         "controller_id": metadata.controller_id,
         "brokers": brokers,
-        "partitions": [s.as_json() for s in states],
+        "partitions": [
+            s.as_json() for s in states if include_internal or s.topic not in INTERNAL_TOPICS
+        ],
+        "internal_partitions_hidden": 0
+        if include_internal
+        else sum(1 for s in states if s.topic in INTERNAL_TOPICS),
         "under_replicated_partitions": under_replicated,
         "offline_partitions": offline,
         "counts": {
@@ -146,6 +155,9 @@ def print_status(document: Document, out: TextIO) -> None:
         ],
         out,
     )
+    hidden = document.get("internal_partitions_hidden", 0)
+    if hidden:
+        print(f"({hidden} partitions of internal topics not listed: --include-internal)", file=out)
     for title, key in (
         ("Under-replicated partitions", "under_replicated_partitions"),
         ("Offline partitions", "offline_partitions"),

@@ -148,12 +148,14 @@ class Target:
             "(is a broker running there? --bootstrap-servers HOST:PORT)"
         )
 
-    def metadata(self, admin: AdminClient, topic: str | None = None) -> ClusterMetadata:
-        """Metadata (ClusterMetadata), or AdminError naming the bootstrap address."""
+    def metadata(self, admin: AdminClient) -> ClusterMetadata:
+        """Metadata of every topic (ClusterMetadata), or AdminError naming the bootstrap
+        address. Never a request naming topics: librdkafka lets the broker auto-create
+        those, and an admin read must create nothing."""
         from confluent_kafka import KafkaException
 
         try:
-            return admin.list_topics(topic=topic, timeout=self.timeout_s)
+            return admin.list_topics(timeout=self.timeout_s)
         except KafkaException as exc:
             raise self.failure(exc) from None
 

@@ -15,7 +15,7 @@ from kio.index import load_request_schema
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.admin.reassign import list_reassignments, reassign
-from raftka.broker.admin.wire import Fields, WireCluster
+from raftka.broker.admin.wire import Fields, WireCluster, WireConnection, WireError
 from raftka.broker.cluster.control.voters import voter_removal_problem, voter_removal_warning
 from raftka.broker.cluster.decommission import plan_decommission
 from raftka.broker.cluster.placement import PlacementError
@@ -38,9 +38,22 @@ def _error_name(code: object) -> str:
     return str(getattr(code, "name", code)).upper()
 
 
+def _controller_connection(cluster: WireCluster) -> WireConnection:
+    """The active controller's connection (the quorum leader knows every replica's log end;
+    a follower does not), else any broker's while it is unknown or does not answer."""
+    cluster.metadata(())
+    if cluster.controller_id is not None:
+        try:
+            return cluster.to_node(cluster.controller_id)
+        except WireError:
+            pass
+    return cluster.any_connection()
+
+
 def describe_quorum(target: Target) -> Document:
+    """DescribeQuorum of the metadata log, asked of the active controller."""
     with WireCluster(target) as cluster:
-        connection = cluster.any_connection()
+        connection = _controller_connection(cluster)
         version = connection.version_for(DESCRIBE_QUORUM_KEY)
         module = schema_module(load_request_schema(DESCRIBE_QUORUM_KEY, version))
         response = connection.request(

@@ -57,15 +57,22 @@ class PartitionState:
     replica_lag: tuple[ReplicaLag, ...] | None = None  # None: not measured
 
     @property
+    def creating(self) -> bool:
+        """No leader yet, by a replica's word: leader epoch 0 is a new partition's."""
+        return self.leader < 0 and self.leader_epoch == 0
+
+    @property
     def offline(self) -> bool:
-        return self.leader < 0
+        return self.leader < 0 and not self.creating
 
     @property
     def under_replicated(self) -> bool:
-        return not self.offline and len(self.isr) < len(self.replicas)
+        return self.leader >= 0 and len(self.isr) < len(self.replicas)
 
     @property
     def status(self) -> str:
+        if self.creating:
+            return "creating"
         if self.offline:
             return "offline"
         return "under-replicated" if self.under_replicated else "ok"

@@ -38,7 +38,7 @@ def _persisted(target: Target, group_id: str) -> dict[tuple[str, int], Persisted
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     admin = target.admin()
-    metadata = target.metadata(admin, SHARE_STATE_TOPIC)
+    metadata = target.metadata(admin)
     topic = metadata.topics.get(SHARE_STATE_TOPIC)
     if topic is None or topic.error is not None:
         return {}

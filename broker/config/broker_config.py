@@ -9,7 +9,12 @@ import os
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from raftka.broker.config.parsing import LISTENER_PREFIX, env_name, split_listener_config
+from raftka.broker.config.parsing import (
+    LISTENER_PREFIX,
+    env_name,
+    listener_config_definition,
+    split_listener_config,
+)
 from raftka.broker.config.tables import BROKER_CONFIGS
 from raftka.broker.config.typed import _TypedConfigs
 from raftka.broker.config.types import ConfigDef, ConfigError, ConfigSource, ConfigValue
@@ -69,9 +74,8 @@ class BrokerConfig(_TypedConfigs):
             for name, raw in source.items():
                 if name.startswith(LISTENER_PREFIX):
                     listener, config_name = split_listener_config(name)
-                    self._per_listener[listener, config_name] = BROKER_CONFIGS[config_name].parse(
-                        raw
-                    )
+                    typed_as = BROKER_CONFIGS[listener_config_definition(config_name)]
+                    self._per_listener[listener, config_name] = typed_as.parse(raw)
                     continue
                 definition = BROKER_CONFIGS.get(name)
                 if definition is None:
@@ -126,7 +130,7 @@ class BrokerConfig(_TypedConfigs):
         key = (listener.upper(), name)
         if key in self._per_listener:
             return self._per_listener[key]
-        return self.get(name)
+        return self.get(listener_config_definition(name))
 
     def is_set(self, name: str) -> bool:
         """Whether `name` was given (file, environment or override), not defaulted."""

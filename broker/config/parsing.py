@@ -40,15 +40,64 @@ def load_config_file(path: Path) -> dict[str, str]:
         walk("", tomllib.loads(text))
         return flat
     values: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
+    for lineno, line in _logical_lines(text):
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep < 0:
             raise ConfigError(f"{path}:{lineno}: expected name=value, got {line!r}")
-        values[line[:sep].strip()] = line[sep + 1 :].strip()
+        values[line[:sep].strip()] = _unescape(line[sep + 1 :].strip())
     return values
+
+
+def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
+    """(first line number, text) of each entry of a .properties file, comments left out;
+    as in Java's Properties, a line ending in an odd number of backslashes goes on in
+    the next, whose leading blanks are dropped (Kafka's JAAS configs are written so)."""
+    pending: list[str] = []
+    first = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip() if not pending else raw.lstrip()
+        if not pending:
+            if not line or line[0] in "#!":
+                continue
+            first = lineno
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending.append(line[:-1])
+            continue
+        pending.append(line)
+        yield first, "".join(pending).strip()
+        pending = []
+    if pending:
+        yield first, "".join(pending).strip()
+
+
+_PROPERTY_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(value: str) -> str:
+    """A .properties value as Java reads it: `\\t`, `\\n`, `\\uXXXX`, and a backslash
+    before any other character stands for that character."""
+    if "\\" not in value:
+        return value
+    out: list[str] = []
+    at = 0
+    while at < len(value):
+        char = value[at]
+        if char != "\\" or at + 1 >= len(value):
+            out.append(char)
+            at += 1
+            continue
+        escaped = value[at + 1]
+        if escaped == "u" and len(value) >= at + 6:
+            try:
+                out.append(chr(int(value[at + 2 : at + 6], 16)))
+                at += 6
+                continue
+            except ValueError:
+                pass
+        out.append(_PROPERTY_ESCAPES.get(escaped, escaped))
+        at += 2
+    return "".join(out)
 
 
 LISTENER_PREFIX = "listener.name."
@@ -70,13 +119,39 @@ PER_LISTENER_CONFIGS = frozenset(
 )
 
 
+#: Kafka's per-listener, per-mechanism JAAS config: `listener.name.<l>.<mechanism>.` + this.
+JAAS_CONFIG = "sasl.jaas.config"
+#: The SASL mechanisms a `listener.name.<listener>.<mechanism>.sasl.jaas.config` may name.
+JAAS_MECHANISMS = ("plain", "scram-sha-256", "scram-sha-512")
+
+
+def jaas_config_name(mechanism: str) -> str:
+    """The per-listener config name of a mechanism's JAAS config (`plain.sasl.jaas.config`)."""
+    return f"{mechanism.lower()}.{JAAS_CONFIG}"
+
+
+def listener_config_definition(config_name: str) -> str:
+    """The broker config a per-listener config is typed (and defaulted) as:
+    `<mechanism>.sasl.jaas.config` is a `sasl.jaas.config`; others are themselves."""
+    return JAAS_CONFIG if config_name.endswith("." + JAAS_CONFIG) else config_name
+
+
 def split_listener_config(name: str) -> tuple[str, str]:
     rest = name[len(LISTENER_PREFIX) :]
     listener, _, config_name = rest.partition(".")
+    if listener and config_name.endswith("." + JAAS_CONFIG):
+        mechanism = config_name[: -len(JAAS_CONFIG) - 1]
+        if mechanism not in JAAS_MECHANISMS:
+            raise ConfigError(
+                f"{name}: SASL mechanism {mechanism!r} is not served; a listener's JAAS config "
+                f"is for one of {', '.join(JAAS_MECHANISMS)} (lower case, as Kafka names them)"
+            )
+        return listener.upper(), config_name
     if not listener or config_name not in PER_LISTENER_CONFIGS:
         raise ConfigError(
             f"Unknown broker config {name!r}: a listener.name.<listener>.<config> override "
-            f"takes one of {', '.join(sorted(PER_LISTENER_CONFIGS))}"
+            f"takes one of {', '.join(sorted(PER_LISTENER_CONFIGS))} or "
+            f"<mechanism>.{JAAS_CONFIG}"
         )
     return listener.upper(), config_name
 

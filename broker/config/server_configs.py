@@ -119,6 +119,15 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         read_only=True,
     ),
     ConfigDef(
+        "sasl.jaas.config",
+        P,
+        None,
+        "Kafka's JAAS login module config: PlainLoginModule's user_NAME=\"PASSWORD\" options "
+        "are PLAIN users (beside sasl.plain.users); per listener and mechanism as "
+        "listener.name.<listener>.<mechanism>.sasl.jaas.config.",
+        read_only=True,
+    ),
+    ConfigDef(
         "connection.failed.authentication.delay.ms",
         INT,
         100,

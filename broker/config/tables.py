@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from raftka.broker.config.coordinator_configs import COORDINATOR_CONFIGS
+from raftka.broker.config.kraft_configs import KRAFT_CONFIGS
 from raftka.broker.config.log_configs import LOG_RETENTION_CONFIGS, LOG_STORAGE_CONFIGS
 from raftka.broker.config.replication_configs import REPLICATION_CONFIGS
 from raftka.broker.config.server_configs import SERVER_CONFIGS
@@ -21,6 +22,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     *REPLICATION_CONFIGS,
     *LOG_STORAGE_CONFIGS,
     *COORDINATOR_CONFIGS,
+    *KRAFT_CONFIGS,
 )
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(*TOPIC_CONFIG_DEFS)

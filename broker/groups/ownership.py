@@ -11,6 +11,7 @@ lead get NOT_COORDINATOR, so clients look the coordinator up again.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -44,6 +45,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger("raftka.groups")
 
 
+@dataclass(slots=True)
+class LoadSummary:
+    """What the partitions loaded since loading last went idle held, for one log line."""
+
+    started: float = 0.0
+    partitions: int = 0
+    groups: int = 0
+    records: int = 0
+
+
 class Ownership:
     """The offsets partitions this broker coordinates, and the loading of their groups into
     `machine`. Loads run in the nursery of `run`; those started before it wait for it."""
@@ -65,6 +76,8 @@ class Ownership:
         # Called with each group a load restored, after the classic machine adopted it.
         self.on_adopt: list[Callable[[ConsumerGroup], None]] = []
         self._nursery: trio.Nursery | None = None
+        # Partitions loaded since `loading` was last empty: reported in one line when it is.
+        self._loads = LoadSummary()
 
     def partition_for(self, group_id: str) -> int:
         return partition_for_group(group_id, self.offsets_log.num_partitions)
@@ -122,8 +135,10 @@ class Ownership:
             return
         if partition in self.owned:
             self.resign(partition)  # a new term: reload what the log holds now
+        if not self.loading:
+            self._loads = LoadSummary(started=time.monotonic())
         self.loading[partition] = epoch
-        logger.info(
+        logger.debug(
             "loading groups of %s-%d (epoch %d)",
             OFFSETS_TOPIC,
             partition,
@@ -197,14 +212,27 @@ class Ownership:
         self.pending.adopt_partition(partition, pending)
         del self.loading[partition]
         self.owned[partition] = epoch
-        if count:
+        logger.debug(
+            "loaded %s-%d (epoch %d): %d records",
+            OFFSETS_TOPIC,
+            partition,
+            epoch,
+            count,
+            extra=partition_context(OFFSETS_TOPIC, partition),
+        )
+        loads = self._loads
+        loads.partitions += 1
+        loads.records += count
+        loads.groups += len(groups)
+        if not self.loading:
             logger.info(
-                "loaded %s-%d (epoch %d): %d records",
+                "coordinating the groups of %d %s partitions: %d groups from %d records (%.2f s)",
+                loads.partitions,
                 OFFSETS_TOPIC,
-                partition,
-                epoch,
-                count,
-                extra=partition_context(OFFSETS_TOPIC, partition),
+                loads.groups,
+                loads.records,
+                time.monotonic() - loads.started,
+                extra={"topic": OFFSETS_TOPIC},
             )
 
     def _replay(self, partition: int) -> tuple[list[ConsumerGroup], PendingTxnOffsets, int]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.cluster.commands import CreateTopicCommand
+from raftka.broker.cluster.commands import AlterConfigsCommand, CreateTopicCommand
 from raftka.broker.replica import AppendOrigin, ReplicaManager, leads
 from raftka.broker.topics import OFFSETS_TOPIC as OFFSETS_TOPIC  # named from here by groups/
 from raftka.broker.topics import Partition, Topic, now_ms
@@ -55,6 +55,9 @@ REPLAY_READ_BYTES = 4 * 1024 * 1024
 # compacted (the latest commit per group and partition stays; tombstones remove the rest).
 # Its segment size is the broker config `offsets.topic.segment.bytes`.
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1"}
+#: The configs of an internal topic its coordinator's records rely on: its state would
+#: otherwise be deleted with time. Others (segment sizes) are the operator's to change.
+REQUIRED_CONFIGS = frozenset({"cleanup.policy", "retention.ms"})
 
 KeyValue = tuple[bytes, bytes | None]
 COMMIT_TIMEOUT_S = 10.0
@@ -284,6 +287,8 @@ class TopicOffsetsLog:
         self.config_prefix = config_prefix
         self.topic_configs = topic_configs
         self.num_partitions: int = config.get_int(f"{config_prefix}.num.partitions")
+        # Whether the existing topic's configs were checked (and put right) by this broker.
+        self._checked = False
 
     def topic(self) -> Topic | None:
         topic = self.topics.get(self.topic_name)
@@ -302,9 +307,13 @@ class TopicOffsetsLog:
 
     async def ensure_topic(self) -> Topic | None:
         """The offsets topic, created through the controller on first use (Kafka creates it
-        when a coordinator is first looked up). None while it cannot be created."""
+        when a coordinator is first looked up). None while it cannot be created. The first
+        time this broker finds it made otherwise, it says so in its log and puts back the
+        configs the coordinator relies on."""
         topic = self.topic()
         if topic is not None:
+            if not self._checked:
+                await self._check(topic)
             return topic
         wanted_rf = int(self.config.get_str(f"{self.config_prefix}.replication.factor"))
         live = max(1, len(self.controller.live_brokers()))
@@ -328,6 +337,52 @@ class TopicOffsetsLog:
     async def ensure_created(self) -> None:
         await self.ensure_topic()
 
+    async def _check(self, topic: Topic) -> None:
+        configured = self.config.get_int(f"{self.config_prefix}.num.partitions")
+        if len(topic.partitions) != configured:
+            # Records are placed by partition count: changing it would lose them.
+            logger.warning(
+                "%s has %d partitions where %s.num.partitions is %d; kept as it is",
+                self.topic_name,
+                len(topic.partitions),
+                self.config_prefix,
+                configured,
+                extra={"topic": self.topic_name},
+            )
+        wrong = {
+            name: value
+            for name, value in self.topic_configs.items()
+            if name in REQUIRED_CONFIGS and topic.config.render(name) != value
+        }
+        if not wrong:
+            self._checked = True
+            return
+        for name, value in wrong.items():
+            logger.warning(
+                "%s has %s=%s where its coordinator needs %s; setting it back",
+                self.topic_name,
+                name,
+                topic.config.render(name),
+                value,
+                extra={"topic": self.topic_name},
+            )
+        overrides: dict[str, str | None] = {
+            name: topic.config.render(name) for name in topic.config.overrides
+        }
+        overrides.update(wrong)
+        result = await self.controller.execute(
+            AlterConfigsCommand(name=self.topic_name, configs=overrides)
+        )
+        if result.error_code == ErrorCode.none:
+            self._checked = True
+        else:
+            logger.warning(
+                "cannot set the configs of %s back: %s",
+                self.topic_name,
+                result.error_message,
+                extra={"topic": self.topic_name},
+            )
+
     async def append(
         self,
         partition: int,
@@ -339,6 +394,10 @@ class TopicOffsetsLog:
         topic = await self.ensure_topic()
         if topic is None:
             raise OSError(f"{self.topic_name} does not exist yet")
+        if not 0 <= partition < len(topic.partitions):
+            raise NotCoordinatorError(
+                f"{self.topic_name} has {len(topic.partitions)} partitions, not {partition + 1}"
+            )
         target = topic.partitions[partition]
         batch = offsets_batch(
             records, now_ms(), producer_id=producer_id, producer_epoch=producer_epoch

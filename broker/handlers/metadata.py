@@ -1,5 +1,9 @@
 """Metadata: brokers, topics, partitions, leaders; auto-creates topics when allowed.
 
+An internal topic named for auto-creation is created as its coordinator creates it (its own
+partition count, replication factor and configs), as Kafka's AutoTopicCreationManager does;
+`__cluster_metadata` never is.
+
 With an authorizer, as Kafka: a topic the principal may not DESCRIBE is left out of an
 all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named (whether or not it
 exists); auto-creation needs CREATE on the cluster or on the topic.
@@ -24,7 +28,13 @@ from raftka.broker.handlers.common import (
     response_module,
 )
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from raftka.broker.topics import Topic
+from raftka.broker.topics import (
+    COORDINATOR_TOPICS,
+    OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    Topic,
+)
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
@@ -40,10 +50,14 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def partition_leader(controller: ControllerClient, partition: Partition) -> tuple[int, int]:
-    """(leader id, leader epoch) as this broker knows it; (-1, -1) while unknown."""
+    """(leader id, leader epoch) as this broker knows it. Without a leader: a replica
+    gives its last leader's epoch, 0 while the partition has had none (it is being
+    created); another broker gives -1."""
     if partition.raft is not None:
         leader = partition.leader_id
-        return (-1, -1) if leader is None else (leader, partition.leader_epoch)
+        if leader is None:
+            return -1, partition.last_leader_epoch
+        return leader, partition.leader_epoch
     return controller.leader_hints.get(partition.name, (-1, -1))
 
 
@@ -117,6 +131,18 @@ async def _auto_create(controller: ControllerClient, name: str) -> ErrorCode:
     return code
 
 
+async def create_internal_topic(context: RequestContext, name: str) -> None:
+    """Have the coordinator that owns internal topic `name` create it as it creates it on
+    first use; logged there when it cannot be."""
+    services = context.services
+    if name == OFFSETS_TOPIC:
+        await services.groups.ensure_offsets_topic()
+    elif name == TRANSACTION_STATE_TOPIC:
+        await services.transactions.log.ensure_created()
+    elif name == SHARE_STATE_TOPIC:
+        await services.groups.share_partitions.store.ensure_created()
+
+
 def brokers_of(
     services: BrokerServices, listener: str | None = None
 ) -> list[tuple[int, str, int, str | None]]:
@@ -178,12 +204,18 @@ async def _named_entry(
             return _error_entry(module, name, None, ErrorCode.topic_authorization_failed), False
         try:
             validate_topic_name(name)
-            check_not_reserved(name)
+            if allow_create:
+                check_not_reserved(name)
         except TopicError as exc:
             return _error_entry(module, name, None, exc.error_code), True
         if not allow_create:
             return _error_entry(module, name, None, ErrorCode.unknown_topic_or_partition), True
-        code = await _auto_create(controller, name)
+        if name in COORDINATOR_TOPICS:
+            # As Kafka: the coordinator's own partition count, replication factor and configs.
+            await create_internal_topic(context, name)
+            code = ErrorCode.none
+        else:
+            code = await _auto_create(controller, name)
         topic = topics.get(name)
         if topic is None:
             # Kafka answers LEADER_NOT_AVAILABLE while a new topic is being created.

@@ -4,6 +4,9 @@ With an authorizer each checks Kafka's ACL before anything else about a topic: C
 cluster or the topic to create it (its configs are returned only with DESCRIBE_CONFIGS on
 it), DELETE to delete it or its records, ALTER to add partitions. A denied topic is answered
 TOPIC_AUTHORIZATION_FAILED and left unchanged.
+
+The internal topics of the coordinators are never created here (INVALID_REQUEST): the broker
+creates each when first needed, with its own partition count and configs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from raftka.broker.handlers.common import (
     response_module,
 )
 from raftka.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from raftka.broker.topics import COORDINATOR_TOPICS
 from raftka.protocol.api import build
 
 if TYPE_CHECKING:
@@ -98,6 +102,15 @@ async def handle_create_topics(
                     context, AclOperation.CREATE, ResourceType.TOPIC, wanted.name
                 )
                 + " (or CREATE on the cluster)",
+            )
+            results.append(build(module.CreatableTopicResult, **fields))
+            continue
+        if wanted.name in COORDINATOR_TOPICS and services.topics.get(wanted.name) is None:
+            # Its coordinator creates it with the partition count its records are placed by.
+            fields.update(
+                error_code=ErrorCode.invalid_request,
+                error_message=f"{wanted.name} is an internal topic: the broker creates it, "
+                "with its own partition count and configs, when it is first needed.",
             )
             results.append(build(module.CreatableTopicResult, **fields))
             continue

@@ -67,6 +67,25 @@ def protocol_map(config: BrokerConfig) -> dict[str, SecurityProtocol]:
 _MAP = "listener.security.protocol.map"
 
 
+def controller_listener_names(config: BrokerConfig) -> frozenset[str]:
+    """Kafka's `controller.listener.names`: listeners that are not for clients."""
+    text = config.get_optional_str("controller.listener.names") or ""
+    return frozenset(name.strip().upper() for name in text.split(",") if name.strip())
+
+
+def controller_listener(config: BrokerConfig) -> tuple[str, int] | None:
+    """(host, port) of the first of `listeners` named in `controller.listener.names`: a
+    Kafka node's controller listener, which raftka takes for its Raft listener."""
+    names = controller_listener_names(config)
+    if not names or not config.is_set("listeners"):
+        return None
+    for item in filter(None, (p.strip() for p in config.get_str("listeners").split(","))):
+        name, host, port = _address(item, "listeners")
+        if name in names:
+            return host or "0.0.0.0", port
+    return None
+
+
 def resolve_listeners(config: BrokerConfig, listen: tuple[str, int] | None) -> list[ListenerSpec]:
     """The listeners to open: `listen` (the `--listen` address) as a PLAINTEXT listener named
     PLAINTEXT first, then those of `listeners` if that config was given. Without either, the
@@ -76,10 +95,13 @@ def resolve_listeners(config: BrokerConfig, listen: tuple[str, int] | None) -> l
     if listen is not None:
         found.append(ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, *listen))
     if config.is_set("listeners") or listen is None:
+        controllers = controller_listener_names(config)
         for item in filter(None, (p.strip() for p in config.get_str("listeners").split(","))):
             name, host, port = _address(item, "listeners")
             if name is None:
                 name = "PLAINTEXT"
+            if name in controllers:
+                continue  # the Raft listener (see controller_listener)
             protocol = protocols.get(name)
             if protocol is None:
                 raise ConfigError(
@@ -105,8 +127,11 @@ def advertised_addresses(
     advertised = dict(bound)
     text = config.get_optional_str("advertised.listeners") or ""
     names = {spec.name for spec in listeners}
+    controllers = controller_listener_names(config)
     for item in filter(None, (p.strip() for p in text.split(","))):
         name, host, port = _address(item, "advertised.listeners")
+        if name in controllers:
+            continue
         if name is None or (name not in names and len(listeners) == 1):
             name = listeners[0].name
         if name not in names:

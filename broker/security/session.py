@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 
 import trio
 
-from raftka.broker.config import BrokerConfig, ConfigError
+from raftka.broker.config import BrokerConfig, ConfigError, jaas_config_name
+from raftka.broker.security.jaas import (
+    LOGIN_MODULES,
+    LoginModule,
+    login_module_for,
+    parse_jaas_config,
+    plain_users_of,
+)
 from raftka.broker.security.listeners import ListenerSpec
 from raftka.broker.security.scram import (
     ScramCredential,
@@ -126,24 +133,53 @@ class Authenticator:
             config.get_int("connection.failed.authentication.delay.ms") / 1000
         )
         self._plain_checks = trio.CapacityLimiter(PLAIN_CHECKS_AT_ONCE)
+        # listener -> its PLAIN users (the configs they come from are fixed at start)
+        self._plain_users: dict[str, dict[str, str]] = {}
 
     def validate(self, listener: str) -> None:
-        """ConfigError naming a bad mechanism or `sasl.plain.users` entry of `listener`."""
+        """ConfigError naming a bad mechanism, `sasl.plain.users` entry or JAAS config of
+        `listener`."""
         for mechanism in self.mechanisms(listener):
             if mechanism not in SUPPORTED_MECHANISMS:
                 raise ConfigError(
                     f"sasl.enabled.mechanisms: {mechanism} is not supported (listener "
                     f"{listener}); supported: {', '.join(SUPPORTED_MECHANISMS)}"
                 )
+            self.login_module(listener, mechanism)
         self.plain_users(listener)
 
     def mechanisms(self, listener: str) -> list[str]:
         text = self.config.listener_value(listener, "sasl.enabled.mechanisms")
         return [m.strip().upper() for m in str(text or "").split(",") if m.strip()]
 
+    def login_module(self, listener: str, mechanism: str) -> LoginModule | None:
+        """The JAAS login module of `mechanism` on `listener`: its
+        `listener.name.<listener>.<mechanism>.sasl.jaas.config`, else the broker-wide
+        `sasl.jaas.config` when that is the mechanism's module; None without either."""
+        name = jaas_config_name(mechanism)
+        text = self.config.listener_value(listener, name)
+        if not isinstance(text, str):
+            return None
+        broker_wide = self.config.get("sasl.jaas.config")
+        if text == broker_wide:
+            # One broker-wide config serves the mechanism whose login module it names.
+            if parse_jaas_config(text)[0].class_name != LOGIN_MODULES[mechanism]:
+                return None
+            return login_module_for(text, "sasl.jaas.config", mechanism)
+        return login_module_for(text, f"listener.name.{listener.lower()}.{name}", mechanism)
+
     def plain_users(self, listener: str) -> dict[str, str]:
-        value = self.config.listener_value(listener, "sasl.plain.users")
-        return parse_plain_users(value if isinstance(value, str) else None)
+        """PLAIN's users on `listener`: `sasl.plain.users` and the `user_NAME` options of
+        its PlainLoginModule (which win for a name in both)."""
+        users = self._plain_users.get(listener)
+        if users is None:
+            value = self.config.listener_value(listener, "sasl.plain.users")
+            users = parse_plain_users(value if isinstance(value, str) else None)
+            module = self.login_module(listener, "PLAIN")
+            if module is not None:
+                users.update(plain_users_of(module))
+            self._plain_users[listener] = users
+        return users
 
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         return self._credentials().get((user, int(mechanism)))

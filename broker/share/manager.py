@@ -56,6 +56,11 @@ class ShareStateStore(Protocol):
         `share.auto.offset.reset`; raises OSError when it could not be."""
         ...
 
+    async def ensure_created(self) -> None:
+        """Create the store's topic if it does not exist yet (with its own partition count
+        and configs); logged when it cannot be now."""
+        ...
+
     def attach(self, manager: SharePartitionManager) -> None:
         """The manager that `tell_brokers` notices apply to on this broker."""
         ...
@@ -104,6 +109,9 @@ class MemoryStateStore:
 
     async def delete(self, key: ShareKey) -> None:
         self.states.pop(key, None)
+
+    async def ensure_created(self) -> None:
+        return None
 
     def attach(self, manager: SharePartitionManager) -> None:
         self.manager = manager

@@ -142,25 +142,37 @@ class TopicShareStateStore:
         await trio.lowlevel.checkpoint()
         return 0, b"null"
 
+    async def ensure_created(self) -> None:
+        await self.log.ensure_created()
+
     def partition_for(self, raw_key: bytes) -> int:
+        """The state partition of a key: by the topic's own partition count once it is
+        known (`ensure_topic` reads it), so keys stay where they were written."""
         return zlib.crc32(raw_key) % self.log.num_partitions
 
-    async def _leader(self, partition: int) -> int:
+    async def _locate(self, raw_key: bytes) -> tuple[int, int]:
+        """(state partition of the key, the node id of its leader); OSError while there
+        is none, or while the topic is not the one the store expects."""
         topic = await self.log.ensure_topic()
         if topic is None:
             raise OSError(f"{SHARE_STATE_TOPIC} cannot be created now")
+        partition = self.partition_for(raw_key)
+        if not 0 <= partition < len(topic.partitions):
+            raise OSError(
+                f"{SHARE_STATE_TOPIC} has {len(topic.partitions)} partitions where state "
+                f"partition {partition} was expected"
+            )
         target = topic.partitions[partition]
         if target.is_leader:
-            return self.node_id
+            return partition, self.node_id
         leader = self.controller.leader_hints.get(target.name, (-1, -1))[0]
         if leader < 0 or leader == self.node_id:
             raise OSError(f"{target.name} has no leader now")
-        return leader
+        return partition, leader
 
     async def read(self, key: ShareKey) -> PersistedState | None:
         raw_key = encode_key(key)
-        partition = self.partition_for(raw_key)
-        leader = await self._leader(partition)
+        partition, leader = await self._locate(raw_key)
         if leader == self.node_id:
             raw = await self.read_local(partition, raw_key)
         else:
@@ -172,8 +184,7 @@ class TopicShareStateStore:
 
     async def write(self, key: ShareKey, state: PersistedState) -> None:
         raw_key = encode_key(key)
-        partition = self.partition_for(raw_key)
-        leader = await self._leader(partition)
+        partition, leader = await self._locate(raw_key)
         value = encode_state(state)
         if leader == self.node_id:
             await self.write_local(partition, raw_key, value)
@@ -186,8 +197,7 @@ class TopicShareStateStore:
 
     async def delete(self, key: ShareKey) -> None:
         raw_key = encode_key(key)
-        partition = self.partition_for(raw_key)
-        leader = await self._leader(partition)
+        partition, leader = await self._locate(raw_key)
         if leader == self.node_id:
             await self.delete_local(partition, raw_key)
         else:

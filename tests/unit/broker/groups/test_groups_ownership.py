@@ -16,7 +16,7 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.config import BrokerConfig
+from raftka.broker.config import BrokerConfig, TopicConfig, validate_topic_configs
 from raftka.broker.groups import (
     OFFSETS_TOPIC,
     CoordinatorConfig,
@@ -29,6 +29,7 @@ from raftka.broker.groups import (
     TopicOffsetsLog,
 )
 from raftka.broker.groups.records import OffsetKey, OffsetValue, partition_for_group
+from raftka.broker.groups.store import OFFSETS_TOPIC_CONFIGS
 from raftka.consensus.core import NotLeaderError
 from raftka.protocol.batch_builder import build_batch
 
@@ -154,9 +155,11 @@ class Cluster:
     """The offsets topic of one broker, whose leadership the test moves."""
 
     def __init__(self) -> None:
-        self.topic = SimpleNamespace(name=OFFSETS_TOPIC, partitions=[])
-        self.topic.partitions.extend(FakePartition(self.topic, i) for i in range(N))
         config = BrokerConfig({"offsets.topic.num.partitions": str(N)}, environ={})
+        # Made by the coordinator, so with the configs it checks an offsets topic has.
+        topic_config = TopicConfig(config, validate_topic_configs(OFFSETS_TOPIC_CONFIGS))
+        self.topic = SimpleNamespace(name=OFFSETS_TOPIC, partitions=[], config=topic_config)
+        self.topic.partitions.extend(FakePartition(self.topic, i) for i in range(N))
         # The topic exists: the controller is never asked to create it.
         self.log = TopicOffsetsLog({OFFSETS_TOPIC: self.topic}, NoController(), config)
         self.coordinator = GroupCoordinator(self.log, CONFIG)
