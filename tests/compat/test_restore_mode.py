@@ -158,13 +158,15 @@ def set_restore(bootstrap: str, topic: str, on: bool) -> None:
         future.result(timeout=30)
 
 
-def produce_once_out_of_restore(bootstrap: str, topic: str, records: bytes) -> Any:
+def produce_once_out_of_restore(leader: Callable[[], str], topic: str, records: bytes) -> Any:
     """Produce `records` as a client would, once the leader has applied the end of restore
     mode (it applies config changes from the metadata log a moment after the admin call
-    returns; until then it refuses a batch at offset 0 and writes nothing)."""
+    returns; until then it refuses a batch at offset 0 and writes nothing). The leader is
+    looked up again for every attempt, as a client does: on a loaded machine an election
+    may move it meanwhile, and the former leader answers NOT_LEADER_OR_FOLLOWER."""
     answer = wait_until(
         lambda: (
-            (a := produce(bootstrap, topic, records))
+            (a := produce(leader(), topic, records))
             and a.error_code != ErrorCode.not_leader_or_follower
             and not (a.error_message or "").startswith("restore:")
             and a
@@ -335,7 +337,7 @@ def test_restore_keeps_offsets_timestamps_headers_and_producer_ids(target: Targe
         producer_epoch=EPOCH,
         base_sequence=3,
     )
-    answer = produce_once_out_of_restore(leader, topic, retry)
+    answer = produce_once_out_of_restore(lambda: target.leader(topic), topic, retry)
     assert answer.base_offset == 3
     assert watermarks(target.bootstrap, topic) == (0, 7)
 
@@ -343,7 +345,7 @@ def test_restore_keeps_offsets_timestamps_headers_and_producer_ids(target: Targe
     producer = make_producer(target.bootstrap, **{"enable.idempotence": True})
     producer.produce(topic, b"fresh", partition=0)
     assert producer.flush(30) == 0
-    (fresh,) = fetch_headers(leader, topic, 7)
+    (fresh,) = fetch_headers(target.leader(topic), topic, 7)
     assert fresh[0] == 7
     assert fresh[9] > PID + 1, fresh
 
@@ -380,7 +382,9 @@ def test_restore_from_offset_above_zero(target: Target) -> None:
         (start + 1, T0 + 1, b"x"),
     ]
     # Out of restore mode a client write is appended as usual, after the restored data.
-    answer = produce_once_out_of_restore(leader, topic, batch(0, [Rec(T0, None, b"after")]))
+    answer = produce_once_out_of_restore(
+        lambda: target.leader(topic), topic, batch(0, [Rec(T0, None, b"after")])
+    )
     assert answer.base_offset == start + 2
     assert watermarks(target.bootstrap, topic) == (start, start + 3)
 
@@ -415,7 +419,14 @@ def test_restored_producer_state_survives_a_leader_change(cluster_factory) -> No
         f"{topic}: a new leader",
     )
     (new_leader,) = [n for n in survivors if n.node_id == new_state["leader"]]
-    answer = produce_once_out_of_restore(new_leader.bootstrap, topic, restored)
+
+    def survivors_leader() -> str:
+        state = state_from_any(survivors, topic)
+        assert state and state["leader"] != old_leader.node_id, state
+        (node,) = [n for n in survivors if n.node_id == state["leader"]]
+        return str(node.bootstrap)
+
+    answer = produce_once_out_of_restore(survivors_leader, topic, restored)
     assert answer.base_offset == 0, "the retry was appended again"
     assert watermarks(new_leader.bootstrap, topic)[1] in (2, 3)  # 3: the new leader's no-op
     old_leader.start()
