@@ -26,9 +26,9 @@ from raftka.protocol.records import (
     Buffer,
     UnsupportedBatch,
     _decompress,
-    _read_varint,
     batch_crc,
     read_batch_header,
+    read_varint,
 )
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -67,7 +67,7 @@ def records_section(batch: Buffer, max_decompressed_bytes: int = MAX_DECOMPRESSE
 
 def _record_span(records: bytes, pos: int, end: int) -> tuple[int, int]:
     """Where the record at `pos` starts its body (after the length) and ends."""
-    length, body = _read_varint(records, pos)
+    length, body = read_varint(records, pos)
     record_end = body + length
     if length < 1 or record_end > end:
         raise UnsupportedBatch("malformed record length")
@@ -87,14 +87,14 @@ def walk_records(records: bytes, count: int) -> list[RecordView]:
     end = len(records)
     for _ in range(count):
         body, record_end = _record_span(records, pos, end)
-        timestamp_delta, field = _read_varint(records, body + 1)
-        offset_delta, rest = _read_varint(records, field)
-        key_length, field = _read_varint(records, rest)
+        timestamp_delta, field = read_varint(records, body + 1)
+        offset_delta, rest = read_varint(records, field)
+        key_length, field = read_varint(records, rest)
         key: bytes | None = None
         if key_length >= 0:
             key = records[field : field + key_length]
             field += key_length
-        value_length, field = _read_varint(records, field)
+        value_length, field = read_varint(records, field)
         if field > record_end:
             raise UnsupportedBatch("record fields run past the record")
         found.append(
@@ -118,9 +118,9 @@ def keyless_records(records: bytes, count: int) -> list[int]:
     end = len(records)
     for index in range(count):
         body, record_end = _record_span(records, pos, end)
-        _, field = _read_varint(records, body + 1)
-        _, field = _read_varint(records, field)
-        key_length, _ = _read_varint(records, field)
+        _, field = read_varint(records, body + 1)
+        _, field = read_varint(records, field)
+        key_length, _ = read_varint(records, field)
         if key_length < 0:
             missing.append(index)
         pos = record_end

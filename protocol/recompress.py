@@ -33,9 +33,9 @@ from raftka.protocol.records import (
     InvalidRecords,
     UnsupportedBatch,
     _decompress,
-    _read_varint,
     batch_crc,
     read_batch_header,
+    read_varint,
 )
 
 #: Topic `compression.type` values → codec ids; `producer` keeps the producer's codec.
@@ -104,7 +104,7 @@ def _check_records(records: bytes, records_count: int, base_offset: int) -> None
     end = len(records)
     for index in range(records_count):
         try:
-            length, body = _read_varint(records, pos)
+            length, body = read_varint(records, pos)
         except UnsupportedBatch:
             length, body = -1, pos
         if length < 0 or body + length > end:

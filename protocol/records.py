@@ -431,7 +431,8 @@ def _decompress(codec: int, payload: bytes, limit: int) -> bytes:
     raise UnsupportedBatch(f"unknown codec {codec}")
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zig-zag varint at `pos`: (value, position after it); UnsupportedBatch if malformed."""
     shift = 0
     raw = 0
     while True:
@@ -469,11 +470,11 @@ def record_timestamps(
         raise UnsupportedBatch(f"cannot decompress: {exc}") from exc
     pos = 0
     for _ in range(min(header.records_count, len(records))):
-        length, body = _read_varint(records, pos)
+        length, body = read_varint(records, pos)
         if length < 0 or body + length > len(records):
             raise UnsupportedBatch("malformed record length")
         field = body + 1  # skip the record's attributes byte
-        timestamp_delta, field = _read_varint(records, field)
-        offset_delta, field = _read_varint(records, field)
+        timestamp_delta, field = read_varint(records, field)
+        offset_delta, field = read_varint(records, field)
         yield header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
         pos = body + length

@@ -17,6 +17,7 @@ from raftka.protocol.records import (
     MAGIC_V2,
     UnsupportedBatch,
     read_batch_header,
+    read_varint,
 )
 
 #: A page decodes at most this much of one batch (a guard against compression bombs).
@@ -34,23 +35,8 @@ class Record(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varint at `pos`: (value, position after it)."""
-    raw = 0
-    shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise UnsupportedBatch("malformed varint")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-
-
 def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _varint(buf, pos)
+    length, pos = read_varint(buf, pos)
     if length < 0:
         return None, pos
     if pos + length > len(buf):
@@ -68,15 +54,15 @@ def batch_records(partition: int, batch: bytes) -> Iterator[Record]:
     records = records_section(batch, DECOMPRESSED_BYTES_MAX)
     pos = 0
     for _ in range(header.records_count):
-        length, body = _varint(records, pos)
+        length, body = read_varint(records, pos)
         end = body + length
         if length < 1 or end > len(records):
             raise UnsupportedBatch("malformed record length")
-        timestamp_delta, field = _varint(records, body + 1)
-        offset_delta, field = _varint(records, field)
+        timestamp_delta, field = read_varint(records, body + 1)
+        offset_delta, field = read_varint(records, field)
         key, field = _bytes(records, field)
         value, field = _bytes(records, field)
-        count, field = _varint(records, field)
+        count, field = read_varint(records, field)
         headers: list[tuple[str, bytes | None]] = []
         for _ in range(max(count, 0)):
             name, field = _bytes(records, field)
