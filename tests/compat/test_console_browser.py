@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clients import consume, make_consumer, produce, wait_until
+from clients import consume, create_topic, make_consumer, produce, wait_until
 from confluent_kafka import (
+    AcknowledgeType,
     ConsumerGroupTopicPartitions,
+    ShareConsumer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
@@ -29,10 +31,17 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not insta
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 #: How long the browser may take to show what a step waits for (a page load, a refresh).
 SHOWN_WITHIN_S = 30.0
+#: Share groups read from the start, and hold a record's lock past the test.
+SHARE_CONFIG = {
+    "share.auto.offset.reset": "earliest",
+    "group.share.record.lock.duration.ms": "120000",
+    "group.share.heartbeat.interval.ms": "500",
+}
 
 
 def http_status(url: str) -> int:
@@ -49,7 +58,9 @@ def http_status(url: str) -> int:
 def console(module_brokers):
     """A broker with its console; (the broker, the console's base URL)."""
     address = f"127.0.0.1:{free_port()}"
-    broker = module_brokers.broker({"console.listen": address}, name="console-clicked")
+    broker = module_brokers.broker(
+        {"console.listen": address, **SHARE_CONFIG}, name="console-clicked"
+    )
     base = f"http://{address}"
     wait_until(lambda: http_status(base + "/") == 200, 30, "the console answers /")
     return broker, base
@@ -117,16 +128,25 @@ class _Step:
 
 
 def text_of(driver: WebDriver, element_id: str) -> str:
-    return " ".join(driver.find_element(By.ID, element_id).text.split())
+    """The shown text of the element with that id ("" when there is none), read in one
+    script so that a live refresh replacing the element cannot come in between."""
+    shown = driver.execute_script(
+        "const e = document.getElementById(arguments[0]); return e ? e.innerText : '';",
+        element_id,
+    )
+    return " ".join(str(shown).split())
 
 
 def rows_of(driver: WebDriver, table_id: str) -> list[list[str]]:
-    """The body rows of a table as their cells' shown text (white space collapsed)."""
-    return [
-        [" ".join(cell.text.split()) for cell in row.find_elements(By.TAG_NAME, "td")]
-        for row in driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tr")
-        if row.find_elements(By.TAG_NAME, "td")
-    ]
+    """The body rows of a table as their cells' shown text (white space collapsed), read in
+    one script as `text_of` is."""
+    rows = driver.execute_script(
+        "const t = document.getElementById(arguments[0]);"
+        "return t ? Array.from(t.querySelectorAll('tbody tr'),"
+        " r => Array.from(r.querySelectorAll('td'), c => c.innerText)) : [];",
+        table_id,
+    )
+    return [[" ".join(str(cell).split()) for cell in row] for row in rows]
 
 
 def form_of(driver: WebDriver, action: str):
@@ -140,8 +160,26 @@ def type_into(form, name: str, text: str) -> None:
     field.send_keys(text)
 
 
-def click_button(form, label: str) -> None:
-    form.find_element(By.XPATH, f'.//button[normalize-space()="{label}"]').click()
+def follow(driver: WebDriver, element) -> None:
+    """Clicks what leads to another page and waits until the browser has left this one
+    (a click returns before the page it asked for is loaded)."""
+    leaving = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, SHOWN_WITHIN_S, poll_frequency=0.1).until(
+        staleness_of(leaving), message="the click led nowhere"
+    )
+    WebDriverWait(driver, SHOWN_WITHIN_S, poll_frequency=0.1).until(
+        lambda d: d.execute_script("return document.readyState") == "complete",
+        message="the page never finished loading",
+    )
+
+
+def click_button(driver: WebDriver, form, label: str) -> None:
+    follow(driver, form.find_element(By.XPATH, f'.//button[normalize-space()="{label}"]'))
+
+
+def click_link(driver: WebDriver, text: str) -> None:
+    follow(driver, driver.find_element(By.LINK_TEXT, text))
 
 
 def shown(driver: WebDriver, what: str, check) -> None:
@@ -165,9 +203,9 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
         create = form_of(driver, "/topics")
         type_into(create, "name", topic)
         type_into(create, "partitions", "2")
-        click_button(create, "Create")
+        click_button(driver, create, "Create")
         assert text_of(driver, "outcome") == "Done."
-        driver.find_element(By.LINK_TEXT, f"topic {topic}").click()
+        click_link(driver, f"topic {topic}")
         assert driver.title == f"Topic {topic} · raftka"
         assert [row[0] for row in rows_of(driver, "partitions")] == ["0", "1"]
     assert topic in admin.list_topics(timeout=10).topics
@@ -181,14 +219,14 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
     assert not result.errors, result.errors[:5]
 
     with step("find-by-key"):
-        driver.find_element(By.LINK_TEXT, "browse").click()
+        click_link(driver, "browse")
         assert driver.title == f"Messages of {topic} · raftka"
         browse = driver.find_element(By.CSS_SELECTOR, 'form[method="get"]')
         Select(browse.find_element(By.NAME, "partition")).select_by_value("all")
         Select(browse.find_element(By.NAME, "mode")).select_by_value("offset")
         type_into(browse, "offset", "0")
         type_into(browse, "filter", "key-17")
-        click_button(browse, "Show")
+        click_button(driver, browse, "Show")
         found = rows_of(driver, "messages")
         # partition, offset, timestamp, key, value, headers: key-17 is partition 1's 9th
         assert [(row[0], row[1], row[3], row[4]) for row in found] == [
@@ -204,7 +242,7 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
         )
         with step("group-lag"):
             driver.get(f"{base}/groups")
-            driver.find_element(By.LINK_TEXT, group).click()
+            click_link(driver, group)
             assert driver.title == f"Group {group} · raftka"
             assert text_of(driver, "total-lag") == str(n - 10)
             assert rows_of(driver, "lag") == [
@@ -226,7 +264,7 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
         reset = form_of(driver, f"/groups/{group}/reset")
         type_into(reset, "topic", topic)
         Select(reset.find_element(By.NAME, "to")).select_by_value("earliest")
-        click_button(reset, "Preview (dry run)")
+        click_button(driver, reset, "Preview (dry run)")
         assert driver.title == f"Reset offsets of {group} · raftka"
         assert rows_of(driver, "reset-plan") == [[topic, "0", "15", "0"], [topic, "1", "12", "0"]]
     # The dry run changed nothing.
@@ -238,9 +276,9 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
             By.XPATH, '//form[.//button[normalize-space()="Reset offsets"]]'
         )
         type_into(execute, "confirm", group)
-        click_button(execute, "Reset offsets")
+        click_button(driver, execute, "Reset offsets")
         assert text_of(driver, "outcome") == "Done."
-        driver.find_element(By.LINK_TEXT, f"← group {group}").click()
+        click_link(driver, f"← group {group}")
         assert text_of(driver, "total-lag") == str(n)
         assert rows_of(driver, "lag") == [
             [topic, "0", "0", "15", "15"],
@@ -248,14 +286,76 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
         ]
 
     with step("delete-topic"):
-        driver.find_element(By.LINK_TEXT, topic).click()
+        click_link(driver, topic)
         assert driver.title == f"Topic {topic} · raftka"
         delete = form_of(driver, f"/topics/{topic}/delete")
         type_into(delete, "confirm", topic)
-        click_button(delete, "Delete topic")
+        click_button(driver, delete, "Delete topic")
         assert text_of(driver, "outcome") == "Done."
-        driver.find_element(By.LINK_TEXT, "← topics").click()
+        click_link(driver, "← topics")
         assert driver.title == "Topics · raftka"
         listed = [row[0] for row in rows_of(driver, "topics")]
         assert topic not in listed
     wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 10, "the topic goes")
+
+
+@pytest.mark.timeout(300)
+def test_a_share_groups_page_shows_its_records_in_flight(console, driver, tmp_path):
+    """A share consumer takes ten records, accepts eight, rejects one and holds the first
+    unacknowledged: the group page shows the member, and the share-partition's records in
+    flight by state and delivery count; once the member leaves, the held record is available
+    again."""
+    broker, base = console
+    step = Steps(driver, tmp_path / "screenshots")
+    topic = f"shared-{uuid.uuid4().hex[:8]}"
+    group = f"share-group-{topic[-8:]}"
+    create_topic(broker.bootstrap, topic, partitions=1)
+    result = produce(broker.bootstrap, topic, [{"value": b"v%d" % i} for i in range(10)])
+    assert not result.errors, result.errors[:5]
+    consumer = ShareConsumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "explicit",
+        }
+    )
+    group_url = f"{base}/groups/{group}"
+    try:
+        consumer.subscribe([topic])
+        seen: set[int] = set()
+
+        def take() -> bool:
+            for message in consumer.poll(0.5):
+                if message.error() is not None or message.offset() == 0:
+                    continue  # offset 0 stays acquired, unacknowledged
+                seen.add(message.offset())
+                kind = AcknowledgeType.REJECT if message.offset() == 5 else AcknowledgeType.ACCEPT
+                consumer.acknowledge(message, kind)
+            consumer.commit_sync(10)
+            return len(seen) == 9
+
+        wait_until(take, 30, "nine records acknowledged by the share consumer")
+        with step("share-group"):
+            driver.get(group_url)
+            assert driver.title == f"Group {group} · raftka"
+            assert text_of(driver, "group-state") == "Stable"
+            members = rows_of(driver, "members")
+            assert len(members) == 1 and members[0][5] == f"{topic}: 0"
+            # topic, partition, start, lag, acquired, available, acknowledged, archived, deliveries
+            assert rows_of(driver, "share-partitions") == [
+                [topic, "0", "0", "1", "1", "0", "8", "1", "1: 10"]
+            ]
+            assert text_of(driver, "total-lag") == "1"
+    finally:
+        consumer.close()
+    with step("share-group-left"):
+        # The page refreshes itself: the member goes and its held record is released.
+        shown(driver, "no member", lambda d: text_of(d, "group-state") == "Empty")
+        shown(
+            driver,
+            "the held record available again",
+            lambda d: (
+                rows_of(d, "share-partitions")
+                == [[topic, "0", "0", "1", "0", "1", "8", "1", "1: 10"]]
+            ),
+        )
