@@ -22,6 +22,7 @@ from kio.schema.describe_acls.v3 import request as describe_acls
 from kio.schema.describe_client_quotas.v1 import request as describe_quotas
 from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.describe_groups.v5 import request as describe_groups
+from kio.schema.describe_share_group_offsets.v1 import request as share_offsets
 from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
 from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from kio.schema.list_groups.v5 import request as list_groups
@@ -33,6 +34,7 @@ from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v7 import request as offset_fetch
 from kio.schema.produce.v9 import request as produce
 from kio.schema.request_header.v2.header import RequestHeader
+from kio.schema.share_group_describe.v1 import request as share_group_describe
 from kio.static.primitive import i16, i32
 
 from raftka.broker.services import RequestContext
@@ -185,6 +187,32 @@ class Caller:
                 consumer_group_describe.ConsumerGroupDescribeRequest,
                 group_ids=tuple(group_ids),
                 include_authorized_operations=False,
+            )
+        )
+
+    async def describe_share_groups(self, group_ids: Sequence[str]) -> Response:
+        """ShareGroupDescribe: share groups (KIP-932), their members and assignments."""
+        return await self.call(
+            build(
+                share_group_describe.ShareGroupDescribeRequest,
+                group_ids=tuple(group_ids),
+                include_authorized_operations=False,
+            )
+        )
+
+    async def share_offsets(self, group_id: str) -> Response:
+        """DescribeShareGroupOffsets (v1, with lag) of every partition the share group has
+        state for."""
+        return await self.call(
+            build(
+                share_offsets.DescribeShareGroupOffsetsRequest,
+                groups=(
+                    build(
+                        share_offsets.DescribeShareGroupOffsetsRequestGroup,
+                        group_id=group_id,
+                        topics=None,
+                    ),
+                ),
             )
         )
 

@@ -24,6 +24,7 @@ from raftka.broker.console.html import (
     tag,
 )
 from raftka.broker.console.offsets_reset import reset_form
+from raftka.broker.console.share_groups import share_group_page
 from raftka.broker.console.view import PageError
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ def _refused(group_id: str, code: ErrorCode) -> PageError:
 
 async def group_page(view: View, group_id: str) -> HttpResponse:
     """A classic group (DescribeGroups) or, when there is none of that name, a group of the
-    consumer protocol (ConsumerGroupDescribe)."""
+    consumer protocol (ConsumerGroupDescribe), else a share group (ShareGroupDescribe)."""
     described = await view.caller.describe_groups([group_id])
     group = described.groups[0]
     code = ErrorCode(group.error_code)
@@ -207,6 +208,9 @@ async def group_page(view: View, group_id: str) -> HttpResponse:
                 ("Assignor", found.assignor_name or "none"),
             ]
         elif found_code in (ErrorCode.group_id_not_found, ErrorCode.unsupported_version):
+            shared = (await view.caller.describe_share_groups([group_id])).groups[0]
+            if shared.error_code == ErrorCode.none:
+                return await share_group_page(view, shared)
             members = []
             facts = [("State", tag("span", "Dead", id="group-state"))]
         else:

@@ -456,8 +456,8 @@ def test_the_overview_charts_the_throughput_of_the_last_minutes(console, browser
         "the chart's peaks in and out above zero",
     )
     with checked(browser, base + "/", "overview-throughput"):
+        page = look(browser, base + "/", "overview-throughput")  # the README's picture
         dom = browser.dom(base + "/")
-        page = Page(dom)
         assert "throughput" in page.by_id
         assert dom.count("<polyline") == 2  # in and out
 

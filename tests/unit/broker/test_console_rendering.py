@@ -26,9 +26,11 @@ from raftka.broker.console.records import (
     split_batches,
 )
 from raftka.broker.console.sessions import COOKIE, SESSION_IDLE_S, Sessions, set_cookie
+from raftka.broker.console.share_groups import deliveries_text
 from raftka.broker.console.throughput import Rate, Throughput, chart
 from raftka.broker.console.view import PageError
 from raftka.broker.metrics import BrokerMetrics
+from raftka.broker.share.partition import RecordState, SharePartition, StateBatch
 from raftka.protocol.batch_builder import build_batch
 
 
@@ -160,3 +162,16 @@ def test_sessions_expire_when_idle_and_are_bounded() -> None:
     sessions.close(again)
     assert sessions.find(f"{COOKIE}={again}") is None
     assert set_cookie("t")[1] == f"{COOKIE}=t; Path=/; HttpOnly; SameSite=Strict"
+
+
+def test_a_share_partitions_records_in_flight_are_counted_by_delivery_count() -> None:
+    state = SharePartition(
+        10,
+        [
+            StateBatch(10, 12, RecordState.AVAILABLE, 2),
+            StateBatch(13, 19, RecordState.ACKNOWLEDGED, 1),
+            StateBatch(20, 20, RecordState.ARCHIVED, 5),
+        ],
+    )
+    assert deliveries_text(state) == "1: 7, 2: 3, 5: 1"
+    assert deliveries_text(SharePartition(4)) == "none"
