@@ -31,7 +31,7 @@ from pathlib import Path
 
 import lmdb
 
-from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.errors import OUT_OF_SPACE, RaftInvariantError
 from raftka.consensus.types import (
     Entry,
     EntryKind,
@@ -160,7 +160,10 @@ class HardStateStore:
             except lmdb.Error as exc:
                 for raft_group_id, hard_state in batch.items():
                     staged.setdefault(raft_group_id, hard_state)  # a newer staged value wins
-                raise OSError(f"hard state commit failed: {exc}") from exc
+                # lmdb reports a system error as its strerror text: keep a full disk's errno
+                # (the sync driver retries that one, and stops the broker on any other).
+                code = next((c for c in OUT_OF_SPACE if str(exc).endswith(os.strerror(c))), 0)
+                raise OSError(code, f"hard state commit failed: {exc}") from exc
 
         return commit
 

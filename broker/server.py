@@ -56,6 +56,7 @@ from raftka.broker.sync_failure import halt_after_failed_sync
 from raftka.broker.topics import Partition, TopicManager
 from raftka.broker.txn import transaction_coordinator_for
 from raftka.consensus.driver import RaftNode
+from raftka.consensus.errors import OUT_OF_SPACE
 from raftka.consensus.peer_auth import PeerAuth, load_secrets
 from raftka.consensus.transport import PeerTransport
 from raftka.protocol.api import api_name
@@ -782,7 +783,15 @@ class Broker:
                             try:
                                 await trio.to_thread.run_sync(job)
                             except OSError as exc:
-                                halt_after_failed_sync(f"the log of {partition.name}", exc)
+                                if exc.errno not in OUT_OF_SPACE:
+                                    halt_after_failed_sync(f"the log of {partition.name}", exc)
+                                # A full disk: the segments stay dirty; the next round retries.
+                                logger.error(
+                                    "fsync of %s failed: %s",
+                                    partition.name,
+                                    exc,
+                                    extra={"partition": partition.name},
+                                )
 
     def _partitions_flushed_on_schedule(self) -> list[Partition]:
         """Local partitions of the topics whose flush.messages or flush.ms is finite; under

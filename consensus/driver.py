@@ -44,7 +44,7 @@ from raftka.consensus.core import (
     StorageError,
     can_send_before_sync,
 )
-from raftka.consensus.errors import SyncFailedError
+from raftka.consensus.errors import OUT_OF_SPACE, SyncFailedError
 from raftka.consensus.progress import ProgressState
 from raftka.consensus.storage import RaftLog
 from raftka.consensus.transport import PeerTransport
@@ -892,6 +892,40 @@ class RaftNode:
             await self._serve(tickets)
 
     async def _serve(self, tickets: list[_SyncTicket]) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._sync(tickets)
+                break
+            except OSError as exc:
+                if exc.errno not in OUT_OF_SPACE:
+                    # Never retried: see `on_sync_failure`.
+                    names = sorted({t.group.name for t in tickets if t.fsync_log})
+                    what = ", ".join(names[:5]) + (
+                        f" and {len(names) - 5} more" if len(names) > 5 else ""
+                    )
+                    what = f"the logs of {what}" if names else "the Raft hard states"
+                    if self._on_sync_failure is not None:
+                        self._on_sync_failure(what, exc)
+                    raise SyncFailedError(f"node {self.node_id}: sync of {what} failed") from exc
+                # A full disk refused the write before anything was synced (lmdb's commit
+                # writes its pages first): nothing waiting may go ahead; retry once space
+                # returns, as a full disk's writes are retried.
+                failures += 1
+                delay_s = min(5.0, 0.1 * 2**failures)
+                log.error(
+                    "node %s: sync of %d groups failed (%s); retrying in %.1f s",
+                    self.node_id,
+                    len({id(t.group) for t in tickets}),
+                    exc,
+                    delay_s,
+                )
+                await trio.sleep(delay_s)
+        for ticket in tickets:
+            ticket.group._synced(ticket)
+
+    async def _sync(self, tickets: list[_SyncTicket]) -> None:
+        """The tickets' hard-state commit and log fsyncs, in one worker-thread call."""
         async with self.sync_lock:
             jobs: list[Callable[[], None]] = []
             if self._hard_states is not None:
@@ -908,20 +942,7 @@ class RaftNode:
                     if job is not None:
                         jobs.append(job)
             if jobs:
-                try:
-                    await trio.to_thread.run_sync(_run_all, jobs)
-                except OSError as exc:
-                    # Never retried: see `on_sync_failure`.
-                    names = sorted({t.group.name for t in tickets if t.fsync_log})
-                    what = ", ".join(names[:5]) + (
-                        f" and {len(names) - 5} more" if len(names) > 5 else ""
-                    )
-                    what = f"the logs of {what}" if names else "the Raft hard states"
-                    if self._on_sync_failure is not None:
-                        self._on_sync_failure(what, exc)
-                    raise SyncFailedError(f"node {self.node_id}: sync of {what} failed") from exc
-        for ticket in tickets:
-            ticket.group._synced(ticket)
+                await trio.to_thread.run_sync(_run_all, jobs)
 
     def tick(self) -> None:
         """One tick of every group whose clock matters (run() calls this; tests and
