@@ -7,7 +7,9 @@ has one, with the method and query string (the console's pages). A request head 
 most REQUEST_HEAD_BYTES_MAX bytes and must arrive within REQUEST_TIMEOUT_S; anything
 malformed gets 400, an unknown path 404, another method 405. At most CONNECTIONS_MAX
 connections are served at once (more get 503). A connection's failure is logged and ends
-that connection only: never another one, never the broker.
+that connection only: never another one, never the broker. With a TLS context
+(`http.security.protocol=SSL`) every connection is TLS: a client that does not complete the
+handshake gets no answer.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -206,14 +209,19 @@ Route = Callable[[], HttpResponse]
 App = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
-def _peer_host(stream: trio.SocketStream) -> str:
+# What a connection is: a TCP stream, or TLS over one.
+HttpStream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
+
+
+def _peer_host(stream: HttpStream) -> str:
+    tcp = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
     try:
-        return str(stream.socket.getpeername()[0])
+        return str(tcp.socket.getpeername()[0])
     except OSError:
         return ""
 
 
-async def _drain(stream: trio.SocketStream) -> None:
+async def _drain(stream: HttpStream) -> None:
     dropped = 0
     with trio.move_on_after(LINGER_S):
         while dropped < LINGER_BYTES_MAX:
@@ -225,7 +233,8 @@ async def _drain(stream: trio.SocketStream) -> None:
 
 class HttpEndpoint:
     """Serves `routes` (path -> what answers a GET of it) and `app` (every other request)
-    on `host:port` until cancelled. `config_name` names the endpoint's config in errors."""
+    on `host:port` until cancelled, over TLS with `tls` (a server context). `config_name`
+    names the endpoint's config in errors."""
 
     def __init__(
         self,
@@ -234,12 +243,14 @@ class HttpEndpoint:
         routes: Mapping[str, Route],
         app: App | None = None,
         config_name: str = "metrics.listen",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.routes = dict(routes)
         self.app = app
         self.config_name = config_name
+        self.tls = tls
         self.bound_port = port
         self._serving = 0
 
@@ -254,11 +265,16 @@ class HttpEndpoint:
             ) from exc
         self.bound_port = listeners[0].socket.getsockname()[1]
         paths = ", ".join(sorted(self.routes) + (["the console"] if self.app else []))
-        logger.info("http: serving %s on %s:%d", paths, self.host, self.bound_port)
+        scheme = "https" if self.tls else "http"
+        logger.info("http: serving %s on %s://%s:%d", paths, scheme, self.host, self.bound_port)
         task_status.started(self.bound_port)
-        await trio.serve_listeners(self._serve_connection, listeners)
+        if self.tls is None:
+            await trio.serve_listeners(self._serve_connection, listeners)
+        else:
+            secured = [trio.SSLListener(tcp, self.tls, https_compatible=True) for tcp in listeners]
+            await trio.serve_listeners(self._serve_connection, secured)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def _serve_connection(self, stream: HttpStream) -> None:
         self._serving += 1
         response: HttpResponse | None
         try:
@@ -269,10 +285,11 @@ class HttpEndpoint:
             if response is not None:
                 with trio.move_on_after(RESPONSE_TIMEOUT_S):
                     await stream.send_all(response.encode())
-                    await stream.send_eof()
+                    if isinstance(stream, trio.SocketStream):
+                        await stream.send_eof()
                 await _drain(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            pass
+            pass  # also a failed TLS handshake: a client speaking plain HTTP, or distrusting us
         except Exception:
             # One connection's failure must not end the endpoint or the broker.
             logger.exception("http: connection failed")
@@ -282,7 +299,7 @@ class HttpEndpoint:
                 cleanup.shield = True
                 await stream.aclose()
 
-    async def _answer(self, stream: trio.SocketStream) -> HttpResponse | None:
+    async def _answer(self, stream: HttpStream) -> HttpResponse | None:
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S) as timer:
                 found = await _read_head(stream)

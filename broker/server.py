@@ -370,6 +370,15 @@ def peer_auth_from(config: BrokerConfig, cluster_id: str) -> PeerAuth | None:
 
 
 RAFT_TLS_LISTENER = "RAFT"  # listener.name.raft.ssl.* overrides apply to the Raft port
+HTTP_TLS_LISTENER = "HTTP"  # listener.name.http.ssl.* overrides apply to the HTTP endpoints
+
+
+def http_tls_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The TLS context of the metrics and console endpoints when `http.security.protocol`
+    is SSL; ConfigError naming a missing or unreadable keystore."""
+    if config.get_str("http.security.protocol") != "SSL":
+        return None
+    return server_context(config, HTTP_TLS_LISTENER)
 
 
 def raft_tls_contexts(config: BrokerConfig) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
@@ -533,6 +542,7 @@ class Broker:
             )
             metrics_listen = config.get_str("metrics.listen")
             self.http: HttpEndpoint | None = None
+            self.http_tls = http_tls_context(config)
             if metrics_listen:
                 try:
                     address = Listener.parse(metrics_listen)
@@ -546,6 +556,7 @@ class Broker:
                         "/healthz": self._health,
                         "/readyz": self._readiness,
                     },
+                    tls=self.http_tls,
                 )
             # Until the listener is bound the configured address stands in for the advertised one.
             self.identity = BrokerIdentity(
@@ -613,7 +624,9 @@ class Broker:
         except ValueError as exc:
             raise ValueError(f"console.listen: {exc}") from None
         sasl = [spec for spec in self.listeners if spec.protocol.uses_sasl]
-        console = self.console = Console(self.services, sasl[0] if sasl else None)
+        console = self.console = Console(
+            self.services, sasl[0] if sasl else None, tls=self.http_tls is not None
+        )
         metrics = self.http
         if (
             metrics is not None
@@ -626,7 +639,9 @@ class Broker:
         ):
             metrics.app = console
             return None
-        return HttpEndpoint(address.host, address.port, {}, console, "console.listen")
+        return HttpEndpoint(
+            address.host, address.port, {}, console, "console.listen", tls=self.http_tls
+        )
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         raise_open_file_limit(needed=open_files_needed(self.config, self.data_dir))

@@ -203,6 +203,16 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         read_only=True,
     ),
     ConfigDef(
+        "http.security.protocol",
+        S,
+        "PLAINTEXT",
+        "PLAINTEXT or SSL: HTTPS on metrics.listen and console.listen, with the broker's "
+        "keystore (listener.name.http.ssl.* overrides it; ssl.client.auth there asks for "
+        "client certificates).",
+        choices=("PLAINTEXT", "SSL"),
+        read_only=True,
+    ),
+    ConfigDef(
         "console.listen",
         S,
         "",

@@ -100,8 +100,15 @@ def login_form(csrf_token: str) -> Html:
 class Console:
     """Answers the console's requests for one broker (the endpoint's `app`)."""
 
-    def __init__(self, services: BrokerServices, sasl_listener: ListenerSpec | None = None) -> None:
+    def __init__(
+        self,
+        services: BrokerServices,
+        sasl_listener: ListenerSpec | None = None,
+        tls: bool = False,
+    ) -> None:
         self.services = services
+        #: Served over TLS: the session cookie is marked Secure.
+        self.tls = tls
         #: When the cluster has a SASL listener, every page needs a login, checked as SASL
         #: PLAIN on this listener checks it, and pages act as the signed-in user.
         self.sasl_listener = sasl_listener
@@ -142,7 +149,7 @@ class Console:
                     given.form.get(CSRF_FIELD, "").encode(), signed_in.csrf_token.encode()
                 ):
                     self.sessions.close(token)
-                return see_other("/login", clear_cookie())
+                return see_other("/login", clear_cookie(self.tls))
             csrf_token = signed_in.csrf_token
             session = ClientSession(
                 self.sasl_listener, principal=Principal("User", signed_in.user), authenticated=True
@@ -184,7 +191,7 @@ class Console:
         authenticator = self.services.authenticator
         if user and await authenticator.check_plain(self.sasl_listener.name, user, password):
             authenticator.failure_delays.record_success(request.client_host)
-            return see_other("/", set_cookie(self.sessions.open(user)))
+            return see_other("/", set_cookie(self.sessions.open(user), self.tls))
         await trio.sleep(authenticator.failure_delays.record_failure(request.client_host))
         refused = view.page(
             "Sign in",

@@ -78,9 +78,12 @@ def session_token(cookie_header: str | None) -> str | None:
     return None if morsel is None else morsel.value
 
 
-def set_cookie(token: str) -> tuple[str, str]:
-    return ("Set-Cookie", f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict")
+def set_cookie(token: str, secure: bool) -> tuple[str, str]:
+    """The session cookie; `secure` (the console is served over TLS): sent back only over TLS."""
+    flags = "; Secure" if secure else ""
+    return ("Set-Cookie", f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{flags}")
 
 
-def clear_cookie() -> tuple[str, str]:
-    return ("Set-Cookie", f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+def clear_cookie(secure: bool) -> tuple[str, str]:
+    flags = "; Secure" if secure else ""
+    return ("Set-Cookie", f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{flags}")

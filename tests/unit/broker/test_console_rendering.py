@@ -161,7 +161,8 @@ def test_sessions_expire_when_idle_and_are_bounded() -> None:
     again = sessions.open("alice")
     sessions.close(again)
     assert sessions.find(f"{COOKIE}={again}") is None
-    assert set_cookie("t")[1] == f"{COOKIE}=t; Path=/; HttpOnly; SameSite=Strict"
+    assert set_cookie("t", False)[1] == f"{COOKIE}=t; Path=/; HttpOnly; SameSite=Strict"
+    assert set_cookie("t", True)[1] == f"{COOKIE}=t; Path=/; HttpOnly; SameSite=Strict; Secure"
 
 
 def test_a_share_partitions_records_in_flight_are_counted_by_delivery_count() -> None:
