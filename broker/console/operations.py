@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.console.html import Html, Row, join, link, quote, section, table, tag
+from raftka.broker.console.topics import follower_lags, hosted
 from raftka.broker.security.acl import AclOperation, AclPermission, PatternType, ResourceType
 
 if TYPE_CHECKING:
@@ -119,6 +120,23 @@ async def security_page(view: View) -> HttpResponse:
     return view.page("Security", body)
 
 
+def copy_progress(view: View, topic: str, index: int, adding: list[int]) -> str:
+    """How much of the log each new replica holds, as the partition's leader knows it: "4:
+    1,200 of 5,000 offsets (24%)"; on another broker, where to look."""
+    partition = hosted(view, topic, index)
+    lags = follower_lags(partition)
+    if partition is None or partition.log is None or lags is None:
+        return "shown by the leader's console"
+    start, end = partition.log.log_start_offset, partition.log.log_end_offset
+    total = max(end - start, 0)
+    parts = []
+    for node in adding:
+        have = max(total - lags.get(node, total), 0)
+        share = 100 * have // total if total else 100
+        parts.append(f"{node}: {have:,} of {total:,} offsets ({share}%)")
+    return ", ".join(parts)
+
+
 async def operations_page(view: View) -> HttpResponse:
     moving = await view.caller.reassignments()
     moving_rows: list[Row] = [
@@ -128,6 +146,7 @@ async def operations_page(view: View) -> HttpResponse:
             ", ".join(str(r) for r in p.replicas),
             ", ".join(str(r) for r in p.adding_replicas),
             ", ".join(str(r) for r in p.removing_replicas),
+            copy_progress(view, topic.name, int(p.partition_index), list(p.adding_replicas)),
         ]
         for topic in moving.topics
         for p in topic.partitions
@@ -144,7 +163,7 @@ async def operations_page(view: View) -> HttpResponse:
                 _refused(moving)
                 or (
                     table(
-                        ("topic", "partition", "replicas", "adding", "removing"),
+                        ("topic", "partition", "replicas", "adding", "removing", "copied"),
                         moving_rows,
                         id="reassignments",
                         data_live="1",

@@ -52,6 +52,24 @@ def hosted(view: View, topic: str, index: int) -> Partition | None:
     return partition
 
 
+def follower_lags(partition: Partition | None) -> dict[int, int] | None:
+    """Offsets each follower lacks of this broker's log when it leads the partition (what
+    its Raft group knows the follower matches); None when it does not lead it."""
+    if partition is None or partition.raft is None or partition.log is None:
+        return None
+    if not partition.is_leader:
+        return None
+    matched = partition.raft.follower_match_ends()
+    end = partition.log.log_end_offset
+    return {node: max(0, end - match_end) for node, match_end in sorted(matched.items())}
+
+
+def lag_text(lags: dict[int, int] | None) -> str:
+    if lags is None:
+        return "known to the leader"
+    return ", ".join(f"{node}: {lag:,}" for node, lag in lags.items()) or "no followers"
+
+
 async def topics_page(view: View) -> HttpResponse:
     metadata = await view.caller.metadata()
     under, offline = partition_health(metadata.topics)
@@ -109,6 +127,7 @@ def _partition_row(view: View, name: str, p: Any) -> Row:
         int(p.leader_epoch),
         ", ".join(str(r) for r in p.replica_nodes),
         ", ".join(str(r) for r in p.isr_nodes),
+        lag_text(follower_lags(partition)),
         *offsets,
         link(f"/topics/{quote(name)}/messages?partition={index}", "messages"),
     ]
@@ -169,7 +188,8 @@ async def topic_page(view: View, name: str) -> HttpResponse:
                 tag(
                     "p",
                     "Offsets and size are this broker's replica's; the log end may run ahead "
-                    "of the high watermark until the replicas have it.",
+                    "of the high watermark until the replicas have it. Replica lag (offsets "
+                    "each follower lacks) is shown by the partition's leader's console.",
                     class_="note",
                 ),
                 table(
@@ -179,6 +199,7 @@ async def topic_page(view: View, name: str) -> HttpResponse:
                         "leader epoch",
                         "replicas",
                         "in-sync replicas",
+                        "replica lag",
                         "log start",
                         "high watermark",
                         "log end",

@@ -21,8 +21,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from clients import consume, create_topic, make_consumer, produce, wait_until
-from confluent_kafka import Consumer, Producer, TopicPartition
+from clients import consume, make_consumer, produce, run_raftka, wait_until
+from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -250,10 +250,11 @@ def test_a_topic_and_its_messages_are_shown_and_values_stay_text(console, browse
         page = look(browser, topic_url, "topic")
         partitions = page.rows("partitions")
         assert [row[0] for row in partitions] == ["0", "1"]
-        # partition, leader, epoch, replicas, ISR, log start, high watermark, log end
+        # partition, leader, epoch, replicas, ISR, replica lag, log start, high watermark,
+        # log end
         assert partitions[0][1] == partitions[0][3] == partitions[0][4] == "1"  # node 1
-        assert partitions[0][5:8] == ["0", "11", "11"]
-        assert partitions[1][5:8] == ["0", "11", "11"]
+        assert partitions[0][5:9] == ["no followers", "0", "11", "11"]
+        assert partitions[1][5:9] == ["no followers", "0", "11", "11"]
         configs = {row[0]: row for row in page.rows("configs")}
         assert configs["cleanup.policy"][1:] == ["delete", "default"]
 
@@ -693,9 +694,27 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     cluster.start()
     wait_until(lambda: http_get(base + "/")[0] == 200, 30, "the console answers /")
     topic = f"console-rf3-{uuid.uuid4().hex[:8]}"
-    create_topic(cluster.bootstrap, topic, partitions=3, replication_factor=3)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    # Node 1 is every partition's preferred leader, so its console knows the followers' lag.
+    created = admin.create_topics([NewTopic(topic, 3, -1, replica_assignment=[[1, 2, 3]] * 3)])
+    created[topic].result(30)
+
+    def partition_rows(name: str = topic) -> list[list[str]]:
+        return Page(http_get(f"{base}/topics/{name}")[1]).rows("partitions")
+
+    def led_by_node_1(name: str, count: int) -> bool:
+        wanted = [TopicPartition(name, i) for i in range(count)]
+        admin.elect_leaders(ElectionType.PREFERRED, wanted).result(30)
+        return all(row[1] == "1" for row in partition_rows(name))
+
     records = [{"value": b"v%d" % i, "partition": i % 3} for i in range(30)]
     assert not produce(cluster.bootstrap, topic, records).errors
+    wait_until(lambda: led_by_node_1(topic, 3), 30, "node 1 to lead every partition")
+    wait_until(
+        lambda: {row[5] for row in partition_rows()} == {"2: 0, 3: 0"},
+        30,
+        "both followers caught up on node 1's topic page",
+    )
 
     def statuses() -> dict[str, str]:
         return {row[0]: row[3] for row in Page(http_get(base + "/")[1]).rows("brokers")}
@@ -704,14 +723,52 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     with checked(browser, base + "/", "cluster-overview"):
         assert len(look(browser, base + "/", "").rows("brokers")) == 3
 
+    # A throttled move adding node 3 to a partition node 1 leads: the operations page shows
+    # how much of the log the new replica holds as it copies, until the move is done.
+    moving = f"console-move-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(moving, 1, -1, replica_assignment=[[1, 2]])])[moving].result(30)
+    wait_until(lambda: led_by_node_1(moving, 1), 30, f"node 1 to lead {moving}")
+    # 3 MB of random bytes (compression cannot shrink them): the first 1 MB append goes
+    # unthrottled, the rest at 100 kB/s.
+    filler = [{"value": os.urandom(1000), "partition": 0} for _ in range(3000)]
+    assert not produce(cluster.bootstrap, moving, filler).errors
+    moved = run_raftka(
+        "partitions", "reassign", f"{moving}:0=1,2,3", "--throttle", "100000",
+        "--bootstrap-servers", cluster.bootstrap,
+    )  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    copied: list[int] = []
+
+    def move_done() -> bool:
+        rows = Page(http_get(base + "/operations")[1]).rows("reassignments")
+        for row in rows:
+            if row[0] == moving:
+                found = re.fullmatch(r"3: ([\d,]+) of ([\d,]+) offsets \((\d+)%\)", row[5])
+                assert found, row
+                copied.append(int(found.group(1).replace(",", "")))
+                return False
+        return True
+
+    wait_until(move_done, 60, "the move to finish on the operations page")
+    assert copied and copied == sorted(copied), copied
+    assert any(0 < c < 3000 for c in copied), f"no partial copy seen: {copied}"
+
     cluster.nodes[2].kill()
     wait_until(
         lambda: statuses()["3"].startswith("not in sync on"), 30, "broker 3 shown out of sync"
     )
-    messages_url = f"{base}/topics/{topic}/messages?partition=all&mode=offset&offset=0"
+    more = [{"value": b"v%d" % i, "partition": i % 3} for i in range(30, 60)]
+    assert not produce(cluster.bootstrap, topic, more).errors
+    # The stopped broker lacks the 10 records each partition got since; node 2 has them.
+    wait_until(
+        lambda: {row[5] for row in partition_rows()} == {"2: 0, 3: 10"},
+        30,
+        "the stopped broker's lag on node 1's topic page",
+    )
+    messages_url = f"{base}/topics/{topic}/messages?partition=all&mode=offset&offset=0&limit=100"
     with checked(browser, messages_url, "cluster-messages"):
         shown = look(browser, messages_url, "").rows("messages")
-        assert sorted(row[4].split(" ")[0] for row in shown) == sorted(f"v{i}" for i in range(30))
+        assert sorted(row[4].split(" ")[0] for row in shown) == sorted(f"v{i}" for i in range(60))
 
 
 class SignedIn:
