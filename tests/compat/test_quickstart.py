@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from harness import REPO_ROOT, free_port
+from required import missing_client
 
 PAGE = REPO_ROOT / "docs" / "getting-started.md"
 DOC_PORT = 9092
@@ -168,6 +170,8 @@ def lines_of(text: str) -> list[str]:
 
 @pytest.mark.timeout(600)
 def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
+    if shutil.which("kcat") is None:
+        missing_client("kcat is not installed (the quick start produces and consumes with it)")
     port = free_port()
     data_dir = tmp_path / "data"
     stderr_path = tmp_path / "shell-stderr.log"
