@@ -295,8 +295,8 @@ class RaftkaStreamWriter(DataSourceStreamWriter):
 
 
 class RaftkaDataSource(DataSource):
-    """The `raftka` format. Options are those of Spark's Kafka source (see the README's
-    Spark section); the schema is Spark's Kafka schema."""
+    """The `raftka` format. Options are those of Spark's Kafka source (see
+    docs/spark.md); the schema is Spark's Kafka schema."""
 
     @classmethod
     def name(cls) -> str:

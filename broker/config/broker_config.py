@@ -81,7 +81,7 @@ class BrokerConfig(_TypedConfigs):
                 if definition is None:
                     raise ConfigError(
                         f"Unknown broker config {name!r}; known configs: "
-                        "see `raftka configs` or the README"
+                        "see `raftka configs` or docs/reference/configuration.md"
                     )
                 self._static[name] = definition.parse(raw)
 

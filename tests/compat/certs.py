@@ -1,6 +1,7 @@
 """Throwaway certificates for the security tests, made by `scripts/certs` (openssl: a CA, a
 broker certificate for 127.0.0.1 and localhost, and a client certificate), without network
-access. The README's worked example uses the same script."""
+access. The security page's worked example
+(docs/operating/security.md) uses the same script."""
 
 from __future__ import annotations
 

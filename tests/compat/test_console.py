@@ -457,7 +457,7 @@ def test_the_overview_charts_the_throughput_of_the_last_minutes(console, browser
         "the chart's peaks in and out above zero",
     )
     with checked(browser, base + "/", "overview-throughput"):
-        page = look(browser, base + "/", "overview-throughput")  # the README's picture
+        page = look(browser, base + "/", "overview-throughput")  # the picture in docs/console.png
         dom = browser.dom(base + "/")
         assert "throughput" in page.by_id
         assert dom.count("<polyline") == 2  # in and out

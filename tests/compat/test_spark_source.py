@@ -186,7 +186,7 @@ def test_batch_read_codecs_keys_nulls_headers_and_offset_gaps(cluster_factory, s
         records_in_p = sum(1 for (q, _) in expected if q == p)
         assert highs[p] == records_in_p + 1, (
             f"partition {p}: high watermark {highs[p]} for {records_in_p} records; the "
-            f"restart was expected to leave one control batch (see the README's Replication)"
+            f"restart was expected to leave one control batch (see docs/design/replication.md)"
         )
     started = time.monotonic()
     rows = batch_read(spark, cluster.bootstrap, subscribe=topic, includeHeaders="true")

@@ -134,7 +134,7 @@ def test_another_cluster_with_the_same_secret_fails() -> None:
 
 def test_rotation_accepts_any_listed_secret_and_proves_with_the_first() -> None:
     old, new = SECRET, OTHER_SECRET
-    # The README's rolling replacement: every pair of neighbouring steps must interoperate.
+    # The rolling replacement (docs/operating/security.md): neighbouring steps interoperate.
     steps = [(old,), (old, new), (new, old), (new,)]
 
     async def scenario() -> None:
