@@ -131,8 +131,8 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         S,
         "latest",
         "Where a new share-partition starts: earliest (the log start) or latest (the high "
-        "watermark). Kafka has it as a group config; here it is the broker's, for every "
-        "share group.",
+        "watermark), for share groups that do not set it: Kafka has it only as a group "
+        "config, which here overrides this broker default.",
         choices=("earliest", "latest"),
         read_only=True,
     ),
