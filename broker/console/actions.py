@@ -30,7 +30,7 @@ REFUSALS = frozenset(
 HIGH_WATERMARK = -1
 
 
-def _form(view: View, action: str, label: str, *fields: Html, confirm: str | None) -> Html:
+def form(view: View, action: str, label: str, *fields: Html, confirm: str | None) -> Html:
     """A POST form to `action` with the CSRF token; `confirm`: the name to type first."""
     confirmation = (
         tag(
@@ -53,20 +53,20 @@ def _form(view: View, action: str, label: str, *fields: Html, confirm: str | Non
     )
 
 
-def _field(label: str, name: str, **attributes: str | int | None) -> Html:
+def text_field(label: str, name: str, **attributes: str | int | None) -> Html:
     return tag("label", label, " ", void("input", name=name, **attributes))
 
 
 def create_topic_form(view: View) -> Html:
     return section(
         "Create a topic",
-        _form(
+        form(
             view,
             "/topics",
             "Create",
-            _field("name", "name", required="", size=30),
-            _field("partitions", "partitions", value=1, size=4),
-            _field("replication factor", "replication_factor", value=1, size=4),
+            text_field("name", "name", required="", size=30),
+            text_field("partitions", "partitions", value=1, size=4),
+            text_field("replication factor", "replication_factor", value=1, size=4),
             confirm=None,
         ),
     )
@@ -77,33 +77,33 @@ def topic_action_forms(view: View, topic: str, partitions: int) -> Html:
     return section(
         "Actions",
         tag("h3", "Add partitions"),
-        _form(
+        form(
             view,
             f"{base}/partitions",
             "Add partitions",
-            _field("new partition count", "count", value=partitions + 1, size=5),
+            text_field("new partition count", "count", value=partitions + 1, size=5),
             confirm=topic,
         ),
         tag("h3", "Change a config"),
-        _form(
+        form(
             view,
             f"{base}/configs",
             "Change",
-            _field("config", "name", required="", size=30),
-            _field("value (empty: back to the default)", "value", size=20),
+            text_field("config", "name", required="", size=30),
+            text_field("value (empty: back to the default)", "value", size=20),
             confirm=topic,
         ),
         tag("h3", "Delete records"),
-        _form(
+        form(
             view,
             f"{base}/records",
             "Delete records",
-            _field("partition", "partition", value=0, size=4),
-            _field("before offset (empty: all up to the high watermark)", "offset", size=12),
+            text_field("partition", "partition", value=0, size=4),
+            text_field("before offset (empty: all up to the high watermark)", "offset", size=12),
             confirm=topic,
         ),
         tag("h3", "Delete the topic"),
-        _form(view, f"{base}/delete", "Delete topic", confirm=topic),
+        form(view, f"{base}/delete", "Delete topic", confirm=topic),
         id="actions",
     )
 
@@ -115,7 +115,7 @@ def _confirmed(view: View, topic: str) -> None:
         )
 
 
-def _number(view: View, name: str, low: int, high: int, default: int | None = None) -> int:
+def number(view: View, name: str, low: int, high: int, default: int | None = None) -> int:
     given = view.form.get(name, "").strip()
     if not given and default is not None:
         return default
@@ -143,8 +143,8 @@ async def create_topic(view: View) -> HttpResponse:
     name = view.form.get("name", "").strip()
     if not name:
         raise PageError(HTTPStatus.BAD_REQUEST, "name: a topic needs a name")
-    partitions = _number(view, "partitions", 1, 100_000, 1)
-    replication = _number(view, "replication_factor", 1, 32, 1)
+    partitions = number(view, "partitions", 1, 100_000, 1)
+    replication = number(view, "replication_factor", 1, 32, 1)
     response = await view.caller.create_topic(name, partitions, replication)
     result = response.topics[0]
     back = tag("p", link(f"/topics/{quote(name)}", f"topic {name}"))
@@ -153,7 +153,7 @@ async def create_topic(view: View) -> HttpResponse:
 
 async def add_partitions(view: View, topic: str) -> HttpResponse:
     _confirmed(view, topic)
-    count = _number(view, "count", 1, 100_000)
+    count = number(view, "count", 1, 100_000)
     response = await view.caller.create_partitions(topic, count)
     result = response.results[0]
     back = tag("p", link(f"/topics/{quote(topic)}", f"← topic {topic}"))
@@ -174,8 +174,8 @@ async def change_config(view: View, topic: str) -> HttpResponse:
 
 async def delete_records(view: View, topic: str) -> HttpResponse:
     _confirmed(view, topic)
-    partition = _number(view, "partition", 0, 2**31 - 1)
-    offset = _number(view, "offset", 0, 2**63 - 1, HIGH_WATERMARK)
+    partition = number(view, "partition", 0, 2**31 - 1)
+    offset = number(view, "offset", 0, 2**63 - 1, HIGH_WATERMARK)
     response = await view.caller.delete_records(topic, partition, offset)
     found = [p for t in response.topics for p in t.partitions]
     error = found[0].error_code if found else ErrorCode.unknown_topic_or_partition
@@ -197,13 +197,13 @@ def produce_form(view: View, topic: str, partitions: list[int]) -> Html:
     options = [tag("option", str(p), value=str(p)) for p in partitions]
     return section(
         "Produce a test message",
-        _form(
+        form(
             view,
             f"/topics/{quote(topic)}/produce",
             "Produce",
             tag("label", "partition ", tag("select", *options, name="partition")),
-            _field("key (empty: none)", "key", size=16),
-            _field("value", "value", size=40),
+            text_field("key (empty: none)", "key", size=16),
+            text_field("value", "value", size=40),
             confirm=None,
         ),
         id="produce",
@@ -211,7 +211,7 @@ def produce_form(view: View, topic: str, partitions: list[int]) -> Html:
 
 
 async def produce_record(view: View, topic: str) -> HttpResponse:
-    partition = _number(view, "partition", 0, 2**31 - 1)
+    partition = number(view, "partition", 0, 2**31 - 1)
     key = view.form.get("key", "")
     value = view.form.get("value", "")
     response = await view.caller.produce(

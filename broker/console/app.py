@@ -31,6 +31,13 @@ from raftka.broker.console.messages import messages_page
 from raftka.broker.console.offsets_reset import reset_offsets
 from raftka.broker.console.operations import operations_page, security_page
 from raftka.broker.console.overview import overview_page
+from raftka.broker.console.security_actions import (
+    add_acl,
+    remove_acl,
+    remove_scram_credential,
+    set_quota,
+    set_scram_password,
+)
 from raftka.broker.console.sessions import Sessions, clear_cookie, set_cookie
 from raftka.broker.console.throughput import Throughput
 from raftka.broker.console.topics import topic_page, topics_page
@@ -230,6 +237,16 @@ class Console:
                 return await produce_record(view, name)
             case ["groups", name, "reset"]:
                 return await reset_offsets(view, name)
+            case ["security", "acls"]:
+                return await add_acl(view)
+            case ["security", "acls", "delete"]:
+                return await remove_acl(view)
+            case ["security", "users"]:
+                return await set_scram_password(view)
+            case ["security", "users", "delete"]:
+                return await remove_scram_credential(view)
+            case ["security", "quotas"]:
+                return await set_quota(view)
         raise PageError(HTTPStatus.NOT_FOUND, "no such action")
 
     async def _dispatch(self, view: View, segments: list[str]) -> HttpResponse:

@@ -10,12 +10,17 @@ to show.
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.alter_client_quotas.v1 import request as alter_quotas
+from kio.schema.alter_user_scram_credentials.v0 import request as alter_scram
 from kio.schema.consumer_group_describe.v0 import request as consumer_group_describe
+from kio.schema.create_acls.v3 import request as create_acls
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
+from kio.schema.delete_acls.v3 import request as delete_acls
 from kio.schema.delete_records.v2 import request as delete_records
 from kio.schema.delete_topics.v6 import request as delete_topics
 from kio.schema.describe_acls.v3 import request as describe_acls
@@ -35,8 +40,10 @@ from kio.schema.offset_fetch.v7 import request as offset_fetch
 from kio.schema.produce.v9 import request as produce
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.share_group_describe.v1 import request as share_group_describe
-from kio.static.primitive import i16, i32
+from kio.static.primitive import f64, i8, i16, i32
 
+from raftka.broker.security.acl import AclBinding
+from raftka.broker.security.scram import ScramMechanism, salted_password
 from raftka.broker.services import RequestContext
 from raftka.protocol.api import build
 from raftka.protocol.api_keys import ApiKey
@@ -383,4 +390,84 @@ class Caller:
                 timeout=ADMIN_TIMEOUT,
                 topic_data=(build(produce.TopicProduceData, name=topic, partition_data=(data,)),),
             )
+        )
+
+    # -- security changes (ALTER on the cluster, as for a client) -----------------------
+
+    async def create_acl(self, binding: AclBinding) -> Response:
+        """CreateAcls of one binding."""
+        creation = build(
+            create_acls.AclCreation,
+            resource_type=i8(binding.resource_type),
+            resource_name=binding.resource_name,
+            resource_pattern_type=i8(binding.pattern_type),
+            principal=binding.principal,
+            host=binding.host,
+            operation=i8(binding.operation),
+            permission_type=i8(binding.permission),
+        )
+        return await self.call(build(create_acls.CreateAclsRequest, creations=(creation,)))
+
+    async def delete_acl(self, binding: AclBinding) -> Response:
+        """DeleteAcls of exactly one binding (a filter matching only it)."""
+        matching = build(
+            delete_acls.DeleteAclsFilter,
+            resource_type_filter=i8(binding.resource_type),
+            resource_name_filter=binding.resource_name,
+            pattern_type_filter=i8(binding.pattern_type),
+            principal_filter=binding.principal,
+            host_filter=binding.host,
+            operation=i8(binding.operation),
+            permission_type=i8(binding.permission),
+        )
+        return await self.call(build(delete_acls.DeleteAclsRequest, filters=(matching,)))
+
+    async def set_scram_password(
+        self, user: str, mechanism: ScramMechanism, password: str, iterations: int
+    ) -> Response:
+        """AlterUserScramCredentials upserting `user`'s credential: the password is salted
+        here, as a client salts it, and never sent on."""
+        salt = os.urandom(32)
+        upsertion = build(
+            alter_scram.ScramCredentialUpsertion,
+            name=user,
+            mechanism=i8(mechanism),
+            iterations=i32(iterations),
+            salt=salt,
+            salted_password=salted_password(mechanism, password, salt, iterations),
+        )
+        return await self.call(
+            build(
+                alter_scram.AlterUserScramCredentialsRequest, deletions=(), upsertions=(upsertion,)
+            )
+        )
+
+    async def delete_scram_credential(self, user: str, mechanism: ScramMechanism) -> Response:
+        deletion = build(alter_scram.ScramCredentialDeletion, name=user, mechanism=i8(mechanism))
+        return await self.call(
+            build(
+                alter_scram.AlterUserScramCredentialsRequest, deletions=(deletion,), upsertions=()
+            )
+        )
+
+    async def alter_quota(
+        self, entity: Sequence[tuple[str, str | None]], key: str, value: float | None
+    ) -> Response:
+        """AlterClientQuotas of one key of one entity (`value` None: remove it)."""
+        entry = build(
+            alter_quotas.EntryData,
+            entity=tuple(
+                alter_quotas.EntityData(entity_type=kind, entity_name=name) for kind, name in entity
+            ),
+            ops=(
+                build(
+                    alter_quotas.OpData,
+                    key=key,
+                    value=f64(value or 0.0),
+                    remove=value is None,
+                ),
+            ),
+        )
+        return await self.call(
+            build(alter_quotas.AlterClientQuotasRequest, entries=(entry,), validate_only=False)
         )

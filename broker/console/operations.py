@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.console.html import Html, Row, join, link, quote, section, table, tag
+from raftka.broker.console.security_actions import security_forms
 from raftka.broker.console.topics import follower_lags, hosted
 from raftka.broker.security.acl import AclOperation, AclPermission, PatternType, ResourceType
 
@@ -115,6 +116,7 @@ async def security_page(view: View) -> HttpResponse:
                     else tag("p", "No client quotas.")
                 ),
             ),
+            security_forms(view),
         ]
     )
     return view.page("Security", body)
