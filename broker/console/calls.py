@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_client_quotas.v1 import request as alter_quotas
+from kio.schema.alter_share_group_offsets.v0 import request as alter_share_offsets
 from kio.schema.alter_user_scram_credentials.v0 import request as alter_scram
 from kio.schema.consumer_group_describe.v0 import request as consumer_group_describe
 from kio.schema.create_acls.v3 import request as create_acls
@@ -220,6 +221,31 @@ class Caller:
                         topics=None,
                     ),
                 ),
+            )
+        )
+
+    async def alter_share_offsets(
+        self, group_id: str, topic: str, offsets: dict[int, int]
+    ) -> Response:
+        """AlterShareGroupOffsets: the share group's start offset of each partition (the
+        group must have no members)."""
+        wanted = build(
+            alter_share_offsets.AlterShareGroupOffsetsRequestTopic,
+            topic_name=topic,
+            partitions=tuple(
+                build(
+                    alter_share_offsets.AlterShareGroupOffsetsRequestPartition,
+                    partition_index=i32(partition),
+                    start_offset=offset,
+                )
+                for partition, offset in sorted(offsets.items())
+            ),
+        )
+        return await self.call(
+            build(
+                alter_share_offsets.AlterShareGroupOffsetsRequest,
+                group_id=group_id,
+                topics=(wanted,),
             )
         )
 

@@ -2,7 +2,9 @@
 a dry run first (each partition's current and new offset), then the same form executed once
 the group's name is typed. To the earliest or latest offset, an offset (held within the
 log), or the first offset at or after a timestamp. The commit is an admin OffsetCommit, so
-the group must have no members, and the ACLs of OffsetCommit apply."""
+the group must have no members, and the ACLs of OffsetCommit apply. A share group's start
+offsets are reset the same way, through AlterShareGroupOffsets (KIP-932; its group must have
+no members either)."""
 
 from __future__ import annotations
 
@@ -24,14 +26,18 @@ if TYPE_CHECKING:
 TARGETS = ("earliest", "latest", "offset", "timestamp")
 
 
-def reset_form(view: View, group_id: str, topics: list[str]) -> Html:
-    """The dry-run form of the group page."""
+SHARE = "share"
+
+
+def reset_form(view: View, group_id: str, topics: list[str], kind: str = "") -> Html:
+    """The dry-run form of the group page (`kind` SHARE: of a share group's start offsets)."""
     options = [tag("option", target, value=target) for target in TARGETS]
     return section(
-        "Reset offsets",
+        "Reset start offsets" if kind == SHARE else "Reset offsets",
         tag(
             "form",
             void("input", type="hidden", name=CSRF_FIELD, value=view.csrf_token),
+            void("input", type="hidden", name="kind", value=kind),
             tag(
                 "label",
                 "topic ",
@@ -48,20 +54,36 @@ def reset_form(view: View, group_id: str, topics: list[str]) -> Html:
     )
 
 
-async def _plan(view: View, group_id: str, topic: str, to: str, value: str) -> list[list[int]]:
+async def _current(view: View, group_id: str, topic: str, share: bool) -> dict[int, int]:
+    """Partition -> the group's committed offset (a share group's start offset)."""
+    if share:
+        described = (await view.caller.share_offsets(group_id)).groups[0]
+        return {
+            int(p.partition_index): int(p.start_offset)
+            for t in described.topics
+            if t.topic_name == topic
+            for p in t.partitions
+            if p.error_code == ErrorCode.none
+        }
+    fetched = await view.caller.committed_offsets(group_id)
+    return {
+        int(p.partition_index): int(p.committed_offset)
+        for t in fetched.topics
+        if t.name == topic
+        for p in t.partitions
+    }
+
+
+async def _plan(
+    view: View, group_id: str, topic: str, to: str, value: str, share: bool
+) -> list[list[int]]:
     """[partition, current offset (-1: none), new offset] of each partition of the topic."""
     metadata = await view.caller.metadata([topic])
     found = [t for t in metadata.topics if t.name == topic and t.error_code == ErrorCode.none]
     if not found:
         raise PageError(HTTPStatus.NOT_FOUND, f"no topic {topic!r} this principal may describe")
     partitions = sorted(int(p.partition_index) for p in found[0].partitions)
-    fetched = await view.caller.committed_offsets(group_id)
-    current = {
-        int(p.partition_index): int(p.committed_offset)
-        for t in fetched.topics
-        if t.name == topic
-        for p in t.partitions
-    }
+    current = await _current(view, group_id, topic, share)
 
     async def offsets(timestamp: int) -> dict[int, int]:
         answered = await view.caller.list_offsets(topic, partitions, timestamp, CONSUMER_REPLICA_ID)
@@ -98,7 +120,8 @@ async def reset_offsets(view: View, group_id: str) -> HttpResponse:
     topic = form.get("topic", "").strip()
     to = form.get("to", "")
     value = form.get("value", "")
-    plan = await _plan(view, group_id, topic, to, value)
+    kind = SHARE if form.get("kind") == SHARE else ""
+    plan = await _plan(view, group_id, topic, to, value, kind == SHARE)
     back = tag("p", link(f"/groups/{quote(group_id)}", f"← group {group_id}"))
     if form.get("execute") != "1":
         rows = [[topic, p, "none" if current < 0 else current, new] for p, current, new in plan]
@@ -111,6 +134,7 @@ async def reset_offsets(view: View, group_id: str) -> HttpResponse:
                     ("topic", topic),
                     ("to", to),
                     ("value", value),
+                    ("kind", kind),
                     ("execute", "1"),
                 )
             ),
@@ -139,9 +163,17 @@ async def reset_offsets(view: View, group_id: str) -> HttpResponse:
         raise PageError(
             HTTPStatus.BAD_REQUEST, f"not confirmed: type the group's name ({group_id}) to confirm"
         )
-    response = await view.caller.commit_offsets(
-        group_id, topic, {partition: new for partition, _, new in plan}
-    )
+    offsets = {partition: new for partition, _, new in plan}
+    if kind == SHARE:
+        altered = await view.caller.alter_share_offsets(group_id, topic, offsets)
+        if altered.error_code != ErrorCode.none:
+            error, message = altered.error_code, altered.error_message
+        else:
+            failed = [p for t in altered.responses for p in t.partitions if p.error_code]
+            error = failed[0].error_code if failed else ErrorCode.none
+            message = failed[0].error_message if failed else None
+        return outcome(view, f"Reset start offsets of {group_id}", error, message, back)
+    response = await view.caller.commit_offsets(group_id, topic, offsets)
     errors = [p.error_code for t in response.topics for p in t.partitions if p.error_code]
     return outcome(
         view, f"Reset offsets of {group_id}", errors[0] if errors else ErrorCode.none, None, back

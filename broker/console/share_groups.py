@@ -26,6 +26,7 @@ from raftka.broker.console.html import (
     table,
     tag,
 )
+from raftka.broker.console.offsets_reset import SHARE, reset_form
 from raftka.broker.console.view import PageError
 from raftka.broker.share.partition import RecordState
 
@@ -65,8 +66,8 @@ def _members(group: Any) -> list[Row]:
     ]
 
 
-async def _partitions(view: View, group_id: str) -> tuple[list[Row], int]:
-    """A row per described share-partition and the total lag known."""
+async def _partitions(view: View, group_id: str) -> tuple[list[Row], int, list[str]]:
+    """A row per described share-partition, the total lag known, and the topics."""
     answered = (await view.caller.share_offsets(group_id)).groups[0]
     code = ErrorCode(answered.error_code)
     if code != ErrorCode.none:
@@ -110,14 +111,14 @@ async def _partitions(view: View, group_id: str) -> tuple[list[Row], int]:
             rows.append(
                 [link(f"/topics/{quote(topic.topic_name)}", topic.topic_name), index, *cells]
             )
-    return rows, total
+    return rows, total, sorted({str(t.topic_name) for t in answered.topics})
 
 
 async def share_group_page(view: View, group: Any) -> HttpResponse:
     """The page of a share group ShareGroupDescribe found (`group`, its DescribedGroup)."""
     group_id = str(group.group_id)
     members = _members(group)
-    rows, total = await _partitions(view, group_id)
+    rows, total, topics = await _partitions(view, group_id)
     summary = tag(
         "div",
         definitions(
@@ -179,6 +180,7 @@ async def share_group_page(view: View, group: Any) -> HttpResponse:
                 ),
                 partitions,
             ),
+            reset_form(view, group_id, topics, SHARE),
         ]
     )
     return view.page(f"Group {group_id}", body)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from clients import consume, make_consumer, produce, run_raftka, wait_until
-from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -862,3 +862,76 @@ def test_with_sasl_the_console_signs_users_in_and_acts_as_them(module_brokers, n
     # Signed out, the session is gone.
     alice.post(base + "/logout", {"csrf": session_token})
     assert alice.get(base + "/topics")[2] == base + "/login"
+
+
+def test_a_share_groups_start_offsets_are_reset_after_a_dry_run(console):
+    """A share group that consumed a topic's ten records and left is reset to the earliest
+    offset from its page: the dry run shows start offset 10 going to 0 and changes nothing;
+    confirmed, the page shows 0 and a new member of the group receives the ten again."""
+    broker, base = console
+    topic = f"share-reset-{uuid.uuid4().hex[:8]}"
+    group = f"share-g-{topic[-8:]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+    def member() -> ShareConsumer:
+        consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        consumer.subscribe([topic])
+        return consumer
+
+    def drain(consumer: ShareConsumer, wanted: int) -> list[bytes]:
+        got: list[bytes] = []
+
+        def taken() -> bool:
+            got.extend(m.value() for m in consumer.poll(0.3) if m.error() is None)
+            return len(got) >= wanted
+
+        wait_until(taken, 30, f"{wanted} records delivered")
+        return got
+
+    first = member()
+    try:
+        # The share-partition starts where the log ends when it is first fetched (latest).
+        wait_until(
+            lambda: (
+                not first.poll(0.3) and "share-partitions" in http_get(f"{base}/groups/{group}")[1]
+            ),
+            30,
+            "the group's share-partition",
+        )
+        assert not produce(
+            broker.bootstrap, topic, [{"value": b"v%d" % i} for i in range(10)]
+        ).errors
+        assert sorted(drain(first, 10)) == sorted(b"v%d" % i for i in range(10))
+        first.poll(0.3)  # implicit acknowledgement of what the last poll returned
+        first.commit_sync(10)
+    finally:
+        first.close()
+
+    def start_offsets() -> list[str]:
+        return [
+            row[2] for row in Page(http_get(f"{base}/groups/{group}")[1]).rows("share-partitions")
+        ]
+
+    wait_until(lambda: start_offsets() == ["10"], 30, "start offset 10 on the group's page")
+    page = http_get(f"{base}/groups/{group}")[1]
+    assert 'name="kind" value="share"' in page
+    form = {
+        "csrf": csrf_token(page),
+        "topic": topic,
+        "to": "earliest",
+        "value": "",
+        "kind": "share",
+    }
+    status, body = post(f"{base}/groups/{group}/reset", form)
+    assert status == 200, body
+    assert Page(body).rows("reset-plan") == [[topic, "0", "10", "0"]]
+    assert start_offsets() == ["10"]  # a dry run changes nothing
+    status, body = post(f"{base}/groups/{group}/reset", form | {"execute": "1", "confirm": group})
+    assert (status, outcome(body)) == (200, "Done."), body
+    assert start_offsets() == ["0"]
+    again = member()
+    try:
+        assert sorted(drain(again, 10)) == sorted(b"v%d" % i for i in range(10))
+    finally:
+        again.close()
