@@ -154,12 +154,13 @@ def read_page(
     wanted: bytes = b"",
     committed: bool = False,
     budget: tuple[int, int] = (READ_BYTES, READS_MAX),
-) -> tuple[list[Record], int]:
+) -> tuple[list[Record], int, int]:
     """Up to `limit` records of `partition` from offset `start` below its high watermark
     (`committed`: below its last stable offset, without the records of aborted
     transactions, as a read_committed consumer sees them) whose key or value holds
     `wanted`, and the offset the scan reached (where a next page starts when fewer than
-    `limit` were found): at most `budget` (bytes per read, reads)."""
+    `limit` were found), and the bytes of log read: at most `budget` (bytes per read,
+    reads)."""
     replicas = view.services.replica_manager
     isolation = READ_COMMITTED if committed else READ_UNCOMMITTED
     found: list[Record] = []
@@ -167,6 +168,7 @@ def read_page(
     aborting: set[int] = set()
     position = start
     read_bytes, reads = budget
+    taken = 0
     for _ in range(reads):
         read = replicas.read(partition, position, read_bytes, isolation, True)
         if read.error_code != ErrorCode.none or read.found is None:
@@ -175,6 +177,7 @@ def read_page(
         aborted = sorted(read.aborted or (), key=lambda txn: txn.first_offset)
         piece = read.found
         chunk = piece.segment.pread(piece.length, piece.position)
+        taken += len(chunk)
         for batch in split_batches(chunk):
             header = read_batch_header(batch, 0)
             while aborted and aborted[0].first_offset <= header.last_offset:
@@ -193,14 +196,14 @@ def read_page(
                     value = None if record.value is None else record.value[: SHOWN_BYTES_MAX + 1]
                     found.append(record._replace(value=value))
                     if len(found) >= limit:
-                        return found, record.offset + 1
+                        return found, record.offset + 1, taken
         reached = min(piece.next_offset, end)
         if reached <= position:
             break
         position = reached
         if position >= end:
             break
-    return found, position
+    return found, position, taken
 
 
 def _bytes_cell(value: bytes | None, form: str) -> Html:
@@ -312,6 +315,7 @@ async def messages_page(view: View, name: str) -> HttpResponse:
     shown: list[Record] = []
     starts: dict[int, int] = {}
     scanned: dict[int, int] = {}
+    log_read = 0
     wanted = view.query.get("filter", "").encode()
     isolation = view.query.get("isolation", ISOLATIONS[0]) or ISOLATIONS[0]
     if isolation not in ISOLATIONS:
@@ -332,10 +336,11 @@ async def messages_page(view: View, name: str) -> HttpResponse:
         if start is None:
             start = start_offset(view, partition, mode, limit, committed)
         starts[index] = start
-        records, scanned[index] = read_page(
+        records, scanned[index], taken = read_page(
             view, partition, start, limit, wanted, committed, read_budget(len(selected))
         )
         shown += records
+        log_read += taken
     if len(selected) == 1:
         shown.sort(key=lambda r: r.offset)
     else:
@@ -389,6 +394,12 @@ async def messages_page(view: View, name: str) -> HttpResponse:
                 if rows
                 else tag("p", "No records here."),
                 tag("p", *paging, class_="paging"),
+                tag(
+                    "p",
+                    f"This page read {log_read:,} bytes of log.",
+                    id="log-read",
+                    class_="note",
+                ),
             ),
             produce_form(view, name, all_partitions),
         ]

@@ -935,3 +935,39 @@ def test_a_share_groups_start_offsets_are_reset_after_a_dry_run(console):
         assert sorted(drain(again, 10)) == sorted(b"v%d" % i for i in range(10))
     finally:
         again.close()
+
+
+def test_browsing_a_large_topic_from_its_middle_reads_only_that_page(console):
+    """A 30 MB partition browsed from offset 50,000 (and its next page, and the newest
+    records): each page shows its 50 records and says it read at most one 1 MiB read of
+    log, never the topic."""
+    broker, base = console
+    topic = f"large-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    count, size = 100_000, 300
+    payload = os.urandom(size * 64)  # random, so compression does not shrink the log
+    records = (
+        {"value": b"%06d" % i + payload[(i % 64) * size : (i % 64 + 1) * size]}
+        for i in range(count)
+    )
+    assert not produce(broker.bootstrap, topic, records, timeout=120, linger_ms=20).errors
+
+    def browse(query: str) -> tuple[list[int], int, str]:
+        status, body = http_get(f"{base}/topics/{topic}/messages?partition=0&limit=50&{query}")
+        assert status == 200, body[:500]
+        page = Page(body)
+        read = int(re.sub(r"\D", "", page.by_id["log-read"]))
+        nexts = re.findall(r'href="([^"]*positions=[^"]*)" class="next"', body)
+        return [int(row[1]) for row in page.rows("messages")], read, html.unescape(nexts[0])
+
+    offsets, read, following = browse("mode=offset&offset=50000")
+    assert offsets == list(range(50_000, 50_050))
+    assert 0 < read <= 1 << 20, read
+    status, body = http_get(base + following)
+    page = Page(body)
+    assert [int(row[1]) for row in page.rows("messages")] == list(range(50_050, 50_100))
+    assert int(re.sub(r"\D", "", page.by_id["log-read"])) <= 1 << 20
+    offsets, read, _ = browse("mode=newest")
+    assert offsets == list(range(count - 50, count))
+    assert 0 < read <= 1 << 20, read
