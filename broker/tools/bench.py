@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from raftka.broker.tools.bench_browse import browse_report
 from raftka.broker.tools.bench_conn_runs import IdleConnections, run_connections, run_idle
 from raftka.broker.tools.bench_report import Result, medians, plot, print_summary
 from raftka.broker.tools.bench_requests import metrics_url
@@ -178,7 +179,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--plot", type=Path, help="PNG of throughput (and latency) over time (default: --json .png)"
     )
     parser.add_argument("--quiet", action="store_true", help="no per-second progress on stderr")
+    parser.add_argument(
+        "--browse",
+        action="store_true",
+        help="after producing, time the web console's pages of the topic's partition 0 (newest, "
+        "by offset at its start, middle and end, by timestamp); needs --console, or "
+        "--start-broker, which opens one",
+    )
+    parser.add_argument("--console", metavar="HOST:PORT", help="console.listen of the broker")
     args = parser.parse_args(argv)
+    if args.browse and not (args.console or args.start_broker):
+        parser.error("--browse needs --console HOST:PORT (the broker's console.listen)")
+    if args.browse and (args.mode == "consume" or args.rate or args.connections):
+        parser.error("--browse follows a produce run: use --mode produce or both")
     if args.partitions is None:
         args.partitions = args.consumers
     if args.connections is not None:
@@ -246,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.start_broker:
             config = dict(item.partition("=")[::2] for item in args.broker_config)
             config.setdefault("metrics.listen", f"127.0.0.1:{free_port()}")
+            if args.browse:
+                args.console = config.setdefault("console.listen", f"127.0.0.1:{free_port()}")
             broker_dir = tempfile.mkdtemp(prefix="raftka-bench-")
             broker = BrokerProcess(config, base_dir=broker_dir)
             broker.start()
@@ -307,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
                 result = run(args, target_bootstrap, target_pid, topic, label, target_metrics)
                 if idle is not None:
                     result["idle"] = idle.report(label, under_load=True)
+                if args.browse and label == "raftka":
+                    per_partition = args.num_records // args.partitions
+                    result["browse"] = browse_report(args.console, topic, per_partition)
                 result["run"] = round_no
                 result["bootstrap"] = target_bootstrap
                 runs.append(result)
