@@ -29,6 +29,8 @@ from raftka.broker.compaction import LogCleaner
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
 from raftka.broker.console.app import Console
+from raftka.broker.console.page_reads import PageReads
+from raftka.broker.console.page_reads import register as register_page_reads
 from raftka.broker.fetch_sessions import FetchSessionCache
 from raftka.broker.groups import coordinator_for
 from raftka.broker.groups.store import offsets_marker_listener
@@ -610,6 +612,10 @@ class Broker:
                 replica_manager=self.replica_manager,
                 fetch_sessions=self.fetch_sessions,
             )
+            # Any broker may be asked for a page of a partition it hosts by another's console.
+            self.page_reads = register_page_reads(
+                PageReads(self.services, self.node.transport.forward), self.controller.register_rpc
+            )
             self.console: Console | None = None
             self.console_http = self._console_endpoint(config.get_str("console.listen"))
             opened.pop_all()  # the broker's now: `run` closes them
@@ -625,7 +631,10 @@ class Broker:
             raise ValueError(f"console.listen: {exc}") from None
         sasl = [spec for spec in self.listeners if spec.protocol.uses_sasl]
         console = self.console = Console(
-            self.services, sasl[0] if sasl else None, tls=self.http_tls is not None
+            self.services,
+            sasl[0] if sasl else None,
+            tls=self.http_tls is not None,
+            page_reads=self.page_reads,
         )
         metrics = self.http
         if (

@@ -46,6 +46,7 @@ from raftka.broker.http_endpoint import HttpRequest, HttpResponse
 from raftka.broker.security.session import ClientSession, Principal
 
 if TYPE_CHECKING:
+    from raftka.broker.console.page_reads import PageReads
     from raftka.broker.handlers.context import BrokerServices
     from raftka.broker.security.listeners import ListenerSpec
 
@@ -112,8 +113,11 @@ class Console:
         services: BrokerServices,
         sasl_listener: ListenerSpec | None = None,
         tls: bool = False,
+        page_reads: PageReads | None = None,
     ) -> None:
         self.services = services
+        #: Pages of partitions this broker does not host, read from the broker leading them.
+        self.page_reads = page_reads
         #: Served over TLS: the session cookie is marked Secure.
         self.tls = tls
         #: When the cluster has a SASL listener, every page needs a login, checked as SASL
@@ -169,6 +173,7 @@ class Console:
                 csrf_token,
                 request.body,
                 session,
+                self.page_reads,
             )
         except PageError as exc:
             return HttpResponse.text(exc.status, exc.message)

@@ -32,24 +32,20 @@ from raftka.broker.console.html import (
     url,
     void,
 )
+from raftka.broker.console.page_reads import PageQuery, read_local
 from raftka.broker.console.records import (
     FORMATS,
-    SHOWN_BYTES_MAX,
     Record,
-    batch_records,
     render_value,
-    split_batches,
 )
 from raftka.broker.console.topics import hosted
 from raftka.broker.console.view import PageError
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.protocol.api_keys import ApiKey
-from raftka.protocol.records import UnsupportedBatch, read_batch_header
 
 if TYPE_CHECKING:
     from raftka.broker.console.view import View
     from raftka.broker.http_endpoint import HttpResponse
-    from raftka.broker.topics import Partition
 
 LIMIT_DEFAULT = 50
 LIMIT_MAX = 500
@@ -120,90 +116,6 @@ def timestamp_text(timestamp_ms: int) -> str:
         return "none"
     moment = datetime.datetime.fromtimestamp(timestamp_ms / 1000, datetime.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def start_offset(
-    view: View, partition: Partition, mode: str, limit: int, committed: bool = False
-) -> int:
-    log = partition.hosted_log
-    end = partition.last_stable_offset if committed else partition.high_watermark
-    if mode == "offset":
-        wanted = view.int_param("offset", 0, 0, OFFSET_MAX)
-        return min(max(wanted or 0, log.log_start_offset), end)
-    if mode == "timestamp":
-        wanted_ms = parse_timestamp(view.query.get("timestamp", "") or "0")
-        replicas = view.services.replica_manager
-        isolation = READ_COMMITTED if committed else READ_UNCOMMITTED
-        offset, _, _ = replicas.list_offset(partition, wanted_ms, isolation)
-        return end if offset < 0 else min(max(offset, log.log_start_offset), end)
-    return max(log.log_start_offset, end - limit)
-
-
-def matches(record: Record, wanted: bytes) -> bool:
-    """Whether the record's key or value holds `wanted` (empty: every record)."""
-    return not wanted or any(
-        part is not None and wanted in part for part in (record.key, record.value)
-    )
-
-
-def read_page(
-    view: View,
-    partition: Partition,
-    start: int,
-    limit: int,
-    wanted: bytes = b"",
-    committed: bool = False,
-    budget: tuple[int, int] = (READ_BYTES, READS_MAX),
-) -> tuple[list[Record], int, int]:
-    """Up to `limit` records of `partition` from offset `start` below its high watermark
-    (`committed`: below its last stable offset, without the records of aborted
-    transactions, as a read_committed consumer sees them) whose key or value holds
-    `wanted`, and the offset the scan reached (where a next page starts when fewer than
-    `limit` were found), and the bytes of log read: at most `budget` (bytes per read,
-    reads)."""
-    replicas = view.services.replica_manager
-    isolation = READ_COMMITTED if committed else READ_UNCOMMITTED
-    found: list[Record] = []
-    # Producers whose open transaction was aborted, until their abort marker.
-    aborting: set[int] = set()
-    position = start
-    read_bytes, reads = budget
-    taken = 0
-    for _ in range(reads):
-        read = replicas.read(partition, position, read_bytes, isolation, True)
-        if read.error_code != ErrorCode.none or read.found is None:
-            break
-        end = read.last_stable_offset if committed else read.high_watermark
-        aborted = sorted(read.aborted or (), key=lambda txn: txn.first_offset)
-        piece = read.found
-        chunk = piece.segment.pread(piece.length, piece.position)
-        taken += len(chunk)
-        for batch in split_batches(chunk):
-            header = read_batch_header(batch, 0)
-            while aborted and aborted[0].first_offset <= header.last_offset:
-                aborting.add(aborted.pop(0).producer_id)
-            if header.is_control:
-                aborting.discard(header.producer_id)
-                continue
-            if header.is_transactional and header.producer_id in aborting:
-                continue
-            try:
-                records = list(batch_records(partition.index, batch))
-            except UnsupportedBatch:
-                continue
-            for record in records:
-                if start <= record.offset < end and matches(record, wanted):
-                    value = None if record.value is None else record.value[: SHOWN_BYTES_MAX + 1]
-                    found.append(record._replace(value=value))
-                    if len(found) >= limit:
-                        return found, record.offset + 1, taken
-        reached = min(piece.next_offset, end)
-        if reached <= position:
-            break
-        position = reached
-        if position >= end:
-            break
-    return found, position, taken
 
 
 def _bytes_cell(value: bytes | None, form: str) -> Html:
@@ -321,26 +233,44 @@ async def messages_page(view: View, name: str) -> HttpResponse:
     if isolation not in ISOLATIONS:
         raise PageError(HTTPStatus.BAD_REQUEST, f"isolation: one of {', '.join(ISOLATIONS)}")
     committed = isolation == "read_committed"
+    offset = (view.int_param("offset", 0, 0, OFFSET_MAX) or 0) if mode == "offset" else 0
+    timestamp_ms = (
+        parse_timestamp(view.query.get("timestamp", "") or "0") if mode == "timestamp" else 0
+    )
+    read_bytes, reads = read_budget(len(selected))
     for index in selected:
-        partition = hosted(view, name, index)
-        if partition is None:
-            notes.append(
-                tag(
-                    "li",
-                    f"partition {index} is not hosted on this broker; its leader is broker "
-                    f"{leaders[index]}: browse it on that broker's console",
-                )
-            )
-            continue
-        start = positions.get(index)
-        if start is None:
-            start = start_offset(view, partition, mode, limit, committed)
-        starts[index] = start
-        records, scanned[index], taken = read_page(
-            view, partition, start, limit, wanted, committed, read_budget(len(selected))
+        query = PageQuery(
+            name,
+            index,
+            mode,
+            positions.get(index),
+            offset,
+            timestamp_ms,
+            limit,
+            wanted,
+            committed,
+            read_bytes,
+            reads,
         )
-        shown += records
-        log_read += taken
+        partition = hosted(view, name, index)
+        if partition is not None:
+            read = read_local(view.services.replica_manager, partition, query)
+        elif leaders[index] < 0:
+            notes.append(tag("li", f"partition {index} has no leader now: try again shortly"))
+            continue
+        elif view.page_reads is None:
+            notes.append(tag("li", f"partition {index} is not hosted on this broker"))
+            continue
+        else:
+            try:
+                read = await view.page_reads.read_remote(leaders[index], query)
+            except OSError as exc:
+                notes.append(tag("li", f"partition {index}: {exc}"))
+                continue
+        starts[index] = read.start
+        scanned[index] = read.reached
+        shown += read.records
+        log_read += read.log_read
     if len(selected) == 1:
         shown.sort(key=lambda r: r.offset)
     else:

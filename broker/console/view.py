@@ -12,6 +12,7 @@ from raftka.broker.console.calls import Caller
 from raftka.broker.console.html import Content, Html, error_page, page, tag, void
 
 if TYPE_CHECKING:
+    from raftka.broker.console.page_reads import PageReads
     from raftka.broker.handlers.context import BrokerServices
     from raftka.broker.http_endpoint import HttpResponse
     from raftka.broker.security.session import ClientSession
@@ -46,6 +47,8 @@ class View:
     csrf_token: str
     #: A posted form's fields (empty for a GET).
     form: dict[str, str]
+    #: Reads pages of partitions hosted on other brokers (None: only this broker's).
+    page_reads: PageReads | None = None
 
     @classmethod
     def of(
@@ -56,6 +59,7 @@ class View:
         csrf_token: str,
         body: bytes,
         session: ClientSession | None = None,
+        page_reads: PageReads | None = None,
     ) -> View:
         """PageError 400 when the query or a form body is malformed."""
         try:
@@ -68,6 +72,7 @@ class View:
             _fields(query),
             csrf_token,
             _fields(form_text),
+            page_reads,
         )
 
     def page(self, title: str, body: Content, *, live: bool = False) -> HttpResponse:

@@ -723,6 +723,21 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     with checked(browser, base + "/", "cluster-overview"):
         assert len(look(browser, base + "/", "").rows("brokers")) == 3
 
+    # Partitions node 1 does not host are read from the brokers that lead them.
+    remote = f"console-remote-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(remote, 2, -1, replica_assignment=[[2], [3]])])[remote].result(30)
+    sent = [{"value": b"r%d" % i, "key": b"k%d" % i, "partition": i % 2} for i in range(20)]
+    assert not produce(cluster.bootstrap, remote, sent).errors
+    remote_url = f"{base}/topics/{remote}/messages?partition=all&mode=offset&offset=0"
+    with checked(browser, remote_url, "cluster-remote-messages"):
+        rows = look(browser, remote_url, "").rows("messages")
+        assert sorted((row[0], row[4].split(" ")[0]) for row in rows) == sorted(
+            (str(i % 2), f"r{i}") for i in range(20)
+        )
+    status, body = http_get(f"{base}/topics/{remote}/messages?partition=1&mode=offset&offset=5")
+    assert status == 200, body[:500]
+    assert [row[1] for row in Page(body).rows("messages")] == ["5", "6", "7", "8", "9"]
+
     # A throttled move adding node 3 to a partition node 1 leads: the operations page shows
     # how much of the log the new replica holds as it copies, until the move is done.
     moving = f"console-move-{uuid.uuid4().hex[:8]}"

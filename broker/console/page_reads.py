@@ -1,0 +1,225 @@
+"""One partition's records for a page of the message browser, read where the partition is:
+from this broker's replica, or over a peer RPC from the broker that leads it, so a console
+browses every partition of a cluster from any broker.
+
+The console checks READ on the topic before asking (ACLs are the cluster's, the same on every
+broker); the broker asked only reads its replica. A page reads at most its budget of log
+(bytes per read, reads) and answers at most `limit` records, values cut for display.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.console.records import SHOWN_BYTES_MAX, Record, batch_records, split_batches
+from raftka.consensus.transport import ForwardError
+from raftka.protocol.records import UnsupportedBatch, read_batch_header
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import BrokerServices
+    from raftka.broker.replica.manager import ReplicaManager
+    from raftka.broker.topics import Partition
+
+PAGE_READ_RPC = "console.page_read"
+PAGE_READ_TIMEOUT_S = 10.0
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class PageQuery:
+    """What a page asks of one partition: where to start (`position` of a next page, else
+    by `mode`: newest, offset or timestamp), how many records, which (`wanted` in the key
+    or value), read_committed or not, and the log it may read (bytes per read, reads)."""
+
+    topic: str
+    partition: int
+    mode: str
+    position: int | None
+    offset: int
+    timestamp_ms: int
+    limit: int
+    wanted: bytes
+    committed: bool
+    read_bytes: int
+    reads: int
+
+
+@dataclass(frozen=True, slots=True)
+class PageRead:
+    """The records found (values cut to SHOWN_BYTES_MAX + 1), the offset the page started
+    at, the offset its scan reached (where a next page starts), and the bytes of log read."""
+
+    records: list[Record]
+    start: int
+    reached: int
+    log_read: int
+
+
+def matches(record: Record, wanted: bytes) -> bool:
+    """Whether the record's key or value holds `wanted` (empty: every record)."""
+    return not wanted or any(
+        part is not None and wanted in part for part in (record.key, record.value)
+    )
+
+
+def start_offset(replicas: ReplicaManager, partition: Partition, query: PageQuery) -> int:
+    log = partition.hosted_log
+    end = partition.last_stable_offset if query.committed else partition.high_watermark
+    if query.mode == "offset":
+        return min(max(query.offset, log.log_start_offset), end)
+    if query.mode == "timestamp":
+        isolation = READ_COMMITTED if query.committed else READ_UNCOMMITTED
+        offset, _, _ = replicas.list_offset(partition, query.timestamp_ms, isolation)
+        return end if offset < 0 else min(max(offset, log.log_start_offset), end)
+    return max(log.log_start_offset, end - query.limit)
+
+
+def read_local(replicas: ReplicaManager, partition: Partition, query: PageQuery) -> PageRead:
+    """The page's records of this broker's replica of `partition`: up to `limit` records
+    from its start below the high watermark (read_committed: below the last stable offset,
+    without aborted transactions' records, as such a consumer sees them)."""
+    start = (
+        query.position if query.position is not None else start_offset(replicas, partition, query)
+    )
+    isolation = READ_COMMITTED if query.committed else READ_UNCOMMITTED
+    found: list[Record] = []
+    # Producers whose open transaction was aborted, until their abort marker.
+    aborting: set[int] = set()
+    position = start
+    taken = 0
+    for _ in range(query.reads):
+        read = replicas.read(partition, position, query.read_bytes, isolation, True)
+        if read.error_code != ErrorCode.none or read.found is None:
+            break
+        end = read.last_stable_offset if query.committed else read.high_watermark
+        aborted = sorted(read.aborted or (), key=lambda txn: txn.first_offset)
+        piece = read.found
+        chunk = piece.segment.pread(piece.length, piece.position)
+        taken += len(chunk)
+        for batch in split_batches(chunk):
+            header = read_batch_header(batch, 0)
+            while aborted and aborted[0].first_offset <= header.last_offset:
+                aborting.add(aborted.pop(0).producer_id)
+            if header.is_control:
+                aborting.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborting:
+                continue
+            try:
+                records = list(batch_records(partition.index, batch))
+            except UnsupportedBatch:
+                continue
+            for record in records:
+                if start <= record.offset < end and matches(record, query.wanted):
+                    value = None if record.value is None else record.value[: SHOWN_BYTES_MAX + 1]
+                    found.append(record._replace(value=value))
+                    if len(found) >= query.limit:
+                        return PageRead(found, start, record.offset + 1, taken)
+        reached = min(piece.next_offset, end)
+        if reached <= position:
+            break
+        position = reached
+        if position >= end:
+            break
+    return PageRead(found, start, position, taken)
+
+
+# -- over the peer RPC ---------------------------------------------------------------------
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def _encode_query(query: PageQuery) -> bytes:
+    fields = {name: getattr(query, name) for name in PageQuery.__slots__}
+    fields["wanted"] = _b64(query.wanted)
+    return json.dumps(fields).encode()
+
+
+def _decode_query(payload: bytes) -> PageQuery:
+    fields = json.loads(payload)
+    fields["wanted"] = _unb64(fields["wanted"]) or b""
+    return PageQuery(**fields)
+
+
+def _encode_read(read: PageRead) -> bytes:
+    records = [
+        [
+            r.partition,
+            r.offset,
+            r.timestamp_ms,
+            _b64(r.key),
+            _b64(r.value),
+            [[name, _b64(value)] for name, value in r.headers],
+        ]
+        for r in read.records
+    ]
+    answer = {"records": records, "start": read.start, "reached": read.reached}
+    return json.dumps(answer | {"log_read": read.log_read}).encode()
+
+
+def _decode_read(payload: bytes) -> PageRead:
+    answer = json.loads(payload)
+    records = [
+        Record(
+            int(partition),
+            int(offset),
+            int(timestamp_ms),
+            _unb64(key),
+            _unb64(value),
+            tuple((str(name), _unb64(header)) for name, header in headers),
+        )
+        for partition, offset, timestamp_ms, key, value, headers in answer["records"]
+    ]
+    return PageRead(records, int(answer["start"]), int(answer["reached"]), int(answer["log_read"]))
+
+
+#: The peer transport's forward: (broker, rpc, payload, timeout) -> the answer's payload.
+Forward = Callable[[int, str, bytes, float], Awaitable[bytes]]
+
+
+class PageReads:
+    """Serves PAGE_READ_RPC on every broker, and asks it of another broker."""
+
+    def __init__(self, services: BrokerServices, forward: Forward) -> None:
+        self.services = services
+        self.forward = forward
+
+    async def serve(self, payload: bytes) -> tuple[int, bytes]:
+        try:
+            query = _decode_query(payload)
+        except (ValueError, KeyError, TypeError) as exc:
+            return int(ErrorCode.invalid_request), f"bad page read: {exc}".encode()
+        partition = self.services.topics.partition(query.topic, query.partition)
+        if partition is None or partition.log is None or partition.raft is None:
+            message = f"{query.topic}-{query.partition} is not hosted here"
+            return int(ErrorCode.not_leader_or_follower), message.encode()
+        return 0, _encode_read(read_local(self.services.replica_manager, partition, query))
+
+    async def read_remote(self, node: int, query: PageQuery) -> PageRead:
+        """The page's records from broker `node`'s replica; OSError naming the broker and
+        why when it does not answer or does not host the partition."""
+        try:
+            raw = await self.forward(node, PAGE_READ_RPC, _encode_query(query), PAGE_READ_TIMEOUT_S)
+        except ForwardError as exc:
+            raise OSError(f"broker {node} did not answer: {exc}") from exc
+        return _decode_read(raw)
+
+
+def register(
+    reads: PageReads,
+    register_rpc: Callable[[str, Callable[[bytes], Awaitable[tuple[int, bytes]]]], None],
+) -> PageReads:
+    register_rpc(PAGE_READ_RPC, reads.serve)
+    return reads
