@@ -31,6 +31,8 @@ from raftka.broker.connection import Connection
 from raftka.broker.console.app import Console
 from raftka.broker.console.page_reads import PageReads
 from raftka.broker.console.page_reads import register as register_page_reads
+from raftka.broker.console.remote_calls import RemoteCalls
+from raftka.broker.console.remote_calls import register as register_remote_calls
 from raftka.broker.fetch_sessions import FetchSessionCache
 from raftka.broker.groups import coordinator_for
 from raftka.broker.groups.store import offsets_marker_listener
@@ -616,6 +618,10 @@ class Broker:
             self.page_reads = register_page_reads(
                 PageReads(self.services, self.node.transport.forward), self.controller.register_rpc
             )
+            self.remote_calls = register_remote_calls(
+                RemoteCalls(self.services, self.node.transport.forward, self.listeners),
+                self.controller.register_rpc,
+            )
             self.console: Console | None = None
             self.console_http = self._console_endpoint(config.get_str("console.listen"))
             opened.pop_all()  # the broker's now: `run` closes them
@@ -635,6 +641,7 @@ class Broker:
             sasl[0] if sasl else None,
             tls=self.http_tls is not None,
             page_reads=self.page_reads,
+            remote=self.remote_calls,
         )
         metrics = self.http
         if (

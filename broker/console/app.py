@@ -25,7 +25,7 @@ from raftka.broker.console.actions import (
     delete_topic,
     produce_record,
 )
-from raftka.broker.console.groups import group_page, groups_page
+from raftka.broker.console.groups import at_coordinator, group_page, groups_page
 from raftka.broker.console.html import Html, join, tag, void
 from raftka.broker.console.messages import messages_page
 from raftka.broker.console.offsets_reset import reset_offsets
@@ -47,6 +47,7 @@ from raftka.broker.security.session import ClientSession, Principal
 
 if TYPE_CHECKING:
     from raftka.broker.console.page_reads import PageReads
+    from raftka.broker.console.remote_calls import RemoteCalls
     from raftka.broker.handlers.context import BrokerServices
     from raftka.broker.security.listeners import ListenerSpec
 
@@ -114,10 +115,13 @@ class Console:
         sasl_listener: ListenerSpec | None = None,
         tls: bool = False,
         page_reads: PageReads | None = None,
+        remote: RemoteCalls | None = None,
     ) -> None:
         self.services = services
         #: Pages of partitions this broker does not host, read from the broker leading them.
         self.page_reads = page_reads
+        #: Group pages' calls at the brokers coordinating the groups.
+        self.remote = remote
         #: Served over TLS: the session cookie is marked Secure.
         self.tls = tls
         #: When the cluster has a SASL listener, every page needs a login, checked as SASL
@@ -174,6 +178,7 @@ class Console:
                 request.body,
                 session,
                 self.page_reads,
+                self.remote,
             )
         except PageError as exc:
             return HttpResponse.text(exc.status, exc.message)
@@ -241,7 +246,7 @@ class Console:
             case ["topics", name, "produce"]:
                 return await produce_record(view, name)
             case ["groups", name, "reset"]:
-                return await reset_offsets(view, name)
+                return await reset_offsets(await at_coordinator(view, name), name)
             case ["security", "acls"]:
                 return await add_acl(view)
             case ["security", "acls", "delete"]:

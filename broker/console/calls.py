@@ -30,6 +30,8 @@ from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.describe_groups.v5 import request as describe_groups
 from kio.schema.describe_share_group_offsets.v1 import request as share_offsets
 from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4 import request as find_coordinator
 from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from kio.schema.list_groups.v5 import request as list_groups
 from kio.schema.list_offsets.v7 import request as list_offsets
@@ -43,6 +45,7 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.share_group_describe.v1 import request as share_group_describe
 from kio.static.primitive import f64, i8, i16, i32
 
+from raftka.broker.handlers.metadata import partition_leader
 from raftka.broker.security.acl import AclBinding
 from raftka.broker.security.scram import ScramMechanism, salted_password
 from raftka.broker.services import RequestContext
@@ -51,6 +54,7 @@ from raftka.protocol.api_keys import ApiKey
 from raftka.protocol.batch_builder import build_batch
 
 if TYPE_CHECKING:
+    from raftka.broker.console.remote_calls import RemoteCalls
     from raftka.broker.handlers.context import BrokerServices
     from raftka.broker.security.session import ClientSession
 
@@ -79,11 +83,29 @@ class Caller:
     """Calls this broker's handlers as the console's principal, from `client_host`."""
 
     def __init__(
-        self, services: BrokerServices, client_host: str, session: ClientSession | None = None
+        self,
+        services: BrokerServices,
+        client_host: str,
+        session: ClientSession | None = None,
+        remote: RemoteCalls | None = None,
+        node: int | None = None,
     ) -> None:
         self.services = services
         self.client_host = client_host
         self.session = session
+        self.remote = remote
+        #: Another broker whose handlers answer (None: this broker's).
+        self.node = node
+
+    def at(self, node: int) -> Caller:
+        """The same principal's calls answered by broker `node`; without peer calls, or for
+        this broker, this broker's."""
+        here = node == self.services.identity.node_id or self.remote is None
+        if (None if here else node) == self.node:
+            return self
+        return Caller(
+            self.services, self.client_host, self.session, self.remote, None if here else node
+        )
 
     def context(self, api_key: int, api_version: int) -> RequestContext[Any, Any]:
         """A request context as the connection would make for this principal's request."""
@@ -104,6 +126,8 @@ class Caller:
         )
 
     async def call(self, request: Any) -> Response:  # Any: a kio request entity
+        if self.node is not None and self.remote is not None:
+            return await self.remote.call(self.node, self.session, self.client_host, request)
         api_key = ApiKey(request.__api_key__)
         handler = self.services.handlers[api_key]
         answer = await handler.serve(self.context(api_key, request.__version__), request)
@@ -148,33 +172,60 @@ class Caller:
     async def list_offsets(
         self, topic: str, partitions: Sequence[int], timestamp: int, replica_id: int
     ) -> dict[int, tuple[int, int]]:
-        """Partition -> (Kafka error code, offset) for `timestamp` (or EARLIEST/LATEST)."""
-        request = build(
-            list_offsets.ListOffsetsRequest,
-            replica_id=replica_id,
-            isolation_level=0,
-            topics=(
-                build(
-                    list_offsets.ListOffsetsTopic,
-                    name=topic,
-                    partitions=tuple(
-                        build(
-                            list_offsets.ListOffsetsPartition,
-                            partition_index=index,
-                            current_leader_epoch=-1,
-                            timestamp=timestamp,
-                        )
-                        for index in partitions
+        """Partition -> (Kafka error code, offset) for `timestamp` (or EARLIEST/LATEST), each
+        asked of the partition's leader (a consumer's ListOffsets is answered there only)."""
+        by_leader: dict[int, list[int]] = {}
+        for index in partitions:
+            partition = self.services.topics.partition(topic, index)
+            leader = -1
+            if partition is not None:
+                leader, _ = partition_leader(self.services.controller, partition)
+            by_leader.setdefault(leader, []).append(index)
+        answers: dict[int, tuple[int, int]] = {}
+        for leader, indexes in sorted(by_leader.items()):
+            request = build(
+                list_offsets.ListOffsetsRequest,
+                replica_id=replica_id,
+                isolation_level=0,
+                topics=(
+                    build(
+                        list_offsets.ListOffsetsTopic,
+                        name=topic,
+                        partitions=tuple(
+                            build(
+                                list_offsets.ListOffsetsPartition,
+                                partition_index=index,
+                                current_leader_epoch=-1,
+                                timestamp=timestamp,
+                            )
+                            for index in indexes
+                        ),
                     ),
                 ),
-            ),
+            )
+            try:
+                response = await (self.at(leader) if leader >= 0 else self).call(request)
+            except OSError:
+                answers |= {i: (int(ErrorCode.leader_not_available), -1) for i in indexes}
+                continue
+            answers |= {
+                int(p.partition_index): (int(p.error_code), int(p.offset))
+                for t in response.topics
+                for p in t.partitions
+            }
+        return answers
+
+    async def group_coordinator(self, group_id: str) -> int:
+        """The broker coordinating `group_id` (FindCoordinator), -1 when none is known."""
+        response = await self.call(
+            build(
+                find_coordinator.FindCoordinatorRequest,
+                key_type=i8(0),
+                coordinator_keys=(group_id,),
+            )
         )
-        response = await self.call(request)
-        return {
-            int(p.partition_index): (int(p.error_code), int(p.offset))
-            for t in response.topics
-            for p in t.partitions
-        }
+        (found,) = response.coordinators
+        return int(found.node_id) if found.error_code == ErrorCode.none else -1
 
     async def list_groups(self) -> Response:
         return await self.call(build(list_groups.ListGroupsRequest, states_filter=()))

@@ -4,6 +4,7 @@ lag per partition)."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -71,8 +72,32 @@ def assignment_text(assignment: dict[str, list[int]] | None) -> str:
     )
 
 
+async def at_coordinator(view: View, group_id: str) -> View:
+    """`view` with its calls answered by the broker coordinating `group_id` (this one's
+    when it does, or when no coordinator is known)."""
+    node = await view.caller.group_coordinator(group_id)
+    if node < 0:
+        return view
+    return dataclasses.replace(view, caller=view.caller.at(node))
+
+
 async def groups_page(view: View) -> HttpResponse:
-    listed = await view.caller.list_groups()
+    """The groups of every broker answering (each coordinates its own share of them)."""
+    groups: dict[str, Any] = {}
+    notes: list[Html] = []
+    own = view.services.identity.node_id
+    brokers = sorted({own, *view.services.controller.live_brokers()})
+    for node in brokers:
+        try:
+            listed = await view.caller.at(node).list_groups()
+        except OSError as exc:
+            notes.append(tag("li", f"groups of broker {node} not shown: {exc}"))
+            continue
+        if listed.error_code != ErrorCode.none:
+            code = ErrorCode(listed.error_code).name.upper()
+            notes.append(tag("li", f"broker {node}: some groups are still loading ({code})"))
+        for g in listed.groups:
+            groups[g.group_id] = g
     rows: list[Row] = [
         [
             link(f"/groups/{quote(g.group_id)}", g.group_id, class_="group"),
@@ -80,20 +105,11 @@ async def groups_page(view: View) -> HttpResponse:
             g.protocol_type,
             g.group_state,
         ]
-        for g in sorted(listed.groups, key=lambda g: g.group_id)
+        for g in sorted(groups.values(), key=lambda g: g.group_id)
     ]
-    note = (
-        tag("p", f"Some groups are still loading ({ErrorCode(listed.error_code).name.upper()}).")
-        if listed.error_code != ErrorCode.none
-        else None
-    )
+    note = tag("ul", *notes, class_="notes") if notes else None
     body = join(
         [
-            tag(
-                "p",
-                "The groups this broker coordinates; another broker's console shows its own.",
-                class_="note",
-            ),
             note,
             table(("group", "type", "protocol type", "state"), rows, id="groups")
             if rows
@@ -183,7 +199,9 @@ def _refused(group_id: str, code: ErrorCode) -> PageError:
 
 async def group_page(view: View, group_id: str) -> HttpResponse:
     """A classic group (DescribeGroups) or, when there is none of that name, a group of the
-    consumer protocol (ConsumerGroupDescribe), else a share group (ShareGroupDescribe)."""
+    consumer protocol (ConsumerGroupDescribe), else a share group (ShareGroupDescribe), as
+    the broker coordinating it answers."""
+    view = await at_coordinator(view, group_id)
     described = await view.caller.describe_groups([group_id])
     group = described.groups[0]
     code = ErrorCode(group.error_code)

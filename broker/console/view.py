@@ -13,6 +13,7 @@ from raftka.broker.console.html import Content, Html, error_page, page, tag, voi
 
 if TYPE_CHECKING:
     from raftka.broker.console.page_reads import PageReads
+    from raftka.broker.console.remote_calls import RemoteCalls
     from raftka.broker.handlers.context import BrokerServices
     from raftka.broker.http_endpoint import HttpResponse
     from raftka.broker.security.session import ClientSession
@@ -60,6 +61,7 @@ class View:
         body: bytes,
         session: ClientSession | None = None,
         page_reads: PageReads | None = None,
+        remote: RemoteCalls | None = None,
     ) -> View:
         """PageError 400 when the query or a form body is malformed."""
         try:
@@ -68,7 +70,7 @@ class View:
             raise PageError(HTTPStatus.BAD_REQUEST, "form is not UTF-8") from None
         return cls(
             services,
-            Caller(services, client_host, session),
+            Caller(services, client_host, session, remote),
             _fields(query),
             csrf_token,
             _fields(form_text),

@@ -36,6 +36,8 @@ from harness import free_port
 from required import missing_client
 from secured import password, start_sasl_broker
 
+from raftka.broker.admin.wire import WireConnection
+
 BROWSER_TIMEOUT_S = 60.0
 SCRIPT_VALUE = "<script>document.title='owned'</script>"
 
@@ -737,6 +739,42 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     status, body = http_get(f"{base}/topics/{remote}/messages?partition=1&mode=offset&offset=5")
     assert status == 200, body[:500]
     assert [row[1] for row in Page(body).rows("messages")] == ["5", "6", "7", "8", "9"]
+
+    # A group another broker coordinates is listed, described and reset through it, its
+    # lag from each partition's leader.
+    with WireConnection(cluster.nodes[0].bootstrap, 10) as conn:
+
+        def coordinator(group: str) -> int:
+            found = conn.request(10, {"key_type": 0, "coordinator_keys": (group,)}, version=4)
+            return int(found.coordinators[0].node_id)
+
+        def coordinated_elsewhere() -> str | None:
+            # -1 while __consumer_offsets is being created (COORDINATOR_NOT_AVAILABLE).
+            names = (f"console-g-{uuid.uuid4().hex[:8]}" for _ in range(20))
+            return next((g for g in names if coordinator(g) not in (1, -1)), None)
+
+        group = wait_until(coordinated_elsewhere, 30, "a group another broker coordinates")
+        coordinating = coordinator(group)
+    committer = Consumer(
+        {"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        committer.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    finally:
+        committer.close()
+    wait_until(
+        lambda: group in [row[0] for row in Page(http_get(base + "/groups")[1]).rows("groups")],
+        30,
+        f"{group} (coordinated by broker {coordinating}) listed on broker 1's console",
+    )
+    lag = {row[1]: row[2:] for row in Page(http_get(f"{base}/groups/{group}")[1]).rows("lag")}
+    assert lag == {"0": ["4", "10", "6"]}, lag
+    page = http_get(f"{base}/groups/{group}")[1]
+    reset = {"csrf": csrf_token(page), "topic": topic, "to": "latest", "value": "", "kind": ""}
+    status, body = post(f"{base}/groups/{group}/reset", reset | {"execute": "1", "confirm": group})
+    assert (status, outcome(body)) == (200, "Done."), body
+    lag = {row[1]: row[2:] for row in Page(http_get(f"{base}/groups/{group}")[1]).rows("lag")}
+    assert lag == {"0": ["10", "10", "0"], "1": ["10", "10", "0"], "2": ["10", "10", "0"]}, lag
 
     # A throttled move adding node 3 to a partition node 1 leads: the operations page shows
     # how much of the log the new replica holds as it copies, until the move is done.
