@@ -392,7 +392,7 @@ def test_read_committed_browsing_leaves_out_aborted_transactions(console, browse
 
     # The transaction's id, on the operations page with its last state.
     with checked(browser, base + "/operations", "operations"):
-        page = look(browser, base + "/operations", "")
+        page = look(browser, base + "/operations", "operations")
         states = {row[0]: row[2] for row in page.rows("transactions")}
         assert states[f"console-{topic[-10:]}"] == "CompleteCommit"
 
@@ -577,7 +577,7 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 def test_the_console_shows_only_what_its_principal_may_see_and_shares_the_metrics_port(
-    broker_factory, new_topic
+    broker_factory, new_topic, browser
 ):
     """With an authorizer, the console (User:ANONYMOUS) is refused what a client of that
     principal would be: a topic denied DESCRIBE is not listed nor shown, one denied READ
@@ -672,8 +672,9 @@ def test_the_console_shows_only_what_its_principal_may_see_and_shares_the_metric
     assert http_get(f"{base}/topics/{shown}/messages")[0] == 200
 
     # The bindings, on the security page.
-    acl_rows = Page(http_get(f"{base}/security")[1]).rows("acls")
-    assert ["TOPIC", hidden, "LITERAL", "User:ANONYMOUS", "*", "DESCRIBE", "DENY"] in acl_rows
+    with checked(browser, f"{base}/security", "security"):
+        acl_rows = look(browser, f"{base}/security", "security").rows("acls")
+        assert ["TOPIC", hidden, "LITERAL", "User:ANONYMOUS", "*", "DESCRIBE", "DENY"] in acl_rows
 
     # Changes are authorized as the API's: deleting the topic needs DELETE on it.
     token = csrf_token(http_get(f"{base}/topics/{unreadable}")[1])
@@ -723,7 +724,7 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
 
     wait_until(lambda: statuses() == {"1": "up", "2": "up", "3": "up"}, 30, "three brokers up")
     with checked(browser, base + "/", "cluster-overview"):
-        assert len(look(browser, base + "/", "").rows("brokers")) == 3
+        assert len(look(browser, base + "/", "cluster-overview").rows("brokers")) == 3
 
     # Partitions node 1 does not host are read from the brokers that lead them.
     remote = f"console-remote-{uuid.uuid4().hex[:8]}"
@@ -732,7 +733,7 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     assert not produce(cluster.bootstrap, remote, sent).errors
     remote_url = f"{base}/topics/{remote}/messages?partition=all&mode=offset&offset=0"
     with checked(browser, remote_url, "cluster-remote-messages"):
-        rows = look(browser, remote_url, "").rows("messages")
+        rows = look(browser, remote_url, "cluster-remote-messages").rows("messages")
         assert sorted((row[0], row[4].split(" ")[0]) for row in rows) == sorted(
             (str(i % 2), f"r{i}") for i in range(20)
         )
@@ -767,8 +768,9 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
         30,
         f"{group} (coordinated by broker {coordinating}) listed on broker 1's console",
     )
-    lag = {row[1]: row[2:] for row in Page(http_get(f"{base}/groups/{group}")[1]).rows("lag")}
-    assert lag == {"0": ["4", "10", "6"]}, lag
+    with checked(browser, f"{base}/groups/{group}", "cluster-group"):
+        page = look(browser, f"{base}/groups/{group}", "cluster-group")
+        assert {row[1]: row[2:] for row in page.rows("lag")} == {"0": ["4", "10", "6"]}
     page = http_get(f"{base}/groups/{group}")[1]
     reset = {"csrf": csrf_token(page), "topic": topic, "to": "latest", "value": "", "kind": ""}
     status, body = post(f"{base}/groups/{group}/reset", reset | {"execute": "1", "confirm": group})
@@ -799,6 +801,8 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
                 found = re.fullmatch(r"3: ([\d,]+) of ([\d,]+) offsets \((\d+)%\)", row[5])
                 assert found, row
                 copied.append(int(found.group(1).replace(",", "")))
+                if len(copied) == 1:
+                    look(browser, base + "/operations", "operations-move")
                 return False
         return True
 
