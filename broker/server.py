@@ -642,6 +642,7 @@ class Broker:
             tls=self.http_tls is not None,
             page_reads=self.page_reads,
             remote=self.remote_calls,
+            unreachable=self.node.transport.unreachable_peers,
         )
         metrics = self.http
         if (

@@ -314,6 +314,10 @@ class PeerTransport:
     def peer_ids(self) -> frozenset[NodeId]:
         return frozenset(self._peers)
 
+    def unreachable_peers(self) -> frozenset[NodeId]:
+        """The peers whose last dial failed (until a dial succeeds again)."""
+        return frozenset(node for node, peer in self._peers.items() if peer.unreachable)
+
     def peer_address(self, peer: NodeId) -> Address | None:
         found = self._peers.get(peer)
         return None if found is None else found.address

@@ -116,8 +116,11 @@ class Console:
         tls: bool = False,
         page_reads: PageReads | None = None,
         remote: RemoteCalls | None = None,
+        unreachable: Callable[[], frozenset[int]] = frozenset,
     ) -> None:
         self.services = services
+        #: The brokers this broker's peer connection cannot reach now.
+        self.unreachable = unreachable
         #: Pages of partitions this broker does not host, read from the broker leading them.
         self.page_reads = page_reads
         #: Group pages' calls at the brokers coordinating the groups.
@@ -262,7 +265,7 @@ class Console:
     async def _dispatch(self, view: View, segments: list[str]) -> HttpResponse:
         match segments:
             case []:
-                return await overview_page(view, self.throughput)
+                return await overview_page(view, self.throughput, self.unreachable())
             case ["topics"]:
                 return await topics_page(view)
             case ["topics", name]:

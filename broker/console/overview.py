@@ -43,14 +43,17 @@ def _partition_rows(found: list[tuple[str, Any]]) -> list[Row]:
     ]
 
 
-async def overview_page(view: View, throughput: Throughput) -> HttpResponse:
+async def overview_page(
+    view: View, throughput: Throughput, unreachable: frozenset[int] = frozenset()
+) -> HttpResponse:
+    """`unreachable`: the brokers this broker's peer connection cannot reach now."""
     services = view.services
     controller = services.controller
     metadata = await view.caller.metadata()
     registered = controller.image.brokers
     leaders: dict[int, int] = {}
     replicas: dict[int, int] = {}
-    not_answering: set[int] = set()
+    not_answering: set[int] = set(unreachable)
     # Replicas a leader does not count in sync: a broker that stopped answering drops out
     # of the ISR of every partition it replicates within an election timeout.
     out_of_sync: dict[int, int] = {}
