@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.console.records import SHOWN_BYTES_MAX, Record, batch_records, split_batches
+from raftka.broker.console.share_inflight import inflight_cells
 from raftka.consensus.transport import ForwardError
 from raftka.protocol.records import UnsupportedBatch, read_batch_header
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from raftka.broker.topics import Partition
 
 PAGE_READ_RPC = "console.page_read"
+SHARE_INFLIGHT_RPC = "console.share_inflight"
 PAGE_READ_TIMEOUT_S = 10.0
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
@@ -207,6 +210,32 @@ class PageReads:
             return int(ErrorCode.not_leader_or_follower), message.encode()
         return 0, _encode_read(read_local(self.services.replica_manager, partition, query))
 
+    async def serve_share_inflight(self, payload: bytes) -> tuple[int, bytes]:
+        """The in-flight cells of a share-partition this broker leads."""
+        try:
+            request = json.loads(payload)
+            key = (str(request["group"]), uuid.UUID(request["topic_id"]), int(request["partition"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            return int(ErrorCode.invalid_request), f"bad share read: {exc}".encode()
+        led = self.services.groups.share_partitions.partitions.get(key)
+        if led is None:
+            return int(ErrorCode.not_leader_or_follower), b"share-partition not led here"
+        return 0, json.dumps(inflight_cells(led.state)).encode()
+
+    async def share_inflight(
+        self, node: int, group_id: str, topic_id: uuid.UUID, partition: int
+    ) -> list[int | str]:
+        """A share-partition's in-flight cells as broker `node`, its leader, has them;
+        OSError naming the broker when it does not answer."""
+        request = {"group": group_id, "topic_id": str(topic_id), "partition": partition}
+        try:
+            raw = await self.forward(
+                node, SHARE_INFLIGHT_RPC, json.dumps(request).encode(), PAGE_READ_TIMEOUT_S
+            )
+        except ForwardError as exc:
+            raise OSError(f"broker {node} did not answer: {exc}") from exc
+        return list(json.loads(raw))
+
     async def read_remote(self, node: int, query: PageQuery) -> PageRead:
         """The page's records from broker `node`'s replica; OSError naming the broker and
         why when it does not answer or does not host the partition."""
@@ -222,4 +251,5 @@ def register(
     register_rpc: Callable[[str, Callable[[bytes], Awaitable[tuple[int, bytes]]]], None],
 ) -> PageReads:
     register_rpc(PAGE_READ_RPC, reads.serve)
+    register_rpc(SHARE_INFLIGHT_RPC, reads.serve_share_inflight)
     return reads

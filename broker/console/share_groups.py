@@ -8,7 +8,6 @@ so its ACLs (DESCRIBE on the group and the topic) apply to the in-flight view to
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +26,9 @@ from raftka.broker.console.html import (
     tag,
 )
 from raftka.broker.console.offsets_reset import SHARE, reset_form
+from raftka.broker.console.share_inflight import inflight_cells
 from raftka.broker.console.view import PageError
-from raftka.broker.share.partition import RecordState
+from raftka.broker.handlers.metadata import partition_leader
 
 if TYPE_CHECKING:
     from raftka.broker.console.view import View
@@ -36,17 +36,6 @@ if TYPE_CHECKING:
     from raftka.broker.share.partition import SharePartition
 
 NOT_LED_HERE = "not led here"
-
-
-def deliveries_text(state: SharePartition) -> str:
-    """Records in flight per delivery count, `COUNT: RECORDS` ascending ("none" when no
-    record is in flight)."""
-    by_count: Counter[int] = Counter()
-    for r in state.ranges:
-        by_count[r.delivery_count] += r.last - r.first + 1
-    if not by_count:
-        return "none"
-    return ", ".join(f"{count}: {records}" for count, records in sorted(by_count.items()))
 
 
 def _members(group: Any) -> list[Row]:
@@ -96,22 +85,29 @@ async def _partitions(view: View, group_id: str) -> tuple[list[Row], int, list[s
                 state = led.get((topic.topic_id, index))
                 if state is None:
                     cells = [int(p.start_offset), lag if lag >= 0 else "?"]
-                    cells += [NOT_LED_HERE, "", "", "", ""]
+                    cells += await _inflight_elsewhere(view, group_id, topic, index)
                 else:
-                    counts = state.counts()
-                    cells = [
-                        state.start_offset,
-                        lag if lag >= 0 else "?",
-                        counts[RecordState.ACQUIRED],
-                        counts[RecordState.AVAILABLE],
-                        counts[RecordState.ACKNOWLEDGED],
-                        counts[RecordState.ARCHIVED],
-                        deliveries_text(state),
-                    ]
+                    cells = [state.start_offset, lag if lag >= 0 else "?", *inflight_cells(state)]
             rows.append(
                 [link(f"/topics/{quote(topic.topic_name)}", topic.topic_name), index, *cells]
             )
     return rows, total, sorted({str(t.topic_name) for t in answered.topics})
+
+
+async def _inflight_elsewhere(view: View, group_id: str, topic: Any, index: int) -> list[Content]:
+    """The in-flight cells of a share-partition another broker leads, as that broker
+    answers them (NOT_LED_HERE when it cannot be asked)."""
+    partition = view.services.topics.partition(topic.topic_name, index)
+    leader = -1
+    if partition is not None:
+        leader, _ = partition_leader(view.services.controller, partition)
+    if leader < 0 or leader == view.services.identity.node_id or view.page_reads is None:
+        return [NOT_LED_HERE, "", "", "", ""]
+    try:
+        cells = await view.page_reads.share_inflight(leader, group_id, topic.topic_id, index)
+    except OSError:
+        return [f"broker {leader} did not answer", "", "", "", ""]
+    return list(cells)
 
 
 async def share_group_page(view: View, group: Any) -> HttpResponse:

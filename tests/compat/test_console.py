@@ -22,7 +22,15 @@ from pathlib import Path
 
 import pytest
 from clients import consume, make_consumer, produce, run_raftka, wait_until
-from confluent_kafka import Consumer, ElectionType, Producer, ShareConsumer, TopicPartition
+from confluent_kafka import (
+    AcknowledgeType,
+    Consumer,
+    ElectionType,
+    Message,
+    Producer,
+    ShareConsumer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -693,6 +701,8 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     cluster = cluster_factory(start=False)
     address = f"127.0.0.1:{free_port()}"
     cluster.nodes[0].config["console.listen"] = address
+    for node in cluster.nodes:
+        node.config["share.auto.offset.reset"] = "earliest"
     base = f"http://{address}"
     cluster.start()
     wait_until(lambda: http_get(base + "/")[0] == 200, 30, "the console answers /")
@@ -740,6 +750,47 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     status, body = http_get(f"{base}/topics/{remote}/messages?partition=1&mode=offset&offset=5")
     assert status == 200, body[:500]
     assert [row[1] for row in Page(body).rows("messages")] == ["5", "6", "7", "8", "9"]
+
+    # A share group's records in flight on a partition broker 2 leads, as broker 2 has them:
+    # of one poll's records, those at offsets divisible by 3 accepted, the rest held.
+    shared = f"console-shared-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(shared, 1, -1, replica_assignment=[[2]])])[shared].result(30)
+    assert not produce(cluster.bootstrap, shared, [{"value": b"s%d" % i} for i in range(10)]).errors
+    shared_group = f"console-share-{uuid.uuid4().hex[:8]}"
+    sharer = ShareConsumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": shared_group,
+            "share.acknowledgement.mode": "explicit",
+        }
+    )
+    sharer.subscribe([shared])
+    try:
+        polled: list[Message] = []
+        wait_until(
+            lambda: polled.extend(m for m in sharer.poll(0.5) if m.error() is None) or polled,
+            60,
+            "the share consumer's first records",
+        )
+        offsets = sorted(m.offset() for m in polled)
+        for m in polled:
+            if m.offset() % 3 == 0:
+                sharer.acknowledge(m, AcknowledgeType.ACCEPT)
+        sharer.commit_sync(10)
+        accepted = {o for o in offsets if o % 3 == 0}
+        start = next(o for o in range(11) if o not in accepted)
+        held = len(offsets) - len(accepted)
+        above = len([o for o in accepted if o > start])
+
+        def in_flight() -> list[str]:
+            (row,) = Page(http_get(f"{base}/groups/{shared_group}")[1]).rows("share-partitions")
+            return [row[2], *row[4:8]]
+
+        # start offset, acquired, available, acknowledged, archived
+        wanted = [str(start), str(held), "0", str(above), "0"]
+        wait_until(lambda: in_flight() == wanted, 30, "the records in flight on node 1's console")
+    finally:
+        sharer.close()
 
     # A group another broker coordinates is listed, described and reset through it, its
     # lag from each partition's leader.

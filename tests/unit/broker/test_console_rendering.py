@@ -26,7 +26,7 @@ from raftka.broker.console.records import (
     split_batches,
 )
 from raftka.broker.console.sessions import COOKIE, SESSION_IDLE_S, Sessions, set_cookie
-from raftka.broker.console.share_groups import deliveries_text
+from raftka.broker.console.share_inflight import deliveries_text
 from raftka.broker.console.throughput import Rate, Throughput, chart
 from raftka.broker.console.view import PageError
 from raftka.broker.metrics import BrokerMetrics
