@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.console.html import Html, Row, join, link, quote, section, table, tag
 from raftka.broker.console.security_actions import security_forms
-from raftka.broker.console.topics import follower_lags, hosted
+from raftka.broker.console.topics import leader_progress
 from raftka.broker.security.acl import AclOperation, AclPermission, PatternType, ResourceType
 
 if TYPE_CHECKING:
@@ -122,18 +122,16 @@ async def security_page(view: View) -> HttpResponse:
     return view.page("Security", body)
 
 
-def copy_progress(view: View, topic: str, index: int, adding: list[int]) -> str:
+async def copy_progress(view: View, topic: str, index: int, adding: list[int]) -> str:
     """How much of the log each new replica holds, as the partition's leader knows it: "4:
-    1,200 of 5,000 offsets (24%)"; on another broker, where to look."""
-    partition = hosted(view, topic, index)
-    lags = follower_lags(partition)
-    if partition is None or partition.log is None or lags is None:
-        return "shown by the leader's console"
-    start, end = partition.log.log_start_offset, partition.log.log_end_offset
-    total = max(end - start, 0)
+    1,200 of 5,000 offsets (24%)"."""
+    progress = await leader_progress(view, topic, index)
+    if progress is None:
+        return "unknown (no leader answered)"
+    total = max(progress.log_end - progress.log_start, 0)
     parts = []
     for node in adding:
-        have = max(total - lags.get(node, total), 0)
+        have = max(total - progress.lags.get(node, total), 0)
         share = 100 * have // total if total else 100
         parts.append(f"{node}: {have:,} of {total:,} offsets ({share}%)")
     return ", ".join(parts)
@@ -148,7 +146,7 @@ async def operations_page(view: View) -> HttpResponse:
             ", ".join(str(r) for r in p.replicas),
             ", ".join(str(r) for r in p.adding_replicas),
             ", ".join(str(r) for r in p.removing_replicas),
-            copy_progress(view, topic.name, int(p.partition_index), list(p.adding_replicas)),
+            await copy_progress(view, topic.name, int(p.partition_index), list(p.adding_replicas)),
         ]
         for topic in moving.topics
         for p in topic.partitions

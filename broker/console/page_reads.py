@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 PAGE_READ_RPC = "console.page_read"
 SHARE_INFLIGHT_RPC = "console.share_inflight"
+REPLICA_PROGRESS_RPC = "console.replica_progress"
 PAGE_READ_TIMEOUT_S = 10.0
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
@@ -62,6 +63,29 @@ class PageRead:
     start: int
     reached: int
     log_read: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaProgress:
+    """What a partition's leader knows of its followers: the offsets each lacks of its log,
+    and the log's start and end."""
+
+    lags: dict[int, int]
+    log_start: int
+    log_end: int
+
+
+def local_progress(partition: Partition | None) -> ReplicaProgress | None:
+    """The followers' progress when this broker leads `partition` (what its Raft group knows
+    each follower matches); None when it does not lead it."""
+    if partition is None or partition.raft is None or partition.log is None:
+        return None
+    if not partition.is_leader:
+        return None
+    matched = partition.raft.follower_match_ends()
+    end = partition.log.log_end_offset
+    lags = {node: max(0, end - match_end) for node, match_end in sorted(matched.items())}
+    return ReplicaProgress(lags, partition.log.log_start_offset, end)
 
 
 def matches(record: Record, wanted: bytes) -> bool:
@@ -236,6 +260,32 @@ class PageReads:
             raise OSError(f"broker {node} did not answer: {exc}") from exc
         return list(json.loads(raw))
 
+    async def serve_replica_progress(self, payload: bytes) -> tuple[int, bytes]:
+        try:
+            request = json.loads(payload)
+            topic, index = str(request["topic"]), int(request["partition"])
+        except (ValueError, KeyError, TypeError) as exc:
+            return int(ErrorCode.invalid_request), f"bad progress read: {exc}".encode()
+        progress = local_progress(self.services.topics.partition(topic, index))
+        if progress is None:
+            return int(ErrorCode.not_leader_or_follower), f"{topic}-{index} not led here".encode()
+        answer = {"lags": list(progress.lags.items()), "start": progress.log_start}
+        return 0, json.dumps(answer | {"end": progress.log_end}).encode()
+
+    async def replica_progress(self, node: int, topic: str, partition: int) -> ReplicaProgress:
+        """The followers' progress as broker `node`, the partition's leader, knows it;
+        OSError naming the broker when it does not answer (or does not lead it)."""
+        request = {"topic": topic, "partition": partition}
+        try:
+            raw = await self.forward(
+                node, REPLICA_PROGRESS_RPC, json.dumps(request).encode(), PAGE_READ_TIMEOUT_S
+            )
+        except ForwardError as exc:
+            raise OSError(f"broker {node} did not answer: {exc}") from exc
+        answer = json.loads(raw)
+        lags = {int(node_id): int(lag) for node_id, lag in answer["lags"]}
+        return ReplicaProgress(lags, int(answer["start"]), int(answer["end"]))
+
     async def read_remote(self, node: int, query: PageQuery) -> PageRead:
         """The page's records from broker `node`'s replica; OSError naming the broker and
         why when it does not answer or does not host the partition."""
@@ -252,4 +302,5 @@ def register(
 ) -> PageReads:
     register_rpc(PAGE_READ_RPC, reads.serve)
     register_rpc(SHARE_INFLIGHT_RPC, reads.serve_share_inflight)
+    register_rpc(REPLICA_PROGRESS_RPC, reads.serve_replica_progress)
     return reads

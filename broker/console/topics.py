@@ -23,7 +23,9 @@ from raftka.broker.console.html import (
     tag,
 )
 from raftka.broker.console.overview import NO_LEADER, partition_health
+from raftka.broker.console.page_reads import ReplicaProgress, local_progress
 from raftka.broker.console.view import PageError
+from raftka.broker.handlers.metadata import partition_leader
 
 if TYPE_CHECKING:
     from raftka.broker.console.view import View
@@ -52,21 +54,28 @@ def hosted(view: View, topic: str, index: int) -> Partition | None:
     return partition
 
 
-def follower_lags(partition: Partition | None) -> dict[int, int] | None:
-    """Offsets each follower lacks of this broker's log when it leads the partition (what
-    its Raft group knows the follower matches); None when it does not lead it."""
-    if partition is None or partition.raft is None or partition.log is None:
+async def leader_progress(view: View, topic: str, index: int) -> ReplicaProgress | None:
+    """The followers' progress as the partition's leader knows it: this broker's when it
+    leads, else asked of the leader; None when no leader answers."""
+    partition = view.services.topics.partition(topic, index)
+    if partition is None:
         return None
-    if not partition.is_leader:
+    progress = local_progress(partition)
+    if progress is not None:
+        return progress
+    leader, _ = partition_leader(view.services.controller, partition)
+    if leader < 0 or leader == view.services.identity.node_id or view.page_reads is None:
         return None
-    matched = partition.raft.follower_match_ends()
-    end = partition.log.log_end_offset
-    return {node: max(0, end - match_end) for node, match_end in sorted(matched.items())}
+    try:
+        return await view.page_reads.replica_progress(leader, topic, index)
+    except OSError:
+        return None
 
 
-def lag_text(lags: dict[int, int] | None) -> str:
-    if lags is None:
-        return "known to the leader"
+def lag_text(progress: ReplicaProgress | None) -> str:
+    if progress is None:
+        return "unknown (no leader answered)"
+    lags = progress.lags
     return ", ".join(f"{node}: {lag:,}" for node, lag in lags.items()) or "no followers"
 
 
@@ -108,7 +117,7 @@ async def topics_page(view: View) -> HttpResponse:
     return view.page("Topics", join([listing, create_topic_form(view)]))
 
 
-def _partition_row(view: View, name: str, p: Any) -> Row:
+async def _partition_row(view: View, name: str, p: Any) -> Row:
     index = int(p.partition_index)
     partition = hosted(view, name, index)
     if partition is None or partition.log is None:
@@ -127,7 +136,7 @@ def _partition_row(view: View, name: str, p: Any) -> Row:
         int(p.leader_epoch),
         ", ".join(str(r) for r in p.replica_nodes),
         ", ".join(str(r) for r in p.isr_nodes),
-        lag_text(follower_lags(partition)),
+        lag_text(await leader_progress(view, name, index)),
         *offsets,
         link(f"/topics/{quote(name)}/messages?partition={index}", "messages"),
     ]
@@ -188,8 +197,8 @@ async def topic_page(view: View, name: str) -> HttpResponse:
                 tag(
                     "p",
                     "Offsets and size are this broker's replica's; the log end may run ahead "
-                    "of the high watermark until the replicas have it. Replica lag (offsets "
-                    "each follower lacks) is shown by the partition's leader's console.",
+                    "of the high watermark until the replicas have it. Replica lag: the "
+                    "offsets each follower lacks, as the partition's leader knows it.",
                     class_="note",
                 ),
                 table(
@@ -206,7 +215,7 @@ async def topic_page(view: View, name: str) -> HttpResponse:
                         "size",
                         "",
                     ),
-                    [_partition_row(view, name, p) for p in partitions],
+                    [await _partition_row(view, name, p) for p in partitions],
                     id="partitions",
                     data_live="1",
                 ),

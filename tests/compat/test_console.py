@@ -738,7 +738,9 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
 
     # Partitions node 1 does not host are read from the brokers that lead them.
     remote = f"console-remote-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(remote, 2, -1, replica_assignment=[[2], [3]])])[remote].result(30)
+    admin.create_topics([NewTopic(remote, 2, -1, replica_assignment=[[2, 3], [3, 2]])])[
+        remote
+    ].result(30)
     sent = [{"value": b"r%d" % i, "key": b"k%d" % i, "partition": i % 2} for i in range(20)]
     assert not produce(cluster.bootstrap, remote, sent).errors
     remote_url = f"{base}/topics/{remote}/messages?partition=all&mode=offset&offset=0"
@@ -747,6 +749,12 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
         assert sorted((row[0], row[4].split(" ")[0]) for row in rows) == sorted(
             (str(i % 2), f"r{i}") for i in range(20)
         )
+    # Their followers' lag, as their leaders (brokers 2 and 3) know it.
+    wait_until(
+        lambda: [row[5] for row in partition_rows(remote)] in (["3: 0", "2: 0"], ["2: 0", "3: 0"]),
+        30,
+        "the replica lag of partitions brokers 2 and 3 lead, on node 1's topic page",
+    )
     status, body = http_get(f"{base}/topics/{remote}/messages?partition=1&mode=offset&offset=5")
     assert status == 200, body[:500]
     assert [row[1] for row in Page(body).rows("messages")] == ["5", "6", "7", "8", "9"]
