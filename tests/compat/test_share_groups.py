@@ -351,8 +351,6 @@ def test_a_killed_broker_restarts_without_losing_acknowledgements(
           f"{len(held)} held at the kill, {redelivered} with delivery count > 1")  # fmt: skip
 
 
-
-
 def test_list_and_describe_share_groups_and_refuse_a_classic_id(broker: BrokerProcess) -> None:
     topic, group = unique("share-describe"), unique("share-g")
     create_topic(broker.bootstrap, topic, 2)
