@@ -263,3 +263,56 @@ def test_out_of_order_acknowledgements_survive_kill_9(broker_factory: Any) -> No
         f"priority restart: {len(accepted)} accepted out of offset order before the kill, "
         f"{len(released)} released, {len(held)} held; {len(delivered)} delivered after"
     )
+
+
+def test_a_killed_leader_of_three_hands_over_out_of_order_acknowledgements(
+    cluster_factory: Any,
+) -> None:
+    """The new leader rebuilds the index from its log and the replicated share state: what
+    was accepted (in priority order, far from offset order) before kill -9 of the partition's
+    leader is never delivered again, and everything else is."""
+    cluster = cluster_factory(config={**BROKER_CONFIG, "offsets.topic.replication.factor": "3"})
+    topic, group = unique("prio-failover"), unique("prio-g")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    new_topic = NewTopic(topic, 1, 3, config=PRIORITY_CONFIGS)
+    admin.create_topics([new_topic], operation_timeout=10)[topic].result(timeout=20)
+    total = 400
+    produce_backlog(cluster.bootstrap, topic, total, seed=4)
+    before = share_consumer(cluster.bootstrap, group, **{"max.poll.records": 40})
+    before.subscribe([topic])
+    try:
+        polls = polls_accepting(before, 160)
+    finally:
+        before.close()
+    accepted = {int(m.value()) for poll in polls for m in poll}
+    assert max(accepted) > min(set(range(total)) - accepted), "accepted out of offset order"
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    cluster.node(leader).kill()
+    survivors = ",".join(n.bootstrap for n in cluster.nodes if n.node_id != leader)
+    after = share_consumer(survivors, group, **{"max.poll.records": 50})
+    after.subscribe([topic])
+    delivered: set[int] = set()
+    accepted_after: set[int] = set()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(accepted_after) < total - len(accepted):
+            assert time.monotonic() < deadline, (
+                f"{len(accepted_after)} of {total - len(accepted)} after the failover in {WAIT_S} s"
+            )
+            messages = [m for m in after.poll(0.5) if m.error() is None]
+            for m in messages:
+                value = int(m.value())
+                assert value not in accepted, f"{value} was accepted before the kill"
+                delivered.add(value)
+                after.acknowledge(m, AcknowledgeType.ACCEPT)
+            if not messages:
+                continue
+            results = after.commit_sync(10)
+            failed = {tp.partition for tp, error in results.items() if error is not None}
+            confirmed = {int(m.value()) for m in messages if m.partition() not in failed}
+            assert not confirmed & accepted_after, "accepted twice"
+            accepted_after |= confirmed
+    finally:
+        after.close()
+    assert delivered == set(range(total)) - accepted
+    print(f"priority failover: {len(accepted)} accepted before the kill, {len(delivered)} after")
