@@ -37,6 +37,7 @@ from raftka.broker.config.topic_config import TopicConfig
 from raftka.broker.config.topic_configs import (
     RESTORE_IN_PROGRESS,
     SHARE_DEFAULT_PRIORITY,
+    SHARE_DELAY_ENABLE,
     SHARE_DELIVERY_ORDER,
     TOPIC_SYNONYMS,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "PER_LISTENER_CONFIGS",
     "RESTORE_IN_PROGRESS",
     "SHARE_DEFAULT_PRIORITY",
+    "SHARE_DELAY_ENABLE",
     "SHARE_DELIVERY_ORDER",
     "TOPIC_CONFIGS",
     "TOPIC_SYNONYMS",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raftka.broker.config.log_configs import CLEANUP_POLICIES, COMPRESSION_TYPES, compression_levels
-from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LIST, LONG_MAX, ConfigDef, L, S
+from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LIST, LONG_MAX, B, ConfigDef, L, S
 
 #: Topic config that puts Produce in restore mode (no broker synonym).
 RESTORE_IN_PROGRESS = "raftka.restore.in.progress"
@@ -11,6 +11,8 @@ RESTORE_IN_PROGRESS = "raftka.restore.in.progress"
 SHARE_DELIVERY_ORDER = "share.delivery.order"
 #: raftka's own: the priority of a record without a `priority` header.
 SHARE_DEFAULT_PRIORITY = "share.delivery.default.priority"
+#: raftka's own: whether a fifo topic honours `deliver-at-ms` headers.
+SHARE_DELAY_ENABLE = "share.delivery.delay.enable"
 
 TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef(
@@ -120,6 +122,13 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         0,
         "raftka's own: the priority of a record of a priority topic without a valid "
         "`priority` header (lower is sooner).",
+    ),
+    ConfigDef(
+        SHARE_DELAY_ENABLE,
+        B,
+        False,
+        "raftka's own: a fifo topic honours `deliver-at-ms` headers (its share groups then "
+        "read the records' headers, as on a priority topic, which always honours them).",
     ),
 )
 

@@ -39,7 +39,7 @@ from raftka.broker.handlers.common import (
 from raftka.broker.handlers.fetch import _any_appended, _records
 from raftka.broker.handlers.group_configs import group_config
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
-from raftka.broker.handlers.share_order import acquire_by_priority, default_priority, fill_index
+from raftka.broker.handlers.share_order import acquire_by_priority, fill_index, indexed_order
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.share.manager import (
     FINAL_EPOCH,
@@ -267,7 +267,7 @@ async def _share_partition(
         log.log_start_offset,
         partition.high_watermark,
         config.auto_offset_reset,
-        default_priority(partition),
+        indexed_order(partition),
     )
     led.state.move_start(log.log_start_offset)
     if led.state.release_expired(_now_ms(context), config.delivery_limit):

@@ -1,9 +1,10 @@
-"""ShareFetch on a priority topic (`share.delivery.order=priority`, raftka's own): the
+"""ShareFetch on a priority topic (`share.delivery.order=priority`, raftka's own) or a fifo
+topic honouring delays (`share.delivery.delay.enable=true`): the
 share-partition's delivery index is filled from the log's batches (read and decoded in a
 worker thread, once per record), and a fetch acquires the lowest (priority, offset) records
 that are due, wherever they lie in the backlog, sending the whole batches that hold them.
 
-A fifo topic never comes here: its fetches read no record.
+Any other fifo topic never comes here: its fetches read no record.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from raftka.broker.config import SHARE_DEFAULT_PRIORITY, SHARE_DELIVERY_ORDER
+from raftka.broker.config import SHARE_DEFAULT_PRIORITY, SHARE_DELAY_ENABLE, SHARE_DELIVERY_ORDER
 from raftka.broker.share.partition import Acquired
-from raftka.broker.share.priority import HEADER_NAMES, offset_of, runs_of
+from raftka.broker.share.priority import HEADER_NAMES, IndexedOrder, offset_of, runs_of
 from raftka.log import OffsetOutOfRange
 from raftka.protocol.record_headers import header_values, whole_batches
 from raftka.protocol.records import UnsupportedBatch, read_batch_header
@@ -36,13 +37,15 @@ INDEX_READ_BYTES = 1024 * 1024
 _Read = tuple[list[tuple[int, tuple[bytes | None, ...]]], int]
 
 
-def default_priority(partition: Partition) -> int | None:
-    """The default priority of the partition's topic when it is a priority topic, else
-    None (fifo)."""
+def indexed_order(partition: Partition) -> IndexedOrder | None:
+    """How the share-partitions of the partition's topic are indexed; None for a fifo
+    topic that ignores delays (no index: offset order, records never read)."""
     config = partition.topic.config
-    if config.get_str(SHARE_DELIVERY_ORDER) != "priority":
-        return None
-    return config.get_int(SHARE_DEFAULT_PRIORITY)
+    if config.get_str(SHARE_DELIVERY_ORDER) == "priority":
+        return IndexedOrder(True, config.get_int(SHARE_DEFAULT_PRIORITY))
+    if config.get_bool(SHARE_DELAY_ENABLE):
+        return IndexedOrder(False)
+    return None
 
 
 def _read_headers(log: PartitionLog, start: int, high_watermark: int) -> _Read:

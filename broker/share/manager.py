@@ -22,7 +22,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.share.partition import SharePartition, StateBatch
-from raftka.broker.share.priority import DeliveryIndex
+from raftka.broker.share.priority import DeliveryIndex, IndexedOrder
 
 logger = logging.getLogger("raftka.share")
 
@@ -168,21 +168,16 @@ class SharePartitionManager:
         log_start: int,
         high_watermark: int,
         reset: str,
-        default_priority: int | None = None,
+        order: IndexedOrder | None = None,
     ) -> LedSharePartition:
         """The share-partition at this leader epoch, loaded from the store on first use;
-        OSError when its state cannot be read now. With `default_priority` (a priority
-        topic) it has an empty delivery index from its start offset, for the caller to fill
-        from the log; a topic whose order changed reloads it."""
-        priority = default_priority is not None
+        OSError when its state cannot be read now. With an `order` (a priority topic, or a
+        fifo topic honouring delays) it has an empty delivery index from its start offset,
+        for the caller to fill from the log; a topic whose order changed reloads it."""
 
         def current(led: LedSharePartition | None) -> bool:
-            return (
-                led is not None
-                and led.leader_epoch == leader_epoch
-                and (led.index is not None) == priority
-                and (led.index is None or led.index.default_priority == default_priority)
-            )
+            indexed = None if led is None or led.index is None else led.index.order
+            return led is not None and led.leader_epoch == leader_epoch and indexed == order
 
         led = self.partitions.get(key)
         if led is not None and current(led):
@@ -202,9 +197,9 @@ class SharePartitionManager:
                 state_epoch = persisted.state_epoch + 1
             state.move_start(log_start)
             led = LedSharePartition(key, leader_epoch, state, state_epoch)
-            if default_priority is not None:
+            if order is not None:
                 state.left_acquired = []
-                led.index = DeliveryIndex(default_priority, state.start_offset)
+                led.index = DeliveryIndex(order, state.start_offset)
             # Written at once: its state epoch fences a former leader's writes, and a new
             # share-partition's start stays where it was put.
             await self.store.write(key, self._snapshot(led))

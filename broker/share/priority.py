@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from raftka.broker.share.partition import RecordState, SharePartition
 
@@ -46,9 +47,18 @@ def offset_of(key: int) -> int:
     return key % _OFFSETS
 
 
+@dataclass(frozen=True, slots=True)
+class IndexedOrder:
+    """What a share-partition's index orders by: priority headers (else every record has
+    `default_priority`, so offsets alone order them, delays still honoured)."""
+
+    by_priority: bool
+    default_priority: int = 0
+
+
 class DeliveryIndex:
-    def __init__(self, default_priority: int, scanned_to: int) -> None:
-        self.default_priority = default_priority
+    def __init__(self, order: IndexedOrder, scanned_to: int) -> None:
+        self.order = order
         #: The offset the log is read from next: records below it are indexed.
         self.scanned_to = scanned_to
         self._ready: list[int] = []
@@ -64,14 +74,15 @@ class DeliveryIndex:
         """Index the records read from the log (offset, (priority, deliver-at-ms) header
         values), which end just before `next_offset`; with `state`, those it holds as done
         (a share-partition reloaded after a restart) are left out."""
-        default = self.default_priority
+        default = self.order.default_priority
+        by_priority = self.order.by_priority
         known = -1 if state is None else state.next_offset
         for offset, (raw_priority, raw_deliver_at) in records:
             if offset < self.scanned_to:
                 continue
             if offset < known and state is not None and not state.is_available(offset):
                 continue
-            priority = parse_long(raw_priority)
+            priority = parse_long(raw_priority) if by_priority else None
             key = (default if priority is None else priority) * _OFFSETS + offset
             deliver_at = parse_long(raw_deliver_at)
             if deliver_at is None:

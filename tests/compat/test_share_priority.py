@@ -2,8 +2,9 @@
 `share.delivery.order` and `share.delivery.default.priority`, the `priority` and
 `deliver-at-ms` record headers), driven by confluent-kafka's unchanged ShareConsumer against
 a real broker: the configs are validated and described, a backlog is received in priority
-order, delayed records arrive after their time and hold nothing back, and acknowledgements
-made out of offset order survive kill -9 of the broker."""
+order, delayed records arrive after their time and hold nothing back (on a priority topic
+and on a fifo topic with `share.delivery.delay.enable`), and acknowledgements made out of
+offset order survive kill -9 of the broker and of a partition leader among three."""
 
 from __future__ import annotations
 
@@ -120,9 +121,11 @@ def test_configs_are_validated_and_described(broker: BrokerProcess) -> None:
     described = admin.describe_configs([resource])[resource].result(timeout=20)
     assert described["share.delivery.order"].value == "fifo"
     assert described["share.delivery.order"].is_default
+    assert described["share.delivery.delay.enable"].value == "false"
     for name, bad in (
         ("share.delivery.order", "random"),
         ("share.delivery.default.priority", "high"),
+        ("share.delivery.delay.enable", "sometimes"),
     ):
         refused = unique("prio-bad")
         futures = admin.create_topics([NewTopic(refused, 1, 1, config={name: bad})])
@@ -172,11 +175,16 @@ def test_a_fifo_topic_ignores_priority_headers(broker: BrokerProcess) -> None:
     assert [int(m.value()) for poll in polls for m in poll] == list(range(300))
 
 
+@pytest.mark.parametrize(
+    "configs",
+    [PRIORITY_CONFIGS, {"share.delivery.delay.enable": "true"}],
+    ids=["priority", "fifo-with-delays"],
+)
 def test_delayed_records_arrive_after_their_time_and_hold_nothing_back(
-    broker: BrokerProcess,
+    broker: BrokerProcess, configs: dict[str, str]
 ) -> None:
     topic, group = unique("prio-delay"), unique("prio-g")
-    create_topic(broker.bootstrap, topic, PRIORITY_CONFIGS)
+    create_topic(broker.bootstrap, topic, configs)
     producer = make_producer(broker.bootstrap, linger_ms=0)
     consumer = share_consumer(broker.bootstrap, group)
     consumer.subscribe([topic])
@@ -217,7 +225,7 @@ def test_delayed_records_arrive_after_their_time_and_hold_nothing_back(
     lateness = sorted(at - due[v] for v, at in received if v in due)
     assert lateness[0] >= 0, f"a delayed record arrived {-lateness[0]} ms early"
     print(
-        f"delayed delivery lateness (receipt - deliver-at-ms), ms: min {lateness[0]}, "
+        f"delayed delivery lateness on {configs} (receipt - deliver-at-ms), ms: min {lateness[0]}, "
         f"median {lateness[len(lateness) // 2]}, max {lateness[-1]}"
     )
 

@@ -15,6 +15,7 @@ from raftka.broker.share.partition import (
 )
 from raftka.broker.share.priority import (
     DeliveryIndex,
+    IndexedOrder,
     offset_of,
     parse_long,
     priority_of,
@@ -30,7 +31,7 @@ Header = tuple[bytes | None, ...]
 def indexed(priorities: list[int | None], start: int = 0) -> tuple[SharePartition, DeliveryIndex]:
     state = SharePartition(start)
     state.left_acquired = []
-    index = DeliveryIndex(5, start)
+    index = DeliveryIndex(IndexedOrder(True, 5), start)
     index.add(records(priorities, start), start + len(priorities))
     return state, index
 
@@ -131,7 +132,7 @@ def test_in_flight_counts_the_acquired_records() -> None:
 def test_delayed_records_wait_until_due_and_hold_nothing_back() -> None:
     state = SharePartition(0)
     state.left_acquired = []
-    index = DeliveryIndex(0, 0)
+    index = DeliveryIndex(IndexedOrder(True, 0), 0)
     later = str(NOW_WALL + 500).encode()
     index.add(
         [(0, (None, later)), (1, (None, None)), (2, (b"-1", later)), (3, (None, b"bogus"))], 4
@@ -153,7 +154,7 @@ def test_out_of_order_acknowledgements_survive_a_rebuild_from_the_persisted_stat
     persisted = state.state_batches()
     reloaded = SharePartition(state.start_offset, persisted)
     reloaded.left_acquired = []
-    rebuilt = DeliveryIndex(5, reloaded.start_offset)
+    rebuilt = DeliveryIndex(IndexedOrder(True, 5), reloaded.start_offset)
     rebuilt.add(records(list(priorities))[reloaded.start_offset :], 500, reloaded)
     ready, delayed = rebuilt.counts()
     assert (ready, delayed) == (400, 0), "the 100 accepted are not indexed again"
@@ -193,3 +194,13 @@ def test_records_below_a_moved_start_are_dropped() -> None:
     state.move_start(4)
     index.settle(state)
     assert index.in_flight() == 0
+
+
+def test_an_index_without_priorities_keeps_offset_order_and_honours_delays() -> None:
+    state = SharePartition(0)
+    state.left_acquired = []
+    index = DeliveryIndex(IndexedOrder(False), 0)
+    later = str(NOW_WALL + 100).encode()
+    index.add([(0, (b"9", None)), (1, (b"-9", later)), (2, (b"1", None))], 3)
+    assert fetch(state, index, 10) == [0, 2]
+    assert fetch(state, index, 10, now=NOW_WALL + 100) == [1]
