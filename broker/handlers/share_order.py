@@ -10,6 +10,7 @@ Any other fifo topic never comes here: its fetches read no record.
 from __future__ import annotations
 
 import logging
+import os
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,7 +27,6 @@ from raftka.protocol.records import UnsupportedBatch, read_batch_header
 if TYPE_CHECKING:
     from raftka.broker.share.manager import LedSharePartition
     from raftka.broker.topics import Partition
-    from raftka.log.partition import PartitionLog
     from raftka.log.segment import LogSegment
 
 logger = logging.getLogger("raftka.share")
@@ -34,7 +34,7 @@ logger = logging.getLogger("raftka.share")
 #: Bytes of log read (and decoded) per worker-thread call while filling an index.
 INDEX_READ_BYTES = 1024 * 1024
 
-_Read = tuple[list[tuple[int, tuple[bytes | None, ...]]], int]
+_Record = tuple[int, tuple[bytes | None, ...]]
 
 
 def indexed_order(partition: Partition) -> IndexedOrder | None:
@@ -48,12 +48,16 @@ def indexed_order(partition: Partition) -> IndexedOrder | None:
     return None
 
 
-def _read_headers(log: PartitionLog, start: int, high_watermark: int) -> _Read:
-    """The records of the batches from `start` (their headers of interest) and the offset
-    after the last batch read; in a worker thread."""
-    chunk = log.read(start, INDEX_READ_BYTES, high_watermark, True)
-    records: list[tuple[int, tuple[bytes | None, ...]]] = []
-    next_offset = start
+def _decode_headers(fd: int, position: int, length: int) -> list[_Record]:
+    """The records of the whole batches at [position, position + length) of a segment file
+    (their headers of interest); in a worker thread, on a descriptor of its own."""
+    chunk = b""
+    while len(chunk) < length:
+        more = os.pread(fd, length - len(chunk), position + len(chunk))
+        if not more:
+            raise OSError(f"short read at {position + len(chunk)}")
+        chunk += more
+    records: list[_Record] = []
     for batch in whole_batches(chunk):
         header = read_batch_header(batch, 0)
         try:
@@ -62,11 +66,9 @@ def _read_headers(log: PartitionLog, start: int, high_watermark: int) -> _Read:
             # Delivered in default order: the consumer sees what the batch holds.
             logger.warning("batch at %d has unreadable headers: %s", header.base_offset, exc)
             if not header.is_control:
-                records.extend(
-                    (o, (None, None)) for o in range(header.base_offset, header.next_offset)
-                )
-        next_offset = header.next_offset
-    return records, next_offset
+                offsets = range(header.base_offset, header.next_offset)
+                records.extend((o, (None, None)) for o in offsets)
+    return records
 
 
 async def fill_index(partition: Partition, led: LedSharePartition) -> None:
@@ -82,17 +84,26 @@ async def fill_index(partition: Partition, led: LedSharePartition) -> None:
             index.scanned_to = max(index.scanned_to, start)
             return
         try:
-            records, next_offset = await trio.to_thread.run_sync(
-                _read_headers, log, start, high_watermark
-            )
+            # Located here (batch headers, as a fetch does); read and decoded in a thread
+            # through a descriptor that outlives a segment deleted meanwhile.
+            found = log.fetch_slice(start, INDEX_READ_BYTES, high_watermark, True)
+            if found is None:
+                return
+            fd = os.dup(found.segment.fd)
+            try:
+                records = await trio.to_thread.run_sync(
+                    _decode_headers, fd, found.position, found.length
+                )
+            finally:
+                os.close(fd)
         except (OSError, OffsetOutOfRange) as exc:
             logger.info("indexing %s from %d stopped for now: %s", partition.name, start, exc)
             return
-        if next_offset <= start:
+        if found.next_offset <= start:
             return
         if max(index.scanned_to, led.state.start_offset) <= start:  # no one else got here first
             index.scanned_to = start
-            index.add(records, next_offset, led.state)
+            index.add(records, found.next_offset, led.state)
 
 
 @dataclass(slots=True)
