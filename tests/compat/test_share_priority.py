@@ -68,11 +68,13 @@ def header_priority(raw: bytes | None) -> int:
         return DEFAULT_PRIORITY
 
 
-def produce_backlog(bootstrap: str, topic: str, count: int, seed: int) -> dict[int, int]:
+def produce_backlog(
+    bootstrap: str, topic: str, count: int, seed: int, compression: str = "none"
+) -> dict[int, int]:
     """`count` records with values 0..count-1 and random priorities (some without a header,
     some unparsable); value -> the priority the broker should give it."""
     rng = random.Random(seed)
-    producer = make_producer(bootstrap, linger_ms=5)
+    producer = make_producer(bootstrap, linger_ms=5, compression_type=compression)
     priorities: dict[int, int] = {}
     for i in range(count):
         roll = rng.random()
@@ -143,7 +145,8 @@ def test_a_backlog_is_received_in_priority_order(broker: BrokerProcess) -> None:
     topic, group = unique("prio-backlog"), unique("prio-g")
     create_topic(broker.bootstrap, topic, PRIORITY_CONFIGS)
     total = 3000
-    priorities = produce_backlog(broker.bootstrap, topic, total, seed=28)
+    # Compressed batches: the broker decompresses them to read the headers.
+    priorities = produce_backlog(broker.bootstrap, topic, total, seed=28, compression="zstd")
     consumer = share_consumer(broker.bootstrap, group, **{"max.poll.records": 100})
     consumer.subscribe([topic])
     try:
