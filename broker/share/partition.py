@@ -346,7 +346,7 @@ class SharePartition:
                 self.left_acquired.append((r.first, r.last, r.state))
             r.member_id = ""
             r.lock_deadline_ms = 0.0
-        self._coalesce()
+        self._coalesce_around(first, last)
 
     def _overlapping(self, first: int, last: int) -> Iterator[InFlight]:
         i = max(0, bisect_right(self.ranges, first, key=lambda r: r.first) - 1)
@@ -382,6 +382,25 @@ class SharePartition:
             else:
                 merged.append(r)
         self.ranges = merged
+
+    def _coalesce_around(self, first: int, last: int) -> None:
+        """`_coalesce` for the ranges overlapping [first, last] and one on each side: an
+        acknowledgement costs the ranges it touches, not all of them (a priority topic's
+        ranges can be as many as its backlog)."""
+        lo = max(0, bisect_right(self.ranges, first, key=lambda r: r.first) - 2)
+        hi = bisect_right(self.ranges, last, key=lambda r: r.first) + 1
+        merged: list[InFlight] = []
+        for r in self.ranges[lo:hi]:
+            if (
+                merged
+                and r.state != RecordState.ACQUIRED
+                and merged[-1].last + 1 == r.first
+                and merged[-1].same_kind(r)
+            ):
+                merged[-1].last = r.last
+            else:
+                merged.append(r)
+        self.ranges[lo:hi] = merged
 
     def _advance_start(self) -> None:
         drop = 0

@@ -204,3 +204,18 @@ def test_an_index_without_priorities_keeps_offset_order_and_honours_delays() -> 
     index.add([(0, (b"9", None)), (1, (b"-9", later)), (2, (b"1", None))], 3)
     assert fetch(state, index, 10) == [0, 2]
     assert fetch(state, index, 10, now=NOW_WALL + 100) == [1]
+
+
+def test_acknowledgements_keep_like_neighbours_merged_without_walking_every_range() -> None:
+    """Acknowledgements merge only around what they touch; the ranges still never hold two
+    neighbours of one kind that a merge of the whole list would join."""
+    rng = random.Random(11)
+    state, index = indexed([rng.randrange(30) for _ in range(2000)])
+    for _ in range(40):
+        taken = fetch(state, index, 60)
+        for first, last in runs_of(taken):
+            ack = rng.choice([AckType.ACCEPT, AckType.RELEASE, AckType.REJECT])
+            assert state.acknowledge("m", first, last, [ack], LIMIT) == 0
+        for left, right in zip(state.ranges, state.ranges[1:], strict=False):
+            assert left.last + 1 == right.first
+            assert right.state == RecordState.ACQUIRED or not left.same_kind(right)
