@@ -34,7 +34,13 @@ from raftka.broker.config.parsing import (
 )
 from raftka.broker.config.tables import BROKER_CONFIGS, TOPIC_CONFIGS
 from raftka.broker.config.topic_config import TopicConfig
-from raftka.broker.config.topic_configs import RESTORE_IN_PROGRESS, TOPIC_SYNONYMS
+from raftka.broker.config.topic_configs import (
+    RESTORE_IN_PROGRESS,
+    SHARE_DEFAULT_PRIORITY,
+    SHARE_DELAY_ENABLE,
+    SHARE_DELIVERY_ORDER,
+    TOPIC_SYNONYMS,
+)
 from raftka.broker.config.types import (
     INT_MAX,
     LONG_MAX,
@@ -65,6 +71,9 @@ __all__ = [
     "LONG_MAX",
     "PER_LISTENER_CONFIGS",
     "RESTORE_IN_PROGRESS",
+    "SHARE_DEFAULT_PRIORITY",
+    "SHARE_DELAY_ENABLE",
+    "SHARE_DELIVERY_ORDER",
     "TOPIC_CONFIGS",
     "TOPIC_SYNONYMS",
     "TopicConfig",

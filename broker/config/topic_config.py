@@ -16,7 +16,7 @@ class TopicConfig(_TypedConfigs):
 
     Never changed once made (a topic whose configs change, or whose broker's dynamic configs
     change, gets a new one), so the typed reads on every request's path
-    (`get_int`, `get_str`) are remembered after the first."""
+    (`get_int`, `get_str`, `get_bool`) are remembered after the first."""
 
     _definitions = TOPIC_CONFIGS
 
@@ -25,6 +25,7 @@ class TopicConfig(_TypedConfigs):
         self.overrides = dict(overrides)
         self._ints: dict[str, int] = {}
         self._strs: dict[str, str] = {}
+        self._bools: dict[str, bool] = {}
 
     def get_int(self, name: str) -> int:
         try:
@@ -38,6 +39,13 @@ class TopicConfig(_TypedConfigs):
             return self._strs[name]
         except KeyError:
             value = self._strs[name] = super().get_str(name)
+            return value
+
+    def get_bool(self, name: str) -> bool:
+        try:
+            return self._bools[name]
+        except KeyError:
+            value = self._bools[name] = super().get_bool(name)
             return value
 
     def get(self, name: str) -> ConfigValue:

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from raftka.broker.config.log_configs import CLEANUP_POLICIES, COMPRESSION_TYPES, compression_levels
-from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LIST, LONG_MAX, ConfigDef, L, S
+from raftka.broker.config.types import DAY_MS, DOUBLE, INT, LIST, LONG_MAX, B, ConfigDef, L, S
 
 #: Topic config that puts Produce in restore mode (no broker synonym).
 RESTORE_IN_PROGRESS = "raftka.restore.in.progress"
+#: raftka's own: the order in which share groups acquire the topic's records.
+SHARE_DELIVERY_ORDER = "share.delivery.order"
+#: raftka's own: the priority of a record without a `priority` header.
+SHARE_DEFAULT_PRIORITY = "share.delivery.default.priority"
+#: raftka's own: whether a fifo topic honours `deliver-at-ms` headers.
+SHARE_DELAY_ENABLE = "share.delivery.delay.enable"
 
 TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef(
@@ -100,6 +106,29 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "false",
         "While true, Produce appends each batch at its own offset, as `raftka restore` writes it.",
         choices=("true", "false"),
+    ),
+    ConfigDef(
+        SHARE_DELIVERY_ORDER,
+        S,
+        "fifo",
+        "raftka's own: fifo hands a share group the partition's records in offset order "
+        "(Kafka's share groups); priority hands out the lowest `priority` header first (ties "
+        "by offset) across the whole backlog and honours `deliver-at-ms` headers.",
+        choices=("fifo", "priority"),
+    ),
+    ConfigDef(
+        SHARE_DEFAULT_PRIORITY,
+        L,
+        0,
+        "raftka's own: the priority of a record of a priority topic without a valid "
+        "`priority` header (lower is sooner).",
+    ),
+    ConfigDef(
+        SHARE_DELAY_ENABLE,
+        B,
+        False,
+        "raftka's own: a fifo topic honours `deliver-at-ms` headers (its share groups then "
+        "read the records' headers, as on a priority topic, which always honours them).",
     ),
 )
 

@@ -27,6 +27,7 @@ from raftka.broker.handlers import (
     scram_credentials,
     share,
     share_admin,
+    share_describe,
     topics_admin,
     txn,
     txn_markers,
@@ -179,7 +180,7 @@ HANDLERS: Mapping[ApiKey, ApiEndpoint] = MappingProxyType(
         ApiKey.SHARE_GROUP_DESCRIBE: ApiHandler(
             share.SHARE_API_MIN_VERSION,
             share.SHARE_API_MAX_VERSION,
-            share.handle_share_group_describe,
+            share_describe.handle_share_group_describe,
         ),
         ApiKey.SHARE_FETCH: ApiHandler(
             share.SHARE_API_MIN_VERSION, share.SHARE_API_MAX_VERSION, share.handle_share_fetch

@@ -1,14 +1,15 @@
-"""Share-group APIs (KIP-932): ShareGroupHeartbeat and ShareGroupDescribe at the group's
-coordinator, ShareFetch and ShareAcknowledge at each partition's leader.
+"""Share-group APIs (KIP-932): ShareGroupHeartbeat at the group's coordinator (and
+ShareGroupDescribe, in share_describe.py), ShareFetch and ShareAcknowledge at each
+partition's leader.
 
 ShareFetch reads whole batches as Fetch does (records stay opaque; big ranges go out with
 sendfile) and tells the consumer which offset ranges of them it acquired; the consumer
-delivers only those. Acknowledgements (piggybacked on ShareFetch or in ShareAcknowledge)
+delivers only those. On a priority topic the records to acquire are chosen by
+share_order.py. Acknowledgements (piggybacked on ShareFetch or in ShareAcknowledge)
 are answered after the share-partition state they produce is persisted.
 
 ACLs as Kafka's: READ on the group for ShareGroupHeartbeat, ShareFetch and
-ShareAcknowledge, READ on each topic fetched or acknowledged, DESCRIBE on the group for
-ShareGroupDescribe.
+ShareAcknowledge, READ on each topic fetched or acknowledged.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from raftka.broker.handlers.common import (
 from raftka.broker.handlers.fetch import _any_appended, _records
 from raftka.broker.handlers.group_configs import group_config
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
+from raftka.broker.handlers.share_order import acquire_by_priority, fill_index, indexed_order
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.share.manager import (
     FINAL_EPOCH,
@@ -59,13 +61,11 @@ if TYPE_CHECKING:
     from raftka.protocol.messages.requests import (
         ShareAcknowledgeRequest,
         ShareFetchRequest,
-        ShareGroupDescribeRequest,
         ShareGroupHeartbeatRequest,
     )
     from raftka.protocol.messages.responses import (
         ShareAcknowledgeResponse,
         ShareFetchResponse,
-        ShareGroupDescribeResponse,
         ShareGroupHeartbeatResponse,
     )
 
@@ -267,6 +267,7 @@ async def _share_partition(
         log.log_start_offset,
         partition.high_watermark,
         config.auto_offset_reset,
+        indexed_order(partition),
     )
     led.state.move_start(log.log_start_offset)
     if led.state.release_expired(_now_ms(context), config.delivery_limit):
@@ -351,6 +352,27 @@ def _fetch_once(
         log = partition.hosted_log
         high_watermark = partition.high_watermark
         led.state.move_start(log.log_start_offset)
+        if led.index is not None:
+            acquired, records, length = acquire_by_priority(
+                partition,
+                led,
+                member_id,
+                remaining_records,
+                max(remaining_bytes, 1),
+                config.max_in_flight,
+                now,
+                context.services.clock.wall_ms(),
+                config.lock_ms,
+            )
+            if acquired:
+                count = sum(a.last - a.first + 1 for a in acquired)
+                remaining_records -= count
+                acquired_total += count
+                remaining_bytes = max(0, remaining_bytes - length)
+                answer.records = records
+                answer.acquired = tuple(acquired)
+                context.services.metrics.fetched(partition.topic.name, length)
+            continue
         start = led.state.next_available()
         if start is None or start >= high_watermark:
             continue
@@ -531,6 +553,7 @@ async def handle_share_fetch(
             key=lambda k: (str(k[0]), k[1]),
         )
         pending = await _load(context, group_id, pending, located, answers, targets, config)
+        await _fill_indexes(targets)
         acquired = _fetch_once(context, member_id, targets, request, config)
         max_wait_s = max(duration_ms(request.max_wait) / 1000, 0)
         if acquired == 0 and max_wait_s > 0 and (targets or pending):
@@ -549,6 +572,7 @@ async def handle_share_fetch(
                 for _partition, led, _answer in targets:
                     if led.state.release_expired(now, config.delivery_limit):
                         manager.notify_released()
+                await _fill_indexes(targets)
                 acquired = _fetch_once(context, member_id, targets, request, config)
     return _fetch_response(context, entity, module, list(answers.values()), config)
 
@@ -576,16 +600,32 @@ async def _load(
     return still
 
 
+async def _fill_indexes(
+    targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]],
+) -> None:
+    """Priority topics: index what was appended since their last fetch."""
+    for partition, led, _answer in targets:
+        if led.index is not None:
+            await fill_index(partition, led)
+
+
 async def _wait_for_records(
     context: RequestContext,
     targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]],
     deadline: float,
 ) -> None:
-    """Until an append, a release, the next lock expiry or `deadline`, whichever is first."""
+    """Until an append, a release, the next lock expiry, a delayed record becoming due or
+    `deadline`, whichever is first."""
     lock_deadlines = [
         d for _p, led, _a in targets if (d := led.state.next_lock_deadline_ms()) is not None
     ]
-    wake_at = min([deadline, *(d / 1000 for d in lock_deadlines)])
+    clock = context.services.clock
+    due = [
+        clock.now_s() + max(0, d - clock.wall_ms()) / 1000
+        for _p, led, _a in targets
+        if led.index is not None and (d := led.index.next_due_ms()) is not None
+    ]
+    wake_at = min([deadline, *(d / 1000 for d in lock_deadlines), *due])
     released = _manager(context).released
     with trio.move_on_at(wake_at):
         async with trio.open_nursery() as nursery:
@@ -723,80 +763,3 @@ async def handle_share_acknowledge(
         responses=tuple(topics),
         node_endpoints=_node_endpoints(context, module, answers),
     )
-
-
-# -- ShareGroupDescribe --------------------------------------------------------------------
-
-
-async def handle_share_group_describe(
-    context: RequestContext, request: ShareGroupDescribeRequest
-) -> ShareGroupDescribeResponse:
-    entity: type[ShareGroupDescribeResponse] = response_entity(context)
-    module = response_module(context)
-    coordinator = context.services.groups
-    topics = context.services.topics
-    with_operations = bool(request.include_authorized_operations)
-    described = []
-    for group_id in request.group_ids:
-        fields: dict[str, object] = {
-            "group_id": group_id,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "group_state": "Dead",
-            "group_epoch": -1,
-            "assignment_epoch": -1,
-            "assignor_name": "simple",
-            "members": (),
-        }
-        group = coordinator.share.groups.get(group_id)
-        if not context.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            fields["error_code"] = ErrorCode.group_authorization_failed
-            fields["error_message"] = denied_message(
-                context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id
-            )
-        elif (error := coordinator.ownership.request_error(group_id)) != ErrorCode.none:
-            fields["error_code"] = error
-        elif group is None:
-            fields["error_code"] = ErrorCode.group_id_not_found
-            other = coordinator.is_classic_group(group_id)
-            kind = "a classic or consumer group" if other else "unknown"
-            fields["error_message"] = f"group {group_id} is {kind}, not a share group"
-        else:
-            coordinator.share.expire(group, _now_ms(context))
-            members = []
-            for m in group.members.values():
-                assigned = tuple(
-                    build(
-                        module.TopicPartitions,
-                        topic_id=topic.topic_id,
-                        topic_name=name,
-                        partitions=partitions,
-                    )
-                    for name, partitions in sorted(m.assignment.items())
-                    if (topic := topics.get(name)) is not None
-                )
-                members.append(
-                    build(
-                        module.Member,
-                        member_id=m.member_id,
-                        rack_id=m.rack_id,
-                        member_epoch=m.member_epoch,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        subscribed_topic_names=tuple(sorted(m.subscribed)),
-                        assignment=build(module.Assignment, topic_partitions=assigned),
-                    )
-                )
-            fields.update(
-                group_state=group.state,
-                group_epoch=group.group_epoch,
-                assignment_epoch=group.assignment_epoch,
-                members=tuple(members),
-            )
-        if with_operations and fields["error_code"] == ErrorCode.none:
-            fields["authorized_operations"] = context.authorized_operations(
-                ResourceType.GROUP, group_id
-            )
-        described.append(build(module.DescribedGroup, **fields))
-    await release_departed(context, share_config(context).delivery_limit)
-    return build(entity, throttle_time=NO_THROTTLE, groups=tuple(described))

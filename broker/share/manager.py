@@ -22,6 +22,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.share.partition import SharePartition, StateBatch
+from raftka.broker.share.priority import DeliveryIndex, IndexedOrder
 
 logger = logging.getLogger("raftka.share")
 
@@ -135,6 +136,8 @@ class LedSharePartition:
     state_epoch: int
     persisted_version: int = 0
     write_lock: trio.Lock = field(default_factory=trio.Lock)
+    # On a priority topic: which record to acquire next (built from the log once loaded).
+    index: DeliveryIndex | None = None
 
 
 @dataclass(slots=True)
@@ -159,17 +162,30 @@ class SharePartitionManager:
         self.released = trio.Event()
 
     async def get(
-        self, key: ShareKey, leader_epoch: int, log_start: int, high_watermark: int, reset: str
+        self,
+        key: ShareKey,
+        leader_epoch: int,
+        log_start: int,
+        high_watermark: int,
+        reset: str,
+        order: IndexedOrder | None = None,
     ) -> LedSharePartition:
         """The share-partition at this leader epoch, loaded from the store on first use;
-        OSError when its state cannot be read now."""
+        OSError when its state cannot be read now. With an `order` (a priority topic, or a
+        fifo topic honouring delays) it has an empty delivery index from its start offset,
+        for the caller to fill from the log; a topic whose order changed reloads it."""
+
+        def current(led: LedSharePartition | None) -> bool:
+            indexed = None if led is None or led.index is None else led.index.order
+            return led is not None and led.leader_epoch == leader_epoch and indexed == order
+
         led = self.partitions.get(key)
-        if led is not None and led.leader_epoch == leader_epoch:
+        if led is not None and current(led):
             return led
         lock = self._loading.setdefault(key, trio.Lock())
         async with lock:
             led = self.partitions.get(key)
-            if led is not None and led.leader_epoch == leader_epoch:
+            if led is not None and current(led):
                 return led
             persisted = await self.store.read(key)
             if persisted is None:
@@ -181,6 +197,9 @@ class SharePartitionManager:
                 state_epoch = persisted.state_epoch + 1
             state.move_start(log_start)
             led = LedSharePartition(key, leader_epoch, state, state_epoch)
+            if order is not None:
+                state.left_acquired = []
+                led.index = DeliveryIndex(order, state.start_offset)
             # Written at once: its state epoch fences a former leader's writes, and a new
             # share-partition's start stays where it was put.
             await self.store.write(key, self._snapshot(led))

@@ -5,6 +5,10 @@ given the time. Offsets below `start_offset` (Kafka's SPSO) are done; offsets fr
 `next_offset` on were never acquired; in between, `ranges` holds consecutive offset ranges,
 each in one state with one delivery count. Records are never looked at: a fetch acquires an
 offset range, an acknowledgement of part of a range splits it.
+
+On a priority topic a fetch acquires chosen offsets anywhere past the start
+(`acquire_offsets`); the never-acquired offsets it passes over become AVAILABLE ranges with
+no deliveries, so the ranges still cover every offset from the start to `next_offset`.
 """
 
 from __future__ import annotations
@@ -90,6 +94,9 @@ class SharePartition:
         self.next_offset = self.ranges[-1].last + 1 if self.ranges else start_offset
         # Bumped by every change a persisted copy must see.
         self.version = 0
+        # When a list (a priority topic's index reads it): every range that left ACQUIRED,
+        # with the state it went to, in order.
+        self.left_acquired: list[tuple[int, int, RecordState]] | None = None
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -112,6 +119,18 @@ class SharePartition:
             totals[r.state] += r.last - r.first + 1
         return totals
 
+    def is_available(self, offset: int) -> bool:
+        """Whether a fetch may acquire `offset`: past the start and AVAILABLE or new."""
+        if offset < self.start_offset:
+            return False
+        if offset >= self.next_offset:
+            return True
+        i = bisect_right(self.ranges, offset, key=lambda r: r.first) - 1
+        return i >= 0 and self.ranges[i].state == RecordState.AVAILABLE
+
+    def acquired_count(self) -> int:
+        return sum(r.last - r.first + 1 for r in self.ranges if r.state == RecordState.ACQUIRED)
+
     def next_available(self) -> int | None:
         """The lowest offset a fetch could acquire (in flight and AVAILABLE, or new), or None
         when only new records could be and there are none yet is up to the caller."""
@@ -128,6 +147,12 @@ class SharePartition:
         if offset <= self.start_offset:
             return
         self._split_at(offset)
+        if self.left_acquired is not None:
+            self.left_acquired.extend(
+                (r.first, r.last, RecordState.ARCHIVED)
+                for r in self.ranges
+                if r.first < offset and r.state == RecordState.ACQUIRED
+            )
         self.ranges = [r for r in self.ranges if r.first >= offset]
         self.start_offset = offset
         self.next_offset = max(self.next_offset, offset)
@@ -175,6 +200,50 @@ class SharePartition:
             self.ranges.append(new)
             self.next_offset = last + 1
             acquired.append(Acquired(new.first, new.last, 1))
+        if acquired:
+            self.version += 1
+        return _merged(acquired)
+
+    def acquire_offsets(
+        self, member_id: str, runs: list[tuple[int, int]], now_ms: float, lock_ms: int
+    ) -> list[Acquired]:
+        """Acquire the AVAILABLE (or new) offsets of `runs` (ascending, disjoint, each
+        [first, last]) for `member_id`; offsets not available are left out."""
+        deadline = now_ms + lock_ms
+        acquired: list[Acquired] = []
+        for first, last in runs:
+            if last < self.start_offset:
+                continue
+            first = max(first, self.start_offset)
+            if first < self.next_offset:
+                inside = min(last, self.next_offset - 1)
+                self._split_at(first)
+                self._split_at(inside + 1)
+                for r in list(self._overlapping(first, inside)):
+                    if r.state != RecordState.AVAILABLE:
+                        continue
+                    r.state = RecordState.ACQUIRED
+                    r.delivery_count += 1
+                    r.member_id = member_id
+                    r.lock_deadline_ms = deadline
+                    acquired.append(Acquired(r.first, r.last, r.delivery_count))
+                first = inside + 1
+            if first > last:
+                continue
+            if first > self.next_offset:
+                # Passed over, never acquired: available, with no deliveries.
+                gap = InFlight(self.next_offset, first - 1, RecordState.AVAILABLE, 0)
+                if (
+                    self.ranges
+                    and self.ranges[-1].state == RecordState.AVAILABLE
+                    and (self.ranges[-1].delivery_count == 0)
+                ):
+                    self.ranges[-1].last = first - 1
+                else:
+                    self.ranges.append(gap)
+            self.ranges.append(InFlight(first, last, RecordState.ACQUIRED, 1, member_id, deadline))
+            self.next_offset = last + 1
+            acquired.append(Acquired(first, last, 1))
         if acquired:
             self.version += 1
         return _merged(acquired)
@@ -234,6 +303,8 @@ class SharePartition:
                     if r.delivery_count >= delivery_limit
                     else RecordState.AVAILABLE
                 )
+                if self.left_acquired is not None:
+                    self.left_acquired.append((r.first, r.last, r.state))
                 r.member_id = ""
                 r.lock_deadline_ms = 0.0
         if released:
@@ -271,9 +342,11 @@ class SharePartition:
                 r.state = RecordState.ARCHIVED
             else:
                 r.state = state
+            if self.left_acquired is not None:
+                self.left_acquired.append((r.first, r.last, r.state))
             r.member_id = ""
             r.lock_deadline_ms = 0.0
-        self._coalesce()
+        self._coalesce_around(first, last)
 
     def _overlapping(self, first: int, last: int) -> Iterator[InFlight]:
         i = max(0, bisect_right(self.ranges, first, key=lambda r: r.first) - 1)
@@ -309,6 +382,25 @@ class SharePartition:
             else:
                 merged.append(r)
         self.ranges = merged
+
+    def _coalesce_around(self, first: int, last: int) -> None:
+        """`_coalesce` for the ranges overlapping [first, last] and one on each side: an
+        acknowledgement costs the ranges it touches, not all of them (a priority topic's
+        ranges can be as many as its backlog)."""
+        lo = max(0, bisect_right(self.ranges, first, key=lambda r: r.first) - 2)
+        hi = bisect_right(self.ranges, last, key=lambda r: r.first) + 1
+        merged: list[InFlight] = []
+        for r in self.ranges[lo:hi]:
+            if (
+                merged
+                and r.state != RecordState.ACQUIRED
+                and merged[-1].last + 1 == r.first
+                and merged[-1].same_kind(r)
+            ):
+                merged[-1].last = r.last
+            else:
+                merged.append(r)
+        self.ranges[lo:hi] = merged
 
     def _advance_start(self) -> None:
         drop = 0

@@ -65,10 +65,12 @@ def encode_batch(
     base_sequence: int = -1,
     value_size: int = 10,
     gzip: bool = False,
+    headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
 ) -> bytes:
     """One v2 batch. Give `records`, or `count` records of `value_size`-byte values.
 
-    `timestamps` are absolute per-record timestamps (default: all `base_timestamp`).
+    `timestamps` are absolute per-record timestamps (default: all `base_timestamp`);
+    `headers`, one sequence per record (default: none).
     """
     if records is None:
         n = 1 if count is None else count
@@ -76,9 +78,13 @@ def encode_batch(
     if timestamps is None:
         timestamps = [base_timestamp] * len(records)
     first_ts = timestamps[0] if timestamps else base_timestamp
+    if headers is None:
+        headers = [()] * len(records)
     body = b"".join(
-        encode_record(i, ts - first_ts, key, value)
-        for i, ((key, value), ts) in enumerate(zip(records, timestamps, strict=True))
+        encode_record(i, ts - first_ts, key, value, record_headers)
+        for i, ((key, value), ts, record_headers) in enumerate(
+            zip(records, timestamps, headers, strict=True)
+        )
     )
     if gzip:
         import cramjam

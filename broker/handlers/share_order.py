@@ -1,0 +1,171 @@
+"""ShareFetch on a priority topic (`share.delivery.order=priority`, raftka's own) or a fifo
+topic honouring delays (`share.delivery.delay.enable=true`): the
+share-partition's delivery index is filled from the log's batches (read and decoded in a
+worker thread, once per record), and a fetch acquires the lowest (priority, offset) records
+that are due, wherever they lie in the backlog, sending the whole batches that hold them.
+
+Any other fifo topic never comes here: its fetches read no record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from raftka.broker.config import SHARE_DEFAULT_PRIORITY, SHARE_DELAY_ENABLE, SHARE_DELIVERY_ORDER
+from raftka.broker.share.partition import Acquired
+from raftka.broker.share.priority import HEADER_NAMES, IndexedOrder, offset_of, runs_of
+from raftka.log import OffsetOutOfRange
+from raftka.protocol.record_headers import header_values, whole_batches
+from raftka.protocol.records import UnsupportedBatch, read_batch_header
+
+if TYPE_CHECKING:
+    from raftka.broker.share.manager import LedSharePartition
+    from raftka.broker.topics import Partition
+    from raftka.log.segment import LogSegment
+
+logger = logging.getLogger("raftka.share")
+
+#: Bytes of log read (and decoded) per worker-thread call while filling an index.
+INDEX_READ_BYTES = 1024 * 1024
+
+_Record = tuple[int, tuple[bytes | None, ...]]
+
+
+def indexed_order(partition: Partition) -> IndexedOrder | None:
+    """How the share-partitions of the partition's topic are indexed; None for a fifo
+    topic that ignores delays (no index: offset order, records never read)."""
+    config = partition.topic.config
+    if config.get_str(SHARE_DELIVERY_ORDER) == "priority":
+        return IndexedOrder(True, config.get_int(SHARE_DEFAULT_PRIORITY))
+    if config.get_bool(SHARE_DELAY_ENABLE):
+        return IndexedOrder(False)
+    return None
+
+
+def _decode_headers(fd: int, position: int, length: int) -> list[_Record]:
+    """The records of the whole batches at [position, position + length) of a segment file
+    (their headers of interest); in a worker thread, on a descriptor of its own."""
+    chunk = b""
+    while len(chunk) < length:
+        more = os.pread(fd, length - len(chunk), position + len(chunk))
+        if not more:
+            raise OSError(f"short read at {position + len(chunk)}")
+        chunk += more
+    records: list[_Record] = []
+    for batch in whole_batches(chunk):
+        header = read_batch_header(batch, 0)
+        try:
+            records.extend(header_values(batch, HEADER_NAMES))
+        except UnsupportedBatch as exc:
+            # Delivered in default order: the consumer sees what the batch holds.
+            logger.warning("batch at %d has unreadable headers: %s", header.base_offset, exc)
+            if not header.is_control:
+                offsets = range(header.base_offset, header.next_offset)
+                records.extend((o, (None, None)) for o in offsets)
+    return records
+
+
+async def fill_index(partition: Partition, led: LedSharePartition) -> None:
+    """Index the records below the high watermark not indexed yet."""
+    index = led.index
+    if index is None:
+        return
+    log = partition.hosted_log
+    while True:
+        high_watermark = partition.high_watermark
+        start = max(index.scanned_to, led.state.start_offset, log.log_start_offset)
+        if start >= high_watermark:
+            index.scanned_to = max(index.scanned_to, start)
+            return
+        try:
+            # Located here (batch headers, as a fetch does); read and decoded in a thread
+            # through a descriptor that outlives a segment deleted meanwhile.
+            found = log.fetch_slice(start, INDEX_READ_BYTES, high_watermark, True)
+            if found is None:
+                return
+            fd = os.dup(found.segment.fd)
+            try:
+                records = await trio.to_thread.run_sync(
+                    _decode_headers, fd, found.position, found.length
+                )
+            finally:
+                os.close(fd)
+        except (OSError, OffsetOutOfRange) as exc:
+            logger.info("indexing %s from %d stopped for now: %s", partition.name, start, exc)
+            return
+        if found.next_offset <= start:
+            return
+        if max(index.scanned_to, led.state.start_offset) <= start:  # no one else got here first
+            index.scanned_to = start
+            index.add(records, found.next_offset, led.state)
+
+
+@dataclass(slots=True)
+class _Batch:
+    base_offset: int
+    next_offset: int
+    segment: LogSegment
+    position: int
+    length: int
+
+
+def acquire_by_priority(
+    partition: Partition,
+    led: LedSharePartition,
+    member_id: str,
+    max_records: int,
+    max_bytes: int,
+    max_in_flight: int,
+    now_ms: float,
+    wall_ms: int,
+    lock_ms: int,
+) -> tuple[list[Acquired], bytes, int]:
+    """Acquire up to `max_records` due records, lowest (priority, offset) first, while at
+    most `max_in_flight` records are acquired and (past the first) their batches fit in
+    `max_bytes`: (the ranges acquired, the batches holding them in offset order, their
+    bytes). No await: the segments stay valid."""
+    index = led.index
+    assert index is not None, "a priority topic's share-partition has an index"
+    state = led.state
+    index.settle(state)
+    want = min(max_records, max_in_flight - index.in_flight())
+    if want <= 0:
+        return [], b"", 0
+    keys = index.take(state, wall_ms, want)
+    if not keys:
+        return [], b"", 0
+    log = partition.hosted_log
+    high_watermark = partition.high_watermark
+    batches: list[_Batch] = []  # by base offset
+    chosen: list[int] = []
+    used = 0
+    for n, key in enumerate(keys):
+        offset = offset_of(key)
+        i = bisect_right(batches, offset, key=lambda b: b.base_offset) - 1
+        if i < 0 or batches[i].next_offset <= offset:
+            try:
+                found = log.fetch_slice(offset, 1, high_watermark, True)
+            except OffsetOutOfRange:
+                found = None
+            if found is None:
+                continue  # gone below the log start: done
+            if chosen and used + found.length > max_bytes:
+                index.give_back(keys[n:])
+                break
+            base = int.from_bytes(found.segment.pread(8, found.position), "big")
+            batch = _Batch(base, found.next_offset, found.segment, found.position, found.length)
+            batches.insert(bisect_right(batches, base, key=lambda b: b.base_offset), batch)
+            used += found.length
+        chosen.append(key)
+    acquired = state.acquire_offsets(
+        member_id, runs_of(offset_of(k) for k in chosen), now_ms, lock_ms
+    )
+    index.acquired(chosen)
+    records = b"".join(b.segment.pread(b.length, b.position) for b in batches)
+    return acquired, records, used
