@@ -174,6 +174,10 @@ class BrokerMetrics(Collector):
             total = 0
         self._topics_out[topic] = total + batch_bytes
 
+    def topic_messages_in(self) -> dict[str, int]:
+        """Records appended by Produce to each topic since start."""
+        return {topic: counts[1] for topic, counts in self._topics_in.items()}
+
     def traffic_totals(self) -> tuple[int, int, int]:
         """(bytes in, messages in, bytes out) of every topic since start: what a rate is
         measured from."""

@@ -267,7 +267,7 @@ class Console:
             case []:
                 return await overview_page(view, self.throughput, self.unreachable())
             case ["topics"]:
-                return await topics_page(view)
+                return await topics_page(view, self.throughput.topic_rates())
             case ["topics", name]:
                 return await topic_page(view, name)
             case ["topics", name, "messages"]:

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 SAMPLE_INTERVAL_S = 5.0
 #: Samples kept: ten minutes.
 SAMPLES_MAX = 120
+#: Per-topic counts kept, for the topics' rates over the last minute.
+TOPIC_SAMPLES_MAX = 13
 WIDTH = 640
 HEIGHT = 160
 MARGIN = 40
@@ -46,9 +48,23 @@ class Throughput:
         self.metrics = metrics
         self.clock = clock
         self.samples: deque[Sample] = deque(maxlen=SAMPLES_MAX)
+        self.topic_samples: deque[tuple[float, dict[str, int]]] = deque(maxlen=TOPIC_SAMPLES_MAX)
 
     def sample(self) -> None:
-        self.samples.append(Sample(self.clock.now_s(), *self.metrics.traffic_totals()))
+        now = self.clock.now_s()
+        self.samples.append(Sample(now, *self.metrics.traffic_totals()))
+        self.topic_samples.append((now, self.metrics.topic_messages_in()))
+
+    def topic_rates(self) -> dict[str, float]:
+        """Records produced to each topic through this broker per second, over the last
+        minute of samples (empty until there are two)."""
+        if len(self.topic_samples) < 2:
+            return {}
+        (first_s, first), (last_s, last) = self.topic_samples[0], self.topic_samples[-1]
+        elapsed = last_s - first_s
+        if elapsed <= 0:
+            return {}
+        return {topic: (count - first.get(topic, 0)) / elapsed for topic, count in last.items()}
 
     async def run(self) -> None:
         while True:

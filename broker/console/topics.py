@@ -79,7 +79,9 @@ def lag_text(progress: ReplicaProgress | None) -> str:
     return ", ".join(f"{node}: {lag:,}" for node, lag in lags.items()) or "no followers"
 
 
-async def topics_page(view: View) -> HttpResponse:
+async def topics_page(view: View, rates: dict[str, float] | None = None) -> HttpResponse:
+    """`rates`: records produced through this broker per second, per topic (last minute)."""
+    rates = rates or {}
     metadata = await view.caller.metadata()
     under, offline = partition_health(metadata.topics)
     under_by_topic = {name for name, _ in under} | {name for name, _ in offline}
@@ -100,13 +102,22 @@ async def topics_page(view: View) -> HttpResponse:
                 len(topic.partitions),
                 replication,
                 f"{size_text(size)} in {local} partitions here" if local else "none here",
+                f"{rates.get(name, 0.0):,.1f}",
                 tag("span", "under-replicated", class_="bad") if name in under_by_topic else "ok",
                 link(f"/topics/{quote(name)}/messages", "messages"),
             ]
         )
     listing = (
         table(
-            ("topic", "partitions", "replication factor", "size on this broker", "health", ""),
+            (
+                "topic",
+                "partitions",
+                "replication factor",
+                "size on this broker",
+                "records/s in here",
+                "health",
+                "",
+            ),
             rows,
             id="topics",
             data_live="1",

@@ -466,6 +466,13 @@ def test_the_overview_charts_the_throughput_of_the_last_minutes(console, browser
         30,
         "the chart's peaks in and out above zero",
     )
+
+    # The topic's records/s in over the last minute, on the topics page.
+    def rate() -> float:
+        rows = {row[0]: row for row in Page(http_get(base + "/topics")[1]).rows("topics")}
+        return float(rows[topic][4].replace(",", ""))
+
+    wait_until(lambda: rate() > 0, 30, "the topic's rate in above zero")
     with checked(browser, base + "/", "overview-throughput"):
         page = look(browser, base + "/", "overview-throughput")  # the picture in docs/console.png
         dom = browser.dom(base + "/")
