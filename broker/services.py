@@ -16,7 +16,7 @@ through `ApiEndpoint`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
@@ -138,6 +138,11 @@ class ControllerClient(Protocol):
     @property
     def isr_hints(self) -> Mapping[str, tuple[int, ...]]:
         """Partition name -> in-sync replicas, as reported by leaders elsewhere."""
+        ...
+
+    async def learn_leaders(self, replicas: Iterable[int]) -> None:
+        """Ask `replicas` now which partitions they lead (`leader_hints` then has what they
+        answered within a short wait): for a partition no leader of is known here yet."""
         ...
 
     def live_brokers(self) -> list[int]: ...

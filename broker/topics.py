@@ -89,6 +89,9 @@ class Partition:
     #: The epoch of the last leader this broker knew of; 0 while the partition has had none
     #: (a new one electing its first), as Kafka numbers a new partition's leader epoch.
     last_leader_epoch: int = 0
+    #: That leader, while it may still lead: None before this broker knew one, and once
+    #: this broker, having led at that epoch, stepped down.
+    last_leader_id: int | None = None
 
     @property
     def name(self) -> str:
@@ -472,6 +475,9 @@ class TopicManager:
                 # One line per new leader, none per election round without one.
                 if leader is not None:
                     partition.last_leader_epoch = soft_state.term
+                    partition.last_leader_id = leader
+                elif partition.last_leader_id == self.node_id:
+                    partition.last_leader_id = None
                 if leader is not None and logged_leadership != (soft_state.term, leader):
                     first = logged_leadership is None
                     level = logging.DEBUG if first and quiet_first_leader else logging.INFO

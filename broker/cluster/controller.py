@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -750,6 +750,10 @@ class Controller:
         """Learn the leader, epoch and in-sync replicas of every partition this broker does
         not lead by asking every peer, so any broker answers Metadata as its leader would."""
         await self.gossip.run(interval_s)
+
+    async def learn_leaders(self, replicas: Iterable[int]) -> None:
+        """Ask `replicas` now which partitions they lead (see `LeaderGossip.learn`)."""
+        await self.gossip.learn(replicas)
 
     @property
     def leader_hints(self) -> dict[str, tuple[int, int]]:

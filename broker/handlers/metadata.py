@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from collections.abc import Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
@@ -50,15 +51,27 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def partition_leader(controller: ControllerClient, partition: Partition) -> tuple[int, int]:
-    """(leader id, leader epoch) as this broker knows it. Without a leader: a replica
-    gives its last leader's epoch, 0 while the partition has had none (it is being
-    created); another broker gives -1."""
-    if partition.raft is not None:
-        leader = partition.leader_id
-        if leader is None:
-            return -1, partition.last_leader_epoch
-        return leader, partition.leader_epoch
-    return controller.leader_hints.get(partition.name, (-1, -1))
+    """(leader id, leader epoch) as this broker knows it: the newest leader it knows of,
+    from the partition's Raft group when hosted here, else from what the leaders gossip.
+
+    A replica that has lost sight of its leader without a newer epoch beginning (an election
+    it could not start) still names that leader: only a newer epoch or the leader stepping
+    down ends it, as a Kafka broker names a leader until the controller's next record. With
+    no leader known, a replica gives its last leader's epoch (0 while the partition has had
+    none: it is being created) and another broker what the gossip says (-1, -1 before it
+    heard of one). Clients keep the answer with the newest epoch (KIP-320) and librdkafka's
+    admin client takes a cached leader -1 as final, so a leader is never dropped early."""
+    hint = controller.leader_hints.get(partition.name)
+    raft = partition.raft
+    if raft is None:
+        return hint if hint is not None else (-1, -1)
+    if raft.leader_id is not None:
+        return raft.leader_id, raft.term
+    if hint is not None and hint[0] >= 0 and hint[1] >= raft.term:
+        return hint
+    if partition.last_leader_id is not None and partition.last_leader_epoch == raft.term:
+        return partition.last_leader_id, raft.term
+    return -1, partition.last_leader_epoch
 
 
 def in_sync_replicas(controller: ControllerClient, partition: Partition) -> tuple[int, ...]:
@@ -67,6 +80,19 @@ def in_sync_replicas(controller: ControllerClient, partition: Partition) -> tupl
     if partition.is_leader:
         return partition.in_sync_replicas()
     return controller.isr_hints.get(partition.name, partition.replicas)
+
+
+async def learn_unknown_leaders(controller: ControllerClient, topics: Iterable[Topic]) -> None:
+    """Ask the replicas of partitions hosted elsewhere whose leader this broker has not
+    heard of (a new topic, before the gossip's next round) which of them leads, so the
+    answer names the leader the leader already knows."""
+    replicas: set[int] = set()
+    for topic in topics:
+        for p in topic.partitions:
+            if p.raft is None and p.name not in controller.leader_hints:
+                replicas.update(p.replicas)
+    if replicas:
+        await controller.learn_leaders(replicas)
 
 
 class TopicEntry(Entity, Protocol):
@@ -222,6 +248,7 @@ async def _named_entry(
             if code in (ErrorCode.none, ErrorCode.topic_already_exists):
                 code = ErrorCode.leader_not_available
             return _error_entry(module, name, None, code), True
+    await learn_unknown_leaders(controller, [topic])
     return _topic_entry(module, controller, topic), True
 
 
@@ -236,9 +263,13 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
     entries: list[tuple[TopicEntry, bool]] = []
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if requested is None or (context.api_version == 0 and not requested):
-        for topic in list(topics.topics.values()):
-            if context.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
-                entries.append((_topic_entry(module, controller, topic), True))
+        described = [
+            topic
+            for topic in list(topics.topics.values())
+            if context.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name)
+        ]
+        await learn_unknown_leaders(controller, described)
+        entries.extend((_topic_entry(module, controller, topic), True) for topic in described)
     else:
         auto_create = services.config.get_bool("auto.create.topics.enable")
         allow_create = getattr(request, "allow_auto_topic_creation", True) and auto_create
@@ -257,6 +288,7 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
                     )
                     entries.append((error, False))
                 else:
+                    await learn_unknown_leaders(controller, [by_id])
                     entries.append((_topic_entry(module, controller, by_id), True))
                 continue
             entries.append(await _named_entry(context, module, name, allow_create))

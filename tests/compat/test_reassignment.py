@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from clients import (
     run_raftka,
     wait_until,
 )
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from harness import ClusterProcess
 from test_cluster import ContinuousProducer, check_acked_records, raw_metadata
@@ -358,27 +357,10 @@ def test_a_new_replica_starts_at_the_leaders_log_start(
 
 
 def delete_records(cluster: ClusterProcess, topic: str, before: int) -> int:
-    """DeleteRecords of partition 0 below `before`; the low watermark answered. A broker of
-    the shared cluster that restarted in an earlier test may not know every leader yet
-    ("No leaders found"): retried as an operator would, for up to 30 s."""
+    """DeleteRecords of partition 0 below `before`, asked once; the low watermark answered."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    deadline = time.monotonic() + 30
-    while True:
-        deleted = admin.delete_records([TopicPartition(topic, 0, before)])
-        try:
-            return int(next(iter(deleted.values())).result(30).low_watermark)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NOENT or time.monotonic() > deadline:
-                seen = admin.list_topics(topic, timeout=10)
-                partitions = {
-                    i: (p.leader, p.replicas, p.error)
-                    for i, p in seen.topics[topic].partitions.items()
-                }
-                raise AssertionError(
-                    f"DeleteRecords of {topic}: {exc}; Metadata: brokers {sorted(seen.brokers)},"
-                    f" partitions (leader, replicas, error) {partitions}"
-                ) from exc
-            time.sleep(0.5)
+    deleted = admin.delete_records([TopicPartition(topic, 0, before)])
+    return int(next(iter(deleted.values())).result(30).low_watermark)
 
 
 def batch_bounds(directory: Path) -> list[tuple[int, int]]:
@@ -396,11 +378,6 @@ def batch_bounds(directory: Path) -> list[tuple[int, int]]:
     return bounds
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="under suite load librdkafka 2.16's DeleteRecords at times reports 'No leaders"
-    " found' for 30 s while Metadata names the leader; cause not yet found",
-)
 def test_a_new_replica_starts_at_the_batch_holding_a_log_start_inside_it(
     cluster: ClusterProcess, java_tool: Any
 ) -> None:
