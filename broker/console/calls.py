@@ -29,6 +29,7 @@ from kio.schema.describe_client_quotas.v1 import request as describe_quotas
 from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.describe_groups.v5 import request as describe_groups
 from kio.schema.describe_share_group_offsets.v1 import request as share_offsets
+from kio.schema.describe_transactions.v0 import request as describe_transactions
 from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4 import request as find_coordinator
@@ -346,6 +347,14 @@ class Caller:
                 list_transactions.ListTransactionsRequest,
                 state_filters=(),
                 producer_id_filters=(),
+            )
+        )
+
+    async def describe_transactions(self, transactional_ids: Sequence[str]) -> Response:
+        return await self.call(
+            build(
+                describe_transactions.DescribeTransactionsRequest,
+                transactional_ids=tuple(transactional_ids),
             )
         )
 

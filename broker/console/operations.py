@@ -5,6 +5,7 @@ console's principal; a refusal shows Kafka's error instead of the table."""
 
 from __future__ import annotations
 
+import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +138,29 @@ async def copy_progress(view: View, topic: str, index: int, adding: list[int]) -
     return ", ".join(parts)
 
 
+#: Transaction states of a transaction not yet ended.
+OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
+
+
+async def _open_for(view: View, transactional_ids: list[str]) -> dict[str, Html | str]:
+    """How long each open transaction has been open, beside its timeout; one open past its
+    timeout (the coordinator aborts it at its next check) is marked."""
+    described = await view.caller.describe_transactions(transactional_ids)
+    now = datetime.datetime.fromtimestamp(view.services.clock.wall_ms() / 1000, datetime.UTC)
+    ages: dict[str, Html | str] = {}
+    for state in described.transaction_states:
+        if state.error_code != ErrorCode.none or state.transaction_start_time is None:
+            continue
+        open_s = max((now - state.transaction_start_time).total_seconds(), 0.0)
+        timeout_s = state.transaction_timeout.total_seconds()
+        text = f"{open_s:,.0f} s of its {timeout_s:,.0f} s timeout"
+        late = open_s > timeout_s
+        ages[state.transactional_id] = (
+            tag("span", text + " (past it)", class_="bad") if late else text
+        )
+    return ages
+
+
 async def operations_page(view: View) -> HttpResponse:
     moving = await view.caller.reassignments()
     moving_rows: list[Row] = [
@@ -152,9 +176,17 @@ async def operations_page(view: View) -> HttpResponse:
         for p in topic.partitions
     ]
     transactions = await view.caller.transactions()
+    listed = sorted(transactions.transaction_states, key=lambda s: s.transactional_id)
+    open_ids = [s.transactional_id for s in listed if s.transaction_state in OPEN_STATES]
+    ages = await _open_for(view, open_ids) if open_ids else {}
     transaction_rows: list[Row] = [
-        [state.transactional_id, int(state.producer_id), state.transaction_state]
-        for state in sorted(transactions.transaction_states, key=lambda s: s.transactional_id)
+        [
+            state.transactional_id,
+            int(state.producer_id),
+            state.transaction_state,
+            ages.get(state.transactional_id, ""),
+        ]
+        for state in listed
     ]
     body = join(
         [
@@ -182,7 +214,7 @@ async def operations_page(view: View) -> HttpResponse:
                 _refused(transactions)
                 or (
                     table(
-                        ("transactional id", "producer id", "state"),
+                        ("transactional id", "producer id", "state", "open for"),
                         transaction_rows,
                         id="transactions",
                         data_live="1",

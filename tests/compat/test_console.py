@@ -398,11 +398,30 @@ def test_read_committed_browsing_leaves_out_aborted_transactions(console, browse
     ]
     assert values("read_committed") == ["committed-0", "committed-1"]
 
-    # The transaction's id, on the operations page with its last state.
+    # A transaction left open beside it (60 s timeout).
+    still_open = f"console-open-{topic[-10:]}"
+    opener = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": still_open,
+            "transaction.timeout.ms": 60000,
+        }
+    )
+    opener.init_transactions(30)
+    opener.begin_transaction()
+    opener.produce(topic, value=b"open", partition=0)
+    assert opener.flush(30) == 0
+
+    # The transactions' ids, on the operations page with their states; the open one with
+    # how long it has been open.
     with checked(browser, base + "/operations", "operations"):
         page = look(browser, base + "/operations", "operations")
-        states = {row[0]: row[2] for row in page.rows("transactions")}
-        assert states[f"console-{topic[-10:]}"] == "CompleteCommit"
+        rows = {row[0]: row[2:] for row in page.rows("transactions")}
+        assert rows[f"console-{topic[-10:]}"] == ["CompleteCommit", ""]
+        state, age = rows[still_open]
+        assert state == "Ongoing"
+        assert re.fullmatch(r"\d+ s of its 60 s timeout", age), age
+    opener.abort_transaction(30)
 
 
 def test_a_consumer_protocol_group_shows_its_members_assignment(console, browser, new_topic):
