@@ -3,7 +3,8 @@ Debian's chromium-driver) to click through the pages of a real broker process. F
 filled and submitted by clicking their buttons, links are followed by clicking them, and
 every step is checked on what the page shows. A failing step keeps a screenshot of the page
 (beside the test's temporary files, and in RAFTKA_CONSOLE_SCREENSHOTS=DIR when set, which
-also keeps one of every step)."""
+also keeps one of every step). The broker has a SASL listener, so each walk starts by signing
+in on the console's form."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from harness import free_port
 from required import missing_client
+from secured import password, start_sasl_broker
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -37,6 +39,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 #: How long the browser may take to show what a step waits for (a page load, a refresh).
 SHOWN_WITHIN_S = 30.0
 #: Share groups read from the start, and hold a record's lock past the test.
+OPERATOR = "operator"
 SHARE_CONFIG = {
     "share.auto.offset.reset": "earliest",
     "group.share.record.lock.duration.ms": "120000",
@@ -56,14 +59,31 @@ def http_status(url: str) -> int:
 
 @pytest.fixture(scope="module")
 def console(module_brokers):
-    """A broker with its console; (the broker, the console's base URL)."""
+    """A broker with a SASL listener (so its console asks to sign in; clients use its
+    PLAINTEXT one) and its console; (the broker, the console's base URL)."""
     address = f"127.0.0.1:{free_port()}"
-    broker = module_brokers.broker(
-        {"console.listen": address, **SHARE_CONFIG}, name="console-clicked"
+    secured = start_sasl_broker(
+        module_brokers,
+        (OPERATOR,),
+        authorizer=False,
+        config={"console.listen": address, **SHARE_CONFIG},
+        name="console-clicked",
     )
     base = f"http://{address}"
-    wait_until(lambda: http_status(base + "/") == 200, 30, "the console answers /")
-    return broker, base
+    wait_until(lambda: http_status(base + "/login") == 200, 30, "the console answers /login")
+    return secured.broker, base
+
+
+def sign_in(driver: WebDriver, base: str) -> None:
+    """Signs in on the console's form, as a person would."""
+    driver.get(base + "/topics")
+    assert driver.title == "Sign in · raftka"  # sent to sign in first
+    form = form_of(driver, "/login")
+    type_into(form, "username", OPERATOR)
+    type_into(form, "password", password(OPERATOR))
+    click_button(driver, form, "Sign in")
+    assert driver.title == "Overview · raftka"
+    assert text_of(driver, "user") == OPERATOR
 
 
 @pytest.fixture
@@ -197,6 +217,9 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
     group = f"clicked-group-{topic[-8:]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
 
+    with step("sign-in"):
+        sign_in(driver, base)
+
     with step("create-topic"):
         driver.get(base + "/topics")
         assert driver.title == "Topics · raftka"
@@ -307,6 +330,7 @@ def test_a_share_groups_page_shows_its_records_in_flight(console, driver, tmp_pa
     again."""
     broker, base = console
     step = Steps(driver, tmp_path / "screenshots")
+    sign_in(driver, base)
     topic = f"shared-{uuid.uuid4().hex[:8]}"
     group = f"share-group-{topic[-8:]}"
     create_topic(broker.bootstrap, topic, partitions=1)
