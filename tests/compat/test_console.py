@@ -895,6 +895,32 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     assert copied and copied == sorted(copied), copied
     assert any(0 < c < 3000 for c in copied), f"no partial copy seen: {copied}"
 
+    # Node 1 paused until the others have taken every leadership from it (its partitions'
+    # and the metadata quorum's), then resumed: its console answers from the brokers that
+    # lead now.
+    others = AdminClient({"bootstrap.servers": cluster.nodes[1].bootstrap})
+
+    def node_1_leads_nothing() -> bool:
+        seen = others.list_topics(timeout=10)
+        leaders = {p.leader for t in seen.topics.values() for p in t.partitions.values()}
+        return 1 not in leaders and seen.controller_id not in (1, -1)
+
+    cluster.nodes[0].pause()
+    try:
+        wait_until(node_1_leads_nothing, 60, "brokers 2 and 3 to take every leadership")
+    finally:
+        cluster.nodes[0].resume()
+    wait_until(lambda: http_get(base + "/")[0] == 200, 30, "node 1's console answering again")
+    assert node_1_leads_nothing()
+    with checked(browser, remote_url, "leaderless-messages"):
+        rows = look(browser, remote_url, "").rows("messages")
+        assert len(rows) == 20
+    groups_listed = [row[0] for row in Page(http_get(base + "/groups")[1]).rows("groups")]
+    assert group in groups_listed
+    lag = {row[1]: row[2:] for row in Page(http_get(f"{base}/groups/{group}")[1]).rows("lag")}
+    assert lag == {p: ["10", "10", "0"] for p in ("0", "1", "2")}, lag
+    wait_until(lambda: led_by_node_1(topic, 3), 30, "node 1 to lead the topic's partitions again")
+
     cluster.nodes[2].kill()
     wait_until(lambda: statuses()["3"] == "not answering", 30, "broker 3 shown not answering")
     more = [{"value": b"v%d" % i, "partition": i % 3} for i in range(30, 60)]
