@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.console.records import SHOWN_BYTES_MAX, Record, batch_records, split_batches
+from raftka.broker.console.records import SHOWN_BYTES_MAX, Record, batch_records
 from raftka.broker.console.share_inflight import inflight_cells
 from raftka.consensus.transport import ForwardError
+from raftka.protocol.record_headers import whole_batches
 from raftka.protocol.records import UnsupportedBatch, read_batch_header
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def read_local(replicas: ReplicaManager, partition: Partition, query: PageQuery)
         piece = read.found
         chunk = piece.segment.pread(piece.length, piece.position)
         taken += len(chunk)
-        for batch in split_batches(chunk):
+        for batch in whole_batches(chunk):
             header = read_batch_header(batch, 0)
             while aborted and aborted[0].first_offset <= header.last_offset:
                 aborting.add(aborted.pop(0).producer_id)

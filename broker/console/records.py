@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 from raftka.protocol.compacted import records_section
 from raftka.protocol.records import (
-    LOG_OVERHEAD,
     MAGIC_V2,
     UnsupportedBatch,
     read_batch_header,
@@ -80,17 +79,6 @@ def batch_records(partition: int, batch: bytes) -> Iterator[Record]:
             tuple(headers),
         )
         pos = end
-
-
-def split_batches(chunk: bytes) -> Iterator[bytes]:
-    """The whole batches of a log slice, in order (a torn tail is left out)."""
-    pos = 0
-    while pos + LOG_OVERHEAD <= len(chunk):
-        size = LOG_OVERHEAD + int.from_bytes(chunk[pos + 8 : pos + 12], "big", signed=True)
-        if size <= LOG_OVERHEAD or pos + size > len(chunk):
-            return
-        yield chunk[pos : pos + size]
-        pos += size
 
 
 FORMATS = ("auto", "text", "json", "hex")

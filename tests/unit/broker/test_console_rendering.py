@@ -23,7 +23,6 @@ from raftka.broker.console.records import (
     SHOWN_BYTES_MAX,
     batch_records,
     render_value,
-    split_batches,
 )
 from raftka.broker.console.sessions import COOKIE, SESSION_IDLE_S, Sessions, set_cookie
 from raftka.broker.console.share_inflight import deliveries_text
@@ -32,6 +31,7 @@ from raftka.broker.console.view import PageError
 from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.share.partition import RecordState, SharePartition, StateBatch
 from raftka.protocol.batch_builder import build_batch
+from raftka.protocol.record_headers import whole_batches
 
 
 def test_text_from_the_cluster_is_escaped_and_markup_is_not() -> None:
@@ -50,7 +50,7 @@ def test_records_of_batches_are_decoded_with_offsets_and_timestamps() -> None:
     first = build_batch([(b"k1", b"v1"), (None, b"v2")], 1_700_000_000_000, base_offset=10)
     second = build_batch([(b"k3", None)], 1_700_000_000_500, base_offset=12)
     chunk = first + second + second[:20]  # a torn tail is left out
-    batches = list(split_batches(chunk))
+    batches = list(whole_batches(chunk))
     assert len(batches) == 2
     records = [r for batch in batches for r in batch_records(3, batch)]
     assert [(r.partition, r.offset, r.key, r.value) for r in records] == [
