@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -58,6 +59,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "for --source kafka",
     )
     run.add_argument("--jars", help="comma-separated jars for spark.jars")
+    run.add_argument(
+        "--log-file",
+        metavar="FILE",
+        help="where Spark's, py4j's and the job's own log goes (default: the checkpoint "
+        "directory's path plus .log)",
+    )
     return parser.parse_args(argv)
 
 
@@ -82,7 +89,16 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         return 0 if result.failed == 0 else 1
 
-    from raftka.pipeline.page_counts import PageCountsJob, PipelineError
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`run`: the job's own lines on stdout; a stop prints one line and returns 0, a failure
+    prints one line naming it and the log file to the terminal's stderr and returns non-zero.
+    Everything else written to stderr (Spark, py4j, Python workers) lands in the log file."""
+    from raftka.pipeline.clicks import EVENTS_PARTITIONS, EVENTS_TOPIC, ensure_topic
+    from raftka.pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError
+    from raftka.pipeline.run_log import default_log_path, divert_stderr, first_line
     from raftka.pipeline.session import SparkSetupError, local_session
 
     conf = {}
@@ -91,7 +107,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.jars:
         conf["spark.jars"] = args.jars
     checkpoint = os.path.abspath(args.checkpoint)
+    log_path = os.path.abspath(args.log_file or default_log_path(checkpoint))
+    terminal = divert_stderr(log_path)
+    log = logging.getLogger("raftka.pipeline")
+
+    def fail(what: str, code: int) -> int:
+        log.error("run failed: %s", what)
+        print(f"run: {what} (log: {log_path})", file=terminal)
+        return code
+
+    # Until the job's own handler is in place, a SIGTERM stops the run as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    spark = None
     try:
+        # The broker first: no point starting Spark for a broker that is not there.
+        ensure_topic(args.bootstrap, EVENTS_TOPIC, EVENTS_PARTITIONS)
+        ensure_topic(args.bootstrap, COUNTS_TOPIC, 1)
         spark = local_session("raftka-page-counts", master=args.master, conf=conf)
         job = PageCountsJob(spark, args.bootstrap, checkpoint, source=args.source)
         job.run(
@@ -99,9 +130,23 @@ def main(argv: list[str] | None = None) -> int:
             duration_s=args.duration,
             interval=args.trigger_interval,
         )
+    except KeyboardInterrupt:
+        print("run: interrupted before the query started", flush=True)
+    except SystemExit as exc:
+        if isinstance(exc.code, int | None):
+            raise
+        return fail(first_line(str(exc.code)), 1)
     except (PipelineError, SparkSetupError) as exc:
-        print(f"run: {exc}", file=sys.stderr)
-        return 2
+        return fail(first_line(str(exc)), 2)
+    except Exception as exc:
+        log.exception("run failed")
+        return fail(f"{type(exc).__name__}: {first_line(str(exc))}", 1)
+    finally:
+        if spark is not None:
+            try:
+                spark.stop()
+            except Exception:
+                log.warning("while stopping Spark", exc_info=True)
     return 0
 
 

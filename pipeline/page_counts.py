@@ -11,6 +11,7 @@ then be written again, always with the same key and value.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import threading
@@ -25,6 +26,9 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's usual name
 from pyspark.sql.streaming import StreamingQuery
 
 from raftka.pipeline.clicks import EVENTS_PARTITIONS, EVENTS_TOPIC, ensure_topic
+from raftka.pipeline.run_log import first_line
+
+LOG = logging.getLogger(__name__)
 
 COUNTS_TOPIC = "page-counts"
 WINDOW = "1 minute"
@@ -220,6 +224,7 @@ class PageCountsJob:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 handlers[signum] = signal.signal(signum, lambda *_: stop.set())
+        reason = "all available events processed" if available_now else "the query ended"
         try:
             while query.isActive and not stop.is_set():
                 query.awaitTermination(1)
@@ -227,20 +232,27 @@ class PageCountsJob:
                 if duration_s is not None and deadline is None and printed:
                     deadline = clock() + duration_s
                 if deadline is not None and clock() >= deadline:
+                    reason = f"--duration {duration_s:g} s reached"
                     break
             if stop.is_set():
-                self._say("run: interrupted")
+                reason = "interrupted"
             failure = query.exception()
             if failure is not None:
-                raise PipelineError(f"the query failed: {failure}")
+                LOG.error("the query failed: %s", failure)
+                raise PipelineError(f"the query failed: {first_line(str(failure))}")
         finally:
-            query.stop()
+            try:
+                query.stop()
+            except Exception:
+                # Stopping interrupts a batch in flight; Spark and py4j then complain about
+                # the interruption, which is no news to the user who asked for the stop.
+                LOG.warning("while stopping the query", exc_info=True)
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
             self._report(query, printed)
         self._say(
-            f"run: stopped after {self.result.batches} batch(es), {self.result.events} events "
-            f"read, {self.result.windows} window(s) written; run again with --checkpoint "
-            f"{self.checkpoint} to resume"
+            f"run: stopped ({reason}) after {self.result.batches} batch(es), "
+            f"{self.result.events} events read, {self.result.windows} window(s) written; run "
+            f"again with --checkpoint {self.checkpoint} to resume"
         )
         return self.result
