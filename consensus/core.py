@@ -46,6 +46,7 @@ core (`LogView.unstable`); the written log is only read, never written, by the c
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -161,8 +162,9 @@ class Status:
     high_watermark: int
     log_end_offset: int
     voters: frozenset[NodeId]
-    # Leader only: itself plus followers caught up to the high watermark that answered
-    # within the last election timeout. Empty on other roles (they do not know).
+    # Leader only: itself plus the followers that answered within the last election timeout
+    # and hold all the leader's log held when it began. Empty on other roles (they do not
+    # know).
     in_sync_replicas: tuple[NodeId, ...] = field(default=())
     # Non-voting replicas of the current configuration.
     learners: frozenset[NodeId] = field(default=frozenset())
@@ -214,6 +216,9 @@ class RaftCore:
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self.leader_ticks = 0
+        # As leader: its log end at each of the last election timeout's ticks, oldest first
+        # (the in-sync rule of `status`).
+        self._recent_ends: deque[int] = deque(maxlen=config.election_timeout_ticks + 1)
         self.term_start_offset = 0  # offset of this leader's no-op
         self._rng = random.Random(f"{config.seed}:{config.group}:{config.node_id}")
         self.randomized_election_timeout = config.election_timeout_ticks
@@ -244,14 +249,18 @@ class RaftCore:
     def status(self) -> Status:
         isr: tuple[NodeId, ...] = ()
         if self.role is Role.LEADER:
+            # Kafka's replica.lag.time.max.ms rule over an election timeout: in sync are the
+            # followers that answered within it and hold all the leader held when it began
+            # (a follower trailing a steady stream keeps pace though it never has the end).
             recent = self.leader_ticks - self.config.election_timeout_ticks
+            held_then = self._recent_ends[0]
             isr = tuple(
                 sorted(
                     [self.id]
                     + [
                         node
                         for node, pr in self.progress.items()
-                        if pr.match_end >= self.high_watermark
+                        if pr.match_end >= held_then
                         and pr.last_response_tick is not None
                         and pr.last_response_tick >= recent
                     ]
@@ -541,6 +550,8 @@ class RaftCore:
         self.role = Role.LEADER
         self._step_role = self._step_leader
         self.leader_ticks = 0
+        self._recent_ends.clear()
+        self._recent_ends.append(self.log.log_end_offset())
         self._sync_progress()
         self.term_start_offset = self.log.log_end_offset()
         # Control batch of the new epoch: committing it commits every earlier entry.
@@ -578,6 +589,7 @@ class RaftCore:
 
     def _tick_leader(self) -> None:
         self.leader_ticks += 1
+        self._recent_ends.append(self.log.log_end_offset())
         self.heartbeat_elapsed += 1
         self.election_elapsed += 1
         if self.election_elapsed >= self.config.election_timeout_ticks:

@@ -515,8 +515,59 @@ def test_status_reports_leader_epoch_and_in_sync_replicas() -> None:
     assert (status.leader_id, status.term, status.in_sync_replicas) == (1, 1, (1, 2, 3))
     net.isolate(3)
     net.propose(1, 1, b"b")
+    # As Kafka's replica.lag.time.max.ms: a follower leaves the ISR once it has not caught up
+    # (or not answered) for a while, here an election timeout, not at the first record it lacks.
+    assert net[1].status().in_sync_replicas == (1, 2, 3)
+    net.tick(net.config(1).election_timeout_ticks + 1)
     assert net[1].status().in_sync_replicas == (1, 2)
     assert net[2].status().leader_id == 1 and net[2].status().in_sync_replicas == ()
+    net.heal()
+    net.tick(2)
+    assert net[1].status().in_sync_replicas == (1, 2, 3)
+
+
+def test_a_follower_trailing_a_steady_stream_stays_in_sync() -> None:
+    """Node 3's answers reach the leader one round late, after the next record was proposed
+    and committed by node 2: each shows it short of the leader's log end and of the high
+    watermark. It still has what the leader had at its previous answer, so it keeps pace
+    and stays in sync (as in Kafka), where an instant "holds the high watermark" rule would
+    drop it from every answer (the cause of preferred elections refused under load)."""
+    net = Net([1, 2, 3])
+    net.elect(1)
+    window = net.config(1).election_timeout_ticks
+    late: list[Message] = []
+    for _ in range(3 * window):
+        net[1].propose(1, b"a")
+        for i in net.ids:
+            net[i].tick()
+            net.drain(i)
+        on_time, late = late, []
+        while net.queue:
+            m = net.queue.popleft()
+            if m.from_id == 3:
+                late.append(m)
+                continue
+            net[m.to].step(m)
+            net.drain(m.to)
+        for m in on_time:
+            net[m.to].step(m)
+            net.drain(m.to)
+        assert net[1].status().role is Role.LEADER
+        assert net[1].progress[3].match_end < net[1].high_watermark
+        assert net[1].status().in_sync_replicas == (1, 2, 3)
+
+
+def test_a_follower_that_answers_but_stops_replicating_leaves_the_isr() -> None:
+    """Node 3 answers every heartbeat but receives no append: it stays in sync for an election
+    timeout after the record it lacks, and then leaves the ISR."""
+    net = Net([1, 2, 3])
+    net.elect(1)
+    net.drop = lambda m: m.to == 3 and m.type is MessageType.APPEND
+    net.propose(1, 1, b"a")
+    assert net[1].status().in_sync_replicas == (1, 2, 3)
+    net.tick(net.config(1).election_timeout_ticks + 1)
+    assert net[1].progress[3].last_response_tick == net[1].leader_ticks
+    assert net[1].status().in_sync_replicas == (1, 2)
 
 
 def test_restart_from_high_watermark_checkpoint() -> None:
