@@ -412,14 +412,19 @@ class PeerTransport:
             async with trio.open_nursery() as nursery:
                 self.port = listeners[0].socket.getsockname()[1]
                 self._nursery = nursery
-                for listener in listeners:
-                    nursery.start_soon(trio.serve_listeners, self.serve_inbound, [listener])
-                for peer in self._peers.values():
-                    nursery.start_soon(self._run_peer, peer)
-                task_status.started()
+                try:
+                    for listener in listeners:
+                        nursery.start_soon(trio.serve_listeners, self.serve_inbound, [listener])
+                    for peer in self._peers.values():
+                        nursery.start_soon(self._run_peer, peer)
+                    task_status.started()
+                    await trio.sleep_forever()
+                finally:
+                    # Forgotten before the nursery waits for its tasks, which trio may close
+                    # before `run` returns: a peer added meanwhile starts no sender.
+                    self._nursery = None
         finally:
             self.running = False
-            self._nursery = None
             for listener in listeners:
                 await trio.aclose_forcefully(listener)
             for pending in list(self._pending.values()):

@@ -169,14 +169,17 @@ class Ownership:
 
     async def run(self) -> None:
         """Load partitions (those scheduled before too) until cancelled."""
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
                 for partition, epoch in list(self.loading.items()):
                     nursery.start_soon(self._load_partition, partition, epoch)
                 await trio.sleep_forever()
-        finally:
-            self._nursery = None
+            finally:
+                # Forgotten before the nursery waits for its loads: a leadership change
+                # heard while they stop (the broker stopping) starts nothing in a nursery
+                # trio may already have closed.
+                self._nursery = None
 
     async def _load_partition(self, partition: int, epoch: int) -> None:
         try:

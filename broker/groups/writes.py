@@ -183,13 +183,17 @@ class WriteQueue:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                for partition, queue in self._queues.items():
-                    if not queue.writer_started:
-                        queue.writer_started = True
-                        nursery.start_soon(self._write, partition, queue)
-                await trio.sleep_forever()
+                try:
+                    for partition, queue in self._queues.items():
+                        if not queue.writer_started:
+                            queue.writer_started = True
+                            nursery.start_soon(self._write, partition, queue)
+                    await trio.sleep_forever()
+                finally:
+                    # Forgotten before the nursery waits for its writers, which trio may
+                    # close before `run` returns: a write queued meanwhile starts nothing.
+                    self._nursery = None
         finally:
-            self._nursery = None
             for queue in self._queues.values():
                 queue.writer_started = False
 

@@ -218,17 +218,19 @@ class TransactionCoordinator:
 
     async def run(self) -> None:
         """Write queues, loads, markers and the timeout task, until cancelled."""
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
                 nursery.start_soon(self.writes.run)
                 for index, partition in list(self.partitions.items()):
                     if not partition.loaded:
                         nursery.start_soon(self._load, index, partition.epoch)
                 nursery.start_soon(self._abort_timed_out_loop)
                 await trio.sleep_forever()
-        finally:
-            self._nursery = None
+            finally:
+                # Forgotten before the nursery waits for its tasks, which trio may close
+                # before `run` returns: what is heard meanwhile starts nothing.
+                self._nursery = None
 
     def _loading(self, index: int, epoch: int) -> _Partition | None:
         """The partition while this broker still leads and loads it at `epoch`."""

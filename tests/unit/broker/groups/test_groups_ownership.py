@@ -28,6 +28,7 @@ from raftka.broker.groups import (
     SyncResult,
     TopicOffsetsLog,
 )
+from raftka.broker.groups.ownership import Ownership
 from raftka.broker.groups.records import OffsetKey, OffsetValue, partition_for_group
 from raftka.broker.groups.store import OFFSETS_TOPIC_CONFIGS
 from raftka.consensus.core import NotLeaderError
@@ -526,3 +527,52 @@ def test_assignment_is_given_once_stored_and_a_failed_store_answers_not_coordina
         assert c.groups[group_id].state == GroupState.STABLE
 
     run(body)
+
+
+class _LoadsThatNeverFinish:
+    """An offsets log whose partitions never catch up: every load waits until cancelled."""
+
+    num_partitions = N
+
+    async def wait_caught_up(self, partition: int, epoch: int) -> bool:
+        await trio.sleep_forever()
+        return False
+
+
+def test_leadership_arriving_while_the_loads_stop_is_not_an_error() -> None:
+    """A `__consumer_offsets` leadership change while the broker stops (its loads cancelled,
+    their nursery closing) starts nothing and raises nothing: trio refuses a task in a
+    nursery that has closed, and the change is heard in the gap before `run` returns."""
+
+    async def one_stop() -> None:
+        ownership = Ownership(_LoadsThatNeverFinish(), SimpleNamespace(groups={}), now=lambda: 0)
+        epoch = iter(range(1, 100))
+        stopped = trio.Event()
+
+        async def serve(scope: trio.CancelScope) -> None:
+            with scope:
+                await ownership.run()
+            stopped.set()
+
+        async def elect_until_stopped() -> None:
+            # A new term at every scheduling step, a few times: each starts a load that keeps
+            # the nursery open a step longer, and the last lands after it closed.
+            for _ in range(8):
+                if stopped.is_set():
+                    return
+                ownership.become_leader(1, next(epoch))
+                await trio.lowlevel.checkpoint()
+
+        scope = trio.CancelScope()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, scope)
+            ownership.become_leader(0, next(epoch))
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(elect_until_stopped)
+            scope.cancel()
+
+    async def main() -> None:
+        for _ in range(50):  # trio orders each step's tasks at random: many stops
+            await one_stop()
+
+    trio.run(main)
