@@ -775,9 +775,21 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
         assert sorted((row[0], row[4].split(" ")[0]) for row in rows) == sorted(
             (str(i % 2), f"r{i}") for i in range(20)
         )
-    # Their followers' lag, as their leaders (brokers 2 and 3) know it.
+
+    # Their followers' lag, as their leaders (brokers 2 and 3, whichever won each election)
+    # know it: the one follower of each, caught up.
+    def remote_lags_known() -> bool:
+        rows = partition_rows(remote)
+        followers = [{"2": "3", "3": "2"}.get(row[1]) for row in rows]
+        # An assertion, so that a timeout shows the rows last seen.
+        assert len(rows) == 2 and all(
+            follower is not None and row[5] == f"{follower}: 0"
+            for row, follower in zip(rows, followers, strict=True)
+        ), rows
+        return True
+
     wait_until(
-        lambda: [row[5] for row in partition_rows(remote)] in (["3: 0", "2: 0"], ["2: 0", "3: 0"]),
+        remote_lags_known,
         30,
         "the replica lag of partitions brokers 2 and 3 lead, on node 1's topic page",
     )
