@@ -370,18 +370,7 @@ class SharePartition:
             self.ranges.insert(i + 1, tail)
 
     def _coalesce(self) -> None:
-        merged: list[InFlight] = []
-        for r in self.ranges:
-            if (
-                merged
-                and r.state != RecordState.ACQUIRED
-                and merged[-1].last + 1 == r.first
-                and merged[-1].same_kind(r)
-            ):
-                merged[-1].last = r.last
-            else:
-                merged.append(r)
-        self.ranges = merged
+        self._coalesce_slice(0, len(self.ranges))
 
     def _coalesce_around(self, first: int, last: int) -> None:
         """`_coalesce` for the ranges overlapping [first, last] and one on each side: an
@@ -389,6 +378,10 @@ class SharePartition:
         ranges can be as many as its backlog)."""
         lo = max(0, bisect_right(self.ranges, first, key=lambda r: r.first) - 2)
         hi = bisect_right(self.ranges, last, key=lambda r: r.first) + 1
+        self._coalesce_slice(lo, hi)
+
+    def _coalesce_slice(self, lo: int, hi: int) -> None:
+        """Merge the adjacent like ranges (never acquired ones) of `ranges[lo:hi]`."""
         merged: list[InFlight] = []
         for r in self.ranges[lo:hi]:
             if (
