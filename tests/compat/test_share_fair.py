@@ -227,13 +227,14 @@ def test_a_released_record_comes_back_at_its_keys_next_turn(broker: BrokerProces
 
 
 def test_a_restart_rebuilds_the_rotation(broker_factory: Any) -> None:
-    """Three keys (3,000, 300 and 30 records); 240 deliveries accepted, one poll held
-    unacknowledged, then kill -9 of the broker. After the restart nothing accepted comes
-    again, every other record does, and the keys left still take turns."""
+    """Two keys (3,000 and 300 records) and 30 records without a key (a key of their own);
+    240 deliveries accepted, one poll held unacknowledged, then kill -9 of the broker. After
+    the restart nothing accepted comes again, every other record does, and the keys left
+    still take turns."""
     broker = broker_factory(BROKER_CONFIG)
     topic, group = unique("fair-restart"), unique("fair-g")
     create_topic(broker.bootstrap, topic, FAIR)
-    counts = {b"a": 3000, b"b": 300, b"c": 30}
+    counts: dict[bytes | None, int] = {b"a": 3000, b"b": 300, None: 30}
     produce_keys(broker.bootstrap, topic, list(counts.items()))
     before = share_consumer(broker.bootstrap, group, max_poll_records=30)
     before.subscribe([topic])
@@ -244,7 +245,7 @@ def test_a_restart_rebuilds_the_rotation(broker_factory: Any) -> None:
     finally:
         before.close()
     taken = Counter(key_of(v) for v in accepted)
-    assert taken[b"c"] == 30 and abs(taken[b"a"] - taken[b"b"]) <= 1, taken
+    assert taken[b"none"] == 30 and abs(taken[b"a"] - taken[b"b"]) <= 1, taken
     broker.start()
     after = share_consumer(broker.bootstrap, group, max_poll_records=30)
     after.subscribe([topic])
@@ -260,3 +261,57 @@ def test_a_restart_rebuilds_the_rotation(broker_factory: Any) -> None:
     # Turns about: within a poll the consumer hands out records in offset order.
     assert last_b < 2 * left_b + 30, f"b's {left_b} records waited behind a: the last at {last_b}"
     print(f"fair restart: {len(accepted)} accepted, {len(held)} held, {len(delivered)} after")
+
+
+def test_a_new_leader_of_three_rebuilds_the_rotation(cluster_factory: Any) -> None:
+    """kill -9 of the partition's leader among three brokers: the new leader rebuilds the
+    rotation from its log and the replicated share state; nothing accepted before comes
+    again, the keys left still take turns."""
+    cluster = cluster_factory(config={**BROKER_CONFIG, "offsets.topic.replication.factor": "3"})
+    topic, group = unique("fair-failover"), unique("fair-g")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    new_topic = NewTopic(topic, 1, 3, config=FAIR)
+    admin.create_topics([new_topic], operation_timeout=10)[topic].result(timeout=20)
+    counts: dict[bytes | None, int] = {b"a": 1000, b"b": 200}
+    produce_keys(cluster.bootstrap, topic, list(counts.items()))
+    before = share_consumer(cluster.bootstrap, group, max_poll_records=20)
+    before.subscribe([topic])
+    try:
+        accepted, _polls = deliveries(before, 100)
+    finally:
+        before.close()
+    taken = Counter(key_of(v) for v in accepted)
+    assert abs(taken[b"a"] - taken[b"b"]) <= 1, taken
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    cluster.node(leader).kill()
+    survivors = ",".join(n.bootstrap for n in cluster.nodes if n.node_id != leader)
+    after = share_consumer(survivors, group, max_poll_records=20)
+    after.subscribe([topic])
+    total = sum(counts.values())
+    delivered: list[bytes] = []
+    confirmed: set[bytes] = set()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(confirmed) < total - len(accepted):
+            assert time.monotonic() < deadline, (
+                f"{len(confirmed)} of {total - len(accepted)} after the failover in {WAIT_S} s"
+            )
+            messages = [m for m in after.poll(0.5) if m.error() is None]
+            if not messages:
+                continue
+            for m in messages:
+                assert m.value() not in accepted, f"{m.value()!r} was accepted before the kill"
+                delivered.append(m.value())
+                after.acknowledge(m, AcknowledgeType.ACCEPT)
+            results = after.commit_sync(10)
+            if all(error is None for error in results.values()):
+                confirmed |= {m.value() for m in messages}
+    finally:
+        after.close()
+    assert confirmed == {
+        (b"%s-%d" % (k, i)) for k, n in counts.items() if k for i in range(n)
+    } - set(accepted)
+    left_b = counts[b"b"] - taken[b"b"]
+    first_b = [i for i, v in enumerate(delivered) if key_of(v) == b"b"]
+    assert first_b[left_b - 1] < 2 * left_b + 20, "b's records waited behind a"
+    print(f"fair failover: {len(accepted)} accepted before the kill, {len(confirmed)} after")
