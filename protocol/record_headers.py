@@ -1,5 +1,6 @@
-"""Named header values of the records of whole v2 batches, for brokers that order delivery
-by them (share groups' priority order). Reads one batch at a time; no I/O."""
+"""Named header values (and, when asked, the keys) of the records of whole v2 batches, for
+brokers that order delivery by them (share groups' priority and fair orders). Reads one
+batch at a time; no I/O."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ def _skip_bytes(records: bytes, pos: int) -> int:
 
 
 def header_values(
-    batch: bytes, names: tuple[bytes, ...]
+    batch: bytes, names: tuple[bytes, ...], with_key: bool = False
 ) -> Iterator[tuple[int, tuple[bytes | None, ...]]]:
     """(offset, the value of each header of `names`, None where absent) for each data record
     of one whole batch, in offset order; a control batch has none. The last header of a
-    name wins. Raises UnsupportedBatch when the records cannot be decoded."""
+    name wins. With `with_key`, the record's key follows the header values (None for a null
+    key). Raises UnsupportedBatch when the records cannot be decoded."""
     header = read_batch_header(batch, 0)
     if batch[16] != MAGIC_V2:
         raise UnsupportedBatch(f"message format {batch[16]} has no headers")
@@ -44,7 +46,8 @@ def header_values(
             raise UnsupportedBatch("malformed record length")
         _, field = read_varint(records, body + 1)
         offset_delta, field = read_varint(records, field)
-        field = _skip_bytes(records, field)  # key
+        key_length, key_at = read_varint(records, field)
+        field = key_at + max(key_length, 0)
         field = _skip_bytes(records, field)  # value
         count, field = read_varint(records, field)
         values: list[bytes | None] = [None] * len(names)
@@ -59,6 +62,8 @@ def header_values(
             field += max(value_length, 0)
         if field > end:
             raise UnsupportedBatch("record fields run past the record")
+        if with_key:
+            values.append(records[key_at : key_at + key_length] if key_length >= 0 else None)
         yield header.base_offset + offset_delta, tuple(values)
         pos = end
 

@@ -39,6 +39,7 @@ from raftka.broker.config.topic_configs import (
     SHARE_DEFAULT_PRIORITY,
     SHARE_DELAY_ENABLE,
     SHARE_DELIVERY_ORDER,
+    SHARE_FAIR_KEY,
     TOPIC_SYNONYMS,
 )
 from raftka.broker.config.types import (
@@ -74,6 +75,7 @@ __all__ = [
     "SHARE_DEFAULT_PRIORITY",
     "SHARE_DELAY_ENABLE",
     "SHARE_DELIVERY_ORDER",
+    "SHARE_FAIR_KEY",
     "TOPIC_CONFIGS",
     "TOPIC_SYNONYMS",
     "TopicConfig",

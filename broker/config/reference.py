@@ -52,7 +52,7 @@ def default_text(definition: ConfigDef) -> str:
 def accepted_text(definition: ConfigDef) -> str:
     """The values the config accepts beyond its type: choices, or its numeric bounds."""
     if definition.choices is not None:
-        items = ", ".join(f"`{choice}`" for choice in definition.choices)
+        items = ", ".join(f"`{choice}`" for choice in definition.accepted_choices())
         return f"list of {items}" if definition.type.name == "LIST" else items
     low, high = definition.minimum, definition.maximum
     if low is not None and high is not None:

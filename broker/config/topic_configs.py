@@ -13,6 +13,8 @@ SHARE_DELIVERY_ORDER = "share.delivery.order"
 SHARE_DEFAULT_PRIORITY = "share.delivery.default.priority"
 #: raftka's own: whether a fifo topic honours `deliver-at-ms` headers.
 SHARE_DELAY_ENABLE = "share.delivery.delay.enable"
+#: raftka's own: what a fair topic's records are grouped by (`key` or `header:NAME`).
+SHARE_FAIR_KEY = "share.fair.key"
 
 TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef(
@@ -113,8 +115,10 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "fifo",
         "raftka's own: fifo hands a share group the partition's records in offset order "
         "(Kafka's share groups); priority hands out the lowest `priority` header first (ties "
-        "by offset) across the whole backlog and honours `deliver-at-ms` headers.",
-        choices=("fifo", "priority"),
+        "by offset) across the whole backlog; fair rotates across the fairness keys "
+        "(share.fair.key) with records available, one record per key per turn, each key's "
+        "records in offset order. priority and fair honour `deliver-at-ms` headers.",
+        choices=("fifo", "priority", "fair"),
     ),
     ConfigDef(
         SHARE_DEFAULT_PRIORITY,
@@ -129,6 +133,16 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         False,
         "raftka's own: a fifo topic honours `deliver-at-ms` headers (its share groups then "
         "read the records' headers, as on a priority topic, which always honours them).",
+    ),
+    ConfigDef(
+        SHARE_FAIR_KEY,
+        S,
+        "key",
+        "raftka's own: on a fair topic, what groups records for fairness: key, the record "
+        "key, or header:NAME, the value of the record header NAME; records without one "
+        "(a null key, no such header) form one group of their own.",
+        choices=("key",),
+        named_choices=("header:",),
     ),
 )
 

@@ -63,6 +63,9 @@ class ConfigDef:
     minimum: int | None = None
     #: The accepted values; for a LIST config, the accepted items of the list.
     choices: tuple[str, ...] | None = None
+    #: Accepted beside `choices`: one of these prefixes followed by a name (`header:` for
+    #: values such as `header:tenant`).
+    named_choices: tuple[str, ...] = ()
     #: Numeric configs with an upper bound; `also` lists values accepted outside the range.
     maximum: int | None = None
     also: tuple[int, ...] = ()
@@ -114,12 +117,21 @@ class ConfigDef:
                     f"Invalid value {value} for configuration {self.name}: "
                     f"value must be at most {self.maximum}{self._also_text()}"
                 )
-        if self.choices is not None and value not in self.choices:
+        if self.choices is not None and value not in self.choices and not self._named(value):
             raise ConfigError(
                 f"Invalid value {value!r} for configuration {self.name}: "
-                f"must be one of {', '.join(self.choices)}"
+                f"must be one of {', '.join(self.accepted_choices())}"
             )
         return value
+
+    def _named(self, value: ConfigValue) -> bool:
+        return isinstance(value, str) and any(
+            value.startswith(prefix) and len(value) > len(prefix) for prefix in self.named_choices
+        )
+
+    def accepted_choices(self) -> tuple[str, ...]:
+        """The choices as a reader is told them (a named choice as `PREFIXNAME`)."""
+        return (*(self.choices or ()), *(f"{prefix}NAME" for prefix in self.named_choices))
 
     def _parse_list(self, raw: str) -> str:
         """A LIST value as Kafka reads it (items separated by commas, whitespace around them

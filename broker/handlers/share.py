@@ -4,7 +4,7 @@ partition's leader.
 
 ShareFetch reads whole batches as Fetch does (records stay opaque; big ranges go out with
 sendfile) and tells the consumer which offset ranges of them it acquired; the consumer
-delivers only those. On a priority topic the records to acquire are chosen by
+delivers only those. On a priority or fair topic the records to acquire are chosen by
 share_order.py. Acknowledgements (piggybacked on ShareFetch or in ShareAcknowledge)
 are answered after the share-partition state they produce is persisted.
 
@@ -39,7 +39,7 @@ from raftka.broker.handlers.common import (
 from raftka.broker.handlers.fetch import _any_appended, _records
 from raftka.broker.handlers.group_configs import group_config
 from raftka.broker.handlers.metadata import brokers_of, client_listener, partition_leader
-from raftka.broker.handlers.share_order import acquire_by_priority, fill_index, indexed_order
+from raftka.broker.handlers.share_order import acquire_indexed, fill_index, indexed_order
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.share.manager import (
     FINAL_EPOCH,
@@ -353,7 +353,7 @@ def _fetch_once(
         high_watermark = partition.high_watermark
         led.state.move_start(log.log_start_offset)
         if led.index is not None:
-            acquired, records, length = acquire_by_priority(
+            acquired, records, length = acquire_indexed(
                 partition,
                 led,
                 member_id,
@@ -603,7 +603,7 @@ async def _load(
 async def _fill_indexes(
     targets: list[tuple[Partition, LedSharePartition, _PartitionAnswer]],
 ) -> None:
-    """Priority topics: index what was appended since their last fetch."""
+    """Indexed topics: index what was appended since their last fetch."""
     for partition, led, _answer in targets:
         if led.index is not None:
             await fill_index(partition, led)

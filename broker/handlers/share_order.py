@@ -1,8 +1,9 @@
-"""ShareFetch on a priority topic (`share.delivery.order=priority`, raftka's own) or a fifo
-topic honouring delays (`share.delivery.delay.enable=true`): the
+"""ShareFetch on a priority or fair topic (`share.delivery.order=priority` or `fair`,
+raftka's own) or a fifo topic honouring delays (`share.delivery.delay.enable=true`): the
 share-partition's delivery index is filled from the log's batches (read and decoded in a
-worker thread, once per record), and a fetch acquires the lowest (priority, offset) records
-that are due, wherever they lie in the backlog, sending the whole batches that hold them.
+worker thread, once per record), and a fetch acquires the records that are due in the
+index's order (lowest (priority, offset) first, or round robin across fairness keys),
+wherever they lie in the backlog, sending the whole batches that hold them.
 
 Any other fifo topic never comes here: its fetches read no record.
 """
@@ -17,9 +18,20 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from raftka.broker.config import SHARE_DEFAULT_PRIORITY, SHARE_DELAY_ENABLE, SHARE_DELIVERY_ORDER
+from raftka.broker.config import (
+    SHARE_DEFAULT_PRIORITY,
+    SHARE_DELAY_ENABLE,
+    SHARE_DELIVERY_ORDER,
+    SHARE_FAIR_KEY,
+)
+from raftka.broker.share.delivery_index import (
+    FairKey,
+    IndexedOrder,
+    IndexedRecord,
+    offset_of,
+    runs_of,
+)
 from raftka.broker.share.partition import Acquired
-from raftka.broker.share.priority import HEADER_NAMES, IndexedOrder, offset_of, runs_of
 from raftka.log import OffsetOutOfRange
 from raftka.protocol.record_headers import header_values, whole_batches
 from raftka.protocol.records import UnsupportedBatch, read_batch_header
@@ -34,40 +46,45 @@ logger = logging.getLogger("raftka.share")
 #: Bytes of log read (and decoded) per worker-thread call while filling an index.
 INDEX_READ_BYTES = 1024 * 1024
 
-_Record = tuple[int, tuple[bytes | None, ...]]
-
 
 def indexed_order(partition: Partition) -> IndexedOrder | None:
     """How the share-partitions of the partition's topic are indexed; None for a fifo
     topic that ignores delays (no index: offset order, records never read)."""
     config = partition.topic.config
-    if config.get_str(SHARE_DELIVERY_ORDER) == "priority":
+    order = config.get_str(SHARE_DELIVERY_ORDER)
+    if order == "priority":
         return IndexedOrder(True, config.get_int(SHARE_DEFAULT_PRIORITY))
+    if order == "fair":
+        return IndexedOrder(False, fair=FairKey.parse(config.get_str(SHARE_FAIR_KEY)))
     if config.get_bool(SHARE_DELAY_ENABLE):
         return IndexedOrder(False)
     return None
 
 
-def _decode_headers(fd: int, position: int, length: int) -> list[_Record]:
+def _decode_headers(
+    fd: int, position: int, length: int, names: tuple[bytes, ...], with_key: bool
+) -> list[IndexedRecord]:
     """The records of the whole batches at [position, position + length) of a segment file
-    (their headers of interest); in a worker thread, on a descriptor of its own."""
+    (the values of the headers `names`, then the key `with_key`); in a worker thread, on a
+    descriptor of its own."""
     chunk = b""
     while len(chunk) < length:
         more = os.pread(fd, length - len(chunk), position + len(chunk))
         if not more:
             raise OSError(f"short read at {position + len(chunk)}")
         chunk += more
-    records: list[_Record] = []
+    records: list[IndexedRecord] = []
+    absent = (None,) * (len(names) + with_key)
     for batch in whole_batches(chunk):
         header = read_batch_header(batch, 0)
         try:
-            records.extend(header_values(batch, HEADER_NAMES))
+            records.extend(header_values(batch, names, with_key))
         except UnsupportedBatch as exc:
             # Delivered in default order: the consumer sees what the batch holds.
             logger.warning("batch at %d has unreadable headers: %s", header.base_offset, exc)
             if not header.is_control:
                 offsets = range(header.base_offset, header.next_offset)
-                records.extend((o, (None, None)) for o in offsets)
+                records.extend((o, absent) for o in offsets)
     return records
 
 
@@ -92,7 +109,12 @@ async def fill_index(partition: Partition, led: LedSharePartition) -> None:
             fd = os.dup(found.segment.fd)
             try:
                 records = await trio.to_thread.run_sync(
-                    _decode_headers, fd, found.position, found.length
+                    _decode_headers,
+                    fd,
+                    found.position,
+                    found.length,
+                    index.order.header_names(),
+                    index.order.with_key,
                 )
             finally:
                 os.close(fd)
@@ -115,7 +137,7 @@ class _Batch:
     length: int
 
 
-def acquire_by_priority(
+def acquire_indexed(
     partition: Partition,
     led: LedSharePartition,
     member_id: str,
@@ -126,12 +148,12 @@ def acquire_by_priority(
     wall_ms: int,
     lock_ms: int,
 ) -> tuple[list[Acquired], bytes, int]:
-    """Acquire up to `max_records` due records, lowest (priority, offset) first, while at
-    most `max_in_flight` records are acquired and (past the first) their batches fit in
+    """Acquire up to `max_records` due records in the index's order, while at most
+    `max_in_flight` records are acquired and (past the first) their batches fit in
     `max_bytes`: (the ranges acquired, the batches holding them in offset order, their
     bytes). No await: the segments stay valid."""
     index = led.index
-    assert index is not None, "a priority topic's share-partition has an index"
+    assert index is not None, "an indexed topic's share-partition has an index"
     state = led.state
     index.settle(state)
     want = min(max_records, max_in_flight - index.in_flight())
@@ -154,7 +176,8 @@ def acquire_by_priority(
             except OffsetOutOfRange:
                 found = None
             if found is None:
-                continue  # gone below the log start: done
+                index.forget(key)  # gone below the log start: done
+                continue
             if chosen and used + found.length > max_bytes:
                 index.give_back(keys[n:])
                 break

@@ -21,8 +21,8 @@ from typing import Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
+from raftka.broker.share.delivery_index import DeliveryIndex, IndexedOrder
 from raftka.broker.share.partition import SharePartition, StateBatch
-from raftka.broker.share.priority import DeliveryIndex, IndexedOrder
 
 logger = logging.getLogger("raftka.share")
 
@@ -136,7 +136,8 @@ class LedSharePartition:
     state_epoch: int
     persisted_version: int = 0
     write_lock: trio.Lock = field(default_factory=trio.Lock)
-    # On a priority topic: which record to acquire next (built from the log once loaded).
+    # On a priority or fair topic (or fifo with delays): which record to acquire next
+    # (built from the log once loaded).
     index: DeliveryIndex | None = None
 
 
@@ -171,9 +172,10 @@ class SharePartitionManager:
         order: IndexedOrder | None = None,
     ) -> LedSharePartition:
         """The share-partition at this leader epoch, loaded from the store on first use;
-        OSError when its state cannot be read now. With an `order` (a priority topic, or a
-        fifo topic honouring delays) it has an empty delivery index from its start offset,
-        for the caller to fill from the log; a topic whose order changed reloads it."""
+        OSError when its state cannot be read now. With an `order` (a priority or fair
+        topic, or a fifo topic honouring delays) it has an empty delivery index from its
+        start offset, for the caller to fill from the log; a topic whose order changed
+        reloads it."""
 
         def current(led: LedSharePartition | None) -> bool:
             indexed = None if led is None or led.index is None else led.index.order

@@ -2,8 +2,8 @@
 `share.delivery.order` and `share.delivery.default.priority`, the `priority` and
 `deliver-at-ms` record headers), driven by confluent-kafka's unchanged ShareConsumer against
 a real broker: the configs are validated and described, a backlog is received in priority
-order, delayed records arrive after their time and hold nothing back (on a priority topic
-and on a fifo topic with `share.delivery.delay.enable`), and acknowledgements made out of
+order, delayed records arrive after their time and hold nothing back (on a priority topic,
+a fair topic and a fifo topic with `share.delivery.delay.enable`), and acknowledgements made out of
 offset order survive kill -9 of the broker and of a partition leader among three."""
 
 from __future__ import annotations
@@ -180,8 +180,8 @@ def test_a_fifo_topic_ignores_priority_headers(broker: BrokerProcess) -> None:
 
 @pytest.mark.parametrize(
     "configs",
-    [PRIORITY_CONFIGS, {"share.delivery.delay.enable": "true"}],
-    ids=["priority", "fifo-with-delays"],
+    [PRIORITY_CONFIGS, {"share.delivery.delay.enable": "true"}, {"share.delivery.order": "fair"}],
+    ids=["priority", "fifo-with-delays", "fair"],
 )
 def test_delayed_records_arrive_after_their_time_and_hold_nothing_back(
     broker: BrokerProcess, configs: dict[str, str]

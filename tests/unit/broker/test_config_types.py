@@ -124,3 +124,15 @@ def test_required_getter_refuses_a_config_without_default_even_when_set() -> Non
             config.get_str("broker.rack")
     with pytest.raises(TypeError, match="log.retention.minutes has no default"):
         broker(log_retention_minutes="3").get_int("log.retention.minutes")
+
+
+def test_a_named_choice_takes_its_prefix_and_a_name() -> None:
+    assert validate_topic_configs({"share.fair.key": "header:tenant"}) == {
+        "share.fair.key": "header:tenant"
+    }
+    assert validate_topic_configs({"share.delivery.order": "fair"}) == {
+        "share.delivery.order": "fair"
+    }
+    for bad in ("header:", "headers:x", "value", ""):
+        with pytest.raises(ValueError, match=r"share\.fair\.key: must be one of key, header:NAME"):
+            validate_topic_configs({"share.fair.key": bad})

@@ -43,3 +43,16 @@ def test_a_control_batch_has_no_records_to_order() -> None:
 def test_whole_batches_leaves_out_a_torn_tail() -> None:
     a, b = encode_batch(count=2), encode_batch(count=3, base_offset=2)
     assert list(whole_batches(a + b + b[:20])) == [a, b]
+
+
+def test_with_key_the_record_key_follows_the_header_values() -> None:
+    batch = encode_batch(
+        [(b"tenant-a", b"v0"), (None, b"v1"), (b"", b"v2")],
+        base_offset=7,
+        headers=[[("priority", b"1")], [], []],
+    )
+    assert list(header_values(batch, NAMES, with_key=True)) == [
+        (7, (b"1", None, b"tenant-a")),
+        (8, (None, None, None)),
+        (9, (None, None, b"")),
+    ]

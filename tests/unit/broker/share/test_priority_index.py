@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import random
 
-from raftka.broker.share.partition import (
-    AckType,
-    Acquired,
-    RecordState,
-    SharePartition,
-)
-from raftka.broker.share.priority import (
+from raftka.broker.share.delivery_index import (
     DeliveryIndex,
     IndexedOrder,
     offset_of,
     parse_long,
     priority_of,
     runs_of,
+)
+from raftka.broker.share.partition import (
+    AckType,
+    Acquired,
+    RecordState,
+    SharePartition,
 )
 
 LOCK_MS = 1000

@@ -12,10 +12,10 @@ from pathlib import Path
 import trio
 from batches import encode_batch
 
-from raftka.broker.handlers.share_order import acquire_by_priority, fill_index
+from raftka.broker.handlers.share_order import acquire_indexed, fill_index
+from raftka.broker.share.delivery_index import DeliveryIndex, IndexedOrder
 from raftka.broker.share.manager import LedSharePartition
 from raftka.broker.share.partition import AckType, SharePartition
-from raftka.broker.share.priority import DeliveryIndex, IndexedOrder
 from raftka.log import LogConfig, PartitionLog
 from raftka.protocol.record_headers import header_values, whole_batches
 from raftka.protocol.records import validate_produce_records
@@ -26,7 +26,7 @@ SMALL = LogConfig(segment_bytes=3000, index_interval_bytes=200)
 
 @dataclass
 class HostedPartition:
-    """What fill_index and acquire_by_priority read of a partition."""
+    """What fill_index and acquire_indexed read of a partition."""
 
     hosted_log: PartitionLog
     high_watermark: int
@@ -66,7 +66,7 @@ def test_a_backlog_across_segments_is_acquired_in_priority_order(tmp_path: Path)
     assert led.index is not None and led.index.scanned_to == 400
     delivered: list[int] = []
     while True:
-        acquired, records, length = acquire_by_priority(
+        acquired, records, length = acquire_indexed(
             partition,  # type: ignore[arg-type]
             led,
             "m",
@@ -99,7 +99,7 @@ def test_the_byte_budget_stops_at_the_first_record_whose_batch_does_not_fit(
     trio.run(fill_index, partition, led)  # type: ignore[arg-type]
     sizes = sorted(len(b) for b in whole_batches(log.read(0, 1 << 20, log.log_end_offset, False)))
     assert len(sizes) >= 3 and 3 * sizes[0] > sizes[-1] + sizes[-2]
-    acquired, records, _ = acquire_by_priority(
+    acquired, records, _ = acquire_indexed(
         partition,  # type: ignore[arg-type]
         led,
         "m",
@@ -115,7 +115,7 @@ def test_the_byte_budget_stops_at_the_first_record_whose_batch_does_not_fit(
     lowest = sorted(range(100), key=lambda o: (priorities[o], o))
     assert offsets == sorted(lowest[: len(offsets)]), "a prefix of the priority order"
     # What did not fit stays in the index: the next fetch continues the order.
-    more, _, _ = acquire_by_priority(
+    more, _, _ = acquire_indexed(
         partition,  # type: ignore[arg-type]
         led,
         "m",
