@@ -1,5 +1,5 @@
 import sys
 
-from raftka.broker.cli import main
+from raftka.broker.launch import main
 
 sys.exit(main())

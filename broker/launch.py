@@ -1,0 +1,19 @@
+"""The `raftka` command's entry point (and `python -m raftka.broker`'s).
+
+kio registers hypothesis strategies for its types whenever hypothesis is importable, and the
+development environment has it (a test dependency): a broker or a command-line run never uses
+them, yet importing hypothesis (and the pytest parts it loads) adds most of a second of CPU to
+every start. So a process started here declines it before anything imports kio. A process
+that has already imported hypothesis (pytest's) keeps it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> int:
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+    from raftka.broker.cli import main as cli_main
+
+    return cli_main()
