@@ -1,4 +1,5 @@
-"""A follower's truncation on a full disk: the log it leaves must answer every fetch with
+"""A follower's truncation on a full disk: the log it leaves must claim no offset it lost
+(a Raft group restarted on it reads its last entry back) and must answer every fetch with
 the batch holding the offset asked for, never a later one (which a consumer takes as the
 next records and so skips the ones between)."""
 
@@ -54,6 +55,10 @@ def test_a_truncation_refused_by_a_full_disk_leaves_no_stale_index_entry(
     with contextlib.suppress(OSError):  # whether it raises is not the point
         log.truncate_to(cut)
     monkeypatch.setattr(os, "write", real_write)
+    # A Raft group restarted after the failed write reads its last entry back: the log
+    # must not claim offsets whose batches are gone.
+    last = log.batch_header_at(log.log_end_offset - 1)
+    assert last is not None and last.last_offset == log.log_end_offset - 1
     assert max(index.keys, default=-1) < cut, "an index entry names an offset cut away"
     assert [first_batch_read(log, first) for first, _ in kept] == kept
 
