@@ -127,17 +127,28 @@ class _SparseIndex:
         return True
 
     def drop_from(self, count: int) -> None:
-        """Keep only the first `count` entries, in memory and on disk."""
+        """Keep only the first `count` entries, in memory and on disk.
+
+        Writes nothing (the file is only cut shorter), so a full disk cannot leave entries
+        in memory that name offsets whose batches are gone: a lookup would start a read at
+        whatever batch later comes to lie at that position and skip the offsets before it.
+        """
         if count >= len(self.keys):
             return
-        self.write_pending()
+        size = self.ENTRY.size
+        # The file holds the entries before the buffered ones, exactly.
+        written = len(self.keys) - len(self._pending) // size
+        if count < written:
+            fd = self._open()
+            try:
+                os.ftruncate(fd, count * size)
+            finally:
+                os.close(fd)
+            self._pending.clear()
+        else:
+            del self._pending[(count - written) * size :]
         del self.keys[count:]
         del self.values[count:]
-        fd = self._open()
-        try:
-            os.ftruncate(fd, count * self.ENTRY.size)
-        finally:
-            os.close(fd)
 
     @property
     def is_full(self) -> bool:

@@ -43,12 +43,14 @@ class PartitionTruncation(PartitionRecovery):
             self._directory_dirty = True
         active = self.segments[-1]
         active.truncate_to(offset)
-        active.write_indexes()
+        # What the files now hold is told before anything is written, so a write refused
+        # (a full disk) leaves a log that claims nothing it lost.
         self.log_end_offset = active.next_offset
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._epochs_dirty |= self.epochs.truncate_from_end(self.log_end_offset)
-        self._lower_recovery_point(self.log_end_offset)
         self._load_producer_state()
+        self._lower_recovery_point(self.log_end_offset)
+        active.write_indexes()
 
     def truncate_fully_and_start_at(
         self, offset: int, now_ms: int, epoch: int | None = None

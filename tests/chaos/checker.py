@@ -4,6 +4,9 @@ Anomaly kinds (each counted; any one fails the run):
 
 - `lost-write`: an acknowledged send whose value no poll ever returned, although polls
   returned a later offset of the same partition.
+  librdkafka may acknowledge a send with no offset (records of a batch whose answer was
+  lost, acknowledged by a later batch's success: its "implicit ack"); those are held to
+  the final read by value only.
 - `unseen`: an acknowledged send missing from the final read (faults over, cluster healed,
   every partition read from the beginning to its high watermark).
 - `duplicate`: one value at two or more offsets (from acks and polls together), unless the
@@ -143,7 +146,8 @@ def duplicated_values(events: Iterable[Event]) -> dict[str, set[tuple[int, int]]
     places: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for event in events:
         if event["type"] == "send" and event["outcome"] == "ok":
-            places[event["value"]].add((event["partition"], event["offset"]))
+            if event["offset"] is not None:  # an implicit acknowledgement names none
+                places[event["value"]].add((event["partition"], event["offset"]))
         elif event["type"] == "poll":
             for partition, offset, value in event["records"]:
                 places[value].add((partition, offset))
@@ -155,7 +159,8 @@ def check(events: Iterable[Event]) -> CheckResult:
     result = CheckResult()
     events = list(events)
 
-    acked: dict[str, tuple[int, int, Event]] = {}  # value -> (partition, offset, send event)
+    # value -> (partition, offset or None, send event)
+    acked: dict[str, tuple[int, int | None, Event]] = {}
     offsets_of_value: dict[str, set[tuple[int, int]]] = defaultdict(set)
     values_at: dict[tuple[int, int], set[str]] = defaultdict(set)
     read_values: set[str] = set()
@@ -176,10 +181,14 @@ def check(events: Iterable[Event]) -> CheckResult:
             outcome = event["outcome"]
             if outcome == "ok":
                 result.acknowledged += 1
-                where = (event["partition"], event["offset"])
-                acked[event["value"]] = (*where, event)
-                offsets_of_value[event["value"]].add(where)
-                values_at[where].add(event["value"])
+                partition, offset = event["partition"], event["offset"]
+                acked[event["value"]] = (partition, offset, event)
+                # librdkafka acknowledges records of a batch whose answer was lost once a
+                # later batch of the same idempotent producer succeeds (its "implicit
+                # ack"), with no offset: such a record is held to the final read by value.
+                if offset is not None:
+                    offsets_of_value[event["value"]].add((partition, offset))
+                    values_at[(partition, offset)].add(event["value"])
             elif outcome == "failed":
                 result.failed += 1
             else:
@@ -259,7 +268,9 @@ def check(events: Iterable[Event]) -> CheckResult:
             )
 
     # Lost writes: acknowledged, never read, though later offsets of the partition were.
-    for value, (partition, offset, send) in sorted(acked.items(), key=lambda kv: kv[1][:2]):
+    for value, (partition, offset, send) in sorted(acked.items(), key=_ack_order):
+        if offset is None:
+            continue  # no offset to compare; `unseen` still holds it to the final read
         if value not in read_values and max_read_offset.get(partition, -1) > offset:
             result.add(
                 "lost-write",
@@ -284,7 +295,7 @@ def check(events: Iterable[Event]) -> CheckResult:
                     "positions": final_read["positions"],
                 },
             )
-        for value, (partition, offset, send) in sorted(acked.items(), key=lambda kv: kv[1][:2]):
+        for value, (partition, offset, send) in sorted(acked.items(), key=_ack_order):
             if value not in final_values:
                 result.add(
                     "unseen",
@@ -299,6 +310,12 @@ def check(events: Iterable[Event]) -> CheckResult:
     _check_polls(events, values_at, result)
     _check_commits(commits, observed, result)
     return result
+
+
+def _ack_order(item: tuple[str, tuple[int, int | None, Event]]) -> tuple[int, int]:
+    """Acknowledged sends by partition and offset, those without an offset first."""
+    partition, offset, _ = item[1]
+    return partition, -1 if offset is None else offset
 
 
 def _check_polls(

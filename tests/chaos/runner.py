@@ -308,7 +308,15 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         spawner.close()
         protocol_errors.record_summary()
         history.close()
-        result.check = check(read_history(history.path))
+        try:
+            result.check = check(read_history(history.path))
+        except Exception as exc:  # noqa: BLE001 - a checker bug must not skip the teardown
+            result.error = (
+                (result.error or "")
+                + "\nchecker error:\n"
+                + "".join(traceback.format_exception(exc))
+            )
+            say(f"checker error: {exc!r}")
         if cluster is not None and cluster.disk_bytes is not None and not result.ok:
             for node in cluster.nodes:  # the tmpfs goes with the mount: keep a copy
                 if node.data_dir.exists():

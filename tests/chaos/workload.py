@@ -283,7 +283,14 @@ class AssignConsumer(Worker):
 
     def work(self) -> None:
         group = f"{self.config.group}-{self.process}"  # never joined; librdkafka wants one
-        consumer = Consumer(consumer_config(self.config, self.logger, group))
+        consumer = Consumer(
+            {
+                **consumer_config(self.config, self.logger, group),
+                # Each Fetch's offset and broker, what its answer enqueued, and any seek or
+                # offset validation go to clients.log: a poll-skip can be traced to its cause.
+                "debug": "fetch,topic",
+            }
+        )
         partitions = list(range(self.config.partitions))
         consumer.assign(
             [TopicPartition(self.config.topic, p, OFFSET_BEGINNING) for p in partitions]
