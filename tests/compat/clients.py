@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import crc32c
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigEntry, ConfigResource, NewTopic
 
 
 def _host_port(bootstrap: str) -> tuple[str, int]:
@@ -458,6 +458,25 @@ def create_topic(
 
 
 CLI_TIMEOUT_S = 90
+
+
+def topic_configs(admin: AdminClient, topic: str) -> dict[str, ConfigEntry]:
+    """DescribeConfigs of one topic: config name -> entry (value, is_default, ...)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return admin.describe_configs([resource])[resource].result(timeout=20)
+
+
+def refused_topic_config(admin: AdminClient, name: str, value: str) -> KafkaError:
+    """The error CreateTopics answers for a new topic with config `name`=`value`, which the
+    caller expects refused (it fails when the topic is created)."""
+    topic = unique("refused")
+    futures = admin.create_topics([NewTopic(topic, 1, 1, config={name: value})])
+    try:
+        futures[topic].result(timeout=20)
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        return error
+    raise AssertionError(f"a topic with {name}={value!r} was created")
 
 
 def run_raftka(*args: object, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from brokers import Brokers
-from clients import make_producer, unique
-from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from clients import make_producer, refused_topic_config, topic_configs, unique
+from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
 
 BROKER_CONFIG = {
@@ -112,25 +112,19 @@ def test_fair_configs_are_validated_and_described(broker: BrokerProcess) -> None
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     topic = unique("fair-configs")
     create_topic(broker.bootstrap, topic, {**FAIR, "share.fair.key": "header:tenant"})
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    described = admin.describe_configs([resource])[resource].result(timeout=20)
+    described = topic_configs(admin, topic)
     assert described["share.delivery.order"].value == "fair"
     assert described["share.fair.key"].value == "header:tenant"
     plain = unique("fair-default")
     create_topic(broker.bootstrap, plain, FAIR)
-    resource = ConfigResource(ConfigResource.Type.TOPIC, plain)
-    described = admin.describe_configs([resource])[resource].result(timeout=20)
+    described = topic_configs(admin, plain)
     assert described["share.fair.key"].value == "key" and described["share.fair.key"].is_default
     for name, bad in (
         ("share.fair.key", "tenant"),
         ("share.fair.key", "header:"),
         ("share.delivery.order", "round-robin"),
     ):
-        refused = unique("fair-bad")
-        futures = admin.create_topics([NewTopic(refused, 1, 1, config={name: bad})])
-        with pytest.raises(KafkaException) as caught:
-            futures[refused].result(timeout=20)
-        error = caught.value.args[0]
+        error = refused_topic_config(admin, name, bad)
         assert error.name() == "INVALID_CONFIG" and name in error.str(), error
         if name == "share.fair.key":
             assert "key, header:NAME" in error.str(), error

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from brokers import Brokers
-from clients import make_producer, unique
-from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from clients import make_producer, refused_topic_config, topic_configs, unique
+from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
 
 LOCK_MS = 15000
@@ -113,14 +113,12 @@ def test_configs_are_validated_and_described(broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     topic = unique("prio-configs")
     create_topic(broker.bootstrap, topic, PRIORITY_CONFIGS)
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    described = admin.describe_configs([resource])[resource].result(timeout=20)
+    described = topic_configs(admin, topic)
     assert described["share.delivery.order"].value == "priority"
     assert described["share.delivery.default.priority"].value == str(DEFAULT_PRIORITY)
     plain = unique("prio-fifo")
     create_topic(broker.bootstrap, plain, {})
-    resource = ConfigResource(ConfigResource.Type.TOPIC, plain)
-    described = admin.describe_configs([resource])[resource].result(timeout=20)
+    described = topic_configs(admin, plain)
     assert described["share.delivery.order"].value == "fifo"
     assert described["share.delivery.order"].is_default
     assert described["share.delivery.delay.enable"].value == "false"
@@ -129,11 +127,7 @@ def test_configs_are_validated_and_described(broker: BrokerProcess) -> None:
         ("share.delivery.default.priority", "high"),
         ("share.delivery.delay.enable", "sometimes"),
     ):
-        refused = unique("prio-bad")
-        futures = admin.create_topics([NewTopic(refused, 1, 1, config={name: bad})])
-        with pytest.raises(KafkaException) as caught:
-            futures[refused].result(timeout=20)
-        error = caught.value.args[0]
+        error = refused_topic_config(admin, name, bad)
         assert error.name() == "INVALID_CONFIG" and name in error.str(), error
 
 
