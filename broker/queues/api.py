@@ -63,6 +63,8 @@ MESSAGES_MAX = 500
 DEQUEUE_MAX = 500
 #: A dequeue waits at most this long (the endpoint answers within RESPONSE_TIMEOUT_S).
 WAIT_MS_MAX = 5000
+#: Broker-side share members kept at most (each group and queue dequeued from has one).
+MEMBERS_MAX = 1000
 PRIORITY_RANGE = (-(2**63), 2**63 - 1)
 _NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
@@ -85,7 +87,7 @@ def serves(path: str) -> bool:
     return path in ("/openapi.json", "/docs") or path == "/queues" or path.startswith("/queues/")
 
 
-def _priority(headers: Sequence[tuple[str, bytes | None]], default: int) -> int:
+def _priority(headers: Sequence[tuple[str, bytes | None]], default: int | None) -> int | None:
     """A record's priority as a priority topic reads it: its last `priority` header when
     an integer, else the topic's default."""
     found = [value for name, value in headers if name == "priority"]
@@ -385,9 +387,15 @@ class QueueApi:
         return (None if key is None else key.encode()), value, headers
 
     def _member(self, group: str, name: str) -> ShareMember:
+        """The member dequeuing `name` for `group`; past MEMBERS_MAX the one unused longest
+        (and not busy) is forgotten first: its ids go stale and its locks expire."""
         member = self.members.get((group, name))
         if member is None:
+            idle = [key for key, m in self.members.items() if not m.lock.locked()]
+            if len(self.members) >= MEMBERS_MAX and idle:
+                del self.members[min(idle, key=lambda key: self.members[key].last_used_s)]
             member = self.members[(group, name)] = ShareMember(group, name)
+        member.last_used_s = self.services.clock.now_s()
         return member
 
     async def dequeue(self, caller: Caller, name: str, body: Json) -> HttpResponse:
@@ -434,9 +442,7 @@ class QueueApi:
                 "delivery_count": d.delivery_count,
             }
             if "priority" in headers:
-                shown["priority"] = (
-                    int(headers["priority"]) if headers["priority"].lstrip("-").isdigit() else None
-                )
+                shown["priority"] = _priority(record.headers, None)
             try:
                 shown["value"] = None if record.value is None else record.value.decode()
             except UnicodeDecodeError:
@@ -453,7 +459,8 @@ class QueueApi:
         default = topic.config.get_int("share.delivery.default.priority")
 
         def urgency(d: Delivered) -> tuple[int, int, int]:
-            return _priority(d.record.headers, default), d.record.offset, d.record.partition
+            priority = _priority(d.record.headers, default)
+            return default if priority is None else priority, d.record.offset, d.record.partition
 
         return sorted(delivered, key=urgency)
 

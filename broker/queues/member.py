@@ -130,6 +130,8 @@ class ShareMember:
         self.member_id = uuid.uuid4().hex
         self.session_epoch = 0
         self.last_heartbeat_s = -HEARTBEAT_EVERY_S
+        #: When a request last named this member (the loop's clock).
+        self.last_used_s = 0.0
         self.lock = trio.Lock()
 
     async def _heartbeat(self, caller: Caller, now_s: float) -> None:
