@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import re
 import urllib.parse
@@ -24,6 +25,7 @@ from kio.schema.produce.v9 import request as produce
 
 from raftka.broker.console.calls import ACKS_ALL, ADMIN_TIMEOUT, Caller
 from raftka.broker.http_endpoint import App, HttpError, HttpRequest, HttpResponse
+from raftka.broker.queues import rest_v3
 from raftka.broker.queues.member import (
     ACCEPT,
     REJECT,
@@ -54,6 +56,7 @@ ROUTES: Mapping[tuple[str, str], str] = MappingProxyType(
         ("POST", "/queues/{name}/ack"): "ack",
         ("POST", "/queues/{name}/nack"): "nack",
         ("POST", "/queues/{name}/reject"): "reject",
+        ("POST", rest_v3.TEMPLATE): "produce_v3",
         ("GET", "/openapi.json"): "openapi",
         ("GET", "/docs"): "docs",
     }
@@ -99,6 +102,8 @@ def _priority(headers: Sequence[tuple[str, bytes | None]], default: int | None) 
 
 def error_answer(path: str, error: HttpError) -> HttpResponse | None:
     """A refusal of a queue API request (an oversized body, say) as a problem document."""
+    if rest_v3.PATH.fullmatch(path):
+        return rest_v3.rest_error(error.status, error.message)
     if not serves(path):
         return None
     kind = (
@@ -156,6 +161,9 @@ class QueueApi:
         self._next_partition = 0
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
+        rest = rest_v3.PATH.fullmatch(request.path)
+        if rest is not None:
+            return await self.produce_v3(request, *map(urllib.parse.unquote, rest.groups()))
         found = _template(request.path)
         if found is None:
             if self.fallback is not None:
@@ -223,6 +231,32 @@ class QueueApi:
         return topic
 
     # -- the routes ---------------------------------------------------------------------
+
+    def _partition(self, key: bytes | None, count: int) -> int:
+        """A keyed record's partition is its key's CRC-32 modulo the partitions; unkeyed
+        ones go round robin."""
+        if key is not None:
+            return zlib.crc32(key) % count
+        self._next_partition += 1
+        return (self._next_partition - 1) % count
+
+    async def produce_v3(self, request: HttpRequest, cluster_id: str, topic: str) -> HttpResponse:
+        """REST Proxy v3's produce: its own answers and error form (rest_v3.py)."""
+        if request.method != "POST":
+            return rest_v3.rest_error(HTTPStatus.METHOD_NOT_ALLOWED, "HTTP 405 Method Not Allowed")
+        try:
+            caller = await self._caller(request)
+            return await rest_v3.produce_record(
+                caller, cluster_id, topic, request.body, self._partition
+            )
+        except Problem as problem:
+            answer = rest_v3.rest_error(problem.status, problem.detail)
+            if problem.status == HTTPStatus.UNAUTHORIZED:
+                challenge = ("WWW-Authenticate", 'Basic realm="raftka", charset="UTF-8"')
+                answer = dataclasses.replace(answer, headers=(challenge,))
+            return answer
+        except rest_v3.RestError as refused:
+            return refused.response()
 
     async def openapi(self) -> HttpResponse:
         return json_response(HTTPStatus.OK, openapi_document())
@@ -302,11 +336,7 @@ class QueueApi:
             key, value, headers = self._record(message, now_ms)
             partition = _int(message, "partition", None, 0, count - 1)
             if partition is None:
-                if key is not None:
-                    partition = zlib.crc32(key) % count
-                else:
-                    partition = self._next_partition % count
-                    self._next_partition += 1
+                partition = self._partition(key, count)
             by_partition.setdefault(partition, []).append((position, key, value, headers))
         data = tuple(
             build(

@@ -54,6 +54,30 @@ _MESSAGE = {
     },
 }
 
+_REST_DATA = {
+    "type": "object",
+    "properties": {"type": {"enum": ["BINARY", "STRING", "JSON"]}, "data": {}},
+}
+_REST_RECORD = {
+    "type": "object",
+    "properties": {
+        "partition_id": {"type": "integer"},
+        "headers": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+            },
+        },
+        "key": _REST_DATA,
+        "value": _REST_DATA,
+    },
+}
+_REST_ERROR = {
+    "type": "object",
+    "properties": {"error_code": {"type": "integer"}, "message": {"type": "string"}},
+}
+
 
 def _settle(what: str) -> Json:
     return {
@@ -205,6 +229,36 @@ def openapi_document() -> Json:
             "/queues/{name}/ack": {"post": _settle("Acknowledge: the messages are done")},
             "/queues/{name}/nack": {"post": _settle("Release: the messages are available again")},
             "/queues/{name}/reject": {"post": _settle("Reject: the messages are archived")},
+            "/v3/clusters/{cluster_id}/topics/{topic}/records": {
+                "post": {
+                    "summary": "Produce one record as Confluent REST Proxy v3 does",
+                    "parameters": [
+                        {
+                            "name": "cluster_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "topic",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _REST_RECORD}},
+                    },
+                    "responses": {
+                        "200": _json({"type": "object"}, "the delivery report"),
+                        **{
+                            str(status): _json(_REST_ERROR, "REST Proxy's error document")
+                            for status in (400, 401, 403, 404, 413)
+                        },
+                    },
+                }
+            },
             "/openapi.json": {
                 "get": {
                     "summary": "This document",

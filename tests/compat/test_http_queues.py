@@ -17,6 +17,7 @@ import pytest
 from brokers import Brokers
 from clients import unique, wait_until
 from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka.admin import AdminClient
 from harness import BrokerProcess, free_port
 from secured import password, start_sasl_broker
 
@@ -223,3 +224,35 @@ def dequeue_as(base: str, name: str, auth: tuple[str, str]) -> list[dict[str, An
     status, answer = call(base, "POST", f"/queues/{name}/dequeue", {"wait_ms": 2000}, auth=auth)
     assert status == 200, answer
     return list(answer["messages"])
+
+
+def test_rest_proxy_v3_produce_reaches_the_queue(served: tuple[BrokerProcess, str]) -> None:
+    broker, base = served
+    name = unique("rest")
+    assert call(base, "PUT", f"/queues/{name}", {})[0] == 201
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    cluster_id = admin.describe_cluster().result(timeout=30).cluster_id
+    path = f"/v3/clusters/{cluster_id}/topics/{name}/records"
+    record = {
+        "key": {"type": "STRING", "data": "order-7"},
+        "value": {"type": "JSON", "data": {"total": 12}},
+        "headers": [{"name": "source", "value": base64.b64encode(b"web").decode()}],
+    }
+    status, report = call(base, "POST", path, record)
+    assert status == 200 and report["error_code"] == 200, report
+    assert (report["topic_name"], report["partition_id"], report["offset"]) == (name, 0, 0)
+    assert report["value"] == {"type": "JSON", "size": len('{"total":12}')}
+    (got,) = dequeue(base, name, wait_ms=2000, ack=True)
+    assert (got["key"], got["value"], got["headers"]) == (
+        "order-7",
+        '{"total":12}',
+        {"source": "web"},
+    )
+    # Refusals in REST Proxy's form.
+    status, refused = call(base, "POST", f"/v3/clusters/nope/topics/{name}/records", record)
+    assert status == 404 and refused["error_code"] == 404 and refused["message"]
+    unknown = f"/v3/clusters/{cluster_id}/topics/no-such-topic/records"
+    assert call(base, "POST", unknown, record)[1]["error_code"] == 404
+    bad = {"value": {"type": "BINARY", "data": "not base64!"}}
+    assert call(base, "POST", path, bad)[1]["error_code"] == 400
+    assert dequeue(base, name) == []
