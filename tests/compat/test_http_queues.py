@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from typing import Any
@@ -256,3 +258,40 @@ def test_rest_proxy_v3_produce_reaches_the_queue(served: tuple[BrokerProcess, st
     bad = {"value": {"type": "BINARY", "data": "not base64!"}}
     assert call(base, "POST", path, bad)[1]["error_code"] == 400
     assert dequeue(base, name) == []
+
+
+def curl(*args: str) -> Any:
+    """curl's JSON answer (the documented examples are curl commands)."""
+    done = subprocess.run(
+        ["curl", "--silent", "--show-error", *args], capture_output=True, check=True, timeout=60
+    )
+    return json.loads(done.stdout)
+
+
+def test_the_documented_curl_example(served: tuple[Any, str]) -> None:
+    """docs/queues.md's example, step by step, with curl."""
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    _, api = served
+    name = unique("tasks")
+    curl("-X", "PUT", f"{api}/queues/{name}", "-d", '{"order": "priority", "partitions": 1}')
+    messages = [
+        {"value": "routine", "priority": 10},
+        {"value": "urgent", "priority": 0},
+        {"value": "later", "priority": 0, "delay_ms": 60000},
+    ]
+    placed = curl(
+        "-X", "POST", f"{api}/queues/{name}/messages", "-d", json.dumps({"messages": messages})
+    )
+    assert len(placed["messages"]) == 3
+    dealt = curl("-X", "POST", f"{api}/queues/{name}/dequeue", "-d", '{"max": 1, "wait_ms": 2000}')
+    (urgent,) = dealt["messages"]
+    assert (urgent["value"], urgent["priority"], urgent["delivery_count"]) == ("urgent", 0, 1)
+    acked = curl(
+        "-X", "POST", f"{api}/queues/{name}/ack", "-d", json.dumps({"ids": [urgent["id"]]})
+    )
+    assert acked == {"acked": 1}
+    at_once = curl("-X", "POST", f"{api}/queues/{name}/dequeue", "-d", '{"ack": true}')
+    assert [m["value"] for m in at_once["messages"]] == ["routine"]
+    # "later" is not due for a minute.
+    assert curl("-X", "POST", f"{api}/queues/{name}/dequeue", "-d", "{}")["messages"] == []
