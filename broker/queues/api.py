@@ -449,12 +449,15 @@ class QueueApi:
                 wait_ms,
                 self.services.clock.now_s(),
             )
+            refused: set[tuple[int, int]] = set()
             if ack and delivered:
-                await member.acknowledge(
-                    caller,
-                    topic.topic_id,
-                    [(d.record.partition, d.record.offset) for d in delivered],
-                    ACCEPT,
+                refused = set(
+                    await member.acknowledge(
+                        caller,
+                        topic.topic_id,
+                        [(d.record.partition, d.record.offset) for d in delivered],
+                        ACCEPT,
+                    )
                 )
         messages = []
         for d in self._in_order(name, delivered):
@@ -470,6 +473,8 @@ class QueueApi:
                 "key": None if record.key is None else record.key.decode("utf-8", "replace"),
                 "headers": headers,
                 "delivery_count": d.delivery_count,
+                # With ack=true: whether the acknowledgement took (else the id still may).
+                "acked": ack and (record.partition, record.offset) not in refused,
             }
             if "priority" in headers:
                 shown["priority"] = _priority(record.headers, None)

@@ -43,7 +43,7 @@ FETCH_BYTES_MAX = 1 << 20
 #: Heartbeats keep the member in its group at least this often (the session timeout is longer).
 HEARTBEAT_EVERY_S = 5.0
 #: A group's coordinator may still be loading: asked this many times, this far apart.
-COORDINATOR_TRIES = 20
+COORDINATOR_TRIES = 8
 COORDINATOR_RETRY_S = 0.25
 NOT_READY = frozenset(
     {

@@ -103,6 +103,7 @@ def test_a_priority_queue_hands_out_the_most_urgent_first(served: tuple[Any, str
     assert call(base, "POST", f"/queues/{name}/nack", {"ids": [m["id"] for m in got[3:]]})[0] == 200
     acked = dequeue(base, name, max=5, wait_ms=2000, ack=True)
     assert sorted(m["value"] for m in acked) == ["p3", "p7", "p9"]
+    assert all(m["acked"] for m in acked) and not any(m["acked"] for m in got)
     assert dequeue(base, name, max=5) == []
     assert call(base, "DELETE", f"/queues/{name}")[0] == 200
     assert call(base, "POST", f"/queues/{name}/messages", {"value": "x"})[0] == 404
