@@ -207,6 +207,8 @@ def _could_start_request(received: bytes | bytearray) -> bool:
 Route = Callable[[], HttpResponse]
 #: What answers the requests no route takes (any method; the answer within RESPONSE_TIMEOUT_S).
 App = Callable[[HttpRequest], Awaitable[HttpResponse]]
+#: How a request's refusal is answered for its path, when not as text (None: as text).
+ErrorAnswer = Callable[[str, HttpError], HttpResponse | None]
 
 
 # What a connection is: a TCP stream, or TLS over one.
@@ -252,6 +254,8 @@ class HttpEndpoint:
         self.config_name = config_name
         self.tls = tls
         self.bound_port = port
+        #: Set by an app whose refusals have their own form (the queue API's are JSON).
+        self.error_answer: ErrorAnswer | None = None
         self._serving = 0
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -300,16 +304,19 @@ class HttpEndpoint:
                 await stream.aclose()
 
     async def _answer(self, stream: HttpStream) -> HttpResponse | None:
+        path = ""
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S) as timer:
                 found = await _read_head(stream)
                 if found is not None and found[0].path not in self.routes and self.app:
+                    path = found[0].path
                     body = await read_body(stream, found[0], found[1])
                     found = dataclasses.replace(found[0], body=body), b""
             if timer.cancelled_caught:
                 raise HttpError(HTTPStatus.REQUEST_TIMEOUT, "no complete request in time")
         except HttpError as exc:
-            return HttpResponse.text(exc.status, exc.message)
+            shaped = self.error_answer(path, exc) if path and self.error_answer else None
+            return shaped or HttpResponse.text(exc.status, exc.message)
         if found is None:
             return None
         request = found[0]

@@ -41,6 +41,8 @@ from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.idle import IdleConnections
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector, FetchSessionCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
+from raftka.broker.queues.api import QueueApi, error_answer
+from raftka.broker.queues.member import ShareMember
 from raftka.broker.quotas import ClientQuotaManager
 from raftka.broker.replica import ReplicaManager
 from raftka.broker.replication import HardStateStore
@@ -624,7 +626,20 @@ class Broker:
             )
             self.console: Console | None = None
             self.console_http = self._console_endpoint(config.get_str("console.listen"))
+            self._serve_queues()
             opened.pop_all()  # the broker's now: `run` closes them
+
+    def _serve_queues(self) -> None:
+        """The queue API on each HTTP endpoint (metrics.listen, console.listen), under
+        /queues, /openapi.json and /docs; the console answers the other paths."""
+        sasl = [spec for spec in self.listeners if spec.protocol.uses_sasl]
+        members: dict[tuple[str, str], ShareMember] = {}
+        for endpoint in (self.http, self.console_http):
+            if endpoint is not None:
+                endpoint.app = QueueApi(
+                    self.services, sasl[0] if sasl else None, endpoint.app, members
+                )
+                endpoint.error_answer = error_answer
 
     def _console_endpoint(self, listen: str) -> HttpEndpoint | None:
         """The console's own endpoint for `console.listen`; None when it is off or served

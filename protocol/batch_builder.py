@@ -120,8 +120,10 @@ def build_batch(
     base_sequence: int = NO_SEQUENCE,
     transactional: bool = False,
     control: bool = False,
+    headers: Sequence[Sequence[tuple[str, bytes | None]]] = (),
 ) -> bytes:
-    """One uncompressed v2 batch of (key, value) records, all stamped `timestamp_ms`.
+    """One uncompressed v2 batch of (key, value) records, all stamped `timestamp_ms`;
+    `headers`, when given, holds each record's header fields in the same order.
 
     `base_offset` and `partition_leader_epoch` lie outside the CRC; the log rewrites them.
     `transactional` and `control` set those attribute flags (a transaction's data batch, a
@@ -129,7 +131,10 @@ def build_batch(
     """
     if not records:
         raise ValueError("a record batch needs at least one record")
-    body = b"".join(encode_record(i, 0, key, value) for i, (key, value) in enumerate(records))
+    fields = headers or [()] * len(records)
+    body = b"".join(
+        encode_record(i, 0, key, value, fields[i]) for i, (key, value) in enumerate(records)
+    )
     batch = bytearray(RECORD_BATCH_OVERHEAD + len(body))
     _HEADER.pack_into(
         batch,

@@ -198,8 +198,8 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         "metrics.listen",
         S,
         "",
-        "HOST:PORT of the HTTP endpoint for /metrics (Prometheus), /healthz and /readyz; "
-        "empty: no endpoint.",
+        "HOST:PORT of the HTTP endpoint for /metrics (Prometheus), /healthz and /readyz, "
+        "and the queue API (/queues, /openapi.json, /docs); empty: no endpoint.",
         read_only=True,
     ),
     ConfigDef(

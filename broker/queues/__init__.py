@@ -1,0 +1,1 @@
+"""The HTTP queue API: queues (topics with a share delivery order) served over HTTP."""

@@ -1,0 +1,549 @@
+"""The queue API's requests: authentication (HTTP Basic checked as SASL/PLAIN checks it,
+when the cluster has a SASL listener), routing by ROUTES, JSON bodies in and out, and each
+operation made through the broker's own Kafka API handlers as the caller's principal, so
+the Kafka port's ACLs decide. Paths outside /queues, /openapi.json and /docs go to
+`fallback` (the console, when it shares the endpoint)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+import re
+import urllib.parse
+import zlib
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.create_topics.v7 import request as create_topics
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9 import request as produce
+
+from raftka.broker.console.calls import ACKS_ALL, ADMIN_TIMEOUT, Caller
+from raftka.broker.http_endpoint import App, HttpError, HttpRequest, HttpResponse
+from raftka.broker.queues import rest_v3
+from raftka.broker.queues.member import (
+    ACCEPT,
+    REJECT,
+    RELEASE,
+    Delivered,
+    MessageId,
+    ShareMember,
+    refuse_on,
+)
+from raftka.broker.queues.openapi import docs_page, openapi_document
+from raftka.broker.queues.problems import Problem, json_response, problem_response
+from raftka.broker.security.session import ClientSession, Principal
+from raftka.protocol.api import build
+from raftka.protocol.batch_builder import build_batch
+
+if TYPE_CHECKING:
+    from raftka.broker.handlers.context import BrokerServices
+    from raftka.broker.security.listeners import ListenerSpec
+
+#: (method, path template) -> the QueueApi method answering it.
+ROUTES: Mapping[tuple[str, str], str] = MappingProxyType(
+    {
+        ("GET", "/queues"): "list_queues",
+        ("PUT", "/queues/{name}"): "create_queue",
+        ("DELETE", "/queues/{name}"): "delete_queue",
+        ("POST", "/queues/{name}/messages"): "enqueue",
+        ("POST", "/queues/{name}/dequeue"): "dequeue",
+        ("POST", "/queues/{name}/ack"): "ack",
+        ("POST", "/queues/{name}/nack"): "nack",
+        ("POST", "/queues/{name}/reject"): "reject",
+        ("POST", rest_v3.TEMPLATE): "produce_v3",
+        ("GET", "/openapi.json"): "openapi",
+        ("GET", "/docs"): "docs",
+    }
+)
+ORDERS = ("fifo", "priority", "fair")
+MESSAGES_MAX = 500
+DEQUEUE_MAX = 500
+#: A dequeue waits at most this long (the endpoint answers within RESPONSE_TIMEOUT_S).
+WAIT_MS_MAX = 5000
+#: Broker-side share members kept at most (each group and queue dequeued from has one).
+MEMBERS_MAX = 1000
+PRIORITY_RANGE = (-(2**63), 2**63 - 1)
+_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+Json = dict[str, Any]  # Any: a JSON object's values
+
+
+def _template(path: str) -> tuple[str, str | None] | None:
+    """(template, queue name) of a served path, None for a path the API does not serve."""
+    segments = [urllib.parse.unquote(s) for s in path.strip("/").split("/")]
+    if path in ("/openapi.json", "/docs", "/queues"):
+        return path, None
+    if segments[0] == "queues" and len(segments) in (2, 3):
+        tail = "/" + segments[2] if len(segments) == 3 else ""
+        return "/queues/{name}" + tail, segments[1]
+    return None
+
+
+def serves(path: str) -> bool:
+    """Whether the queue API answers `path` (its problems are JSON)."""
+    return path in ("/openapi.json", "/docs") or path == "/queues" or path.startswith("/queues/")
+
+
+def _priority(headers: Sequence[tuple[str, bytes | None]], default: int | None) -> int | None:
+    """A record's priority as a priority topic reads it: its last `priority` header when
+    an integer, else the topic's default."""
+    found = [value for name, value in headers if name == "priority"]
+    try:
+        return int((found[-1] or b"").decode("ascii")) if found else default
+    except (ValueError, UnicodeDecodeError):
+        return default
+
+
+def error_answer(path: str, error: HttpError) -> HttpResponse | None:
+    """A refusal of a queue API request (an oversized body, say) as a problem document."""
+    if rest_v3.PATH.fullmatch(path):
+        return rest_v3.rest_error(error.status, error.message)
+    if not serves(path):
+        return None
+    kind = (
+        "body-too-large" if error.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE else "bad-request"
+    )
+    return problem_response(error.status, kind, error.message)
+
+
+def _body(request: HttpRequest) -> Json:
+    if not request.body.strip():
+        return {}
+    try:
+        found = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        raise Problem(HTTPStatus.BAD_REQUEST, "malformed-json", "the body is not JSON") from None
+    if not isinstance(found, dict):
+        raise Problem(HTTPStatus.BAD_REQUEST, "malformed-json", "the body is not a JSON object")
+    return found
+
+
+def _int(body: Json, name: str, default: int | None, low: int, high: int) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if type(value) is not int or not low <= value <= high:
+        raise Problem(
+            HTTPStatus.BAD_REQUEST,
+            f"invalid-{name.replace('_', '-')}",
+            f"{name}: {value!r} is not a whole number in {low}..{high}",
+        )
+    return value
+
+
+def _kafka(error: int, message: str | None, what: str) -> None:
+    if error == ErrorCode.topic_already_exists:
+        raise Problem(HTTPStatus.CONFLICT, "queue-exists", f"{what} already exists")
+    refuse_on(ErrorCode(error), message, what)
+
+
+class QueueApi:
+    """Answers the queue API's requests on one broker (an HttpEndpoint's app)."""
+
+    def __init__(
+        self,
+        services: BrokerServices,
+        sasl_listener: ListenerSpec | None = None,
+        fallback: App | None = None,
+        members: dict[tuple[str, str], ShareMember] | None = None,
+    ) -> None:
+        self.services = services
+        self.sasl_listener = sasl_listener
+        self.fallback = fallback
+        #: The broker-side share members, by (group, queue); shared by a broker's endpoints.
+        self.members: dict[tuple[str, str], ShareMember] = {} if members is None else members
+        self._next_partition = 0
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        rest = rest_v3.PATH.fullmatch(request.path)
+        if rest is not None:
+            return await self.produce_v3(request, *map(urllib.parse.unquote, rest.groups()))
+        found = _template(request.path)
+        if found is None:
+            if self.fallback is not None:
+                return await self.fallback(request)
+            return Problem(HTTPStatus.NOT_FOUND, "not-found", "no such path").response()
+        template, name = found
+        try:
+            method = ROUTES.get((request.method, template))
+            if method is None:
+                allowed = [m for m, t in ROUTES if t == template]
+                if not allowed:
+                    raise Problem(HTTPStatus.NOT_FOUND, "not-found", "no such path")
+                raise Problem(
+                    HTTPStatus.METHOD_NOT_ALLOWED,
+                    "method-not-allowed",
+                    f"{template} serves {', '.join(allowed)}",
+                )
+            if template in ("/openapi.json", "/docs"):
+                answer: HttpResponse = await getattr(self, method)()
+                return answer
+            caller = await self._caller(request)
+            if name is not None and not _NAME.fullmatch(name):
+                raise Problem(HTTPStatus.BAD_REQUEST, "invalid-name", f"{name!r} is no queue name")
+            body = _body(request)
+            args = (caller, body) if name is None else (caller, name, body)
+            answer = await getattr(self, method)(*args)
+            return answer
+        except Problem as problem:
+            extra = (
+                (("WWW-Authenticate", 'Basic realm="raftka", charset="UTF-8"'),)
+                if problem.status == HTTPStatus.UNAUTHORIZED
+                else ()
+            )
+            return problem.response(*extra)
+
+    async def _caller(self, request: HttpRequest) -> Caller:
+        """The caller's principal: Basic credentials checked as SASL/PLAIN when the cluster
+        has a SASL listener (401 without right ones), else the anonymous one."""
+        if self.sasl_listener is None:
+            return Caller(self.services, request.client_host)
+        given = request.header("authorization") or ""
+        scheme, _, encoded = given.partition(" ")
+        user = password = ""
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                user = ""
+        authenticator = self.services.authenticator
+        if user and await authenticator.check_plain(self.sasl_listener.name, user, password):
+            authenticator.failure_delays.record_success(request.client_host)
+            session = ClientSession(
+                self.sasl_listener, principal=Principal("User", user), authenticated=True
+            )
+            return Caller(self.services, request.client_host, session)
+        if user:
+            await trio.sleep(authenticator.failure_delays.record_failure(request.client_host))
+        raise Problem(HTTPStatus.UNAUTHORIZED, "unauthorized", "a SASL user's Basic credentials")
+
+    async def _queue(self, caller: Caller, name: str) -> Any:  # Any: a kio metadata topic
+        response = await caller.metadata([name])
+        (topic,) = response.topics
+        if topic.error_code != ErrorCode.none:
+            _kafka(topic.error_code, None, f"queue {name}")
+        return topic
+
+    # -- the routes ---------------------------------------------------------------------
+
+    def _partition(self, key: bytes | None, count: int) -> int:
+        """A keyed record's partition is its key's CRC-32 modulo the partitions; unkeyed
+        ones go round robin."""
+        if key is not None:
+            return zlib.crc32(key) % count
+        self._next_partition += 1
+        return (self._next_partition - 1) % count
+
+    async def produce_v3(self, request: HttpRequest, cluster_id: str, topic: str) -> HttpResponse:
+        """REST Proxy v3's produce: its own answers and error form (rest_v3.py)."""
+        if request.method != "POST":
+            return rest_v3.rest_error(HTTPStatus.METHOD_NOT_ALLOWED, "HTTP 405 Method Not Allowed")
+        try:
+            caller = await self._caller(request)
+            return await rest_v3.produce_record(
+                caller, cluster_id, topic, request.body, self._partition
+            )
+        except Problem as problem:
+            answer = rest_v3.rest_error(problem.status, problem.detail)
+            if problem.status == HTTPStatus.UNAUTHORIZED:
+                challenge = ("WWW-Authenticate", 'Basic realm="raftka", charset="UTF-8"')
+                answer = dataclasses.replace(answer, headers=(challenge,))
+            return answer
+        except rest_v3.RestError as refused:
+            return refused.response()
+
+    async def openapi(self) -> HttpResponse:
+        return json_response(HTTPStatus.OK, openapi_document())
+
+    async def docs(self) -> HttpResponse:
+        return HttpResponse(HTTPStatus.OK, docs_page().encode(), "text/html; charset=utf-8")
+
+    async def list_queues(self, caller: Caller, body: Json) -> HttpResponse:
+        response = await caller.metadata()
+        queues = []
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none or topic.is_internal:
+                continue
+            found = self.services.topics.get(topic.name)
+            order = found.config.get_str("share.delivery.order") if found else "fifo"
+            queues.append({"name": topic.name, "partitions": len(topic.partitions), "order": order})
+        return json_response(HTTPStatus.OK, {"queues": sorted(queues, key=lambda q: q["name"])})
+
+    async def create_queue(self, caller: Caller, name: str, body: Json) -> HttpResponse:
+        partitions = _int(body, "partitions", 1, 1, 10000)
+        order = body.get("order", "fifo")
+        if order not in ORDERS:
+            raise Problem(
+                HTTPStatus.BAD_REQUEST, "invalid-order", f"order: {order!r} is not one of {ORDERS}"
+            )
+        configs = [("share.delivery.order", str(order))]
+        default_priority = _int(body, "default_priority", None, *PRIORITY_RANGE)
+        if default_priority is not None:
+            configs.append(("share.delivery.default.priority", str(default_priority)))
+        topic = build(
+            create_topics.CreatableTopic,
+            name=name,
+            num_partitions=partitions,
+            replication_factor=-1,
+            assignments=(),
+            configs=tuple(
+                build(create_topics.CreatableTopicConfig, name=k, value=v) for k, v in configs
+            ),
+        )
+        response = await caller.call(
+            build(
+                create_topics.CreateTopicsRequest,
+                topics=(topic,),
+                timeout=ADMIN_TIMEOUT,
+                validate_only=False,
+            )
+        )
+        (created,) = response.topics
+        _kafka(created.error_code, created.error_message, f"queue {name}")
+        return json_response(
+            HTTPStatus.CREATED, {"name": name, "partitions": partitions, "order": order}
+        )
+
+    async def delete_queue(self, caller: Caller, name: str, body: Json) -> HttpResponse:
+        response = await caller.delete_topic(name)
+        (deleted,) = response.responses
+        _kafka(deleted.error_code, deleted.error_message, f"queue {name}")
+        for key in [k for k in self.members if k[1] == name]:
+            del self.members[key]
+        return json_response(HTTPStatus.OK, {"name": name, "deleted": True})
+
+    async def enqueue(self, caller: Caller, name: str, body: Json) -> HttpResponse:
+        given = body.get("messages", [body])
+        if not isinstance(given, list) or not 1 <= len(given) <= MESSAGES_MAX:
+            raise Problem(
+                HTTPStatus.BAD_REQUEST,
+                "invalid-messages",
+                f"messages: a list of 1..{MESSAGES_MAX} message objects",
+            )
+        topic = await self._queue(caller, name)
+        count = len(topic.partitions)
+        now_ms = self.services.clock.wall_ms()
+        by_partition: dict[int, list[tuple[int, bytes | None, bytes, list[Any]]]] = {}
+        for position, message in enumerate(given):
+            if not isinstance(message, dict):
+                raise Problem(HTTPStatus.BAD_REQUEST, "invalid-messages", "a message is an object")
+            key, value, headers = self._record(message, now_ms)
+            partition = _int(message, "partition", None, 0, count - 1)
+            if partition is None:
+                partition = self._partition(key, count)
+            by_partition.setdefault(partition, []).append((position, key, value, headers))
+        data = tuple(
+            build(
+                produce.PartitionProduceData,
+                index=partition,
+                records=build_batch(
+                    [(k, v) for _, k, v, _ in records],
+                    now_ms,
+                    headers=[h for _, _, _, h in records],
+                ),
+            )
+            for partition, records in sorted(by_partition.items())
+        )
+        response = await caller.call(
+            build(
+                produce.ProduceRequest,
+                transactional_id=None,
+                acks=ACKS_ALL,
+                timeout=ADMIN_TIMEOUT,
+                topic_data=(build(produce.TopicProduceData, name=name, partition_data=data),),
+            )
+        )
+        placed: list[Json] = [{} for _ in given]
+        for produced in response.responses:
+            for answer in produced.partition_responses:
+                _kafka(answer.error_code, answer.error_message, f"queue {name}")
+                for n, (position, *_rest) in enumerate(by_partition[int(answer.index)]):
+                    placed[position] = {
+                        "partition": int(answer.index),
+                        "offset": int(answer.base_offset) + n,
+                    }
+        return json_response(HTTPStatus.CREATED, {"messages": placed})
+
+    def _record(
+        self, message: Json, now_ms: int
+    ) -> tuple[bytes | None, bytes, list[tuple[str, bytes | None]]]:
+        if "value_base64" in message:
+            try:
+                value = base64.b64decode(str(message["value_base64"]), validate=True)
+            except binascii.Error:
+                raise Problem(
+                    HTTPStatus.BAD_REQUEST, "invalid-value", "value_base64 is not base64"
+                ) from None
+        elif isinstance(message.get("value"), str):
+            value = message["value"].encode()
+        else:
+            raise Problem(
+                HTTPStatus.BAD_REQUEST,
+                "invalid-value",
+                "a message needs value (text) or value_base64",
+            )
+        key = message.get("key")
+        if key is not None and not isinstance(key, str):
+            raise Problem(HTTPStatus.BAD_REQUEST, "invalid-key", "key is text")
+        given_headers = message.get("headers", {})
+        if not isinstance(given_headers, dict) or not all(
+            isinstance(v, str) for v in given_headers.values()
+        ):
+            raise Problem(
+                HTTPStatus.BAD_REQUEST, "invalid-headers", "headers: an object of text values"
+            )
+        headers: list[tuple[str, bytes | None]] = [
+            (k, v.encode()) for k, v in given_headers.items()
+        ]
+        priority = _int(message, "priority", None, *PRIORITY_RANGE)
+        if priority is not None:
+            headers.append(("priority", str(priority).encode()))
+        delay = _int(message, "delay_ms", None, 0, 10 * 365 * 86_400_000)
+        at = _int(message, "deliver_at_ms", None, 0, 2**62)
+        if delay is not None and at is not None:
+            raise Problem(
+                HTTPStatus.BAD_REQUEST, "invalid-delay", "give delay_ms or deliver_at_ms, not both"
+            )
+        if delay is not None:
+            at = now_ms + delay
+        if at is not None:
+            headers.append(("deliver-at-ms", str(at).encode()))
+        return (None if key is None else key.encode()), value, headers
+
+    def _member(self, group: str, name: str) -> ShareMember:
+        """The member dequeuing `name` for `group`; past MEMBERS_MAX the one unused longest
+        (and not busy) is forgotten first: its ids go stale and its locks expire."""
+        member = self.members.get((group, name))
+        if member is None:
+            idle = [key for key, m in self.members.items() if not m.lock.locked()]
+            if len(self.members) >= MEMBERS_MAX and idle:
+                del self.members[min(idle, key=lambda key: self.members[key].last_used_s)]
+            member = self.members[(group, name)] = ShareMember(group, name)
+        member.last_used_s = self.services.clock.now_s()
+        return member
+
+    async def dequeue(self, caller: Caller, name: str, body: Json) -> HttpResponse:
+        group = body.get("group", name)
+        if not isinstance(group, str) or not group:
+            raise Problem(HTTPStatus.BAD_REQUEST, "invalid-group", "group is a non-empty text")
+        wanted = _int(body, "max", 1, 1, DEQUEUE_MAX)
+        wait_ms = _int(body, "wait_ms", 0, 0, WAIT_MS_MAX)
+        ack = body.get("ack", False)
+        if not isinstance(ack, bool):
+            raise Problem(HTTPStatus.BAD_REQUEST, "invalid-ack", "ack is true or false")
+        assert wanted is not None and wait_ms is not None, "defaults given"
+        topic = await self._queue(caller, name)
+        member = self._member(group, name)
+        async with member.lock:
+            delivered = await member.fetch(
+                caller,
+                topic.topic_id,
+                len(topic.partitions),
+                wanted,
+                wait_ms,
+                self.services.clock.now_s(),
+            )
+            refused: set[tuple[int, int]] = set()
+            if ack and delivered:
+                refused = set(
+                    await member.acknowledge(
+                        caller,
+                        topic.topic_id,
+                        [(d.record.partition, d.record.offset) for d in delivered],
+                        ACCEPT,
+                    )
+                )
+        messages = []
+        for d in self._in_order(name, delivered):
+            record = d.record
+            headers = {k: (v or b"").decode("utf-8", "replace") for k, v in record.headers}
+            shown: Json = {
+                "id": MessageId(
+                    group, member.member_id, name, record.partition, record.offset
+                ).encode(),
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp_ms": record.timestamp_ms,
+                "key": None if record.key is None else record.key.decode("utf-8", "replace"),
+                "headers": headers,
+                "delivery_count": d.delivery_count,
+                # With ack=true: whether the acknowledgement took (else the id still may).
+                "acked": ack and (record.partition, record.offset) not in refused,
+            }
+            if "priority" in headers:
+                shown["priority"] = _priority(record.headers, None)
+            try:
+                shown["value"] = None if record.value is None else record.value.decode()
+            except UnicodeDecodeError:
+                shown["value_base64"] = base64.b64encode(record.value or b"").decode()
+            messages.append(shown)
+        return json_response(HTTPStatus.OK, {"group": group, "acked": ack, "messages": messages})
+
+    def _in_order(self, name: str, delivered: list[Delivered]) -> list[Delivered]:
+        """A ShareFetch answers each partition's records in offset order; a priority
+        queue's dequeue lists them most urgent first, as they were acquired."""
+        topic = self.services.topics.get(name)
+        if topic is None or topic.config.get_str("share.delivery.order") != "priority":
+            return delivered
+        default = topic.config.get_int("share.delivery.default.priority")
+
+        def urgency(d: Delivered) -> tuple[int, int, int]:
+            priority = _priority(d.record.headers, default)
+            return default if priority is None else priority, d.record.offset, d.record.partition
+
+        return sorted(delivered, key=urgency)
+
+    async def ack(self, caller: Caller, name: str, body: Json) -> HttpResponse:
+        return await self._settle(caller, name, body, ACCEPT, "acked")
+
+    async def nack(self, caller: Caller, name: str, body: Json) -> HttpResponse:
+        return await self._settle(caller, name, body, RELEASE, "released")
+
+    async def reject(self, caller: Caller, name: str, body: Json) -> HttpResponse:
+        return await self._settle(caller, name, body, REJECT, "rejected")
+
+    async def _settle(
+        self, caller: Caller, name: str, body: Json, kind: int, done: str
+    ) -> HttpResponse:
+        """Acknowledge the ids as `kind`: every id is checked before any is acknowledged."""
+        given = body.get("ids", [body["id"]] if "id" in body else None)
+        if not isinstance(given, list) or not 1 <= len(given) <= DEQUEUE_MAX:
+            raise Problem(
+                HTTPStatus.BAD_REQUEST, "invalid-id", f"ids: a list of 1..{DEQUEUE_MAX} message ids"
+            )
+        ids = [MessageId.decode(i) for i in given]
+        for found in ids:
+            if found.topic != name:
+                raise Problem(
+                    HTTPStatus.BAD_REQUEST,
+                    "foreign-id",
+                    f"an id of queue {found.topic}, not {name}",
+                )
+            member = self.members.get((found.group, name))
+            if member is None or member.member_id != found.member_id:
+                raise Problem(
+                    HTTPStatus.CONFLICT,
+                    "stale-id",
+                    "the id's lock is no longer held (the member left, or another broker dealt it)",
+                )
+        topic = await self._queue(caller, name)
+        refused: list[tuple[int, int]] = []
+        for group in sorted({i.group for i in ids}):
+            member = self.members[(group, name)]
+            offsets = [(i.partition, i.offset) for i in ids if i.group == group]
+            async with member.lock:
+                refused += await member.acknowledge(caller, topic.topic_id, offsets, kind)
+        if refused:
+            raise Problem(
+                HTTPStatus.CONFLICT,
+                "stale-id",
+                f"{len(refused)} of the messages are not locked by this id (lock expired or "
+                "already acknowledged)",
+            )
+        return json_response(HTTPStatus.OK, {done: len(ids)})
