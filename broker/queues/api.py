@@ -12,7 +12,6 @@ import dataclasses
 import json
 import re
 import urllib.parse
-import zlib
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from types import MappingProxyType
@@ -40,6 +39,7 @@ from raftka.broker.queues.problems import Problem, json_response, problem_respon
 from raftka.broker.security.session import ClientSession, Principal
 from raftka.protocol.api import build
 from raftka.protocol.batch_builder import build_batch
+from raftka.protocol.partitioner import partition_for_key
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import BrokerServices
@@ -233,10 +233,10 @@ class QueueApi:
     # -- the routes ---------------------------------------------------------------------
 
     def _partition(self, key: bytes | None, count: int) -> int:
-        """A keyed record's partition is its key's CRC-32 modulo the partitions; unkeyed
-        ones go round robin."""
+        """A keyed record's partition is the one a Kafka producer picks (murmur2 of the key);
+        unkeyed ones go round robin."""
         if key is not None:
-            return zlib.crc32(key) % count
+            return partition_for_key(key, count)
         self._next_partition += 1
         return (self._next_partition - 1) % count
 
