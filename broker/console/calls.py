@@ -466,15 +466,24 @@ class Caller:
         self, topic: str, partition: int, key: bytes | None, value: bytes, timestamp_ms: int
     ) -> Response:
         """One record, acks=all, as a producer without idempotence sends it."""
-        records = build_batch([(key, value)], timestamp_ms)
-        data = build(produce.PartitionProduceData, index=partition, records=records)
+        return await self.produce_batches(
+            topic, [(partition, build_batch([(key, value)], timestamp_ms))]
+        )
+
+    async def produce_batches(self, topic: str, batches: Sequence[tuple[int, bytes]]) -> Response:
+        """One record batch per partition (partition, batch bytes) in one Produce, acks=all,
+        as a producer without idempotence sends them."""
+        data = tuple(
+            build(produce.PartitionProduceData, index=partition, records=records)
+            for partition, records in batches
+        )
         return await self.call(
             build(
                 produce.ProduceRequest,
                 transactional_id=None,
                 acks=ACKS_ALL,
                 timeout=ADMIN_TIMEOUT,
-                topic_data=(build(produce.TopicProduceData, name=topic, partition_data=(data,)),),
+                topic_data=(build(produce.TopicProduceData, name=topic, partition_data=data),),
             )
         )
 

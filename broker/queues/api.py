@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.errors import ErrorCode
-from kio.schema.produce.v9 import request as produce
 
-from raftka.broker.console.calls import ACKS_ALL, ADMIN_TIMEOUT, Caller
+from raftka.broker.console.calls import ADMIN_TIMEOUT, Caller
 from raftka.broker.http_endpoint import App, HttpError, HttpRequest, HttpResponse
 from raftka.broker.queues import rest_v3
 from raftka.broker.queues.member import (
@@ -338,27 +337,18 @@ class QueueApi:
             if partition is None:
                 partition = self._partition(key, count)
             by_partition.setdefault(partition, []).append((position, key, value, headers))
-        data = tuple(
-            build(
-                produce.PartitionProduceData,
-                index=partition,
-                records=build_batch(
+        batches = [
+            (
+                partition,
+                build_batch(
                     [(k, v) for _, k, v, _ in records],
                     now_ms,
                     headers=[h for _, _, _, h in records],
                 ),
             )
             for partition, records in sorted(by_partition.items())
-        )
-        response = await caller.call(
-            build(
-                produce.ProduceRequest,
-                transactional_id=None,
-                acks=ACKS_ALL,
-                timeout=ADMIN_TIMEOUT,
-                topic_data=(build(produce.TopicProduceData, name=name, partition_data=data),),
-            )
-        )
+        ]
+        response = await caller.produce_batches(name, batches)
         placed: list[Json] = [{} for _ in given]
         for produced in response.responses:
             for answer in produced.partition_responses:

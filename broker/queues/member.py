@@ -14,7 +14,7 @@ import binascii
 import datetime
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from kio.static.primitive import i8, i32
 from raftka.broker.console.records import Record, batch_records
 from raftka.broker.queues.problems import Problem
 from raftka.protocol.api import build
+from raftka.protocol.record_headers import whole_batches
 from raftka.protocol.splice import SplicedResponse
 
 if TYPE_CHECKING:
@@ -52,8 +53,6 @@ NOT_READY = frozenset(
         ErrorCode.coordinator_load_in_progress,
     }
 )
-_BATCH_LENGTH_AT = 8
-_LOG_OVERHEAD = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,18 +97,6 @@ class Delivered:
 
     record: Record
     delivery_count: int
-
-
-def _batches(records: bytes) -> Iterator[bytes]:
-    """The whole batches of a fetched records field."""
-    at = 0
-    while at + _LOG_OVERHEAD <= len(records):
-        length = int.from_bytes(records[at + _BATCH_LENGTH_AT : at + _LOG_OVERHEAD], "big")
-        end = at + _LOG_OVERHEAD + length
-        if end > len(records):
-            return
-        yield records[at:end]
-        at = end
 
 
 def _records_bytes(field: bytes | None, spliced: SplicedResponse | None) -> bytes:
@@ -249,7 +236,7 @@ class ShareMember:
                     continue
                 data = _records_bytes(partition.records, spliced)
                 index = int(partition.partition_index)
-                for batch in _batches(data):
+                for batch in whole_batches(data):
                     for record in batch_records(index, batch):
                         if record.offset in counts:
                             delivered.append(Delivered(record, counts[record.offset]))

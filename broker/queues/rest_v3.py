@@ -17,11 +17,8 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from kio.schema.produce.v9 import request as produce
 
-from raftka.broker.console.calls import ACKS_ALL, ADMIN_TIMEOUT
 from raftka.broker.http_endpoint import HttpResponse
-from raftka.protocol.api import build
 from raftka.protocol.batch_builder import build_batch
 
 if TYPE_CHECKING:
@@ -132,20 +129,8 @@ async def produce_record(
             HTTPStatus.NOT_FOUND, f"This server does not host this topic-partition: {partition}"
         )
     now_ms = services.clock.wall_ms()
-    data = build(
-        produce.PartitionProduceData,
-        index=partition,
-        records=build_batch([(key, value)], now_ms, headers=[headers]),
-    )
-    response = await caller.call(
-        build(
-            produce.ProduceRequest,
-            transactional_id=None,
-            acks=ACKS_ALL,
-            timeout=ADMIN_TIMEOUT,
-            topic_data=(build(produce.TopicProduceData, name=topic, partition_data=(data,)),),
-        )
-    )
+    batch = build_batch([(key, value)], now_ms, headers=[headers])
+    response = await caller.produce_batches(topic, [(partition, batch)])
     (answer,) = response.responses[0].partition_responses
     if answer.error_code == ErrorCode.topic_authorization_failed:
         raise RestError(HTTPStatus.FORBIDDEN, f"Not authorized to access topics: [{topic}]")
