@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from brokers import Brokers
-from clients import make_producer, refused_topic_config, topic_configs, unique
+from clients import create_topic, make_producer, refused_topic_config, topic_configs, unique
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
@@ -34,12 +34,6 @@ FAIR = {"share.delivery.order": "fair"}
 @pytest.fixture(scope="module")
 def broker(module_brokers: Brokers) -> BrokerProcess:
     return module_brokers.broker(BROKER_CONFIG, name="share-fair-broker")
-
-
-def create_topic(bootstrap: str, name: str, configs: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, 1, 1, config=configs)], operation_timeout=10)
-    futures[name].result(timeout=20)
 
 
 def share_consumer(bootstrap: str, group: str, max_poll_records: int) -> ShareConsumer:
@@ -111,12 +105,12 @@ def deliveries(
 def test_fair_configs_are_validated_and_described(broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     topic = unique("fair-configs")
-    create_topic(broker.bootstrap, topic, {**FAIR, "share.fair.key": "header:tenant"})
+    create_topic(broker.bootstrap, topic, config={**FAIR, "share.fair.key": "header:tenant"})
     described = topic_configs(admin, topic)
     assert described["share.delivery.order"].value == "fair"
     assert described["share.fair.key"].value == "header:tenant"
     plain = unique("fair-default")
-    create_topic(broker.bootstrap, plain, FAIR)
+    create_topic(broker.bootstrap, plain, config=FAIR)
     described = topic_configs(admin, plain)
     assert described["share.fair.key"].value == "key" and described["share.fair.key"].is_default
     for name, bad in (
@@ -136,7 +130,7 @@ def test_a_small_key_is_served_beside_a_big_backlog(broker: BrokerProcess) -> No
     small key's records are all delivered within the first 300 deliveries, and every record
     is delivered once."""
     topic, group = unique("fair-backlog"), unique("fair-g")
-    create_topic(broker.bootstrap, topic, FAIR)
+    create_topic(broker.bootstrap, topic, config=FAIR)
     big, small = 100_000, 100
     produce_keys(broker.bootstrap, topic, [(b"big", big), (b"small", small)])
     started = time.monotonic()
@@ -169,7 +163,7 @@ def test_a_header_names_the_fairness_key(broker: BrokerProcess) -> None:
     """`share.fair.key=header:tenant`: every record has the same record key; the tenants
     (and the records without the header, a key of their own) take turns."""
     topic, group = unique("fair-header"), unique("fair-g")
-    create_topic(broker.bootstrap, topic, {**FAIR, "share.fair.key": "header:tenant"})
+    create_topic(broker.bootstrap, topic, config={**FAIR, "share.fair.key": "header:tenant"})
     produce_keys(
         broker.bootstrap,
         topic,
@@ -193,7 +187,7 @@ def test_a_released_record_comes_back_at_its_keys_next_turn(broker: BrokerProces
     gets is released; the next poll brings it again (delivery 2) as its key's first record,
     still with five of the other key; nothing else is delivered twice."""
     topic, group = unique("fair-release"), unique("fair-g")
-    create_topic(broker.bootstrap, topic, FAIR)
+    create_topic(broker.bootstrap, topic, config=FAIR)
     produce_keys(broker.bootstrap, topic, [(b"a", 200), (b"b", 200)])
     released: list[bytes] = []
 
@@ -227,7 +221,7 @@ def test_a_restart_rebuilds_the_rotation(broker_factory: Any) -> None:
     still take turns."""
     broker = broker_factory(BROKER_CONFIG)
     topic, group = unique("fair-restart"), unique("fair-g")
-    create_topic(broker.bootstrap, topic, FAIR)
+    create_topic(broker.bootstrap, topic, config=FAIR)
     counts: dict[bytes | None, int] = {b"a": 3000, b"b": 300, None: 30}
     produce_keys(broker.bootstrap, topic, list(counts.items()))
     before = share_consumer(broker.bootstrap, group, max_poll_records=30)

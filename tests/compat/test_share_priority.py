@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from brokers import Brokers
-from clients import make_producer, refused_topic_config, topic_configs, unique
+from clients import create_topic, make_producer, refused_topic_config, topic_configs, unique
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
@@ -40,12 +40,6 @@ PRIORITY_CONFIGS = {
 @pytest.fixture(scope="module")
 def broker(module_brokers: Brokers) -> BrokerProcess:
     return module_brokers.broker(BROKER_CONFIG, name="share-priority-broker")
-
-
-def create_topic(bootstrap: str, name: str, configs: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, 1, 1, config=configs)], operation_timeout=10)
-    futures[name].result(timeout=20)
 
 
 def share_consumer(bootstrap: str, group: str, **conf: Any) -> ShareConsumer:
@@ -112,12 +106,12 @@ def polls_accepting(consumer: ShareConsumer, want: int, accept: Any = None) -> l
 def test_configs_are_validated_and_described(broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     topic = unique("prio-configs")
-    create_topic(broker.bootstrap, topic, PRIORITY_CONFIGS)
+    create_topic(broker.bootstrap, topic, config=PRIORITY_CONFIGS)
     described = topic_configs(admin, topic)
     assert described["share.delivery.order"].value == "priority"
     assert described["share.delivery.default.priority"].value == str(DEFAULT_PRIORITY)
     plain = unique("prio-fifo")
-    create_topic(broker.bootstrap, plain, {})
+    create_topic(broker.bootstrap, plain, config={})
     described = topic_configs(admin, plain)
     assert described["share.delivery.order"].value == "fifo"
     assert described["share.delivery.order"].is_default
@@ -137,7 +131,7 @@ def test_a_backlog_is_received_in_priority_order(broker: BrokerProcess) -> None:
     (priority, offset) order, continue exactly where the previous poll's ended (within a
     poll the consumer hands them out in offset order)."""
     topic, group = unique("prio-backlog"), unique("prio-g")
-    create_topic(broker.bootstrap, topic, PRIORITY_CONFIGS)
+    create_topic(broker.bootstrap, topic, config=PRIORITY_CONFIGS)
     total = 3000
     # Compressed batches: the broker decompresses them to read the headers.
     priorities = produce_backlog(broker.bootstrap, topic, total, seed=28, compression="zstd")
@@ -161,7 +155,7 @@ def test_a_backlog_is_received_in_priority_order(broker: BrokerProcess) -> None:
 
 def test_a_fifo_topic_ignores_priority_headers(broker: BrokerProcess) -> None:
     topic, group = unique("prio-fifo"), unique("prio-g")
-    create_topic(broker.bootstrap, topic, {})
+    create_topic(broker.bootstrap, topic, config={})
     produce_backlog(broker.bootstrap, topic, 300, seed=1)
     consumer = share_consumer(broker.bootstrap, group, **{"max.poll.records": 100})
     consumer.subscribe([topic])
@@ -181,7 +175,7 @@ def test_delayed_records_arrive_after_their_time_and_hold_nothing_back(
     broker: BrokerProcess, configs: dict[str, str]
 ) -> None:
     topic, group = unique("prio-delay"), unique("prio-g")
-    create_topic(broker.bootstrap, topic, configs)
+    create_topic(broker.bootstrap, topic, config=configs)
     producer = make_producer(broker.bootstrap, linger_ms=0)
     consumer = share_consumer(broker.bootstrap, group)
     consumer.subscribe([topic])
@@ -230,7 +224,7 @@ def test_delayed_records_arrive_after_their_time_and_hold_nothing_back(
 def test_out_of_order_acknowledgements_survive_kill_9(broker_factory: Any) -> None:
     broker = broker_factory(BROKER_CONFIG)
     topic, group = unique("prio-restart"), unique("prio-g")
-    create_topic(broker.bootstrap, topic, PRIORITY_CONFIGS)
+    create_topic(broker.bootstrap, topic, config=PRIORITY_CONFIGS)
     total = 600
     produce_backlog(broker.bootstrap, topic, total, seed=9)
     before = share_consumer(broker.bootstrap, group, **{"max.poll.records": 50})
