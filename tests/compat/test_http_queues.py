@@ -272,7 +272,7 @@ def curl(*args: str) -> Any:
 def test_the_documented_curl_example(served: tuple[Any, str]) -> None:
     """docs/queues.md's example, step by step, with curl."""
     if shutil.which("curl") is None:
-        pytest.skip("curl is not installed")
+        pytest.skip("curl is not installed (scripts/setup installs it when run as root)")
     _, api = served
     name = unique("tasks")
     curl("-X", "PUT", f"{api}/queues/{name}", "-d", '{"order": "priority", "partitions": 1}')
