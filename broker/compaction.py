@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 
 import trio
 
 from raftka.broker.config import BrokerConfig
 from raftka.broker.topics import Partition, TopicManager, now_ms
 from raftka.consensus.core import NotLeaderError
+from raftka.consensus.errors import OUT_OF_SPACE
 from raftka.log import LogInvariantError, PartitionLog
 from raftka.log.cleaner import (
     CleaningCancelled,
@@ -39,6 +41,9 @@ class LogCleaner:
         self.topics = topics
         self.config = config
         self.enabled = config.get_bool("log.cleaner.enable")
+        #: Told of an I/O error (other than a full disk's) on a partition's files: the
+        #: broker takes the log directory offline (Kafka's cleaner does the same).
+        self.on_log_dir_failure: Callable[[str, OSError], None] | None = None
 
     # Dynamic broker configs: read when used, so a change applies from the next cleaning.
     @property
@@ -62,6 +67,13 @@ class LogCleaner:
                 try:
                     await self.step(partition)
                 except (OSError, LogInvariantError) as exc:
+                    if (
+                        isinstance(exc, OSError)
+                        and exc.errno not in OUT_OF_SPACE
+                        and self.on_log_dir_failure is not None
+                    ):
+                        self.on_log_dir_failure(partition.name, exc)
+                        continue
                     logger.error(
                         "%s: cleaning failed (%s); retrying in %.1f s",
                         partition.name,

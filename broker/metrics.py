@@ -361,11 +361,29 @@ class BrokerStateCollector(Collector):
         yield from self._partitions()
         yield from self._raft_groups()
         yield from self._group_lag()
+        yield from self._log_dirs()
         yield GaugeMetricFamily(
             "kafka_controller_kafkacontroller_activecontrollercount",
             "1 on the broker that leads the metadata Raft group (the controller), else 0.",
             value=1 if self.controller.is_controller else 0,
         )
+
+    def _log_dirs(self) -> Iterator[Metric]:
+        """Kafka's LogManager gauges: offline log directories, and 1/0 per directory."""
+        offline = self.topics.offline_log_dirs
+        yield GaugeMetricFamily(
+            "kafka_log_logmanager_offlinelogdirectorycount",
+            "Log directories taken offline by an I/O error (back after a restart).",
+            value=len(offline),
+        )
+        per_dir = GaugeMetricFamily(
+            "kafka_log_logmanager_logdirectoryoffline",
+            "1 when the log directory is offline after an I/O error, else 0.",
+            labels=["logDirectory"],
+        )
+        log_dir = self.topics.log_dir
+        per_dir.add_metric([log_dir], 1 if log_dir in offline else 0)
+        yield per_dir
 
     def _partitions(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]

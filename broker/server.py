@@ -24,7 +24,7 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from raftka.broker.clock import SYSTEM_CLOCK, Clock
-from raftka.broker.cluster.controller import Controller
+from raftka.broker.cluster.controller import METADATA_GROUP, Controller
 from raftka.broker.compaction import LogCleaner
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
@@ -39,6 +39,7 @@ from raftka.broker.groups.store import offsets_marker_listener
 from raftka.broker.handlers import HANDLERS
 from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.idle import IdleConnections
+from raftka.broker.log_dir_failure import LogDirFailureHandler
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector, FetchSessionCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.queues.api import QueueApi, error_answer
@@ -58,7 +59,6 @@ from raftka.broker.services import BrokerIdentity, BrokerServices
 from raftka.broker.share.manager import SharePartitionManager
 from raftka.broker.share.state_store import TopicShareStateStore
 from raftka.broker.share.state_store import register as register_share_state
-from raftka.broker.sync_failure import halt_after_failed_sync
 from raftka.broker.topics import Partition, TopicManager
 from raftka.broker.txn import transaction_coordinator_for
 from raftka.consensus.driver import RaftNode
@@ -485,14 +485,16 @@ class Broker:
             )
             self.hard_states = HardStateStore(data_dir / "raft.lmdb")
             opened.callback(self.hard_states.close)
+            self.log_dir_failures = LogDirFailureHandler(METADATA_GROUP)
             self.node = RaftNode(
                 self.node_id,
                 self.transport,
                 seed=self.node_id,
                 hard_states=self.hard_states,
-                on_sync_failure=halt_after_failed_sync,
+                on_sync_failure=self.log_dir_failures,
             )
             self.topics = TopicManager(data_dir, config, self.node, self.hard_states)
+            self.log_dir_failures.topics = self.topics
             opened.callback(self.topics.close)
             self.controller = Controller(
                 self.node,
@@ -510,6 +512,7 @@ class Broker:
             )
             opened.callback(self.producer_ids.close)
             self.replica_manager = ReplicaManager(self.topics, self.controller, self.clock)
+            self.replica_manager.on_log_dir_failure = self.log_dir_failures
             self.groups = coordinator_for(
                 self.topics, self.controller, config, self.replica_manager, self.clock
             )
@@ -714,7 +717,9 @@ class Broker:
                 nursery.start_soon(self._flush_logs)
                 nursery.start_soon(self.controller.save_snapshots)
                 nursery.start_soon(self._enforce_retention)
-                nursery.start_soon(LogCleaner(self.topics, self.config).run)
+                cleaner = LogCleaner(self.topics, self.config)
+                cleaner.on_log_dir_failure = self.log_dir_failures
+                nursery.start_soon(cleaner.run)
                 nursery.start_soon(self.groups.run)
                 nursery.start_soon(self.transactions.run)
                 if self.cluster.peers:
@@ -774,12 +779,14 @@ class Broker:
 
     def not_ready_reason(self) -> str | None:
         """Why the broker cannot serve its share of the cluster yet (None: it can): it must
-        be registered with the cluster and know a leader of the metadata Raft group and of
-        every partition it hosts."""
+        be registered with the cluster, know a leader of the metadata Raft group and of
+        every partition it hosts, and have no log directory offline."""
         if not self.registered or self.node_id not in self.controller.image.brokers:
             return f"broker {self.node_id} is not registered with the cluster"
         if self.controller.raft.leader_id is None:
             return "no leader known for the metadata Raft group (no controller)"
+        for log_dir in self.topics.offline_log_dirs:
+            return f"log directory {log_dir} is offline after an I/O error (restart to recover)"
         for partition in self.topics.all_partitions():
             if self.node_id not in partition.replicas:
                 continue
@@ -831,7 +838,9 @@ class Broker:
                                 await trio.to_thread.run_sync(job)
                             except OSError as exc:
                                 if exc.errno not in OUT_OF_SPACE:
-                                    halt_after_failed_sync(f"the log of {partition.name}", exc)
+                                    # Never retried: the directory goes offline.
+                                    self.log_dir_failures(partition.name, exc)
+                                    continue
                                 # A full disk: the segments stay dirty; the next round retries.
                                 logger.error(
                                     "fsync of %s failed: %s",
@@ -863,7 +872,20 @@ class Broker:
             for partition in list(self.topics.local_partitions()):
                 if partition.log is not None and partition.raft is not None:
                     # Committed data only; a follower that lacks what goes is sent a snapshot.
-                    deleted += partition.log.enforce_retention(now, partition.raft.deletable_end())
+                    try:
+                        deleted += partition.log.enforce_retention(
+                            now, partition.raft.deletable_end()
+                        )
+                    except OSError as exc:
+                        if exc.errno not in OUT_OF_SPACE:
+                            self.log_dir_failures(partition.name, exc)
+                        else:
+                            logger.error(
+                                "retention of %s failed: %s",
+                                partition.name,
+                                exc,
+                                extra={"partition": partition.name},
+                            )
                 await trio.lowlevel.checkpoint()
             if deleted:
                 logger.info("retention deleted %d segments", deleted)

@@ -77,6 +77,16 @@ class TopicsView(Protocol):
         """The log directory the hosted partitions' folders are in."""
         ...
 
+    @property
+    def log_dir(self) -> str:
+        """That directory's name as Kafka reports it (its absolute path)."""
+        ...
+
+    @property
+    def offline_log_dirs(self) -> Mapping[str, str]:
+        """Log directories an I/O error took offline -> that error."""
+        ...
+
 
 class MetadataView(Protocol):
     """The part of the cluster metadata image a handler reads."""

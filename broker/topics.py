@@ -92,6 +92,9 @@ class Partition:
     #: That leader, while it may still lead: None before this broker knew one, and once
     #: this broker, having led at that epoch, stepped down.
     last_leader_id: int | None = None
+    #: This broker's replica is in a log directory taken offline by an I/O error: it has
+    #: no log or Raft group here until the broker restarts (Kafka's offline partition).
+    offline: bool = False
 
     @property
     def name(self) -> str:
@@ -235,6 +238,11 @@ class TopicManager:
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         # Called with a partition whenever its Raft role, leader or term changes here.
         self.leadership_listeners: list[Callable[[Partition], None]] = []
+        #: Log directory (absolute path) -> the I/O error that took it offline.
+        self.offline_log_dirs: dict[str, str] = {}
+        # The logs of offline partitions: never flushed or closed again (see
+        # `take_log_dir_offline`), kept so their descriptors stay valid for readers.
+        self._abandoned_logs: list[PartitionLog] = []
         data_dir.mkdir(parents=True, exist_ok=True)
 
     def close(self) -> None:
@@ -271,6 +279,49 @@ class TopicManager:
         for partition in self.all_partitions():
             if partition.log is not None:
                 yield partition
+
+    @property
+    def log_dir(self) -> str:
+        """The log directory's name as Kafka reports it (its absolute path)."""
+        return str(self.data_dir.absolute())
+
+    # -- a failed log directory ----------------------------------------------------------
+
+    def take_log_dir_offline(self, reason: str, error: NotLeaderError) -> list[Partition]:
+        """Stop every replica in the log directory (Kafka's LogManager.handleLogDirFailure):
+        its Raft group is removed (no votes, appends or acknowledgements from here; its
+        waiters get `error`) and its log is dropped without a flush or a close, which would
+        fsync again and could write a recovery point over data the kernel lost. The
+        partitions answer KAFKA_STORAGE_ERROR here until the broker restarts. Returns the
+        partitions taken offline (none when the directory already was)."""
+        if self.log_dir in self.offline_log_dirs:
+            return []
+        self.offline_log_dirs[self.log_dir] = reason
+        taken = []
+        for partition in self.all_partitions():
+            if self.node_id not in partition.replicas:
+                continue
+            partition.offline = True
+            if partition.raft is not None:
+                self.node.remove_raft_group(partition.name, error)
+                partition.raft = None
+            if partition.log is not None:
+                self._abandoned_logs.append(partition.log)
+                partition.log = None
+                taken.append(partition)
+            partition.notify_appended()
+        for partition in taken:
+            for listener in self.leadership_listeners:
+                listener(partition)
+        return taken
+
+    def _host_offline(self, partition: Partition) -> bool:
+        """A replica placed here while the log directory is offline is offline too
+        (Kafka creates no log in a failed directory)."""
+        if self.offline_log_dirs:
+            partition.offline = True
+            return True
+        return False
 
     # -- following the metadata image ----------------------------------------------------
     # Called by the controller's apply task, one change at a time. Partition logs are opened
@@ -315,10 +366,14 @@ class TopicManager:
                 hosted.append(partition)
         opened = 0
         for partition in hosted:
+            if self._host_offline(partition):
+                continue
             log = await self._open_log(partition)
             if self.topics_by_id.get(topic.topic_id) is not topic:
                 log.close()  # deleted meanwhile
                 return
+            if self._host_offline(partition):
+                continue  # the directory failed while the log was opened
             self._attach_partition(partition, log)
             opened += 1
         if opened:
@@ -351,9 +406,13 @@ class TopicManager:
         voters = tuple(raft_voters)
         partition.raft_voters = None if voters == partition.replicas else voters
         if self.node_id in partition.replicas and partition.log is None:
+            if self._host_offline(partition):
+                return
             log = await self._open_log(partition)
             if self.partition(name, index) is not partition or partition.log is not None:
                 log.close()
+                return
+            if self._host_offline(partition):
                 return
             self._attach_partition(partition, log)
             logger.info(
@@ -362,6 +421,8 @@ class TopicManager:
                 list(partition.replicas),
                 extra={"partition": partition.name, "topic": name},
             )
+        elif self.node_id not in partition.replicas and partition.offline:
+            partition.offline = False  # moved away; its folder goes at the next start
         elif self.node_id not in partition.replicas and partition.log is not None:
             directory = partition.log.directory
             self._close_partition(partition)

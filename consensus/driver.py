@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import Protocol
 
 import trio
 
@@ -697,6 +697,8 @@ class RaftGroup:
         old = self._core
         storage = self._storage
         error = StorageError(None, f"{self.name}: cannot write to the log: {exc}")
+        if self._node.storage_failed(self.name, exc):
+            return error  # removed: its waiters failed, it steps no more
         log.error(
             "node %s: %s; this replica restarts as a follower",
             old.id,
@@ -754,9 +756,10 @@ class RaftGroup:
                     "%s: applying an update failed", self.name, extra={"raft_group": self.name}
                 )
 
-    def _remove(self) -> None:
+    def _remove(self, error: NotLeaderError | None = None) -> None:
         self.removed = True
-        error = NotLeaderError(None, f"group {self.name} was removed from this node")
+        if error is None:
+            error = NotLeaderError(None, f"group {self.name} was removed from this node")
         self._commit_waiters.fail(error, only_leaders=False)
         self._durable_waiters.fail(error, only_leaders=False)
 
@@ -773,14 +776,18 @@ class RaftNode:
         election_timeout_ticks: int = 10,
         heartbeat_interval_ticks: int = 1,
         hard_states: HardStateCommitter | None = None,
-        on_sync_failure: Callable[[str, OSError], NoReturn] | None = None,
+        on_sync_failure: Callable[[str | None, OSError], None] | None = None,
     ) -> None:
         """`hard_states` commits the groups' staged hard states (None: the storages keep
         them durable themselves, as in-memory test doubles do). `on_sync_failure` is
-        called when a sync ticket's fsync or commit fails, with what failed: nothing that
-        waited for it may go ahead, and a retry that succeeds would not prove the data
-        durable, so it must not return (a broker halts); without one, `run_syncs` raises
-        SyncFailedError."""
+        called when an I/O error other than a full disk's (OUT_OF_SPACE) meets a group's
+        log, in a sync or a write, with the group's name, or when the hard states' commit
+        fails, with None. Nothing that waited for the sync may go ahead, and a retry that
+        succeeds would not prove the data durable, so it must remove the group (with
+        `remove_raft_group(..., error)`: a broker takes its log directory offline) and
+        must not return after a hard-state failure (a broker halts). Without one,
+        `run_syncs` raises SyncFailedError and a failed write restarts the group as a
+        follower."""
         if transport.node_id != node_id:
             raise ValueError(f"node {node_id} given the transport of node {transport.node_id}")
         self.node_id = node_id
@@ -838,11 +845,12 @@ class RaftNode:
         self._raft_groups[group] = raft_group
         return raft_group
 
-    def remove_raft_group(self, group: str) -> None:
-        """Stop hosting `group`; its waiters get NotLeaderError, later messages are dropped."""
+    def remove_raft_group(self, group: str, error: NotLeaderError | None = None) -> None:
+        """Stop hosting `group`; its waiters get `error` (default a NotLeaderError), later
+        messages are dropped."""
         raft_group = self._raft_groups.pop(group, None)
         if raft_group is not None:
-            raft_group._remove()
+            raft_group._remove(error)
             self._ticked_groups.pop(group, None)
 
     def raft_group(self, name: str) -> RaftGroup | None:
@@ -892,57 +900,84 @@ class RaftNode:
             await self._serve(tickets)
 
     async def _serve(self, tickets: list[_SyncTicket]) -> None:
+        """One sync of everything the tickets wait for, then their release. A job is made
+        once and run once: a log's flush job takes its segments' dirty marks when made, so
+        a job left out after another failed would leave them unsynced."""
         failures = 0
-        while True:
-            try:
-                await self._sync(tickets)
-                break
-            except OSError as exc:
-                if exc.errno not in OUT_OF_SPACE:
-                    # Never retried: see `on_sync_failure`.
-                    names = sorted({t.group.name for t in tickets if t.fsync_log})
-                    what = ", ".join(names[:5]) + (
-                        f" and {len(names) - 5} more" if len(names) > 5 else ""
-                    )
-                    what = f"the logs of {what}" if names else "the Raft hard states"
-                    if self._on_sync_failure is not None:
-                        self._on_sync_failure(what, exc)
-                    raise SyncFailedError(f"node {self.node_id}: sync of {what} failed") from exc
-                # A full disk refused the write before anything was synced (lmdb's commit
-                # writes its pages first): nothing waiting may go ahead; retry once space
-                # returns, as a full disk's writes are retried.
-                failures += 1
-                delay_s = min(5.0, 0.1 * 2**failures)
-                log.error(
-                    "node %s: sync of %d groups failed (%s); retrying in %.1f s",
-                    self.node_id,
-                    len({id(t.group) for t in tickets}),
-                    exc,
-                    delay_s,
-                )
-                await trio.sleep(delay_s)
+        async with self.sync_lock:
+            jobs = self._sync_jobs(tickets)
+            while jobs:
+                try:
+                    await trio.to_thread.run_sync(_run_all, jobs)
+                    break
+                except _SyncJobFailed as failed:
+                    del jobs[0]  # _run_all keeps the failed job first, the done ones gone
+                    exc = failed.error
+                    if exc.errno not in OUT_OF_SPACE:
+                        # Never retried: see `on_sync_failure`. The others' jobs still run.
+                        self._sync_failed(failed.group, exc)
+                    else:
+                        # A full disk refused the write before anything was synced (lmdb's
+                        # commit writes its pages first, a flush job marks its segments
+                        # dirty again): nothing waiting may go ahead; retry once space
+                        # returns, as a full disk's writes are retried.
+                        failures += 1
+                        delay_s = min(5.0, 0.1 * 2**failures)
+                        log.error(
+                            "node %s: sync of %d groups failed (%s); retrying in %.1f s",
+                            self.node_id,
+                            len({id(t.group) for t in tickets}),
+                            exc,
+                            delay_s,
+                        )
+                        await trio.sleep(delay_s)
+                        jobs[:0] = self._sync_jobs(tickets, only=failed.group)
+                    jobs = [(g, job) for g, job in jobs if g is None or g in self._raft_groups]
         for ticket in tickets:
             ticket.group._synced(ticket)
 
-    async def _sync(self, tickets: list[_SyncTicket]) -> None:
-        """The tickets' hard-state commit and log fsyncs, in one worker-thread call."""
-        async with self.sync_lock:
-            jobs: list[Callable[[], None]] = []
-            if self._hard_states is not None:
-                fsync = any(t.fsync_hard_state for t in tickets)
-                job = self._hard_states.commit_job(fsync)
+    def _sync_jobs(
+        self, tickets: list[_SyncTicket], only: str | None | bool = False
+    ) -> list[tuple[str | None, Callable[[], None]]]:
+        """The hard-state commit and log flush jobs the tickets need (`only`: the one of that
+        group, None for the hard states), each named by its group (None: hard states)."""
+        jobs: list[tuple[str | None, Callable[[], None]]] = []
+        if self._hard_states is not None and (only is False or only is None):
+            fsync = any(t.fsync_hard_state for t in tickets)
+            job = self._hard_states.commit_job(fsync)
+            if job is not None:
+                jobs.append((None, job))
+        synced: set[int] = set()
+        for ticket in tickets:
+            group = ticket.group
+            if only is not False and group.name != only:
+                continue
+            if ticket.fsync_log and not group.removed and id(group) not in synced:
+                synced.add(id(group))
+                job = group._storage.sync_job()
                 if job is not None:
-                    jobs.append(job)
-            synced: set[int] = set()
-            for ticket in tickets:
-                group = ticket.group
-                if ticket.fsync_log and not group.removed and id(group) not in synced:
-                    synced.add(id(group))
-                    job = group._storage.sync_job()
-                    if job is not None:
-                        jobs.append(job)
-            if jobs:
-                await trio.to_thread.run_sync(_run_all, jobs)
+                    jobs.append((group.name, job))
+        return jobs
+
+    def _sync_failed(self, group: str | None, exc: OSError) -> None:
+        """A sync other than a full disk's failed: `on_sync_failure` must remove `group`
+        (None: the hard states, which it must not survive), or SyncFailedError stops the
+        node."""
+        what = "the Raft hard states" if group is None else f"the log of {group}"
+        if self._on_sync_failure is not None:
+            self._on_sync_failure(group, exc)
+            if group is not None and group not in self._raft_groups:
+                return
+        raise SyncFailedError(f"node {self.node_id}: sync of {what} failed") from exc
+
+    def storage_failed(self, group: str, exc: OSError) -> bool:
+        """A write to `group`'s log failed with something other than a full disk: tell
+        `on_sync_failure`, as for a failed sync (a write error is an I/O error of the same
+        disk). Whether the group was removed (else it restarts as a follower)."""
+        if self._on_sync_failure is None or exc.errno in OUT_OF_SPACE:
+            return False
+        self._on_sync_failure(group, exc)
+        return group not in self._raft_groups
 
     def tick(self) -> None:
         """One tick of every group whose clock matters (run() calls this; tests and
@@ -1010,9 +1045,26 @@ class RaftNode:
         self._soft_state_changed = trio.Event()
 
 
-def _run_all(jobs: list[Callable[[], None]]) -> None:
-    for job in jobs:
-        job()
+class _SyncJobFailed(Exception):
+    """A sync job failed: `group` is the Raft group whose log it synced (None: the hard
+    states), `error` what it raised."""
+
+    def __init__(self, group: str | None, error: OSError) -> None:
+        super().__init__(group, error)
+        self.group = group
+        self.error = error
+
+
+def _run_all(jobs: list[tuple[str | None, Callable[[], None]]]) -> None:
+    """Run the jobs in order, each taken off the list once done; _SyncJobFailed for the
+    first that fails (left first on the list, the ones after it not run)."""
+    while jobs:
+        group, job = jobs[0]
+        try:
+            job()
+        except OSError as exc:
+            raise _SyncJobFailed(group, exc) from exc
+        del jobs[0]
 
 
 __all__ = [

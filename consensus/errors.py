@@ -26,5 +26,7 @@ class SyncFailedError(Exception):
     kernel may have dropped the data it could not write, so a retry that succeeds would not
     prove it durable: nothing that waited may go ahead, and the node must stop (a full
     disk, OUT_OF_SPACE, is retried instead: its write was refused before any sync). Raised by
-    `RaftNode.run_syncs` when the node has no `on_sync_failure` (a broker halts instead).
+    `RaftNode.run_syncs` when the node has no `on_sync_failure`, or when that did not remove
+    the failed group (a broker takes the log directory offline, or halts when the hard
+    states failed).
     """

@@ -1,14 +1,17 @@
 """`raftka cluster status`: brokers, the controller, and every partition's leader, leader
 epoch, ISR and replica lag, with under-replicated (ISR smaller than the replica set) and
-offline (no leader) partitions listed and counted; internal topics' partitions are counted but
+offline (no leader) partitions listed and counted, and each broker's log directories that an
+I/O error took offline (from DescribeLogDirs); internal topics' partitions are counted but
 listed only when asked for."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TextIO
 
 from raftka.broker.admin.common import Document, Target, print_table
 from raftka.broker.admin.partitions import (
+    PROBE_TIMEOUT_MAX_S,
     ReplicaLag,
     answering,
     format_lag,
@@ -17,7 +20,7 @@ from raftka.broker.admin.partitions import (
     with_leader_epochs,
     with_replica_lag,
 )
-from raftka.broker.admin.wire import WireCluster
+from raftka.broker.admin.wire import WireCluster, WireConnection, WireError
 from raftka.broker.topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
@@ -38,6 +41,23 @@ def _racks(target: Target, admin: AdminClient) -> tuple[dict[int, str | None], s
     return {n.id: n.rack for n in described.nodes}, described.cluster_id
 
 
+DESCRIBE_LOG_DIRS_KEY = 35
+KAFKA_STORAGE_ERROR = 56
+
+
+def _offline_log_dirs(target: Target, address: str) -> list[str] | None:
+    """The broker's log directories answered with KAFKA_STORAGE_ERROR (offline after an I/O
+    error), from DescribeLogDirs asking for no partitions; None if it did not answer."""
+    try:
+        with WireConnection(
+            address, min(target.timeout_s, PROBE_TIMEOUT_MAX_S), target.security
+        ) as conn:
+            response = conn.request(DESCRIBE_LOG_DIRS_KEY, {"topics": ()})
+    except WireError:
+        return None
+    return [r.log_dir for r in response.results if r.error_code == KAFKA_STORAGE_ERROR]
+
+
 def cluster_status(target: Target, include_internal: bool = False) -> Document:
     """The status document; internal topics' partitions are left out of its partition
     list unless `include_internal` (they count, and show among the problems, either way)."""
@@ -50,6 +70,13 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
             partition_states(metadata), leader_epochs(wire.metadata())
         )
         by_partition = with_replica_lag(target, wire, by_partition)
+        addresses = {node: b.address for node, b in wire.brokers.items()}
+    offline_dirs: dict[int, list[str] | None] = {}
+    if addresses:
+        nodes = sorted(addresses)
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            found = pool.map(lambda n: _offline_log_dirs(target, addresses[n]), nodes)
+            offline_dirs = dict(zip(nodes, found, strict=True))
     states = list(by_partition.values())
     answered = answering(target, metadata)
     brokers = []
@@ -64,6 +91,7 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
                 "answers": answered.get(broker.id, False),
                 "leads": sum(1 for s in states if s.leader == broker.id),
                 "replicas": sum(1 for s in states if broker.id in s.replicas),
+                "offline_log_dirs": offline_dirs.get(broker.id) or [],
             }
         )
     # A broker gone from Metadata still shows through the replica sets naming it.
@@ -79,8 +107,12 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
                 "answers": False,
                 "leads": sum(1 for s in states if s.leader == broker_id),
                 "replicas": sum(1 for s in states if broker_id in s.replicas),
+                "offline_log_dirs": [],
             }
         )
+    offline_log_dirs = [
+        {"broker": node, "log_dir": d} for node, dirs in offline_dirs.items() for d in dirs or ()
+    ]
     under_replicated = [s.as_json() for s in states if s.under_replicated]
     offline = [s.as_json() for s in states if s.offline]
     return {
@@ -95,12 +127,14 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
         else sum(1 for s in states if s.topic in INTERNAL_TOPICS),
         "under_replicated_partitions": under_replicated,
         "offline_partitions": offline,
+        "offline_log_dirs": offline_log_dirs,
         "counts": {
             "brokers": len(brokers),
             "brokers_answering": sum(1 for b in brokers if b["answers"]),
             "partitions": len(states),
             "under_replicated": len(under_replicated),
             "offline": len(offline),
+            "offline_log_dirs": len(offline_log_dirs),
         },
     }
 
@@ -108,7 +142,9 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
 def _broker_status(broker: Document) -> str:
     if not broker["in_metadata"]:
         return "not in metadata"
-    return "up" if broker["answers"] else "not answering"
+    if not broker["answers"]:
+        return "not answering"
+    return "up, log dir offline" if broker.get("offline_log_dirs") else "up"
 
 
 def print_status(document: Document, out: TextIO) -> None:
@@ -165,3 +201,6 @@ def print_status(document: Document, out: TextIO) -> None:
         listed = document[key]
         names = ", ".join(f"{p['topic']}[{p['partition']}]" for p in listed) or "none"
         print(f"\n{title} ({len(listed)}): {names}", file=out)
+    dirs = document.get("offline_log_dirs", [])
+    names = ", ".join(f"{d['log_dir']} (broker {d['broker']})" for d in dirs) or "none"
+    print(f"\nOffline log directories ({len(dirs)}): {names}", file=out)

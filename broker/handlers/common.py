@@ -54,7 +54,10 @@ def led_partition(partition: Partition | None, current_leader_epoch: int) -> Par
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     if not partition.is_leader or partition.log is None:
-        return ErrorCode.not_leader_or_follower
+        # KAFKA_STORAGE_ERROR when its log directory is offline here.
+        return (
+            ErrorCode.kafka_storage_error if partition.offline else ErrorCode.not_leader_or_follower
+        )
     if 0 <= current_leader_epoch < partition.leader_epoch:
         return ErrorCode.fenced_leader_epoch
     if current_leader_epoch > partition.leader_epoch:

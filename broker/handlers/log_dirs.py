@@ -4,8 +4,10 @@ total and usable bytes.
 
 raftka has one log directory (`--data-dir`), named by its absolute path as Kafka names
 its own; every hosted replica is a current one (raftka never moves a replica between
-directories, so no future replica is ever reported). As in Kafka, it needs DESCRIBE on
-the cluster (else CLUSTER_AUTHORIZATION_FAILED and no results)."""
+directories, so no future replica is ever reported). Once an I/O error took the directory
+offline it is reported with KAFKA_STORAGE_ERROR and no partitions, as Kafka reports an
+offline directory. As in Kafka, it needs DESCRIBE on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED and no results)."""
 
 from __future__ import annotations
 
@@ -63,6 +65,20 @@ async def handle_describe_log_dirs(
             error_code=ErrorCode.cluster_authorization_failed,
             results=(),
         )
+    topics = context.services.topics
+    if topics.log_dir in topics.offline_log_dirs:
+        # Kafka's answer for an offline directory: its name and the error, nothing more.
+        offline = build(
+            module.DescribeLogDirsResult,
+            error_code=ErrorCode.kafka_storage_error,
+            log_dir=topics.log_dir,
+            topics=(),
+            total_bytes=-1,
+            usable_bytes=-1,
+        )
+        return build(
+            entity, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=(offline,)
+        )
     by_topic: dict[str, list[object]] = {}
     for partition in _wanted(context, request):
         assert partition.log is not None  # _wanted yields hosted partitions only
@@ -75,12 +91,11 @@ async def handle_describe_log_dirs(
                 is_future_key=False,
             )
         )
-    data_dir = context.services.topics.data_dir.absolute()
-    usage = shutil.disk_usage(data_dir)
+    usage = shutil.disk_usage(topics.log_dir)
     result = build(
         module.DescribeLogDirsResult,
         error_code=ErrorCode.none,
-        log_dir=str(data_dir),
+        log_dir=topics.log_dir,
         topics=tuple(
             build(module.DescribeLogDirsTopic, name=name, partitions=tuple(partitions))
             for name, partitions in by_topic.items()

@@ -396,7 +396,10 @@ class ClientAppends:
             return result
         log = partition.log
         if not partition.is_leader or log is None:
-            result.fail(ErrorCode.not_leader_or_follower)
+            if partition.offline:
+                result.fail(ErrorCode.kafka_storage_error, f"{partition.name}: log dir offline")
+            else:
+                result.fail(ErrorCode.not_leader_or_follower)
             return result
         result.log_start_offset = log.log_start_offset
         if log.config.compact and not keys_checked:

@@ -77,7 +77,10 @@ def replica_partition(
     if partition is None:
         return ErrorCode.unknown_topic_or_partition
     if partition.raft is None or partition.log is None:
-        return ErrorCode.not_leader_or_follower
+        # KAFKA_STORAGE_ERROR when its log directory is offline here.
+        return (
+            ErrorCode.kafka_storage_error if partition.offline else ErrorCode.not_leader_or_follower
+        )
     if 0 <= current_leader_epoch < partition.leader_epoch:
         return ErrorCode.fenced_leader_epoch
     if current_leader_epoch > partition.leader_epoch:
@@ -229,6 +232,9 @@ class ReplicaManager:
         self.controller = controller
         self.clock = clock
         self.queues = WriteQueues()
+        #: Told of an I/O error reading a partition's files: the broker takes the log
+        #: directory offline (None: the error propagates).
+        self.on_log_dir_failure: Callable[[str, OSError], None] | None = None
         self.marker_listeners: list[MarkerListener] = []
 
     # -- appends -----------------------------------------------------------------------------
@@ -410,12 +416,15 @@ class ReplicaManager:
                 done = await partition.wait_high_watermark(end_offset, timeout_s, epoch)
                 missed = "not replicated to a majority in time"
             else:
-                done = await partition.hosted_raft.wait_durable(end_offset, timeout_s, epoch)
+                if partition.raft is None:
+                    raise NotLeaderError(None, f"{partition.name} is no longer hosted here")
+                done = await partition.raft.wait_durable(end_offset, timeout_s, epoch)
                 missed = "not synced to disk in time"
             if not done:
                 result.fail(ErrorCode.request_timed_out, f"{partition.name}: {missed}")
-        except NotLeaderError:
-            result.fail(ErrorCode.not_leader_or_follower)
+        except NotLeaderError as exc:
+            # KAFKA_STORAGE_ERROR when its log directory went offline meanwhile.
+            fail_unwritten(partition, result, exc)
 
     async def _raise_producer_id_floor(
         self, floors: list[tuple[Partition, int, AppendResult]]
@@ -522,6 +531,11 @@ class ReplicaManager:
                 found = log.fetch_slice(fetch_offset, max_bytes, limit, min_one_batch)
         except OffsetOutOfRange:
             error = ErrorCode.offset_out_of_range
+        except OSError as exc:
+            if self.on_log_dir_failure is None:
+                raise
+            self.on_log_dir_failure(partition.name, exc)
+            return PartitionRead(ErrorCode.kafka_storage_error, -1, -1, -1, None, None)
         aborted = None
         if isolation_level == READ_COMMITTED:
             aborted = (

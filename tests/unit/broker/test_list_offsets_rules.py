@@ -94,9 +94,12 @@ def test_a_replica_is_answered_even_while_a_new_leader_is_behind_its_epoch_start
     assert lookup_offset(behind, MAX_TIMESTAMP, 0) == (-1, -1)
 
 
-def replica(epoch: int, *, hosted: bool = True) -> Any:
+def replica(epoch: int, *, hosted: bool = True, offline: bool = False) -> Any:
     return SimpleNamespace(
-        raft=object() if hosted else None, log=object() if hosted else None, leader_epoch=epoch
+        raft=object() if hosted else None,
+        log=object() if hosted else None,
+        leader_epoch=epoch,
+        offline=offline,
     )
 
 
@@ -107,4 +110,6 @@ def test_any_hosted_replica_answers_at_its_epoch() -> None:
     assert replica_partition(follower, 3) == ErrorCode.fenced_leader_epoch
     assert replica_partition(follower, 5) == ErrorCode.unknown_leader_epoch
     assert replica_partition(replica(4, hosted=False), -1) == ErrorCode.not_leader_or_follower
+    offline = replica(4, hosted=False, offline=True)  # its log directory failed here
+    assert replica_partition(offline, -1) == ErrorCode.kafka_storage_error
     assert replica_partition(None, -1) == ErrorCode.unknown_topic_or_partition
