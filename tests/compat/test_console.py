@@ -184,14 +184,29 @@ def browser(chromium, tmp_path):
     yield instance
 
 
+#: Where the console's tests keep a screenshot of every page they look at (the pictures of
+#: docs/operating/console.md): RAFTKA_CONSOLE_SCREENSHOTS=DIR, else build/console-screenshots
+#: of this checkout; RAFTKA_CONSOLE_SCREENSHOTS=0 keeps none.
+SCREENSHOTS_DEFAULT = Path(__file__).resolve().parents[2] / "build" / "console-screenshots"
+
+
+def screenshots_kept() -> Path | None:
+    """The folder every page's screenshot is kept in, made when missing; None: none kept."""
+    chosen = os.environ.get("RAFTKA_CONSOLE_SCREENSHOTS")
+    if chosen in ("0", ""):
+        return None
+    folder = Path(chosen) if chosen else SCREENSHOTS_DEFAULT
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def look(browser: Browser, url: str, name: str) -> Page:
     """The page at `url` as the browser built it; on a failing check the caller takes a
-    screenshot (see `checked`). With RAFTKA_CONSOLE_SCREENSHOTS=DIR every page looked at
-    with a `name` is kept as DIR/name.png too (the pictures of the docs)."""
-    keep = os.environ.get("RAFTKA_CONSOLE_SCREENSHOTS")
-    if keep and name:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        Browser(browser.binary, browser.profile, Path(keep)).screenshot(url, name)
+    screenshot (see `checked`). Every page looked at with a `name` is kept as name.png in
+    `screenshots_kept()` too."""
+    keep = screenshots_kept()
+    if keep is not None and name:
+        Browser(browser.binary, browser.profile, keep).screenshot(url, name)
     return Page(browser.dom(url))
 
 
