@@ -275,11 +275,11 @@ def test_a_topic_and_its_messages_are_shown_and_values_stay_text(console, browse
         page = look(browser, topic_url, "topic")
         partitions = page.rows("partitions")
         assert [row[0] for row in partitions] == ["0", "1"]
-        # partition, leader, epoch, replicas, ISR, replica lag, log start, high watermark,
-        # log end
+        # partition, leader, epoch, replicas, ISR, replica lag, low watermark, log start,
+        # high watermark, log end
         assert partitions[0][1] == partitions[0][3] == partitions[0][4] == "1"  # node 1
-        assert partitions[0][5:9] == ["no followers", "0", "11", "11"]
-        assert partitions[1][5:9] == ["no followers", "0", "11", "11"]
+        assert partitions[0][5:10] == ["no followers", "0", "0", "11", "11"]
+        assert partitions[1][5:10] == ["no followers", "0", "0", "11", "11"]
         configs = {row[0]: row for row in page.rows("configs")}
         assert configs["cleanup.policy"][1:] == ["delete", "default"]
 
@@ -597,6 +597,9 @@ def test_changes_are_posted_with_the_token_and_confirmed_by_name(console, browse
         {"csrf": token, "partition": "0", "offset": "4", "confirm": topic},
     )
     assert (status, outcome(body)) == (200, "Done.")
+    with checked(browser, topic_url, "topic-after-delete-records"):
+        # low watermark and log start of partition 0
+        assert look(browser, topic_url, "").rows("partitions")[0][6:8] == ["4", "4"]
     messages_url = f"{topic_url}/messages?partition=0&mode=offset&offset=0"
     with checked(browser, messages_url, "messages-after-delete-records"):
         shown = look(browser, messages_url, "").rows("messages")
