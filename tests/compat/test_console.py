@@ -6,6 +6,7 @@ screenshot of the page beside the test's temporary files."""
 
 from __future__ import annotations
 
+import datetime
 import html
 import http.cookiejar
 import json
@@ -333,6 +334,57 @@ def test_a_topic_and_its_messages_are_shown_and_values_stay_text(console, browse
     status, body = http_get(f"{topic_url}/messages?partition=0&positions=0:7&limit=4")
     assert status == 200
     assert [row[1] for row in Page(body).rows("messages")] == ["7", "8", "9", "10"]
+
+
+def test_messages_are_found_by_timestamp_and_value_and_shown_in_each_format(
+    console, browser, new_topic
+):
+    """Records with their own timestamps, one a second, across two partitions: browsing from
+    a timestamp (milliseconds, or an ISO date-time as the form's field sends it) starts each
+    partition at its first record at or after it; a substring of the value finds the records
+    holding it; a value is shown as text, pretty JSON or hex as asked."""
+    broker, base = console
+    topic = new_topic(partitions=2, bootstrap=broker.bootstrap)
+    start_ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    values = [
+        json.dumps({"i": i, "word": "needle" if i in (3, 8) else "hay"}).encode() for i in range(10)
+    ]
+    records = [
+        {
+            "key": f"k{i}".encode(),
+            "value": values[i],
+            "partition": i % 2,
+            "timestamp": start_ms + i * 1000,
+        }
+        for i in range(10)
+    ]
+    assert not produce(broker.bootstrap, topic, records).errors
+    messages = f"{base}/topics/{topic}/messages"
+
+    def shown(query: str, name: str = "") -> list[list[str]]:
+        with checked(browser, f"{messages}?{query}", name or "messages-query"):
+            return look(browser, f"{messages}?{query}", name).rows("messages")
+
+    def when(i: int) -> str:
+        moment = datetime.datetime.fromtimestamp((start_ms + i * 1000) / 1000, datetime.UTC)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    # partition, offset, timestamp and key of each row
+    rows = shown(f"partition=all&mode=timestamp&timestamp={start_ms + 5000}", "messages-by-time")
+    assert [row[:3] + [row[3].split(" ")[0]] for row in rows] == [
+        [str(i % 2), str(i // 2), when(i), f"k{i}"] for i in range(5, 10)
+    ]
+    rows = shown("partition=1&mode=timestamp&timestamp=2026-01-01T00:00:06.500")
+    assert [row[3].split(" ")[0] for row in rows] == ["k7", "k9"]
+
+    rows = shown("partition=all&mode=offset&offset=0&filter=needle", "messages-filtered")
+    assert [row[3].split(" ")[0] for row in rows] == ["k3", "k8"]
+
+    one = "partition=1&mode=offset&offset=2&limit=1"
+    assert shown(one)[0][4] == '{ "i": 5, "word": "hay" } json'  # auto: JSON pretty-printed
+    assert shown(one + "&format=text")[0][4] == f"{values[5].decode()} text"
+    assert shown(one + "&format=hex")[0][4] == f"{values[5].hex(' ')} hex"
+    assert shown(one + "&format=hex")[0][3] == "6b 35 hex"  # the key too
 
 
 def test_a_groups_lag_is_shown_as_it_commits(console, browser, new_topic):
