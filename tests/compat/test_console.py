@@ -37,6 +37,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -1106,6 +1107,39 @@ def test_with_sasl_the_console_signs_users_in_and_acts_as_them(module_brokers, n
     )
     assert status == 403 and outcome(body).startswith("TOPIC_AUTHORIZATION_FAILED"), body
     assert mine in admin.list_topics(timeout=10).topics
+
+    # Every other change is authorized as its API is: alice may only describe her topic, so
+    # creating a topic, adding partitions, changing a config, deleting records and producing
+    # a test message are each refused, and none changes anything.
+    kept = {"value": b"kept"}
+    writer = Producer(secured.client("admin"))
+    assert not produce(secured.address, mine, [kept], producer=writer).errors
+    made = f"alice-made-{uuid.uuid4().hex[:6]}"
+    refused = {
+        "/topics": {"name": made, "partitions": "1", "replication_factor": "1"},
+        f"/topics/{mine}/partitions": {"count": "2", "confirm": mine},
+        f"/topics/{mine}/configs": {"name": "retention.ms", "value": "1000", "confirm": mine},
+        f"/topics/{mine}/records": {"partition": "0", "offset": "1", "confirm": mine},
+        f"/topics/{mine}/produce": {"partition": "0", "key": "k", "value": "not written"},
+    }
+    for path, fields in refused.items():
+        status, body, _ = alice.post(base + path, {"csrf": session_token, **fields})
+        said = outcome(body)
+        assert status == 403, (path, status, said)
+        assert said.startswith(("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED")), (
+            path,
+            said,
+        )
+    assert made not in admin.list_topics(timeout=10).topics
+    assert len(admin.list_topics(mine, timeout=10).topics[mine].partitions) == 1
+    configs = admin.describe_configs([ConfigResource("topic", mine)])
+    described = next(iter(configs.values())).result(30)
+    assert described["retention.ms"].is_default, described["retention.ms"]
+    reader = Consumer(secured.client("admin", **{"group.id": f"check-{made}"}))
+    try:
+        assert reader.get_watermark_offsets(TopicPartition(mine, 0), timeout=30) == (0, 1)
+    finally:
+        reader.close()
 
     # Signed out, the session is gone.
     alice.post(base + "/logout", {"csrf": session_token})
