@@ -480,15 +480,23 @@ def test_read_committed_browsing_leaves_out_aborted_transactions(console, browse
     opener.produce(topic, value=b"open", partition=0)
     assert opener.flush(30) == 0
 
-    # The transactions' ids, on the operations page with their states; the open one with
-    # how long it has been open.
+    # The transactions' ids, on the operations page with their states and coordinator; the
+    # open one with how long it has been open. The partition holds it open from its first
+    # record (offset 7: after three aborted records, a marker, two committed and a marker),
+    # written moments ago, so not hanging.
     with checked(browser, base + "/operations", "operations"):
         page = look(browser, base + "/operations", "operations")
-        rows = {row[0]: row[2:] for row in page.rows("transactions")}
-        assert rows[f"console-{topic[-10:]}"] == ["CompleteCommit", ""]
-        state, age = rows[still_open]
-        assert state == "Ongoing"
+        rows = {row[0]: row[1:] for row in page.rows("transactions")}
+        node = "1"  # the broker's node id, its own coordinator
+        assert rows[f"console-{topic[-10:]}"][1:] == ["CompleteCommit", "", node]
+        producer_id, state, age, coordinator = rows[still_open]
+        assert (state, coordinator) == ("Ongoing", node)
         assert re.fullmatch(r"\d+ s of its 60 s timeout", age), age
+        held = [row for row in page.rows("open-transactions") if row[0] == topic]
+        assert len(held) == 1, page.rows("open-transactions")
+        topic_name, partition, held_by, _epoch, first, last_write, verdict = held[0]
+        assert (partition, held_by, first, verdict) == ("0", producer_id, "7", "open")
+        assert re.fullmatch(r"\d+ s ago", last_write), last_write
     opener.abort_transaction(30)
 
 
