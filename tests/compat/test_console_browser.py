@@ -8,6 +8,7 @@ The broker has a SASL listener, so each walk starts by signing in on the console
 
 from __future__ import annotations
 
+import re
 import shutil
 import urllib.error
 import urllib.request
@@ -173,6 +174,13 @@ def rows_of(driver: WebDriver, table_id: str) -> list[list[str]]:
     return [[" ".join(str(cell).split()) for cell in row] for row in rows]
 
 
+def overview_counts(driver: WebDriver) -> tuple[int, int]:
+    """The overview's counts of topics and partitions, as shown."""
+    found = re.search(r"Topics (\d+) Partitions (\d+)", text_of(driver, "content"))
+    assert found, text_of(driver, "content")
+    return int(found.group(1)), int(found.group(2))
+
+
 def form_of(driver: WebDriver, action: str):
     """The form posting to `action` (a path)."""
     return driver.find_element(By.CSS_SELECTOR, f'form[action="{action}"]')
@@ -249,6 +257,15 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
     ]
     result = produce(broker.bootstrap, topic, records)
     assert not result.errors, result.errors[:5]
+    with step("topic-live"):
+        # The topic's page, loaded before the produce, shows the new high watermarks by
+        # itself (partition, leader, epoch, replicas, ISR, replica lag, low watermark, log
+        # start, high watermark, ...).
+        shown(
+            driver,
+            "15 records in each partition",
+            lambda d: [row[8] for row in rows_of(d, "partitions")] == ["15", "15"],
+        )
 
     with step("find-by-key"):
         click_link(driver, "browse")
@@ -342,7 +359,17 @@ def test_a_share_groups_page_shows_its_records_in_flight(console, driver, tmp_pa
     sign_in(driver, base)
     topic = f"shared-{uuid.uuid4().hex[:8]}"
     group = f"share-group-{topic[-8:]}"
-    create_topic(broker.bootstrap, topic, partitions=1)
+    with step("overview-live"):
+        # The overview, left open, counts the new topic by itself, without a reload.
+        page = driver.find_element(By.TAG_NAME, "html")
+        before = overview_counts(driver)
+        create_topic(broker.bootstrap, topic, partitions=1)
+        shown(
+            driver,
+            "one more topic and partition",
+            lambda d: all(now > then for now, then in zip(overview_counts(d), before, strict=True)),
+        )
+        assert page.tag_name == "html"  # the same document: not reloaded
     result = produce(broker.bootstrap, topic, [{"value": b"v%d" % i} for i in range(10)])
     assert not result.errors, result.errors[:5]
     consumer = ShareConsumer(
