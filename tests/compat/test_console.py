@@ -568,6 +568,13 @@ def test_the_overview_charts_the_throughput_of_the_last_minutes(console, browser
         return float(rows[topic][4].replace(",", ""))
 
     wait_until(lambda: rate() > 0, 30, "the topic's rate in above zero")
+
+    # The picture shows lines: three rates (four samples, 5 s apart) drawn.
+    def points() -> int:
+        drawn = re.search(r'<polyline points="([^"]*)"', http_get(base + "/")[1])
+        return len(drawn.group(1).split()) if drawn else 0
+
+    wait_until(lambda: points() >= 3, 60, "three rates on the chart")
     with checked(browser, base + "/", "overview-throughput"):
         page = look(browser, base + "/", "overview-throughput")  # the picture in docs/console.png
         dom = browser.dom(base + "/")
