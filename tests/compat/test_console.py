@@ -238,6 +238,9 @@ def test_the_overview_shows_the_cluster_and_its_brokers(console, browser):
         page = look(browser, base + "/", "overview")
         assert page.title == "Overview · raftka"
         assert "Cluster id" in page.text
+        # The one broker is the controller and the metadata quorum's only voter and leader.
+        quorum = r"Controller 1 Metadata quorum leader 1, epoch \d+, high watermark \d+, voters 1 "
+        assert re.search(quorum, page.text), page.text
         brokers = page.rows("brokers")
         assert len(brokers) == 1
         node_id, address, _rack, status, *_ = brokers[0]
