@@ -818,6 +818,7 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     cluster.nodes[0].config["console.listen"] = address
     for node in cluster.nodes:
         node.config["share.auto.offset.reset"] = "earliest"
+        node.config["broker.rack"] = f"rack-{node.node_id}"
     base = f"http://{address}"
     cluster.start()
     wait_until(lambda: http_get(base + "/")[0] == 200, 30, "the console answers /")
@@ -849,7 +850,15 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
 
     wait_until(lambda: statuses() == {"1": "up", "2": "up", "3": "up"}, 30, "three brokers up")
     with checked(browser, base + "/", "cluster-overview"):
-        assert len(look(browser, base + "/", "cluster-overview").rows("brokers")) == 3
+        rows = look(browser, base + "/", "cluster-overview").rows("brokers")
+        # id, address, rack, status, leaders, replicas, role
+        assert [(row[0], row[1], row[2]) for row in rows] == [
+            (str(node.node_id), node.bootstrap, f"rack-{node.node_id}") for node in cluster.nodes
+        ]
+        roles = [row[6].split(", ") for row in rows]
+        assert all("voter" in held for held in roles), roles
+        assert "this broker" in roles[0], roles
+        assert sum("controller" in held for held in roles) == 1, roles
 
     # Partitions node 1 does not host are read from the brokers that lead them.
     remote = f"console-remote-{uuid.uuid4().hex[:8]}"
