@@ -274,6 +274,8 @@ def test_a_topic_and_its_messages_are_shown_and_values_stay_text(console, browse
         listed = {row[0]: row for row in page.rows("topics")}
         assert topic in listed
         assert listed[topic][1:3] == ["2", "1"]  # partitions, replication factor
+        # size on this broker: both partitions' logs, the 22 records and their batches
+        assert re.fullmatch(r"[1-9]\d*(\.\d)? (B|KiB) in 2 partitions here", listed[topic][3])
 
     topic_url = f"{base}/topics/{urllib.parse.quote(topic)}"
     with checked(browser, topic_url, "topic"):
