@@ -180,6 +180,9 @@ async def delete_records(view: View, topic: str) -> HttpResponse:
     found = [p for t in response.topics for p in t.partitions]
     error = found[0].error_code if found else ErrorCode.unknown_topic_or_partition
     low = f"log start offset now {found[0].low_watermark}" if found and not error else None
+    if error == ErrorCode.request_timed_out:
+        # The leader has deleted them; a replica has not yet (DeleteRecords waits for all).
+        low = "the deletion goes on: the topic page's low watermark shows it reach each replica"
     back = tag("p", link(f"/topics/{quote(topic)}", f"← topic {topic}"), " ", low)
     return outcome(view, f"Delete records of {topic}-{partition}", error, None, back)
 

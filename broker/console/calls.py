@@ -28,6 +28,7 @@ from kio.schema.describe_acls.v3 import request as describe_acls
 from kio.schema.describe_client_quotas.v1 import request as describe_quotas
 from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.describe_groups.v5 import request as describe_groups
+from kio.schema.describe_producers.v0 import request as describe_producers
 from kio.schema.describe_share_group_offsets.v1 import request as share_offsets
 from kio.schema.describe_transactions.v0 import request as describe_transactions
 from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
@@ -355,6 +356,23 @@ class Caller:
             build(
                 describe_transactions.DescribeTransactionsRequest,
                 transactional_ids=tuple(transactional_ids),
+            )
+        )
+
+    async def describe_producers(self, partitions: dict[str, list[int]]) -> Response:
+        """The producers each partition's leader tracks, with the first offset of each
+        one's open transaction (DescribeProducers, KIP-664; READ on each topic)."""
+        return await self.call(
+            build(
+                describe_producers.DescribeProducersRequest,
+                topics=tuple(
+                    build(
+                        describe_producers.TopicRequest,
+                        name=name,
+                        partition_indexes=tuple(i32(i) for i in indexes),
+                    )
+                    for name, indexes in sorted(partitions.items())
+                ),
             )
         )
 

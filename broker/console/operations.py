@@ -5,6 +5,7 @@ console's principal; a refusal shows Kafka's error instead of the table."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -144,7 +145,8 @@ OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
 
 async def _open_for(view: View, transactional_ids: list[str]) -> dict[str, Html | str]:
     """How long each open transaction has been open, beside its timeout; one open past its
-    timeout (the coordinator aborts it at its next check) is marked."""
+    timeout (the coordinator aborts it at its next check) is marked. `view` asks the
+    transactions' coordinator."""
     described = await view.caller.describe_transactions(transactional_ids)
     now = datetime.datetime.fromtimestamp(view.services.clock.wall_ms() / 1000, datetime.UTC)
     ages: dict[str, Html | str] = {}
@@ -161,6 +163,102 @@ async def _open_for(view: View, transactional_ids: list[str]) -> dict[str, Html 
     return ages
 
 
+def hanging_verdict(idle_ms: int, max_timeout_ms: int, coordinator_open: bool) -> Html | str:
+    """Whether a transaction a partition holds open is hanging, as `kafka-transactions.sh
+    find-hanging` decides: a candidate once its producer wrote nothing for longer than the
+    longest transaction timeout (`transaction.max.timeout.ms`), hanging unless a
+    coordinator still has a transaction of that producer open."""
+    if idle_ms <= max_timeout_ms:
+        return "open"
+    if coordinator_open:
+        return "open past transaction.max.timeout.ms (its coordinator has it open)"
+    return tag(
+        "span",
+        "hanging: no coordinator has it open; it holds the last stable offset back",
+        class_="bad",
+    )
+
+
+async def _transaction_rows(view: View) -> tuple[list[Row], set[int], list[Html]]:
+    """Every live broker's transactions (each coordinates its own share of the ids): the
+    rows, the producer ids of the open ones, and notes on brokers that did not answer."""
+    own = view.services.identity.node_id
+    rows: dict[str, Row] = {}
+    open_producers: set[int] = set()
+    notes: list[Html] = []
+    for node in sorted({own, *view.services.controller.live_brokers()}):
+        caller = view.caller.at(node)
+        try:
+            listed = await caller.transactions()
+        except OSError as exc:
+            notes.append(tag("li", f"transactions of broker {node} not shown: {exc}"))
+            continue
+        if listed.error_code != ErrorCode.none:
+            notes.append(tag("li", f"broker {node}: {ErrorCode(listed.error_code).name.upper()}"))
+            continue
+        states = listed.transaction_states
+        open_ids = [t.transactional_id for t in states if t.transaction_state in OPEN_STATES]
+        open_producers |= {int(t.producer_id) for t in states if t.transaction_state in OPEN_STATES}
+        ages = (
+            await _open_for(dataclasses.replace(view, caller=caller), open_ids) if open_ids else {}
+        )
+        for t in states:
+            rows[t.transactional_id] = [
+                t.transactional_id,
+                int(t.producer_id),
+                t.transaction_state,
+                ages.get(t.transactional_id, ""),
+                node,
+            ]
+    return [rows[name] for name in sorted(rows)], open_producers, notes
+
+
+async def _open_on_partitions(view: View, open_producers: set[int]) -> tuple[list[Row], list[Html]]:
+    """The transactions each partition's leader holds open (DescribeProducers), with the
+    first offset of each (which the partition's last stable offset cannot pass) and whether
+    it is hanging."""
+    metadata = await view.caller.metadata()
+    by_leader: dict[int, dict[str, list[int]]] = {}
+    for topic in metadata.topics:
+        for p in topic.partitions:
+            if p.leader_id >= 0:
+                wanted = by_leader.setdefault(int(p.leader_id), {})
+                wanted.setdefault(topic.name, []).append(int(p.partition_index))
+    now_ms = view.services.clock.wall_ms()
+    max_timeout_ms = view.services.config.get_int("transaction.max.timeout.ms")
+    rows: list[Row] = []
+    notes: list[Html] = []
+    for node, partitions in sorted(by_leader.items()):
+        try:
+            answer = await view.caller.at(node).describe_producers(partitions)
+        except OSError as exc:
+            notes.append(tag("li", f"partitions broker {node} leads not shown: {exc}"))
+            continue
+        for topic in answer.topics:
+            for p in topic.partitions:
+                if p.error_code != ErrorCode.none:
+                    continue  # not readable by this principal, or no longer led there
+                for producer in p.active_producers:
+                    first = int(producer.current_txn_start_offset)
+                    if first < 0:
+                        continue
+                    idle_ms = max(now_ms - int(producer.last_timestamp), 0)
+                    pid = int(producer.producer_id)
+                    rows.append(
+                        [
+                            link(f"/topics/{quote(topic.name)}", topic.name),
+                            int(p.partition_index),
+                            pid,
+                            int(producer.producer_epoch),
+                            first,
+                            f"{idle_ms / 1000:,.0f} s ago",
+                            hanging_verdict(idle_ms, max_timeout_ms, pid in open_producers),
+                        ]
+                    )
+    rows.sort(key=lambda row: (str(row[0]), int(str(row[1])), int(str(row[2]))))
+    return rows, notes
+
+
 async def operations_page(view: View) -> HttpResponse:
     moving = await view.caller.reassignments()
     moving_rows: list[Row] = [
@@ -175,19 +273,9 @@ async def operations_page(view: View) -> HttpResponse:
         for topic in moving.topics
         for p in topic.partitions
     ]
-    transactions = await view.caller.transactions()
-    listed = sorted(transactions.transaction_states, key=lambda s: s.transactional_id)
-    open_ids = [s.transactional_id for s in listed if s.transaction_state in OPEN_STATES]
-    ages = await _open_for(view, open_ids) if open_ids else {}
-    transaction_rows: list[Row] = [
-        [
-            state.transactional_id,
-            int(state.producer_id),
-            state.transaction_state,
-            ages.get(state.transactional_id, ""),
-        ]
-        for state in listed
-    ]
+    transaction_rows, open_producers, notes = await _transaction_rows(view)
+    open_rows, more_notes = await _open_on_partitions(view, open_producers)
+    notes += more_notes
     body = join(
         [
             section(
@@ -208,20 +296,47 @@ async def operations_page(view: View) -> HttpResponse:
                 "Transactions",
                 tag(
                     "p",
-                    "The transactional ids this broker coordinates.",
+                    "The transactional ids each broker coordinates (those this principal "
+                    "may describe).",
                     class_="note",
                 ),
-                _refused(transactions)
-                or (
-                    table(
-                        ("transactional id", "producer id", "state", "open for"),
-                        transaction_rows,
-                        id="transactions",
-                        data_live="1",
-                    )
-                    if transaction_rows
-                    else tag("p", "None.", id="transactions", data_live="1")
+                tag("ul", *notes, class_="notes") if notes else None,
+                table(
+                    ("transactional id", "producer id", "state", "open for", "coordinator"),
+                    transaction_rows,
+                    id="transactions",
+                    data_live="1",
+                )
+                if transaction_rows
+                else tag("p", "None.", id="transactions", data_live="1"),
+            ),
+            section(
+                "Open transactions on partitions",
+                tag(
+                    "p",
+                    "The transactions each partition's leader holds open (DescribeProducers): "
+                    "a read_committed consumer reads no further than the first offset of the "
+                    "oldest. One whose producer wrote nothing for longer than "
+                    "transaction.max.timeout.ms while no coordinator has it open is hanging, "
+                    "as kafka-transactions.sh find-hanging judges it.",
+                    class_="note",
                 ),
+                table(
+                    (
+                        "topic",
+                        "partition",
+                        "producer id",
+                        "epoch",
+                        "first offset",
+                        "last write",
+                        "",
+                    ),
+                    open_rows,
+                    id="open-transactions",
+                    data_live="1",
+                )
+                if open_rows
+                else tag("p", "None.", id="open-transactions", data_live="1"),
             ),
         ]
     )

@@ -69,11 +69,13 @@ class PageRead:
 @dataclass(frozen=True, slots=True)
 class ReplicaProgress:
     """What a partition's leader knows of its followers: the offsets each lacks of its log,
-    and the log's start and end."""
+    the log's start and end, and its low watermark (the lowest log start of the leader and
+    its live followers: a record deletion has reached every replica once it passes it)."""
 
     lags: dict[int, int]
     log_start: int
     log_end: int
+    low_watermark: int
 
 
 def local_progress(partition: Partition | None) -> ReplicaProgress | None:
@@ -86,7 +88,9 @@ def local_progress(partition: Partition | None) -> ReplicaProgress | None:
     matched = partition.raft.follower_match_ends()
     end = partition.log.log_end_offset
     lags = {node: max(0, end - match_end) for node, match_end in sorted(matched.items())}
-    return ReplicaProgress(lags, partition.log.log_start_offset, end)
+    start = partition.log.log_start_offset
+    low = partition.raft.low_watermark()
+    return ReplicaProgress(lags, start, end, start if low is None else low)
 
 
 def matches(record: Record, wanted: bytes) -> bool:
@@ -271,7 +275,8 @@ class PageReads:
         if progress is None:
             return int(ErrorCode.not_leader_or_follower), f"{topic}-{index} not led here".encode()
         answer = {"lags": list(progress.lags.items()), "start": progress.log_start}
-        return 0, json.dumps(answer | {"end": progress.log_end}).encode()
+        answer |= {"end": progress.log_end, "low": progress.low_watermark}
+        return 0, json.dumps(answer).encode()
 
     async def replica_progress(self, node: int, topic: str, partition: int) -> ReplicaProgress:
         """The followers' progress as broker `node`, the partition's leader, knows it;
@@ -285,7 +290,10 @@ class PageReads:
             raise OSError(f"broker {node} did not answer: {exc}") from exc
         answer = json.loads(raw)
         lags = {int(node_id): int(lag) for node_id, lag in answer["lags"]}
-        return ReplicaProgress(lags, int(answer["start"]), int(answer["end"]))
+        start = int(answer["start"])
+        # A leader older than the low watermark's field does not send it.
+        low = int(answer.get("low", start))
+        return ReplicaProgress(lags, start, int(answer["end"]), low)
 
     async def read_remote(self, node: int, query: PageQuery) -> PageRead:
         """The page's records from broker `node`'s replica; OSError naming the broker and

@@ -6,7 +6,8 @@ group's page asks its coordinator; a partition's end offset is asked of its lead
 The request travels over the brokers' own peer connection (authenticated by
 `raft.auth.secret` when set) with the principal it is made as; the broker asked runs its
 own handler with that principal, so its ACLs decide as they would for a client. Only the
-APIs a console's group pages use are served (FORWARDED_APIS); anything else is refused.
+APIs a console's group pages and transactions use are served (FORWARDED_APIS); anything
+else is refused.
 """
 
 from __future__ import annotations
@@ -39,9 +40,13 @@ if TYPE_CHECKING:
 CALL_RPC = "console.call"
 CALL_TIMEOUT_S = 8.0
 CLIENT_ID = "raftka-console"
-#: The APIs of a console's group pages and group actions.
+#: The APIs of a console's group pages and group actions, and of its operations page's
+#: transactions (each coordinator's, and each partition leader's open ones).
 FORWARDED_APIS = frozenset(
     {
+        ApiKey.LIST_TRANSACTIONS,
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        ApiKey.DESCRIBE_PRODUCERS,
         ApiKey.LIST_GROUPS,
         ApiKey.DESCRIBE_GROUPS,
         ApiKey.CONSUMER_GROUP_DESCRIBE,

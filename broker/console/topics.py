@@ -79,6 +79,17 @@ def lag_text(progress: ReplicaProgress | None) -> str:
     return ", ".join(f"{node}: {lag:,}" for node, lag in lags.items()) or "no followers"
 
 
+def low_watermark_text(progress: ReplicaProgress | None) -> str | int:
+    """The partition's low watermark, and how far it is behind the leader's log start while
+    a record deletion is still reaching a replica."""
+    if progress is None:
+        return "unknown"
+    if progress.low_watermark >= progress.log_start:
+        return progress.low_watermark
+    behind = progress.log_start - progress.low_watermark
+    return f"{progress.low_watermark} (deleting: {behind:,} offsets to go)"
+
+
 async def topics_page(view: View, rates: dict[str, float] | None = None) -> HttpResponse:
     """`rates`: records produced through this broker per second, per topic (last minute)."""
     rates = rates or {}
@@ -141,13 +152,15 @@ async def _partition_row(view: View, name: str, p: Any) -> Row:
             log.log_end_offset,
             size_text(log.size_bytes),
         ]
+    progress = await leader_progress(view, name, index)
     return [
         index,
         "none" if p.leader_id == NO_LEADER else int(p.leader_id),
         int(p.leader_epoch),
         ", ".join(str(r) for r in p.replica_nodes),
         ", ".join(str(r) for r in p.isr_nodes),
-        lag_text(await leader_progress(view, name, index)),
+        lag_text(progress),
+        low_watermark_text(progress),
         *offsets,
         link(f"/topics/{quote(name)}/messages?partition={index}", "messages"),
     ]
@@ -209,7 +222,10 @@ async def topic_page(view: View, name: str) -> HttpResponse:
                     "p",
                     "Offsets and size are this broker's replica's; the log end may run ahead "
                     "of the high watermark until the replicas have it. Replica lag: the "
-                    "offsets each follower lacks, as the partition's leader knows it.",
+                    "offsets each follower lacks, as the partition's leader knows it. Low "
+                    "watermark: the lowest log start of the leader and its live followers, "
+                    "as the leader knows it; after records are deleted it rises to the "
+                    "leader's log start as each replica deletes them.",
                     class_="note",
                 ),
                 table(
@@ -220,6 +236,7 @@ async def topic_page(view: View, name: str) -> HttpResponse:
                         "replicas",
                         "in-sync replicas",
                         "replica lag",
+                        "low watermark",
                         "log start",
                         "high watermark",
                         "log end",

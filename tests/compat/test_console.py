@@ -6,6 +6,7 @@ screenshot of the page beside the test's temporary files."""
 
 from __future__ import annotations
 
+import datetime
 import html
 import http.cookiejar
 import json
@@ -36,6 +37,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -184,14 +186,29 @@ def browser(chromium, tmp_path):
     yield instance
 
 
+#: Where the console's tests keep a screenshot of every page they look at (the pictures of
+#: docs/operating/console.md): RAFTKA_CONSOLE_SCREENSHOTS=DIR, else build/console-screenshots
+#: of this checkout; RAFTKA_CONSOLE_SCREENSHOTS=0 keeps none.
+SCREENSHOTS_DEFAULT = Path(__file__).resolve().parents[2] / "build" / "console-screenshots"
+
+
+def screenshots_kept() -> Path | None:
+    """The folder every page's screenshot is kept in, made when missing; None: none kept."""
+    chosen = os.environ.get("RAFTKA_CONSOLE_SCREENSHOTS")
+    if chosen in ("0", ""):
+        return None
+    folder = Path(chosen) if chosen else SCREENSHOTS_DEFAULT
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def look(browser: Browser, url: str, name: str) -> Page:
     """The page at `url` as the browser built it; on a failing check the caller takes a
-    screenshot (see `checked`). With RAFTKA_CONSOLE_SCREENSHOTS=DIR every page looked at
-    with a `name` is kept as DIR/name.png too (the pictures of the docs)."""
-    keep = os.environ.get("RAFTKA_CONSOLE_SCREENSHOTS")
-    if keep and name:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        Browser(browser.binary, browser.profile, Path(keep)).screenshot(url, name)
+    screenshot (see `checked`). Every page looked at with a `name` is kept as name.png in
+    `screenshots_kept()` too."""
+    keep = screenshots_kept()
+    if keep is not None and name:
+        Browser(browser.binary, browser.profile, keep).screenshot(url, name)
     return Page(browser.dom(url))
 
 
@@ -221,6 +238,9 @@ def test_the_overview_shows_the_cluster_and_its_brokers(console, browser):
         page = look(browser, base + "/", "overview")
         assert page.title == "Overview · raftka"
         assert "Cluster id" in page.text
+        # The one broker is the controller and the metadata quorum's only voter and leader.
+        quorum = r"Controller 1 Metadata quorum leader 1, epoch \d+, high watermark \d+, voters 1 "
+        assert re.search(quorum, page.text), page.text
         brokers = page.rows("brokers")
         assert len(brokers) == 1
         node_id, address, _rack, status, *_ = brokers[0]
@@ -254,17 +274,19 @@ def test_a_topic_and_its_messages_are_shown_and_values_stay_text(console, browse
         listed = {row[0]: row for row in page.rows("topics")}
         assert topic in listed
         assert listed[topic][1:3] == ["2", "1"]  # partitions, replication factor
+        # size on this broker: both partitions' logs, the 22 records and their batches
+        assert re.fullmatch(r"[1-9]\d*(\.\d)? (B|KiB) in 2 partitions here", listed[topic][3])
 
     topic_url = f"{base}/topics/{urllib.parse.quote(topic)}"
     with checked(browser, topic_url, "topic"):
         page = look(browser, topic_url, "topic")
         partitions = page.rows("partitions")
         assert [row[0] for row in partitions] == ["0", "1"]
-        # partition, leader, epoch, replicas, ISR, replica lag, log start, high watermark,
-        # log end
+        # partition, leader, epoch, replicas, ISR, replica lag, low watermark, log start,
+        # high watermark, log end
         assert partitions[0][1] == partitions[0][3] == partitions[0][4] == "1"  # node 1
-        assert partitions[0][5:9] == ["no followers", "0", "11", "11"]
-        assert partitions[1][5:9] == ["no followers", "0", "11", "11"]
+        assert partitions[0][5:10] == ["no followers", "0", "0", "11", "11"]
+        assert partitions[1][5:10] == ["no followers", "0", "0", "11", "11"]
         configs = {row[0]: row for row in page.rows("configs")}
         assert configs["cleanup.policy"][1:] == ["delete", "default"]
 
@@ -318,6 +340,57 @@ def test_a_topic_and_its_messages_are_shown_and_values_stay_text(console, browse
     status, body = http_get(f"{topic_url}/messages?partition=0&positions=0:7&limit=4")
     assert status == 200
     assert [row[1] for row in Page(body).rows("messages")] == ["7", "8", "9", "10"]
+
+
+def test_messages_are_found_by_timestamp_and_value_and_shown_in_each_format(
+    console, browser, new_topic
+):
+    """Records with their own timestamps, one a second, across two partitions: browsing from
+    a timestamp (milliseconds, or an ISO date-time as the form's field sends it) starts each
+    partition at its first record at or after it; a substring of the value finds the records
+    holding it; a value is shown as text, pretty JSON or hex as asked."""
+    broker, base = console
+    topic = new_topic(partitions=2, bootstrap=broker.bootstrap)
+    start_ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    values = [
+        json.dumps({"i": i, "word": "needle" if i in (3, 8) else "hay"}).encode() for i in range(10)
+    ]
+    records = [
+        {
+            "key": f"k{i}".encode(),
+            "value": values[i],
+            "partition": i % 2,
+            "timestamp": start_ms + i * 1000,
+        }
+        for i in range(10)
+    ]
+    assert not produce(broker.bootstrap, topic, records).errors
+    messages = f"{base}/topics/{topic}/messages"
+
+    def shown(query: str, name: str = "") -> list[list[str]]:
+        with checked(browser, f"{messages}?{query}", name or "messages-query"):
+            return look(browser, f"{messages}?{query}", name).rows("messages")
+
+    def when(i: int) -> str:
+        moment = datetime.datetime.fromtimestamp((start_ms + i * 1000) / 1000, datetime.UTC)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    # partition, offset, timestamp and key of each row
+    rows = shown(f"partition=all&mode=timestamp&timestamp={start_ms + 5000}", "messages-by-time")
+    assert [row[:3] + [row[3].split(" ")[0]] for row in rows] == [
+        [str(i % 2), str(i // 2), when(i), f"k{i}"] for i in range(5, 10)
+    ]
+    rows = shown("partition=1&mode=timestamp&timestamp=2026-01-01T00:00:06.500")
+    assert [row[3].split(" ")[0] for row in rows] == ["k7", "k9"]
+
+    rows = shown("partition=all&mode=offset&offset=0&filter=needle", "messages-filtered")
+    assert [row[3].split(" ")[0] for row in rows] == ["k3", "k8"]
+
+    one = "partition=1&mode=offset&offset=2&limit=1"
+    assert shown(one)[0][4] == '{ "i": 5, "word": "hay" } json'  # auto: JSON pretty-printed
+    assert shown(one + "&format=text")[0][4] == f"{values[5].decode()} text"
+    assert shown(one + "&format=hex")[0][4] == f"{values[5].hex(' ')} hex"
+    assert shown(one + "&format=hex")[0][3] == "6b 35 hex"  # the key too
 
 
 def test_a_groups_lag_is_shown_as_it_commits(console, browser, new_topic):
@@ -412,15 +485,23 @@ def test_read_committed_browsing_leaves_out_aborted_transactions(console, browse
     opener.produce(topic, value=b"open", partition=0)
     assert opener.flush(30) == 0
 
-    # The transactions' ids, on the operations page with their states; the open one with
-    # how long it has been open.
+    # The transactions' ids, on the operations page with their states and coordinator; the
+    # open one with how long it has been open. The partition holds it open from its first
+    # record (offset 7: after three aborted records, a marker, two committed and a marker),
+    # written moments ago, so not hanging.
     with checked(browser, base + "/operations", "operations"):
         page = look(browser, base + "/operations", "operations")
-        rows = {row[0]: row[2:] for row in page.rows("transactions")}
-        assert rows[f"console-{topic[-10:]}"] == ["CompleteCommit", ""]
-        state, age = rows[still_open]
-        assert state == "Ongoing"
+        rows = {row[0]: row[1:] for row in page.rows("transactions")}
+        node = "1"  # the broker's node id, its own coordinator
+        assert rows[f"console-{topic[-10:]}"][1:] == ["CompleteCommit", "", node]
+        producer_id, state, age, coordinator = rows[still_open]
+        assert (state, coordinator) == ("Ongoing", node)
         assert re.fullmatch(r"\d+ s of its 60 s timeout", age), age
+        held = [row for row in page.rows("open-transactions") if row[0] == topic]
+        assert len(held) == 1, page.rows("open-transactions")
+        topic_name, partition, held_by, _epoch, first, last_write, verdict = held[0]
+        assert (partition, held_by, first, verdict) == ("0", producer_id, "7", "open")
+        assert re.fullmatch(r"\d+ s ago", last_write), last_write
     opener.abort_transaction(30)
 
 
@@ -492,6 +573,13 @@ def test_the_overview_charts_the_throughput_of_the_last_minutes(console, browser
         return float(rows[topic][4].replace(",", ""))
 
     wait_until(lambda: rate() > 0, 30, "the topic's rate in above zero")
+
+    # The picture shows lines: three rates (four samples, 5 s apart) drawn.
+    def points() -> int:
+        drawn = re.search(r'<polyline points="([^"]*)"', http_get(base + "/")[1])
+        return len(drawn.group(1).split()) if drawn else 0
+
+    wait_until(lambda: points() >= 3, 60, "three rates on the chart")
     with checked(browser, base + "/", "overview-throughput"):
         page = look(browser, base + "/", "overview-throughput")  # the picture in docs/console.png
         dom = browser.dom(base + "/")
@@ -582,6 +670,9 @@ def test_changes_are_posted_with_the_token_and_confirmed_by_name(console, browse
         {"csrf": token, "partition": "0", "offset": "4", "confirm": topic},
     )
     assert (status, outcome(body)) == (200, "Done.")
+    with checked(browser, topic_url, "topic-after-delete-records"):
+        # low watermark and log start of partition 0
+        assert look(browser, topic_url, "").rows("partitions")[0][6:8] == ["4", "4"]
     messages_url = f"{topic_url}/messages?partition=0&mode=offset&offset=0"
     with checked(browser, messages_url, "messages-after-delete-records"):
         shown = look(browser, messages_url, "").rows("messages")
@@ -729,6 +820,7 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
     cluster.nodes[0].config["console.listen"] = address
     for node in cluster.nodes:
         node.config["share.auto.offset.reset"] = "earliest"
+        node.config["broker.rack"] = f"rack-{node.node_id}"
     base = f"http://{address}"
     cluster.start()
     wait_until(lambda: http_get(base + "/")[0] == 200, 30, "the console answers /")
@@ -760,7 +852,15 @@ def test_a_clusters_console_shows_a_stopped_broker_and_keeps_serving(cluster_fac
 
     wait_until(lambda: statuses() == {"1": "up", "2": "up", "3": "up"}, 30, "three brokers up")
     with checked(browser, base + "/", "cluster-overview"):
-        assert len(look(browser, base + "/", "cluster-overview").rows("brokers")) == 3
+        rows = look(browser, base + "/", "cluster-overview").rows("brokers")
+        # id, address, rack, status, leaders, replicas, role
+        assert [(row[0], row[1], row[2]) for row in rows] == [
+            (str(node.node_id), node.bootstrap, f"rack-{node.node_id}") for node in cluster.nodes
+        ]
+        roles = [row[6].split(", ") for row in rows]
+        assert all("voter" in held for held in roles), roles
+        assert "this broker" in roles[0], roles
+        assert sum("controller" in held for held in roles) == 1, roles
 
     # Partitions node 1 does not host are read from the brokers that lead them.
     remote = f"console-remote-{uuid.uuid4().hex[:8]}"
@@ -1036,6 +1136,39 @@ def test_with_sasl_the_console_signs_users_in_and_acts_as_them(module_brokers, n
     )
     assert status == 403 and outcome(body).startswith("TOPIC_AUTHORIZATION_FAILED"), body
     assert mine in admin.list_topics(timeout=10).topics
+
+    # Every other change is authorized as its API is: alice may only describe her topic, so
+    # creating a topic, adding partitions, changing a config, deleting records and producing
+    # a test message are each refused, and none changes anything.
+    kept = {"value": b"kept"}
+    writer = Producer(secured.client("admin"))
+    assert not produce(secured.address, mine, [kept], producer=writer).errors
+    made = f"alice-made-{uuid.uuid4().hex[:6]}"
+    refused = {
+        "/topics": {"name": made, "partitions": "1", "replication_factor": "1"},
+        f"/topics/{mine}/partitions": {"count": "2", "confirm": mine},
+        f"/topics/{mine}/configs": {"name": "retention.ms", "value": "1000", "confirm": mine},
+        f"/topics/{mine}/records": {"partition": "0", "offset": "1", "confirm": mine},
+        f"/topics/{mine}/produce": {"partition": "0", "key": "k", "value": "not written"},
+    }
+    for path, fields in refused.items():
+        status, body, _ = alice.post(base + path, {"csrf": session_token, **fields})
+        said = outcome(body)
+        assert status == 403, (path, status, said)
+        assert said.startswith(("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED")), (
+            path,
+            said,
+        )
+    assert made not in admin.list_topics(timeout=10).topics
+    assert len(admin.list_topics(mine, timeout=10).topics[mine].partitions) == 1
+    configs = admin.describe_configs([ConfigResource("topic", mine)])
+    described = next(iter(configs.values())).result(30)
+    assert described["retention.ms"].is_default, described["retention.ms"]
+    reader = Consumer(secured.client("admin", **{"group.id": f"check-{made}"}))
+    try:
+        assert reader.get_watermark_offsets(TopicPartition(mine, 0), timeout=30) == (0, 1)
+    finally:
+        reader.close()
 
     # Signed out, the session is gone.
     alice.post(base + "/logout", {"csrf": session_token})

@@ -2,13 +2,13 @@
 Debian's chromium-driver) to click through the pages of a real broker process. Forms are
 filled and submitted by clicking their buttons, links are followed by clicking them, and
 every step is checked on what the page shows. A failing step keeps a screenshot of the page
-(beside the test's temporary files, and in RAFTKA_CONSOLE_SCREENSHOTS=DIR when set, which
-also keeps one of every step). The broker has a SASL listener, so each walk starts by signing
-in on the console's form."""
+(beside the test's temporary files); every step's page is kept as clicked-STEP.png in the
+console tests' screenshot folder (build/console-screenshots, or RAFTKA_CONSOLE_SCREENSHOTS).
+The broker has a SASL listener, so each walk starts by signing in on the console's form."""
 
 from __future__ import annotations
 
-import os
+import re
 import shutil
 import urllib.error
 import urllib.request
@@ -28,13 +28,17 @@ from confluent_kafka.admin import AdminClient
 from harness import free_port
 from required import missing_client
 from secured import password, start_sasl_broker
+from test_console import screenshots_kept
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
-from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.expected_conditions import staleness_of
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+except ImportError:  # the driver fixture fails (or skips) each test, as for a missing client
+    webdriver = None
 
 #: How long the browser may take to show what a step waits for (a page load, a refresh).
 SHOWN_WITHIN_S = 30.0
@@ -89,6 +93,8 @@ def sign_in(driver: WebDriver, base: str) -> None:
 @pytest.fixture
 def driver(tmp_path: Path) -> Iterator[WebDriver]:
     """Headless chromium under chromedriver, both Debian's (never a downloaded build)."""
+    if webdriver is None:
+        missing_client("selenium not installed: run scripts/setup")
     chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
     if chromium is None or chromedriver is None:
         missing_client("chromium or chromedriver not found: run scripts/setup as root")
@@ -118,7 +124,7 @@ class Steps:
     def __init__(self, driver: WebDriver, shots: Path) -> None:
         self.driver = driver
         self.shots = shots
-        self.keep = os.environ.get("RAFTKA_CONSOLE_SCREENSHOTS")
+        self.keep = screenshots_kept()
 
     def __call__(self, name: str) -> _Step:
         return _Step(self, name)
@@ -134,9 +140,8 @@ class _Step:
 
     def __exit__(self, kind, error, trace) -> None:
         driver = self.steps.driver
-        if self.steps.keep:
-            Path(self.steps.keep).mkdir(parents=True, exist_ok=True)
-            driver.save_screenshot(str(Path(self.steps.keep) / f"clicked-{self.name}.png"))
+        if self.steps.keep is not None:
+            driver.save_screenshot(str(self.steps.keep / f"clicked-{self.name}.png"))
         if error is not None:
             self.steps.shots.mkdir(parents=True, exist_ok=True)
             shot = self.steps.shots / f"{self.name}.png"
@@ -167,6 +172,13 @@ def rows_of(driver: WebDriver, table_id: str) -> list[list[str]]:
         table_id,
     )
     return [[" ".join(str(cell).split()) for cell in row] for row in rows]
+
+
+def overview_counts(driver: WebDriver) -> tuple[int, int]:
+    """The overview's counts of topics and partitions, as shown."""
+    found = re.search(r"Topics (\d+) Partitions (\d+)", text_of(driver, "content"))
+    assert found, text_of(driver, "content")
+    return int(found.group(1)), int(found.group(2))
 
 
 def form_of(driver: WebDriver, action: str):
@@ -217,6 +229,11 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
     group = f"clicked-group-{topic[-8:]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
 
+    with step("sign-in-form"):
+        driver.get(base + "/login")
+        assert driver.title == "Sign in · raftka"
+        login = form_of(driver, "/login")
+        assert login.find_element(By.NAME, "password").get_attribute("type") == "password"
     with step("sign-in"):
         sign_in(driver, base)
 
@@ -240,6 +257,15 @@ def test_an_operator_clicks_through_topic_messages_lag_reset_and_delete(console,
     ]
     result = produce(broker.bootstrap, topic, records)
     assert not result.errors, result.errors[:5]
+    with step("topic-live"):
+        # The topic's page, loaded before the produce, shows the new high watermarks by
+        # itself (partition, leader, epoch, replicas, ISR, replica lag, low watermark, log
+        # start, high watermark, ...).
+        shown(
+            driver,
+            "15 records in each partition",
+            lambda d: [row[8] for row in rows_of(d, "partitions")] == ["15", "15"],
+        )
 
     with step("find-by-key"):
         click_link(driver, "browse")
@@ -333,7 +359,17 @@ def test_a_share_groups_page_shows_its_records_in_flight(console, driver, tmp_pa
     sign_in(driver, base)
     topic = f"shared-{uuid.uuid4().hex[:8]}"
     group = f"share-group-{topic[-8:]}"
-    create_topic(broker.bootstrap, topic, partitions=1)
+    with step("overview-live"):
+        # The overview, left open, counts the new topic by itself, without a reload.
+        page = driver.find_element(By.TAG_NAME, "html")
+        before = overview_counts(driver)
+        create_topic(broker.bootstrap, topic, partitions=1)
+        shown(
+            driver,
+            "one more topic and partition",
+            lambda d: all(now > then for now, then in zip(overview_counts(d), before, strict=True)),
+        )
+        assert page.tag_name == "html"  # the same document: not reloaded
     result = produce(broker.bootstrap, topic, [{"value": b"v%d" % i} for i in range(10)])
     assert not result.errors, result.errors[:5]
     consumer = ShareConsumer(

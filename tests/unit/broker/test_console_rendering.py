@@ -19,6 +19,7 @@ from raftka.broker.console.messages import (
     parse_timestamp,
     read_budget,
 )
+from raftka.broker.console.operations import hanging_verdict
 from raftka.broker.console.records import (
     SHOWN_BYTES_MAX,
     batch_records,
@@ -176,3 +177,15 @@ def test_a_share_partitions_records_in_flight_are_counted_by_delivery_count() ->
     )
     assert deliveries_text(state) == "1: 7, 2: 3, 5: 1"
     assert deliveries_text(SharePartition(4)) == "none"
+
+
+def test_an_open_transaction_hangs_past_the_longest_timeout_without_a_coordinator() -> None:
+    """As kafka-transactions.sh find-hanging: a candidate once its producer wrote nothing for
+    longer than transaction.max.timeout.ms, hanging when no coordinator has it open."""
+    max_ms = 900_000
+    assert hanging_verdict(max_ms, max_ms, coordinator_open=False) == "open"
+    assert hanging_verdict(5_000, max_ms, coordinator_open=True) == "open"
+    late_but_known = hanging_verdict(max_ms + 1, max_ms, coordinator_open=True)
+    assert late_but_known == "open past transaction.max.timeout.ms (its coordinator has it open)"
+    hanging = hanging_verdict(max_ms + 1, max_ms, coordinator_open=False)
+    assert isinstance(hanging, Html) and hanging.startswith('<span class="bad">hanging:')
