@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -52,7 +53,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     run.add_argument(
         "--trigger-interval", default="5 seconds", help="micro-batch interval (default 5 s)"
     )
-    run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    run.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master (default local[2]); with a cluster's (spark://HOST:PORT, yarn, "
+        "k8s://…) the raftka source is shipped to the executors as a zip (--py-files)",
+    )
+    run.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, as spark-submit's --conf (repeatable), e.g. "
+        "spark.executor.memory=1g or spark.pyspark.python=./environment/bin/python",
+    )
     run.add_argument(
         "--packages",
         help="Maven coordinates for spark.jars.packages, e.g. Spark's Kafka connector "
@@ -99,9 +113,15 @@ def run(args: argparse.Namespace) -> int:
     from raftka.pipeline.clicks import EVENTS_PARTITIONS, EVENTS_TOPIC, ensure_topic
     from raftka.pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError
     from raftka.pipeline.run_log import default_log_path, divert_stderr, first_line
-    from raftka.pipeline.session import SparkSetupError, local_session
+    from raftka.pipeline.session import SparkSetupError, local_session, package_zip
 
     conf = {}
+    for setting in args.conf:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            print(f"run: --conf {setting!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        conf[key.strip()] = value
     if args.packages:
         conf["spark.jars.packages"] = args.packages
     if args.jars:
@@ -119,11 +139,17 @@ def run(args: argparse.Namespace) -> int:
     # Until the job's own handler is in place, a SIGTERM stops the run as Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     spark = None
+    ship = None if args.master.startswith("local") else tempfile.TemporaryDirectory()
     try:
         # The broker first: no point starting Spark for a broker that is not there.
         ensure_topic(args.bootstrap, EVENTS_TOPIC, EVENTS_PARTITIONS)
         ensure_topic(args.bootstrap, COUNTS_TOPIC, 1)
-        spark = local_session("raftka-page-counts", master=args.master, conf=conf)
+        # On a cluster, the executors run the driver's version of the source: a zip of it,
+        # shipped as spark-submit's --py-files ships one.
+        py_files = [package_zip(ship.name)] if ship else []
+        spark = local_session(
+            "raftka-page-counts", master=args.master, conf=conf, py_files=py_files
+        )
         job = PageCountsJob(spark, args.bootstrap, checkpoint, source=args.source)
         job.run(
             available_now=args.available_now,
@@ -147,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
                 spark.stop()
             except Exception:
                 log.warning("while stopping Spark", exc_info=True)
+        if ship is not None:
+            ship.cleanup()
     return 0
 
 

@@ -13,6 +13,8 @@ itself past the call that made it.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -294,12 +296,36 @@ class RaftkaStreamWriter(DataSourceStreamWriter):
         pass
 
 
+def choose_worker_python() -> str | None:
+    """Point the active SparkContext's Python workers at an interpreter that has raftka's
+    dependencies, unless the user chose one: `spark.pyspark.python` if set (Spark itself
+    reads it only through spark-submit), else the interpreter registering the source.
+    Without this, a session started from `.venv/bin/python` without activating the
+    virtualenv runs `python3` from PATH, which cannot import confluent_kafka. Returns the
+    interpreter chosen, or None when there is nothing to choose (PYSPARK_PYTHON set, or not
+    on a driver)."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None or "PYSPARK_PYTHON" in os.environ or sc.pythonExec != "python3":
+        return None
+    sc.pythonExec = sc.getConf().get("spark.pyspark.python") or sys.executable
+    LOG.info(
+        "Spark's Python workers run %s (spark.pyspark.python or PYSPARK_PYTHON chooses)",
+        sc.pythonExec,
+    )
+    return sc.pythonExec
+
+
 class RaftkaDataSource(DataSource):
     """The `raftka` format. Options are those of Spark's Kafka source (see
     docs/spark.md); the schema is Spark's Kafka schema."""
 
     @classmethod
     def name(cls) -> str:
+        # `spark.dataSource.register` asks for the name on the driver just before it
+        # captures the session's worker Python with the source: the moment to choose it.
+        choose_worker_python()
         return "raftka"
 
     def schema(self) -> StructType:

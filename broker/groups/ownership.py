@@ -228,7 +228,11 @@ class Ownership:
         loads.records += count
         loads.groups += len(groups)
         if not self.loading:
-            logger.info(
+            # A lone empty partition is a new one (the topic's creation leads its partitions
+            # one at a time): told at DEBUG, or the first group's use would print fifty lines.
+            quiet = loads.partitions == 1 and loads.records == 0
+            logger.log(
+                logging.DEBUG if quiet else logging.INFO,
                 "coordinating the groups of %d %s partitions: %d groups from %d records (%.2f s)",
                 loads.partitions,
                 OFFSETS_TOPIC,

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import signal
 import subprocess
+import time
+import urllib.request
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from clients import consume
-from harness import REPO_ROOT, free_port
+from harness import REPO_ROOT, free_port, free_ports
 
 from raftka.pipeline.clicks import format_ts, parse_ts
 from raftka.pipeline.page_counts import COUNTS_TOPIC, PageCountsJob, PipelineError, kafka_package
@@ -269,3 +274,128 @@ def test_command_line_run_stopped_by_sigterm_exits_0_with_one_line(
     assert len(stops) == 1 and stops[0].startswith("run: stopped (interrupted) after"), shown(
         result
     )
+
+
+@dataclass
+class StandaloneCluster:
+    master: str  # spark://127.0.0.1:PORT
+    master_json: str  # the master's web UI status as JSON
+    worker_json: list[str]  # each worker's
+    work_dirs: list[Path]
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
+    """A Spark standalone cluster on 127.0.0.1, a master and two one-core workers, started
+    with the launcher PySpark ships (`bin/spark-class`, which execs the JVM)."""
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    ports = free_ports(["master", "master_ui", "worker1_ui", "worker2_ui"])
+    master = f"spark://127.0.0.1:{ports['master']}"
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_DAEMON_MEMORY": "256m",  # the master's and workers' own heaps
+    }
+    spark_class = [str(spark_home / "bin" / "spark-class")]
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, *args: str) -> None:
+        with open(tmp_path / f"{name}.log", "wb") as log:
+            processes.append(
+                subprocess.Popen(
+                    [*spark_class, *args],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=tmp_path,
+                )
+            )
+
+    cluster = StandaloneCluster(
+        master,
+        f"http://127.0.0.1:{ports['master_ui']}/json/",
+        [f"http://127.0.0.1:{ports[f'worker{n}_ui']}/json/" for n in (1, 2)],
+        [tmp_path / f"work{n}" for n in (1, 2)],
+    )
+    try:
+        start(
+            "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+            "--port", str(ports["master"]), "--webui-port", str(ports["master_ui"]),
+        )  # fmt: skip
+        for n, work_dir in enumerate(cluster.work_dirs, 1):
+            start(
+                f"worker{n}", "org.apache.spark.deploy.worker.Worker", master,
+                "--host", "127.0.0.1", "--webui-port", str(ports[f"worker{n}_ui"]),
+                "--cores", "1", "--memory", "1g", "--work-dir", str(work_dir),
+            )  # fmt: skip
+        # Until both workers have registered (a bound on a wait, not on the test's result).
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                alive = [
+                    w for w in get_json(cluster.master_json)["workers"] if w["state"] == "ALIVE"
+                ]
+            except OSError:
+                alive = []
+            if len(alive) == 2:
+                break
+            exited = [p.args[1] for p in processes if p.poll() is not None]
+            assert not exited and time.monotonic() < deadline, (
+                f"cluster not up (exited: {exited}); see the logs in {tmp_path}"
+            )
+            time.sleep(0.5)
+        yield cluster
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.mark.timeout(600)
+def test_command_line_run_on_a_standalone_cluster(
+    broker_factory, standalone_cluster, tmp_path
+) -> None:
+    bootstrap = broker_factory().bootstrap
+    pipeline(
+        "generate", "--rate", "300", "--duration", "2", "--speedup", "90", "--seed", "7",
+        "--start", "2026-01-01T00:00:00Z", "--bootstrap", bootstrap,
+    )  # fmt: skip
+    result = run_pipeline(
+        "run", "--master", standalone_cluster.master, "--available-now",
+        "--checkpoint", str(tmp_path / "checkpoint"), "--bootstrap", bootstrap,
+        "--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=512m",
+        timeout=480,
+    )  # fmt: skip
+    assert result.returncode == 0, shown(result)
+    assert "run: stopped (all available events processed)" in result.stdout, shown(result)
+    expected, newest = window_counts_from_events(bootstrap)
+    want = finished(expected, newest)
+    assert want and written_counts(bootstrap)[1] == want
+
+    # The job ran on the cluster: an executor on each worker, and each ran tasks.
+    apps = [
+        app
+        for app in get_json(standalone_cluster.master_json)["completedapps"]
+        if app["name"] == "raftka-page-counts"
+    ]
+    assert len(apps) == 1, apps
+    for url, work_dir in zip(
+        standalone_cluster.worker_json, standalone_cluster.work_dirs, strict=True
+    ):
+        executors = [e for e in get_json(url)["finishedexecutors"] if e["appid"] == apps[0]["id"]]
+        assert len(executors) == 1, (url, get_json(url))
+        stderr = work_dir / apps[0]["id"] / str(executors[0]["id"]) / "stderr"
+        assert "Running task" in stderr.read_text(errors="replace"), stderr

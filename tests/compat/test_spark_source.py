@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -612,3 +615,74 @@ def test_stream_offsets_consumer_sees_no_group_commits(
     finally:
         consumer.close()
     assert committed.offset < 0, f"the source committed offset {committed.offset}"
+
+
+USER_SESSION = """
+import sys, tempfile
+from pyspark.sql import SparkSession
+from raftka.pipeline.session import package_zip
+from raftka.pipeline.source import RaftkaDataSource
+
+bootstrap, topic, bare_python = sys.argv[1:4]
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .getOrCreate())
+spark.dataSource.register(RaftkaDataSource)
+
+def read():
+    return (spark.read.format("raftka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).load().selectExpr("CAST(value AS STRING) AS v").collect())
+
+print("read:", ",".join(sorted(row.v for row in read())))
+# Workers on a Python without raftka's dependencies (the source itself shipped as a zip).
+spark.sparkContext.pythonExec = bare_python
+spark.sparkContext.addPyFile(package_zip(tempfile.mkdtemp()))
+spark.dataSource.register(RaftkaDataSource)
+try:
+    read()
+except Exception as exc:
+    print("error:", next(line for line in str(exc).splitlines() if "No module named" in line))
+spark.stop()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_users_own_session_from_the_venv_python_without_activating_it(
+    broker_factory, tmp_path
+) -> None:
+    """`.venv/bin/python app.py` with the virtualenv not activated: Spark's Python workers
+    would start `python3` from PATH, which lacks confluent_kafka; registering the source
+    points them at the registering interpreter, and a worker Python that lacks it anyway
+    fails naming the setting to change."""
+    bootstrap = broker_factory().bootstrap
+    create_topic(bootstrap, "user-session")
+    produce(bootstrap, "user-session", [{"value": f"v{i}".encode()} for i in range(3)])
+    # PATH's python3: the interpreter the virtualenv was made from, without its packages.
+    bare_python = str(Path(sys.base_prefix) / "bin" / "python3")
+    assert subprocess.run([bare_python, "-c", "import confluent_kafka"], check=False).returncode, (
+        f"{bare_python} imports confluent_kafka, so it cannot stand for a bare python3"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(bare_python)
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    }
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin]
+    env["PATH"] = os.pathsep.join([str(bin_dir), *path])
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    (tmp_path / "app.py").write_text(USER_SESSION)
+    result = subprocess.run(
+        [sys.executable, "app.py", bootstrap, "user-session", bare_python],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert "read: v0,v1,v2" in lines, result.stdout + result.stderr[-3000:]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, result.stdout + result.stderr[-3000:]
+    assert f"No module named 'confluent_kafka' in {bare_python}" in errors[0], errors[0]
+    assert "set spark.pyspark.python (or PYSPARK_PYTHON)" in errors[0], errors[0]

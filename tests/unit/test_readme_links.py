@@ -1,6 +1,6 @@
 """The README is the landing page: every page it links to exists (the docs site's own links
 are checked by `mkdocs build --strict` in scripts/test, which does not read the README), and
-its client snippet is the one the quick start test runs."""
+its commands and client snippet are ones the quick start test runs."""
 
 from __future__ import annotations
 
@@ -33,3 +33,24 @@ def test_the_readme_client_snippet_is_the_one_the_quick_start_runs() -> None:
     heredoc = re.search(r"python - <<'EOF'\n(.*?)EOF\n", page, re.DOTALL)
     assert snippet is not None and heredoc is not None
     assert snippet.group(1) == heredoc.group(1)
+
+
+def commands(text: str, fence: str) -> list[str]:
+    """The command lines of every `fence` block of `text`, without their comments."""
+    blocks = re.findall(rf"```{fence}\n(.*?)```", text, re.DOTALL)
+    return [
+        line.split("  #")[0].strip()
+        for block in blocks
+        for line in block.splitlines()
+        if line.split("  #")[0].strip()
+    ]
+
+
+def test_the_readme_commands_after_setup_are_the_ones_the_quick_start_runs() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    page = (REPO_ROOT / "docs" / "getting-started.md").read_text()
+    tried = commands(readme, "sh")
+    assert tried[:2] == ["scripts/serve", "scripts/test"], tried
+    ran = set(commands(page, "bash"))
+    # The quick start starts the broker in the background (`scripts/serve &`).
+    assert [line for line in tried[2:] if line not in ran] == []
