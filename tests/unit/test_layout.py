@@ -140,3 +140,17 @@ def test_no_module_of_broker_imports_itself_through_others() -> None:
         "module below both)"
         for c in circles
     )
+
+
+def test_no_two_test_modules_share_a_file_name() -> None:
+    # The test folders are not packages: pytest imports each test module by its file name,
+    # so a second module of the same name anywhere under tests/ fails the suite's collection.
+    listing = subprocess.run(
+        ["git", "ls-files", "tests"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    by_name: dict[str, list[str]] = {}
+    for path in listing.splitlines():
+        name = Path(path).name
+        if name.startswith("test_") and name.endswith(".py"):
+            by_name.setdefault(name, []).append(path)
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
