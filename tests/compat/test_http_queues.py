@@ -219,6 +219,10 @@ def test_basic_auth_on_a_sasl_broker(module_brokers: Brokers) -> None:
     alice = ("alice", password("alice"))
     assert call(base, "POST", f"/queues/{name}/messages", {"value": "x"}, auth=alice)[0] == 403
     assert call(base, "POST", f"/queues/{name}/dequeue", {}, auth=alice)[0] == 403
+    assert (
+        call(base, "PATCH", f"/queues/{name}/messages/0/0", {"priority": 1}, auth=alice)[0] == 403
+    )
+    assert call(base, "DELETE", f"/queues/{name}/messages/0/0", auth=alice)[0] == 403
     assert call(base, "POST", f"/queues/{name}/messages", {"value": "x"}, auth=admin)[0] == 201
     assert [m["value"] for m in dequeue_as(base, name, admin)] == ["x"]
 
