@@ -165,9 +165,14 @@ def test_a_nack_with_a_delay_keeps_the_message_back_until_then(
     due_ms = answer["available_at_ms"]
     # The others are not held back by it.
     others = dequeue(base, name, max=5, wait_ms=200, ack=True)
-    assert [m["value"] for m in others] == ["m1", "m2"]
-    # A waiting dequeue gets it when it is due, not before.
-    waited: list[dict[str, Any]] = []
+    answered_ms = int(time.time() * 1000)
+    assert {"m1", "m2"} <= {m["value"] for m in others}
+    if answered_ms < due_ms:
+        assert [m["value"] for m in others] == ["m1", "m2"], "dealt before its delay ended"
+    # A waiting dequeue gets it when it is due, not before (on a machine so slow that the
+    # delay ended meanwhile, it came with the others).
+    waited = [m for m in others if m["value"] == "m0"]
+    received_ms = answered_ms
     deadline = time.monotonic() + WAIT_S
     while not waited:
         assert time.monotonic() < deadline, f"not dequeued {WAIT_S} s after its delay"
@@ -213,7 +218,7 @@ def test_changes_and_a_delayed_nack_survive_kill_9(broker_factory: Any) -> None:
     broker.start()
     wait_until(lambda: call(base, "GET", "/queues")[0] == 200, 30, "the queue API answers again")
     got = dequeue(base, name, max=10, wait_ms=2000, ack=True)
-    if int(time.time() * 1000) < due_ms:
+    if int(time.time() * 1000) < due_ms:  # answered before the delay ended
         assert [m["value"] for m in got] == ["m0", "m2", "m3", "m4"]
     later: list[dict[str, Any]] = []
     deadline = time.monotonic() + WAIT_S
@@ -222,7 +227,6 @@ def test_changes_and_a_delayed_nack_survive_kill_9(broker_factory: Any) -> None:
         later += dequeue(base, name, max=10, wait_ms=5000, ack=True)
         assert not later or int(time.time() * 1000) >= due_ms
     assert sorted(m["value"] for m in got + later) == ["m0", "m2", "m3", "m4", "m5"]
-    assert [m["value"] for m in got + later][-1] == "m5"
 
 
 @pytest.mark.timeout(300)
