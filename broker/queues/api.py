@@ -312,6 +312,12 @@ class QueueApi:
         default_priority = _int(body, "default_priority", None, *PRIORITY_RANGE)
         if default_priority is not None:
             configs.append(("share.delivery.default.priority", str(default_priority)))
+        delays = body.get("delays", False)
+        if not isinstance(delays, bool):
+            raise Problem(HTTPStatus.BAD_REQUEST, "invalid-delays", "delays is true or false")
+        if delays and order == "fifo":
+            # The other orders always honour them.
+            configs.append(("share.delivery.delay.enable", "true"))
         topic = build(
             create_topics.CreatableTopic,
             name=name,

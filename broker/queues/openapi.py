@@ -169,6 +169,12 @@ def openapi_document() -> Json:
                                         "partitions": {"type": "integer", "minimum": 1},
                                         "order": {"enum": ["fifo", "priority", "fair"]},
                                         "default_priority": {"type": "integer"},
+                                        "delays": {
+                                            "type": "boolean",
+                                            "description": "a fifo queue honours delays "
+                                            "(share.delivery.delay.enable); the other "
+                                            "orders always do",
+                                        },
                                     },
                                 }
                             }

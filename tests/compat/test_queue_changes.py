@@ -195,6 +195,15 @@ def test_a_nack_with_a_delay_keeps_the_message_back_until_then(
     # Both still locked to their ids: an ack takes.
     assert call(base, "POST", f"/queues/{name}/ack", {"ids": [again["id"]]}) == (200, {"acked": 1})
     assert call(base, "POST", f"/queues/{plain}/ack", {"ids": [held["id"]]}) == (200, {"acked": 1})
+    # A fifo queue made to honour delays takes a delayed nack.
+    delaying = unique("fifo-delays")
+    assert call(base, "PUT", f"/queues/{delaying}", {"delays": "yes"})[0] == 400
+    assert call(base, "PUT", f"/queues/{delaying}", {"delays": True})[0] == 201
+    enqueue(base, delaying, [{"value": "x"}, {"value": "y"}])
+    (x,) = dequeue(base, delaying, max=1, wait_ms=2000)
+    nack = {"ids": [x["id"]], "delay_ms": 600_000}
+    assert call(base, "POST", f"/queues/{delaying}/nack", nack)[0] == 200
+    assert [m["value"] for m in dequeue(base, delaying, max=5, wait_ms=200)] == ["y"]
 
 
 def test_changes_and_a_delayed_nack_survive_kill_9(broker_factory: Any) -> None:
