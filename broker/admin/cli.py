@@ -21,6 +21,7 @@ from raftka.broker.admin import (
     elect,
     groups,
     membership,
+    queues,
     quotas,
     reassign,
     restore,
@@ -52,6 +53,7 @@ ADMIN_COMMANDS = (
     "transactions",
     "acls",
     "quotas",
+    "queues",
 )
 
 # A command: (parsed arguments, target) -> (JSON document, table printer).
@@ -266,6 +268,107 @@ def _topics_parser(commands: Subcommands, common: argparse.ArgumentParser) -> No
     delete.set_defaults(run=lambda a, t: (topics.delete_topics(t, a.topics), topics.print_done))
 
 
+def _priority(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not -(2**63) <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be a 64-bit integer, got {value}")
+    return value
+
+
+def _fair_key(text: str) -> str:
+    if text == "key" or (text.startswith("header:") and len(text) > len("header:")):
+        return text
+    raise argparse.ArgumentTypeError(f"expected key or header:NAME, got {text!r}")
+
+
+def _queues_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "queues", help="list, create, describe or delete queues (topics with a delivery order)"
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", parents=[common], help="queues and their orders")
+    listing.set_defaults(run=lambda a, t: (queues.list_queues(t), queues.print_list))
+
+    create = actions.add_parser("create", parents=[common], help="create a queue")
+    create.add_argument("queue", metavar="QUEUE")
+    create.add_argument(
+        "--order",
+        choices=queues.ORDERS,
+        default="fifo",
+        help="fifo (default): offset order; priority: the lowest `priority` header first; "
+        "fair: round robin across keys",
+    )
+    create.add_argument("--partitions", type=_positive_int, default=1, metavar="N")
+    create.add_argument(
+        "--replication-factor",
+        type=_replication_factor,
+        default=-1,
+        metavar="R",
+        help="default: the broker's default.replication.factor",
+    )
+    create.add_argument(
+        "--default-priority",
+        type=_priority,
+        metavar="P",
+        help="a priority queue's priority for messages without one (default 0)",
+    )
+    create.add_argument(
+        "--fair-key",
+        type=_fair_key,
+        metavar="key|header:NAME",
+        help="what a fair queue rotates across (default: the record key)",
+    )
+    create.add_argument(
+        "--delays",
+        action="store_true",
+        help="a fifo queue honours deliver-at-ms headers and delayed nacks (the other "
+        "orders always do)",
+    )
+    create.set_defaults(
+        run=lambda a, t: (
+            queues.create_queue(
+                t,
+                a.queue,
+                a.partitions,
+                a.replication_factor,
+                a.order,
+                a.default_priority,
+                a.fair_key,
+                a.delays,
+            ),
+            queues.print_created,
+        ),
+        parser=create,
+        check=lambda a: (
+            "--default-priority is for --order priority"
+            if a.default_priority is not None and a.order != "priority"
+            else "--fair-key is for --order fair"
+            if a.fair_key is not None and a.order != "fair"
+            else "--delays is for --order fifo (the other orders always honour delays)"
+            if a.delays and a.order != "fifo"
+            else None
+        ),
+    )
+
+    describe = actions.add_parser(
+        "describe",
+        parents=[common],
+        help="its order, and each share group's progress through it",
+    )
+    describe.add_argument("queue", metavar="QUEUE")
+    describe.set_defaults(
+        run=lambda a, t: (queues.describe_queue(t, a.queue), queues.print_describe)
+    )
+
+    delete = actions.add_parser("delete", parents=[common], help="delete queues and messages")
+    delete.add_argument("queues", nargs="+", metavar="QUEUE")
+    delete.set_defaults(run=lambda a, t: (queues.delete_queues(t, a.queues), queues.print_deleted))
+
+
 def _groups_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("groups", help="list, describe, delete or reset consumer groups")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -431,7 +534,7 @@ def _backup_parsers(commands: Subcommands, common: argparse.ArgumentParser) -> N
 
 def add_admin_commands(commands: Subcommands) -> None:
     """Adds `topics`, `groups`, `transactions`, `cluster`, `partitions`, `backup`, `restore`,
-    `users` and `acls`, `quotas` to the `raftka` subcommands."""
+    `users` and `acls`, `quotas`, `queues` to the `raftka` subcommands."""
     common = _common_options()
     _topics_parser(commands, common)
     _groups_parser(commands, common)
@@ -442,6 +545,7 @@ def add_admin_commands(commands: Subcommands) -> None:
     users.add_parser(commands, common)
     acls.add_parser(commands, common)
     quotas.add_parser(commands, common)
+    _queues_parser(commands, common)
 
 
 def run_admin_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

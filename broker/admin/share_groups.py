@@ -35,6 +35,15 @@ T = TypeVar("T")
 
 def _persisted(target: Target, group_id: str) -> dict[tuple[str, int], PersistedState]:
     """(topic id, partition) -> the group's latest persisted state."""
+    states = persisted_states(target, lambda group, _topic_id, _partition: group == group_id)
+    return {(topic_id, partition): state for (_g, topic_id, partition), state in states.items()}
+
+
+def persisted_states(
+    target: Target, keep: Callable[[str, str, int], bool]
+) -> dict[tuple[str, str, int], PersistedState]:
+    """(group, topic id, partition) -> the latest persisted state, of the share-partitions
+    `keep(group, topic id, partition)` keeps."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     admin = target.admin()
@@ -50,7 +59,7 @@ def _persisted(target: Target, group_id: str) -> dict[tuple[str, int], Persisted
             "enable.partition.eof": False,
         }
     )
-    states: dict[tuple[str, int], PersistedState] = {}
+    states: dict[tuple[str, str, int], PersistedState] = {}
     try:
         ends = {}
         for p in topic.partitions:
@@ -77,12 +86,13 @@ def _persisted(target: Target, group_id: str) -> dict[tuple[str, int], Persisted
             if key is None:
                 continue
             group, topic_id, partition = json.loads(key)
-            if group != group_id:
+            found = (str(group), str(topic_id), int(partition))
+            if not keep(*found):
                 continue
             if value is None:  # deleted (DeleteShareGroupOffsets, DeleteGroups)
-                states.pop((str(topic_id), int(partition)), None)
+                states.pop(found, None)
             else:
-                states[(str(topic_id), int(partition))] = decode_state(value)
+                states[found] = decode_state(value)
     finally:
         consumer.close()
     return states
@@ -95,7 +105,7 @@ class _ClientTopicId(Protocol):
     def get_least_significant_bits(self) -> int: ...
 
 
-def _canonical(topic_id: Uuid) -> str:
+def canonical_topic_id(topic_id: Uuid) -> str:
     """A client's topic id (two signed 64-bit halves) as the state keys write it."""
     halves = cast("_ClientTopicId", topic_id)
     high = halves.get_most_significant_bits() & (2**64 - 1)
@@ -114,7 +124,7 @@ def describe_share_group(target: Target, group_id: str) -> Document | None:
     admin = target.admin()
     metadata = target.metadata(admin)
     names = {
-        _canonical(d.topic_id): name
+        canonical_topic_id(d.topic_id): name
         for name, d in topic_descriptions(target, admin, list(metadata.topics)).items()
     }
     keys = sorted(

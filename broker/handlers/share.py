@@ -257,7 +257,7 @@ def _locate(
     return led, answer
 
 
-async def _share_partition(
+async def share_partition(
     context: RequestContext, group_id: str, partition: Partition, config: ShareConfig
 ) -> LedSharePartition:
     log = partition.hosted_log
@@ -300,7 +300,7 @@ async def _acknowledge(
     """Apply the partition's acknowledgement batches and persist them; errors go into
     `answer.ack_error`."""
     try:
-        led = await _share_partition(context, group_id, partition, config)
+        led = await share_partition(context, group_id, partition, config)
     except OSError as exc:
         answer.ack_error, answer.ack_message = ErrorCode.coordinator_not_available, str(exc)
         return
@@ -591,7 +591,7 @@ async def _load(
     for key in keys:
         partition = located[key]
         try:
-            led = await _share_partition(context, group_id, partition, config)
+            led = await share_partition(context, group_id, partition, config)
         except OSError as exc:
             logger.info("share-partition %s of %s not ready: %s", partition.name, group_id, exc)
             still.append(key)

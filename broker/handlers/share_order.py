@@ -192,3 +192,28 @@ def acquire_indexed(
     index.acquired(chosen)
     records = b"".join(b.segment.pread(b.length, b.position) for b in batches)
     return acquired, records, used
+
+
+def record_values(
+    partition: Partition, offset: int, order: IndexedOrder
+) -> tuple[bytes | None, ...] | None:
+    """The values one record is indexed by (as `IndexedRecord`'s), read from the batch
+    holding it; None when the log holds no record at `offset` (below its start, past the
+    high watermark, or a control batch). For the queue API's changes of one record."""
+    try:
+        found = partition.hosted_log.fetch_slice(offset, 1, partition.high_watermark, True)
+    except OffsetOutOfRange:
+        return None
+    if found is None:
+        return None
+    for batch in whole_batches(found.segment.pread(found.length, found.position)):
+        header = read_batch_header(batch, 0)
+        if header.is_control or not header.base_offset <= offset < header.next_offset:
+            continue
+        try:
+            for at, values in header_values(batch, order.header_names(), order.with_key):
+                if at == offset:
+                    return values
+        except UnsupportedBatch:
+            return (None,) * (len(order.header_names()) + order.with_key)
+    return None

@@ -24,6 +24,13 @@ from kio.schema.errors import ErrorCode
 from raftka.broker.console.calls import ADMIN_TIMEOUT, Caller
 from raftka.broker.http_endpoint import App, HttpError, HttpRequest, HttpResponse
 from raftka.broker.queues import rest_v3
+from raftka.broker.queues.changes import (
+    change_record,
+    changed_priorities,
+    delay_releases,
+    indexed,
+    undo_delays,
+)
 from raftka.broker.queues.member import (
     ACCEPT,
     REJECT,
@@ -44,6 +51,8 @@ if TYPE_CHECKING:
     from raftka.broker.handlers.context import BrokerServices
     from raftka.broker.security.listeners import ListenerSpec
 
+#: One queued message, by its partition and offset.
+MESSAGE = "/queues/{name}/messages/{partition}/{offset}"
 #: (method, path template) -> the QueueApi method answering it.
 ROUTES: Mapping[tuple[str, str], str] = MappingProxyType(
     {
@@ -55,6 +64,8 @@ ROUTES: Mapping[tuple[str, str], str] = MappingProxyType(
         ("POST", "/queues/{name}/ack"): "ack",
         ("POST", "/queues/{name}/nack"): "nack",
         ("POST", "/queues/{name}/reject"): "reject",
+        ("PATCH", MESSAGE): "change_priority",
+        ("DELETE", MESSAGE): "cancel",
         ("POST", rest_v3.TEMPLATE): "produce_v3",
         ("GET", "/openapi.json"): "openapi",
         ("GET", "/docs"): "docs",
@@ -68,19 +79,24 @@ WAIT_MS_MAX = 5000
 #: Broker-side share members kept at most (each group and queue dequeued from has one).
 MEMBERS_MAX = 1000
 PRIORITY_RANGE = (-(2**63), 2**63 - 1)
+#: The longest delay of an enqueue or a nack (ten years).
+DELAY_MS_MAX = 10 * 365 * 86_400_000
 _NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 Json = dict[str, Any]  # Any: a JSON object's values
 
 
-def _template(path: str) -> tuple[str, str | None] | None:
-    """(template, queue name) of a served path, None for a path the API does not serve."""
+def _template(path: str) -> tuple[str, str | None, tuple[str, ...]] | None:
+    """(template, queue name, the template's other parameters) of a served path, None for a
+    path the API does not serve."""
     segments = [urllib.parse.unquote(s) for s in path.strip("/").split("/")]
     if path in ("/openapi.json", "/docs", "/queues"):
-        return path, None
+        return path, None, ()
     if segments[0] == "queues" and len(segments) in (2, 3):
         tail = "/" + segments[2] if len(segments) == 3 else ""
-        return "/queues/{name}" + tail, segments[1]
+        return "/queues/{name}" + tail, segments[1], ()
+    if segments[0] == "queues" and len(segments) == 5 and segments[2] == "messages":
+        return MESSAGE, segments[1], (segments[3], segments[4])
     return None
 
 
@@ -136,6 +152,14 @@ def _int(body: Json, name: str, default: int | None, low: int, high: int) -> int
     return value
 
 
+def _group(body: Json, name: str) -> str:
+    """The share group a request names (default: the queue's own)."""
+    group = body.get("group", name)
+    if not isinstance(group, str) or not group:
+        raise Problem(HTTPStatus.BAD_REQUEST, "invalid-group", "group is a non-empty text")
+    return group
+
+
 def _kafka(error: int, message: str | None, what: str) -> None:
     if error == ErrorCode.topic_already_exists:
         raise Problem(HTTPStatus.CONFLICT, "queue-exists", f"{what} already exists")
@@ -168,7 +192,7 @@ class QueueApi:
             if self.fallback is not None:
                 return await self.fallback(request)
             return Problem(HTTPStatus.NOT_FOUND, "not-found", "no such path").response()
-        template, name = found
+        template, name, parameters = found
         try:
             method = ROUTES.get((request.method, template))
             if method is None:
@@ -187,7 +211,10 @@ class QueueApi:
             if name is not None and not _NAME.fullmatch(name):
                 raise Problem(HTTPStatus.BAD_REQUEST, "invalid-name", f"{name!r} is no queue name")
             body = _body(request)
-            args = (caller, body) if name is None else (caller, name, body)
+            group_given = urllib.parse.parse_qs(request.query).get("group")
+            if group_given:
+                body.setdefault("group", group_given[-1])  # as ?group=... too
+            args = (caller, body) if name is None else (caller, name, *parameters, body)
             answer = await getattr(self, method)(*args)
             return answer
         except Problem as problem:
@@ -285,6 +312,12 @@ class QueueApi:
         default_priority = _int(body, "default_priority", None, *PRIORITY_RANGE)
         if default_priority is not None:
             configs.append(("share.delivery.default.priority", str(default_priority)))
+        delays = body.get("delays", False)
+        if not isinstance(delays, bool):
+            raise Problem(HTTPStatus.BAD_REQUEST, "invalid-delays", "delays is true or false")
+        if delays and order == "fifo":
+            # The other orders always honour them.
+            configs.append(("share.delivery.delay.enable", "true"))
         topic = build(
             create_topics.CreatableTopic,
             name=name,
@@ -394,7 +427,7 @@ class QueueApi:
         priority = _int(message, "priority", None, *PRIORITY_RANGE)
         if priority is not None:
             headers.append(("priority", str(priority).encode()))
-        delay = _int(message, "delay_ms", None, 0, 10 * 365 * 86_400_000)
+        delay = _int(message, "delay_ms", None, 0, DELAY_MS_MAX)
         at = _int(message, "deliver_at_ms", None, 0, 2**62)
         if delay is not None and at is not None:
             raise Problem(
@@ -419,9 +452,7 @@ class QueueApi:
         return member
 
     async def dequeue(self, caller: Caller, name: str, body: Json) -> HttpResponse:
-        group = body.get("group", name)
-        if not isinstance(group, str) or not group:
-            raise Problem(HTTPStatus.BAD_REQUEST, "invalid-group", "group is a non-empty text")
+        group = _group(body, name)
         wanted = _int(body, "max", 1, 1, DEQUEUE_MAX)
         wait_ms = _int(body, "wait_ms", 0, 0, WAIT_MS_MAX)
         ack = body.get("ack", False)
@@ -439,6 +470,10 @@ class QueueApi:
                 wait_ms,
                 self.services.clock.now_s(),
             )
+            # Read before an acknowledgement forgets them.
+            changed = changed_priorities(
+                caller, group, name, [(d.record.partition, d.record.offset) for d in delivered]
+            )
             refused: set[tuple[int, int]] = set()
             if ack and delivered:
                 refused = set(
@@ -450,7 +485,7 @@ class QueueApi:
                     )
                 )
         messages = []
-        for d in self._in_order(name, delivered):
+        for d in self._in_order(name, delivered, changed):
             record = d.record
             headers = {k: (v or b"").decode("utf-8", "replace") for k, v in record.headers}
             shown: Json = {
@@ -466,7 +501,10 @@ class QueueApi:
                 # With ack=true: whether the acknowledgement took (else the id still may).
                 "acked": ack and (record.partition, record.offset) not in refused,
             }
-            if "priority" in headers:
+            where = (record.partition, record.offset)
+            if where in changed:
+                shown["priority"] = changed[where]
+            elif "priority" in headers:
                 shown["priority"] = _priority(record.headers, None)
             try:
                 shown["value"] = None if record.value is None else record.value.decode()
@@ -475,16 +513,21 @@ class QueueApi:
             messages.append(shown)
         return json_response(HTTPStatus.OK, {"group": group, "acked": ack, "messages": messages})
 
-    def _in_order(self, name: str, delivered: list[Delivered]) -> list[Delivered]:
+    def _in_order(
+        self, name: str, delivered: list[Delivered], changed: Mapping[tuple[int, int], int]
+    ) -> list[Delivered]:
         """A ShareFetch answers each partition's records in offset order; a priority
-        queue's dequeue lists them most urgent first, as they were acquired."""
+        queue's dequeue lists them most urgent first, as they were acquired (by their
+        changed priority when the group changed it)."""
         topic = self.services.topics.get(name)
         if topic is None or topic.config.get_str("share.delivery.order") != "priority":
             return delivered
         default = topic.config.get_int("share.delivery.default.priority")
 
         def urgency(d: Delivered) -> tuple[int, int, int]:
-            priority = _priority(d.record.headers, default)
+            priority = changed.get((d.record.partition, d.record.offset))
+            if priority is None:
+                priority = _priority(d.record.headers, default)
             return default if priority is None else priority, d.record.offset, d.record.partition
 
         return sorted(delivered, key=urgency)
@@ -494,6 +537,61 @@ class QueueApi:
 
     async def nack(self, caller: Caller, name: str, body: Json) -> HttpResponse:
         return await self._settle(caller, name, body, RELEASE, "released")
+
+    async def change_priority(
+        self, caller: Caller, name: str, partition: str, offset: str, body: Json
+    ) -> HttpResponse:
+        """A queued message's priority, in its group's state (the log is not rewritten)."""
+        if "priority" not in body:
+            raise Problem(HTTPStatus.BAD_REQUEST, "invalid-priority", "priority: give one")
+        priority = _int(body, "priority", None, *PRIORITY_RANGE)
+        return await self._change(caller, name, partition, offset, body, priority=priority)
+
+    async def cancel(
+        self, caller: Caller, name: str, partition: str, offset: str, body: Json
+    ) -> HttpResponse:
+        """A queued message cancelled in its group: archived, never handed out."""
+        return await self._change(caller, name, partition, offset, body, cancel=True)
+
+    async def _change(
+        self,
+        caller: Caller,
+        name: str,
+        partition: str,
+        offset: str,
+        body: Json,
+        *,
+        priority: int | None = None,
+        cancel: bool = False,
+    ) -> HttpResponse:
+        group = _group(body, name)
+        where = {"partition": partition, "offset": offset}
+        for field, text in where.items():
+            if not text.isascii() or not text.isdigit() or len(text) > 19:
+                raise Problem(
+                    HTTPStatus.BAD_REQUEST,
+                    f"invalid-{field}",
+                    f"{field}: {text!r} is not a whole number",
+                )
+        await self._queue(caller, name)
+        changed = await change_record(
+            caller,
+            group,
+            name,
+            int(partition),
+            int(offset),
+            priority=priority,
+            cancel=cancel,
+        )
+        shown: Json = {
+            "group": group,
+            "partition": changed.partition,
+            "offset": changed.offset,
+            "state": changed.state,
+        }
+        if changed.priority is not None:
+            shown["priority"] = changed.priority
+        return json_response(HTTPStatus.OK, shown)
 
     async def reject(self, caller: Caller, name: str, body: Json) -> HttpResponse:
         return await self._settle(caller, name, body, REJECT, "rejected")
@@ -508,6 +606,14 @@ class QueueApi:
                 HTTPStatus.BAD_REQUEST, "invalid-id", f"ids: a list of 1..{DEQUEUE_MAX} message ids"
             )
         ids = [MessageId.decode(i) for i in given]
+        delay_ms = _int(body, "delay_ms", None, 0, DELAY_MS_MAX) if kind == RELEASE else None
+        if delay_ms is not None and not indexed(caller, name):
+            raise Problem(
+                HTTPStatus.CONFLICT,
+                "delays-not-honoured",
+                f"queue {name} is a fifo queue without share.delivery.delay.enable=true: it "
+                "does not honour delays (nack without delay_ms, or enable them)",
+            )
         for found in ids:
             if found.topic != name:
                 raise Problem(
@@ -524,11 +630,19 @@ class QueueApi:
                 )
         topic = await self._queue(caller, name)
         refused: list[tuple[int, int]] = []
+        due_ms = None if delay_ms is None else self.services.clock.wall_ms() + delay_ms
         for group in sorted({i.group for i in ids}):
             member = self.members[(group, name)]
             offsets = [(i.partition, i.offset) for i in ids if i.group == group]
             async with member.lock:
-                refused += await member.acknowledge(caller, topic.topic_id, offsets, kind)
+                marked = (
+                    []
+                    if due_ms is None
+                    else delay_releases(caller, group, member.member_id, name, offsets, due_ms)
+                )
+                not_taken = await member.acknowledge(caller, topic.topic_id, offsets, kind)
+                undo_delays(caller, group, name, [o for o in marked if o in set(not_taken)])
+                refused += not_taken
         if refused:
             raise Problem(
                 HTTPStatus.CONFLICT,
@@ -536,4 +650,7 @@ class QueueApi:
                 f"{len(refused)} of the messages are not locked by this id (lock expired or "
                 "already acknowledged)",
             )
-        return json_response(HTTPStatus.OK, {done: len(ids)})
+        answer: Json = {done: len(ids)}
+        if due_ms is not None:
+            answer["available_at_ms"] = due_ms
+        return json_response(HTTPStatus.OK, answer)

@@ -33,13 +33,11 @@ _NAME = {
     "description": "the queue (a topic)",
     "schema": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
 }
-_IDS = {
-    "type": "object",
-    "properties": {
-        "ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 500},
-        "id": {"type": "string"},
-    },
+_ID_PROPERTIES: Json = {
+    "ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 500},
+    "id": {"type": "string"},
 }
+_IDS = {"type": "object", "properties": _ID_PROPERTIES}
 _MESSAGE = {
     "type": "object",
     "properties": {
@@ -79,16 +77,46 @@ _REST_ERROR = {
 }
 
 
-def _settle(what: str) -> Json:
+def _settle(what: str, schema: Json = _IDS) -> Json:
     return {
         "summary": what,
         "parameters": [_NAME],
-        "requestBody": {"required": True, "content": {"application/json": {"schema": _IDS}}},
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
         "responses": {
             "200": _json({"type": "object"}, "the count settled"),
             **_problems(400, 401, 403, 404, 409),
         },
     }
+
+
+_NACK = {
+    "type": "object",
+    "properties": {
+        **_ID_PROPERTIES,
+        "delay_ms": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "not available again before this many ms from now (kept in the "
+            "group's replicated state; a fifo queue without share.delivery.delay.enable "
+            "refuses it, 409)",
+        },
+    },
+}
+_GROUP = {
+    "name": "group",
+    "in": "query",
+    "required": False,
+    "description": "the share group whose state changes (default: the queue's name; also "
+    "accepted as `group` in the body)",
+    "schema": {"type": "string"},
+}
+_AT = [
+    _NAME,
+    {"name": "partition", "in": "path", "required": True, "schema": {"type": "integer"}},
+    {"name": "offset", "in": "path", "required": True, "schema": {"type": "integer"}},
+    _GROUP,
+]
+_CHANGED = "the message's `group`, `partition`, `offset` and `state`"
 
 
 def openapi_document() -> Json:
@@ -141,6 +169,12 @@ def openapi_document() -> Json:
                                         "partitions": {"type": "integer", "minimum": 1},
                                         "order": {"enum": ["fifo", "priority", "fair"]},
                                         "default_priority": {"type": "integer"},
+                                        "delays": {
+                                            "type": "boolean",
+                                            "description": "a fifo queue honours delays "
+                                            "(share.delivery.delay.enable); the other "
+                                            "orders always do",
+                                        },
                                     },
                                 }
                             }
@@ -226,8 +260,49 @@ def openapi_document() -> Json:
                     },
                 }
             },
+            "/queues/{name}/messages/{partition}/{offset}": {
+                "patch": {
+                    "summary": "Change a queued message's priority in a share group (a "
+                    "priority queue; the log is not rewritten; a message in flight takes it "
+                    "when released)",
+                    "parameters": _AT,
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["priority"],
+                                    "properties": {
+                                        "priority": {"type": "integer"},
+                                        "group": {"type": "string"},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json({"type": "object"}, _CHANGED + " and `priority`"),
+                        **_problems(400, 401, 403, 404, 409, 503),
+                    },
+                },
+                "delete": {
+                    "summary": "Cancel a queued message in a share group: archived, never "
+                    "handed out (409 when in flight or done)",
+                    "parameters": _AT,
+                    "responses": {
+                        "200": _json({"type": "object"}, _CHANGED),
+                        **_problems(400, 401, 403, 404, 409, 503),
+                    },
+                },
+            },
             "/queues/{name}/ack": {"post": _settle("Acknowledge: the messages are done")},
-            "/queues/{name}/nack": {"post": _settle("Release: the messages are available again")},
+            "/queues/{name}/nack": {
+                "post": _settle(
+                    "Release: the messages are available again (after `delay_ms`, if given)",
+                    _NACK,
+                )
+            },
             "/queues/{name}/reject": {"post": _settle("Reject: the messages are archived")},
             "/v3/clusters/{cluster_id}/topics/{topic}/records": {
                 "post": {

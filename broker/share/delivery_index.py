@@ -13,7 +13,9 @@ time until then. The index is built by reading the log once (from the share-part
 start offset when it is loaded, then the batches appended since), so a fetch costs the
 records it takes, not the backlog. Entries are checked against the share-partition's states
 when taken (acknowledged or archived ones are dropped then), and records that leave
-ACQUIRED for AVAILABLE return to their queue. Pure, given the time.
+ACQUIRED for AVAILABLE return to their queue (or, released with a delay, to the delayed
+heap). A priority changed through the share-partition (`SharePartition.priorities`) gives a
+record a new entry (`override`); its old one is dropped when reached. Pure, given the time.
 """
 
 from __future__ import annotations
@@ -138,7 +140,9 @@ class PriorityHeap:
         heap = self._heap
         while heap and len(taken) < max_records:
             key = heapq.heappop(heap)
-            if live(key):
+            # A record given its priority back has its entry twice: equal keys are
+            # popped one after the other.
+            if live(key) and (not taken or taken[-1] != key):
                 taken.append(key)
         return taken
 
@@ -268,18 +272,43 @@ class DeliveryIndex:
         reloaded after a restart) are left out."""
         ready = self.ready
         known = -1 if state is None else state.next_offset
+        # Priority changes and release delays kept in the share-partition's state (rare:
+        # looked up only when there are some).
+        priorities = state.priorities if state is not None and self.order.by_priority else None
+        delays = state.delays if state is not None else None
         for offset, values in records:
             if offset < self.scanned_to:
                 continue
             if offset < known and state is not None and not state.is_available(offset):
                 continue
-            key = ready.rank(values) * _OFFSETS + offset
+            rank = ready.rank(values)
             deliver_at = parse_long(values[1])
+            if priorities and offset in priorities:
+                rank = priorities[offset]
+            if delays and offset in delays:
+                deliver_at = max(deliver_at or 0, delays[offset])
+            key = rank * _OFFSETS + offset
             if deliver_at is None:
                 ready.push(key)
             else:
                 heapq.heappush(self._delayed, (deliver_at, key))
         self.scanned_to = max(self.scanned_to, next_offset)
+
+    def override(
+        self, offset: int, priority: int, deliver_at: int | None, now_wall_ms: int
+    ) -> None:
+        """A record's priority changed (already set in the share-partition's
+        `priorities`): its new entry, acquirable at `deliver_at` (its header's or its release
+        delay) when later than now. One acquired returns with it when released; one not read
+        from the log yet gets it when read."""
+        key = priority * _OFFSETS + offset
+        if offset in self._acquired:
+            self._acquired[offset] = key
+        elif offset < self.scanned_to:
+            if deliver_at is not None and deliver_at > now_wall_ms:
+                heapq.heappush(self._delayed, (deliver_at, key))
+            else:
+                self.ready.push(key)
 
     def settle(self, state: SharePartition) -> None:
         """Take in what left ACQUIRED since the last call: records available again return
@@ -288,15 +317,18 @@ class DeliveryIndex:
         if not left:
             return
         ready = self.ready
+        delays = state.delays
         for first, last, new_state in left:
             for offset in range(first, last + 1):
                 key = self._acquired.pop(offset, None)
                 if key is None:
                     continue
-                if new_state == RecordState.AVAILABLE:
-                    ready.push(key)
-                else:
+                if new_state != RecordState.AVAILABLE:
                     ready.forget(key)
+                elif delays and offset in delays:
+                    heapq.heappush(self._delayed, (delays[offset], key))
+                else:
+                    ready.push(key)
         left.clear()
 
     def _promote(self, now_wall_ms: int) -> None:
@@ -314,13 +346,21 @@ class DeliveryIndex:
         self.settle(state)
         self._promote(now_wall_ms)
         acquired = self._acquired
+        priorities = state.priorities if self.order.by_priority else None
 
         def live(key: int) -> bool:
             offset = key % _OFFSETS
             # Done, or acquired (it comes back if it is released).
             return offset not in acquired and state.is_available(offset)
 
-        return self.ready.take(max_records, live)
+        def current(key: int) -> bool:
+            # Also not an entry its changed priority replaced.
+            if not live(key):
+                return False
+            changed = priorities.get(key % _OFFSETS) if priorities else None
+            return changed is None or changed == key // _OFFSETS
+
+        return self.ready.take(max_records, current if priorities else live)
 
     def give_back(self, keys: Iterable[int]) -> None:
         """Keys of the last `take` (a suffix of them, in the order taken) not acquired."""

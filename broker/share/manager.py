@@ -40,6 +40,10 @@ class PersistedState:
     state_epoch: int
     start_offset: int
     batches: tuple[StateBatch, ...]
+    #: (offset, priority) of queued records whose priority was changed (raftka's own).
+    priorities: tuple[tuple[int, int], ...] = ()
+    #: (offset, epoch ms) of records released with a delay, not acquirable before then.
+    delays: tuple[tuple[int, int], ...] = ()
 
 
 class ShareStateStore(Protocol):
@@ -195,7 +199,12 @@ class SharePartitionManager:
                 state = SharePartition(start)
                 state_epoch = 0
             else:
-                state = SharePartition(persisted.start_offset, persisted.batches)
+                state = SharePartition(
+                    persisted.start_offset,
+                    persisted.batches,
+                    persisted.priorities,
+                    persisted.delays,
+                )
                 state_epoch = persisted.state_epoch + 1
             state.move_start(log_start)
             led = LedSharePartition(key, leader_epoch, state, state_epoch)
@@ -211,8 +220,13 @@ class SharePartitionManager:
 
     @staticmethod
     def _snapshot(led: LedSharePartition) -> PersistedState:
+        state = led.state
         return PersistedState(
-            led.state_epoch, led.state.start_offset, tuple(led.state.state_batches())
+            led.state_epoch,
+            state.start_offset,
+            tuple(state.state_batches()),
+            tuple(state.kept_priorities()),
+            tuple(state.kept_delays()),
         )
 
     async def persist(self, led: LedSharePartition) -> None:

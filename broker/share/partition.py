@@ -9,6 +9,12 @@ offset range, an acknowledgement of part of a range splits it.
 On a priority topic a fetch acquires chosen offsets anywhere past the start
 (`acquire_offsets`); the never-acquired offsets it passes over become AVAILABLE ranges with
 no deliveries, so the ranges still cover every offset from the start to `next_offset`.
+
+Two maps of single records are persisted beside the ranges (raftka's own, set through the
+queue API): `priorities`, a queued record's priority changed from its header's, and
+`delays`, the wall time (epoch milliseconds) before which a record released with a delay is
+not acquirable again. A queued record can also be cancelled (`cancel`): it is ARCHIVED as
+a rejected one is, without a delivery.
 """
 
 from __future__ import annotations
@@ -82,7 +88,13 @@ class StateBatch:
 
 
 class SharePartition:
-    def __init__(self, start_offset: int, state_batches: Iterable[StateBatch] = ()) -> None:
+    def __init__(
+        self,
+        start_offset: int,
+        state_batches: Iterable[StateBatch] = (),
+        priorities: Iterable[tuple[int, int]] = (),
+        delays: Iterable[tuple[int, int]] = (),
+    ) -> None:
         self.start_offset = start_offset
         self.ranges: list[InFlight] = [
             InFlight(b.first, b.last, b.state, b.delivery_count)
@@ -97,6 +109,10 @@ class SharePartition:
         # When a list (a priority topic's index reads it): every range that left ACQUIRED,
         # with the state it went to, in order.
         self.left_acquired: list[tuple[int, int, RecordState]] | None = None
+        #: offset -> the priority a record was given instead of its header's.
+        self.priorities: dict[int, int] = {o: p for o, p in priorities if o >= start_offset}
+        #: offset -> the wall time (epoch ms) a record released with a delay is due again.
+        self.delays: dict[int, int] = {o: at for o, at in delays if o >= start_offset}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -111,6 +127,31 @@ class SharePartition:
             else:
                 out.append(batch)
         return out
+
+    def kept_priorities(self) -> list[tuple[int, int]]:
+        """The priority changes still to persist (of records not done), pruning the rest."""
+        if self.priorities:
+            self.priorities = {o: p for o, p in self.priorities.items() if not self._done(o)}
+        return sorted(self.priorities.items())
+
+    def kept_delays(self) -> list[tuple[int, int]]:
+        """The release delays still to persist (of records AVAILABLE), pruning the rest."""
+        if self.delays:
+            self.delays = {o: at for o, at in self.delays.items() if self.is_available(o)}
+        return sorted(self.delays.items())
+
+    def state_of(self, offset: int) -> RecordState:
+        """A record's state: ACKNOWLEDGED for offsets below the start (done, whichever way),
+        AVAILABLE for those never acquired."""
+        if offset < self.start_offset:
+            return RecordState.ACKNOWLEDGED
+        if offset >= self.next_offset:
+            return RecordState.AVAILABLE
+        i = bisect_right(self.ranges, offset, key=lambda r: r.first) - 1
+        return self.ranges[i].state if i >= 0 else RecordState.AVAILABLE
+
+    def _done(self, offset: int) -> bool:
+        return self.state_of(offset) in _DONE
 
     def counts(self) -> dict[RecordState, int]:
         """Records per state among the in-flight ones."""
@@ -174,6 +215,10 @@ class SharePartition:
         deadline = now_ms + lock_ms
         acquired: list[Acquired] = []
         budget = max_records
+        if self.next_offset - self.start_offset > max_in_flight:
+            # Records cancelled past the window left AVAILABLE ones before them: the locks
+            # stay bounded all the same.
+            budget = min(budget, max_in_flight - self.acquired_count())
         i = 0
         while i < len(self.ranges) and budget > 0:
             r = self.ranges[i]
@@ -277,6 +322,49 @@ class SharePartition:
         self._advance_start()
         self.version += 1
         return ErrorCode.none
+
+    def set_priority(self, offset: int, priority: int) -> None:
+        """A queued record's priority changed (the caller checked it is not done)."""
+        self.priorities[offset] = priority
+        self.version += 1
+
+    def cancel(self, offset: int) -> None:
+        """A queued record (AVAILABLE, checked by the caller) is ARCHIVED without a delivery,
+        as if rejected: it is never acquired."""
+        if offset >= self.next_offset:
+            if offset > self.next_offset:
+                last = self.ranges[-1] if self.ranges else None
+                if (
+                    last is not None
+                    and last.state == RecordState.AVAILABLE
+                    and last.delivery_count == 0
+                ):
+                    last.last = offset - 1
+                else:
+                    self.ranges.append(
+                        InFlight(self.next_offset, offset - 1, RecordState.AVAILABLE, 0)
+                    )
+            self.ranges.append(InFlight(offset, offset, RecordState.ARCHIVED, 0))
+            self.next_offset = offset + 1
+        else:
+            self._split_at(offset)
+            self._split_at(offset + 1)
+            for r in self._overlapping(offset, offset):
+                r.state = RecordState.ARCHIVED
+        self.priorities.pop(offset, None)
+        self.delays.pop(offset, None)
+        self._coalesce_around(offset, offset)
+        self._advance_start()
+        self.version += 1
+
+    def delay_release(self, member_id: str, offset: int, due_ms: int) -> bool:
+        """Before `member_id` releases `offset`: once released it is not acquirable before
+        `due_ms` (wall time, epoch ms). False (nothing kept) when the member does not hold
+        it."""
+        if not self._held_by(member_id, offset, offset):
+            return False
+        self.delays[offset] = due_ms
+        return True
 
     def release_expired(self, now_ms: float, delivery_limit: int) -> int:
         """Locks past their deadline return their records (archived at the delivery limit);

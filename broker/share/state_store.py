@@ -55,13 +55,19 @@ def encode_key(key: ShareKey) -> bytes:
 
 
 def encode_state(state: PersistedState) -> bytes:
-    return json.dumps(
-        {
-            "state_epoch": state.state_epoch,
-            "start_offset": state.start_offset,
-            "batches": [[b.first, b.last, int(b.state), b.delivery_count] for b in state.batches],
-        }
-    ).encode()
+    """The state record's value, a JSON object. `priorities` and `delays` (lists of
+    [offset, value] pairs) are written only when not empty, so a state without them is the
+    record raftka has always written, and a broker that knows neither ignores them."""
+    doc: dict[str, object] = {
+        "state_epoch": state.state_epoch,
+        "start_offset": state.start_offset,
+        "batches": [[b.first, b.last, int(b.state), b.delivery_count] for b in state.batches],
+    }
+    if state.priorities:
+        doc["priorities"] = [list(pair) for pair in state.priorities]
+    if state.delays:
+        doc["delays"] = [list(pair) for pair in state.delays]
+    return json.dumps(doc).encode()
 
 
 def decode_state(raw: bytes) -> PersistedState:
@@ -74,6 +80,8 @@ def decode_state(raw: bytes) -> PersistedState:
             StateBatch(int(f), int(last), RecordState(int(s)), int(c))
             for f, last, s, c in doc["batches"]
         ),
+        tuple((int(o), int(p)) for o, p in doc.get("priorities", ())),
+        tuple((int(o), int(at)) for o, at in doc.get("delays", ())),
     )
 
 

@@ -219,6 +219,10 @@ def test_basic_auth_on_a_sasl_broker(module_brokers: Brokers) -> None:
     alice = ("alice", password("alice"))
     assert call(base, "POST", f"/queues/{name}/messages", {"value": "x"}, auth=alice)[0] == 403
     assert call(base, "POST", f"/queues/{name}/dequeue", {}, auth=alice)[0] == 403
+    assert (
+        call(base, "PATCH", f"/queues/{name}/messages/0/0", {"priority": 1}, auth=alice)[0] == 403
+    )
+    assert call(base, "DELETE", f"/queues/{name}/messages/0/0", auth=alice)[0] == 403
     assert call(base, "POST", f"/queues/{name}/messages", {"value": "x"}, auth=admin)[0] == 201
     assert [m["value"] for m in dequeue_as(base, name, admin)] == ["x"]
 
@@ -295,4 +299,16 @@ def test_the_documented_curl_example(served: tuple[Any, str]) -> None:
     at_once = curl("-X", "POST", f"{api}/queues/{name}/dequeue", "-d", '{"ack": true}')
     assert [m["value"] for m in at_once["messages"]] == ["routine"]
     # "later" is not due for a minute.
+    assert curl("-X", "POST", f"{api}/queues/{name}/dequeue", "-d", "{}")["messages"] == []
+    changed = curl("-X", "PATCH", f"{api}/queues/{name}/messages/0/2", "-d", '{"priority": -1}')
+    assert (changed["state"], changed["priority"]) == ("queued", -1)
+    cancelled = curl("-X", "DELETE", f"{api}/queues/{name}/messages/0/2")
+    assert cancelled["state"] == "cancelled"
+    curl("-X", "POST", f"{api}/queues/{name}/messages", "-d", '{"value": "retry me"}')
+    (dealt_again,) = curl("-X", "POST", f"{api}/queues/{name}/dequeue", "-d", '{"wait_ms": 2000}')[
+        "messages"
+    ]
+    nack = {"ids": [dealt_again["id"]], "delay_ms": 30000}
+    released = curl("-X", "POST", f"{api}/queues/{name}/nack", "-d", json.dumps(nack))
+    assert released["released"] == 1 and released["available_at_ms"] > 0
     assert curl("-X", "POST", f"{api}/queues/{name}/dequeue", "-d", "{}")["messages"] == []
