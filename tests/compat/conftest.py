@@ -204,6 +204,15 @@ def bootstrap(request: pytest.FixtureRequest, _session_broker: BrokerProcess | N
     return _session_broker.bootstrap
 
 
+@pytest.fixture(scope="session")
+def on_raftka(request: pytest.FixtureRequest) -> bool:
+    """True when the suite runs against the raftka it started, False with --bootstrap-servers.
+    Where raftka deliberately answers differently from Apache Kafka (docs/reference/kafka-api.md,
+    "Deliberate differences from Apache Kafka"), a test accepts either answer from another
+    broker and raftka's own from raftka."""
+    return not _external_bootstrap(request.config)
+
+
 @pytest.fixture
 def brokers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
