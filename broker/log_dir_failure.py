@@ -79,7 +79,7 @@ class LogDirFailureHandler:
         reason = f"I/O error on {what}: {exc}"
         taken = topics.take_log_dir_offline(reason, StorageError(None, reason))
         logger.error(
-            "log directory %s is offline after an I/O error on %s: %s. Its partitions (%d) "
+            "log directory %s is offline after an I/O error on %s: %s. Its %d "
             "partitions stop here (no retry: after a failed write or fsync the kernel "
             "may have dropped the data); their other replicas take over. Check the disk "
             "(dmesg, smartctl), then restart the broker to bring the directory back.",
