@@ -33,7 +33,10 @@ run concurrently only with each other.
 A request costs no task when its handler can answer at once (`ApiEndpoint.serve_now`: a
 Produce whose partitions commit as they are written, on a leader that is their only voter,
 or with acks=0/1): the reader serves every complete request it has buffered, then sends the
-responses that are ready with one write before it waits for more bytes. A writer task sends
+responses that are ready with one write before it waits for more bytes. Answers that wait for
+their batches to be written are handed to the broker's group commit
+(broker/group_commit.py), which writes the batches of every connection served in the same
+turn of the event loop together, then sends each connection's answers. A writer task sends
 the rest: responses decided in handlers' tasks, what the kernel did not take at once,
 spliced Fetch responses (sendfile), throttled and last responses, and everything on a TLS
 connection. Plaintext sockets are read and written with os.read/os.write on the
@@ -65,6 +68,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 import trio
 
+from raftka.broker.group_commit import GroupCommit
 from raftka.broker.handlers.api_versions import unsupported_version_response
 from raftka.broker.idle import IdleConnections
 from raftka.broker.metrics import HANDLER_FAILED, error_name
@@ -149,6 +153,7 @@ class Connection:
         quotas: ClientQuotaManager | None = None,
         *,
         idle: IdleConnections,
+        group_commit: GroupCommit,
     ) -> None:
         self.services = services
         self.quotas = quotas
@@ -195,6 +200,8 @@ class Connection:
         ] = []
         self._nursery: trio.Nursery | None = None
         self._write_proposed = services.replica_manager.write_proposed
+        # Writes the batches of every connection served in a turn together (plaintext).
+        self._group_commit = group_commit
         # The responses not yet written, in request order (at most `queued.max.requests`).
         self._slots: deque[_Slot] = deque()
         self._reading_stopped = False
@@ -231,10 +238,12 @@ class Connection:
                     if self._expired:
                         self._log_idle_close()
                 finally:
+                    self._group_commit.forget(self)
                     self._settle()
                     # The writer sends what is still due, then ends the connection.
                     self._reading_stopped = True
                     self._wake_writer()
+            self._nursery = None
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
         except BaseExceptionGroup as group:
@@ -367,7 +376,12 @@ class Connection:
             if self._slots and self._slots[0].done:
                 self._wake_writer()  # over TLS the writer sends every response
             return await self._wait_for(deadline, self.stream.receive_some(max_bytes))
-        self._send_ready()
+        if self._deferred:
+            # Answers waiting for their batches to be written: the broker's group commit
+            # writes them with those of every connection served in this turn, then sends.
+            self._group_commit.wait_for_write(self)
+        else:
+            self._send_ready()
         try:
             data = os.read(self._fd, max_bytes)
         except BlockingIOError:
@@ -586,6 +600,27 @@ class Connection:
             self._handler_failed(prefix, slot)
         self._finish(slot, context)
         return False
+
+    def written(self) -> None:
+        """The group commit wrote the proposed batches: settle and send the answers, as
+        the reader would have before it waited for bytes."""
+        if self._nursery is None:
+            return  # the connection ended; it settled everything on its way out
+        try:
+            self._send_ready()
+        except OSError as exc:
+            # The reader sees the same error on its next read; end the connection now.
+            logger.debug("connection from %s: %s", self.peer, exc)
+            self._nursery.cancel_scope.cancel()
+            return
+        if self._unsent is not None or (self._slots and self._slots[0].done):
+            self._wake_writer()
+
+    def abort(self) -> None:
+        """Answering after the group commit raised (a bug): close this connection."""
+        logger.exception("closing connection from %s: answering its requests failed", self.peer)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     def _settle(self) -> bool:
         """Write the batches proposed so far (by any connection) and settle this

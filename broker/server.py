@@ -34,6 +34,7 @@ from raftka.broker.console.page_reads import register as register_page_reads
 from raftka.broker.console.remote_calls import RemoteCalls
 from raftka.broker.console.remote_calls import register as register_remote_calls
 from raftka.broker.fetch_sessions import FetchSessionCache
+from raftka.broker.group_commit import GroupCommit
 from raftka.broker.groups import coordinator_for
 from raftka.broker.groups.store import offsets_marker_listener
 from raftka.broker.handlers import HANDLERS
@@ -619,6 +620,7 @@ class Broker:
                 replica_manager=self.replica_manager,
                 fetch_sessions=self.fetch_sessions,
             )
+            self.group_commit = GroupCommit(self.replica_manager.write_proposed)
             # Any broker may be asked for a page of a partition it hosts by another's console.
             self.page_reads = register_page_reads(
                 PageReads(self.services, self.node.transport.forward), self.controller.register_rpc
@@ -743,6 +745,7 @@ class Broker:
                     self.data_dir,
                 )
                 nursery.start_soon(self.idle.run)
+                nursery.start_soon(self.group_commit.run)
                 for spec in self.listeners:
                     serve = functools.partial(self._serve_connection, spec)
                     limited = [LimitedListener(s, self.connection_limits) for s in bound[spec.name]]
@@ -813,11 +816,23 @@ class Broker:
             context = self.tls_contexts.get(listener.name)
             if context is None:
                 await Connection(
-                    self.services, stream, listener, self.quotas, idle=self.idle
+                    self.services,
+                    stream,
+                    listener,
+                    self.quotas,
+                    idle=self.idle,
+                    group_commit=self.group_commit,
                 ).serve()
                 return
             tls = trio.SSLStream(stream, context, server_side=True)
-            await Connection(self.services, tls, listener, self.quotas, idle=self.idle).serve()
+            await Connection(
+                self.services,
+                tls,
+                listener,
+                self.quotas,
+                idle=self.idle,
+                group_commit=self.group_commit,
+            ).serve()
         finally:
             self.connection_limits.release(stream)
 

@@ -1,0 +1,79 @@
+"""Batches of many connections written together, once per turn of the event loop.
+
+A Produce request's batch is proposed while its request is read, and written (to the log,
+and sent to the followers) by `ReplicaManager.write_proposed`, which writes every batch
+proposed so far with one write and one round of messages per partition. A connection that
+has answered what its buffer held, and whose answers wait for that write, used to write
+before it waited for more bytes; with many connections each sending a request at a time,
+every request was then a write of its own, and each answer was sent before the next
+connection's request was even looked at. Instead such a connection hands its answers to
+this task and waits for bytes at once. trio runs the task after every task that was ready
+in the same turn (each connection that had bytes), so it writes all of their batches
+together and sends each connection's answers, in their order, without waking the
+connections again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import trio
+
+logger = logging.getLogger("raftka.connection")
+
+
+class Flushable(Protocol):
+    def written(self) -> None:
+        """The batches proposed so far are written: settle and send the answers."""
+
+    def abort(self) -> None:
+        """`written` raised: log why and end the connection."""
+
+
+class GroupCommit:
+    """The connections whose answers wait for the next write of the proposed batches."""
+
+    def __init__(self, write_proposed: Callable[[], None]) -> None:
+        self._write_proposed = write_proposed
+        self._waiting: dict[Flushable, None] = {}
+        self._wakeup = trio.Event()
+        #: Writes made, and the connections answered after them.
+        self.writes = 0
+        self.connections_answered = 0
+
+    def wait_for_write(self, connection: Flushable) -> None:
+        """`connection.written()` is called after the next write, at this turn's end."""
+        if not self._waiting:
+            self._wakeup.set()
+        self._waiting[connection] = None
+
+    def forget(self, connection: Flushable) -> None:
+        """A connection that ends settles its own answers."""
+        self._waiting.pop(connection, None)
+
+    def write(self) -> None:
+        """Write the proposed batches, then let each waiting connection answer. A failure
+        is the failing connection's alone: the others still answer."""
+        waiting, self._waiting = self._waiting, {}
+        self.writes += 1
+        self.connections_answered += len(waiting)
+        try:
+            # Errors of a partition's write become its answers (`write_proposed`); anything
+            # else is a bug, logged here and met again by each connection's own settle.
+            self._write_proposed()
+        except Exception:
+            logger.exception("writing the proposed batches failed")
+        for connection in waiting:
+            try:
+                connection.written()
+            except Exception:
+                connection.abort()
+
+    async def run(self) -> None:
+        """Write once per turn in which a connection asked, until cancelled."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            self.write()
