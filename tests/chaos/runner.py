@@ -29,6 +29,7 @@ from tests.chaos.nemesis import (
     NemesisThread,
     Spawner,
     Watchdog,
+    unavailable_nemeses,
 )
 from tests.chaos.netns import ChaosNetwork, RunResources, cleanup_stale_runs
 from tests.chaos.plot import plot_run
@@ -75,7 +76,8 @@ class ChaosConfig:
 
     @property
     def label(self) -> str:
-        return "all" if set(self.nemeses) == set(NEMESES) else "+".join(self.nemeses)
+        everything = set(NEMESES) - set(unavailable_nemeses())
+        return "all" if set(self.nemeses) == everything else "+".join(self.nemeses)
 
 
 @dataclass
@@ -166,6 +168,9 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
     unknown = [n for n in config.nemeses if n not in NEMESES]
     if unknown:
         raise ValueError(f"unknown nemesis {unknown}; known: {sorted(NEMESES)}")
+    unavailable = {n: r for n, r in unavailable_nemeses().items() if n in config.nemeses}
+    if unavailable:
+        raise ValueError(f"nemeses this machine cannot run: {unavailable}")
     started = time.monotonic()
     tag = secrets.token_hex(3)
     run_dir = config.out_dir / f"{config.label}-seed{config.seed}-{tag}"
@@ -200,9 +205,20 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         disk_bytes = config.disk_mib << 20 if "disk-full" in config.nemeses else None
         cluster = ChaosCluster(network, resources, run_dir, BROKER_CONFIG, disk_bytes=disk_bytes)
         cluster.mount_disks()
+        if any(NEMESES[name].needs_fault_shim for name in config.nemeses):
+            cluster.preload_fault_shim()
         spawner.call(cluster.start)
         say("cluster formed")
-        create_topic(cluster.bootstrap, TOPIC, config.partitions, config.replication_factor)
+        # With a slow disk, every acknowledgement waits for an fsync (flush.messages=1), so
+        # the slow fsyncs sit on the produce path and not only on Raft's hard state.
+        topic_configs = {"flush.messages": "1"} if "slow-disk" in config.nemeses else {}
+        create_topic(
+            cluster.bootstrap,
+            TOPIC,
+            config.partitions,
+            config.replication_factor,
+            configs=topic_configs,
+        )
         workload = WorkloadConfig(
             bootstrap=cluster.bootstrap,
             topic=TOPIC,
