@@ -102,6 +102,8 @@ class NemesisContext:
     expected_down: set[int] = field(default_factory=set)
     starting: set[int] = field(default_factory=set)  # spawned, not yet answering
     crash_restarts: dict[int, int] = field(default_factory=dict)
+    #: At most this many faults in place at once across all nemesis threads (None: no limit).
+    fault_slots: threading.Semaphore | None = None
     _node_locks: dict[int, threading.RLock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -594,25 +596,46 @@ class NemesisThread(threading.Thread):
             while self._wait(rng.uniform(*QUIET_S)):
                 if self.deadline - time.monotonic() < nemesis.hold_s[0]:
                     break  # too little time left for a whole fault
-                t0 = ctx.history.now()
-                detail = nemesis.inject()
-                if detail is None:
-                    ctx.history.record(
-                        "nemesis", name=nemesis.name, phase="info", detail="no target"
-                    )
-                    continue
-                self.faults += 1
-                ctx.history.record(
-                    "nemesis", name=nemesis.name, phase="start", t0=t0, detail=detail
-                )
-                ctx.log(f"{nemesis.name}: {detail}")
-                self._wait(rng.uniform(*nemesis.hold_s))
-                detail = nemesis.repair()
-                ctx.history.record("nemesis", name=nemesis.name, phase="end", detail=detail)
-                ctx.log(f"{nemesis.name}: {detail}")
+                if not self._take_slot():
+                    break
+                try:
+                    self._one_fault()
+                finally:
+                    if ctx.fault_slots is not None:
+                        ctx.fault_slots.release()
         except BaseException as exc:  # noqa: BLE001 - the runner reports it and heals
             self.error = exc
             ctx.history.record("nemesis", name=nemesis.name, phase="info", detail=f"error: {exc!r}")
+
+    def _take_slot(self) -> bool:
+        """Wait for a free fault slot (when the run limits faults at once); False when the
+        deadline or `stop()` came first."""
+        slots = self.nemesis.ctx.fault_slots
+        if slots is None:
+            return True
+        while not self.stop_event.is_set():
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if slots.acquire(timeout=min(remaining, 0.5)):
+                return True
+        return False
+
+    def _one_fault(self) -> None:
+        """Inject, hold, repair: one fault window (none when the nemesis finds no target)."""
+        nemesis, ctx, rng = self.nemesis, self.nemesis.ctx, self.nemesis.rng
+        t0 = ctx.history.now()
+        detail = nemesis.inject()
+        if detail is None:
+            ctx.history.record("nemesis", name=nemesis.name, phase="info", detail="no target")
+            return
+        self.faults += 1
+        ctx.history.record("nemesis", name=nemesis.name, phase="start", t0=t0, detail=detail)
+        ctx.log(f"{nemesis.name}: {detail}")
+        self._wait(rng.uniform(*nemesis.hold_s))
+        detail = nemesis.repair()
+        ctx.history.record("nemesis", name=nemesis.name, phase="end", detail=detail)
+        ctx.log(f"{nemesis.name}: {detail}")
 
 
 class Watchdog(threading.Thread):

@@ -14,6 +14,7 @@ import logging
 import random
 import secrets
 import shutil
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -73,6 +74,7 @@ class ChaosConfig:
     recovery_s: float = 3.0
     final_read_timeout_s: float = 60.0
     quiet_timeout_s: float = 20.0
+    max_faults: int | None = None  # faults in place at once across the nemeses (None: any)
 
     @property
     def label(self) -> str:
@@ -96,9 +98,11 @@ class ChaosResult:
         return self.error is None and self.check.valid
 
     def report(self) -> str:
+        at_once = "" if self.config.max_faults is None else f", {self.config.max_faults} at once"
         lines = [
             f"{self.config.label} (seed {self.config.seed}, {self.config.nodes} nodes, "
-            f"{self.config.time_limit_s:.0f} s of faults): {'ok' if self.ok else 'FAILED'} "
+            f"{self.config.time_limit_s:.0f} s of faults{at_once}): "
+            f"{'ok' if self.ok else 'FAILED'} "
             f"in {self.elapsed_s:.0f} s",
             self.check.report(),
             f"run directory: {self.run_dir}",
@@ -114,6 +118,11 @@ class ChaosResult:
                 f"reproduce with: scripts/chaos --nodes {self.config.nodes} --nemesis "
                 f"{nemeses} --time-limit {self.config.time_limit_s:g} "
                 f"--seed {self.config.seed}"
+                + (
+                    ""
+                    if self.config.max_faults is None
+                    else f" --max-faults {self.config.max_faults}"
+                )
             )
         return "\n".join(lines)
 
@@ -238,6 +247,9 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             group=GROUP,
             log=say,
             disk_bytes=disk_bytes,
+            fault_slots=(
+                None if config.max_faults is None else threading.Semaphore(config.max_faults)
+            ),
         )
         watchdog = Watchdog(ctx)
         watchdog.start()

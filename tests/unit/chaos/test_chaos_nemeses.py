@@ -7,12 +7,22 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.chaos import nemesis as nemesis_module
 from tests.chaos.cluster import build_fault_shim, fault_shim_unavailable_reason, write_control_file
-from tests.chaos.nemesis import NEMESES, unavailable_nemeses
+from tests.chaos.history import History
+from tests.chaos.nemesis import (
+    NEMESES,
+    Nemesis,
+    NemesisContext,
+    NemesisThread,
+    unavailable_nemeses,
+)
 from tests.chaos.netns import (
     NFT_IMPAIR_TABLE,
     ChaosNetwork,
@@ -225,3 +235,66 @@ def test_the_shim_delays_fsync_and_steps_the_wall_clock_only(shim: Path, tmp_pat
 def test_the_shim_changes_nothing_when_its_files_say_zero(shim: Path, tmp_path: Path) -> None:
     healed = run_probe(shim, tmp_path, delay_ms=0, offset_ms=0)
     assert healed["real_before"] <= healed["wall"] <= healed["real_after"]
+
+
+# -- faults at once ---------------------------------------------------------------------------
+
+
+class CountingNemesis(Nemesis):
+    """Counts the faults in place at once across its instances; holds none (hold 0 s)."""
+
+    name = "counting"
+    hold_s = (0.0, 0.0)
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random, state: dict[str, int]) -> None:
+        super().__init__(ctx, rng)
+        self.state = state
+
+    def inject(self) -> str | None:
+        with LOCK:
+            self.state["now"] += 1
+            self.state["most"] = max(self.state["most"], self.state["now"])
+            self.state["faults"] += 1
+        # Give the other threads a chance to overlap this fault if nothing stops them.
+        threading.Event().wait(0.01)
+        return "counted"
+
+    def repair(self) -> str | None:
+        with LOCK:
+            self.state["now"] -= 1
+        return "uncounted"
+
+
+LOCK = threading.Lock()
+
+
+@pytest.mark.parametrize("max_faults", [1, 2])
+def test_nemesis_threads_keep_to_the_runs_limit_of_faults_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_faults: int
+) -> None:
+    monkeypatch.setattr(nemesis_module, "QUIET_S", (0.0, 0.0))
+    history = History(tmp_path / "history.jsonl")
+    ctx = NemesisContext(
+        cluster=None,  # type: ignore[arg-type]
+        network=None,  # type: ignore[arg-type]
+        history=history,
+        spawner=None,  # type: ignore[arg-type]
+        topic="t",
+        group="g",
+        log=lambda _line: None,
+        fault_slots=threading.Semaphore(max_faults),
+    )
+    state = {"now": 0, "most": 0, "faults": 0}
+    deadline = time.monotonic() + 1.0
+    threads = [
+        NemesisThread(CountingNemesis(ctx, random.Random(i), state), deadline) for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    history.close()
+    assert all(t.error is None and not t.is_alive() for t in threads)
+    assert state["faults"] > max_faults  # the threads did take turns
+    assert state["most"] == max_faults
+    assert state["now"] == 0  # every fault repaired
