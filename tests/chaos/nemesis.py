@@ -101,6 +101,7 @@ class NemesisContext:
     disk_bytes: int | None = None
     expected_down: set[int] = field(default_factory=set)
     starting: set[int] = field(default_factory=set)  # spawned, not yet answering
+    start_timeouts: set[int] = field(default_factory=set)  # killed by the harness at start-up
     crash_restarts: dict[int, int] = field(default_factory=dict)
     #: At most this many faults in place at once across all nemesis threads (None: no limit).
     fault_slots: threading.Semaphore | None = None
@@ -131,6 +132,10 @@ class NemesisContext:
         try:
             node.wait_ready()
         except BrokerStartError as exc:
+            if "did not answer" in str(exc):
+                # The harness killed it (SIGKILL) when it did not answer in time, e.g. cut off
+                # from the majority it must register with: not a crash of the broker's own.
+                self.start_timeouts.add(node.node_id)
             self.history.record(
                 "nemesis",
                 name="restart",
@@ -641,8 +646,9 @@ class NemesisThread(threading.Thread):
 class Watchdog(threading.Thread):
     """Notices brokers that exited although no nemesis stopped them, and restarts them.
 
-    Each such exit is a `node-exit` event (a crash, which fails the run); restarts are
-    bounded per broker so a broker that cannot start does not loop forever.
+    Each such exit is a `node-exit` event (a crash, which fails the run), except a broker the
+    harness killed because it did not answer within the start-up timeout (recorded as such);
+    restarts are bounded per broker so a broker that cannot start does not loop forever.
     """
 
     def __init__(self, ctx: NemesisContext) -> None:
@@ -661,12 +667,21 @@ class Watchdog(threading.Thread):
                     code = node.returncode
                     if code is None or node.node_id in self.ctx.expected_down:
                         continue
+                    if node.node_id in self.ctx.starting:
+                        continue  # `restart` reports a start-up exit itself, then we see it
                     restarts = self.ctx.crash_restarts.get(node.node_id, 0)
                     self.ctx.expected_down.add(node.node_id)
-                self.ctx.history.record(
-                    "node-exit", node=node.node_id, code=code, log_tail=node.log_tail(30)
-                )
-                self.ctx.log(f"watchdog: node {node.node_id} exited with code {code}")
+                    timed_out = node.node_id in self.ctx.start_timeouts
+                    self.ctx.start_timeouts.discard(node.node_id)
+                if timed_out:
+                    detail = f"node {node.node_id} killed after a start-up timeout; restarting"
+                    self.ctx.history.record("nemesis", name="restart", phase="info", detail=detail)
+                    self.ctx.log(f"watchdog: {detail}")
+                else:
+                    self.ctx.history.record(
+                        "node-exit", node=node.node_id, code=code, log_tail=node.log_tail(30)
+                    )
+                    self.ctx.log(f"watchdog: node {node.node_id} exited with code {code}")
                 if restarts >= MAX_CRASH_RESTARTS or self.stop_event.wait(2.0):
                     continue
                 self.ctx.crash_restarts[node.node_id] = restarts + 1
