@@ -29,6 +29,10 @@ class PartitionFlush(PartitionCore):
     def should_flush(self, now_ms: int) -> bool:
         """Whether flush.messages or flush.ms asks for an fsync now."""
         self._clock_ms = now_ms
+        if now_ms < self._last_flush_ms:
+            # The wall clock stepped back: count flush.ms from the step, or data would wait
+            # in the page cache for as long as the step was.
+            self._last_flush_ms = now_ms
         if self._unflushed_messages == 0:
             return False
         return (

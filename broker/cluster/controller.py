@@ -260,7 +260,13 @@ class Controller:
         except OSError as exc:
             logger.error("metadata state not saved at shutdown (replayed at start): %s", exc)
         self.snapshots.close()
-        self.log.close()
+        try:
+            self.log.close()
+        except OSError as exc:
+            # As a partition's log (Topics._close_log): left unmarked, recovered at start.
+            logger.error(
+                "%s: not closed cleanly (%s); the next start recovers it", METADATA_GROUP, exc
+            )
 
     async def save_snapshots(self, min_interval_s: float = 1.0) -> None:
         """Snapshot the image after changes, at most once per `min_interval_s`, in a worker

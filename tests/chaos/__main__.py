@@ -2,10 +2,15 @@
 
     scripts/chaos [--nodes 3|5] [--nemesis NAME[,NAME]]... [--time-limit S] [--seed N]
                   [--out DIR]
+    scripts/chaos --preset long [--nodes 3|5]... [--seeds K] [--time-limit S] [--out DIR]
 
 Each `--nemesis` is one run; names joined by commas run together in that run. Without
 `--nemesis`, every nemesis runs alone, one run after another; `--nemesis all` is every nemesis
-at once. Exits 1 when any run found an anomaly or failed, 2 when the machine cannot run them.
+this machine can run, at once. `--preset long` is for long runs outside CI: every nemesis at
+once for `--time-limit` (default 600 s), on 3 and on 5 brokers (or the `--nodes` given), with
+`--seeds` seeds (default 3) each, at most `--max-faults` faults at once (default 2); it
+writes `summary.md` (runs, ops, anomalies, plots) to `--out`. Exits 1 when any run found an
+anomaly or failed, 2 when the machine cannot run them.
 """
 
 from __future__ import annotations
@@ -19,9 +24,14 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from tests.chaos.nemesis import NEMESES
+from tests.chaos.nemesis import NEMESES, unavailable_nemeses
 from tests.chaos.netns import chaos_unavailable_reason
 from tests.chaos.runner import ChaosConfig, ChaosResult, run_chaos
+
+# Every nemesis at once with no limit leaves 3 brokers without a stable majority for whole
+# minutes (a broker is killed again before it has started); two at a time still overlaps
+# every kind of fault with every other, with healthy gaps between.
+LONG_MAX_FAULTS = 2
 
 SUMMARY_KINDS = (
     ("lost", "lost-write"),
@@ -47,7 +57,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        choices=(3, 5),
+        action="append",
+        help="brokers per run (default 3; with --preset long, 3 and 5; repeatable)",
+    )
+    parser.add_argument(
+        "--preset", choices=("long",), help="long: every nemesis at once, several seeds"
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per size (--preset long)")
+    parser.add_argument(
+        "--max-faults",
+        type=int,
+        metavar="N",
+        help="at most N faults in place at once (default: no limit; 2 with --preset long)",
+    )
     parser.add_argument(
         "--nemesis",
         action="append",
@@ -55,7 +81,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"nemeses of one run (repeatable; 'all' for every one): {', '.join(NEMESES)}",
     )
     parser.add_argument(
-        "--time-limit", type=float, default=60.0, metavar="S", help="seconds of faults per run"
+        "--time-limit",
+        type=float,
+        metavar="S",
+        help="seconds of faults per run (default 60; 600 with --preset long)",
     )
     parser.add_argument("--seed", type=int, help="seed of the nemeses' choices (default random)")
     parser.add_argument(
@@ -67,29 +96,61 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
     args = parser.parse_args(argv)
+    unavailable = unavailable_nemeses()
+    available = [n for n in NEMESES if n not in unavailable]
+    if args.preset == "long":
+        if args.nemesis:
+            parser.error("--preset long runs every nemesis; leave out --nemesis")
+        if not 1 <= args.seeds <= 100:
+            parser.error("--seeds must be between 1 and 100")
+        args.nemesis = ["all"]
+        args.nodes = args.nodes or [3, 5]
+        args.time_limit = 600.0 if args.time_limit is None else args.time_limit
+        args.max_faults = LONG_MAX_FAULTS if args.max_faults is None else args.max_faults
+    else:
+        args.seeds = 1
+        args.nodes = args.nodes or [3]
+        args.time_limit = 60.0 if args.time_limit is None else args.time_limit
     runs = []
-    for spec in args.nemesis or list(NEMESES):
-        names = tuple(sorted(NEMESES) if spec == "all" else spec.split(","))
+    for spec in args.nemesis or available:
+        names = tuple(sorted(available) if spec == "all" else spec.split(","))
         unknown = [n for n in names if n not in NEMESES]
         if unknown:
             parser.error(f"unknown nemesis {', '.join(unknown)}; known: {', '.join(NEMESES)}")
+        missing = [f"{n} ({unavailable[n]})" for n in names if n in unavailable]
+        if missing:
+            parser.error(f"this machine cannot run {'; '.join(missing)}")
         runs.append(names)
     args.runs = runs
+    args.skipped = unavailable if args.nemesis is None or "all" in args.nemesis else {}
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 31)
+    if args.max_faults is not None and not 1 <= args.max_faults <= len(NEMESES):
+        parser.error(f"--max-faults must be between 1 and {len(NEMESES)}")
     if args.time_limit <= 0 or args.time_limit > 24 * 3600:
         parser.error("--time-limit must be between 0 and 86400 seconds")
     return args
 
 
 def summary_table(results: list[ChaosResult]) -> str:
-    header = ["nemesis", "ops", "acked", "failed", "unknown", *(s for s, _ in SUMMARY_KINDS)]
+    header = [
+        "nemesis",
+        "nodes",
+        "seed",
+        "ops",
+        "acked",
+        "failed",
+        "unknown",
+        *(s for s, _ in SUMMARY_KINDS),
+    ]
     rows = [header]
     for r in results:
         c = r.check
         rows.append(
             [
                 r.config.label + ("" if r.error is None else " (error)"),
+                str(r.config.nodes),
+                str(r.config.seed),
                 str(c.operations),
                 str(c.acknowledged),
                 str(c.failed),
@@ -108,6 +169,28 @@ def summary_table(results: list[ChaosResult]) -> str:
     return "\n".join(lines)
 
 
+def markdown_summary(results: list[ChaosResult], skipped: dict[str, str]) -> str:
+    """The long preset's table: one row per run, then what this machine could not run."""
+    lines = [
+        "| nemeses | brokers | seed | faults (s) | at once | ops | acknowledged | anomalies "
+        "| plot |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        c = r.check
+        anomalies = str(c.anomaly_count) + ("" if r.error is None else " (run error)")
+        plot = f"[chaos.png]({r.png})" if r.png is not None else "none"
+        lines.append(
+            f"| {r.config.label} | {r.config.nodes} | {r.config.seed} | "
+            f"{r.config.time_limit_s:g} | {r.config.max_faults or 'any'} | "
+            f"{c.operations:,} | {c.acknowledged:,} | "
+            f"{anomalies} | {plot} |"
+        )
+    for name, reason in sorted(skipped.items()):
+        lines.append(f"\nNot run here: {name}: {reason}")
+    return "\n".join(lines) + "\n"
+
+
 def _terminate(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwinds through the runner's teardown
 
@@ -120,28 +203,38 @@ def main(argv: list[str]) -> int:
         return 2
     signal.signal(signal.SIGTERM, _terminate)
     args.out.mkdir(parents=True, exist_ok=True)
+    seeds = [args.seed + i for i in range(args.seeds)]
+    plan = [(nodes, seed, names) for nodes in args.nodes for seed in seeds for names in args.runs]
     print(
-        f"chaos: {len(args.runs)} run(s), {args.nodes} nodes, {args.time_limit:g} s of faults "
-        f"each, seed {args.seed}, output in {args.out}"
+        f"chaos: {len(plan)} run(s) on {'/'.join(map(str, args.nodes))} nodes, "
+        f"{args.time_limit:g} s of faults each, seed(s) {', '.join(map(str, seeds))}, "
+        f"output in {args.out}"
     )
+    for name, reason in sorted(args.skipped.items()):
+        print(f"chaos: not running {name}: {reason}")
     results = []
     started = time.monotonic()
-    for names in args.runs:
+    for nodes, seed, names in plan:
         config = ChaosConfig(
             nemeses=names,
             out_dir=args.out.resolve(),
-            nodes=args.nodes,
+            nodes=nodes,
             time_limit_s=args.time_limit,
-            seed=args.seed,
+            seed=seed,
             partitions=args.partitions,
             sends_per_second=args.rate,
+            max_faults=args.max_faults,
         )
         result = run_chaos(config, log=lambda line: print(line, flush=True))
         results.append(result)
         print(result.report(), flush=True)
         print(flush=True)
-    print(f"summary ({time.monotonic() - started:.0f} s, seed {args.seed}):")
+    print(f"summary ({time.monotonic() - started:.0f} s):")
     print(summary_table(results))
+    if args.preset == "long":
+        summary = args.out / "summary.md"
+        summary.write_text(markdown_summary(results, args.skipped))
+        print(f"table: {summary}")
     bad = [r for r in results if not r.ok]
     for r in bad:
         print(f"FAILED: {r.config.label}: {r.run_dir}")

@@ -4,7 +4,8 @@ Built on the compat harness: a `NamespacedNode` is a `ClusterNode` (start, SIGTE
 SIGKILL, SIGSTOP/SIGCONT, log in `broker.log`) launched through `ip netns exec` and listening
 on its namespace's address; `ChaosCluster` is a `ClusterProcess` over such nodes. Also here:
 the questions nemeses ask the cluster (partition leaders, a group's coordinator) and the full
-disk (a size-limited tmpfs per broker and a filler file).
+disk (a size-limited tmpfs per broker and a filler file), and the fault shim (a slow fsync and
+a jumped wall clock, `fault_shim.c` preloaded into every broker).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import socket
 import struct
 import sys
 import time
 from pathlib import Path
 
-from tests.chaos.netns import ChaosNetwork, RunResources, run_command
+from tests.chaos.netns import ChaosNetwork, ChaosSetupError, RunResources, run_command
 from tests.compat.harness import ClusterNode, ClusterProcess, _recv_exactly, split_host_port
 
 KAFKA_PORT = 9092
@@ -26,6 +28,9 @@ RAFT_PORT = 9093
 FIND_COORDINATOR_KEY = 10
 FILLER_NAME = "chaos-filler"
 FILL_CHUNK_BYTES = 1 << 20
+FAULT_SHIM_SOURCE = Path(__file__).with_name("fault_shim.c")
+FSYNC_DELAY_FILE = "fault-fsync-delay-ms"
+CLOCK_OFFSET_FILE = "fault-clock-offset-ms"
 
 
 class NamespacedNode(ClusterNode):
@@ -64,6 +69,8 @@ class NamespacedNode(ClusterNode):
         )
         self.extra_args = ["--node-id", str(node_id), "--raft-listen", self.raft_address]
         self.extra_args += ["--peers", peers]
+        #: Environment put before the broker's command (`env K=V ... python ...`).
+        self.fault_env: dict[str, str] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -74,7 +81,26 @@ class NamespacedNode(ClusterNode):
         return f"{self.host}:{self.raft_port}"
 
     def command(self) -> list[str]:
-        return ["ip", "netns", "exec", self.netns, *super().command()]
+        env = [f"{k}={v}" for k, v in sorted(self.fault_env.items())]
+        # `env` execs the broker, so the pid is still the broker's own.
+        return [
+            "ip",
+            "netns",
+            "exec",
+            self.netns,
+            *(["env", *env] if env else []),
+            *super().command(),
+        ]
+
+    def set_fsync_delay_ms(self, delay_ms: int) -> None:
+        """fsync and fdatasync of this broker sleep `delay_ms` first (0: no delay); needs the
+        fault shim (`ChaosCluster.preload_fault_shim`)."""
+        write_control_file(self.base_dir / FSYNC_DELAY_FILE, delay_ms)
+
+    def set_clock_offset_ms(self, offset_ms: int) -> None:
+        """This broker's wall clock runs `offset_ms` ahead (negative: behind) of the real one,
+        within 100 ms; its monotonic clock is untouched. Needs the fault shim."""
+        write_control_file(self.base_dir / CLOCK_OFFSET_FILE, offset_ms)
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"
@@ -124,6 +150,19 @@ class ChaosCluster(ClusterProcess):
                 )
             )
 
+    def preload_fault_shim(self) -> None:
+        """Compile `fault_shim.c` and start every broker with it preloaded (before start)."""
+        library = build_fault_shim(self.base_dir)
+        for node in self.nodes:
+            node.base_dir.mkdir(parents=True, exist_ok=True)
+            node.set_fsync_delay_ms(0)
+            node.set_clock_offset_ms(0)
+            node.fault_env = {
+                "LD_PRELOAD": str(library),
+                "RAFTKA_FAULT_FSYNC_DELAY_FILE": str(node.base_dir / FSYNC_DELAY_FILE),
+                "RAFTKA_FAULT_CLOCK_OFFSET_FILE": str(node.base_dir / CLOCK_OFFSET_FILE),
+            }
+
     def disk_dir(self, node_id: int) -> Path:
         """The broker's filesystem root (its data directory is `data` inside it)."""
         return self.base_dir / f"node-{node_id}" / "disk"
@@ -156,6 +195,39 @@ class ChaosCluster(ClusterProcess):
         """Addresses of the brokers that are running and not paused (all when none is)."""
         live = [n.bootstrap for n in self.running()]
         return ",".join(live) if live else self.bootstrap
+
+
+# -- the fault shim --------------------------------------------------------------------------
+
+
+def fault_shim_unavailable_reason() -> str | None:
+    """Why the fault shim cannot be built here (no C compiler), or None when it can."""
+    if shutil.which("cc") is None:
+        return (
+            "no C compiler `cc` to build tests/chaos/fault_shim.c "
+            "(scripts/setup installs gcc when run as root)"
+        )
+    return None
+
+
+def build_fault_shim(out_dir: Path) -> Path:
+    """Compile the fault shim into `out_dir`; the shared library's path."""
+    reason = fault_shim_unavailable_reason()
+    if reason is not None:
+        raise ChaosSetupError(reason)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    library = out_dir / "fault_shim.so"
+    run_command(
+        ["cc", "-shared", "-fPIC", "-O2", "-o", str(library), str(FAULT_SHIM_SOURCE), "-ldl"]
+    )
+    return library
+
+
+def write_control_file(path: Path, value: int) -> None:
+    """Replace a fault shim's control file atomically (the shim never reads half a number)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{value}\n")
+    tmp.replace(path)
 
 
 # -- full disk -------------------------------------------------------------------------------
@@ -241,9 +313,15 @@ def find_coordinator(address: str, group: str, timeout_s: float = 3.0) -> int | 
 
 
 def create_topic(
-    bootstrap: str, topic: str, partitions: int, replication_factor: int, timeout_s: float = 60
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    timeout_s: float = 60,
+    configs: dict[str, str] | None = None,
 ) -> None:
-    """Create `topic` and wait until Metadata shows a leader for every partition."""
+    """Create `topic` (with topic `configs`) and wait until Metadata shows a leader for
+    every partition."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -252,7 +330,14 @@ def create_topic(
     last_error = "no answer"
     while time.monotonic() < deadline:
         future = admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)],
+            [
+                NewTopic(
+                    topic,
+                    num_partitions=partitions,
+                    replication_factor=replication_factor,
+                    config=configs or {},
+                )
+            ],
             operation_timeout=10,
             request_timeout=10,
         )[topic]

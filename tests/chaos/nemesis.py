@@ -10,7 +10,11 @@ Names (`NEMESES`): kill-random, kill-leader, kill-coordinator (SIGKILL, then res
 pause (SIGSTOP/SIGCONT), partition-leader (a partition's leader cut off from every other
 broker), partition-majority (a random minority from the majority), partition-bridge (two halves
 that only one broker sees both of), disk-full (one broker's filesystem filled, then emptied),
-rolling-restart (SIGTERM and restart every broker, one at a time).
+rolling-restart (SIGTERM and restart every broker, one at a time), net-loss, net-delay,
+net-duplicate (a random subset of brokers' links lose, delay with jitter and reordering, or
+duplicate packets: `tc netem`, nftables where the kernel has no netem), slow-disk (one
+broker's fsyncs sleep first), clock-jump (one broker's wall clock stepped forwards or
+backwards by seconds to minutes; its monotonic clock untouched).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from tests.chaos.cluster import (
     partition_leaders,
 )
 from tests.chaos.history import History
-from tests.chaos.netns import ChaosNetwork
+from tests.chaos.netns import ChaosNetwork, LinkImpairment, netem_unavailable_reason
 from tests.compat.harness import BrokerStartError, BrokerStopError
 
 T = TypeVar("T")
@@ -97,7 +101,10 @@ class NemesisContext:
     disk_bytes: int | None = None
     expected_down: set[int] = field(default_factory=set)
     starting: set[int] = field(default_factory=set)  # spawned, not yet answering
+    start_timeouts: set[int] = field(default_factory=set)  # killed by the harness at start-up
     crash_restarts: dict[int, int] = field(default_factory=dict)
+    #: At most this many faults in place at once across all nemesis threads (None: no limit).
+    fault_slots: threading.Semaphore | None = None
     _node_locks: dict[int, threading.RLock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -125,6 +132,10 @@ class NemesisContext:
         try:
             node.wait_ready()
         except BrokerStartError as exc:
+            if "did not answer" in str(exc):
+                # The harness killed it (SIGKILL) when it did not answer in time, e.g. cut off
+                # from the majority it must register with: not a crash of the broker's own.
+                self.start_timeouts.add(node.node_id)
             self.history.record(
                 "nemesis",
                 name="restart",
@@ -155,9 +166,11 @@ class NemesisContext:
         return None, "no coordinator known"
 
     def heal_all(self) -> list[str]:
-        """Undo every fault: network, pauses, filled disks, stopped brokers."""
+        """Undo every fault: network, links, pauses, filled and slow disks, jumped clocks,
+        stopped brokers."""
         done = []
         self.network.heal()
+        self.network.heal_links()
         for node in self.cluster.nodes:
             with self.node_lock(node.node_id):
                 if node.paused:
@@ -165,6 +178,9 @@ class NemesisContext:
                     done.append(f"resumed node {node.node_id}")
             if self.disk_bytes is not None:
                 free_disk(self.cluster.disk_dir(node.node_id))
+            if node.fault_env:
+                node.set_fsync_delay_ms(0)
+                node.set_clock_offset_ms(0)
         for node in self.cluster.nodes:
             if not node.is_running():
                 done.append(self.restart(node))
@@ -176,6 +192,13 @@ class Nemesis:
 
     name = "none"
     hold_s = HOLD_S
+    #: Brokers must be started with the fault shim preloaded (`ChaosCluster.preload_fault_shim`).
+    needs_fault_shim = False
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this machine cannot inject this fault, or None when it can."""
+        return None
 
     def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
         self.ctx = ctx
@@ -400,6 +423,125 @@ class RollingRestart(Nemesis):
         return "rolling restart done"
 
 
+class LinkNemesis(Nemesis):
+    """Impairs the links of a random non-empty subset of brokers (both directions, to peers
+    and clients alike); the repair restores them."""
+
+    def impairment(self) -> LinkImpairment:
+        raise NotImplementedError
+
+    def inject(self) -> str | None:
+        ids = list(self.ctx.network.node_ids)
+        chosen = sorted(self.rng.sample(ids, self.rng.randint(1, len(ids))))
+        impairment = self.impairment()
+        self.ctx.network.impair(self.name, dict.fromkeys(chosen, impairment))
+        return f"links of nodes {chosen}: {impairment.describe()}"
+
+    def repair(self) -> str | None:
+        self.ctx.network.heal_links(self.name)
+        return "links healed"
+
+
+class NetLoss(LinkNemesis):
+    name = "net-loss"
+
+    def impairment(self) -> LinkImpairment:
+        return LinkImpairment(loss_pct=round(self.rng.uniform(5, 30), 1))
+
+
+class NetDelay(LinkNemesis):
+    name = "net-delay"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return netem_unavailable_reason()
+
+    def impairment(self) -> LinkImpairment:
+        delay_ms = self.rng.randrange(20, 400)
+        return LinkImpairment(
+            delay_ms=delay_ms,
+            jitter_ms=delay_ms // 2,
+            reorder_pct=round(self.rng.uniform(5, 25), 1),
+        )
+
+
+class NetDuplicate(LinkNemesis):
+    name = "net-duplicate"
+
+    def impairment(self) -> LinkImpairment:
+        return LinkImpairment(duplicate_pct=round(self.rng.uniform(5, 30), 1))
+
+
+def _fault_shim_reason() -> str | None:
+    from tests.chaos.cluster import fault_shim_unavailable_reason
+
+    return fault_shim_unavailable_reason()
+
+
+class SlowDisk(Nemesis):
+    """Every fsync of one broker (half the time a leader) sleeps 50 ms to 2 s first; the
+    repair makes them fast again. The data still reaches the disk, only late."""
+
+    name = "slow-disk"
+    needs_fault_shim = True
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        super().__init__(ctx, rng)
+        self.victim: NamespacedNode | None = None
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return _fault_shim_reason()
+
+    def inject(self) -> str | None:
+        node_id, why = None, "random node"
+        if self.rng.random() < 0.5:
+            node_id, why = self.ctx.leader_of_some_partition(self.rng)
+        if node_id not in self.ctx.network.node_ids:
+            node_id, why = self.rng.choice(self.ctx.network.node_ids), "random node"
+        delay_ms = self.rng.choice((50, 200, 500, 1000, 2000))
+        self.victim = self.ctx.cluster.node(node_id)
+        self.victim.set_fsync_delay_ms(delay_ms)
+        return f"every fsync of node {node_id} ({why}) sleeps {delay_ms} ms first"
+
+    def repair(self) -> str | None:
+        if self.victim is None:
+            return None
+        victim, self.victim = self.victim, None
+        victim.set_fsync_delay_ms(0)
+        return f"fsyncs of node {victim.node_id} fast again"
+
+
+class ClockJump(Nemesis):
+    """Steps one broker's wall clock forwards or backwards by 5 s to 5 minutes (as a bad NTP
+    step would); the repair steps it back to the real time, a jump the other way."""
+
+    name = "clock-jump"
+    needs_fault_shim = True
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        super().__init__(ctx, rng)
+        self.victim: NamespacedNode | None = None
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return _fault_shim_reason()
+
+    def inject(self) -> str | None:
+        node = self.ctx.cluster.node(self.rng.choice(self.ctx.network.node_ids))
+        offset_s = self.rng.choice((-1, 1)) * self.rng.randrange(5, 300)
+        node.set_clock_offset_ms(offset_s * 1000)
+        self.victim = node
+        return f"wall clock of node {node.node_id} jumps {offset_s:+d} s"
+
+    def repair(self) -> str | None:
+        if self.victim is None:
+            return None
+        victim, self.victim = self.victim, None
+        victim.set_clock_offset_ms(0)
+        return f"wall clock of node {victim.node_id} back to the real time"
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     cls.name: cls
     for cls in (
@@ -412,8 +554,19 @@ NEMESES: dict[str, type[Nemesis]] = {
         PartitionBridge,
         DiskFull,
         RollingRestart,
+        NetLoss,
+        NetDelay,
+        NetDuplicate,
+        SlowDisk,
+        ClockJump,
     )
 }
+
+
+def unavailable_nemeses() -> dict[str, str]:
+    """{name: why} of the nemeses this machine cannot run (e.g. net-delay without netem)."""
+    reasons = {name: cls.unavailable_reason() for name, cls in NEMESES.items()}
+    return {name: reason for name, reason in reasons.items() if reason is not None}
 
 
 class NemesisThread(threading.Thread):
@@ -448,32 +601,54 @@ class NemesisThread(threading.Thread):
             while self._wait(rng.uniform(*QUIET_S)):
                 if self.deadline - time.monotonic() < nemesis.hold_s[0]:
                     break  # too little time left for a whole fault
-                t0 = ctx.history.now()
-                detail = nemesis.inject()
-                if detail is None:
-                    ctx.history.record(
-                        "nemesis", name=nemesis.name, phase="info", detail="no target"
-                    )
-                    continue
-                self.faults += 1
-                ctx.history.record(
-                    "nemesis", name=nemesis.name, phase="start", t0=t0, detail=detail
-                )
-                ctx.log(f"{nemesis.name}: {detail}")
-                self._wait(rng.uniform(*nemesis.hold_s))
-                detail = nemesis.repair()
-                ctx.history.record("nemesis", name=nemesis.name, phase="end", detail=detail)
-                ctx.log(f"{nemesis.name}: {detail}")
+                if not self._take_slot():
+                    break
+                try:
+                    self._one_fault()
+                finally:
+                    if ctx.fault_slots is not None:
+                        ctx.fault_slots.release()
         except BaseException as exc:  # noqa: BLE001 - the runner reports it and heals
             self.error = exc
             ctx.history.record("nemesis", name=nemesis.name, phase="info", detail=f"error: {exc!r}")
+
+    def _take_slot(self) -> bool:
+        """Wait for a free fault slot (when the run limits faults at once); False when the
+        deadline or `stop()` came first."""
+        slots = self.nemesis.ctx.fault_slots
+        if slots is None:
+            return True
+        while not self.stop_event.is_set():
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if slots.acquire(timeout=min(remaining, 0.5)):
+                return True
+        return False
+
+    def _one_fault(self) -> None:
+        """Inject, hold, repair: one fault window (none when the nemesis finds no target)."""
+        nemesis, ctx, rng = self.nemesis, self.nemesis.ctx, self.nemesis.rng
+        t0 = ctx.history.now()
+        detail = nemesis.inject()
+        if detail is None:
+            ctx.history.record("nemesis", name=nemesis.name, phase="info", detail="no target")
+            return
+        self.faults += 1
+        ctx.history.record("nemesis", name=nemesis.name, phase="start", t0=t0, detail=detail)
+        ctx.log(f"{nemesis.name}: {detail}")
+        self._wait(rng.uniform(*nemesis.hold_s))
+        detail = nemesis.repair()
+        ctx.history.record("nemesis", name=nemesis.name, phase="end", detail=detail)
+        ctx.log(f"{nemesis.name}: {detail}")
 
 
 class Watchdog(threading.Thread):
     """Notices brokers that exited although no nemesis stopped them, and restarts them.
 
-    Each such exit is a `node-exit` event (a crash, which fails the run); restarts are
-    bounded per broker so a broker that cannot start does not loop forever.
+    Each such exit is a `node-exit` event (a crash, which fails the run), except a broker the
+    harness killed because it did not answer within the start-up timeout (recorded as such);
+    restarts are bounded per broker so a broker that cannot start does not loop forever.
     """
 
     def __init__(self, ctx: NemesisContext) -> None:
@@ -492,12 +667,21 @@ class Watchdog(threading.Thread):
                     code = node.returncode
                     if code is None or node.node_id in self.ctx.expected_down:
                         continue
+                    if node.node_id in self.ctx.starting:
+                        continue  # `restart` reports a start-up exit itself, then we see it
                     restarts = self.ctx.crash_restarts.get(node.node_id, 0)
                     self.ctx.expected_down.add(node.node_id)
-                self.ctx.history.record(
-                    "node-exit", node=node.node_id, code=code, log_tail=node.log_tail(30)
-                )
-                self.ctx.log(f"watchdog: node {node.node_id} exited with code {code}")
+                    timed_out = node.node_id in self.ctx.start_timeouts
+                    self.ctx.start_timeouts.discard(node.node_id)
+                if timed_out:
+                    detail = f"node {node.node_id} killed after a start-up timeout; restarting"
+                    self.ctx.history.record("nemesis", name="restart", phase="info", detail=detail)
+                    self.ctx.log(f"watchdog: {detail}")
+                else:
+                    self.ctx.history.record(
+                        "node-exit", node=node.node_id, code=code, log_tail=node.log_tail(30)
+                    )
+                    self.ctx.log(f"watchdog: node {node.node_id} exited with code {code}")
                 if restarts >= MAX_CRASH_RESTARTS or self.stop_event.wait(2.0):
                     continue
                 self.ctx.crash_restarts[node.node_id] = restarts + 1

@@ -26,10 +26,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 STATE_DIR = Path("/run/raftka-chaos")
 NFT_TABLE = "raftka_chaos"
+NFT_IMPAIR_TABLE = "raftka_chaos_impair"  # family ip: `dup to` needs it
+NETEM_LIMIT_PACKETS = 10000  # netem's queue; the default 1000 drops packets under delay
 COMMAND_TIMEOUT_S = 30.0
 NODE_HOST_BASE = 10  # broker N is .(10 + N) of the run's /24
 SUBNET_FIRST_OCTETS = range(200, 250)  # candidates 10.200.0.0/24 .. 10.249.255.0/24
@@ -46,6 +49,14 @@ table inet {NFT_TABLE} {{
     chain output {{
         type filter hook output priority 0; policy accept;
         ip daddr @blocked drop
+    }}
+}}
+table ip {NFT_IMPAIR_TABLE} {{
+    chain impair_in {{
+        type filter hook input priority 10; policy accept;
+    }}
+    chain impair_out {{
+        type filter hook output priority 10; policy accept;
     }}
 }}
 """
@@ -103,6 +114,133 @@ def chaos_unavailable_reason() -> str | None:
     finally:
         run_command(["ip", "netns", "del", probe], check=False)
     return None
+
+
+# -- impaired links: loss, delay, duplication, reordering -------------------------------------
+
+
+@dataclass(frozen=True)
+class LinkImpairment:
+    """What a link does to packets: lose, delay (with jitter), duplicate or reorder some.
+
+    Percentages are of packets; `reorder_pct` needs a delay (netem sends those packets at
+    once while the rest wait). `merge` combines two nemeses' impairments of one link.
+    """
+
+    loss_pct: float = 0.0
+    delay_ms: int = 0
+    jitter_ms: int = 0
+    duplicate_pct: float = 0.0
+    reorder_pct: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("loss_pct", "duplicate_pct", "reorder_pct"):
+            if not 0 <= getattr(self, name) <= 100:
+                raise ValueError(f"{name} must be between 0 and 100")
+        if self.delay_ms < 0 or self.jitter_ms < 0 or self.jitter_ms > self.delay_ms:
+            raise ValueError("delay_ms and jitter_ms must be >= 0, jitter_ms <= delay_ms")
+
+    @property
+    def empty(self) -> bool:
+        return self == LinkImpairment()
+
+    @property
+    def needs_netem(self) -> bool:
+        """Delay and reordering need netem; loss and duplication also work with nftables."""
+        return self.delay_ms > 0 or self.reorder_pct > 0
+
+    def merge(self, other: LinkImpairment) -> LinkImpairment:
+        return LinkImpairment(
+            loss_pct=max(self.loss_pct, other.loss_pct),
+            delay_ms=max(self.delay_ms, other.delay_ms),
+            jitter_ms=max(self.jitter_ms, other.jitter_ms),
+            duplicate_pct=max(self.duplicate_pct, other.duplicate_pct),
+            reorder_pct=max(self.reorder_pct, other.reorder_pct),
+        )
+
+    def netem_args(self) -> list[str]:
+        """The `tc qdisc replace ... root` arguments after the device: `netem ...`."""
+        args = ["netem", "limit", str(NETEM_LIMIT_PACKETS)]
+        if self.delay_ms:
+            args += ["delay", f"{self.delay_ms}ms"]
+            if self.jitter_ms:
+                args += [f"{self.jitter_ms}ms"]
+        if self.loss_pct:
+            args += ["loss", f"{self.loss_pct:g}%"]
+        if self.duplicate_pct:
+            args += ["duplicate", f"{self.duplicate_pct:g}%"]
+        if self.reorder_pct and self.delay_ms:
+            args += ["reorder", f"{self.reorder_pct:g}%"]
+        return args
+
+    def nft_rules(self) -> list[str]:
+        """The nftables fallback (no delay or reordering): lines of an nft script adding
+        random loss both ways and duplicates on output to `NFT_IMPAIR_TABLE`'s chains."""
+        rules = []
+        if self.loss_pct:
+            per_mille = round(self.loss_pct * 10)
+            for chain, device in (("impair_in", "iifname"), ("impair_out", "oifname")):
+                rules.append(
+                    f'add rule ip {NFT_IMPAIR_TABLE} {chain} {device} "eth0" '
+                    f"numgen random mod 1000 < {per_mille} drop"
+                )
+        if self.duplicate_pct:
+            per_mille = round(self.duplicate_pct * 10)
+            # `dup to` sends a copy to the packet's own destination: the peer gets it twice.
+            rules.append(
+                f'add rule ip {NFT_IMPAIR_TABLE} impair_out oifname "eth0" '
+                f"numgen random mod 1000 < {per_mille} dup to ip daddr"
+            )
+        return rules
+
+    def describe(self) -> str:
+        parts = []
+        if self.loss_pct:
+            parts.append(f"{self.loss_pct:g}% loss")
+        if self.delay_ms:
+            parts.append(f"{self.delay_ms}±{self.jitter_ms} ms delay")
+        if self.duplicate_pct:
+            parts.append(f"{self.duplicate_pct:g}% duplicated")
+        if self.reorder_pct and self.delay_ms:
+            parts.append(f"{self.reorder_pct:g}% reordered")
+        return ", ".join(parts) or "none"
+
+
+def netem_unavailable_reason() -> str | None:
+    """Why `tc ... netem` cannot be used here, or None when it can (probed in a scratch
+    namespace; the answer does not change while the machine runs, so it is kept)."""
+    global _NETEM_REASON  # noqa: PLW0603 - a probe of the running kernel, made once
+    if _NETEM_REASON is None:
+        _NETEM_REASON = _probe_netem() or ""
+    return _NETEM_REASON or None
+
+
+_NETEM_REASON: str | None = None
+
+
+def _probe_netem() -> str | None:
+    if shutil.which("tc") is None:
+        return "tc not found (Debian's iproute2 package has it)"
+    probe = f"rkc-netem-{os.getpid()}-{random.randrange(1 << 30):x}"
+    result = run_command(["ip", "netns", "add", probe], check=False)
+    if result.returncode != 0:
+        return f"`ip netns add` failed: {result.stderr.strip()}"
+    try:
+        argv = ["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]
+        result = run_command(argv, check=False)
+        if result.returncode == 0:
+            return None
+        if shutil.which("modprobe") is not None:
+            run_command(["modprobe", "sch_netem"], check=False)
+            if run_command(argv, check=False).returncode == 0:
+                return None
+        return (
+            f"the kernel ({os.uname().release}) has no netem qdisc: `tc qdisc add ... netem` "
+            f"says {result.stderr.strip()!r}"
+            + ("" if shutil.which("modprobe") else " and there is no modprobe to load sch_netem")
+        )
+    finally:
+        run_command(["ip", "netns", "del", probe], check=False)
 
 
 # -- what a run created ----------------------------------------------------------------------
@@ -279,7 +417,14 @@ class ChaosNetwork:
         self.subnet: ipaddress.IPv4Network | None = None
         self._blocked_by_owner: dict[str, set[frozenset[int]]] = {}
         self._applied: dict[int, frozenset[str]] = {}
+        self._impaired_by_owner: dict[str, dict[int, LinkImpairment]] = {}
+        self._impairment_applied: dict[int, LinkImpairment] = {}
         self._lock = threading.Lock()
+
+    def host_end(self, node_id: int) -> str:
+        """The root-namespace end of the broker's veth pair (its egress is the broker's
+        ingress)."""
+        return f"rkc{self.tag}h{node_id}"
 
     def netns(self, node_id: int) -> str:
         return f"raftka-chaos-{self.tag}-n{node_id}"
@@ -303,7 +448,7 @@ class ChaosNetwork:
         run_command(["ip", "link", "set", self.bridge, "up"])
         for node_id in self.node_ids:
             ns = self.netns(node_id)
-            host_end, ns_end = f"rkc{self.tag}h{node_id}", f"rkc{self.tag}p{node_id}"
+            host_end, ns_end = self.host_end(node_id), f"rkc{self.tag}p{node_id}"
             self.resources.add_netns(ns)
             run_command(["ip", "netns", "add", ns])
             run_command(["ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end])
@@ -359,3 +504,68 @@ class ChaosNetwork:
                 )
             run_command(self.exec_prefix(node_id) + ["nft", "-f", "-"], input_text=script)
             self._applied[node_id] = addresses
+
+    # -- impaired links --------------------------------------------------------------------
+
+    def impair(self, owner: str, links: dict[int, LinkImpairment]) -> None:
+        """Impair each listed broker's link (both directions), as `owner`'s fault; replaces
+        what `owner` impaired before. Several owners' impairments of a link are merged."""
+        with self._lock:
+            self._impaired_by_owner[owner] = dict(links)
+            self._apply_impairments()
+
+    def heal_links(self, owner: str | None = None) -> None:
+        """Lift `owner`'s impairments, or every impairment when owner is None."""
+        with self._lock:
+            if owner is None:
+                self._impaired_by_owner.clear()
+            else:
+                self._impaired_by_owner.pop(owner, None)
+            self._apply_impairments()
+
+    def impairments(self) -> dict[int, LinkImpairment]:
+        """What each broker's link does now (brokers with a healthy link left out)."""
+        with self._lock:
+            return {n: i for n, i in self._impairment_applied.items() if not i.empty}
+
+    def _apply_impairments(self) -> None:
+        for node_id in self.node_ids:
+            wanted = LinkImpairment()
+            for links in self._impaired_by_owner.values():
+                if node_id in links:
+                    wanted = wanted.merge(links[node_id])
+            if self._impairment_applied.get(node_id, LinkImpairment()) == wanted:
+                continue
+            for argv, input_text in impairment_commands(
+                self.netns(node_id), self.host_end(node_id), wanted, netem_unavailable_reason()
+            ):
+                run_command(argv, input_text=input_text)
+            self._impairment_applied[node_id] = wanted
+
+
+def impairment_commands(
+    netns: str, host_end: str, impairment: LinkImpairment, netem_missing: str | None
+) -> list[tuple[list[str], str | None]]:
+    """The commands (argv, stdin) that make a broker's link do `impairment` and nothing
+    else: netem on both ends of the veth pair when the kernel has it, else nftables rules
+    in the broker's namespace (loss and duplication only)."""
+    if netem_missing is None:
+        commands: list[tuple[list[str], str | None]] = []
+        for prefix in (["tc", "-n", netns], ["tc"]):
+            device = "eth0" if len(prefix) > 1 else host_end
+            if impairment.empty:
+                # `replace` with the default qdisc: unlike `del`, fine when nothing is there.
+                argv = [*prefix, "qdisc", "replace", "dev", device, "root", "pfifo"]
+                commands.append((argv, None))
+                commands.append(([*prefix, "qdisc", "del", "dev", device, "root"], None))
+            else:
+                argv = [*prefix, "qdisc", "replace", "dev", device, "root"]
+                commands.append(([*argv, *impairment.netem_args()], None))
+        return commands
+    if impairment.needs_netem:
+        raise ChaosSetupError(f"{impairment.describe()} needs netem: {netem_missing}")
+    script = "".join(
+        f"flush chain ip {NFT_IMPAIR_TABLE} {chain}\n" for chain in ("impair_in", "impair_out")
+    )
+    script += "".join(rule + "\n" for rule in impairment.nft_rules())
+    return [(["ip", "netns", "exec", netns, "nft", "-f", "-"], script)]

@@ -14,6 +14,7 @@ import logging
 import random
 import secrets
 import shutil
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from tests.chaos.nemesis import (
     NemesisThread,
     Spawner,
     Watchdog,
+    unavailable_nemeses,
 )
 from tests.chaos.netns import ChaosNetwork, RunResources, cleanup_stale_runs
 from tests.chaos.plot import plot_run
@@ -72,10 +74,12 @@ class ChaosConfig:
     recovery_s: float = 3.0
     final_read_timeout_s: float = 60.0
     quiet_timeout_s: float = 20.0
+    max_faults: int | None = None  # faults in place at once across the nemeses (None: any)
 
     @property
     def label(self) -> str:
-        return "all" if set(self.nemeses) == set(NEMESES) else "+".join(self.nemeses)
+        everything = set(NEMESES) - set(unavailable_nemeses())
+        return "all" if set(self.nemeses) == everything else "+".join(self.nemeses)
 
 
 @dataclass
@@ -94,9 +98,11 @@ class ChaosResult:
         return self.error is None and self.check.valid
 
     def report(self) -> str:
+        at_once = "" if self.config.max_faults is None else f", {self.config.max_faults} at once"
         lines = [
             f"{self.config.label} (seed {self.config.seed}, {self.config.nodes} nodes, "
-            f"{self.config.time_limit_s:.0f} s of faults): {'ok' if self.ok else 'FAILED'} "
+            f"{self.config.time_limit_s:.0f} s of faults{at_once}): "
+            f"{'ok' if self.ok else 'FAILED'} "
             f"in {self.elapsed_s:.0f} s",
             self.check.report(),
             f"run directory: {self.run_dir}",
@@ -112,6 +118,11 @@ class ChaosResult:
                 f"reproduce with: scripts/chaos --nodes {self.config.nodes} --nemesis "
                 f"{nemeses} --time-limit {self.config.time_limit_s:g} "
                 f"--seed {self.config.seed}"
+                + (
+                    ""
+                    if self.config.max_faults is None
+                    else f" --max-faults {self.config.max_faults}"
+                )
             )
         return "\n".join(lines)
 
@@ -166,6 +177,9 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
     unknown = [n for n in config.nemeses if n not in NEMESES]
     if unknown:
         raise ValueError(f"unknown nemesis {unknown}; known: {sorted(NEMESES)}")
+    unavailable = {n: r for n, r in unavailable_nemeses().items() if n in config.nemeses}
+    if unavailable:
+        raise ValueError(f"nemeses this machine cannot run: {unavailable}")
     started = time.monotonic()
     tag = secrets.token_hex(3)
     run_dir = config.out_dir / f"{config.label}-seed{config.seed}-{tag}"
@@ -200,9 +214,20 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         disk_bytes = config.disk_mib << 20 if "disk-full" in config.nemeses else None
         cluster = ChaosCluster(network, resources, run_dir, BROKER_CONFIG, disk_bytes=disk_bytes)
         cluster.mount_disks()
+        if any(NEMESES[name].needs_fault_shim for name in config.nemeses):
+            cluster.preload_fault_shim()
         spawner.call(cluster.start)
         say("cluster formed")
-        create_topic(cluster.bootstrap, TOPIC, config.partitions, config.replication_factor)
+        # With a slow disk, every acknowledgement waits for an fsync (flush.messages=1), so
+        # the slow fsyncs sit on the produce path and not only on Raft's hard state.
+        topic_configs = {"flush.messages": "1"} if "slow-disk" in config.nemeses else {}
+        create_topic(
+            cluster.bootstrap,
+            TOPIC,
+            config.partitions,
+            config.replication_factor,
+            configs=topic_configs,
+        )
         workload = WorkloadConfig(
             bootstrap=cluster.bootstrap,
             topic=TOPIC,
@@ -222,6 +247,9 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             group=GROUP,
             log=say,
             disk_bytes=disk_bytes,
+            fault_slots=(
+                None if config.max_faults is None else threading.Semaphore(config.max_faults)
+            ),
         )
         watchdog = Watchdog(ctx)
         watchdog.start()

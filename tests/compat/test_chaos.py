@@ -1,4 +1,6 @@
-"""Every nemesis of tests/chaos for about 30 s against a fresh namespaced 3-broker cluster.
+"""Every nemesis of tests/chaos for about 30 s against a fresh namespaced 3-broker cluster:
+the nine process, partition and disk nemeses one at a time, then the link, slow-disk and
+clock-jump nemeses together in one run (one run keeps the suite's time in bounds).
 
 Each run must end with zero anomalies (see tests/chaos/checker.py); a failure prints the
 checker's report, the seed and the run directory (history, broker logs, plot). Needs root
@@ -15,14 +17,16 @@ import random
 import pytest
 from required import missing_client
 
-from tests.chaos.nemesis import NEMESES
+from tests.chaos.nemesis import NEMESES, unavailable_nemeses
 from tests.chaos.netns import chaos_unavailable_reason
 from tests.chaos.runner import ChaosConfig, run_chaos
 
-# Each nemesis runs for 30 s against a fresh cluster: about 7 minutes in all.
+# Each run has 30 s of faults against a fresh cluster: about 8 minutes in all.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
 
 FAULT_SECONDS = 30.0
+COMBINED = ("net-loss", "net-delay", "net-duplicate", "slow-disk", "clock-jump")
+ALONE = [name for name in NEMESES if name not in COMBINED]
 # Start-up, warm-up, healing, final read and replica comparison take 20-60 s more.
 RUN_TIMEOUT_S = 240
 
@@ -38,17 +42,37 @@ def chaos_machine(request: pytest.FixtureRequest) -> None:
     missing_client(f"fault tests cannot run: {reason}")
 
 
-@pytest.mark.timeout(RUN_TIMEOUT_S)
-@pytest.mark.parametrize("nemesis", list(NEMESES))
-def test_no_anomaly_under_nemesis(
-    nemesis: str, chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def _run(nemeses: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) -> None:
     seed = int(os.environ.get("RAFTKA_CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
     config = ChaosConfig(
-        nemeses=(nemesis,),
+        nemeses=nemeses,
         out_dir=tmp_path_factory.mktemp("chaos"),
         time_limit_s=FAULT_SECONDS,
         seed=seed,
     )
     result = run_chaos(config, log=print)
     assert result.ok, result.report()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+@pytest.mark.parametrize("nemesis", ALONE)
+def test_no_anomaly_under_nemesis(
+    nemesis: str, chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    _run((nemesis,), tmp_path_factory)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_no_anomaly_under_lossy_links_a_slow_disk_and_clock_jumps(
+    chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Packet loss, delay and duplication on random brokers' links, one broker's slow
+    fsyncs and one broker's wall clock stepped, all at once."""
+    unavailable = unavailable_nemeses()
+    for name in ("slow-disk", "clock-jump"):
+        if name in unavailable:
+            missing_client(f"{name} cannot run: {unavailable[name]}")
+    if "net-delay" in unavailable:
+        # A kernel without netem (no sch_netem, nothing to load) cannot delay packets.
+        print(f"net-delay left out: {unavailable['net-delay']}")
+    _run(tuple(n for n in COMBINED if n not in unavailable), tmp_path_factory)

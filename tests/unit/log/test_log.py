@@ -305,6 +305,20 @@ def test_flush_ms_counts_from_the_last_flush(tmp_path: Path) -> None:
     assert log.should_flush(NOW + 2000)
 
 
+def test_flush_ms_is_at_most_one_interval_late_after_the_wall_clock_steps_back(
+    tmp_path: Path,
+) -> None:
+    """A wall clock stepped back five minutes (a bad NTP step) must not hold unflushed data
+    in the page cache for five minutes: flush.ms counts again from the step."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(flush_ms=1000), NOW)
+    produce(log, encode_batch(), now_ms=NOW + 500)
+    stepped = NOW - 300_000
+    assert not log.should_flush(stepped)
+    produce(log, encode_batch(), now_ms=stepped + 100)
+    assert not log.should_flush(stepped + 999)
+    assert log.should_flush(stepped + 1000)
+
+
 def test_a_write_failing_on_a_full_disk_leaves_the_indexes_as_they_were(
     log: PartitionLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
