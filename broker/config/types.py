@@ -166,6 +166,7 @@ class ConfigDef:
 
 # Short names the definition tables use for the config types.
 B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
+SHORT = ConfigType.SHORT
 DOUBLE = ConfigType.DOUBLE
 P = ConfigType.PASSWORD
 LIST = ConfigType.LIST

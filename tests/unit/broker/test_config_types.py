@@ -47,7 +47,7 @@ def test_getters_return_parsed_types() -> None:
     assert config.get_bool("delete.topic.enable") is False
     assert config.get_bool("auto.create.topics.enable") is True
     assert config.get_str("log.message.timestamp.type") == "LogAppendTime"
-    assert config.get_str("offsets.topic.replication.factor") == "3"
+    assert config.get_int("offsets.topic.replication.factor") == 3
     assert config.get_optional_str("broker.rack") == "r1"
     assert config.get_optional_str("advertised.listeners") is None
 
