@@ -163,8 +163,17 @@ class BrokerConfig(_TypedConfigs):
         return found
 
     def describe(self) -> Iterable[tuple[ConfigDef, str | None, ConfigSource]]:
+        """Every config with its value and source. A computed config (log.roll.ms, ...)
+        not set under its own name has no value, as Kafka describes it (its value then
+        comes from the synonym that is set: log.roll.hours, ...)."""
         for name, definition in BROKER_CONFIGS.items():
-            yield definition, definition.render(self.get(name)), self.source(name)
+            value = (
+                None if name in self._computed and not self._set_itself(name) else self.get(name)
+            )
+            yield definition, definition.render(value), self.source(name)
+
+    def _set_itself(self, name: str) -> bool:
+        return name in self._dynamic or name in self._dynamic_default or name in self._static
 
     def describe_dynamic_default(self) -> Iterable[tuple[ConfigDef, str | None, ConfigSource]]:
         """The cluster-wide default dynamic configs alone (DescribeConfigs on the BROKER

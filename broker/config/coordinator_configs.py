@@ -4,7 +4,7 @@ topic, and the consumer protocol (KIP-848)."""
 
 from __future__ import annotations
 
-from raftka.broker.config.types import INT, INT_MAX, ConfigDef, S
+from raftka.broker.config.types import INT, INT_MAX, LIST, SHORT, ConfigDef, S
 
 COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
@@ -17,9 +17,10 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "offsets.topic.replication.factor",
-        S,
-        "3",
+        SHORT,
+        3,
         "Replication factor of __consumer_offsets (capped by live brokers).",
+        minimum=1,
         read_only=True,
     ),
     ConfigDef(
@@ -56,9 +57,10 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "transaction.state.log.replication.factor",
-        S,
-        "3",
+        SHORT,
+        3,
         "Replication factor of __transaction_state (capped by live brokers).",
+        minimum=1,
         read_only=True,
     ),
     ConfigDef(
@@ -82,7 +84,8 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         INT,
         30000,
         "How long a share consumer holds the records it acquired before they are available again.",
-        minimum=1,
+        minimum=1000,
+        maximum=60000,
         read_only=True,
     ),
     ConfigDef(
@@ -90,7 +93,8 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         INT,
         5,
         "Deliveries after which a record released or expired again is archived.",
-        minimum=1,
+        minimum=2,
+        maximum=10,
         read_only=True,
     ),
     ConfigDef(
@@ -98,7 +102,8 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         INT,
         2000,
         "Records of one share-partition in flight (past its start offset) at most.",
-        minimum=1,
+        minimum=100,
+        maximum=10000,
         read_only=True,
     ),
     ConfigDef(
@@ -205,7 +210,8 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         INT,
         15000,
         "Smallest share.record.lock.duration.ms a share group may set.",
-        minimum=1,
+        minimum=1000,
+        maximum=30000,
         read_only=True,
     ),
     ConfigDef(
@@ -213,7 +219,8 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         INT,
         60000,
         "Largest share.record.lock.duration.ms a share group may set.",
-        minimum=1,
+        minimum=30000,
+        maximum=3600000,
         read_only=True,
     ),
     ConfigDef(
@@ -226,9 +233,10 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "share.coordinator.state.topic.replication.factor",
-        S,
-        "3",
+        SHORT,
+        3,
         "Replication factor of __share_group_state (capped by live brokers).",
+        minimum=1,
         read_only=True,
     ),
     ConfigDef(
@@ -279,7 +287,7 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "group.consumer.assignors",
-        S,
+        LIST,
         "uniform,range",
         "Server-side assignors of consumer-protocol groups; the first is the default.",
         read_only=True,

@@ -5,7 +5,7 @@ no use for (its brokers reach each other over their Raft listener), accepted and
 
 from __future__ import annotations
 
-from raftka.broker.config.types import INT, ConfigDef, S
+from raftka.broker.config.types import INT, LIST, ConfigDef, S
 
 #: The roles raftka's nodes have: every node is a broker and a metadata voter (or observer).
 COMBINED_ROLES = frozenset({"broker", "controller"})
@@ -13,9 +13,10 @@ COMBINED_ROLES = frozenset({"broker", "controller"})
 KRAFT_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "process.roles",
-        S,
+        LIST,
         "broker,controller",
         "Kafka's node roles; raftka's nodes are always broker and controller in one.",
+        choices=("broker", "controller"),
         read_only=True,
     ),
     ConfigDef(
@@ -28,27 +29,33 @@ KRAFT_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "controller.quorum.voters",
-        S,
-        None,
+        LIST,
+        "",
         "ID@HOST:PORT,... the metadata voters' controller listeners: --peers when that is not "
         "given (one voter, this node, is a single broker).",
         read_only=True,
     ),
     *(
         ConfigDef(
-            name, kind, None, f"Kafka's {name}; accepted, not used by raftka.", read_only=True
+            name,
+            kind,
+            default,
+            f"Kafka's {name}; accepted, not used by raftka.",
+            minimum=minimum,
+            read_only=True,
         )
-        for name, kind in (
-            ("num.network.threads", INT),
-            ("num.io.threads", INT),
-            ("num.recovery.threads.per.data.dir", INT),
-            ("socket.send.buffer.bytes", INT),
-            ("socket.receive.buffer.bytes", INT),
-            ("inter.broker.listener.name", S),
-            ("sasl.mechanism.inter.broker.protocol", S),
-            ("sasl.mechanism.controller.protocol", S),
-            ("transaction.state.log.min.isr", INT),
-            ("share.coordinator.state.topic.min.isr", INT),
+        # Kafka's type, default and lower bound of each.
+        for name, kind, default, minimum in (
+            ("num.network.threads", INT, 3, 1),
+            ("num.io.threads", INT, 8, 1),
+            ("num.recovery.threads.per.data.dir", INT, 1, 1),
+            ("socket.send.buffer.bytes", INT, 102400, None),
+            ("socket.receive.buffer.bytes", INT, 102400, None),
+            ("inter.broker.listener.name", S, None, None),
+            ("sasl.mechanism.inter.broker.protocol", S, "GSSAPI", None),
+            ("sasl.mechanism.controller.protocol", S, "GSSAPI", None),
+            ("transaction.state.log.min.isr", INT, 2, 1),
+            ("share.coordinator.state.topic.min.isr", INT, 2, 1),
         )
     ),
 )

@@ -41,7 +41,7 @@ REPLICATION_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "metadata.log.segment.bytes",
-        L,
+        INT,
         1 << 30,
         "Segment size of the __cluster_metadata log; whole segments below the latest "
         "retained metadata snapshot are deleted.",

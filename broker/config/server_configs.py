@@ -4,7 +4,7 @@ connection limits, and quotas."""
 
 from __future__ import annotations
 
-from raftka.broker.config.types import INT, INT_MAX, B, ConfigDef, L, P, S
+from raftka.broker.config.types import INT, INT_MAX, LIST, B, ConfigDef, L, P, S
 
 SERVER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("node.id", INT, 1, "This broker's id.", minimum=0, read_only=True),
@@ -33,7 +33,7 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "listener.security.protocol.map",
         S,
-        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
         "LISTENER_NAME:SECURITY_PROTOCOL pairs for named listeners.",
         read_only=True,
     ),
@@ -105,7 +105,7 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef(
         "sasl.enabled.mechanisms",
-        S,
+        LIST,
         "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
         read_only=True,

@@ -110,12 +110,12 @@ class ConfigDef:
             if self.minimum is not None and value < self.minimum:
                 raise ConfigError(
                     f"Invalid value {value} for configuration {self.name}: "
-                    f"value must be at least {self.minimum}{self._also_text()}"
+                    f"Value must be at least {self.minimum}{self._also_text()}"
                 )
             if self.maximum is not None and value > self.maximum:
                 raise ConfigError(
                     f"Invalid value {value} for configuration {self.name}: "
-                    f"value must be at most {self.maximum}{self._also_text()}"
+                    f"Value must be no more than {self.maximum}{self._also_text()}"
                 )
         if self.choices is not None and value not in self.choices and not self._named(value):
             raise ConfigError(
@@ -166,6 +166,7 @@ class ConfigDef:
 
 # Short names the definition tables use for the config types.
 B, S, INT, L = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG
+SHORT = ConfigType.SHORT
 DOUBLE = ConfigType.DOUBLE
 P = ConfigType.PASSWORD
 LIST = ConfigType.LIST

@@ -315,7 +315,7 @@ class TopicOffsetsLog:
             if not self._checked:
                 await self._check(topic)
             return topic
-        wanted_rf = int(self.config.get_str(f"{self.config_prefix}.replication.factor"))
+        wanted_rf = self.config.get_int(f"{self.config_prefix}.replication.factor")
         live = max(1, len(self.controller.live_brokers()))
         result = await self.controller.execute(
             CreateTopicCommand(

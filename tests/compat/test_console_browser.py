@@ -46,7 +46,7 @@ SHOWN_WITHIN_S = 30.0
 OPERATOR = "operator"
 SHARE_CONFIG = {
     "share.auto.offset.reset": "earliest",
-    "group.share.record.lock.duration.ms": "120000",
+    "group.share.record.lock.duration.ms": "60000",
     "group.share.heartbeat.interval.ms": "500",
 }
 

@@ -63,6 +63,11 @@ def test_cluster_default_and_per_broker_configs_apply_to_topics_and_survive_a_re
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     create_topic(broker.bootstrap, "plain")
     create_topic(broker.bootstrap, "overridden", config={"retention.ms": "5000"})
+    # As Kafka 3.9 describes them: no value while only their hours/scheduler synonyms apply.
+    described = _describe(admin, "broker", "1")
+    for computed in ("log.retention.ms", "log.roll.ms", "log.flush.interval.ms"):
+        assert described[computed].value is None, computed
+    assert described["log.retention.hours"].value == "168"
 
     # kafka-configs --alter --entity-type brokers --entity-default --add-config ...
     ok = [{"error": None}]

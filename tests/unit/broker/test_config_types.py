@@ -47,7 +47,7 @@ def test_getters_return_parsed_types() -> None:
     assert config.get_bool("delete.topic.enable") is False
     assert config.get_bool("auto.create.topics.enable") is True
     assert config.get_str("log.message.timestamp.type") == "LogAppendTime"
-    assert config.get_str("offsets.topic.replication.factor") == "3"
+    assert config.get_int("offsets.topic.replication.factor") == 3
     assert config.get_optional_str("broker.rack") == "r1"
     assert config.get_optional_str("advertised.listeners") is None
 
@@ -87,9 +87,16 @@ def test_log_flush_interval_ms_defaults_to_the_scheduler_interval() -> None:
     assert broker(log_flush_interval_ms="10").get_int("log.flush.interval.ms") == 10
 
 
-def test_describe_renders_computed_values() -> None:
-    described = {d.name: value for d, value, _source in broker(log_roll_hours="1").describe()}
-    assert described["log.roll.ms"] == str(HOUR_MS)
+def test_describe_shows_computed_configs_only_when_set_under_their_own_name() -> None:
+    """As Kafka 3.9's DescribeConfigs: log.roll.ms is null while only log.roll.hours is set
+    (the broker still rolls by the hours: get gives the computed value)."""
+    config = broker(log_roll_hours="1", log_retention_ms="5000")
+    described = {d.name: value for d, value, _source in config.describe()}
+    assert described["log.roll.ms"] is None
+    assert config.get("log.roll.ms") == HOUR_MS
+    assert described["log.roll.hours"] == "1"
+    assert described["log.retention.ms"] == "5000"
+    assert described["log.flush.interval.ms"] is None
     assert described["log.retention.minutes"] is None
     assert described["delete.topic.enable"] == "true"
 
