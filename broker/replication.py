@@ -22,6 +22,7 @@ the leader's log start, as Kafka's follower does on OFFSET_OUT_OF_RANGE
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import struct
@@ -65,6 +66,15 @@ HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 #: (offset, epoch, payload) of the partition's CONFIG batches, so a restart finds its Raft
 #: membership without scanning the log for control batches.
 RAFT_CONFIG_CHECKPOINT = "raft-config-checkpoint"
+
+
+#: How many of the last appended batches `PartitionRaftStorage.entry_at` answers from
+#: memory (between this and twice this many are kept).
+RECENT_ENTRIES = 256
+
+
+def _base_offset(entry: Entry) -> int:
+    return entry.base_offset
 
 
 def control_batch(kind: EntryKind, payload: bytes) -> bytes:
@@ -197,10 +207,13 @@ class PartitionRaftStorage:
         self.hard_states = hard_states
         self.single_voter = single_voter
         self.raft_log = self
-        # The last batch written through `append`, as `entry_at` would read it back: the
-        # core asks for it on every append it sends (prev epoch) or receives (log match),
-        # and answering from here spares a seek and a read of the segment per message.
-        self._last_entry: Entry | None = None
+        # The last batches written through `append` (at most RECENT_ENTRIES, in offset
+        # order), as `entry_at` would read them back: the core asks for the last one on
+        # every append it sends (prev epoch) or receives (log match), and a leader for the
+        # one its followers' acknowledgements reach (the commit rule's epoch check), which
+        # trails the log end while appends are pipelined. Answering from here spares a seek
+        # and a read of the segment per message. Emptied by anything but an append.
+        self._recent: list[Entry] = []
         self._raft_start: tuple[int, int] | None = None  # (log start, its batch's base)
         self._configs: list[Entry] = self._load_configs()
 
@@ -223,13 +236,16 @@ class PartitionRaftStorage:
         return self.log.log_end_offset
 
     def entry_at(self, offset: int) -> Entry:
-        last = self._last_entry
-        if (
-            last is not None
-            and last.base_offset <= offset <= last.last_offset
-            and offset >= self.log_start_offset()
-        ):
-            return last
+        recent = self._recent
+        if recent and offset >= recent[0].base_offset and offset >= self.log_start_offset():
+            last = recent[-1]
+            if offset >= last.base_offset:
+                if offset <= last.last_offset:
+                    return last
+            else:
+                entry = recent[bisect.bisect_right(recent, offset, key=_base_offset) - 1]
+                if offset <= entry.last_offset:
+                    return entry
         # Offsets between the Raft log start and the partition's lie in its first batch.
         header = self.log.batch_header_at(max(offset, self.log.log_start_offset))
         if header is None:
@@ -350,7 +366,7 @@ class PartitionRaftStorage:
         self.hard_states.save(self.raft_group_id, hard_state)
 
     def truncate_to(self, offset: int) -> None:
-        self._last_entry = None
+        self._recent = []
         self._raft_start = None
         if self._configs and self._configs[-1].base_offset >= offset:
             self._configs = [e for e in self._configs if e.base_offset < offset]
@@ -361,7 +377,7 @@ class PartitionRaftStorage:
         """The leader's log starts past our log end, or ours diverges below its start: the
         CONFIG checkpoint takes the snapshot's configuration and the state machine its data,
         then the log restarts empty at its end."""
-        self._last_entry = None
+        self._recent = []
         self._raft_start = None
         self._install_config(snapshot)
         if self.on_snapshot is not None:
@@ -457,18 +473,25 @@ class PartitionRaftStorage:
             headers.append(
                 header._replace(base_offset=entry.base_offset, partition_leader_epoch=entry.epoch)
             )
-        self._last_entry = None
+        recent = self._recent
+        if recent and recent[-1].last_offset >= entries[0].base_offset:
+            recent.clear()  # not an append after them (the core truncates first)
         try:
             self.log.append_replicated(buffer, headers, now)
         except OSError:
             if configs:  # not appended: the checkpoint must not claim them
                 self._configs = [e for e in self._configs if e.base_offset < entries[0].base_offset]
+            recent.clear()
             raise
-        last = entries[-1]
-        if last.kind is not EntryKind.DATA:
-            self._last_entry = last  # NOOP and CONFIG read back with the payload they carry
-        elif not header.attributes & CONTROL_FLAG_MASK:
-            self._last_entry = Entry(last.base_offset, last.last_offset, last.epoch, b"")
+        for entry, header in zip(entries, headers, strict=True):
+            if entry.kind is not EntryKind.DATA:
+                recent.append(entry)  # NOOP and CONFIG read back with the payload they carry
+            elif not header.attributes & CONTROL_FLAG_MASK:
+                recent.append(Entry(entry.base_offset, entry.last_offset, entry.epoch, b""))
+            # A control batch proposed as data (a transaction marker) is read back from
+            # the log, as `entry_kind_of` tells its kind.
+        if len(recent) > 2 * RECENT_ENTRIES:
+            del recent[:-RECENT_ENTRIES]
 
     def high_watermark_checkpoint(self) -> int | None:
         """A lower bound of the committed offset, so a restarted replica need not append a

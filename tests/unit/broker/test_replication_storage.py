@@ -8,8 +8,9 @@ import pytest
 from batches import encode_batch
 from log_replicas import GROUP, Replica, leader_of, run
 
-from raftka.broker.replication import HardStateStore, PartitionRaftStorage
-from raftka.consensus.types import EntryKind, HardState
+from raftka.broker.replication import RECENT_ENTRIES, HardStateStore, PartitionRaftStorage
+from raftka.consensus.errors import RaftInvariantError
+from raftka.consensus.types import Entry, EntryKind, HardState
 from raftka.protocol.records import CONTROL_FLAG_MASK, scan_batches, validate_produce_records
 
 
@@ -123,3 +124,42 @@ def test_the_last_written_entry_reads_back_as_from_disk(cluster: dict[int, Repli
     end = leader.log.log_end_offset
     assert end == last.base_offset
     assert leader.storage.entry_at(end - 1) == fresh.entry_at(end - 1)
+
+
+def test_recent_entries_read_back_as_from_disk_through_appends_truncations_and_trims(
+    cluster: dict[int, Replica],
+) -> None:
+    """entry_at answers the last few hundred batches from memory (the commit rule asks for
+    the epoch of the batch the followers' acknowledgements reach, behind the log end):
+    every answer is the one a fresh reader of the same log gives, across appends of several
+    batches at once, more batches than it keeps, a truncation inside them and a log start
+    moved past some of them."""
+    run(cluster, 40)
+    leader = leader_of(cluster)
+    storage = leader.storage
+
+    def check() -> None:
+        fresh = PartitionRaftStorage(GROUP, leader.log, leader.hard_states)
+        start = storage.log_start_offset()
+        for offset in range(start, leader.log.log_end_offset):
+            assert storage.entry_at(offset) == fresh.entry_at(offset), offset
+        with pytest.raises(RaftInvariantError):
+            storage.entry_at(leader.log.log_end_offset)
+
+    proposed = 0
+    while proposed < 2 * RECENT_ENTRIES + 50:
+        together = proposed % 5 + 1  # 1 to 5 batches written with one append
+        for i in range(together):
+            count = (proposed + i) % 3 + 1
+            leader.core.propose(count, encode_batch([(None, b"r%d" % i)] * count))
+        proposed += together
+        leader.drain([])
+    check()
+    middle = storage.entry_at(leader.log.log_end_offset - 40)
+    storage.truncate_to(middle.base_offset)
+    check()
+    end = leader.log.log_end_offset
+    storage.append([Entry(end, end, leader.core.term, encode_batch([(None, b"after")]))])
+    check()
+    leader.log.delete_records_before(end - 20)
+    check()
