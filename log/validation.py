@@ -96,4 +96,4 @@ def validated_and_recompressed(
 
 def keyless_refusal_message(partition_name: str) -> str:
     """Kafka's message refusing records without a key for a compacted topic."""
-    return f"Compacted topic cannot accept message without key in topic partition {partition_name}."
+    return f"Compacted topic cannot accept message without key in topic partition {partition_name}"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -453,9 +453,10 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetValue],
+        verify: Callable[[], Awaitable[ErrorCode]] | None = None,
     ) -> ErrorCode:
         """TxnOffsetCommit: once this answers NONE the offsets are in the log, pending until
-        `on_transaction_completed`."""
+        `on_transaction_completed`; `verify` as `OffsetsStore.commit_transactional`."""
         return await self.offsets.commit_transactional(
             group_id,
             producer_id,
@@ -464,6 +465,7 @@ class GroupCoordinator:
             member_id,
             group_instance_id,
             offsets,
+            verify,
         )
 
     def fetch_offsets(

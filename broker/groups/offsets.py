@@ -9,7 +9,7 @@ TxnOffsetCommit's offsets stay pending (`txn_offsets`) until their transaction e
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
@@ -139,7 +139,9 @@ class GroupOffsets:
             return error
         group = self.machine.groups.get(group_id)
         if group is None:
-            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+            # Kafka 3.9 answers a generation for a group it does not know with
+            # UNKNOWN_MEMBER_ID (the member is checked before the generation).
+            return ErrorCode.none if generation_id < 0 else ErrorCode.unknown_member_id
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
         if group.consumer is not None:
@@ -169,11 +171,22 @@ class GroupOffsets:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetValue],
+        verify: Callable[[], Awaitable[ErrorCode]] | None = None,
     ) -> ErrorCode:
         """Validate, append the offsets to the group's partition as one transactional batch
-        of the producer, then keep them pending until its transaction ends."""
-        error = self.validate_txn_commit(group_id, generation_id, member_id, group_instance_id)
+        of the producer, then keep them pending until its transaction ends. `verify` asks
+        the transaction coordinator whether the producer's transaction holds this partition
+        (KIP-890); its error refuses the commit. Kafka 3.9 asks once this broker is known to
+        coordinate the group, before the group's own checks (generation, member)."""
+        error = self.ownership.request_error(group_id)
         if error != ErrorCode.none or not offsets:
+            return error
+        if verify is not None:
+            error = await verify()
+            if error != ErrorCode.none:
+                return error
+        error = self.validate_txn_commit(group_id, generation_id, member_id, group_instance_id)
+        if error != ErrorCode.none:
             return error
         await self.writes.wait_for_room(group_id)
         error = self.validate_txn_commit(group_id, generation_id, member_id, group_instance_id)

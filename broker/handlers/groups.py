@@ -9,7 +9,7 @@ wait for the group; they run as their own tasks, so the connection's other reque
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -429,7 +429,19 @@ async def handle_txn_offset_commit(
             _refused_commit(request, refusal),
         )
     errors, valid = _offsets_to_commit(context, request)
-    group_error = await _coordinator(context).commit_transactional_offsets(
+    coordinator = _coordinator(context)
+
+    def verify() -> Awaitable[ErrorCode]:
+        # Kafka 3.9 (KIP-890) asks the transaction coordinator whether the group's offsets
+        # partition is in the producer's ongoing transaction; if not, nothing is written.
+        return context.services.transactions.verify_offset_commit(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            (OFFSETS_TOPIC, coordinator.partition_for(request.group_id)),
+        )
+
+    group_error = await coordinator.commit_transactional_offsets(
         request.group_id,
         request.producer_id,
         request.producer_epoch,
@@ -437,6 +449,7 @@ async def handle_txn_offset_commit(
         getattr(request, "member_id", ""),
         getattr(request, "group_instance_id", None),
         valid,
+        verify,
     )
     errors = _commit_errors(errors, valid, group_error)
     return _commit_response(

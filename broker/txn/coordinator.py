@@ -500,6 +500,18 @@ class TransactionCoordinator:
             error = await self.remote.verify(transactional_id, producer_id, producer_epoch, tp)
         return produce_error(error)
 
+    async def verify_offset_commit(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> ErrorCode:
+        """KIP-890 verification of a TxnOffsetCommit, as Kafka 3.9 makes it: the group's
+        `__consumer_offsets` partition `tp` must be in the producer's ongoing transaction
+        (added by AddOffsetsToTxn). ErrorCode.none, or the error the TxnOffsetCommit answers
+        for every partition (`offset_commit_error`)."""
+        error = self.verify(transactional_id, producer_id, producer_epoch, tp)
+        if error == ErrorCode.not_coordinator and self.remote is not None:
+            error = await self.remote.verify(transactional_id, producer_id, producer_epoch, tp)
+        return offset_commit_error(error)
+
     # -- EndTxn ------------------------------------------------------------------------------
 
     async def end_transaction(
@@ -720,6 +732,25 @@ def valid_transactional_id(transactional_id: str) -> bool:
             STRING_BYTES_MAX,
         )
     return False
+
+
+def offset_commit_error(error: ErrorCode) -> ErrorCode:
+    """A coordinator's verification answer as a TxnOffsetCommit reports it. Kafka 3.9 passes
+    the partition's error through (INVALID_PRODUCER_ID_MAPPING for a producer id that is not
+    the transactional id's, INVALID_TXN_STATE for offsets not added to the transaction), a
+    fenced epoch as INVALID_PRODUCER_EPOCH, and a coordinator that cannot answer now as
+    COORDINATOR_NOT_AVAILABLE, which clients retry."""
+    if error in (
+        ErrorCode.none,
+        ErrorCode.invalid_txn_state,
+        ErrorCode.invalid_producer_id_mapping,
+        ErrorCode.invalid_request,
+        ErrorCode.concurrent_transactions,
+    ):
+        return error
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    return ErrorCode.coordinator_not_available
 
 
 def produce_error(error: ErrorCode) -> ErrorCode:

@@ -187,7 +187,7 @@ def test_a_compacted_topic_refuses_records_without_a_key(bootstrap: str, new_top
     assert [e.batch_index for e in answer.record_errors] == [1, 3]
     # Each refused record carries Kafka's reason; the answer's own message names it too, raftka's
     # as it is and Kafka's inside "One or more records have been rejected due to ...".
-    reason = f"Compacted topic cannot accept message without key in topic partition {topic}-0."
+    reason = f"Compacted topic cannot accept message without key in topic partition {topic}-0"
     assert [e.batch_index_error_message for e in answer.record_errors] == [reason, reason]
     assert reason in answer.error_message, answer.error_message
     # A batch large enough to be scanned in a worker thread.

@@ -13,7 +13,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from clients import RawConnection, api_versions_v0, retry_retriable, wait_until
+from clients import (
+    COORDINATOR_RETRIABLE,
+    RawConnection,
+    api_versions_v0,
+    retry_retriable,
+    wait_until,
+)
+from kio.schema.add_offsets_to_txn.v3 import request as add_offsets_req
+from kio.schema.add_offsets_to_txn.v3 import response as add_offsets_resp
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3 import request as find_coordinator_req
 from kio.schema.find_coordinator.v3 import response as find_coordinator_resp
@@ -48,18 +56,48 @@ def find_coordinator(conn: RawConnection, group: str) -> None:
     wait_until(found, 30, f"a coordinator for {group}")
 
 
-def producer_id(conn: RawConnection) -> int:
-    def send() -> Any:
+def begin_offsets_transaction(conn: RawConnection, txn_id: str, group: str) -> tuple[int, int]:
+    """InitProducerId for a new transactional id, then AddOffsetsToTxn for `group`, as a
+    producer does before `send_offsets_to_transaction`'s TxnOffsetCommit (which Kafka 3.9
+    refuses for a group not added to the transaction, KIP-890). The producer id and epoch;
+    a second call for the same transactional id fences the first epoch."""
+
+    def found() -> bool:
+        conn.send_request(find_coordinator_req.FindCoordinatorRequest(key=txn_id, key_type=i8(1)))
+        return conn.recv_response(find_coordinator_resp.FindCoordinatorResponse).error_code == 0
+
+    wait_until(found, 30, f"a transaction coordinator for {txn_id}")
+
+    def init() -> Any:
         conn.send_request(
             init_pid_req.InitProducerIdRequest(
-                transactional_id=None, transaction_timeout=datetime.timedelta(minutes=1)
+                transactional_id=txn_id,
+                transaction_timeout=datetime.timedelta(minutes=1),
             )
         )
         return conn.recv_response(init_pid_resp.InitProducerIdResponse)
 
-    response = retry_retriable(send)
-    assert response.error_code == E.none
-    return int(response.producer_id)
+    # CONCURRENT_TRANSACTIONS while an earlier epoch's transaction is being aborted.
+    initialized = retry_retriable(
+        init, retriable=COORDINATOR_RETRIABLE | {E.concurrent_transactions}
+    )
+    assert initialized.error_code == E.none, initialized
+    pid, epoch = int(initialized.producer_id), int(initialized.producer_epoch)
+
+    def add() -> Any:
+        conn.send_request(
+            add_offsets_req.AddOffsetsToTxnRequest(
+                transactional_id=txn_id,
+                producer_id=i64(pid),
+                producer_epoch=i16(epoch),
+                group_id=group,
+            )
+        )
+        return conn.recv_response(add_offsets_resp.AddOffsetsToTxnResponse)
+
+    added = retry_retriable(add)
+    assert added.error_code == E.none, added
+    return pid, epoch
 
 
 def txn_commit_v3(
@@ -71,6 +109,7 @@ def txn_commit_v3(
     epoch: int = 0,
     generation: int = -1,
     member: str = "",
+    txn_id: str,
 ) -> dict[tuple[str, int], ErrorCode]:
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), offset in offsets.items():
@@ -83,7 +122,7 @@ def txn_commit_v3(
         )
     conn.send_request(
         txn3_req.TxnOffsetCommitRequest(
-            transactional_id="txn-1",
+            transactional_id=txn_id,
             group_id=group,
             producer_id=i64(pid),
             producer_epoch=i16(epoch),
@@ -209,15 +248,30 @@ def test_txn_offset_commit_answers_per_partition_and_stays_pending(
         assert high == 3
     topic = new_topic(partitions=2)
     group = group_id()
+    txn_id = f"txn-{uuid.uuid4().hex[:8]}"
     with RawConnection(bootstrap) as conn:
         find_coordinator(conn, group)
         commit(conn, group, topic, {0: 5})
-        pid = producer_id(conn)
+        pid, epoch = begin_offsets_transaction(conn, txn_id, group)
+        # Without AddOffsetsToTxn the commit is refused and writes nothing (KIP-890): a
+        # producer id that is not the transactional id's, then a group not added.
+        unknown = txn_commit_until_coordinated(
+            conn, group, pid + 1000, {(topic, 0): 9}, txn_id=txn_id
+        )
+        assert unknown == {(topic, 0): E.invalid_producer_id_mapping}
+        other = group_id()
+        find_coordinator(conn, other)
+        not_added = txn_commit_until_coordinated(
+            conn, other, pid, {(topic, 0): 9}, epoch=epoch, txn_id=txn_id
+        )
+        assert not_added == {(topic, 0): E.invalid_txn_state}
         answers = txn_commit_until_coordinated(
             conn,
             group,
             pid,
             {(topic, 0): 10, (topic, 1): 20, (topic, 7): 1, ("no-such-topic", 0): 1},
+            epoch=epoch,
+            txn_id=txn_id,
         )
         assert answers == {
             (topic, 0): E.none,
@@ -238,10 +292,10 @@ def test_txn_offset_commit_answers_per_partition_and_stays_pending(
         # v0 carries no generation: accepted for the same group.
         conn.send_request(
             txn0_req.TxnOffsetCommitRequest(
-                transactional_id="txn-0",
+                transactional_id=txn_id,
                 group_id=group,
-                producer_id=i64(pid + 1),
-                producer_epoch=i16(0),
+                producer_id=i64(pid),
+                producer_epoch=i16(epoch),
                 topics=(
                     txn0_req.TxnOffsetCommitRequestTopic(
                         name=topic,
@@ -258,11 +312,23 @@ def test_txn_offset_commit_answers_per_partition_and_stays_pending(
         )
         v0 = conn.recv_response(txn0_resp.TxnOffsetCommitResponse)
         assert [p.error_code for t in v0.topics for p in t.partitions] == [E.none]
-        # A generation for a group that has none: the consumer's group is gone.
-        other = group_id()
-        find_coordinator(conn, other)
-        refused = txn_commit_until_coordinated(conn, other, pid, {(topic, 0): 1}, generation=3)
-        assert refused == {(topic, 0): E.illegal_generation}
+        # The transaction is checked first (Kafka 3.9's order), then the group: a group not
+        # added answers INVALID_TXN_STATE whatever its generation; an added group that does
+        # not exist, asked with a generation, answers UNKNOWN_MEMBER_ID (as Kafka 3.9 does).
+        # Neither writes anything.
+        refused = txn_commit_until_coordinated(
+            conn, other, pid, {(topic, 0): 1}, epoch=epoch, generation=3, txn_id=txn_id
+        )
+        assert refused == {(topic, 0): E.invalid_txn_state}
+        ghost = group_id()
+        find_coordinator(conn, ghost)
+        pid, epoch = begin_offsets_transaction(conn, f"{txn_id}-g", ghost)
+        refused = txn_commit_until_coordinated(
+            conn, ghost, pid, {(topic, 0): 1}, epoch=epoch, generation=3, txn_id=f"{txn_id}-g"
+        )
+        assert refused == {(topic, 0): E.unknown_member_id}
+        assert fetch_v7(conn, other, topic, [0], False) == {0: (-1, E.none)}
+        assert fetch_v7(conn, ghost, topic, [0], False) == {0: (-1, E.none)}
 
 
 def test_pending_txn_offsets_survive_a_restart_and_fence_old_epochs(
@@ -274,12 +340,17 @@ def test_pending_txn_offsets_survive_a_restart_and_fence_old_epochs(
     with RawConnection(broker.bootstrap) as conn:
         find_coordinator(conn, group)
         commit(conn, group, topic, {0: 5})
-        pid = producer_id(conn)
-        assert txn_commit_until_coordinated(conn, group, pid, {(topic, 0): 10}, epoch=1) == {
-            (topic, 0): E.none
-        }
+        txn_id = f"txn-{uuid.uuid4().hex[:8]}"
+        pid, old_epoch = begin_offsets_transaction(conn, txn_id, group)
+        # A second InitProducerId fences the first epoch (and aborts its transaction).
+        again, epoch = begin_offsets_transaction(conn, txn_id, group)
+        assert again == pid and epoch > old_epoch, (again, epoch)
+        answer = txn_commit_until_coordinated(
+            conn, group, pid, {(topic, 0): 10}, epoch=epoch, txn_id=txn_id
+        )
+        assert answer == {(topic, 0): E.none}
         # An older epoch of the same producer is a fenced instance.
-        stale = txn_commit_v3(conn, group, pid, {(topic, 1): 1}, epoch=0)
+        stale = txn_commit_v3(conn, group, pid, {(topic, 1): 1}, epoch=old_epoch, txn_id=txn_id)
         assert stale == {(topic, 1): E.invalid_producer_epoch}
     broker.restart()
     with RawConnection(broker.bootstrap) as conn:
