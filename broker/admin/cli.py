@@ -284,6 +284,12 @@ def _fair_key(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected key or header:NAME, got {text!r}")
 
 
+_HTTP_HELP = (
+    "a broker's HTTP queue API (http://HOST:PORT, its http.listen): a share group's lag, "
+    "available, delayed and acquired records of the partitions that broker leads"
+)
+
+
 def _queues_parser(commands: Subcommands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "queues", help="list, create, describe or delete queues (topics with a delivery order)"
@@ -360,8 +366,9 @@ def _queues_parser(commands: Subcommands, common: argparse.ArgumentParser) -> No
         help="its order, and each share group's progress through it",
     )
     describe.add_argument("queue", metavar="QUEUE")
+    describe.add_argument("--http", metavar="URL", help=_HTTP_HELP)
     describe.set_defaults(
-        run=lambda a, t: (queues.describe_queue(t, a.queue), queues.print_describe)
+        run=lambda a, t: (queues.describe_queue(t, a.queue, a.http), queues.print_describe)
     )
 
     delete = actions.add_parser("delete", parents=[common], help="delete queues and messages")
@@ -380,8 +387,9 @@ def _groups_parser(commands: Subcommands, common: argparse.ArgumentParser) -> No
         "describe", parents=[common], help="members, committed offsets and lag"
     )
     describe.add_argument("group", metavar="GROUP")
+    describe.add_argument("--http", metavar="URL", help=_HTTP_HELP)
     describe.set_defaults(
-        run=lambda a, t: (groups.describe_group(t, a.group), groups.print_describe)
+        run=lambda a, t: (groups.describe_group(t, a.group, a.http), groups.print_describe)
     )
 
     delete = actions.add_parser("delete", parents=[common], help="delete empty groups")

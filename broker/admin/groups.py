@@ -93,7 +93,7 @@ def commit_offsets(
         raise AdminError(f"{what} group {group_id}: " + "; ".join(errors))
 
 
-def describe_group(target: Target, group_id: str) -> Document:
+def describe_group(target: Target, group_id: str, http: str | None = None) -> Document:
     admin = target.admin()
     target.metadata(admin)
     description = _describe(target, admin, group_id)
@@ -102,7 +102,7 @@ def describe_group(target: Target, group_id: str) -> Document:
     if state == "DEAD" and not committed:
         from raftka.broker.admin.share_groups import describe_share_group
 
-        shared = describe_share_group(target, group_id)
+        shared = describe_share_group(target, group_id, http)
         if shared is not None:
             return shared
         raise AdminError(f"GROUP_ID_NOT_FOUND: consumer group '{group_id}' does not exist")

@@ -113,7 +113,7 @@ def canonical_topic_id(topic_id: Uuid) -> str:
     return str(uuid.UUID(int=(high << 64) | low))
 
 
-def describe_share_group(target: Target, group_id: str) -> Document | None:
+def describe_share_group(target: Target, group_id: str, http: str | None = None) -> Document | None:
     """The share group's partitions, or None when nothing of the group was persisted."""
     from raftka.broker.admin.offsets import log_end_offsets
     from raftka.broker.admin.topics import topic_descriptions
@@ -150,10 +150,19 @@ def describe_share_group(target: Target, group_id: str) -> Document | None:
                 "state_epoch": state.state_epoch,
             }
         )
-    return {"group": group_id, "type": "share", "partitions": rows}
+    if http is not None:
+        from raftka.broker.admin.queues import add_live, live_states
+
+        for topic in sorted({str(r["topic"]) for r in rows}):
+            mine = [r for r in rows if r["topic"] == topic]
+            add_live(mine, live_states(target, http, topic, group_id))
+    return {"group": group_id, "type": "share", "partitions": rows, "live": http is not None}
 
 
 def print_describe(document: Document, out: TextIO) -> None:
+    from raftka.broker.admin.queues import LIVE
+
+    live = list(LIVE) if document.get("live") else []
     print(f"Share group {document['group']}", file=out)
     print(file=out)
     print_table(
@@ -166,6 +175,7 @@ def print_describe(document: Document, out: TextIO) -> None:
             "IN-FLIGHT",
             "ACKNOWLEDGED",
             "ARCHIVED",
+            *(c.upper() for c in live),
         ],
         [
             [
@@ -177,6 +187,7 @@ def print_describe(document: Document, out: TextIO) -> None:
                 r["in_flight_available"],
                 r["acknowledged"],
                 r["archived"],
+                *("-" if r[c] is None else r[c] for c in live),
             ]
             for r in document["partitions"]
         ],

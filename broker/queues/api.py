@@ -29,6 +29,7 @@ from raftka.broker.queues.changes import (
     changed_priorities,
     delay_releases,
     indexed,
+    queue_state,
     undo_delays,
 )
 from raftka.broker.queues.member import (
@@ -64,6 +65,7 @@ ROUTES: Mapping[tuple[str, str], str] = MappingProxyType(
         ("POST", "/queues/{name}/ack"): "ack",
         ("POST", "/queues/{name}/nack"): "nack",
         ("POST", "/queues/{name}/reject"): "reject",
+        ("GET", "/queues/{name}/state"): "queue_state",
         ("PATCH", MESSAGE): "change_priority",
         ("DELETE", MESSAGE): "cancel",
         ("POST", rest_v3.TEMPLATE): "produce_v3",
@@ -592,6 +594,16 @@ class QueueApi:
         if changed.priority is not None:
             shown["priority"] = changed.priority
         return json_response(HTTPStatus.OK, shown)
+
+    async def queue_state(self, caller: Caller, name: str, body: Json) -> HttpResponse:
+        """The group's share-partitions of the queue as `queue_view` shows them, for the
+        partitions this broker leads (the others name their leader)."""
+        topic = await self._queue(caller, name)
+        group = _group(body, name)
+        partitions = await queue_state(caller, group, name, len(topic.partitions))
+        return json_response(
+            HTTPStatus.OK, {"queue": name, "group": group, "partitions": partitions}
+        )
 
     async def reject(self, caller: Caller, name: str, body: Json) -> HttpResponse:
         return await self._settle(caller, name, body, REJECT, "rejected")

@@ -24,6 +24,7 @@ from raftka.broker.queues.problems import Problem
 from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.share.delivery_index import IndexedOrder, parse_long
 from raftka.broker.share.partition import RecordState
+from raftka.broker.share.queue_view import queue_view
 from raftka.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -238,3 +239,37 @@ def changed_priorities(
         if led is not None and offset in led.state.priorities:
             changed[(index, offset)] = led.state.priorities[offset]
     return changed
+
+
+async def queue_state(caller: Caller, group: str, topic: str, count: int) -> list[dict[str, Any]]:
+    """Per partition of `topic` (`count` of them): its `queue_view` in `group` when this
+    broker leads it and the group has state there (`state: "none"` when it has not), else
+    its leader. Needs DESCRIBE on the group and the topic, as DescribeShareGroupOffsets."""
+    context = caller.context(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1)
+    for resource, name in ((ResourceType.GROUP, group), (ResourceType.TOPIC, topic)):
+        if not context.authorize(AclOperation.DESCRIBE, resource, name):
+            raise Problem(
+                HTTPStatus.FORBIDDEN,
+                "forbidden",
+                f"DESCRIBE on {resource.name.lower()} {name} is not allowed to this user",
+            )
+    services = caller.services
+    manager = services.groups.share_partitions
+    found: list[dict[str, Any]] = []
+    for index in range(count):
+        partition = services.topics.partition(topic, index)
+        if partition is None:
+            continue
+        if not partition.is_leader or partition.log is None:
+            leader, _ = partition_leader(services.controller, partition)
+            found.append({"partition": index, "leader": leader, "led_here": False})
+            continue
+        key = (group, partition.topic.topic_id, index)
+        # A group that never read the partition gets no state from being described.
+        if key not in manager.partitions and await manager.store.read(key) is None:
+            found.append({"partition": index, "led_here": True, "state": "none"})
+            continue
+        led = await _loaded(context, group, partition)
+        view = queue_view(led.state, led.index, partition.high_watermark, services.clock.wall_ms())
+        found.append({"partition": index, "led_here": True, "state": "led", **view.as_json()})
+    return found

@@ -304,6 +304,27 @@ def openapi_document() -> Json:
                 )
             },
             "/queues/{name}/reject": {"post": _settle("Reject: the messages are archived")},
+            "/queues/{name}/state": {
+                "get": {
+                    "summary": "A share group's progress through the queue, per partition this "
+                    "broker leads: start offset, lag (records not yet acknowledged or archived) "
+                    "split into available, delayed and acquired, and those acknowledged and "
+                    "archived past the start offset",
+                    "parameters": [
+                        _NAME,
+                        {
+                            "name": "group",
+                            "in": "query",
+                            "schema": {"type": "string"},
+                            "description": "default: the queue's name",
+                        },
+                    ],
+                    "responses": {
+                        "200": _json({"type": "object"}, "`partitions`, one object each"),
+                        **_problems(400, 401, 403, 404, 503),
+                    },
+                }
+            },
             "/v3/clusters/{cluster_id}/topics/{topic}/records": {
                 "post": {
                     "summary": "Produce one record as Confluent REST Proxy v3 does",

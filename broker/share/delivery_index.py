@@ -378,6 +378,22 @@ class DeliveryIndex:
         """Records acquired through this index and not yet settled."""
         return len(self._acquired)
 
+    def delayed(self, state: SharePartition, now_wall_ms: int) -> int:
+        """Records still delayed at `now_wall_ms`: AVAILABLE, not acquired, and not
+        acquirable before a later time (their header's or their release delay)."""
+        self.settle(state)  # releases with a delay join the delayed ones
+        acquired = self._acquired
+        priorities = state.priorities if self.order.by_priority else None
+        waiting: set[int] = set()
+        for deliver_at, key in self._delayed:
+            offset = key % _OFFSETS
+            if deliver_at <= now_wall_ms or offset in acquired or not state.is_available(offset):
+                continue
+            changed = priorities.get(offset) if priorities else None
+            if changed is None or changed == key // _OFFSETS:
+                waiting.add(offset)
+        return len(waiting)
+
     def counts(self) -> tuple[int, int]:
         """(entries that may be acquirable, entries still delayed): upper bounds, as done
         records are dropped only when reached."""
