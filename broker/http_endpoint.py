@@ -1,7 +1,10 @@
 """The broker's HTTP endpoints (`metrics.listen`, `console.listen`): a small HTTP/1.1
 responder on trio.
 
-One request per connection, answered with `Connection: close`. The path picks a route (GET
+An HTTP/1.1 connection stays open for the next request (persistent connections, RFC 9112
+§9.3) until the client asks to close it, sends nothing for KEEP_ALIVE_IDLE_S, or sends
+something malformed; an HTTP/1.0 request is answered with `Connection: close`. Requests are
+read in order, each whole before it is answered. The path picks a route (GET
 only, the query string ignored); a path no route names goes to the endpoint's `app`, when it
 has one, with the method and query string (the console's pages). A request head is at
 most REQUEST_HEAD_BYTES_MAX bytes and must arrive within REQUEST_TIMEOUT_S; anything
@@ -31,7 +34,9 @@ REQUEST_HEAD_BYTES_MAX = 8192
 BODY_BYTES_MAX = 65536
 REQUEST_TIMEOUT_S = 5.0
 RESPONSE_TIMEOUT_S = 10.0
-CONNECTIONS_MAX = 32
+CONNECTIONS_MAX = 512
+#: How long an open connection may wait for its next request before it is closed.
+KEEP_ALIVE_IDLE_S = 5.0
 RECEIVE_CHUNK_BYTES = 4096
 # After answering, what the client still sends is read and dropped (within these bounds)
 # before closing: closing with unread input resets the connection, and the client could
@@ -77,11 +82,20 @@ class HttpRequest:
     headers: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     #: The body (read for an `app` only, by Content-Length, at most BODY_BYTES_MAX).
     body: bytes = field(default=b"", compare=False)
+    #: "HTTP/1.0" or "HTTP/1.1".
+    version: str = field(default="HTTP/1.1", compare=False)
 
     def header(self, name: str) -> str | None:
         """The last value of header field `name` (lower case), None when absent."""
         found = [value for key, value in self.headers if key == name]
         return found[-1] if found else None
+
+    @property
+    def keeps_connection(self) -> bool:
+        """Whether the client may send another request on this connection: HTTP/1.1
+        unless it said `Connection: close` (HTTP/1.0 connections close)."""
+        tokens = {t.strip().lower() for t in (self.header("connection") or "").split(",")}
+        return self.version == "HTTP/1.1" and "close" not in tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +110,14 @@ class HttpResponse:
     def text(cls, status: HTTPStatus, line: str) -> HttpResponse:
         return cls(status, (line + "\n").encode())
 
-    def encode(self) -> bytes:
+    def encode(self, keep_alive: bool = False) -> bytes:
+        """The response as sent; without `keep_alive`, with `Connection: close`."""
         head = (
             f"HTTP/1.1 {self.status.value} {self.status.phrase}\r\n"
             f"Content-Type: {self.content_type}\r\n"
             f"Content-Length: {len(self.body)}\r\n"
             + "".join(f"{name}: {value}\r\n" for name, value in self.headers)
-            + "Connection: close\r\n\r\n"
+            + ("\r\n" if keep_alive else "Connection: close\r\n\r\n")
         )
         return head.encode("ascii") + self.body
 
@@ -120,7 +135,12 @@ def parse_request_line(line: bytes) -> HttpRequest:
     if not _VERSION.fullmatch(version):
         raise HttpError(HTTPStatus.BAD_REQUEST, "not HTTP/1.0 or HTTP/1.1")
     path, _, query = target.split(b"#", 1)[0].partition(b"?")
-    return HttpRequest(method.decode("ascii"), path.decode("ascii"), query.decode("ascii"))
+    return HttpRequest(
+        method.decode("ascii"),
+        path.decode("ascii"),
+        query.decode("ascii"),
+        version=version.decode("ascii"),
+    )
 
 
 def parse_request_head(head: bytes) -> HttpRequest:
@@ -147,13 +167,16 @@ def head_end(buffer: bytes | bytearray) -> tuple[int, int] | None:
 async def read_request(stream: trio.abc.ReceiveStream) -> HttpRequest | None:
     """Read and parse one request head; None if the peer closed without sending anything.
     The request line is checked as soon as it has arrived, so garbage is refused at once."""
-    found = await _read_head(stream)
-    return None if found is None else found[0]
+    return await _read_head(stream, bytearray())
 
 
-async def read_body(stream: trio.abc.ReceiveStream, request: HttpRequest, early: bytes) -> bytes:
-    """The request's body by its Content-Length (`early`: what arrived with the head); empty
-    without one. HttpError 400 for a bad length, 413 past BODY_BYTES_MAX."""
+async def read_body(
+    stream: trio.abc.ReceiveStream, request: HttpRequest, buffer: bytearray
+) -> bytes:
+    """The request's body by its Content-Length, taken from the front of `buffer` (what
+    arrived after the head) and then the stream; what follows it stays in `buffer` (the next
+    request's). Empty without a length. HttpError 400 for a bad length, 413 past
+    BODY_BYTES_MAX."""
     given = request.header("content-length")
     if given is None:
         return b""
@@ -162,23 +185,26 @@ async def read_body(stream: trio.abc.ReceiveStream, request: HttpRequest, early:
     length = int(given)
     if length > BODY_BYTES_MAX:
         raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {BODY_BYTES_MAX} bytes")
-    body = bytearray(early[:length])
-    while len(body) < length:
+    while len(buffer) < length:
         data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
         if not data:
             raise HttpError(HTTPStatus.BAD_REQUEST, "connection closed within the body")
-        body += data[: length - len(body)]
-    return bytes(body)
+        buffer += data
+    body = bytes(buffer[:length])
+    del buffer[:length]
+    return body
 
 
-async def _read_head(stream: trio.abc.ReceiveStream) -> tuple[HttpRequest, bytes] | None:
-    """One request head and the bytes that arrived after it; None as `read_request`."""
-    buffer = bytearray()
+async def _read_head(stream: trio.abc.ReceiveStream, buffer: bytearray) -> HttpRequest | None:
+    """One request head, taken from the front of `buffer` and then the stream (what follows
+    the head stays in `buffer`); None as `read_request`."""
     line_checked = False
     while True:
         end = head_end(buffer)
         if end is not None:
-            return parse_request_head(bytes(buffer[: end[0]])), bytes(buffer[end[1] :])
+            request = parse_request_head(bytes(buffer[: end[0]]))
+            del buffer[: end[1]]
+            return request
         if not line_checked:
             newline = buffer.find(b"\n")
             if newline >= 0:
@@ -281,11 +307,27 @@ class HttpEndpoint:
     async def _serve_connection(self, stream: HttpStream) -> None:
         self._serving += 1
         response: HttpResponse | None
+        buffer = bytearray()  # bytes received and not yet taken by a request
         try:
             if self._serving > CONNECTIONS_MAX:
-                response = HttpResponse.text(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
+                response, keep = (
+                    HttpResponse.text(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections"),
+                    False,
+                )
             else:
-                response = await self._answer(stream)
+                response, keep = await self._answer(stream, buffer)
+            while response is not None and keep:
+                with trio.move_on_after(RESPONSE_TIMEOUT_S) as sending:
+                    await stream.send_all(response.encode(keep_alive=True))
+                if sending.cancelled_caught:
+                    return
+                if not buffer:
+                    with trio.move_on_after(KEEP_ALIVE_IDLE_S):
+                        data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                        buffer += data
+                    if not buffer:
+                        return  # closed by the client, or idle: no answer is owed
+                response, keep = await self._answer(stream, buffer)
             if response is not None:
                 with trio.move_on_after(RESPONSE_TIMEOUT_S):
                     await stream.send_all(response.encode())
@@ -303,23 +345,30 @@ class HttpEndpoint:
                 cleanup.shield = True
                 await stream.aclose()
 
-    async def _answer(self, stream: HttpStream) -> HttpResponse | None:
+    async def _answer(
+        self, stream: HttpStream, buffer: bytearray
+    ) -> tuple[HttpResponse | None, bool]:
+        """The answer to the connection's next request (None: the client closed before
+        sending one), and whether the connection stays open after it. A request that cannot
+        be read whole is answered and ends the connection."""
         path = ""
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S) as timer:
-                found = await _read_head(stream)
-                if found is not None and found[0].path not in self.routes and self.app:
-                    path = found[0].path
-                    body = await read_body(stream, found[0], found[1])
-                    found = dataclasses.replace(found[0], body=body), b""
+                request = await _read_head(stream, buffer)
+                if request is not None:
+                    path = request.path if request.path not in self.routes else ""
+                    body = await read_body(stream, request, buffer)
+                    request = dataclasses.replace(request, body=body)
             if timer.cancelled_caught:
                 raise HttpError(HTTPStatus.REQUEST_TIMEOUT, "no complete request in time")
         except HttpError as exc:
             shaped = self.error_answer(path, exc) if path and self.error_answer else None
-            return shaped or HttpResponse.text(exc.status, exc.message)
-        if found is None:
-            return None
-        request = found[0]
+            return shaped or HttpResponse.text(exc.status, exc.message), False
+        if request is None:
+            return None, False
+        return await self._answer_request(stream, request), request.keeps_connection
+
+    async def _answer_request(self, stream: HttpStream, request: HttpRequest) -> HttpResponse:
         route = self.routes.get(request.path)
         if route is None and self.app is not None:
             peer = _peer_host(stream)

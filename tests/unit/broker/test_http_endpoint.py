@@ -147,24 +147,33 @@ def test_header_fields_are_kept_by_lower_case_name() -> None:
     assert request.header("host") is None
 
 
-def _body(head: bytes, early: bytes, *later: bytes) -> bytes:
+def _body_and_rest(head: bytes, early: bytes, *later: bytes) -> tuple[bytes, bytes]:
     """What read_body makes of a request with this head, `early` bytes having arrived with
-    it and `later` ones after."""
+    it and `later` ones after, and what it leaves in the buffer (the next request's)."""
 
-    async def run() -> bytes:
+    async def run() -> tuple[bytes, bytes]:
         send, receive = trio.testing.memory_stream_one_way_pair()
         for chunk in later:
             await send.send_all(chunk)
         await send.aclose()
+        buffer = bytearray(early)
         with trio.fail_after(1):
-            return await read_body(receive, parse_request_head(head), early)
+            body = await read_body(receive, parse_request_head(head), buffer)
+        return body, bytes(buffer)
 
     return trio.run(run)
+
+
+def _body(head: bytes, early: bytes, *later: bytes) -> bytes:
+    return _body_and_rest(head, early, *later)[0]
 
 
 def test_a_body_is_read_by_its_length_and_bounded() -> None:
     head = b"POST /topics HTTP/1.1\r\nContent-Length: 7"
     assert _body(head, b"a=1", b"&b=", b"2EXTRA") == b"a=1&b=2"
+    # What follows the body is the next request's, kept for it.
+    assert _body_and_rest(head, b"a=1", b"&b=2GET / HTTP/1.1") == (b"a=1&b=2", b"GET / HTTP/1.1")
+    assert _body_and_rest(head, b"a=1&b=2GET") == (b"a=1&b=2", b"GET")
     assert _body(b"POST / HTTP/1.1", b"ignored") == b""
     with pytest.raises(HttpError) as caught:
         _body(f"POST / HTTP/1.1\r\nContent-Length: {BODY_BYTES_MAX + 1}".encode(), b"")
