@@ -151,7 +151,7 @@ def describe_share_group(target: Target, group_id: str, http: str | None = None)
             }
         )
     if http is not None:
-        from raftka.broker.admin.queues import add_live, live_states
+        from raftka.broker.admin.queue_live import add_live, live_states
 
         for topic in sorted({str(r["topic"]) for r in rows}):
             mine = [r for r in rows if r["topic"] == topic]
@@ -160,7 +160,7 @@ def describe_share_group(target: Target, group_id: str, http: str | None = None)
 
 
 def print_describe(document: Document, out: TextIO) -> None:
-    from raftka.broker.admin.queues import LIVE
+    from raftka.broker.admin.queue_live import LIVE
 
     live = list(LIVE) if document.get("live") else []
     print(f"Share group {document['group']}", file=out)
