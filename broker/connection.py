@@ -82,7 +82,7 @@ from raftka.broker.quotas import (
 from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
 from raftka.broker.security.session import ClientSession
 from raftka.broker.security.tls import certificate_principal
-from raftka.broker.services import Deferred, Later, RequestContext
+from raftka.broker.services import Deferred, Later, RequestContext, Subscribed
 from raftka.protocol.api import (
     EncodedResponse,
     FrameError,
@@ -639,6 +639,9 @@ class Connection:
                     assert self._nursery is not None, "requests are read inside the nursery"
                     self._nursery.start_soon(self._run_later, settled.answer, context, prefix, slot)
                     continue
+                if isinstance(settled, Subscribed):
+                    self._subscribe(settled, context, prefix, slot)
+                    continue
                 self._answered(settled, prefix, slot)
             except Exception:
                 self._handler_failed(prefix, slot)
@@ -646,6 +649,31 @@ class Connection:
             self._finish(slot, context)
         self._notify()  # a reader waiting for handlers to finish
         return True
+
+    def _subscribe(
+        self,
+        answer: Subscribed[ResponsePayload | SplicedResponse | EncodedResponse | None],
+        context: HandlerContext,
+        prefix: RequestPrefix,
+        slot: _Slot,
+    ) -> None:
+        """`_run_later` without a task: the answer is taken when its callback comes (a
+        handler counted in `_handlers_running` until then)."""
+
+        def done() -> None:
+            try:
+                self._answered(answer.answer(), prefix, slot)
+            except Exception:
+                self._handler_failed(prefix, slot)
+            self._handlers_running -= 1
+            self._finish(slot, context, in_task=True)
+
+        try:
+            answer.subscribe(done)
+        except Exception:
+            self._handler_failed(prefix, slot)
+            self._handlers_running -= 1
+            self._finish(slot, context, in_task=True)
 
     async def _run_later(
         self,

@@ -242,13 +242,24 @@ class Later(Generic[_Answer]):
 
 
 @dataclass(frozen=True, slots=True)
+class Subscribed(Generic[_Answer]):
+    """A handler's answer decided by a callback instead of a task: `subscribe(done)`
+    arranges for `done()` to be called once, perhaps at once, from whatever code decides
+    it (the Raft group whose high watermark passed the request's batches); `answer()` then
+    gives it. `done` must not block."""
+
+    subscribe: Callable[[Callable[[], None]], None]
+    answer: Callable[[], _Answer]
+
+
+@dataclass(frozen=True, slots=True)
 class Deferred(Generic[_Answer]):
     """A handler's answer decided once the batches it proposed are written: requests read
     together are written together (group commit). The caller runs the replica manager's
     `write_proposed` before it lets any other task run, then `settle`, which gives the
     answer or `Later`."""
 
-    settle: Callable[[], _Answer | Later[_Answer]]
+    settle: Callable[[], _Answer | Later[_Answer] | Subscribed[_Answer]]
 
 
 class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):

@@ -233,6 +233,8 @@ class RaftCore:
         self.voters = self._configs[-1][1] if self._configs else config.voters
         self.learners: frozenset[NodeId] = self._configs[-1][2] if self._configs else frozenset()
         self._messages: list[Message] = []
+        # Entries appended as leader that no APPEND carries yet (sent by ready()).
+        self._append_unsent = False
         self._awaiting_advance = False
         self._step_role: Callable[[Message], None] = self._step_follower
         self._prev_hard_state = hard_state
@@ -286,6 +288,7 @@ class RaftCore:
     def has_ready(self) -> bool:
         if (
             self._messages
+            or self._append_unsent
             or self.log.unstable
             or self.log.pending_truncate is not None
             or self.log.pending_snapshot is not None
@@ -304,6 +307,10 @@ class RaftCore:
     def ready(self) -> Ready:
         if self._awaiting_advance:
             raise RaftInvariantError(f"{self._name()}: ready() before the last Ready's advance()")
+        if self._append_unsent:
+            self._append_unsent = False
+            if self.role is Role.LEADER:
+                self._broadcast_append(send_if_empty=False)
         # Unchanged states are the common case (every append): the previous objects serve.
         hard_state = self._prev_hard_state
         if hard_state.term != self.term or hard_state.voted_for != self.voted_for:
@@ -779,7 +786,9 @@ class RaftCore:
         base = self.log.log_end_offset()
         entry = Entry(base, base + record_count - 1, self.term, payload, kind)
         self._append_entries([entry])
-        self._broadcast_append(send_if_empty=False)
+        # Sent by the next ready(): the entries proposed until then leave in one APPEND
+        # per follower (requests read together, written together, sent together).
+        self._append_unsent = True
         self._maybe_commit()
         return entry
 

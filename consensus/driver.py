@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol, TypeAlias
 
 import trio
 
@@ -158,6 +158,8 @@ class DriverStats:
 
 
 class _Waiter:
+    """A task waiting (`RaftGroup._wait_mark`) for a mark to reach `end_offset`."""
+
     __slots__ = ("end_offset", "done", "error", "as_leader")
 
     def __init__(self, end_offset: int, as_leader: bool) -> None:
@@ -166,40 +168,129 @@ class _Waiter:
         self.error: NotLeaderError | None = None
         self.as_leader = as_leader
 
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
+
+    def reached(self) -> None:
+        self.done.set()
+
+    def failed(self, error: NotLeaderError) -> None:
+        self.error = error
+        self.done.set()
+
+
+#: What a subscription's callback is told: None when the mark reached its offset (and the
+#: entry is still there), the NotLeaderError its wait would raise, or TIMED_OUT.
+MarkOutcome: TypeAlias = NotLeaderError | None | Literal["timed out"]
+TIMED_OUT: Literal["timed out"] = "timed out"
+
+
+class _Subscription:
+    """A callback waiting for a mark (`RaftGroup.on_committed`, `on_durable`): what a
+    waiting task does, without a task. Called once, from the code that moved the mark (or
+    failed the group, or the node's tick when its deadline passed); it must not block and
+    must not drive the group."""
+
+    __slots__ = ("end_offset", "as_leader", "epoch", "group", "callback", "finished")
+
+    def __init__(
+        self,
+        end_offset: int,
+        as_leader: bool,
+        epoch: int | None,
+        group: RaftGroup,
+        callback: Callable[[MarkOutcome], None],
+    ) -> None:
+        self.end_offset = end_offset
+        self.as_leader = as_leader
+        self.epoch = epoch
+        self.group = group
+        self.callback = callback
+        self.finished = False
+
+    def reached(self) -> None:
+        if self.finished:
+            return
+        self.group._node._subscription_done()
+        try:
+            self.group._check_epoch(self.end_offset, self.epoch)
+        except NotLeaderError as exc:
+            self._finish(exc)
+        else:
+            self._finish(None)
+
+    def failed(self, error: NotLeaderError) -> None:
+        if not self.finished:
+            self.group._node._subscription_done()
+            self._finish(error)
+
+    def timed_out(self) -> None:
+        if not self.finished:
+            self._finish(TIMED_OUT)
+            self.group._subscriptions_expired()
+
+    def _finish(self, outcome: MarkOutcome) -> None:
+        self.finished = True
+        try:
+            self.callback(outcome)
+        except Exception:
+            # The mark moved and the group goes on; only this waiter's answer is lost.
+            log.exception(
+                "%s: a commit callback failed",
+                self.group.name,
+                extra={"raft_group": self.group.name},
+            )
+
 
 class _WaiterHeap:
-    """Tasks waiting for a mark (high watermark, durable end) to reach their offset."""
+    """Waiters (tasks or callbacks) for a mark (high watermark, durable end) to reach their
+    offset. A callback whose deadline passed stays until the mark or a failure reaches it,
+    or until expired ones are the majority (`compact`)."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, _Waiter]] = []
+        self._heap: list[tuple[int, int, _Waiter | _Subscription]] = []
         self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
     def add(self, end_offset: int, as_leader: bool) -> _Waiter:
         waiter = _Waiter(end_offset, as_leader)
         heapq.heappush(self._heap, (end_offset, next(self._seq), waiter))
         return waiter
 
+    def subscribe(self, subscription: _Subscription) -> None:
+        heapq.heappush(self._heap, (subscription.end_offset, next(self._seq), subscription))
+
     def discard(self, waiter: _Waiter) -> None:
         self._heap = [w for w in self._heap if w[2] is not waiter]
+        heapq.heapify(self._heap)
+
+    def compact(self) -> None:
+        """Drop the finished waiters (callbacks whose deadline passed)."""
+        self._heap = [w for w in self._heap if not w[2].finished]
         heapq.heapify(self._heap)
 
     def release_through(self, mark: int) -> None:
         heap = self._heap
         while heap and heap[0][0] <= mark:
-            heapq.heappop(heap)[2].done.set()
+            heapq.heappop(heap)[2].reached()
 
     def fail(self, error: NotLeaderError, only_leaders: bool) -> None:
         keep = []
+        failed = []
         for item in self._heap:
             waiter = item[2]
             if waiter.as_leader or not only_leaders:
-                waiter.error = error
-                waiter.done.set()
+                failed.append(waiter)
             else:
                 keep.append(item)
-        if len(keep) != len(self._heap):
+        if failed:
             heapq.heapify(keep)
             self._heap = keep
+            for waiter in failed:
+                waiter.failed(error)
 
 
 class AppendThrottle:
@@ -260,6 +351,8 @@ class RaftGroup:
         self._node = node
         self._commit_waiters = _WaiterHeap()
         self._durable_waiters = _WaiterHeap()
+        # Subscriptions whose deadline passed, still in the heaps.
+        self._expired = 0
         self._tickets_pending = 0
         self._no_campaign_until = 0.0
         self.removed = False
@@ -444,6 +537,64 @@ class RaftGroup:
             return False
         self._check_epoch(end_offset, epoch)
         return True
+
+    def on_committed(
+        self,
+        end_offset: int,
+        timeout_s: float,
+        epoch: int | None,
+        callback: Callable[[MarkOutcome], None],
+    ) -> None:
+        """`wait_committed` without a task: `callback` is called once with its outcome (None
+        when the high watermark reached `end_offset` with the entry in place, the
+        NotLeaderError the wait would raise, or TIMED_OUT after `timeout_s`, checked each
+        tick of the node). Called at once if the mark is already there; raises
+        NotLeaderError at once if the group is no longer hosted."""
+        self._subscribe(
+            self._commit_waiters, self._core.high_watermark, end_offset, timeout_s, epoch, callback
+        )
+
+    def on_durable(
+        self,
+        end_offset: int,
+        timeout_s: float,
+        epoch: int | None,
+        callback: Callable[[MarkOutcome], None],
+    ) -> None:
+        """`wait_durable` without a task, as `on_committed`."""
+        self._subscribe(
+            self._durable_waiters, self._core.durable_end, end_offset, timeout_s, epoch, callback
+        )
+
+    def _subscribe(
+        self,
+        waiters: _WaiterHeap,
+        mark: int,
+        end_offset: int,
+        timeout_s: float,
+        epoch: int | None,
+        callback: Callable[[MarkOutcome], None],
+    ) -> None:
+        self._check_live()
+        subscription = _Subscription(
+            end_offset, self._core.role is Role.LEADER, epoch, self, callback
+        )
+        if mark >= end_offset:
+            subscription.reached()
+            return
+        waiters.subscribe(subscription)
+        self._node._expire_at(time.monotonic() + timeout_s, subscription)
+
+    def _subscriptions_expired(self) -> None:
+        """A subscription's deadline passed: once most of a heap is such leftovers, drop
+        them (a group that commits nothing for long would otherwise keep them all)."""
+        self._expired += 1
+        if self._expired > 64 and 2 * self._expired > len(self._commit_waiters) + len(
+            self._durable_waiters
+        ):
+            self._commit_waiters.compact()
+            self._durable_waiters.compact()
+            self._expired = 0
 
     def reached(self, end_offset: int, epoch: int | None, *, durable: bool = False) -> bool:
         """Whether `wait_committed` (or, `durable`, `wait_durable`) would return True at
@@ -809,6 +960,11 @@ class RaftNode:
         # Set by the broker: the rate of APPENDs to replicas a reassignment adds.
         self.append_throttle: AppendThrottle | None = None
         self._throttled_groups: dict[str, RaftGroup] = {}
+        # The groups' subscriptions by deadline (monotonic time), expired by each tick.
+        self._deadlines: list[tuple[float, int, _Subscription]] = []
+        self._deadline_seq = itertools.count()
+        # Entries of `_deadlines` whose subscription already ended.
+        self._deadlines_done = 0
         # Held by whoever fsyncs partition logs, so a flush job that finds nothing to do
         # knows no other job is still syncing what it would have covered.
         self.sync_lock = trio.Lock()
@@ -989,6 +1145,25 @@ class RaftNode:
         for name, raft_group in list(self._throttled_groups.items()):
             if raft_group.removed or not raft_group._release_throttled():
                 del self._throttled_groups[name]
+        self._expire_subscriptions(time.monotonic())
+
+    def _expire_at(self, deadline: float, subscription: _Subscription) -> None:
+        heapq.heappush(self._deadlines, (deadline, next(self._deadline_seq), subscription))
+
+    def _subscription_done(self) -> None:
+        """A subscription ended before its deadline: once most of the deadline heap is
+        such leftovers, drop them (they would otherwise stay for the whole timeout)."""
+        self._deadlines_done += 1
+        if self._deadlines_done > 1024 and 2 * self._deadlines_done > len(self._deadlines):
+            self._deadlines = [d for d in self._deadlines if not d[2].finished]
+            heapq.heapify(self._deadlines)
+            self._deadlines_done = 0
+
+    def _expire_subscriptions(self, now: float) -> None:
+        """Tell the subscriptions whose deadline passed (at most a tick late)."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            heapq.heappop(deadlines)[2].timed_out()
 
     def _set_ticked(self, raft_group: RaftGroup, ticked: bool) -> None:
         if ticked:

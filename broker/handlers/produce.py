@@ -37,7 +37,7 @@ from raftka.broker.handlers.common import (
 )
 from raftka.broker.replica import AppendOrigin, AppendResult, PendingAppends, in_restore_mode
 from raftka.broker.security.acl import AclOperation, ResourceType
-from raftka.broker.services import Deferred, Later
+from raftka.broker.services import Deferred, Later, Subscribed
 from raftka.log.validation import ATTRIBUTES_LOW_BYTE
 from raftka.protocol.api import EncodedResponse, build
 from raftka.protocol.produce_codec import encode_produce_response
@@ -234,10 +234,16 @@ def _settled(
     results: _Answers,
     pending: PendingAppends,
     may_write: TopicAccess,
-) -> ProduceAnswers | None | Later[ProduceAnswers | None]:
-    """The answer once the proposed batches were written: at once if no wait is left."""
+) -> ProduceAnswers | None | Later[ProduceAnswers | None] | Subscribed[ProduceAnswers | None]:
+    """The answer once the proposed batches were written: at once if no wait is left,
+    else when the partitions' acks come (by callback: no task per request)."""
     if pending.settle():
         return _answer(context, request, results, pending.results, may_write)
+    if pending.acks_only:
+        return Subscribed(
+            pending.subscribe,
+            lambda: _answer(context, request, results, pending.results, may_write),
+        )
     return Later(_answer_later(context, request, results, pending, may_write))
 
 

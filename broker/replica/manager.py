@@ -44,6 +44,7 @@ from raftka.broker.replica.types import (
 )
 from raftka.broker.topics import Partition, now_ms
 from raftka.consensus.core import NotLeaderError, StorageError
+from raftka.consensus.driver import TIMED_OUT, MarkOutcome
 from raftka.consensus.types import Entry
 from raftka.log import OffsetOutOfRange, PartitionLog
 from raftka.log.partition import LogSlice
@@ -197,6 +198,34 @@ class PendingAppends:
                 waits.append(wait)
         self.waits = waits
         return self.complete
+
+    @property
+    def acks_only(self) -> bool:
+        """Whether all that is left is waiting for acks (no queued write, transaction
+        commit or producer id floor): then `subscribe` can replace `wait`."""
+        queued = self.client_appends is not None and self.client_appends.queued
+        return not (queued or self.commits or self.floors)
+
+    def subscribe(self, done: Callable[[], None]) -> None:
+        """`wait` without a task, when `acks_only`: `done()` is called once every answer is
+        final (at once if none waits)."""
+        assert self.acks_only, "queued writes, commits and floors need `wait`"
+        waits, self.waits = self.waits, []
+        left = len(waits)
+        if not left:
+            done()
+            return
+
+        def one_done() -> None:
+            nonlocal left
+            left -= 1
+            if not left:
+                done()
+
+        for partition, waiting, result in waits:
+            self.manager._subscribe_ack(
+                partition, self.required_acks, waiting, self.timeout_s, result, one_done
+            )
 
     async def wait(self) -> list[AppendResult]:
         """Append the queued writes, then wait for every answer's acks."""
@@ -425,6 +454,42 @@ class ReplicaManager:
         except NotLeaderError as exc:
             # KAFKA_STORAGE_ERROR when its log directory went offline meanwhile.
             fail_unwritten(partition, result, exc)
+
+    @staticmethod
+    def _subscribe_ack(
+        partition: Partition,
+        acks: int,
+        waiting: tuple[int, int | None],
+        timeout_s: float,
+        result: AppendResult,
+        done: Callable[[], None],
+    ) -> None:
+        """`_await_ack` as a callback of the partition's Raft group: `result` is filled in,
+        then `done()` called."""
+        end_offset, epoch = waiting
+
+        def outcome(reached: MarkOutcome) -> None:
+            if isinstance(reached, NotLeaderError):
+                fail_unwritten(partition, result, reached)
+            elif reached == TIMED_OUT:
+                missed = (
+                    "not replicated to a majority in time"
+                    if acks == -1
+                    else "not synced to disk in time"
+                )
+                result.fail(ErrorCode.request_timed_out, f"{partition.name}: {missed}")
+            done()
+
+        raft = partition.raft
+        try:
+            if raft is None:
+                raise NotLeaderError(None, f"{partition.name} is no longer hosted on this broker")
+            if acks == -1:
+                raft.on_committed(end_offset, timeout_s, epoch, outcome)
+            else:
+                raft.on_durable(end_offset, timeout_s, epoch, outcome)
+        except NotLeaderError as exc:
+            outcome(exc)
 
     async def _raise_producer_id_floor(
         self, floors: list[tuple[Partition, int, AppendResult]]

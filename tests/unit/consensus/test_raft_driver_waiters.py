@@ -11,6 +11,7 @@ that is never resolved times out at once instead of after its real 30 s.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -20,8 +21,9 @@ from trio.testing import MockClock
 
 from raftka.consensus import NotLeaderError, Role
 from raftka.consensus.core import RaftConfig, RaftCore
-from raftka.consensus.driver import RaftGroup
-from raftka.consensus.types import Message
+from raftka.consensus.driver import TIMED_OUT, MarkOutcome, RaftGroup, RaftNode
+from raftka.consensus.transport import PeerTransport
+from raftka.consensus.types import Message, MessageType
 
 GROUP = "orders-0"
 
@@ -35,6 +37,7 @@ class Pump:
         self.tickets: list[Any] = []
         self.cut: set[int] = set()
         self.groups: dict[int, RaftGroup] = {}
+        self.deadlines: list[Any] = []
         for node in sorted(VOTERS):
             storage = MemoryRaftGroupStorage()
             core = RaftCore(
@@ -60,6 +63,18 @@ class Pump:
 
     def _set_ticked(self, group: RaftGroup, ticked: bool) -> None:
         pass  # every group is ticked by hand
+
+    # The node's side of `RaftGroup.on_committed`: deadlines expired by hand (`expire`).
+    def _expire_at(self, deadline: float, subscription: Any) -> None:
+        self.deadlines.append(subscription)
+
+    def _subscription_done(self) -> None:
+        pass
+
+    def expire(self) -> None:
+        for subscription in self.deadlines:
+            subscription.timed_out()
+        self.deadlines.clear()
 
     def deliver(self) -> None:
         while self.outbox or self.tickets:
@@ -174,3 +189,124 @@ def test_high_watermark_over_a_replaced_entry_is_not_its_commit(epoch_shift: int
         assert lost.epoch + epoch_shift <= new.term
 
     trio.run(scenario, clock=MockClock(autojump_threshold=0))
+
+
+# -- the same waits as callbacks (`on_committed`), as the broker's Produce path uses them --
+
+
+def test_callback_of_a_replaced_leader_gets_the_error_not_an_acknowledgement() -> None:
+    pump = Pump()
+    pump.groups[1].campaign()
+    pump.deliver()
+    old = pump.leader()
+    pump.cut.add(1)
+    lost = old.propose(1, b"never replicated")
+    outcomes: list[MarkOutcome] = []
+    old.on_committed(lost.end_offset, 30, lost.epoch, outcomes.append)
+    pump.tick(40)
+    new = pump.leader()
+    assert new is not old
+    for i in range(3):
+        new.propose(1, b"new-%d" % i)
+        pump.deliver()
+    pump.cut.clear()
+    pump.tick(3)
+    assert len(outcomes) == 1 and isinstance(outcomes[0], NotLeaderError), outcomes
+    pump.expire()  # its deadline passing later changes nothing
+    assert len(outcomes) == 1
+
+
+def test_callback_comes_once_when_its_entry_commits() -> None:
+    pump = Pump()
+    pump.groups[2].campaign()
+    pump.deliver()
+    leader = pump.leader()
+    entry = leader.propose(1, b"x")
+    outcomes: list[MarkOutcome] = []
+    leader.on_committed(entry.end_offset, 30, entry.epoch, outcomes.append)
+    assert outcomes == []
+    pump.deliver()
+    assert outcomes == [None]
+    later = leader.propose(1, b"y")
+    pump.deliver()
+    leader.on_committed(later.end_offset, 30, later.epoch, outcomes.append)  # already there
+    pump.expire()
+    assert outcomes == [None, None]
+
+
+def test_callback_times_out_when_no_majority_answers() -> None:
+    pump = Pump()
+    pump.groups[3].campaign()
+    pump.deliver()
+    leader = pump.leader()
+    pump.cut.update({1, 2})
+    entry = leader.propose(1, b"x")
+    outcomes: list[MarkOutcome] = []
+    leader.on_committed(entry.end_offset, 5, entry.epoch, outcomes.append)
+    pump.deliver()
+    assert outcomes == []
+    pump.expire()
+    assert outcomes == [TIMED_OUT]
+    pump.cut.clear()
+    pump.tick(2)  # the entry commits after all: the callback already had its answer
+    assert leader.high_watermark >= entry.end_offset
+    assert outcomes == [TIMED_OUT]
+
+
+def test_callbacks_of_a_removed_group_get_the_removal_error() -> None:
+    transport = PeerTransport(1, ("127.0.0.1", 0), {2: ("127.0.0.1", 1), 3: ("127.0.0.1", 2)})
+    node = RaftNode(1, transport, election_timeout_ticks=10**6)
+    group = node.add_raft_group("gone-0", VOTERS, MemoryRaftGroupStorage())
+    outcomes: list[MarkOutcome] = []
+    group.on_committed(5, 30, None, outcomes.append)  # a follower's wait
+    node.remove_raft_group("gone-0")
+    assert len(outcomes) == 1 and isinstance(outcomes[0], NotLeaderError)
+    with pytest.raises(NotLeaderError):
+        group.on_committed(5, 30, None, outcomes.append)
+
+
+def test_answered_callbacks_do_not_pile_up_until_their_deadline() -> None:
+    """Every callback answered long before its deadline: the node's deadline heap is
+    compacted, so its size stays bounded however many requests pass (not 30 s of them)."""
+    transport = PeerTransport(1, ("127.0.0.1", 0), {})
+    node = RaftNode(1, transport, election_timeout_ticks=2)
+    group = node.add_raft_group("alone-0", frozenset({1}), MemoryRaftGroupStorage())
+    for _ in range(4):
+        node.tick()
+        while node._tickets:
+            ticket = node._tickets.pop(0)
+            ticket.group._synced(ticket)
+    assert group.role is Role.LEADER
+    outcomes: list[MarkOutcome] = []
+    largest = 0
+    for i in range(5000):
+        entry = group.propose_unwritten(1, b"r%d" % i)
+        group.on_committed(entry.end_offset, 30, entry.epoch, outcomes.append)
+        largest = max(largest, len(node._deadlines))
+        group.write_proposed()
+        while node._tickets:  # the sync tickets, served by hand (as `run_syncs` would)
+            ticket = node._tickets.pop(0)
+            ticket.group._synced(ticket)
+    assert outcomes == [None] * 5000
+    assert largest <= 2100, largest
+    node._expire_subscriptions(time.monotonic() + 60)
+    assert outcomes == [None] * 5000
+    assert not node._deadlines
+
+
+def test_entries_proposed_together_leave_in_one_append_per_follower() -> None:
+    """Group commit reaches the followers: batches proposed in one turn (before the write)
+    go out as one APPEND per follower, not one per batch."""
+    pump = Pump()
+    pump.groups[1].campaign()
+    pump.deliver()
+    leader = pump.leader()
+    entries = [leader.propose_unwritten(1, b"r%d" % i) for i in range(3)]
+    assert not [m for m in pump.outbox if m.type is MessageType.APPEND]
+    leader.write_proposed()
+    appends = [m for m in pump.outbox if m.type is MessageType.APPEND]
+    assert sorted(m.to for m in appends) == [2, 3]
+    for m in appends:
+        assert [e.base_offset for e in m.entries] == [e.base_offset for e in entries]
+    pump.deliver()
+    assert leader.high_watermark >= entries[-1].end_offset
