@@ -96,10 +96,11 @@ from raftka.protocol.produce_codec import decode_produce_request
 from raftka.protocol.splice import FileRange, Pieces, SplicedResponse
 
 if TYPE_CHECKING:
-    from kio.static.protocol import RequestPayload, ResponsePayload
+    from kio.static.protocol import ResponsePayload
 
     from raftka.broker.handlers.context import ApiEndpoint, BrokerServices
     from raftka.broker.handlers.context import RequestContext as HandlerContext
+    from raftka.broker.services import RequestPayload
     from raftka.protocol.messages.requests import FetchRequest
 
 logger = logging.getLogger("raftka.connection")

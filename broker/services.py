@@ -28,7 +28,8 @@ from raftka.broker.cluster.quorum import QuorumView
 
 if TYPE_CHECKING:
     from kio.schema.errors import ErrorCode
-    from kio.static.protocol import RequestPayload, ResponsePayload
+    from kio.static.protocol import RequestPayload as KioRequestPayload
+    from kio.static.protocol import ResponsePayload
 
     from raftka.broker.clock import Clock
     from raftka.broker.cluster.commands import Command, CommandResult
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
     from raftka.broker.metrics import BrokerMetrics
     from raftka.broker.quotas import QuotaEntity
     from raftka.broker.replica import ReplicaManager
+    from raftka.protocol.produce_codec import DecodedHeader, ProduceData
+
+    #: A decoded request: kio's entity, or the hand-written Produce decoder's.
+    RequestPayload = KioRequestPayload | ProduceData
     from raftka.broker.security.acl import (
         AclOperation,
         AclSet,
@@ -230,7 +235,7 @@ class BrokerIdentity:
 _Answer = TypeVar("_Answer", covariant=True)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Later(Generic[_Answer]):
     """A handler's answer that is not ready when the handler returns: awaiting `answer`
     gives it (the connection runs that in a task of its own). `begun`: the request already
@@ -241,7 +246,7 @@ class Later(Generic[_Answer]):
     begun: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Subscribed(Generic[_Answer]):
     """A handler's answer decided by a callback instead of a task: `subscribe(done)`
     arranges for `done()` to be called once, perhaps at once, from whatever code decides
@@ -252,7 +257,7 @@ class Subscribed(Generic[_Answer]):
     answer: Callable[[], _Answer]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Deferred(Generic[_Answer]):
     """A handler's answer decided once the batches it proposed are written: requests read
     together are written together (group commit). The caller runs the replica manager's
@@ -325,12 +330,14 @@ class BrokerServices(Generic[GroupsT, TransactionsT]):
     fetch_sessions: FetchSessionCache
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class RequestContext(Generic[GroupsT, TransactionsT]):
-    """What a handler may know about the request it serves."""
+    """What a handler may know about the request it serves. Handlers only read it (not
+    frozen: one is made per request, and a frozen dataclass's constructor costs several
+    times a plain one's)."""
 
     services: BrokerServices[GroupsT, TransactionsT]
-    header: RequestHeaderV1 | RequestHeaderV2
+    header: RequestHeaderV1 | RequestHeaderV2 | DecodedHeader
     api_key: int
     api_version: int
     client_host: str

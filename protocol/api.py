@@ -14,10 +14,10 @@ import pkgutil
 import re
 import struct
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from functools import cache
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -38,8 +38,9 @@ class FrameError(Exception):
     """A frame that cannot be decoded; the connection that sent it is closed."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestPrefix:
+class RequestPrefix(NamedTuple):
+    """The first fields of every request (a tuple: made per request, it costs least)."""
+
     api_key: int
     api_version: int
     correlation_id: int

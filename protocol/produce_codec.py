@@ -5,8 +5,10 @@ Produce is the request a busy producer sends most, so its fixed cost matters. Th
 reads each field with precompiled `struct` formats and checks every length against the frame
 before using it, so it needs no separate bounds walk: malformed input of any kind raises
 `FrameError` naming the field, nothing is read past the frame and nothing is allocated for a
-length the frame cannot hold. It still returns kio's own entities, so callers keep their
-types. Record batches stay opaque bytes: nothing here is done per record.
+length the frame cannot hold. It returns plain mutable classes with kio's field names
+(`DecodedHeader`, `ProduceData`, ...) rather than kio's frozen entities, whose construction
+cost a few microseconds a request; the unit tests check they hold what kio decodes. Record
+batches stay opaque bytes: nothing here is done per record.
 
 The encoder writes a whole response frame (size, header, body) from the broker's per-partition
 answers, read through `PartitionAnswer` so this package does not import the broker. It writes
@@ -19,20 +21,8 @@ from __future__ import annotations
 import datetime
 import struct
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeAlias
-
-from kio.schema.produce.v3 import request as v3
-from kio.schema.produce.v4 import request as v4
-from kio.schema.produce.v5 import request as v5
-from kio.schema.produce.v6 import request as v6
-from kio.schema.produce.v7 import request as v7
-from kio.schema.produce.v8 import request as v8
-from kio.schema.produce.v9 import request as v9
-from kio.schema.produce.v10 import request as v10
-from kio.schema.produce.v11 import request as v11
-from kio.schema.produce.v12 import request as v12
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
 
 from raftka.protocol.api import FrameError
 from raftka.protocol.api_keys import ApiKey
@@ -44,25 +34,40 @@ LAST_VERSION = 12
 #: Produce v9 and later use compact lengths and tagged fields (KIP-482).
 FIRST_FLEXIBLE_VERSION = 9
 
-ProduceRequest: TypeAlias = (
-    v3.ProduceRequest
-    | v4.ProduceRequest
-    | v5.ProduceRequest
-    | v6.ProduceRequest
-    | v7.ProduceRequest
-    | v8.ProduceRequest
-    | v9.ProduceRequest
-    | v10.ProduceRequest
-    | v11.ProduceRequest
-    | v12.ProduceRequest
-)
-RequestHeader: TypeAlias = RequestHeaderV1 | RequestHeaderV2
 
-# kio's (request, topic, partition) entity classes of each version, from FIRST_VERSION on.
-_ENTITIES: tuple[tuple[Any, Any, Any], ...] = tuple(
-    (module.ProduceRequest, module.TopicProduceData, module.PartitionProduceData)
-    for module in (v3, v4, v5, v6, v7, v8, v9, v10, v11, v12)
-)
+@dataclass(slots=True)
+class DecodedHeader:
+    """A request header v1/v2 as decoded here, with kio's field names (tagged fields are
+    skipped: Kafka defines none for requests)."""
+
+    request_api_key: int
+    request_api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(slots=True)
+class ProducePartitionData:
+    index: int
+    records: bytes | None
+
+
+@dataclass(slots=True)
+class ProduceTopicData:
+    name: str
+    partition_data: tuple[ProducePartitionData, ...]
+
+
+@dataclass(slots=True)
+class ProduceData:
+    """A Produce request v3-v12 with kio's field names (`transactional_id` None when
+    null; `timeout` as kio gives it, a timedelta)."""
+
+    transactional_id: str | None
+    acks: int
+    timeout: datetime.timedelta
+    topic_data: tuple[ProduceTopicData, ...]
+
 
 _HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _INT16 = struct.Struct(">h")
@@ -83,9 +88,9 @@ _COMPACT_TOPIC_BYTES = 3
 _COMPACT_PARTITION_BYTES = 6
 
 
-def decode_produce_request(frame: bytes, version: int) -> tuple[RequestHeader, ProduceRequest]:
+def decode_produce_request(frame: bytes, version: int) -> tuple[DecodedHeader, ProduceData]:
     """The request header and the Produce request of a frame (without its size prefix),
-    as kio's entities of that version, equal to what kio decodes; `records` are the batch
+    holding what kio decodes from it; `records` are the batch
     bytes as sent (None when null). Unknown tagged fields are skipped and trailing bytes
     after the body ignored, as Kafka does (kio refuses unknown tagged fields). Raises
     FrameError for anything malformed, and for a frame that is not a Produce
@@ -107,30 +112,18 @@ def decode_produce_request(frame: bytes, version: int) -> tuple[RequestHeader, P
         pos += length
     else:
         raise _bad_length("client_id", length, pos, end)
+    header = DecodedHeader(api_key, api_version, correlation_id, client_id)
     if version < FIRST_FLEXIBLE_VERSION:
-        header: RequestHeader = RequestHeaderV1(
-            request_api_key=api_key,
-            request_api_version=api_version,
-            correlation_id=correlation_id,
-            client_id=client_id,
-        )
-        return header, _legacy_body(frame, pos, end, _ENTITIES[version - FIRST_VERSION])
+        return header, _legacy_body(frame, pos, end)
     if pos < end and frame[pos] == 0:
         pos += 1
     else:
         pos = _skip_tagged_fields(frame, pos, end, "request header")
-    header = RequestHeaderV2(
-        request_api_key=api_key,
-        request_api_version=api_version,
-        correlation_id=correlation_id,
-        client_id=client_id,
-    )
-    return header, _compact_body(frame, pos, end, _ENTITIES[version - FIRST_VERSION])
+    return header, _compact_body(frame, pos, end)
 
 
-def _legacy_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, Any]) -> Any:
+def _legacy_body(frame: bytes, pos: int, end: int) -> ProduceData:
     """A v3-v8 body: int16 string lengths, int32 array and bytes lengths, -1 for null."""
-    request_type, topic_type, partition_type = entities
     if pos + 2 > end:
         raise _truncated("transactional_id", pos, end)
     (length,) = _INT16.unpack_from(frame, pos)
@@ -148,7 +141,7 @@ def _legacy_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, Any
     pos += _ACKS_TIMEOUT_COUNT.size
     if not 0 <= topic_count <= (end - pos) // _LEGACY_TOPIC_BYTES:
         raise _bad_count("topic_data", topic_count, pos, end)
-    topics = []
+    topics: list[ProduceTopicData] = []
     for _ in range(topic_count):
         if pos + 2 > end:
             raise _truncated("topic name", pos, end)
@@ -164,7 +157,7 @@ def _legacy_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, Any
         pos += 4
         if not 0 <= partition_count <= (end - pos) // _LEGACY_PARTITION_BYTES:
             raise _bad_count("partition_data", partition_count, pos, end)
-        partitions = []
+        partitions: list[ProducePartitionData] = []
         for _ in range(partition_count):
             if pos + _INDEX_SIZE.size > end:
                 raise _truncated("partition", pos, end)
@@ -177,20 +170,14 @@ def _legacy_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, Any
                 pos += size
             else:
                 raise _bad_length("records", size, pos, end)
-            partitions.append(partition_type(index=index, records=records))
-        topics.append(topic_type(name=name, partition_data=tuple(partitions)))
-    return request_type(
-        transactional_id=transactional_id,
-        acks=acks,
-        timeout=_ONE_MS * timeout_ms,
-        topic_data=tuple(topics),
-    )
+            partitions.append(ProducePartitionData(index, records))
+        topics.append(ProduceTopicData(name, tuple(partitions)))
+    return ProduceData(transactional_id, acks, _ONE_MS * timeout_ms, tuple(topics))
 
 
-def _compact_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, Any]) -> Any:
+def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
     """A v9+ body: unsigned varint lengths of length + 1 (0 for null), tagged fields at the
     end of every structure."""
-    request_type, topic_type, partition_type = entities
     if pos < end and frame[pos] < 0x80:
         length = frame[pos] - 1
         pos += 1
@@ -209,7 +196,7 @@ def _compact_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, An
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
     pos += _ACKS_TIMEOUT.size
     topic_count, pos = _compact_count(frame, pos, end, "topic_data", _COMPACT_TOPIC_BYTES)
-    topics = []
+    topics: list[ProduceTopicData] = []
     for _ in range(topic_count):
         if pos < end and frame[pos] < 0x80:
             length = frame[pos] - 1
@@ -224,7 +211,7 @@ def _compact_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, An
         partition_count, pos = _compact_count(
             frame, pos, end, "partition_data", _COMPACT_PARTITION_BYTES
         )
-        partitions = []
+        partitions: list[ProducePartitionData] = []
         for _ in range(partition_count):
             if pos + _INDEX_BYTE.size > end:
                 raise _truncated("partition", pos, end)
@@ -249,22 +236,17 @@ def _compact_body(frame: bytes, pos: int, end: int, entities: tuple[Any, Any, An
                 pos += 1
             else:
                 pos = _skip_tagged_fields(frame, pos, end, "partition_data")
-            partitions.append(partition_type(index=index, records=records))
+            partitions.append(ProducePartitionData(index, records))
         if pos < end and frame[pos] == 0:
             pos += 1
         else:
             pos = _skip_tagged_fields(frame, pos, end, "topic_data")
-        topics.append(topic_type(name=name, partition_data=tuple(partitions)))
+        topics.append(ProduceTopicData(name, tuple(partitions)))
     if pos < end and frame[pos] == 0:
         pos += 1
     else:
         pos = _skip_tagged_fields(frame, pos, end, "ProduceRequest")
-    return request_type(
-        transactional_id=transactional_id,
-        acks=acks,
-        timeout=_ONE_MS * timeout_ms,
-        topic_data=tuple(topics),
-    )
+    return ProduceData(transactional_id, acks, _ONE_MS * timeout_ms, tuple(topics))
 
 
 def _uvarint(frame: bytes, pos: int, end: int, field: str) -> tuple[int, int]:

@@ -36,9 +36,10 @@ from raftka.broker.services import Deferred, Later
 from raftka.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
-    from kio.static.protocol import RequestPayload, ResponsePayload
+    from kio.static.protocol import ResponsePayload
 
     from raftka.broker.handlers.context import ApiEndpoint, RequestContext
+    from raftka.broker.services import RequestPayload
     from raftka.protocol.api import EncodedResponse
     from raftka.protocol.splice import SplicedResponse
 

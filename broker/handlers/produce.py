@@ -53,7 +53,11 @@ from raftka.protocol.records import (
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
-    from raftka.protocol.messages.requests import ProduceRequest
+    from raftka.protocol.messages.requests import ProduceRequest as KioProduceRequest
+    from raftka.protocol.produce_codec import ProduceData
+
+    #: As the connection decodes it (`ProduceData`), or as kio does (in-process callers).
+    ProduceRequest = ProduceData | KioProduceRequest
     from raftka.protocol.messages.responses import ProduceResponse
 
 
