@@ -56,6 +56,24 @@ def find_partition_folders(log_dirs: Sequence[str]) -> dict[str, str]:
     return found
 
 
+#: What only the first log directory holds: the metadata log and the Raft hard states.
+FIRST_DIR_ONLY = ("__cluster_metadata-0", "raft.lmdb")
+
+
+def check_first_dir_only(log_dirs: Sequence[Path]) -> None:
+    """LogDirectoryError when a directory other than the first holds the metadata log or the
+    Raft hard states: `log.dirs` was reordered, and starting would forget the votes this
+    broker cast (the first directory would get new, empty ones)."""
+    for log_dir in log_dirs[1:]:
+        found = [name for name in FIRST_DIR_ONLY if (log_dir / name).exists()]
+        if found:
+            raise LogDirectoryError(
+                f"log directory {log_dir} holds this broker's {' and '.join(found)}, which "
+                f"live in the first log directory ({log_dirs[0]}): list {log_dir} first "
+                "in log.dirs"
+            )
+
+
 def next_log_dir(live_dirs: Sequence[str], placed: Iterable[str]) -> str | None:
     """The live directory a new replica goes to: the one with the fewest partitions placed
     in it (`placed` names each partition's directory), the first in `live_dirs` on a tie;

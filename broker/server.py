@@ -41,7 +41,7 @@ from raftka.broker.handlers import HANDLERS
 from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.idle import IdleConnections
 from raftka.broker.log_dir_failure import LogDirFailureHandler
-from raftka.broker.log_directories import ensure_directory_ids
+from raftka.broker.log_directories import check_first_dir_only, ensure_directory_ids
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector, FetchSessionCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.queues.api import QueueApi, error_answer
@@ -456,6 +456,7 @@ class Broker:
         }
         self.data_dir = data_dir
         self.more_log_dirs = list(more_log_dirs)
+        check_first_dir_only([data_dir, *self.more_log_dirs])
         self._data_dir_lock = lock_data_dir(data_dir)
         # What is opened here is closed again when a later step raises: a broker that
         # never ran must not keep its data directory's lock or stores.

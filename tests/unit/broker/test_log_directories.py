@@ -11,6 +11,7 @@ import pytest
 
 from raftka.broker.log_directories import (
     LogDirectoryError,
+    check_first_dir_only,
     ensure_directory_ids,
     find_partition_folders,
     next_log_dir,
@@ -104,3 +105,17 @@ def test_a_copied_directory_is_refused(tmp_path: Path) -> None:
     (b / "meta.properties").write_text("cluster.id=C1\nnode.id=1\ndirectory.id=D\n")
     with pytest.raises(LogDirectoryError, match="have the same directory.id D"):
         ensure_directory_ids([a, b], "C1", 1)
+
+
+def test_reordered_log_dirs_are_refused(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    (a / "orders-0").mkdir(parents=True)
+    (b / "raft.lmdb").mkdir(parents=True)
+    (b / "__cluster_metadata-0").mkdir()
+    check_first_dir_only([b, a])  # the metadata directory first: as it should be
+    with pytest.raises(LogDirectoryError) as refused:
+        check_first_dir_only([a, b])
+    assert str(refused.value) == (
+        f"log directory {b} holds this broker's __cluster_metadata-0 and raft.lmdb, which "
+        f"live in the first log directory ({a}): list {b} first in log.dirs"
+    )
