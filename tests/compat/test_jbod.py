@@ -3,7 +3,8 @@ its own directory offline. Its partitions move to their other replicas while ack
 producers go on and lose nothing; the same broker keeps leading and serving the partitions
 in its healthy directory; DescribeLogDirs (what `kafka-log-dirs --describe` sends) reports
 the failed directory with KAFKA_STORAGE_ERROR and the healthy one as usual; the metrics and
-`raftka cluster status` name it; a restart on a working disk brings it back.
+`raftka cluster status` name it; a restart on a working disk brings it back. Asked to move a
+replica between directories (AlterReplicaLogDirs), the broker answers each one and moves none.
 
 The fault is real: tests/chaos/fault_shim.c, preloaded into broker 1, makes every write,
 pwrite, fsync and fdatasync of a file under one directory fail with EIO once its control
@@ -160,6 +161,23 @@ def test_a_failed_disk_takes_only_its_log_directory_offline(tmp_path, java_tool)
         assert len(in_failing) == len(in_healthy) == PARTITIONS // 2, before
         for p in in_failing:
             assert (Path(failing) / f"{topic}-{p}").is_dir()
+
+        # kafka-reassign-partitions with log directories (Admin.alterReplicaLogDirs): raftka
+        # moves nothing, and says so per replica.
+        moves = [
+            f"{topic}:{in_healthy[0]}={healthy}",  # already there
+            f"{topic}:{in_failing[0]}={healthy}",  # a move
+            f"{topic}:{in_failing[1]}=/no/such/dir",
+        ]
+        answers = java_tool.json(
+            "alter-replica-log-dirs", cluster.bootstrap, str(JBOD_NODE), ",".join(moves)
+        )
+        assert {a["partition"]: a["error"] for a in answers} == {
+            in_healthy[0]: None,
+            in_failing[0]: "InvalidRequestException",
+            in_failing[1]: "LogDirNotFoundException",
+        }, answers
+        assert (Path(failing) / f"{topic}-{in_failing[0]}").is_dir()
 
         producers = [
             ContinuousProducer(
