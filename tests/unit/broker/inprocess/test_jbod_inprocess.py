@@ -234,3 +234,27 @@ def test_alter_replica_log_dirs_moves_nothing_and_answers_each_partition(
     assert broker.topics.log_dir_of(f"{TOPIC}-1") == b
     assert (dirs[1] / f"{TOPIC}-1").is_dir() and not (dirs[0] / f"{TOPIC}-1").exists()
     _close(broker)
+
+
+def test_with_every_directory_offline_the_broker_goes_on_with_its_partitions_offline(
+    broker: Broker, dirs: list[Path]
+) -> None:
+    a, b = (str(d.absolute()) for d in dirs)
+    for log_dir in (b, a):
+        broker.log_dir_failures.log_dir_failed(log_dir, "a test", OSError(errno.EIO, "EIO"))
+    assert set(broker.topics.offline_log_dirs) == {a, b}
+    assert all(_partition(broker, i).offline for i in range(PARTITIONS))
+    # A replica placed here now has no directory to go to: it is offline from the start.
+    late = CreateTopicCommand(name="late", num_partitions=1, replication_factor=1)
+    assert run_with_broker(broker, broker.controller.execute, late).error_code == ErrorCode.none
+    partition = broker.topics.partition("late", 0)
+    assert partition is not None and partition.offline and partition.log is None
+    assert broker.topics.log_dir_of("late-0") is None
+    assert not (dirs[0] / "late-0").exists() and not (dirs[1] / "late-0").exists()
+    everything = describe_log_dirs.DescribeLogDirsRequest(topics=None)
+    results = call(broker, "admin", handle_describe_log_dirs, everything).results
+    assert {(r.log_dir, r.error_code) for r in results} == {
+        (a, ErrorCode.kafka_storage_error),
+        (b, ErrorCode.kafka_storage_error),
+    }
+    _close(broker)
