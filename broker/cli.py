@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--data-dir",
         type=Path,
-        help="partition logs and metadata (default: the `log.dirs` config, ./data)",
+        help="partition logs and metadata, one directory (default: the `log.dirs` config, "
+        "else `log.dir`, ./data)",
     )
     serve.add_argument(
         "--config",
@@ -123,7 +124,7 @@ def shard_commands(
     listen: Listener,
     raft_listen: Listener | None,
     first_node_id: int,
-    data_dir: Path,
+    log_dirs: list[Path],
     config: BrokerConfig,
     passthrough: list[str],
     rack: str,
@@ -131,7 +132,8 @@ def shard_commands(
     """(node id, argv) of each shard `raftka serve --shards N` starts.
 
     Shard i (from 0) is node `first_node_id + i` on Kafka port `listen.port + i` and Raft port
-    `raft_listen.port + i` (default: Kafka port + 10000), with data in `data_dir/shard-<id>`,
+    `raft_listen.port + i` (default: Kafka port + 10000), with data in `<dir>/shard-<id>` of each
+    log directory,
     every shard listed in `--peers`; `broker.rack` is `rack` unless configured, and a
     configured `metrics.listen` (and `console.listen`) port is counted up like the others.
     `passthrough` (configs, config file, logging options) goes to every shard. Raises
@@ -179,7 +181,11 @@ def shard_commands(
         argv += ["--node-id", str(node_id), "--peers", peers]
         argv += ["--listen", f"{listen.host}:{listen.port + i}"]
         argv += ["--raft-listen", f"{raft_base.host}:{raft_base.port + i}"]
-        argv += ["--data-dir", str(data_dir / f"shard-{node_id}")]
+        shard_dirs = [str(d / f"shard-{node_id}") for d in log_dirs]
+        if len(shard_dirs) == 1:
+            argv += ["--data-dir", shard_dirs[0]]
+        else:
+            argv += ["--config", f"log.dirs={','.join(shard_dirs)}"]
         if config.get_optional_str("broker.rack") is None:
             argv += ["--config", f"broker.rack={rack}"]
         if metrics_base is not None:
@@ -255,7 +261,7 @@ def _serve_shards(args: argparse.Namespace) -> int:
             Listener.parse(args.listen),
             Listener.parse(args.raft_listen) if args.raft_listen else None,
             config.get_int("node.id"),
-            _data_dir(args, config),
+            _log_dirs(args, config),
             config,
             passthrough,
             socket.gethostname(),
@@ -266,14 +272,29 @@ def _serve_shards(args: argparse.Namespace) -> int:
     return _run_shards(commands)
 
 
-def _data_dir(args: argparse.Namespace, config: BrokerConfig) -> Path:
-    """--data-dir, else Kafka's `log.dirs` (raftka keeps one data directory)."""
+def _log_dirs(args: argparse.Namespace, config: BrokerConfig) -> list[Path]:
+    """--data-dir (one directory), else Kafka's `log.dirs` (comma-separated), else `log.dir`.
+    The first holds the metadata log and the Raft state (Kafka's metadata.log.dir default).
+    ConfigError for an empty list or one naming a directory twice (as Kafka refuses it)."""
     if args.data_dir is not None:
-        return Path(args.data_dir)
-    dirs = [d.strip() for d in config.get_str("log.dirs").split(",") if d.strip()]
-    if len(dirs) != 1:
-        raise ConfigError(f"log.dirs={config.get_str('log.dirs')}: raftka keeps one data directory")
-    return Path(dirs[0])
+        return [Path(args.data_dir)]
+    text = config.get_optional_str("log.dirs")
+    name = "log.dirs"
+    if text is None:
+        name, text = "log.dir", config.get_str("log.dir")
+    dirs = [Path(d.strip()) for d in text.split(",") if d.strip()]
+    if not dirs:
+        raise ConfigError(f"{name}={text!r}: at least one log directory is needed")
+    seen: dict[Path, Path] = {}
+    for directory in dirs:
+        resolved = directory.resolve()
+        if resolved in seen:
+            raise ConfigError(
+                f"{name}={text}: {seen[resolved]} and {directory} are the same directory "
+                "(each log directory may be listed once)"
+            )
+        seen[resolved] = directory
+    return dirs
 
 
 def _check_process_roles(config: BrokerConfig) -> None:
@@ -367,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = ClusterSpec(
             raft_listen=raft_listen, peers=peers, join=args.join, given_cluster_id=args.cluster_id
         )
-        data_dir = _data_dir(args, config)
+        log_dirs = _log_dirs(args, config)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2
@@ -378,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     json_logs = args.log_format == "json"
     try:
-        broker = Broker(config, listener, data_dir, cluster)
+        broker = Broker(config, listener, log_dirs[0], cluster, more_log_dirs=log_dirs[1:])
     except ValueError as exc:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2

@@ -2,7 +2,8 @@
 offline (Kafka's LogDirFailureChannel and LogManager.handleLogDirFailure).
 
 An error of a write, fsync, read or rename of a partition's log (other than a full disk's,
-below) takes its log directory offline on this broker: every replica in it stops (its Raft
+below) takes its log directory offline on this broker, and only that one: the partitions in
+the broker's other log directories (`log.dirs`) go on. Every replica in it stops (its Raft
 group is removed, so it no longer votes, appends or acknowledges), the other replicas elect
 a leader among themselves, and clients asking this broker get KAFKA_STORAGE_ERROR and go to
 them. Nothing is retried. After a failed fsync Linux may have dropped the dirty pages it
@@ -18,9 +19,10 @@ itself once space returns (`consensus.errors.OUT_OF_SPACE`).
 
 The metadata log (`__cluster_metadata-0`) and the Raft hard states (`raft.lmdb`) are not a
 partition's files: a failure of either halts the broker, as Kafka halts when its metadata log
-directory fails. Kafka also halts when its last log directory fails; raftka keeps running
-with its partitions offline, so it stays in the metadata quorum and reports the failed
-directory (DescribeLogDirs, metrics, `raftka cluster status`).
+directory fails (they live in the first log directory). Kafka also halts when its last log
+directory fails; raftka keeps running with every partition offline, so it stays in the
+metadata quorum and reports the failed directories (DescribeLogDirs, metrics, `raftka
+cluster status`); a replica placed on it meanwhile is offline too.
 """
 
 from __future__ import annotations
@@ -68,23 +70,33 @@ class LogDirFailureHandler:
             halt_after_failed_sync("the Raft hard states", exc)
         if group == self.metadata_group or self.topics is None:
             halt_after_failed_sync(f"the log of {group}", exc)
-        self.log_dir_failed(f"the log of {group}", exc)
+        log_dir = self.topics.log_dir_of(group)
+        if log_dir is None:
+            # Its folder was deleted meanwhile (topic deleted, replica moved away).
+            logger.warning("I/O error on the log of %s, no longer hosted here: %s", group, exc)
+            return
+        self.log_dir_failed(log_dir, f"the log of {group}", exc)
 
-    def log_dir_failed(self, what: str, exc: OSError) -> None:
-        """Take the log directory offline after an I/O error on `what` (idempotent)."""
+    def log_dir_failed(self, log_dir: str, what: str, exc: OSError) -> None:
+        """Take the log directory `log_dir` offline after an I/O error on `what`
+        (idempotent)."""
         topics = self.topics
         assert topics is not None
-        if topics.log_dir in topics.offline_log_dirs:
+        if log_dir in topics.offline_log_dirs:
             return
         reason = f"I/O error on {what}: {exc}"
-        taken = topics.take_log_dir_offline(reason, StorageError(None, reason))
+        taken = topics.take_log_dir_offline(log_dir, reason, StorageError(None, reason))
+        live = [d for d in topics.log_dirs if d not in topics.offline_log_dirs]
         logger.error(
             "log directory %s is offline after an I/O error on %s: %s. Its %d "
             "partitions stop here (no retry: after a failed write or fsync the kernel "
-            "may have dropped the data); their other replicas take over. Check the disk "
-            "(dmesg, smartctl), then restart the broker to bring the directory back.",
-            topics.log_dir,
+            "may have dropped the data); their other replicas take over. %s Check the "
+            "disk (dmesg, smartctl), then restart the broker to bring the directory back.",
+            log_dir,
             what,
             exc,
             len(taken),
+            f"The partitions in {', '.join(live)} go on."
+            if live
+            else "No log directory is left: every partition of this broker is offline.",
         )

@@ -381,8 +381,8 @@ class BrokerStateCollector(Collector):
             "1 when the log directory is offline after an I/O error, else 0.",
             labels=["logDirectory"],
         )
-        log_dir = self.topics.log_dir
-        per_dir.add_metric([log_dir], 1 if log_dir in offline else 0)
+        for log_dir in self.topics.log_dirs:
+            per_dir.add_metric([log_dir], 1 if log_dir in offline else 0)
         yield per_dir
 
     def _partitions(self) -> Iterator[Metric]:

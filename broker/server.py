@@ -14,7 +14,7 @@ import resource
 import socket
 import ssl
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
@@ -41,6 +41,7 @@ from raftka.broker.handlers import HANDLERS
 from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.idle import IdleConnections
 from raftka.broker.log_dir_failure import LogDirFailureHandler
+from raftka.broker.log_directories import check_first_dir_only, ensure_directory_ids
 from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector, FetchSessionCollector
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.queues.api import QueueApi, error_answer
@@ -147,13 +148,13 @@ CONNECTIONS_COUNTED_MAX = 1_000
 OPEN_FILES_HEADROOM = 512
 
 
-def open_files_needed(config: BrokerConfig, data_dir: Path) -> int:
-    """Descriptors this broker needs: its partitions (those in `data_dir` and the internal
+def open_files_needed(config: BrokerConfig, log_dirs: Sequence[Path]) -> int:
+    """Descriptors this broker needs: its partitions (those in `log_dirs` and the internal
     topics' configured ones) and its connections (`max.connections`, at most 1,000)."""
-    try:
-        partitions = sum(1 for entry in data_dir.iterdir() if entry.is_dir())
-    except OSError:
-        partitions = 0
+    partitions = 0
+    for log_dir in log_dirs:
+        with contextlib.suppress(OSError):
+            partitions += sum(1 for entry in log_dir.iterdir() if entry.is_dir())
     partitions += sum(
         config.get_int(name)
         for name in (
@@ -437,7 +438,10 @@ class Broker:
         data_dir: Path,
         cluster: ClusterSpec | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        more_log_dirs: Sequence[Path] = (),
     ) -> None:
+        """`data_dir` is the first log directory (the metadata log, Raft state and producer
+        ids live there too), `more_log_dirs` the others (`log.dirs`, JBOD)."""
         self.config = config
         self.clock = clock
         self.listeners: list[ListenerSpec] = resolve_listeners(
@@ -451,11 +455,18 @@ class Broker:
             if spec.protocol.uses_tls
         }
         self.data_dir = data_dir
+        self.more_log_dirs = list(more_log_dirs)
+        check_first_dir_only([data_dir, *self.more_log_dirs])
         self._data_dir_lock = lock_data_dir(data_dir)
         # What is opened here is closed again when a later step raises: a broker that
         # never ran must not keep its data directory's lock or stores.
         with contextlib.ExitStack() as opened:
             opened.callback(os.close, self._data_dir_lock)
+            #: The locks of `more_log_dirs` (`run` closes them with the first one's).
+            self._more_log_dir_locks: list[int] = []
+            for log_dir in self.more_log_dirs:
+                self._more_log_dir_locks.append(lock_data_dir(log_dir))
+                opened.callback(os.close, self._more_log_dir_locks[-1])
             self.cluster = cluster or ClusterSpec()
             self.node_id: int = config.get_int("node.id")
             if (
@@ -472,6 +483,10 @@ class Broker:
                 data_dir,
                 self.node_id,
                 self.cluster.given_cluster_id if self.cluster.join else self.cluster.cluster_id(),
+            )
+            #: Absolute path -> directory.id of every log directory (KIP-858's ids).
+            self.directory_ids = ensure_directory_ids(
+                [data_dir, *self.more_log_dirs], self.cluster_id, self.node_id
             )
             raft_listen = self.cluster.raft_listen or Listener("127.0.0.1", 0)
             raft_tls = raft_tls_contexts(config)
@@ -494,7 +509,9 @@ class Broker:
                 hard_states=self.hard_states,
                 on_sync_failure=self.log_dir_failures,
             )
-            self.topics = TopicManager(data_dir, config, self.node, self.hard_states)
+            self.topics = TopicManager(
+                data_dir, config, self.node, self.hard_states, self.more_log_dirs
+            )
             self.log_dir_failures.topics = self.topics
             opened.callback(self.topics.close)
             self.controller = Controller(
@@ -681,7 +698,9 @@ class Broker:
         )
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        raise_open_file_limit(needed=open_files_needed(self.config, self.data_dir))
+        raise_open_file_limit(
+            needed=open_files_needed(self.config, [self.data_dir, *self.more_log_dirs])
+        )
         try:
             async with trio.open_nursery() as nursery:
                 if self.http is not None:
@@ -742,7 +761,7 @@ class Broker:
                     ),
                     self.node_id,
                     self.cluster_id,
-                    self.data_dir,
+                    ",".join(str(d) for d in (self.data_dir, *self.more_log_dirs)),
                 )
                 nursery.start_soon(self.idle.run)
                 nursery.start_soon(self.group_commit.run)
@@ -759,6 +778,8 @@ class Broker:
             self.producer_ids.close()
             logger.info("raftka: logs flushed and closed in %.2f s", self.clock.now_s() - started)
             os.close(self._data_dir_lock)  # the lock goes with it
+            for lock in self._more_log_dir_locks:
+                os.close(lock)
 
     def _raft_address(self) -> tuple[str, int] | None:
         """Where other brokers reach this one's Raft transport: its own --peers entry, else
@@ -793,6 +814,8 @@ class Broker:
         for partition in self.topics.all_partitions():
             if self.node_id not in partition.replicas:
                 continue
+            if partition.offline:
+                return f"partition {partition.name} is offline here (its log is lost)"
             if partition.raft is None:
                 return f"partition {partition.name} is still being opened"
             if partition.raft.leader_id is None:

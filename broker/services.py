@@ -79,12 +79,21 @@ class TopicsView(Protocol):
 
     @property
     def data_dir(self) -> Path:
-        """The log directory the hosted partitions' folders are in."""
+        """The first log directory (the metadata log's)."""
         ...
 
     @property
     def log_dir(self) -> str:
         """That directory's name as Kafka reports it (its absolute path)."""
+        ...
+
+    @property
+    def log_dirs(self) -> Sequence[str]:
+        """Every log directory (`log.dirs`) by absolute path, in the configured order."""
+        ...
+
+    def log_dir_of(self, partition_name: str) -> str | None:
+        """The log directory holding the partition's folder here (None: none does)."""
         ...
 
     @property

@@ -2,9 +2,9 @@
 
 What topics exist, their ids, replica sets and configs come from the cluster metadata image
 (`broker.cluster`); this module turns it into local state: for every partition replica placed
-on this broker, a segment log folder `<data-dir>/<topic>-<partition>/` (Kafka's layout) and
-the partition's Raft group, whose log that folder is. Partitions hosted elsewhere are known
-by their replica sets only.
+on this broker, a segment log folder `<log-dir>/<topic>-<partition>/` (Kafka's layout) in one
+of the broker's log directories (`broker.log_directories`) and the partition's Raft group,
+whose log that folder is. Partitions hosted elsewhere are known by their replica sets only.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 import trio
 
 from raftka.broker.config import BrokerConfig, TopicConfig, validate_topic_configs
+from raftka.broker.log_directories import find_partition_folders, next_log_dir
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
 from raftka.consensus.core import NotLeaderError
 from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
@@ -228,7 +229,10 @@ class TopicManager:
         broker_config: BrokerConfig,
         node: RaftNode,
         hard_states: HardStateStore,
+        more_log_dirs: Sequence[Path] = (),
     ) -> None:
+        """`data_dir` is the first log directory (it holds the metadata log too),
+        `more_log_dirs` the others. LogDirectoryError when a partition is in two of them."""
         self.data_dir = data_dir
         self.broker_config = broker_config
         self.node = node
@@ -243,7 +247,13 @@ class TopicManager:
         # The logs of offline partitions: never flushed or closed again (see
         # `take_log_dir_offline`), kept so their descriptors stay valid for readers.
         self._abandoned_logs: list[PartitionLog] = []
-        data_dir.mkdir(parents=True, exist_ok=True)
+        #: Every log directory (absolute paths), in the configured order.
+        self.log_dirs: list[str] = [str(d.absolute()) for d in (data_dir, *more_log_dirs)]
+        for log_dir in self.log_dirs:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+        # Partition folder name -> the log directory holding (or chosen for) it.
+        self._placed: dict[str, str] = find_partition_folders(self.log_dirs)
+        self._placed.pop(f"{METADATA_TOPIC}-0", None)  # the controller's, not a replica
 
     def close(self) -> None:
         """Close every partition (clean shutdown). Each log close fsyncs a few files, so
@@ -282,24 +292,45 @@ class TopicManager:
 
     @property
     def log_dir(self) -> str:
-        """The log directory's name as Kafka reports it (its absolute path)."""
-        return str(self.data_dir.absolute())
+        """The first log directory's name as Kafka reports it (its absolute path)."""
+        return self.log_dirs[0]
+
+    def log_dir_of(self, partition_name: str) -> str | None:
+        """The log directory holding the partition's folder here (None: none does)."""
+        return self._placed.get(partition_name)
+
+    def _log_folder(self, partition: Partition) -> Path | None:
+        """The partition's folder: where it is, else in the live log directory with the
+        fewest partitions (recorded here); None when every directory is offline."""
+        log_dir = self._placed.get(partition.name)
+        if log_dir is None:
+            live = [d for d in self.log_dirs if d not in self.offline_log_dirs]
+            log_dir = next_log_dir(live, self._placed.values())
+            if log_dir is None:
+                return None
+            self._placed[partition.name] = log_dir
+        return Path(log_dir) / partition.name
 
     # -- a failed log directory ----------------------------------------------------------
 
-    def take_log_dir_offline(self, reason: str, error: NotLeaderError) -> list[Partition]:
-        """Stop every replica in the log directory (Kafka's LogManager.handleLogDirFailure):
-        its Raft group is removed (no votes, appends or acknowledgements from here; its
-        waiters get `error`) and its log is dropped without a flush or a close, which would
-        fsync again and could write a recovery point over data the kernel lost. The
-        partitions answer KAFKA_STORAGE_ERROR here until the broker restarts. Returns the
-        partitions taken offline (none when the directory already was)."""
-        if self.log_dir in self.offline_log_dirs:
+    def take_log_dir_offline(
+        self, log_dir: str, reason: str, error: NotLeaderError
+    ) -> list[Partition]:
+        """Stop every replica in the log directory `log_dir` (Kafka's
+        LogManager.handleLogDirFailure): its Raft group is removed (no votes, appends or
+        acknowledgements from here; its waiters get `error`) and its log is dropped without
+        a flush or a close, which would fsync again and could write a recovery point over
+        data the kernel lost. The partitions answer KAFKA_STORAGE_ERROR here until the
+        broker restarts; those in the other directories go on. Returns the partitions taken
+        offline (none when the directory already was)."""
+        if log_dir in self.offline_log_dirs:
             return []
-        self.offline_log_dirs[self.log_dir] = reason
+        self.offline_log_dirs[log_dir] = reason
         taken = []
         for partition in self.all_partitions():
             if self.node_id not in partition.replicas:
+                continue
+            if self._placed.get(partition.name) != log_dir:
                 continue
             partition.offline = True
             if partition.raft is not None:
@@ -316,9 +347,32 @@ class TopicManager:
         return taken
 
     def _host_offline(self, partition: Partition) -> bool:
-        """A replica placed here while the log directory is offline is offline too
-        (Kafka creates no log in a failed directory)."""
-        if self.offline_log_dirs:
+        """A replica whose folder is in an offline log directory is offline, and so is a new
+        one placed here while every directory is offline (Kafka creates no log in a failed
+        directory). So is one whose Raft state this broker keeps (it voted or followed a
+        leader here) but whose folder is in none of the directories: a replaced or emptied
+        disk lost its log, and an empty log that still votes could help elect a leader
+        lacking records this replica acknowledged. It stays offline until it is reassigned
+        away (and may then come back as a new replica)."""
+        if partition.offline:
+            return True
+        log_dir = self._placed.get(partition.name)
+        if log_dir is None and self.hard_states.load(partition.name).term > 0:
+            partition.offline = True
+            logger.error(
+                "%s: this broker keeps the replica's Raft state (epoch %d) but its log is in "
+                "none of the log directories (%s): a replaced or emptied disk? The replica "
+                "stays offline here; reassign the partition away from broker %d (and back, "
+                "if wanted, as a new replica) to recover",
+                partition.name,
+                self.hard_states.load(partition.name).term,
+                ", ".join(self.log_dirs),
+                self.node_id,
+                extra={"partition": partition.name, "topic": partition.topic.name},
+            )
+            return True
+        live = [d for d in self.log_dirs if d not in self.offline_log_dirs]
+        if log_dir in self.offline_log_dirs or not live:
             partition.offline = True
             return True
         return False
@@ -422,11 +476,16 @@ class TopicManager:
                 extra={"partition": partition.name, "topic": name},
             )
         elif self.node_id not in partition.replicas and partition.offline:
-            partition.offline = False  # moved away; its folder goes at the next start
+            # Moved away; its folder (in an offline directory) goes at the next start.
+            partition.offline = False
+            self.hard_states.delete(partition.name)
+            if self._placed.get(partition.name) not in self.offline_log_dirs:
+                self._placed.pop(partition.name, None)
         elif self.node_id not in partition.replicas and partition.log is not None:
             directory = partition.log.directory
             self._close_partition(partition)
             self.hard_states.delete(partition.name)
+            self._placed.pop(partition.name, None)
             await trio.to_thread.run_sync(shutil.rmtree, directory, True)
             logger.info(
                 "%s: no longer a replica here (replicas %s); its log was deleted",
@@ -442,13 +501,16 @@ class TopicManager:
         strays = []
         for topic in list(self.topics.values()):
             for partition in topic.partitions:
-                directory = self.data_dir / partition.name
+                log_dir = self._placed.get(partition.name)
+                if log_dir is None or log_dir in self.offline_log_dirs:
+                    continue
                 if self.node_id not in partition.replicas and partition.log is None:
-                    strays.append(directory)
+                    strays.append(Path(log_dir) / partition.name)
         for directory in strays:
             if await trio.to_thread.run_sync(directory.is_dir):
                 await trio.to_thread.run_sync(shutil.rmtree, directory, True)
                 self.hard_states.delete(directory.name)
+                self._placed.pop(directory.name, None)
                 logger.info(
                     "%s: deleted the log of a partition this broker is no longer a replica of",
                     directory.name,
@@ -483,20 +545,24 @@ class TopicManager:
                 directories.append(partition.log.directory)
                 self._close_partition(partition)
                 self.hard_states.delete(partition.name)
+                self._placed.pop(partition.name, None)
         for directory in directories:
             await trio.to_thread.run_sync(shutil.rmtree, directory, True)
         logger.info("deleted topic %s", topic.name, extra={"topic": topic.name})
         return topic
 
     async def _open_log(self, partition: Partition) -> PartitionLog:
-        """Open (or create) the partition's log in a worker thread; a failure (a full disk)
-        is logged and retried until it succeeds, so the replica comes back by itself."""
+        """Open (or create) the partition's log in a worker thread (call after
+        `_host_offline` said no); a failure (a full disk) is logged and retried until it
+        succeeds, so the replica comes back by itself."""
+        folder = self._log_folder(partition)
+        assert folder is not None  # `_host_offline` found a live directory
         failures = 0
         while True:
             try:
                 return await trio.to_thread.run_sync(
                     PartitionLog.open,
-                    self.data_dir / partition.name,
+                    folder,
                     log_config_for(partition.topic.config),
                     now_ms(),
                 )

@@ -1064,7 +1064,10 @@ class RaftNode:
             jobs = self._sync_jobs(tickets)
             while jobs:
                 try:
-                    await trio.to_thread.run_sync(_run_all, jobs)
+                    # Shielded: a job made is run even if the driver is being cancelled
+                    # (shut down); dropped, the hard states it took would never be committed.
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(_run_all, jobs)
                     break
                 except _SyncJobFailed as failed:
                     del jobs[0]  # _run_all keeps the failed job first, the done ones gone

@@ -193,7 +193,21 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         "A file holding raft.auth.secret (one secret a line), instead of raft.auth.secret.",
         read_only=True,
     ),
-    ConfigDef("log.dirs", S, "./data", "Data directory.", read_only=True),
+    ConfigDef(
+        "log.dirs",
+        S,
+        None,
+        "Comma-separated log directories (JBOD): each new replica goes to the one with the "
+        "fewest partitions; the metadata log and Raft state stay in the first. Unset: log.dir.",
+        read_only=True,
+    ),
+    ConfigDef(
+        "log.dir",
+        S,
+        "./data",
+        "The log directory when log.dirs is not set.",
+        read_only=True,
+    ),
     ConfigDef(
         "metrics.listen",
         S,

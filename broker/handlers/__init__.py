@@ -138,6 +138,7 @@ HANDLERS: Mapping[ApiKey, ApiEndpoint] = MappingProxyType(
             log_dirs.DESCRIBE_LOG_DIRS_MAX_VERSION,
             log_dirs.handle_describe_log_dirs,
         ),
+        ApiKey.ALTER_REPLICA_LOG_DIRS: ApiHandler(1, 2, log_dirs.handle_alter_replica_log_dirs),
         ApiKey.ELECT_LEADERS: ApiHandler(0, 2, elect_leaders.handle_elect_leaders),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiHandler(
             0, 1, configs.handle_incremental_alter_configs

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import kio.schema.alter_configs.v2.request
     import kio.schema.alter_partition_reassignments.v0.request
     import kio.schema.alter_partition_reassignments.v1.request
+    import kio.schema.alter_replica_log_dirs.v1.request
+    import kio.schema.alter_replica_log_dirs.v2.request
     import kio.schema.alter_share_group_offsets.v0.request
     import kio.schema.alter_user_scram_credentials.v0.request
     import kio.schema.api_versions.v0.request
@@ -268,6 +270,11 @@ if TYPE_CHECKING:
     AlterPartitionReassignmentsRequest: TypeAlias = (
         kio.schema.alter_partition_reassignments.v0.request.AlterPartitionReassignmentsRequest
         | kio.schema.alter_partition_reassignments.v1.request.AlterPartitionReassignmentsRequest
+    )
+
+    AlterReplicaLogDirsRequest: TypeAlias = (
+        kio.schema.alter_replica_log_dirs.v1.request.AlterReplicaLogDirsRequest
+        | kio.schema.alter_replica_log_dirs.v2.request.AlterReplicaLogDirsRequest
     )
 
     AlterShareGroupOffsetsRequest: TypeAlias = (

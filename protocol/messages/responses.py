@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import kio.schema.alter_configs.v2.response
     import kio.schema.alter_partition_reassignments.v0.response
     import kio.schema.alter_partition_reassignments.v1.response
+    import kio.schema.alter_replica_log_dirs.v1.response
+    import kio.schema.alter_replica_log_dirs.v2.response
     import kio.schema.alter_share_group_offsets.v0.response
     import kio.schema.alter_user_scram_credentials.v0.response
     import kio.schema.api_versions.v0.response
@@ -268,6 +270,11 @@ if TYPE_CHECKING:
     AlterPartitionReassignmentsResponse: TypeAlias = (
         kio.schema.alter_partition_reassignments.v0.response.AlterPartitionReassignmentsResponse
         | kio.schema.alter_partition_reassignments.v1.response.AlterPartitionReassignmentsResponse
+    )
+
+    AlterReplicaLogDirsResponse: TypeAlias = (
+        kio.schema.alter_replica_log_dirs.v1.response.AlterReplicaLogDirsResponse
+        | kio.schema.alter_replica_log_dirs.v2.response.AlterReplicaLogDirsResponse
     )
 
     AlterShareGroupOffsetsResponse: TypeAlias = (

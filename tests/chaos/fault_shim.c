@@ -1,4 +1,5 @@
-/* Faults injected into one broker process by LD_PRELOAD: a slow disk and a jumped wall clock.
+/* Faults injected into one broker process by LD_PRELOAD: a slow disk, a jumped wall clock and
+ * a failing disk.
  *
  * Slow disk: fsync, fdatasync, sync_file_range and msync(MS_SYNC) first sleep the number of
  * milliseconds in the file named by RAFTKA_FAULT_FSYNC_DELAY_FILE (absent, empty or 0: no
@@ -9,14 +10,21 @@
  * would; CLOCK_MONOTONIC and CLOCK_BOOTTIME are left alone (a step never moves them). The file
  * is re-read at most every 100 ms of monotonic time, so a jump takes effect within that.
  *
- * Both files are written by the nemeses (tests/chaos/nemesis.py); compiled at run time with
- * `cc -shared -fPIC -O2 -o fault_shim.so fault_shim.c -ldl`.
+ * Failing disk: write, pwrite(64), fsync and fdatasync of a file whose path starts with the
+ * prefix in the file named by RAFTKA_FAULT_EIO_PATH_FILE fail with EIO (absent or empty: no
+ * failures), as on a disk that died under one mount point: one log directory of a broker with
+ * several (tests/compat/test_jbod.py). Re-read at most every 100 ms, like the clock offset.
+ *
+ * The delay and offset files are written by the nemeses (tests/chaos/nemesis.py); compiled
+ * at run time with `cc -shared -fPIC -O2 -o fault_shim.so fault_shim.c -ldl`.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/time.h>
 #include <time.h>
@@ -45,6 +53,85 @@ static long long read_number(const char *env_name) {
 
 static void *real(const char *name) { return dlsym(RTLD_NEXT, name); }
 
+/* -- failing disk ------------------------------------------------------------------------- */
+
+#define PREFIX_MAX 1024
+static char failing_prefixes[2][PREFIX_MAX]; /* double-buffered: readers use the current one */
+static int failing_current;                  /* atomically read and written */
+static long long failing_next_read_ns;
+static int (*real_clock_gettime)(clockid_t, struct timespec *);
+
+static const char *failing_prefix(void) {
+    if (real_clock_gettime == NULL)
+        real_clock_gettime = (int (*)(clockid_t, struct timespec *))real("clock_gettime");
+    struct timespec now;
+    if (real_clock_gettime(CLOCK_MONOTONIC, &now) == 0) {
+        long long now_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
+        if (now_ns >= __atomic_load_n(&failing_next_read_ns, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&failing_next_read_ns, now_ns + REREAD_NS, __ATOMIC_RELAXED);
+            const char *path = getenv("RAFTKA_FAULT_EIO_PATH_FILE");
+            int next = 1 - __atomic_load_n(&failing_current, __ATOMIC_ACQUIRE);
+            char *buf = failing_prefixes[next];
+            buf[0] = '\0';
+            int saved = errno;
+            int fd = path == NULL ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+            if (fd >= 0) {
+                ssize_t n = read(fd, buf, PREFIX_MAX - 1);
+                close(fd);
+                buf[n > 0 ? n : 0] = '\0';
+                buf[strcspn(buf, "\r\n")] = '\0';
+            }
+            errno = saved;
+            __atomic_store_n(&failing_current, next, __ATOMIC_RELEASE);
+        }
+    }
+    return failing_prefixes[__atomic_load_n(&failing_current, __ATOMIC_ACQUIRE)];
+}
+
+/* Whether `fd` is a file under the failing prefix (errno left as it was). */
+static int fails_with_eio(int fd) {
+    const char *prefix = failing_prefix();
+    size_t prefix_len = strlen(prefix);
+    if (prefix_len == 0) return 0;
+    int saved = errno;
+    char link[64], target[PREFIX_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    errno = saved;
+    if (n <= 0) return 0;
+    target[n] = '\0';
+    return strncmp(target, prefix, prefix_len) == 0;
+}
+
+#define FAIL_IF_FAILING(fd)    \
+    do {                       \
+        if (fails_with_eio(fd)) { \
+            errno = EIO;       \
+            return -1;         \
+        }                      \
+    } while (0)
+
+ssize_t write(int fd, const void *buf, size_t count) {
+    static ssize_t (*fn)(int, const void *, size_t);
+    if (fn == NULL) fn = (ssize_t(*)(int, const void *, size_t))real("write");
+    FAIL_IF_FAILING(fd);
+    return fn(fd, buf, count);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) {
+    static ssize_t (*fn)(int, const void *, size_t, off_t);
+    if (fn == NULL) fn = (ssize_t(*)(int, const void *, size_t, off_t))real("pwrite");
+    FAIL_IF_FAILING(fd);
+    return fn(fd, buf, count, offset);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t count, off_t offset) {
+    static ssize_t (*fn)(int, const void *, size_t, off_t);
+    if (fn == NULL) fn = (ssize_t(*)(int, const void *, size_t, off_t))real("pwrite64");
+    FAIL_IF_FAILING(fd);
+    return fn(fd, buf, count, offset);
+}
+
 /* -- slow disk ---------------------------------------------------------------------------- */
 
 static void sleep_before_sync(void) {
@@ -61,6 +148,7 @@ int fsync(int fd) {
     static int (*fn)(int);
     if (fn == NULL) fn = (int (*)(int))real("fsync");
     sleep_before_sync();
+    FAIL_IF_FAILING(fd);
     return fn(fd);
 }
 
@@ -68,6 +156,7 @@ int fdatasync(int fd) {
     static int (*fn)(int);
     if (fn == NULL) fn = (int (*)(int))real("fdatasync");
     sleep_before_sync();
+    FAIL_IF_FAILING(fd);
     return fn(fd);
 }
 
@@ -87,7 +176,6 @@ int msync(void *addr, size_t length, int flags) {
 
 /* -- jumped wall clock -------------------------------------------------------------------- */
 
-static int (*real_clock_gettime)(clockid_t, struct timespec *);
 static long long offset_ms;     /* atomically read and written */
 static long long next_read_ns;  /* monotonic ns of the next re-read */
 

@@ -221,8 +221,9 @@ def test_retention_bytes_deletes_old_segments(broker_factory, new_topic):
     broker = broker_factory(
         {"log.segment.bytes": str(1024 * 1024), "log.retention.check.interval.ms": "500"}
     )
+    retention_bytes = 2 * 1024 * 1024
     topic = new_topic(
-        partitions=1, bootstrap=broker.bootstrap, config={"retention.bytes": str(2 * 1024 * 1024)}
+        partitions=1, bootstrap=broker.bootstrap, config={"retention.bytes": str(retention_bytes)}
     )
     n = 6000
     values = [os.urandom(1000) for _ in range(n)]
@@ -238,10 +239,20 @@ def test_retention_bytes_deletes_old_segments(broker_factory, new_topic):
         low, high = watermarks(broker.bootstrap, topic)
         return (low, high) if low > 0 else None
 
-    low, high = wait_until(moved_start, timeout=30, what="retention to delete old segments")
+    wait_until(moved_start, timeout=30, what="retention to delete old segments")
+    pdir = broker.data_dir / f"{topic}-0"
+
+    # Retention may have run while the records were being produced: wait until it has
+    # nothing left to delete (the oldest segment is needed to keep retention.bytes), so
+    # that no later round moves the log start while the records are read back.
+    def settled() -> bool:
+        sizes = [os.path.getsize(pdir / name) for name in _log_files(pdir)]
+        return len(sizes) == 1 or sum(sizes) - retention_bytes < sizes[0]
+
+    wait_until(settled, timeout=30, what="retention to finish deleting")
+    low, high = wait_until(moved_start, timeout=30, what="the log start offset")
     assert high == offsets[-1] + 1
     assert low <= offsets[-1]
-    pdir = broker.data_dir / f"{topic}-0"
     # The log start offset is the base offset of the oldest remaining segment file.
     wait_until(
         lambda: int(_log_files(pdir)[0][:-4]) == low,

@@ -197,6 +197,9 @@ public class KafkaTool {
             case "describe-log-dirs":
                 need(args, 3);
                 return Configs.describeLogDirs(bootstrap, args[2], props(args, 3));
+            case "alter-replica-log-dirs":
+                need(args, 4);
+                return Configs.alterReplicaLogDirs(bootstrap, args[2], args[3], props(args, 4));
             default:
                 throw new UsageException("unknown command: " + command);
         }
@@ -2089,7 +2092,8 @@ public class KafkaTool {
                 "  alter-configs BOOTSTRAP topic|broker|group NAME OP:KEY[=VALUE][;...] [k=v...]\n"
                 + "      OP: SET, DELETE, APPEND, SUBTRACT\n"
                 + "  describe-configs BOOTSTRAP topic|broker|group NAME [k=v...]\n"
-                + "  describe-log-dirs BOOTSTRAP BROKER_ID[,BROKER_ID...] [k=v...]\n";
+                + "  describe-log-dirs BOOTSTRAP BROKER_ID[,BROKER_ID...] [k=v...]\n"
+                + "  alter-replica-log-dirs BOOTSTRAP BROKER_ID TOPIC:PARTITION=DIR[,...] [k=v...]\n";
 
         private static org.apache.kafka.common.config.ConfigResource resource(
                 String type, String name) {
@@ -2165,6 +2169,41 @@ public class KafkaTool {
                             + ",\"readOnly\":" + entry.isReadOnly()
                             + ",\"type\":" + str(entry.type().name())
                             + ",\"synonyms\":[" + synonyms + "]}");
+                }
+            }
+            return 0;
+        }
+
+        /** Admin.alterReplicaLogDirs (kafka-reassign-partitions with log directories): one
+         *  line per replica, its error class or null. */
+        static int alterReplicaLogDirs(String bootstrap, String broker, String moves,
+                Properties overrides) throws Exception {
+            Map<org.apache.kafka.common.TopicPartitionReplica, String> wanted =
+                    new LinkedHashMap<>();
+            for (String move : moves.split(",")) {
+                String[] parts = move.split("=", 2);
+                int colon = parts[0].lastIndexOf(':');
+                wanted.put(new org.apache.kafka.common.TopicPartitionReplica(
+                        parts[0].substring(0, colon),
+                        Integer.parseInt(parts[0].substring(colon + 1)),
+                        Integer.parseInt(broker)), parts[1]);
+            }
+            try (Admin admin = admin(bootstrap, overrides)) {
+                Map<org.apache.kafka.common.TopicPartitionReplica,
+                        org.apache.kafka.common.KafkaFuture<Void>> results =
+                        admin.alterReplicaLogDirs(wanted).values();
+                for (Map.Entry<org.apache.kafka.common.TopicPartitionReplica,
+                        org.apache.kafka.common.KafkaFuture<Void>> entry : results.entrySet()) {
+                    String error = "null";
+                    try {
+                        entry.getValue().get();
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        error = str(e.getCause().getClass().getSimpleName());
+                    }
+                    System.out.println("{\"topic\":" + str(entry.getKey().topic())
+                            + ",\"partition\":" + entry.getKey().partition()
+                            + ",\"broker\":" + entry.getKey().brokerId()
+                            + ",\"error\":" + error + "}");
                 }
             }
             return 0;

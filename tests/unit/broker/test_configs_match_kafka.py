@@ -95,7 +95,7 @@ DELIBERATE_BY_REASON: dict[str, set[tuple[str, str, str]]] = {
         "default",
         "node.id",
         "listeners",
-        "log.dirs",
+        "log.dir",
         "process.roles",
         "sasl.enabled.mechanisms",
         "group.consumer.assignors",

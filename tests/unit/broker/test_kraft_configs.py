@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raftka.broker.cli import _data_dir, main
+from raftka.broker.cli import _log_dirs, main
 from raftka.broker.config import BrokerConfig
 from raftka.broker.security.listeners import controller_listener, resolve_listeners
 
@@ -20,7 +20,8 @@ from raftka.broker.security.listeners import controller_listener, resolve_listen
         ("process.roles=broker", "process.roles=broker: raftka's nodes are broker and controller"),
         ("controller.quorum.voters=2@127.0.0.1:1", "node.id 1 is not one of the voters (2)"),
         ("controller.quorum.voters=nonsense", "controller.quorum.voters: expected ID@HOST:PORT"),
-        ("log.dirs=/a,/b", "raftka keeps one data directory"),
+        ("log.dirs=/a,/b,/b/../a", "log.dirs=/a,/b,/b/../a: /a and /b/../a are the same"),
+        ("log.dirs= , ", "at least one log directory is needed"),
     ],
 )
 def test_what_raftka_cannot_do_stops_the_start(
@@ -46,6 +47,15 @@ def test_the_controller_listener_is_the_raft_listener_not_a_client_one() -> None
 
 def test_log_dirs_is_the_data_directory_unless_data_dir_is_given() -> None:
     config = BrokerConfig({"log.dirs": "/var/lib/kafka"}, environ={})
-    assert _data_dir(argparse.Namespace(data_dir=None), config) == Path("/var/lib/kafka")
+    assert _log_dirs(argparse.Namespace(data_dir=None), config) == [Path("/var/lib/kafka")]
     given = argparse.Namespace(data_dir=Path("/srv/raftka"))
-    assert _data_dir(given, config) == Path("/srv/raftka")
+    assert _log_dirs(given, config) == [Path("/srv/raftka")]
+
+
+def test_log_dirs_lists_several_directories_and_log_dir_is_its_fallback() -> None:
+    no_data_dir = argparse.Namespace(data_dir=None)
+    several = BrokerConfig({"log.dirs": "/disk1/kafka, /disk2/kafka", "log.dir": "/x"}, environ={})
+    assert _log_dirs(no_data_dir, several) == [Path("/disk1/kafka"), Path("/disk2/kafka")]
+    fallback = BrokerConfig({"log.dir": "/var/lib/raftka"}, environ={})
+    assert _log_dirs(no_data_dir, fallback) == [Path("/var/lib/raftka")]
+    assert _log_dirs(no_data_dir, BrokerConfig({}, environ={})) == [Path("./data")]

@@ -75,7 +75,7 @@ def test_what_a_broker_needs_counts_its_partitions_and_connections(tmp_path: Pat
         },
         environ={},
     )
-    needed = open_files_needed(config, tmp_path)
+    needed = open_files_needed(config, [tmp_path])
     assert needed == 8 * FILES_PER_PARTITION + 100 + OPEN_FILES_HEADROOM
     unbounded = BrokerConfig({}, environ={})
-    assert open_files_needed(unbounded, tmp_path) < 20_000  # a development machine's limit
+    assert open_files_needed(unbounded, [tmp_path]) < 20_000  # a development machine's limit

@@ -12,14 +12,19 @@ from raftka.broker.config import BrokerConfig
 from raftka.broker.server import Listener
 
 
-def commands(shards: int = 2, raft: Listener | None = None, **configs: str) -> list[list[str]]:
+def commands(
+    shards: int = 2,
+    raft: Listener | None = None,
+    log_dirs: tuple[str, ...] = ("/d",),
+    **configs: str,
+) -> list[list[str]]:
     config = BrokerConfig({k.replace("_", "."): v for k, v in configs.items()}, environ={})
     built = shard_commands(
         shards,
         Listener("127.0.0.1", 9092),
         raft,
         config.get_int("node.id"),
-        Path("/d"),
+        [Path(d) for d in log_dirs],
         config,
         ["--log-level", "INFO"],
         "host-a",
@@ -32,6 +37,13 @@ def commands(shards: int = 2, raft: Listener | None = None, **configs: str) -> l
 
 def option(argv: list[str], name: str) -> list[str]:
     return [argv[i + 1] for i, arg in enumerate(argv) if arg == name]
+
+
+def test_with_several_log_dirs_each_shard_has_its_own_folder_in_each() -> None:
+    first, second = commands(log_dirs=("/disk1", "/disk2"))
+    assert option(first, "--data-dir") == []
+    assert "log.dirs=/disk1/shard-1,/disk2/shard-1" in option(first, "--config")
+    assert "log.dirs=/disk1/shard-2,/disk2/shard-2" in option(second, "--config")
 
 
 def test_each_shard_is_a_node_with_its_own_ports_and_data_dir_all_in_peers() -> None:
