@@ -15,6 +15,9 @@ queue API): `priorities`, a queued record's priority changed from its header's, 
 `delays`, the wall time (epoch milliseconds) before which a record released with a delay is
 not acquirable again. A queued record can also be cancelled (`cancel`): it is ARCHIVED as
 a rejected one is, without a delivery.
+
+Every change records the span of offsets it touched, so what a write of the state must
+carry since the previous one (`take_changes`) costs the change, not the whole state.
 """
 
 from __future__ import annotations
@@ -76,6 +79,10 @@ class Acquired:
     delivery_count: int
 
 
+#: Changed spans kept before they are joined (see `SharePartition._touched`).
+_CHANGED_SPANS_MAX = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class StateBatch:
     """A persisted range: ACQUIRED ranges are stored as AVAILABLE (their locks die with the
@@ -85,6 +92,17 @@ class StateBatch:
     last: int
     state: RecordState
     delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateChanges:
+    """What changed in a share-partition over some time: `spans` (ascending, disjoint), and
+    all that is now in them of its state batches, priorities and delays."""
+
+    spans: tuple[tuple[int, int], ...]
+    batches: tuple[StateBatch, ...]
+    priorities: tuple[tuple[int, int], ...]
+    delays: tuple[tuple[int, int], ...]
 
 
 class SharePartition:
@@ -113,6 +131,8 @@ class SharePartition:
         self.priorities: dict[int, int] = {o: p for o, p in priorities if o >= start_offset}
         #: offset -> the wall time (epoch ms) a record released with a delay is due again.
         self.delays: dict[int, int] = {o: at for o, at in delays if o >= start_offset}
+        # [first, last] spans changed since the last `take_changes` or `clear_changes`.
+        self._changed: list[tuple[int, int]] = []
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -127,6 +147,58 @@ class SharePartition:
             else:
                 out.append(batch)
         return out
+
+    def take_changes(self) -> StateChanges:
+        """What changed since the last call (or `clear_changes`): the changed spans from the
+        start on, and the state batches, priorities and delays now in them (pruned as
+        `state_batches`, `kept_priorities` and `kept_delays` prune). Costs the spans'
+        ranges and entries, not the whole state."""
+        spans = [
+            (max(first, self.start_offset), last)
+            for first, last in merge_spans(self._changed)
+            if last >= self.start_offset
+        ]
+        self._changed = []
+        batches: list[StateBatch] = []
+        priorities: list[tuple[int, int]] = []
+        delays: list[tuple[int, int]] = []
+        for first, last in spans:
+            within: list[StateBatch] = []
+            in_flight_last = min(last, self.next_offset - 1)
+            for r in self._overlapping(first, in_flight_last) if first <= in_flight_last else ():
+                state = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
+                lo, hi = max(r.first, first), min(r.last, last)
+                if (
+                    within
+                    and within[-1].state == state
+                    and (within[-1].delivery_count == r.delivery_count)
+                ):
+                    within[-1] = StateBatch(within[-1].first, hi, state, r.delivery_count)
+                else:
+                    within.append(StateBatch(lo, hi, state, r.delivery_count))
+            batches.extend(within)
+            for offset in _entries_within(self.priorities, first, last):
+                if self._done(offset):
+                    del self.priorities[offset]
+                else:
+                    priorities.append((offset, self.priorities[offset]))
+            for offset in _entries_within(self.delays, first, last):
+                if self.is_available(offset):
+                    delays.append((offset, self.delays[offset]))
+                else:
+                    del self.delays[offset]
+        return StateChanges(tuple(spans), tuple(batches), tuple(priorities), tuple(delays))
+
+    def clear_changes(self) -> None:
+        """A whole snapshot of the state is being written: nothing is owed before it."""
+        self._changed = []
+
+    def _touched(self, first: int, last: int) -> None:
+        self._changed.append((first, last))
+        if len(self._changed) > _CHANGED_SPANS_MAX:
+            # Many changes between two writes (fetches without acknowledgements): joined,
+            # the list stays about as long as the state's ranges.
+            self._changed = merge_spans(self._changed)
 
     def kept_priorities(self) -> list[tuple[int, int]]:
         """The priority changes still to persist (of records not done), pruning the rest."""
@@ -235,6 +307,7 @@ class SharePartition:
             r.delivery_count += 1
             r.member_id = member_id
             r.lock_deadline_ms = deadline
+            self._touched(r.first, r.last)
             budget -= r.last - r.first + 1
             acquired.append(Acquired(r.first, r.last, r.delivery_count))
             i += 1
@@ -243,6 +316,7 @@ class SharePartition:
         if budget > 0 and last >= self.next_offset:
             new = InFlight(self.next_offset, last, RecordState.ACQUIRED, 1, member_id, deadline)
             self.ranges.append(new)
+            self._touched(new.first, new.last)
             self.next_offset = last + 1
             acquired.append(Acquired(new.first, new.last, 1))
         if acquired:
@@ -271,6 +345,7 @@ class SharePartition:
                     r.delivery_count += 1
                     r.member_id = member_id
                     r.lock_deadline_ms = deadline
+                    self._touched(r.first, r.last)
                     acquired.append(Acquired(r.first, r.last, r.delivery_count))
                 first = inside + 1
             if first > last:
@@ -287,6 +362,8 @@ class SharePartition:
                 else:
                     self.ranges.append(gap)
             self.ranges.append(InFlight(first, last, RecordState.ACQUIRED, 1, member_id, deadline))
+            # With the passed-over gap before it, if any.
+            self._touched(self.next_offset, last)
             self.next_offset = last + 1
             acquired.append(Acquired(first, last, 1))
         if acquired:
@@ -326,11 +403,13 @@ class SharePartition:
     def set_priority(self, offset: int, priority: int) -> None:
         """A queued record's priority changed (the caller checked it is not done)."""
         self.priorities[offset] = priority
+        self._touched(offset, offset)
         self.version += 1
 
     def cancel(self, offset: int) -> None:
         """A queued record (AVAILABLE, checked by the caller) is ARCHIVED without a delivery,
         as if rejected: it is never acquired."""
+        self._touched(min(offset, self.next_offset), offset)
         if offset >= self.next_offset:
             if offset > self.next_offset:
                 last = self.ranges[-1] if self.ranges else None
@@ -364,7 +443,13 @@ class SharePartition:
         if not self._held_by(member_id, offset, offset):
             return False
         self.delays[offset] = due_ms
+        self._touched(offset, offset)
         return True
+
+    def undo_delay(self, offset: int) -> None:
+        """Forget a delay marked by `delay_release` whose release did not happen."""
+        if self.delays.pop(offset, None) is not None:
+            self._touched(offset, offset)
 
     def release_expired(self, now_ms: float, delivery_limit: int) -> int:
         """Locks past their deadline return their records (archived at the delivery limit);
@@ -395,6 +480,7 @@ class SharePartition:
                     self.left_acquired.append((r.first, r.last, r.state))
                 r.member_id = ""
                 r.lock_deadline_ms = 0.0
+                self._touched(r.first, r.last)
         if released:
             self._coalesce()
             self._advance_start()
@@ -434,6 +520,7 @@ class SharePartition:
                 self.left_acquired.append((r.first, r.last, r.state))
             r.member_id = ""
             r.lock_deadline_ms = 0.0
+        self._touched(first, last)
         self._coalesce_around(first, last)
 
     def _overlapping(self, first: int, last: int) -> Iterator[InFlight]:
@@ -514,3 +601,25 @@ def _merged(acquired: list[Acquired]) -> list[Acquired]:
         else:
             out.append(a)
     return out
+
+
+def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of `spans` ([first, last] each), ascending, disjoint, adjacent ones joined."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if out and first <= out[-1][1] + 1:
+            if last > out[-1][1]:
+                out[-1] = (out[-1][0], last)
+        else:
+            out.append((first, last))
+    return out
+
+
+def _entries_within(entries: dict[int, int], first: int, last: int) -> list[int]:
+    """The offsets of `entries` in [first, last], ascending: by probing the span's offsets
+    or by scanning the entries, whichever is fewer."""
+    if not entries:
+        return []
+    if last - first + 1 <= len(entries):
+        return [o for o in range(first, last + 1) if o in entries]
+    return sorted(o for o in entries if first <= o <= last)
