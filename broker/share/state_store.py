@@ -435,8 +435,13 @@ class TopicShareStateStore:
             epoch = self.log.leader_epoch(partition)
             try:
                 await self.log.append(partition, [(update_key, value)], leader_epoch=epoch)
-            except NotCoordinatorError as exc:
-                raise OSError(str(exc)) from exc
+            except BaseException as exc:
+                # Whether the update is in the log is unknown now: no later update may follow
+                # it (nor reuse its sequence number) before the writer's next snapshot.
+                stored.snapshot_id = -1
+                if isinstance(exc, NotCoordinatorError):
+                    raise OSError(str(exc)) from exc
+                raise
             stored.updates.append((update_key, value))
 
     async def delete_local(self, partition: int, raw_key: bytes) -> None:

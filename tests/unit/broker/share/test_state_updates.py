@@ -378,3 +378,40 @@ async def updates_fenced(tmp_path: Path) -> None:
         await store.write_update_local(0, raw_key, encode_update(good))
     raw = await store_on(log).read_local(0, raw_key)
     assert raw is not None and decode_state(raw) == PersistedState(3, 2, (), snapshot_id=10)
+
+
+class FailingLog(RealLog):
+    """Its next append reaches the log but is not known to have committed."""
+
+    fail_next = False
+
+    async def append(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], leader_epoch: int
+    ) -> None:
+        await super().append(partition, records, leader_epoch)
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError("the records did not commit in time")
+
+
+def test_no_update_follows_one_whose_append_failed(tmp_path: Path) -> None:
+    trio.run(update_after_failed_append, tmp_path)
+
+
+async def update_after_failed_append(tmp_path: Path) -> None:
+    log = FailingLog(open_log(tmp_path / "__share_group_state-0"))
+    store = store_on(log.log)
+    store.log = log  # type: ignore[assignment]
+    raw_key = encode_key(("g", uuid.UUID(int=1), 0))
+    await store.write_local(0, raw_key, encode_state(PersistedState(2, 0, (), snapshot_id=9)))
+    first = StateUpdate(2, 9, 0, ((0, 0),), (StateBatch(0, 0, RecordState.ARCHIVED, 1),))
+    log.fail_next = True
+    with pytest.raises(OSError):
+        await store.write_update_local(0, raw_key, encode_update(first))
+    # The writer's next update would have the failed one's sequence number: refused.
+    with pytest.raises(FencedStateEpoch):
+        await store.write_update_local(0, raw_key, encode_update(first))
+    # Its next snapshot is taken, and a replay reads that snapshot, not the update before.
+    await store.write_local(0, raw_key, encode_state(PersistedState(2, 1, (), snapshot_id=10)))
+    raw = await store_on(log.log).read_local(0, raw_key)
+    assert raw is not None and decode_state(raw) == PersistedState(2, 1, (), snapshot_id=10)
