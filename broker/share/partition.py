@@ -23,6 +23,7 @@ carry since the previous one (`take_changes`) costs the change, not the whole st
 from __future__ import annotations
 
 import enum
+import heapq
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -133,6 +134,9 @@ class SharePartition:
         self.delays: dict[int, int] = {o: at for o, at in delays if o >= start_offset}
         # [first, last] spans changed since the last `take_changes` or `clear_changes`.
         self._changed: list[tuple[int, int]] = []
+        # (lock deadline, first, last) of each acquisition, soonest first; an entry whose
+        # ranges were settled since is dropped when it comes first.
+        self._locks: list[tuple[float, int, int]] = []
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -308,6 +312,7 @@ class SharePartition:
             r.member_id = member_id
             r.lock_deadline_ms = deadline
             self._touched(r.first, r.last)
+            heapq.heappush(self._locks, (deadline, r.first, r.last))
             budget -= r.last - r.first + 1
             acquired.append(Acquired(r.first, r.last, r.delivery_count))
             i += 1
@@ -317,6 +322,7 @@ class SharePartition:
             new = InFlight(self.next_offset, last, RecordState.ACQUIRED, 1, member_id, deadline)
             self.ranges.append(new)
             self._touched(new.first, new.last)
+            heapq.heappush(self._locks, (deadline, new.first, new.last))
             self.next_offset = last + 1
             acquired.append(Acquired(new.first, new.last, 1))
         if acquired:
@@ -346,6 +352,7 @@ class SharePartition:
                     r.member_id = member_id
                     r.lock_deadline_ms = deadline
                     self._touched(r.first, r.last)
+                    heapq.heappush(self._locks, (deadline, r.first, r.last))
                     acquired.append(Acquired(r.first, r.last, r.delivery_count))
                 first = inside + 1
             if first > last:
@@ -364,6 +371,7 @@ class SharePartition:
             self.ranges.append(InFlight(first, last, RecordState.ACQUIRED, 1, member_id, deadline))
             # With the passed-over gap before it, if any.
             self._touched(self.next_offset, last)
+            heapq.heappush(self._locks, (deadline, first, last))
             self.next_offset = last + 1
             acquired.append(Acquired(first, last, 1))
         if acquired:
@@ -453,38 +461,69 @@ class SharePartition:
 
     def release_expired(self, now_ms: float, delivery_limit: int) -> int:
         """Locks past their deadline return their records (archived at the delivery limit);
-        the number of records released."""
-        return self._release(lambda r: r.lock_deadline_ms <= now_ms, delivery_limit)
+        the number of records released. Costs the acquisitions whose deadline passed, not
+        the ranges (on a priority topic as many as its backlog)."""
+        released = 0
+        while self._locks and self._locks[0][0] <= now_ms:
+            _deadline, first, last = heapq.heappop(self._locks)
+            expired = [
+                r
+                for r in self._overlapping(first, last)
+                if r.state == RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms
+            ]
+            if expired:
+                released += self._release_ranges(expired, delivery_limit)
+                self._coalesce_around(first, last)
+        if released:
+            self._advance_start()
+            self.version += 1
+        return released
 
     def release_member(self, member_id: str, delivery_limit: int) -> int:
         """A member's share session closed or it left: its records are available again."""
         return self._release(lambda r: r.member_id == member_id, delivery_limit)
 
     def next_lock_deadline_ms(self) -> float | None:
-        deadlines = [r.lock_deadline_ms for r in self.ranges if r.state == RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        while self._locks:
+            deadline, first, last = self._locks[0]
+            for r in self._overlapping(first, last):
+                if r.state == RecordState.ACQUIRED and r.lock_deadline_ms == deadline:
+                    return deadline
+            # Every range of that acquisition was acknowledged, released or dropped.
+            heapq.heappop(self._locks)
+        return None
 
     # -- internals --------------------------------------------------------------------------
 
     def _release(self, which: object, delivery_limit: int) -> int:
-        released = 0
-        for r in self.ranges:
-            if r.state == RecordState.ACQUIRED and which(r):  # type: ignore[operator]
-                released += r.last - r.first + 1
-                r.state = (
-                    RecordState.ARCHIVED
-                    if r.delivery_count >= delivery_limit
-                    else RecordState.AVAILABLE
-                )
-                if self.left_acquired is not None:
-                    self.left_acquired.append((r.first, r.last, r.state))
-                r.member_id = ""
-                r.lock_deadline_ms = 0.0
-                self._touched(r.first, r.last)
+        held = [
+            r
+            for r in self.ranges
+            if r.state == RecordState.ACQUIRED and which(r)  # type: ignore[operator]
+        ]
+        released = self._release_ranges(held, delivery_limit)
         if released:
             self._coalesce()
             self._advance_start()
             self.version += 1
+        return released
+
+    def _release_ranges(self, held: list[InFlight], delivery_limit: int) -> int:
+        """Make the ACQUIRED ranges `held` available (archived at the delivery limit); the
+        number of records released. The caller coalesces."""
+        released = 0
+        for r in held:
+            released += r.last - r.first + 1
+            r.state = (
+                RecordState.ARCHIVED
+                if r.delivery_count >= delivery_limit
+                else RecordState.AVAILABLE
+            )
+            if self.left_acquired is not None:
+                self.left_acquired.append((r.first, r.last, r.state))
+            r.member_id = ""
+            r.lock_deadline_ms = 0.0
+            self._touched(r.first, r.last)
         return released
 
     def _held_by(self, member_id: str, first: int, last: int) -> bool:

@@ -415,3 +415,26 @@ async def update_after_failed_append(tmp_path: Path) -> None:
     await store.write_local(0, raw_key, encode_state(PersistedState(2, 1, (), snapshot_id=10)))
     raw = await store_on(log.log).read_local(0, raw_key)
     assert raw is not None and decode_state(raw) == PersistedState(2, 1, (), snapshot_id=10)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_lock_expiry_finds_every_expired_lock_without_walking_the_ranges(seed: int) -> None:
+    """`release_expired` and `next_lock_deadline_ms` keep a heap of acquisitions; they must
+    answer what a walk of every range would."""
+    rng = random.Random(seed)
+    state = SharePartition(0)
+    now = [1_000_000.0]
+    for _ in range(600):
+        random_step(state, rng, now)
+        acquired = [r for r in state.ranges if r.state == RecordState.ACQUIRED]
+        expected = min((r.lock_deadline_ms for r in acquired), default=None)
+        assert state.next_lock_deadline_ms() == expected
+        if rng.random() < 0.2:
+            now[0] += rng.choice((200, 700, 1200))
+            due = sum(r.last - r.first + 1 for r in acquired if r.lock_deadline_ms <= now[0])
+            assert state.release_expired(now[0], LIMIT) == due
+            assert not [
+                r
+                for r in state.ranges
+                if r.state == RecordState.ACQUIRED and r.lock_deadline_ms <= now[0]
+            ]
