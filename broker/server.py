@@ -548,7 +548,8 @@ class Broker:
                         self.replica_manager,
                     ),
                     self.controller.register_rpc,
-                )
+                ),
+                config.get_int("share.coordinator.snapshot.update.records.per.snapshot"),
             )
             share_partitions = self.groups.share_partitions
             self.topics.leadership_listeners.append(

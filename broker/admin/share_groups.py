@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar, cast
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
 from raftka.broker.share.manager import PersistedState
 from raftka.broker.share.partition import RecordState
-from raftka.broker.share.state_store import decode_state
+from raftka.broker.share.state_store import StoredStates, decode_state
 from raftka.broker.topics import SHARE_STATE_TOPIC
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ def persisted_states(
             "enable.partition.eof": False,
         }
     )
-    states: dict[tuple[str, str, int], PersistedState] = {}
+    # Snapshots and their updates, folded once read to the end.
+    stored = StoredStates()
     try:
         ends = {}
         for p in topic.partitions:
@@ -85,16 +86,16 @@ def persisted_states(
             key, value = message.key(), message.value()
             if key is None:
                 continue
-            group, topic_id, partition = json.loads(key)
-            found = (str(group), str(topic_id), int(partition))
-            if not keep(*found):
-                continue
-            if value is None:  # deleted (DeleteShareGroupOffsets, DeleteGroups)
-                states.pop(found, None)
-            else:
-                states[found] = decode_state(value)
+            # A tombstone of a snapshot's key: deleted (DeleteShareGroupOffsets, DeleteGroups).
+            stored.apply(key, value)
     finally:
         consumer.close()
+    states: dict[tuple[str, str, int], PersistedState] = {}
+    for key, state in stored.states.items():
+        group, topic_id, partition = json.loads(key)
+        found = (str(group), str(topic_id), int(partition))
+        if keep(*found):
+            states[found] = decode_state(state.folded())
     return states
 
 

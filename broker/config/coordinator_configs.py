@@ -248,6 +248,16 @@ COORDINATOR_CONFIGS: tuple[ConfigDef, ...] = (
         read_only=True,
     ),
     ConfigDef(
+        "share.coordinator.snapshot.update.records.per.snapshot",
+        INT,
+        500,
+        "Update records written to __share_group_state between two snapshots of a "
+        "share-partition's state (0: every write is a snapshot).",
+        minimum=0,
+        maximum=500,
+        read_only=True,
+    ),
+    ConfigDef(
         "group.min.session.timeout.ms",
         INT,
         6000,

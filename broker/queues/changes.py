@@ -221,7 +221,7 @@ def undo_delays(caller: Caller, group: str, topic: str, offsets: Sequence[tuple[
     for index, offset in offsets:
         led = manager.partitions.get((group, found.topic_id, index))
         if led is not None:
-            led.state.delays.pop(offset, None)
+            led.state.undo_delay(offset)
 
 
 def changed_priorities(

@@ -4,7 +4,10 @@ A share-partition is loaded from its persisted state (`ShareStateStore`) the fir
 is used in a leader epoch, so a new leader continues where the last persisted state left
 off; a fresh one starts at the log start or the high watermark (`share.auto.offset.reset`).
 Acknowledgements are answered once the share-partition's state they produced is persisted;
-several waiting writers of one share-partition share one write of its latest state.
+several waiting writers of one share-partition share one write of its latest state. A write
+is an update (what changed since the previous write) except every
+`share.coordinator.snapshot.update.records.per.snapshot`-th, at load and after a failed
+write: those are whole snapshots (see `persisted`).
 
 A share session (KIP-932) is kept per (group, member) on each broker: the partitions the
 member fetches from here and the epoch its next request must carry.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -22,7 +26,10 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.share.delivery_index import DeliveryIndex, IndexedOrder
-from raftka.broker.share.partition import SharePartition, StateBatch
+from raftka.broker.share.partition import SharePartition
+from raftka.broker.share.persisted import PersistedState, StateUpdate, fold
+
+__all__ = ["PersistedState", "StateUpdate"]
 
 logger = logging.getLogger("raftka.share")
 
@@ -35,15 +42,8 @@ FINAL_EPOCH = -1
 INITIAL_EPOCH = 0
 
 
-@dataclass(frozen=True, slots=True)
-class PersistedState:
-    state_epoch: int
-    start_offset: int
-    batches: tuple[StateBatch, ...]
-    #: (offset, priority) of queued records whose priority was changed (raftka's own).
-    priorities: tuple[tuple[int, int], ...] = ()
-    #: (offset, epoch ms) of records released with a delay, not acquirable before then.
-    delays: tuple[tuple[int, int], ...] = ()
+#: Kafka's default for `share.coordinator.snapshot.update.records.per.snapshot`.
+UPDATES_PER_SNAPSHOT = 500
 
 
 class ShareStateStore(Protocol):
@@ -53,7 +53,14 @@ class ShareStateStore(Protocol):
         ...
 
     async def write(self, key: ShareKey, state: PersistedState) -> None:
-        """Persist `state` (acks=all); raises OSError when it could not be."""
+        """Persist `state` as a whole snapshot (acks=all); raises OSError when it could not
+        be."""
+        ...
+
+    async def write_update(self, key: ShareKey, update: StateUpdate) -> None:
+        """Persist `update` over the stored snapshot it names (acks=all); raises OSError when
+        it could not be, FencedStateEpoch-like OSError when that snapshot is no longer the
+        stored one or a later state epoch is stored."""
         ...
 
     async def delete(self, key: ShareKey) -> None:
@@ -131,6 +138,14 @@ class MemoryStateStore:
     async def write(self, key: ShareKey, state: PersistedState) -> None:
         self.states[key] = state
 
+    async def write_update(self, key: ShareKey, update: StateUpdate) -> None:
+        stored = self.states.get(key)
+        if stored is None or stored.snapshot_id != update.snapshot_id:
+            raise OSError("the update does not follow the stored snapshot")
+        if update.state_epoch < stored.state_epoch:
+            raise OSError(f"state epoch {update.state_epoch} is older than the stored one")
+        self.states[key] = fold(stored, [update])
+
 
 @dataclass(eq=False)
 class LedSharePartition:
@@ -140,6 +155,12 @@ class LedSharePartition:
     state_epoch: int
     persisted_version: int = 0
     write_lock: trio.Lock = field(default_factory=trio.Lock)
+    #: The last snapshot written, which the updates since name.
+    snapshot_id: int = 0
+    updates_since_snapshot: int = 0
+    #: The next write is a whole snapshot (none written yet, or a write failed: whether
+    #: that update was stored is unknown).
+    needs_snapshot: bool = True
     # On a priority or fair topic (or fifo with delays): which record to acquire next
     # (built from the log once loaded).
     index: DeliveryIndex | None = None
@@ -153,8 +174,13 @@ class ShareSession:
 
 
 class SharePartitionManager:
-    def __init__(self, store: ShareStateStore) -> None:
+    def __init__(
+        self, store: ShareStateStore, updates_per_snapshot: int = UPDATES_PER_SNAPSHOT
+    ) -> None:
+        """`updates_per_snapshot`: updates written between two snapshots of a
+        share-partition (0: every write is a snapshot)."""
         self.store = store
+        self.updates_per_snapshot = updates_per_snapshot
         self.partitions: dict[ShareKey, LedSharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._loading: dict[ShareKey, trio.Lock] = {}
@@ -213,8 +239,9 @@ class SharePartitionManager:
                 led.index = DeliveryIndex(order, state.start_offset)
             # Written at once: its state epoch fences a former leader's writes, and a new
             # share-partition's start stays where it was put.
-            await self.store.write(key, self._snapshot(led))
-            led.persisted_version = state.version
+            version = state.version
+            await self._write_snapshot(led)
+            led.persisted_version = version
             self.partitions[key] = led
             return led
 
@@ -227,7 +254,33 @@ class SharePartitionManager:
             tuple(state.state_batches()),
             tuple(state.kept_priorities()),
             tuple(state.kept_delays()),
+            led.snapshot_id,
         )
+
+    async def _write_snapshot(self, led: LedSharePartition) -> None:
+        led.needs_snapshot = True
+        led.snapshot_id = 1 + secrets.randbits(62)
+        led.state.clear_changes()
+        await self.store.write(led.key, self._snapshot(led))
+        led.updates_since_snapshot = 0
+        led.needs_snapshot = False
+
+    async def _write_update(self, led: LedSharePartition) -> None:
+        state = led.state
+        changes = state.take_changes()
+        update = StateUpdate(
+            led.state_epoch,
+            led.snapshot_id,
+            state.start_offset,
+            changes.spans,
+            changes.batches,
+            changes.priorities,
+            changes.delays,
+        )
+        led.needs_snapshot = True  # until this one is known to be stored
+        await self.store.write_update(led.key, update)
+        led.updates_since_snapshot += 1
+        led.needs_snapshot = False
 
     async def persist(self, led: LedSharePartition) -> None:
         """Write the share-partition's state as it is now (or find a later write already
@@ -239,7 +292,10 @@ class SharePartitionManager:
                 return
             version = led.state.version
             try:
-                await self.store.write(led.key, self._snapshot(led))
+                if led.needs_snapshot or led.updates_since_snapshot >= self.updates_per_snapshot:
+                    await self._write_snapshot(led)
+                else:
+                    await self._write_update(led)
             except OSError:
                 if self.partitions.get(led.key) is led:
                     del self.partitions[led.key]

@@ -15,11 +15,15 @@ queue API): `priorities`, a queued record's priority changed from its header's, 
 `delays`, the wall time (epoch milliseconds) before which a record released with a delay is
 not acquirable again. A queued record can also be cancelled (`cancel`): it is ARCHIVED as
 a rejected one is, without a delivery.
+
+Every change records the span of offsets it touched, so what a write of the state must
+carry since the previous one (`take_changes`) costs the change, not the whole state.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -76,6 +80,10 @@ class Acquired:
     delivery_count: int
 
 
+#: Changed spans kept before they are joined (see `SharePartition._touched`).
+_CHANGED_SPANS_MAX = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class StateBatch:
     """A persisted range: ACQUIRED ranges are stored as AVAILABLE (their locks die with the
@@ -85,6 +93,17 @@ class StateBatch:
     last: int
     state: RecordState
     delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateChanges:
+    """What changed in a share-partition over some time: `spans` (ascending, disjoint), and
+    all that is now in them of its state batches, priorities and delays."""
+
+    spans: tuple[tuple[int, int], ...]
+    batches: tuple[StateBatch, ...]
+    priorities: tuple[tuple[int, int], ...]
+    delays: tuple[tuple[int, int], ...]
 
 
 class SharePartition:
@@ -113,6 +132,11 @@ class SharePartition:
         self.priorities: dict[int, int] = {o: p for o, p in priorities if o >= start_offset}
         #: offset -> the wall time (epoch ms) a record released with a delay is due again.
         self.delays: dict[int, int] = {o: at for o, at in delays if o >= start_offset}
+        # [first, last] spans changed since the last `take_changes` or `clear_changes`.
+        self._changed: list[tuple[int, int]] = []
+        # (lock deadline, first, last) of each acquisition, soonest first; an entry whose
+        # ranges were settled since is dropped when it comes first.
+        self._locks: list[tuple[float, int, int]] = []
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -127,6 +151,58 @@ class SharePartition:
             else:
                 out.append(batch)
         return out
+
+    def take_changes(self) -> StateChanges:
+        """What changed since the last call (or `clear_changes`): the changed spans from the
+        start on, and the state batches, priorities and delays now in them (pruned as
+        `state_batches`, `kept_priorities` and `kept_delays` prune). Costs the spans'
+        ranges and entries, not the whole state."""
+        spans = [
+            (max(first, self.start_offset), last)
+            for first, last in merge_spans(self._changed)
+            if last >= self.start_offset
+        ]
+        self._changed = []
+        batches: list[StateBatch] = []
+        priorities: list[tuple[int, int]] = []
+        delays: list[tuple[int, int]] = []
+        for first, last in spans:
+            within: list[StateBatch] = []
+            in_flight_last = min(last, self.next_offset - 1)
+            for r in self._overlapping(first, in_flight_last) if first <= in_flight_last else ():
+                state = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
+                lo, hi = max(r.first, first), min(r.last, last)
+                if (
+                    within
+                    and within[-1].state == state
+                    and (within[-1].delivery_count == r.delivery_count)
+                ):
+                    within[-1] = StateBatch(within[-1].first, hi, state, r.delivery_count)
+                else:
+                    within.append(StateBatch(lo, hi, state, r.delivery_count))
+            batches.extend(within)
+            for offset in _entries_within(self.priorities, first, last):
+                if self._done(offset):
+                    del self.priorities[offset]
+                else:
+                    priorities.append((offset, self.priorities[offset]))
+            for offset in _entries_within(self.delays, first, last):
+                if self.is_available(offset):
+                    delays.append((offset, self.delays[offset]))
+                else:
+                    del self.delays[offset]
+        return StateChanges(tuple(spans), tuple(batches), tuple(priorities), tuple(delays))
+
+    def clear_changes(self) -> None:
+        """A whole snapshot of the state is being written: nothing is owed before it."""
+        self._changed = []
+
+    def _touched(self, first: int, last: int) -> None:
+        self._changed.append((first, last))
+        if len(self._changed) > _CHANGED_SPANS_MAX:
+            # Many changes between two writes (fetches without acknowledgements): joined,
+            # the list stays about as long as the state's ranges.
+            self._changed = merge_spans(self._changed)
 
     def kept_priorities(self) -> list[tuple[int, int]]:
         """The priority changes still to persist (of records not done), pruning the rest."""
@@ -235,6 +311,8 @@ class SharePartition:
             r.delivery_count += 1
             r.member_id = member_id
             r.lock_deadline_ms = deadline
+            self._touched(r.first, r.last)
+            heapq.heappush(self._locks, (deadline, r.first, r.last))
             budget -= r.last - r.first + 1
             acquired.append(Acquired(r.first, r.last, r.delivery_count))
             i += 1
@@ -243,6 +321,8 @@ class SharePartition:
         if budget > 0 and last >= self.next_offset:
             new = InFlight(self.next_offset, last, RecordState.ACQUIRED, 1, member_id, deadline)
             self.ranges.append(new)
+            self._touched(new.first, new.last)
+            heapq.heappush(self._locks, (deadline, new.first, new.last))
             self.next_offset = last + 1
             acquired.append(Acquired(new.first, new.last, 1))
         if acquired:
@@ -271,6 +351,8 @@ class SharePartition:
                     r.delivery_count += 1
                     r.member_id = member_id
                     r.lock_deadline_ms = deadline
+                    self._touched(r.first, r.last)
+                    heapq.heappush(self._locks, (deadline, r.first, r.last))
                     acquired.append(Acquired(r.first, r.last, r.delivery_count))
                 first = inside + 1
             if first > last:
@@ -287,6 +369,9 @@ class SharePartition:
                 else:
                     self.ranges.append(gap)
             self.ranges.append(InFlight(first, last, RecordState.ACQUIRED, 1, member_id, deadline))
+            # With the passed-over gap before it, if any.
+            self._touched(self.next_offset, last)
+            heapq.heappush(self._locks, (deadline, first, last))
             self.next_offset = last + 1
             acquired.append(Acquired(first, last, 1))
         if acquired:
@@ -326,11 +411,13 @@ class SharePartition:
     def set_priority(self, offset: int, priority: int) -> None:
         """A queued record's priority changed (the caller checked it is not done)."""
         self.priorities[offset] = priority
+        self._touched(offset, offset)
         self.version += 1
 
     def cancel(self, offset: int) -> None:
         """A queued record (AVAILABLE, checked by the caller) is ARCHIVED without a delivery,
         as if rejected: it is never acquired."""
+        self._touched(min(offset, self.next_offset), offset)
         if offset >= self.next_offset:
             if offset > self.next_offset:
                 last = self.ranges[-1] if self.ranges else None
@@ -364,41 +451,79 @@ class SharePartition:
         if not self._held_by(member_id, offset, offset):
             return False
         self.delays[offset] = due_ms
+        self._touched(offset, offset)
         return True
+
+    def undo_delay(self, offset: int) -> None:
+        """Forget a delay marked by `delay_release` whose release did not happen."""
+        if self.delays.pop(offset, None) is not None:
+            self._touched(offset, offset)
 
     def release_expired(self, now_ms: float, delivery_limit: int) -> int:
         """Locks past their deadline return their records (archived at the delivery limit);
-        the number of records released."""
-        return self._release(lambda r: r.lock_deadline_ms <= now_ms, delivery_limit)
+        the number of records released. Costs the acquisitions whose deadline passed, not
+        the ranges (on a priority topic as many as its backlog)."""
+        released = 0
+        while self._locks and self._locks[0][0] <= now_ms:
+            _deadline, first, last = heapq.heappop(self._locks)
+            expired = [
+                r
+                for r in self._overlapping(first, last)
+                if r.state == RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms
+            ]
+            if expired:
+                released += self._release_ranges(expired, delivery_limit)
+                self._coalesce_around(first, last)
+        if released:
+            self._advance_start()
+            self.version += 1
+        return released
 
     def release_member(self, member_id: str, delivery_limit: int) -> int:
         """A member's share session closed or it left: its records are available again."""
         return self._release(lambda r: r.member_id == member_id, delivery_limit)
 
     def next_lock_deadline_ms(self) -> float | None:
-        deadlines = [r.lock_deadline_ms for r in self.ranges if r.state == RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        while self._locks:
+            deadline, first, last = self._locks[0]
+            for r in self._overlapping(first, last):
+                if r.state == RecordState.ACQUIRED and r.lock_deadline_ms == deadline:
+                    return deadline
+            # Every range of that acquisition was acknowledged, released or dropped.
+            heapq.heappop(self._locks)
+        return None
 
     # -- internals --------------------------------------------------------------------------
 
     def _release(self, which: object, delivery_limit: int) -> int:
-        released = 0
-        for r in self.ranges:
-            if r.state == RecordState.ACQUIRED and which(r):  # type: ignore[operator]
-                released += r.last - r.first + 1
-                r.state = (
-                    RecordState.ARCHIVED
-                    if r.delivery_count >= delivery_limit
-                    else RecordState.AVAILABLE
-                )
-                if self.left_acquired is not None:
-                    self.left_acquired.append((r.first, r.last, r.state))
-                r.member_id = ""
-                r.lock_deadline_ms = 0.0
+        held = [
+            r
+            for r in self.ranges
+            if r.state == RecordState.ACQUIRED and which(r)  # type: ignore[operator]
+        ]
+        released = self._release_ranges(held, delivery_limit)
         if released:
             self._coalesce()
             self._advance_start()
             self.version += 1
+        return released
+
+    def _release_ranges(self, held: list[InFlight], delivery_limit: int) -> int:
+        """Make the ACQUIRED ranges `held` available (archived at the delivery limit); the
+        number of records released. The caller coalesces."""
+        released = 0
+        for r in held:
+            released += r.last - r.first + 1
+            r.state = (
+                RecordState.ARCHIVED
+                if r.delivery_count >= delivery_limit
+                else RecordState.AVAILABLE
+            )
+            if self.left_acquired is not None:
+                self.left_acquired.append((r.first, r.last, r.state))
+            r.member_id = ""
+            r.lock_deadline_ms = 0.0
+            self._touched(r.first, r.last)
         return released
 
     def _held_by(self, member_id: str, first: int, last: int) -> bool:
@@ -434,6 +559,7 @@ class SharePartition:
                 self.left_acquired.append((r.first, r.last, r.state))
             r.member_id = ""
             r.lock_deadline_ms = 0.0
+        self._touched(first, last)
         self._coalesce_around(first, last)
 
     def _overlapping(self, first: int, last: int) -> Iterator[InFlight]:
@@ -514,3 +640,25 @@ def _merged(acquired: list[Acquired]) -> list[Acquired]:
         else:
             out.append(a)
     return out
+
+
+def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of `spans` ([first, last] each), ascending, disjoint, adjacent ones joined."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if out and first <= out[-1][1] + 1:
+            if last > out[-1][1]:
+                out[-1] = (out[-1][0], last)
+        else:
+            out.append((first, last))
+    return out
+
+
+def _entries_within(entries: dict[int, int], first: int, last: int) -> list[int]:
+    """The offsets of `entries` in [first, last], ascending: by probing the span's offsets
+    or by scanning the entries, whichever is fewer."""
+    if not entries:
+        return []
+    if last - first + 1 <= len(entries):
+        return [o for o in range(first, last + 1) if o in entries]
+    return sorted(o for o in entries if first <= o <= last)

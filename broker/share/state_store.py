@@ -1,13 +1,20 @@
 """Share-partition state in `__share_group_state`, a compacted internal topic.
 
-Each share-partition's state (start offset, state epoch, in-flight ranges with their state
-and delivery count) is one record keyed by (group, topic id, partition), in the state
-partition that key hashes to. The data partition's leader writes it: directly when it leads
-that state partition, otherwise through the state partition's leader over the peer RPC
-`__share_state_write`; a write returns once the record is committed (a majority of the
-state partition's replicas hold it). Reads go the same way (`__share_state_read`); a state
-partition's leader answers them from a map of its partition's latest records, built by
-replaying the partition once per leader epoch and kept up to date by its own writes.
+A share-partition's state (start offset, state epoch, in-flight ranges with their state
+and delivery count) is written as a snapshot, a record keyed by (group, topic id,
+partition), followed by updates (see `persisted`), each keyed by (group, topic id,
+partition, snapshot id, sequence number), all in the state partition the first three hash
+to. Distinct keys keep every update of the current snapshot through compaction; a snapshot
+is appended together with tombstones for the updates of the one it replaces, so compaction
+removes those too, and a replay ignores updates of any snapshot but the latest.
+
+The data partition's leader writes the state: directly when it leads that state partition,
+otherwise through the state partition's leader over the peer RPCs `__share_state_write`
+(snapshots, tombstones) and `__share_state_update`; a write returns once the records are
+committed (a majority of the state partition's replicas hold them). Reads go the same way
+(`__share_state_read`) and answer the folded state; a state partition's leader answers
+them from a map of its partition's latest snapshots and their updates, built by replaying
+the partition once per leader epoch and kept up to date by its own writes.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import json
 import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -28,8 +36,10 @@ from raftka.broker.share.manager import (
     PersistedState,
     ShareKey,
     SharePartitionManager,
+    StateUpdate,
 )
 from raftka.broker.share.partition import RecordState, StateBatch
+from raftka.broker.share.persisted import fold
 from raftka.broker.topics import SHARE_STATE_TOPIC
 from raftka.consensus.transport import ForwardError, PeerTransport
 
@@ -43,6 +53,10 @@ logger = logging.getLogger("raftka.share")
 SHARE_STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1"}
 SHARE_STATE_WRITE_RPC = "__share_state_write"
 SHARE_STATE_READ_RPC = "__share_state_read"
+SHARE_STATE_UPDATE_RPC = "__share_state_update"
+#: Updates a state partition's leader keeps over one snapshot: the writers' snapshot
+#: interval can be at most this, so more mean a writer gone wrong.
+STORED_UPDATES_MAX = 500
 SHARE_NOTICE_RPC = "__share_notice"
 FORWARD_TIMEOUT_S = 15.0
 #: How long a coordinator waits for each broker to apply a notice.
@@ -54,10 +68,16 @@ def encode_key(key: ShareKey) -> bytes:
     return json.dumps([group_id, str(topic_id), partition]).encode()
 
 
+def encode_update_key(key: ShareKey, snapshot_id: int, sequence: int) -> bytes:
+    group_id, topic_id, partition = key
+    return json.dumps([group_id, str(topic_id), partition, snapshot_id, sequence]).encode()
+
+
 def encode_state(state: PersistedState) -> bytes:
-    """The state record's value, a JSON object. `priorities` and `delays` (lists of
-    [offset, value] pairs) are written only when not empty, so a state without them is the
-    record raftka has always written, and a broker that knows neither ignores them."""
+    """The snapshot record's value, a JSON object. `priorities` and `delays` (lists of
+    [offset, value] pairs) and `snapshot_id` are written only when not empty (not 0), so a
+    state without them is the record raftka has always written, and a broker that knows
+    none of them ignores them."""
     doc: dict[str, object] = {
         "state_epoch": state.state_epoch,
         "start_offset": state.start_offset,
@@ -67,7 +87,43 @@ def encode_state(state: PersistedState) -> bytes:
         doc["priorities"] = [list(pair) for pair in state.priorities]
     if state.delays:
         doc["delays"] = [list(pair) for pair in state.delays]
+    if state.snapshot_id:
+        doc["snapshot_id"] = state.snapshot_id
     return json.dumps(doc).encode()
+
+
+def encode_update(update: StateUpdate) -> bytes:
+    """The update record's value, a JSON object like a snapshot's, with `spans` (the
+    [first, last] offsets it covers: all their state is in it)."""
+    doc: dict[str, object] = {
+        "state_epoch": update.state_epoch,
+        "snapshot_id": update.snapshot_id,
+        "start_offset": update.start_offset,
+        "spans": [list(span) for span in update.spans],
+        "batches": [[b.first, b.last, int(b.state), b.delivery_count] for b in update.batches],
+    }
+    if update.priorities:
+        doc["priorities"] = [list(pair) for pair in update.priorities]
+    if update.delays:
+        doc["delays"] = [list(pair) for pair in update.delays]
+    return json.dumps(doc).encode()
+
+
+def decode_update(raw: bytes) -> StateUpdate:
+    # A JSON object of our own encoding (encode_update); each field is converted as read.
+    doc: dict[str, Any] = json.loads(raw)
+    return StateUpdate(
+        int(doc["state_epoch"]),
+        int(doc["snapshot_id"]),
+        int(doc["start_offset"]),
+        tuple((int(first), int(last)) for first, last in doc["spans"]),
+        tuple(
+            StateBatch(int(f), int(last), RecordState(int(s)), int(c))
+            for f, last, s, c in doc["batches"]
+        ),
+        tuple((int(o), int(p)) for o, p in doc.get("priorities", ())),
+        tuple((int(o), int(at)) for o, at in doc.get("delays", ())),
+    )
 
 
 def decode_state(raw: bytes) -> PersistedState:
@@ -82,7 +138,59 @@ def decode_state(raw: bytes) -> PersistedState:
         ),
         tuple((int(o), int(p)) for o, p in doc.get("priorities", ())),
         tuple((int(o), int(at)) for o, at in doc.get("delays", ())),
+        int(doc.get("snapshot_id", 0)),
     )
+
+
+@dataclass(slots=True)
+class StoredState:
+    """A share-partition's latest snapshot record and the update records that follow it."""
+
+    snapshot: bytes
+    state_epoch: int
+    snapshot_id: int
+    #: (key, value) of each update, in the order written.
+    updates: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def folded(self) -> bytes:
+        """The state the snapshot and its updates make, as a snapshot's value."""
+        if not self.updates:
+            return self.snapshot
+        updates = [decode_update(value) for _, value in self.updates]
+        return encode_state(fold(decode_state(self.snapshot), updates))
+
+
+class StoredStates:
+    """The share-partitions' states a sequence of `__share_group_state` records leaves:
+    each key's latest snapshot and the updates of that snapshot written after it. Keys are
+    the encoded (group, topic id, partition); records of other shapes are skipped."""
+
+    def __init__(self) -> None:
+        self.states: dict[bytes, StoredState] = {}
+
+    def apply(self, raw_key: bytes, value: bytes | None) -> None:
+        try:
+            fields = json.loads(raw_key)
+        except ValueError:
+            logger.warning("%s holds a record with a key that is not JSON", SHARE_STATE_TOPIC)
+            return
+        if not isinstance(fields, list) or len(fields) not in (3, 5):
+            return
+        if len(fields) == 3:
+            if value is None:
+                self.states.pop(raw_key, None)
+            else:
+                doc = json.loads(value)
+                self.states[raw_key] = StoredState(
+                    value, int(doc["state_epoch"]), int(doc.get("snapshot_id", 0))
+                )
+            return
+        # An update: of the latest snapshot, or left over from an earlier one (ignored;
+        # its tombstone follows that snapshot's successor).
+        base = json.dumps(fields[:3]).encode()
+        stored = self.states.get(base)
+        if value is not None and stored is not None and fields[3] == stored.snapshot_id:
+            stored.updates.append((raw_key, value))
 
 
 class FencedStateEpoch(OSError):
@@ -113,8 +221,8 @@ class TopicShareStateStore:
             topic_configs=SHARE_STATE_TOPIC_CONFIGS,
             replica_manager=replica_manager,
         )
-        # state partition -> (leader epoch, key -> latest value) for the partitions led here.
-        self._latest: dict[int, tuple[int, dict[bytes, bytes]]] = {}
+        # state partition -> (leader epoch, its stored states) for the partitions led here.
+        self._latest: dict[int, tuple[int, StoredStates]] = {}
         self._loading: dict[int, trio.Lock] = {}
         # (state partition, key) -> the lock its writers hold from the fence check to the
         # end of their append, so a stale write cannot pass the check during another's.
@@ -203,6 +311,19 @@ class TopicShareStateStore:
                 {"partition": partition, "key": raw_key.decode(), "value": value.decode()},
             )
 
+    async def write_update(self, key: ShareKey, update: StateUpdate) -> None:
+        raw_key = encode_key(key)
+        partition, leader = await self._locate(raw_key)
+        value = encode_update(update)
+        if leader == self.node_id:
+            await self.write_update_local(partition, raw_key, value)
+        else:
+            await self._forward(
+                leader,
+                SHARE_STATE_UPDATE_RPC,
+                {"partition": partition, "key": raw_key.decode(), "value": value.decode()},
+            )
+
     async def delete(self, key: ShareKey) -> None:
         raw_key = encode_key(key)
         partition, leader = await self._locate(raw_key)
@@ -224,33 +345,33 @@ class TopicShareStateStore:
 
     # -- at the state partition's leader ------------------------------------------------------
 
-    async def _latest_of(self, partition: int) -> dict[bytes, bytes]:
+    async def _latest_of(self, partition: int) -> dict[bytes, StoredState]:
         epoch = self.log.leader_epoch(partition)
         if epoch is None:
             raise OSError(f"{SHARE_STATE_TOPIC}-{partition} is not led here")
         loaded = self._latest.get(partition)
         if loaded is not None and loaded[0] == epoch:
-            return loaded[1]
+            return loaded[1].states
         async with self._loading.setdefault(partition, trio.Lock()):
             loaded = self._latest.get(partition)
             if loaded is not None and loaded[0] == epoch:
-                return loaded[1]
+                return loaded[1].states
             # A new leader's log holds every committed record once an entry of its term is.
             if not await self.log.wait_caught_up(partition, epoch):
                 raise OSError(f"{SHARE_STATE_TOPIC}-{partition} lost its leadership here")
-            latest: dict[bytes, bytes] = {}
+            latest = StoredStates()
             # Replayed on the loop as the group coordinator replays its partitions: the
-            # compacted topic holds about one record per share-partition.
+            # compacted topic holds a snapshot per share-partition and at most a snapshot
+            # interval of updates.
             for raw_key, value in self.log.replay(partition):
-                if value is None:
-                    latest.pop(raw_key, None)
-                else:
-                    latest[raw_key] = value
+                latest.apply(raw_key, value)
             self._latest[partition] = (epoch, latest)
-            return latest
+            return latest.states
 
     async def read_local(self, partition: int, raw_key: bytes) -> bytes | None:
-        return (await self._latest_of(partition)).get(raw_key)
+        """The key's state, its snapshot with its updates folded in."""
+        stored = (await self._latest_of(partition)).get(raw_key)
+        return None if stored is None else stored.folded()
 
     @contextlib.asynccontextmanager
     async def _key_lock(self, partition: int, raw_key: bytes) -> AsyncIterator[None]:
@@ -267,30 +388,74 @@ class TopicShareStateStore:
         """Append the state unless the stored one has a later state epoch (written by a
         later leader of the data partition: this writer is stale, FENCED_STATE_EPOCH).
         Writes of one key are serialized, so the check sees every earlier write."""
+        state = decode_state(value)
         async with self._key_lock(partition, raw_key):
             latest = await self._latest_of(partition)
             stored = latest.get(raw_key)
+            if stored is not None and state.state_epoch < stored.state_epoch:
+                raise FencedStateEpoch(
+                    f"state epoch {state.state_epoch} is older than the stored "
+                    f"{stored.state_epoch}: the partition has a newer leader"
+                )
+            # In one batch: the snapshot, and tombstones for the updates it replaces.
+            records: list[tuple[bytes, bytes | None]] = [(raw_key, value)]
             if stored is not None:
-                stored_epoch = decode_state(stored).state_epoch
-                if decode_state(value).state_epoch < stored_epoch:
-                    raise FencedStateEpoch(
-                        f"state epoch {decode_state(value).state_epoch} is older than the "
-                        f"stored {stored_epoch}: the partition has a newer leader"
-                    )
+                records.extend((update_key, None) for update_key, _ in stored.updates)
             epoch = self.log.leader_epoch(partition)
             try:
-                await self.log.append(partition, [(raw_key, value)], leader_epoch=epoch)
+                await self.log.append(partition, records, leader_epoch=epoch)
             except NotCoordinatorError as exc:
                 raise OSError(str(exc)) from exc
-            latest[raw_key] = value
+            latest[raw_key] = StoredState(value, state.state_epoch, state.snapshot_id)
 
-    async def delete_local(self, partition: int, raw_key: bytes) -> None:
-        """Append a tombstone for the key (compaction then drops its records)."""
+    async def write_update_local(self, partition: int, raw_key: bytes, value: bytes) -> None:
+        """Append an update over the stored snapshot it names, unless that is not the
+        stored one (another writer's snapshot came since: FENCED_STATE_EPOCH, as for a
+        stale state epoch) or the snapshot has its most updates already."""
+        update = decode_update(value)
         async with self._key_lock(partition, raw_key):
             latest = await self._latest_of(partition)
+            stored = latest.get(raw_key)
+            if stored is None or stored.snapshot_id != update.snapshot_id:
+                raise FencedStateEpoch(
+                    f"the update follows snapshot {update.snapshot_id}, which is not the "
+                    "stored one: the share-partition's state was written by another since"
+                )
+            if update.state_epoch != stored.state_epoch:
+                raise FencedStateEpoch(
+                    f"state epoch {update.state_epoch} is not the stored "
+                    f"{stored.state_epoch}: the partition has a newer leader"
+                )
+            if len(stored.updates) >= STORED_UPDATES_MAX:
+                raise OSError(f"snapshot {stored.snapshot_id} has {STORED_UPDATES_MAX} updates")
+            group_id, topic_id, index = json.loads(raw_key)
+            update_key = encode_update_key(
+                (group_id, topic_id, index), stored.snapshot_id, len(stored.updates) + 1
+            )
             epoch = self.log.leader_epoch(partition)
             try:
-                await self.log.append(partition, [(raw_key, None)], leader_epoch=epoch)
+                await self.log.append(partition, [(update_key, value)], leader_epoch=epoch)
+            except BaseException as exc:
+                # Whether the update is in the log is unknown now: no later update may follow
+                # it (nor reuse its sequence number) before the writer's next snapshot.
+                stored.snapshot_id = -1
+                if isinstance(exc, NotCoordinatorError):
+                    raise OSError(str(exc)) from exc
+                raise
+            stored.updates.append((update_key, value))
+
+    async def delete_local(self, partition: int, raw_key: bytes) -> None:
+        """Append a tombstone for the key and its updates (compaction then drops their
+        records)."""
+        async with self._key_lock(partition, raw_key):
+            latest = await self._latest_of(partition)
+            records: list[tuple[bytes, bytes | None]] = [(raw_key, None)]
+            stored = latest.get(raw_key)
+            if stored is not None:
+                records.extend((update_key, None) for update_key, _ in stored.updates)
+            epoch = self.log.leader_epoch(partition)
+            try:
+                await self.log.append(partition, records, leader_epoch=epoch)
             except NotCoordinatorError as exc:
                 raise OSError(str(exc)) from exc
             latest.pop(raw_key, None)
@@ -304,6 +469,22 @@ class TopicShareStateStore:
         except OSError as exc:
             return int(ErrorCode.not_coordinator), str(exc).encode()
         return 0, json.dumps(None if raw is None else raw.decode()).encode()
+
+    async def serve_update(self, payload: bytes) -> tuple[int, bytes]:
+        try:
+            request = json.loads(payload)
+            await self.write_update_local(
+                int(request["partition"]),
+                str(request["key"]).encode(),
+                str(request["value"]).encode(),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            return int(ErrorCode.invalid_request), f"bad state update: {exc}".encode()
+        except FencedStateEpoch as exc:
+            return int(ErrorCode.fenced_state_epoch), str(exc).encode()
+        except OSError as exc:
+            return int(ErrorCode.not_coordinator), str(exc).encode()
+        return 0, b"null"
 
     async def serve_write(self, payload: bytes) -> tuple[int, bytes]:
         try:
@@ -331,5 +512,6 @@ def register(
 ) -> TopicShareStateStore:
     register_rpc(SHARE_STATE_READ_RPC, store.serve_read)
     register_rpc(SHARE_STATE_WRITE_RPC, store.serve_write)
+    register_rpc(SHARE_STATE_UPDATE_RPC, store.serve_update)
     register_rpc(SHARE_NOTICE_RPC, store.serve_notice)
     return store

@@ -43,6 +43,7 @@ RAFTKA_ONLY: dict[tuple[str, str], str] = {
     ("broker", "share.coordinator.state.topic.replication.factor"): _KAFKA_4,
     ("broker", "share.coordinator.state.topic.segment.bytes"): _KAFKA_4,
     ("broker", "share.coordinator.state.topic.min.isr"): _KAFKA_4,
+    ("broker", "share.coordinator.snapshot.update.records.per.snapshot"): _KAFKA_4,
     ("topic", "raftka.restore.in.progress"): "`raftka restore` writes records at their offsets",
     ("topic", "share.delivery.order"): "raftka's priority and fair queues",
     ("topic", "share.delivery.default.priority"): "raftka's priority and fair queues",
