@@ -99,6 +99,8 @@ class NemesisContext:
     group: str
     log: Callable[[str], None]
     disk_bytes: int | None = None
+    #: FindCoordinator's key type of `group`: 0 a group, 1 a transactional id.
+    coordinator_key_type: int = 0
     expected_down: set[int] = field(default_factory=set)
     starting: set[int] = field(default_factory=set)  # spawned, not yet answering
     start_timeouts: set[int] = field(default_factory=set)  # killed by the harness at start-up
@@ -156,13 +158,17 @@ class NemesisContext:
         return leaders[partition], f"leader of {self.topic}-{partition}"
 
     def coordinator(self, rng: random.Random) -> tuple[int | None, str]:
-        """(node id, why) of the group's coordinator, by FindCoordinator to running brokers."""
+        """(node id, why) of the coordinator of `group` (a group or a transactional id), by
+        FindCoordinator to running brokers."""
         nodes = self.running_nodes()
         rng.shuffle(nodes)
         for node in nodes:
-            node_id = find_coordinator(node.bootstrap, self.group)
+            node_id = find_coordinator(
+                node.bootstrap, self.group, key_type=self.coordinator_key_type
+            )
             if node_id is not None:
-                return node_id, f"coordinator of group {self.group} (per node {node.node_id})"
+                what = "transactional id" if self.coordinator_key_type == 1 else "group"
+                return node_id, f"coordinator of {what} {self.group} (per node {node.node_id})"
         return None, "no coordinator known"
 
     def heal_all(self) -> list[str]:

@@ -43,11 +43,12 @@ from tests.chaos.share import (
     DELIVERY_LIMIT,
     LOCK_MS,
     SHARE_BROKER_CONFIG,
+    SHARE_GROUP,
     Settled,
     drain,
     start_share_consumers,
 )
-from tests.chaos.txn import TRANSACTION_TIMEOUT_MS, start_txn_workload
+from tests.chaos.txn import TRANSACTION_TIMEOUT_MS, TXN_COORDINATED_ID, start_txn_workload
 from tests.chaos.workload import (
     ProducerWorker,
     ProtocolErrorRecorder,
@@ -310,7 +311,9 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             history=history,
             spawner=spawner,
             topic=TOPIC,
-            group=GROUP,
+            # kill-coordinator's target: the coordinator of what the workload uses.
+            group={"txn": TXN_COORDINATED_ID, "share": SHARE_GROUP}.get(config.workload, GROUP),
+            coordinator_key_type=1 if config.workload == "txn" else 0,
             log=say,
             disk_bytes=disk_bytes,
             fault_slots=(

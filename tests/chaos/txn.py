@@ -92,6 +92,8 @@ TRANSACTION_TIMEOUT_MS = 15_000  # the coordinator aborts a transaction left ope
 CALL_TIMEOUT_S = 10.0  # each init/commit/abort call
 FINISH_WITHIN_S = 30.0  # retries of one commit or abort
 TXNS_PER_SECOND = 8.0  # per producer, at most
+#: The transactional id of producer x0, whose coordinator kill-coordinator kills.
+TXN_COORDINATED_ID = "chaos-x0"
 
 
 class TxnProducer(Worker):
