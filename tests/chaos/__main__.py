@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from tests.chaos.nemesis import NEMESES, unavailable_nemeses
+from tests.chaos.nemesis import NEMESES, all_nemeses, unavailable_nemeses
 from tests.chaos.netns import chaos_unavailable_reason
 from tests.chaos.runner import WORKLOADS, ChaosConfig, ChaosResult, run_chaos
 
@@ -158,7 +158,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.time_limit = 60.0 if args.time_limit is None else args.time_limit
     runs = []
     for spec in args.nemesis or available:
-        names = tuple(sorted(available) if spec == "all" else spec.split(","))
+        names = tuple(all_nemeses() if spec == "all" else spec.split(","))
         unknown = [n for n in names if n not in NEMESES]
         if unknown:
             parser.error(f"unknown nemesis {', '.join(unknown)}; known: {', '.join(NEMESES)}")

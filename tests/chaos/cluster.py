@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -279,6 +280,31 @@ def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dic
     if md is None or md.error is not None:
         return {}
     return {p.id: p.leader for p in md.partitions.values() if p.leader >= 0}
+
+
+def partition_replicas(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dict[int, list[int]]:
+    """{partition: replica node ids} from Metadata; empty when no broker answered."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000, "log_level": 0})
+    try:
+        md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException:
+        return {}
+    if md is None or md.error is not None:
+        return {}
+    return {p.id: list(p.replicas) for p in md.partitions.values()}
+
+
+def raftka_cli(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """`raftka ARGS --output json` as an operator runs it, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "raftka.broker", *args, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def find_coordinator(

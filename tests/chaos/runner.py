@@ -34,6 +34,8 @@ from tests.chaos.nemesis import (
     NemesisThread,
     Spawner,
     Watchdog,
+    all_nemeses,
+    reassignments_in_progress,
     unavailable_nemeses,
 )
 from tests.chaos.netns import ChaosNetwork, RunResources, cleanup_stale_runs
@@ -112,8 +114,7 @@ class ChaosConfig:
 
     @property
     def label(self) -> str:
-        everything = set(NEMESES) - set(unavailable_nemeses())
-        return "all" if set(self.nemeses) == everything else "+".join(self.nemeses)
+        return "all" if set(self.nemeses) == set(all_nemeses()) else "+".join(self.nemeses)
 
     @property
     def title(self) -> str:
@@ -265,11 +266,15 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         # With a slow disk, every acknowledgement waits for an fsync (flush.messages=1), so
         # the slow fsyncs sit on the produce path and not only on Raft's hard state.
         topic_configs = {"flush.messages": "1"} if "slow-disk" in config.nemeses else {}
+        replication_factor = config.replication_factor
+        if "reassign" in config.nemeses:
+            # A replica can only move to a broker that holds none of the partition.
+            replication_factor = min(replication_factor, config.nodes - 1)
         create_topic(
             cluster.bootstrap,
             TOPIC,
             config.partitions,
-            config.replication_factor,
+            replication_factor,
             configs=topic_configs,
         )
         workload = WorkloadConfig(
@@ -353,6 +358,8 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         for line in ctx.heal_all():
             say(f"heal: {line}")
         cluster.wait_formed(60)
+        if "reassign" in config.nemeses:
+            _wait_for_moves(cluster.bootstrap, say)
         history.record("phase", name="healed")
         say(f"healed; workload runs {config.recovery_s:g} s more")
         time.sleep(config.recovery_s)
@@ -459,3 +466,14 @@ def _progress(history: History, workload: str) -> str:
     if workload == "share":
         return f"{sends}, {counts['share-poll']} share polls, {counts['share-ack']} ack answers"
     return f"{sends}, {counts['poll']} polls, {counts['commit']} commits"
+
+
+def _wait_for_moves(bootstrap: str, say: Callable[[str], None], timeout_s: float = 90.0) -> None:
+    """Wait until no reassignment is under way (the replicas compared at the end are then
+    the partitions' final ones); says so when some still are after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    moves = reassignments_in_progress(bootstrap)
+    while moves != [] and time.monotonic() < deadline:
+        time.sleep(1.0)
+        moves = reassignments_in_progress(bootstrap)
+    say("no reassignment under way" if moves == [] else f"reassignments still under way: {moves}")
