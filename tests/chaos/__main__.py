@@ -6,10 +6,11 @@
 
 Each `--nemesis` is one run; names joined by commas run together in that run. Without
 `--nemesis`, every nemesis runs alone, one run after another; `--nemesis all` is every nemesis
-this machine can run, at once. `--preset long` is for long runs outside CI: every nemesis at
-once for `--time-limit` (default 600 s), on 3 and on 5 brokers (or the `--nodes` given), with
-`--seeds` seeds (default 3) each, at most `--max-faults` faults at once (default 2); it
-writes `summary.md` (runs, ops, anomalies, plots) to `--out`. `--workload` picks what the
+this machine can run but `reassign` (which runs the topic with a replica fewer), at once.
+`--preset long` is for long runs outside CI: every nemesis at once for `--time-limit`
+(default 600 s), on 3 and on 5 brokers (or the `--nodes` given), with `--seeds` seeds
+(default 3) each, at most `--max-faults` faults at once (default 2); it writes `summary.md`
+(runs, ops, anomalies, plots) to `--out`. `--workload` picks what the
 clients do and what is checked: `log` (default: idempotent producers, plain and group
 consumers), `txn` (transactional producers committing and aborting transactions across
 partitions, read_committed consumers) or `share` (a share group acknowledging records).
