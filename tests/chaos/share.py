@@ -7,8 +7,10 @@ one first delivery in twenty, so redelivery is exercised) and commit after every
 poll is a `share-poll` event ([partition, offset, value, delivery count, ack type] per record);
 each answer to an acknowledgement commit (confluent-kafka's acknowledgement-commit callback,
 per partition) is a `share-ack` event with the acknowledged [partition, offset, delivery
-count, ack type] and its outcome: `ok`, `failed` (the broker answered an error: not
-applied) or `unknown` (timed out or the connection failed: may or may not be applied).
+count, ack type] and its outcome: `ok`, `failed` (an error that means not applied, e.g.
+INVALID_RECORD_STATE or NOT_LEADER_OR_FOLLOWER) or `unknown` (a timeout, a lost connection,
+or the state write failed: COORDINATOR_NOT_AVAILABLE and the like, `INDEFINITE_ACK_ERRORS`;
+may or may not have been applied).
 After the faults the producers stop and the share consumers drain: they poll on until every
 record the producers had acknowledged is settled (accepted, rejected or archived at the
 delivery-count limit), or the drain times out; then the log is read back in full as in the
@@ -79,8 +81,19 @@ SHARE_BROKER_CONFIG = {
 RELEASE_SHARE = 0.05
 COMMIT_TIMEOUT_S = 10.0
 POLL_TIMEOUT_S = 0.5
-# Error codes after which an acknowledgement may or may not have been applied.
-INDEFINITE_ACK_ERRORS = INDEFINITE_SEND_ERRORS | {KafkaError._DESTROY}
+# Error codes after which an acknowledgement may or may not have been applied: the client's
+# own timeouts and lost connections, and the share-partition leader's answers when writing
+# the share-group state failed (Kafka's `SharePartition.fetchPersisterError`). Such a write
+# may still have reached the state's log: Kafka then rolls its in-memory state back but a
+# new leader loads the acknowledgement; a raftka leader reloads what was persisted at once.
+INDEFINITE_ACK_ERRORS = INDEFINITE_SEND_ERRORS | {
+    KafkaError._DESTROY,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.UNKNOWN,
+}
+INDEFINITE_ACK_ERROR_NAMES = frozenset(KafkaError(code).name() for code in INDEFINITE_ACK_ERRORS)
 ACK_NAMES = {
     AcknowledgeType.ACCEPT: "accept",
     AcknowledgeType.RELEASE: "release",
@@ -229,7 +242,11 @@ def drain(history: History, settled: Settled, timeout_s: float) -> bool:
         time.sleep(0.5)
         missing = settled.missing(missing)
     history.record(
-        "share-drain", complete=not missing, acknowledged=len(acked), missing=missing[:50]
+        "share-drain",
+        complete=not missing,
+        acknowledged=len(acked),
+        missing=missing[:50],
+        missing_count=len(missing),
     )
     return not missing
 
@@ -294,6 +311,8 @@ def check_share(events: Iterable[Event]) -> CheckResult:
         elif kind == "share-ack":
             result.commits += 1
             outcome = event["outcome"]
+            if outcome == "failed" and event["error"] in INDEFINITE_ACK_ERROR_NAMES:
+                outcome = "unknown"  # a history recorded before the error counted as indefinite
             acks[outcome] += len(event["acks"])
             for partition, offset, count, ack_type, value in event["acks"]:
                 if ack_type not in ("accept", "reject"):
@@ -356,7 +375,12 @@ def check_share(events: Iterable[Event]) -> CheckResult:
     if drained is None:
         result.add("drain-incomplete", {"detail": "no drain in the history"})
     elif not drained["complete"]:
-        result.add("drain-incomplete", {"missing": drained["missing"][:EXAMPLES_PER_KIND]})
+        # What the drain waited for, less what this checker counts as settled.
+        unsettled = [
+            v for v in drained["missing"] if v not in settled and max_count.get(v, 0) < limit
+        ]
+        if unsettled or len(drained["missing"]) < drained.get("missing_count", 0):
+            result.add("drain-incomplete", {"missing": unsettled[:EXAMPLES_PER_KIND]})
     if final_read is None:
         result.add("final-read-incomplete", {"detail": "no final read in the history"})
     elif not final_read["complete"]:

@@ -159,3 +159,14 @@ def test_an_incomplete_drain_fails() -> None:
     result = check_share(events)
     assert result.anomalies["drain-incomplete"] == 1
     assert result.anomalies["lost"] == 1
+
+
+def test_a_failed_state_write_leaves_an_acknowledgement_indefinite() -> None:
+    """COORDINATOR_NOT_AVAILABLE on an acknowledgement: its state write failed but may have
+    reached the state's log, so the record may never come back; INVALID_RECORD_STATE means
+    not applied, so it must."""
+    base = [*START, delivery(2.0, "s0", 0, 1), ack(2.1, "s0", 0, 1), delivery(3.0, "s1", 1, 1)]
+    write_failed = {**ack(3.1, "s1", 1, 1, outcome="failed"), "error": "COORDINATOR_NOT_AVAILABLE"}
+    assert check_share([*base, write_failed, *ending(9, 2)]).valid
+    refused = ack(3.1, "s1", 1, 1, outcome="failed")  # INVALID_RECORD_STATE
+    assert check_share([*base, refused, *ending(9, 2)]).anomalies["lost"] == 1
