@@ -161,6 +161,9 @@ class LedSharePartition:
     #: The next write is a whole snapshot (none written yet, or a write failed: whether
     #: that update was stored is unknown).
     needs_snapshot: bool = True
+    # A write of this state failed: it holds changes whose requests were answered with an
+    # error, so it is never written again (the next use reloads what was persisted).
+    write_failed: bool = False
     # On a priority or fair topic (or fifo with delays): which record to acquire next
     # (built from the log once loaded).
     index: DeliveryIndex | None = None
@@ -285,11 +288,16 @@ class SharePartitionManager:
     async def persist(self, led: LedSharePartition) -> None:
         """Write the share-partition's state as it is now (or find a later write already
         did); OSError when it could not be written (the share-partition is then dropped so
-        its next use reloads what was persisted)."""
+        its next use reloads what was persisted). After a failed write, every later write
+        of the same `led` fails too: its state still holds the changes the failed write's
+        requests were told did not happen (an acknowledgement answered with an error must
+        leave its records to come back, as Kafka rolls a failed state write back)."""
         wanted = led.state.version
         async with led.write_lock:
             if led.persisted_version >= wanted:
                 return
+            if led.write_failed:
+                raise OSError("an earlier write of this share-partition's state failed")
             version = led.state.version
             try:
                 if led.needs_snapshot or led.updates_since_snapshot >= self.updates_per_snapshot:
@@ -297,6 +305,7 @@ class SharePartitionManager:
                 else:
                     await self._write_update(led)
             except OSError:
+                led.write_failed = True
                 if self.partitions.get(led.key) is led:
                     del self.partitions[led.key]
                 raise

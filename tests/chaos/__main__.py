@@ -1,16 +1,20 @@
 """`scripts/chaos`: run nemeses against a fresh namespaced cluster and print a summary.
 
     scripts/chaos [--nodes 3|5] [--nemesis NAME[,NAME]]... [--time-limit S] [--seed N]
-                  [--out DIR]
+                  [--workload log|txn|share] [--out DIR]
     scripts/chaos --preset long [--nodes 3|5]... [--seeds K] [--time-limit S] [--out DIR]
 
 Each `--nemesis` is one run; names joined by commas run together in that run. Without
 `--nemesis`, every nemesis runs alone, one run after another; `--nemesis all` is every nemesis
-this machine can run, at once. `--preset long` is for long runs outside CI: every nemesis at
-once for `--time-limit` (default 600 s), on 3 and on 5 brokers (or the `--nodes` given), with
-`--seeds` seeds (default 3) each, at most `--max-faults` faults at once (default 2); it
-writes `summary.md` (runs, ops, anomalies, plots) to `--out`. Exits 1 when any run found an
-anomaly or failed, 2 when the machine cannot run them.
+this machine can run but `reassign` (which runs the topic with a replica fewer), at once.
+`--preset long` is for long runs outside CI: every nemesis at once for `--time-limit`
+(default 600 s), on 3 and on 5 brokers (or the `--nodes` given), with `--seeds` seeds
+(default 3) each, at most `--max-faults` faults at once (default 2); it writes `summary.md`
+(runs, ops, anomalies, plots) to `--out`. `--workload` picks what the
+clients do and what is checked: `log` (default: idempotent producers, plain and group
+consumers), `txn` (transactional producers committing and aborting transactions across
+partitions, read_committed consumers) or `share` (a share group acknowledging records).
+Exits 1 when any run found an anomaly or failed, 2 when the machine cannot run them.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from tests.chaos.nemesis import NEMESES, unavailable_nemeses
+from tests.chaos.nemesis import NEMESES, all_nemeses, unavailable_nemeses
 from tests.chaos.netns import chaos_unavailable_reason
-from tests.chaos.runner import ChaosConfig, ChaosResult, run_chaos
+from tests.chaos.runner import WORKLOADS, ChaosConfig, ChaosResult, run_chaos
 
 # Every nemesis at once with no limit leaves 3 brokers without a stable majority for whole
 # minutes (a broker is killed again before it has started); two at a time still overlaps
@@ -49,6 +53,42 @@ SUMMARY_KINDS = (
     ("wl", "workload-error"),
     ("proto", "client-protocol-error"),
 )
+TXN_SUMMARY_KINDS = (
+    ("partial", "txn-partial"),
+    ("lost", "txn-lost"),
+    ("aborted", "aborted-read"),
+    ("phantom", "phantom-read"),
+    ("dup", "duplicate"),
+    ("incons", "inconsistent-offset"),
+    ("nonmono", "nonmonotonic-poll"),
+    ("skip", "poll-skip"),
+    ("final", "final-read-incomplete"),
+    ("replica", "replica-divergence"),
+    ("crash", "node-crash"),
+    ("stop", "unclean-stop"),
+    ("wl", "workload-error"),
+    ("proto", "client-protocol-error"),
+)
+SHARE_SUMMARY_KINDS = (
+    ("twice", "acked-twice"),
+    ("redeliv", "redelivered-after-ack"),
+    ("limit", "over-limit"),
+    ("lost", "lost"),
+    ("incons", "inconsistent-offset"),
+    ("drain", "drain-incomplete"),
+    ("final", "final-read-incomplete"),
+    ("replica", "replica-divergence"),
+    ("crash", "node-crash"),
+    ("stop", "unclean-stop"),
+    ("wl", "workload-error"),
+    ("proto", "client-protocol-error"),
+)
+# (ops column names: acknowledged, failed, unknown) and anomaly columns, per workload.
+SUMMARY_COLUMNS = {
+    "log": (("acked", "failed", "unknown"), SUMMARY_KINDS),
+    "txn": (("commit", "abort", "unknown"), TXN_SUMMARY_KINDS),
+    "share": (("acked", "failed", "unknown"), SHARE_SUMMARY_KINDS),
+}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -95,6 +135,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="log",
+        help="what the clients do and what is checked (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     unavailable = unavailable_nemeses()
     available = [n for n in NEMESES if n not in unavailable]
@@ -113,7 +159,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.time_limit = 60.0 if args.time_limit is None else args.time_limit
     runs = []
     for spec in args.nemesis or available:
-        names = tuple(sorted(available) if spec == "all" else spec.split(","))
+        names = tuple(all_nemeses() if spec == "all" else spec.split(","))
         unknown = [n for n in names if n not in NEMESES]
         if unknown:
             parser.error(f"unknown nemesis {', '.join(unknown)}; known: {', '.join(NEMESES)}")
@@ -133,16 +179,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def summary_table(results: list[ChaosResult]) -> str:
-    header = [
-        "nemesis",
-        "nodes",
-        "seed",
-        "ops",
-        "acked",
-        "failed",
-        "unknown",
-        *(s for s, _ in SUMMARY_KINDS),
-    ]
+    workload = results[0].config.workload if results else "log"
+    outcomes, kinds = SUMMARY_COLUMNS[workload]
+    header = ["nemesis", "nodes", "seed", "ops", *outcomes, *(s for s, _ in kinds)]
     rows = [header]
     for r in results:
         c = r.check
@@ -155,7 +194,7 @@ def summary_table(results: list[ChaosResult]) -> str:
                 str(c.acknowledged),
                 str(c.failed),
                 str(c.unknown),
-                *(str(c.anomalies[k]) for _, k in SUMMARY_KINDS),
+                *(str(c.anomalies.get(k, 0)) for _, k in kinds),
             ]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -181,7 +220,7 @@ def markdown_summary(results: list[ChaosResult], skipped: dict[str, str]) -> str
         anomalies = str(c.anomaly_count) + ("" if r.error is None else " (run error)")
         plot = f"[chaos.png]({r.png})" if r.png is not None else "none"
         lines.append(
-            f"| {r.config.label} | {r.config.nodes} | {r.config.seed} | "
+            f"| {r.config.title} | {r.config.nodes} | {r.config.seed} | "
             f"{r.config.time_limit_s:g} | {r.config.max_faults or 'any'} | "
             f"{c.operations:,} | {c.acknowledged:,} | "
             f"{anomalies} | {plot} |"
@@ -206,7 +245,7 @@ def main(argv: list[str]) -> int:
     seeds = [args.seed + i for i in range(args.seeds)]
     plan = [(nodes, seed, names) for nodes in args.nodes for seed in seeds for names in args.runs]
     print(
-        f"chaos: {len(plan)} run(s) on {'/'.join(map(str, args.nodes))} nodes, "
+        f"chaos: {len(plan)} {args.workload} run(s) on {'/'.join(map(str, args.nodes))} nodes, "
         f"{args.time_limit:g} s of faults each, seed(s) {', '.join(map(str, seeds))}, "
         f"output in {args.out}"
     )
@@ -224,6 +263,7 @@ def main(argv: list[str]) -> int:
             partitions=args.partitions,
             sends_per_second=args.rate,
             max_faults=args.max_faults,
+            workload=args.workload,
         )
         result = run_chaos(config, log=lambda line: print(line, flush=True))
         results.append(result)
@@ -237,7 +277,7 @@ def main(argv: list[str]) -> int:
         print(f"table: {summary}")
     bad = [r for r in results if not r.ok]
     for r in bad:
-        print(f"FAILED: {r.config.label}: {r.run_dir}")
+        print(f"FAILED: {r.config.title}: {r.run_dir}")
     return 1 if bad else 0
 
 

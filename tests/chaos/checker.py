@@ -31,8 +31,9 @@ Anomaly kinds (each counted; any one fails the run):
 - `client-protocol-error`: a client could not parse a broker's response (librdkafka's
   PROTOERR), so it never saw that response's error codes.
 
-`check(events)` returns a `CheckResult`; `python -m tests.chaos.checker HISTORY` checks a
-history file again.
+`check(events)` returns a `CheckResult`; `check_history(events)` picks the checker of the
+run's workload (this one, `txn.check_txn` or `share.check_share`);
+`python -m tests.chaos.checker HISTORY` checks a history file again.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ from typing import Any
 
 from tests.chaos.history import Event, read_history
 
+#: Anomalies of the run itself, whatever its workload (`check_run_events`).
+RUN_ANOMALY_KINDS = (
+    "replica-divergence",
+    "node-crash",
+    "unclean-stop",
+    "workload-error",
+    "client-protocol-error",
+)
 ANOMALY_KINDS = (
     "lost-write",
     "unseen",
@@ -57,11 +66,7 @@ ANOMALY_KINDS = (
     "commit-backwards",
     "committed-backwards",
     "final-read-incomplete",
-    "replica-divergence",
-    "node-crash",
-    "unclean-stop",
-    "workload-error",
-    "client-protocol-error",
+    *RUN_ANOMALY_KINDS,
 )
 EXAMPLES_PER_KIND = 8
 
@@ -83,6 +88,10 @@ class CheckResult:
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
     examples: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     notes: list[str] = field(default_factory=list)
+    #: Another workload's counts, in place of the sends/polls/commits line of the report.
+    counts_line: str | None = None
+    #: Another workload's counts by name (JSON and the summary tables).
+    counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def anomaly_count(self) -> int:
@@ -99,16 +108,21 @@ class CheckResult:
 
     def report(self) -> str:
         """Counts, then every anomaly kind found with its examples."""
+        counts_line = self.counts_line
+        if counts_line is None:
+            counts_line = (
+                f"operations {self.operations}: sends {self.sends} (acknowledged "
+                f"{self.acknowledged}, failed {self.failed}, unknown {self.unknown}), polls "
+                f"{self.polls} ({self.records_read} records), commits {self.commits}; "
+                f"faults {self.faults}"
+                + (
+                    f"; duplicates from client epoch bumps {self.client_duplicates}"
+                    if self.client_duplicates
+                    else ""
+                )
+            )
         lines = [
-            f"operations {self.operations}: sends {self.sends} (acknowledged "
-            f"{self.acknowledged}, failed {self.failed}, unknown {self.unknown}), polls "
-            f"{self.polls} ({self.records_read} records), commits {self.commits}; "
-            f"faults {self.faults}"
-            + (
-                f"; duplicates from client epoch bumps {self.client_duplicates}"
-                if self.client_duplicates
-                else ""
-            ),
+            counts_line,
             "anomalies: "
             + (", ".join(f"{k} {v}" for k, v in self.anomalies.items() if v) or "none"),
         ]
@@ -130,6 +144,7 @@ class CheckResult:
             "commits": self.commits,
             "faults": self.faults,
             "client_duplicates": self.client_duplicates,
+            **self.counts,
             "anomalies": self.anomalies,
             "examples": dict(self.examples),
             "notes": self.notes,
@@ -154,10 +169,53 @@ def duplicated_values(events: Iterable[Event]) -> dict[str, set[tuple[int, int]]
     return {value: where for value, where in places.items() if len(where) > 1}
 
 
+def check_run_events(events: list[Event], result: CheckResult) -> None:
+    """What every workload's run records besides its operations: faults, replicas that
+    differ, brokers that crashed or stopped uncleanly, client threads that died, responses
+    a client could not parse, fatal client errors."""
+    protocol_examples: list[dict[str, Any]] = []
+    protocol_failures: int | None = None  # from the summary event, when there is one
+    for event in events:
+        kind = event["type"]
+        if kind == "nemesis" and event["phase"] == "start":
+            result.faults += 1
+        elif kind == "replicas":
+            for diff in event.get("diffs", []):
+                result.add("replica-divergence", diff)
+            if not event.get("compared", True):
+                result.notes.append(f"replicas not compared: {event.get('detail')}")
+        elif kind == "node-exit":
+            tail = event.get("log_tail", "").strip().splitlines()[-3:]
+            result.add(
+                "node-crash",
+                {"t": event["t"], "node": event["node"], "code": event["code"], "log": tail},
+            )
+        elif kind == "unclean-stop":
+            result.add(
+                "unclean-stop",
+                {"t": event["t"], "node": event["node"], "detail": event["detail"][:500]},
+            )
+        elif kind == "workload-error":
+            result.add("workload-error", {"process": event["process"], "error": event["error"]})
+        elif kind == "client-protocol-error":
+            protocol_examples.append(
+                {"t": event["t"], "process": event["process"], "detail": event["detail"]}
+            )
+        elif kind == "client-protocol-errors":
+            protocol_failures = sum(event["failures"].values())
+        elif kind == "client-fatal":
+            result.notes.append(f"{event['process']}: fatal client error {event['error']}")
+    for example in protocol_examples:
+        result.add("client-protocol-error", example)
+    if protocol_failures is not None:
+        result.anomalies["client-protocol-error"] = protocol_failures
+
+
 def check(events: Iterable[Event]) -> CheckResult:
     """Every invariant over one run's events (in recorded order)."""
     result = CheckResult()
     events = list(events)
+    check_run_events(events, result)
 
     # value -> (partition, offset or None, send event)
     acked: dict[str, tuple[int, int | None, Event]] = {}
@@ -169,8 +227,6 @@ def check(events: Iterable[Event]) -> CheckResult:
     final_read: Event | None = None
     commits: list[Event] = []
     observed: list[Event] = []
-    protocol_examples: list[dict[str, Any]] = []
-    protocol_failures: int | None = None  # from the summary event, when there is one
     # value -> [[partition, offset, producer id, producer epoch, sequence]] from the log
     provenance: dict[str, list[list[int]]] = {}
 
@@ -211,41 +267,9 @@ def check(events: Iterable[Event]) -> CheckResult:
             observed.append(event)
         elif kind == "final-read":
             final_read = event
-        elif kind == "nemesis" and event["phase"] == "start":
-            result.faults += 1
-        elif kind == "replicas":
-            for diff in event.get("diffs", []):
-                result.add("replica-divergence", diff)
-            if not event.get("compared", True):
-                result.notes.append(f"replicas not compared: {event.get('detail')}")
-        elif kind == "node-exit":
-            tail = event.get("log_tail", "").strip().splitlines()[-3:]
-            result.add(
-                "node-crash",
-                {"t": event["t"], "node": event["node"], "code": event["code"], "log": tail},
-            )
-        elif kind == "unclean-stop":
-            result.add(
-                "unclean-stop",
-                {"t": event["t"], "node": event["node"], "detail": event["detail"][:500]},
-            )
-        elif kind == "workload-error":
-            result.add("workload-error", {"process": event["process"], "error": event["error"]})
         elif kind == "provenance":
             provenance.update(event["duplicates"])
-        elif kind == "client-protocol-error":
-            protocol_examples.append(
-                {"t": event["t"], "process": event["process"], "detail": event["detail"]}
-            )
-        elif kind == "client-protocol-errors":
-            protocol_failures = sum(event["failures"].values())
-        elif kind == "client-fatal":
-            result.notes.append(f"{event['process']}: fatal producer error {event['error']}")
     result.operations = result.sends + result.polls + result.commits + len(observed)
-    for example in protocol_examples:
-        result.add("client-protocol-error", example)
-    if protocol_failures is not None:
-        result.anomalies["client-protocol-error"] = protocol_failures
 
     # Duplicates and inconsistent offsets, from acks and polls together.
     for value, places in offsets_of_value.items():
@@ -307,7 +331,7 @@ def check(events: Iterable[Event]) -> CheckResult:
                     },
                 )
 
-    _check_polls(events, values_at, result)
+    check_polls(events, values_at, result)
     _check_commits(commits, observed, result)
     return result
 
@@ -318,7 +342,7 @@ def _ack_order(item: tuple[str, tuple[int, int | None, Event]]) -> tuple[int, in
     return partition, -1 if offset is None else offset
 
 
-def _check_polls(
+def check_polls(
     events: list[Event], values_at: dict[tuple[int, int], set[str]], result: CheckResult
 ) -> None:
     """Non-monotonic polls and skips, per consumer and partition within an assignment epoch."""
@@ -424,11 +448,26 @@ def _check_commits(commits: list[Event], observed: list[Event], result: CheckRes
                 seen[key] = (offset, event["t"])
 
 
+def check_history(events: Iterable[Event]) -> CheckResult:
+    """The checker of the run's workload (its `workload` event; the log workload without)."""
+    events = list(events)
+    workload = next((e["name"] for e in events if e["type"] == "workload"), "log")
+    if workload == "txn":
+        from tests.chaos.txn import check_txn
+
+        return check_txn(events)
+    if workload == "share":
+        from tests.chaos.share import check_share
+
+        return check_share(events)
+    return check(events)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m tests.chaos.checker HISTORY.jsonl", file=sys.stderr)
         return 2
-    result = check(read_history(Path(argv[0])))
+    result = check_history(read_history(Path(argv[0])))
     print(result.report())
     return 0 if result.valid else 1
 

@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -281,8 +282,37 @@ def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dic
     return {p.id: p.leader for p in md.partitions.values() if p.leader >= 0}
 
 
-def find_coordinator(address: str, group: str, timeout_s: float = 3.0) -> int | None:
-    """The node id of `group`'s coordinator, by a FindCoordinator v1 request to `address`.
+def partition_replicas(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dict[int, list[int]]:
+    """{partition: replica node ids} from Metadata; empty when no broker answered."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000, "log_level": 0})
+    try:
+        md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException:
+        return {}
+    if md is None or md.error is not None:
+        return {}
+    return {p.id: list(p.replicas) for p in md.partitions.values()}
+
+
+def raftka_cli(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """`raftka ARGS --output json` as an operator runs it, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "raftka.broker", *args, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def find_coordinator(
+    address: str, group: str, timeout_s: float = 3.0, key_type: int = 0
+) -> int | None:
+    """The node id of `group`'s coordinator (key_type 0; with key_type 1, `group` is a
+    transactional id and the answer its transaction coordinator), by a FindCoordinator v1
+    request to `address`.
 
     None when the broker answers with an error (e.g. COORDINATOR_NOT_AVAILABLE) or not at all.
     """
@@ -291,7 +321,7 @@ def find_coordinator(address: str, group: str, timeout_s: float = 3.0) -> int | 
     key = group.encode()
     correlation_id = 0x0C0C
     payload = struct.pack(">hhih", FIND_COORDINATOR_KEY, 1, correlation_id, len(client_id))
-    payload += client_id + struct.pack(">h", len(key)) + key + b"\x00"  # key_type 0: group
+    payload += client_id + struct.pack(">h", len(key)) + key + struct.pack(">b", key_type)
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.settimeout(timeout_s)

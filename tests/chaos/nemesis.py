@@ -14,7 +14,9 @@ rolling-restart (SIGTERM and restart every broker, one at a time), net-loss, net
 net-duplicate (a random subset of brokers' links lose, delay with jitter and reordering, or
 duplicate packets: `tc netem`, nftables where the kernel has no netem), slow-disk (one
 broker's fsyncs sleep first), clock-jump (one broker's wall clock stepped forwards or
-backwards by seconds to minutes; its monotonic clock untouched).
+backwards by seconds to minutes; its monotonic clock untouched), reassign (one replica of a
+random partition moved to a broker holding none, through `raftka partitions reassign`; the
+topic has one replica fewer than there are brokers when it runs).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from tests.chaos.cluster import (
     find_coordinator,
     free_disk,
     partition_leaders,
+    partition_replicas,
+    raftka_cli,
 )
 from tests.chaos.history import History
 from tests.chaos.netns import ChaosNetwork, LinkImpairment, netem_unavailable_reason
@@ -99,6 +103,8 @@ class NemesisContext:
     group: str
     log: Callable[[str], None]
     disk_bytes: int | None = None
+    #: FindCoordinator's key type of `group`: 0 a group, 1 a transactional id.
+    coordinator_key_type: int = 0
     expected_down: set[int] = field(default_factory=set)
     starting: set[int] = field(default_factory=set)  # spawned, not yet answering
     start_timeouts: set[int] = field(default_factory=set)  # killed by the harness at start-up
@@ -156,13 +162,17 @@ class NemesisContext:
         return leaders[partition], f"leader of {self.topic}-{partition}"
 
     def coordinator(self, rng: random.Random) -> tuple[int | None, str]:
-        """(node id, why) of the group's coordinator, by FindCoordinator to running brokers."""
+        """(node id, why) of the coordinator of `group` (a group or a transactional id), by
+        FindCoordinator to running brokers."""
         nodes = self.running_nodes()
         rng.shuffle(nodes)
         for node in nodes:
-            node_id = find_coordinator(node.bootstrap, self.group)
+            node_id = find_coordinator(
+                node.bootstrap, self.group, key_type=self.coordinator_key_type
+            )
             if node_id is not None:
-                return node_id, f"coordinator of group {self.group} (per node {node.node_id})"
+                what = "transactional id" if self.coordinator_key_type == 1 else "group"
+                return node_id, f"coordinator of {what} {self.group} (per node {node.node_id})"
         return None, "no coordinator known"
 
     def heal_all(self) -> list[str]:
@@ -194,6 +204,8 @@ class Nemesis:
     hold_s = HOLD_S
     #: Brokers must be started with the fault shim preloaded (`ChaosCluster.preload_fault_shim`).
     needs_fault_shim = False
+    #: Part of `--nemesis all` (reassign is not: it changes the topic's replication factor).
+    in_all = True
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -542,6 +554,64 @@ class ClockJump(Nemesis):
         return f"wall clock of node {victim.node_id} back to the real time"
 
 
+class Reassign(Nemesis):
+    """Moves one replica of a random partition of the workload's topic to a broker that holds
+    none (Kafka's AlterPartitionReassignments, by `raftka partitions reassign`), while the
+    other nemeses' faults go on; the fault window is the time given to the move, and the
+    repair only reports whether it finished (a move carries on after the window)."""
+
+    name = "reassign"
+    in_all = False
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        super().__init__(ctx, rng)
+        self.moving: tuple[int, list[int]] | None = None
+
+    def inject(self) -> str | None:
+        bootstrap = self.ctx.cluster.live_bootstrap()
+        replicas = partition_replicas(bootstrap, self.ctx.topic)
+        ids = list(self.ctx.network.node_ids)
+        movable = sorted(p for p, r in replicas.items() if set(ids) - set(r))
+        if not movable:
+            return None
+        partition = self.rng.choice(movable)
+        old = replicas[partition]
+        new = list(old)
+        new[self.rng.randrange(len(new))] = self.rng.choice(sorted(set(ids) - set(old)))
+        spec = f"{self.ctx.topic}:{partition}={','.join(map(str, new))}"
+        answer = raftka_cli("partitions", "reassign", spec, "--bootstrap-servers", bootstrap)
+        if answer.returncode != 0:
+            self.ctx.history.record(
+                "nemesis",
+                name=self.name,
+                phase="info",
+                detail=f"reassign {spec} refused: {answer.stderr.strip()[-500:]}",
+            )
+            return None
+        self.moving = (partition, new)
+        return f"move {self.ctx.topic}-{partition} from {old} to {new}"
+
+    def repair(self) -> str | None:
+        if self.moving is None:
+            return None
+        (partition, new), self.moving = self.moving, None
+        now = partition_replicas(self.ctx.cluster.live_bootstrap(), self.ctx.topic)
+        done = sorted(now.get(partition, [])) == sorted(new)
+        return f"{self.ctx.topic}-{partition} {'on' if done else 'still moving to'} {new}"
+
+
+def reassignments_in_progress(bootstrap: str) -> list[dict[str, Any]] | None:
+    """The moves still under way (`raftka partitions reassignments`), None when no broker
+    answered."""
+    import json
+
+    answer = raftka_cli("partitions", "reassignments", "--bootstrap-servers", bootstrap)
+    if answer.returncode != 0:
+        return None
+    moves: list[dict[str, Any]] = json.loads(answer.stdout).get("reassignments", [])
+    return moves
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     cls.name: cls
     for cls in (
@@ -559,8 +629,15 @@ NEMESES: dict[str, type[Nemesis]] = {
         NetDuplicate,
         SlowDisk,
         ClockJump,
+        Reassign,
     )
 }
+
+
+def all_nemeses() -> list[str]:
+    """What `--nemesis all` runs: every nemesis this machine can run that is part of `all`."""
+    unavailable = unavailable_nemeses()
+    return sorted(n for n, cls in NEMESES.items() if cls.in_all and n not in unavailable)
 
 
 def unavailable_nemeses() -> dict[str, str]:

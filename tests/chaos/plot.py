@@ -3,6 +3,8 @@
 Top: sends acknowledged / failed / unknown and records read per second. Bottom: the latency of
 every acknowledged send (log scale), failed and unknown sends marked where they ended. Each
 nemesis's fault windows are shaded in its own colour; dashed lines mark the run's phases.
+In a txn run a send is a transaction meant to commit (committed: acknowledged; aborted:
+failed); in a share run records read are the share consumers' deliveries.
 """
 
 from __future__ import annotations
@@ -60,17 +62,23 @@ def plot_run(events: Iterable[Event], path: Path, title: str) -> Path:
     latency_ok: list[tuple[float, float]] = []
     latency_bad: list[tuple[float, float, str]] = []
     for event in events:
+        outcome = None
         if event["type"] == "send":
-            second = int(event["t"])
-            per_second[event["outcome"]][second] += 1
+            outcome = event["outcome"]
+        elif event["type"] == "txn" and event["intent"] == "commit":
+            # A committed transaction counts as an acknowledged send, a commit that ended
+            # aborted as a failed one; aborts on purpose are not drawn.
+            outcome = {"committed": "ok", "aborted": "failed"}.get(event["outcome"], "unknown")
+        elif event["type"] in ("poll", "share-poll") and event["process"] != "final":
+            per_second["read"][int(event["t"])] += len(event["records"])
+        if outcome is not None:
+            per_second[outcome][int(event["t"])] += 1
             if event.get("t0") is not None:
                 latency_ms = max(0.1, (event["t"] - event["t0"]) * 1000)
-                if event["outcome"] == "ok":
+                if outcome == "ok":
                     latency_ok.append((event["t"], latency_ms))
                 else:
-                    latency_bad.append((event["t"], latency_ms, event["outcome"]))
-        elif event["type"] == "poll" and event["process"] != "final":
-            per_second["read"][int(event["t"])] += len(event["records"])
+                    latency_bad.append((event["t"], latency_ms, outcome))
 
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(12, 7))
     xs = list(range(seconds + 1))

@@ -3,7 +3,11 @@
 `run_chaos(config)`: build the network and a fresh cluster, create the topic, start the
 workload, run the nemeses until the time limit, heal everything, let the workload run on
 for a few seconds, stop it, read every partition from the beginning, compare the replicas
-once quiet, stop the brokers, check the history and draw the picture. Whatever happens,
+once quiet, stop the brokers, check the history and draw the picture.
+
+Workloads (`ChaosConfig.workload`): `log` (idempotent producers and plain consumers, checked
+by `checker`), `txn` (transactional producers and read_committed consumers, `txn`) and
+`share` (idempotent producers and share-group consumers, `share`). Whatever happens,
 brokers, mounts, namespaces and the bridge are gone when it returns; a run with an
 anomaly or an error keeps its directory (history, broker logs, data) for a post-mortem.
 """
@@ -21,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.chaos.checker import CheckResult, check, duplicated_values
+from tests.chaos.checker import CheckResult, check_history, duplicated_values
 from tests.chaos.cluster import ChaosCluster, create_topic
 from tests.chaos.history import History, read_history
 from tests.chaos.nemesis import (
@@ -30,13 +34,27 @@ from tests.chaos.nemesis import (
     NemesisThread,
     Spawner,
     Watchdog,
+    all_nemeses,
+    reassignments_in_progress,
     unavailable_nemeses,
 )
 from tests.chaos.netns import ChaosNetwork, RunResources, cleanup_stale_runs
 from tests.chaos.plot import plot_run
 from tests.chaos.replicas import compare_replicas, partition_logs, producers_at
+from tests.chaos.share import (
+    DELIVERY_LIMIT,
+    LOCK_MS,
+    SHARE_BROKER_CONFIG,
+    SHARE_GROUP,
+    Settled,
+    drain,
+    start_share_consumers,
+)
+from tests.chaos.txn import TRANSACTION_TIMEOUT_MS, TXN_COORDINATED_ID, start_txn_workload
 from tests.chaos.workload import (
+    ProducerWorker,
     ProtocolErrorRecorder,
+    Worker,
     WorkloadConfig,
     final_read,
     start_workload,
@@ -53,8 +71,25 @@ BROKER_CONFIG = {
     # Small segments, so runs cross segment rolls on every replica.
     "log.segment.bytes": "262144",
 }
+#: Settings a workload adds to BROKER_CONFIG.
+WORKLOAD_BROKER_CONFIG: dict[str, dict[str, str]] = {
+    "log": {},
+    "txn": {
+        "transaction.state.log.num.partitions": "4",
+        # Transactions left open by a producer that died are aborted within seconds.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000",
+    },
+    "share": SHARE_BROKER_CONFIG,
+}
+WORKLOADS = tuple(WORKLOAD_BROKER_CONFIG)
 WARMUP_TIMEOUT_S = 20.0
 PROGRESS_EVERY_S = 5.0
+# A transactional producer finishes its last transaction (commit retries included) first.
+TXN_STOP_TIMEOUT_S = 60.0
+# Every acknowledged record settled: a few lock durations after the faults.
+SHARE_DRAIN_TIMEOUT_S = 30.0 + 4 * LOCK_MS / 1000
+# A share consumer's close commits what it holds (up to its commit timeout) and leaves.
+SHARE_STOP_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -75,11 +110,16 @@ class ChaosConfig:
     final_read_timeout_s: float = 60.0
     quiet_timeout_s: float = 20.0
     max_faults: int | None = None  # faults in place at once across the nemeses (None: any)
+    workload: str = "log"  # one of WORKLOADS
 
     @property
     def label(self) -> str:
-        everything = set(NEMESES) - set(unavailable_nemeses())
-        return "all" if set(self.nemeses) == everything else "+".join(self.nemeses)
+        return "all" if set(self.nemeses) == set(all_nemeses()) else "+".join(self.nemeses)
+
+    @property
+    def title(self) -> str:
+        """The label, with the workload when it is not the log workload."""
+        return self.label if self.workload == "log" else f"{self.workload}: {self.label}"
 
 
 @dataclass
@@ -100,7 +140,7 @@ class ChaosResult:
     def report(self) -> str:
         at_once = "" if self.config.max_faults is None else f", {self.config.max_faults} at once"
         lines = [
-            f"{self.config.label} (seed {self.config.seed}, {self.config.nodes} nodes, "
+            f"{self.config.title} (seed {self.config.seed}, {self.config.nodes} nodes, "
             f"{self.config.time_limit_s:.0f} s of faults{at_once}): "
             f"{'ok' if self.ok else 'FAILED'} "
             f"in {self.elapsed_s:.0f} s",
@@ -118,6 +158,7 @@ class ChaosResult:
                 f"reproduce with: scripts/chaos --nodes {self.config.nodes} --nemesis "
                 f"{nemeses} --time-limit {self.config.time_limit_s:g} "
                 f"--seed {self.config.seed}"
+                + ("" if self.config.workload == "log" else f" --workload {self.config.workload}")
                 + (
                     ""
                     if self.config.max_faults is None
@@ -174,6 +215,8 @@ def _record_provenance(history: History, cluster: ChaosCluster) -> None:
 
 def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosResult:
     """Run one fault test as described in the module docstring; never leaves anything behind."""
+    if config.workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {config.workload!r}; known: {WORKLOADS}")
     unknown = [n for n in config.nemeses if n not in NEMESES]
     if unknown:
         raise ValueError(f"unknown nemesis {unknown}; known: {sorted(NEMESES)}")
@@ -182,13 +225,14 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         raise ValueError(f"nemeses this machine cannot run: {unavailable}")
     started = time.monotonic()
     tag = secrets.token_hex(3)
-    run_dir = config.out_dir / f"{config.label}-seed{config.seed}-{tag}"
+    prefix = "" if config.workload == "log" else f"{config.workload}-"
+    run_dir = config.out_dir / f"{prefix}{config.label}-seed{config.seed}-{tag}"
     run_dir.mkdir(parents=True)
     result = ChaosResult(config, run_dir)
     run_log = open(run_dir / "run.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
 
     def say(message: str) -> None:
-        line = f"[{time.monotonic() - started:6.1f}s] {config.label}: {message}"
+        line = f"[{time.monotonic() - started:6.1f}s] {config.title}: {message}"
         log(line)
         run_log.write(line + "\n")
         run_log.flush()
@@ -201,7 +245,7 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
     logger = _client_logger(run_dir, tag, protocol_errors)
     spawner = Spawner()
     cluster: ChaosCluster | None = None
-    workers: list = []
+    workers: list[Worker] = []
     watchdog: Watchdog | None = None
     threads: list[NemesisThread] = []
     try:
@@ -212,7 +256,8 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             f"{', '.join(network.address(n) for n in network.node_ids)}"
         )
         disk_bytes = config.disk_mib << 20 if "disk-full" in config.nemeses else None
-        cluster = ChaosCluster(network, resources, run_dir, BROKER_CONFIG, disk_bytes=disk_bytes)
+        broker_config = {**BROKER_CONFIG, **WORKLOAD_BROKER_CONFIG[config.workload]}
+        cluster = ChaosCluster(network, resources, run_dir, broker_config, disk_bytes=disk_bytes)
         cluster.mount_disks()
         if any(NEMESES[name].needs_fault_shim for name in config.nemeses):
             cluster.preload_fault_shim()
@@ -221,11 +266,15 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         # With a slow disk, every acknowledgement waits for an fsync (flush.messages=1), so
         # the slow fsyncs sit on the produce path and not only on Raft's hard state.
         topic_configs = {"flush.messages": "1"} if "slow-disk" in config.nemeses else {}
+        replication_factor = config.replication_factor
+        if "reassign" in config.nemeses:
+            # A replica can only move to a broker that holds none of the partition.
+            replication_factor = min(replication_factor, config.nodes - 1)
         create_topic(
             cluster.bootstrap,
             TOPIC,
             config.partitions,
-            config.replication_factor,
+            replication_factor,
             configs=topic_configs,
         )
         workload = WorkloadConfig(
@@ -236,7 +285,30 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             producers=config.producers,
             sends_per_second=config.sends_per_second,
         )
-        producers, consumers = start_workload(workload, history, logger)
+        history.record(
+            "workload",
+            name=config.workload,
+            delivery_limit=DELIVERY_LIMIT,
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+        )
+        producers: list[Worker]
+        consumers: list[Worker]
+        settled = Settled()
+        if config.workload == "txn":
+            producers, consumers = start_txn_workload(workload, history, logger, config.seed)
+            warmed_up: tuple[str, ...] = ("txn",)
+        elif config.workload == "share":
+            producers = [
+                ProducerWorker(f"p{i}", history, workload, logger) for i in range(config.producers)
+            ]
+            for producer in producers:
+                producer.start()
+            consumers = start_share_consumers(workload, history, logger, config.seed, settled)
+            warmed_up = ("send:ok", "share-ack")
+        else:
+            log_producers, consumers = start_workload(workload, history, logger)
+            producers = list(log_producers)
+            warmed_up = ("send:ok", "commit")
         workers = [*producers, *consumers]
         ctx = NemesisContext(
             cluster=cluster,
@@ -244,7 +316,9 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             history=history,
             spawner=spawner,
             topic=TOPIC,
-            group=GROUP,
+            # kill-coordinator's target: the coordinator of what the workload uses.
+            group={"txn": TXN_COORDINATED_ID, "share": SHARE_GROUP}.get(config.workload, GROUP),
+            coordinator_key_type=1 if config.workload == "txn" else 0,
             log=say,
             disk_bytes=disk_bytes,
             fault_slots=(
@@ -254,11 +328,11 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         watchdog = Watchdog(ctx)
         watchdog.start()
         warmup_until = time.monotonic() + WARMUP_TIMEOUT_S
-        while time.monotonic() < warmup_until and not (
-            history.counts["send:ok"] and history.counts["commit"]
+        while time.monotonic() < warmup_until and not all(
+            history.counts[what] for what in warmed_up
         ):
             time.sleep(0.2)
-        say(f"workload running ({history.counts['send:ok']} acknowledged sends so far)")
+        say(f"workload running ({_progress(history, config.workload)})")
 
         history.record("phase", name="faults")
         deadline = time.monotonic() + config.time_limit_s
@@ -274,12 +348,7 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
                 thread.join(0.2)
             if time.monotonic() >= next_progress:
                 next_progress += PROGRESS_EVERY_S
-                counts = history.counts
-                say(
-                    f"{counts['send']} sends ({counts['send:ok']} ok, {counts['send:failed']} "
-                    f"failed, {counts['send:unknown']} unknown), {counts['poll']} polls, "
-                    f"{counts['commit']} commits"
-                )
+                say(_progress(history, config.workload))
             if time.monotonic() > deadline + 120:
                 raise TimeoutError("a nemesis did not finish within 120 s of the time limit")
         for thread in threads:
@@ -289,10 +358,22 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         for line in ctx.heal_all():
             say(f"heal: {line}")
         cluster.wait_formed(60)
+        if "reassign" in config.nemeses:
+            _wait_for_moves(cluster.bootstrap, say)
         history.record("phase", name="healed")
         say(f"healed; workload runs {config.recovery_s:g} s more")
         time.sleep(config.recovery_s)
-        still = stop_workers(workers, workload.message_timeout_ms / 1000 + 15)
+        if config.workload == "share":
+            still = stop_workers(producers, workload.message_timeout_ms / 1000 + 15)
+            history.record("phase", name="drain")
+            drained = drain(history, settled, SHARE_DRAIN_TIMEOUT_S)
+            say(f"share drain {'complete' if drained else 'INCOMPLETE'}")
+            still += stop_workers(consumers, SHARE_STOP_TIMEOUT_S)
+        else:
+            stop_timeout_s = workload.message_timeout_ms / 1000 + 15
+            if config.workload == "txn":
+                stop_timeout_s = TXN_STOP_TIMEOUT_S
+            still = stop_workers(workers, stop_timeout_s)
         if still:
             raise TimeoutError(f"workload threads did not stop: {still}")
         history.record("phase", name="final read")
@@ -313,7 +394,8 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             f"replicas of {len(table)} partitions "
             + ("byte-identical" if not diffs else f"DIFFER in {[d['partition'] for d in diffs]}")
         )
-        _record_provenance(history, cluster)
+        if config.workload == "log":
+            _record_provenance(history, cluster)
         watchdog.stop()
         watchdog = None
         try:
@@ -337,7 +419,7 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         protocol_errors.record_summary()
         history.close()
         try:
-            result.check = check(read_history(history.path))
+            result.check = check_history(read_history(history.path))
         except Exception as exc:  # noqa: BLE001 - a checker bug must not skip the teardown
             result.error = (
                 (result.error or "")
@@ -359,7 +441,7 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             result.png = plot_run(
                 read_history(history.path),
                 run_dir / "chaos.png",
-                f"{config.label}, seed {config.seed}, {config.nodes} nodes",
+                f"{config.title}, seed {config.seed}, {config.nodes} nodes",
             )
         except Exception as exc:  # noqa: BLE001 - a missing picture does not hide the result
             say(f"plot failed: {exc!r}")
@@ -370,3 +452,28 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         for node_id in range(1, config.nodes + 1):  # keep logs and history, not broker data
             shutil.rmtree(run_dir / f"node-{node_id}" / "disk", ignore_errors=True)
     return result
+
+
+def _progress(history: History, workload: str) -> str:
+    """The workload's counts so far, for the progress lines."""
+    counts = history.counts
+    sends = (
+        f"{counts['send']} sends ({counts['send:ok']} ok, {counts['send:failed']} "
+        f"failed, {counts['send:unknown']} unknown)"
+    )
+    if workload == "txn":
+        return f"{counts['txn']} transactions, {counts['poll']} read_committed polls"
+    if workload == "share":
+        return f"{sends}, {counts['share-poll']} share polls, {counts['share-ack']} ack answers"
+    return f"{sends}, {counts['poll']} polls, {counts['commit']} commits"
+
+
+def _wait_for_moves(bootstrap: str, say: Callable[[str], None], timeout_s: float = 90.0) -> None:
+    """Wait until no reassignment is under way (the replicas compared at the end are then
+    the partitions' final ones); says so when some still are after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    moves = reassignments_in_progress(bootstrap)
+    while moves != [] and time.monotonic() < deadline:
+        time.sleep(1.0)
+        moves = reassignments_in_progress(bootstrap)
+    say("no reassignment under way" if moves == [] else f"reassignments still under way: {moves}")

@@ -272,6 +272,8 @@ def consumer_config(config: WorkloadConfig, logger: logging.Logger, group: str) 
         "enable.auto.offset.store": False,
         # Reading committed data never needs a reset; if one happens the poll order shows it.
         "auto.offset.reset": "earliest",
+        # librdkafka's default, stated: the txn workload's checks rest on it.
+        "isolation.level": "read_committed",
         "fetch.wait.max.ms": 100,
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 1000,

@@ -1,6 +1,8 @@
 """Every nemesis of tests/chaos for about 30 s against a fresh namespaced 3-broker cluster:
 the nine process, partition and disk nemeses one at a time, then the link, slow-disk and
-clock-jump nemeses together in one run (one run keeps the suite's time in bounds).
+clock-jump nemeses together in one run (one run keeps the suite's time in bounds); then the
+transactional and the share-group workloads (`--workload txn|share`) under two nemeses each,
+and replicas moved (reassign) while leaders are killed.
 
 Each run must end with zero anomalies (see tests/chaos/checker.py); a failure prints the
 checker's report, the seed and the run directory (history, broker logs, plot). Needs root
@@ -21,12 +23,13 @@ from tests.chaos.nemesis import NEMESES, unavailable_nemeses
 from tests.chaos.netns import chaos_unavailable_reason
 from tests.chaos.runner import ChaosConfig, run_chaos
 
-# Each run has 30 s of faults against a fresh cluster: about 8 minutes in all.
+# Each run has 25-30 s of faults against a fresh cluster: about 11 minutes in all.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
 
 FAULT_SECONDS = 30.0
+WORKLOAD_FAULT_SECONDS = 25.0  # the txn and share runs: two nemeses each
 COMBINED = ("net-loss", "net-delay", "net-duplicate", "slow-disk", "clock-jump")
-ALONE = [name for name in NEMESES if name not in COMBINED]
+ALONE = [name for name in NEMESES if name not in COMBINED and name != "reassign"]
 # Start-up, warm-up, healing, final read and replica comparison take 20-60 s more.
 RUN_TIMEOUT_S = 240
 
@@ -42,13 +45,19 @@ def chaos_machine(request: pytest.FixtureRequest) -> None:
     missing_client(f"fault tests cannot run: {reason}")
 
 
-def _run(nemeses: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) -> None:
+def _run(
+    nemeses: tuple[str, ...],
+    tmp_path_factory: pytest.TempPathFactory,
+    workload: str = "log",
+    fault_seconds: float = FAULT_SECONDS,
+) -> None:
     seed = int(os.environ.get("RAFTKA_CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
     config = ChaosConfig(
         nemeses=nemeses,
         out_dir=tmp_path_factory.mktemp("chaos"),
-        time_limit_s=FAULT_SECONDS,
+        time_limit_s=fault_seconds,
         seed=seed,
+        workload=workload,
     )
     result = run_chaos(config, log=print)
     assert result.ok, result.report()
@@ -76,3 +85,37 @@ def test_no_anomaly_under_lossy_links_a_slow_disk_and_clock_jumps(
         # A kernel without netem (no sch_netem, nothing to load) cannot delay packets.
         print(f"net-delay left out: {unavailable['net-delay']}")
     _run(tuple(n for n in COMBINED if n not in unavailable), tmp_path_factory)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_no_transaction_partly_visible_under_coordinator_kills_and_pauses(
+    chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Transactional producers committing and aborting transactions across partitions while
+    the transaction coordinator is killed and brokers paused: every committed transaction
+    whole, no aborted record read_committed (tests/chaos/txn.py)."""
+    _run(("kill-coordinator", "pause"), tmp_path_factory, "txn", WORKLOAD_FAULT_SECONDS)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_no_share_record_acknowledged_twice_or_lost_under_coordinator_kills_and_a_cut_off_leader(
+    chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A share group acknowledging records while its coordinator is killed and a partition's
+    leader cut off: nothing acknowledged delivered again, nothing lost (tests/chaos/share.py)."""
+    _run(
+        ("kill-coordinator", "partition-leader"),
+        tmp_path_factory,
+        "share",
+        WORKLOAD_FAULT_SECONDS,
+    )
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_no_anomaly_when_replicas_move_while_leaders_are_killed(
+    chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Replicas of the log workload's partitions moved to other brokers (the topic has two
+    replicas on three brokers) while partition leaders are killed: nothing lost, replicas
+    identical once the moves finish."""
+    _run(("reassign", "kill-leader"), tmp_path_factory, "log", WORKLOAD_FAULT_SECONDS)

@@ -298,3 +298,15 @@ def test_nemesis_threads_keep_to_the_runs_limit_of_faults_at_once(
     assert state["faults"] > max_faults  # the threads did take turns
     assert state["most"] == max_faults
     assert state["now"] == 0  # every fault repaired
+
+
+def test_all_leaves_out_reassign_and_the_workload_is_an_option() -> None:
+    from tests.chaos.__main__ import parse_args
+    from tests.chaos.nemesis import all_nemeses
+
+    assert "reassign" in NEMESES and "reassign" not in all_nemeses()
+    everything = parse_args(["--nemesis", "all", "--workload", "txn"])
+    assert everything.runs == [tuple(all_nemeses())] and everything.workload == "txn"
+    assert parse_args(["--nemesis", "reassign,kill-leader"]).workload == "log"
+    with pytest.raises(SystemExit):
+        parse_args(["--workload", "queue"])

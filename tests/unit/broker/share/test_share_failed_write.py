@@ -1,0 +1,85 @@
+"""An acknowledgement whose state write failed is answered with an error and must then be as
+if never made: its records come back once their lock expires, as Kafka's
+`SharePartition.rollbackOrProcessStateUpdates` rolls a failed write back. Found by the chaos
+share workload (seed 1900680573, kill-coordinator and partition-leader): a record whose
+acknowledgement failed with COORDINATOR_NOT_AVAILABLE was never delivered again."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import trio
+import trio.testing
+from kio.schema.errors import ErrorCode
+
+from raftka.broker.share.manager import MemoryStateStore, PersistedState, SharePartitionManager
+from raftka.broker.share.partition import AckType, RecordState, SharePartition
+
+KEY = ("g", uuid.UUID(int=7), 0)
+LOCK_MS = 1000
+LIMIT = 5
+
+
+class FlakyStore(MemoryStateStore):
+    """A memory store whose next write, once armed, waits for the test and then fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.entered = trio.Event()
+        self.fail = trio.Event()
+
+    async def write(self, key: tuple, state: PersistedState) -> None:
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            await self.fail.wait()
+            raise OSError("the share coordinator did not answer")
+        await super().write(key, state)
+
+
+async def acknowledged_after_a_failed_write() -> SharePartition:
+    store = FlakyStore()
+    manager = SharePartitionManager(store)
+    led = await manager.get(KEY, 1, 0, 10, "earliest")
+    assert led.state.acquire("a", 10, 2, 100, 0, LOCK_MS)  # offsets 0-1 to member a
+    assert led.state.acquire("b", 10, 2, 100, 0, LOCK_MS)  # offsets 2-3 to member b
+    answers: dict[str, str] = {}
+    store.armed = True
+
+    async def acknowledge(member: str, first: int, last: int) -> None:
+        error = led.state.acknowledge(member, first, last, [AckType.ACCEPT], LIMIT)
+        assert error == ErrorCode.none
+        try:
+            await manager.persist(led)
+            answers[member] = "ok"
+        except OSError:
+            answers[member] = "failed"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(acknowledge, "a", 0, 1)
+        await store.entered.wait()
+        # b's acknowledgement comes while a's write is under way, so its write waits.
+        nursery.start_soon(acknowledge, "b", 2, 3)
+        await trio.testing.wait_all_tasks_blocked()
+        store.fail.set()
+    assert answers["a"] == "failed"
+    # Whatever b was told, a was told its acknowledgement failed: the state the next use
+    # loads must not hold a's records as acknowledged.
+    reloaded = await manager.get(KEY, 1, 0, 10, "earliest")
+    return reloaded.state
+
+
+def test_an_acknowledgement_whose_write_failed_is_not_persisted_by_a_later_write() -> None:
+    state = trio.run(acknowledged_after_a_failed_write)
+    assert state.state_of(0) != RecordState.ACKNOWLEDGED
+    assert state.state_of(1) != RecordState.ACKNOWLEDGED
+    assert state.next_available() == 0, "a's records are not available again"
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_the_records_of_a_failed_acknowledgement_can_be_acquired_again(offset: int) -> None:
+    state = trio.run(acknowledged_after_a_failed_write)
+    taken = state.acquire("c", 10, 10, 100, 0, LOCK_MS)
+    assert any(a.first <= offset <= a.last for a in taken), taken
