@@ -116,7 +116,8 @@ class _SparseIndex:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view) :]
+                    written = os.write(fd, view)
+                    view = view[written:]
             except OSError:
                 # A full disk: cut back a partial entry and keep them all for the next try.
                 os.ftruncate(fd, size)
