@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.share.manager import MemoryStateStore, PersistedState, SharePartitionManager
 from raftka.broker.share.partition import AckType, RecordState, SharePartition
+from raftka.broker.share.persisted import StateUpdate
 
 KEY = ("g", uuid.UUID(int=7), 0)
 LOCK_MS = 1000
@@ -30,13 +31,21 @@ class FlakyStore(MemoryStateStore):
         self.entered = trio.Event()
         self.fail = trio.Event()
 
-    async def write(self, key: tuple, state: PersistedState) -> None:
+    async def _maybe_fail(self) -> None:
         if self.armed:
             self.armed = False
             self.entered.set()
             await self.fail.wait()
             raise OSError("the share coordinator did not answer")
+
+    async def write(self, key: tuple, state: PersistedState) -> None:
+        await self._maybe_fail()
         await super().write(key, state)
+
+    async def write_update(self, key: tuple, update: StateUpdate) -> None:
+        # Writes between snapshots are updates of what changed: they fail the same way.
+        await self._maybe_fail()
+        await super().write_update(key, update)
 
 
 async def acknowledged_after_a_failed_write() -> SharePartition:
