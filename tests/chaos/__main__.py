@@ -37,6 +37,15 @@ from tests.chaos.runner import WORKLOADS, ChaosConfig, ChaosResult, run_chaos
 # every kind of fault with every other, with healthy gaps between.
 LONG_MAX_FAULTS = 2
 
+# Anomaly columns every workload's summary ends with: the run's own checks.
+_ALL_WORKLOADS_KINDS = (
+    ("final", "final-read-incomplete"),
+    ("replica", "replica-divergence"),
+    ("crash", "node-crash"),
+    ("stop", "unclean-stop"),
+    ("wl", "workload-error"),
+    ("proto", "client-protocol-error"),
+)
 SUMMARY_KINDS = (
     ("lost", "lost-write"),
     ("unseen", "unseen"),
@@ -46,12 +55,7 @@ SUMMARY_KINDS = (
     ("skip", "poll-skip"),
     ("commit", "commit-backwards"),
     ("cmtd", "committed-backwards"),
-    ("final", "final-read-incomplete"),
-    ("replica", "replica-divergence"),
-    ("crash", "node-crash"),
-    ("stop", "unclean-stop"),
-    ("wl", "workload-error"),
-    ("proto", "client-protocol-error"),
+    *_ALL_WORKLOADS_KINDS,
 )
 TXN_SUMMARY_KINDS = (
     ("partial", "txn-partial"),
@@ -62,12 +66,7 @@ TXN_SUMMARY_KINDS = (
     ("incons", "inconsistent-offset"),
     ("nonmono", "nonmonotonic-poll"),
     ("skip", "poll-skip"),
-    ("final", "final-read-incomplete"),
-    ("replica", "replica-divergence"),
-    ("crash", "node-crash"),
-    ("stop", "unclean-stop"),
-    ("wl", "workload-error"),
-    ("proto", "client-protocol-error"),
+    *_ALL_WORKLOADS_KINDS,
 )
 SHARE_SUMMARY_KINDS = (
     ("twice", "acked-twice"),
@@ -76,12 +75,7 @@ SHARE_SUMMARY_KINDS = (
     ("lost", "lost"),
     ("incons", "inconsistent-offset"),
     ("drain", "drain-incomplete"),
-    ("final", "final-read-incomplete"),
-    ("replica", "replica-divergence"),
-    ("crash", "node-crash"),
-    ("stop", "unclean-stop"),
-    ("wl", "workload-error"),
-    ("proto", "client-protocol-error"),
+    *_ALL_WORKLOADS_KINDS,
 )
 # (ops column names: acknowledged, failed, unknown) and anomaly columns, per workload.
 SUMMARY_COLUMNS = {

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.chaos.netns import ChaosNetwork, ChaosSetupError, RunResources, run_command
 from tests.compat.harness import ClusterNode, ClusterProcess, _recv_exactly, split_host_port
@@ -267,8 +268,9 @@ def free_disk(disk: Path) -> None:
 # -- questions to the cluster ----------------------------------------------------------------
 
 
-def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dict[int, int]:
-    """{partition: leader node id} from Metadata; empty when no broker answered."""
+def _topic_metadata(bootstrap: str, topic: str, timeout_s: float) -> Any:
+    """The topic's Metadata (confluent-kafka's TopicMetadata), or None when no broker
+    answered or the topic has an error."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -276,23 +278,24 @@ def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dic
     try:
         md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
     except KafkaException:
-        return {}
+        return None
     if md is None or md.error is not None:
+        return None
+    return md
+
+
+def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dict[int, int]:
+    """{partition: leader node id} from Metadata; empty when no broker answered."""
+    md = _topic_metadata(bootstrap, topic, timeout_s)
+    if md is None:
         return {}
     return {p.id: p.leader for p in md.partitions.values() if p.leader >= 0}
 
 
 def partition_replicas(bootstrap: str, topic: str, timeout_s: float = 5.0) -> dict[int, list[int]]:
     """{partition: replica node ids} from Metadata; empty when no broker answered."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000, "log_level": 0})
-    try:
-        md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
-    except KafkaException:
-        return {}
-    if md is None or md.error is not None:
+    md = _topic_metadata(bootstrap, topic, timeout_s)
+    if md is None:
         return {}
     return {p.id: list(p.replicas) for p in md.partitions.values()}
 

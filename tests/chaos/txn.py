@@ -45,16 +45,13 @@ import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
     KafkaError,
     KafkaException,
     Message,
     Producer,
-    TopicPartition,
 )
 
 from tests.chaos.checker import (
@@ -66,13 +63,10 @@ from tests.chaos.checker import (
 )
 from tests.chaos.history import Event
 from tests.chaos.workload import (
-    POLL_BATCH,
-    POLL_TIMEOUT_S,
+    AssignConsumer,
     Worker,
     WorkloadConfig,
     client_config,
-    consumer_config,
-    record_poll,
 )
 
 TXN_ANOMALY_KINDS = (
@@ -254,29 +248,10 @@ def _describe(exc: BaseException) -> str:
     return repr(exc)
 
 
-class ReadCommittedConsumer(Worker):
+class ReadCommittedConsumer(AssignConsumer):
     """Reads every partition from the beginning with read_committed, for the whole run."""
 
-    def work(self) -> None:
-        group = f"{self.config.group}-{self.process}"  # never joined; librdkafka wants one
-        consumer = Consumer(
-            {
-                **consumer_config(self.config, self.logger, group),
-                "isolation.level": "read_committed",
-            }
-        )
-        partitions = list(range(self.config.partitions))
-        consumer.assign(
-            [TopicPartition(self.config.topic, p, OFFSET_BEGINNING) for p in partitions]
-        )
-        self.history.record("assign", process=self.process, partitions=partitions, how="assign")
-        try:
-            while not self.stop_event.is_set():
-                record_poll(
-                    self.history, self.process, consumer.consume(POLL_BATCH, POLL_TIMEOUT_S)
-                )
-        finally:
-            consumer.close()
+    extra_config: ClassVar[dict[str, str]] = {"isolation.level": "read_committed"}
 
 
 def start_txn_workload(

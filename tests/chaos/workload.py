@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -283,15 +283,15 @@ def consumer_config(config: WorkloadConfig, logger: logging.Logger, group: str) 
 class AssignConsumer(Worker):
     """Reads every partition from the beginning by `assign`, for the whole run."""
 
+    #: Client settings over the workload's consumer config. Each Fetch's offset and
+    #: broker, what its answer enqueued, and any seek or offset validation go to
+    #: clients.log: a poll-skip can be traced to its cause.
+    extra_config: ClassVar[dict[str, str]] = {"debug": "fetch,topic"}
+
     def work(self) -> None:
         group = f"{self.config.group}-{self.process}"  # never joined; librdkafka wants one
         consumer = Consumer(
-            {
-                **consumer_config(self.config, self.logger, group),
-                # Each Fetch's offset and broker, what its answer enqueued, and any seek or
-                # offset validation go to clients.log: a poll-skip can be traced to its cause.
-                "debug": "fetch,topic",
-            }
+            {**consumer_config(self.config, self.logger, group), **self.extra_config}
         )
         partitions = list(range(self.config.partitions))
         consumer.assign(

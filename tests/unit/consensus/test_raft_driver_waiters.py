@@ -265,6 +265,13 @@ def test_callbacks_of_a_removed_group_get_the_removal_error() -> None:
         group.on_committed(5, 30, None, outcomes.append)
 
 
+def _serve_syncs(node: RaftNode) -> None:
+    """The node's sync tickets, served by hand (as `run_syncs` would)."""
+    while node._tickets:
+        ticket = node._tickets.pop(0)
+        ticket.group._synced(ticket)
+
+
 def test_answered_callbacks_do_not_pile_up_until_their_deadline() -> None:
     """Every callback answered long before its deadline: the node's deadline heap is
     compacted, so its size stays bounded however many requests pass (not 30 s of them)."""
@@ -273,9 +280,7 @@ def test_answered_callbacks_do_not_pile_up_until_their_deadline() -> None:
     group = node.add_raft_group("alone-0", frozenset({1}), MemoryRaftGroupStorage())
     for _ in range(4):
         node.tick()
-        while node._tickets:
-            ticket = node._tickets.pop(0)
-            ticket.group._synced(ticket)
+        _serve_syncs(node)
     assert group.role is Role.LEADER
     outcomes: list[MarkOutcome] = []
     largest = 0
@@ -284,9 +289,7 @@ def test_answered_callbacks_do_not_pile_up_until_their_deadline() -> None:
         group.on_committed(entry.end_offset, 30, entry.epoch, outcomes.append)
         largest = max(largest, len(node._deadlines))
         group.write_proposed()
-        while node._tickets:  # the sync tickets, served by hand (as `run_syncs` would)
-            ticket = node._tickets.pop(0)
-            ticket.group._synced(ticket)
+        _serve_syncs(node)
     assert outcomes == [None] * 5000
     assert largest <= 2100, largest
     node._expire_subscriptions(time.monotonic() + 60)
