@@ -207,3 +207,42 @@ def test_an_observer_shard_killed_does_not_stop_metadata_changes_and_catches_up(
         "shard 3's metadata log end to reach the voter's",
     )
     assert (ends["voters"], ends["observers"]) == ([1], [2, 3]), ends
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_preferred_leader_election_spreads_leaders_evenly_over_the_shards(
+    broker_factory: Callable[..., BrokerProcess], shards: int
+) -> None:
+    """Six partitions of RF 1 and of RF 2: placement makes each shard the preferred leader of
+    6 / N of them, and the controller's preferred-leader election (checked every second
+    here) moves any leadership Raft gave another replica back, so each shard leads 6 / N."""
+    kafka_port, raft_port = free_port_run(shards), free_port_run(shards)
+    launcher = broker_factory(
+        port=kafka_port,
+        extra_args=["--shards", str(shards), "--raft-listen", f"127.0.0.1:{raft_port}"]
+        + ["--config", "leader.imbalance.check.interval.seconds=1"],
+        startup_timeout_s=60,
+    )
+    ids = list(range(1, shards + 1))
+    bootstrap = ",".join(f"127.0.0.1:{kafka_port + i}" for i in range(shards))
+    for i in range(shards):
+        wait_until(
+            lambda i=i: metadata_brokers(f"127.0.0.1:{kafka_port + i}")[0] == ids,
+            60,
+            f"shard {i + 1} to list brokers {ids}",
+        )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for replication_factor in (1, 2):
+        topic = f"spread-rf{replication_factor}-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, topic, partitions=6, replication_factor=replication_factor)
+
+        def leaders(topic: str = topic) -> dict[int, int] | None:
+            parts = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
+            if any(p.leader != p.replicas[0] for p in parts.values()):
+                return None  # not every partition is led by its preferred replica yet
+            return {p.id: p.leader for p in parts.values()}
+
+        led = wait_until(leaders, 60, f"every partition of {topic} led by its preferred replica")
+        per_shard = {node: list(led.values()).count(node) for node in ids}
+        assert per_shard == dict.fromkeys(ids, 6 // shards), f"{topic}: {led}"
+    launcher.stop(timeout=60)
