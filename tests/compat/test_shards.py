@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from brokers import Brokers
@@ -99,8 +100,13 @@ def test_a_shard_that_cannot_start_stops_the_others_and_the_launcher_fails(
 
 def quorum(bootstrap: str) -> dict[str, object]:
     """`raftka cluster quorum` (DescribeQuorum of the metadata log) as its JSON document."""
+    return cluster_cli(bootstrap, "quorum")
+
+
+def cluster_cli(bootstrap: str, action: str) -> dict[str, Any]:
+    """`raftka cluster ACTION --output json` as its JSON document."""
     done = subprocess.run(
-        [sys.executable, "-m", "raftka.broker", "cluster", "quorum"]
+        [sys.executable, "-m", "raftka.broker", "cluster", action]
         + ["--bootstrap-servers", bootstrap, "--output", "json"],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -108,7 +114,7 @@ def quorum(bootstrap: str) -> dict[str, object]:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    document: dict[str, object] = json.loads(done.stdout)
+    document: dict[str, Any] = json.loads(done.stdout)
     return document
 
 
@@ -135,6 +141,9 @@ def test_three_shards_one_metadata_voter_two_observers_topics_through_any_shard(
     for port in ports:  # every shard answers it alike (it asks the controller)
         seen = quorum(f"127.0.0.1:{port}")
         assert (seen["leader"], seen["voters"], seen["observers"]) == (1, [1], [2, 3]), seen
+    status = cluster_cli(f"127.0.0.1:{ports[1]}", "status")
+    roles = {b["id"]: b["metadata_role"] for b in status["brokers"]}
+    assert roles == {1: "voter", 2: "observer", 3: "observer"}, status["brokers"]
     # Created through an observer shard alone (forwarded to the controller, shard 1), seen
     # by every shard's Metadata.
     made = []
