@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from brokers import Brokers
 from clients import consume, create_topic, produce, wait_until
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import (
     REPO_ROOT,
@@ -255,3 +256,43 @@ def test_preferred_leader_election_spreads_leaders_evenly_over_the_shards(
         per_shard = {node: list(led.values()).count(node) for node in ids}
         assert per_shard == dict.fromkeys(ids, 6 // shards), f"{topic}: {led}"
     launcher.stop(timeout=60)
+
+
+def test_while_the_voting_shard_is_down_metadata_cannot_change_but_data_flows(
+    brokers: Brokers,
+) -> None:
+    """Shard 1, the only metadata voter, killed: the other shards' partitions still take
+    and serve records, a new topic cannot be made (no controller), and once shard 1 is back
+    one can."""
+    cluster: ClusterProcess = brokers.cluster(3, name="voterdown", start=False)
+    voter = f"1@127.0.0.1:{cluster.nodes[0].raft_port}"
+    for node in cluster.nodes:
+        node.extra_args += ["--config", f"controller.quorum.voters={voter}"]
+    cluster.start()
+    topic = f"data-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster.bootstrap, topic, partitions=3, replication_factor=1)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    parts = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
+    led_elsewhere = sorted(p.id for p in parts.values() if p.leader != 1)
+    assert len(led_elsewhere) == 2, {p.id: p.leader for p in parts.values()}
+
+    cluster.node(1).kill()  # SIGKILL
+    others = ",".join(n.bootstrap for n in (cluster.node(2), cluster.node(3)))
+    records = [
+        {"partition": p, "value": f"v{p}-{i}".encode()} for p in led_elsewhere for i in range(20)
+    ]
+    result = produce(others, topic, records, acks="all")
+    assert all(r.error is None for r in result.reports), [r.error for r in result.reports]
+    read = consume(others, topic, partitions=led_elsewhere, count=40)
+    for p in led_elsewhere:
+        assert [m.value() for m in read[p]] == [f"v{p}-{i}".encode() for i in range(20)]
+    blocked = f"blocked-{uuid.uuid4().hex[:6]}"
+    other_admin = AdminClient({"bootstrap.servers": others})
+    futures = other_admin.create_topics([NewTopic(blocked, 1, 1)], request_timeout=20)
+    with pytest.raises(KafkaException):
+        futures[blocked].result(timeout=60)
+
+    cluster.node(1).start()
+    after = f"after-{uuid.uuid4().hex[:6]}"
+    create_topic(others, after, partitions=1, replication_factor=1)
+    wait_until(lambda: after in topic_names(cluster.node(3).bootstrap), 30, f"{after} on shard 3")
