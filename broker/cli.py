@@ -87,7 +87,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run N broker processes on this host as one cluster (one per core): node ids, "
         "Kafka, Raft and metrics.listen ports counted up from the given ones, data in "
-        "DATA_DIR/shard-ID, broker.rack = host name",
+        "DATA_DIR/shard-ID, broker.rack = host name; the first shard votes on the cluster "
+        "metadata, the others observe it",
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     serve.add_argument(
@@ -133,14 +134,21 @@ def shard_commands(
 
     Shard i (from 0) is node `first_node_id + i` on Kafka port `listen.port + i` and Raft port
     `raft_listen.port + i` (default: Kafka port + 10000), with data in `<dir>/shard-<id>` of each
-    log directory,
-    every shard listed in `--peers`; `broker.rack` is `rack` unless configured, and a
-    configured `metrics.listen` (and `console.listen`) port is counted up like the others.
+    log directory, every shard listed in `--peers` and the first the only metadata voter
+    (`controller.quorum.voters`), the others its observers; `broker.rack` is `rack` unless
+    configured, and a configured `metrics.listen` (and `console.listen`) port is counted up
+    like the others.
     `passthrough` (configs, config file, logging options) goes to every shard. Raises
     ValueError naming what cannot be split across shards.
     """
     if shards < 1:
         raise ValueError(f"--shards must be at least 1, got {shards}")
+    if config.get_optional_str("controller.quorum.voters"):
+        raise ValueError(
+            "controller.quorum.voters cannot be given with --shards: the first shard is the "
+            "metadata voter and the others observe it; start the shards one by one with "
+            "--node-id and --peers to choose other voters"
+        )
     if config.get_optional_str("advertised.listeners"):
         raise ValueError(
             "advertised.listeners cannot be given with --shards: each shard advertises its "
@@ -175,10 +183,13 @@ def shard_commands(
     peers = ",".join(
         f"{node_id}@{raft_base.host}:{raft_base.port + i}" for i, node_id in enumerate(node_ids)
     )
+    # One metadata voter per host, the first shard; the others observe the metadata quorum.
+    voter = f"{node_ids[0]}@{raft_base.host}:{raft_base.port}"
     commands = []
     for i, node_id in enumerate(node_ids):
         argv = [sys.executable, "-m", "raftka.broker", "serve", *passthrough]
         argv += ["--node-id", str(node_id), "--peers", peers]
+        argv += ["--config", f"controller.quorum.voters={voter}"]
         argv += ["--listen", f"{listen.host}:{listen.port + i}"]
         argv += ["--raft-listen", f"{raft_base.host}:{raft_base.port + i}"]
         shard_dirs = [str(d / f"shard-{node_id}") for d in log_dirs]
@@ -327,6 +338,34 @@ def _kraft_voters(config: BrokerConfig, node_id: int) -> dict[int, Listener]:
     return {} if set(voters) == {node_id} else voters
 
 
+def _metadata_voters(config: BrokerConfig, peers: dict[int, Listener]) -> frozenset[int] | None:
+    """Kafka's `controller.quorum.voters` given with --peers: which of the peers vote on the
+    cluster metadata at its first start (the others are observers, as Kafka's brokers are
+    of its controllers); None if it is not given (every peer votes). ConfigError naming a
+    voter that is not one of the peers, or is there at another address."""
+    text = config.get_optional_str("controller.quorum.voters")
+    if not text:
+        return None
+    try:
+        voters = ClusterSpec.parse_peers(text)
+    except ValueError:
+        raise ConfigError(
+            f"controller.quorum.voters: expected ID@HOST:PORT,..., got {text!r}"
+        ) from None
+    for node, address in sorted(voters.items()):
+        if node not in peers:
+            raise ConfigError(
+                f"controller.quorum.voters: voter {node} is not one of the --peers "
+                f"({', '.join(str(n) for n in sorted(peers))}); every voter must be a peer"
+            )
+        if peers[node] != address:
+            raise ConfigError(
+                f"controller.quorum.voters: voter {node} is at {address.host}:{address.port} "
+                f"but --peers has it at {peers[node].host}:{peers[node].port}"
+            )
+    return frozenset(voters)
+
+
 def _print_configs() -> None:
     from raftka.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS
 
@@ -376,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         listener = Listener.parse(args.listen) if args.listen else None
         node_id = config.get_int("node.id")
         _check_process_roles(config)
-        peers = ClusterSpec.parse_peers(args.peers) or _kraft_voters(config, node_id)
+        peers = ClusterSpec.parse_peers(args.peers)
+        metadata_voters = _metadata_voters(config, peers) if peers else None
+        peers = peers or _kraft_voters(config, node_id)
         raft_listen = Listener.parse(args.raft_listen) if args.raft_listen else None
         if peers and node_id not in peers:
             raise ValueError(f"--peers must include this broker's node id {node_id}")
@@ -386,7 +427,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.join and not peers:
             raise ValueError("--join needs --peers: the running cluster's brokers and this one")
         cluster = ClusterSpec(
-            raft_listen=raft_listen, peers=peers, join=args.join, given_cluster_id=args.cluster_id
+            raft_listen=raft_listen,
+            peers=peers,
+            join=args.join,
+            given_cluster_id=args.cluster_id,
+            metadata_voters=metadata_voters,
         )
         log_dirs = _log_dirs(args, config)
     except (ConfigError, ValueError, OSError) as exc:

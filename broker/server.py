@@ -104,6 +104,10 @@ class ClusterSpec:
     join: bool = False
     #: The cluster's id when given (`--cluster-id`): taken instead of one derived from peers.
     given_cluster_id: str | None = None
+    #: The metadata voters at the cluster's first start when not every peer is one
+    #: (`controller.quorum.voters` with --peers, as `--shards` sets it); the other peers
+    #: register as observers of the metadata quorum.
+    metadata_voters: frozenset[int] | None = None
 
     @classmethod
     def parse_peers(cls, text: str) -> dict[int, Listener]:
@@ -118,6 +122,8 @@ class ClusterSpec:
 
     def voters(self, node_id: int) -> frozenset[int]:
         """The metadata voters until the metadata log records a change of them."""
+        if self.metadata_voters is not None:
+            return self.metadata_voters
         if self.join:
             return frozenset(self.peers) - {node_id}
         return frozenset(self.peers) | {node_id}

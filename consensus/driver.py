@@ -782,10 +782,14 @@ class RaftGroup:
 
     def _refresh_ticked(self) -> None:
         """Keep this group in the node's tick set exactly while its clock matters: a
-        leader that is the only voter has no followers to heartbeat and no election to
-        fear, so ticking it would only cost CPU on a node with many partitions."""
+        leader that is the only voter and has no learners has no followers to heartbeat and
+        no election to fear, so ticking it would only cost CPU on a node with many
+        partitions. With learners it heartbeats them: a learner never campaigns, so an
+        append it lost (it was down) is resent only when a heartbeat's answer asks."""
         core = self._core
-        ticked = not self.removed and not (core.role is Role.LEADER and len(core.voters) == 1)
+        ticked = not self.removed and not (
+            core.role is Role.LEADER and len(core.voters) == 1 and not core.learners
+        )
         if ticked != self._ticked:
             self._ticked = ticked
             self._node._set_ticked(self, ticked)

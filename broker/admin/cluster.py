@@ -9,7 +9,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TextIO
 
-from raftka.broker.admin.common import Document, Target, print_table
+from raftka.broker.admin.common import AdminError, Document, Target, print_table
+from raftka.broker.admin.membership import describe_quorum
 from raftka.broker.admin.partitions import (
     PROBE_TIMEOUT_MAX_S,
     ReplicaLag,
@@ -79,6 +80,7 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
             offline_dirs = dict(zip(nodes, found, strict=True))
     states = list(by_partition.values())
     answered = answering(target, metadata)
+    roles = _metadata_roles(target)
     brokers = []
     for broker in sorted(metadata.brokers.values(), key=lambda b: b.id):
         brokers.append(
@@ -89,6 +91,7 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
                 "rack": racks.get(broker.id),
                 "in_metadata": True,
                 "answers": answered.get(broker.id, False),
+                "metadata_role": roles.get(broker.id),
                 "leads": sum(1 for s in states if s.leader == broker.id),
                 "replicas": sum(1 for s in states if broker.id in s.replicas),
                 "offline_log_dirs": offline_dirs.get(broker.id) or [],
@@ -105,6 +108,7 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
                 "rack": None,
                 "in_metadata": False,
                 "answers": False,
+                "metadata_role": roles.get(broker_id),
                 "leads": sum(1 for s in states if s.leader == broker_id),
                 "replicas": sum(1 for s in states if broker_id in s.replicas),
                 "offline_log_dirs": [],
@@ -139,6 +143,18 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
     }
 
 
+def _metadata_roles(target: Target) -> dict[int, str]:
+    """Broker id -> "voter" or "observer" of the metadata quorum (DescribeQuorum); empty
+    when no broker answers it (the roles are then left blank)."""
+    try:
+        quorum = describe_quorum(target)
+    except (AdminError, WireError, OSError):
+        return {}
+    roles = dict.fromkeys(quorum["observers"], "observer")
+    roles.update(dict.fromkeys(quorum["voters"], "voter"))
+    return roles
+
+
 def _broker_status(broker: Document) -> str:
     if not broker["in_metadata"]:
         return "not in metadata"
@@ -158,13 +174,14 @@ def print_status(document: Document, out: TextIO) -> None:
     )
     print(file=out)
     print_table(
-        ["BROKER", "HOST:PORT", "RACK", "STATUS", "CONTROLLER", "LEADERS", "REPLICAS"],
+        ["BROKER", "HOST:PORT", "RACK", "STATUS", "METADATA", "CONTROLLER", "LEADERS", "REPLICAS"],
         [
             [
                 b["id"],
                 f"{b['host']}:{b['port']}" if b["in_metadata"] else "-",
                 b["rack"],
                 _broker_status(b),
+                b.get("metadata_role") or "",
                 "yes" if b["id"] == document["controller_id"] else "",
                 b["leads"],
                 b["replicas"],

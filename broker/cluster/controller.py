@@ -172,7 +172,9 @@ class Controller:
             METADATA_GROUP,
             self.log,
             hard_states,
-            voters == frozenset({self.node_id}),
+            # Alone: no observers either (a voter with observers may later gain voters, so
+            # its log end is not always committed).
+            voters == frozenset({self.node_id}) and not node.transport.peer_ids,
             snapshot_source=self.retention.snapshot_ending_at,
             on_snapshot=self._install_snapshot,
         )

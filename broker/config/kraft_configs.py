@@ -32,7 +32,8 @@ KRAFT_CONFIGS: tuple[ConfigDef, ...] = (
         LIST,
         "",
         "ID@HOST:PORT,... the metadata voters' controller listeners: --peers when that is not "
-        "given (one voter, this node, is a single broker).",
+        "given (one voter, this node, is a single broker); with --peers, which of them vote on "
+        "the metadata at the cluster's first start, the others observing it.",
         read_only=True,
     ),
     *(

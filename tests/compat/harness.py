@@ -156,6 +156,11 @@ def free_port_pair(host: str = "127.0.0.1") -> int:
     return _worker_ports().take(2, host)
 
 
+def free_port_run(count: int, host: str = "127.0.0.1") -> int:
+    """A port p such that p to p + count - 1 are all free and none was handed out before."""
+    return _worker_ports().take(count, host)
+
+
 def free_ports(names: Iterable[str], host: str = "127.0.0.1") -> dict[str, int]:
     """One free port per name (a listener's, say), all distinct."""
     return {name: free_port(host) for name in names}

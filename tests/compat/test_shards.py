@@ -1,19 +1,33 @@
-"""`raftka serve --shards 2`: two broker processes on one host as one cluster, reached by a
-real client, partitions led by both, stopped together by one SIGTERM."""
+"""`raftka serve --shards N`: N broker processes on one host as one cluster, reached by a
+real client, partitions led by all of them, stopped together by one SIGTERM; the first shard
+the only voter of the cluster metadata, the others its observers, which keep it going when one
+of them dies and catch up when it returns."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from brokers import Brokers
 from clients import consume, create_topic, produce, wait_until
-from confluent_kafka.admin import AdminClient
-from harness import REPO_ROOT, BrokerProcess, free_port_pair, metadata_brokers
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+from harness import (
+    REPO_ROOT,
+    BrokerProcess,
+    ClusterProcess,
+    free_port_pair,
+    free_port_run,
+    metadata_brokers,
+)
+from test_cluster import raw_metadata
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -83,3 +97,202 @@ def test_a_shard_that_cannot_start_stops_the_others_and_the_launcher_fails(
     assert done.returncode == 1, done.stderr[-3000:]
     assert f"cannot serve on 127.0.0.1:{kafka_port + 1}" in done.stderr
     assert "shard node 2 exited with code 1; stopping the other shards" in done.stderr
+
+
+def quorum(bootstrap: str) -> dict[str, object]:
+    """`raftka cluster quorum` (DescribeQuorum of the metadata log) as its JSON document."""
+    return cluster_cli(bootstrap, "quorum")
+
+
+def cluster_cli(bootstrap: str, action: str) -> dict[str, Any]:
+    """`raftka cluster ACTION --output json` as its JSON document."""
+    done = subprocess.run(
+        [sys.executable, "-m", "raftka.broker", "cluster", action]
+        + ["--bootstrap-servers", bootstrap, "--output", "json"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    return {t.name for t in raw_metadata(bootstrap).topics}
+
+
+def test_three_shards_one_metadata_voter_two_observers_topics_through_any_shard(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    kafka_port, raft_port = free_port_run(3), free_port_run(3)
+    launcher = broker_factory(
+        port=kafka_port,
+        extra_args=["--shards", "3", "--raft-listen", f"127.0.0.1:{raft_port}"],
+        startup_timeout_s=60,
+    )
+    ports = [kafka_port, kafka_port + 1, kafka_port + 2]
+    for port in ports:
+        wait_until(
+            lambda port=port: metadata_brokers(f"127.0.0.1:{port}")[0] == [1, 2, 3],
+            60,
+            f"the shard on port {port} to list brokers 1-3",
+        )
+    for port in ports:  # every shard answers it alike (it asks the controller)
+        seen = quorum(f"127.0.0.1:{port}")
+        assert (seen["leader"], seen["voters"], seen["observers"]) == (1, [1], [2, 3]), seen
+    status = cluster_cli(f"127.0.0.1:{ports[1]}", "status")
+    roles = {b["id"]: b["metadata_role"] for b in status["brokers"]}
+    assert roles == {1: "voter", 2: "observer", 3: "observer"}, status["brokers"]
+    # Created through an observer shard alone (forwarded to the controller, shard 1), seen
+    # by every shard's Metadata.
+    made = []
+    for port in ports[1:]:
+        topic = f"via-{port}-{uuid.uuid4().hex[:6]}"
+        create_topic(f"127.0.0.1:{port}", topic, partitions=3, replication_factor=1)
+        made.append(topic)
+        for other in ports:
+            wait_until(
+                lambda other=other, topic=topic: topic in topic_names(f"127.0.0.1:{other}"),
+                30,
+                f"{topic} in the Metadata of the shard on port {other}",
+            )
+    leaders = {
+        p.leader
+        for p in AdminClient({"bootstrap.servers": f"127.0.0.1:{ports[2]}"})
+        .list_topics(topic=made[0], timeout=10)
+        .topics[made[0]]
+        .partitions.values()
+    }
+    assert leaders == {1, 2, 3}, f"the 3 partitions are not led by one shard each: {leaders}"
+    launcher.stop(timeout=60)
+
+
+def test_an_observer_shard_killed_does_not_stop_metadata_changes_and_catches_up(
+    brokers: Brokers,
+) -> None:
+    """The shards as `--shards 3` starts them (one process each here, as when they are
+    started one by one, so one can die alone): shard 1 the only metadata voter."""
+    cluster: ClusterProcess = brokers.cluster(3, name="shards", start=False)
+    voter = f"1@127.0.0.1:{cluster.nodes[0].raft_port}"
+    for node in cluster.nodes:
+        node.extra_args += ["--config", f"controller.quorum.voters={voter}"]
+    cluster.start()
+    seen = quorum(cluster.bootstrap)
+    assert (seen["voters"], seen["observers"]) == ([1], [2, 3]), seen
+
+    observer = cluster.node(3)
+    observer.kill()  # SIGKILL
+    alive = ",".join(n.bootstrap for n in (cluster.node(1), cluster.node(2)))
+    during = f"during-{uuid.uuid4().hex[:6]}"
+    # Committed by the voter alone (placement may put a partition on the dead shard, which
+    # is still registered, so its leaders are not waited for here).
+    admin = AdminClient({"bootstrap.servers": cluster.node(2).bootstrap})
+    created = admin.create_topics(
+        [NewTopic(during, num_partitions=2, replication_factor=1)], request_timeout=30
+    )
+    created[during].result(timeout=60)
+    wait_until(
+        lambda: during in topic_names(cluster.node(1).bootstrap),
+        30,
+        f"{during} in shard 1's Metadata",
+    )
+    seen = quorum(alive)
+    assert (seen["voters"], seen["observers"]) == ([1], [2, 3]), seen
+
+    observer.start()  # comes back from its own data directory
+    wait_until(
+        lambda: during in topic_names(observer.bootstrap),
+        60,
+        f"the restarted shard 3 to list {during} (it caught up with the metadata log)",
+    )
+    ends = wait_until(
+        lambda: (
+            (q := quorum(cluster.bootstrap))["log_end_offsets"]["3"]  # type: ignore[index]
+            == q["log_end_offsets"]["1"]  # type: ignore[index]
+            and q
+        ),
+        60,
+        "shard 3's metadata log end to reach the voter's",
+    )
+    assert (ends["voters"], ends["observers"]) == ([1], [2, 3]), ends
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_preferred_leader_election_spreads_leaders_evenly_over_the_shards(
+    broker_factory: Callable[..., BrokerProcess], shards: int
+) -> None:
+    """Six partitions of RF 1 and of RF 2: placement makes each shard the preferred leader of
+    6 / N of them, and the controller's preferred-leader election (checked every second
+    here) moves any leadership Raft gave another replica back, so each shard leads 6 / N."""
+    kafka_port, raft_port = free_port_run(shards), free_port_run(shards)
+    launcher = broker_factory(
+        port=kafka_port,
+        extra_args=["--shards", str(shards), "--raft-listen", f"127.0.0.1:{raft_port}"]
+        + ["--config", "leader.imbalance.check.interval.seconds=1"],
+        startup_timeout_s=60,
+    )
+    ids = list(range(1, shards + 1))
+    bootstrap = ",".join(f"127.0.0.1:{kafka_port + i}" for i in range(shards))
+    for i in range(shards):
+        wait_until(
+            lambda i=i: metadata_brokers(f"127.0.0.1:{kafka_port + i}")[0] == ids,
+            60,
+            f"shard {i + 1} to list brokers {ids}",
+        )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for replication_factor in (1, 2):
+        topic = f"spread-rf{replication_factor}-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, topic, partitions=6, replication_factor=replication_factor)
+
+        def leaders(topic: str = topic) -> dict[int, int] | None:
+            parts = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
+            if any(p.leader != p.replicas[0] for p in parts.values()):
+                return None  # not every partition is led by its preferred replica yet
+            return {p.id: p.leader for p in parts.values()}
+
+        led = wait_until(leaders, 60, f"every partition of {topic} led by its preferred replica")
+        per_shard = {node: list(led.values()).count(node) for node in ids}
+        assert per_shard == dict.fromkeys(ids, 6 // shards), f"{topic}: {led}"
+    launcher.stop(timeout=60)
+
+
+def test_while_the_voting_shard_is_down_metadata_cannot_change_but_data_flows(
+    brokers: Brokers,
+) -> None:
+    """Shard 1, the only metadata voter, killed: the other shards' partitions still take
+    and serve records, a new topic cannot be made (no controller), and once shard 1 is back
+    one can."""
+    cluster: ClusterProcess = brokers.cluster(3, name="voterdown", start=False)
+    voter = f"1@127.0.0.1:{cluster.nodes[0].raft_port}"
+    for node in cluster.nodes:
+        node.extra_args += ["--config", f"controller.quorum.voters={voter}"]
+    cluster.start()
+    topic = f"data-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster.bootstrap, topic, partitions=3, replication_factor=1)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    parts = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
+    led_elsewhere = sorted(p.id for p in parts.values() if p.leader != 1)
+    assert len(led_elsewhere) == 2, {p.id: p.leader for p in parts.values()}
+
+    cluster.node(1).kill()  # SIGKILL
+    others = ",".join(n.bootstrap for n in (cluster.node(2), cluster.node(3)))
+    records = [
+        {"partition": p, "value": f"v{p}-{i}".encode()} for p in led_elsewhere for i in range(20)
+    ]
+    result = produce(others, topic, records, acks="all")
+    assert all(r.error is None for r in result.reports), [r.error for r in result.reports]
+    read = consume(others, topic, partitions=led_elsewhere, count=40)
+    for p in led_elsewhere:
+        assert [m.value() for m in read[p]] == [f"v{p}-{i}".encode() for i in range(20)]
+    blocked = f"blocked-{uuid.uuid4().hex[:6]}"
+    other_admin = AdminClient({"bootstrap.servers": others})
+    futures = other_admin.create_topics([NewTopic(blocked, 1, 1)], request_timeout=20)
+    with pytest.raises(KafkaException):
+        futures[blocked].result(timeout=60)
+
+    cluster.node(1).start()
+    after = f"after-{uuid.uuid4().hex[:6]}"
+    create_topic(others, after, partitions=1, replication_factor=1)
+    wait_until(lambda: after in topic_names(cluster.node(3).bootstrap), 30, f"{after} on shard 3")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from raftka.broker.cli import _log_dirs, main
+from raftka.broker.cli import _log_dirs, _metadata_voters, main
 from raftka.broker.config import BrokerConfig
 from raftka.broker.security.listeners import controller_listener, resolve_listeners
+from raftka.broker.server import ClusterSpec
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,44 @@ def test_what_raftka_cannot_do_stops_the_start(
 ) -> None:
     assert main(["serve", "--config", config]) == 2
     assert complaint in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("voters", "complaint"),
+    [
+        (
+            "3@127.0.0.1:19003",
+            "controller.quorum.voters: voter 3 is not one of the --peers (1, 2); every voter "
+            "must be a peer",
+        ),
+        (
+            "1@127.0.0.1:19009",
+            "controller.quorum.voters: voter 1 is at 127.0.0.1:19009 but --peers has it at "
+            "127.0.0.1:19001",
+        ),
+        ("1@nonsense", "controller.quorum.voters: expected ID@HOST:PORT"),
+    ],
+)
+def test_metadata_voters_outside_the_peers_stop_the_start_naming_them(
+    voters: str, complaint: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["serve", "--node-id", "2", "--peers", "1@127.0.0.1:19001,2@127.0.0.1:19002"]
+    argv += ["--config", f"controller.quorum.voters={voters}", "--data-dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert complaint in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing was started or written
+
+
+def test_with_peers_controller_quorum_voters_names_the_voters_the_rest_observe() -> None:
+    peers = ClusterSpec.parse_peers("1@127.0.0.1:19001,2@127.0.0.1:19002,3@127.0.0.1:19003")
+    config = BrokerConfig({"controller.quorum.voters": "1@127.0.0.1:19001"}, environ={})
+    voters = _metadata_voters(config, peers)
+    assert voters == {1}
+    # Every node is given the same voters, an observer (2, 3) as the voter (1) is.
+    for node in (1, 2, 3):
+        assert ClusterSpec(peers=peers, metadata_voters=voters).voters(node) == {1}
+    assert _metadata_voters(BrokerConfig({}, environ={}), peers) is None
+    assert ClusterSpec(peers=peers).voters(2) == {1, 2, 3}
 
 
 def test_the_controller_listener_is_the_raft_listener_not_a_client_one() -> None:

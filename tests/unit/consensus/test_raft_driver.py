@@ -370,6 +370,40 @@ def test_single_voter_leaders_are_not_ticked() -> None:
     assert node.ticked_group_count == 0
 
 
+def test_a_single_voter_leader_with_a_learner_is_ticked() -> None:
+    """A learner never campaigns: what it lost while down reaches it only through the
+    leader's heartbeats, so the only voter keeps ticking while it has learners."""
+    transport = PeerTransport(1, ("127.0.0.1", 0), {2: ("127.0.0.1", 1)})
+    node = RaftNode(1, transport, tick_ms=TICK_MS, election_timeout_ticks=3)
+    group = node.add_raft_group("metadata", frozenset({1}), MemoryRaftGroupStorage())
+
+    async def change(**kwargs: int) -> None:
+        entry = group.propose_config_change(**kwargs)
+        assert await group.wait_committed(entry.end_offset, timeout_s=10)
+
+    async def scenario() -> None:
+        with trio.fail_after(30):
+            await leads_then_learner_comes_and_goes()
+
+    async def leads_then_learner_comes_and_goes() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.run)
+            while group.role is not Role.LEADER:
+                await trio.sleep(TICK_MS / 1000)
+            assert node.ticked_group_count == 0
+            first = group.propose(1, b"x")  # a membership change waits for its term's entry
+            assert await group.wait_committed(first.end_offset, timeout_s=10)
+            await change(add_learner=2)
+            assert group.status().learners == {2}
+            assert node.ticked_group_count == 1
+            await change(remove=2)
+            assert group.status().learners == frozenset()
+            assert node.ticked_group_count == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+
+
 def _synced_end(events: list[tuple[str, int]]) -> int:
     return max((value for kind, value in events if kind == "sync"), default=0)
 

@@ -57,7 +57,10 @@ def test_each_shard_is_a_node_with_its_own_ports_and_data_dir_all_in_peers() -> 
         assert option(argv, "--listen") == [f"127.0.0.1:{9091 + node_id}"]
         assert option(argv, "--raft-listen") == [f"127.0.0.1:{19091 + node_id}"]
         assert option(argv, "--data-dir") == [f"/d/shard-{node_id}"]
-        assert option(argv, "--config") == ["broker.rack=host-a"]
+        assert option(argv, "--config") == [
+            "controller.quorum.voters=1@127.0.0.1:19092",  # the first shard votes; others observe
+            "broker.rack=host-a",
+        ]
 
 
 def test_node_ids_raft_ports_rack_and_metrics_ports_follow_what_is_configured() -> None:
@@ -69,9 +72,9 @@ def test_node_ids_raft_ports_rack_and_metrics_ports_follow_what_is_configured() 
     assert option(argvs[0], "--peers") == ["5@10.0.0.1:7000,6@10.0.0.1:7001,7@10.0.0.1:7002"]
     # broker.rack as configured (not added); metrics.listen counted up like the other ports
     assert [option(a, "--config") for a in argvs] == [
-        ["metrics.listen=0.0.0.0:9100"],
-        ["metrics.listen=0.0.0.0:9101"],
-        ["metrics.listen=0.0.0.0:9102"],
+        ["controller.quorum.voters=5@10.0.0.1:7000", "metrics.listen=0.0.0.0:9100"],
+        ["controller.quorum.voters=5@10.0.0.1:7000", "metrics.listen=0.0.0.0:9101"],
+        ["controller.quorum.voters=5@10.0.0.1:7000", "metrics.listen=0.0.0.0:9102"],
     ]
 
 
@@ -80,6 +83,12 @@ def test_node_ids_raft_ports_rack_and_metrics_ports_follow_what_is_configured() 
     [
         (0, None, {}, "--shards must be at least 1"),
         (2, None, {"advertised_listeners": "h:1"}, "advertised.listeners cannot be given"),
+        (
+            2,
+            None,
+            {"controller_quorum_voters": "1@127.0.0.1:19092"},
+            "controller.quorum.voters cannot be given with --shards",
+        ),
         (2, Listener("127.0.0.1", 9093), {}, "would both use port 9093"),
         (2, Listener("127.0.0.1", 65535), {}, "needs ports 65535 to 65536"),
         (2, None, {"metrics_listen": "127.0.0.1:19093"}, "would both use port 19093"),
@@ -107,12 +116,12 @@ def test_a_cluster_id_starting_with_a_dash_is_taken_as_the_value() -> None:
 
 def test_console_ports_are_counted_up_too_or_share_the_metrics_port() -> None:
     apart = commands(2, console_listen="127.0.0.1:9480", metrics_listen="127.0.0.1:9100")
-    assert [option(a, "--config")[1:] for a in apart] == [
+    assert [option(a, "--config")[2:] for a in apart] == [
         ["metrics.listen=127.0.0.1:9100", "console.listen=127.0.0.1:9480"],
         ["metrics.listen=127.0.0.1:9101", "console.listen=127.0.0.1:9481"],
     ]
     shared = commands(2, console_listen="127.0.0.1:9100", metrics_listen="127.0.0.1:9100")
-    assert [option(a, "--config")[1:] for a in shared] == [
+    assert [option(a, "--config")[2:] for a in shared] == [
         ["metrics.listen=127.0.0.1:9100", "console.listen=127.0.0.1:9100"],
         ["metrics.listen=127.0.0.1:9101", "console.listen=127.0.0.1:9101"],
     ]
