@@ -318,18 +318,26 @@ def _check_process_roles(config: BrokerConfig) -> None:
         )
 
 
-def _kraft_voters(config: BrokerConfig, node_id: int) -> dict[int, Listener]:
-    """Kafka's `controller.quorum.voters` as --peers; none for a single voter that is this
-    node (a single broker needs no Raft listener)."""
+def _quorum_voters(config: BrokerConfig) -> dict[int, Listener] | None:
+    """Kafka's `controller.quorum.voters` parsed (None when not given); ConfigError when it
+    is not ID@HOST:PORT,..."""
     text = config.get_optional_str("controller.quorum.voters")
     if not text:
-        return {}
+        return None
     try:
-        voters = ClusterSpec.parse_peers(text)
+        return ClusterSpec.parse_peers(text)
     except ValueError:
         raise ConfigError(
             f"controller.quorum.voters: expected ID@HOST:PORT,..., got {text!r}"
         ) from None
+
+
+def _kraft_voters(config: BrokerConfig, node_id: int) -> dict[int, Listener]:
+    """Kafka's `controller.quorum.voters` as --peers; none for a single voter that is this
+    node (a single broker needs no Raft listener)."""
+    voters = _quorum_voters(config)
+    if voters is None:
+        return {}
     if node_id not in voters:
         raise ConfigError(
             f"controller.quorum.voters: node.id {node_id} is not one of the voters "
@@ -343,15 +351,9 @@ def _metadata_voters(config: BrokerConfig, peers: dict[int, Listener]) -> frozen
     cluster metadata at its first start (the others are observers, as Kafka's brokers are
     of its controllers); None if it is not given (every peer votes). ConfigError naming a
     voter that is not one of the peers, or is there at another address."""
-    text = config.get_optional_str("controller.quorum.voters")
-    if not text:
+    voters = _quorum_voters(config)
+    if voters is None:
         return None
-    try:
-        voters = ClusterSpec.parse_peers(text)
-    except ValueError:
-        raise ConfigError(
-            f"controller.quorum.voters: expected ID@HOST:PORT,..., got {text!r}"
-        ) from None
     for node, address in sorted(voters.items()):
         if node not in peers:
             raise ConfigError(
