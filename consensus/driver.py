@@ -212,7 +212,11 @@ class _Subscription:
     def reached(self) -> None:
         if self.finished:
             return
-        self.group._node._subscription_done()
+        self.settle()
+        self.group._node._subscription_done()  # after `finished`, so compaction drops it
+
+    def settle(self) -> None:
+        """Finish now the mark is reached (`reached` once the subscription is queued)."""
         try:
             self.group._check_epoch(self.end_offset, self.epoch)
         except NotLeaderError as exc:
@@ -222,8 +226,8 @@ class _Subscription:
 
     def failed(self, error: NotLeaderError) -> None:
         if not self.finished:
-            self.group._node._subscription_done()
             self._finish(error)
+            self.group._node._subscription_done()
 
     def timed_out(self) -> None:
         if not self.finished:
@@ -580,7 +584,7 @@ class RaftGroup:
             end_offset, self._core.role is Role.LEADER, epoch, self, callback
         )
         if mark >= end_offset:
-            subscription.reached()
+            subscription.settle()  # never queued, so not a leftover in the deadline heap
             return
         waiters.subscribe(subscription)
         self._node._expire_at(time.monotonic() + timeout_s, subscription)
@@ -1170,7 +1174,12 @@ class RaftNode:
         """Tell the subscriptions whose deadline passed (at most a tick late)."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            heapq.heappop(deadlines)[2].timed_out()
+            subscription = heapq.heappop(deadlines)[2]
+            if subscription.finished:
+                # A leftover counted by `_subscription_done` leaves the heap here.
+                self._deadlines_done -= 1
+            else:
+                subscription.timed_out()
 
     def _set_ticked(self, raft_group: RaftGroup, ticked: bool) -> None:
         if ticked:

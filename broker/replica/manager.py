@@ -180,8 +180,7 @@ class PendingAppends:
 
     @property
     def complete(self) -> bool:
-        queued = self.client_appends is not None and self.client_appends.queued
-        return not (queued or self.waits or self.commits or self.floors)
+        return self.acks_only and not self.waits
 
     def settle(self) -> bool:
         """Drop the waits for acks that are over now (after `ReplicaManager.write_proposed`
@@ -439,21 +438,10 @@ class ReplicaManager:
         timeout_s: float,
         result: AppendResult,
     ) -> None:
-        end_offset, epoch = waiting
-        try:
-            if acks == -1:
-                done = await partition.wait_high_watermark(end_offset, timeout_s, epoch)
-                missed = "not replicated to a majority in time"
-            else:
-                if partition.raft is None:
-                    raise NotLeaderError(None, f"{partition.name} is no longer hosted here")
-                done = await partition.raft.wait_durable(end_offset, timeout_s, epoch)
-                missed = "not synced to disk in time"
-            if not done:
-                result.fail(ErrorCode.request_timed_out, f"{partition.name}: {missed}")
-        except NotLeaderError as exc:
-            # KAFKA_STORAGE_ERROR when its log directory went offline meanwhile.
-            fail_unwritten(partition, result, exc)
+        """`_subscribe_ack` for a task: returns once `result` is filled in."""
+        answered = trio.Event()
+        ReplicaManager._subscribe_ack(partition, acks, waiting, timeout_s, result, answered.set)
+        await answered.wait()
 
     @staticmethod
     def _subscribe_ack(
@@ -464,8 +452,11 @@ class ReplicaManager:
         result: AppendResult,
         done: Callable[[], None],
     ) -> None:
-        """`_await_ack` as a callback of the partition's Raft group: `result` is filled in,
-        then `done()` called."""
+        """Wait for the acks of the batch ending at `waiting` (its end offset and epoch) as a
+        callback of the partition's Raft group: `result` is filled in (REQUEST_TIMED_OUT
+        after `timeout_s`, at most a node tick late; NOT_LEADER_OR_FOLLOWER or
+        KAFKA_STORAGE_ERROR when the batch was replaced or its log went offline), then
+        `done()` called."""
         end_offset, epoch = waiting
 
         def outcome(reached: MarkOutcome) -> None:
