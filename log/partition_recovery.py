@@ -17,7 +17,7 @@ from .cleaner import (
     decode_clean_request,
     read_checkpoint,
 )
-from .epochs import LeaderEpochCache
+from .epochs import LeaderEpochCache, write_file_atomically
 from .partition_core import (
     CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_CHECKPOINT,
@@ -155,6 +155,14 @@ class PartitionRecovery(PartitionCore):
                 recovery_point,
                 self.log_end_offset if recovered_from is None else recovered_from,
             )
+            if self.recovery_point < recovery_point:
+                # The file must not trust more than this open did. A truncation lowers the
+                # file only below the recovery point held here; one between the two would
+                # leave the file's higher value standing, and the next open would trust the
+                # segments it rewrote (and the leader-epoch checkpoint for them) unchecked.
+                write_file_atomically(
+                    directory / RECOVERY_POINT_FILE, f"{self.recovery_point}\n".encode()
+                )
         # A recovered segment's aborted-transaction index, or one missing or implausible, is
         # rebuilt with everything after it while the producer state is replayed.
         rebuild_from = recovered_from

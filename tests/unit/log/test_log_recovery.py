@@ -197,3 +197,42 @@ def test_index_behind_its_segment_is_rebuilt(tmp_path: Path) -> None:
     again = PartitionLog.open(tmp_path / "t-0", SMALL, NOW)
     assert [seg.offset_index.entries for seg in again.segments] == entries
     assert everything(again) == data
+
+
+def produce(log: PartitionLog, epoch: int, batches: int) -> None:
+    for _ in range(batches):
+        batch = encode_batch(count=1, value_size=20)
+        log.append(batch, validate_produce_records(batch, 1 << 20), epoch, NOW)
+
+
+def test_a_truncation_after_an_unclean_open_is_not_trusted_by_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """A killed leader restarts (its last segment recovered, so the recovery point it holds
+    is that segment's base, below the file's) and cuts its unreplicated tail inside that
+    segment. Had the file kept its higher value, the next open after another kill would
+    trust the rewritten segment and the epoch checkpoint of the old tail: epoch 1 would end
+    where the cut tail's epoch began, below offsets of epoch 1 a consumer may have fetched,
+    and librdkafka seeks back there, dropping the records it had queued."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, SMALL, NOW)
+    produce(log, epoch=1, batches=10)  # 0..9
+    log.roll(NOW)
+    produce(log, epoch=3, batches=10)  # 10..19: an old leader's tail, never committed
+    log.flush(NOW)
+    assert (directory / RECOVERY_POINT_FILE).read_text() == "20\n"
+    abandon(log)
+
+    log = PartitionLog.open(directory, SMALL, NOW)
+    assert log.recovery_point == 10  # the last segment was recovered
+    log.truncate_to(10)  # the new leader's log holds epoch 1 from there
+    produce(log, epoch=1, batches=5)  # 10..14
+    log.roll(NOW)
+    produce(log, epoch=4, batches=1)  # 15: the new leader's first batch
+    assert log.epochs.entries == [(1, 0), (4, 15)]
+    abandon(log)  # before any flush
+
+    again = PartitionLog.open(directory, SMALL, NOW)
+    assert again.epochs.entries == [(1, 0), (4, 15)]
+    assert again.end_offset_for_epoch(1) == (1, 15)
+    assert again.end_offset_for_epoch(3) == (1, 15)
