@@ -236,3 +236,35 @@ def test_a_truncation_after_an_unclean_open_is_not_trusted_by_the_next_open(
     assert again.epochs.entries == [(1, 0), (4, 15)]
     assert again.end_offset_for_epoch(1) == (1, 15)
     assert again.end_offset_for_epoch(3) == (1, 15)
+
+
+def test_a_flush_job_overtaken_by_a_truncation_leaves_its_writes_to_the_next_job(
+    tmp_path: Path,
+) -> None:
+    """A job made before a truncation writes nothing when it runs (its generation is old).
+    The leader epochs and the log start it took must still reach their files with a later
+    job, or that job raises the recovery point over segments whose epochs the checkpoint
+    lacks, and DeleteRecords is undone by the next open after a kill."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, SMALL, NOW)
+    produce(log, epoch=1, batches=5)  # 0..4
+    log.flush(NOW)
+    produce(log, epoch=2, batches=5)  # 5..9
+    log.delete_records_before(2)
+    job = log.flush_job(NOW)
+    assert job is not None
+    log.truncate_to(8)  # inside epoch 2: the epoch cache does not change
+    job()
+    produce(log, epoch=2, batches=2)  # 8..9
+    log.roll(NOW)
+    produce(log, epoch=2, batches=2)  # 10..11
+    later = log.flush_job(NOW)
+    assert later is not None
+    later()
+    assert (directory / RECOVERY_POINT_FILE).read_text() == "12\n"
+    abandon(log)
+
+    again = PartitionLog.open(directory, SMALL, NOW)
+    assert again.epochs.entries == [(1, 2), (2, 5)]
+    assert again.log_start_offset == 2
+    assert again.end_offset_for_epoch(1) == (1, 5)
