@@ -91,7 +91,6 @@ class PartitionCore:
         self._jobs_done_through = 0
         self._job_targets: dict[int, int] = {}
         self._epochs_written_by = 0
-        self._log_start_written_by = 0
         self.recovery_point = 0  # every offset below is on disk with its indexes
         # Compaction: committed or not, the clean requests in the log this replica has not
         # carried out yet (in log order), and where the last one carried out reached.

@@ -268,3 +268,27 @@ def test_a_flush_job_overtaken_by_a_truncation_leaves_its_writes_to_the_next_job
     assert again.epochs.entries == [(1, 2), (2, 5)]
     assert again.log_start_offset == 2
     assert again.end_offset_for_epoch(1) == (1, 5)
+
+
+def test_flush_jobs_finishing_out_of_order_write_epochs_and_log_start_of_one_moment(
+    tmp_path: Path,
+) -> None:
+    """Jobs may finish out of order. The later one must not write epochs that start at a
+    log start (DeleteRecords) whose file only the earlier, unfinished one was to write: the
+    next open would keep the old log start with a cache naming no epoch below the new one."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, SMALL, NOW)
+    produce(log, epoch=1, batches=5)  # 0..4
+    produce(log, epoch=2, batches=5)  # 5..9
+    log.roll(NOW)
+    log.flush(NOW)
+    log.delete_records_before(7)
+    first = log.flush_job(NOW)  # takes the log start and the epochs it moved
+    produce(log, epoch=3, batches=1)  # 10
+    second = log.flush_job(NOW)
+    assert first is not None and second is not None
+    second()
+    abandon(log)  # `first` never finished
+
+    again = PartitionLog.open(directory, SMALL, NOW)
+    assert (again.log_start_offset, again.epochs.entries) == (7, [(2, 7), (3, 10)])
