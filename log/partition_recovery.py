@@ -160,9 +160,10 @@ class PartitionRecovery(PartitionCore):
                 # file only below the recovery point held here; one between the two would
                 # leave the file's higher value standing, and the next open would trust the
                 # segments it rewrote (and the leader-epoch checkpoint for them) unchecked.
-                write_file_atomically(
-                    directory / RECOVERY_POINT_FILE, f"{self.recovery_point}\n".encode()
-                )
+                # Synced by the next flush job, as a truncation's lowering is.
+                path = directory / RECOVERY_POINT_FILE
+                write_file_atomically(path, f"{self.recovery_point}\n".encode(), durable=False)
+                self._files_to_sync.add(path)
         # A recovered segment's aborted-transaction index, or one missing or implausible, is
         # rebuilt with everything after it while the producer state is replayed.
         rebuild_from = recovered_from
