@@ -91,7 +91,6 @@ class PartitionCore:
         self._jobs_done_through = 0
         self._job_targets: dict[int, int] = {}
         self._epochs_written_by = 0
-        self._log_start_written_by = 0
         self.recovery_point = 0  # every offset below is on disk with its indexes
         # Compaction: committed or not, the clean requests in the log this replica has not
         # carried out yet (in log order), and where the last one carried out reached.
@@ -156,6 +155,11 @@ class PartitionCore:
     def _lower_recovery_point(self, offset: int) -> None:
         with self._durable_lock:
             self._durable_generation += 1
+            # Jobs made before this write neither the leader epochs nor the log start they
+            # took (they are of an old generation): the next job must, or a change they
+            # carried (an epoch appended, DeleteRecords) never reaches its file while later
+            # jobs raise the recovery point past it.
+            self._epochs_dirty = self._log_start_dirty = True
             if offset < self.recovery_point:
                 self.recovery_point = offset
                 # Not fsynced here (it runs inside a Raft Ready, on the event loop): recovery

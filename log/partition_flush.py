@@ -65,8 +65,13 @@ class PartitionFlush(PartitionCore):
             segment.write_indexes()
             descriptors += segment.fsync_targets()
             segment.dirty = False
-        epochs = self.epochs.serialize() if self._epochs_dirty else None
-        log_start = self.log_start_offset if self._log_start_dirty else None
+        # The leader epochs and the log start go together, as of one moment: a job finishing
+        # before an older one must not leave epochs that begin at a log start whose file the
+        # older job was to write (an open fits older epochs to a newer log start, not the
+        # reverse).
+        carried = self._epochs_dirty or self._log_start_dirty
+        epochs = self.epochs.serialize() if carried else None
+        log_start = self.log_start_offset if carried else None
         sync_directory = self._directory_dirty or bool(files)
         self._epochs_dirty = self._log_start_dirty = self._directory_dirty = False
         self._unflushed_messages = 0
@@ -89,6 +94,8 @@ class PartitionFlush(PartitionCore):
                     segment.txn_index.mark_unsynced()
                 self._files_to_sync |= files
                 self._directory_dirty = True
+                if carried:  # and write what this one took
+                    self._epochs_dirty = self._log_start_dirty = True
                 raise
             finally:
                 for fd in descriptors:
@@ -98,13 +105,13 @@ class PartitionFlush(PartitionCore):
             with self._durable_lock:
                 current = generation == self._durable_generation
                 if current and epochs is not None and ticket > self._epochs_written_by:
-                    write_file_atomically(directory / LEADER_EPOCH_CHECKPOINT, epochs)
-                    self._epochs_written_by = ticket
-                if current and log_start is not None and ticket > self._log_start_written_by:
+                    # The log start first: a crash between the two leaves older epochs,
+                    # which the next open cuts to the newer log start.
                     write_file_atomically(
                         directory / LOG_START_OFFSET_FILE, f"{log_start}\n".encode()
                     )
-                    self._log_start_written_by = ticket
+                    write_file_atomically(directory / LEADER_EPOCH_CHECKPOINT, epochs)
+                    self._epochs_written_by = ticket
                 self._job_targets[ticket] = target if current else -1
                 reached = -1
                 while self._jobs_done_through + 1 in self._job_targets:
@@ -138,12 +145,12 @@ class PartitionFlush(PartitionCore):
             self._durable_generation += 1
             self._job_targets.clear()
             self._jobs_done_through = self._jobs_issued
-            self._epochs_written_by = self._log_start_written_by = self._jobs_issued
+            self._epochs_written_by = self._jobs_issued
             directory = self.directory
-            write_file_atomically(directory / LEADER_EPOCH_CHECKPOINT, self.epochs.serialize())
             write_file_atomically(
                 directory / LOG_START_OFFSET_FILE, f"{self.log_start_offset}\n".encode()
             )
+            write_file_atomically(directory / LEADER_EPOCH_CHECKPOINT, self.epochs.serialize())
             write_file_atomically(
                 directory / RECOVERY_POINT_FILE, f"{self.log_end_offset}\n".encode()
             )

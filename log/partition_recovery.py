@@ -17,7 +17,7 @@ from .cleaner import (
     decode_clean_request,
     read_checkpoint,
 )
-from .epochs import LeaderEpochCache
+from .epochs import LeaderEpochCache, write_file_atomically
 from .partition_core import (
     CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_CHECKPOINT,
@@ -155,6 +155,15 @@ class PartitionRecovery(PartitionCore):
                 recovery_point,
                 self.log_end_offset if recovered_from is None else recovered_from,
             )
+            if self.recovery_point < recovery_point:
+                # The file must not trust more than this open did. A truncation lowers the
+                # file only below the recovery point held here; one between the two would
+                # leave the file's higher value standing, and the next open would trust the
+                # segments it rewrote (and the leader-epoch checkpoint for them) unchecked.
+                # Synced by the next flush job, as a truncation's lowering is.
+                path = directory / RECOVERY_POINT_FILE
+                write_file_atomically(path, f"{self.recovery_point}\n".encode(), durable=False)
+                self._files_to_sync.add(path)
         # A recovered segment's aborted-transaction index, or one missing or implausible, is
         # rebuilt with everything after it while the producer state is replayed.
         rebuild_from = recovered_from

@@ -197,3 +197,98 @@ def test_index_behind_its_segment_is_rebuilt(tmp_path: Path) -> None:
     again = PartitionLog.open(tmp_path / "t-0", SMALL, NOW)
     assert [seg.offset_index.entries for seg in again.segments] == entries
     assert everything(again) == data
+
+
+def produce(log: PartitionLog, epoch: int, batches: int) -> None:
+    for _ in range(batches):
+        batch = encode_batch(count=1, value_size=20)
+        log.append(batch, validate_produce_records(batch, 1 << 20), epoch, NOW)
+
+
+def test_a_truncation_after_an_unclean_open_is_not_trusted_by_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """A killed leader restarts (its last segment recovered, so the recovery point it holds
+    is that segment's base, below the file's) and cuts its unreplicated tail inside that
+    segment. Had the file kept its higher value, the next open after another kill would
+    trust the rewritten segment and the epoch checkpoint of the old tail: epoch 1 would end
+    where the cut tail's epoch began, below offsets of epoch 1 a consumer may have fetched,
+    and librdkafka seeks back there, dropping the records it had queued."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, SMALL, NOW)
+    produce(log, epoch=1, batches=10)  # 0..9
+    log.roll(NOW)
+    produce(log, epoch=3, batches=10)  # 10..19: an old leader's tail, never committed
+    log.flush(NOW)
+    assert (directory / RECOVERY_POINT_FILE).read_text() == "20\n"
+    abandon(log)
+
+    log = PartitionLog.open(directory, SMALL, NOW)
+    assert log.recovery_point == 10  # the last segment was recovered
+    log.truncate_to(10)  # the new leader's log holds epoch 1 from there
+    produce(log, epoch=1, batches=5)  # 10..14
+    log.roll(NOW)
+    produce(log, epoch=4, batches=1)  # 15: the new leader's first batch
+    assert log.epochs.entries == [(1, 0), (4, 15)]
+    abandon(log)  # before any flush
+
+    again = PartitionLog.open(directory, SMALL, NOW)
+    assert again.epochs.entries == [(1, 0), (4, 15)]
+    assert again.end_offset_for_epoch(1) == (1, 15)
+    assert again.end_offset_for_epoch(3) == (1, 15)
+
+
+def test_a_flush_job_overtaken_by_a_truncation_leaves_its_writes_to_the_next_job(
+    tmp_path: Path,
+) -> None:
+    """A job made before a truncation writes nothing when it runs (its generation is old).
+    The leader epochs and the log start it took must still reach their files with a later
+    job, or that job raises the recovery point over segments whose epochs the checkpoint
+    lacks, and DeleteRecords is undone by the next open after a kill."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, SMALL, NOW)
+    produce(log, epoch=1, batches=5)  # 0..4
+    log.flush(NOW)
+    produce(log, epoch=2, batches=5)  # 5..9
+    log.delete_records_before(2)
+    job = log.flush_job(NOW)
+    assert job is not None
+    log.truncate_to(8)  # inside epoch 2: the epoch cache does not change
+    job()
+    produce(log, epoch=2, batches=2)  # 8..9
+    log.roll(NOW)
+    produce(log, epoch=2, batches=2)  # 10..11
+    later = log.flush_job(NOW)
+    assert later is not None
+    later()
+    assert (directory / RECOVERY_POINT_FILE).read_text() == "12\n"
+    abandon(log)
+
+    again = PartitionLog.open(directory, SMALL, NOW)
+    assert again.epochs.entries == [(1, 2), (2, 5)]
+    assert again.log_start_offset == 2
+    assert again.end_offset_for_epoch(1) == (1, 5)
+
+
+def test_flush_jobs_finishing_out_of_order_write_epochs_and_log_start_of_one_moment(
+    tmp_path: Path,
+) -> None:
+    """Jobs may finish out of order. The later one must not write epochs that start at a
+    log start (DeleteRecords) whose file only the earlier, unfinished one was to write: the
+    next open would keep the old log start with a cache naming no epoch below the new one."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, SMALL, NOW)
+    produce(log, epoch=1, batches=5)  # 0..4
+    produce(log, epoch=2, batches=5)  # 5..9
+    log.roll(NOW)
+    log.flush(NOW)
+    log.delete_records_before(7)
+    first = log.flush_job(NOW)  # takes the log start and the epochs it moved
+    produce(log, epoch=3, batches=1)  # 10
+    second = log.flush_job(NOW)
+    assert first is not None and second is not None
+    second()
+    abandon(log)  # `first` never finished
+
+    again = PartitionLog.open(directory, SMALL, NOW)
+    assert (again.log_start_offset, again.epochs.entries) == (7, [(2, 7), (3, 10)])
