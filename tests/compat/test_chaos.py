@@ -25,7 +25,7 @@ from tests.chaos.nemesis import NEMESES, unavailable_nemeses
 from tests.chaos.netns import chaos_unavailable_reason
 from tests.chaos.runner import ChaosConfig, ChaosResult, run_chaos
 
-# Each run has 25-30 s of faults against a fresh cluster: about 11 minutes in all.
+# Each of the fifteen runs has 25-30 s of faults against a fresh cluster.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
 
 FAULT_SECONDS = 30.0
