@@ -406,11 +406,13 @@ class RaftCore:
         remove: NodeId | None = None,
         add_learner: NodeId | None = None,
         promote: NodeId | None = None,
+        demote: NodeId | None = None,
     ) -> Entry:
         """One single-server membership change, which takes effect on append: `add` a voter,
         `remove` a voter or a learner, `add_learner` (a replica that receives the log but
-        never campaigns and counts toward neither elections nor commit) or `promote` a
-        learner to voter.
+        never campaigns and counts toward neither elections nor commit), `promote` a
+        learner to voter or `demote` a voter other than this leader to learner (one entry:
+        it leaves the voters and keeps receiving the log, with no moment between the two).
         The next change is accepted only once this one committed."""
         self._check_input()
         self._require_leader()
@@ -421,11 +423,12 @@ class RaftCore:
                 ("remove", remove),
                 ("add_learner", add_learner),
                 ("promote", promote),
+                ("demote", demote),
             )
             if node is not None
         ]
         if len(requested) != 1:
-            raise ConfigChangeError("exactly one of add / remove / add_learner / promote")
+            raise ConfigChangeError("exactly one of add / remove / add_learner / promote / demote")
         kind, node = requested[0]
         if self.high_watermark <= self.term_start_offset:
             # Safety (single-server changes): an entry of this term must commit first, or an
@@ -449,6 +452,12 @@ class RaftCore:
             if node not in learners:
                 raise ConfigChangeError(f"{node} is not a learner")
             voters, learners = voters | {node}, learners - {node}
+        elif kind == "demote":
+            if node not in voters:
+                raise ConfigChangeError(f"{node} is not a voter")
+            if node == self.id:
+                raise ConfigChangeError("the leader cannot demote itself; transfer leadership")
+            voters, learners = voters - {node}, learners | {node}
         elif node in learners:
             learners = learners - {node}
         else:

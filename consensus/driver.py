@@ -486,12 +486,13 @@ class RaftGroup:
         remove: NodeId | None = None,
         add_learner: NodeId | None = None,
         promote: NodeId | None = None,
+        demote: NodeId | None = None,
     ) -> Entry:
         """One membership change as leader (`RaftCore.propose_config_change`); raises
         ConfigChangeError when it cannot be made now, NotLeaderError as `propose`."""
         self._check_live()
         entry = self._core.propose_config_change(
-            add=add, remove=remove, add_learner=add_learner, promote=promote
+            add=add, remove=remove, add_learner=add_learner, promote=promote, demote=demote
         )
         self._drive()
         return entry

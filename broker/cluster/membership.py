@@ -40,6 +40,8 @@ class MetadataMembership:
             await self.change(promote=step.node)
         elif step.action == "remove":
             await self.change(remove=step.node)
+        elif step.action == "demote":
+            await self.change(demote=step.node)
         else:
             raise ValueError(f"{step} is not a membership change")
 
@@ -77,14 +79,16 @@ class MetadataMembership:
         add_learner: int | None = None,
         promote: int | None = None,
         remove: int | None = None,
+        demote: int | None = None,
     ) -> None:
         """One single-server change of the metadata Raft group's members, committed."""
         deadline = self.clock.now_s() + CHANGE_TIMEOUT_S
+        change = {"add_learner": add_learner, "promote": promote, "remove": remove}
+        if demote is not None:
+            change = {"demote": demote}
         while True:
             try:
-                entry = self.raft.propose_config_change(
-                    add_learner=add_learner, promote=promote, remove=remove
-                )
+                entry = self.raft.propose_config_change(**change)
                 break
             except ConfigChangeError as exc:
                 if self.clock.now_s() >= deadline:

@@ -1,19 +1,21 @@
 """`scripts/chaos`: run nemeses against a fresh namespaced cluster and print a summary.
 
     scripts/chaos [--nodes 3|5] [--nemesis NAME[,NAME]]... [--time-limit S] [--seed N]
-                  [--workload log|txn|share] [--out DIR]
+                  [--workload log|txn|share|compact] [--out DIR]
     scripts/chaos --preset long [--nodes 3|5]... [--seeds K] [--time-limit S] [--out DIR]
 
 Each `--nemesis` is one run; names joined by commas run together in that run. Without
 `--nemesis`, every nemesis runs alone, one run after another; `--nemesis all` is every nemesis
-this machine can run but `reassign` (which runs the topic with a replica fewer), at once.
+this machine can run but `reassign` (which runs the topic with a replica fewer) and
+`membership` (voters out of the metadata quorum and back), at once.
 `--preset long` is for long runs outside CI: every nemesis at once for `--time-limit`
 (default 600 s), on 3 and on 5 brokers (or the `--nodes` given), with `--seeds` seeds
 (default 3) each, at most `--max-faults` faults at once (default 2); it writes `summary.md`
 (runs, ops, anomalies, plots) to `--out`. `--workload` picks what the
 clients do and what is checked: `log` (default: idempotent producers, plain and group
 consumers), `txn` (transactional producers committing and aborting transactions across
-partitions, read_committed consumers) or `share` (a share group acknowledging records).
+partitions, read_committed consumers), `share` (a share group acknowledging records) or
+`compact` (keyed values on a compacted topic the log cleaner works on during the run).
 Exits 1 when any run found an anomaly or failed, 2 when the machine cannot run them.
 """
 
@@ -41,6 +43,7 @@ LONG_MAX_FAULTS = 2
 _ALL_WORKLOADS_KINDS = (
     ("final", "final-read-incomplete"),
     ("replica", "replica-divergence"),
+    ("voters", "voters-not-restored"),
     ("crash", "node-crash"),
     ("stop", "unclean-stop"),
     ("wl", "workload-error"),
@@ -68,6 +71,18 @@ TXN_SUMMARY_KINDS = (
     ("skip", "poll-skip"),
     *_ALL_WORKLOADS_KINDS,
 )
+COMPACT_SUMMARY_KINDS = (
+    ("latest", "latest-lost"),
+    ("order", "key-order"),
+    ("unseen", "unseen"),
+    ("dup", "duplicate"),
+    ("incons", "inconsistent-offset"),
+    ("nonmono", "nonmonotonic-poll"),
+    ("skip", "poll-skip"),
+    ("commit", "commit-backwards"),
+    ("cmtd", "committed-backwards"),
+    *_ALL_WORKLOADS_KINDS,
+)
 SHARE_SUMMARY_KINDS = (
     ("twice", "acked-twice"),
     ("redeliv", "redelivered-after-ack"),
@@ -82,6 +97,7 @@ SUMMARY_COLUMNS = {
     "log": (("acked", "failed", "unknown"), SUMMARY_KINDS),
     "txn": (("commit", "abort", "unknown"), TXN_SUMMARY_KINDS),
     "share": (("acked", "failed", "unknown"), SHARE_SUMMARY_KINDS),
+    "compact": (("acked", "failed", "unknown"), COMPACT_SUMMARY_KINDS),
 }
 
 

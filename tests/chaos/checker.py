@@ -26,13 +26,15 @@ Anomaly kinds (each counted; any one fails the run):
   commit acknowledged before the read was sent.
 - `final-read-incomplete`: the final read did not reach every high watermark in time.
 - `replica-divergence`: a partition's replicas were not byte-identical once quiet.
+- `voters-not-restored`: a run that changed the metadata quorum's voters (the `membership`
+  nemesis) ended with a voter set other than every broker.
 - `node-crash`: a broker exited without a nemesis stopping it; `unclean-stop`: a SIGTERM
   did not end in a clean exit; `workload-error`: a client thread died.
 - `client-protocol-error`: a client could not parse a broker's response (librdkafka's
   PROTOERR), so it never saw that response's error codes.
 
 `check(events)` returns a `CheckResult`; `check_history(events)` picks the checker of the
-run's workload (this one, `txn.check_txn` or `share.check_share`);
+run's workload (this one, `txn.check_txn`, `share.check_share` or `compact.check_compact`);
 `python -m tests.chaos.checker HISTORY` checks a history file again.
 """
 
@@ -51,6 +53,7 @@ from tests.chaos.history import Event, read_history
 #: Anomalies of the run itself, whatever its workload (`check_run_events`).
 RUN_ANOMALY_KINDS = (
     "replica-divergence",
+    "voters-not-restored",
     "node-crash",
     "unclean-stop",
     "workload-error",
@@ -184,6 +187,11 @@ def check_run_events(events: list[Event], result: CheckResult) -> None:
                 result.add("replica-divergence", diff)
             if not event.get("compared", True):
                 result.notes.append(f"replicas not compared: {event.get('detail')}")
+        elif kind == "quorum" and sorted(event["voters"]) != sorted(event["want"]):
+            result.add(
+                "voters-not-restored",
+                {"voters": event["voters"], "observers": event["observers"], "want": event["want"]},
+            )
         elif kind == "node-exit":
             tail = event.get("log_tail", "").strip().splitlines()[-3:]
             result.add(
@@ -211,25 +219,34 @@ def check_run_events(events: list[Event], result: CheckResult) -> None:
         result.anomalies["client-protocol-error"] = protocol_failures
 
 
-def check(events: Iterable[Event]) -> CheckResult:
-    """Every invariant over one run's events (in recorded order)."""
-    result = CheckResult()
-    events = list(events)
-    check_run_events(events, result)
+@dataclass
+class LogOps:
+    """What the sends, polls and commits of a `log`-style history say, gathered once."""
 
-    # value -> (partition, offset or None, send event)
-    acked: dict[str, tuple[int, int | None, Event]] = {}
-    offsets_of_value: dict[str, set[tuple[int, int]]] = defaultdict(set)
-    values_at: dict[tuple[int, int], set[str]] = defaultdict(set)
-    read_values: set[str] = set()
-    final_values: set[str] = set()
-    max_read_offset: dict[int, int] = {}
+    #: value -> (partition, offset or None, send event) of every acknowledged send
+    acked: dict[str, tuple[int, int | None, Event]] = field(default_factory=dict)
+    offsets_of_value: dict[str, set[tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(set)
+    )
+    values_at: dict[tuple[int, int], set[str]] = field(default_factory=lambda: defaultdict(set))
+    read_values: set[str] = field(default_factory=set)
+    #: (partition, offset, value) of the final read
+    final_records: list[tuple[int, int, str]] = field(default_factory=list)
+    max_read_offset: dict[int, int] = field(default_factory=dict)
     final_read: Event | None = None
-    commits: list[Event] = []
-    observed: list[Event] = []
-    # value -> [[partition, offset, producer id, producer epoch, sequence]] from the log
-    provenance: dict[str, list[list[int]]] = {}
+    commits: list[Event] = field(default_factory=list)
+    observed: list[Event] = field(default_factory=list)
+    #: value -> [[partition, offset, producer id, producer epoch, sequence]] from the log
+    provenance: dict[str, list[list[int]]] = field(default_factory=dict)
 
+    @property
+    def final_values(self) -> set[str]:
+        return {value for _p, _o, value in self.final_records}
+
+
+def collect_log_ops(events: list[Event], result: CheckResult) -> LogOps:
+    """Gather sends, polls, commits and the final read; counts them into `result`."""
+    ops = LogOps()
     for event in events:
         kind = event["type"]
         if kind == "send":
@@ -238,13 +255,13 @@ def check(events: Iterable[Event]) -> CheckResult:
             if outcome == "ok":
                 result.acknowledged += 1
                 partition, offset = event["partition"], event["offset"]
-                acked[event["value"]] = (partition, offset, event)
+                ops.acked[event["value"]] = (partition, offset, event)
                 # librdkafka acknowledges records of a batch whose answer was lost once a
                 # later batch of the same idempotent producer succeeds (its "implicit
                 # ack"), with no offset: such a record is held to the final read by value.
                 if offset is not None:
-                    offsets_of_value[event["value"]].add((partition, offset))
-                    values_at[(partition, offset)].add(event["value"])
+                    ops.offsets_of_value[event["value"]].add((partition, offset))
+                    ops.values_at[(partition, offset)].add(event["value"])
             elif outcome == "failed":
                 result.failed += 1
             else:
@@ -253,29 +270,33 @@ def check(events: Iterable[Event]) -> CheckResult:
             result.polls += 1
             for partition, offset, value in event["records"]:
                 result.records_read += 1
-                offsets_of_value[value].add((partition, offset))
-                values_at[(partition, offset)].add(value)
-                read_values.add(value)
+                ops.offsets_of_value[value].add((partition, offset))
+                ops.values_at[(partition, offset)].add(value)
+                ops.read_values.add(value)
                 if event["process"] == "final":
-                    final_values.add(value)
-                if offset > max_read_offset.get(partition, -1):
-                    max_read_offset[partition] = offset
+                    ops.final_records.append((partition, offset, value))
+                if offset > ops.max_read_offset.get(partition, -1):
+                    ops.max_read_offset[partition] = offset
         elif kind == "commit":
             result.commits += 1
-            commits.append(event)
+            ops.commits.append(event)
         elif kind == "committed":
-            observed.append(event)
+            ops.observed.append(event)
         elif kind == "final-read":
-            final_read = event
+            ops.final_read = event
         elif kind == "provenance":
-            provenance.update(event["duplicates"])
-    result.operations = result.sends + result.polls + result.commits + len(observed)
+            ops.provenance.update(event["duplicates"])
+    result.operations = result.sends + result.polls + result.commits + len(ops.observed)
+    return ops
 
-    # Duplicates and inconsistent offsets, from acks and polls together.
-    for value, places in offsets_of_value.items():
+
+def check_offsets(ops: LogOps, result: CheckResult) -> None:
+    """Duplicates (one value at two offsets) and inconsistent offsets (one offset, two
+    values), from acks and polls together."""
+    for value, places in ops.offsets_of_value.items():
         if len(places) <= 1:
             continue
-        writers = provenance.get(value, [])
+        writers = ops.provenance.get(value, [])
         epochs = {(w[2], w[3]) for w in writers}
         if len(writers) == len(places) and len(epochs) == len(writers):
             result.client_duplicates += 1
@@ -284,18 +305,44 @@ def check(events: Iterable[Event]) -> CheckResult:
             "duplicate",
             {"value": value, "offsets": sorted(places), "pid_epoch_seq": [w[2:] for w in writers]},
         )
-    for (partition, offset), values in values_at.items():
+    for (partition, offset), values in ops.values_at.items():
         if len(values) > 1:
             result.add(
                 "inconsistent-offset",
                 {"partition": partition, "offset": offset, "values": sorted(values)},
             )
 
+
+def check_final_read_complete(final_read: Event | None, result: CheckResult) -> bool:
+    """Whether the history has a final read; one that did not reach every high watermark
+    is `final-read-incomplete`."""
+    if final_read is None:
+        result.add("final-read-incomplete", {"detail": "no final read in the history"})
+        return False
+    if not final_read["complete"]:
+        result.add(
+            "final-read-incomplete",
+            {
+                "high_watermarks": final_read["high_watermarks"],
+                "positions": final_read["positions"],
+            },
+        )
+    return True
+
+
+def check(events: Iterable[Event]) -> CheckResult:
+    """Every invariant over one run's events (in recorded order)."""
+    result = CheckResult()
+    events = list(events)
+    check_run_events(events, result)
+    ops = collect_log_ops(events, result)
+    check_offsets(ops, result)
+
     # Lost writes: acknowledged, never read, though later offsets of the partition were.
-    for value, (partition, offset, send) in sorted(acked.items(), key=_ack_order):
+    for value, (partition, offset, send) in sorted(ops.acked.items(), key=_ack_order):
         if offset is None:
             continue  # no offset to compare; `unseen` still holds it to the final read
-        if value not in read_values and max_read_offset.get(partition, -1) > offset:
+        if value not in ops.read_values and ops.max_read_offset.get(partition, -1) > offset:
             result.add(
                 "lost-write",
                 {
@@ -303,23 +350,14 @@ def check(events: Iterable[Event]) -> CheckResult:
                     "partition": partition,
                     "offset": offset,
                     "acked_at": send["t"],
-                    "max_read_offset": max_read_offset[partition],
+                    "max_read_offset": ops.max_read_offset[partition],
                 },
             )
 
     # Acknowledged writes missing from the final read.
-    if final_read is None:
-        result.add("final-read-incomplete", {"detail": "no final read in the history"})
-    else:
-        if not final_read["complete"]:
-            result.add(
-                "final-read-incomplete",
-                {
-                    "high_watermarks": final_read["high_watermarks"],
-                    "positions": final_read["positions"],
-                },
-            )
-        for value, (partition, offset, send) in sorted(acked.items(), key=_ack_order):
+    if check_final_read_complete(ops.final_read, result):
+        final_values = ops.final_values
+        for value, (partition, offset, send) in sorted(ops.acked.items(), key=_ack_order):
             if value not in final_values:
                 result.add(
                     "unseen",
@@ -331,8 +369,8 @@ def check(events: Iterable[Event]) -> CheckResult:
                     },
                 )
 
-    check_polls(events, values_at, result)
-    _check_commits(commits, observed, result)
+    check_polls(events, ops.values_at, result)
+    check_commits(ops.commits, ops.observed, result)
     return result
 
 
@@ -379,7 +417,7 @@ def check_polls(
                     )
 
 
-def _check_commits(commits: list[Event], observed: list[Event], result: CheckResult) -> None:
+def check_commits(commits: list[Event], observed: list[Event], result: CheckResult) -> None:
     """Acknowledged commits and committed offsets read back never go down in real time."""
     # (group, partition) -> acknowledged commits as (completed at, offset, event)
     acked: dict[tuple[str, int], list[tuple[float, int, Event]]] = defaultdict(list)
@@ -460,6 +498,10 @@ def check_history(events: Iterable[Event]) -> CheckResult:
         from tests.chaos.share import check_share
 
         return check_share(events)
+    if workload == "compact":
+        from tests.chaos.compact import check_compact
+
+        return check_compact(events)
     return check(events)
 
 

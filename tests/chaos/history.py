@@ -20,6 +20,8 @@ from them:
   process `final`).
 - `replicas`: `identical`, `partitions` (per partition, per node: bytes and digest of the
   concatenated segment files), `diffs`.
+- `quorum`: `voters`, `observers`, `want` (every broker): the metadata quorum once healed,
+  in a run with the `membership` nemesis.
 - `node-exit`: `node`, `code`, `log_tail`: a broker exited without a nemesis stopping it;
   `unclean-stop`: `node`, `detail`: SIGTERM did not end in exit code 0 in time.
 - `workload-error`: `process`, `error`, `traceback`; `client-fatal`: `process`, `error`.

@@ -16,13 +16,17 @@ duplicate packets: `tc netem`, nftables where the kernel has no netem), slow-dis
 broker's fsyncs sleep first), clock-jump (one broker's wall clock stepped forwards or
 backwards by seconds to minutes; its monotonic clock untouched), reassign (one replica of a
 random partition moved to a broker holding none, through `raftka partitions reassign`; the
-topic has one replica fewer than there are brokers when it runs).
+topic has one replica fewer than there are brokers when it runs), membership (a voter of the
+metadata quorum, half the time the controller, taken out with `raftka cluster remove-voter`
+and added back with `raftka cluster add-voter`).
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +48,12 @@ from tests.chaos.netns import ChaosNetwork, LinkImpairment, netem_unavailable_re
 from tests.compat.harness import BrokerStartError, BrokerStopError
 
 T = TypeVar("T")
+
+#: How long a repair keeps asking for a removed voter to be added back (each try waits for
+#: the broker to catch up; it may be down or cut off meanwhile).
+VOTER_RESTORE_S = 30.0
+#: The same once every other fault is healed (the run's end).
+VOTER_RESTORE_AT_END_S = 120.0
 
 QUIET_S = (2.0, 4.0)  # healthy time before each fault
 HOLD_S = (4.0, 7.0)  # how long a fault lasts
@@ -109,6 +119,8 @@ class NemesisContext:
     starting: set[int] = field(default_factory=set)  # spawned, not yet answering
     start_timeouts: set[int] = field(default_factory=set)  # killed by the harness at start-up
     crash_restarts: dict[int, int] = field(default_factory=dict)
+    #: Brokers the membership nemesis took out of the metadata voters, not yet added back.
+    removed_voters: set[int] = field(default_factory=set)
     #: At most this many faults in place at once across all nemesis threads (None: no limit).
     fault_slots: threading.Semaphore | None = None
     _node_locks: dict[int, threading.RLock] = field(default_factory=dict)
@@ -194,7 +206,53 @@ class NemesisContext:
         for node in self.cluster.nodes:
             if not node.is_running():
                 done.append(self.restart(node))
+        if self.removed_voters:
+            done.append(self.restore_voters(VOTER_RESTORE_AT_END_S))
         return done
+
+    def restore_voters(self, timeout_s: float) -> str:
+        """Add every removed voter back (`raftka cluster add-voter`), trying for up to
+        `timeout_s`; says which are voters again and which are not."""
+        deadline = time.monotonic() + timeout_s
+        restored, errors = [], {}
+        for node_id in sorted(self.removed_voters):
+            while True:
+                bootstrap = self.cluster.live_bootstrap()
+                try:
+                    answer = raftka_cli(
+                        "cluster", "add-voter", str(node_id), "--bootstrap-servers", bootstrap
+                    )
+                    ok = answer.returncode == 0 or "already votes" in answer.stderr
+                    error = answer.stderr.strip()[-300:]
+                except subprocess.TimeoutExpired:
+                    ok, error = False, "add-voter timed out"
+                if ok:
+                    self.removed_voters.discard(node_id)
+                    restored.append(node_id)
+                    break
+                errors[node_id] = error
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(1.0)
+        detail = f"voters {restored} added back" if restored else "no voter added back"
+        if self.removed_voters:
+            still = sorted(self.removed_voters)
+            detail += f"; {still} not yet ({'; '.join(errors[n] for n in still)})"
+        return detail
+
+    def metadata_quorum(self) -> dict[str, Any] | None:
+        """`raftka cluster quorum` (DescribeQuorum) of the running brokers; None when it
+        failed."""
+        try:
+            answer = raftka_cli(
+                "cluster", "quorum", "--bootstrap-servers", self.cluster.live_bootstrap()
+            )
+        except subprocess.TimeoutExpired:
+            return None
+        if answer.returncode != 0:
+            return None
+        quorum: dict[str, Any] = json.loads(answer.stdout)
+        return quorum
 
 
 class Nemesis:
@@ -600,6 +658,64 @@ class Reassign(Nemesis):
         return f"{self.ctx.topic}-{partition} {'on' if done else 'still moving to'} {new}"
 
 
+class Membership(Nemesis):
+    """Takes a voter out of the metadata quorum (KIP-853's RemoveRaftVoter, by `raftka
+    cluster remove-voter`), half the time the controller, which hands its role to another
+    voter first; the broker stays registered and serves as an observer. The repair adds it
+    back (`raftka cluster add-voter`: it catches up, then is promoted), trying while the other
+    nemeses' faults go on; one it could not add back is added back before the next removal,
+    and at the run's end once every other fault is healed. One voter out at a time."""
+
+    name = "membership"
+    in_all = False
+
+    def inject(self) -> str | None:
+        ctx = self.ctx
+        if ctx.removed_voters:
+            detail = ctx.restore_voters(VOTER_RESTORE_S)
+            ctx.history.record("nemesis", name=self.name, phase="info", detail=detail)
+            if ctx.removed_voters:
+                return None
+        quorum = ctx.metadata_quorum()
+        if quorum is None:
+            return None
+        voters = sorted(quorum["voters"])
+        if len(voters) < 2:
+            return None
+        leader = quorum["leader"]
+        if leader in voters and self.rng.random() < 0.5:
+            node_id, why = leader, "the controller"
+        else:
+            node_id, why = self.rng.choice(voters), "a voter"
+        # A removal that failed or timed out may have been made all the same, even later
+        # (a controller that hands its role off answers NOT_CONTROLLER while the new one
+        # makes the change): the repair adds the broker back either way (add-voter of a
+        # voter answers "already votes").
+        ctx.removed_voters.add(node_id)
+        try:
+            answer = raftka_cli(
+                "cluster",
+                "remove-voter",
+                str(node_id),
+                "--bootstrap-servers",
+                ctx.cluster.live_bootstrap(),
+            )
+            failed = answer.returncode != 0
+            error = answer.stderr.strip().splitlines()[-1:] if failed else []
+        except subprocess.TimeoutExpired:
+            failed, error = True, ["remove-voter timed out"]
+        now = ctx.metadata_quorum()
+        after = "unknown" if now is None else f"{sorted(now['voters'])}"
+        return f"remove voter {node_id} ({why}) of {voters}: voters now {after}" + (
+            f" (the command failed: {error[0] if error else ''})" if failed else ""
+        )
+
+    def repair(self) -> str | None:
+        if not self.ctx.removed_voters:
+            return None
+        return self.ctx.restore_voters(VOTER_RESTORE_S)
+
+
 def reassignments_in_progress(bootstrap: str) -> list[dict[str, Any]] | None:
     """The moves still under way (`raftka partitions reassignments`), None when no broker
     answered."""
@@ -630,6 +746,7 @@ NEMESES: dict[str, type[Nemesis]] = {
         SlowDisk,
         ClockJump,
         Reassign,
+        Membership,
     )
 }
 

@@ -6,8 +6,10 @@ for a few seconds, stop it, read every partition from the beginning, compare the
 once quiet, stop the brokers, check the history and draw the picture.
 
 Workloads (`ChaosConfig.workload`): `log` (idempotent producers and plain consumers, checked
-by `checker`), `txn` (transactional producers and read_committed consumers, `txn`) and
-`share` (idempotent producers and share-group consumers, `share`). Whatever happens,
+by `checker`), `txn` (transactional producers and read_committed consumers, `txn`),
+`share` (idempotent producers and share-group consumers, `share`) and `compact` (the `log`
+workload with keyed values on a compacted topic the cleaner works on during the run,
+`compact`). Whatever happens,
 brokers, mounts, namespaces and the bridge are gone when it returns; a run with an
 anomaly or an error keeps its directory (history, broker logs, data) for a post-mortem.
 """
@@ -52,6 +54,7 @@ from tests.chaos.share import (
 )
 from tests.chaos.txn import TRANSACTION_TIMEOUT_MS, TXN_COORDINATED_ID, start_txn_workload
 from tests.chaos.workload import (
+    KeyedProducerWorker,
     ProducerWorker,
     ProtocolErrorRecorder,
     Worker,
@@ -80,6 +83,17 @@ WORKLOAD_BROKER_CONFIG: dict[str, dict[str, str]] = {
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000",
     },
     "share": SHARE_BROKER_CONFIG,
+    # The cleaner looks for work every second (Kafka's default: 15 s).
+    "compact": {"log.cleaner.backoff.ms": "1000"},
+}
+#: The `compact` workload's topic: compacted, segments rolled every 2 s or 32 KiB, and a
+#: cleaning due as soon as there is anything to clean, so the cleaner runs all along.
+COMPACT_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.ms": "2000",
+    "segment.bytes": "32768",
+    "min.cleanable.dirty.ratio": "0.01",
+    "min.compaction.lag.ms": "0",
 }
 WORKLOADS = tuple(WORKLOAD_BROKER_CONFIG)
 WARMUP_TIMEOUT_S = 20.0
@@ -266,6 +280,8 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         # With a slow disk, every acknowledgement waits for an fsync (flush.messages=1), so
         # the slow fsyncs sit on the produce path and not only on Raft's hard state.
         topic_configs = {"flush.messages": "1"} if "slow-disk" in config.nemeses else {}
+        if config.workload == "compact":
+            topic_configs.update(COMPACT_TOPIC_CONFIG)
         replication_factor = config.replication_factor
         if "reassign" in config.nemeses:
             # A replica can only move to a broker that holds none of the partition.
@@ -306,7 +322,12 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             consumers = start_share_consumers(workload, history, logger, config.seed, settled)
             warmed_up = ("send:ok", "share-ack")
         else:
-            log_producers, consumers = start_workload(workload, history, logger)
+            log_producers, consumers = start_workload(
+                workload,
+                history,
+                logger,
+                KeyedProducerWorker if config.workload == "compact" else ProducerWorker,
+            )
             producers = list(log_producers)
             warmed_up = ("send:ok", "commit")
         workers = [*producers, *consumers]
@@ -360,6 +381,8 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         cluster.wait_formed(60)
         if "reassign" in config.nemeses:
             _wait_for_moves(cluster.bootstrap, say)
+        if "membership" in config.nemeses:
+            _record_quorum(history, ctx, say)
         history.record("phase", name="healed")
         say(f"healed; workload runs {config.recovery_s:g} s more")
         time.sleep(config.recovery_s)
@@ -394,7 +417,7 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
             f"replicas of {len(table)} partitions "
             + ("byte-identical" if not diffs else f"DIFFER in {[d['partition'] for d in diffs]}")
         )
-        if config.workload == "log":
+        if config.workload in ("log", "compact"):
             _record_provenance(history, cluster)
         watchdog.stop()
         watchdog = None
@@ -466,6 +489,20 @@ def _progress(history: History, workload: str) -> str:
     if workload == "share":
         return f"{sends}, {counts['share-poll']} share polls, {counts['share-ack']} ack answers"
     return f"{sends}, {counts['poll']} polls, {counts['commit']} commits"
+
+
+def _record_quorum(history: History, ctx: NemesisContext, say: Callable[[str], None]) -> None:
+    """The metadata quorum once healed, as a `quorum` event: every broker must vote again."""
+    quorum = ctx.metadata_quorum() or {"voters": [], "observers": [], "detail": "no answer"}
+    want = list(ctx.network.node_ids)
+    history.record(
+        "quorum",
+        voters=sorted(quorum["voters"]),
+        observers=sorted(quorum["observers"]),
+        want=want,
+        detail=quorum.get("detail"),
+    )
+    say(f"metadata quorum: voters {sorted(quorum['voters'])}, observers {quorum['observers']}")
 
 
 def _wait_for_moves(bootstrap: str, say: Callable[[str], None], timeout_s: float = 90.0) -> None:

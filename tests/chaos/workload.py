@@ -2,7 +2,8 @@
 
 - `ProducerWorker`: an idempotent producer (`enable.idempotence=true`, `acks=all`) sending
   unique values (`<process>-<n>`) at a steady rate; every send ends in the history as ok
-  (partition, offset), failed or unknown.
+  (partition, offset), failed or unknown. `KeyedProducerWorker` gives each value a key
+  (`compact_key`), for the compacted topic of the `compact` workload.
 - `AssignConsumer`: assigns every partition from the beginning and polls.
 - `GroupConsumer`: subscribes with the run's group, records each (re)assignment, and commits
   the offsets it has read synchronously after every poll that returned records.
@@ -47,6 +48,8 @@ INDEFINITE_SEND_ERRORS = frozenset(
         KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     }
 )
+#: Keys of the `compact` workload: every producer writes each of them about once a second.
+COMPACT_KEYS = 32
 POLL_BATCH = 500
 POLL_TIMEOUT_S = 0.5
 OBSERVE_EVERY_S = 1.0
@@ -151,6 +154,10 @@ class ProducerWorker(Worker):
         outcome = "unknown" if error.code() in INDEFINITE_SEND_ERRORS else "failed"
         self._record_unsent(value, t0, outcome, error.name())
 
+    def key(self, sequence: int) -> bytes | None:
+        """The key of the `sequence`th value (none: the partitioner spreads them)."""
+        return None
+
     def _record_unsent(self, value: str, t0: float | None, outcome: str, error: str) -> None:
         self.history.record(
             "send", process=self.process, value=value, t0=t0, outcome=outcome, error=error
@@ -165,7 +172,12 @@ class ProducerWorker(Worker):
             value = f"{self.process}-{self.sequence}"
             self.pending[value] = self.history.now()
             try:
-                producer.produce(self.config.topic, value.encode(), on_delivery=self._on_delivery)
+                producer.produce(
+                    self.config.topic,
+                    value.encode(),
+                    key=self.key(self.sequence),
+                    on_delivery=self._on_delivery,
+                )
             except BufferError:
                 self._record_unsent(value, self.pending.pop(value), "failed", "local queue full")
             except KafkaException as exc:
@@ -193,6 +205,19 @@ class ProducerWorker(Worker):
                 error=f"no delivery report at the end ({remaining} in the queue)",
             )
         self.pending.clear()
+
+
+def compact_key(value: str) -> str:
+    """The key of a `compact` workload value `<process>-<n>`: `k<n mod COMPACT_KEYS>`, so
+    every producer writes every key (a checker finds a value's key without its record)."""
+    return f"k{int(value.rsplit('-', 1)[1]) % COMPACT_KEYS}"
+
+
+class KeyedProducerWorker(ProducerWorker):
+    """A `ProducerWorker` whose values carry their `compact_key`."""
+
+    def key(self, sequence: int) -> bytes | None:
+        return compact_key(f"{self.process}-{sequence}").encode()
 
 
 class ProtocolErrorRecorder(logging.Handler):
@@ -417,10 +442,13 @@ class CommittedObserver(Worker):
 
 
 def start_workload(
-    config: WorkloadConfig, history: History, logger: logging.Logger
+    config: WorkloadConfig,
+    history: History,
+    logger: logging.Logger,
+    producer_class: type[ProducerWorker] = ProducerWorker,
 ) -> tuple[list[ProducerWorker], list[Worker]]:
     """Start every worker; returns (producers, consumers and the observer)."""
-    producers = [ProducerWorker(f"p{i}", history, config, logger) for i in range(config.producers)]
+    producers = [producer_class(f"p{i}", history, config, logger) for i in range(config.producers)]
     consumers: list[Worker] = [
         AssignConsumer(f"a{i}", history, config, logger) for i in range(config.assign_consumers)
     ]

@@ -2,7 +2,9 @@
 the nine process, partition and disk nemeses one at a time, then the link, slow-disk and
 clock-jump nemeses together in one run (one run keeps the suite's time in bounds); then the
 transactional and the share-group workloads (`--workload txn|share`) under two nemeses each,
-and replicas moved (reassign) while leaders are killed.
+replicas moved (reassign) while leaders are killed, voters taken out of the metadata quorum
+and added back (membership) while leaders are killed, and a compacted topic cleaned while
+leaders are killed and brokers paused (`--workload compact`).
 
 Each run must end with zero anomalies (see tests/chaos/checker.py); a failure prints the
 checker's report, the seed and the run directory (history, broker logs, plot). Needs root
@@ -21,15 +23,17 @@ from required import missing_client
 
 from tests.chaos.nemesis import NEMESES, unavailable_nemeses
 from tests.chaos.netns import chaos_unavailable_reason
-from tests.chaos.runner import ChaosConfig, run_chaos
+from tests.chaos.runner import ChaosConfig, ChaosResult, run_chaos
 
-# Each run has 25-30 s of faults against a fresh cluster: about 11 minutes in all.
+# Each of the fifteen runs has 25-30 s of faults against a fresh cluster.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
 
 FAULT_SECONDS = 30.0
 WORKLOAD_FAULT_SECONDS = 25.0  # the txn and share runs: two nemeses each
 COMBINED = ("net-loss", "net-delay", "net-duplicate", "slow-disk", "clock-jump")
-ALONE = [name for name in NEMESES if name not in COMBINED and name != "reassign"]
+ALONE = [
+    name for name in NEMESES if name not in COMBINED and name not in ("reassign", "membership")
+]
 # Start-up, warm-up, healing, final read and replica comparison take 20-60 s more.
 RUN_TIMEOUT_S = 240
 
@@ -50,7 +54,7 @@ def _run(
     tmp_path_factory: pytest.TempPathFactory,
     workload: str = "log",
     fault_seconds: float = FAULT_SECONDS,
-) -> None:
+) -> ChaosResult:
     seed = int(os.environ.get("RAFTKA_CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
     config = ChaosConfig(
         nemeses=nemeses,
@@ -61,6 +65,7 @@ def _run(
     )
     result = run_chaos(config, log=print)
     assert result.ok, result.report()
+    return result
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S)
@@ -119,3 +124,25 @@ def test_no_anomaly_when_replicas_move_while_leaders_are_killed(
     replicas on three brokers) while partition leaders are killed: nothing lost, replicas
     identical once the moves finish."""
     _run(("reassign", "kill-leader"), tmp_path_factory, "log", WORKLOAD_FAULT_SECONDS)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_no_anomaly_when_voters_leave_and_rejoin_the_metadata_quorum_while_leaders_are_killed(
+    chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Voters of the metadata quorum (half the time the controller) removed and added back
+    (`raftka cluster remove-voter` / `add-voter`) while partition leaders are killed: nothing
+    lost, replicas identical, every broker a voter again at the end."""
+    _run(("membership", "kill-leader"), tmp_path_factory, "log", WORKLOAD_FAULT_SECONDS)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_a_compacted_topic_keeps_every_keys_latest_value_under_kills_and_pauses(
+    chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Keyed writes to a compacted topic the log cleaner works on all along, while leaders
+    are killed and brokers paused: every key's latest value read at the end, no key back to
+    an older value, replicas identical (tests/chaos/compact.py)."""
+    result = _run(("kill-leader", "pause"), tmp_path_factory, "compact", WORKLOAD_FAULT_SECONDS)
+    # The run tested compaction only if the cleaner removed superseded records.
+    assert result.check.counts["compacted"] > 0, result.report()

@@ -14,10 +14,11 @@ from raftka.broker.cluster.commands import ChangeMetadataVotersCommand, CommandR
 from raftka.broker.cluster.image import MetadataImage
 
 #: add_learner: the broker replicates the metadata log as an observer; catch_up: wait until
-#: it holds everything committed; promote: the observer votes; remove: it leaves the
+#: it holds everything committed; promote: the observer votes; demote: the voter becomes an
+#: observer (one change: it never stops receiving the metadata); remove: it leaves the
 #: members; hand_off: the controller hands its role to another voter, which then runs the
 #: command again.
-VoterAction = Literal["add_learner", "catch_up", "promote", "remove", "hand_off"]
+VoterAction = Literal["add_learner", "catch_up", "promote", "demote", "remove", "hand_off"]
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,11 @@ def change_voters(
         # The controller leaves the quorum: it hands the controller role off first and
         # the new controller makes the change.
         return VoterChange((VoterStep("hand_off", node),))
-    # It keeps replicating the metadata as an observer while it is registered.
-    return VoterChange((VoterStep("remove", node), VoterStep("add_learner", node)))
+    # It keeps replicating the metadata as an observer while it is registered. One change,
+    # not a removal and then an add_learner: a controller that lost its role between the two
+    # left a broker that neither votes nor receives the metadata, which then could never
+    # register again after a restart.
+    return VoterChange((VoterStep("demote", node),))
 
 
 def voter_removal_problem(voters: frozenset[int], node: int) -> str | None:

@@ -300,11 +300,15 @@ def test_nemesis_threads_keep_to_the_runs_limit_of_faults_at_once(
     assert state["now"] == 0  # every fault repaired
 
 
-def test_all_leaves_out_reassign_and_the_workload_is_an_option() -> None:
-    from tests.chaos.__main__ import parse_args
+def test_all_leaves_out_reassign_and_membership_and_the_workload_is_an_option() -> None:
+    from tests.chaos.__main__ import SUMMARY_COLUMNS, parse_args
     from tests.chaos.nemesis import all_nemeses
+    from tests.chaos.runner import WORKLOADS
 
-    assert "reassign" in NEMESES and "reassign" not in all_nemeses()
+    for name in ("reassign", "membership"):
+        assert name in NEMESES and name not in all_nemeses()
+    assert set(SUMMARY_COLUMNS) == set(WORKLOADS)
+    assert parse_args(["--nemesis", "membership", "--workload", "compact"]).workload == "compact"
     everything = parse_args(["--nemesis", "all", "--workload", "txn"])
     assert everything.runs == [tuple(all_nemeses())] and everything.workload == "txn"
     assert parse_args(["--nemesis", "reassign,kill-leader"]).workload == "log"

@@ -102,6 +102,38 @@ def test_one_change_at_a_time_and_only_valid_steps() -> None:
     assert net[1].learners == frozenset() and net[1].voters == frozenset({1, 2, 3})
 
 
+def test_demote_makes_a_voter_a_learner_in_one_entry() -> None:
+    net = Net([1, 2, 3])
+    net.elect(1)
+    net.propose(1, payload=b"a")
+    end = net.logs[1].log_end_offset()
+    net[1].propose_config_change(demote=3)
+    net.deliver()
+    (config,) = [e for e in net.logs[1].all_entries() if e.base_offset >= end]
+    assert config.kind is EntryKind.CONFIG
+    assert decode_config(config.payload) == (frozenset({1, 2}), frozenset({3}))
+    assert net[3].voters == frozenset({1, 2}) and net[3].learners == frozenset({3})
+    # The demoted broker keeps receiving the log; it no longer counts toward commit.
+    entry = net.propose(1, payload=b"b")
+    assert net.logs[3].all_entries() == net.logs[1].all_entries()
+    net.crash(2)
+    stuck = net[1].propose(1, b"c")
+    net.deliver()
+    assert net.logs[3].log_end_offset() == stuck.end_offset
+    assert net[1].high_watermark == entry.end_offset < stuck.end_offset
+
+
+def test_only_another_voter_is_demoted() -> None:
+    net = _leader_with_learner()
+    with pytest.raises(ConfigChangeError, match="not a voter"):
+        net[1].propose_config_change(demote=4)
+    with pytest.raises(ConfigChangeError, match="cannot demote itself"):
+        net[1].propose_config_change(demote=1)
+    with pytest.raises(ConfigChangeError, match="exactly one"):
+        net[1].propose_config_change(demote=2, remove=3)
+    assert net[1].voters == frozenset({1, 2, 3}) and net[1].learners == frozenset({4})
+
+
 def test_removed_leader_steps_down_after_transfer_and_removal() -> None:
     """What a reassignment does when the leader leaves: transfer first, then remove it."""
     net = _leader_with_learner()

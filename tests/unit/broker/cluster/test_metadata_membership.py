@@ -74,10 +74,12 @@ def test_steps_are_committed_changes() -> None:
     assert _run(raft, VoterStep("add_learner", 4)) is None
     assert _run(raft, VoterStep("promote", 2)) is None  # caught up: match end 10
     assert _run(raft, VoterStep("remove", 3)) is None
+    assert _run(raft, VoterStep("demote", 2)) is None
     assert raft.changes == [
         {"add_learner": 4, "promote": None, "remove": None},
         {"add_learner": None, "promote": 2, "remove": None},
         {"add_learner": None, "promote": None, "remove": 3},
+        {"demote": 2},
     ]
     assert _run(raft, VoterStep("catch_up", 2)) is None
 
