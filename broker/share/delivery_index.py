@@ -21,6 +21,7 @@ record a new entry (`override`); its old one is dropped when reached. Pure, give
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -252,12 +253,58 @@ def ready_queue(order: IndexedOrder) -> ReadyQueue:
     return FairRotation() if order.fair is not None else PriorityHeap(order)
 
 
+_SPAN_CHUNK_BITS = 16
+_SPAN_CHUNK = 1 << _SPAN_CHUNK_BITS
+
+
+class RecordSpans:
+    """Where each indexed record's bytes lie in its batch (start from the batch's first
+    byte, length), so a fetch reads and sends the records it acquired, not the batches
+    around them. Eight bytes a record, in chunks of 65,536 offsets dropped whole once below
+    the share-partition's start offset. A length of 0: not known (the record lies in a
+    compressed batch), its whole batch is sent."""
+
+    def __init__(self) -> None:
+        self._chunks: dict[int, array[int]] = {}
+
+    def put(self, offset: int, start: int, length: int) -> None:
+        if length <= 0 or start > 0xFFFFFFFF or length > 0xFFFFFFFF:
+            return
+        chunk = self._chunks.get(offset >> _SPAN_CHUNK_BITS)
+        if chunk is None:
+            chunk = self._chunks[offset >> _SPAN_CHUNK_BITS] = array("I", bytes(8 * _SPAN_CHUNK))
+        at = 2 * (offset & (_SPAN_CHUNK - 1))
+        chunk[at] = start
+        chunk[at + 1] = length
+
+    def get(self, offset: int) -> tuple[int, int] | None:
+        """(start, length) of the record at `offset` in its batch, None when not known."""
+        chunk = self._chunks.get(offset >> _SPAN_CHUNK_BITS)
+        if chunk is None:
+            return None
+        at = 2 * (offset & (_SPAN_CHUNK - 1))
+        length = chunk[at + 1]
+        return (chunk[at], length) if length else None
+
+    def drop_below(self, offset: int) -> None:
+        """Forget the chunks wholly below `offset`."""
+        below = offset >> _SPAN_CHUNK_BITS
+        if self._chunks and min(self._chunks) < below:
+            for first in [c for c in self._chunks if c < below]:
+                del self._chunks[first]
+
+    def __len__(self) -> int:
+        """Chunks held."""
+        return len(self._chunks)
+
+
 class DeliveryIndex:
     def __init__(self, order: IndexedOrder, scanned_to: int) -> None:
         self.order = order
         #: The offset the log is read from next: records below it are indexed.
         self.scanned_to = scanned_to
         self.ready = ready_queue(order)
+        self.spans = RecordSpans()
         self._delayed: list[tuple[int, int]] = []  # (deliver at, key)
         self._acquired: dict[int, int] = {}  # offset -> key, for the records acquired
 
@@ -266,21 +313,26 @@ class DeliveryIndex:
         records: Iterable[IndexedRecord],
         next_offset: int,
         state: SharePartition | None = None,
+        spans: list[int] | None = None,
     ) -> None:
         """Index the records read from the log (offset, values as `IndexedRecord`), which end
         just before `next_offset`; with `state`, those it holds as done (a share-partition
-        reloaded after a restart) are left out."""
+        reloaded after a restart) are left out. `spans`: where each record lies in its batch
+        (start, length, flattened in the order of `records`), kept for `spans.get`."""
         ready = self.ready
+        put_span = self.spans.put
         known = -1 if state is None else state.next_offset
         # Priority changes and release delays kept in the share-partition's state (rare:
         # looked up only when there are some).
         priorities = state.priorities if state is not None and self.order.by_priority else None
         delays = state.delays if state is not None else None
-        for offset, values in records:
+        for n, (offset, values) in enumerate(records):
             if offset < self.scanned_to:
                 continue
             if offset < known and state is not None and not state.is_available(offset):
                 continue
+            if spans is not None:
+                put_span(offset, spans[2 * n], spans[2 * n + 1])
             rank = ready.rank(values)
             deliver_at = parse_long(values[1])
             if priorities and offset in priorities:
