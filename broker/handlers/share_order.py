@@ -28,6 +28,7 @@ from raftka.broker.config import (
     SHARE_DELAY_ENABLE,
     SHARE_DELIVERY_ORDER,
     SHARE_FAIR_KEY,
+    SHARE_FAIR_PER_TURN,
 )
 from raftka.broker.share.delivery_index import (
     FairKey,
@@ -71,7 +72,8 @@ def indexed_order(partition: Partition) -> IndexedOrder | None:
     if order == "priority":
         return IndexedOrder(True, config.get_int(SHARE_DEFAULT_PRIORITY))
     if order == "fair":
-        return IndexedOrder(False, fair=FairKey.parse(config.get_str(SHARE_FAIR_KEY)))
+        fair = FairKey.parse(config.get_str(SHARE_FAIR_KEY))
+        return IndexedOrder(False, fair=fair, per_turn=config.get_int(SHARE_FAIR_PER_TURN))
     if config.get_bool(SHARE_DELAY_ENABLE):
         return IndexedOrder(False)
     return None

@@ -220,22 +220,16 @@ def test_scattered_records_reach_a_client_checking_crcs(broker: BrokerProcess) -
             assert m.headers() == [("priority", str(priorities[m.offset()]).encode())]
 
 
-def test_a_fetch_of_scattered_records_sends_only_them(broker: BrokerProcess) -> None:
-    """One ShareFetch of 20 records scattered over batches of thousands: its records field
-    holds those 20 records (a batch of some of them per batch holding any), not the
-    batches around them."""
-    topic, group = unique("prio-one-fetch"), unique("prio-g")
-    create_topic(broker.bootstrap, topic, config=PRIORITY_CONFIGS)
-    total = 20000
-    priorities = produce_big_batches(broker.bootstrap, topic, total, seed=12)
+def first_share_fetch(bootstrap: str, group: str, topic: str, max_records: int) -> Any:
+    """The answer for partition 0 of the first ShareFetch (at most `max_records`, up to 50
+    MiB) of a new member of `group` that acquires any record of `topic`."""
     member = uuid.uuid4().hex
-    with WireConnection(broker.bootstrap, 10) as conn:
+    with WireConnection(bootstrap, 10) as conn:
         joined = share_heartbeat(conn, group, member, topic, 0)
         assert joined.error_code == 0, joined
-        tid = topic_id(broker.bootstrap, topic)
-        answer = None
+        tid = topic_id(bootstrap, topic)
         deadline = time.monotonic() + WAIT_S
-        while answer is None:
+        while True:
             assert time.monotonic() < deadline, "no record acquired"
             fetched = conn.request(
                 SHARE_FETCH,
@@ -246,8 +240,8 @@ def test_a_fetch_of_scattered_records_sends_only_them(broker: BrokerProcess) -> 
                     "max_wait": datetime.timedelta(milliseconds=500),
                     "min_bytes": 1,
                     "max_bytes": 50 << 20,
-                    "max_records": 20,
-                    "batch_size": 20,
+                    "max_records": max_records,
+                    "batch_size": max_records,
                     "topics": (
                         FetchTopic(
                             topic_id=tid,
@@ -262,7 +256,18 @@ def test_a_fetch_of_scattered_records_sends_only_them(broker: BrokerProcess) -> 
             )
             (partition,) = fetched.responses[0].partitions
             if partition.acquired_records:
-                answer = partition
+                return partition
+
+
+def test_a_fetch_of_scattered_records_sends_only_them(broker: BrokerProcess) -> None:
+    """One ShareFetch of 20 records scattered over batches of thousands: its records field
+    holds those 20 records (a batch of some of them per batch holding any), not the
+    batches around them."""
+    topic, group = unique("prio-one-fetch"), unique("prio-g")
+    create_topic(broker.bootstrap, topic, config=PRIORITY_CONFIGS)
+    total = 20000
+    priorities = produce_big_batches(broker.bootstrap, topic, total, seed=12)
+    answer = first_share_fetch(broker.bootstrap, group, topic, 20)
     acquired = sorted(
         o for r in answer.acquired_records for o in range(r.first_offset, r.last_offset + 1)
     )
