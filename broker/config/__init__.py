@@ -40,6 +40,7 @@ from raftka.broker.config.topic_configs import (
     SHARE_DELAY_ENABLE,
     SHARE_DELIVERY_ORDER,
     SHARE_FAIR_KEY,
+    SHARE_FAIR_PER_TURN,
     TOPIC_SYNONYMS,
 )
 from raftka.broker.config.types import (
@@ -76,6 +77,7 @@ __all__ = [
     "SHARE_DELAY_ENABLE",
     "SHARE_DELIVERY_ORDER",
     "SHARE_FAIR_KEY",
+    "SHARE_FAIR_PER_TURN",
     "TOPIC_CONFIGS",
     "TOPIC_SYNONYMS",
     "TopicConfig",

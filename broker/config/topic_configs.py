@@ -15,6 +15,8 @@ SHARE_DEFAULT_PRIORITY = "share.delivery.default.priority"
 SHARE_DELAY_ENABLE = "share.delivery.delay.enable"
 #: raftka's own: what a fair topic's records are grouped by (`key` or `header:NAME`).
 SHARE_FAIR_KEY = "share.fair.key"
+#: raftka's own: the records a fair topic's fairness key may take per turn of the rotation.
+SHARE_FAIR_PER_TURN = "share.fair.records.per.turn"
 
 TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef(
@@ -116,8 +118,9 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "raftka's own: fifo hands a share group the partition's records in offset order "
         "(Kafka's share groups); priority hands out the lowest `priority` header first (ties "
         "by offset) across the whole backlog; fair rotates across the fairness keys "
-        "(share.fair.key) with records available, one record per key per turn, each key's "
-        "records in offset order. priority and fair honour `deliver-at-ms` headers.",
+        "(share.fair.key) with records available, share.fair.records.per.turn records per "
+        "key per turn, each key's records in offset order. priority and fair honour "
+        "`deliver-at-ms` headers.",
         choices=("fifo", "priority", "fair"),
     ),
     ConfigDef(
@@ -143,6 +146,15 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
         "(a null key, no such header) form one group of their own.",
         choices=("key",),
         named_choices=("header:",),
+    ),
+    ConfigDef(
+        SHARE_FAIR_PER_TURN,
+        INT,
+        1,
+        "raftka's own: on a fair topic, how many records a fairness key may take in its "
+        "turn of the rotation before the next key's turn (a turn may span fetches).",
+        minimum=1,
+        maximum=1_000_000,
     ),
 )
 

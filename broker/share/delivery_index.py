@@ -4,23 +4,25 @@ honouring delays): which record a fetch acquires next.
 The index holds one entry per record not known to be done, `rank * 2**64 + offset`, where
 the rank depends on the order: on a priority topic the record's priority (its `priority`
 header, an ASCII decimal integer, lower is sooner; absent or unparsable: the topic's
-default), on a fair topic the record's fairness group (a small number standing for its
-key, or the value of the header `share.fair.key` names). Records that may be acquired wait
-in the order's queue (`PriorityHeap`: lowest entry first; `FairRotation`: one record per
-group per turn, round robin across the groups with records, each group's in offset
-order); records with a `deliver-at-ms` header (epoch milliseconds) wait in a heap by due
-time until then. The index is built by reading the log once (from the share-partition's
-start offset when it is loaded, then the batches appended since), so a fetch costs the
-records it takes, not the backlog. Entries are checked against the share-partition's states
-when taken (acknowledged or archived ones are dropped then), and records that leave
-ACQUIRED for AVAILABLE return to their queue (or, released with a delay, to the delayed
-heap). A priority changed through the share-partition (`SharePartition.priorities`) gives a
-record a new entry (`override`); its old one is dropped when reached. Pure, given the time.
+default), on a fair topic the record's fairness group (a small number standing for its key,
+or the value of the header `share.fair.key` names). Records that may be acquired wait in the
+order's queue (`PriorityHeap`: lowest entry first; `FairRotation`: up to
+`share.fair.records.per.turn` records per group per turn, round robin across the groups with
+records, each group's in offset order); records with a `deliver-at-ms` header (epoch
+milliseconds) wait in a heap by due time until then. The index is built by reading the log
+once (from the share-partition's start offset when it is loaded, then the batches appended
+since), so a fetch costs the records it takes, not the backlog. Entries are checked against
+the share-partition's states when taken (acknowledged or archived ones are dropped then),
+and records that leave ACQUIRED for AVAILABLE return to their queue (or, released with a
+delay, to the delayed heap). A priority changed through the share-partition
+(`SharePartition.priorities`) gives a record a new entry (`override`); its old one is
+dropped when reached. Pure, given the time.
 """
 
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -81,6 +83,8 @@ class IndexedOrder:
     by_priority: bool
     default_priority: int = 0
     fair: FairKey | None = None
+    #: On a fair topic, the records a fairness group may take per turn.
+    per_turn: int = 1
 
     def header_names(self) -> tuple[bytes, ...]:
         """The headers to read of each record (the fairness header last when there is one)."""
@@ -158,13 +162,17 @@ class PriorityHeap:
 
 
 class FairRotation:
-    """Round robin across fairness groups with ready records, one record per group per
-    turn, each group's records in offset order. A group that runs out leaves the rotation;
-    one that gets a record again (new, released, or due) joins it at the back. A group's
-    number stands for its key while any entry of it is in the index, so a record released
-    later returns to the same group as the key's newer records."""
+    """Round robin across fairness groups with ready records, up to `per_turn` records per
+    group per turn (a turn may span fetches), each group's records in offset order. A group
+    that runs out leaves the rotation; one that gets a record again (new, released, or due)
+    joins it at the back. A group's number stands for its key while any entry of it is in
+    the index, so a record released later returns to the same group as the key's newer
+    records."""
 
-    def __init__(self) -> None:
+    _STAYED, _ROTATED, _LEFT = 0, 1, 2
+
+    def __init__(self, per_turn: int = 1) -> None:
+        self._per_turn = max(1, per_turn)
         self._queues: dict[int, list[int]] = {}  # group -> its ready entries, a heap
         self._turns: deque[int] = deque()  # the groups with ready entries, next first
         self._groups: dict[bytes | None, int] = {}  # fairness key -> group
@@ -172,6 +180,9 @@ class FairRotation:
         self._entries: dict[int, int] = {}  # group -> its entries anywhere in the index
         self._next_group = 0
         self._ready = 0
+        self._used = 0  # records the group at the front took in its current turn
+        # For each record of the last `take`: (`_used` before it, what its group did then).
+        self._steps: list[tuple[int, int]] = []
 
     def rank(self, values: tuple[bytes | None, ...]) -> int:
         fairness_key = values[2] if len(values) > 2 else None
@@ -196,37 +207,56 @@ class FairRotation:
 
     def take(self, max_records: int, live: Callable[[int], bool]) -> list[int]:
         taken: list[int] = []
+        steps = self._steps
+        steps.clear()
         turns, queues = self._turns, self._queues
         while turns and len(taken) < max_records:
-            group = turns.popleft()
+            group = turns[0]
             queue = queues[group]
+            used = self._used
+            got = False
             while queue:
                 key = heapq.heappop(queue)
                 self._ready -= 1
                 if live(key):
                     taken.append(key)
+                    got = True
                     break
                 self.forget(key)
-            if queue:
-                turns.append(group)
-            else:
+            if not queue:
+                turns.popleft()
                 del queues[group]
+                self._used = 0
+                step = self._LEFT
+            elif used + 1 >= self._per_turn:
+                turns.popleft()
+                turns.append(group)
+                self._used = 0
+                step = self._ROTATED
+            else:
+                self._used = used + 1
+                step = self._STAYED
+            if got:
+                steps.append((used, step))
         return taken
 
     def give_back(self, keys: list[int]) -> None:
-        # Undoes the turns of `take` from the last: each took one record from the group at
-        # the front and put the group at the back when it had more.
-        turns, queues = self._turns, self._queues
+        # Undoes the steps of `take` from the last: each took one record from the group at
+        # the front, which then kept the front, went to the back or left the rotation.
+        turns, queues, steps = self._turns, self._queues, self._steps
         for key in reversed(keys):
+            used, step = steps.pop() if steps else (0, self._LEFT)
             group = key // _OFFSETS
             queue = queues.get(group)
             if queue is None:
                 queues[group] = [key]
             else:
                 heapq.heappush(queue, key)
-                if turns and turns[-1] == group:
-                    turns.pop()
-            turns.appendleft(group)
+            if step == self._ROTATED and turns and turns[-1] == group:
+                turns.pop()
+            if step != self._STAYED or not turns or turns[0] != group:
+                turns.appendleft(group)
+            self._used = used
             self._ready += 1
 
     def forget(self, key: int) -> None:
@@ -249,7 +279,52 @@ class FairRotation:
 
 
 def ready_queue(order: IndexedOrder) -> ReadyQueue:
-    return FairRotation() if order.fair is not None else PriorityHeap(order)
+    return FairRotation(order.per_turn) if order.fair is not None else PriorityHeap(order)
+
+
+_SPAN_CHUNK_BITS = 16
+_SPAN_CHUNK = 1 << _SPAN_CHUNK_BITS
+
+
+class RecordSpans:
+    """Where each indexed record's bytes lie in its batch (start from the batch's first
+    byte, length), so a fetch reads and sends the records it acquired, not the batches
+    around them. Eight bytes a record, in chunks of 65,536 offsets dropped whole once below
+    the share-partition's start offset. A length of 0: not known (the record lies in a
+    compressed batch), its whole batch is sent."""
+
+    def __init__(self) -> None:
+        self._chunks: dict[int, array[int]] = {}
+
+    def put(self, offset: int, start: int, length: int) -> None:
+        if length <= 0 or start > 0xFFFFFFFF or length > 0xFFFFFFFF:
+            return
+        chunk = self._chunks.get(offset >> _SPAN_CHUNK_BITS)
+        if chunk is None:
+            chunk = self._chunks[offset >> _SPAN_CHUNK_BITS] = array("I", bytes(8 * _SPAN_CHUNK))
+        at = 2 * (offset & (_SPAN_CHUNK - 1))
+        chunk[at] = start
+        chunk[at + 1] = length
+
+    def get(self, offset: int) -> tuple[int, int] | None:
+        """(start, length) of the record at `offset` in its batch, None when not known."""
+        chunk = self._chunks.get(offset >> _SPAN_CHUNK_BITS)
+        if chunk is None:
+            return None
+        at = 2 * (offset & (_SPAN_CHUNK - 1))
+        length = chunk[at + 1]
+        return (chunk[at], length) if length else None
+
+    def drop_below(self, offset: int) -> None:
+        """Forget the chunks wholly below `offset`."""
+        below = offset >> _SPAN_CHUNK_BITS
+        if self._chunks and min(self._chunks) < below:
+            for first in [c for c in self._chunks if c < below]:
+                del self._chunks[first]
+
+    def __len__(self) -> int:
+        """Chunks held."""
+        return len(self._chunks)
 
 
 class DeliveryIndex:
@@ -258,6 +333,7 @@ class DeliveryIndex:
         #: The offset the log is read from next: records below it are indexed.
         self.scanned_to = scanned_to
         self.ready = ready_queue(order)
+        self.spans = RecordSpans()
         self._delayed: list[tuple[int, int]] = []  # (deliver at, key)
         self._acquired: dict[int, int] = {}  # offset -> key, for the records acquired
 
@@ -266,21 +342,26 @@ class DeliveryIndex:
         records: Iterable[IndexedRecord],
         next_offset: int,
         state: SharePartition | None = None,
+        spans: list[int] | None = None,
     ) -> None:
         """Index the records read from the log (offset, values as `IndexedRecord`), which end
         just before `next_offset`; with `state`, those it holds as done (a share-partition
-        reloaded after a restart) are left out."""
+        reloaded after a restart) are left out. `spans`: where each record lies in its batch
+        (start, length, flattened in the order of `records`), kept for `spans.get`."""
         ready = self.ready
+        put_span = self.spans.put
         known = -1 if state is None else state.next_offset
         # Priority changes and release delays kept in the share-partition's state (rare:
         # looked up only when there are some).
         priorities = state.priorities if state is not None and self.order.by_priority else None
         delays = state.delays if state is not None else None
-        for offset, values in records:
+        for n, (offset, values) in enumerate(records):
             if offset < self.scanned_to:
                 continue
             if offset < known and state is not None and not state.is_available(offset):
                 continue
+            if spans is not None:
+                put_span(offset, spans[2 * n], spans[2 * n + 1])
             rank = ready.rank(values)
             deliver_at = parse_long(values[1])
             if priorities and offset in priorities:

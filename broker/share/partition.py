@@ -336,6 +336,22 @@ class SharePartition:
         [first, last]) for `member_id`; offsets not available are left out."""
         deadline = now_ms + lock_ms
         acquired: list[Acquired] = []
+        # Every split the runs need, made in one pass over the ranges (each alone would move
+        # the list's tail: scattered runs over many ranges, as on a priority topic, cost
+        # that many moves).
+        self._split_many(
+            sorted(
+                {
+                    at
+                    for first, last in runs
+                    if last >= self.start_offset and first < self.next_offset
+                    for at in (
+                        max(first, self.start_offset),
+                        min(last, self.next_offset - 1) + 1,
+                    )
+                }
+            )
+        )
         for first, last in runs:
             if last < self.start_offset:
                 continue
@@ -582,6 +598,44 @@ class SharePartition:
             )
             r.last = offset - 1
             self.ranges.insert(i + 1, tail)
+
+    def _split_many(self, offsets: list[int]) -> None:
+        """`_split_at` each of `offsets` (ascending), rebuilding the list once."""
+        ranges = self.ranges
+        if not offsets or not ranges:
+            return
+        out: list[InFlight] = []
+        pos = 0  # ranges[pos:] not copied to `out` yet
+        carry: InFlight | None = None  # the tail of the last range split, not in `out` yet
+        for offset in offsets:
+            if carry is not None:
+                if offset <= carry.last:
+                    if carry.first < offset:
+                        out.append(carry)
+                        carry = self._cut(carry, offset)
+                    continue
+                out.append(carry)
+                carry = None
+            i = bisect_right(ranges, offset, pos, key=lambda r: r.first) - 1
+            if i < pos:
+                continue
+            r = ranges[i]
+            if r.first < offset <= r.last:
+                out.extend(ranges[pos : i + 1])
+                carry = self._cut(r, offset)
+                pos = i + 1
+        if carry is not None:
+            out.append(carry)
+        if pos:
+            out.extend(ranges[pos:])
+            ranges[:] = out
+
+    @staticmethod
+    def _cut(r: InFlight, offset: int) -> InFlight:
+        """Shorten `r` to end before `offset`; the rest, from `offset`, as a new range."""
+        tail = InFlight(offset, r.last, r.state, r.delivery_count, r.member_id, r.lock_deadline_ms)
+        r.last = offset - 1
+        return tail
 
     def _coalesce(self) -> None:
         self._coalesce_slice(0, len(self.ranges))

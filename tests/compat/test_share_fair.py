@@ -1,7 +1,8 @@
 """Fair delivery on share groups (raftka's own topic configs `share.delivery.order=fair` and
-`share.fair.key`), driven by confluent-kafka's unchanged ShareConsumer against a real
-broker: the configs are validated and described; a key with 100,000 queued records does not
-hold back a key with 100 behind it; a header names the key just as well; a released record
+`share.fair.key`, `share.fair.records.per.turn`), driven by confluent-kafka's unchanged
+ShareConsumer (and one raw ShareFetch) against a real broker: the configs are validated and
+described; a key with 100,000 queued records does not hold back a key with 100 behind it; a
+key takes its records per turn; a header names the key just as well; a released record
 comes back at its key's next turn; and after kill -9 and a restart the broker rebuilds the
 rotation from its log and the persisted share state, delivering nothing acknowledged again."""
 
@@ -17,6 +18,7 @@ from clients import create_topic, make_producer, refused_topic_config, topic_con
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
+from test_share_priority import first_share_fetch
 
 BROKER_CONFIG = {
     "group.share.record.lock.duration.ms": "15000",
@@ -113,9 +115,13 @@ def test_fair_configs_are_validated_and_described(broker: BrokerProcess) -> None
     create_topic(broker.bootstrap, plain, config=FAIR)
     described = topic_configs(admin, plain)
     assert described["share.fair.key"].value == "key" and described["share.fair.key"].is_default
+    per_turn = described["share.fair.records.per.turn"]
+    assert per_turn.value == "1" and per_turn.is_default
     for name, bad in (
         ("share.fair.key", "tenant"),
         ("share.fair.key", "header:"),
+        ("share.fair.records.per.turn", "0"),
+        ("share.fair.records.per.turn", "two"),
         ("share.delivery.order", "round-robin"),
     ):
         error = refused_topic_config(admin, name, bad)
@@ -157,6 +163,21 @@ def test_a_small_key_is_served_beside_a_big_backlog(broker: BrokerProcess) -> No
         f"fair backlog: first 300 of {big + small} in {head_s:.1f} s, all in "
         f"{time.monotonic() - started:.1f} s"
     )
+
+
+def test_a_key_takes_its_records_per_turn(broker: BrokerProcess) -> None:
+    """`share.fair.records.per.turn=10`, keys a, b and c with 50 records each, one after the
+    other in the log: a fetch of 25 acquires a's first 10, b's first 10 and c's first 5
+    (its turn goes on in the next fetch), where one record per turn would take 8 or 9 of
+    each."""
+    topic, group = unique("fair-per-turn"), unique("fair-g")
+    create_topic(broker.bootstrap, topic, config={**FAIR, "share.fair.records.per.turn": "10"})
+    produce_keys(broker.bootstrap, topic, [(b"a", 50), (b"b", 50), (b"c", 50)])
+    answer = first_share_fetch(broker.bootstrap, group, topic, 25)
+    acquired = sorted(
+        o for r in answer.acquired_records for o in range(r.first_offset, r.last_offset + 1)
+    )
+    assert acquired == [*range(10), *range(50, 60), *range(100, 105)]
 
 
 def test_a_header_names_the_fairness_key(broker: BrokerProcess) -> None:

@@ -3,13 +3,16 @@
 `deliver-at-ms` record headers), driven by confluent-kafka's unchanged ShareConsumer against
 a real broker: the configs are validated and described, a backlog is received in priority
 order, delayed records arrive after their time and hold nothing back (on a priority topic,
-a fair topic and a fifo topic with `share.delivery.delay.enable`), and acknowledgements made out of
-offset order survive kill -9 of the broker and of a partition leader among three."""
+a fair topic and a fifo topic with `share.delivery.delay.enable`), a fetch of records scattered
+over big batches sends just those records, and acknowledgements made out of offset order
+survive kill -9 of the broker and of a partition leader among three."""
 
 from __future__ import annotations
 
+import datetime
 import random
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -18,6 +21,11 @@ from clients import create_topic, make_producer, refused_topic_config, topic_con
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
+from kio.schema.share_fetch.v1.request import FetchPartition, FetchTopic
+from test_share_admin import SHARE_FETCH, share_heartbeat, topic_id
+
+from raftka.broker.admin.wire import WireConnection
+from raftka.protocol.record_headers import header_values, whole_batches
 
 LOCK_MS = 15000
 BROKER_CONFIG = {
@@ -164,6 +172,112 @@ def test_a_fifo_topic_ignores_priority_headers(broker: BrokerProcess) -> None:
     finally:
         consumer.close()
     assert [int(m.value()) for poll in polls for m in poll] == list(range(300))
+
+
+def produce_big_batches(bootstrap: str, topic: str, count: int, seed: int) -> dict[int, int]:
+    """`count` uncompressed records (values 0..count-1, padded) with random priorities,
+    packed into few big batches; value -> priority."""
+    rng = random.Random(seed)
+    producer = make_producer(
+        bootstrap, linger_ms=200, batch_size=1_000_000, batch_num_messages=100_000
+    )
+    priorities: dict[int, int] = {}
+    for i in range(count):
+        priorities[i] = rng.randrange(1000)
+        value = str(i).encode().ljust(100, b".")
+        producer.produce(
+            topic, value=value, headers=[("priority", str(priorities[i]).encode())], partition=0
+        )
+    assert producer.flush(30) == 0, "records still unsent after 30 s"
+    return priorities
+
+
+def test_scattered_records_reach_a_client_checking_crcs(broker: BrokerProcess) -> None:
+    """Records of random priorities in big uncompressed batches: each fetch sends batches of
+    just the records it acquired, which a consumer checking CRCs decodes, every value
+    intact and in priority order."""
+    topic, group = unique("prio-scattered"), unique("prio-g")
+    create_topic(broker.bootstrap, topic, config=PRIORITY_CONFIGS)
+    total = 4000
+    priorities = produce_big_batches(broker.bootstrap, topic, total, seed=11)
+    consumer = share_consumer(
+        broker.bootstrap, group, **{"max.poll.records": 50, "check.crcs": True}
+    )
+    consumer.subscribe([topic])
+    try:
+        polls = polls_accepting(consumer, total)
+    finally:
+        consumer.close()
+
+    def order(m: Any) -> tuple[int, int]:
+        return priorities[int(m.value().rstrip(b"."))], m.offset()
+
+    received = [order(m) for poll in polls for m in sorted(poll, key=order)]
+    assert received == sorted((p, o) for o, p in priorities.items())
+    for poll in polls:
+        for m in poll:
+            assert m.value() == str(m.offset()).encode().ljust(100, b"."), "value at its offset"
+            assert m.headers() == [("priority", str(priorities[m.offset()]).encode())]
+
+
+def first_share_fetch(bootstrap: str, group: str, topic: str, max_records: int) -> Any:
+    """The answer for partition 0 of the first ShareFetch (at most `max_records`, up to 50
+    MiB) of a new member of `group` that acquires any record of `topic`."""
+    member = uuid.uuid4().hex
+    with WireConnection(bootstrap, 10) as conn:
+        joined = share_heartbeat(conn, group, member, topic, 0)
+        assert joined.error_code == 0, joined
+        tid = topic_id(bootstrap, topic)
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            assert time.monotonic() < deadline, "no record acquired"
+            fetched = conn.request(
+                SHARE_FETCH,
+                {
+                    "group_id": group,
+                    "member_id": member,
+                    "share_session_epoch": 0,
+                    "max_wait": datetime.timedelta(milliseconds=500),
+                    "min_bytes": 1,
+                    "max_bytes": 50 << 20,
+                    "max_records": max_records,
+                    "batch_size": max_records,
+                    "topics": (
+                        FetchTopic(
+                            topic_id=tid,
+                            partitions=(
+                                FetchPartition(partition_index=0, acknowledgement_batches=()),
+                            ),
+                        ),
+                    ),
+                    "forgotten_topics_data": (),
+                },
+                version=1,
+            )
+            (partition,) = fetched.responses[0].partitions
+            if partition.acquired_records:
+                return partition
+
+
+def test_a_fetch_of_scattered_records_sends_only_them(broker: BrokerProcess) -> None:
+    """One ShareFetch of 20 records scattered over batches of thousands: its records field
+    holds those 20 records (a batch of some of them per batch holding any), not the
+    batches around them."""
+    topic, group = unique("prio-one-fetch"), unique("prio-g")
+    create_topic(broker.bootstrap, topic, config=PRIORITY_CONFIGS)
+    total = 20000
+    priorities = produce_big_batches(broker.bootstrap, topic, total, seed=12)
+    answer = first_share_fetch(broker.bootstrap, group, topic, 20)
+    acquired = sorted(
+        o for r in answer.acquired_records for o in range(r.first_offset, r.last_offset + 1)
+    )
+    assert acquired == sorted(sorted(range(total), key=lambda o: (priorities[o], o))[:20])
+    records = bytes(answer.records)
+    batches = list(whole_batches(records))
+    sent = sorted(o for b in batches for o, _ in header_values(b, (b"priority",)))
+    assert sent == acquired, "the records sent are the records acquired"
+    # 20 records of about 130 bytes each, one batch header (61 bytes) per batch holding any.
+    assert len(records) <= 20 * (61 + 200), f"{len(records)} bytes for 20 records"
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ RAFTKA_ONLY: dict[tuple[str, str], str] = {
     ("topic", "share.delivery.default.priority"): "raftka's priority and fair queues",
     ("topic", "share.delivery.delay.enable"): "raftka's priority and fair queues",
     ("topic", "share.fair.key"): "raftka's priority and fair queues",
+    ("topic", "share.fair.records.per.turn"): "raftka's priority and fair queues",
 }
 
 

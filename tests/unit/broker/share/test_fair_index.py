@@ -1,5 +1,6 @@
 """The delivery index of a fair topic's share-partition: fetches rotate across fairness
-keys with available records (one record per key per turn, each key's in offset order)
+keys with available records (one record per key per turn, or as many as the topic allows,
+each key's in offset order)
 across the whole backlog; released records return at their key's next turn; delayed
 records wait; a rebuild from the persisted state hands out nothing done; and a fetch's
 records given back leave the rotation as if never taken."""
@@ -11,6 +12,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import trio
 from batches import encode_batch
 
@@ -34,11 +36,14 @@ NOW_WALL = 1_700_000_000_000
 BY_KEY = IndexedOrder(False, fair=FairKey())
 
 
-def indexed(keys: list[bytes | None], start: int = 0) -> tuple[SharePartition, DeliveryIndex]:
-    """A share-partition and its fair index over records whose fairness keys are `keys`."""
+def indexed(
+    keys: list[bytes | None], start: int = 0, per_turn: int = 1
+) -> tuple[SharePartition, DeliveryIndex]:
+    """A share-partition and its fair index over records whose fairness keys are `keys`,
+    `per_turn` records per key per turn."""
     state = SharePartition(start)
     state.left_acquired = []
-    index = DeliveryIndex(BY_KEY, start)
+    index = DeliveryIndex(IndexedOrder(False, fair=FairKey(), per_turn=per_turn), start)
     index.add(records(keys, start), start + len(keys))
     return state, index
 
@@ -134,13 +139,39 @@ def test_expired_locks_and_the_delivery_limit_keep_working() -> None:
     assert state.start_offset == 3
 
 
-def test_given_back_records_leave_the_rotation_as_if_never_taken() -> None:
-    rng = random.Random(17)
+def test_a_key_takes_up_to_its_records_per_turn_and_a_turn_spans_fetches() -> None:
+    keys: list[bytes | None] = [b"a"] * 10 + [b"b"] * 10 + [b"c"] * 2
+    state, index = indexed(keys, per_turn=3)
+    assert fetch(state, index, 8) == [0, 1, 2, 10, 11, 12, 20, 21]  # c ran out at 2
+    assert fetch(state, index, 2) == [3, 4], "a's turn goes on in the next fetch"
+    assert fetch(state, index, 4) == [5, 13, 14, 15]
+    assert state.acknowledge("m", 20, 20, [AckType.RELEASE], LIMIT) == 0
+    accept(state, list(range(6)) + [10, 11, 12, 13, 14, 15, 21])
+    # c rejoins at the back with its released record, behind b and a.
+    assert fetch(state, index, 20) == [6, 7, 8, 16, 17, 18, 20, 9, 19]
+
+
+def test_every_key_gets_its_records_per_turn_whatever_its_backlog() -> None:
+    rng = random.Random(6)
+    sizes = {b"big": 3000, b"mid": 300, b"small": 30}
+    keys: list[bytes | None] = [k for k, n in sizes.items() for _ in range(n)]
+    rng.shuffle(keys)
+    state, index = indexed(keys, per_turn=5)
+    first = fetch(state, index, 90)
+    assert Counter(keys[o] for o in first) == {b"big": 30, b"mid": 30, b"small": 30}
+    assert [keys[o] for o in first[:15]] == [keys[first[0]]] * 5 + [keys[first[5]]] * 5 + [
+        keys[first[10]]
+    ] * 5
+
+
+@pytest.mark.parametrize("per_turn", [1, 2, 3, 7])
+def test_given_back_records_leave_the_rotation_as_if_never_taken(per_turn: int) -> None:
+    rng = random.Random(17 + per_turn)
     for _ in range(200):
         keys: list[bytes | None] = [rng.choice([b"a", b"b", b"c", None]) for _ in range(40)]
-        whole_state, whole = indexed(keys)
+        whole_state, whole = indexed(keys, per_turn=per_turn)
         expected = fetch(whole_state, whole, 25)
-        state, index = indexed(keys)
+        state, index = indexed(keys, per_turn=per_turn)
         first = fetch(state, index, rng.randrange(0, 5))  # the rotation is somewhere
         taken = index.take(state, NOW_WALL, rng.randrange(1, 15))
         kept = rng.randrange(0, len(taken) + 1)
