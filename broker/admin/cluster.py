@@ -1,8 +1,9 @@
 """`raftka cluster status`: brokers, the controller, and every partition's leader, leader
 epoch, ISR and replica lag, with under-replicated (ISR smaller than the replica set) and
 offline (no leader) partitions listed and counted, and each broker's log directories that an
-I/O error took offline (from DescribeLogDirs); internal topics' partitions are counted but
-listed only when asked for."""
+I/O error took offline (from DescribeLogDirs); the brokers are also added up by host (their
+rack, else their advertised host), for `raftka serve --shards`; internal topics' partitions
+are counted but listed only when asked for."""
 
 from __future__ import annotations
 
@@ -119,10 +120,12 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
     ]
     under_replicated = [s.as_json() for s in states if s.under_replicated]
     offline = [s.as_json() for s in states if s.offline]
+    hosts = hosts_of(brokers)
     return {
         "cluster_id": cluster_id,
         "controller_id": metadata.controller_id,
         "brokers": brokers,
+        "hosts": hosts,
         "partitions": [
             s.as_json() for s in states if include_internal or s.topic not in INTERNAL_TOPICS
         ],
@@ -135,12 +138,48 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
         "counts": {
             "brokers": len(brokers),
             "brokers_answering": sum(1 for b in brokers if b["answers"]),
+            "hosts": len(hosts),
             "partitions": len(states),
             "under_replicated": len(under_replicated),
             "offline": len(offline),
             "offline_log_dirs": len(offline_log_dirs),
         },
     }
+
+
+def hosts_of(brokers: list[Document]) -> list[Document]:
+    """The brokers added up by host: a broker's host is its rack when it has one (`raftka
+    serve --shards` sets `broker.rack` to the host name), else its advertised host; a broker
+    missing from Metadata has neither and falls under host null. A rack and an address of the
+    same name stay apart (`"by"` says which). Hosts in order of their lowest broker id."""
+    grouped: dict[tuple[str | None, str | None], list[Document]] = {}
+    for broker in brokers:
+        if broker.get("rack"):
+            key: tuple[str | None, str | None] = ("rack", broker["rack"])
+        elif broker.get("host"):
+            key = ("address", broker["host"])
+        else:
+            key = (None, None)
+        grouped.setdefault(key, []).append(broker)
+    hosts = []
+    for (by, name), members in grouped.items():
+        members = sorted(members, key=lambda b: b["id"])
+        hosts.append(
+            {
+                "host": name,
+                "by": by,
+                "brokers": [b["id"] for b in members],
+                "brokers_answering": sum(1 for b in members if b["answers"]),
+                "leads": sum(b["leads"] for b in members),
+                "replicas": sum(b["replicas"] for b in members),
+                "offline_log_dirs": [
+                    {"broker": b["id"], "log_dir": d}
+                    for b in members
+                    for d in b.get("offline_log_dirs") or ()
+                ],
+            }
+        )
+    return sorted(hosts, key=lambda h: h["brokers"][0])
 
 
 def _metadata_roles(target: Target) -> dict[int, str]:
@@ -190,6 +229,25 @@ def print_status(document: Document, out: TextIO) -> None:
         ],
         out,
     )
+    hosts = document.get("hosts", [])
+    # Only where a host runs several brokers (shards) does a per-host table say anything new.
+    if any(len(h["brokers"]) > 1 for h in hosts):
+        print(file=out)
+        print_table(
+            ["HOST", "BROKERS", "ANSWERING", "LEADERS", "REPLICAS", "OFFLINE LOG DIRS"],
+            [
+                [
+                    h["host"] or "-",
+                    ",".join(map(str, h["brokers"])),
+                    f"{h['brokers_answering']}/{len(h['brokers'])}",
+                    h["leads"],
+                    h["replicas"],
+                    len(h["offline_log_dirs"]),
+                ]
+                for h in hosts
+            ],
+            out,
+        )
     print(file=out)
     print_table(
         ["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "LAG", "STATUS"],

@@ -68,6 +68,20 @@ def test_two_shards_serve_one_topic_across_both_and_stop_on_sigterm(
     partitions = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
     leaders = {p.id: p.leader for p in partitions.values()}
     assert sorted(leaders.values()) == [1, 1, 2, 2], f"leaders not spread: {leaders}"
+    # `cluster status` adds the two shards up as one host (their rack, the host name).
+    status = cluster_cli(bootstrap, "status")
+    assert status["counts"]["hosts"] == 1, status["hosts"]
+    (host,) = status["hosts"]
+    assert (host["host"], host["by"], host["brokers"]) == (socket.gethostname(), "rack", [1, 2])
+    assert host["brokers_answering"] == 2
+    assert host["leads"] == sum(b["leads"] for b in status["brokers"])
+    assert host["leads"] == status["counts"]["partitions"], status
+    assert host["replicas"] == status["counts"]["partitions"]  # replication factor 1
+    text = cluster_text(bootstrap, "status").splitlines()
+    header = next(i for i, line in enumerate(text) if line.startswith("HOST "))
+    row = text[header + 1].split()
+    assert row[:3] == [socket.gethostname(), "1,2", "2/2"], text
+    assert int(row[3]) == host["leads"], text
     records = [{"partition": i % 4, "value": f"v{i}".encode()} for i in range(400)]
     result = produce(bootstrap, topic, records, acks="all")
     assert all(r.error is None for r in result.reports)
@@ -117,6 +131,27 @@ def cluster_cli(bootstrap: str, action: str) -> dict[str, Any]:
     assert done.returncode == 0, done.stdout + done.stderr
     document: dict[str, Any] = json.loads(done.stdout)
     return document
+
+
+def cluster_text(bootstrap: str, action: str) -> str:
+    """`raftka cluster ACTION` as the text it prints."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raftka.broker",
+            "cluster",
+            action,
+            "--bootstrap-servers",
+            bootstrap,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
 def topic_names(bootstrap: str) -> set[str]:
