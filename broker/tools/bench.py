@@ -50,6 +50,7 @@ from raftka.broker.tools.bench_requests import metrics_url
 from raftka.broker.tools.bench_runs import run_latency, run_throughput
 from raftka.broker.tools.bench_workers import LATENCY_HEADER
 from raftka.broker.tools.processes import BrokerProcess, free_port
+from raftka.broker.tools.procfs import Pids
 
 
 def positive_int(text: str) -> int:
@@ -58,6 +59,20 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
+
+
+def pid_list(text: str) -> list[int]:
+    """argparse type: one pid or a comma-separated list of them."""
+    pids = []
+    for item in text.split(","):
+        try:
+            pid = int(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r} is not a pid") from None
+        if pid < 1:
+            raise argparse.ArgumentTypeError(f"{item} is not a pid")
+        pids.append(pid)
+    return pids
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,13 +90,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start a raftka broker on a free port with a temporary data dir, and stop it after",
     )
     parser.add_argument(
-        "--broker-pid", type=int, help="pid of an external broker, to report its CPU and memory"
+        "--broker-pid",
+        type=pid_list,
+        action="extend",
+        default=[],
+        metavar="PID[,PID...]",
+        help="pid of an external broker, to report its CPU and memory; repeatable (or a comma "
+        "list) for a broker of several processes (--shards N, local cluster nodes): figures "
+        "are summed over them, with a line per process",
     )
     parser.add_argument(
         "--broker-metrics",
+        action="append",
+        default=[],
         metavar="URL",
         help="raftka's metrics endpoint of an external broker (HOST:PORT or URL), to count "
-        "its requests by API; --start-broker opens one on a free port",
+        "its requests by API; repeatable, counts summed (one per shard or node); "
+        "--start-broker opens one on a free port",
     )
     parser.add_argument(
         "--broker-config",
@@ -218,6 +243,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--idle-connections alone runs no load; leave out --mode")
     if args.topic is None and args.mode == "consume":
         parser.error("--mode consume needs --topic (a topic that already holds records)")
+    if len(set(args.broker_pid)) < len(args.broker_pid):
+        parser.error("--broker-pid names a process twice; its CPU would be counted twice")
+    args.broker_pid = tuple(args.broker_pid)
+    if len(set(args.broker_metrics)) < len(args.broker_metrics):
+        parser.error("--broker-metrics names an endpoint twice; its requests would count twice")
     if args.compare_pid and not args.compare:
         parser.error("--compare-pid is the pid of the --compare broker; give --compare too")
     if args.plot is None and args.json is not None:
@@ -255,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     broker: BrokerProcess | None = None
     runs: list[Result] = []
+    metrics: tuple[str, ...]
     try:
         if args.start_broker:
             config = dict(item.partition("=")[::2] for item in args.broker_config)
@@ -264,20 +295,21 @@ def main(argv: list[str] | None = None) -> int:
             broker_dir = tempfile.mkdtemp(prefix="raftka-bench-")
             broker = BrokerProcess(config, base_dir=broker_dir)
             broker.start()
-            bootstrap, pid = broker.bootstrap, broker.pid
-            metrics = metrics_url(config["metrics.listen"]) if config["metrics.listen"] else None
+            bootstrap, pids = broker.bootstrap, (broker.pid,)
+            metrics = (metrics_url(config["metrics.listen"]),) if config["metrics.listen"] else ()
             print(
-                f"started broker on {bootstrap} (pid {pid}, data {broker.data_dir}, "
-                f"metrics {metrics})"
+                f"started broker on {bootstrap} (pid {broker.pid}, data {broker.data_dir}, "
+                f"metrics {metrics[0] if metrics else None})"
             )
         else:
-            bootstrap, pid = args.bootstrap, args.broker_pid
-            metrics = metrics_url(args.broker_metrics) if args.broker_metrics else None
-        targets: list[tuple[str, str, int | None, str | None]] = [
-            ("raftka", bootstrap, pid, metrics)
+            bootstrap, pids = args.bootstrap, args.broker_pid
+            metrics = tuple(metrics_url(url) for url in args.broker_metrics)
+        targets: list[tuple[str, str, Pids, tuple[str, ...]]] = [
+            ("raftka", bootstrap, pids, metrics)
         ]
         if args.compare:
-            targets.append(("other", args.compare, args.compare_pid, None))
+            compare_pids = (args.compare_pid,) if args.compare_pid else ()
+            targets.append(("other", args.compare, compare_pids, ()))
         if args.connections:
             load = (
                 f"{args.connections} connections at {args.rate} requests/s in total for "

@@ -22,13 +22,14 @@ from raftka.broker.tools.bench_connections import (
 from raftka.broker.tools.bench_report import Result, latency_summary
 from raftka.broker.tools.bench_requests import (
     SteadyWindow,
+    process_lines,
     request_figures,
     request_lines,
 )
 from raftka.broker.tools.bench_runs import ensure_topic, split
 from raftka.broker.tools.bench_workers import WorkerGroup
 from raftka.broker.tools.processes import split_host_port
-from raftka.broker.tools.procfs import cpu_seconds_total, status_kb
+from raftka.broker.tools.procfs import Pids, cpu_seconds_by_pid, status_kb_by_pid
 
 ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 
@@ -77,15 +78,15 @@ def steady_requests_of(results: list[Result], steady_from_ns: int, duration_s: f
 def run_connections(
     args: argparse.Namespace,
     bootstrap: str,
-    pid: int | None,
+    pids: Pids,
     topic: str,
     label: str,
-    metrics: str | None = None,
+    metrics: tuple[str, ...] = (),
 ) -> Result:
     """--connections N sending --rate R one-record Produce requests/s in total."""
     ensure_topic(bootstrap, topic, args.partitions, args.replication_factor)
     largest_share = -(-args.connections // args.producers)
-    for problem in check_descriptors(args.connections, pid, largest_share):
+    for problem in check_descriptors(args.connections, pids, largest_share):
         print(f"bench: LIMIT: {problem}")
     targets = connection_targets(partition_leaders(bootstrap, topic), args.connections)
     tag = random.getrandbits(63)
@@ -106,7 +107,7 @@ def run_connections(
         }
         group.add("produce", spec, connections_worker)
         first += share
-    window = SteadyWindow(pid, metrics, args.warmup, args.duration)
+    window = SteadyWindow(pids, metrics, args.warmup, args.duration)
     results, timeline = group.run(on_start=window.start)
     window.finish()
     acks_wanted = ACKS[args.acks] != 0
@@ -166,6 +167,8 @@ def run_connections(
             f"broker: {broker['cpu_percent']:.0f}% of a core, RSS {broker['rss_mb']:.1f} MB "
             f"(peak {broker['peak_rss_mb']:.1f} MB in the steady part)"
         )
+        for line in process_lines(broker):
+            print(line)
     if broker.get("error"):
         print(f"broker: {broker['error']}")
     # A generator near a full core, or sending late, measures itself as well as the broker.
@@ -208,21 +211,21 @@ class IdleConnections:
     """`count` connections to a broker that ask ApiVersions once and then stay silent, and
     the broker's RSS and CPU from when they are all open until `report()`."""
 
-    def __init__(self, bootstrap: str, pid: int | None, count: int) -> None:
+    def __init__(self, bootstrap: str, pids: Pids, count: int) -> None:
         self.address = split_host_port(bootstrap)
-        self.pid = pid
+        self.pids = pids
         self.count = count
         self.sockets: list[socket.socket] = []
-        self.rss_before_kb: int | None = None
-        self.cpu_open_s = 0.0
+        self.rss_before_kb: dict[int, int | None] = {}
+        self.cpu_open_s: dict[int, float] = {}
         self.opened_at = 0.0
         self.open_s = 0.0
 
     def open(self) -> None:
         """Open them all; SystemExit with the reason if a limit stops it."""
-        for problem in check_descriptors(self.count, self.pid):
+        for problem in check_descriptors(self.count, self.pids):
             print(f"bench: LIMIT: {problem}")
-        self.rss_before_kb = status_kb(self.pid, "VmRSS") if self.pid else None
+        self.rss_before_kb = status_kb_by_pid(self.pids, "VmRSS")
         started = time.monotonic()
         try:
             self.sockets, _ = open_connections([self.address] * self.count)
@@ -230,12 +233,12 @@ class IdleConnections:
             raise SystemExit(f"bench: cannot open {self.count} idle connections: {exc}") from None
         self.open_s = time.monotonic() - started
         self.opened_at = time.monotonic()
-        if self.pid:
-            self.cpu_open_s = cpu_seconds_total(self.pid)
+        self.cpu_open_s = cpu_seconds_by_pid(self.pids)
         print(f"opened {self.count:,} idle connections in {self.open_s:.1f} s")
 
     def report(self, label: str, under_load: bool) -> Result:
-        """Print and return the idle period's figures, then close the connections."""
+        """Print and return the idle period's figures (CPU and RSS summed over the broker's
+        processes, and each process's when several), then close the connections."""
         seconds = time.monotonic() - self.opened_at
         alive = sum(1 for sock in self.sockets if connection_alive(sock))
         figures: dict[str, Any] = {
@@ -245,10 +248,15 @@ class IdleConnections:
             "seconds": seconds,
             "under_load": under_load,
         }
-        if self.pid:
-            cpu_s = cpu_seconds_total(self.pid) - self.cpu_open_s
-            rss_kb = status_kb(self.pid, "VmRSS") or 0
-            before = self.rss_before_kb or 0
+        if self.pids:
+            cpu_by_pid = {
+                pid: cpu - self.cpu_open_s[pid]
+                for pid, cpu in cpu_seconds_by_pid(self.pids).items()
+            }
+            rss_by_pid = {pid: kb or 0 for pid, kb in status_kb_by_pid(self.pids, "VmRSS").items()}
+            cpu_s = sum(cpu_by_pid.values())
+            rss_kb = sum(rss_by_pid.values())
+            before = sum(kb or 0 for kb in self.rss_before_kb.values())
             figures |= {
                 "cpu_s": cpu_s,
                 "cpu_percent": 100.0 * cpu_s / seconds if seconds else 0.0,
@@ -256,6 +264,11 @@ class IdleConnections:
                 "rss_mb": rss_kb / 1024,
                 "kb_per_connection": (rss_kb - before) / self.count if self.count else 0.0,
             }
+            if len(self.pids) > 1:
+                figures["processes"] = [
+                    {"pid": pid, "cpu_s": cpu_by_pid[pid], "rss_mb": rss_by_pid[pid] / 1024}
+                    for pid in self.pids
+                ]
             print(
                 f"-- {label}, {self.count:,} idle connections ({alive:,} still open) for "
                 f"{seconds:.1f} s{' beside the load' if under_load else ''}: broker "
@@ -263,6 +276,8 @@ class IdleConnections:
                 f"({figures['rss_before_mb']:.1f} MB before they opened, "
                 f"{figures['kb_per_connection']:.1f} kB per connection)"
             )
+            for line in process_lines(figures):
+                print(line)
         else:
             print(
                 f"-- {label}, {self.count:,} idle connections ({alive:,} still open) for "
@@ -277,18 +292,18 @@ class IdleConnections:
 def run_idle(
     args: argparse.Namespace,
     bootstrap: str,
-    pid: int | None,
+    pids: Pids,
     topic: str,
     label: str,
-    metrics: str | None = None,
+    metrics: tuple[str, ...] = (),
 ) -> Result:
     """--idle-connections without a load: open them, wait --warmup, then measure --duration."""
-    idle = IdleConnections(bootstrap, pid, args.idle_connections)
+    idle = IdleConnections(bootstrap, pids, args.idle_connections)
     idle.open()
     time.sleep(args.warmup)
     # The measured period starts after the warm-up: opening them is not idling.
     idle.opened_at = time.monotonic()
-    idle.cpu_open_s = cpu_seconds_total(pid) if pid else 0.0
+    idle.cpu_open_s = cpu_seconds_by_pid(pids)
     time.sleep(args.duration)
     figures = idle.report(label, under_load=False)
     return {

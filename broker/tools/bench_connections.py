@@ -76,11 +76,12 @@ def open_file_limit_of(pid: int) -> int | None:
 
 
 def check_descriptors(
-    connections: int, broker_pid: int | None, own_share: int | None = None
+    connections: int, broker_pids: Sequence[int], own_share: int | None = None
 ) -> list[str]:
     """Problems that would keep `connections` sockets from opening: this process's limit
     (raised to the hard limit first) for `own_share` of them (default: all; a share means
-    more generator processes would help) and the broker's for all; empty when none."""
+    more generator processes would help) and each broker process's for all (the leaders
+    of a broker of several processes may all be in one); empty when none."""
     problems = []
     mine = connections if own_share is None else own_share
     limit = raise_open_file_limit(mine + FD_MARGIN)
@@ -90,12 +91,13 @@ def check_descriptors(
             f"need {mine + FD_MARGIN}: raise it (ulimit -Hn)"
             + (" or use more --producers" if own_share is not None else "")
         )
-    broker_limit = open_file_limit_of(broker_pid) if broker_pid else None
-    if broker_limit is not None and broker_limit < connections + FD_MARGIN:
-        problems.append(
-            f"broker process {broker_pid} may open {broker_limit} files; "
-            f"{connections} connections need more"
-        )
+    for broker_pid in broker_pids:
+        broker_limit = open_file_limit_of(broker_pid)
+        if broker_limit is not None and broker_limit < connections + FD_MARGIN:
+            problems.append(
+                f"broker process {broker_pid} may open {broker_limit} files; "
+                f"{connections} connections need more"
+            )
     return problems
 
 
@@ -366,7 +368,7 @@ def connections_worker(
 ) -> None:
     """A generator process: open spec["targets"] connections, report ready, run the load."""
     try:
-        problems = check_descriptors(len(spec["targets"]), None, len(spec["targets"]))
+        problems = check_descriptors(len(spec["targets"]), (), len(spec["targets"]))
         if problems:
             raise SystemExit("; ".join(problems))
         load = ProduceLoad(spec, counters, index)

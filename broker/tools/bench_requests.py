@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from raftka.broker.tools.procfs import cpu_seconds_total, status_kb
+from raftka.broker.tools.procfs import Pids, cpu_seconds_total, status_kb_by_pid, sum_kb
 
 REQUESTS_METRIC = "kafka_network_requestmetrics_requests"
 STATISTICS_INTERVAL_MS = 500
@@ -171,46 +171,66 @@ def request_lines(figures: Mapping[str, Any]) -> list[str]:
 
 
 class BrokerSnapshot:
-    """The broker's CPU seconds, RSS and request counters at one moment; each None when it
-    cannot be read (no pid, no metrics endpoint, process gone). A busy broker renders its
+    """The broker's CPU seconds, RSS and request counters at one moment, each summed over its
+    processes (`pids`) and metrics endpoints (`urls`: one per shard or node); each None when
+    it cannot be read (no pid, no metrics endpoint, process gone). A busy broker renders its
     counters some time into the scrape: time and CPU are then the means of their readings
     before and after it, so a late answer shifts neither end of a window more than the other."""
 
-    def __init__(self, pid: int | None, url: str | None) -> None:
+    def __init__(self, pids: Pids, urls: Sequence[str]) -> None:
         self.time_ns = time.time_ns()
-        self.cpu_s: float | None = None
-        self.rss_kb: int | None = None
+        self.cpu_by_pid: dict[int, float] | None = None
+        self.rss_by_pid: dict[int, int | None] | None = None
         self.requests: RequestCounts | None = None
         self.error: str | None = None
-        self.cpu_s = self._cpu(pid)
-        if pid and self.cpu_s is not None:
+        self.cpu_by_pid = self._cpu(pids)
+        if pids and self.cpu_by_pid is not None:
             with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                self.rss_kb = status_kb(pid, "VmRSS")
-        if not url:
+                self.rss_by_pid = status_kb_by_pid(pids, "VmRSS")
+        if not urls:
             return
         started = time.monotonic()
         try:
-            self.requests = scrape_request_counts(url, SCRAPE_TIMEOUT_S)
+            self.requests = {}
+            for url in urls:
+                for api, n in scrape_request_counts(url, SCRAPE_TIMEOUT_S).items():
+                    self.requests[api] = self.requests.get(api, 0.0) + n
         except (OSError, ValueError) as exc:
+            self.requests = None
             self.error = f"metrics endpoint {url}: {exc}"
         took_s = time.monotonic() - started
         self.time_ns = (self.time_ns + time.time_ns()) // 2
-        cpu_after = self._cpu(pid)
-        if self.cpu_s is not None and cpu_after is not None:
-            self.cpu_s = (self.cpu_s + cpu_after) / 2
+        cpu_after = self._cpu(pids)
+        if self.cpu_by_pid is not None and cpu_after is not None:
+            self.cpu_by_pid = {
+                pid: (cpu + cpu_after[pid]) / 2 for pid, cpu in self.cpu_by_pid.items()
+            }
         if took_s > SCRAPE_SLOW_S and self.error is None:
             self.error = (
                 f"metrics endpoint took {took_s:.1f} s to answer: request counts are approximate"
             )
 
-    def _cpu(self, pid: int | None) -> float | None:
-        if not pid:
+    @property
+    def cpu_s(self) -> float | None:
+        """User+system CPU seconds of all the processes; None if unknown."""
+        return sum(self.cpu_by_pid.values()) if self.cpu_by_pid is not None else None
+
+    @property
+    def rss_kb(self) -> int | None:
+        """RSS of all the processes in kB; None if unknown."""
+        return sum_kb(self.rss_by_pid) if self.rss_by_pid is not None else None
+
+    def _cpu(self, pids: Pids) -> dict[int, float] | None:
+        if not pids:
             return None
-        try:
-            return cpu_seconds_total(pid)
-        except (FileNotFoundError, ProcessLookupError):
-            self.error = f"broker process {pid} is gone"
-            return None
+        by_pid = {}
+        for pid in pids:
+            try:
+                by_pid[pid] = cpu_seconds_total(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                self.error = f"broker process {pid} is gone"
+                return None
+        return by_pid
 
 
 class SteadyWindow:
@@ -219,20 +239,21 @@ class SteadyWindow:
 
     def __init__(
         self,
-        pid: int | None,
-        url: str | None,
+        pids: Pids,
+        urls: Sequence[str],
         warmup_s: float,
         duration_s: float,
-        snapshot: Callable[[int | None, str | None], BrokerSnapshot] = BrokerSnapshot,
+        snapshot: Callable[[Pids, Sequence[str]], BrokerSnapshot] = BrokerSnapshot,
     ) -> None:
-        self.pid = pid
-        self.url = url
+        self.pids = pids
+        self.urls = urls
         self.warmup_s = warmup_s
         self.duration_s = duration_s
         self.snapshot = snapshot
         self.first: BrokerSnapshot | None = None
         self.last: BrokerSnapshot | None = None
         self.peak_rss_kb: int | None = None
+        self.peak_rss_by_pid: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steady-window", daemon=True)
 
@@ -243,22 +264,25 @@ class SteadyWindow:
         started = time.monotonic()
         if self._stop.wait(self.warmup_s):
             return
-        self.first = self.snapshot(self.pid, self.url)
+        self.first = self.snapshot(self.pids, self.urls)
         end = started + self.warmup_s + self.duration_s
         # RSS once a second in between: the peak of the steady part, not of the whole life.
         while not self._stop.wait(max(0.0, min(1.0, end - time.monotonic()))):
             if time.monotonic() >= end:
                 break
-            self._note_rss(self.snapshot(self.pid, None))
+            self._note_rss(self.snapshot(self.pids, ()))
         if self._stop.is_set():
             return
-        self.last = self.snapshot(self.pid, self.url)
+        self.last = self.snapshot(self.pids, self.urls)
         self._note_rss(self.first)
         self._note_rss(self.last)
 
     def _note_rss(self, snap: BrokerSnapshot) -> None:
         if snap.rss_kb is not None:
             self.peak_rss_kb = max(self.peak_rss_kb or 0, snap.rss_kb)
+        for pid, kb in (snap.rss_by_pid or {}).items():
+            if kb is not None:
+                self.peak_rss_by_pid[pid] = max(self.peak_rss_by_pid.get(pid, 0), kb)
 
     def finish(self) -> None:
         """Wait for the last snapshot (the run lasts longer than the window), or give up."""
@@ -290,7 +314,40 @@ class SteadyWindow:
             "peak_rss_mb": self.peak_rss_kb / 1024 if self.peak_rss_kb is not None else None,
             "requests": requests,
             "error": last.error or first.error,
+            **self._processes(first, last),
         }
+
+    def _processes(self, first: BrokerSnapshot, last: BrokerSnapshot) -> dict[str, Any]:
+        """{"processes": CPU seconds and RSS of each process} when the broker has several."""
+        if len(self.pids) < 2 or first.cpu_by_pid is None or last.cpu_by_pid is None:
+            return {}
+        rss = last.rss_by_pid or {}
+        return {
+            "processes": [
+                {
+                    "pid": pid,
+                    "cpu_s": last.cpu_by_pid[pid] - first.cpu_by_pid[pid],
+                    "rss_mb": kb / 1024 if (kb := rss.get(pid)) is not None else None,
+                    "peak_rss_mb": (
+                        self.peak_rss_by_pid[pid] / 1024 if pid in self.peak_rss_by_pid else None
+                    ),
+                }
+                for pid in self.pids
+            ]
+        }
+
+
+def process_lines(figures: Mapping[str, Any]) -> list[str]:
+    """A line per broker process (CPU seconds, RSS) of figures with "processes"; none else."""
+    lines = []
+    for process in figures.get("processes", ()):
+        rss = f"{process['rss_mb']:.1f} MB" if process["rss_mb"] is not None else "unknown"
+        peak = process.get("peak_rss_mb")
+        lines.append(
+            f"  process {process['pid']}: {process['cpu_s']:.2f} s CPU, RSS {rss}"
+            + (f" (peak {peak:.1f} MB)" if peak is not None else "")
+        )
+    return lines
 
 
 def steady_requests(

@@ -6,14 +6,20 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from raftka.broker.tools.bench_report import Result, latency_summary, percentile
-from raftka.broker.tools.bench_requests import SteadyWindow, request_lines, steady_requests
+from raftka.broker.tools.bench_requests import (
+    SteadyWindow,
+    process_lines,
+    request_lines,
+    steady_requests,
+)
 from raftka.broker.tools.bench_workers import MB, WorkerGroup, WorkerSpec
-from raftka.broker.tools.procfs import cpu_seconds, status_kb
+from raftka.broker.tools.procfs import Pids, cpu_seconds, status_kb_by_pid, sum_kb
 
 GB = 1_000_000_000  # CPU per GB: bytes = records x record size, GB = 10^9 bytes
 
@@ -22,38 +28,62 @@ GB = 1_000_000_000  # CPU per GB: bytes = records x record size, GB = 10^9 bytes
 
 
 class BrokerMeter:
-    """CPU used by the broker since construction; no-op without a pid."""
+    """CPU used by the broker since construction, summed over its processes (`pids`: one for
+    a single broker, several for shards or local nodes); no-op without pids."""
 
-    def __init__(self, pid: int | None) -> None:
-        self.pid = pid
-        self.start = cpu_seconds(pid) if pid else (0.0, 0.0)
+    def __init__(self, pids: Pids) -> None:
+        self.pids = pids
+        self.start = {pid: cpu_seconds(pid) for pid in pids}
 
-    def report(self, label: str, data_bytes: int) -> dict[str, float] | None:
-        """Print and return CPU seconds (and per GB of `data_bytes`); None without a pid."""
-        if not self.pid:
+    def report(self, label: str, data_bytes: int) -> dict[str, Any] | None:
+        """Print and return CPU seconds (and per GB of `data_bytes`) summed over the processes,
+        with a line per process when there are several; None without pids."""
+        if not self.pids:
             return None
         try:
-            user, system = cpu_seconds(self.pid)
-            peak_kb = status_kb(self.pid, "VmHWM")
+            now = {pid: cpu_seconds(pid) for pid in self.pids}
+            peak_by_pid = status_kb_by_pid(self.pids, "VmHWM")
         except (FileNotFoundError, ProcessLookupError):
-            print(f"broker ({label}): process {self.pid} is gone")
+            print(f"broker ({label}): process {' or '.join(map(str, self.pids))} is gone")
             return None
-        user -= self.start[0]
-        system -= self.start[1]
+        used = {
+            pid: (now[pid][0] - self.start[pid][0], now[pid][1] - self.start[pid][1])
+            for pid in self.pids
+        }
+        user = sum(u for u, _ in used.values())
+        system = sum(s for _, s in used.values())
         total = user + system
+        peak_kb = sum_kb(peak_by_pid)
         per_gb = total / (data_bytes / GB) if data_bytes else 0.0
         peak = f"{peak_kb / 1024:.1f} MB" if peak_kb is not None else "unknown"
+        several = len(self.pids) > 1
         print(
             f"broker ({label}): {total:.2f} s CPU ({user:.2f} user, {system:.2f} sys), "
             f"{per_gb:.2f} s/GB, peak RSS {peak}"
+            + (f" (sums of {len(self.pids)} processes)" if several else "")
         )
-        return {
+        figures: dict[str, Any] = {
             "cpu_s": total,
             "user_s": user,
             "system_s": system,
             "cpu_s_per_gb": per_gb,
             "peak_rss_mb": peak_kb / 1024 if peak_kb is not None else -1.0,
         }
+        if several:
+            figures["processes"] = [
+                {
+                    "pid": pid,
+                    "cpu_s": sum(used[pid]),
+                    "peak_rss_mb": kb / 1024 if (kb := peak_by_pid[pid]) is not None else -1.0,
+                }
+                for pid in self.pids
+            ]
+            for process in figures["processes"]:
+                print(
+                    f"  process {process['pid']}: {process['cpu_s']:.2f} s CPU, "
+                    f"peak RSS {process['peak_rss_mb']:.1f} MB"
+                )
+        return figures
 
 
 # -- topic ---------------------------------------------------------------------------------
@@ -148,10 +178,10 @@ def add_consumers(
 def run_throughput(
     args: argparse.Namespace,
     bootstrap: str,
-    pid: int | None,
+    pids: Pids,
     topic: str,
     label: str,
-    metrics: str | None = None,
+    metrics: tuple[str, ...] = (),
 ) -> Result:
     """--mode produce, consume or both, one after the other; printed like Kafka's perf tools."""
     result: Result = {"target": label, "topic": topic}
@@ -162,7 +192,7 @@ def run_throughput(
         group = WorkerGroup(args.quiet, f"{label} produce", args.record_size)
         for records in split(args.num_records, args.producers):
             group.add("produce", {**spec, "records": records})
-        meter = BrokerMeter(pid)
+        meter = BrokerMeter(pids)
         results, timeline = group.run()
         delivered = sum(r["delivered"] for r in results)
         failed = sum(r["failed"] for r in results)
@@ -201,7 +231,7 @@ def run_throughput(
         group = WorkerGroup(args.quiet, f"{label} consume", args.record_size)
         add_consumers(group, args, spec, partitions)
         group.target.value = to_consume
-        meter = BrokerMeter(pid)
+        meter = BrokerMeter(pids)
         results, timeline = group.run()
         records = sum(r["records"] for r in results)
         total_bytes = sum(r["bytes"] for r in results)
@@ -243,10 +273,10 @@ def run_throughput(
 def run_latency(
     args: argparse.Namespace,
     bootstrap: str,
-    pid: int | None,
+    pids: Pids,
     topic: str,
     label: str,
-    metrics: str | None = None,
+    metrics: tuple[str, ...] = (),
 ) -> Result:
     """--rate records/s for --warmup + --duration s, consumed meanwhile; end-to-end latency,
     the producers' acknowledgement latency, and requests and broker CPU per request over the
@@ -269,8 +299,8 @@ def run_latency(
     def producers_done(results: list[Result]) -> None:
         group.target.value = sum(r.get("delivered", 0) for r in results)
 
-    meter = BrokerMeter(pid)
-    window = SteadyWindow(pid, metrics, args.warmup, args.duration)
+    meter = BrokerMeter(pids)
+    window = SteadyWindow(pids, metrics, args.warmup, args.duration)
     results, timeline = group.run(on_producers_done=producers_done, on_start=window.start)
     window.finish()
     produced = [r for r in results if "delivered" in r]
@@ -380,5 +410,7 @@ def print_steady_block(
             f"broker: {steady['cpu_percent']:.0f}% of a core, RSS {steady['rss_mb']:.1f} MB "
             f"(peak {steady['peak_rss_mb']:.1f} MB in the steady part)"
         )
+        for line in process_lines(steady):
+            print(line)
     if steady.get("error"):
         print(f"broker: {steady['error']}")

@@ -27,3 +27,30 @@ def status_kb(pid: int, field: str) -> int | None:
         if line.startswith(f"{field}:"):
             return int(line.split()[1])
     return None
+
+
+# A broker may be several processes (`raftka serve --shards N`, a cluster of local nodes);
+# the bench measures them as one: CPU and memory summed over `pids`.
+Pids = tuple[int, ...]
+
+
+def cpu_seconds_sum(pids: Pids) -> tuple[float, float]:
+    """(user, system) CPU seconds summed over processes."""
+    times = [cpu_seconds(pid) for pid in pids]
+    return sum(t[0] for t in times), sum(t[1] for t in times)
+
+
+def cpu_seconds_by_pid(pids: Pids) -> dict[int, float]:
+    """User+system CPU seconds of each process."""
+    return {pid: cpu_seconds_total(pid) for pid in pids}
+
+
+def status_kb_by_pid(pids: Pids, field: str) -> dict[int, int | None]:
+    """A kB figure of /proc/PID/status for each process (None where absent)."""
+    return {pid: status_kb(pid, field) for pid in pids}
+
+
+def sum_kb(by_pid: dict[int, int | None]) -> int | None:
+    """The sum of per-process kB figures; None if no process has the figure."""
+    known = [kb for kb in by_pid.values() if kb is not None]
+    return sum(known) if known else None

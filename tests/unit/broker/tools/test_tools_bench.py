@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from raftka.broker.tools.bench import parse_args, positive_int, run_topic
+from raftka.broker.tools.bench import parse_args, pid_list, positive_int, run_topic
 from raftka.broker.tools.bench_report import (
     METRICS,
     dig,
@@ -120,6 +120,10 @@ def test_defaults_and_derived_options() -> None:
         (["--connections", "10"], "--connections N needs --rate R"),
         (["--connections", "10", "--rate", "100", "--mode", "produce"], "only produces"),
         (["--idle-connections", "10", "--mode", "produce"], "runs no load"),
+        (["--broker-pid", "12,x"], "'x' is not a pid"),
+        (["--broker-pid", "0"], "0 is not a pid"),
+        (["--broker-pid", "12", "--broker-pid", "13,12"], "names a process twice"),
+        (["--broker-metrics", "h:1", "--broker-metrics", "h:1"], "names an endpoint twice"),
     ],
 )
 def test_refused_option_combinations(
@@ -129,6 +133,18 @@ def test_refused_option_combinations(
         parse_args(argv)
     assert exit_info.value.code == 2
     assert complaint in capsys.readouterr().err
+
+
+def test_broker_pids_are_one_or_several_and_metrics_endpoints_repeat() -> None:
+    assert parse_args([]).broker_pid == () and parse_args([]).broker_metrics == []
+    assert parse_args(["--broker-pid", "4242"]).broker_pid == (4242,)
+    several = parse_args(["--broker-pid", "11,12", "--broker-pid", "13"])
+    assert several.broker_pid == (11, 12, 13), "comma lists and repeats add up, in order"
+    metrics = parse_args(["--broker-metrics", "h:1", "--broker-metrics", "http://h:2/metrics"])
+    assert metrics.broker_metrics == ["h:1", "http://h:2/metrics"]
+    assert pid_list("7") == [7] and pid_list("7,8") == [7, 8]
+    with pytest.raises(argparse.ArgumentTypeError):
+        pid_list("7,")
 
 
 def test_positive_int() -> None:

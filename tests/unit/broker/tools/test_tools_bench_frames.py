@@ -162,10 +162,10 @@ def test_open_file_limits() -> None:
 
 
 def test_descriptor_limits_that_would_stop_the_connections_are_named() -> None:
-    assert check_descriptors(10, os.getpid()) == []
+    assert check_descriptors(10, (os.getpid(),)) == []
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard >= 10**8:
         pytest.skip("no hard limit below 10^8 descriptors here")
-    (mine, broker) = check_descriptors(10**8, os.getpid(), 10**8)
+    (mine, broker) = check_descriptors(10**8, (os.getpid(),), 10**8)
     assert "this process may open" in mine and "--producers" in mine
     assert f"broker process {os.getpid()}" in broker

@@ -5,6 +5,10 @@ producers' acknowledgement figures (no broker, no client processes)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from array import array
 
 import pytest
@@ -19,11 +23,12 @@ from raftka.broker.tools.bench_requests import (
     count_delta,
     metrics_url,
     parse_request_counts,
+    process_lines,
     request_figures,
     request_lines,
     steady_requests,
 )
-from raftka.broker.tools.bench_runs import steady_acks
+from raftka.broker.tools.bench_runs import BrokerMeter, steady_acks
 
 
 def requests_page(counts: dict[str, int]) -> str:
@@ -119,17 +124,108 @@ def test_request_lines_name_the_source_and_per_produce_only_when_it_dominates() 
     assert "client statistics" in mixed[0] and "per Produce request" not in mixed[1]
 
 
-def snapshot(time_s: float, cpu_s: float, produce: float | None) -> BrokerSnapshot:
-    snap = BrokerSnapshot(None, None)
+def snapshot(
+    time_s: float, cpu_s: float, produce: float | None, pid: int = 1, rss_kb: int = 51_200
+) -> BrokerSnapshot:
+    snap = BrokerSnapshot((), ())
     snap.time_ns = int(time_s * 1e9)
-    snap.cpu_s = cpu_s
-    snap.rss_kb = 51_200
+    snap.cpu_by_pid = {pid: cpu_s}
+    snap.rss_by_pid = {pid: rss_kb}
     snap.requests = None if produce is None else {"Produce": produce}
     return snap
 
 
+def two_processes(
+    time_s: float, cpu: tuple[float, float], rss_kb: tuple[int, int]
+) -> BrokerSnapshot:
+    snap = snapshot(time_s, 0.0, None)
+    snap.cpu_by_pid = {11: cpu[0], 12: cpu[1]}
+    snap.rss_by_pid = {11: rss_kb[0], 12: rss_kb[1]}
+    snap.requests = {"Produce": 1_000 * time_s}
+    return snap
+
+
+def test_steady_window_sums_the_processes_of_a_broker_and_shows_each() -> None:
+    window = SteadyWindow((11, 12), (), 0.0, 4.0)
+    window.first = two_processes(10, (1.0, 5.0), (10_240, 20_480))
+    window.last = two_processes(14, (2.0, 8.0), (20_480, 30_720))
+    window._note_rss(window.first)
+    window._note_rss(window.last)
+    figures = window.figures()
+    assert figures["cpu_s"] == 4.0 and figures["cpu_percent"] == 100.0
+    assert figures["rss_mb"] == 50.0 and figures["peak_rss_mb"] == 50.0
+    assert figures["processes"] == [
+        {"pid": 11, "cpu_s": 1.0, "rss_mb": 20.0, "peak_rss_mb": 20.0},
+        {"pid": 12, "cpu_s": 3.0, "rss_mb": 30.0, "peak_rss_mb": 30.0},
+    ]
+    requests = steady_requests(figures, [], prefer_client=False)
+    assert requests is not None and requests["cpu_us_per_request"] == 1_000.0, (
+        "4 CPU s of both processes over 4,000 requests"
+    )
+    assert process_lines(figures) == [
+        "  process 11: 1.00 s CPU, RSS 20.0 MB (peak 20.0 MB)",
+        "  process 12: 3.00 s CPU, RSS 30.0 MB (peak 30.0 MB)",
+    ]
+    one = SteadyWindow((11,), (), 0.0, 4.0)
+    one.first, one.last = snapshot(10, 1.0, 0, pid=11), snapshot(14, 2.0, 4_000, pid=11)
+    assert "processes" not in one.figures() and process_lines(one.figures()) == []
+
+
+def test_snapshot_reads_every_process_and_sums_every_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pages = {
+        "http://a/metrics": {"Produce": 3.0},
+        "http://b/metrics": {"Produce": 4.0, "Fetch": 1.0},
+    }
+    monkeypatch.setattr(
+        "raftka.broker.tools.bench_requests.scrape_request_counts",
+        lambda url, timeout_s: pages[url],
+    )
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        snap = BrokerSnapshot((os.getpid(), child.pid), list(pages))
+        assert snap.requests == {"Produce": 7.0, "Fetch": 1.0}
+        assert snap.cpu_by_pid is not None and set(snap.cpu_by_pid) == {os.getpid(), child.pid}
+        assert snap.cpu_s == sum(snap.cpu_by_pid.values())
+        assert snap.rss_by_pid is not None and all(snap.rss_by_pid.values())
+        assert snap.rss_kb == sum(kb or 0 for kb in snap.rss_by_pid.values())
+    finally:
+        child.kill()
+        child.wait()
+    gone = BrokerSnapshot((child.pid,), ())
+    assert gone.cpu_s is None and gone.error == f"broker process {child.pid} is gone"
+
+
+def test_broker_meter_sums_its_processes_and_prints_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        meter = BrokerMeter((os.getpid(), child.pid))
+        busy_until = time.process_time() + 0.2
+        while time.process_time() < busy_until:
+            pass
+        figures = meter.report("produce", 10**9)
+    finally:
+        child.kill()
+        child.wait()
+    assert figures is not None
+    mine, sleeper = figures["processes"]
+    assert mine["pid"] == os.getpid() and mine["cpu_s"] >= 0.1
+    assert sleeper["pid"] == child.pid and sleeper["cpu_s"] < mine["cpu_s"]
+    assert figures["cpu_s"] == pytest.approx(mine["cpu_s"] + sleeper["cpu_s"])
+    assert figures["cpu_s_per_gb"] == pytest.approx(figures["cpu_s"])
+    assert figures["peak_rss_mb"] == pytest.approx(mine["peak_rss_mb"] + sleeper["peak_rss_mb"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("broker (produce): ") and "(sums of 2 processes)" in out[0]
+    assert out[1].startswith(f"  process {os.getpid()}: ") and "peak RSS" in out[1]
+    assert out[2].startswith(f"  process {child.pid}: ")
+    assert BrokerMeter(()).report("produce", 1) is None
+
+
 def test_steady_window_figures_and_the_source_they_count_by() -> None:
-    window = SteadyWindow(None, None, 0.0, 4.0)
+    window = SteadyWindow((), (), 0.0, 4.0)
     assert window.figures() == {"complete": False}
     window.first, window.last = snapshot(10, 1.0, 1_000), snapshot(14, 3.0, 9_000)
     figures = window.figures()

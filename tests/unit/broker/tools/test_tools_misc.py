@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,15 @@ from raftka.broker.tools.processes import (
     free_port,
     split_host_port,
 )
-from raftka.broker.tools.procfs import cpu_seconds, cpu_seconds_total, status_kb
+from raftka.broker.tools.procfs import (
+    cpu_seconds,
+    cpu_seconds_by_pid,
+    cpu_seconds_sum,
+    cpu_seconds_total,
+    status_kb,
+    status_kb_by_pid,
+    sum_kb,
+)
 
 
 def shards_run(config: str, rate: float, cpu: list[float]) -> shards_experiment.Run:
@@ -76,6 +86,24 @@ def test_procfs_reads_this_process() -> None:
     assert rss_kb is not None and rss_kb > 0
     assert status_kb(os.getpid(), "NoSuchField") is None
     assert startup_time.rss_mb(os.getpid()) > 0
+
+
+def test_procfs_sums_over_processes() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pids = (os.getpid(), child.pid)
+        assert set(cpu_seconds_by_pid(pids)) == set(pids)
+        child_user, child_system = cpu_seconds(child.pid)
+        user, system = cpu_seconds_sum(pids)
+        assert user >= child_user and system >= child_system
+        assert cpu_seconds_sum(()) == (0.0, 0.0)
+        by_pid = status_kb_by_pid(pids, "VmHWM")
+        assert all(kb is not None and kb > 0 for kb in by_pid.values())
+        assert sum_kb(by_pid) == sum(kb for kb in by_pid.values() if kb is not None)
+        assert sum_kb({1: None, 2: 5}) == 5 and sum_kb({1: None}) is None and sum_kb({}) is None
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_folder_mb_counts_files_below(tmp_path: Path) -> None:
