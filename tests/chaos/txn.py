@@ -58,6 +58,7 @@ from tests.chaos.checker import (
     EXAMPLES_PER_KIND,
     RUN_ANOMALY_KINDS,
     CheckResult,
+    check_final_read_complete,
     check_polls,
     check_run_events,
 )
@@ -352,17 +353,8 @@ def check_txn(events: Iterable[Event]) -> CheckResult:
                 {"partition": partition, "offset": offset, "values": sorted(values)},
             )
 
-    if final_read is None:
-        result.add("final-read-incomplete", {"detail": "no final read in the history"})
+    if not check_final_read_complete(final_read, result):
         return result
-    if not final_read["complete"]:
-        result.add(
-            "final-read-incomplete",
-            {
-                "high_watermarks": final_read["high_watermarks"],
-                "positions": final_read["positions"],
-            },
-        )
     for txn, event in txns.items():
         if not event["records"] or event["outcome"] == "aborted":
             continue  # an aborted one read at all is `aborted-read` already
