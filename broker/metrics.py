@@ -31,6 +31,7 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
@@ -339,6 +340,25 @@ class FetchSessionCollector(Collector):
             "Fetch requests served from a session (incremental fetches).",
             value=sessions.incremental_fetches,
         )
+
+
+class BrokerInfoCollector(Collector):
+    """`raftka_broker_info`: which broker this is and on which host, for adding up a host's
+    brokers (the shards of `raftka serve --shards`) in Prometheus: join on it by `instance`
+    and sum by `host` or `rack`. Kafka has no such metric; its JMX exporter puts the broker id
+    in the scrape's labels instead."""
+
+    def __init__(self, node_id: int, rack: str | None, host: str) -> None:
+        self.labels = {"node_id": str(node_id), "rack": rack or "", "host": host}
+
+    def collect(self) -> Iterator[Metric]:
+        info = InfoMetricFamily(
+            "raftka_broker",
+            "This broker's node id, rack (broker.rack, empty if none) and host name.",
+            labels=(),
+        )
+        info.add_metric((), self.labels)
+        yield info
 
 
 class BrokerStateCollector(Collector):

@@ -42,7 +42,12 @@ from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.idle import IdleConnections
 from raftka.broker.log_dir_failure import LogDirFailureHandler
 from raftka.broker.log_directories import check_first_dir_only, ensure_directory_ids
-from raftka.broker.metrics import BrokerMetrics, BrokerStateCollector, FetchSessionCollector
+from raftka.broker.metrics import (
+    BrokerInfoCollector,
+    BrokerMetrics,
+    BrokerStateCollector,
+    FetchSessionCollector,
+)
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.queues.api import QueueApi, error_answer
 from raftka.broker.queues.member import ShareMember
@@ -599,6 +604,9 @@ class Broker:
                 config.get_optional_str("broker.rack"),
                 self.listener.host,
                 self.listener.port,
+            )
+            self.metrics.registry.register(
+                BrokerInfoCollector(self.node_id, self.identity.rack, socket.gethostname())
             )
             self.authenticator = Authenticator(
                 config, lambda: self.controller.image.scram_credentials

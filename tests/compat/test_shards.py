@@ -28,6 +28,7 @@ from harness import (
     metadata_brokers,
 )
 from test_cluster import raw_metadata
+from test_metrics import scrape
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,10 +41,17 @@ def children(pid: int) -> list[int]:
 def test_two_shards_serve_one_topic_across_both_and_stop_on_sigterm(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    kafka_port, raft_port = free_port_pair(), free_port_pair()
+    kafka_port, raft_port, metrics_port = free_port_pair(), free_port_pair(), free_port_pair()
     launcher = broker_factory(
         port=kafka_port,
-        extra_args=["--shards", "2", "--raft-listen", f"127.0.0.1:{raft_port}"],
+        extra_args=[
+            "--shards",
+            "2",
+            "--raft-listen",
+            f"127.0.0.1:{raft_port}",
+            "--config",
+            f"metrics.listen=127.0.0.1:{metrics_port}",
+        ],
         startup_timeout_s=60,
     )
     shard_pids = wait_until(
@@ -82,6 +90,13 @@ def test_two_shards_serve_one_topic_across_both_and_stop_on_sigterm(
     row = text[header + 1].split()
     assert row[:3] == [socket.gethostname(), "1,2", "2/2"], text
     assert int(row[3]) == host["leads"], text
+    # Each shard's own /metrics names it and its host, for adding a host's shards up there.
+    host_name = socket.gethostname()
+    for node_id, port in ((1, metrics_port), (2, metrics_port + 1)):
+        info = [
+            labels for (name, labels) in scrape(f"127.0.0.1:{port}") if name == "raftka_broker_info"
+        ]
+        assert info == [(("host", host_name), ("node_id", str(node_id)), ("rack", host_name))]
     records = [{"partition": i % 4, "value": f"v{i}".encode()} for i in range(400)]
     result = produce(bootstrap, topic, records, acks="all")
     assert all(r.error is None for r in result.reports)

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftka.broker.metrics import (
     HANDLER_FAILED,
     REQUEST_TIME_BUCKETS_MS,
+    BrokerInfoCollector,
     BrokerMetrics,
     error_name,
 )
@@ -248,3 +249,15 @@ def test_the_grafana_dashboard_uses_only_metrics_the_broker_has() -> None:
     }
     source = (root / "broker" / "metrics.py").read_text()
     assert used and all(f'"{name}"' in source for name in used), sorted(used)
+
+
+def test_the_broker_info_names_node_rack_and_host() -> None:
+    """One series, value 1, whose labels say which broker and host a scrape came from (a
+    broker without a rack shows an empty one)."""
+    metrics = BrokerMetrics({PRODUCE: "Produce"}, live_topics=lambda: set())
+    metrics.registry.register(BrokerInfoCollector(3, "rack-b", "host-7"))
+    series = _series(metrics)
+    assert series['raftka_broker_info{host="host-7",node_id="3",rack="rack-b"}'] == "1.0"
+    plain = BrokerMetrics({PRODUCE: "Produce"}, live_topics=lambda: set())
+    plain.registry.register(BrokerInfoCollector(1, None, "h"))
+    assert _series(plain)['raftka_broker_info{host="h",node_id="1",rack=""}'] == "1.0"
