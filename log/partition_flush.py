@@ -18,6 +18,26 @@ from .partition_core import (
 )
 
 
+class FlushJob:
+    """A flush job (`PartitionFlush.flush_job`): call it to run it. It holds descriptors of
+    the files it syncs from the moment it is made; one that will never run (its process
+    "killed" in a simulation, a test's leftover) gives them back with `abandon`."""
+
+    __slots__ = ("_run", "_descriptors")
+
+    def __init__(self, run: Callable[[], None], descriptors: list[int]) -> None:
+        self._run = run
+        self._descriptors = descriptors
+
+    def __call__(self) -> None:
+        self._run()
+
+    def abandon(self) -> None:
+        """Close the descriptors without syncing (a job run already closed its own)."""
+        while self._descriptors:
+            os.close(self._descriptors.pop())
+
+
 class PartitionFlush(PartitionCore):
     """Making appended data durable: flush policy, flush jobs for worker threads, and a
     synchronous flush."""
@@ -40,7 +60,7 @@ class PartitionFlush(PartitionCore):
             or now_ms - self._last_flush_ms >= self.config.flush_ms
         )
 
-    def flush_job(self, now_ms: int | None = None) -> Callable[[], None] | None:
+    def flush_job(self, now_ms: int | None = None) -> FlushJob | None:
         """A function that makes everything appended so far durable, or None if nothing is
         pending. It may run in a worker thread while appends, rolls, retention and other jobs
         go on. `recovery_point` reaches this call's log end offset once this job and every
@@ -83,8 +103,10 @@ class PartitionFlush(PartitionCore):
         directory = self.directory
 
         def flush() -> None:
+            run_descriptors = descriptors[:]
+            descriptors.clear()  # this run closes them; `abandon` then has none left
             try:
-                for fd in descriptors:
+                for fd in run_descriptors:
                     os.fsync(fd)
                 for path in files:
                     fsync_file(path)
@@ -98,7 +120,7 @@ class PartitionFlush(PartitionCore):
                     self._epochs_dirty = self._log_start_dirty = True
                 raise
             finally:
-                for fd in descriptors:
+                for fd in run_descriptors:
                     os.close(fd)
             if sync_directory and directory.exists():
                 fsync_directory(directory)
@@ -121,7 +143,7 @@ class PartitionFlush(PartitionCore):
                     write_file_atomically(directory / RECOVERY_POINT_FILE, f"{reached}\n".encode())
                     self.recovery_point = reached
 
-        return flush
+        return FlushJob(flush, descriptors)
 
     def flush(self, now_ms: int | None = None) -> None:
         """Make everything durable now, on this thread, regardless of jobs in flight."""

@@ -41,6 +41,7 @@ from raftka.consensus.sim import SimNode, SimParams, Simulation
 from raftka.consensus.storage import MemoryRaftLog
 from raftka.consensus.types import Entry, EntryKind, NodeId, Role
 from raftka.log import LogConfig, PartitionLog
+from raftka.log.partition_flush import FlushJob
 from raftka.protocol.batch_builder import build_batch
 from raftka.protocol.records import BatchHeader, read_batch_header, stamp_batches
 
@@ -112,7 +113,7 @@ class EpochSimulation(Simulation):
         self.disk_full_rate = disk_full_rate
         self.disk_full_failures = 0
         self.plogs: dict[NodeId, PartitionLog] = {}
-        self.jobs: dict[NodeId, list[Callable[[], None]]] = {}
+        self.jobs: dict[NodeId, list[FlushJob]] = {}
         self.flush_rng = random.Random(f"flush:{seed}")
         self.leader_checks = 0
         self.reopenings = 0
@@ -155,7 +156,7 @@ class EpochSimulation(Simulation):
             plog.close()  # a clean shutdown
         else:
             kill(plog)
-        self.jobs[node.node_id].clear()  # a job outliving its process never runs
+        self._drop_jobs(node)  # a job outliving its process never runs
         directory = self._dir(node)
         if files is not None:
             shutil.rmtree(directory)
@@ -165,6 +166,12 @@ class EpochSimulation(Simulation):
         self.plogs[node.node_id] = PartitionLog.open(directory, CONFIG, NOW)
         self.reopenings += 1
         self._check_cache(node)
+
+    def _drop_jobs(self, node: SimNode) -> None:
+        """The jobs a killed process made and never ran: the kernel closes what they held."""
+        for job in self.jobs[node.node_id]:
+            job.abandon()
+        self.jobs[node.node_id].clear()
 
     def _maybe_flush(self, node: SimNode) -> None:
         """flush.ms: flush jobs made now, run at once, later, out of order, or never."""
@@ -357,7 +364,8 @@ class EpochSimulation(Simulation):
         self.leader_checks += 1
 
     def close(self) -> None:
-        for plog in self.plogs.values():
+        for node_id, plog in self.plogs.items():
+            self._drop_jobs(self.nodes[node_id])
             kill(plog)
 
 
