@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 from kio.index import load_request_schema
 
 from raftka.broker.admin.common import AdminError, Document, Target, print_table
-from raftka.broker.admin.reassign import list_reassignments, reassign
+from raftka.broker.admin.reassign import reassign, reassignments_in
 from raftka.broker.admin.wire import Fields, WireCluster, WireConnection, WireError
 from raftka.broker.cluster.control.voters import voter_removal_problem, voter_removal_warning
 from raftka.broker.cluster.decommission import plan_decommission
@@ -165,10 +165,14 @@ def decommission(
         problem = voter_removal_problem(voters, node)
         if problem is not None:
             raise AdminError(f"{problem}; add another voter first (raftka cluster add-voter)")
-    with WireCluster(target) as cluster:
-        brokers, partitions = _placement(cluster)
     # Moves already under way off the broker (an earlier run) are waited for, not planned.
-    for move in list_reassignments(target)["reassignments"]:
+    # The moves are read before the placement, from the same broker's metadata image (which
+    # only moves forward): a move that ends between the two reads is then listed and already
+    # done, never missing from the list while its added replica still shows in the placement.
+    with WireCluster(target) as cluster:
+        moving = reassignments_in(cluster)["reassignments"]
+        brokers, partitions = _placement(cluster)
+    for move in moving:
         going_to = [r for r in move["replicas"] if r not in move["removing"]]
         if node not in going_to:
             partitions.pop((move["topic"], move["partition"]), None)

@@ -163,11 +163,16 @@ def _throttle(cluster: WireCluster, moves: Sequence[Move], rate_bytes_per_s: int
 
 def list_reassignments(target: Target) -> Document:
     with WireCluster(target) as cluster:
-        connection = cluster.any_connection()
-        response = connection.request(
-            LIST_REASSIGNMENTS_KEY,
-            {"timeout": timedelta(seconds=target.timeout_s), "topics": None},
-        )
+        return reassignments_in(cluster)
+
+
+def reassignments_in(cluster: WireCluster) -> Document:
+    """The moves in progress, as the first broker of `cluster` that answers knows them."""
+    connection = cluster.any_connection()
+    response = connection.request(
+        LIST_REASSIGNMENTS_KEY,
+        {"timeout": timedelta(seconds=cluster.target.timeout_s), "topics": None},
+    )
     if response.error_code:
         raise AdminError(f"{_error_name(response.error_code)}: {response.error_message}")
     return {
