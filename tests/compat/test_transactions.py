@@ -44,7 +44,7 @@ CONCURRENT_TRANSACTIONS = 51
 OPERATION_NOT_ATTEMPTED = 55
 TRANSACTIONAL_ID_NOT_FOUND = 105
 PRODUCER_FENCED = 90
-RETRIABLE = {NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, 15}
+RETRIABLE = frozenset({NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, 15})
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +89,10 @@ def init_producer_id(
         time.sleep(0.1)
 
 
-def describe(bootstrap: str, transactional_id: str) -> Any:
+def describe(bootstrap: str, transactional_id: str, retriable: frozenset[int] = RETRIABLE) -> Any:
     """DescribeTransactions v0 of one id (its start time as Kafka's int64 milliseconds),
-    retried while its coordinator loads."""
+    retried for up to 30 s while the answer's error is `retriable` (its coordinator
+    loads or moves)."""
     from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 
     from raftka.broker.admin.transactions import DescribeTransactionsResponseV0
@@ -105,7 +106,7 @@ def describe(bootstrap: str, transactional_id: str) -> Any:
             DescribeTransactionsResponseV0,
         )
         [state] = answer.transaction_states
-        if int(state.error_code) not in RETRIABLE or time.monotonic() > deadline:
+        if int(state.error_code) not in retriable or time.monotonic() > deadline:
             return state
         time.sleep(0.1)
 
@@ -398,9 +399,11 @@ def test_find_coordinator_on_a_cluster_names_the_leader_of_the_ids_partition(clu
         node = cluster.node(int(coordinator.node_id))
         state = describe(node.bootstrap, transactional_id)
         assert (int(state.error_code), state.transaction_state) == (NONE, "Empty")
-        # Any other broker says it is not the coordinator.
+        # Any other broker says it is not the coordinator (at once: that answer is final
+        # here, so it is not retried).
         other = next(n for n in cluster.nodes if n.node_id != int(coordinator.node_id))
-        assert int(describe(other.bootstrap, transactional_id).error_code) == NOT_COORDINATOR
+        answer = describe(other.bootstrap, transactional_id, RETRIABLE - {NOT_COORDINATOR})
+        assert int(answer.error_code) == NOT_COORDINATOR
 
 
 def test_a_new_coordinator_loads_the_ids_of_a_killed_one(cluster_factory):
