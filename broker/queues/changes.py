@@ -75,7 +75,7 @@ def _led(caller: Caller, topic: str, index: int) -> Partition:
         raise Problem(
             HTTPStatus.SERVICE_UNAVAILABLE,
             "not-leader",
-            f"broker {leader} leads {partition.name}: ask its HTTP endpoint",
+            f"broker {leader} leads {partition.name}, not this one",
         )
     return partition
 
