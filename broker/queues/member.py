@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4 import request as find_coordinator
 from kio.schema.share_acknowledge.v1 import request as share_acknowledge
 from kio.schema.share_fetch.v1 import request as share_fetch
 from kio.schema.share_group_heartbeat.v1 import request as share_heartbeat
@@ -146,7 +147,7 @@ class ShareMember:
         answer: Any = None
         reason = "it has no coordinator yet"
         for _ in range(COORDINATOR_TRIES):
-            coordinator = await caller.group_coordinator(self.group)
+            coordinator = await self._coordinator(caller)
             if coordinator >= 0:
                 try:
                     answer = await caller.at(coordinator).call(
@@ -172,6 +173,20 @@ class ShareMember:
             )
         refuse_on(answer.error_code, answer.error_message, f"share group {self.group}")
         self.last_heartbeat_s = now_s
+
+    async def _coordinator(self, caller: Caller) -> int:
+        """The group's coordinator (-1: none yet); 403 when the caller may not see it."""
+        response = await caller.call(
+            build(
+                find_coordinator.FindCoordinatorRequest,
+                key_type=i8(0),
+                coordinator_keys=(self.group,),
+            )
+        )
+        (found,) = response.coordinators
+        if found.error_code == ErrorCode.group_authorization_failed:
+            refuse_on(found.error_code, found.error_message, f"share group {self.group}")
+        return int(found.node_id) if found.error_code == ErrorCode.none else -1
 
     async def fetch(
         self,

@@ -120,6 +120,8 @@ class QueueOps:
         except OSError as exc:
             refused = [int(HTTPStatus.SERVICE_UNAVAILABLE), "unavailable", str(exc)]
             return 0, json.dumps({"problem": refused}).encode()
+        except (KeyError, TypeError, ValueError) as exc:  # arguments not of this version's
+            return int(ErrorCode.invalid_request), f"bad queue call: {exc!r}".encode()
         return 0, json.dumps({"ok": result}).encode()
 
     async def at_leader(self, caller: Caller, topic: str, index: int, op: str, args: Json) -> Any:

@@ -5,7 +5,8 @@ it handed out is acknowledged or released at any broker, a priority changed and 
 cancelled at it on partitions other brokers lead are honoured; and with kill -9 of a
 partition's leader in the middle, nothing acknowledged is handed out again and nothing
 unacknowledged is lost (an id handed out before the kill is acknowledged or refused with
-409, never a 500)."""
+409, never a 500); on a SASL cluster each step is taken as the HTTP caller, so the
+caller's ACLs decide at every broker."""
 
 from __future__ import annotations
 
@@ -14,8 +15,17 @@ from typing import Any
 
 import pytest
 from clients import create_topic, unique, wait_until
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import ElectionType, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 from harness import ClusterProcess, free_port
+from secured import password, sasl_plain_client, sasl_plain_config
 from test_http_queues import CONFIG, call, dequeue
 
 WAIT_S = 90
@@ -45,6 +55,16 @@ def queue(cluster: ClusterProcess, config: dict[str, str]) -> tuple[str, dict[in
     name = unique("spread")
     create_topic(cluster.bootstrap, name, PARTITIONS, config=config, replication_factor=3)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    # Each partition elects its leader among its replicas: the preferred ones (the first
+    # replica, spread over the brokers by placement) are elected for the test to use.
+    wanted = [TopicPartition(name, index) for index in range(PARTITIONS)]
+    admin.elect_leaders(ElectionType.PREFERRED, wanted).result(timeout=30)
+
+    def spread() -> bool:
+        found = admin.list_topics(name, timeout=10).topics[name].partitions
+        return all(p.leader == p.replicas[0] for p in found.values())
+
+    wait_until(spread, 30, "the preferred leaders lead")
     found = admin.list_topics(name, timeout=10).topics[name].partitions
     leaders = {index: p.leader for index, p in found.items()}
     assert len(set(leaders.values())) == 3, f"the partitions' leaders: {leaders}"
@@ -185,3 +205,84 @@ def test_a_killed_leader_loses_nothing_and_hands_out_nothing_acknowledged(
                 acked.add(m["value"])
     assert acked == set(values)
     assert dequeue(base, name, max=10, wait_ms=300) == []
+
+
+def allow(
+    bootstrap: str, user: str, operation: AclOperation, kind: ResourceType, name: str
+) -> None:
+    binding = AclBinding(
+        kind,
+        name,
+        ResourcePatternType.LITERAL,
+        f"User:{user}",
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
+    admin = AdminClient(sasl_plain_client(bootstrap, "admin"))
+    for future in admin.create_acls([binding], request_timeout=20).values():
+        future.result(timeout=20)
+
+
+@pytest.mark.timeout(400)
+def test_on_a_sasl_cluster_the_callers_acls_decide_at_every_leader(cluster_factory: Any) -> None:
+    """The steps taken at other brokers are taken as the HTTP caller: a user without WRITE
+    enqueues nothing, without READ on the group dequeues nothing, and with them gets the
+    records of every partition."""
+    cluster = cluster_factory(start=False)
+    bases: dict[int, str] = {}
+    sasl: dict[int, str] = {}
+    for node in cluster.nodes:
+        address, port = f"127.0.0.1:{free_port()}", free_port()
+        bases[node.node_id], sasl[node.node_id] = f"http://{address}", f"127.0.0.1:{port}"
+        node.config.update(
+            sasl_plain_config(port, ("admin", "alice"), authorizer=True)
+            | CLUSTER_CONFIG
+            | {"metrics.listen": address}
+        )
+    cluster.start()
+    admin, alice = ("admin", password("admin")), ("alice", password("alice"))
+    served = min(bases)
+    base = bases[served]
+    for at in bases.values():
+        wait_until(lambda b=at: call(b, "GET", "/queues", auth=admin)[0] == 200, 30, "answers")
+    name, group = unique("guarded"), unique("workers")
+    assert call(base, "PUT", f"/queues/{name}", {"partitions": PARTITIONS}, auth=admin)[0] == 201
+    found = AdminClient(sasl_plain_client(sasl[served], "admin")).list_topics(name, timeout=10)
+    leaders = {index: p.leader for index, p in found.topics[name].partitions.items()}
+    assert len(set(leaders.values())) == 3, f"the partitions' leaders: {leaders}"
+
+    messages = {"messages": [{"value": f"m{i}"} for i in range(12)]}
+    allow(sasl[served], "alice", AclOperation.READ, ResourceType.TOPIC, name)
+    enqueue_path, dequeue_path = f"/queues/{name}/messages", f"/queues/{name}/dequeue"
+    wait_until(
+        lambda: call(base, "POST", enqueue_path, messages, auth=alice)[0] == 403,
+        30,
+        "alice may see the queue, not write to it",
+    )
+    allow(sasl[served], "alice", AclOperation.WRITE, ResourceType.TOPIC, name)
+    wait_until(
+        lambda: call(base, "POST", enqueue_path, messages, auth=alice)[0] == 201,
+        30,
+        "every leader lets alice write",
+    )
+    status, answer = call(base, "POST", dequeue_path, {"group": group}, auth=alice)
+    assert status == 403 and answer["type"].endswith("forbidden"), answer
+    allow(sasl[served], "alice", AclOperation.READ, ResourceType.GROUP, group)
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < 12:
+        assert time.monotonic() < deadline, f"{len(got)} of 12 dequeued"
+        status, answer = call(
+            base, "POST", dequeue_path, {"group": group, "max": 12, "wait_ms": 1000}, auth=alice
+        )
+        if status == 403:  # the group's ACL not yet on every broker
+            continue
+        assert status == 200, answer
+        got += answer["messages"]
+    assert sorted(m["value"] for m in got) == sorted(f"m{i}" for i in range(12))
+    assert {m["partition"] for m in got} == set(range(PARTITIONS))
+    other = bases[max(bases)]
+    ids = {"ids": [m["id"] for m in got]}
+    assert call(other, "POST", f"/queues/{name}/ack", ids)[0] == 401
+    assert call(other, "POST", f"/queues/{name}/ack", ids, auth=alice) == (200, {"acked": 12})
