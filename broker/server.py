@@ -50,7 +50,9 @@ from raftka.broker.metrics import (
 )
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.queues.api import QueueApi, error_answer
+from raftka.broker.queues.changes import LEADER_OPS
 from raftka.broker.queues.member import ShareMember
+from raftka.broker.queues.remote import QUEUE_RPC, QueueOps
 from raftka.broker.quotas import ClientQuotaManager
 from raftka.broker.replica import ReplicaManager
 from raftka.broker.replication import HardStateStore
@@ -671,10 +673,14 @@ class Broker:
         /queues, /openapi.json and /docs; the console answers the other paths."""
         sasl = [spec for spec in self.listeners if spec.protocol.uses_sasl]
         members: dict[tuple[str, str], ShareMember] = {}
+        # Served whether or not this broker has an endpoint: another's may ask it.
+        ops = QueueOps(self.services, self.remote_calls)
+        ops.ops.update(LEADER_OPS)
+        self.controller.register_rpc(QUEUE_RPC, ops.serve)
         for endpoint in (self.http, self.console_http):
             if endpoint is not None:
                 endpoint.app = QueueApi(
-                    self.services, sasl[0] if sasl else None, endpoint.app, members
+                    self.services, sasl[0] if sasl else None, endpoint.app, members, ops
                 )
                 endpoint.error_answer = error_answer
 

@@ -6,8 +6,9 @@ group's page asks its coordinator; a partition's end offset is asked of its lead
 The request travels over the brokers' own peer connection (authenticated by
 `raft.auth.secret` when set) with the principal it is made as; the broker asked runs its
 own handler with that principal, so its ACLs decide as they would for a client. Only the
-APIs a console's group pages and transactions use are served (FORWARDED_APIS); anything
-else is refused.
+APIs a console's group pages and transactions use, and those the HTTP queue API makes at a
+group's coordinator and at each partition's leader (ShareGroupHeartbeat, ShareFetch,
+ShareAcknowledge, Produce), are served (FORWARDED_APIS); anything else is refused.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from raftka.protocol.api import (
     response_type,
 )
 from raftka.protocol.api_keys import ApiKey
+from raftka.protocol.splice import SplicedResponse, frame_bytes
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import BrokerServices
@@ -57,6 +59,11 @@ FORWARDED_APIS = frozenset(
         ApiKey.ALTER_SHARE_GROUP_OFFSETS,
         ApiKey.LIST_OFFSETS,
         ApiKey.METADATA,
+        # The HTTP queue API's, at a group's coordinator and at each partition's leader.
+        ApiKey.SHARE_GROUP_HEARTBEAT,
+        ApiKey.SHARE_FETCH,
+        ApiKey.SHARE_ACKNOWLEDGE,
+        ApiKey.PRODUCE,
     }
 )
 
@@ -111,7 +118,7 @@ class RemoteCalls:
         response, _ = entity_reader(response_cls)(raw, position)
         return response
 
-    def _session(self, principal: str | None, listener: str | None) -> ClientSession | None:
+    def session_of(self, principal: str | None, listener: str | None) -> ClientSession | None:
         if principal is None:
             return None
         kind, _, name = principal.partition(":")
@@ -127,7 +134,7 @@ class RemoteCalls:
             if prefix.api_key not in FORWARDED_APIS:
                 raise ValueError(f"api key {prefix.api_key} is not served to a console")
             header, request = decode_request(frame, prefix)
-            session = self._session(caller["principal"], caller["listener"])
+            session = self.session_of(caller["principal"], caller["listener"])
         except (ValueError, KeyError, TypeError, FrameError) as exc:
             return int(ErrorCode.invalid_request), f"bad console call: {exc}".encode()
         handler = self.services.handlers[ApiKey(prefix.api_key)]
@@ -143,6 +150,12 @@ class RemoteCalls:
         response = await handler.serve(context, request)
         if response is None:
             return int(ErrorCode.unknown_server_error), b"no answer"
+        if isinstance(response, SplicedResponse):
+            # A ShareFetch's records read from the log's files: copied into the answer.
+            try:
+                return 0, frame_bytes(response.encode(0))
+            finally:
+                response.splices.close()
         return 0, encode_response(0, response)
 
 

@@ -25,12 +25,9 @@ from raftka.broker.console.calls import ADMIN_TIMEOUT, Caller
 from raftka.broker.http_endpoint import App, HttpError, HttpRequest, HttpResponse
 from raftka.broker.queues import rest_v3
 from raftka.broker.queues.changes import (
-    change_record,
-    changed_priorities,
-    delay_releases,
+    LEADER_OPS,
     indexed,
     queue_state,
-    undo_delays,
 )
 from raftka.broker.queues.member import (
     ACCEPT,
@@ -43,6 +40,7 @@ from raftka.broker.queues.member import (
 )
 from raftka.broker.queues.openapi import docs_page, openapi_document
 from raftka.broker.queues.problems import Problem, json_response, problem_response
+from raftka.broker.queues.remote import QueueOps, leaders, produce_routed
 from raftka.broker.security.session import ClientSession, Principal
 from raftka.protocol.api import build
 from raftka.protocol.batch_builder import build_batch
@@ -177,12 +175,18 @@ class QueueApi:
         sasl_listener: ListenerSpec | None = None,
         fallback: App | None = None,
         members: dict[tuple[str, str], ShareMember] | None = None,
+        ops: QueueOps | None = None,
     ) -> None:
         self.services = services
         self.sasl_listener = sasl_listener
         self.fallback = fallback
         #: The broker-side share members, by (group, queue); shared by a broker's endpoints.
         self.members: dict[tuple[str, str], ShareMember] = {} if members is None else members
+        #: The steps taken at other brokers (their partitions' leaders, their members).
+        self.ops = QueueOps(services, None) if ops is None else ops
+        self.ops.ops.setdefault("settle", self._settle_op)
+        for op, run in LEADER_OPS.items():
+            self.ops.ops.setdefault(op, run)
         self._next_partition = 0
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
@@ -230,8 +234,9 @@ class QueueApi:
     async def _caller(self, request: HttpRequest) -> Caller:
         """The caller's principal: Basic credentials checked as SASL/PLAIN when the cluster
         has a SASL listener (401 without right ones), else the anonymous one."""
+        remote = self.ops.remote
         if self.sasl_listener is None:
-            return Caller(self.services, request.client_host)
+            return Caller(self.services, request.client_host, remote=remote)
         given = request.header("authorization") or ""
         scheme, _, encoded = given.partition(" ")
         user = password = ""
@@ -246,7 +251,7 @@ class QueueApi:
             session = ClientSession(
                 self.sasl_listener, principal=Principal("User", user), authenticated=True
             )
-            return Caller(self.services, request.client_host, session)
+            return Caller(self.services, request.client_host, session, remote)
         if user:
             await trio.sleep(authenticator.failure_delays.record_failure(request.client_host))
         raise Problem(HTTPStatus.UNAUTHORIZED, "unauthorized", "a SASL user's Basic credentials")
@@ -383,16 +388,12 @@ class QueueApi:
             )
             for partition, records in sorted(by_partition.items())
         ]
-        response = await caller.produce_batches(name, batches)
+        answers = await produce_routed(caller, name, batches)
         placed: list[Json] = [{} for _ in given]
-        for produced in response.responses:
-            for answer in produced.partition_responses:
-                _kafka(answer.error_code, answer.error_message, f"queue {name}")
-                for n, (position, *_rest) in enumerate(by_partition[int(answer.index)]):
-                    placed[position] = {
-                        "partition": int(answer.index),
-                        "offset": int(answer.base_offset) + n,
-                    }
+        for partition, (error, message, base_offset) in sorted(answers.items()):
+            _kafka(error, message, f"queue {name}")
+            for n, (position, *_rest) in enumerate(by_partition[partition]):
+                placed[position] = {"partition": partition, "offset": base_offset + n}
         return json_response(HTTPStatus.CREATED, {"messages": placed})
 
     def _record(
@@ -473,9 +474,7 @@ class QueueApi:
                 self.services.clock.now_s(),
             )
             # Read before an acknowledgement forgets them.
-            changed = changed_priorities(
-                caller, group, name, [(d.record.partition, d.record.offset) for d in delivered]
-            )
+            changed = await self._changed_priorities(caller, group, name, delivered)
             refused: set[tuple[int, int]] = set()
             if ack and delivered:
                 refused = set(
@@ -487,12 +486,13 @@ class QueueApi:
                     )
                 )
         messages = []
+        here = self.services.identity.node_id
         for d in self._in_order(name, delivered, changed):
             record = d.record
             headers = {k: (v or b"").decode("utf-8", "replace") for k, v in record.headers}
             shown: Json = {
                 "id": MessageId(
-                    group, member.member_id, name, record.partition, record.offset
+                    group, member.member_id, name, record.partition, record.offset, here
                 ).encode(),
                 "partition": record.partition,
                 "offset": record.offset,
@@ -566,6 +566,7 @@ class QueueApi:
         priority: int | None = None,
         cancel: bool = False,
     ) -> HttpResponse:
+        """The change made at the partition's leader, whichever broker that is."""
         group = _group(body, name)
         where = {"partition": partition, "offset": offset}
         for field, text in where.items():
@@ -576,23 +577,28 @@ class QueueApi:
                     f"{field}: {text!r} is not a whole number",
                 )
         await self._queue(caller, name)
-        changed = await change_record(
-            caller,
-            group,
-            name,
-            int(partition),
-            int(offset),
-            priority=priority,
-            cancel=cancel,
-        )
+        index = int(partition)
+        if self.services.topics.partition(name, index) is None:
+            raise Problem(
+                HTTPStatus.NOT_FOUND, "unknown-partition", f"queue {name} has no partition {index}"
+            )
+        args = {
+            "group": group,
+            "topic": name,
+            "partition": index,
+            "offset": int(offset),
+            "priority": priority,
+            "cancel": cancel,
+        }
+        changed = await self.ops.at_leader(caller, name, index, "change", args)
         shown: Json = {
             "group": group,
-            "partition": changed.partition,
-            "offset": changed.offset,
-            "state": changed.state,
+            "partition": changed["partition"],
+            "offset": changed["offset"],
+            "state": changed["state"],
         }
-        if changed.priority is not None:
-            shown["priority"] = changed.priority
+        if changed["priority"] is not None:
+            shown["priority"] = changed["priority"]
         return json_response(HTTPStatus.OK, shown)
 
     async def queue_state(self, caller: Caller, name: str, body: Json) -> HttpResponse:
@@ -611,7 +617,9 @@ class QueueApi:
     async def _settle(
         self, caller: Caller, name: str, body: Json, kind: int, done: str
     ) -> HttpResponse:
-        """Acknowledge the ids as `kind`: every id is checked before any is acknowledged."""
+        """Acknowledge the ids as `kind`, each by the member (on whichever broker) that
+        holds its lock, at its partition's leader: every id of this broker's members is
+        checked before any is acknowledged."""
         given = body.get("ids", [body["id"]] if "id" in body else None)
         if not isinstance(given, list) or not 1 <= len(given) <= DEQUEUE_MAX:
             raise Problem(
@@ -633,36 +641,152 @@ class QueueApi:
                     "foreign-id",
                     f"an id of queue {found.topic}, not {name}",
                 )
-            member = self.members.get((found.group, name))
-            if member is None or member.member_id != found.member_id:
-                raise Problem(
-                    HTTPStatus.CONFLICT,
-                    "stale-id",
-                    "the id's lock is no longer held (the member left, or another broker dealt it)",
-                )
-        topic = await self._queue(caller, name)
-        refused: list[tuple[int, int]] = []
+        here = self.services.identity.node_id
+        by_node: dict[int, list[MessageId]] = {}
+        for found in ids:
+            by_node.setdefault(here if found.node is None else found.node, []).append(found)
+        mine = by_node.pop(here, [])
+        self._check_held(mine)
         due_ms = None if delay_ms is None else self.services.clock.wall_ms() + delay_ms
-        for group in sorted({i.group for i in ids}):
-            member = self.members[(group, name)]
-            offsets = [(i.partition, i.offset) for i in ids if i.group == group]
-            async with member.lock:
-                marked = (
-                    []
-                    if due_ms is None
-                    else delay_releases(caller, group, member.member_id, name, offsets, due_ms)
-                )
-                not_taken = await member.acknowledge(caller, topic.topic_id, offsets, kind)
-                undo_delays(caller, group, name, [o for o in marked if o in set(not_taken)])
-                refused += not_taken
+        refused = 0
+        silent: list[int] = []
+        for node, theirs in sorted(by_node.items()):
+            args = {"topic": name, "ids": [i.encode() for i in theirs], "kind": kind}
+            try:
+                refused += int(await self.ops.call(caller, node, "settle", args | {"due": due_ms}))
+            except OSError:
+                refused += len(theirs)
+                silent.append(node)
+        if mine:
+            refused += await self._settle_here(caller, name, mine, kind, due_ms)
         if refused:
+            gone = (
+                f" (broker {', '.join(map(str, silent))} that handed some out does not answer: "
+                "their locks expire)"
+                if silent
+                else ""
+            )
             raise Problem(
                 HTTPStatus.CONFLICT,
                 "stale-id",
-                f"{len(refused)} of the messages are not locked by this id (lock expired or "
-                "already acknowledged)",
+                f"{refused} of the messages are not locked by this id (lock expired, already "
+                f"acknowledged, or their partition's leader changed){gone}",
             )
         answer: Json = {done: len(ids)}
         if due_ms is not None:
             answer["available_at_ms"] = due_ms
         return json_response(HTTPStatus.OK, answer)
+
+    def _check_held(self, ids: Sequence[MessageId]) -> None:
+        """409 unless each id's member is this broker's member of its group and queue."""
+        for found in ids:
+            member = self.members.get((found.group, found.topic))
+            if member is None or member.member_id != found.member_id:
+                raise Problem(
+                    HTTPStatus.CONFLICT,
+                    "stale-id",
+                    "the id's lock is no longer held (the member left, or the broker that "
+                    "dealt it restarted)",
+                )
+
+    async def _settle_op(self, caller: Caller, args: Json) -> int:
+        """Another broker's `_settle` of ids this broker's members hold: how many refused."""
+        kind, due_ms = args["kind"], args["due"]
+        if kind not in (ACCEPT, RELEASE, REJECT) or not (due_ms is None or type(due_ms) is int):
+            raise Problem(HTTPStatus.BAD_REQUEST, "bad-request", "no such acknowledgement")
+        ids = [MessageId.decode(i) for i in args["ids"]]
+        if any(i.topic != args["topic"] for i in ids):
+            raise Problem(HTTPStatus.BAD_REQUEST, "foreign-id", "an id of another queue")
+        self._check_held(ids)
+        return await self._settle_here(caller, str(args["topic"]), ids, kind, due_ms)
+
+    async def _settle_here(
+        self, caller: Caller, name: str, ids: Sequence[MessageId], kind: int, due_ms: int | None
+    ) -> int:
+        """Acknowledge ids of this broker's members; how many were refused."""
+        topic = await self._queue(caller, name)
+        refused = 0
+        for group in sorted({i.group for i in ids}):
+            offsets = [(i.partition, i.offset) for i in ids if i.group == group]
+            member = self.members.get((group, name))
+            if member is None or member.member_id not in {i.member_id for i in ids}:
+                refused += len(offsets)  # forgotten meanwhile: its locks go with it
+                continue
+            async with member.lock:
+                marked: list[tuple[int, int]] = []
+                unmarked: list[tuple[int, int]] = []
+                if due_ms is not None:
+                    marked, unmarked = await self._at_leaders(
+                        caller,
+                        name,
+                        offsets,
+                        "delay",
+                        {"group": group, "member_id": member.member_id, "due": due_ms},
+                    )
+                    # A release whose delay was not marked would not keep it back: not sent.
+                    offsets = [o for o in offsets if o not in set(unmarked)]
+                try:
+                    not_taken = await member.acknowledge(caller, topic.topic_id, offsets, kind)
+                except Problem:
+                    await self._at_leaders(caller, name, marked, "undo", {"group": group})
+                    raise
+                undo = [o for o in marked if o in set(not_taken)]
+                if undo:
+                    await self._at_leaders(caller, name, undo, "undo", {"group": group})
+                refused += len(not_taken) + len(unmarked)
+        return refused
+
+    async def _at_leaders(
+        self, caller: Caller, name: str, records: Sequence[tuple[int, int]], op: str, args: Json
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """`op` of (partition, offset) pairs at their partitions' leaders: (the pairs it
+        answered for, those whose leader is unknown or did not take it)."""
+        done: list[tuple[int, int]] = []
+        failed: list[tuple[int, int]] = []
+        partitions = {p for p, _ in records}
+        for node, indexes in sorted(leaders(caller, name, partitions).items()):
+            wanted = [r for r in records if r[0] in set(indexes)]
+            if node < 0:
+                failed += wanted
+                continue
+            try:
+                found = await self.ops.call(
+                    caller, node, op, args | {"topic": name, "records": wanted}
+                )
+            except (OSError, Problem):
+                failed += wanted
+                continue
+            if op == "delay":
+                taken = {(int(p), int(o)) for p, o in found}
+                done += [r for r in wanted if r in taken]
+                failed += [r for r in wanted if r not in taken]
+            else:
+                done += wanted
+        return done, failed
+
+    async def _changed_priorities(
+        self, caller: Caller, group: str, name: str, delivered: Sequence[Delivered]
+    ) -> dict[tuple[int, int], int]:
+        """(partition, offset) -> priority of the delivered records whose priority `group`
+        changed, as their leaders keep them (a priority queue's only)."""
+        topic = self.services.topics.get(name)
+        if (
+            not delivered
+            or topic is None
+            or topic.config.get_str("share.delivery.order") != "priority"
+        ):
+            return {}
+        records = [(d.record.partition, d.record.offset) for d in delivered]
+        changed: dict[tuple[int, int], int] = {}
+        for node, indexes in sorted(leaders(caller, name, {p for p, _ in records}).items()):
+            wanted = [r for r in records if r[0] in set(indexes)]
+            if node < 0:
+                continue
+            try:
+                found = await self.ops.call(
+                    caller, node, "priorities", {"group": group, "topic": name, "records": wanted}
+                )
+            except (OSError, Problem):
+                continue  # shown by their header's priority
+            changed |= {(int(p), int(o)): int(priority) for p, o, priority in found}
+        return changed

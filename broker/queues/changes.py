@@ -10,7 +10,8 @@ in `priorities`, a cancellation as the ARCHIVED state a rejected record takes, a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,7 @@ class Changed:
     priority: int | None = None
 
 
-def _context(caller: Caller, group: str, topic: str) -> RequestContext[Any, Any]:
+def read_context(caller: Caller, group: str, topic: str) -> RequestContext[Any, Any]:
     context = caller.context(_AS, 1)
     for resource, name in ((ResourceType.GROUP, group), (ResourceType.TOPIC, topic)):
         if not context.authorize(AclOperation.READ, resource, name):
@@ -74,7 +75,7 @@ def _led(caller: Caller, topic: str, index: int) -> Partition:
         raise Problem(
             HTTPStatus.SERVICE_UNAVAILABLE,
             "not-leader",
-            f"broker {leader} leads {partition.name}: ask its HTTP endpoint",
+            f"broker {leader} leads {partition.name}, not this one",
         )
     return partition
 
@@ -115,7 +116,7 @@ async def change_record(
     nothing changed) for an unknown record (404), one already acknowledged, archived or
     cancelled (409), one in flight when cancelling (409), or a priority on a queue that is
     not a priority queue (409)."""
-    context = _context(caller, group, topic)
+    context = read_context(caller, group, topic)
     partition = _led(caller, topic, index)
     order = indexed_order(partition)
     if priority is not None and (order is None or not order.by_priority):
@@ -273,3 +274,54 @@ async def queue_state(caller: Caller, group: str, topic: str, count: int) -> lis
         view = queue_view(led.state, led.index, partition.high_watermark, services.clock.wall_ms())
         found.append({"partition": index, "led_here": True, "state": "led", **view.as_json()})
     return found
+
+
+# -- the steps another broker's queue API takes here, at the partitions' leader --------
+
+
+def _records(given: Any) -> list[tuple[int, int]]:  # Any: another broker's JSON
+    return [(int(p), int(o)) for p, o in given]
+
+
+async def _change_op(caller: Caller, args: dict[str, Any]) -> dict[str, Any]:
+    """A priority changed or a message cancelled here, at its partition's leader."""
+    changed = await change_record(
+        caller,
+        str(args["group"]),
+        str(args["topic"]),
+        int(args["partition"]),
+        int(args["offset"]),
+        priority=args["priority"],
+        cancel=bool(args["cancel"]),
+    )
+    return dataclasses.asdict(changed)
+
+
+async def _delay_op(caller: Caller, args: dict[str, Any]) -> list[tuple[int, int]]:
+    group, topic = str(args["group"]), str(args["topic"])
+    read_context(caller, group, topic)
+    return delay_releases(
+        caller, group, str(args["member_id"]), topic, _records(args["records"]), int(args["due"])
+    )
+
+
+async def _undo_op(caller: Caller, args: dict[str, Any]) -> None:
+    group, topic = str(args["group"]), str(args["topic"])
+    read_context(caller, group, topic)
+    undo_delays(caller, group, topic, _records(args["records"]))
+
+
+async def _priorities_op(caller: Caller, args: dict[str, Any]) -> list[tuple[int, int, int]]:
+    group, topic = str(args["group"]), str(args["topic"])
+    read_context(caller, group, topic)
+    found = changed_priorities(caller, group, topic, _records(args["records"]))
+    return [(p, o, priority) for (p, o), priority in sorted(found.items())]
+
+
+#: Op name -> the step (see `raftka.broker.queues.remote.QueueOps`).
+LEADER_OPS: dict[str, Callable[[Caller, dict[str, Any]], Awaitable[Any]]] = {
+    "change": _change_op,
+    "delay": _delay_op,
+    "undo": _undo_op,
+    "priorities": _priorities_op,
+}

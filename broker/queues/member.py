@@ -1,11 +1,13 @@
 """The broker-side share member behind the queue API's dequeues: one per (share group,
-queue), joined to the group by ShareGroupHeartbeat and fetching and acknowledging through
-the broker's own ShareFetch and ShareAcknowledge handlers, as the caller's principal. Its
-records' delivery state, locks, delivery counts and order are exactly what a Kafka
-ShareConsumer in the same group sees; their locks are the member's.
+queue) on each broker, joined to the group by ShareGroupHeartbeat at the group's
+coordinator and fetching and acknowledging by ShareFetch and ShareAcknowledge at each
+partition's leader (this broker's own handlers, or another broker's over the peer
+connection), as the caller's principal. Its records' delivery state, locks, delivery counts
+and order are exactly what a Kafka ShareConsumer in the same group sees; their locks are
+the member's. Like a ShareConsumer it has one share session with each leader.
 
 A message id names what acknowledging the message needs: the group, the member holding
-its lock, the topic, partition and offset."""
+its lock and the broker it lives on, the topic, partition and offset."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4 import request as find_coordinator
 from kio.schema.share_acknowledge.v1 import request as share_acknowledge
 from kio.schema.share_fetch.v1 import request as share_fetch
 from kio.schema.share_group_heartbeat.v1 import request as share_heartbeat
@@ -28,6 +31,7 @@ from kio.static.primitive import i8, i32
 
 from raftka.broker.console.records import Record, batch_records
 from raftka.broker.queues.problems import Problem
+from raftka.broker.queues.remote import leaders
 from raftka.protocol.api import build
 from raftka.protocol.record_headers import whole_batches
 from raftka.protocol.splice import SplicedResponse
@@ -46,6 +50,9 @@ HEARTBEAT_EVERY_S = 5.0
 #: A group's coordinator may still be loading: asked this many times, this far apart.
 COORDINATOR_TRIES = 8
 COORDINATOR_RETRY_S = 0.25
+#: While no leader has a record, one waits this long at a time for one (the others are
+#: asked again between: a record at any of them is handed out this soon).
+WAIT_SLICE_S = 0.1
 NOT_READY = frozenset(
     {
         ErrorCode.not_coordinator,
@@ -62,9 +69,11 @@ class MessageId:
     topic: str
     partition: int
     offset: int
+    #: The broker whose member holds the lock (None: an id of a release before it was named).
+    node: int | None = None
 
     def encode(self) -> str:
-        fields = [self.group, self.member_id, self.topic, self.partition, self.offset]
+        fields = [self.group, self.member_id, self.topic, self.partition, self.offset, self.node]
         raw = json.dumps(fields, separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -75,8 +84,12 @@ class MessageId:
             raise Problem(HTTPStatus.BAD_REQUEST, "invalid-id", "an id is a non-empty string")
         try:
             raw = base64.urlsafe_b64decode(given + "=" * (-len(given) % 4))
-            group, member_id, topic, partition, offset = json.loads(raw)
-        except (ValueError, TypeError, binascii.Error):
+            fields = json.loads(raw)
+            group, member_id, topic, partition, offset = fields[:5]
+            node = fields[5] if len(fields) == 6 else None
+            if len(fields) not in (5, 6):
+                raise ValueError("five or six fields")
+        except (ValueError, TypeError, binascii.Error, KeyError):
             raise Problem(
                 HTTPStatus.BAD_REQUEST, "invalid-id", f"{given!r} is not a message id"
             ) from None
@@ -86,9 +99,10 @@ class MessageId:
             and isinstance(topic, str)
             and type(partition) is int
             and type(offset) is int
+            and (node is None or type(node) is int)
         ):
             raise Problem(HTTPStatus.BAD_REQUEST, "invalid-id", f"{given!r} is not a message id")
-        return cls(group, member_id, topic, partition, offset)
+        return cls(group, member_id, topic, partition, offset, node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,51 +129,64 @@ class ShareMember:
         self.group = group
         self.topic = topic
         self.member_id = uuid.uuid4().hex
-        self.session_epoch = 0
+        #: Leader -> the epoch of this member's share session there (none: not open).
+        self.epochs: dict[int, int] = {}
         self.last_heartbeat_s = -HEARTBEAT_EVERY_S
         #: When a request last named this member (the loop's clock).
         self.last_used_s = 0.0
+        #: Which leader a dequeue asks first (they take turns).
+        self.turn = 0
         self.lock = trio.Lock()
 
     async def _heartbeat(self, caller: Caller, now_s: float) -> None:
         """Join (or stay in) the group, subscribed to the queue, at the group's coordinator
         (looked up first, as a client does: the first lookup creates the offsets topic);
-        Problem when refused, or when another broker coordinates the group."""
+        Problem when refused."""
         if now_s - self.last_heartbeat_s < HEARTBEAT_EVERY_S:
             return
-        here = caller.services.identity.node_id
         answer: Any = None
+        reason = "it has no coordinator yet"
         for _ in range(COORDINATOR_TRIES):
-            coordinator = await caller.group_coordinator(self.group)
-            if coordinator == here:
-                answer = await caller.call(
-                    build(
-                        share_heartbeat.ShareGroupHeartbeatRequest,
-                        group_id=self.group,
-                        member_id=self.member_id,
-                        member_epoch=i32(0),
-                        rack_id=None,
-                        subscribed_topic_names=(self.topic,),
+            coordinator = await self._coordinator(caller)
+            if coordinator >= 0:
+                try:
+                    answer = await caller.at(coordinator).call(
+                        build(
+                            share_heartbeat.ShareGroupHeartbeatRequest,
+                            group_id=self.group,
+                            member_id=self.member_id,
+                            member_epoch=i32(0),
+                            rack_id=None,
+                            subscribed_topic_names=(self.topic,),
+                        )
                     )
-                )
-                if answer.error_code not in NOT_READY:
+                except OSError as exc:
+                    answer, reason = None, str(exc)
+                if answer is not None and answer.error_code not in NOT_READY:
                     break
-            elif coordinator >= 0:
-                raise Problem(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    "not-coordinator",
-                    f"broker {coordinator} coordinates share group {self.group}: ask its "
-                    "HTTP endpoint",
-                )
             await trio.sleep(COORDINATOR_RETRY_S)
         if answer is None:
             raise Problem(
                 HTTPStatus.SERVICE_UNAVAILABLE,
                 "unavailable",
-                f"share group {self.group} has no coordinator yet",
+                f"share group {self.group} cannot be joined now: {reason}",
             )
         refuse_on(answer.error_code, answer.error_message, f"share group {self.group}")
         self.last_heartbeat_s = now_s
+
+    async def _coordinator(self, caller: Caller) -> int:
+        """The group's coordinator (-1: none yet); 403 when the caller may not see it."""
+        response = await caller.call(
+            build(
+                find_coordinator.FindCoordinatorRequest,
+                key_type=i8(0),
+                coordinator_keys=(self.group,),
+            )
+        )
+        (found,) = response.coordinators
+        if found.error_code == ErrorCode.group_authorization_failed:
+            refuse_on(found.error_code, found.error_message, f"share group {self.group}")
+        return int(found.node_id) if found.error_code == ErrorCode.none else -1
 
     async def fetch(
         self,
@@ -170,15 +197,65 @@ class ShareMember:
         wait_ms: int,
         now_s: float,
     ) -> list[Delivered]:
-        """Up to `max_records` records acquired for this member (waiting up to `wait_ms`
-        for one), in the order the share-partitions handed them out."""
+        """Up to `max_records` records acquired for this member from the leaders of the
+        queue's partitions (waiting up to `wait_ms` for one), each leader's in the order
+        its share-partitions handed them out.
+
+        Each round asks every leader without waiting, the leaders taking turns to be
+        asked first; when none had a record, one of them (in turn) is asked to wait for a
+        slice of the time left (all of it when one broker leads every partition), and the
+        round repeats. Leadership is read again each round, so a partition whose leader
+        moved is asked at the new one."""
         await self._heartbeat(caller, now_s)
+        clock = caller.services.clock
+        deadline = clock.now_s() + wait_ms / 1000
+        delivered: list[Delivered] = []
+        while True:
+            by_leader = leaders(caller, self.topic, range(partitions))
+            nodes = sorted(node for node in by_leader if node >= 0)
+            if nodes:
+                start = self.turn % len(nodes)
+                nodes = nodes[start:] + nodes[:start]
+                self.turn += 1
+            for node in nodes:
+                if len(delivered) >= max_records:
+                    break
+                delivered += await self._fetch_at(
+                    caller, node, topic_id, by_leader[node], max_records - len(delivered), 0
+                )
+            left_s = deadline - clock.now_s()
+            if delivered or left_s <= 0:
+                return delivered
+            if not nodes:
+                await trio.sleep(min(left_s, WAIT_SLICE_S))
+                continue
+            whole = len(by_leader) == 1
+            wait_s = left_s if whole else min(left_s, WAIT_SLICE_S)
+            node = nodes[0]
+            delivered += await self._fetch_at(
+                caller, node, topic_id, by_leader[node], max_records, max(1, int(wait_s * 1000))
+            )
+            if delivered:
+                return delivered
+
+    async def _fetch_at(
+        self,
+        caller: Caller,
+        node: int,
+        topic_id: uuid.UUID,
+        indexes: Sequence[int],
+        max_records: int,
+        wait_ms: int,
+    ) -> list[Delivered]:
+        """A ShareFetch of `indexes` in this member's session with leader `node`; nothing
+        when `node` does not answer (its session is forgotten: the next opens a new one)."""
         for attempt in range(2):
+            epoch = self.epochs.get(node, 0)
             request = build(
                 share_fetch.ShareFetchRequest,
                 group_id=self.group,
                 member_id=self.member_id,
-                share_session_epoch=i32(self.session_epoch),
+                share_session_epoch=i32(epoch),
                 max_wait=datetime.timedelta(milliseconds=wait_ms),
                 min_bytes=i32(1),
                 max_bytes=i32(FETCH_BYTES_MAX),
@@ -194,13 +271,17 @@ class ShareMember:
                                 partition_index=i32(index),
                                 acknowledgement_batches=(),
                             )
-                            for index in range(partitions)
+                            for index in indexes
                         ),
                     ),
                 ),
                 forgotten_topics_data=(),
             )
-            answer: Any = await caller.call(request)
+            try:
+                answer: Any = await caller.at(node).call(request)
+            except OSError:
+                self.epochs.pop(node, None)
+                return []
             spliced = answer if isinstance(answer, SplicedResponse) else None
             response = answer.response if spliced is not None else answer
             try:
@@ -212,10 +293,10 @@ class ShareMember:
                     )
                     and attempt == 0
                 ):
-                    self.session_epoch = 0  # the session was evicted: open a new one
+                    self.epochs.pop(node, None)  # the session was evicted: open a new one
                     continue
                 refuse_on(response.error_code, response.error_message, f"queue {self.topic}")
-                self.session_epoch += 1
+                self.epochs[node] = epoch + 1
                 return self._delivered(response, spliced)
             finally:
                 if spliced is not None:
@@ -245,59 +326,71 @@ class ShareMember:
     async def acknowledge(
         self, caller: Caller, topic_id: uuid.UUID, offsets: Sequence[tuple[int, int]], kind: int
     ) -> list[tuple[int, int]]:
-        """Acknowledge (partition, offset) pairs as `kind`; those the broker refused (lock
-        expired, already acknowledged, not this member's)."""
+        """Acknowledge (partition, offset) pairs as `kind` at their partitions' leaders;
+        those refused (lock expired, already acknowledged, not this member's, or held at a
+        leader that no longer leads the partition or does not answer: its locks are gone)."""
+        refused: list[tuple[int, int]] = []
         by_partition: dict[int, list[int]] = {}
         for partition, offset in offsets:
             by_partition.setdefault(partition, []).append(offset)
-        request = build(
-            share_acknowledge.ShareAcknowledgeRequest,
-            group_id=self.group,
-            member_id=self.member_id,
-            share_session_epoch=i32(self.session_epoch),
-            topics=(
-                build(
-                    share_acknowledge.AcknowledgeTopic,
-                    topic_id=topic_id,
-                    partitions=tuple(
-                        build(
-                            share_acknowledge.AcknowledgePartition,
-                            partition_index=i32(partition),
-                            acknowledgement_batches=tuple(
-                                build(
-                                    share_acknowledge.AcknowledgementBatch,
-                                    first_offset=offset,
-                                    last_offset=offset,
-                                    acknowledge_types=(i8(kind),),
-                                )
-                                for offset in sorted(set(wanted))
-                            ),
-                        )
-                        for partition, wanted in sorted(by_partition.items())
+        for node, indexes in sorted(leaders(caller, self.topic, by_partition).items()):
+            wanted = [(p, o) for p, o in offsets if p in set(indexes)]
+            epoch = self.epochs.get(node, 0)
+            if node < 0 or epoch == 0:
+                refused += wanted  # no session there: the member holds no lock there
+                continue
+            request = build(
+                share_acknowledge.ShareAcknowledgeRequest,
+                group_id=self.group,
+                member_id=self.member_id,
+                share_session_epoch=i32(epoch),
+                topics=(
+                    build(
+                        share_acknowledge.AcknowledgeTopic,
+                        topic_id=topic_id,
+                        partitions=tuple(
+                            build(
+                                share_acknowledge.AcknowledgePartition,
+                                partition_index=i32(partition),
+                                acknowledgement_batches=tuple(
+                                    build(
+                                        share_acknowledge.AcknowledgementBatch,
+                                        first_offset=offset,
+                                        last_offset=offset,
+                                        acknowledge_types=(i8(kind),),
+                                    )
+                                    for offset in sorted(set(by_partition[partition]))
+                                ),
+                            )
+                            for partition in sorted(indexes)
+                        ),
                     ),
                 ),
-            ),
-        )
-        response = await caller.call(request)
-        if response.error_code in (
-            ErrorCode.share_session_not_found,
-            ErrorCode.invalid_share_session_epoch,
-        ):
-            self.session_epoch = 0
-            raise Problem(
-                HTTPStatus.CONFLICT,
-                "stale-id",
-                "the share session holding these messages ended; their locks are released",
             )
-        refuse_on(response.error_code, response.error_message, f"queue {self.topic}")
-        self.session_epoch += 1
-        refused_partitions = {
-            int(p.partition_index)
-            for t in response.responses
-            for p in t.partitions
-            if p.error_code != ErrorCode.none
-        }
-        return [(p, o) for p, o in offsets if p in refused_partitions]
+            try:
+                response = await caller.at(node).call(request)
+            except OSError:
+                self.epochs.pop(node, None)
+                refused += wanted
+                continue
+            if response.error_code in (
+                ErrorCode.share_session_not_found,
+                ErrorCode.invalid_share_session_epoch,
+            ):
+                # The session holding these messages ended: their locks are released.
+                self.epochs.pop(node, None)
+                refused += wanted
+                continue
+            refuse_on(response.error_code, response.error_message, f"queue {self.topic}")
+            self.epochs[node] = epoch + 1
+            refused_partitions = {
+                int(p.partition_index)
+                for t in response.responses
+                for p in t.partitions
+                if p.error_code != ErrorCode.none
+            }
+            refused += [(p, o) for p, o in wanted if p in refused_partitions]
+        return refused
 
 
 def refuse_on(error: ErrorCode, message: str | None, what: str) -> None:

@@ -128,7 +128,8 @@ def openapi_document() -> Json:
             "version": "1",
             "description": "Queues on share groups (KIP-932): a queue is a topic, a dequeue "
             "acquires records for a broker-side member of a share group. With SASL, "
-            "authenticate with HTTP Basic as a SASL user; the Kafka port's ACLs apply.",
+            "authenticate with HTTP Basic as a SASL user; the Kafka port's ACLs apply. Any "
+            "broker of a cluster serves the whole queue (every partition's leader).",
         },
         "components": {
             "schemas": {

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.http_endpoint import HttpResponse
+from raftka.broker.queues.remote import produce_routed
 from raftka.protocol.batch_builder import build_batch
 
 if TYPE_CHECKING:
@@ -130,20 +131,22 @@ async def produce_record(
         )
     now_ms = services.clock.wall_ms()
     batch = build_batch([(key, value)], now_ms, headers=[headers])
-    response = await caller.produce_batches(topic, [(partition, batch)])
-    (answer,) = response.responses[0].partition_responses
-    if answer.error_code == ErrorCode.topic_authorization_failed:
+    # At the partition's leader, whichever broker leads it.
+    error, message, base_offset = (await produce_routed(caller, topic, [(partition, batch)]))[
+        partition
+    ]
+    if error == ErrorCode.topic_authorization_failed:
         raise RestError(HTTPStatus.FORBIDDEN, f"Not authorized to access topics: [{topic}]")
-    if answer.error_code != ErrorCode.none:
-        name = ErrorCode(answer.error_code).name
-        raise RestError(HTTPStatus.INTERNAL_SERVER_ERROR, f"{name}: {answer.error_message or ''}")
+    if error != ErrorCode.none:
+        name = ErrorCode(error).name
+        raise RestError(HTTPStatus.INTERNAL_SERVER_ERROR, f"{name}: {message or ''}")
     stamp = datetime.datetime.fromtimestamp(now_ms / 1000, datetime.UTC)
     report = {
         "error_code": 200,
         "cluster_id": cluster_id,
         "topic_name": topic,
         "partition_id": partition,
-        "offset": int(answer.base_offset),
+        "offset": base_offset,
         "timestamp": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "key": _size(key, key_type),
         "value": _size(value, value_type),
