@@ -18,6 +18,7 @@ import trio
 
 from raftka.broker.admin.cli import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 from raftka.broker.cluster.controller import MetadataApplyError
+from raftka.broker.collector import settle_after_start
 from raftka.broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
 from raftka.broker.config.kraft_configs import COMBINED_ROLES
 from raftka.broker.http_endpoint import EndpointBindError
@@ -103,10 +104,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _run_broker(broker: Broker) -> None:
+    """`broker.run`, with the garbage collector settled once the broker serves."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        settle_after_start()
+
+
 async def _serve(broker: Broker) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.run)
+            nursery.start_soon(_run_broker, broker)
 
             async for signum in signals:
                 logger.info("raftka: %s received, shutting down", signal.Signals(signum).name)

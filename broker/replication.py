@@ -58,6 +58,10 @@ from raftka.protocol.records import (
 
 logger = logging.getLogger("raftka.replication")
 
+#: The header fields from the magic byte on, which stamping an entry's offset and epoch
+#: leaves as they were.
+_MAGIC_FIELD = BatchHeader._fields.index("magic")
+
 CONTROL_LEADER_CHANGE = 2
 CONTROL_KRAFT_VOTERS = 6
 ATTRIBUTES_OFFSET = 21
@@ -471,7 +475,13 @@ class PartitionRaftStorage:
             stamp_batches(buffer, [header], entry.base_offset, entry.epoch)
             # The header as stamped (what a scan of `buffer` would read back).
             headers.append(
-                header._replace(base_offset=entry.base_offset, partition_leader_epoch=entry.epoch)
+                BatchHeader(
+                    header.position,
+                    entry.base_offset,
+                    header.batch_length,
+                    entry.epoch,
+                    *header[_MAGIC_FIELD:],
+                )
             )
         recent = self._recent
         if recent and recent[-1].last_offset >= entries[0].base_offset:

@@ -893,8 +893,13 @@ class RaftCore:
     def _maybe_commit(self) -> bool:
         own = min(self.durable_end, self.log.log_end_offset())
         hw = self.high_watermark
-        if own <= hw and all(pr.match_end <= hw for pr in self.progress.values()):
-            return False  # nobody holds more than is committed (every append as leader)
+        if own <= hw:
+            # A loop, not all() over a generator: called for every proposal.
+            for pr in self.progress.values():
+                if pr.match_end > hw:
+                    break
+            else:
+                return False  # nobody holds more than is committed (every append as leader)
         if len(self.voters) == 1 and self.id in self.voters:
             end = own  # the only voter is a majority
         else:
