@@ -3,8 +3,10 @@
 Kept by the partition's leader, one per (group, partition), as a pure state machine that is
 given the time. Offsets below `start_offset` (Kafka's SPSO) are done; offsets from
 `next_offset` on were never acquired; in between, `ranges` holds consecutive offset ranges,
-each in one state with one delivery count. Records are never looked at: a fetch acquires an
-offset range, an acknowledgement of part of a range splits it.
+each in one state with one delivery count, in a `RangeList` (sorted in chunks, so finding,
+splitting and merging a range costs the same however many there are). Records are never
+looked at: a fetch acquires an offset range, an acknowledgement of part of a range splits
+it.
 
 On a priority topic a fetch acquires chosen offsets anywhere past the start
 (`acquire_offsets`); the never-acquired offsets it passes over become AVAILABLE ranges with
@@ -24,11 +26,12 @@ from __future__ import annotations
 
 import enum
 import heapq
-from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
+
+from raftka.broker.share.range_list import RangeList
 
 
 class RecordState(enum.IntEnum):
@@ -115,14 +118,13 @@ class SharePartition:
         delays: Iterable[tuple[int, int]] = (),
     ) -> None:
         self.start_offset = start_offset
-        self.ranges: list[InFlight] = [
-            InFlight(b.first, b.last, b.state, b.delivery_count)
+        loaded = [
+            InFlight(max(b.first, start_offset), b.last, b.state, b.delivery_count)
             for b in sorted(state_batches, key=lambda b: b.first)
             if b.last >= start_offset
         ]
-        if self.ranges and self.ranges[0].first < start_offset:
-            self.ranges[0].first = start_offset
-        self.next_offset = self.ranges[-1].last + 1 if self.ranges else start_offset
+        self.ranges: RangeList[InFlight] = RangeList(loaded)
+        self.next_offset = loaded[-1].last + 1 if loaded else start_offset
         # Bumped by every change a persisted copy must see.
         self.version = 0
         # When a list (a priority topic's index reads it): every range that left ACQUIRED,
@@ -169,7 +171,9 @@ class SharePartition:
         for first, last in spans:
             within: list[StateBatch] = []
             in_flight_last = min(last, self.next_offset - 1)
-            for r in self._overlapping(first, in_flight_last) if first <= in_flight_last else ():
+            for r in (
+                self.ranges.overlapping(first, in_flight_last) if first <= in_flight_last else ()
+            ):
                 state = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
                 lo, hi = max(r.first, first), min(r.last, last)
                 if (
@@ -223,8 +227,8 @@ class SharePartition:
             return RecordState.ACKNOWLEDGED
         if offset >= self.next_offset:
             return RecordState.AVAILABLE
-        i = bisect_right(self.ranges, offset, key=lambda r: r.first) - 1
-        return self.ranges[i].state if i >= 0 else RecordState.AVAILABLE
+        r = self.ranges.covering(offset)
+        return r.state if r is not None else RecordState.AVAILABLE
 
     def _done(self, offset: int) -> bool:
         return self.state_of(offset) in _DONE
@@ -242,8 +246,8 @@ class SharePartition:
             return False
         if offset >= self.next_offset:
             return True
-        i = bisect_right(self.ranges, offset, key=lambda r: r.first) - 1
-        return i >= 0 and self.ranges[i].state == RecordState.AVAILABLE
+        r = self.ranges.covering(offset)
+        return r is not None and r.state == RecordState.AVAILABLE
 
     def acquired_count(self) -> int:
         return sum(r.last - r.first + 1 for r in self.ranges if r.state == RecordState.ACQUIRED)
@@ -267,12 +271,14 @@ class SharePartition:
         if self.left_acquired is not None:
             self.left_acquired.extend(
                 (r.first, r.last, RecordState.ARCHIVED)
-                for r in self.ranges
-                if r.first < offset and r.state == RecordState.ACQUIRED
+                for r in self.ranges.overlapping(self.start_offset, offset - 1)
+                if r.state == RecordState.ACQUIRED
             )
-        self.ranges = [r for r in self.ranges if r.first >= offset]
+        self.ranges.drop_below(offset)
         self.start_offset = offset
         self.next_offset = max(self.next_offset, offset)
+        # Records past the new start may be done already (acknowledged out of order).
+        self._advance_start()
         self.version += 1
 
     def acquire(
@@ -295,18 +301,14 @@ class SharePartition:
             # Records cancelled past the window left AVAILABLE ones before them: the locks
             # stay bounded all the same.
             budget = min(budget, max_in_flight - self.acquired_count())
-        i = 0
-        while i < len(self.ranges) and budget > 0:
-            r = self.ranges[i]
-            if r.first >= stop_offset:
+        for r in self.ranges.overlapping(self.start_offset, stop_offset - 1):
+            if budget <= 0:
                 break
             if r.state != RecordState.AVAILABLE:
-                i += 1
                 continue
             last = min(r.last, stop_offset - 1, r.first + budget - 1)
             if last < r.last:
-                self._split_at(last + 1)
-                r = self.ranges[i]
+                self._split_at(last + 1)  # `r` ends at `last` now
             r.state = RecordState.ACQUIRED
             r.delivery_count += 1
             r.member_id = member_id
@@ -315,7 +317,6 @@ class SharePartition:
             heapq.heappush(self._locks, (deadline, r.first, r.last))
             budget -= r.last - r.first + 1
             acquired.append(Acquired(r.first, r.last, r.delivery_count))
-            i += 1
         room = self.start_offset + max_in_flight - self.next_offset
         last = min(stop_offset - 1, self.next_offset + min(budget, room) - 1)
         if budget > 0 and last >= self.next_offset:
@@ -336,22 +337,6 @@ class SharePartition:
         [first, last]) for `member_id`; offsets not available are left out."""
         deadline = now_ms + lock_ms
         acquired: list[Acquired] = []
-        # Every split the runs need, made in one pass over the ranges (each alone would move
-        # the list's tail: scattered runs over many ranges, as on a priority topic, cost
-        # that many moves).
-        self._split_many(
-            sorted(
-                {
-                    at
-                    for first, last in runs
-                    if last >= self.start_offset and first < self.next_offset
-                    for at in (
-                        max(first, self.start_offset),
-                        min(last, self.next_offset - 1) + 1,
-                    )
-                }
-            )
-        )
         for first, last in runs:
             if last < self.start_offset:
                 continue
@@ -360,7 +345,7 @@ class SharePartition:
                 inside = min(last, self.next_offset - 1)
                 self._split_at(first)
                 self._split_at(inside + 1)
-                for r in list(self._overlapping(first, inside)):
+                for r in self.ranges.overlapping(first, inside):
                     if r.state != RecordState.AVAILABLE:
                         continue
                     r.state = RecordState.ACQUIRED
@@ -375,15 +360,17 @@ class SharePartition:
                 continue
             if first > self.next_offset:
                 # Passed over, never acquired: available, with no deliveries.
-                gap = InFlight(self.next_offset, first - 1, RecordState.AVAILABLE, 0)
+                tail = self.ranges.last()
                 if (
-                    self.ranges
-                    and self.ranges[-1].state == RecordState.AVAILABLE
-                    and (self.ranges[-1].delivery_count == 0)
+                    tail is not None
+                    and tail.state == RecordState.AVAILABLE
+                    and tail.delivery_count == 0
                 ):
-                    self.ranges[-1].last = first - 1
+                    tail.last = first - 1
                 else:
-                    self.ranges.append(gap)
+                    self.ranges.append(
+                        InFlight(self.next_offset, first - 1, RecordState.AVAILABLE, 0)
+                    )
             self.ranges.append(InFlight(first, last, RecordState.ACQUIRED, 1, member_id, deadline))
             # With the passed-over gap before it, if any.
             self._touched(self.next_offset, last)
@@ -436,7 +423,7 @@ class SharePartition:
         self._touched(min(offset, self.next_offset), offset)
         if offset >= self.next_offset:
             if offset > self.next_offset:
-                last = self.ranges[-1] if self.ranges else None
+                last = self.ranges.last()
                 if (
                     last is not None
                     and last.state == RecordState.AVAILABLE
@@ -452,7 +439,7 @@ class SharePartition:
         else:
             self._split_at(offset)
             self._split_at(offset + 1)
-            for r in self._overlapping(offset, offset):
+            for r in self.ranges.overlapping(offset, offset):
                 r.state = RecordState.ARCHIVED
         self.priorities.pop(offset, None)
         self.delays.pop(offset, None)
@@ -484,7 +471,7 @@ class SharePartition:
             _deadline, first, last = heapq.heappop(self._locks)
             expired = [
                 r
-                for r in self._overlapping(first, last)
+                for r in self.ranges.overlapping(first, last)
                 if r.state == RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms
             ]
             if expired:
@@ -502,7 +489,7 @@ class SharePartition:
     def next_lock_deadline_ms(self) -> float | None:
         while self._locks:
             deadline, first, last = self._locks[0]
-            for r in self._overlapping(first, last):
+            for r in self.ranges.overlapping(first, last):
                 if r.state == RecordState.ACQUIRED and r.lock_deadline_ms == deadline:
                     return deadline
             # Every range of that acquisition was acknowledged, released or dropped.
@@ -545,7 +532,7 @@ class SharePartition:
     def _held_by(self, member_id: str, first: int, last: int) -> bool:
         if first < self.start_offset or last >= self.next_offset:
             return False
-        for r in self._overlapping(first, last):
+        for r in self.ranges.overlapping(first, last):
             if r.state != RecordState.ACQUIRED or r.member_id != member_id:
                 return False
         return True
@@ -564,7 +551,7 @@ class SharePartition:
         last = min(last, self.next_offset - 1)
         self._split_at(first)
         self._split_at(last + 1)
-        for r in self._overlapping(first, last):
+        for r in self.ranges.overlapping(first, last):
             if r.member_id != member_id:
                 continue
             if state == RecordState.AVAILABLE and r.delivery_count >= delivery_limit:
@@ -578,100 +565,61 @@ class SharePartition:
         self._touched(first, last)
         self._coalesce_around(first, last)
 
-    def _overlapping(self, first: int, last: int) -> Iterator[InFlight]:
-        i = max(0, bisect_right(self.ranges, first, key=lambda r: r.first) - 1)
-        while i < len(self.ranges) and self.ranges[i].first <= last:
-            r = self.ranges[i]
-            if r.last >= first:
-                yield r
-            i += 1
-
     def _split_at(self, offset: int) -> None:
         """Make `offset` the first of a range, when a range spans it."""
-        i = bisect_right(self.ranges, offset, key=lambda r: r.first) - 1
-        if i < 0:
-            return
-        r = self.ranges[i]
-        if r.first < offset <= r.last:
+        r = self.ranges.covering(offset)
+        if r is not None and r.first < offset:
             tail = InFlight(
                 offset, r.last, r.state, r.delivery_count, r.member_id, r.lock_deadline_ms
             )
             r.last = offset - 1
-            self.ranges.insert(i + 1, tail)
-
-    def _split_many(self, offsets: list[int]) -> None:
-        """`_split_at` each of `offsets` (ascending), rebuilding the list once."""
-        ranges = self.ranges
-        if not offsets or not ranges:
-            return
-        out: list[InFlight] = []
-        pos = 0  # ranges[pos:] not copied to `out` yet
-        carry: InFlight | None = None  # the tail of the last range split, not in `out` yet
-        for offset in offsets:
-            if carry is not None:
-                if offset <= carry.last:
-                    if carry.first < offset:
-                        out.append(carry)
-                        carry = self._cut(carry, offset)
-                    continue
-                out.append(carry)
-                carry = None
-            i = bisect_right(ranges, offset, pos, key=lambda r: r.first) - 1
-            if i < pos:
-                continue
-            r = ranges[i]
-            if r.first < offset <= r.last:
-                out.extend(ranges[pos : i + 1])
-                carry = self._cut(r, offset)
-                pos = i + 1
-        if carry is not None:
-            out.append(carry)
-        if pos:
-            out.extend(ranges[pos:])
-            ranges[:] = out
-
-    @staticmethod
-    def _cut(r: InFlight, offset: int) -> InFlight:
-        """Shorten `r` to end before `offset`; the rest, from `offset`, as a new range."""
-        tail = InFlight(offset, r.last, r.state, r.delivery_count, r.member_id, r.lock_deadline_ms)
-        r.last = offset - 1
-        return tail
+            self.ranges.insert(tail)
 
     def _coalesce(self) -> None:
-        self._coalesce_slice(0, len(self.ranges))
-
-    def _coalesce_around(self, first: int, last: int) -> None:
-        """`_coalesce` for the ranges overlapping [first, last] and one on each side: an
-        acknowledgement costs the ranges it touches, not all of them (a priority topic's
-        ranges can be as many as its backlog)."""
-        lo = max(0, bisect_right(self.ranges, first, key=lambda r: r.first) - 2)
-        hi = bisect_right(self.ranges, last, key=lambda r: r.first) + 1
-        self._coalesce_slice(lo, hi)
-
-    def _coalesce_slice(self, lo: int, hi: int) -> None:
-        """Merge the adjacent like ranges (never acquired ones) of `ranges[lo:hi]`."""
+        """Merge every adjacent like pair of ranges (never acquired ones): a walk of them
+        all, for what changes many ranges at once (a member's records released)."""
         merged: list[InFlight] = []
-        for r in self.ranges[lo:hi]:
-            if (
-                merged
-                and r.state != RecordState.ACQUIRED
-                and merged[-1].last + 1 == r.first
-                and merged[-1].same_kind(r)
-            ):
+        for r in self.ranges:
+            if _joins(merged[-1] if merged else None, r):
                 merged[-1].last = r.last
             else:
                 merged.append(r)
-        self.ranges[lo:hi] = merged
+        if len(merged) != len(self.ranges):
+            self.ranges = RangeList(merged)
+
+    def _coalesce_around(self, first: int, last: int) -> None:
+        """`_coalesce` for the ranges overlapping [first, last] and one on each side: a
+        change costs the ranges it touches, not all of them (a priority topic's ranges can
+        be as many as its backlog)."""
+        previous: InFlight | None = None
+        for r in self.ranges.around(first, last):
+            if _joins(previous, r):
+                assert previous is not None
+                previous.last = r.last
+                self.ranges.remove(r)
+            else:
+                previous = r
 
     def _advance_start(self) -> None:
-        drop = 0
-        for r in self.ranges:
+        ranges = self.ranges
+        while ranges:
+            r = ranges.first()
+            assert r is not None
             if r.state not in _DONE:
                 break
-            drop += 1
+            ranges.pop_first()
             self.start_offset = r.last + 1
-        if drop:
-            del self.ranges[:drop]
+
+
+def _joins(previous: InFlight | None, r: InFlight) -> bool:
+    """Whether `r` merges into `previous`, the range before it: adjacent, alike, and not
+    ACQUIRED (each acquisition keeps its own lock)."""
+    return (
+        previous is not None
+        and r.state != RecordState.ACQUIRED
+        and previous.last + 1 == r.first
+        and previous.same_kind(r)
+    )
 
 
 def _runs(first: int, last: int, ack_types: list[int]) -> Iterator[tuple[int, int, int]]:
