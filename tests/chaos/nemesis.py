@@ -737,6 +737,20 @@ DECOMMISSION_WAIT_S = 20
 DECOMMISSION_AT_END_S = 120.0
 
 
+def decommission_outcome(returncode: int, stderr: str) -> tuple[bool | None, str]:
+    """What a `raftka cluster decommission` run said: (True: moved off and unregistered,
+    False: moves still under way, None: refused) and its last line. Progress lines come
+    first on stderr, so only the last line says how the command ended."""
+    last = (stderr.strip().splitlines() or [""])[-1][-300:]
+    if returncode == 0:
+        return True, last
+    if "is not registered" in last:
+        return True, last  # an earlier try finished it (perhaps after it answered)
+    if "partitions left to move" in stderr or "timed out" in last.lower():
+        return False, last
+    return None, last
+
+
 class Decommission(Nemesis):
     """Decommissions a broker while the other nemeses' faults go on (`raftka cluster
     decommission`: every replica on it moves to a broker holding none of that partition,
@@ -801,14 +815,7 @@ class Decommission(Nemesis):
             )
         except subprocess.TimeoutExpired:
             return False, "decommission timed out"
-        last = (answer.stderr.strip().splitlines() or [""])[-1][-300:]
-        if answer.returncode == 0:
-            return True, last
-        if "is not registered" in last:
-            return True, last  # an earlier try finished it (perhaps after it answered)
-        if "partitions left to move" in answer.stderr or "timed out" in last.lower():
-            return False, last
-        return None, last
+        return decommission_outcome(answer.returncode, answer.stderr)
 
     def finish(self, timeout_s: float) -> str:
         """Carry the target's decommission through (one try, more for up to `timeout_s`),

@@ -300,13 +300,15 @@ def test_nemesis_threads_keep_to_the_runs_limit_of_faults_at_once(
     assert state["now"] == 0  # every fault repaired
 
 
-def test_all_leaves_out_reassign_and_membership_and_the_workload_is_an_option() -> None:
+def test_all_leaves_out_the_nemeses_that_change_replication_and_the_workload_is_an_option() -> None:
     from tests.chaos.__main__ import SUMMARY_COLUMNS, parse_args
     from tests.chaos.nemesis import all_nemeses
     from tests.chaos.runner import WORKLOADS
 
-    for name in ("reassign", "membership"):
+    # reassign and decommission run the topics with a replica fewer; membership needs nothing.
+    for name in ("reassign", "decommission"):
         assert name in NEMESES and name not in all_nemeses()
+    assert "membership" in all_nemeses()
     assert set(SUMMARY_COLUMNS) == set(WORKLOADS)
     assert parse_args(["--nemesis", "membership", "--workload", "compact"]).workload == "compact"
     everything = parse_args(["--nemesis", "all", "--workload", "txn"])
@@ -314,3 +316,23 @@ def test_all_leaves_out_reassign_and_membership_and_the_workload_is_an_option() 
     assert parse_args(["--nemesis", "reassign,kill-leader"]).workload == "log"
     with pytest.raises(SystemExit):
         parse_args(["--workload", "queue"])
+
+
+def test_a_decommission_is_done_once_the_broker_is_unregistered_whatever_came_before() -> None:
+    from tests.chaos.nemesis import decommission_outcome
+
+    progress = "raftka cluster decommission: 3 partitions left to move\n"
+    assert decommission_outcome(0, progress)[0] is True
+    # A later try of a decommission an earlier one finished (after its answer was lost).
+    gone = "raftka cluster decommission: BROKER_ID_NOT_REGISTERED: Broker 1 is not registered"
+    assert decommission_outcome(1, progress + "request timed out; retrying\n" + gone) == (
+        True,
+        gone,
+    )
+    still = (
+        "raftka cluster decommission: broker 1 still hosts 5 partitions after 20 s (t-0);"
+        " the moves go on: run the command again to wait"
+    )
+    assert decommission_outcome(1, progress + still)[0] is False
+    refused = "raftka cluster decommission: no broker is free to take t-0's replica"
+    assert decommission_outcome(1, refused) == (None, refused)
