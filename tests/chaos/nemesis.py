@@ -239,8 +239,10 @@ class NemesisContext:
                 time.sleep(1.0)
         detail = f"voters {restored} added back" if restored else "no voter added back"
         if self.removed_voters:
+            # Another nemesis (decommission) may have taken one out meanwhile: not tried here.
             still = sorted(self.removed_voters)
-            detail += f"; {still} not yet ({'; '.join(errors[n] for n in still)})"
+            why = [errors.get(n, f"{n} taken out meanwhile") for n in still]
+            detail += f"; {still} not yet ({'; '.join(why)})"
         return detail
 
     def cluster_id(self) -> str:

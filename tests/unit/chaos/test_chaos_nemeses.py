@@ -336,3 +336,39 @@ def test_a_decommission_is_done_once_the_broker_is_unregistered_whatever_came_be
     assert decommission_outcome(1, progress + still)[0] is False
     refused = "raftka cluster decommission: no broker is free to take t-0's replica"
     assert decommission_outcome(1, refused) == (None, refused)
+
+
+class _Cluster:
+    def live_bootstrap(self) -> str:
+        return "10.0.0.1:9092"
+
+
+def test_restoring_voters_reports_one_another_nemesis_took_out_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """membership's add-voter loop and decommission's share the removed voters: one taken
+    out while the loop ran is reported as not yet added back (it failed the run with a
+    KeyError in a 5-broker run, seed 2726)."""
+    history = History(tmp_path / "history.jsonl")
+    ctx = NemesisContext(
+        cluster=_Cluster(),  # type: ignore[arg-type]
+        network=None,  # type: ignore[arg-type]
+        history=history,
+        spawner=None,  # type: ignore[arg-type]
+        topic="t",
+        group="g",
+        log=lambda _line: None,
+    )
+    ctx.removed_voters.add(1)
+
+    def add_voter(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+        ctx.removed_voters.add(4)  # the decommission nemesis, meanwhile
+        return subprocess.CompletedProcess(list(args), 0, "{}", "")
+
+    monkeypatch.setattr(nemesis_module, "raftka_cli", add_voter)
+    try:
+        detail = ctx.restore_voters(0.0)
+    finally:
+        history.close()
+    assert detail == "voters [1] added back; [4] not yet (4 taken out meanwhile)"
+    assert ctx.removed_voters == {4}
