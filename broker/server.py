@@ -666,7 +666,8 @@ class Broker:
             self.console: Console | None = None
             self.console_http = self._console_endpoint(config.get_str("console.listen"))
             self._serve_queues()
-            opened.pop_all()  # the broker's now: `run` closes them
+            opened.pop_all()  # the broker's now: `close` (or `run`, which calls it) closes them
+        self._closed = False
 
     def _serve_queues(self) -> None:
         """The queue API on each HTTP endpoint (metrics.listen, console.listen), under
@@ -793,14 +794,23 @@ class Broker:
                 task_status.started(self.bound_port)
         finally:
             started = self.clock.now_s()
-            self.topics.close()
-            self.controller.close()
-            self.hard_states.close()
-            self.producer_ids.close()
+            self.close()
             logger.info("raftka: logs flushed and closed in %.2f s", self.clock.now_s() - started)
-            os.close(self._data_dir_lock)  # the lock goes with it
-            for lock in self._more_log_dir_locks:
-                os.close(lock)
+
+    def close(self) -> None:
+        """Close the logs and stores and give back the data directories' locks; `run` does
+        this when it ends, and a broker that never ran (or ran only its parts) must be closed
+        by its owner. Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self.topics.close()
+        self.controller.close()
+        self.hard_states.close()
+        self.producer_ids.close()
+        os.close(self._data_dir_lock)  # the lock goes with it
+        for lock in self._more_log_dir_locks:
+            os.close(lock)
 
     def _raft_address(self) -> tuple[str, int] | None:
         """Where other brokers reach this one's Raft transport: its own --peers entry, else

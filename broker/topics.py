@@ -269,6 +269,9 @@ class TopicManager:
         for partition in partitions:
             partition.log = None
             partition.notify_appended()
+        # Offline logs are never flushed; their descriptors go with the broker.
+        while self._abandoned_logs:
+            self._abandoned_logs.pop().abandon()
 
     # -- queries -----------------------------------------------------------------------
 

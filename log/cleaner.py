@@ -39,7 +39,7 @@ from raftka.protocol.records import (
     read_batch_header,
 )
 
-from .epochs import fsync_directory, write_file_atomically
+from .epochs import fsync_directory, sync_all, write_file_atomically
 from .segment import LogSegment
 
 #: Control record type of a clean request (Kafka's types are 0-6; clients ignore others).
@@ -339,11 +339,7 @@ class CleaningJob:
                 if staged is not None:
                     result.staged[source.segment.base_offset] = staged
             for staged in result.staged.values():
-                for fd in staged.fsync_targets():
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
+                sync_all(staged.fsync_targets())
             fsync_directory(staging)
             with self._marker_lock:
                 self.throttle.check()

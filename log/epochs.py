@@ -121,6 +121,17 @@ class LeaderEpochCache:
         return True
 
 
+def sync_all(descriptors: list[int]) -> None:
+    """fsync each descriptor, then close them all, also when an fsync fails (a failed fsync
+    left the rest open: two index descriptors per failed flush)."""
+    try:
+        for fd in descriptors:
+            os.fsync(fd)
+    finally:
+        for fd in descriptors:
+            os.close(fd)
+
+
 def fsync_directory(directory: Path) -> None:
     """Make a directory's entries (files created, renamed or deleted in it) durable."""
     fd = os.open(directory, os.O_RDONLY)

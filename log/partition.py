@@ -218,6 +218,14 @@ class PartitionLog(PartitionTruncation, PartitionCleaning, PartitionFlush, Parti
             for segment in self.segments:
                 segment.close()
 
+    def abandon(self) -> None:
+        """Release every descriptor without writing or syncing anything (a log whose
+        directory failed: a flush could record data the kernel lost as durable). The folder
+        stays unmarked, so the next open recovers it."""
+        self._cancel_cleaning()
+        for segment in self.segments:
+            segment.release()
+
     def delete(self) -> None:
         """Close descriptors and remove the partition folder."""
         self._cancel_cleaning()

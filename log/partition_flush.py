@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .epochs import fsync_directory, write_file_atomically
+from .epochs import fsync_directory, sync_all, write_file_atomically
 from .partition_core import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_FILE,
@@ -149,11 +149,7 @@ class PartitionFlush(PartitionCore):
         """Make everything durable now, on this thread, regardless of jobs in flight."""
         for segment in self.segments:
             segment.write_indexes()
-            for fd in segment.fsync_targets():
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            sync_all(segment.fsync_targets())
         for path in self._files_to_sync:
             fsync_file(path)
         self._files_to_sync.clear()

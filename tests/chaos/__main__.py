@@ -6,8 +6,8 @@
 
 Each `--nemesis` is one run; names joined by commas run together in that run. Without
 `--nemesis`, every nemesis runs alone, one run after another; `--nemesis all` is every nemesis
-this machine can run but `reassign` (which runs the topic with a replica fewer) and
-`membership` (voters out of the metadata quorum and back), at once.
+this machine can run but `reassign` and `decommission` (which run the topics with a replica
+fewer), at once.
 `--preset long` is for long runs outside CI: every nemesis at once for `--time-limit`
 (default 600 s), on 3 and on 5 brokers (or the `--nodes` given), with `--seeds` seeds
 (default 3) each, at most `--max-faults` faults at once (default 2); it writes `summary.md`

@@ -18,7 +18,9 @@ backwards by seconds to minutes; its monotonic clock untouched), reassign (one r
 random partition moved to a broker holding none, through `raftka partitions reassign`; the
 topic has one replica fewer than there are brokers when it runs), membership (a voter of the
 metadata quorum, half the time the controller, taken out with `raftka cluster remove-voter`
-and added back with `raftka cluster add-voter`).
+and added back with `raftka cluster add-voter`), decommission (a broker decommissioned with
+`raftka cluster decommission`, then wiped, rejoined with `raftka serve --join` and made a
+voter again).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import queue
 import random
+import shutil
 import subprocess
 import threading
 import time
@@ -236,9 +239,21 @@ class NemesisContext:
                 time.sleep(1.0)
         detail = f"voters {restored} added back" if restored else "no voter added back"
         if self.removed_voters:
+            # Another nemesis (decommission) may have taken one out meanwhile: not tried here.
             still = sorted(self.removed_voters)
-            detail += f"; {still} not yet ({'; '.join(errors[n] for n in still)})"
+            why = [errors.get(n, f"{n} taken out meanwhile") for n in still]
+            detail += f"; {still} not yet ({'; '.join(why)})"
         return detail
+
+    def cluster_id(self) -> str:
+        """The cluster's id, from a broker's meta.properties (a broker that joins needs it)."""
+        for node in self.cluster.nodes:
+            meta = node.data_dir / "meta.properties"
+            if meta.exists():
+                for line in meta.read_text().splitlines():
+                    if line.startswith("cluster.id="):
+                        return line.split("=", 1)[1].strip()
+        raise RuntimeError("no broker's data directory names the cluster id")
 
     def metadata_quorum(self) -> dict[str, Any] | None:
         """`raftka cluster quorum` (DescribeQuorum) of the running brokers; None when it
@@ -664,10 +679,11 @@ class Membership(Nemesis):
     voter first; the broker stays registered and serves as an observer. The repair adds it
     back (`raftka cluster add-voter`: it catches up, then is promoted), trying while the other
     nemeses' faults go on; one it could not add back is added back before the next removal,
-    and at the run's end once every other fault is healed. One voter out at a time."""
+    and at the run's end once every other fault is healed. One voter out at a time. Part
+    of `all`: it needs nothing of the run's set-up, and the run's end adds every voter
+    back before the quorum is checked."""
 
     name = "membership"
-    in_all = False
 
     def inject(self) -> str | None:
         ctx = self.ctx
@@ -716,6 +732,127 @@ class Membership(Nemesis):
         return self.ctx.restore_voters(VOTER_RESTORE_S)
 
 
+#: How long one `raftka cluster decommission` waits for its moves, at inject and at repair.
+DECOMMISSION_WAIT_S = 20
+#: How long the run's end (every other fault healed) keeps asking for a decommission to
+#: finish; a repair during the faults asks once and leaves the rest to the next window.
+DECOMMISSION_AT_END_S = 120.0
+
+
+def decommission_outcome(returncode: int, stderr: str) -> tuple[bool | None, str]:
+    """What a `raftka cluster decommission` run said: (True: moved off and unregistered,
+    False: moves still under way, None: refused) and its last line. Progress lines come
+    first on stderr, so only the last line says how the command ended."""
+    last = (stderr.strip().splitlines() or [""])[-1][-300:]
+    if returncode == 0:
+        return True, last
+    if "is not registered" in last:
+        return True, last  # an earlier try finished it (perhaps after it answered)
+    if "partitions left to move" in stderr or "timed out" in last.lower():
+        return False, last
+    return None, last
+
+
+class Decommission(Nemesis):
+    """Decommissions a broker while the other nemeses' faults go on (`raftka cluster
+    decommission`: every replica on it moves to a broker holding none of that partition,
+    then it leaves the voters and is unregistered), then replaces it as an operator replaces
+    a machine: the process is stopped, its data directory wiped, and it starts again with
+    `raftka serve --join --cluster-id ID`, registers anew as an observer and is made a
+    voter again (`raftka cluster add-voter`). The fault window is the decommission; the
+    repair finishes it, rejoins and promotes the broker. One broker at a time; one whose
+    decommission did not finish is carried on with before another is chosen. Every topic
+    has one replica fewer than there are brokers in a run with it (a replica needs a broker
+    free to take it)."""
+
+    name = "decommission"
+    in_all = False
+
+    def __init__(self, ctx: NemesisContext, rng: random.Random) -> None:
+        super().__init__(ctx, rng)
+        self.target: int | None = None  # decommission asked for, not yet rejoined
+        self.decommissioned = False  # the target's decommission finished
+
+    def inject(self) -> str | None:
+        ctx = self.ctx
+        if self.target is not None:
+            detail = self.finish(0.0)
+            ctx.history.record("nemesis", name=self.name, phase="info", detail=detail)
+            if self.target is not None:
+                return None
+        candidates = [n.node_id for n in ctx.running_nodes() if n.node_id not in ctx.removed_voters]
+        if not candidates:
+            return None
+        node_id = self.rng.choice(sorted(candidates))
+        done, said = self._decommission(node_id, DECOMMISSION_WAIT_S)
+        if done is None:
+            ctx.history.record(
+                "nemesis",
+                name=self.name,
+                phase="info",
+                detail=f"decommission {node_id} refused: {said}",
+            )
+            return None
+        self.target = node_id
+        self.decommissioned = done
+        return f"decommission broker {node_id}: " + ("done" if done else f"under way ({said})")
+
+    def repair(self) -> str | None:
+        if self.target is None:
+            return None
+        return self.finish(0.0)
+
+    def _decommission(self, node_id: int, wait_s: float) -> tuple[bool | None, str]:
+        """(True: moved off and unregistered, False: still moving, None: refused, and why)."""
+        try:
+            answer = raftka_cli(
+                "cluster",
+                "decommission",
+                str(node_id),
+                "--wait-timeout",
+                str(int(wait_s)),
+                "--bootstrap-servers",
+                self.ctx.cluster.live_bootstrap(),
+                timeout_s=wait_s + 30,
+            )
+        except subprocess.TimeoutExpired:
+            return False, "decommission timed out"
+        return decommission_outcome(answer.returncode, answer.stderr)
+
+    def finish(self, timeout_s: float) -> str:
+        """Carry the target's decommission through (one try, more for up to `timeout_s`),
+        then wipe and rejoin it and make it a voter again; says how far it got."""
+        ctx, node_id = self.ctx, self.target
+        assert node_id is not None
+        deadline = time.monotonic() + timeout_s
+        while not self.decommissioned:
+            done, said = self._decommission(node_id, DECOMMISSION_WAIT_S)
+            if done:
+                self.decommissioned = True
+                break
+            if time.monotonic() >= deadline:
+                return f"decommission of broker {node_id} not finished yet: {said}"
+            if done is None:
+                time.sleep(1.0)
+        node = ctx.cluster.node(node_id)
+        with ctx.node_lock(node_id):
+            ctx.expected_down.add(node_id)
+            if node.is_running():
+                try:
+                    node.stop(timeout=30)
+                except BrokerStopError as exc:
+                    ctx.history.record("unclean-stop", node=node_id, detail=str(exc)[:3000])
+            cluster_id = ctx.cluster_id()
+            shutil.rmtree(node.data_dir, ignore_errors=True)
+            if "--join" not in node.extra_args:
+                node.extra_args += ["--join", "--cluster-id", cluster_id]
+            ctx.removed_voters.add(node_id)
+        self.target, self.decommissioned = None, False
+        started = ctx.restart(node)
+        voters = ctx.restore_voters(VOTER_RESTORE_S)
+        return f"broker {node_id} decommissioned, wiped and rejoined ({started}); {voters}"
+
+
 def reassignments_in_progress(bootstrap: str) -> list[dict[str, Any]] | None:
     """The moves still under way (`raftka partitions reassignments`), None when no broker
     answered."""
@@ -747,6 +884,7 @@ NEMESES: dict[str, type[Nemesis]] = {
         ClockJump,
         Reassign,
         Membership,
+        Decommission,
     )
 }
 

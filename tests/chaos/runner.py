@@ -31,7 +31,9 @@ from tests.chaos.checker import CheckResult, check_history, duplicated_values
 from tests.chaos.cluster import ChaosCluster, create_topic
 from tests.chaos.history import History, read_history
 from tests.chaos.nemesis import (
+    DECOMMISSION_AT_END_S,
     NEMESES,
+    Decommission,
     NemesisContext,
     NemesisThread,
     Spawner,
@@ -74,6 +76,12 @@ BROKER_CONFIG = {
     # Small segments, so runs cross segment rolls on every replica.
     "log.segment.bytes": "262144",
 }
+#: The internal topics' replication factors (lowered for `decommission`).
+INTERNAL_REPLICATION_FACTORS = (
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "share.coordinator.state.topic.replication.factor",
+)
 #: Settings a workload adds to BROKER_CONFIG.
 WORKLOAD_BROKER_CONFIG: dict[str, dict[str, str]] = {
     "log": {},
@@ -271,6 +279,12 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         )
         disk_bytes = config.disk_mib << 20 if "disk-full" in config.nemeses else None
         broker_config = {**BROKER_CONFIG, **WORKLOAD_BROKER_CONFIG[config.workload]}
+        if "decommission" in config.nemeses:
+            # A decommissioned broker's replicas need brokers free to take them: the
+            # internal topics too have one replica fewer than there are brokers.
+            internal_rf = str(min(3, config.nodes - 1))
+            for key in INTERNAL_REPLICATION_FACTORS:
+                broker_config[key] = internal_rf
         cluster = ChaosCluster(network, resources, run_dir, broker_config, disk_bytes=disk_bytes)
         cluster.mount_disks()
         if any(NEMESES[name].needs_fault_shim for name in config.nemeses):
@@ -283,7 +297,7 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
         if config.workload == "compact":
             topic_configs.update(COMPACT_TOPIC_CONFIG)
         replication_factor = config.replication_factor
-        if "reassign" in config.nemeses:
+        if "reassign" in config.nemeses or "decommission" in config.nemeses:
             # A replica can only move to a broker that holds none of the partition.
             replication_factor = min(replication_factor, config.nodes - 1)
         create_topic(
@@ -378,10 +392,13 @@ def run_chaos(config: ChaosConfig, log: Callable[[str], None] = print) -> ChaosR
 
         for line in ctx.heal_all():
             say(f"heal: {line}")
+        for thread in threads:
+            if isinstance(thread.nemesis, Decommission) and thread.nemesis.target is not None:
+                say(f"heal: {thread.nemesis.finish(DECOMMISSION_AT_END_S)}")
         cluster.wait_formed(60)
         if "reassign" in config.nemeses:
             _wait_for_moves(cluster.bootstrap, say)
-        if "membership" in config.nemeses:
+        if "membership" in config.nemeses or "decommission" in config.nemeses:
             _record_quorum(history, ctx, say)
         history.record("phase", name="healed")
         say(f"healed; workload runs {config.recovery_s:g} s more")

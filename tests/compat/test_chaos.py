@@ -3,7 +3,8 @@ the nine process, partition and disk nemeses one at a time, then the link, slow-
 clock-jump nemeses together in one run (one run keeps the suite's time in bounds); then the
 transactional and the share-group workloads (`--workload txn|share`) under two nemeses each,
 replicas moved (reassign) while leaders are killed, voters taken out of the metadata quorum
-and added back (membership) while leaders are killed, and a compacted topic cleaned while
+and added back (membership) while leaders are killed, a broker decommissioned, wiped and
+rejoined (decommission) while leaders are killed, and a compacted topic cleaned while
 leaders are killed and brokers paused (`--workload compact`).
 
 Each run must end with zero anomalies (see tests/chaos/checker.py); a failure prints the
@@ -25,14 +26,16 @@ from tests.chaos.nemesis import NEMESES, unavailable_nemeses
 from tests.chaos.netns import chaos_unavailable_reason
 from tests.chaos.runner import ChaosConfig, ChaosResult, run_chaos
 
-# Each of the fifteen runs has 25-30 s of faults against a fresh cluster.
+# Each of the sixteen runs has 25-30 s of faults against a fresh cluster.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
 
 FAULT_SECONDS = 30.0
 WORKLOAD_FAULT_SECONDS = 25.0  # the txn and share runs: two nemeses each
 COMBINED = ("net-loss", "net-delay", "net-duplicate", "slow-disk", "clock-jump")
 ALONE = [
-    name for name in NEMESES if name not in COMBINED and name not in ("reassign", "membership")
+    name
+    for name in NEMESES
+    if name not in COMBINED and name not in ("reassign", "membership", "decommission")
 ]
 # Start-up, warm-up, healing, final read and replica comparison take 20-60 s more.
 RUN_TIMEOUT_S = 240
@@ -134,6 +137,18 @@ def test_no_anomaly_when_voters_leave_and_rejoin_the_metadata_quorum_while_leade
     (`raftka cluster remove-voter` / `add-voter`) while partition leaders are killed: nothing
     lost, replicas identical, every broker a voter again at the end."""
     _run(("membership", "kill-leader"), tmp_path_factory, "log", WORKLOAD_FAULT_SECONDS)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_no_anomaly_when_a_broker_is_decommissioned_and_rejoins_while_leaders_are_killed(
+    chaos_machine: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A broker decommissioned (`raftka cluster decommission`: its replicas move off, it
+    leaves the voters and is unregistered), wiped and started again with `raftka serve
+    --join`, then made a voter again, while partition leaders are killed (every topic has
+    two replicas on three brokers): nothing lost, replicas identical, every broker a voter
+    again at the end."""
+    _run(("decommission", "kill-leader"), tmp_path_factory, "log", WORKLOAD_FAULT_SECONDS)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S)

@@ -41,6 +41,11 @@ class Replica:
         )
         self.high_watermark = 0
 
+    def close(self) -> None:
+        """Release the log's descriptors (without the clean-shutdown work) and the store."""
+        self.log.abandon()
+        self.hard_states.close()
+
     def drain(self, outbox: list[Message]) -> None:
         while self.core.has_ready():
             rd = self.core.ready()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,16 +16,21 @@ from raftka.protocol.records import CONTROL_FLAG_MASK, scan_batches, validate_pr
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> dict[int, Replica]:
+def cluster(tmp_path: Path) -> Iterator[dict[int, Replica]]:
     voters = frozenset({1, 2, 3})
-    return {i: Replica(i, tmp_path / f"node-{i}", voters) for i in voters}
+    replicas = {i: Replica(i, tmp_path / f"node-{i}", voters) for i in voters}
+    yield replicas
+    for replica in replicas.values():
+        replica.close()
 
 
 def test_hard_state_survives_reopen(tmp_path: Path) -> None:
     store = HardStateStore(tmp_path / "raft.lmdb")
     store.save("t-0", HardState(term=7, voted_for=2))
     store.close()
-    assert HardStateStore(tmp_path / "raft.lmdb").load("t-0") == HardState(term=7, voted_for=2)
+    reopened = HardStateStore(tmp_path / "raft.lmdb")
+    assert reopened.load("t-0") == HardState(term=7, voted_for=2)
+    reopened.close()
 
 
 def test_replicated_batches_are_identical_on_every_replica(cluster: dict[int, Replica]) -> None:
@@ -99,13 +105,17 @@ def test_entry_kinds_read_back_from_the_log(cluster: dict[int, Replica]) -> None
 def test_fresh_partition_starts_at_offset_zero_without_a_noop(tmp_path: Path) -> None:
     voters = frozenset({1, 2, 3})
     replicas = {i: Replica(i, tmp_path / f"node-{i}", voters, skip_noop=True) for i in voters}
-    run(replicas, 40)
-    leader = leader_of(replicas)
-    entry = leader.core.propose(1, encode_batch([(None, b"first")]))
-    leader.drain([])
-    run(replicas, 3)
-    assert entry.base_offset == 0
-    assert all(r.high_watermark == 1 for r in replicas.values())
+    try:
+        run(replicas, 40)
+        leader = leader_of(replicas)
+        entry = leader.core.propose(1, encode_batch([(None, b"first")]))
+        leader.drain([])
+        run(replicas, 3)
+        assert entry.base_offset == 0
+        assert all(r.high_watermark == 1 for r in replicas.values())
+    finally:
+        for replica in replicas.values():
+            replica.close()
 
 
 def test_the_last_written_entry_reads_back_as_from_disk(cluster: dict[int, Replica]) -> None:

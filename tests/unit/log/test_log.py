@@ -378,3 +378,27 @@ def test_index_entries_a_full_disk_refused_are_written_by_the_next_flush(
     assert index.path.stat().st_size == 0  # the partial entry was cut back
     log.flush()
     assert index.path.stat().st_size == len(index.keys) * index.ENTRY.size
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_failed_fsync_of_a_flush_closes_every_descriptor_it_opened(
+    log: PartitionLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush opens a descriptor of each segment and its two indexes; an fsync that fails
+    on the first must not leave the others open (two per failed flush, for good)."""
+    for i in range(3):
+        produce(log, encode_batch(count=2, value_size=40 + i))
+    before = _open_descriptors()
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError):
+        log.flush()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert _open_descriptors() == before

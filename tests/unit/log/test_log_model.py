@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,7 @@ def kill(log: PartitionLog) -> None:
     for segment in log.segments:
         for index in (segment.offset_index, segment.time_index):
             index.write_pending()
-        os.close(segment.fd)
+        segment.release()  # the descriptor goes with the process
 
 
 def check(log: PartitionLog, model: list[tuple[int, int, int]]) -> None:

@@ -42,7 +42,7 @@ def abandon(log: PartitionLog) -> None:
     for segment in log.segments:
         for index in (segment.offset_index, segment.time_index):
             index.write_pending()  # the page cache survives kill -9
-        os.close(segment.fd)
+        segment.release()  # the descriptor goes with the process
 
 
 def last_log_file(directory: Path) -> Path:

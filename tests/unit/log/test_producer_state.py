@@ -3,7 +3,6 @@ after a clean close, after a kill, and after truncation."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -64,7 +63,7 @@ def abandon(log: PartitionLog) -> None:
     for segment in log.segments:
         for index in (segment.offset_index, segment.time_index):
             index.write_pending()
-        os.close(segment.fd)
+        segment.release()  # the descriptor goes with the process
 
 
 @pytest.fixture

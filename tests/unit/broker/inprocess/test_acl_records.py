@@ -152,10 +152,7 @@ def _run(broker: Broker, fn: Callable[[], Awaitable[T]]) -> T:
 
 
 def _close(broker: Broker) -> None:
-    broker.topics.close()
-    broker.controller.close()
-    broker.hard_states.close()
-    broker.producer_ids.close()
+    broker.close()
 
 
 def test_controller_creates_valid_bindings_and_deletes_by_filter(tmp_path: Path) -> None:

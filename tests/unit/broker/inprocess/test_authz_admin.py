@@ -79,10 +79,7 @@ def _open(data_dir: Path, **configs: str) -> Broker:
 
 
 def _close(broker: Broker) -> None:
-    broker.topics.close()
-    broker.controller.close()
-    broker.hard_states.close()
-    broker.producer_ids.close()
+    broker.close()
 
 
 @pytest.fixture

@@ -110,10 +110,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     try:
         yield instance
     finally:
-        instance.topics.close()
-        instance.controller.close()
-        instance.hard_states.close()
-        instance.producer_ids.close()
+        instance.close()
 
 
 @pytest.fixture(autouse=True)

@@ -35,10 +35,7 @@ def _broker(data_dir: Path) -> Broker:
 
 
 def _close(broker: Broker) -> None:
-    broker.topics.close()
-    broker.controller.close()
-    broker.hard_states.close()
-    broker.producer_ids.close()
+    broker.close()
 
 
 def _run(broker: Broker, fn: Callable[[], Awaitable[T]]) -> T:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import io
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,7 @@ _run = run_with_broker
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Broker:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     config = BrokerConfig({"num.partitions": "2"}, environ={})
     instance = Broker(config, Listener("127.0.0.1", 0), Path(tmp_path_factory.mktemp("data")))
     _run(instance, instance.controller.register, "127.0.0.1", 9092, None)
@@ -169,7 +170,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Broker:
         CreateTopicCommand(name=TOPIC, num_partitions=2, replication_factor=1),
     )
     assert created.error_code == ErrorCode.none, created
-    return instance
+    try:
+        yield instance
+    finally:
+        instance.close()
 
 
 def _serve_frame(broker: Broker, frame: bytes) -> None:

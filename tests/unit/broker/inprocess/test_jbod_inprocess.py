@@ -47,13 +47,7 @@ def _open(dirs: list[Path]) -> Broker:
 
 
 def _close(broker: Broker) -> None:
-    broker.topics.close()
-    broker.controller.close()
-    broker.hard_states.close()
-    broker.producer_ids.close()
-    os.close(broker._data_dir_lock)
-    for lock in broker._more_log_dir_locks:
-        os.close(lock)
+    broker.close()
 
 
 def _partition(broker: Broker, index: int) -> Partition:

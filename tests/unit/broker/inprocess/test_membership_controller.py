@@ -54,10 +54,7 @@ def test_observers_join_and_leave_and_refusals(tmp_path: Path) -> None:
     try:
         results = run_with_broker(broker, scenario, register=True, timeout_s=30)
     finally:
-        broker.topics.close()
-        broker.controller.close()
-        broker.hard_states.close()
-        broker.producer_ids.close()
+        broker.close()
     codes = [(r.error_code, r.error_message) for r in results]
     assert codes[0][0] == ErrorCode.broker_id_not_registered
     assert codes[1][0] == ErrorCode.duplicate_voter

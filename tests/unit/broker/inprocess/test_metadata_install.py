@@ -30,10 +30,7 @@ def _broker(data_dir: Path) -> Broker:
 
 
 def _close(broker: Broker) -> None:
-    broker.topics.close()
-    broker.controller.close()
-    broker.hard_states.close()
-    broker.producer_ids.close()
+    broker.close()
 
 
 def test_installed_snapshot_replaces_the_image_and_reconciles_topics(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ forward handler, next to the controller's own."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -21,10 +20,7 @@ def _broker(data_dir: Path) -> Broker:
 
 
 def _close(broker: Broker) -> None:
-    broker.topics.close()
-    broker.controller.close()
-    broker.hard_states.close()
-    broker.producer_ids.close()
+    broker.close()
 
 
 def test_txn_rpcs_are_served_through_the_controllers_registry(tmp_path: Path) -> None:
@@ -58,7 +54,6 @@ def test_a_broker_that_fails_to_start_releases_its_data_directory(tmp_path: Path
         Broker(bad, Listener("127.0.0.1", 0), tmp_path)
     broker = _broker(tmp_path)  # the lock and the Raft store were released
     _close(broker)
-    os.close(broker._data_dir_lock)
 
 
 def test_transaction_configs_read_at_start_are_static() -> None:
