@@ -547,3 +547,15 @@ def find_transaction_coordinator(
         if time.monotonic() > deadline:
             raise AssertionError(f"no transaction coordinator for {transactional_id!r}: {found}")
         time.sleep(0.1)
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition of an internal topic Kafka keeps `key` in (a transactional id in
+    `__transaction_state`, a group id in `__consumer_offsets`): Utils.abs(String.hashCode) %
+    partitions."""
+    h = 0
+    data = key.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(2**31) else abs(signed)) % partitions

@@ -238,9 +238,11 @@ def test_backup_under_load_then_incremental_restores_into_a_fresh_broker(
     wanted = {k for k, (o, _) in source_offsets.items() if o < ends[k]}
 
     def resumed() -> bool:
-        message = consumer.poll(0.5)
-        if message is not None and not message.error():
-            first_seen.setdefault((message.topic(), message.partition()), message.offset())
+        # Everything fetched so far, not one record per call: wait_until sleeps between
+        # calls, and one partition's backlog read a record at a time outlasted the wait.
+        for message in consumer.consume(1000, 0.5):
+            if not message.error():
+                first_seen.setdefault((message.topic(), message.partition()), message.offset())
         return wanted <= set(first_seen)
 
     try:

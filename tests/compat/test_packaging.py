@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from harness import REPO_ROOT, free_port, probe_api_versions
 
-pytestmark = pytest.mark.slow
+# One worker runs the module: the module-scoped wheel is then built once, and never by two
+# workers at the same time (setuptools builds in the checkout's build/ folder, and two builds
+# there collide: "File exists: build/bdist.linux-x86_64/wheel/raftka-0.1.0.dist-info").
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 PIP_TIMEOUT_S = 600
 

@@ -20,6 +20,7 @@ from clients import (
     RawConnection,
     create_topic,
     find_transaction_coordinator,
+    partition_for,
     run_raftka,
     wait_until,
 )
@@ -50,16 +51,6 @@ RETRIABLE = frozenset({NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT
 @pytest.fixture(scope="module")
 def txn_broker(module_brokers: Brokers) -> BrokerProcess:
     return module_brokers.broker(CONFIG, name="txn-broker")
-
-
-def partition_for(transactional_id: str, partitions: int) -> int:
-    """Kafka's Utils.abs(String.hashCode) % partitions."""
-    h = 0
-    data = transactional_id.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    signed = h - (1 << 32) if h >= 1 << 31 else h
-    return (0 if signed == -(2**31) else abs(signed)) % partitions
 
 
 def call(bootstrap: str, request: Any, response_cls: type) -> Any:

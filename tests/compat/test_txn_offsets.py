@@ -17,6 +17,7 @@ from clients import (
     COORDINATOR_RETRIABLE,
     RawConnection,
     api_versions_v0,
+    partition_for,
     retry_retriable,
     wait_until,
 )
@@ -40,6 +41,8 @@ from kio.schema.txn_offset_commit.v3 import response as txn3_resp
 from kio.static.primitive import i8, i16, i32, i64
 
 E = ErrorCode
+#: offsets.topic.num.partitions (Kafka's default, and the test brokers').
+OFFSETS_PARTITIONS = 50
 
 
 def group_id() -> str:
@@ -259,7 +262,11 @@ def test_txn_offset_commit_answers_per_partition_and_stays_pending(
             conn, group, pid + 1000, {(topic, 0): 9}, txn_id=txn_id
         )
         assert unknown == {(topic, 0): E.invalid_producer_id_mapping}
+        # Kafka verifies the group's __consumer_offsets partition, not the group: another
+        # group kept in the same partition as `group` would count as added.
         other = group_id()
+        while partition_for(other, OFFSETS_PARTITIONS) == partition_for(group, OFFSETS_PARTITIONS):
+            other = group_id()
         find_coordinator(conn, other)
         not_added = txn_commit_until_coordinated(
             conn, other, pid, {(topic, 0): 9}, epoch=epoch, txn_id=txn_id
