@@ -10,6 +10,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -268,22 +269,27 @@ class CountingNemesis(Nemesis):
 LOCK = threading.Lock()
 
 
-@pytest.mark.parametrize("max_faults", [1, 2])
-def test_nemesis_threads_keep_to_the_runs_limit_of_faults_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_faults: int
-) -> None:
-    monkeypatch.setattr(nemesis_module, "QUIET_S", (0.0, 0.0))
-    history = History(tmp_path / "history.jsonl")
-    ctx = NemesisContext(
-        cluster=None,  # type: ignore[arg-type]
+def _context(history: History, cluster: object = None, **extra: Any) -> NemesisContext:
+    """A nemesis context with no network, no spawner and a quiet log."""
+    return NemesisContext(
+        cluster=cluster,  # type: ignore[arg-type]
         network=None,  # type: ignore[arg-type]
         history=history,
         spawner=None,  # type: ignore[arg-type]
         topic="t",
         group="g",
         log=lambda _line: None,
-        fault_slots=threading.Semaphore(max_faults),
+        **extra,
     )
+
+
+@pytest.mark.parametrize("max_faults", [1, 2])
+def test_nemesis_threads_keep_to_the_runs_limit_of_faults_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_faults: int
+) -> None:
+    monkeypatch.setattr(nemesis_module, "QUIET_S", (0.0, 0.0))
+    history = History(tmp_path / "history.jsonl")
+    ctx = _context(history, fault_slots=threading.Semaphore(max_faults))
     state = {"now": 0, "most": 0, "faults": 0}
     deadline = time.monotonic() + 1.0
     threads = [
@@ -350,15 +356,7 @@ def test_restoring_voters_reports_one_another_nemesis_took_out_meanwhile(
     out while the loop ran is reported as not yet added back (it failed the run with a
     KeyError in a 5-broker run, seed 2726)."""
     history = History(tmp_path / "history.jsonl")
-    ctx = NemesisContext(
-        cluster=_Cluster(),  # type: ignore[arg-type]
-        network=None,  # type: ignore[arg-type]
-        history=history,
-        spawner=None,  # type: ignore[arg-type]
-        topic="t",
-        group="g",
-        log=lambda _line: None,
-    )
+    ctx = _context(history, cluster=_Cluster())
     ctx.removed_voters.add(1)
 
     def add_voter(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
