@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 from harness import REPO_ROOT, free_port, probe_api_versions
 
-# One worker runs the module: the module-scoped wheel is then built once, and never by two
-# workers at the same time (setuptools builds in the checkout's build/ folder, and two builds
-# there collide: "File exists: build/bdist.linux-x86_64/wheel/raftka-0.1.0.dist-info").
+# One worker runs the module, so the module-scoped wheel is built once.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 PIP_TIMEOUT_S = 600
@@ -36,8 +34,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from the package index); returns the virtualenv's folder."""
     work = tmp_path_factory.mktemp("wheel")
     dist = work / "dist"
+    # Built from a copy of the checkout: setuptools builds in the source's build/ folder,
+    # where two builds at once collide ("File exists: build/bdist.linux-x86_64/wheel/
+    # raftka-0.1.0.dist-info"), and two workers did build it at once.
+    source = work / "source"
+    shutil.copytree(
+        REPO_ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "node_modules", "*.egg-info", "__pycache__"
+        ),
+    )
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO_ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
         cwd=work,
     )
     [wheel] = dist.glob("raftka-*.whl")
