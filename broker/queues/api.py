@@ -602,11 +602,32 @@ class QueueApi:
         return json_response(HTTPStatus.OK, shown)
 
     async def queue_state(self, caller: Caller, name: str, body: Json) -> HttpResponse:
-        """The group's share-partitions of the queue as `queue_view` shows them, for the
-        partitions this broker leads (the others name their leader)."""
+        """The group's share-partitions of the queue as `queue_view` shows them: those this
+        broker leads from here, the others asked of their leaders (as the caller); one whose
+        leader is unknown or does not answer names its leader and `state: "unreachable"`."""
         topic = await self._queue(caller, name)
         group = _group(body, name)
-        partitions = await queue_state(caller, group, name, len(topic.partitions))
+        partitions = await queue_state(caller, group, name, range(len(topic.partitions)))
+        elsewhere: dict[int, list[int]] = {}
+        for shown in partitions:
+            if not shown["led_here"]:
+                elsewhere.setdefault(shown["leader"], []).append(shown["partition"])
+        answered: dict[int, dict[str, Any]] = {}
+        for node, indexes in sorted(elsewhere.items()):
+            if node < 0:
+                continue
+            try:
+                found = await self.ops.call(
+                    caller, node, "state", {"group": group, "topic": name, "partitions": indexes}
+                )
+            except OSError:
+                continue  # shown as unreachable below
+            for shown in found:
+                if shown["led_here"]:  # a leader that moved meanwhile is not chased
+                    answered[int(shown["partition"])] = shown | {"led_here": False}
+        for at, shown in enumerate(partitions):
+            if not shown["led_here"]:
+                partitions[at] = answered.get(shown["partition"], shown | {"state": "unreachable"})
         return json_response(
             HTTPStatus.OK, {"queue": name, "group": group, "partitions": partitions}
         )

@@ -11,7 +11,7 @@ in `priorities`, a cancellation as the ARCHIVED state a rejected record takes, a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -242,10 +242,13 @@ def changed_priorities(
     return changed
 
 
-async def queue_state(caller: Caller, group: str, topic: str, count: int) -> list[dict[str, Any]]:
-    """Per partition of `topic` (`count` of them): its `queue_view` in `group` when this
+async def queue_state(
+    caller: Caller, group: str, topic: str, indexes: Iterable[int]
+) -> list[dict[str, Any]]:
+    """Per partition of `topic` among `indexes`: its `queue_view` in `group` when this
     broker leads it and the group has state there (`state: "none"` when it has not), else
-    its leader. Needs DESCRIBE on the group and the topic, as DescribeShareGroupOffsets."""
+    only its leader (`led_here` false). Needs DESCRIBE on the group and the topic, as
+    DescribeShareGroupOffsets."""
     context = caller.context(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1)
     for resource, name in ((ResourceType.GROUP, group), (ResourceType.TOPIC, topic)):
         if not context.authorize(AclOperation.DESCRIBE, resource, name):
@@ -255,9 +258,10 @@ async def queue_state(caller: Caller, group: str, topic: str, count: int) -> lis
                 f"DESCRIBE on {resource.name.lower()} {name} is not allowed to this user",
             )
     services = caller.services
+    here = services.identity.node_id
     manager = services.groups.share_partitions
     found: list[dict[str, Any]] = []
-    for index in range(count):
+    for index in indexes:
         partition = services.topics.partition(topic, index)
         if partition is None:
             continue
@@ -265,14 +269,15 @@ async def queue_state(caller: Caller, group: str, topic: str, count: int) -> lis
             leader, _ = partition_leader(services.controller, partition)
             found.append({"partition": index, "leader": leader, "led_here": False})
             continue
+        shown: dict[str, Any] = {"partition": index, "leader": here, "led_here": True}
         key = (group, partition.topic.topic_id, index)
         # A group that never read the partition gets no state from being described.
         if key not in manager.partitions and await manager.store.read(key) is None:
-            found.append({"partition": index, "led_here": True, "state": "none"})
+            found.append(shown | {"state": "none"})
             continue
         led = await _loaded(context, group, partition)
         view = queue_view(led.state, led.index, partition.high_watermark, services.clock.wall_ms())
-        found.append({"partition": index, "led_here": True, "state": "led", **view.as_json()})
+        found.append(shown | {"state": "led", **view.as_json()})
     return found
 
 
@@ -318,10 +323,17 @@ async def _priorities_op(caller: Caller, args: dict[str, Any]) -> list[tuple[int
     return [(p, o, priority) for (p, o), priority in sorted(found.items())]
 
 
+async def _state_op(caller: Caller, args: dict[str, Any]) -> list[dict[str, Any]]:
+    """The group's view of the partitions another broker was asked for and this one leads."""
+    partitions = [int(p) for p in args["partitions"]]
+    return await queue_state(caller, str(args["group"]), str(args["topic"]), partitions)
+
+
 #: Op name -> the step (see `raftka.broker.queues.remote.QueueOps`).
 LEADER_OPS: dict[str, Callable[[Caller, dict[str, Any]], Awaitable[Any]]] = {
     "change": _change_op,
     "delay": _delay_op,
     "undo": _undo_op,
     "priorities": _priorities_op,
+    "state": _state_op,
 }

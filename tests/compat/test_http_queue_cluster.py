@@ -136,6 +136,23 @@ def test_one_broker_serves_a_queue_that_three_lead(cluster_factory: Any) -> None
     status, stale = settle(others[0], name, "ack", [rest[0]])
     assert status == 409 and stale["type"].endswith("stale-id"), stale
 
+    # Every broker shows the whole queue's state, each partition as its leader has it: all
+    # messages in the logs, two held, none waiting.
+    for at, node in ((base, served), (others[1], max(bases))):
+        status, state = call(at, "GET", f"/queues/{name}/state")
+        assert status == 200, state
+        shown = {p["partition"]: p for p in state["partitions"]}
+        assert sorted(shown) == list(range(PARTITIONS)), state
+        for index, p in shown.items():
+            assert p["state"] == "led" and p["leader"] == leaders[index], p
+            assert p["led_here"] == (leaders[index] == node), p
+        held = {by_value[v]["partition"] for v in sorted(by_value)[:2]}
+        assert sum(p["acquired"] for p in shown.values()) == 2, state
+        assert all(p["acquired"] > 0 for i, p in shown.items() if i in held), state
+        assert sum(p["available"] + p["delayed"] for p in shown.values()) == 0, state
+        assert sum(p["lag"] for p in shown.values()) == 2, state
+        assert sum(p["log_end_offset"] for p in shown.values()) == len(values), state
+
     # One released at another broker with a delay, one at once: both come back.
     status, answer = settle(others[1], name, "nack", [kept[0]["id"]], delay_ms=1500)
     assert status == 200, answer

@@ -150,6 +150,6 @@ def test_a_group_without_state_and_an_unknown_queue(served: tuple[BrokerProcess,
     assert call(base, "PUT", f"/queues/{name}", {"order": "priority"})[0] == 201
     status, state = call(base, "GET", f"/queues/{name}/state?group=nobody")
     assert status == 200 and state["partitions"] == [
-        {"partition": 0, "led_here": True, "state": "none"}
+        {"partition": 0, "leader": 1, "led_here": True, "state": "none"}  # node.id 1
     ]
     assert call(base, "GET", f"/queues/{unique('missing')}/state")[0] == 404
