@@ -8,7 +8,15 @@ Raft messages and FORWARD_REQUESTs travel on the sender's outbound connection; t
 FORWARD_RESPONSE comes back on the same connection.
 
 `send()` never blocks: messages are queued per peer within a byte budget and dropped (and
-counted) beyond it or while the peer is unreachable -- Raft retransmits. A sender task per peer
+counted) beyond it or while the peer is unreachable -- Raft retransmits.
+
+A connection that stays open but no longer carries frames (its TCP stream stalled, or the peer
+stopped reading it) raises no error, and every Raft group's messages to that peer would stay
+stuck behind it for good. So the dialling side pings the peer over its connection every
+`ping_interval_s` (a FORWARD_REQUEST the peer's reader answers itself); when no answer comes
+within `ping_timeout_s` it closes the connection and dials again, as a Kafka follower drops
+a connection whose fetch got no response within replica.socket.timeout.ms. A node that accepts
+a new connection from a peer closes the one it held from that peer before. A sender task per peer
 writes everything queued since its last write as one frame, so the heartbeats of many groups
 coalesce into one write.
 
@@ -87,6 +95,9 @@ _AUTH_KINDS = frozenset(int(kind) for kind in AuthKind)
 
 # Kafka's UNKNOWN_SERVER_ERROR: the forward handler raised or none is installed.
 UNKNOWN_SERVER_ERROR = -1
+
+#: The forwarded request a dialling node pings its peer with; the peer's reader answers it.
+PING_RPC = "__ping"
 
 
 class ForwardError(Exception):
@@ -228,6 +239,8 @@ class PeerTransport:
         backoff_max_s: float = 2.0,
         connect_timeout_s: float = 2.0,
         handshake_timeout_s: float = 5.0,
+        ping_interval_s: float = 1.0,
+        ping_timeout_s: float = 10.0,
         auth: PeerAuth | None = None,
         handshakes_in_flight_max: int = 64,
         handshakes_per_host_max: int = 8,
@@ -254,12 +267,19 @@ class PeerTransport:
         checks the peer's certificate against the host name in its address.
 
         `queue_bytes_max` is the byte budget per peer, `forwards_in_flight_max` the number of
-        forwarded requests served at once per inbound connection (see the module docstring).
+        forwarded requests served at once per inbound connection, `ping_interval_s` and
+        `ping_timeout_s` how often a dialled connection is pinged and how long an answer may
+        take before it is closed and dialled again (see the module docstring).
         """
         if (tls_server is None) != (tls_client is None):
             raise ValueError("tls_server and tls_client go together: give both or neither")
         if forwards_in_flight_max < 1:
             raise ValueError(f"forwards_in_flight_max must be >= 1, not {forwards_in_flight_max}")
+        if ping_interval_s <= 0 or ping_timeout_s <= 0:
+            raise ValueError(
+                f"ping_interval_s and ping_timeout_s must be > 0, not {ping_interval_s} and"
+                f" {ping_timeout_s}"
+            )
         self.node_id = node_id
         self.listen = listen
         self.admit_joiners = admit_joiners
@@ -276,6 +296,8 @@ class PeerTransport:
         self.backoff_max_s = backoff_max_s
         self.connect_timeout_s = connect_timeout_s
         self.handshake_timeout_s = handshake_timeout_s
+        self.ping_interval_s = ping_interval_s
+        self.ping_timeout_s = ping_timeout_s
         self.auth = auth
         self.tls_server = tls_server
         self.tls_client = tls_client
@@ -297,6 +319,8 @@ class PeerTransport:
         self.stats = TransportStats()
         self._request_ids = itertools.count(1)
         self._pending: dict[int, _PendingForward] = {}
+        # Per peer, the cancel scope of the inbound connection this node serves from it.
+        self._inbound: dict[NodeId, trio.CancelScope] = {}
         self.running = False
         self.port: int | None = None  # the bound port once running (useful with port 0)
 
@@ -491,6 +515,7 @@ class PeerTransport:
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read_responses, stream, peer, nursery.cancel_scope)
+                    nursery.start_soon(self._ping, peer, nursery.cancel_scope)
                     await self._write_loop(stream, peer, nursery.cancel_scope)
             finally:
                 peer.connected = False
@@ -579,6 +604,32 @@ class PeerTransport:
         self._refusals_warned[key] = now
         log.warning("node %s: %s", self.node_id, message)
 
+    async def _ping(self, peer: _Peer, connection: trio.CancelScope) -> None:
+        """Ping `peer` over this connection every `ping_interval_s`; close the connection
+        once `ping_timeout_s` passed without an answer (see the module docstring)."""
+        answered_s = trio.current_time()
+        while True:
+            await trio.sleep(self.ping_interval_s)
+            try:
+                await self.forward(peer.node_id, PING_RPC, b"", self.ping_timeout_s)
+            except ForwardRemoteError:
+                answered_s = trio.current_time()  # a peer that does not know the ping
+            except ForwardError:
+                pass  # no answer in time, or not even queued (the byte budget is full)
+            else:
+                answered_s = trio.current_time()
+            if trio.current_time() - answered_s >= self.ping_timeout_s:
+                log.warning(
+                    "node %s: connection to node %s carries nothing: no answer to a ping for"
+                    " %g s; closing it and dialling again",
+                    self.node_id,
+                    peer.node_id,
+                    self.ping_timeout_s,
+                    extra={"peer": peer.node_id},
+                )
+                connection.cancel()
+                return
+
     async def _write_loop(
         self, stream: trio.abc.Stream, peer: _Peer, connection: trio.CancelScope
     ) -> None:
@@ -662,11 +713,16 @@ class PeerTransport:
         """Serve one connection a peer dialled (the listener calls this for each one) until
         it closes or breaks; then close it. Messages go to the message handler, forwarded
         requests to the forward handler."""
+        connection: trio.CancelScope | None = None
         try:
             async with trio.open_nursery() as nursery:
+                connection = nursery.cancel_scope
                 await self._read_inbound(stream, nursery)
                 nursery.cancel_scope.cancel()
         finally:
+            for peer_id, scope in list(self._inbound.items()):
+                if scope is connection:
+                    del self._inbound[peer_id]
             await trio.aclose_forcefully(stream)
 
     async def _read_inbound(self, stream: trio.abc.Stream, nursery: trio.Nursery) -> None:
@@ -706,6 +762,18 @@ class PeerTransport:
                 )
                 return
             peer_id = hello.node_id
+            # The peer dialled again: the connection it held before is of no more use to it
+            # (it gave that one up), and whatever it still holds here goes with it.
+            previous = self._inbound.get(peer_id)
+            if previous is not None:
+                log.info(
+                    "node %s: node %s dialled again: closing its previous connection",
+                    self.node_id,
+                    peer_id,
+                    extra={"peer": peer_id},
+                )
+                previous.cancel()
+            self._inbound[peer_id] = nursery.cancel_scope
             # A joiner not yet a peer: its requests are answered on this connection.
             peer = self._peers.get(peer_id) or _Peer(peer_id, ("", 0))
             send_lock = trio.Lock()
@@ -847,7 +915,9 @@ class PeerTransport:
     ) -> list[bytes | bytearray]:
         handler = self._forward_handler
         error_code, payload = UNKNOWN_SERVER_ERROR, b""
-        if handler is not None:
+        if request.rpc == PING_RPC:
+            error_code = 0  # the peer's ping: this connection carries its frames
+        elif handler is not None:
             try:
                 error_code, payload = await handler(request.rpc, request.payload)
             except Exception:
@@ -896,6 +966,7 @@ def _canonical_host(host: str) -> str:
 
 
 __all__ = [
+    "PING_RPC",
     "ForwardError",
     "ForwardRemoteError",
     "ForwardTimeout",
