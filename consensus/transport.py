@@ -13,10 +13,12 @@ counted) beyond it or while the peer is unreachable -- Raft retransmits.
 A connection that stays open but no longer carries frames (its TCP stream stalled, or the peer
 stopped reading it) raises no error, and every Raft group's messages to that peer would stay
 stuck behind it for good. So the dialling side pings the peer over its connection every
-`ping_interval_s` (a FORWARD_REQUEST the peer's reader answers itself); when no answer comes
-within `ping_timeout_s` it closes the connection and dials again, as a Kafka follower drops
-a connection whose fetch got no response within replica.socket.timeout.ms. A node that accepts
-a new connection from a peer closes the one it held from that peer before. A sender task per peer
+`ping_interval_s` (a FORWARD_REQUEST the peer's reader answers itself); when for
+`ping_timeout_s` no answer came and no write made progress (a large frame written to a slow
+peer moves at least every WRITE_CHUNK_BYTES), it closes the connection and dials again, as a
+Kafka follower drops a connection whose fetch got no response within
+replica.socket.timeout.ms. A node that accepts a new connection from a peer closes the one it
+held from that peer before. A sender task per peer
 writes everything queued since its last write as one frame, so the heartbeats of many groups
 coalesce into one write.
 
@@ -98,6 +100,8 @@ UNKNOWN_SERVER_ERROR = -1
 
 #: The forwarded request a dialling node pings its peer with; the peer's reader answers it.
 PING_RPC = "__ping"
+#: A connection's writer notes its progress at least once per this many bytes written.
+WRITE_CHUNK_BYTES = 64 << 10
 
 
 class ForwardError(Exception):
@@ -173,6 +177,8 @@ class _Peer:
     wanted: trio.Event = field(default_factory=trio.Event)  # work queued or a dial requested
     unreachable: bool = False  # the last dial failed; drop messages until one succeeds
     connected: bool = False
+    # While its connection's writer is busy: when that write last made progress (trio clock).
+    writing_since_progress_s: float | None = None
 
     @property
     def queued_bytes(self) -> int:
@@ -223,6 +229,22 @@ class _FrameReader:
 async def _write_parts(stream: trio.abc.SendStream, parts: list[bytes | bytearray]) -> None:
     for part in parts:
         await stream.send_all(part)
+
+
+async def _write_parts_to(
+    stream: trio.abc.SendStream, peer: _Peer, parts: list[bytes | bytearray]
+) -> None:
+    """Write `parts` in chunks of at most WRITE_CHUNK_BYTES, noting each chunk's progress in
+    `peer.writing_since_progress_s` (so a large frame written slowly is not a stall)."""
+    for part in parts:
+        if len(part) <= WRITE_CHUNK_BYTES:
+            await stream.send_all(part)
+        else:
+            with memoryview(part) as view:
+                for start in range(0, len(view), WRITE_CHUNK_BYTES):
+                    await stream.send_all(view[start : start + WRITE_CHUNK_BYTES])
+                    peer.writing_since_progress_s = trio.current_time()
+        peer.writing_since_progress_s = trio.current_time()
 
 
 class PeerTransport:
@@ -519,6 +541,7 @@ class PeerTransport:
                     await self._write_loop(stream, peer, nursery.cancel_scope)
             finally:
                 peer.connected = False
+                peer.writing_since_progress_s = None
                 self._discard_queue(peer, ForwardError(f"connection to node {peer.node_id} lost"))
                 await trio.aclose_forcefully(stream)
             await trio.sleep(backoff_s)
@@ -606,7 +629,8 @@ class PeerTransport:
 
     async def _ping(self, peer: _Peer, connection: trio.CancelScope) -> None:
         """Ping `peer` over this connection every `ping_interval_s`; close the connection
-        once `ping_timeout_s` passed without an answer (see the module docstring)."""
+        once `ping_timeout_s` passed with no answer and no write progress (see the module
+        docstring)."""
         answered_s = trio.current_time()
         while True:
             await trio.sleep(self.ping_interval_s)
@@ -618,10 +642,16 @@ class PeerTransport:
                 pass  # no answer in time, or not even queued (the byte budget is full)
             else:
                 answered_s = trio.current_time()
-            if trio.current_time() - answered_s >= self.ping_timeout_s:
+            now_s = trio.current_time()
+            silent_s = now_s - answered_s
+            progress_s = peer.writing_since_progress_s
+            if progress_s is not None:
+                # The ping waits behind a long write that still moves: not a stall.
+                silent_s = min(silent_s, now_s - progress_s)
+            if silent_s >= self.ping_timeout_s:
                 log.warning(
-                    "node %s: connection to node %s carries nothing: no answer to a ping for"
-                    " %g s; closing it and dialling again",
+                    "node %s: connection to node %s carries nothing: no answer to a ping and"
+                    " no write progress for %g s; closing it and dialling again",
                     self.node_id,
                     peer.node_id,
                     self.ping_timeout_s,
@@ -637,22 +667,24 @@ class PeerTransport:
             await stream.send_all(encode_hello(self.node_id))
             peer.connected = True
             while True:
+                peer.writing_since_progress_s = None
                 await peer.wanted.wait()
                 peer.wanted = trio.Event()
+                peer.writing_since_progress_s = trio.current_time()
                 forwards, peer.forwards = peer.forwards, []
                 messages, peer.messages = peer.messages, []
                 peer.forward_bytes = peer.message_bytes = 0
                 for queued in forwards:
-                    await _write_parts(stream, queued.parts)
+                    await _write_parts_to(stream, peer, queued.parts)
                 # Cut frames at frame_bytes_max so one frame never holds the whole queue.
                 start, used = 0, 0
                 for i, m in enumerate(messages):
                     used += message_size_bytes(m)
                     if used >= self.frame_bytes_max:
-                        await self._write_messages(stream, messages[start : i + 1])
+                        await self._write_messages(stream, peer, messages[start : i + 1])
                         start, used = i + 1, 0
                 if start < len(messages):
-                    await self._write_messages(stream, messages[start:])
+                    await self._write_messages(stream, peer, messages[start:])
         except _CONNECTION_ERRORS as exc:
             log.info(
                 "node %s: connection to node %s lost: %s",
@@ -663,8 +695,10 @@ class PeerTransport:
             )
             connection.cancel()
 
-    async def _write_messages(self, stream: trio.abc.Stream, messages: list[Message]) -> None:
-        await _write_parts(stream, encode_messages(messages))
+    async def _write_messages(
+        self, stream: trio.abc.Stream, peer: _Peer, messages: list[Message]
+    ) -> None:
+        await _write_parts_to(stream, peer, encode_messages(messages))
         self.stats.frames_sent += 1
         self.stats.messages_sent += len(messages)
 

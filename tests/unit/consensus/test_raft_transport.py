@@ -544,3 +544,39 @@ def test_a_ping_is_answered_by_the_transport_not_the_forward_handler() -> None:
             nursery.cancel_scope.cancel()
 
     run_trio(scenario)
+
+
+def test_a_long_write_that_moves_is_not_taken_for_a_stalled_connection() -> None:
+    """A frame larger than the peer takes in `ping_timeout_s` (a big append to a slow
+    reader) leaves whole on its connection: the ping waits behind it, and the write's own
+    progress shows the connection carries frames."""
+
+    async def scenario() -> None:
+        ports = free_ports(2)
+        addresses = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1])}
+        t1 = PeerTransport(1, addresses[1], addresses, ping_interval_s=0.05, ping_timeout_s=0.5)
+        payload = bytes(range(256)) * (8 << 10)  # 2 MiB
+        append = Message("t-0", MessageType.APPEND, 1, 2, 1, entries=(Entry(0, 0, 1, payload),))
+        frame_bytes = sum(len(part) for part in encode_messages([append]))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t1.run)
+            listeners = await trio.open_tcp_listeners(ports[1], host="127.0.0.1")
+            t1.send(append)
+            slow = await listeners[0].accept()
+            received = bytearray()
+            with trio.fail_after(15):
+                hello_bytes = len(encode_hello(1))
+                while len(received) < hello_bytes + frame_bytes:
+                    # About 0.8 MB/s: the frame takes seconds, several ping timeouts.
+                    chunk = await slow.receive_some(16 << 10)
+                    assert chunk, "the connection was closed before the frame was written"
+                    received += chunk
+                    await trio.sleep(0.02)
+            frames = decode_stream(bytes(received[hello_bytes : hello_bytes + frame_bytes]))
+            assert frames[0] == [append]
+            nursery.cancel_scope.cancel()
+            for listener in listeners:
+                await listener.aclose()
+            await slow.aclose()
+
+    run_trio(scenario)
