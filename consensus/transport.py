@@ -8,7 +8,17 @@ Raft messages and FORWARD_REQUESTs travel on the sender's outbound connection; t
 FORWARD_RESPONSE comes back on the same connection.
 
 `send()` never blocks: messages are queued per peer within a byte budget and dropped (and
-counted) beyond it or while the peer is unreachable -- Raft retransmits. A sender task per peer
+counted) beyond it or while the peer is unreachable -- Raft retransmits.
+
+A connection that stays open but no longer carries frames (its TCP stream stalled, or the peer
+stopped reading it) raises no error, and every Raft group's messages to that peer would stay
+stuck behind it for good. So the dialling side pings the peer over its connection every
+`ping_interval_s` (a FORWARD_REQUEST the peer's reader answers itself); when for
+`ping_timeout_s` no answer came and no write made progress (a large frame written to a slow
+peer moves at least every WRITE_CHUNK_BYTES), it closes the connection and dials again, as a
+Kafka follower drops a connection whose fetch got no response within
+replica.socket.timeout.ms. A node that accepts a new connection from a peer closes the one it
+held from that peer before. A sender task per peer
 writes everything queued since its last write as one frame, so the heartbeats of many groups
 coalesce into one write.
 
@@ -88,6 +98,11 @@ _AUTH_KINDS = frozenset(int(kind) for kind in AuthKind)
 # Kafka's UNKNOWN_SERVER_ERROR: the forward handler raised or none is installed.
 UNKNOWN_SERVER_ERROR = -1
 
+#: The forwarded request a dialling node pings its peer with; the peer's reader answers it.
+PING_RPC = "__ping"
+#: A connection's writer notes its progress at least once per this many bytes written.
+WRITE_CHUNK_BYTES = 64 << 10
+
 
 class ForwardError(Exception):
     """A forwarded request got no response: peer unreachable, connection lost or timeout."""
@@ -162,6 +177,8 @@ class _Peer:
     wanted: trio.Event = field(default_factory=trio.Event)  # work queued or a dial requested
     unreachable: bool = False  # the last dial failed; drop messages until one succeeds
     connected: bool = False
+    # While its connection's writer is busy: when that write last made progress (trio clock).
+    writing_since_progress_s: float | None = None
 
     @property
     def queued_bytes(self) -> int:
@@ -214,6 +231,22 @@ async def _write_parts(stream: trio.abc.SendStream, parts: list[bytes | bytearra
         await stream.send_all(part)
 
 
+async def _write_parts_to(
+    stream: trio.abc.SendStream, peer: _Peer, parts: list[bytes | bytearray]
+) -> None:
+    """Write `parts` in chunks of at most WRITE_CHUNK_BYTES, noting each chunk's progress in
+    `peer.writing_since_progress_s` (so a large frame written slowly is not a stall)."""
+    for part in parts:
+        if len(part) <= WRITE_CHUNK_BYTES:
+            await stream.send_all(part)
+        else:
+            with memoryview(part) as view:
+                for start in range(0, len(view), WRITE_CHUNK_BYTES):
+                    await stream.send_all(view[start : start + WRITE_CHUNK_BYTES])
+                    peer.writing_since_progress_s = trio.current_time()
+        peer.writing_since_progress_s = trio.current_time()
+
+
 class PeerTransport:
     def __init__(
         self,
@@ -228,6 +261,8 @@ class PeerTransport:
         backoff_max_s: float = 2.0,
         connect_timeout_s: float = 2.0,
         handshake_timeout_s: float = 5.0,
+        ping_interval_s: float = 1.0,
+        ping_timeout_s: float = 10.0,
         auth: PeerAuth | None = None,
         handshakes_in_flight_max: int = 64,
         handshakes_per_host_max: int = 8,
@@ -254,12 +289,19 @@ class PeerTransport:
         checks the peer's certificate against the host name in its address.
 
         `queue_bytes_max` is the byte budget per peer, `forwards_in_flight_max` the number of
-        forwarded requests served at once per inbound connection (see the module docstring).
+        forwarded requests served at once per inbound connection, `ping_interval_s` and
+        `ping_timeout_s` how often a dialled connection is pinged and how long an answer may
+        take before it is closed and dialled again (see the module docstring).
         """
         if (tls_server is None) != (tls_client is None):
             raise ValueError("tls_server and tls_client go together: give both or neither")
         if forwards_in_flight_max < 1:
             raise ValueError(f"forwards_in_flight_max must be >= 1, not {forwards_in_flight_max}")
+        if ping_interval_s <= 0 or ping_timeout_s <= 0:
+            raise ValueError(
+                f"ping_interval_s and ping_timeout_s must be > 0, not {ping_interval_s} and"
+                f" {ping_timeout_s}"
+            )
         self.node_id = node_id
         self.listen = listen
         self.admit_joiners = admit_joiners
@@ -276,6 +318,8 @@ class PeerTransport:
         self.backoff_max_s = backoff_max_s
         self.connect_timeout_s = connect_timeout_s
         self.handshake_timeout_s = handshake_timeout_s
+        self.ping_interval_s = ping_interval_s
+        self.ping_timeout_s = ping_timeout_s
         self.auth = auth
         self.tls_server = tls_server
         self.tls_client = tls_client
@@ -297,6 +341,8 @@ class PeerTransport:
         self.stats = TransportStats()
         self._request_ids = itertools.count(1)
         self._pending: dict[int, _PendingForward] = {}
+        # Per peer, the cancel scope of the inbound connection this node serves from it.
+        self._inbound: dict[NodeId, trio.CancelScope] = {}
         self.running = False
         self.port: int | None = None  # the bound port once running (useful with port 0)
 
@@ -491,9 +537,11 @@ class PeerTransport:
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read_responses, stream, peer, nursery.cancel_scope)
+                    nursery.start_soon(self._ping, peer, nursery.cancel_scope)
                     await self._write_loop(stream, peer, nursery.cancel_scope)
             finally:
                 peer.connected = False
+                peer.writing_since_progress_s = None
                 self._discard_queue(peer, ForwardError(f"connection to node {peer.node_id} lost"))
                 await trio.aclose_forcefully(stream)
             await trio.sleep(backoff_s)
@@ -579,6 +627,39 @@ class PeerTransport:
         self._refusals_warned[key] = now
         log.warning("node %s: %s", self.node_id, message)
 
+    async def _ping(self, peer: _Peer, connection: trio.CancelScope) -> None:
+        """Ping `peer` over this connection every `ping_interval_s`; close the connection
+        once `ping_timeout_s` passed with no answer and no write progress (see the module
+        docstring)."""
+        answered_s = trio.current_time()
+        while True:
+            await trio.sleep(self.ping_interval_s)
+            try:
+                await self.forward(peer.node_id, PING_RPC, b"", self.ping_timeout_s)
+            except ForwardRemoteError:
+                answered_s = trio.current_time()  # a peer that does not know the ping
+            except ForwardError:
+                pass  # no answer in time, or not even queued (the byte budget is full)
+            else:
+                answered_s = trio.current_time()
+            now_s = trio.current_time()
+            silent_s = now_s - answered_s
+            progress_s = peer.writing_since_progress_s
+            if progress_s is not None:
+                # The ping waits behind a long write that still moves: not a stall.
+                silent_s = min(silent_s, now_s - progress_s)
+            if silent_s >= self.ping_timeout_s:
+                log.warning(
+                    "node %s: connection to node %s carries nothing: no answer to a ping and"
+                    " no write progress for %g s; closing it and dialling again",
+                    self.node_id,
+                    peer.node_id,
+                    self.ping_timeout_s,
+                    extra={"peer": peer.node_id},
+                )
+                connection.cancel()
+                return
+
     async def _write_loop(
         self, stream: trio.abc.Stream, peer: _Peer, connection: trio.CancelScope
     ) -> None:
@@ -586,22 +667,24 @@ class PeerTransport:
             await stream.send_all(encode_hello(self.node_id))
             peer.connected = True
             while True:
+                peer.writing_since_progress_s = None
                 await peer.wanted.wait()
                 peer.wanted = trio.Event()
+                peer.writing_since_progress_s = trio.current_time()
                 forwards, peer.forwards = peer.forwards, []
                 messages, peer.messages = peer.messages, []
                 peer.forward_bytes = peer.message_bytes = 0
                 for queued in forwards:
-                    await _write_parts(stream, queued.parts)
+                    await _write_parts_to(stream, peer, queued.parts)
                 # Cut frames at frame_bytes_max so one frame never holds the whole queue.
                 start, used = 0, 0
                 for i, m in enumerate(messages):
                     used += message_size_bytes(m)
                     if used >= self.frame_bytes_max:
-                        await self._write_messages(stream, messages[start : i + 1])
+                        await self._write_messages(stream, peer, messages[start : i + 1])
                         start, used = i + 1, 0
                 if start < len(messages):
-                    await self._write_messages(stream, messages[start:])
+                    await self._write_messages(stream, peer, messages[start:])
         except _CONNECTION_ERRORS as exc:
             log.info(
                 "node %s: connection to node %s lost: %s",
@@ -612,8 +695,10 @@ class PeerTransport:
             )
             connection.cancel()
 
-    async def _write_messages(self, stream: trio.abc.Stream, messages: list[Message]) -> None:
-        await _write_parts(stream, encode_messages(messages))
+    async def _write_messages(
+        self, stream: trio.abc.Stream, peer: _Peer, messages: list[Message]
+    ) -> None:
+        await _write_parts_to(stream, peer, encode_messages(messages))
         self.stats.frames_sent += 1
         self.stats.messages_sent += len(messages)
 
@@ -662,11 +747,16 @@ class PeerTransport:
         """Serve one connection a peer dialled (the listener calls this for each one) until
         it closes or breaks; then close it. Messages go to the message handler, forwarded
         requests to the forward handler."""
+        connection: trio.CancelScope | None = None
         try:
             async with trio.open_nursery() as nursery:
+                connection = nursery.cancel_scope
                 await self._read_inbound(stream, nursery)
                 nursery.cancel_scope.cancel()
         finally:
+            for peer_id, scope in list(self._inbound.items()):
+                if scope is connection:
+                    del self._inbound[peer_id]
             await trio.aclose_forcefully(stream)
 
     async def _read_inbound(self, stream: trio.abc.Stream, nursery: trio.Nursery) -> None:
@@ -706,6 +796,18 @@ class PeerTransport:
                 )
                 return
             peer_id = hello.node_id
+            # The peer dialled again: the connection it held before is of no more use to it
+            # (it gave that one up), and whatever it still holds here goes with it.
+            previous = self._inbound.get(peer_id)
+            if previous is not None:
+                log.info(
+                    "node %s: node %s dialled again: closing its previous connection",
+                    self.node_id,
+                    peer_id,
+                    extra={"peer": peer_id},
+                )
+                previous.cancel()
+            self._inbound[peer_id] = nursery.cancel_scope
             # A joiner not yet a peer: its requests are answered on this connection.
             peer = self._peers.get(peer_id) or _Peer(peer_id, ("", 0))
             send_lock = trio.Lock()
@@ -847,7 +949,9 @@ class PeerTransport:
     ) -> list[bytes | bytearray]:
         handler = self._forward_handler
         error_code, payload = UNKNOWN_SERVER_ERROR, b""
-        if handler is not None:
+        if request.rpc == PING_RPC:
+            error_code = 0  # the peer's ping: this connection carries its frames
+        elif handler is not None:
             try:
                 error_code, payload = await handler(request.rpc, request.payload)
             except Exception:
@@ -896,6 +1000,7 @@ def _canonical_host(host: str) -> str:
 
 
 __all__ = [
+    "PING_RPC",
     "ForwardError",
     "ForwardRemoteError",
     "ForwardTimeout",

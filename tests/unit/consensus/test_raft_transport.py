@@ -27,6 +27,7 @@ from raftka.consensus.codec import (
     message_size_bytes,
 )
 from raftka.consensus.transport import (
+    PING_RPC,
     UNKNOWN_SERVER_ERROR,
     ForwardError,
     ForwardRemoteError,
@@ -456,5 +457,126 @@ def test_forward_responses_count_toward_the_byte_budget_until_written() -> None:
             assert decode_stream(received) == [ForwardResponse(7, 0, answer)]
             await eventually(lambda: t2.queued_bytes(1) == 0)
             await peer_end.aclose()
+
+    run_trio(scenario)
+
+
+def test_a_connection_the_peer_no_longer_reads_is_dialled_again() -> None:
+    """A peer that keeps the connection open but takes no more frames from it (its TCP
+    stream stalled, its reader stuck) raises no error on this side: without pings every
+    message to it would stay stuck behind that connection for good (a follower of every
+    group this node leads, cut off for the rest of a chaos run)."""
+
+    async def scenario() -> None:
+        ports = free_ports(2)
+        addresses = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1])}
+        inbox: list[Message] = []
+        t1 = PeerTransport(1, addresses[1], addresses, ping_interval_s=0.05, ping_timeout_s=0.5)
+        t2 = PeerTransport(2, addresses[2], addresses, on_message=inbox.append)
+        held: list[trio.SocketStream] = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t1.run)
+            # Node 2's address first answers with a connection nobody ever reads.
+            listeners = await trio.open_tcp_listeners(ports[1], host="127.0.0.1")
+            t1.send(heartbeat("t-0", 1, 2))
+            held.append(await listeners[0].accept())
+            for listener in listeners:
+                await listener.aclose()
+            # Then node 2 serves that address; node 1 still holds the unread connection.
+            await nursery.start(t2.run)
+            with trio.fail_after(10):
+                while not inbox:
+                    t1.send(heartbeat("t-0", 1, 2))
+                    await trio.sleep(0.05)
+            assert inbox[0].from_id == 1
+            nursery.cancel_scope.cancel()
+        for stream in held:
+            await stream.aclose()
+
+    run_trio(scenario)
+
+
+def test_a_peer_that_dials_again_replaces_its_previous_connection() -> None:
+    async def scenario() -> None:
+        inbox: list[Message] = []
+        t2 = PeerTransport(2, ("127.0.0.1", 0), {1: ("127.0.0.1", 1)}, on_message=inbox.append)
+        first_peer, first_node = trio.testing.memory_stream_pair()
+        second_peer, second_node = trio.testing.memory_stream_pair()
+        first_done = trio.Event()
+
+        async def serve_first() -> None:
+            await t2.serve_inbound(first_node)
+            first_done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_first)
+            await first_peer.send_all(encode_hello(1))
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(t2.serve_inbound, second_node)
+            await second_peer.send_all(
+                encode_hello(1) + b"".join(encode_messages([heartbeat("t-0", 1, 2)]))
+            )
+            with trio.fail_after(5):
+                await first_done.wait()
+            assert await first_peer.receive_some(10) == b""
+            await eventually(lambda: len(inbox) == 1)
+            nursery.cancel_scope.cancel()
+
+    run_trio(scenario)
+
+
+def test_a_ping_is_answered_by_the_transport_not_the_forward_handler() -> None:
+    async def scenario() -> None:
+        transports, _ = make_transports([1, 2], free_ports(2))
+        t1, t2 = transports[1], transports[2]
+        asked: list[str] = []
+
+        async def handler(rpc: str, payload: bytes) -> tuple[int, bytes]:
+            asked.append(rpc)
+            return UNKNOWN_SERVER_ERROR, b""
+
+        t2.set_forward_handler(handler)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t1.run)
+            await nursery.start(t2.run)
+            assert await t1.forward(2, PING_RPC, b"", timeout_s=5) == b""
+            assert asked == []
+            nursery.cancel_scope.cancel()
+
+    run_trio(scenario)
+
+
+def test_a_long_write_that_moves_is_not_taken_for_a_stalled_connection() -> None:
+    """A frame larger than the peer takes in `ping_timeout_s` (a big append to a slow
+    reader) leaves whole on its connection: the ping waits behind it, and the write's own
+    progress shows the connection carries frames."""
+
+    async def scenario() -> None:
+        ports = free_ports(2)
+        addresses = {1: ("127.0.0.1", ports[0]), 2: ("127.0.0.1", ports[1])}
+        t1 = PeerTransport(1, addresses[1], addresses, ping_interval_s=0.05, ping_timeout_s=0.5)
+        payload = bytes(range(256)) * (8 << 10)  # 2 MiB
+        append = Message("t-0", MessageType.APPEND, 1, 2, 1, entries=(Entry(0, 0, 1, payload),))
+        frame_bytes = sum(len(part) for part in encode_messages([append]))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t1.run)
+            listeners = await trio.open_tcp_listeners(ports[1], host="127.0.0.1")
+            t1.send(append)
+            slow = await listeners[0].accept()
+            received = bytearray()
+            with trio.fail_after(15):
+                hello_bytes = len(encode_hello(1))
+                while len(received) < hello_bytes + frame_bytes:
+                    # About 0.8 MB/s: the frame takes seconds, several ping timeouts.
+                    chunk = await slow.receive_some(16 << 10)
+                    assert chunk, "the connection was closed before the frame was written"
+                    received += chunk
+                    await trio.sleep(0.02)
+            frames = decode_stream(bytes(received[hello_bytes : hello_bytes + frame_bytes]))
+            assert frames[0] == [append]
+            nursery.cancel_scope.cancel()
+            for listener in listeners:
+                await listener.aclose()
+            await slow.aclose()
 
     run_trio(scenario)
