@@ -4,9 +4,11 @@ partition's leader.
 
 ShareFetch reads whole batches as Fetch does (records stay opaque; big ranges go out with
 sendfile) and tells the consumer which offset ranges of them it acquired; the consumer
-delivers only those. On a priority or fair topic the records to acquire are chosen by
-share_order.py. Acknowledgements (piggybacked on ShareFetch or in ShareAcknowledge)
-are answered after the share-partition state they produce is persisted.
+delivers only those. It sends the batches from the one holding the first record acquired to
+the one holding the last, not every batch up to the request's byte limit. On a priority
+or fair topic the records to acquire are chosen by share_order.py. Acknowledgements
+(piggybacked on ShareFetch or in ShareAcknowledge) are answered after the share-partition
+state they produce is persisted.
 
 ACLs as Kafka's: READ on the group for ShareGroupHeartbeat, ShareFetch and
 ShareAcknowledge, READ on each topic fetched or acknowledged.
@@ -57,6 +59,7 @@ from raftka.protocol.splice import SplicedResponse, Splices
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
+    from raftka.log.partition_core import LogSlice
     from raftka.log.segment import LogSegment
     from raftka.protocol.messages.requests import (
         ShareAcknowledgeRequest,
@@ -395,11 +398,26 @@ def _fetch_once(
         count = sum(a.last - a.first + 1 for a in acquired)
         remaining_records -= count
         acquired_total += count
-        remaining_bytes = max(0, remaining_bytes - found.length)
-        answer.records = (found.segment, found.position, found.length)
+        position, length = acquired_batches(found, acquired[0].first, acquired[-1].last)
+        remaining_bytes = max(0, remaining_bytes - length)
+        answer.records = (found.segment, position, length)
         answer.acquired = tuple(acquired)
-        context.services.metrics.fetched(partition.topic.name, found.length)
+        context.services.metrics.fetched(partition.topic.name, length)
     return acquired_total
+
+
+def acquired_batches(found: LogSlice, first: int, last: int) -> tuple[int, int]:
+    """(position, length) of the batches of `found` from the one holding `first` to the
+    one holding `last`: what a fetch that acquired offsets [first, last] sends, as Kafka's
+    ShareFetchUtils.maybeSliceFetchRecords slices, not every batch up to the request's byte
+    limit (a consumer parses all it is sent, to deliver only what was acquired)."""
+    head = found.segment.find_batch(first)
+    tail = head if head is not None and head.next_offset > last else found.segment.find_batch(last)
+    if head is None or tail is None:
+        return found.position, found.length
+    start = max(head.position, found.position)
+    stop = min(tail.position + tail.size_bytes, found.position + found.length)
+    return start, stop - start
 
 
 def _topic_id(topic_id: uuid.UUID | None) -> uuid.UUID:

@@ -10,6 +10,7 @@ snapshot; the result is the state a whole snapshot written at the last update wo
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,47 +51,81 @@ class StateUpdate:
 
 
 def fold(snapshot: PersistedState, updates: Sequence[StateUpdate]) -> PersistedState:
-    """The state `updates` (in the order written) make of `snapshot`. The updates are first
-    combined among themselves (each is small), then laid over the snapshot in one pass, so
-    the cost is the snapshot's size plus the updates' total size times their number."""
+    """The state `updates` (in the order written) make of `snapshot`. Each offset takes its
+    state from the last update whose spans cover it (from the snapshot when none does),
+    found in one sweep over all the updates' spans, so the cost is the snapshot's size plus
+    the updates' total size (times a logarithm), whatever their number: a state partition's
+    leader folds up to a snapshot interval of updates when a share-partition is loaded."""
     if not updates:
         return snapshot
-    spans: list[Span] = []
+    pieces = _newest_cover(updates)
+    firsts = [p[0] for p in pieces]
     batches: list[StateBatch] = []
-    priorities: dict[int, int] = {}
-    delays: dict[int, int] = {}
-    for update in updates:
-        batches = _overlay(batches, update.spans, update.batches)
-        spans = merge_spans([*spans, *update.spans])
-        _replace_within(priorities, update.spans, update.priorities)
-        _replace_within(delays, update.spans, update.delays)
+    for first, last, u in pieces:
+        batches.extend(_clipped(updates[u].batches, first, last))
+
+    def newest(offset: int) -> int:
+        """The index of the last update covering `offset`, -1 for none."""
+        i = bisect_right(firsts, offset) - 1
+        return pieces[i][2] if i >= 0 and pieces[i][1] >= offset else -1
+
+    priorities = {o: p for o, p in snapshot.priorities if newest(o) < 0}
+    delays = {o: at for o, at in snapshot.delays if newest(o) < 0}
+    for u, update in enumerate(updates):
+        priorities.update((o, p) for o, p in update.priorities if newest(o) == u)
+        delays.update((o, at) for o, at in update.delays if newest(o) == u)
     start = updates[-1].start_offset
+    spans = merge_spans((first, last) for first, last, _u in pieces)
     combined = _overlay(list(snapshot.batches), spans, batches)
-    kept_priorities = {o: p for o, p in snapshot.priorities if not _covered(spans, o)}
-    kept_priorities.update(priorities)
-    kept_delays = {o: at for o, at in snapshot.delays if not _covered(spans, o)}
-    kept_delays.update(delays)
     return PersistedState(
         snapshot.state_epoch,
         start,
         tuple(_from_start(combined, start)),
-        tuple(sorted((o, p) for o, p in kept_priorities.items() if o >= start)),
-        tuple(sorted((o, at) for o, at in kept_delays.items() if o >= start)),
+        tuple(sorted((o, p) for o, p in priorities.items() if o >= start)),
+        tuple(sorted((o, at) for o, at in delays.items() if o >= start)),
         snapshot.snapshot_id,
     )
 
 
-def _covered(spans: Sequence[Span], offset: int) -> bool:
-    i = bisect_right(spans, offset, key=lambda s: s[0]) - 1
-    return i >= 0 and spans[i][1] >= offset
+def _newest_cover(updates: Sequence[StateUpdate]) -> list[tuple[int, int, int]]:
+    """(first, last, u): the offsets the updates' spans cover, ascending and disjoint, each
+    piece with the index of the last update covering it (adjacent pieces of one update
+    joined). A sweep over the spans' ends with a heap of the spans open at each point."""
+    spans = sorted(
+        (first, last, u) for u, update in enumerate(updates) for first, last in update.spans
+    )
+    points = sorted({p for first, last, _u in spans for p in (first, last + 1)})
+    pieces: list[tuple[int, int, int]] = []
+    open_spans: list[tuple[int, int]] = []  # (-u, last)
+    s = 0
+    for here, after in zip(points, points[1:], strict=False):
+        while s < len(spans) and spans[s][0] <= here:
+            heapq.heappush(open_spans, (-spans[s][2], spans[s][1]))
+            s += 1
+        while open_spans and open_spans[0][1] < here:
+            heapq.heappop(open_spans)
+        if not open_spans:
+            continue
+        u = -open_spans[0][0]
+        if pieces and pieces[-1][2] == u and pieces[-1][1] + 1 == here:
+            pieces[-1] = (pieces[-1][0], after - 1, u)
+        else:
+            pieces.append((here, after - 1, u))
+    return pieces
 
 
-def _replace_within(
-    entries: dict[int, int], spans: Sequence[Span], replacing: Iterable[tuple[int, int]]
-) -> None:
-    for offset in [o for o in entries if _covered(spans, o)]:
-        del entries[offset]
-    entries.update(replacing)
+def _clipped(batches: Sequence[StateBatch], first: int, last: int) -> list[StateBatch]:
+    """The parts of `batches` (ascending, disjoint) within [first, last]."""
+    i = max(bisect_right(batches, first, key=lambda b: b.first) - 1, 0)
+    out: list[StateBatch] = []
+    while i < len(batches) and batches[i].first <= last:
+        b = batches[i]
+        if b.last >= first:
+            out.append(
+                StateBatch(max(b.first, first), min(b.last, last), b.state, b.delivery_count)
+            )
+        i += 1
+    return out
 
 
 def _overlay(

@@ -11,7 +11,9 @@ removes those too, and a replay ignores updates of any snapshot but the latest.
 The data partition's leader writes the state: directly when it leads that state partition,
 otherwise through the state partition's leader over the peer RPCs `__share_state_write`
 (snapshots, tombstones) and `__share_state_update`; a write returns once the records are
-committed (a majority of the state partition's replicas hold them). Reads go the same way
+committed (a majority of the state partition's replicas hold them). A write carries its state
+epoch and snapshot id beside the value (`Fence`), so the state partition's leader checks it
+without decoding the value. Reads go the same way
 (`__share_state_read`) and answer the folded state; a state partition's leader answers
 them from a map of its partition's latest snapshots and their updates, built by replaying
 the partition once per leader epoch and kept up to date by its own writes.
@@ -25,7 +27,7 @@ import logging
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -81,7 +83,8 @@ def encode_state(state: PersistedState) -> bytes:
     doc: dict[str, object] = {
         "state_epoch": state.state_epoch,
         "start_offset": state.start_offset,
-        "batches": [[b.first, b.last, int(b.state), b.delivery_count] for b in state.batches],
+        # Tuples are JSON arrays, and a RecordState (an int) its number.
+        "batches": [(b.first, b.last, b.state, b.delivery_count) for b in state.batches],
     }
     if state.priorities:
         doc["priorities"] = [list(pair) for pair in state.priorities]
@@ -100,7 +103,7 @@ def encode_update(update: StateUpdate) -> bytes:
         "snapshot_id": update.snapshot_id,
         "start_offset": update.start_offset,
         "spans": [list(span) for span in update.spans],
-        "batches": [[b.first, b.last, int(b.state), b.delivery_count] for b in update.batches],
+        "batches": [(b.first, b.last, b.state, b.delivery_count) for b in update.batches],
     }
     if update.priorities:
         doc["priorities"] = [list(pair) for pair in update.priorities]
@@ -140,6 +143,25 @@ def decode_state(raw: bytes) -> PersistedState:
         tuple((int(o), int(at)) for o, at in doc.get("delays", ())),
         int(doc.get("snapshot_id", 0)),
     )
+
+
+class Fence(NamedTuple):
+    """What a state partition's leader checks a write against: the writer's state epoch and
+    the snapshot the write is (a snapshot) or follows (an update). Passed beside the record's
+    value, so the leader does not decode a value (a snapshot can be megabytes of JSON) to
+    learn two numbers."""
+
+    state_epoch: int
+    snapshot_id: int
+
+    @classmethod
+    def of_request(cls, request: dict[str, Any]) -> Fence | None:
+        """The fence an RPC request carries; None from a broker that sends none (the value
+        is then decoded)."""
+        epoch, snapshot_id = request.get("state_epoch"), request.get("snapshot_id")
+        if isinstance(epoch, int) and isinstance(snapshot_id, int):
+            return cls(epoch, snapshot_id)
+        return None
 
 
 @dataclass(slots=True)
@@ -302,26 +324,30 @@ class TopicShareStateStore:
         raw_key = encode_key(key)
         partition, leader = await self._locate(raw_key)
         value = encode_state(state)
+        fence = Fence(state.state_epoch, state.snapshot_id)
         if leader == self.node_id:
-            await self.write_local(partition, raw_key, value)
+            await self.write_local(partition, raw_key, value, fence)
         else:
             await self._forward(
                 leader,
                 SHARE_STATE_WRITE_RPC,
-                {"partition": partition, "key": raw_key.decode(), "value": value.decode()},
+                {"partition": partition, "key": raw_key.decode(), "value": value.decode()}
+                | fence._asdict(),
             )
 
     async def write_update(self, key: ShareKey, update: StateUpdate) -> None:
         raw_key = encode_key(key)
         partition, leader = await self._locate(raw_key)
         value = encode_update(update)
+        fence = Fence(update.state_epoch, update.snapshot_id)
         if leader == self.node_id:
-            await self.write_update_local(partition, raw_key, value)
+            await self.write_update_local(partition, raw_key, value, fence)
         else:
             await self._forward(
                 leader,
                 SHARE_STATE_UPDATE_RPC,
-                {"partition": partition, "key": raw_key.decode(), "value": value.decode()},
+                {"partition": partition, "key": raw_key.decode(), "value": value.decode()}
+                | fence._asdict(),
             )
 
     async def delete(self, key: ShareKey) -> None:
@@ -384,17 +410,22 @@ class TopicShareStateStore:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._writing.pop((partition, raw_key), None)
 
-    async def write_local(self, partition: int, raw_key: bytes, value: bytes) -> None:
+    async def write_local(
+        self, partition: int, raw_key: bytes, value: bytes, fence: Fence | None = None
+    ) -> None:
         """Append the state unless the stored one has a later state epoch (written by a
         later leader of the data partition: this writer is stale, FENCED_STATE_EPOCH).
-        Writes of one key are serialized, so the check sees every earlier write."""
-        state = decode_state(value)
+        Writes of one key are serialized, so the check sees every earlier write. `fence`:
+        the value's state epoch and snapshot id, decoded from it when not given."""
+        if fence is None:
+            decoded = decode_state(value)
+            fence = Fence(decoded.state_epoch, decoded.snapshot_id)
         async with self._key_lock(partition, raw_key):
             latest = await self._latest_of(partition)
             stored = latest.get(raw_key)
-            if stored is not None and state.state_epoch < stored.state_epoch:
+            if stored is not None and fence.state_epoch < stored.state_epoch:
                 raise FencedStateEpoch(
-                    f"state epoch {state.state_epoch} is older than the stored "
+                    f"state epoch {fence.state_epoch} is older than the stored "
                     f"{stored.state_epoch}: the partition has a newer leader"
                 )
             # In one batch: the snapshot, and tombstones for the updates it replaces.
@@ -406,24 +437,29 @@ class TopicShareStateStore:
                 await self.log.append(partition, records, leader_epoch=epoch)
             except NotCoordinatorError as exc:
                 raise OSError(str(exc)) from exc
-            latest[raw_key] = StoredState(value, state.state_epoch, state.snapshot_id)
+            latest[raw_key] = StoredState(value, fence.state_epoch, fence.snapshot_id)
 
-    async def write_update_local(self, partition: int, raw_key: bytes, value: bytes) -> None:
+    async def write_update_local(
+        self, partition: int, raw_key: bytes, value: bytes, fence: Fence | None = None
+    ) -> None:
         """Append an update over the stored snapshot it names, unless that is not the
         stored one (another writer's snapshot came since: FENCED_STATE_EPOCH, as for a
-        stale state epoch) or the snapshot has its most updates already."""
-        update = decode_update(value)
+        stale state epoch) or the snapshot has its most updates already. `fence`: the
+        update's state epoch and snapshot id, decoded from it when not given."""
+        if fence is None:
+            decoded = decode_update(value)
+            fence = Fence(decoded.state_epoch, decoded.snapshot_id)
         async with self._key_lock(partition, raw_key):
             latest = await self._latest_of(partition)
             stored = latest.get(raw_key)
-            if stored is None or stored.snapshot_id != update.snapshot_id:
+            if stored is None or stored.snapshot_id != fence.snapshot_id:
                 raise FencedStateEpoch(
-                    f"the update follows snapshot {update.snapshot_id}, which is not the "
+                    f"the update follows snapshot {fence.snapshot_id}, which is not the "
                     "stored one: the share-partition's state was written by another since"
                 )
-            if update.state_epoch != stored.state_epoch:
+            if fence.state_epoch != stored.state_epoch:
                 raise FencedStateEpoch(
-                    f"state epoch {update.state_epoch} is not the stored "
+                    f"state epoch {fence.state_epoch} is not the stored "
                     f"{stored.state_epoch}: the partition has a newer leader"
                 )
             if len(stored.updates) >= STORED_UPDATES_MAX:
@@ -477,6 +513,7 @@ class TopicShareStateStore:
                 int(request["partition"]),
                 str(request["key"]).encode(),
                 str(request["value"]).encode(),
+                Fence.of_request(request),
             )
         except (ValueError, KeyError, TypeError) as exc:
             return int(ErrorCode.invalid_request), f"bad state update: {exc}".encode()
@@ -496,6 +533,7 @@ class TopicShareStateStore:
                     int(request["partition"]),
                     str(request["key"]).encode(),
                     str(request["value"]).encode(),
+                    Fence.of_request(request),
                 )
         except (ValueError, KeyError, TypeError) as exc:
             return int(ErrorCode.invalid_request), f"bad state write: {exc}".encode()

@@ -20,8 +20,11 @@ from confluent_kafka import AcknowledgeType, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import BrokerProcess
 from kio.schema.join_group.v5.request import JoinGroupRequestProtocol
+from test_share_priority import first_share_fetch
 
 from raftka.broker.admin.wire import WireConnection
+from raftka.protocol.record_headers import whole_batches
+from raftka.protocol.records import read_batch_header
 
 LOCK_MS = 2000
 DELIVERY_LIMIT = 3
@@ -180,6 +183,32 @@ def test_implicit_mode_round_trip(broker: BrokerProcess) -> None:
             assert not again, f"accepted records delivered again: {[m.value() for m in again]}"
     finally:
         second.close()
+
+
+def test_a_fetch_sends_the_batches_holding_what_it_acquired_not_up_to_its_byte_limit(
+    broker: BrokerProcess,
+) -> None:
+    """A fifo backlog of 100 batches and a ShareFetch for 20 records with a 50 MiB byte
+    limit: its records field holds the batch holding those 20, not every batch up to the
+    limit. (librdkafka's ShareConsumer asks for 50 MiB and parses all it is sent: a backlog
+    of 1,000,000 records of 100 bytes drained ten times slower per record than one of
+    100,000, the broker idle, while each answer of 500 records carried 50 MB.)"""
+    topic, group = unique("share-slice"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 1)
+    producer = make_producer(broker.bootstrap, linger_ms=5)
+    for b in range(100):
+        for i in range(50):
+            producer.produce(topic, value=f"v{b * 50 + i}".encode().ljust(100, b"."), partition=0)
+        assert producer.flush(30) == 0, "records still unsent after 30 s"
+    answer = first_share_fetch(broker.bootstrap, group, topic, 20)
+    (acquired,) = answer.acquired_records
+    assert (acquired.first_offset, acquired.last_offset) == (0, 19)
+    batches = [read_batch_header(b) for b in whole_batches(bytes(answer.records))]
+    assert batches, "the acquired records are sent"
+    assert batches[0].base_offset <= 0, "the first batch sent holds the first record acquired"
+    assert batches[-1].next_offset > 19, "the last batch sent holds the last record acquired"
+    for header in batches[1:]:
+        assert header.base_offset <= 19, f"batch {header.base_offset}.. holds none acquired"
 
 
 def test_delivery_count_limit_archives_a_record_released_too_often(

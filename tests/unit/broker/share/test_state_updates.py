@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+from kio.schema.errors import ErrorCode
 
 from raftka.broker.config import BrokerConfig
 from raftka.broker.groups.store import read_partition
@@ -25,7 +26,13 @@ from raftka.broker.share.manager import (
     SharePartitionManager,
     StateUpdate,
 )
-from raftka.broker.share.partition import AckType, RecordState, SharePartition, StateBatch
+from raftka.broker.share.partition import (
+    AckType,
+    RecordState,
+    SharePartition,
+    StateBatch,
+    merge_spans,
+)
 from raftka.broker.share.persisted import fold
 from raftka.broker.share.state_store import (
     FencedStateEpoch,
@@ -159,6 +166,94 @@ def test_a_snapshot_and_its_updates_fold_to_the_whole_state(seed: int) -> None:
         assert loaded.state_batches() == list(expected.batches)
         checked += 1
     assert checked > 180
+
+
+def random_batches(spans: list[tuple[int, int]], rng: random.Random) -> list[StateBatch]:
+    """Batches within `spans`, with holes (offsets of a span that no batch holds)."""
+    out: list[StateBatch] = []
+    for first, last in spans:
+        offset = first
+        while offset <= last:
+            if rng.random() < 0.2:
+                offset += rng.randint(1, 3)
+                continue
+            end = min(last, offset + rng.randint(0, 3))
+            out.append(StateBatch(offset, end, rng.choice(list(RecordState)), rng.randint(0, 3)))
+            offset = end + 1
+    return out
+
+
+def per_offset(
+    snapshot: PersistedState, updates: list[StateUpdate]
+) -> tuple[dict[int, tuple[RecordState, int]], dict[int, int], dict[int, int]]:
+    """Each offset's batch state, priority and delay after `updates`, one offset at a time:
+    an update's spans replace everything in them with what it carries."""
+    states = {
+        o: (b.state, b.delivery_count) for b in snapshot.batches for o in range(b.first, b.last + 1)
+    }
+    priorities, delays = dict(snapshot.priorities), dict(snapshot.delays)
+    for update in updates:
+        for first, last in update.spans:
+            for o in range(first, last + 1):
+                states.pop(o, None)
+                priorities.pop(o, None)
+                delays.pop(o, None)
+        for b in update.batches:
+            states.update((o, (b.state, b.delivery_count)) for o in range(b.first, b.last + 1))
+        priorities.update(update.priorities)
+        delays.update(update.delays)
+    start = updates[-1].start_offset
+    return (
+        {o: v for o, v in states.items() if o >= start},
+        {o: v for o, v in priorities.items() if o >= start},
+        {o: v for o, v in delays.items() if o >= start},
+    )
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fold_takes_each_offset_from_the_last_update_covering_it(seed: int) -> None:
+    """Updates whose spans overlap in every way (nested, shared ends, one covering many),
+    folded in one sweep, against the same updates applied one offset at a time."""
+    rng = random.Random(seed)
+    snapshot = PersistedState(
+        1,
+        0,
+        tuple(random_batches([(0, 80)], rng)),
+        tuple((o, rng.randint(-9, 9)) for o in sorted(rng.sample(range(80), 8))),
+        tuple((o, rng.randint(0, 9)) for o in sorted(rng.sample(range(80), 4))),
+        snapshot_id=5,
+    )
+    updates: list[StateUpdate] = []
+    start = 0
+    for _ in range(40):
+        wanted = [(a, a + rng.choice((0, 1, 4, 30))) for a in rng.sample(range(100), 3)]
+        spans = merge_spans(wanted)
+        offsets = [o for first, last in spans for o in range(first, last + 1)]
+        start = min(90, start + rng.choice((0, 0, 0, 2)))
+        updates.append(
+            StateUpdate(
+                1,
+                5,
+                start,
+                tuple(spans),
+                tuple(random_batches(spans, rng)),
+                tuple((o, rng.randint(-9, 9)) for o in offsets if rng.random() < 0.2),
+                tuple((o, rng.randint(0, 9)) for o in offsets if rng.random() < 0.1),
+            )
+        )
+        folded = fold(snapshot, updates)
+        states, priorities, delays = per_offset(snapshot, updates)
+        assert {
+            o: (b.state, b.delivery_count)
+            for b in folded.batches
+            for o in range(b.first, b.last + 1)
+        } == states
+        assert dict(folded.priorities) == priorities
+        assert dict(folded.delays) == delays
+        assert folded.start_offset == start
+        assert all(
+            a.last < b.first for a, b in zip(folded.batches, folded.batches[1:], strict=False)
+        )
 
 
 def test_an_update_carries_only_what_changed() -> None:
@@ -378,6 +473,46 @@ async def updates_fenced(tmp_path: Path) -> None:
         await store.write_update_local(0, raw_key, encode_update(good))
     raw = await store_on(log).read_local(0, raw_key)
     assert raw is not None and decode_state(raw) == PersistedState(3, 2, (), snapshot_id=10)
+
+
+def test_a_forwarded_write_is_fenced_by_the_epoch_and_snapshot_it_carries(tmp_path: Path) -> None:
+    trio.run(forwarded_fence, tmp_path)
+
+
+async def forwarded_fence(tmp_path: Path) -> None:
+    """A write forwarded to the state partition's leader carries its state epoch and
+    snapshot id beside the value, and the leader checks those without decoding the value; a
+    request without them (from an older broker) is checked by decoding it."""
+    log = open_log(tmp_path / "__share_group_state-0")
+    store = store_on(log)
+    raw_key = encode_key(("g", uuid.UUID(int=1), 0))
+
+    def request(value: bytes, **fence: int) -> bytes:
+        return json.dumps(
+            {"partition": 0, "key": raw_key.decode(), "value": value.decode(), **fence}
+        ).encode()
+
+    snapshot = PersistedState(2, 0, (StateBatch(0, 3, RecordState.AVAILABLE, 1),), snapshot_id=9)
+    assert await store.serve_write(
+        request(encode_state(snapshot), state_epoch=2, snapshot_id=9)
+    ) == (0, b"null")
+    good = StateUpdate(2, 9, 2, ((0, 1),), (StateBatch(0, 1, RecordState.ACKNOWLEDGED, 1),))
+    assert await store.serve_update(request(encode_update(good), state_epoch=2, snapshot_id=9)) == (
+        0,
+        b"null",
+    )
+    # The fence it carries is what is checked: here a former leader's epoch.
+    code, _ = await store.serve_update(request(encode_update(good), state_epoch=1, snapshot_id=9))
+    assert code == int(ErrorCode.fenced_state_epoch)
+    code, _ = await store.serve_write(request(encode_state(snapshot), state_epoch=1, snapshot_id=9))
+    assert code == int(ErrorCode.fenced_state_epoch)
+    # Without one, the value's own fields are.
+    stale = StateUpdate(2, 8, 2, (), ())
+    code, _ = await store.serve_update(request(encode_update(stale)))
+    assert code == int(ErrorCode.fenced_state_epoch)
+    assert await store.serve_update(request(encode_update(good))) == (0, b"null")
+    raw = await store_on(log).read_local(0, raw_key)
+    assert raw is not None and decode_state(raw) == fold(snapshot, [good, good])
 
 
 class FailingLog(RealLog):
