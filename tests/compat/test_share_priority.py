@@ -140,10 +140,10 @@ def test_a_backlog_is_received_in_priority_order(broker: BrokerProcess) -> None:
     poll the consumer hands them out in offset order)."""
     topic, group = unique("prio-backlog"), unique("prio-g")
     create_topic(broker.bootstrap, topic, config=PRIORITY_CONFIGS)
-    total = 3000
+    total = 10_000  # as many as the issue that asked for priority order names
     # Compressed batches: the broker decompresses them to read the headers.
     priorities = produce_backlog(broker.bootstrap, topic, total, seed=28, compression="zstd")
-    consumer = share_consumer(broker.bootstrap, group, **{"max.poll.records": 100})
+    consumer = share_consumer(broker.bootstrap, group, **{"max.poll.records": 250})
     consumer.subscribe([topic])
     try:
         polls = polls_accepting(consumer, total)
