@@ -66,6 +66,7 @@ from raftka.consensus.types import (
     Snapshot,
     decode_config,
     encode_config,
+    quick_init,
 )
 
 #: Messages that carry their sender's log start (a follower follows the leader's, the
@@ -128,6 +129,7 @@ class RaftConfig:
     skip_noop_when_committed: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SoftState:
     role: Role
@@ -135,9 +137,11 @@ class SoftState:
     term: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ready:
-    """Work for the driver; fields are None / empty when there is nothing of that kind."""
+    """Work for the driver; fields are None / empty when there is nothing of that kind.
+    The driver only reads it (not frozen: one or two are made for every write, and a
+    frozen dataclass's constructor costs about three times a plain one's)."""
 
     hard_state: HardState | None
     truncate_to: int | None
