@@ -910,8 +910,12 @@ class RaftCore:
             match_ends = {node: pr.match_end for node, pr in self.progress.items()}
             match_ends[self.id] = own
             end = committed_end(self.voters, match_ends)
-        # Raft §5.4.2: only an entry of the leader's own term is committed by counting.
-        if end <= self.high_watermark or self.log.epoch_at(end - 1) != self.term:
+        # Raft §5.4.2: only an entry of the leader's own term is committed by counting. From
+        # its no-op on, the log holds the leader's own entries (it only grows while this
+        # node leads): the log's epoch is asked only of an end before them.
+        if end <= self.high_watermark or (
+            end <= self.term_start_offset and self.log.epoch_at(end - 1) != self.term
+        ):
             return False
         self.high_watermark = end
         if (
