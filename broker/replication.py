@@ -50,17 +50,17 @@ from raftka.protocol.batch_builder import (
 )
 from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
+    PARTITION_LEADER_EPOCH_OFFSET,
     BatchHeader,
     read_batch_header,
     scan_batches,
-    stamp_batches,
 )
 
 logger = logging.getLogger("raftka.replication")
 
-#: The header fields from the magic byte on, which stamping an entry's offset and epoch
-#: leaves as they were.
-_MAGIC_FIELD = BatchHeader._fields.index("magic")
+#: A batch's base offset and partition leader epoch, which an entry's stamp sets.
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
 
 CONTROL_LEADER_CHANGE = 2
 CONTROL_KRAFT_VOTERS = 6
@@ -452,37 +452,39 @@ class PartitionRaftStorage:
         (`entries_need_sync`) whether they must be fsynced before they are acknowledged."""
         if not entries:
             return
-        configs = [e for e in entries if e.kind is EntryKind.CONFIG]
-        if configs:
-            self._save_configs(self._configs + configs)
-            self._configs = self._configs + configs
         now = time.time_ns() // 1_000_000
         buffer = bytearray()
         headers: list[BatchHeader] = []
+        configs: list[Entry] = []
+        pack_offset = _INT64.pack_into
+        pack_epoch = _INT32.pack_into
+        data = EntryKind.DATA
         for entry in entries:
             start = len(buffer)
-            if entry.kind is EntryKind.DATA:
+            if entry.kind is data:
                 buffer += entry.payload
             else:
+                if entry.kind is EntryKind.CONFIG:
+                    configs.append(entry)
                 buffer += control_batch(entry.kind, entry.payload)
+            # Stamped in place first (offset and epoch lie outside the CRC), so the header
+            # read back is the stored one.
+            base_offset = entry.base_offset
+            pack_offset(buffer, start, base_offset)
+            pack_epoch(buffer, start + PARTITION_LEADER_EPOCH_OFFSET, entry.epoch)
             header = read_batch_header(buffer, start)
-            expected = entry.last_offset - entry.base_offset
-            if header.last_offset_delta != expected or header.size_bytes != len(buffer) - start:
+            if (
+                header.last_offset_delta != entry.last_offset - base_offset
+                or header.size_bytes != len(buffer) - start
+            ):
                 raise ValueError(
-                    f"{self.raft_group_id}: entry {entry.base_offset}-{entry.last_offset} does not "
+                    f"{self.raft_group_id}: entry {base_offset}-{entry.last_offset} does not "
                     "hold exactly one batch of its record count"
                 )
-            stamp_batches(buffer, [header], entry.base_offset, entry.epoch)
-            # The header as stamped (what a scan of `buffer` would read back).
-            headers.append(
-                BatchHeader(
-                    header.position,
-                    entry.base_offset,
-                    header.batch_length,
-                    entry.epoch,
-                    *header[_MAGIC_FIELD:],
-                )
-            )
+            headers.append(header)
+        if configs:
+            self._save_configs(self._configs + configs)
+            self._configs = self._configs + configs
         recent = self._recent
         if recent and recent[-1].last_offset >= entries[0].base_offset:
             recent.clear()  # not an append after them (the core truncates first)
@@ -494,7 +496,7 @@ class PartitionRaftStorage:
             recent.clear()
             raise
         for entry, header in zip(entries, headers, strict=True):
-            if entry.kind is not EntryKind.DATA:
+            if entry.kind is not data:
                 recent.append(entry)  # NOOP and CONFIG read back with the payload they carry
             elif not header.attributes & CONTROL_FLAG_MASK:
                 recent.append(Entry(entry.base_offset, entry.last_offset, entry.epoch, b""))

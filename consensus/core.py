@@ -66,6 +66,7 @@ from raftka.consensus.types import (
     Snapshot,
     decode_config,
     encode_config,
+    quick_init,
 )
 
 #: Messages that carry their sender's log start (a follower follows the leader's, the
@@ -128,6 +129,7 @@ class RaftConfig:
     skip_noop_when_committed: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SoftState:
     role: Role
@@ -135,9 +137,11 @@ class SoftState:
     term: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ready:
-    """Work for the driver; fields are None / empty when there is nothing of that kind."""
+    """Work for the driver; fields are None / empty when there is nothing of that kind.
+    The driver only reads it (not frozen: one or two are made for every write, and a
+    frozen dataclass's constructor costs about three times a plain one's)."""
 
     hard_state: HardState | None
     truncate_to: int | None
@@ -906,8 +910,12 @@ class RaftCore:
             match_ends = {node: pr.match_end for node, pr in self.progress.items()}
             match_ends[self.id] = own
             end = committed_end(self.voters, match_ends)
-        # Raft §5.4.2: only an entry of the leader's own term is committed by counting.
-        if end <= self.high_watermark or self.log.epoch_at(end - 1) != self.term:
+        # Raft §5.4.2: only an entry of the leader's own term is committed by counting. From
+        # its no-op on, the log holds the leader's own entries (it only grows while this
+        # node leads): the log's epoch is asked only of an end before them.
+        if end <= self.high_watermark or (
+            end <= self.term_start_offset and self.log.epoch_at(end - 1) != self.term
+        ):
             return False
         self.high_watermark = end
         if (

@@ -57,6 +57,7 @@ from raftka.consensus.types import (
     NodeId,
     Role,
     Snapshot,
+    quick_init,
 )
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class _SyncTicket:
     fsync_hard_state: bool
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RaftGroupUpdate:
     """What changed in one Ready: a new high watermark and/or new soft state (None = same)."""

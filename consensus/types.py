@@ -6,8 +6,43 @@ nothing holds a reference to a core, a clock or a socket.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
+
+def quick_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass a constructor that sets each slot through its
+    descriptor. The dataclass's own calls `object.__setattr__` once per field (a frozen
+    class blocks plain assignment), which makes it about one and a half times as costly
+    (five fields: 0.96 against 0.62 µs of CPU on this machine, a plain class 0.34): these
+    values are made for every batch proposed and every message sent. Fields, defaults,
+    equality, hashing and immutability stay the dataclass's own; none of these classes
+    has a `__post_init__`."""
+    assert dataclasses.is_dataclass(cls) and "__slots__" in cls.__dict__, cls
+    assert not hasattr(cls, "__post_init__"), cls
+    namespace: dict[str, object] = {}
+    params: list[str] = []
+    body: list[str] = []
+    for f in dataclasses.fields(cls):
+        assert f.init and f.default_factory is dataclasses.MISSING, f
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        body.append(f"    _set_{f.name}(self, {f.name})")
+    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    exec(source, namespace)  # noqa: S102 - built from the class's own field names
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
+    setattr(cls, "__init__", init)  # noqa: B010 - mypy refuses an assignment to a method
+    return cls
+
 
 NodeId = int
 
@@ -20,6 +55,7 @@ class EntryKind(enum.IntEnum):
     CONFIG = 2  # control batch carrying the full voter set after a membership change
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One Raft entry = one Kafka record batch covering offsets [base_offset, last_offset].
@@ -79,6 +115,7 @@ def decode_config(payload: bytes) -> tuple[frozenset[NodeId], frozenset[NodeId]]
     return _node_set(voters_text), _node_set(learners_text)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class HardState:
     """What must be on disk before any message of the same Ready is sent."""
@@ -107,6 +144,7 @@ class MessageType(enum.IntEnum):
     SNAPSHOT = 10
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """A Raft message for one group; many groups share one broker-to-broker connection.
@@ -163,6 +201,7 @@ class Message:
     log_start_offset: int = -1
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """State that replaces a follower's whole log: everything below `end_offset` is committed

@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raftka.protocol.batch_builder import end_txn_marker
-from raftka.protocol.records import BatchHeader, set_log_append_time, stamp_batches
+from raftka.protocol.records import (
+    CONTROL_FLAG_MASK,
+    BatchHeader,
+    set_log_append_time,
+    stamp_batches,
+)
 
 from .cleaner import decode_clean_request
 from .errors import NonContiguousAppend
@@ -151,15 +156,17 @@ class PartitionAppend(PartitionCore):
         size = len(records)
         if headers[0].position != 0 or headers[-1].end_position != size:
             raise ValueError("headers do not tile the records buffer")
-        expected = self.log_end_offset
+        first_offset = expected = self.log_end_offset
+        # Contiguity and the largest timestamp (`_max_timestamp_of`) in one pass.
+        max_timestamp, offset_of_max = -1, -1
         for header in headers:
             if header.base_offset != expected:
                 raise NonContiguousAppend(
                     f"batch at offset {header.base_offset}, expected {expected}"
                 )
-            expected = header.base_offset + header.last_offset_delta + 1
-        first_offset = self.log_end_offset
-        max_timestamp, offset_of_max = self._max_timestamp_of(headers, first_offset)
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, expected
+            expected += header.last_offset_delta + 1
         if now_ms is not None:
             self._clock_ms = now_ms
         now = self._clock_ms
@@ -168,11 +175,12 @@ class PartitionAppend(PartitionCore):
         self.log_end_offset = expected
         self._update_producer_state(records, headers, first_offset, -1)
         self._unflushed_messages += expected - first_offset
+        epochs = self.epochs
         for header in headers:
             epoch = header.partition_leader_epoch
-            if epoch >= 0 and epoch != self.epochs.latest_epoch:
-                self._epochs_dirty |= self.epochs.assign(epoch, header.base_offset)
-            if header.is_control and header.producer_id < 0:
+            if epoch >= 0 and epoch != epochs.latest_epoch:
+                self._epochs_dirty |= epochs.assign(epoch, header.base_offset)
+            if header.attributes & CONTROL_FLAG_MASK and header.producer_id < 0:
                 request = decode_clean_request(
                     header, memoryview(records)[header.position : header.end_position]
                 )

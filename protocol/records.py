@@ -142,6 +142,11 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & CONTROL_FLAG_MASK)
 
 
+#: A header from its fields without the NamedTuple's Python-level `__new__` (a header is
+#: read for every batch a client sends, and again when it is written).
+_new_header = tuple.__new__
+
+
 class InvalidRecords(Exception):
     """Produce records that Kafka would reject; `error_code` is the Kafka error code."""
 
@@ -156,7 +161,7 @@ def read_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:
 
     Does not check magic, length or CRC; see `validate_produce_records` and `scan_batches`.
     """
-    return BatchHeader(pos, *_HEADER.unpack_from(buf, pos))
+    return _new_header(BatchHeader, (pos, *_HEADER.unpack_from(buf, pos)))
 
 
 def batch_crc(buf: Buffer, pos: int, size_bytes: int) -> int:
@@ -216,7 +221,7 @@ def validate_produce_records(
             )
         if batch_length < MIN_BATCH_LENGTH:
             raise InvalidRecords(CORRUPT_MESSAGE, f"batch length {batch_length} at byte {pos}")
-        header = BatchHeader(pos, *_HEADER.unpack_from(view, pos))
+        header = _new_header(BatchHeader, (pos, *_HEADER.unpack_from(view, pos)))
         if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
             raise InvalidRecords(CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {pos}")
         _check_batch_fields(header, produce_version, restore)
@@ -336,7 +341,7 @@ def scan_batches(
     while pos < end and len(headers) < max_batches:
         if end - pos < RECORD_BATCH_OVERHEAD:
             return BatchScan(headers, pos, f"{end - pos} stray bytes at {pos}", True)
-        header = BatchHeader(pos, *unpack(view, pos))
+        header = _new_header(BatchHeader, (pos, *unpack(view, pos)))
         size = header.batch_length + LOG_OVERHEAD
         if header.batch_length < MIN_BATCH_LENGTH:
             return BatchScan(headers, pos, f"batch length {header.batch_length} at {pos}", False)
@@ -366,7 +371,7 @@ def iter_batch_headers(buf: Buffer, pos: int = 0) -> Iterator[BatchHeader]:
     end = len(view)
     unpack = _HEADER.unpack_from
     while end - pos >= RECORD_BATCH_OVERHEAD:
-        header = BatchHeader(pos, *unpack(view, pos))
+        header = _new_header(BatchHeader, (pos, *unpack(view, pos)))
         if header.batch_length < MIN_BATCH_LENGTH or pos + header.batch_length + 12 > end:
             return
         yield header

@@ -79,7 +79,7 @@ def _transactional_error(
     WRITE on it, or more than one producer id among them (restore-mode topics take batches
     as stored). Only a batch whose attributes say transactional (and not control) is looked
     at further."""
-    producers: set[int] = set()
+    producers: set[int] | None = None  # made for the first transactional batch
     for topic_data in request.topic_data or ():
         restore: bool | None = None
         for data in topic_data.partition_data or ():
@@ -99,6 +99,8 @@ def _transactional_error(
                 break
             producer_id = read_batch_header(records).producer_id
             if producer_id >= 0:
+                if producers is None:
+                    producers = set()
                 producers.add(producer_id)
     if not producers:
         return None

@@ -415,7 +415,15 @@ class ClientAppends:
             return result
         raft = partition.raft
         chained = False
-        if raft is not None and raft.unwritten and any(h.producer_id >= 0 for h in headers):
+        if (
+            raft is not None
+            and raft.unwritten
+            and (
+                headers[0].producer_id >= 0
+                if len(headers) == 1  # a client's request from Produce v3 on
+                else any(h.producer_id >= 0 for h in headers)
+            )
+        ):
             chained = self._next_in_sequence(partition, headers)
             if not chained:
                 # The producer state is updated as batches are written: this batch is
@@ -455,8 +463,10 @@ class ClientAppends:
             records = bytes(stamped)
             result.log_append_time_ms = now
         record_count = headers[0].last_offset_delta + 1
+        unwritten = False
         try:
             if group_commit and raft is not None:
+                unwritten = True
                 queues = self.queues
                 if not raft.unwritten:
                     if not queues.unwritten:
@@ -479,7 +489,13 @@ class ClientAppends:
         result.base_offset = entry.base_offset
         result.appended_bytes = len(records)
         result.appended_records = record_count
-        self._wait(partition, entry.end_offset, entry.epoch, result)
+        if unwritten:
+            # Neither committed nor durable before its write: no wait is over yet.
+            waiting = wait_for(partition, self.acks, entry.end_offset, entry.epoch)
+            if waiting is not None:
+                self.waits.append((partition, waiting, result))
+        else:
+            self._wait(partition, entry.end_offset, entry.epoch, result)
         return result
 
     def _next_in_sequence(self, partition: Partition, headers: Sequence[BatchHeader]) -> bool:
