@@ -11,6 +11,7 @@ import base64
 import json
 import shutil
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -151,6 +152,57 @@ def test_http_and_a_share_consumer_in_one_group_get_disjoint_records(
     assert not set(by_http) & set(by_kafka)
     assert sorted(by_http + by_kafka) == sorted(sent)
     assert by_http
+
+
+def test_concurrent_dequeues_with_ack_get_every_message_once(served: tuple[Any, str]) -> None:
+    """Twenty threads dequeue with ack=true from one priority queue at once (so the
+    broker serves many of them in one round: one fetch and one acknowledgement), asking
+    for 1, 2 or 5 messages and waiting 0 or 300 ms: together they get every message once,
+    each acknowledged at its first delivery, and each answer most urgent first."""
+    _, base = served
+    name = unique("crowd")
+    assert call(base, "PUT", f"/queues/{name}", {"order": "priority", "partitions": 2})[0] == 201
+    sent = [{"value": f"m{i}", "priority": (i * 37) % 11} for i in range(600)]
+    for start in range(0, len(sent), 200):
+        chunk = {"messages": sent[start : start + 200]}
+        assert call(base, "POST", f"/queues/{name}/messages", chunk)[0] == 201
+    got: list[dict[str, Any]] = []
+    answers: list[list[dict[str, Any]]] = []
+    problems: list[object] = []
+    lock = threading.Lock()
+
+    def dequeuer(n: int) -> None:
+        fields = {"max": (1, 2, 5)[n % 3], "wait_ms": (0, 300)[n % 2], "ack": True}
+        empty_in_a_row = 0
+        while empty_in_a_row < 3:
+            status, answer = call(base, "POST", f"/queues/{name}/dequeue", fields)
+            with lock:
+                if status != 200:
+                    problems.append(answer)
+                    return
+                got.extend(answer["messages"])
+                answers.append(answer["messages"])
+                done = len(got) >= len(sent)
+            empty_in_a_row = 0 if answer["messages"] else empty_in_a_row + 1
+            if done and not answer["messages"]:
+                return
+
+    threads = [threading.Thread(target=dequeuer, args=(n,)) for n in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert problems == []
+    values = [m["value"] for m in got]
+    assert sorted(values) == sorted(m["value"] for m in sent)  # each once: none lost or twice
+    assert all(m["acked"] and m["delivery_count"] == 1 for m in got)
+    for answer in answers:
+        priorities = [m["priority"] for m in answer]
+        assert priorities == sorted(priorities)
+    assert dequeue(base, name, max=5, wait_ms=200) == []
+    status, state = call(base, "GET", f"/queues/{name}/state")
+    assert status == 200 and [p["lag"] for p in state["partitions"]] == [0, 0]
 
 
 def test_bad_input_gets_a_problem_and_changes_nothing(served: tuple[Any, str]) -> None:
