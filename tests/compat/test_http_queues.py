@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -20,7 +21,14 @@ import pytest
 from brokers import Brokers
 from clients import unique, wait_until
 from confluent_kafka import AcknowledgeType, ShareConsumer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 from harness import BrokerProcess, free_port
 from secured import password, start_sasl_broker
 
@@ -277,6 +285,69 @@ def test_basic_auth_on_a_sasl_broker(module_brokers: Brokers) -> None:
     assert call(base, "DELETE", f"/queues/{name}/messages/0/0", auth=alice)[0] == 403
     assert call(base, "POST", f"/queues/{name}/messages", {"value": "x"}, auth=admin)[0] == 201
     assert [m["value"] for m in dequeue_as(base, name, admin)] == ["x"]
+
+
+def test_waiting_dequeues_of_two_users_are_each_authorized(module_brokers: Brokers) -> None:
+    """Dequeues waiting together at one member are served together only when one user made
+    them: while admin's dequeue waits on an empty queue, another of admin's and one of
+    alice's (who may read the topic, not the group) arrive; alice's is refused as hers, and
+    admin's two get one message each."""
+    address = f"127.0.0.1:{free_port()}"
+    sasl = start_sasl_broker(
+        module_brokers,
+        ("admin", "alice"),
+        config=CONFIG | {"metrics.listen": address},
+        name="http-queues-two-users",
+    )
+    base = f"http://{address}"
+    admin, alice = ("admin", password("admin")), ("alice", password("alice"))
+    wait_until(lambda: call(base, "GET", "/queues", auth=admin)[0] == 200, 30, "the API answers")
+    name, group = unique("two-users"), unique("workers")
+    assert call(base, "PUT", f"/queues/{name}", {}, auth=admin)[0] == 201
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        name,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    acls = AdminClient(sasl.client("admin"))
+    for future in acls.create_acls([binding], request_timeout=20).values():
+        future.result(timeout=20)
+    answers: dict[str, tuple[int, Any]] = {}
+
+    def waiting_dequeue(who: str, auth: tuple[str, str]) -> None:
+        body = {"group": group, "wait_ms": 5000, "ack": True}
+        answers[who] = call(base, "POST", f"/queues/{name}/dequeue", body, auth=auth)
+
+    first = threading.Thread(target=waiting_dequeue, args=("admin 1", admin))
+    first.start()
+    state_path = f"/queues/{name}/state?group={group}"
+    wait_until(
+        lambda: call(base, "GET", state_path, auth=admin)[1]["partitions"][0]["state"] == "led",
+        30,
+        "admin's first dequeue has fetched (and waits)",
+    )
+    others = [
+        threading.Thread(target=waiting_dequeue, args=("admin 2", admin)),
+        threading.Thread(target=waiting_dequeue, args=("alice", alice)),
+    ]
+    for thread in others:
+        thread.start()
+    # Not a condition of the outcome: a moment for both to arrive while the first waits, so
+    # that the next round finds them waiting together.
+    time.sleep(0.5)
+    two = {"messages": [{"value": "a"}, {"value": "b"}]}
+    assert call(base, "POST", f"/queues/{name}/messages", two, auth=admin)[0] == 201
+    for thread in [first, *others]:
+        thread.join(60)
+    status, refused = answers["alice"]
+    assert status == 403 and refused["type"].endswith("forbidden"), refused
+    got = [answers[who] for who in ("admin 1", "admin 2")]
+    assert all(status == 200 for status, _ in got), got
+    assert sorted(m["value"] for _, answer in got for m in answer["messages"]) == ["a", "b"]
 
 
 def dequeue_as(base: str, name: str, auth: tuple[str, str]) -> list[dict[str, Any]]:
