@@ -527,18 +527,18 @@ class QueueApi:
                     )
                     if delivered:
                         break
-                    rounds.answer_expired(taken)
-                    rounds.answer_expired(rounds.pending)
+                    rounds.answer_expired(taken, first.principal)
+                    rounds.answer_expired(rounds.pending, first.principal)
                     if not taken:
                         return
                     wait_s = min(d.deadline_s for d in taken) - trio.current_time()
-                    rounds.waiting = True
+                    rounds.waiting = first.principal
                     try:
                         delivered = await member.wait(
                             caller, topic.topic_id, leaders_asked, asked, wait_s
                         )
                     finally:
-                        rounds.waiting = False
+                        rounds.waiting = None
                     if delivered:
                         break
                 # Read before an acknowledgement forgets them.

@@ -17,8 +17,9 @@ of different callers are never merged: each keeps its own ACLs). The rules of wa
   its `wait_ms`: its wait is how long it waits for records to be there, not for its turn.
 - A round that finds no record at any leader answers at once the dequeues whose wait has
   ended, then waits for records at most the shortest wait left among the others; a dequeue
-  arriving meanwhile is answered empty when its own wait ends first (the member found
-  nothing when it last looked), else it joins the round at its next look.
+  of the same principal arriving meanwhile is answered empty when its own wait ends first
+  (the member found nothing when it last looked), else it joins the round at its next
+  look. Dequeues of another principal wait for a round of their own.
 - A round that found records never waits for more: the dequeues it gave none (fewer were
   there than asked) stay first in line for the next round, which starts at once.
 """
@@ -126,17 +127,20 @@ class DequeueRounds:
         self.pending: list[Dequeue] = []
         self.running = False
         self._arrivals = itertools.count()
-        #: True while a round waits for records (it found none at any leader).
-        self.waiting = False
+        #: The principal of the round waiting for records (it found none at any leader),
+        #: None while none waits.
+        self.waiting: Hashable | None = None
 
     @property
     def busy(self) -> bool:
         return self.running or bool(self.pending)
 
-    def answer_expired(self, dequeues: list[Dequeue]) -> None:
-        """Answer empty, and drop from `dequeues`, those whose wait has ended."""
+    def answer_expired(self, dequeues: list[Dequeue], principal: Hashable) -> None:
+        """Answer empty, and drop from `dequeues`, those of `principal` whose wait has ended
+        (a round made as `principal` found no record: one of another principal is answered
+        by a round of its own, which may refuse it)."""
         now_s = trio.current_time()
-        for d in [d for d in dequeues if d.deadline_s <= now_s]:
+        for d in [d for d in dequeues if d.deadline_s <= now_s and d.principal == principal]:
             dequeues.remove(d)
             d.answer([])
 
@@ -165,7 +169,7 @@ class DequeueRounds:
                     await dequeue.woken.wait()
                 if waited.cancelled_caught:
                     deadline_s = float("inf")  # from now on it waits for a round
-                    if self.waiting and dequeue in self.pending:
+                    if self.waiting == dequeue.principal and dequeue in self.pending:
                         self.pending.remove(dequeue)
                         dequeue.answer([])
         finally:

@@ -61,9 +61,11 @@ def test_dequeues_arriving_during_a_round_are_served_together_by_the_next() -> N
             d.answer(list(range(d.wanted)))
 
     answers: dict[int, list[Any] | None] = {}
+    arrivals: list[int] = []
 
     async def one(n: int) -> None:
         d = dequeue(n)
+        arrivals.append(n)  # serve() puts it in line before its first checkpoint
         await rounds.serve(d, run_round)
         answers[n] = d.records
 
@@ -73,7 +75,8 @@ def test_dequeues_arriving_during_a_round_are_served_together_by_the_next() -> N
             await trio.sleep(0.5)
             for n in range(2, 12):
                 nursery.start_soon(one, n)
-        assert served == [[1], list(range(2, 12))]
+        # trio starts the ten in an order of its own: they are served in the order they came.
+        assert served == [[1], arrivals[1:]] and sorted(arrivals) == list(range(1, 12))
         assert answers == {n: list(range(n)) for n in range(1, 12)}
         assert not rounds.busy
 
@@ -82,25 +85,25 @@ def test_dequeues_arriving_during_a_round_are_served_together_by_the_next() -> N
 
 def test_a_dequeue_whose_wait_ends_while_the_round_waits_is_answered_empty() -> None:
     rounds = DequeueRounds()
-    rounds_run = 0
+    rounds_run: list[str] = []
 
     async def run_round() -> None:
-        nonlocal rounds_run
-        rounds_run += 1
+        principal = rounds.pending[0].principal
+        rounds_run.append(str(principal))
         taken: list[Dequeue] = []
-        take(rounds.pending, taken, rounds.pending[0].principal)
-        rounds.answer_expired(taken)
+        take(rounds.pending, taken, principal)
+        rounds.answer_expired(taken, principal)
         if not taken:
             return
-        rounds.waiting = True  # nothing found: wait for the shortest wait left
+        rounds.waiting = principal  # nothing found: wait for the shortest wait left
         await trio.sleep(min(d.deadline_s for d in taken) - trio.current_time())
-        rounds.waiting = False
-        rounds.answer_expired(taken)
+        rounds.waiting = None
+        rounds.answer_expired(taken, principal)
 
     ended: dict[str, float] = {}
 
-    async def one(name: str, wait_s: float) -> None:
-        d = dequeue(1, wait_s=wait_s, at=trio.current_time())
+    async def one(name: str, wait_s: float, principal: str = "alice") -> None:
+        d = dequeue(1, principal, wait_s=wait_s, at=trio.current_time())
         await rounds.serve(d, run_round)
         assert d.records == []
         ended[name] = trio.current_time()
@@ -110,8 +113,10 @@ def test_a_dequeue_whose_wait_ends_while_the_round_waits_is_answered_empty() -> 
             nursery.start_soon(one, "long", 5.0)
             await trio.sleep(1)
             nursery.start_soon(one, "short", 0.5)
-        # The short one ended at its own deadline, not the round's, and took no round.
-        assert ended == {"short": 1.5, "long": 5.0}
-        assert rounds_run == 1
+            nursery.start_soon(one, "bob's", 0.5, "bob")
+        # The short one ended at its own deadline, not the round's, and took no round of its
+        # own; bob's, of another principal, was answered by a round made as bob.
+        assert ended == {"short": 1.5, "long": 5.0, "bob's": 5.0}
+        assert rounds_run == ["alice", "bob"]
 
     trio.run(scenario, clock=MockClock(autojump_threshold=0))
