@@ -41,6 +41,7 @@ from raftka.broker.queues.member import (
 from raftka.broker.queues.openapi import docs_page, openapi_document
 from raftka.broker.queues.problems import Problem, json_response, problem_response
 from raftka.broker.queues.remote import QueueOps, leaders, produce_routed
+from raftka.broker.queues.rounds import Dequeue, hand_out, take
 from raftka.broker.security.session import ClientSession, Principal
 from raftka.protocol.api import build
 from raftka.protocol.batch_builder import build_batch
@@ -447,7 +448,9 @@ class QueueApi:
         (and not busy) is forgotten first: its ids go stale and its locks expire."""
         member = self.members.get((group, name))
         if member is None:
-            idle = [key for key, m in self.members.items() if not m.lock.locked()]
+            idle = [
+                key for key, m in self.members.items() if not m.lock.locked() and not m.rounds.busy
+            ]
             if len(self.members) >= MEMBERS_MAX and idle:
                 del self.members[min(idle, key=lambda key: self.members[key].last_used_s)]
             member = self.members[(group, name)] = ShareMember(group, name)
@@ -464,30 +467,15 @@ class QueueApi:
         assert wanted is not None and wait_ms is not None, "defaults given"
         topic = await self._queue(caller, name)
         member = self._member(group, name)
-        async with member.lock:
-            delivered = await member.fetch(
-                caller,
-                topic.topic_id,
-                len(topic.partitions),
-                wanted,
-                wait_ms,
-                self.services.clock.now_s(),
-            )
-            # Read before an acknowledgement forgets them.
-            changed = await self._changed_priorities(caller, group, name, delivered)
-            refused: set[tuple[int, int]] = set()
-            if ack and delivered:
-                refused = set(
-                    await member.acknowledge(
-                        caller,
-                        topic.topic_id,
-                        [(d.record.partition, d.record.offset) for d in delivered],
-                        ACCEPT,
-                    )
-                )
+        asked = Dequeue(caller, topic, wanted, ack, trio.current_time() + wait_ms / 1000)
+        await member.rounds.serve(asked, lambda: self._round(group, name, member))
+        if asked.failure is not None:
+            raise asked.failure
+        delivered = asked.records or []
+        changed, refused = asked.changed, asked.refused
         messages = []
         here = self.services.identity.node_id
-        for d in self._in_order(name, delivered, changed):
+        for d in delivered:
             record = d.record
             headers = {k: (v or b"").decode("utf-8", "replace") for k, v in record.headers}
             shown: Json = {
@@ -514,6 +502,66 @@ class QueueApi:
                 shown["value_base64"] = base64.b64encode(record.value or b"").decode()
             messages.append(shown)
         return json_response(HTTPStatus.OK, {"group": group, "acked": ack, "messages": messages})
+
+    async def _round(self, group: str, name: str, member: ShareMember) -> None:
+        """One round of `member`'s waiting dequeues (see rounds.py): those of the oldest
+        one's principal, as that principal, under the member's lock. One ShareFetch
+        (at each leader) for the records they ask for, their changed priorities, and one
+        ShareAcknowledge (at each leader) accepting the records of those with ack=true and
+        releasing any no dequeue took."""
+        rounds = member.rounds
+        if not rounds.pending:
+            return
+        first = rounds.pending[0]
+        caller, topic = first.caller, first.topic
+        taken: list[Dequeue] = []
+        try:
+            async with member.lock:
+                while True:
+                    take(rounds.pending, taken, first.principal)
+                    if not taken:
+                        return  # all gone (their requests ended) while the lock was held
+                    asked = sum(d.wanted for d in taken)
+                    delivered, leaders_asked = await member.poll(
+                        caller, topic.topic_id, len(topic.partitions), asked, trio.current_time()
+                    )
+                    if delivered:
+                        break
+                    rounds.answer_expired(taken, first.principal)
+                    rounds.answer_expired(rounds.pending, first.principal)
+                    if not taken:
+                        return
+                    wait_s = min(d.deadline_s for d in taken) - trio.current_time()
+                    rounds.waiting = first.principal
+                    try:
+                        delivered = await member.wait(
+                            caller, topic.topic_id, leaders_asked, asked, wait_s
+                        )
+                    finally:
+                        rounds.waiting = None
+                    if delivered:
+                        break
+                # Read before an acknowledgement forgets them.
+                changed = await self._changed_priorities(caller, group, name, delivered)
+                given, left = hand_out(self._in_order(name, delivered, changed), taken)
+                settle = [
+                    (d.record.partition, d.record.offset, ACCEPT)
+                    for position, records in given.items()
+                    if taken[position].ack
+                    for d in records
+                ] + [(d.record.partition, d.record.offset, RELEASE) for d in left]
+                refused: set[tuple[int, int]] = set()
+                if settle:
+                    refused = set(await member.acknowledge(caller, topic.topic_id, settle))
+            for position, records in given.items():
+                answered = taken[position]
+                answered.changed, answered.refused = changed, refused
+                answered.answer(records)
+            rounds.put_back(taken)
+        except Exception as failure:  # each dequeue taken raises it as its own answer
+            for d in taken:
+                if not d.answered:
+                    d.fail(failure)
 
     def _in_order(
         self, name: str, delivered: list[Delivered], changed: Mapping[tuple[int, int], int]
@@ -747,7 +795,9 @@ class QueueApi:
                     # A release whose delay was not marked would not keep it back: not sent.
                     offsets = [o for o in offsets if o not in set(unmarked)]
                 try:
-                    not_taken = await member.acknowledge(caller, topic.topic_id, offsets, kind)
+                    not_taken = await member.acknowledge(
+                        caller, topic.topic_id, [(p, o, kind) for p, o in offsets]
+                    )
                 except Problem:
                     await self._at_leaders(caller, name, marked, "undo", {"group": group})
                     raise

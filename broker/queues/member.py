@@ -32,6 +32,7 @@ from kio.static.primitive import i8, i32
 from raftka.broker.console.records import Record, batch_records
 from raftka.broker.queues.problems import Problem
 from raftka.broker.queues.remote import leaders
+from raftka.broker.queues.rounds import DequeueRounds
 from raftka.protocol.api import build
 from raftka.protocol.record_headers import whole_batches
 from raftka.protocol.splice import SplicedResponse
@@ -106,6 +107,15 @@ class MessageId:
 
 
 @dataclass(frozen=True, slots=True)
+class Leaders:
+    """The leaders a `ShareMember.poll` asked: leader -> its partitions (-1: those without
+    one), and the leaders in the order asked."""
+
+    by_leader: dict[int, list[int]]
+    nodes: list[int]
+
+
+@dataclass(frozen=True, slots=True)
 class Delivered:
     """A dequeued record and its delivery count."""
 
@@ -122,8 +132,8 @@ def _records_bytes(field: bytes | None, spliced: SplicedResponse | None) -> byte
 
 
 class ShareMember:
-    """The member of `group` dequeuing `topic`; calls are serialized (a share session's
-    epoch counts them)."""
+    """The member of `group` dequeuing `topic`; calls are serialized under `lock` (a share
+    session's epoch counts them), and its dequeues are served in rounds (`rounds`)."""
 
     def __init__(self, group: str, topic: str) -> None:
         self.group = group
@@ -137,6 +147,7 @@ class ShareMember:
         #: Which leader a dequeue asks first (they take turns).
         self.turn = 0
         self.lock = trio.Lock()
+        self.rounds = DequeueRounds()
 
     async def _heartbeat(self, caller: Caller, now_s: float) -> None:
         """Join (or stay in) the group, subscribed to the queue, at the group's coordinator
@@ -188,55 +199,56 @@ class ShareMember:
             refuse_on(found.error_code, found.error_message, f"share group {self.group}")
         return int(found.node_id) if found.error_code == ErrorCode.none else -1
 
-    async def fetch(
+    async def poll(
         self,
         caller: Caller,
         topic_id: uuid.UUID,
         partitions: int,
         max_records: int,
-        wait_ms: int,
         now_s: float,
-    ) -> list[Delivered]:
+    ) -> tuple[list[Delivered], Leaders]:
         """Up to `max_records` records acquired for this member from the leaders of the
-        queue's partitions (waiting up to `wait_ms` for one), each leader's in the order
-        its share-partitions handed them out.
+        queue's partitions without waiting, each leader's in the order its share-partitions
+        handed them out; and the leaders asked, for `wait`.
 
-        Each round asks every leader without waiting, the leaders taking turns to be
-        asked first; when none had a record, one of them (in turn) is asked to wait for a
-        slice of the time left (all of it when one broker leads every partition), and the
-        round repeats. Leadership is read again each round, so a partition whose leader
-        moved is asked at the new one."""
+        Every leader is asked, the leaders taking turns to be asked first. Leadership is
+        read again on each call, so a partition whose leader moved is asked at the new one."""
         await self._heartbeat(caller, now_s)
-        clock = caller.services.clock
-        deadline = clock.now_s() + wait_ms / 1000
+        by_leader = leaders(caller, self.topic, range(partitions))
+        nodes = sorted(node for node in by_leader if node >= 0)
+        if nodes:
+            start = self.turn % len(nodes)
+            nodes = nodes[start:] + nodes[:start]
+            self.turn += 1
         delivered: list[Delivered] = []
-        while True:
-            by_leader = leaders(caller, self.topic, range(partitions))
-            nodes = sorted(node for node in by_leader if node >= 0)
-            if nodes:
-                start = self.turn % len(nodes)
-                nodes = nodes[start:] + nodes[:start]
-                self.turn += 1
-            for node in nodes:
-                if len(delivered) >= max_records:
-                    break
-                delivered += await self._fetch_at(
-                    caller, node, topic_id, by_leader[node], max_records - len(delivered), 0
-                )
-            left_s = deadline - clock.now_s()
-            if delivered or left_s <= 0:
-                return delivered
-            if not nodes:
-                await trio.sleep(min(left_s, WAIT_SLICE_S))
-                continue
-            whole = len(by_leader) == 1
-            wait_s = left_s if whole else min(left_s, WAIT_SLICE_S)
-            node = nodes[0]
+        for node in nodes:
+            if len(delivered) >= max_records:
+                break
             delivered += await self._fetch_at(
-                caller, node, topic_id, by_leader[node], max_records, max(1, int(wait_s * 1000))
+                caller, node, topic_id, by_leader[node], max_records - len(delivered), 0
             )
-            if delivered:
-                return delivered
+        return delivered, Leaders(by_leader, nodes)
+
+    async def wait(
+        self,
+        caller: Caller,
+        topic_id: uuid.UUID,
+        asked: Leaders,
+        max_records: int,
+        wait_s: float,
+    ) -> list[Delivered]:
+        """After a `poll` that found nothing: up to `max_records` records from the leader
+        asked first, waiting there for one for a slice of `wait_s` (all of it when one
+        broker leads every partition); nothing when none came (the caller polls again)."""
+        if not asked.nodes:
+            await trio.sleep(min(wait_s, WAIT_SLICE_S))
+            return []
+        whole = len(asked.by_leader) == 1
+        wait_s = wait_s if whole else min(wait_s, WAIT_SLICE_S)
+        node = asked.nodes[0]
+        return await self._fetch_at(
+            caller, node, topic_id, asked.by_leader[node], max_records, max(1, int(wait_s * 1000))
+        )
 
     async def _fetch_at(
         self,
@@ -324,15 +336,17 @@ class ShareMember:
         return delivered
 
     async def acknowledge(
-        self, caller: Caller, topic_id: uuid.UUID, offsets: Sequence[tuple[int, int]], kind: int
+        self, caller: Caller, topic_id: uuid.UUID, records: Sequence[tuple[int, int, int]]
     ) -> list[tuple[int, int]]:
-        """Acknowledge (partition, offset) pairs as `kind` at their partitions' leaders;
-        those refused (lock expired, already acknowledged, not this member's, or held at a
-        leader that no longer leads the partition or does not answer: its locks are gone)."""
+        """Acknowledge (partition, offset, acknowledgement type) triples at their
+        partitions' leaders, one ShareAcknowledge each; the (partition, offset) pairs refused
+        (lock expired, already acknowledged, not this member's, or held at a leader that no
+        longer leads the partition or does not answer: its locks are gone)."""
         refused: list[tuple[int, int]] = []
-        by_partition: dict[int, list[int]] = {}
-        for partition, offset in offsets:
-            by_partition.setdefault(partition, []).append(offset)
+        by_partition: dict[int, dict[int, int]] = {}
+        for partition, offset, kind in records:
+            by_partition.setdefault(partition, {})[offset] = kind
+        offsets = [(partition, offset) for partition, offset, _ in records]
         for node, indexes in sorted(leaders(caller, self.topic, by_partition).items()):
             wanted = [(p, o) for p, o in offsets if p in set(indexes)]
             epoch = self.epochs.get(node, 0)
@@ -359,7 +373,7 @@ class ShareMember:
                                         last_offset=offset,
                                         acknowledge_types=(i8(kind),),
                                     )
-                                    for offset in sorted(set(by_partition[partition]))
+                                    for offset, kind in sorted(by_partition[partition].items())
                                 ),
                             )
                             for partition in sorted(indexes)

@@ -11,6 +11,8 @@ import base64
 import json
 import shutil
 import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -19,7 +21,14 @@ import pytest
 from brokers import Brokers
 from clients import unique, wait_until
 from confluent_kafka import AcknowledgeType, ShareConsumer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 from harness import BrokerProcess, free_port
 from secured import password, start_sasl_broker
 
@@ -153,6 +162,57 @@ def test_http_and_a_share_consumer_in_one_group_get_disjoint_records(
     assert by_http
 
 
+def test_concurrent_dequeues_with_ack_get_every_message_once(served: tuple[Any, str]) -> None:
+    """Twenty threads dequeue with ack=true from one priority queue at once (so the
+    broker serves many of them in one round: one fetch and one acknowledgement), asking
+    for 1, 2 or 5 messages and waiting 0 or 300 ms: together they get every message once,
+    each acknowledged at its first delivery, and each answer most urgent first."""
+    _, base = served
+    name = unique("crowd")
+    assert call(base, "PUT", f"/queues/{name}", {"order": "priority", "partitions": 2})[0] == 201
+    sent = [{"value": f"m{i}", "priority": (i * 37) % 11} for i in range(600)]
+    for start in range(0, len(sent), 200):
+        chunk = {"messages": sent[start : start + 200]}
+        assert call(base, "POST", f"/queues/{name}/messages", chunk)[0] == 201
+    got: list[dict[str, Any]] = []
+    answers: list[list[dict[str, Any]]] = []
+    problems: list[object] = []
+    lock = threading.Lock()
+
+    def dequeuer(n: int) -> None:
+        fields = {"max": (1, 2, 5)[n % 3], "wait_ms": (0, 300)[n % 2], "ack": True}
+        empty_in_a_row = 0
+        while empty_in_a_row < 3:
+            status, answer = call(base, "POST", f"/queues/{name}/dequeue", fields)
+            with lock:
+                if status != 200:
+                    problems.append(answer)
+                    return
+                got.extend(answer["messages"])
+                answers.append(answer["messages"])
+                done = len(got) >= len(sent)
+            empty_in_a_row = 0 if answer["messages"] else empty_in_a_row + 1
+            if done and not answer["messages"]:
+                return
+
+    threads = [threading.Thread(target=dequeuer, args=(n,)) for n in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert problems == []
+    values = [m["value"] for m in got]
+    assert sorted(values) == sorted(m["value"] for m in sent)  # each once: none lost or twice
+    assert all(m["acked"] and m["delivery_count"] == 1 for m in got)
+    for answer in answers:
+        priorities = [m["priority"] for m in answer]
+        assert priorities == sorted(priorities)
+    assert dequeue(base, name, max=5, wait_ms=200) == []
+    status, state = call(base, "GET", f"/queues/{name}/state")
+    assert status == 200 and [p["lag"] for p in state["partitions"]] == [0, 0]
+
+
 def test_bad_input_gets_a_problem_and_changes_nothing(served: tuple[Any, str]) -> None:
     _, base = served
     name = unique("bad")
@@ -225,6 +285,69 @@ def test_basic_auth_on_a_sasl_broker(module_brokers: Brokers) -> None:
     assert call(base, "DELETE", f"/queues/{name}/messages/0/0", auth=alice)[0] == 403
     assert call(base, "POST", f"/queues/{name}/messages", {"value": "x"}, auth=admin)[0] == 201
     assert [m["value"] for m in dequeue_as(base, name, admin)] == ["x"]
+
+
+def test_waiting_dequeues_of_two_users_are_each_authorized(module_brokers: Brokers) -> None:
+    """Dequeues waiting together at one member are served together only when one user made
+    them: while admin's dequeue waits on an empty queue, another of admin's and one of
+    alice's (who may read the topic, not the group) arrive; alice's is refused as hers, and
+    admin's two get one message each."""
+    address = f"127.0.0.1:{free_port()}"
+    sasl = start_sasl_broker(
+        module_brokers,
+        ("admin", "alice"),
+        config=CONFIG | {"metrics.listen": address},
+        name="http-queues-two-users",
+    )
+    base = f"http://{address}"
+    admin, alice = ("admin", password("admin")), ("alice", password("alice"))
+    wait_until(lambda: call(base, "GET", "/queues", auth=admin)[0] == 200, 30, "the API answers")
+    name, group = unique("two-users"), unique("workers")
+    assert call(base, "PUT", f"/queues/{name}", {}, auth=admin)[0] == 201
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        name,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    acls = AdminClient(sasl.client("admin"))
+    for future in acls.create_acls([binding], request_timeout=20).values():
+        future.result(timeout=20)
+    answers: dict[str, tuple[int, Any]] = {}
+
+    def waiting_dequeue(who: str, auth: tuple[str, str]) -> None:
+        body = {"group": group, "wait_ms": 5000, "ack": True}
+        answers[who] = call(base, "POST", f"/queues/{name}/dequeue", body, auth=auth)
+
+    first = threading.Thread(target=waiting_dequeue, args=("admin 1", admin))
+    first.start()
+    state_path = f"/queues/{name}/state?group={group}"
+    wait_until(
+        lambda: call(base, "GET", state_path, auth=admin)[1]["partitions"][0]["state"] == "led",
+        30,
+        "admin's first dequeue has fetched (and waits)",
+    )
+    others = [
+        threading.Thread(target=waiting_dequeue, args=("admin 2", admin)),
+        threading.Thread(target=waiting_dequeue, args=("alice", alice)),
+    ]
+    for thread in others:
+        thread.start()
+    # Not a condition of the outcome: a moment for both to arrive while the first waits, so
+    # that the next round finds them waiting together.
+    time.sleep(0.5)
+    two = {"messages": [{"value": "a"}, {"value": "b"}]}
+    assert call(base, "POST", f"/queues/{name}/messages", two, auth=admin)[0] == 201
+    for thread in [first, *others]:
+        thread.join(60)
+    status, refused = answers["alice"]
+    assert status == 403 and refused["type"].endswith("forbidden"), refused
+    got = [answers[who] for who in ("admin 1", "admin 2")]
+    assert all(status == 200 for status, _ in got), got
+    assert sorted(m["value"] for _, answer in got for m in answer["messages"]) == ["a", "b"]
 
 
 def dequeue_as(base: str, name: str, auth: tuple[str, str]) -> list[dict[str, Any]]:
