@@ -21,8 +21,10 @@ and `list-transactions`.
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -53,7 +55,13 @@ def txn_broker(module_brokers: Brokers) -> BrokerProcess:
 
 
 class RunningTool:
-    """A KafkaTool command in the background whose JSON event lines are read as they come."""
+    """A KafkaTool command in the background whose JSON event lines are read as they come.
+
+    One thread reads its stdout to the end, line by line, into a queue that `wait_for` and
+    `finish` take from. (Reading some lines with `readline()` and the rest with
+    `communicate(timeout=...)` loses lines: `communicate` with a timeout reads the pipe's
+    descriptor, not the lines `readline()` had already buffered, and a transaction's
+    "committed" went missing that way.)"""
 
     def __init__(self, tool: JavaTool, *args: object) -> None:
         argv = [tool.java, "-XX:TieredStopAtLevel=1", "-cp", tool.classpath, "KafkaTool"]
@@ -64,30 +72,52 @@ class RunningTool:
             argv + self.args, stdout=subprocess.PIPE, stderr=self.stderr, text=True
         )
         self.events: list[dict[str, Any]] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)  # the end of its output
+
+    def _take(self, line: str) -> tuple[str, Any]:
+        [(name, payload)] = json.loads(line).items()
+        self.events.append({name: payload})
+        return name, payload
 
     def wait_for(self, event: str, timeout: float = 60) -> dict[str, Any]:
         """Reads lines until `event`; its payload."""
-        assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(
+                    f"no {event!r} from KafkaTool within {timeout} s: {self.events}"
+                ) from None
+            if line is None:
+                self._lines.put(None)  # finish() reads to the end too
                 raise AssertionError(f"KafkaTool ended before {event!r}: {self.finish(5)}")
-            [(name, payload)] = json.loads(line).items()
-            self.events.append({name: payload})
-            if name == event:
-                return payload
-        raise AssertionError(f"no {event!r} from KafkaTool within {timeout} s: {self.events}")
+            if line.strip():
+                name, payload = self._take(line)
+                if name == event:
+                    result: dict[str, Any] = payload
+                    return result
 
     def finish(self, timeout: float = 90) -> tuple[int, list[dict[str, Any]], str]:
         """(exit code, every event, stderr) once the tool has exited."""
         try:
-            out, _ = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
             raise AssertionError(f"KafkaTool {self.args} timed out: {self.err()}") from None
-        self.events += [json.loads(line) for line in out.splitlines() if line.strip()]
+        self._reader.join(30)
+        while (line := self._lines.get(timeout=30)) is not None:
+            if line.strip():
+                self._take(line)
         return self.proc.returncode, self.events, self.err()
 
     def err(self) -> str:
@@ -98,7 +128,8 @@ class RunningTool:
         """Ends the tool if it still runs; always called last."""
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
+        self._reader.join(30)
         self.stderr.close()
 
 
@@ -566,7 +597,7 @@ def test_a_transaction_survives_a_killed_broker(
     finally:
         producer.kill()
     assert code == 0, f"{events}\n{stderr}"
-    assert [e["txn"] for e in named(events, "committed")] == [1, 2, 3]
+    assert [e["txn"] for e in named(events, "committed")] == [1, 2, 3], f"{events}\n{stderr}"
     survivors = ",".join(n.bootstrap for n in cluster.nodes if n is not killed)
     if victim == "coordinator":
         assert find_transaction_coordinator(survivors, transactional_id) != killed.node_id
