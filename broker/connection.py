@@ -256,6 +256,8 @@ class Connection:
                 raise rest from None
         finally:
             self.metrics.connection_closed()
+            for listener in self.services.connection_closed:
+                listener(self.session)
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 await self.stream.aclose()

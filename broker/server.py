@@ -654,6 +654,11 @@ class Broker:
                 replica_manager=self.replica_manager,
                 fetch_sessions=self.fetch_sessions,
             )
+            self.services.connection_closed.append(
+                lambda session: share_partitions.connection_closed(
+                    session, config.get_int("group.share.delivery.count.limit")
+                )
+            )
             self.group_commit = GroupCommit(self.replica_manager.write_proposed)
             # Any broker may be asked for a page of a partition it hosts by another's console.
             self.page_reads = register_page_reads(

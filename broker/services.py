@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
@@ -337,6 +337,9 @@ class BrokerServices(Generic[GroupsT, TransactionsT]):
     replica_manager: ReplicaManager
     # Consumers' incremental fetch sessions (KIP-227).
     fetch_sessions: FetchSessionCache
+    # Told each client connection's `ClientSession` when the connection closes (what was
+    # bound to the connection, such as share sessions, ends with it).
+    connection_closed: list[Callable[[ClientSession], None]] = field(default_factory=list)
 
 
 @dataclass(slots=True, eq=False)

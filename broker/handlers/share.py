@@ -121,7 +121,7 @@ def _now_ms(context: RequestContext) -> float:
 
 
 async def release_departed(context: RequestContext, delivery_limit: int) -> None:
-    """Members that left or timed out: the leaders of their partitions close their share
+    """Members whose session timed out: the leaders of their partitions close their share
     sessions, so the records they acquired are available at once."""
     for group_id, member_id in context.services.groups.share.take_departed():
         await _manager(context).store.tell_brokers(
@@ -515,6 +515,7 @@ async def handle_share_fetch(
             _session_partitions(request),
             config.delivery_limit,
             config.sessions_max,
+            context.session,
         )
         if opened is None:
             return refuse(

@@ -90,8 +90,11 @@ class ShareGroups:
     def __init__(self, partition_counts: PartitionCounts) -> None:
         self.groups: dict[str, ShareGroup] = {}
         self.partition_counts = partition_counts
-        # (group, member) that left or timed out, until the caller tells the partition
+        # (group, member) whose session timed out, until the caller tells the partition
         # leaders (whose share sessions of the member then close, releasing its records).
+        # A member that leaves is not among them: its client may still send its final
+        # acknowledgements (librdkafka's close leaves first), so its share sessions end as
+        # a client's do (final epoch, connection closed, idle).
         self.departed: list[tuple[str, str]] = []
 
     def take_departed(self) -> list[tuple[str, str]]:
@@ -132,7 +135,6 @@ class ShareGroups:
             if group is not None and member_id in group.members:
                 del group.members[member_id]
                 group.group_epoch += 1
-                self.departed.append((group_id, member_id))
             return HeartbeatResult(ErrorCode.none, None, member_id, LEAVE_EPOCH)
         if member_epoch < 0:
             return HeartbeatResult(

@@ -174,6 +174,9 @@ class ShareSession:
     epoch: int
     partitions: set[SessionPartition]
     last_used_ms: float = 0.0
+    # The client connection that opened the session (its `ClientSession`; None for calls
+    # made outside a connection): the session ends when that connection closes.
+    connection: object | None = None
 
 
 class SharePartitionManager:
@@ -186,6 +189,8 @@ class SharePartitionManager:
         self.updates_per_snapshot = updates_per_snapshot
         self.partitions: dict[ShareKey, LedSharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
+        # A connection -> the (group, member) sessions it opened that are still open.
+        self._by_connection: dict[object, set[tuple[str, str]]] = {}
         self._loading: dict[ShareKey, trio.Lock] = {}
         # Set (and replaced) whenever records may have become available to fetch.
         self.released = trio.Event()
@@ -331,15 +336,30 @@ class SharePartitionManager:
         partitions: set[SessionPartition],
         delivery_limit: int,
         sessions_max: int,
+        connection: object | None = None,
     ) -> ShareSession | None:
         """Epoch 0: a new session, replacing the member's previous one (whose records are
-        released); None when `sessions_max` other sessions are open here."""
+        released); None when `sessions_max` other sessions are open here. It lasts until
+        the member's final epoch, until `connection` (the client's, which opened it)
+        closes, or until it is idle too long; not until the member leaves its group: a
+        leaving client may send its last acknowledgements after the leave (as Kafka's
+        share session cache does, KAFKA-19015)."""
         self.close_session(group_id, member_id, delivery_limit)
         if len(self.sessions) >= sessions_max:
             return None
-        session = ShareSession(1, set(partitions))
-        self.sessions[(group_id, member_id)] = session
+        key = (group_id, member_id)
+        session = ShareSession(1, set(partitions), connection=connection)
+        self.sessions[key] = session
+        if connection is not None:
+            self._by_connection.setdefault(connection, set()).add(key)
         return session
+
+    def connection_closed(self, connection: object, delivery_limit: int) -> None:
+        """A client connection closed: the sessions it opened end, and the records their
+        members acquired are available at once. A session the member opened again on
+        another connection is not this one's and stays."""
+        for group_id, member_id in sorted(self._by_connection.pop(connection, ())):
+            self.close_session(group_id, member_id, delivery_limit)
 
     def evict_idle(self, now_ms: float, idle_ms: int, delivery_limit: int) -> None:
         """Close the sessions unused for `idle_ms` (their members died or left)."""
@@ -357,9 +377,15 @@ class SharePartitionManager:
 
     def close_session(self, group_id: str, member_id: str, delivery_limit: int) -> None:
         """The member's session here ends: its acquired records are available again."""
-        session = self.sessions.pop((group_id, member_id), None)
+        key = (group_id, member_id)
+        session = self.sessions.pop(key, None)
         if session is None:
             return
+        opened_by = self._by_connection.get(session.connection)
+        if opened_by is not None:
+            opened_by.discard(key)
+            if not opened_by:
+                del self._by_connection[session.connection]
         released = 0
         for topic_id, index in session.partitions:
             led = self.partitions.get((group_id, topic_id, index))

@@ -1,7 +1,7 @@
 """Share-group administration against a real broker: DescribeShareGroupOffsets,
 AlterShareGroupOffsets, DeleteShareGroupOffsets and DeleteGroups (over our wire client, as
-confluent-kafka lacks them) with confluent-kafka's ShareConsumer reading, and a member that
-leaves through ShareGroupHeartbeat having its acquired records released at once."""
+confluent-kafka lacks them) with confluent-kafka's ShareConsumer reading, and a member's share
+session outliving its leave (for its last acknowledgements) but not its connection."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from test_authorization import secured as secured  # noqa: F401  (the broker fix
 from raftka.broker.admin.wire import WireConnection
 
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS, DELETE_GROUPS = 90, 91, 92, 42
-SHARE_GROUP_HEARTBEAT, SHARE_FETCH = 76, 78
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
 NONE, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 0, 68, 69
 GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 30, 29
 # Locks and share sessions outlive the test: a record comes back within it only if
@@ -309,12 +309,47 @@ def acquired(conn: WireConnection, group: str, member: str, tid: uuid.UUID, inde
     )
 
 
-def test_a_member_leaving_by_heartbeat_releases_its_records_at_once(
+def share_acknowledge(
+    conn: WireConnection, group: str, member: str, tid: uuid.UUID, last: int, epoch: int
+) -> Any:
+    """ShareAcknowledge: ACCEPT offsets 0 to `last` of partition 0 in share session `epoch`."""
+    from kio.schema.share_acknowledge.v1.request import (
+        AcknowledgementBatch,
+        AcknowledgePartition,
+        AcknowledgeTopic,
+    )
+
+    batch = AcknowledgementBatch(first_offset=0, last_offset=last, acknowledge_types=(1,))
+    return conn.request(
+        SHARE_ACKNOWLEDGE,
+        {
+            "group_id": group,
+            "member_id": member,
+            "share_session_epoch": epoch,
+            "topics": (
+                AcknowledgeTopic(
+                    topic_id=tid,
+                    partitions=(
+                        AcknowledgePartition(partition_index=0, acknowledgement_batches=(batch,)),
+                    ),
+                ),
+            ),
+        },
+        version=1,
+    )
+
+
+def test_a_member_acknowledges_after_leaving_and_its_closed_connection_releases_the_rest(
     broker: BrokerProcess,
 ) -> None:
+    """Leaving the group does not end a member's share session (librdkafka's close sends
+    the leave and its last acknowledgements at once; Kafka's session lasts until its final
+    epoch or until its connection closes): an acknowledgement after the leave is accepted
+    and its records are not delivered again, and the records still held come back as soon
+    as the connection closes, long before their lock would run out."""
     topic, group = unique("share-leave"), unique("share-leave-g")
     tid = create_topic(broker.bootstrap, topic)
-    member = uuid.uuid4().hex
+    member, half = uuid.uuid4().hex, RECORDS // 2
     with WireConnection(broker.bootstrap, 10) as conn:
 
         def heartbeat(epoch: int) -> Any:
@@ -329,12 +364,40 @@ def test_a_member_leaving_by_heartbeat_releases_its_records_at_once(
         )
         left = heartbeat(-1)
         assert left.error_code == NONE, left
-        # WAIT_S is well under the lock: the records come back only because they were released.
-        consumer = share_consumer(broker.bootstrap, group, topic)
-        try:
-            assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
-        finally:
-            consumer.close()
+        # The session opened by the ShareFetch that acquired the records is at epoch 1.
+        answer = share_acknowledge(conn, group, member, tid, half - 1, epoch=1)
+        assert answer.error_code == NONE, answer
+        assert [p.error_code for t in answer.responses for p in t.partitions] == [NONE], answer
+    # WAIT_S is well under the lock: the records come back only because they were released.
+    consumer = share_consumer(broker.bootstrap, group, topic)
+    try:
+        assert sorted(read_offsets(consumer, RECORDS - half)) == list(range(half, RECORDS))
+    finally:
+        consumer.close()
+
+
+def test_a_closed_connection_releases_the_records_its_share_session_held(
+    broker: BrokerProcess,
+) -> None:
+    """A member that stays in its group but whose connection closes (a client killed, a
+    network cut) has its share session there ended: the records it held are delivered to
+    another consumer at once, not after their lock."""
+    topic, group = unique("share-dropped"), unique("share-dropped-g")
+    tid = create_topic(broker.bootstrap, topic)
+    member = uuid.uuid4().hex
+    with WireConnection(broker.bootstrap, 10) as conn:
+        joined = share_heartbeat(conn, group, member, topic, 0)
+        assert joined.error_code == NONE, joined
+        wait_until(
+            lambda: acquired(conn, group, member, tid, 0) == RECORDS,
+            WAIT_S,
+            "the member to acquire every record",
+        )
+    consumer = share_consumer(broker.bootstrap, group, topic)
+    try:
+        assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
+    finally:
+        consumer.close()
 
 
 def test_cli_resets_and_deletes_a_share_group(broker: BrokerProcess) -> None:
@@ -389,9 +452,10 @@ def test_cli_resets_and_deletes_a_share_group(broker: BrokerProcess) -> None:
     assert gone.returncode != 0 and "GROUP_ID_NOT_FOUND" in gone.stderr, gone
 
 
-def test_leave_and_alter_reach_partition_leaders_on_other_brokers(cluster_factory: Any) -> None:
-    """In a 3-broker cluster the group's coordinator tells the other partitions' leaders:
-    a leaving member's records come back at once, altered start offsets are used."""
+def test_leave_and_alter_on_partition_leaders_on_other_brokers(cluster_factory: Any) -> None:
+    """In a 3-broker cluster: a member's records at each partition leader come back at
+    once when it leaves and its connections close, and the start offsets altered at the
+    group's coordinator are used by the other partitions' leaders."""
     cluster = cluster_factory(config={**BROKER_CONFIG, "offsets.topic.replication.factor": "3"})
     topic, group = unique("share-3"), unique("share-3-g")
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})

@@ -166,7 +166,7 @@ def test_implicit_mode_round_trip(broker: BrokerProcess) -> None:
     topic, group = unique("share-implicit"), unique("share-g")
     create_topic(broker.bootstrap, topic, 1)
     produce_values(broker.bootstrap, topic, 1, 200)
-    first = share_consumer(broker.bootstrap, group, explicit=False)
+    first = share_consumer(broker.bootstrap, group, explicit=False, debug="protocol,cgrp,fetch")
     first.subscribe([topic])
     try:
         got = drain([first], 200, "records delivered")
@@ -181,6 +181,35 @@ def test_implicit_mode_round_trip(broker: BrokerProcess) -> None:
         while time.monotonic() < end:
             again = poll_values(second, 0.3)
             assert not again, f"accepted records delivered again: {[m.value() for m in again]}"
+    finally:
+        second.close()
+
+
+def test_acknowledgements_a_consumer_sends_as_it_closes_are_kept(broker: BrokerProcess) -> None:
+    """The records of a consumer's last poll are acknowledged by its close(). librdkafka
+    sends the leaving ShareGroupHeartbeat and the final ShareAcknowledge (epoch -1) at
+    once: the leave must not end the member's share session before the acknowledgements
+    arrive (they were refused with SHARE_SESSION_NOT_FOUND and the records delivered
+    again)."""
+    topic, group = unique("share-ack-close"), unique("share-g")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_values(broker.bootstrap, topic, 1, 100)
+    first = share_consumer(broker.bootstrap, group, explicit=True)
+    first.subscribe([topic])
+    try:
+        got = drain([first], 100, "records delivered")
+        for m in got:
+            first.acknowledge(m, AcknowledgeType.ACCEPT)
+    finally:
+        first.close()
+    assert sorted(int(m.value()[1:]) for m in got) == list(range(100))
+    second = share_consumer(broker.bootstrap, group, explicit=False)
+    second.subscribe([topic])
+    try:
+        end = time.monotonic() + 1.5 * LOCK_MS / 1000
+        while time.monotonic() < end:
+            again = poll_values(second, 0.3)
+            assert not again, f"records acknowledged at close delivered again: {len(again)}"
     finally:
         second.close()
 

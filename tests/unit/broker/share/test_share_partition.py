@@ -136,8 +136,12 @@ def test_heartbeat_join_fence_and_leave() -> None:
     # b's session ends: a gets both partitions back.
     alone = beat("a", again.member_epoch, now=1015, subscribed=None)
     assert alone.assignment == {"t": (0, 1)}
+    # b timed out: its partitions' leaders are told to end its share sessions. a leaves:
+    # its client may still send its final acknowledgements, so its sessions stay.
+    assert groups.take_departed() == [("g", "b")]
     assert beat("a", -1, now=1020).member_epoch == -1
     assert not groups.groups["g"].members
+    assert groups.take_departed() == []
 
 
 def test_idle_share_sessions_close_and_release_their_records() -> None:
@@ -162,6 +166,42 @@ def test_idle_share_sessions_close_and_release_their_records() -> None:
     assert ("g", "a") in manager.sessions
     manager.evict_idle(1100, 1000, LIMIT)
     assert not manager.sessions and sp.counts()[RecordState.AVAILABLE] == 5
+
+
+def test_a_closed_connection_ends_the_share_sessions_it_opened_and_no_other() -> None:
+    import uuid
+
+    from raftka.broker.share.manager import (
+        LedSharePartition,
+        MemoryStateStore,
+        SharePartitionManager,
+    )
+
+    topic_id = uuid.uuid4()
+    manager = SharePartitionManager(MemoryStateStore())
+    sp = SharePartition(0)
+    manager.partitions[("g", topic_id, 0)] = LedSharePartition(("g", topic_id, 0), 1, sp, 0)
+    first, second, elsewhere = object(), object(), object()
+    opened = [
+        manager.open_session("g", member, {(topic_id, 0)}, LIMIT, 10, connection)
+        for member, connection in (("a", first), ("b", first), ("c", elsewhere))
+    ]
+    assert None not in opened
+    acquire(sp, "c", 3)
+    # a opens its session again on another connection (a client reconnecting): the old
+    # connection closing later does not end the new session.
+    manager.open_session("g", "a", {(topic_id, 0)}, LIMIT, 10, second)
+    acquire(sp, "a", 7)
+    manager.connection_closed(first, LIMIT)
+    assert set(manager.sessions) == {("g", "a"), ("g", "c")}
+    assert sp.counts()[RecordState.ACQUIRED] == 7
+    manager.connection_closed(second, LIMIT)
+    assert set(manager.sessions) == {("g", "c")}
+    assert sp.counts()[RecordState.ACQUIRED] == 3 and sp.counts()[RecordState.AVAILABLE] == 4
+    # A session ended otherwise (its final epoch) is forgotten by its connection.
+    manager.close_session("g", "c", LIMIT)
+    manager.connection_closed(elsewhere, LIMIT)
+    assert not manager.sessions and not manager._by_connection
 
 
 def test_gap_archives_only_the_members_own_offsets() -> None:
