@@ -307,7 +307,9 @@ async def _acknowledge(
     except OSError as exc:
         answer.ack_error, answer.ack_message = ErrorCode.coordinator_not_available, str(exc)
         return
-    released = False
+    # RELEASEd records go back to the group only once the acknowledgement is persisted:
+    # one whose write fails must have handed nothing to another member.
+    releases: list[tuple[int, int]] = []
     for batch in batches:
         error = led.state.acknowledge(
             member_id,
@@ -315,6 +317,7 @@ async def _acknowledge(
             batch.last_offset,
             list(batch.acknowledge_types),
             config.delivery_limit,
+            releases,
         )
         if error != ErrorCode.none:
             answer.ack_error = error
@@ -324,14 +327,14 @@ async def _acknowledge(
                 if error == ErrorCode.invalid_record_state
                 else f"acknowledgement batch {batch.first_offset}..{batch.last_offset} is not valid"
             )
-        released = released or 2 in batch.acknowledge_types
-    if released:
-        _manager(context).notify_released()
     try:
         await _manager(context).persist(led)
     except OSError as exc:
         answer.ack_error = ErrorCode.coordinator_not_available
         answer.ack_message = f"the acknowledgement could not be persisted: {exc}"
+        return
+    if releases and led.state.release_held(member_id, releases, config.delivery_limit):
+        _manager(context).notify_released()
 
 
 def _fetch_once(

@@ -191,10 +191,10 @@ class SharePartition:
                 else:
                     priorities.append((offset, self.priorities[offset]))
             for offset in _entries_within(self.delays, first, last):
-                if self.is_available(offset):
-                    delays.append((offset, self.delays[offset]))
-                else:
+                if self._done(offset):
                     del self.delays[offset]
+                else:
+                    delays.append((offset, self.delays[offset]))
         return StateChanges(tuple(spans), tuple(batches), tuple(priorities), tuple(delays))
 
     def clear_changes(self) -> None:
@@ -215,9 +215,10 @@ class SharePartition:
         return sorted(self.priorities.items())
 
     def kept_delays(self) -> list[tuple[int, int]]:
-        """The release delays still to persist (of records AVAILABLE), pruning the rest."""
+        """The release delays still to persist (of records not done: available, or held by
+        a member whose release with the delay waits for its write), pruning the rest."""
         if self.delays:
-            self.delays = {o: at for o, at in self.delays.items() if self.is_available(o)}
+            self.delays = {o: at for o, at in self.delays.items() if not self._done(o)}
         return sorted(self.delays.items())
 
     def state_of(self, offset: int) -> RecordState:
@@ -382,11 +383,21 @@ class SharePartition:
         return _merged(acquired)
 
     def acknowledge(
-        self, member_id: str, first: int, last: int, ack_types: list[int], delivery_limit: int
+        self,
+        member_id: str,
+        first: int,
+        last: int,
+        ack_types: list[int],
+        delivery_limit: int,
+        releases: list[tuple[int, int]] | None = None,
     ) -> ErrorCode:
         """Apply one acknowledgement batch: one type for the whole range, or one per offset.
         Every offset must be ACQUIRED by `member_id`, else INVALID_RECORD_STATE and nothing
-        changes."""
+        changes. With a `releases` list, RELEASE runs are added to it and their records
+        stay with the member (those at the delivery limit are archived now): the caller
+        makes them available by `release_held` once the acknowledgement is persisted, so
+        an acknowledgement whose write fails has handed nothing to another member. (What
+        is persisted is the same either way: an acquired record is written as available.)"""
         if last < first or not ack_types:
             return ErrorCode.invalid_request
         if len(ack_types) != 1 and len(ack_types) != last - first + 1:
@@ -403,6 +414,9 @@ class SharePartition:
                 self._set(run_first, run_last, member_id, RecordState.ARCHIVED, delivery_limit)
             elif ack == AckType.ACCEPT:
                 self._set(run_first, run_last, member_id, RecordState.ACKNOWLEDGED, delivery_limit)
+            elif ack == AckType.RELEASE and releases is not None:
+                self._archive_at_limit(run_first, run_last, member_id, delivery_limit)
+                releases.append((run_first, run_last))
             elif ack == AckType.RELEASE:
                 self._set(run_first, run_last, member_id, RecordState.AVAILABLE, delivery_limit)
             else:
@@ -477,6 +491,29 @@ class SharePartition:
             if expired:
                 released += self._release_ranges(expired, delivery_limit)
                 self._coalesce_around(first, last)
+        if released:
+            self._advance_start()
+            self.version += 1
+        return released
+
+    def release_held(self, member_id: str, runs: list[tuple[int, int]], delivery_limit: int) -> int:
+        """The RELEASE runs `acknowledge` put aside, now persisted: what `member_id` still
+        holds of them is available again (a lock that expired meanwhile released its part
+        already); the number of records released."""
+        released = 0
+        for first, last in runs:
+            if last < self.start_offset or first >= self.next_offset:
+                continue
+            first, last = max(first, self.start_offset), min(last, self.next_offset - 1)
+            self._split_at(first)
+            self._split_at(last + 1)
+            held = [
+                r
+                for r in self.ranges.overlapping(first, last)
+                if r.state == RecordState.ACQUIRED and r.member_id == member_id
+            ]
+            released += self._release_ranges(held, delivery_limit)
+            self._coalesce_around(first, last)
         if released:
             self._advance_start()
             self.version += 1
@@ -564,6 +601,17 @@ class SharePartition:
             r.lock_deadline_ms = 0.0
         self._touched(first, last)
         self._coalesce_around(first, last)
+
+    def _archive_at_limit(self, first: int, last: int, member_id: str, delivery_limit: int) -> None:
+        """Of the member's records in [first, last] (all ACQUIRED by it), archive those a
+        release would archive: delivered `delivery_limit` times."""
+        done = [
+            r
+            for r in self.ranges.overlapping(first, last)
+            if r.member_id == member_id and r.delivery_count >= delivery_limit
+        ]
+        for r in done:
+            self._set(max(r.first, first), min(r.last, last), member_id, RecordState.ARCHIVED, 0)
 
     def _split_at(self, offset: int) -> None:
         """Make `offset` the first of a range, when a range spans it."""

@@ -23,11 +23,13 @@ LIMIT = 5
 
 
 class FlakyStore(MemoryStateStore):
-    """A memory store whose next write, once armed, waits for the test and then fails."""
+    """A memory store whose next write, once armed, waits for the test and then fails (or,
+    with `succeed` set, goes through)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.armed = False
+        self.succeed = False
         self.entered = trio.Event()
         self.fail = trio.Event()
 
@@ -36,7 +38,8 @@ class FlakyStore(MemoryStateStore):
             self.armed = False
             self.entered.set()
             await self.fail.wait()
-            raise OSError("the share coordinator did not answer")
+            if not self.succeed:
+                raise OSError("the share coordinator did not answer")
 
     async def write(self, key: tuple, state: PersistedState) -> None:
         await self._maybe_fail()
@@ -92,3 +95,51 @@ def test_the_records_of_a_failed_acknowledgement_can_be_acquired_again(offset: i
     state = trio.run(acknowledged_after_a_failed_write)
     taken = state.acquire("c", 10, 10, 100, 0, LOCK_MS)
     assert any(a.first <= offset <= a.last for a in taken), taken
+
+
+async def released_while_the_write_is_under_way(write_fails: bool) -> tuple[list, SharePartition]:
+    """Member a RELEASEs offsets 0-3 (accepting 4); while that acknowledgement's write is
+    under way, b asks for records. What b got then, and the state after the write."""
+    store = FlakyStore()
+    manager = SharePartitionManager(store)
+    led = await manager.get(KEY, 1, 0, 10, "earliest")
+    assert led.state.acquire("a", 5, 5, 100, 0, LOCK_MS)  # offsets 0-4 to member a
+    store.armed = True
+    taken_meanwhile: list = []
+    releases: list[tuple[int, int]] = []
+
+    async def acknowledge() -> None:
+        types = [AckType.RELEASE] * 4 + [AckType.ACCEPT]
+        assert led.state.acknowledge("a", 0, 4, types, LIMIT, releases) == ErrorCode.none
+        try:
+            await manager.persist(led)
+        except OSError:
+            return
+        led.state.release_held("a", releases, LIMIT)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(acknowledge)
+        await store.entered.wait()
+        taken_meanwhile = led.state.acquire("b", 5, 10, 100, 0, LOCK_MS)
+        store.succeed = not write_fails
+        store.fail.set()
+    if write_fails:
+        return taken_meanwhile, (await manager.get(KEY, 1, 0, 10, "earliest")).state
+    return taken_meanwhile, led.state
+
+
+@pytest.mark.parametrize("write_fails", [True, False])
+def test_records_released_by_an_acknowledgement_wait_for_its_write(write_fails: bool) -> None:
+    """Found by the chaos share workload (seed 1194049884, kill-coordinator and
+    partition-leader): records released by an acknowledgement whose state write then failed
+    had been handed to another consumer meanwhile (with a delivery count the reload took
+    back), so the release the client was told failed had happened."""
+    taken, state = trio.run(released_while_the_write_is_under_way, write_fails)
+    assert taken == [], f"released records handed out before the release was persisted: {taken}"
+    if write_fails:
+        # As if never acknowledged: all five come back, from the persisted state.
+        assert [state.state_of(o) for o in range(5)] == [RecordState.AVAILABLE] * 5
+    else:
+        assert [state.state_of(o) for o in range(4)] == [RecordState.AVAILABLE] * 4
+        again = state.acquire("b", 5, 10, 100, 0, LOCK_MS)
+        assert [(a.first, a.last, a.delivery_count) for a in again] == [(0, 3, 2)]

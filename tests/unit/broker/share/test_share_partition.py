@@ -232,3 +232,23 @@ def test_leadership_changes_forget_share_partitions_of_other_epochs() -> None:
     assert len(manager.partitions) == 3
     manager.on_leadership(topic_id, 0, None)
     assert list(manager.partitions) == [("g", other, 0)]
+
+
+def test_a_release_put_aside_archives_at_the_limit_and_frees_the_rest_when_applied() -> None:
+    sp = SharePartition(0)
+    for _ in range(LIMIT - 1):  # offset 0 delivered and released LIMIT - 1 times
+        acquire(sp, "a", 1)
+        assert sp.acknowledge("a", 0, 0, [AckType.RELEASE], LIMIT) == ErrorCode.none
+    taken = acquire(sp, "a", 3)  # offset 0 at its LIMIT-th delivery, 1-2 at their first
+    assert [(a.first, a.last, a.delivery_count) for a in taken] == [(0, 0, LIMIT), (1, 2, 1)]
+    releases: list[tuple[int, int]] = []
+    assert sp.acknowledge("a", 0, 2, [AckType.RELEASE], LIMIT, releases) == ErrorCode.none
+    assert releases == [(0, 2)]
+    # At the limit: archived at once (that is persisted; the start moves past it); the
+    # others wait for `release_held`, still held by a.
+    assert sp.start_offset == 1
+    assert [sp.state_of(o) for o in (1, 2)] == [RecordState.ACQUIRED] * 2
+    assert acquire(sp, "b", 3) == []
+    assert sp.release_held("a", releases, LIMIT) == 2
+    assert [sp.state_of(o) for o in (1, 2)] == [RecordState.AVAILABLE] * 2
+    assert sp.release_held("a", releases, LIMIT) == 0
