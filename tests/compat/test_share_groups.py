@@ -166,7 +166,7 @@ def test_implicit_mode_round_trip(broker: BrokerProcess) -> None:
     topic, group = unique("share-implicit"), unique("share-g")
     create_topic(broker.bootstrap, topic, 1)
     produce_values(broker.bootstrap, topic, 1, 200)
-    first = share_consumer(broker.bootstrap, group, explicit=False, debug="protocol,cgrp,fetch")
+    first = share_consumer(broker.bootstrap, group, explicit=False)
     first.subscribe([topic])
     try:
         got = drain([first], 200, "records delivered")
@@ -174,13 +174,18 @@ def test_implicit_mode_round_trip(broker: BrokerProcess) -> None:
     finally:
         first.close()
     assert sorted(int(m.value()[1:]) for m in got) == list(range(200))
-    second = share_consumer(broker.bootstrap, group, explicit=False)
+    assert_none_delivered_again(broker.bootstrap, group, topic, "accepted records")
+
+
+def assert_none_delivered_again(bootstrap: str, group: str, topic: str, what: str) -> None:
+    """A new consumer of the group gets no record for 1.5 lock durations."""
+    second = share_consumer(bootstrap, group, explicit=False)
     second.subscribe([topic])
     try:
         end = time.monotonic() + 1.5 * LOCK_MS / 1000
         while time.monotonic() < end:
             again = poll_values(second, 0.3)
-            assert not again, f"accepted records delivered again: {[m.value() for m in again]}"
+            assert not again, f"{what} delivered again: {[m.value() for m in again]}"
     finally:
         second.close()
 
@@ -203,15 +208,7 @@ def test_acknowledgements_a_consumer_sends_as_it_closes_are_kept(broker: BrokerP
     finally:
         first.close()
     assert sorted(int(m.value()[1:]) for m in got) == list(range(100))
-    second = share_consumer(broker.bootstrap, group, explicit=False)
-    second.subscribe([topic])
-    try:
-        end = time.monotonic() + 1.5 * LOCK_MS / 1000
-        while time.monotonic() < end:
-            again = poll_values(second, 0.3)
-            assert not again, f"records acknowledged at close delivered again: {len(again)}"
-    finally:
-        second.close()
+    assert_none_delivered_again(broker.bootstrap, group, topic, "records acknowledged at close")
 
 
 def test_a_fetch_sends_the_batches_holding_what_it_acquired_not_up_to_its_byte_limit(

@@ -3,9 +3,12 @@ the delivery-count limit and the start offset moving past finished records."""
 
 from __future__ import annotations
 
+import uuid
+
 from kio.schema.errors import ErrorCode
 
 from raftka.broker.share.group import ShareGroups, assign
+from raftka.broker.share.manager import LedSharePartition, MemoryStateStore, SharePartitionManager
 from raftka.broker.share.partition import (
     AckType,
     Acquired,
@@ -144,19 +147,17 @@ def test_heartbeat_join_fence_and_leave() -> None:
     assert groups.take_departed() == []
 
 
-def test_idle_share_sessions_close_and_release_their_records() -> None:
-    import uuid
-
-    from raftka.broker.share.manager import (
-        LedSharePartition,
-        MemoryStateStore,
-        SharePartitionManager,
-    )
-
+def manager_leading(sp: SharePartition) -> tuple[SharePartitionManager, uuid.UUID]:
+    """A share-partition manager leading `sp` as partition 0 of a topic, for group g."""
     topic_id = uuid.uuid4()
     manager = SharePartitionManager(MemoryStateStore())
-    sp = SharePartition(0)
     manager.partitions[("g", topic_id, 0)] = LedSharePartition(("g", topic_id, 0), 1, sp, 0)
+    return manager, topic_id
+
+
+def test_idle_share_sessions_close_and_release_their_records() -> None:
+    sp = SharePartition(0)
+    manager, topic_id = manager_leading(sp)
     session = manager.open_session("g", "a", {(topic_id, 0)}, LIMIT, sessions_max=1)
     assert session is not None
     assert manager.open_session("g", "b", set(), LIMIT, sessions_max=1) is None
@@ -169,18 +170,8 @@ def test_idle_share_sessions_close_and_release_their_records() -> None:
 
 
 def test_a_closed_connection_ends_the_share_sessions_it_opened_and_no_other() -> None:
-    import uuid
-
-    from raftka.broker.share.manager import (
-        LedSharePartition,
-        MemoryStateStore,
-        SharePartitionManager,
-    )
-
-    topic_id = uuid.uuid4()
-    manager = SharePartitionManager(MemoryStateStore())
     sp = SharePartition(0)
-    manager.partitions[("g", topic_id, 0)] = LedSharePartition(("g", topic_id, 0), 1, sp, 0)
+    manager, topic_id = manager_leading(sp)
     first, second, elsewhere = object(), object(), object()
     opened = [
         manager.open_session("g", member, {(topic_id, 0)}, LIMIT, 10, connection)
@@ -216,14 +207,6 @@ def test_gap_archives_only_the_members_own_offsets() -> None:
 
 
 def test_leadership_changes_forget_share_partitions_of_other_epochs() -> None:
-    import uuid
-
-    from raftka.broker.share.manager import (
-        LedSharePartition,
-        MemoryStateStore,
-        SharePartitionManager,
-    )
-
     topic_id, other = uuid.uuid4(), uuid.uuid4()
     manager = SharePartitionManager(MemoryStateStore())
     for key in (("g", topic_id, 0), ("h", topic_id, 0), ("g", other, 0)):
