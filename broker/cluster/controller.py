@@ -508,18 +508,32 @@ class Controller:
 
     async def execute(self, command: Command) -> CommandResult:
         """Run an admin command on the controller (here, or forwarded to it) and return its
-        result; failures are results with Kafka's error code and message."""
+        result; failures are results with Kafka's error code and message. A controller that
+        loses its role while running the command answers NOT_CONTROLLER: the command is run
+        again by the next controller (until FORWARD_TIMEOUT_S), as Kafka's brokers re-send a
+        forwarded request answered NOT_CONTROLLER. Commands decide from the metadata image,
+        so one that committed before the role was lost is decided again from what it did."""
         deadline = self.clock.now_s() + FORWARD_TIMEOUT_S
+
+        def final(result: CommandResult) -> bool:
+            return result.error_code != ErrorCode.not_controller or self.clock.now_s() >= deadline
+
         while True:
             if self.is_controller:
-                return await self._execute_here(command)
+                result = await self._execute_here(command)
+                if final(result):
+                    return result
+                await trio.sleep(0.05)
+                continue
             leader = self.raft.leader_id
             if leader is not None and leader != self.node_id:
                 try:
                     raw = await self.node.transport.forward(
                         leader, CONTROLLER_RPC, command.to_wire(), FORWARD_TIMEOUT_S
                     )
-                    return CommandResult.from_wire(raw)
+                    result = CommandResult.from_wire(raw)
+                    if final(result):
+                        return result
                 except ForwardRemoteError as exc:
                     if exc.error_code != ErrorCode.not_controller:
                         return CommandResult.error(
@@ -535,9 +549,9 @@ class Controller:
             elif leader is None and self.node_id not in self.raft.status().voters:
                 # Not a voter (a broker joining the cluster): no leader contacts it until it
                 # is a member, so it asks the brokers it knows in turn.
-                result = await self._execute_at_any_peer(command)
-                if result is not None:
-                    return result
+                found = await self._execute_at_any_peer(command)
+                if found is not None and final(found):
+                    return found
             if self.clock.now_s() >= deadline:
                 return CommandResult.error(
                     ErrorCode.not_controller,

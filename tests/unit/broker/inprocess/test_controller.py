@@ -7,7 +7,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import trio
@@ -26,6 +26,7 @@ from raftka.broker.cluster.records import CreateTopic, encode_batch
 from raftka.broker.cluster.snapshot import load_snapshot
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.server import Broker, Listener
+from raftka.consensus.core import NotLeaderError
 
 T = TypeVar("T")
 
@@ -75,6 +76,38 @@ def test_commands_run_on_the_controller(tmp_path: Path) -> None:
         assert "v" not in controller.image.topics
         local = broker.topics.get("t")
         assert local is not None and len(local.partitions) == 3
+    finally:
+        _close(broker)
+
+
+def test_a_command_whose_controller_lost_its_role_is_run_again(tmp_path: Path) -> None:
+    """A controller that loses its role while running a command answers NOT_CONTROLLER;
+    the broker runs the command again at the next controller, as Kafka's brokers re-send a
+    forwarded request so answered. (A decommission under load failed when the controller
+    changed twice during its reassignments: "__consumer_offsets-34: NOT_CONTROLLER: this
+    broker lost the controller role".)"""
+    broker = _broker(tmp_path)
+    controller = broker.controller
+    handlers = controller._command_handlers
+    create = handlers[CreateTopicCommand]
+    calls = 0
+
+    async def loses_the_role_once(command: Any) -> CommandResult:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise NotLeaderError(None)
+        return await create(command)
+
+    handlers[CreateTopicCommand] = loses_the_role_once
+
+    async def scenario() -> CommandResult:
+        return await controller.execute(CreateTopicCommand("t", 1, 1))
+
+    try:
+        created = _run(broker, scenario)
+        assert calls == 2
+        assert created.error_code == ErrorCode.none and "t" in controller.image.topics
     finally:
         _close(broker)
 
