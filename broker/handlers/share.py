@@ -309,7 +309,7 @@ async def _acknowledge(
         return
     # RELEASEd records go back to the group only once the acknowledgement is persisted:
     # one whose write fails must have handed nothing to another member.
-    releases: list[tuple[int, int]] = []
+    releases: list[tuple[int, int, int]] = []
     for batch in batches:
         error = led.state.acknowledge(
             member_id,

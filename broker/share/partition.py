@@ -389,15 +389,16 @@ class SharePartition:
         last: int,
         ack_types: list[int],
         delivery_limit: int,
-        releases: list[tuple[int, int]] | None = None,
+        releases: list[tuple[int, int, int]] | None = None,
     ) -> ErrorCode:
         """Apply one acknowledgement batch: one type for the whole range, or one per offset.
         Every offset must be ACQUIRED by `member_id`, else INVALID_RECORD_STATE and nothing
-        changes. With a `releases` list, RELEASE runs are added to it and their records
-        stay with the member (those at the delivery limit are archived now): the caller
-        makes them available by `release_held` once the acknowledgement is persisted, so
-        an acknowledgement whose write fails has handed nothing to another member. (What
-        is persisted is the same either way: an acquired record is written as available.)"""
+        changes. With a `releases` list, RELEASE runs are added to it (first, last and the
+        delivery count of that acquisition) and their records stay with the member (those
+        at the delivery limit are archived now): the caller makes them available by
+        `release_held` once the acknowledgement is persisted, so an acknowledgement whose
+        write fails has handed nothing to another member. (What is persisted is the same
+        either way: an acquired record is written as available.)"""
         if last < first or not ack_types:
             return ErrorCode.invalid_request
         if len(ack_types) != 1 and len(ack_types) != last - first + 1:
@@ -416,7 +417,11 @@ class SharePartition:
                 self._set(run_first, run_last, member_id, RecordState.ACKNOWLEDGED, delivery_limit)
             elif ack == AckType.RELEASE and releases is not None:
                 self._archive_at_limit(run_first, run_last, member_id, delivery_limit)
-                releases.append((run_first, run_last))
+                releases.extend(
+                    (max(r.first, run_first), min(r.last, run_last), r.delivery_count)
+                    for r in self.ranges.overlapping(run_first, run_last)
+                    if r.state == RecordState.ACQUIRED
+                )
             elif ack == AckType.RELEASE:
                 self._set(run_first, run_last, member_id, RecordState.AVAILABLE, delivery_limit)
             else:
@@ -496,12 +501,16 @@ class SharePartition:
             self.version += 1
         return released
 
-    def release_held(self, member_id: str, runs: list[tuple[int, int]], delivery_limit: int) -> int:
+    def release_held(
+        self, member_id: str, runs: list[tuple[int, int, int]], delivery_limit: int
+    ) -> int:
         """The RELEASE runs `acknowledge` put aside, now persisted: what `member_id` still
-        holds of them is available again (a lock that expired meanwhile released its part
-        already); the number of records released."""
+        holds of them from the same acquisition (the same delivery count) is available
+        again. A lock that expired meanwhile released its part already, and a record the
+        member has acquired again since is held by that new delivery, not released. The
+        number of records released."""
         released = 0
-        for first, last in runs:
+        for first, last, delivery_count in runs:
             if last < self.start_offset or first >= self.next_offset:
                 continue
             first, last = max(first, self.start_offset), min(last, self.next_offset - 1)
@@ -510,7 +519,9 @@ class SharePartition:
             held = [
                 r
                 for r in self.ranges.overlapping(first, last)
-                if r.state == RecordState.ACQUIRED and r.member_id == member_id
+                if r.state == RecordState.ACQUIRED
+                and r.member_id == member_id
+                and r.delivery_count == delivery_count
             ]
             released += self._release_ranges(held, delivery_limit)
             self._coalesce_around(first, last)

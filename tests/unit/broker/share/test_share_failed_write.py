@@ -106,7 +106,7 @@ async def released_while_the_write_is_under_way(write_fails: bool) -> tuple[list
     assert led.state.acquire("a", 5, 5, 100, 0, LOCK_MS)  # offsets 0-4 to member a
     store.armed = True
     taken_meanwhile: list = []
-    releases: list[tuple[int, int]] = []
+    releases: list[tuple[int, int, int]] = []
 
     async def acknowledge() -> None:
         types = [AckType.RELEASE] * 4 + [AckType.ACCEPT]

@@ -224,9 +224,9 @@ def test_a_release_put_aside_archives_at_the_limit_and_frees_the_rest_when_appli
         assert sp.acknowledge("a", 0, 0, [AckType.RELEASE], LIMIT) == ErrorCode.none
     taken = acquire(sp, "a", 3)  # offset 0 at its LIMIT-th delivery, 1-2 at their first
     assert [(a.first, a.last, a.delivery_count) for a in taken] == [(0, 0, LIMIT), (1, 2, 1)]
-    releases: list[tuple[int, int]] = []
+    releases: list[tuple[int, int, int]] = []
     assert sp.acknowledge("a", 0, 2, [AckType.RELEASE], LIMIT, releases) == ErrorCode.none
-    assert releases == [(0, 2)]
+    assert releases == [(1, 2, 1)]  # offset 0 is archived, not put aside
     # At the limit: archived at once (that is persisted; the start moves past it); the
     # others wait for `release_held`, still held by a.
     assert sp.start_offset == 1
@@ -235,3 +235,22 @@ def test_a_release_put_aside_archives_at_the_limit_and_frees_the_rest_when_appli
     assert sp.release_held("a", releases, LIMIT) == 2
     assert [sp.state_of(o) for o in (1, 2)] == [RecordState.AVAILABLE] * 2
     assert sp.release_held("a", releases, LIMIT) == 0
+
+
+def test_a_release_put_aside_leaves_the_members_next_acquisition_of_those_records_alone() -> None:
+    # a RELEASEs 0-3; while that acknowledgement is being written, its lock expires and
+    # a takes 0-1 again (their second delivery). Applying the release then frees 2-3 only:
+    # 0-1 belong to the new delivery, which a may still acknowledge.
+    sp = SharePartition(0)
+    assert acquire(sp, "a", 4) == [Acquired(0, 3, 1)]
+    releases: list[tuple[int, int, int]] = []
+    assert sp.acknowledge("a", 0, 3, [AckType.RELEASE], LIMIT, releases) == ErrorCode.none
+    assert sp.release_expired(LOCK_MS, LIMIT) == 4
+    assert acquire(sp, "a", 4, n=2, now=LOCK_MS) == [Acquired(0, 1, 2)]
+    assert acquire(sp, "a", 4, n=2, now=LOCK_MS) == [Acquired(2, 3, 2)]
+    assert sp.acknowledge("a", 2, 3, [AckType.ACCEPT], LIMIT) == ErrorCode.none
+    assert sp.release_held("a", releases, LIMIT) == 0
+    assert [sp.state_of(o) for o in range(4)] == [RecordState.ACQUIRED] * 2 + [
+        RecordState.ACKNOWLEDGED
+    ] * 2
+    assert sp.acknowledge("a", 0, 1, [AckType.ACCEPT], LIMIT) == ErrorCode.none
