@@ -23,6 +23,7 @@ the leader's log start, as Kafka's follower does on OFFSET_OUT_OF_RANGE
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import struct
@@ -41,7 +42,7 @@ from raftka.consensus.types import (
     Snapshot,
     encode_config,
 )
-from raftka.log import PartitionLog
+from raftka.log import PartitionLog, checked_fsync
 from raftka.protocol.batch_builder import (
     build_batch,
     control_key,
@@ -169,8 +170,6 @@ class HardStateStore:
                             continue
                         voted_for = -1 if hard_state.voted_for is None else hard_state.voted_for
                         txn.put(key, struct.pack(">qi", hard_state.term, voted_for))
-                if fsync:
-                    env.sync(True)
             except lmdb.Error as exc:
                 for raft_group_id, hard_state in batch.items():
                     staged.setdefault(raft_group_id, hard_state)  # a newer staged value wins
@@ -178,6 +177,13 @@ class HardStateStore:
                 # (the sync driver retries that one, and stops the broker on any other).
                 code = next((c for c in OUT_OF_SPACE if str(exc).endswith(os.strerror(c))), 0)
                 raise OSError(code, f"hard state commit failed: {exc}") from exc
+            if fsync:
+                try:
+                    env.sync(True)
+                except lmdb.Error as exc:
+                    # Whatever its cause (a full disk's too), the pages it could not write
+                    # back may be gone: never retried (`raftka.log.epochs.checked_fsync`).
+                    raise OSError(errno.EIO, f"hard state fsync failed: {exc}") from exc
 
         return commit
 
@@ -339,7 +345,7 @@ class PartitionRaftStorage:
             for e in entries:
                 out.write(f"{e.base_offset} {e.epoch} {e.payload.decode('ascii')}\n")
             out.flush()
-            os.fsync(out.fileno())
+            checked_fsync(out.fileno())
         tmp.replace(path)
 
     def log_start_epoch(self) -> int:

@@ -1,7 +1,7 @@
 """Kafka's on-disk partition log: segments, offset and time indexes, recovery, retention."""
 
 from .config import LogConfig
-from .epochs import LeaderEpochCache, fsync_directory
+from .epochs import LeaderEpochCache, checked_fsync, fsync_directory
 from .errors import LogInvariantError, NonContiguousAppend, OffsetOutOfRange
 from .partition import AppendInfo, PartitionLog
 from .segment import LogSegment
@@ -15,5 +15,6 @@ __all__ = [
     "NonContiguousAppend",
     "OffsetOutOfRange",
     "PartitionLog",
+    "checked_fsync",
     "fsync_directory",
 ]

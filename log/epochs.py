@@ -8,6 +8,7 @@ be rebuilt from the log; the file only saves that scan.
 
 from __future__ import annotations
 
+import errno
 import os
 from bisect import bisect_right
 from pathlib import Path
@@ -121,12 +122,35 @@ class LeaderEpochCache:
         return True
 
 
+#: A full disk's (or quota's) errors. From a write they mean it was refused and may be tried
+#: again once space returns; from an fsync they can mean pages already written were dropped.
+OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def checked_fsync(fd: int) -> None:
+    """`os.fsync`, but a full disk's error comes out as EIO. A write refused for space may
+    be retried, and the log's callers retry those; an fsync that failed for space may
+    have dropped the pages it could not write back, so one that succeeds later proves
+    nothing (PostgreSQL's "fsyncgate"). As EIO it takes the log directory offline as any
+    failed fsync does, as Kafka does on a failed flush."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in OUT_OF_SPACE_ERRNOS:
+            raise
+        raise OSError(
+            errno.EIO,
+            f"fsync failed ({exc.strerror}): the kernel may have dropped the data it could "
+            "not write back, so it is not retried",
+        ) from exc
+
+
 def sync_all(descriptors: list[int]) -> None:
     """fsync each descriptor, then close them all, also when an fsync fails (a failed fsync
     left the rest open: two index descriptors per failed flush)."""
     try:
         for fd in descriptors:
-            os.fsync(fd)
+            checked_fsync(fd)
     finally:
         for fd in descriptors:
             os.close(fd)
@@ -136,7 +160,7 @@ def fsync_directory(directory: Path) -> None:
     """Make a directory's entries (files created, renamed or deleted in it) durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        checked_fsync(fd)
     finally:
         os.close(fd)
 
@@ -152,7 +176,7 @@ def write_file_atomically(path: Path, data: bytes, durable: bool = True) -> None
         while view:
             view = view[os.write(fd, view) :]
         if durable:
-            os.fsync(fd)
+            checked_fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from .cleaner import CleanerCheckpoint, CleaningJob, CleanRequest
 from .config import LogConfig
-from .epochs import LeaderEpochCache, write_file_atomically
+from .epochs import LeaderEpochCache, checked_fsync, write_file_atomically
 from .producer_state import CompletedTxn, ProducerStateManager
 from .segment import LogSegment
 from .txn_index import AbortedTxn
@@ -53,7 +53,7 @@ def fsync_file(path: Path) -> None:
     except FileNotFoundError:
         return  # replaced or deleted since: its successor is synced on its own
     try:
-        os.fsync(fd)
+        checked_fsync(fd)
     finally:
         os.close(fd)
 

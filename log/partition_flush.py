@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .epochs import fsync_directory, sync_all, write_file_atomically
+from .epochs import checked_fsync, fsync_directory, sync_all, write_file_atomically
 from .partition_core import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_FILE,
@@ -107,7 +107,7 @@ class PartitionFlush(PartitionCore):
             descriptors.clear()  # this run closes them; `abandon` then has none left
             try:
                 for fd in run_descriptors:
-                    os.fsync(fd)
+                    checked_fsync(fd)
                 for path in files:
                     fsync_file(path)
             except OSError:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import lmdb
 import pytest
 from batches import encode_batch
 from log_replicas import GROUP, Replica, leader_of, run
@@ -31,6 +35,48 @@ def test_hard_state_survives_reopen(tmp_path: Path) -> None:
     reopened = HardStateStore(tmp_path / "raft.lmdb")
     assert reopened.load("t-0") == HardState(term=7, voted_for=2)
     reopened.close()
+
+
+class _EnvFailing:
+    """An lmdb environment whose transactions or fsync fail as a full disk fails them (lmdb
+    reports a system error by its strerror text)."""
+
+    def __init__(self, env: Any, failing: str) -> None:
+        self.env, self.failing = env, failing
+
+    def begin(self, write: bool = False) -> Any:
+        if write and self.failing == "commit":
+            raise lmdb.Error(f"mdb_txn_commit: {os.strerror(errno.ENOSPC)}")
+        return self.env.begin(write=write)
+
+    def sync(self, force: bool) -> None:
+        raise lmdb.Error(f"mdb_env_sync: {os.strerror(errno.ENOSPC)}")
+
+
+@pytest.mark.parametrize(
+    ("failing", "code"),
+    [("commit", errno.ENOSPC), ("sync", errno.EIO)],
+    ids=["commit", "fsync"],
+)
+def test_a_full_disk_refusing_the_hard_state_commit_is_retried_but_not_its_failed_fsync(
+    tmp_path: Path, failing: str, code: int
+) -> None:
+    # A commit refused for space wrote nothing: the driver retries it once space returns.
+    # An fsync that failed, for space too, may have lost pages lmdb had written: EIO, which
+    # stops the broker instead of a retry that could report lost hard states as durable.
+    store = HardStateStore(tmp_path / "raft.lmdb")
+    real_env = store._env
+    store._env = _EnvFailing(real_env, failing)
+    try:
+        store.save("t-0", HardState(term=3, voted_for=1))
+        job = store.commit_job(fsync=True)
+        assert job is not None
+        with pytest.raises(OSError) as failed:
+            job()
+        assert failed.value.errno == code, failed.value
+    finally:
+        store._env = real_env
+        store.close()
 
 
 def test_replicated_batches_are_identical_on_every_replica(cluster: dict[int, Replica]) -> None:

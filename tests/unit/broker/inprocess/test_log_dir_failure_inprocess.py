@@ -1,7 +1,8 @@
 """An I/O error on a partition's files takes the log directory offline: a failed fsync is
 never retried, nothing that waited for it is acknowledged, the partitions stop (no Raft
 group here) and answer KAFKA_STORAGE_ERROR, and DescribeLogDirs and the metrics report the
-directory. A full disk is not such an error: its write is refused and the partition stays.
+directory. A full disk's refused write is not such an error (the partition stays), but an
+fsync failing for space is.
 
 The faults are injected where the log meets the kernel (os.fsync, os.write raise), on a
 real on-disk partition of an in-process broker."""
@@ -119,14 +120,16 @@ def _assert_offline(broker: Broker) -> None:
 
 
 @pytest.mark.parametrize("acks", [1, -1])
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=errno.errorcode.get)
 def test_a_failed_fsync_is_not_retried_and_takes_the_log_dir_offline(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch, acks: int
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, acks: int, code: int
 ) -> None:
+    # ENOSPC too: from an fsync (not a write) it can mean written pages were dropped.
     assert _append(broker, b"synced", acks=acks).error_code == ErrorCode.none
     synced_end = _partition(broker).hosted_log.recovery_point
     assert synced_end == 1
 
-    fsync = FailingCalls(errno.EIO)
+    fsync = FailingCalls(code)
     monkeypatch.setattr(os, "fsync", fsync)
     held = _append(broker, b"never synced", acks=acks)
     assert held.error_code == ErrorCode.kafka_storage_error, "acknowledged though its fsync failed"
