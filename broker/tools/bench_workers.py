@@ -217,8 +217,6 @@ def consumer_worker(
                 **dict(item.partition("=")[::2] for item in spec["consumer_config"]),
             }
         )
-        # -2: from the beginning; the topic is new unless --topic was given.
-        consumer.assign([TopicPartition(spec["topic"], p, -2) for p in spec["partitions"]])
         target = spec["target"]  # shared: total records all consumers should read; -1 unknown
         first = spec["first_counter"]
         last = first + spec["consumers"]
@@ -233,6 +231,11 @@ def consumer_worker(
         first_ns = last_ns = 0
         out.put(("ready", index, None))
         start.wait()
+        # Assigned only now: librdkafka starts fetching at the assignment, and records it
+        # fetched before the clock started would count as read in no time.
+        start_ns = time.time_ns()
+        # -2: from the beginning; the topic is new unless --topic was given.
+        consumer.assign([TopicPartition(spec["topic"], p, -2) for p in spec["partitions"]])
         idle_since = time.monotonic()
         consume = consumer.consume
         while True:
@@ -285,6 +288,7 @@ def consumer_worker(
                     "records": records,
                     "bytes": total_bytes,
                     "errors": errors,
+                    "start_ns": start_ns,
                     "first_ns": first_ns,
                     "last_ns": last_ns,
                     "send_ns": send_ns,
