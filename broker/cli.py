@@ -23,6 +23,8 @@ from raftka.broker.log_output import LOG_FORMATS, configure_logging
 # The broker itself (and trio) is imported by the commands that serve: an admin command
 # (`raftka topics list`) does not pay for loading it, about 40% of its start.
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from raftka.broker.server import Broker, Listener
 
 logger = logging.getLogger("raftka")
@@ -90,6 +92,15 @@ def _parser() -> argparse.ArgumentParser:
         "DATA_DIR/shard-ID, broker.rack = host name; the first shard votes on the cluster "
         "metadata, the others observe it",
     )
+    serve.add_argument(
+        "--hosts",
+        default="",
+        metavar="HOST:PORT,...",
+        help="with --shards: the hosts of a cluster of several, each as its first shard's Raft "
+        "address, in the same order on every host, this one's (its --raft-listen) included; "
+        "every host runs the same --shards and --node-id, host j's shard i is node "
+        "NODE_ID + j*N + i, and each host's first shard votes on the cluster metadata",
+    )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     serve.add_argument(
         "--log-format",
@@ -142,6 +153,7 @@ def shard_commands(
     config: BrokerConfig,
     passthrough: list[str],
     rack: str,
+    hosts: Sequence[Listener] = (),
 ) -> list[tuple[int, list[str]]]:
     """(node id, argv) of each shard `raftka serve --shards N` starts.
 
@@ -151,6 +163,11 @@ def shard_commands(
     (`controller.quorum.voters`), the others its observers; `broker.rack` is `rack` unless
     configured, and a configured `metrics.listen` (and `console.listen`) port is counted up
     like the others.
+
+    With `hosts` (`--hosts`: every host's first Raft address, this one's included, in one
+    order on every host) the shards of all hosts form one cluster: host j's shard i is node
+    `first_node_id + j * shards + i` at Raft address `hosts[j]` + i, every shard of every
+    host is in `--peers`, and each host's first shard is a metadata voter.
     `passthrough` (configs, config file, logging options) goes to every shard. Raises
     ValueError naming what cannot be split across shards.
     """
@@ -164,11 +181,7 @@ def shard_commands(
             "metadata voter and the others observe it; start the shards one by one with "
             "--node-id and --peers to choose other voters"
         )
-    if config.get_optional_str("advertised.listeners"):
-        raise ValueError(
-            "advertised.listeners cannot be given with --shards: each shard advertises its "
-            "own --listen port; start the shards one by one with --node-id and --peers instead"
-        )
+    advertised = _advertised_base(config.get_optional_str("advertised.listeners"))
     raft_base = raft_listen or Listener(listen.host, listen.port + RAFT_PORT_OFFSET)
     metrics = config.get_str("metrics.listen")
     metrics_base = Listener.parse(metrics) if metrics else None
@@ -194,17 +207,24 @@ def shard_commands(
                     f"{shards}; give {name} a port range that does not overlap"
                 )
             taken[port] = name
-    node_ids = [first_node_id + i for i in range(shards)]
+    host_bases = list(hosts) or [raft_base]
+    this_host = _this_host(host_bases, raft_base, shards)
+    # Host j's shard i is node first_node_id + j * shards + i: the same on every host.
     peers = ",".join(
-        f"{node_id}@{raft_base.host}:{raft_base.port + i}" for i, node_id in enumerate(node_ids)
+        f"{first_node_id + j * shards + i}@{base.host}:{base.port + i}"
+        for j, base in enumerate(host_bases)
+        for i in range(shards)
     )
-    # One metadata voter per host, the first shard; the others observe the metadata quorum.
-    voter = f"{node_ids[0]}@{raft_base.host}:{raft_base.port}"
+    # One metadata voter per host, its first shard; the others observe the metadata quorum.
+    voters = ",".join(
+        f"{first_node_id + j * shards}@{base.host}:{base.port}" for j, base in enumerate(host_bases)
+    )
+    node_ids = [first_node_id + this_host * shards + i for i in range(shards)]
     commands = []
     for i, node_id in enumerate(node_ids):
         argv = [sys.executable, "-m", "raftka.broker", "serve", *passthrough]
         argv += ["--node-id", str(node_id), "--peers", peers]
-        argv += ["--config", f"controller.quorum.voters={voter}"]
+        argv += ["--config", f"controller.quorum.voters={voters}"]
         argv += ["--listen", f"{listen.host}:{listen.port + i}"]
         argv += ["--raft-listen", f"{raft_base.host}:{raft_base.port + i}"]
         shard_dirs = [str(d / f"shard-{node_id}") for d in log_dirs]
@@ -214,12 +234,60 @@ def shard_commands(
             argv += ["--config", f"log.dirs={','.join(shard_dirs)}"]
         if config.get_optional_str("broker.rack") is None:
             argv += ["--config", f"broker.rack={rack}"]
+        if advertised is not None:
+            prefix, base = advertised
+            argv += ["--config", f"advertised.listeners={prefix}{base.host}:{base.port + i}"]
         if metrics_base is not None:
             argv += ["--config", f"metrics.listen={metrics_base.host}:{metrics_base.port + i}"]
         if console_base is not None:
             argv += ["--config", f"console.listen={console_base.host}:{console_base.port + i}"]
         commands.append((node_id, argv))
     return commands
+
+
+def _advertised_base(text: str | None) -> tuple[str, Listener] | None:
+    """`advertised.listeners` as given to `--shards`: one address, whose port is counted up
+    per shard like --listen's (the listener's `NAME://` kept); ValueError for several."""
+    from raftka.broker.server import Listener
+
+    entries = [e.strip() for e in (text or "").split(",") if e.strip()]
+    if not entries:
+        return None
+    if len(entries) > 1:
+        raise ValueError(
+            f"advertised.listeners={text}: with --shards give one address, HOST:PORT, whose "
+            "port is counted up per shard like --listen's; start the shards one by one with "
+            "--node-id and --peers for several listeners"
+        )
+    name, sep, _address = entries[0].rpartition("://")
+    return (f"{name}://" if sep else ""), Listener.parse(entries[0])
+
+
+def _this_host(hosts: Sequence[Listener], raft_base: Listener, shards: int) -> int:
+    """The index of this host's first Raft address in `hosts` (`--hosts`); ValueError when it
+    is missing, or when two hosts' Raft port ranges are the same or overlap."""
+    listed = ",".join(f"{h.host}:{h.port}" for h in hosts)
+    for j, host in enumerate(hosts):
+        if host.port == 0 or host.port + shards - 1 > 65535:
+            raise ValueError(
+                f"--hosts entry {host.host}:{host.port}: --shards {shards} needs Raft ports "
+                f"{host.port} to {host.port + shards - 1}, each in 1-65535"
+            )
+        for other in hosts[:j]:
+            if other.host == host.host and abs(other.port - host.port) < shards:
+                raise ValueError(
+                    f"--hosts entries {other.host}:{other.port} and {host.host}:{host.port} "
+                    f"would share Raft ports with --shards {shards}; give each host its own "
+                    "address or ports at least --shards apart"
+                )
+    matches = [j for j, host in enumerate(hosts) if host == raft_base]
+    if not matches:
+        raise ValueError(
+            f"this host's first Raft address {raft_base.host}:{raft_base.port} (--raft-listen, "
+            f"else the --listen port + {RAFT_PORT_OFFSET}) is not in --hosts {listed}: list "
+            "every host's, this one's included, in the same order on every host"
+        )
+    return matches[0]
 
 
 def _die_with_parent() -> None:
@@ -272,8 +340,8 @@ def _serve_shards(args: argparse.Namespace) -> int:
         if args.peers:
             raise ValueError(
                 "--peers cannot be combined with --shards: the shards form a cluster of "
-                "their own on this host; list every broker in --peers and start each one "
-                "with --node-id instead"
+                "their own on this host, or with --hosts of the hosts named there; list every "
+                "broker in --peers and start each one with --node-id instead"
             )
         file_values = load_config_file(args.config_file) if args.config_file else None
         overrides = parse_assignments(args.config)
@@ -293,6 +361,7 @@ def _serve_shards(args: argparse.Namespace) -> int:
             config,
             passthrough,
             socket.gethostname(),
+            [Listener.parse(h) for h in filter(None, map(str.strip, args.hosts.split(",")))],
         )
     except (ConfigError, ValueError, OSError) as exc:
         print(f"raftka: {exc}", file=sys.stderr)
@@ -439,6 +508,9 @@ def _serve_command(args: argparse.Namespace) -> int:
 
     if args.shards is not None:
         return _serve_shards(args)
+    if args.hosts:
+        print("raftka: --hosts needs --shards (the shards each host runs)", file=sys.stderr)
+        return 2
     try:
         file_values = load_config_file(args.config_file) if args.config_file else None
         overrides = parse_assignments(args.config)

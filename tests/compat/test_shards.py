@@ -6,6 +6,8 @@ of them dies and catch up when it returns."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -346,3 +348,92 @@ def test_while_the_voting_shard_is_down_metadata_cannot_change_but_data_flows(
     after = f"after-{uuid.uuid4().hex[:6]}"
     create_topic(others, after, partitions=1, replication_factor=1)
     wait_until(lambda: after in topic_names(cluster.node(3).bootstrap), 30, f"{after} on shard 3")
+
+
+@pytest.mark.timeout(300)
+def test_shards_of_three_hosts_are_one_cluster_that_loses_a_whole_host_and_nothing_acknowledged(
+    brokers: Brokers,
+) -> None:
+    """Three `raftka serve --shards 2 --hosts ...` launchers, as on three hosts (here told
+    apart by their ports and `broker.rack`): six brokers, one metadata voter per host, the
+    replicas of each partition on three hosts; one host killed -9 whole, and the cluster goes
+    on taking records and metadata changes without losing an acknowledged record."""
+    kafka_ports = [free_port_pair() for _ in range(3)]
+    raft_ports = [free_port_pair() for _ in range(3)]
+    hosts = ",".join(f"127.0.0.1:{port}" for port in raft_ports)
+    racks = ["host-a", "host-b", "host-c"]
+    launchers = [
+        brokers.broker(
+            name=racks[j],
+            port=kafka_ports[j],
+            start=False,
+            startup_timeout_s=120,
+            extra_args=["--shards", "2", "--raft-listen", f"127.0.0.1:{raft_ports[j]}"]
+            + ["--hosts", hosts, "--config", f"broker.rack={racks[j]}"],
+        )
+        for j in range(3)
+    ]
+    for launcher in launchers:  # no host serves before a majority of the voters is up
+        launcher.spawn()
+    for launcher in launchers:
+        launcher.wait_ready()
+    ports = [port + i for port in kafka_ports for i in range(2)]
+    bootstrap = ",".join(f"127.0.0.1:{port}" for port in ports)
+    for port in ports:
+        wait_until(
+            lambda port=port: metadata_brokers(f"127.0.0.1:{port}")[0] == [1, 2, 3, 4, 5, 6],
+            90,
+            f"the shard on port {port} to list brokers 1-6",
+        )
+    seen = quorum(bootstrap)
+    assert (seen["voters"], seen["observers"]) == ([1, 3, 5], [2, 4, 6]), seen
+    status = cluster_cli(bootstrap, "status")
+    assert sorted((h["host"], h["brokers"]) for h in status["hosts"]) == [
+        ("host-a", [1, 2]),
+        ("host-b", [3, 4]),
+        ("host-c", [5, 6]),
+    ], status["hosts"]
+
+    topic = f"hosts-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=6, replication_factor=3)
+    rack_of = {1: "host-a", 2: "host-a", 3: "host-b", 4: "host-b", 5: "host-c", 6: "host-c"}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
+    for partition in partitions.values():  # rack-aware placement: one replica per host
+        assert sorted(rack_of[r] for r in partition.replicas) == racks, partition.replicas
+    before = [{"partition": i % 6, "value": f"before-{i}".encode()} for i in range(600)]
+    result = produce(bootstrap, topic, before, acks="all", **{"enable.idempotence": True})
+    assert [r.error for r in result.reports if r.error is not None] == []
+
+    lost = launchers[1]  # host b: both shards and the launcher, killed -9
+    for pid in children(lost.pid):
+        os.kill(pid, signal.SIGKILL)
+    lost.kill()
+    alive = ",".join(
+        f"127.0.0.1:{port}" for port in ports if port not in (kafka_ports[1], kafka_ports[1] + 1)
+    )
+    # The metadata still commits (voters 1 and 5 of 1, 3, 5) ...
+    later = f"later-{uuid.uuid4().hex[:6]}"
+    create_topic(alive, later, partitions=2, replication_factor=3, timeout_s=90)
+    # ... and every partition of the first topic has a leader on another host again.
+    wait_until(
+        lambda: all(
+            p.leader in (1, 2, 5, 6)
+            for p in AdminClient({"bootstrap.servers": alive})
+            .list_topics(topic=topic, timeout=10)
+            .topics[topic]
+            .partitions.values()
+        ),
+        60,
+        f"every partition of {topic} led by a shard of host a or c",
+    )
+    after = [{"partition": i % 6, "value": f"after-{i}".encode()} for i in range(600)]
+    result = produce(alive, topic, after, acks="all", timeout=90, **{"enable.idempotence": True})
+    assert [r.error for r in result.reports if r.error is not None] == []
+    read = consume(alive, topic, partitions=6)
+    for p in range(6):
+        assert [m.value() for m in read[p]] == [
+            f"before-{i}".encode() for i in range(p, 600, 6)
+        ] + [f"after-{i}".encode() for i in range(p, 600, 6)], f"partition {p}"
+    for launcher in (launchers[0], launchers[2]):
+        launcher.stop(timeout=60)

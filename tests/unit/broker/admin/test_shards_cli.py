@@ -82,7 +82,12 @@ def test_node_ids_raft_ports_rack_and_metrics_ports_follow_what_is_configured() 
     ("shards", "raft", "configs", "message"),
     [
         (0, None, {}, "--shards must be at least 1"),
-        (2, None, {"advertised_listeners": "h:1"}, "advertised.listeners cannot be given"),
+        (
+            2,
+            None,
+            {"advertised_listeners": "PLAINTEXT://h:1,SSL://h:2"},
+            "with --shards give one address",
+        ),
         (
             2,
             None,
@@ -127,3 +132,85 @@ def test_console_ports_are_counted_up_too_or_share_the_metrics_port() -> None:
     ]
     with pytest.raises(ValueError, match="would both use port 19093"):
         commands(2, console_listen="127.0.0.1:19093")
+
+
+def across_hosts(
+    this: Listener, hosts: list[Listener], shards: int = 2, **configs: str
+) -> list[tuple[int, list[str]]]:
+    """`raftka serve --shards N --listen THIS --hosts ...` on the host whose first Raft
+    address is `this` + 10000 (the default Raft port)."""
+    config = BrokerConfig({k.replace("_", "."): v for k, v in configs.items()}, environ={})
+    return shard_commands(
+        shards,
+        this,
+        None,
+        config.get_int("node.id"),
+        [Path("/d")],
+        config,
+        [],
+        "host-x",
+        hosts,
+    )
+
+
+def test_across_hosts_every_host_has_its_own_node_ids_and_its_first_shard_votes() -> None:
+    hosts = [Listener("10.0.0.1", 19092), Listener("10.0.0.2", 19092), Listener("10.0.0.3", 19092)]
+    everyone = (
+        "1@10.0.0.1:19092,2@10.0.0.1:19093,3@10.0.0.2:19092,"
+        "4@10.0.0.2:19093,5@10.0.0.3:19092,6@10.0.0.3:19093"
+    )
+    for j, address in enumerate(("10.0.0.1", "10.0.0.2", "10.0.0.3")):
+        built = across_hosts(Listener(address, 9092), hosts)
+        assert [node_id for node_id, _ in built] == [1 + 2 * j, 2 + 2 * j]
+        for i, (node_id, argv) in enumerate(built):
+            assert option(argv, "--peers") == [everyone]  # the same on every host
+            assert option(argv, "--listen") == [f"{address}:{9092 + i}"]
+            assert option(argv, "--raft-listen") == [f"{address}:{19092 + i}"]
+            assert option(argv, "--data-dir") == [f"/d/shard-{node_id}"]
+            assert option(argv, "--config") == [
+                "controller.quorum.voters=1@10.0.0.1:19092,3@10.0.0.2:19092,5@10.0.0.3:19092",
+                "broker.rack=host-x",
+            ]
+    # node ids counted from --node-id; hosts on one address told apart by their ports
+    same_address = [Listener("127.0.0.1", 20000), Listener("127.0.0.1", 30000)]
+    built = across_hosts(Listener("127.0.0.1", 20000 - 10000), same_address, 3, node_id="11")
+    assert [node_id for node_id, _ in built] == [11, 12, 13]
+    built = across_hosts(Listener("127.0.0.1", 30000 - 10000), same_address, 3, node_id="11")
+    assert [node_id for node_id, _ in built] == [14, 15, 16]
+    assert option(built[0][1], "--peers") == [
+        "11@127.0.0.1:20000,12@127.0.0.1:20001,13@127.0.0.1:20002,"
+        "14@127.0.0.1:30000,15@127.0.0.1:30001,16@127.0.0.1:30002"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        (["10.0.0.2:19092", "10.0.0.3:19092"], r"10.0.0.1:19092 \(--raft-listen, else"),
+        (["10.0.0.1:19092", "10.0.0.1:19093"], "would share Raft ports with --shards 2"),
+        (["10.0.0.1:19092", "10.0.0.2:65535"], "needs Raft ports 65535 to 65536"),
+    ],
+)
+def test_hosts_that_do_not_name_this_one_or_overlap_are_refused(
+    hosts: list[str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        across_hosts(Listener("10.0.0.1", 9092), [Listener.parse(h) for h in hosts])
+
+
+def test_hosts_without_shards_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--hosts", "h:1,h:2"]) == 2
+    assert "--hosts needs --shards" in capsys.readouterr().err
+
+
+def test_an_advertised_address_is_counted_up_per_shard_like_the_listen_port() -> None:
+    first, second = commands(advertised_listeners="PLAINTEXT://broker.example.com:29092")
+    assert (
+        option(first, "--config")[-1] == "advertised.listeners=PLAINTEXT://broker.example.com:29092"
+    )
+    assert (
+        option(second, "--config")[-1]
+        == "advertised.listeners=PLAINTEXT://broker.example.com:29093"
+    )
+    (only,) = commands(1, advertised_listeners="10.1.2.3:9092")
+    assert option(only, "--config")[-1] == "advertised.listeners=10.1.2.3:9092"
