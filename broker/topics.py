@@ -636,6 +636,18 @@ class TopicManager:
         if partition.replicas == (self.node_id,):
             # A single replica is its own majority: no reason to wait an election timeout.
             partition.raft.campaign()
+        elif partition.raft.term == 0 and self.node_id in (
+            partition.raft_voters or partition.replicas
+        ):
+            # A new partition (never elected) is first led by its preferred replica, as
+            # Kafka's controller makes it: that replica campaigns at once and the others
+            # wait two election timeouts more than usual, so a new topic's leaders spread as
+            # placement spread its preferred replicas, not by which timer fired first. (If
+            # the preferred replica is down, the others elect one after 3-4 s, not 1-2.)
+            if partition.replicas[0] == self.node_id:
+                partition.raft.campaign()
+            else:
+                partition.raft.defer_election(2 * self.node.election_timeout_ticks)
 
     def _close_partition(self, partition: Partition) -> None:
         self._detach_partition(partition)

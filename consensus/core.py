@@ -389,6 +389,12 @@ class RaftCore:
         self._check_input()
         self._hup()
 
+    def defer_election(self, ticks: int) -> None:
+        """Make the running election timeout `ticks` longer (until the next term, whose
+        timeout is drawn as usual), to leave an election to a node that campaigns at once."""
+        self._check_input()
+        self.randomized_election_timeout += ticks
+
     def propose(self, record_count: int, payload: bytes, kind: EntryKind = EntryKind.DATA) -> Entry:
         """Append a client batch; returns it with its assigned offsets and epoch.
 

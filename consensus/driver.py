@@ -515,6 +515,11 @@ class RaftGroup:
         self._core.campaign()
         self._drive()
 
+    def defer_election(self, ticks: int) -> None:
+        """This node's running election timeout made `ticks` longer (`RaftCore.defer_election`)."""
+        self._check_live()
+        self._core.defer_election(ticks)
+
     async def wait_committed(
         self, end_offset: int, timeout_s: float, epoch: int | None = None
     ) -> bool:

@@ -185,6 +185,26 @@ def test_raftka_cluster_elect_leaders(cluster_factory) -> None:
     assert "UNKNOWN_TOPIC_OR_PARTITION" in missing.stdout, missing.stdout
 
 
+def test_a_new_topic_is_led_by_its_preferred_replicas_from_the_start(cluster_factory) -> None:
+    """As Kafka's controller makes a new partition's first replica its leader: each new
+    partition's preferred replica campaigns at once, so with no rebalancing at all (it would
+    move leaders only after 300 s by default, here never) the leaders are spread as placement
+    spread the preferred replicas, two per broker, not by whose election timer fired first."""
+    cluster = cluster_factory(config={"auto.leader.rebalance.enable": "false"})
+    for replication_factor in (3, 2, 3):
+        topic = f"new-rf{replication_factor}-{uuid.uuid4().hex[:8]}"
+        create_topic(
+            cluster.bootstrap, topic, partitions=PARTITIONS, replication_factor=replication_factor
+        )
+        state = wait_until(
+            lambda topic=topic: all_preferred(cluster, topic),
+            30,
+            f"every partition of {topic} led by its preferred replica",
+        )
+        per_broker = {n: sum(1 for s in state.values() if s["leader"] == n) for n in (1, 2, 3)}
+        assert per_broker == {1: 2, 2: 2, 3: 2}, state
+
+
 def test_auto_rebalance_returns_leadership_after_a_restart(cluster_factory) -> None:
     cluster, topic = new_cluster_topic(
         cluster_factory, {"leader.imbalance.check.interval.seconds": "2"}

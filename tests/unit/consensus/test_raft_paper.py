@@ -113,6 +113,35 @@ def test_5_2_followers_time_out_and_elect_exactly_one_leader() -> None:
     assert len(net.leaders()) == 1, "heartbeats keep the leader in place"
 
 
+def test_a_deferred_election_waits_that_many_ticks_more_until_the_next_term() -> None:
+    core = lone_core(3)
+    timeout = core.randomized_election_timeout
+    core.defer_election(20)
+    core.tick()
+    for _ in range(timeout + 20 - 2):
+        core.tick()
+    assert core.role is Role.FOLLOWER, "campaigned before its deferred timeout"
+    core.tick()
+    assert core.role is Role.PRE_CANDIDATE
+    core.step(msg(MessageType.HEARTBEAT, 1, 3, 1))  # a leader of term 1: a new term's timer
+    assert (core.role, core.leader_id) == (Role.FOLLOWER, 1)
+    assert core.randomized_election_timeout < 20, "the next timeout is a normal one"
+
+
+def test_a_node_campaigning_at_once_wins_over_deferred_ones_even_if_they_started_earlier() -> None:
+    """A new partition's preferred replica campaigns as it starts and the others defer
+    theirs by two election timeouts, so it is the first leader even when the others started
+    the group a whole election timeout before it."""
+    net = Net([1, 2, 3])
+    for i in (2, 3):
+        net[i].defer_election(20)
+    net.tick(19, only=[2, 3])  # 2 and 3 started first; without deferring one would campaign
+    assert net.leaders() == []
+    net[1].campaign()
+    net.deliver()
+    assert net.leaders() == [1]
+
+
 def test_single_voter_elects_itself_and_commits_alone() -> None:
     net = Net([1])
     net.elect(1)
