@@ -243,7 +243,7 @@ def test_the_grafana_dashboard_uses_only_metrics_the_broker_has() -> None:
     dashboard = json.loads((root / "scripts" / "grafana-dashboard.json").read_text())
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     used = {
-        re.sub(r"_(total|bucket)$", "", name)
+        re.sub(r"_(total|bucket|info)$", "", name)
         for expr in exprs
         for name in re.findall(r"\b(?:kafka|raftka)_[a-z_]+", expr)
     }
