@@ -114,6 +114,11 @@ def plot(runs: list[Result], path: Path) -> None:
     latency_runs = [r for r in runs if "latency" in r]
     rows = 2 if latency_runs else 1
     fig, axes = plt.subplots(rows, 1, figsize=(10, 4 * rows), squeeze=False)
+    # One colour per run (a broker's run: "raftka #1", "other #1", ...), one line style per
+    # series of it, so a side-by-side plot's dozen lines stay told apart.
+    palette: list[str] = plt.rcParams["axes.prop_cycle"].by_key()["color"]  # ten colours
+    colour = {id(r): palette[i % len(palette)] for i, r in enumerate(runs)}
+    role_style = {"produce": "-", "consume": "--"}
     throughput = axes[0][0]
     for r in runs:
         name = f"{r['target']} #{r['run']}"
@@ -126,6 +131,8 @@ def plot(runs: list[Result], path: Path) -> None:
                         [p["t_s"] for p in points],
                         [p[f"{role}_rec_s"] for p in points],
                         marker=".",
+                        color=colour[id(r)],
+                        linestyle=role_style[role],
                         label=f"{name} {role}",
                     )
     throughput.set_xlabel("seconds since the phase started")
@@ -139,8 +146,14 @@ def plot(runs: list[Result], path: Path) -> None:
         for r in latency_runs:
             points = r["latency"]["latency_timeline"]
             xs = [p["t_s"] for p in points]
-            for key in ("p50", "p99", "max"):
-                latency.plot(xs, [p[key] for p in points], label=f"{r['target']} #{r['run']} {key}")
+            for key, style in (("p50", "-"), ("p99", "--"), ("max", ":")):
+                latency.plot(
+                    xs,
+                    [p[key] for p in points],
+                    color=colour[id(r)],
+                    linestyle=style,
+                    label=f"{r['target']} #{r['run']} {key}",
+                )
         latency.axvline(latency_runs[0]["latency"]["warmup_s"], color="grey", linestyle="--")
         latency.set_xlabel("send second (dashed: end of warm-up)")
         latency.set_ylabel("end-to-end latency, ms")
