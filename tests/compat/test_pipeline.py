@@ -343,7 +343,10 @@ def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
                 alive = [
                     w for w in get_json(cluster.master_json)["workers"] if w["state"] == "ALIVE"
                 ]
-            except OSError:
+            except (OSError, ValueError):
+                # Not up yet. ValueError: HTML instead of JSON. The master's UI attaches each
+                # page's HTML handler ("/") before its JSON one ("/json") while it already
+                # serves, so a request in between gets the overview page.
                 alive = []
             if len(alive) == 2:
                 break
