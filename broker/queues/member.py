@@ -31,7 +31,7 @@ from kio.static.primitive import i8, i32
 
 from raftka.broker.console.records import Record, batch_records
 from raftka.broker.queues.problems import Problem
-from raftka.broker.queues.remote import leaders
+from raftka.broker.queues.remote import LEADER_RETRY_S, LEADER_TRIES, leaders
 from raftka.broker.queues.rounds import DequeueRounds
 from raftka.protocol.api import build
 from raftka.protocol.record_headers import whole_batches
@@ -48,9 +48,11 @@ REJECT = 3
 FETCH_BYTES_MAX = 1 << 20
 #: Heartbeats keep the member in its group at least this often (the session timeout is longer).
 HEARTBEAT_EVERY_S = 5.0
-#: A group's coordinator may still be loading: asked this many times, this far apart.
-COORDINATOR_TRIES = 8
-COORDINATOR_RETRY_S = 0.25
+#: A group's coordinator is the leader of its offsets partition, which may still be created,
+#: elected or loading (the first group of a new cluster creates the offsets topic): asked
+#: this many times, this far apart, as long as a step waits for any partition's leader.
+COORDINATOR_TRIES = LEADER_TRIES
+COORDINATOR_RETRY_S = LEADER_RETRY_S
 #: While no leader has a record, one waits this long at a time for one (the others are
 #: asked again between: a record at any of them is handed out this soon).
 WAIT_SLICE_S = 0.1
