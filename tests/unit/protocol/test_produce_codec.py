@@ -9,6 +9,7 @@ the Produce handler builds it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import io
@@ -243,7 +244,15 @@ def test_a_mutated_frame_is_refused_or_decoded_as_kio_decodes_it(
     frame = bytes(mutated) + data.draw(st.binary(max_size=3))
     try:
         expected: Any = _kio_decode(frame)
-    except FrameError:
+    except FrameError as exc:
+        if "Unknown tagged field" in str(exc):
+            # The mutation made a tagged field kio does not know, and kio refuses it where
+            # Kafka skips it (KIP-482), as the codec does (the test of unknown tagged fields
+            # above checks how): nothing of kio's to compare with, but the codec must still
+            # decode the frame or refuse it with FrameError alone.
+            with contextlib.suppress(FrameError):
+                _decode_as_kio(frame, version)
+            return
         expected = FrameError
     try:
         decoded: Any = _decode_as_kio(frame, version)
