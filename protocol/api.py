@@ -14,6 +14,7 @@ import pkgutil
 import re
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
 from types import ModuleType
@@ -24,9 +25,11 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
+from raftka.protocol import fetch_codec
 from raftka.protocol.bounds import BoundsError, check_request
 
 API_VERSIONS_KEY = 18
+FETCH_KEY = 1
 
 E = TypeVar("E")
 
@@ -163,8 +166,25 @@ def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[An
     return header, body
 
 
+@cache
+def _fast_encoder(response_type: type) -> Callable[[int, Any], bytes | None] | None:
+    """The hand-written encoder of a response type, if one serves it (Fetch v4-v12)."""
+    if (
+        response_type.__name__ == "FetchResponse"
+        and getattr(response_type, "__api_key__", None) == FETCH_KEY
+        and fetch_codec.FIRST_VERSION <= response_type.__version__ <= fetch_codec.LAST_VERSION
+    ):
+        return fetch_codec.encode_fetch_response
+    return None
+
+
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """A complete response frame: size prefix, response header (v0 or v1), body."""
+    fast = _fast_encoder(type(response))
+    if fast is not None:
+        frame = fast(correlation_id, response)
+        if frame is not None:
+            return frame
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     header_type = response.__header_schema__
