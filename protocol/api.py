@@ -167,12 +167,12 @@ def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[An
 
 
 @cache
-def _fast_encoder(response_type: type) -> Callable[[int, Any], bytes | None] | None:
+def _fast_encoder(entity_type: Any) -> Callable[[int, Any], bytes | None] | None:
     """The hand-written encoder of a response type, if one serves it (Fetch v4-v12)."""
     if (
-        response_type.__name__ == "FetchResponse"
-        and getattr(response_type, "__api_key__", None) == FETCH_KEY
-        and fetch_codec.FIRST_VERSION <= response_type.__version__ <= fetch_codec.LAST_VERSION
+        entity_type.__name__ == "FetchResponse"
+        and getattr(entity_type, "__api_key__", None) == FETCH_KEY
+        and fetch_codec.FIRST_VERSION <= entity_type.__version__ <= fetch_codec.LAST_VERSION
     ):
         return fetch_codec.encode_fetch_response
     return None
@@ -180,11 +180,12 @@ def _fast_encoder(response_type: type) -> Callable[[int, Any], bytes | None] | N
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """A complete response frame: size prefix, response header (v0 or v1), body."""
-    fast = _fast_encoder(type(response))
+    entity: Any = type(response)  # the cache takes a class, which mypy does not see as Hashable
+    fast = _fast_encoder(entity)
     if fast is not None:
-        frame = fast(correlation_id, response)
-        if frame is not None:
-            return frame
+        encoded = fast(correlation_id, response)
+        if encoded is not None:
+            return encoded
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     header_type = response.__header_schema__

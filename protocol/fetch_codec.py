@@ -44,7 +44,7 @@ def _uvarint(value: int) -> bytes:
 
 def _milliseconds(delta: Any) -> int:
     """A throttle time's int32 milliseconds, rounded as kio rounds them."""
-    return round(delta.total_seconds() * 1000)
+    return round(float(delta.total_seconds()) * 1000)
 
 
 def encode_fetch_response(correlation_id: int, response: Any) -> bytes | None:
@@ -156,7 +156,7 @@ def _has_tagged_fields(partition: Any) -> bool:
     epoch = partition.diverging_epoch
     leader = partition.current_leader
     snapshot = partition.snapshot_id
-    return (
+    return bool(
         epoch.epoch != -1
         or epoch.end_offset != -1
         or leader.leader_id != -1
