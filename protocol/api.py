@@ -27,7 +27,6 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from raftka.protocol import fetch_codec
 from raftka.protocol.bounds import BoundsError, check_request
 
 API_VERSIONS_KEY = 18
@@ -171,6 +170,8 @@ def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[An
 @cache
 def _fast_encoder(entity_type: Any) -> Callable[[int, Any], bytes | None] | None:
     """The hand-written encoder of a response type, if one serves it (Fetch v4-v12)."""
+    from raftka.protocol import fetch_codec  # it reads frames with this module's FrameError
+
     if (
         entity_type.__name__ == "FetchResponse"
         and getattr(entity_type, "__api_key__", None) == FETCH_KEY

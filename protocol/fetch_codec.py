@@ -1,4 +1,5 @@
-"""Fetch responses written straight into a frame, without kio's generic walk.
+"""Fetch on the wire without kio's generic walk: the request decoded straight from its frame,
+the response written straight into one.
 
 A consumer at the end of its partitions sends a Fetch for about every batch produced, so the
 fixed cost of writing a Fetch response counts as much as a Produce's. kio's writer looks up a
@@ -10,14 +11,35 @@ versions served here. The unit tests check it against kio's writer on every vers
 
 Record bytes are copied once into the frame, as kio's writer copies them; the large ones are
 placeholders that `raftka.protocol.splice` swaps for file ranges.
+
+The decoder reads a request with precompiled `struct` formats, every length checked against the
+frame (`frame_reading`), so it needs neither kio's reader nor the bounds walk that guards it.
+It returns plain mutable classes with kio's field names; a field the version lacks holds the
+value that means "not sent" in the versions that have it (no session, no leader epoch, no
+rack). The unit tests check that they hold what kio decodes, version by version.
 """
 
 from __future__ import annotations
 
+import datetime
 import struct
+from dataclasses import dataclass
 from typing import Any
 
+from raftka.protocol.api import FrameError
+from raftka.protocol.api_keys import ApiKey
 from raftka.protocol.batch_builder import encode_uvarint
+from raftka.protocol.frame_reading import (
+    DecodedHeader,
+    bad_count,
+    bad_length,
+    compact_count,
+    read_header,
+    skip_tagged_fields,
+    text,
+    truncated,
+    uvarint,
+)
 
 #: Fetch v4 (the first with the last stable offset and aborted transactions) to v12 (the last
 #: that names topics; v13 names them by id).
@@ -164,3 +186,272 @@ def _has_tagged_fields(partition: Any) -> bool:
         or snapshot.end_offset != -1
         or snapshot.epoch != -1
     )
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class FetchPartitionData:
+    """kio's FetchPartition: -1 for the leader epochs and log start a version lacks."""
+
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+@dataclass(slots=True)
+class FetchTopicData:
+    """kio's FetchTopic."""
+
+    topic: str
+    partitions: tuple[FetchPartitionData, ...]
+
+
+@dataclass(slots=True)
+class ForgottenTopicData:
+    """kio's ForgottenTopic (v7+)."""
+
+    topic: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class FetchData:
+    """A Fetch request v4-v12 with kio's field names; before v7 no session (id 0, epoch -1,
+    nothing forgotten), before v11 no rack (""), before v12 no cluster id (None)."""
+
+    cluster_id: str | None
+    replica_id: int
+    max_wait: datetime.timedelta
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: tuple[FetchTopicData, ...]
+    forgotten_topics_data: tuple[ForgottenTopicData, ...]
+    rack_id: str
+
+
+_ONE_MS = datetime.timedelta(milliseconds=1)  # a product of it is exact, unlike a float
+# replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level
+_LIMITS = struct.Struct(">iiiib")
+_SESSION_REQUEST = struct.Struct(">ii")  # session_id, session_epoch (v7+)
+# partition, [current_leader_epoch (v9+)], fetch_offset, [last_fetched_epoch (v12)],
+# [log_start_offset (v5+)], partition_max_bytes
+_FETCH_PARTITION_V4 = struct.Struct(">iqi")
+_FETCH_PARTITION_V5 = struct.Struct(">iqqi")
+_FETCH_PARTITION_V9 = struct.Struct(">iiqqi")
+_FETCH_PARTITION_V12 = struct.Struct(">iiqiqi")
+# The fewest bytes an array element takes (a count is refused before any loop): a legacy
+# topic is a name length and a count, a compact one those and its tagged fields.
+_LEGACY_TOPIC_BYTES = 6
+_COMPACT_TOPIC_BYTES = 3
+_PARTITION_ID_BYTES = 4
+#: v12's request tag for the cluster id (KIP-595).
+_CLUSTER_ID_TAG = 0
+
+
+def decode_fetch_request(frame: bytes, version: int) -> tuple[DecodedHeader, FetchData]:
+    """The request header and the Fetch request of a frame (without its size prefix),
+    holding what kio decodes from it. Unknown tagged fields are skipped and trailing bytes
+    after the body ignored, as Kafka does (kio refuses unknown tagged fields). Raises
+    FrameError for anything malformed, and for a frame that is not a Fetch request of
+    `version` (FIRST_VERSION to LAST_VERSION).
+    """
+    if not FIRST_VERSION <= version <= LAST_VERSION:
+        raise FrameError(f"Fetch v{version} is not decoded here")
+    flexible = version >= FIRST_FLEXIBLE_VERSION
+    header, pos = read_header(frame, ApiKey.FETCH, "Fetch", version, flexible)
+    end = len(frame)
+    if pos + _LIMITS.size > end:
+        raise truncated("replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level", pos, end)
+    replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level = _LIMITS.unpack_from(frame, pos)
+    pos += _LIMITS.size
+    session_id, session_epoch = 0, -1
+    if version >= 7:
+        if pos + _SESSION_REQUEST.size > end:
+            raise truncated("session_id and session_epoch", pos, end)
+        session_id, session_epoch = _SESSION_REQUEST.unpack_from(frame, pos)
+        pos += _SESSION_REQUEST.size
+    if flexible:
+        topics, pos = _compact_topics(frame, pos, end)
+    else:
+        topics, pos = _legacy_topics(frame, pos, end, version)
+    forgotten: tuple[ForgottenTopicData, ...] = ()
+    if version >= 7:
+        forgotten, pos = _forgotten(frame, pos, end, flexible)
+    rack_id = ""
+    if version >= 11:
+        rack_id, pos = _string(frame, pos, end, flexible, "rack_id")
+    cluster_id = None
+    if flexible:
+        cluster_id, pos = _body_tagged_fields(frame, pos, end)
+    request = FetchData(
+        cluster_id,
+        replica_id,
+        _ONE_MS * max_wait_ms,
+        min_bytes,
+        max_bytes,
+        isolation_level,
+        session_id,
+        session_epoch,
+        topics,
+        forgotten,
+        rack_id,
+    )
+    return header, request
+
+
+def _string(frame: bytes, pos: int, end: int, flexible: bool, field: str) -> tuple[str, int]:
+    """A non-nullable string: a compact (uvarint length + 1) or int16 length, then UTF-8."""
+    if flexible:
+        if pos < end and frame[pos] < 0x80:
+            length = frame[pos] - 1
+            pos += 1
+        else:
+            length, pos = uvarint(frame, pos, end, field)
+            length -= 1
+    else:
+        if pos + 2 > end:
+            raise truncated(field, pos, end)
+        (length,) = _INT16.unpack_from(frame, pos)
+        pos += 2
+    if not 0 <= length <= end - pos:
+        raise bad_length(field, length, pos, end)
+    return text(frame, pos, pos + length, field), pos + length
+
+
+def _legacy_count(frame: bytes, pos: int, end: int, field: str, least: int) -> tuple[int, int]:
+    """(element count, position after it) of an int32-counted array whose elements take at
+    least `least` bytes each."""
+    if pos + 4 > end:
+        raise truncated(field, pos, end)
+    (count,) = _INT32.unpack_from(frame, pos)
+    pos += 4
+    if not 0 <= count <= (end - pos) // least:
+        raise bad_count(field, count, pos, end)
+    return count, pos
+
+
+def _legacy_topics(
+    frame: bytes, pos: int, end: int, version: int
+) -> tuple[tuple[FetchTopicData, ...], int]:
+    """v4-v11 topics: int16 names, int32 counts, the partition fields of the version."""
+    if version >= 9:
+        layout = _FETCH_PARTITION_V9
+    elif version >= 5:
+        layout = _FETCH_PARTITION_V5
+    else:
+        layout = _FETCH_PARTITION_V4
+    count, pos = _legacy_count(frame, pos, end, "topics", _LEGACY_TOPIC_BYTES)
+    topics: list[FetchTopicData] = []
+    for _ in range(count):
+        name, pos = _string(frame, pos, end, False, "topic")
+        partition_count, pos = _legacy_count(frame, pos, end, "partitions", layout.size)
+        partitions: list[FetchPartitionData] = []
+        for _ in range(partition_count):
+            fields = layout.unpack_from(frame, pos)
+            pos += layout.size
+            if version >= 9:
+                index, leader_epoch, fetch_offset, log_start, max_bytes = fields
+            elif version >= 5:
+                index, fetch_offset, log_start, max_bytes = fields
+                leader_epoch = -1
+            else:
+                index, fetch_offset, max_bytes = fields
+                leader_epoch = log_start = -1
+            partitions.append(
+                FetchPartitionData(index, leader_epoch, fetch_offset, -1, log_start, max_bytes)
+            )
+        topics.append(FetchTopicData(name, tuple(partitions)))
+    return tuple(topics), pos
+
+
+def _compact_topics(frame: bytes, pos: int, end: int) -> tuple[tuple[FetchTopicData, ...], int]:
+    """v12 topics: compact lengths, a tagged field set after every topic and partition."""
+    layout = _FETCH_PARTITION_V12
+    count, pos = compact_count(frame, pos, end, "topics", _COMPACT_TOPIC_BYTES)
+    topics: list[FetchTopicData] = []
+    for _ in range(count):
+        name, pos = _string(frame, pos, end, True, "topic")
+        partition_count, pos = compact_count(frame, pos, end, "partitions", layout.size + 1)
+        partitions: list[FetchPartitionData] = []
+        for _ in range(partition_count):
+            index, leader_epoch, fetch_offset, last_epoch, log_start, max_bytes = (
+                layout.unpack_from(frame, pos)
+            )
+            pos += layout.size
+            if pos < end and frame[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(frame, pos, end, "partitions")
+            partitions.append(
+                FetchPartitionData(
+                    index, leader_epoch, fetch_offset, last_epoch, log_start, max_bytes
+                )
+            )
+        if pos < end and frame[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(frame, pos, end, "topics")
+        topics.append(FetchTopicData(name, tuple(partitions)))
+    return tuple(topics), pos
+
+
+def _forgotten(
+    frame: bytes, pos: int, end: int, flexible: bool
+) -> tuple[tuple[ForgottenTopicData, ...], int]:
+    """forgotten_topics_data (v7+): topic names, each with its partitions' int32 ids."""
+    if flexible:
+        count, pos = compact_count(frame, pos, end, "forgotten_topics_data", _COMPACT_TOPIC_BYTES)
+    else:
+        count, pos = _legacy_count(frame, pos, end, "forgotten_topics_data", _LEGACY_TOPIC_BYTES)
+    topics: list[ForgottenTopicData] = []
+    for _ in range(count):
+        name, pos = _string(frame, pos, end, flexible, "forgotten topic")
+        if flexible:
+            ids, pos = compact_count(frame, pos, end, "forgotten partitions", _PARTITION_ID_BYTES)
+        else:
+            ids, pos = _legacy_count(frame, pos, end, "forgotten partitions", _PARTITION_ID_BYTES)
+        partitions = struct.unpack_from(f">{ids}i", frame, pos)
+        pos += ids * _PARTITION_ID_BYTES
+        if flexible:
+            if pos < end and frame[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(frame, pos, end, "forgotten_topics_data")
+        topics.append(ForgottenTopicData(name, partitions))
+    return tuple(topics), pos
+
+
+def _body_tagged_fields(frame: bytes, pos: int, end: int) -> tuple[str | None, int]:
+    """(cluster_id, position after) of v12's body tagged fields: tag 0 is the cluster id (a
+    compact nullable string); any other tag is skipped by its size."""
+    if pos < end and frame[pos] == 0:
+        return None, pos + 1
+    where = "FetchRequest"
+    count, pos = uvarint(frame, pos, end, f"tagged fields of {where}")
+    if count > (end - pos) // 2:  # a tag and a size take a byte each at least
+        raise bad_count(f"tagged fields of {where}", count, pos, end)
+    cluster_id = None
+    for _ in range(count):
+        tag, pos = uvarint(frame, pos, end, f"a tag of {where}")
+        size, pos = uvarint(frame, pos, end, f"a tagged field size of {where}")
+        if size > end - pos:
+            raise bad_length(f"a tagged field of {where}", size, pos, end)
+        if tag == _CLUSTER_ID_TAG:
+            length, start = uvarint(frame, pos, pos + size, "cluster_id")
+            length -= 1
+            if length == -1:
+                cluster_id = None
+            elif start + length == pos + size:
+                cluster_id = text(frame, start, start + length, "cluster_id")
+            else:
+                raise bad_length("cluster_id", length, start, pos + size)
+        pos += size
+    return cluster_id, pos

@@ -1,22 +1,47 @@
-"""The hand-written Fetch response encoder writes what kio's writer writes, on every version
-it serves, and leaves to kio the responses it does not write (v12 tagged fields)."""
+"""The hand-written Fetch codec agrees with kio on every version it serves.
+
+Responses: the encoder writes what kio's writer writes, and leaves to kio the responses it does
+not write (v12 tagged fields). Requests: frames kio writes (with a cluster id on v12, and
+unknown tagged fields the test adds where Kafka allows them) decode to what kio decodes, the
+decoder's plain classes turned into kio's entities of the version field by field; every
+truncation and any mutation is refused with FrameError or decoded as kio decodes it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import struct
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 
-from raftka.protocol.api import encode_response, response_type, schema_module
-from raftka.protocol.fetch_codec import FIRST_VERSION, LAST_VERSION, encode_fetch_response
+from raftka.protocol.api import (
+    FrameError,
+    decode_request,
+    encode_response,
+    read_prefix,
+    request_type,
+    response_type,
+    schema_module,
+)
+from raftka.protocol.fetch_codec import (
+    FIRST_FLEXIBLE_VERSION,
+    FIRST_VERSION,
+    LAST_VERSION,
+    decode_fetch_request,
+    encode_fetch_response,
+)
 
 VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
+INT8 = st.integers(-(2**7), 2**7 - 1)
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 # Long enough, now and then, for a compact length of more than one varint byte.
@@ -105,3 +130,232 @@ def test_a_partition_with_a_tagged_field_is_left_to_kio(response: Any, correlati
     fast = encode_fetch_response(correlation_id, response)
     assert (fast is None) == tagged
     assert encode_response(correlation_id, response) == kio_frame(correlation_id, response)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# An unknown tagged field set: (tag, value) pairs, tags ascending as Kafka writes them.
+UNKNOWN_TAGS = st.lists(st.tuples(st.integers(1, 300), st.binary(max_size=40)), max_size=2).map(
+    lambda fields: sorted(dict(fields).items())
+)
+
+
+def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
+    return _uvarint(len(fields)) + b"".join(
+        _uvarint(tag) + _uvarint(len(value)) + value for tag, value in fields
+    )
+
+
+@st.composite
+def fetch_requests(draw: st.DrawFn, version: int) -> Any:
+    module = schema_module(request_type(1, version))
+
+    def partition() -> Any:
+        values: dict[str, Any] = {
+            "partition": draw(INT32),
+            "fetch_offset": draw(INT64),
+            "partition_max_bytes": draw(INT32),
+        }
+        if version >= 5:
+            values["log_start_offset"] = draw(INT64)
+        if version >= 9:
+            values["current_leader_epoch"] = draw(INT32)
+        if version >= 12:
+            values["last_fetched_epoch"] = draw(INT32)
+        return module.FetchPartition(**values)
+
+    values: dict[str, Any] = {
+        "replica_id": draw(INT32),
+        "max_wait": datetime.timedelta(milliseconds=draw(INT32)),
+        "min_bytes": draw(INT32),
+        "max_bytes": draw(INT32),
+        "isolation_level": draw(INT8),
+        "topics": tuple(
+            module.FetchTopic(
+                topic=draw(NAMES),
+                partitions=tuple(partition() for _ in range(draw(st.integers(0, 3)))),
+            )
+            for _ in range(draw(st.integers(0, 3)))
+        ),
+    }
+    if version >= 7:
+        values["session_id"] = draw(INT32)
+        values["session_epoch"] = draw(INT32)
+        values["forgotten_topics_data"] = tuple(
+            module.ForgottenTopic(
+                topic=draw(NAMES), partitions=tuple(draw(st.lists(INT32, max_size=3)))
+            )
+            for _ in range(draw(st.integers(0, 2)))
+        )
+    if version >= 11:
+        values["rack_id"] = draw(NAMES)
+    if version >= 12:
+        values["cluster_id"] = draw(st.none() | NAMES)
+    return module.FetchRequest(**values)
+
+
+def _header(version: int, correlation_id: int, client_id: str | None) -> bytes:
+    header_type = RequestHeaderV2 if version >= FIRST_FLEXIBLE_VERSION else RequestHeaderV1
+    buf = io.BytesIO()
+    entity_writer(header_type)(
+        buf,
+        header_type(
+            request_api_key=1,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
+    return buf.getvalue()
+
+
+@st.composite
+def request_frames(draw: st.DrawFn) -> tuple[int, bytes]:
+    """(version, frame) of a random Fetch request written by kio."""
+    version = draw(st.sampled_from(VERSIONS))
+    request = draw(fetch_requests(version))
+    buf = io.BytesIO()
+    entity_writer(type(request))(buf, request)
+    return version, _header(version, draw(INT32), draw(st.none() | NAMES)) + buf.getvalue()
+
+
+def _kio_decode(frame: bytes) -> tuple[Any, Any]:
+    return decode_request(frame, read_prefix(frame))
+
+
+def _decode_as_kio(frame: bytes, version: int) -> tuple[Any, Any]:
+    """`decode_fetch_request`, its result rebuilt as kio's entities of `version` from the
+    fields the version has (so any difference shows in the comparison with kio's)."""
+    header, request = decode_fetch_request(frame, version)
+    for entity in (header, request, *request.topics, *request.forgotten_topics_data):
+        assert type(entity).__slots__  # plain slotted classes, nothing copied per field
+    module = schema_module(request_type(1, version))
+
+    def partition(p: Any) -> Any:
+        values = {
+            "partition": p.partition,
+            "fetch_offset": p.fetch_offset,
+            "partition_max_bytes": p.partition_max_bytes,
+        }
+        if version >= 5:
+            values["log_start_offset"] = p.log_start_offset
+        else:
+            assert p.log_start_offset == -1
+        if version >= 9:
+            values["current_leader_epoch"] = p.current_leader_epoch
+        else:
+            assert p.current_leader_epoch == -1
+        if version >= 12:
+            values["last_fetched_epoch"] = p.last_fetched_epoch
+        else:
+            assert p.last_fetched_epoch == -1
+        return module.FetchPartition(**values)
+
+    values: dict[str, Any] = {
+        "replica_id": request.replica_id,
+        "max_wait": request.max_wait,
+        "min_bytes": request.min_bytes,
+        "max_bytes": request.max_bytes,
+        "isolation_level": request.isolation_level,
+        "topics": tuple(
+            module.FetchTopic(topic=t.topic, partitions=tuple(partition(p) for p in t.partitions))
+            for t in request.topics
+        ),
+    }
+    if version >= 7:
+        values["session_id"] = request.session_id
+        values["session_epoch"] = request.session_epoch
+        values["forgotten_topics_data"] = tuple(
+            module.ForgottenTopic(topic=t.topic, partitions=t.partitions)
+            for t in request.forgotten_topics_data
+        )
+    else:
+        assert (request.session_id, request.session_epoch) == (0, -1)
+        assert request.forgotten_topics_data == ()
+    if version >= 11:
+        values["rack_id"] = request.rack_id
+    else:
+        assert request.rack_id == ""
+    if version >= 12:
+        values["cluster_id"] = request.cluster_id
+    else:
+        assert request.cluster_id is None
+    header_type = RequestHeaderV2 if version >= FIRST_FLEXIBLE_VERSION else RequestHeaderV1
+    kio_header = header_type(
+        request_api_key=header.request_api_key,
+        request_api_version=header.request_api_version,
+        correlation_id=header.correlation_id,
+        client_id=header.client_id,
+    )
+    return kio_header, module.FetchRequest(**values)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request_frames())
+def test_a_request_decodes_as_kio_decodes_it(version_frame: tuple[int, bytes]) -> None:
+    version, frame = version_frame
+    assert _decode_as_kio(frame, version) == _kio_decode(frame)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_unknown_tagged_fields_are_skipped_at_every_level(data: st.DataObject) -> None:
+    """Kafka skips tagged fields it does not know (KIP-482); kio refuses them, so the frame
+    with them decodes as kio decodes the frame without them."""
+    request = data.draw(fetch_requests(LAST_VERSION))
+    header = _header(LAST_VERSION, data.draw(INT32), data.draw(st.none() | NAMES))
+    body = io.BytesIO()
+    entity_writer(type(request))(body, request)
+    plain = header + body.getvalue()
+    # A kio header ends with its empty tagged field set; so does every partition, topic,
+    # forgotten topic and the body (after the cluster id, if any).
+    tags = data.draw(UNKNOWN_TAGS)
+    with_tags = header[:-1] + _tagged(tags) + body.getvalue()
+    assert _decode_as_kio(with_tags, LAST_VERSION) == _kio_decode(plain)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request_frames())
+def test_every_truncation_is_refused(version_frame: tuple[int, bytes]) -> None:
+    version, frame = version_frame
+    for end in range(len(frame)):
+        with pytest.raises(FrameError):
+            decode_fetch_request(frame[:end], version)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request_frames(), st.data())
+def test_a_mutated_frame_is_refused_or_decoded_as_kio_decodes_it(
+    version_frame: tuple[int, bytes], data: st.DataObject
+) -> None:
+    version, frame = version_frame
+    mutated = bytearray(frame)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(6, len(frame) - 1))  # the version stays Fetch's
+        mutated[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, 0xFE]))
+    frame = bytes(mutated) + data.draw(st.binary(max_size=3))
+    try:
+        expected: Any = _kio_decode(frame)
+    except FrameError as exc:
+        if "Unknown tagged field" in str(exc):
+            # kio refuses a tagged field Kafka and the decoder skip (the test above checks
+            # how): the decoder must still decode the frame or refuse it with FrameError.
+            with contextlib.suppress(FrameError):
+                _decode_as_kio(frame, version)
+            return
+        expected = FrameError
+    try:
+        decoded: Any = _decode_as_kio(frame, version)
+    except FrameError:
+        decoded = FrameError
+    assert decoded == expected
