@@ -3,9 +3,9 @@
 A request frame (after its 4-byte size prefix) starts with a fixed prefix that every header
 version shares: api_key int16, api_version int16, correlation_id int32. That prefix is read
 with `struct` so that even a request we cannot decode can be answered or logged by its
-correlation id. Everything else is kio, but for the hot APIs' hand-written codecs:
-Produce requests are decoded by `produce_codec` (the connection calls it), and
-`encode_response` writes Fetch responses with `fetch_codec`, from the same kio entities.
+correlation id. Everything else is kio, but for the hot APIs' hand-written codecs: Produce
+and Fetch requests are decoded by `produce_codec` and `fetch_codec` (the connection calls
+them), and `encode_response` writes Fetch responses with `fetch_codec`, from kio entities.
 """
 
 from __future__ import annotations
