@@ -34,6 +34,7 @@ from raftka.protocol.frame_reading import (
     bad_count,
     bad_length,
     compact_count,
+    compact_length,
     read_header,
     skip_tagged_fields,
     text,
@@ -310,12 +311,7 @@ def decode_fetch_request(frame: bytes, version: int) -> tuple[DecodedHeader, Fet
 def _string(frame: bytes, pos: int, end: int, flexible: bool, field: str) -> tuple[str, int]:
     """A non-nullable string: a compact (uvarint length + 1) or int16 length, then UTF-8."""
     if flexible:
-        if pos < end and frame[pos] < 0x80:
-            length = frame[pos] - 1
-            pos += 1
-        else:
-            length, pos = uvarint(frame, pos, end, field)
-            length -= 1
+        length, pos = compact_length(frame, pos, end, field)
     else:
         if pos + 2 > end:
             raise truncated(field, pos, end)
@@ -445,8 +441,7 @@ def _body_tagged_fields(frame: bytes, pos: int, end: int) -> tuple[str | None, i
         if size > end - pos:
             raise bad_length(f"a tagged field of {where}", size, pos, end)
         if tag == _CLUSTER_ID_TAG:
-            length, start = uvarint(frame, pos, pos + size, "cluster_id")
-            length -= 1
+            length, start = compact_length(frame, pos, pos + size, "cluster_id")
             if length == -1:
                 cluster_id = None
             elif start + length == pos + size:

@@ -42,15 +42,19 @@ def uvarint(frame: bytes, pos: int, end: int, field: str) -> tuple[int, int]:
     raise truncated(field, pos, end)
 
 
+def compact_length(frame: bytes, pos: int, end: int, field: str) -> tuple[int, int]:
+    """(length, position after it) of a compact length or count: an unsigned varint of the
+    length + 1, so -1 is null."""
+    if pos < end and frame[pos] < 0x80:
+        return frame[pos] - 1, pos + 1
+    value, pos = uvarint(frame, pos, end, field)
+    return value - 1, pos
+
+
 def compact_count(frame: bytes, pos: int, end: int, field: str, least: int) -> tuple[int, int]:
     """(element count, position after it) of a non-nullable compact array whose elements
     take at least `least` bytes each."""
-    if pos < end and frame[pos] < 0x80:
-        count = frame[pos] - 1
-        pos += 1
-    else:
-        count, pos = uvarint(frame, pos, end, field)
-        count -= 1
+    count, pos = compact_length(frame, pos, end, field)
     if not 0 <= count <= (end - pos) // least:
         raise bad_count(field, count, pos, end)
     return count, pos

@@ -9,13 +9,13 @@ truncation and any mutation is refused with FrameError or decoded as kio decodes
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import io
 import struct
 from typing import Any
 
 import pytest
+from codec_checks import assert_refused_or_decoded_as_kio, kio_decode, mutate, tagged, unknown_tags
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -25,9 +25,7 @@ from kio.serial import entity_writer
 
 from raftka.protocol.api import (
     FrameError,
-    decode_request,
     encode_response,
-    read_prefix,
     request_type,
     response_type,
     schema_module,
@@ -135,25 +133,8 @@ def test_a_partition_with_a_tagged_field_is_left_to_kio(response: Any, correlati
 # -- requests ---------------------------------------------------------------------------------
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# An unknown tagged field set: (tag, value) pairs, tags ascending as Kafka writes them.
-UNKNOWN_TAGS = st.lists(st.tuples(st.integers(1, 300), st.binary(max_size=40)), max_size=2).map(
-    lambda fields: sorted(dict(fields).items())
-)
-
-
-def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
-    return _uvarint(len(fields)) + b"".join(
-        _uvarint(tag) + _uvarint(len(value)) + value for tag, value in fields
-    )
+# Unknown tagged fields of the request header (Fetch v12 defines none there).
+UNKNOWN_TAGS = unknown_tags(0, 40)
 
 
 @st.composite
@@ -229,10 +210,6 @@ def request_frames(draw: st.DrawFn) -> tuple[int, bytes]:
     return version, _header(version, draw(INT32), draw(st.none() | NAMES)) + buf.getvalue()
 
 
-def _kio_decode(frame: bytes) -> tuple[Any, Any]:
-    return decode_request(frame, read_prefix(frame))
-
-
 def _decode_as_kio(frame: bytes, version: int) -> tuple[Any, Any]:
     """`decode_fetch_request`, its result rebuilt as kio's entities of `version` from the
     fields the version has (so any difference shows in the comparison with kio's)."""
@@ -304,7 +281,7 @@ def _decode_as_kio(frame: bytes, version: int) -> tuple[Any, Any]:
 @given(request_frames())
 def test_a_request_decodes_as_kio_decodes_it(version_frame: tuple[int, bytes]) -> None:
     version, frame = version_frame
-    assert _decode_as_kio(frame, version) == _kio_decode(frame)
+    assert _decode_as_kio(frame, version) == kio_decode(frame)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -320,8 +297,8 @@ def test_unknown_tagged_fields_are_skipped_at_every_level(data: st.DataObject) -
     # A kio header ends with its empty tagged field set; so does every partition, topic,
     # forgotten topic and the body (after the cluster id, if any).
     tags = data.draw(UNKNOWN_TAGS)
-    with_tags = header[:-1] + _tagged(tags) + body.getvalue()
-    assert _decode_as_kio(with_tags, LAST_VERSION) == _kio_decode(plain)
+    with_tags = header[:-1] + tagged(tags) + body.getvalue()
+    assert _decode_as_kio(with_tags, LAST_VERSION) == kio_decode(plain)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -339,23 +316,6 @@ def test_a_mutated_frame_is_refused_or_decoded_as_kio_decodes_it(
     version_frame: tuple[int, bytes], data: st.DataObject
 ) -> None:
     version, frame = version_frame
-    mutated = bytearray(frame)
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(6, len(frame) - 1))  # the version stays Fetch's
-        mutated[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, 0xFE]))
-    frame = bytes(mutated) + data.draw(st.binary(max_size=3))
-    try:
-        expected: Any = _kio_decode(frame)
-    except FrameError as exc:
-        if "Unknown tagged field" in str(exc):
-            # kio refuses a tagged field Kafka and the decoder skip (the test above checks
-            # how): the decoder must still decode the frame or refuse it with FrameError.
-            with contextlib.suppress(FrameError):
-                _decode_as_kio(frame, version)
-            return
-        expected = FrameError
-    try:
-        decoded: Any = _decode_as_kio(frame, version)
-    except FrameError:
-        decoded = FrameError
-    assert decoded == expected
+    assert_refused_or_decoded_as_kio(
+        mutate(frame, data), lambda mutated: _decode_as_kio(mutated, version)
+    )
