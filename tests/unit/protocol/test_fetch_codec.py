@@ -15,7 +15,14 @@ import struct
 from typing import Any
 
 import pytest
-from codec_checks import assert_refused_or_decoded_as_kio, kio_decode, mutate, tagged, unknown_tags
+from codec_checks import (
+    assert_refused_or_decoded_as_kio,
+    kio_decode,
+    mutate,
+    tagged,
+    unknown_tags,
+    uvarint,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -284,21 +291,73 @@ def test_a_request_decodes_as_kio_decodes_it(version_frame: tuple[int, bytes]) -
     assert _decode_as_kio(frame, version) == kio_decode(frame)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _flexible_body(request: Any, draw_tags: Any) -> bytes:
+    """A Fetch v12 body written field by field, with the tagged fields `draw_tags` gives
+    after every structure Kafka allows them (the body's beside its cluster id, tag 0); with
+    none it is byte for byte what kio writes."""
+
+    def compact(value: str) -> bytes:
+        encoded = value.encode()
+        return uvarint(len(encoded) + 1) + encoded
+
+    out = struct.pack(
+        ">iiiibii",
+        request.replica_id,
+        round(request.max_wait.total_seconds() * 1000),
+        request.min_bytes,
+        request.max_bytes,
+        request.isolation_level,
+        request.session_id,
+        request.session_epoch,
+    )
+    out += uvarint(len(request.topics) + 1)
+    for topic in request.topics:
+        out += compact(topic.topic) + uvarint(len(topic.partitions) + 1)
+        for p in topic.partitions:
+            out += struct.pack(
+                ">iiqiqi",
+                p.partition,
+                p.current_leader_epoch,
+                p.fetch_offset,
+                p.last_fetched_epoch,
+                p.log_start_offset,
+                p.partition_max_bytes,
+            )
+            out += tagged(draw_tags(UNKNOWN_TAGS))
+        out += tagged(draw_tags(UNKNOWN_TAGS))
+    out += uvarint(len(request.forgotten_topics_data) + 1)
+    for topic in request.forgotten_topics_data:
+        out += compact(topic.topic) + uvarint(len(topic.partitions) + 1)
+        out += struct.pack(f">{len(topic.partitions)}i", *topic.partitions)
+        out += tagged(draw_tags(UNKNOWN_TAGS))
+    out += compact(request.rack_id)
+    body_tags = [(tag, value) for tag, value in draw_tags(UNKNOWN_TAGS) if tag != 0]
+    if request.cluster_id is not None:
+        body_tags.insert(0, (0, compact(request.cluster_id)))
+    return out + tagged(body_tags)
+
+
+@settings(deadline=None)
+@given(fetch_requests(LAST_VERSION))
+def test_the_test_writer_writes_what_kio_writes(request: Any) -> None:
+    kio_body = io.BytesIO()
+    entity_writer(type(request))(kio_body, request)
+    assert _flexible_body(request, lambda _: []) == kio_body.getvalue()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_unknown_tagged_fields_are_skipped_at_every_level(data: st.DataObject) -> None:
     """Kafka skips tagged fields it does not know (KIP-482); kio refuses them, so the frame
     with them decodes as kio decodes the frame without them."""
     request = data.draw(fetch_requests(LAST_VERSION))
     header = _header(LAST_VERSION, data.draw(INT32), data.draw(st.none() | NAMES))
-    body = io.BytesIO()
-    entity_writer(type(request))(body, request)
-    plain = header + body.getvalue()
-    # A kio header ends with its empty tagged field set; so does every partition, topic,
-    # forgotten topic and the body (after the cluster id, if any).
-    tags = data.draw(UNKNOWN_TAGS)
-    with_tags = header[:-1] + tagged(tags) + body.getvalue()
-    assert _decode_as_kio(with_tags, LAST_VERSION) == kio_decode(plain)
+    plain = header + _flexible_body(request, lambda _: [])
+    # A kio header ends with its empty tagged field set.
+    with_tags = header[:-1] + tagged(data.draw(UNKNOWN_TAGS)) + _flexible_body(request, data.draw)
+    header_decoded, decoded = _decode_as_kio(with_tags, LAST_VERSION)
+    assert (header_decoded, decoded) == kio_decode(plain)
+    assert decoded == request
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
