@@ -83,6 +83,7 @@ from raftka.broker.security.listeners import ListenerSpec, SecurityProtocol
 from raftka.broker.security.session import ClientSession
 from raftka.broker.security.tls import certificate_principal
 from raftka.broker.services import Deferred, Later, RequestContext, Subscribed
+from raftka.protocol import fetch_codec
 from raftka.protocol.api import (
     EncodedResponse,
     FrameError,
@@ -92,6 +93,7 @@ from raftka.protocol.api import (
     read_prefix,
 )
 from raftka.protocol.api_keys import ApiKey
+from raftka.protocol.fetch_codec import decode_fetch_request
 from raftka.protocol.produce_codec import decode_produce_request
 from raftka.protocol.splice import FileRange, Pieces, SplicedResponse
 
@@ -555,9 +557,15 @@ class Connection:
             slot.close_after = True
             self._finish(slot)
             return True
+        request: RequestPayload
         try:
             if prefix.api_key == ApiKey.PRODUCE:
                 header, request = decode_produce_request(frame, prefix.api_version)
+            elif (
+                prefix.api_key == ApiKey.FETCH
+                and fetch_codec.FIRST_VERSION <= prefix.api_version <= fetch_codec.LAST_VERSION
+            ):
+                header, request = decode_fetch_request(frame, prefix.api_version)
             else:
                 header, request = decode_request(frame, prefix)
         except FrameError as exc:

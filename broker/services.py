@@ -39,10 +39,12 @@ if TYPE_CHECKING:
     from raftka.broker.metrics import BrokerMetrics
     from raftka.broker.quotas import QuotaEntity
     from raftka.broker.replica import ReplicaManager
-    from raftka.protocol.produce_codec import DecodedHeader, ProduceData
+    from raftka.protocol.fetch_codec import FetchData
+    from raftka.protocol.frame_reading import DecodedHeader
+    from raftka.protocol.produce_codec import ProduceData
 
-    #: A decoded request: kio's entity, or the hand-written Produce decoder's.
-    RequestPayload = KioRequestPayload | ProduceData
+    #: A decoded request: kio's entity, or a hand-written decoder's (Produce, Fetch).
+    RequestPayload = KioRequestPayload | ProduceData | FetchData
     from raftka.broker.security.acl import (
         AclOperation,
         AclSet,

@@ -31,6 +31,8 @@ MAX_RELATIVE_OFFSET = 2**31 - 1
 #: Bytes read per system call when walking batch headers or recovering a segment.
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 HEADER_WINDOW_BYTES = 64 * 1024
+#: Batch headers a segment keeps of its last appends (`LogSegment.locate` reads them).
+RECENT_BATCHES = 8
 
 
 def segment_file_stem(base_offset: int) -> str:
@@ -88,6 +90,11 @@ class LogSegment:
         self.created_ms = now_ms
         self._bytes_since_index_entry = 0
         self.dirty = False  # written since the last flush job
+        # The headers of the last few batches appended through this object, by file position
+        # (in file order): a consumer reading at the end of the log finds its batches here
+        # instead of walking the headers after the last index entry with a pread each.
+        # Replaced, never cleared in place, when the bytes they describe change.
+        self._recent: dict[int, BatchHeader] = {}
 
     # -- writing --------------------------------------------------------------------------
     def append(
@@ -137,6 +144,13 @@ class LogSegment:
         self.size_bytes = position + len(view)
         self.next_offset = end_offset
         self.dirty = True
+        recent = self._recent
+        for header in headers:
+            # As written (the offsets and epoch assigned), as a pread would find it.
+            at = position + header.position
+            recent[at] = read_batch_header(view, header.position)._replace(position=at)
+        while len(recent) > RECENT_BATCHES:
+            del recent[next(iter(recent))]
 
     def _accounting(self) -> tuple[int, int, int, int, int, int]:
         return (
@@ -179,6 +193,7 @@ class LogSegment:
 
     def seal(self) -> None:
         """Record the final max timestamp in the time index (on roll and on close)."""
+        self._recent = {}
         self._maybe_append_time_entry()
         self.write_indexes()
         self.dirty = True
@@ -302,9 +317,18 @@ class LogSegment:
 
         None if no batch here holds `fetch_offset`; start == stop when none may be returned.
         The offset index skips most of the range: only the batches after its last entry
-        inside the limits are walked, each with one small pread.
+        inside the limits are walked, each with one small pread, but for the last few
+        appended, whose headers are kept: a read at the end of the log reads none.
         """
         _, position = self.offset_index.lookup(fetch_offset)
+        recent = self._recent
+        if recent:
+            # The last batch appended that starts at or before `fetch_offset` is a later
+            # start for the walk than the index entry when it lies past it.
+            for start, header in reversed(recent.items()):
+                if header.base_offset <= fetch_offset:
+                    position = max(position, start)
+                    break
         end = self.size_bytes
         bound = self.offset_index.position_after(max_offset)
         if bound is not None:
@@ -322,6 +346,9 @@ class LogSegment:
             return None
 
         def header_at(pos: int) -> BatchHeader:
+            header = recent.get(pos)
+            if header is not None:
+                return header
             return read_batch_header(self.pread(RECORD_BATCH_OVERHEAD, pos))
 
         return _walk(
@@ -334,6 +361,7 @@ class LogSegment:
 
         Reads the index files and walks only the batches after the last offset-index entry.
         """
+        self._recent = {}
         file_size = os.fstat(self.fd).st_size
         if not self.offset_index.load(file_size, 2**63 - 1):
             return False
@@ -382,6 +410,7 @@ class LogSegment:
         good one and rebuild both indexes. Returns what was dropped and epoch changes seen.
         """
         file_size = os.fstat(self.fd).st_size
+        self._recent = {}
         self.size_bytes = 0
         self.next_offset = self.base_offset
         self.max_timestamp = -1
@@ -443,6 +472,7 @@ class LogSegment:
         if header is None:
             return 0
         removed = self.size_bytes - header.position
+        self._recent = {}
         os.ftruncate(self.fd, header.position)
         self.size_bytes = header.position
         self.next_offset = header.base_offset
@@ -502,6 +532,7 @@ class LogSegment:
         """Close the descriptor without writing anything: the files at this segment's paths
         now belong to the segment that replaced it (readers holding a duplicate of the
         descriptor keep reading the old file)."""
+        self._recent = {}
         self.offset_index._pending.clear()
         self.time_index._pending.clear()
         if self.fd >= 0:
@@ -509,6 +540,7 @@ class LogSegment:
             self.fd = -1
 
     def close(self) -> None:
+        self._recent = {}
         self.offset_index.close()
         self.time_index.close()
         if self.fd >= 0:
@@ -516,6 +548,7 @@ class LogSegment:
             self.fd = -1
 
     def delete(self) -> None:
+        self._recent = {}
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

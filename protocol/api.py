@@ -3,7 +3,9 @@
 A request frame (after its 4-byte size prefix) starts with a fixed prefix that every header
 version shares: api_key int16, api_version int16, correlation_id int32. That prefix is read
 with `struct` so that even a request we cannot decode can be answered or logged by its
-correlation id. Everything else is kio.
+correlation id. Everything else is kio, but for the hot APIs' hand-written codecs: Produce
+and Fetch requests are decoded by `produce_codec` and `fetch_codec` (the connection calls
+them), and `encode_response` writes Fetch responses with `fetch_codec`, from kio entities.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pkgutil
 import re
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
 from types import ModuleType
@@ -27,6 +30,7 @@ from kio.serial import entity_reader, entity_writer
 from raftka.protocol.bounds import BoundsError, check_request
 
 API_VERSIONS_KEY = 18
+FETCH_KEY = 1
 
 E = TypeVar("E")
 
@@ -163,8 +167,28 @@ def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[An
     return header, body
 
 
+@cache
+def _fast_encoder(entity_type: Any) -> Callable[[int, Any], bytes | None] | None:
+    """The hand-written encoder of a response type, if one serves it (Fetch v4-v12)."""
+    from raftka.protocol import fetch_codec  # it reads frames with this module's FrameError
+
+    if (
+        entity_type.__name__ == "FetchResponse"
+        and getattr(entity_type, "__api_key__", None) == FETCH_KEY
+        and fetch_codec.FIRST_VERSION <= entity_type.__version__ <= fetch_codec.LAST_VERSION
+    ):
+        return fetch_codec.encode_fetch_response
+    return None
+
+
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """A complete response frame: size prefix, response header (v0 or v1), body."""
+    entity: Any = type(response)  # the cache takes a class, which mypy does not see as Hashable
+    fast = _fast_encoder(entity)
+    if fast is not None:
+        encoded = fast(correlation_id, response)
+        if encoded is not None:
+            return encoded
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     header_type = response.__header_schema__

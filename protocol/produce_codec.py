@@ -26,6 +26,17 @@ from typing import Protocol, TypeAlias
 
 from raftka.protocol.api import FrameError
 from raftka.protocol.api_keys import ApiKey
+from raftka.protocol.frame_reading import (
+    DecodedHeader,
+    bad_count,
+    bad_length,
+    compact_count,
+    read_header,
+    skip_tagged_fields,
+    text,
+    truncated,
+    uvarint,
+)
 
 #: The Produce versions served here: v3 (the first with a transactional id) to v12 (v13
 #: names topics by id, a different shape).
@@ -33,17 +44,6 @@ FIRST_VERSION = 3
 LAST_VERSION = 12
 #: Produce v9 and later use compact lengths and tagged fields (KIP-482).
 FIRST_FLEXIBLE_VERSION = 9
-
-
-@dataclass(slots=True)
-class DecodedHeader:
-    """A request header v1/v2 as decoded here, with kio's field names (tagged fields are
-    skipped: Kafka defines none for requests)."""
-
-    request_api_key: int
-    request_api_version: int
-    correlation_id: int
-    client_id: str | None
 
 
 @dataclass(slots=True)
@@ -69,7 +69,6 @@ class ProduceData:
     topic_data: tuple[ProduceTopicData, ...]
 
 
-_HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
@@ -98,69 +97,53 @@ def decode_produce_request(frame: bytes, version: int) -> tuple[DecodedHeader, P
     """
     if not FIRST_VERSION <= version <= LAST_VERSION:
         raise FrameError(f"Produce v{version} is not decoded here")
+    flexible = version >= FIRST_FLEXIBLE_VERSION
+    header, pos = read_header(frame, ApiKey.PRODUCE, "Produce", version, flexible)
     end = len(frame)
-    if end < _HEADER.size:
-        raise FrameError(f"frame of {end} bytes is shorter than a request header")
-    api_key, api_version, correlation_id, length = _HEADER.unpack_from(frame, 0)
-    if api_key != ApiKey.PRODUCE or api_version != version:
-        raise FrameError(f"api key {api_key} v{api_version} is not Produce v{version}")
-    pos = _HEADER.size
-    if length == -1:
-        client_id = None
-    elif 0 <= length <= end - pos:
-        client_id = _text(frame, pos, pos + length, "client_id")
-        pos += length
-    else:
-        raise _bad_length("client_id", length, pos, end)
-    header = DecodedHeader(api_key, api_version, correlation_id, client_id)
-    if version < FIRST_FLEXIBLE_VERSION:
+    if not flexible:
         return header, _legacy_body(frame, pos, end)
-    if pos < end and frame[pos] == 0:
-        pos += 1
-    else:
-        pos = _skip_tagged_fields(frame, pos, end, "request header")
     return header, _compact_body(frame, pos, end)
 
 
 def _legacy_body(frame: bytes, pos: int, end: int) -> ProduceData:
     """A v3-v8 body: int16 string lengths, int32 array and bytes lengths, -1 for null."""
     if pos + 2 > end:
-        raise _truncated("transactional_id", pos, end)
+        raise truncated("transactional_id", pos, end)
     (length,) = _INT16.unpack_from(frame, pos)
     pos += 2
     if length == -1:
         transactional_id = None
     elif 0 <= length <= end - pos:
-        transactional_id = _text(frame, pos, pos + length, "transactional_id")
+        transactional_id = text(frame, pos, pos + length, "transactional_id")
         pos += length
     else:
-        raise _bad_length("transactional_id", length, pos, end)
+        raise bad_length("transactional_id", length, pos, end)
     if pos + _ACKS_TIMEOUT_COUNT.size > end:
-        raise _truncated("acks, timeout_ms and topic_data", pos, end)
+        raise truncated("acks, timeout_ms and topic_data", pos, end)
     acks, timeout_ms, topic_count = _ACKS_TIMEOUT_COUNT.unpack_from(frame, pos)
     pos += _ACKS_TIMEOUT_COUNT.size
     if not 0 <= topic_count <= (end - pos) // _LEGACY_TOPIC_BYTES:
-        raise _bad_count("topic_data", topic_count, pos, end)
+        raise bad_count("topic_data", topic_count, pos, end)
     topics: list[ProduceTopicData] = []
     for _ in range(topic_count):
         if pos + 2 > end:
-            raise _truncated("topic name", pos, end)
+            raise truncated("topic name", pos, end)
         (length,) = _INT16.unpack_from(frame, pos)
         pos += 2
         if not 0 <= length <= end - pos:
-            raise _bad_length("topic name", length, pos, end)
-        name = _text(frame, pos, pos + length, "topic name")
+            raise bad_length("topic name", length, pos, end)
+        name = text(frame, pos, pos + length, "topic name")
         pos += length
         if pos + 4 > end:
-            raise _truncated("partition_data", pos, end)
+            raise truncated("partition_data", pos, end)
         (partition_count,) = _INT32.unpack_from(frame, pos)
         pos += 4
         if not 0 <= partition_count <= (end - pos) // _LEGACY_PARTITION_BYTES:
-            raise _bad_count("partition_data", partition_count, pos, end)
+            raise bad_count("partition_data", partition_count, pos, end)
         partitions: list[ProducePartitionData] = []
         for _ in range(partition_count):
             if pos + _INDEX_SIZE.size > end:
-                raise _truncated("partition", pos, end)
+                raise truncated("partition", pos, end)
             index, size = _INDEX_SIZE.unpack_from(frame, pos)
             pos += _INDEX_SIZE.size
             if size == -1:
@@ -169,7 +152,7 @@ def _legacy_body(frame: bytes, pos: int, end: int) -> ProduceData:
                 records = frame[pos : pos + size]
                 pos += size
             else:
-                raise _bad_length("records", size, pos, end)
+                raise bad_length("records", size, pos, end)
             partitions.append(ProducePartitionData(index, records))
         topics.append(ProduceTopicData(name, tuple(partitions)))
     return ProduceData(transactional_id, acks, _ONE_MS * timeout_ms, tuple(topics))
@@ -182,39 +165,39 @@ def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
         length = frame[pos] - 1
         pos += 1
     else:
-        length, pos = _uvarint(frame, pos, end, "transactional_id")
+        length, pos = uvarint(frame, pos, end, "transactional_id")
         length -= 1
     if length == -1:
         transactional_id = None
     elif length <= end - pos:
-        transactional_id = _text(frame, pos, pos + length, "transactional_id")
+        transactional_id = text(frame, pos, pos + length, "transactional_id")
         pos += length
     else:
-        raise _bad_length("transactional_id", length, pos, end)
+        raise bad_length("transactional_id", length, pos, end)
     if pos + _ACKS_TIMEOUT.size > end:
-        raise _truncated("acks and timeout_ms", pos, end)
+        raise truncated("acks and timeout_ms", pos, end)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
     pos += _ACKS_TIMEOUT.size
-    topic_count, pos = _compact_count(frame, pos, end, "topic_data", _COMPACT_TOPIC_BYTES)
+    topic_count, pos = compact_count(frame, pos, end, "topic_data", _COMPACT_TOPIC_BYTES)
     topics: list[ProduceTopicData] = []
     for _ in range(topic_count):
         if pos < end and frame[pos] < 0x80:
             length = frame[pos] - 1
             pos += 1
         else:
-            length, pos = _uvarint(frame, pos, end, "topic name")
+            length, pos = uvarint(frame, pos, end, "topic name")
             length -= 1
         if not 0 <= length <= end - pos:
-            raise _bad_length("topic name", length, pos, end)
-        name = _text(frame, pos, pos + length, "topic name")
+            raise bad_length("topic name", length, pos, end)
+        name = text(frame, pos, pos + length, "topic name")
         pos += length
-        partition_count, pos = _compact_count(
+        partition_count, pos = compact_count(
             frame, pos, end, "partition_data", _COMPACT_PARTITION_BYTES
         )
         partitions: list[ProducePartitionData] = []
         for _ in range(partition_count):
             if pos + _INDEX_BYTE.size > end:
-                raise _truncated("partition", pos, end)
+                raise truncated("partition", pos, end)
             index, size = _INDEX_BYTE.unpack_from(frame, pos)
             pos += _INDEX_BYTE.size
             if size < 0x80:
@@ -223,7 +206,7 @@ def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
                 size = (size & 0x7F | frame[pos] << 7) - 1
                 pos += 1
             else:
-                size, pos = _uvarint(frame, pos - 1, end, "records")
+                size, pos = uvarint(frame, pos - 1, end, "records")
                 size -= 1
             if size == -1:
                 records = None
@@ -231,86 +214,22 @@ def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
                 records = frame[pos : pos + size]
                 pos += size
             else:
-                raise _bad_length("records", size, pos, end)
+                raise bad_length("records", size, pos, end)
             if pos < end and frame[pos] == 0:
                 pos += 1
             else:
-                pos = _skip_tagged_fields(frame, pos, end, "partition_data")
+                pos = skip_tagged_fields(frame, pos, end, "partition_data")
             partitions.append(ProducePartitionData(index, records))
         if pos < end and frame[pos] == 0:
             pos += 1
         else:
-            pos = _skip_tagged_fields(frame, pos, end, "topic_data")
+            pos = skip_tagged_fields(frame, pos, end, "topic_data")
         topics.append(ProduceTopicData(name, tuple(partitions)))
     if pos < end and frame[pos] == 0:
         pos += 1
     else:
-        pos = _skip_tagged_fields(frame, pos, end, "ProduceRequest")
+        pos = skip_tagged_fields(frame, pos, end, "ProduceRequest")
     return ProduceData(transactional_id, acks, _ONE_MS * timeout_ms, tuple(topics))
-
-
-def _uvarint(frame: bytes, pos: int, end: int, field: str) -> tuple[int, int]:
-    """(value, position after it) of an unsigned varint of at most 5 bytes, as Kafka's
-    ByteUtils.readUnsignedVarint reads them."""
-    value = shift = 0
-    while pos < end:
-        byte = frame[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise FrameError(f"the varint length of {field} at {pos - 5} is longer than 5 bytes")
-    raise _truncated(field, pos, end)
-
-
-def _compact_count(frame: bytes, pos: int, end: int, field: str, least: int) -> tuple[int, int]:
-    """(element count, position after it) of a non-nullable compact array whose elements
-    take at least `least` bytes each."""
-    if pos < end and frame[pos] < 0x80:
-        count = frame[pos] - 1
-        pos += 1
-    else:
-        count, pos = _uvarint(frame, pos, end, field)
-        count -= 1
-    if not 0 <= count <= (end - pos) // least:
-        raise _bad_count(field, count, pos, end)
-    return count, pos
-
-
-def _skip_tagged_fields(frame: bytes, pos: int, end: int, where: str) -> int:
-    """The position after a tagged field set; Produce requests define no tagged fields of
-    their own, so every one is skipped by its size."""
-    count, pos = _uvarint(frame, pos, end, f"tagged fields of {where}")
-    if count > (end - pos) // 2:  # a tag and a size take a byte each at least
-        raise _bad_count(f"tagged fields of {where}", count, pos, end)
-    for _ in range(count):
-        _tag, pos = _uvarint(frame, pos, end, f"a tag of {where}")
-        size, pos = _uvarint(frame, pos, end, f"a tagged field size of {where}")
-        if size > end - pos:
-            raise _bad_length(f"a tagged field of {where}", size, pos, end)
-        pos += size
-    return pos
-
-
-def _text(frame: bytes, start: int, stop: int, field: str) -> str:
-    try:
-        return frame[start:stop].decode()
-    except UnicodeDecodeError:
-        raise FrameError(f"{field} at {start} is not UTF-8") from None
-
-
-def _truncated(field: str, pos: int, end: int) -> FrameError:
-    return FrameError(f"the frame ends at {end}, in the middle of {field} at {pos}")
-
-
-def _bad_length(field: str, length: int, pos: int, end: int) -> FrameError:
-    return FrameError(f"{field} at {pos} claims {length} bytes, {end - pos} are left")
-
-
-def _bad_count(field: str, count: int, pos: int, end: int) -> FrameError:
-    return FrameError(f"{field} at {pos} claims {count} elements, {end - pos} bytes are left")
 
 
 class PartitionAnswer(Protocol):

@@ -66,7 +66,11 @@ if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition, Topic
     from raftka.log.segment import LogSegment
-    from raftka.protocol.messages.requests import FetchRequest
+    from raftka.protocol.fetch_codec import FetchData
+    from raftka.protocol.messages.requests import FetchRequest as KioFetchRequest
+
+    #: As the connection decodes it (`FetchData`), or as kio does (in-process callers).
+    FetchRequest = FetchData | KioFetchRequest
     from raftka.protocol.messages.responses import FetchResponse
 
 #: A partition's answer before it is built: its fields (all but "records"), the segment

@@ -47,6 +47,13 @@ def check(log: PartitionLog, model: list[tuple[int, int, int]]) -> None:
             offset = header.next_offset
     assert got == model
     assert log.read(log.log_end_offset, 100, log.log_end_offset, True) == b""
+    # The zero-copy path (batch headers only, the last appends' from memory) finds the
+    # bytes a read finds, from every offset and under every limit.
+    for offset in range(log.log_start_offset, log.log_end_offset):
+        for max_bytes, max_offset in ((1, end), (150, end), (300, (offset + end + 1) // 2)):
+            found = log.fetch_slice(offset, max_bytes, max_offset, True)
+            sliced = b"" if found is None else found.segment.pread(found.length, found.position)
+            assert sliced == log.read(offset, max_bytes, max_offset, True)
 
 
 @settings(
