@@ -115,8 +115,9 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key_on_every_replica(
     wait_until(identical, 30, "byte-identical batches on the three replicas", 0.25)
     # One group committing again and again: compaction keeps its latest commit only. This
     # comes before the replica's kill below: the restarted replica answers NOT_COORDINATOR
-    # while the offsets partition it may have led elects a new leader, and librdkafka fails
-    # a synchronous commit or a committed() answered so once it has retried on the same broker.
+    # while the offsets partition it may have led elects a new leader, and librdkafka then
+    # looks the coordinator up again but fails a synchronous commit or a committed() so
+    # answered (it sends neither again).
     consumer = make_consumer(bootstrap, group_id="compaction-commits")
     try:
         for i in range(COMMITS):
