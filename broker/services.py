@@ -151,7 +151,14 @@ class ControllerClient(Protocol):
     controller forwards to the controller leader when this broker is not it."""
 
     @property
-    def controller_id(self) -> int: ...
+    def controller_id(self) -> int:
+        """The metadata quorum's leader; -1 while there is none."""
+        ...
+
+    @property
+    def advertised_controller_id(self) -> int:
+        """The controller id clients are told: the leader, or this broker during an election."""
+        ...
 
     @property
     def image(self) -> MetadataView: ...

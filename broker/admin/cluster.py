@@ -81,7 +81,8 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
             offline_dirs = dict(zip(nodes, found, strict=True))
     states = list(by_partition.values())
     answered = answering(target, metadata)
-    roles = _metadata_roles(target)
+    quorum = _quorum(target)
+    roles = _metadata_roles(quorum)
     brokers = []
     for broker in sorted(metadata.brokers.values(), key=lambda b: b.id):
         brokers.append(
@@ -123,7 +124,9 @@ def cluster_status(target: Target, include_internal: bool = False) -> Document:
     hosts = hosts_of(brokers)
     return {
         "cluster_id": cluster_id,
-        "controller_id": metadata.controller_id,
+        # The quorum's leader as DescribeQuorum says (-1 during an election); Metadata's
+        # controller id names a broker that forwards to it, which is not always the leader.
+        "controller_id": metadata.controller_id if quorum is None else quorum["leader"],
         "brokers": brokers,
         "hosts": hosts,
         "partitions": [
@@ -182,12 +185,18 @@ def hosts_of(brokers: list[Document]) -> list[Document]:
     return sorted(hosts, key=lambda h: h["brokers"][0])
 
 
-def _metadata_roles(target: Target) -> dict[int, str]:
-    """Broker id -> "voter" or "observer" of the metadata quorum (DescribeQuorum); empty
-    when no broker answers it (the roles are then left blank)."""
+def _quorum(target: Target) -> Document | None:
+    """The metadata quorum (DescribeQuorum); None when no broker answers it."""
     try:
-        quorum = describe_quorum(target)
+        return describe_quorum(target)
     except (AdminError, WireError, OSError):
+        return None
+
+
+def _metadata_roles(quorum: Document | None) -> dict[int, str]:
+    """Broker id -> "voter" or "observer" of the metadata quorum; empty when no broker
+    answered DescribeQuorum (the roles are then left blank)."""
+    if quorum is None:
         return {}
     roles = dict.fromkeys(quorum["observers"], "observer")
     roles.update(dict.fromkeys(quorum["voters"], "voter"))

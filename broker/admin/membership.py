@@ -39,8 +39,9 @@ def _error_name(code: object) -> str:
 
 
 def _controller_connection(cluster: WireCluster) -> WireConnection:
-    """The active controller's connection (the quorum leader knows every replica's log end;
-    a follower does not), else any broker's while it is unknown or does not answer."""
+    """The connection to the broker Metadata names as the controller: the quorum's leader
+    (it knows every replica's log end; a follower does not), or during an election the
+    broker that answered; any broker's if that one does not answer."""
     cluster.metadata(())
     if cluster.controller_id is not None:
         try:

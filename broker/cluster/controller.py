@@ -178,7 +178,7 @@ class Controller:
             snapshot_source=self.retention.snapshot_ending_at,
             on_snapshot=self._install_snapshot,
         )
-        self._logged_leadership: tuple[int, int] | None = None  # (term, leader) last logged
+        self._logged_leadership: tuple[int, int | None] | None = None  # (term, leader) logged
         self.raft: RaftGroup = node.add_raft_group(
             METADATA_GROUP, voters, self.storage, self._on_update
         )
@@ -409,17 +409,29 @@ class Controller:
         if update.high_watermark is not None:
             self._committed.set()
         soft_state = update.soft_state
-        if soft_state is not None and soft_state.leader_id is not None:
-            leadership = (soft_state.term, soft_state.leader_id)
-            if leadership != self._logged_leadership:  # one line per new controller
-                self._logged_leadership = leadership
-                logger.info(
-                    "%s: controller is node %d at term %d",
-                    METADATA_GROUP,
-                    soft_state.leader_id,
-                    soft_state.term,
-                    extra={"raft_group": METADATA_GROUP},
-                )
+        if soft_state is None:
+            return
+        leadership = (soft_state.term, soft_state.leader_id)
+        if leadership == self._logged_leadership:
+            return
+        if soft_state.leader_id is not None:  # one line per new controller
+            self._logged_leadership = leadership
+            logger.info(
+                "%s: controller is node %d at term %d",
+                METADATA_GROUP,
+                soft_state.leader_id,
+                soft_state.term,
+                extra={"raft_group": METADATA_GROUP},
+            )
+        elif self._logged_leadership is not None and self._logged_leadership[1] is not None:
+            # One line when a known controller is lost, not one per failed election.
+            self._logged_leadership = leadership
+            logger.info(
+                "%s: no controller at term %d (an election runs); admin requests wait for one",
+                METADATA_GROUP,
+                soft_state.term,
+                extra={"raft_group": METADATA_GROUP},
+            )
 
     async def _apply_committed(self) -> None:
         if self._reconcile_pending:
@@ -474,8 +486,19 @@ class Controller:
 
     @property
     def controller_id(self) -> int:
+        """The metadata quorum's leader; -1 while there is none (an election runs)."""
         leader = self.raft.leader_id
         return -1 if leader is None else leader
+
+    @property
+    def advertised_controller_id(self) -> int:
+        """The controller a client is told of (Metadata, DescribeCluster): the quorum's
+        leader, or this broker while there is none. Any broker takes an admin request and
+        forwards it to the controller once one is elected (KIP-590), and a client told -1
+        may hold its request without asking again (librdkafka waits for a broker's state to
+        change); Kafka's brokers in KRaft mode never answer -1 either."""
+        leader = self.raft.leader_id
+        return self.node_id if leader is None else leader
 
     @property
     def is_controller(self) -> bool:
@@ -514,14 +537,30 @@ class Controller:
         forwarded request answered NOT_CONTROLLER. Commands decide from the metadata image,
         so one that committed before the role was lost is decided again from what it did."""
         deadline = self.clock.now_s() + FORWARD_TIMEOUT_S
+        refused_by: set[int] = set()
+        waited_for_election = False
 
-        def final(result: CommandResult) -> bool:
-            return result.error_code != ErrorCode.not_controller or self.clock.now_s() >= deadline
+        def final(result: CommandResult, leader: int) -> bool:
+            if result.error_code != ErrorCode.not_controller:
+                return True
+            if leader not in refused_by:
+                # Once per broker: a command that waits for a controller says why in the log.
+                refused_by.add(leader)
+                logger.info(
+                    "%s: broker %s answered NOT_CONTROLLER (%s); sent again to the "
+                    "controller for up to %.0f s more",
+                    type(command).__name__,
+                    leader,
+                    result.error_message,
+                    max(0.0, deadline - self.clock.now_s()),
+                    extra={"peer": leader},
+                )
+            return self.clock.now_s() >= deadline
 
         while True:
             if self.is_controller:
                 result = await self._execute_here(command)
-                if final(result):
+                if final(result, self.node_id):
                     return result
                 await trio.sleep(0.05)
                 continue
@@ -532,13 +571,13 @@ class Controller:
                         leader, CONTROLLER_RPC, command.to_wire(), FORWARD_TIMEOUT_S
                     )
                     result = CommandResult.from_wire(raw)
-                    if final(result):
+                    if final(result, leader):
                         return result
                 except ForwardRemoteError as exc:
+                    message = exc.payload.decode(errors="replace")
                     if exc.error_code != ErrorCode.not_controller:
-                        return CommandResult.error(
-                            ErrorCode(exc.error_code), exc.payload.decode(errors="replace")
-                        )
+                        return CommandResult.error(ErrorCode(exc.error_code), message)
+                    final(CommandResult.error(ErrorCode.not_controller, message), leader)
                 except ForwardError as exc:
                     logger.info(
                         "forwarding to controller %s failed: %s",
@@ -550,9 +589,25 @@ class Controller:
                 # Not a voter (a broker joining the cluster): no leader contacts it until it
                 # is a member, so it asks the brokers it knows in turn.
                 found = await self._execute_at_any_peer(command)
-                if found is not None and final(found):
+                if found is not None and (
+                    found.error_code != ErrorCode.not_controller or self.clock.now_s() >= deadline
+                ):
                     return found
+            elif leader is None and not waited_for_election:
+                waited_for_election = True
+                logger.info(
+                    "%s waits for the metadata quorum to elect a controller (up to %.0f s)",
+                    type(command).__name__,
+                    max(0.0, deadline - self.clock.now_s()),
+                )
             if self.clock.now_s() >= deadline:
+                logger.warning(
+                    "%s: no controller ran it within %.0f s (the metadata quorum's leader: %s); "
+                    "answered NOT_CONTROLLER",
+                    type(command).__name__,
+                    FORWARD_TIMEOUT_S,
+                    "none" if leader is None else leader,
+                )
                 return CommandResult.error(
                     ErrorCode.not_controller,
                     "No controller is available: the metadata quorum has no leader",

@@ -317,7 +317,7 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
         throttle_time=NO_THROTTLE,
         brokers=brokers,
         cluster_id=services.identity.cluster_id,
-        controller_id=controller.controller_id,
+        controller_id=controller.advertised_controller_id,
         topics=tuple(entry for entry, _ in entries),
         cluster_authorized_operations=cluster_authorized_operations(context, request),
     )
@@ -336,7 +336,7 @@ async def handle_describe_cluster(
         error_message=None,
         endpoint_type=1,
         cluster_id=services.identity.cluster_id,
-        controller_id=services.controller.controller_id,
+        controller_id=services.controller.advertised_controller_id,
         brokers=tuple(
             build(module.DescribeClusterBroker, broker_id=n, host=h, port=p, rack=r)
             for n, h, p, r in brokers_of(services, client_listener(context))

@@ -394,6 +394,64 @@ def test_create_topics_on_non_controller_broker(cluster_factory) -> None:
     assert not res.errors, res.errors
 
 
+def test_a_create_topics_sent_while_no_controller_is_elected_completes_once_one_is(
+    cluster_factory,
+) -> None:
+    """While the metadata quorum has no leader, Metadata and DescribeCluster name a live
+    broker as the controller (this one), as Kafka's KRaft brokers do, not -1: librdkafka
+    told -1 holds an admin request for a controller without asking again, and a CreateTopics
+    issued during an election went unanswered for its whole timeout. Sent to a broker, it
+    waits there and is run once a controller is elected."""
+    cluster = cluster_factory()
+    controller = int(raw_metadata(cluster.nodes[0].bootstrap).controller_id)
+    survivor = next(n for n in cluster.nodes if n.node_id != controller)
+    stopped = [n for n in cluster.nodes if n is not survivor]
+    for node in stopped:
+        node.stop()
+    # Alone, the survivor campaigns and elects nobody.
+    wait_until(
+        lambda: "no controller at term" in survivor.log_tail(40),
+        30,
+        f"node {survivor.node_id} to lose the controller",
+    )
+    seen = wait_until(
+        lambda: (md := raw_metadata(survivor.bootstrap, [])).controller_id != controller and md,
+        30,
+        f"node {survivor.node_id} to drop controller {controller}",
+    )
+    assert int(seen.controller_id) == survivor.node_id, seen.controller_id
+    admin = AdminClient({"bootstrap.servers": survivor.bootstrap})
+    assert admin.describe_cluster(request_timeout=10).result(timeout=15).controller.id == (
+        survivor.node_id
+    )
+
+    topic = f"no-controller-{uuid.uuid4().hex[:8]}"
+    (future,) = admin.create_topics(
+        [NewTopic(topic, num_partitions=2, replication_factor=2)],
+        request_timeout=60,
+        operation_timeout=60,
+    ).values()
+    wait_until(
+        lambda: "waits for the metadata quorum to elect" in survivor.log_tail(40) or future.done(),
+        30,
+        f"node {survivor.node_id} to hold the CreateTopics for a controller",
+    )
+    assert not future.done(), future.exception()
+    stopped[0].start()
+    future.result(timeout=45)
+    stopped[1].start()  # its replicas too
+    states = wait_until(
+        lambda: (
+            (s := [partition_state(survivor.bootstrap, topic, p) for p in range(2)])
+            and all(x["leader"] >= 0 for x in s)
+            and s
+        ),
+        30,
+        "leaders for the topic created while no controller was elected",
+    )
+    assert all(len(x["replicas"]) == 2 for x in states), states
+
+
 # -- leader failover -----------------------------------------------------------------------
 
 
