@@ -40,11 +40,11 @@ reader serves every complete request it has buffered, then sends the responses t
 ready with one write before it waits for more bytes. Answers that wait for their batches
 to be written are handed to the broker's group commit (broker/group_commit.py), which
 writes the batches of every connection served in the same turn of the event loop together,
-then sends each connection's answers. A writer task sends the rest: responses decided in
-handlers' tasks or callbacks, what the kernel did not take at once, spliced Fetch responses
-(sendfile), throttled and last responses, and everything on a TLS connection. Plaintext
-sockets are read and written with os.read/os.write on the non-blocking descriptor; trio is
-asked only to wait until it is ready.
+then sends each connection's answers. Responses decided in handlers' tasks or callbacks are
+sent by them the same way. A writer task sends the rest: what the kernel did not take at
+once, spliced Fetch responses (sendfile), throttled and last responses, and everything on a
+TLS connection. Plaintext sockets are read and written with os.read/os.write on the
+non-blocking descriptor; trio is asked only to wait until it is ready.
 
 A connection holds at most `queued.max.requests` requests and a bounded number of request
 bytes in flight; past that the broker stops reading from it. Each request a handler serves
@@ -627,6 +627,12 @@ class Connection:
     def written(self) -> None:
         """The group commit wrote the proposed batches: settle and send the answers, as
         the reader would have before it waited for bytes."""
+        self._send_decided()
+
+    def _send_decided(self) -> None:
+        """Send the responses that are ready, from outside the reader (the group commit, a
+        handler's task, a callback), as the reader would before it waits for bytes; the
+        writer is woken only for what cannot go at once."""
         if self._nursery is None:
             return  # the connection ended; it settled everything on its way out
         try:
@@ -781,14 +787,15 @@ class Connection:
         self, slot: _Slot, context: HandlerContext | None = None, *, in_task: bool = False
     ) -> None:
         """The slot's response is decided and may be sent: by the reader before it next
-        waits for bytes, or (`in_task`: decided in a handler's task) by the writer."""
+        waits for bytes, or (`in_task`: decided in a handler's task or a callback) at once,
+        with the writer's help only for what cannot go without a wait."""
         session = None if context is None else context.session
         if session is not None and session.close_after_response:
             slot.close_after = True
         slot.done = True
         if in_task:
-            self._wake_writer()
             self._notify()
+            self._send_decided()
 
     async def _run_with_quota(
         self,
