@@ -4,18 +4,14 @@ and dropped from it when its client goes."""
 
 from __future__ import annotations
 
-import datetime
-
-from clients import RawConnection, wait_until
+from clients import RawConnection, fetch_v12, wait_until
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from harness import free_port
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
-from kio.static.primitive import i8, i32, i64
 from test_metrics import scrape
 
 WAITING = (
@@ -23,36 +19,6 @@ WAITING = (
     (("delayedOperation", "Fetch"),),
 )
 EXPIRED = ("raftka_fetch_long_polls_expired_total", ())
-
-
-def _fetch(topic: str, offset: int, max_wait_s: float, min_bytes: int) -> FetchRequest:
-    """A sessionless consumer Fetch of partition 0 of `topic`."""
-    return FetchRequest(
-        replica_id=i32(-1),
-        max_wait=datetime.timedelta(seconds=max_wait_s),
-        min_bytes=i32(min_bytes),
-        max_bytes=i32(1 << 20),
-        isolation_level=i8(0),
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            FetchTopic(
-                topic=topic,
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(offset),
-                        last_fetched_epoch=i32(-1),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(1 << 20),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
 
 
 def _waiting(metrics: str) -> float:
@@ -76,7 +42,7 @@ def test_a_fetch_whose_records_were_deleted_while_it_waited_answers_from_the_log
         assert producer.flush(10) == 0
     before = scrape(metrics).get(EXPIRED, 0.0)
     with RawConnection(broker.bootstrap, timeout=30) as conn:
-        conn.send_request(_fetch(topic, 0, max_wait_s=3, min_bytes=10 << 20))
+        conn.send_request(fetch_v12(topic, 0, max_wait_s=3, min_bytes=10 << 20))
         wait_until(lambda: _waiting(metrics) == 1, 20, "the fetch to wait")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         target = TopicPartition(topic, 0, 20)
@@ -101,12 +67,12 @@ def test_a_waiting_fetch_leaves_the_purgatory_when_its_client_disconnects(
     broker = broker_factory({"metrics.listen": metrics})
     topic = new_topic(partitions=1, bootstrap=broker.bootstrap)
     with RawConnection(broker.bootstrap, timeout=30) as conn:
-        conn.send_request(_fetch(topic, 0, max_wait_s=60, min_bytes=1))
+        conn.send_request(fetch_v12(topic, 0, max_wait_s=60))
         wait_until(lambda: _waiting(metrics) == 1, 20, "the fetch to wait")
     wait_until(lambda: _waiting(metrics) == 0, 20, "the closed connection's fetch to go")
 
     with RawConnection(broker.bootstrap, timeout=30) as conn:
-        conn.send_request(_fetch(topic, 0, max_wait_s=60, min_bytes=1))
+        conn.send_request(fetch_v12(topic, 0, max_wait_s=60))
         wait_until(lambda: _waiting(metrics) == 1, 20, "the fetch to wait")
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
         producer.produce(topic, b"the record")
