@@ -26,9 +26,9 @@ from raftka.broker.tools.bench_frames import encode_frame
 from raftka.broker.tools.bench_report import Result
 from raftka.broker.tools.bench_requests import (
     SteadyWindow,
-    process_lines,
     request_figures,
     request_lines,
+    steady_broker_lines,
 )
 from raftka.broker.tools.bench_runs import ensure_topic
 from raftka.protocol.api import build, request_type, schema_module
@@ -166,15 +166,8 @@ def run_long_polls(
     if requests is not None:
         for line in request_lines(requests):
             print(line)
-    if broker.get("complete") and broker["cpu_s"] is not None:
-        print(
-            f"broker: {broker['cpu_percent']:.1f}% of a core, RSS {broker['rss_mb']:.1f} MB "
-            f"(peak {broker['peak_rss_mb']:.1f} MB in the steady part)"
-        )
-        for line in process_lines(broker):
-            print(line)
-    if broker.get("error"):
-        print(f"broker: {broker['error']}")
+    for line in steady_broker_lines(broker):
+        print(line)
     figures: dict[str, Any] = {
         "connections": args.long_polls,
         "fetch_wait_ms": args.fetch_wait_ms,

@@ -14,8 +14,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from raftka.broker.tools.bench_report import Result, latency_summary, percentile
 from raftka.broker.tools.bench_requests import (
     SteadyWindow,
-    process_lines,
     request_lines,
+    steady_broker_lines,
     steady_requests,
 )
 from raftka.broker.tools.bench_workers import MB, WorkerGroup, WorkerSpec
@@ -420,12 +420,5 @@ def print_steady_block(
             print(line)
     else:
         print("requests/s: not counted (no broker metrics endpoint and no client statistics)")
-    if steady.get("complete") and steady["cpu_s"] is not None:
-        print(
-            f"broker: {steady['cpu_percent']:.0f}% of a core, RSS {steady['rss_mb']:.1f} MB "
-            f"(peak {steady['peak_rss_mb']:.1f} MB in the steady part)"
-        )
-        for line in process_lines(steady):
-            print(line)
-    if steady.get("error"):
-        print(f"broker: {steady['error']}")
+    for line in steady_broker_lines(steady):
+        print(line)
