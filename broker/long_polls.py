@@ -71,6 +71,7 @@ class Poll:
     def cancel(self) -> None:
         """No `on_wake` any more (the fetch's connection ended)."""
         self.cancelled = True
+        self.on_wake = _ignore  # what the fetch holds goes now, not at the deadline
         if not self.finished:
             self._finish()
             self._polls._ended_early()
@@ -79,6 +80,10 @@ class Poll:
         self.finished = True
         for partition in self._partitions:
             partition.waiters.discard(self)
+
+
+def _ignore(timed_out: bool) -> None:
+    """The callback of a poll already woken or cancelled."""
 
 
 class LongPolls:
@@ -156,8 +161,11 @@ class LongPolls:
 
     @staticmethod
     def _call(poll: Poll, timed_out: bool) -> None:
+        # Called once: a woken poll stays in the deadline heap until its deadline, and what
+        # its fetch holds should not stay with it.
+        on_wake, poll.on_wake = poll.on_wake, _ignore
         try:
-            poll.on_wake(timed_out)
+            on_wake(timed_out)
         except Exception:
             # A bug of the fetch that waited; the others are still served.
             logger.exception("waking a waiting fetch failed")

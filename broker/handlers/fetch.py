@@ -533,28 +533,42 @@ def start_fetch(
     )
 
 
-def _long_poll(fetch: _Fetch, deadline: float, done: Callable[[], None]) -> Callable[[], None]:
-    """Wait for appends to the fetch's partitions until `deadline`, reading after each,
-    then call `done` (after a read in the same step); the returned function cancels."""
-    polls = fetch.context.services.long_polls
-    poll: Poll | None = None
+class _LongPoll:
+    """A fetch waiting in the broker's long polls until `deadline`, reading after each append
+    to its partitions, then calling `done` (after a read in the same step). No reference
+    cycle outlives the wait (a closure that re-watched itself was one, and the broker's
+    collector, tuned for few full collections, kept every finished fetch it held)."""
 
-    def on_wake(timed_out: bool) -> None:
-        nonlocal poll
+    __slots__ = ("fetch", "deadline", "done", "poll")
+
+    def __init__(self, fetch: _Fetch, deadline: float, done: Callable[[], None]) -> None:
+        self.fetch = fetch
+        self.deadline = deadline
+        self.done = done
+        self.poll: Poll | None = fetch.context.services.long_polls.watch(
+            fetch.watched, deadline, self.on_wake
+        )
+
+    def on_wake(self, timed_out: bool) -> None:
+        fetch = self.fetch
         enough = fetch.read()  # also at the deadline: the response needs a read of this step
         if enough or timed_out:
-            poll = None
-            done()
+            self.poll = None
+            self.done()
         else:
-            poll = polls.watch(fetch.watched, deadline, on_wake)
+            self.poll = fetch.context.services.long_polls.watch(
+                fetch.watched, self.deadline, self.on_wake
+            )
 
-    poll = polls.watch(fetch.watched, deadline, on_wake)
-
-    def cancel() -> None:
+    def cancel(self) -> None:
+        poll, self.poll = self.poll, None
         if poll is not None:
             poll.cancel()
 
-    return cancel
+
+def _long_poll(fetch: _Fetch, deadline: float, done: Callable[[], None]) -> Callable[[], None]:
+    """Wait for records as `_LongPoll` does; the returned function cancels the wait."""
+    return _LongPoll(fetch, deadline, done).cancel
 
 
 def _error_response(

@@ -3,13 +3,17 @@ its deadline, from the one task that serves them; a cancelled one never."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 
 import pytest
 import trio
 import trio.testing
 
+from raftka.broker.handlers.fetch import _long_poll
 from raftka.broker.long_polls import LongPolls, Wakeable
 from raftka.broker.topics import Partition
 
@@ -186,3 +190,49 @@ def test_a_failing_wake_is_logged_and_the_other_polls_are_still_served(
         _run(polls, body)
     assert calls == ["served"]
     assert "waking a waiting fetch failed" in caplog.text
+
+
+def test_a_fetchs_wait_leaves_no_reference_cycle_behind() -> None:
+    """What a waiting fetch holds is freed as soon as it is answered, without the cyclic
+    collector (which a serving broker runs rarely: `broker/collector.py`)."""
+    polls = LongPolls()
+    partition = _Partition()
+    answered: list[str] = []
+
+    class Fetch:  # what `_long_poll` uses of a `_Fetch`
+        def __init__(self) -> None:
+            self.watched = [partition]
+            self.reads = 0
+            self.context = SimpleNamespace(services=SimpleNamespace(long_polls=polls))
+
+        def read(self) -> bool:
+            self.reads += 1
+            return self.reads >= 2  # short of min_bytes after the first append
+
+    async def body() -> weakref.ref[Fetch]:
+        fetch = Fetch()
+        cancel = _long_poll(fetch, trio.current_time() + 30, lambda: answered.append("done"))
+        gone = weakref.ref(fetch)
+        del fetch, cancel
+        for _ in range(2):  # woken, waits on; woken again, answers
+            partition.append()
+            await trio.testing.wait_all_tasks_blocked()
+        return gone
+
+    gc.disable()
+    try:
+        gone = _run_returning(polls, body)
+        assert answered == ["done"]
+        assert gone() is None, "the answered fetch is still held by a reference cycle"
+    finally:
+        gc.enable()
+
+
+def _run_returning(polls: LongPolls, body: Callable[[], Awaitable[object]]) -> object:
+    result: list[object] = []
+
+    async def wrapped() -> None:
+        result.append(await body())
+
+    _run(polls, wrapped)
+    return result[0]
