@@ -529,8 +529,9 @@ class RaftGroup:
         a high watermark that passed the offset under a later leader, after the entry was
         truncated, raises NotLeaderError instead. Waiting as leader (acks=all): raises
         NotLeaderError if this node loses leadership (or its term changes) first -- the entry
-        may yet commit or be truncated, as in Kafka. Waiting as follower: only the high
-        watermark or the timeout ends the wait.
+        may yet commit or be truncated, as in Kafka; with `epoch`, also if it no longer leads
+        when the wait begins. Waiting as follower without `epoch`: only the high watermark
+        or the timeout ends the wait.
         """
         if not await self._wait_mark(
             self._commit_waiters, self._high_watermark, end_offset, timeout_s, proposer_epoch=epoch
