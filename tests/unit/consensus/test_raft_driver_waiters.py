@@ -101,6 +101,16 @@ class Pump:
         return leaders[0]
 
 
+def _cut_off_leader(data: bytes) -> tuple[Pump, RaftGroup, Any]:
+    """Node 1 elected, then cut off right after it proposes `data`, which nobody receives."""
+    pump = Pump()
+    pump.groups[1].campaign()
+    pump.deliver()
+    old = pump.leader()
+    pump.cut.add(1)
+    return pump, old, old.propose(1, data)
+
+
 def test_replaced_leader_fails_its_waiter_instead_of_acknowledging() -> None:
     async def scenario() -> None:
         pump = Pump()
@@ -170,12 +180,7 @@ def test_high_watermark_over_a_replaced_entry_is_not_its_commit(epoch_shift: int
     """Without waiting (the high watermark already passed): the epoch check alone decides."""
 
     async def scenario() -> None:
-        pump = Pump()
-        pump.groups[1].campaign()
-        pump.deliver()
-        old = pump.leader()
-        pump.cut.add(1)
-        lost = old.propose(1, b"lost")
+        pump, old, lost = _cut_off_leader(b"lost")
         pump.tick(40)
         new = pump.leader()
         for i in range(3):
@@ -195,12 +200,7 @@ def test_high_watermark_over_a_replaced_entry_is_not_its_commit(epoch_shift: int
 
 
 def test_callback_of_a_replaced_leader_gets_the_error_not_an_acknowledgement() -> None:
-    pump = Pump()
-    pump.groups[1].campaign()
-    pump.deliver()
-    old = pump.leader()
-    pump.cut.add(1)
-    lost = old.propose(1, b"never replicated")
+    pump, old, lost = _cut_off_leader(b"never replicated")
     outcomes: list[MarkOutcome] = []
     old.on_committed(lost.end_offset, 30, lost.epoch, outcomes.append)
     pump.tick(40)
@@ -324,12 +324,7 @@ def _deposed_leader_with_an_unreplicated_entry() -> tuple[Pump, RaftGroup, Any]:
     """A leader that proposed an entry nobody else received, then heard from the leader
     elected meanwhile, which appends nothing more: the entry is not in the new leader's
     log and no high watermark will pass its offset until the new leader gets more."""
-    pump = Pump()
-    pump.groups[1].campaign()
-    pump.deliver()
-    old = pump.leader()
-    pump.cut.add(1)
-    lost = old.propose(1, b"never replicated")
+    pump, old, lost = _cut_off_leader(b"never replicated")
     pump.tick(40)
     assert pump.leader() is not old
     pump.cut.clear()
