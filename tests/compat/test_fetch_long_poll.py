@@ -42,7 +42,10 @@ def test_a_fetch_whose_records_were_deleted_while_it_waited_answers_from_the_log
         assert producer.flush(10) == 0
     before = scrape(metrics).get(EXPIRED, 0.0)
     with RawConnection(broker.bootstrap, timeout=30) as conn:
-        conn.send_request(fetch_v12(topic, 0, max_wait_s=3, min_bytes=10 << 20))
+        # The deletion must come before the wait's end, which it cannot be told to: 10 s
+        # leaves a loaded machine room for the metrics scrapes and the DeleteRecords (3 s
+        # did not, beside a test-suite run and a CPU burner).
+        conn.send_request(fetch_v12(topic, 0, max_wait_s=10, min_bytes=10 << 20))
         wait_until(lambda: _waiting(metrics) == 1, 20, "the fetch to wait")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         target = TopicPartition(topic, 0, 20)
