@@ -19,11 +19,13 @@ data does not hold up the next request:
   verification, the wait for the acknowledgement) runs in a task of its own, after the
   order of each partition's writes is fixed.
 - Fetch: reads, and a consumer's fetch session (KIP-227), whose epoch is checked and
-  advanced and whose partitions are updated before the handler's first wait. Handlers start
-  in arrival order, so a session's fetches are checked in the order they arrived; a fetch
-  whose session a later request moved on while it long-polled answers
-  INVALID_FETCH_SESSION_EPOCH (Kafka's rule), so overlapping fetches of one session cannot
-  hide a change. Kafka clients send one Fetch per broker at a time anyway.
+  advanced and whose partitions are updated by the reader itself (`serve_now`), which reads
+  the partitions and answers at once, or leaves a fetch that must wait for records to the
+  broker's long polls (broker/long_polls.py: no task per waiting fetch). So a session's
+  fetches are checked in the order they arrived; a fetch whose session a later request
+  moved on while it long-polled answers INVALID_FETCH_SESSION_EPOCH (Kafka's rule), so
+  overlapping fetches of one session cannot hide a change. Kafka clients send one Fetch per
+  broker at a time anyway.
 - Metadata, ApiVersions: read only; the topics Metadata may auto-create are created
   asynchronously in Kafka too, so no client can rely on their order against a Produce.
 
@@ -32,14 +34,16 @@ run concurrently only with each other.
 
 A request costs no task when its handler can answer at once (`ApiEndpoint.serve_now`: a
 Produce whose partitions commit as they are written, on a leader that is their only voter,
-or with acks=0/1): the reader serves every complete request it has buffered, then sends the
-responses that are ready with one write before it waits for more bytes. Answers that wait for
-their batches to be written are handed to the broker's group commit
-(broker/group_commit.py), which writes the batches of every connection served in the same
-turn of the event loop together, then sends each connection's answers. A writer task sends
-the rest: responses decided in handlers' tasks, what the kernel did not take at once,
-spliced Fetch responses (sendfile), throttled and last responses, and everything on a TLS
-connection. Plaintext sockets are read and written with os.read/os.write on the
+or with acks=0/1; a Fetch that finds records or need not wait) or is answered by a
+callback (`Subscribed`: a Produce waiting for its acks, a Fetch waiting for records): the
+reader serves every complete request it has buffered, then sends the responses that are
+ready with one write before it waits for more bytes. Answers that wait for their batches
+to be written are handed to the broker's group commit (broker/group_commit.py), which
+writes the batches of every connection served in the same turn of the event loop together,
+then sends each connection's answers. Responses decided in handlers' tasks or callbacks are
+sent by them the same way. A writer task sends the rest: what the kernel did not take at
+once, spliced Fetch responses (sendfile), throttled and last responses, and everything on a
+TLS connection. Plaintext sockets are read and written with os.read/os.write on the
 non-blocking descriptor; trio is asked only to wait until it is ready.
 
 A connection holds at most `queued.max.requests` requests and a bounded number of request
@@ -62,7 +66,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -202,6 +206,9 @@ class Connection:
             ]
         ] = []
         self._nursery: trio.Nursery | None = None
+        # How to cancel the waits of answers decided by a callback (`Subscribed`), by slot,
+        # while they wait: when the connection ends, nobody is left to answer.
+        self._cancels: dict[_Slot, Callable[[], None]] = {}
         self._write_proposed = services.replica_manager.write_proposed
         # Writes the batches of every connection served in a turn together (plaintext).
         self._group_commit = group_commit
@@ -243,6 +250,7 @@ class Connection:
                 finally:
                     self._group_commit.forget(self)
                     self._settle()
+                    self._drop_waits()
                     # The writer sends what is still due, then ends the connection.
                     self._reading_stopped = True
                     self._wake_writer()
@@ -606,6 +614,10 @@ class Connection:
                 nursery.start_soon(self._run_later, answer.answer, context, prefix, slot)
                 self._handler_to_start = not answer.begun
                 return False
+            if isinstance(answer, Subscribed):
+                self._handlers_running += 1
+                self._subscribe(answer, context, prefix, slot)
+                return False
             self._answered(answer, prefix, slot)
         except Exception:
             self._handler_failed(prefix, slot)
@@ -615,6 +627,12 @@ class Connection:
     def written(self) -> None:
         """The group commit wrote the proposed batches: settle and send the answers, as
         the reader would have before it waited for bytes."""
+        self._send_decided()
+
+    def _send_decided(self) -> None:
+        """Send the responses that are ready, from outside the reader (the group commit, a
+        handler's task, a callback), as the reader would before it waits for bytes; the
+        writer is woken only for what cannot go at once."""
         if self._nursery is None:
             return  # the connection ended; it settled everything on its way out
         try:
@@ -661,6 +679,18 @@ class Connection:
         self._notify()  # a reader waiting for handlers to finish
         return True
 
+    def _drop_waits(self) -> None:
+        """Reading ended (the client closed, its idle time ran out, a bad frame): the waits
+        that can be cancelled (fetches long-polling) are, and the connection ends at the
+        first of them, as Kafka drops the responses of a connection it closes, instead of
+        staying open for the rest of their `max_wait_ms`."""
+        cancels, self._cancels = self._cancels, {}
+        for slot, cancel in cancels.items():
+            cancel()
+            slot.close_after = True
+            self._handlers_running -= 1
+            self._finish(slot)
+
     def _subscribe(
         self,
         answer: Subscribed[ResponsePayload | SplicedResponse | EncodedResponse | None],
@@ -672,6 +702,9 @@ class Connection:
         handler counted in `_handlers_running` until then)."""
 
         def done() -> None:
+            if slot.done:
+                return  # dropped when the connection stopped reading (`_drop_waits`)
+            self._cancels.pop(slot, None)
             try:
                 self._answered(answer.answer(), prefix, slot)
             except Exception:
@@ -680,11 +713,14 @@ class Connection:
             self._finish(slot, context, in_task=True)
 
         try:
-            answer.subscribe(done)
+            cancel = answer.subscribe(done)
         except Exception:
             self._handler_failed(prefix, slot)
             self._handlers_running -= 1
             self._finish(slot, context, in_task=True)
+            return
+        if cancel is not None and not slot.done:
+            self._cancels[slot] = cancel
 
     async def _run_later(
         self,
@@ -751,14 +787,15 @@ class Connection:
         self, slot: _Slot, context: HandlerContext | None = None, *, in_task: bool = False
     ) -> None:
         """The slot's response is decided and may be sent: by the reader before it next
-        waits for bytes, or (`in_task`: decided in a handler's task) by the writer."""
+        waits for bytes, or (`in_task`: decided in a handler's task or a callback) at once,
+        with the writer's help only for what cannot go without a wait."""
         session = None if context is None else context.session
         if session is not None and session.close_after_response:
             slot.close_after = True
         slot.done = True
         if in_task:
-            self._wake_writer()
             self._notify()
+            self._send_decided()
 
     async def _run_with_quota(
         self,

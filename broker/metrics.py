@@ -8,8 +8,8 @@ Two kinds:
   ones are plain ints and floats that `BrokerMetrics.collect` renders at scrape time as the
   same series prometheus_client's Counter and Histogram would (`_created` included);
 - read at scrape time by `BrokerStateCollector` from the broker's parts (partition logs, Raft
-  groups, consumer groups) and by `FetchSessionCollector` from the fetch session cache:
-  nothing is kept per request for them.
+  groups, consumer groups), by `FetchSessionCollector` from the fetch session cache and by
+  `LongPollCollector` from the waiting fetches: nothing is kept per request for them.
 
 Each broker has its own CollectorRegistry, so several brokers in one process do not clash.
 """
@@ -309,6 +309,35 @@ class FetchSessionsView(Protocol):
     def evictions(self) -> int: ...
     @property
     def incremental_fetches(self) -> int: ...
+
+
+class LongPollsView(Protocol):
+    """What the metrics read of the broker's waiting fetches (`LongPolls`)."""
+
+    def __len__(self) -> int: ...
+    @property
+    def timed_out(self) -> int: ...
+
+
+class LongPollCollector(Collector):
+    """Fetches waiting for records (Kafka's fetch purgatory), read when Prometheus scrapes."""
+
+    def __init__(self, polls: LongPollsView) -> None:
+        self.polls = polls
+
+    def collect(self) -> Iterator[Metric]:
+        waiting = GaugeMetricFamily(
+            "kafka_server_delayedoperationpurgatory_numdelayedoperations",
+            "Requests waiting (NumDelayedOperations): Fetch requests long-polling for records.",
+            labels=["delayedOperation"],
+        )
+        waiting.add_metric(["Fetch"], len(self.polls))
+        yield waiting
+        yield CounterMetricFamily(
+            "raftka_fetch_long_polls_expired",
+            "Fetch requests answered at their max_wait_ms, short of min_bytes.",
+            value=self.polls.timed_out,
+        )
 
 
 class FetchSessionCollector(Collector):

@@ -42,11 +42,13 @@ from raftka.broker.http_endpoint import HttpEndpoint, HttpResponse
 from raftka.broker.idle import IdleConnections
 from raftka.broker.log_dir_failure import LogDirFailureHandler
 from raftka.broker.log_directories import check_first_dir_only, ensure_directory_ids
+from raftka.broker.long_polls import LongPolls
 from raftka.broker.metrics import (
     BrokerInfoCollector,
     BrokerMetrics,
     BrokerStateCollector,
     FetchSessionCollector,
+    LongPollCollector,
 )
 from raftka.broker.producer_ids import ProducerIdAllocator
 from raftka.broker.queues.api import QueueApi, error_answer
@@ -653,7 +655,9 @@ class Broker:
                 clock=clock,
                 replica_manager=self.replica_manager,
                 fetch_sessions=self.fetch_sessions,
+                long_polls=LongPolls(),
             )
+            self.metrics.registry.register(LongPollCollector(self.services.long_polls))
             self.services.connection_closed.append(
                 lambda session: share_partitions.connection_closed(
                     session, config.get_int("group.share.delivery.count.limit")
@@ -792,6 +796,7 @@ class Broker:
                 )
                 nursery.start_soon(self.idle.run)
                 nursery.start_soon(self.group_commit.run)
+                nursery.start_soon(self.services.long_polls.run)
                 for spec in self.listeners:
                     serve = functools.partial(self._serve_connection, spec)
                     limited = [LimitedListener(s, self.connection_limits) for s in bound[spec.name]]

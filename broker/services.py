@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from raftka.broker.cluster.image import BrokerInfo, TopicImage
     from raftka.broker.config import BrokerConfig
     from raftka.broker.fetch_sessions import FetchSessionCache
+    from raftka.broker.long_polls import LongPolls
     from raftka.broker.metrics import BrokerMetrics
     from raftka.broker.quotas import QuotaEntity
     from raftka.broker.replica import ReplicaManager
@@ -268,10 +269,12 @@ class Later(Generic[_Answer]):
 class Subscribed(Generic[_Answer]):
     """A handler's answer decided by a callback instead of a task: `subscribe(done)`
     arranges for `done()` to be called once, perhaps at once, from whatever code decides
-    it (the Raft group whose high watermark passed the request's batches); `answer()` then
-    gives it. `done` must not block."""
+    it (the Raft group whose high watermark passed the request's batches, the broker's
+    `LongPolls` for a waiting fetch); `answer()` then gives it. `done` must not block.
+    `subscribe` may return a function that cancels the wait (its connection ended): `done`
+    is then not called; without one the wait ends by itself (a deadline of its own)."""
 
-    subscribe: Callable[[Callable[[], None]], None]
+    subscribe: Callable[[Callable[[], None]], Callable[[], None] | None]
     answer: Callable[[], _Answer]
 
 
@@ -310,13 +313,14 @@ class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
         | None
         | Later[ResponsePayload | SplicedResponse | EncodedResponse | None]
         | Deferred[ResponsePayload | SplicedResponse | EncodedResponse | None]
+        | Subscribed[ResponsePayload | SplicedResponse | EncodedResponse | None]
     ):
         """`serve`, done at once as far as it can be: the response itself when nothing had
-        to wait, else `Later` (whose answer the caller must await) or `Deferred` (settled
-        after the proposed batches are written). Whatever the request changes happens in
-        this call up to its first wait, so requests served one after the other take effect
-        in that order. The answer may be a response that encodes itself
-        (`EncodedResponse`), which `serve` gives as the kio entity."""
+        to wait, else `Later` (whose answer the caller must await), `Deferred` (settled
+        after the proposed batches are written) or `Subscribed` (decided by a callback).
+        Whatever the request changes happens in this call up to its first wait, so requests
+        served one after the other take effect in that order. The answer may be a response
+        that encodes itself (`EncodedResponse`), which `serve` gives as the kio entity."""
         ...
 
 
@@ -346,6 +350,9 @@ class BrokerServices(Generic[GroupsT, TransactionsT]):
     replica_manager: ReplicaManager
     # Consumers' incremental fetch sessions (KIP-227).
     fetch_sessions: FetchSessionCache
+    # Fetches long-polling for data, woken by one task (`LongPolls.run`, which the broker
+    # runs).
+    long_polls: LongPolls
     # Told each client connection's `ClientSession` when the connection closes (what was
     # bound to the connection, such as share sessions, ends with it).
     connection_closed: list[Callable[[ClientSession], None]] = field(default_factory=list)

@@ -22,6 +22,7 @@ import trio
 
 from raftka.broker.config import BrokerConfig, TopicConfig, validate_topic_configs
 from raftka.broker.log_directories import find_partition_folders, next_log_dir
+from raftka.broker.long_polls import Wakeable
 from raftka.broker.replication import HardStateStore, PartitionRaftStorage
 from raftka.consensus.core import NotLeaderError
 from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
@@ -86,7 +87,8 @@ class Partition:
     log: PartitionLog | None = None
     storage: PartitionRaftStorage | None = None
     raft: RaftGroup | None = None
-    waiters: set[trio.Event] = field(default_factory=set)
+    #: What waits for an append here: fetches' long polls (and share fetches' events).
+    waiters: set[Wakeable] = field(default_factory=set)
     #: The epoch of the last leader this broker knew of; 0 while the partition has had none
     #: (a new one electing its first), as Kafka numbers a new partition's leader epoch.
     last_leader_epoch: int = 0
@@ -202,10 +204,11 @@ class Partition:
         return await self.raft.wait_committed(end_offset, timeout_s, epoch)
 
     def notify_appended(self) -> None:
-        """Wake the Fetch requests long-polling this partition."""
-        for waiter in self.waiters:
+        """Wake the Fetch requests long-polling this partition (a woken poll leaves the
+        waiter sets of all its partitions, so this one is swapped out first)."""
+        waiters, self.waiters = self.waiters, set()
+        for waiter in waiters:
             waiter.set()
-        self.waiters.clear()
 
 
 @dataclass(eq=False)

@@ -529,11 +529,12 @@ class RaftGroup:
         a high watermark that passed the offset under a later leader, after the entry was
         truncated, raises NotLeaderError instead. Waiting as leader (acks=all): raises
         NotLeaderError if this node loses leadership (or its term changes) first -- the entry
-        may yet commit or be truncated, as in Kafka. Waiting as follower: only the high
-        watermark or the timeout ends the wait.
+        may yet commit or be truncated, as in Kafka; with `epoch`, also if it no longer leads
+        when the wait begins. Waiting as follower without `epoch`: only the high watermark
+        or the timeout ends the wait.
         """
         if not await self._wait_mark(
-            self._commit_waiters, self._high_watermark, end_offset, timeout_s
+            self._commit_waiters, self._high_watermark, end_offset, timeout_s, proposer_epoch=epoch
         ):
             return False
         self._check_epoch(end_offset, epoch)
@@ -563,7 +564,13 @@ class RaftGroup:
         tick of the node). Called at once if the mark is already there; raises
         NotLeaderError at once if the group is no longer hosted."""
         self._subscribe(
-            self._commit_waiters, self._core.high_watermark, end_offset, timeout_s, epoch, callback
+            self._commit_waiters,
+            self._core.high_watermark,
+            end_offset,
+            timeout_s,
+            epoch,
+            callback,
+            proposer=True,
         )
 
     def on_durable(
@@ -586,13 +593,20 @@ class RaftGroup:
         timeout_s: float,
         epoch: int | None,
         callback: Callable[[MarkOutcome], None],
+        *,
+        proposer: bool = False,
     ) -> None:
         self._check_live()
         subscription = _Subscription(
             end_offset, self._core.role is Role.LEADER, epoch, self, callback
         )
+        # Neither is queued, so neither is a leftover in the deadline heap.
         if mark >= end_offset:
-            subscription.settle()  # never queued, so not a leftover in the deadline heap
+            subscription.settle()
+            return
+        deposed = self._deposed_proposer(epoch) if proposer else None
+        if deposed is not None:
+            subscription._finish(deposed)
             return
         waiters.subscribe(subscription)
         self._node._expire_at(time.monotonic() + timeout_s, subscription)
@@ -624,16 +638,34 @@ class RaftGroup:
     def _durable_end(self) -> int:
         return self._core.durable_end
 
+    def _deposed_proposer(self, epoch: int | None) -> NotLeaderError | None:
+        """The error for a wait for the commit of a proposed entry (`epoch` given) that
+        begins after this node stopped leading: a step-down fails only the waits begun
+        before it, and a follower's wait ends only when the high watermark passes the entry,
+        which may not happen until the new leader appends more (its clients may be waiting
+        for this very answer first). Kafka answers such a Produce NOT_LEADER_OR_FOLLOWER at
+        once. (A durable wait needs no such rule: the local log's own sync moves its mark.)"""
+        if epoch is None or self._core.role is Role.LEADER:
+            return None
+        return NotLeaderError(
+            self._core.leader_id,
+            f"{self.name}: leadership was lost before the wait for the entry began",
+        )
+
     async def _wait_mark(
         self,
         waiters: _WaiterHeap,
         mark: Callable[[], int],
         end_offset: int,
         timeout_s: float,
+        proposer_epoch: int | None = None,
     ) -> bool:
         if mark() >= end_offset:
             return True
         self._check_live()
+        deposed = self._deposed_proposer(proposer_epoch)
+        if deposed is not None:
+            raise deposed
         waiter = waiters.add(end_offset, as_leader=self._core.role is Role.LEADER)
         with trio.move_on_after(timeout_s):
             await waiter.done.wait()

@@ -145,7 +145,8 @@ class LogSegment:
         self.next_offset = end_offset
         self.dirty = True
         recent = self._recent
-        for header in headers:
+        # Only the last RECENT_BATCHES are kept: a follower catching up appends many at once.
+        for header in headers[-RECENT_BATCHES:]:
             # As written (the offsets and epoch assigned), as a pread would find it.
             at = position + header.position
             recent[at] = read_batch_header(view, header.position)._replace(position=at)

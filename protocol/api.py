@@ -131,17 +131,35 @@ def build(entity_type: type[E], **values: object) -> E:
     Fields the version does not have are dropped; fields it has but that were not given
     keep their schema defaults. This lets one handler serve a range of versions. A field
     that no version of the entity has is a mistake and raises TypeError.
+
+    Which names to drop is worked out once per entity and set of names given (a call site
+    gives the same names each time), so most calls cost the constructor and one lookup.
     """
+    key = (entity_type, tuple(values))
+    dropped = _DROPPED.get(key)
+    if dropped is None:
+        dropped = _DROPPED[key] = _dropped_names(entity_type, key[1])
+    if not dropped:
+        return entity_type(**values)
+    return entity_type(**{k: v for k, v in values.items() if k not in dropped})
+
+
+#: (entity, names given) -> the names its version lacks (see `build`).
+_DROPPED: dict[tuple[type, tuple[str, ...]], frozenset[str]] = {}
+
+
+def _dropped_names(entity_type: type, given: tuple[str, ...]) -> frozenset[str]:
+    """The names of `given` that the entity's version lacks; TypeError for a name that no
+    version of it has."""
     entity: Any = entity_type  # the caches take a class, which mypy does not see as Hashable
-    names = _field_names(entity)
-    unknown = values.keys() - names
-    if unknown and (unknown := unknown - _any_version_field_names(entity)):
+    missing = frozenset(given) - _field_names(entity)
+    if missing and (unknown := missing - _any_version_field_names(entity)):
         raise TypeError(
             f"{entity_type.__module__}.{entity_type.__name__} has no field "
             + ", ".join(sorted(unknown))
             + " in any version"
         )
-    return entity_type(**{k: v for k, v in values.items() if k in names})
+    return missing
 
 
 def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[Any, Any]:

@@ -51,8 +51,14 @@ class Record(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+#: The one-byte varints, made once: most lengths and counts in a frame are below 128.
+_SMALL_UVARINTS = tuple(bytes((value,)) for value in range(0x80))
+
+
 def encode_uvarint(value: int) -> bytes:
     """An unsigned varint (LEB128), as compact lengths in flexible versions use."""
+    if value < 0x80:
+        return _SMALL_UVARINTS[value]
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

@@ -58,11 +58,6 @@ _PARTITION_V4 = struct.Struct(">ihqq")
 _PARTITION_V5 = struct.Struct(">ihqqq")
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _NULL_INT32 = _INT32.pack(-1)
-_SMALL_UVARINTS = tuple(bytes((value,)) for value in range(0x80))
-
-
-def _uvarint(value: int) -> bytes:
-    return _SMALL_UVARINTS[value] if value < 0x80 else encode_uvarint(value)
 
 
 def _milliseconds(delta: Any) -> int:
@@ -134,13 +129,13 @@ def _compact(correlation_id: int, response: Any) -> bytes | None:
         _milliseconds(response.throttle_time), response.error_code, response.session_id
     )
     topics = response.responses
-    out += _uvarint(len(topics) + 1)
+    out += encode_uvarint(len(topics) + 1)
     for topic in topics:
         name = topic.topic.encode()
-        out += _uvarint(len(name) + 1)
+        out += encode_uvarint(len(name) + 1)
         out += name
         partitions = topic.partitions
-        out += _uvarint(len(partitions) + 1)
+        out += encode_uvarint(len(partitions) + 1)
         for p in partitions:
             if _has_tagged_fields(p):
                 return None
@@ -155,7 +150,7 @@ def _compact(correlation_id: int, response: Any) -> bytes | None:
             if aborted is None:
                 out += b"\x00"
             else:
-                out += _uvarint(len(aborted) + 1)
+                out += encode_uvarint(len(aborted) + 1)
                 for txn in aborted:
                     out += _ABORTED.pack(txn.producer_id, txn.first_offset)
                     out += b"\x00"  # the aborted transaction's tagged fields
@@ -164,7 +159,7 @@ def _compact(correlation_id: int, response: Any) -> bytes | None:
             if records is None:
                 out += b"\x00"
             else:
-                out += _uvarint(len(records) + 1)
+                out += encode_uvarint(len(records) + 1)
                 out += records
             out += b"\x00"  # the partition's tagged fields
         out += b"\x00"  # the topic's tagged fields

@@ -26,6 +26,7 @@ from typing import Protocol, TypeAlias
 
 from raftka.protocol.api import FrameError
 from raftka.protocol.api_keys import ApiKey
+from raftka.protocol.batch_builder import encode_uvarint
 from raftka.protocol.frame_reading import (
     DecodedHeader,
     bad_count,
@@ -269,7 +270,6 @@ _NO_THROTTLE = _THROTTLE_TIME.pack(0)
 _NO_RECORD_ERRORS_V8 = b"\x00\x00\x00\x00\xff\xff"
 # v9+: an empty compact array, a null compact string, no tagged fields.
 _NO_RECORD_ERRORS_COMPACT = b"\x01\x00\x00"
-_SMALL_UVARINTS = tuple(bytes((value,)) for value in range(0x80))
 
 
 def encode_produce_response(correlation_id: int, version: int, answers: TopicAnswers) -> bytes:
@@ -330,12 +330,12 @@ def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
     all of them empty."""
     out = bytearray(_SIZE_CORRELATION.size)
     out += b"\x00"  # the response header's tagged fields
-    out += _uvarint_bytes(len(answers) + 1)
+    out += encode_uvarint(len(answers) + 1)
     for name, partitions in answers:
         encoded = name.encode()
-        out += _uvarint_bytes(len(encoded) + 1)
+        out += encode_uvarint(len(encoded) + 1)
         out += encoded
-        out += _uvarint_bytes(len(partitions) + 1)
+        out += encode_uvarint(len(partitions) + 1)
         for index, answer in partitions:
             append_time_ms = answer.log_append_time_ms
             if append_time_ms is None or append_time_ms < 0:
@@ -352,7 +352,7 @@ def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
             if not record_errors and message is None:
                 out += _NO_RECORD_ERRORS_COMPACT
                 continue
-            out += _uvarint_bytes(len(record_errors) + 1)
+            out += encode_uvarint(len(record_errors) + 1)
             for batch_index, record_message in record_errors:
                 out += _BATCH_INDEX.pack(batch_index)
                 _compact_nullable_string(out, record_message)
@@ -380,16 +380,5 @@ def _compact_nullable_string(out: bytearray, value: str | None) -> None:
         out += b"\x00"
         return
     encoded = value.encode()
-    out += _uvarint_bytes(len(encoded) + 1)
+    out += encode_uvarint(len(encoded) + 1)
     out += encoded
-
-
-def _uvarint_bytes(value: int) -> bytes:
-    if value < 0x80:
-        return _SMALL_UVARINTS[value]
-    encoded = bytearray()
-    while value >= 0x80:
-        encoded.append((value & 0x7F) | 0x80)
-        value >>= 7
-    encoded.append(value)
-    return bytes(encoded)

@@ -32,7 +32,7 @@ from raftka.broker.handlers import (
     txn,
     txn_markers,
 )
-from raftka.broker.services import Deferred, Later
+from raftka.broker.services import Deferred, Later, Subscribed
 from raftka.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -60,7 +60,9 @@ class ApiHandler(Generic[Req, Resp, Now]):
     max_version: int
     handle: Callable[[RequestContext, Req], Awaitable[Resp]]
     #: `handle` split where it first waits (see `ApiEndpoint.serve_now`); None: `handle`.
-    start: Callable[[RequestContext, Req], Now | Later[Now] | Deferred[Now]] | None = None
+    start: (
+        Callable[[RequestContext, Req], Now | Later[Now] | Deferred[Now] | Subscribed[Now]] | None
+    ) = None
 
     def serve_now(
         self, context: RequestContext, request: RequestPayload
@@ -71,6 +73,7 @@ class ApiHandler(Generic[Req, Resp, Now]):
         | None
         | Later[ResponsePayload | SplicedResponse | EncodedResponse | None]
         | Deferred[ResponsePayload | SplicedResponse | EncodedResponse | None]
+        | Subscribed[ResponsePayload | SplicedResponse | EncodedResponse | None]
     ):
         if self.start is not None:
             return self.start(context, cast(Req, request))
@@ -88,7 +91,7 @@ class ApiHandler(Generic[Req, Resp, Now]):
 HANDLERS: Mapping[ApiKey, ApiEndpoint] = MappingProxyType(
     {
         ApiKey.PRODUCE: ApiHandler(3, 9, produce.handle_produce, produce.start_produce_together),
-        ApiKey.FETCH: ApiHandler(4, 12, fetch.handle_fetch),
+        ApiKey.FETCH: ApiHandler(4, 12, fetch.handle_fetch, fetch.start_fetch),
         ApiKey.LIST_OFFSETS: ApiHandler(1, 7, list_offsets.handle_list_offsets),
         ApiKey.METADATA: ApiHandler(0, 12, metadata.handle_metadata),
         ApiKey.OFFSET_COMMIT: ApiHandler(2, 9, groups.handle_offset_commit),

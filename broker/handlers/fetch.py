@@ -28,9 +28,10 @@ keeps no session: followers replicate by Raft.
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
@@ -59,11 +60,13 @@ from raftka.broker.handlers.common import (
 from raftka.broker.replica import wait_for_appends
 from raftka.broker.replica.manager import READ_COMMITTED
 from raftka.broker.security.acl import AclOperation
+from raftka.broker.services import Subscribed
 from raftka.protocol.api import build
 from raftka.protocol.splice import FileRange, SplicedResponse, Splices
 
 if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
+    from raftka.broker.long_polls import Poll
     from raftka.broker.topics import Partition, Topic
     from raftka.log.segment import LogSegment
     from raftka.protocol.fetch_codec import FetchData
@@ -387,68 +390,185 @@ def _open_session(
     return sessions.open_session(partitions, by_id)
 
 
+class _Fetch:
+    """One Fetch request: its fetch session checked and advanced when it is made, its
+    partitions read by `read` (again after appends while it long-polls), and its response
+    built by `response` from the last read, which must be in the same step: a segment
+    found by an earlier read may have been deleted since (retention, DeleteRecords), so a
+    wait that ends without a read (its deadline) reads again first, as Kafka's delayed
+    fetch does when it completes."""
+
+    __slots__ = (
+        "context",
+        "request",
+        "entity",
+        "module",
+        "by_id",
+        "fetch_context",
+        "error",
+        "wanted",
+        "may_read",
+        "incremental",
+        "max_wait_s",
+        "responses",
+        "total_bytes",
+        "watched",
+    )
+
+    def __init__(self, context: RequestContext, request: FetchRequest) -> None:
+        self.context = context
+        self.request = request
+        self.entity: type[FetchResponse] = response_entity(context)
+        self.module = response_module(context)
+        session_id = getattr(request, "session_id", INVALID_SESSION_ID)
+        self.by_id = by_id = context.api_version >= TOPIC_ID_FETCH_MIN_VERSION
+        fetch_context: FetchContext = Sessionless()
+        if request.replica_id >= 0 or context.api_version < SESSION_FETCH_MIN_VERSION:
+            # Followers replicate by Raft, so a replica's Fetch keeps no session.
+            if session_id != INVALID_SESSION_ID:
+                fetch_context = SessionError(ErrorCode.fetch_session_id_not_found)
+        else:
+            fetch_context = context.services.fetch_sessions.new_context(
+                session_id,
+                getattr(request, "session_epoch", 0),
+                by_id,
+                _cached(request, by_id, context),
+                _forgotten(request, by_id),
+            )
+        self.fetch_context = fetch_context
+        #: A top-level session error: the whole answer, with nothing read.
+        self.error = (
+            _error_response(self.entity, fetch_context.error_code)
+            if isinstance(fetch_context, SessionError)
+            else None
+        )
+        self.incremental = isinstance(fetch_context, IncrementalFetch)
+        self.wanted = (
+            _session_topics(fetch_context.session)
+            if isinstance(fetch_context, IncrementalFetch)
+            else _request_topics(request)
+        )
+        # READ on each topic, asked once for the request however often the long poll reads.
+        self.may_read = TopicAccess(context, AclOperation.READ)
+        self.max_wait_s = max(request.max_wait.total_seconds(), 0)
+        self.responses: list[_TopicAnswer] = []
+        self.total_bytes = 0
+        self.watched: list[Partition] = []
+
+    def read(self) -> bool:
+        """Read the wanted partitions; whether the response may go now: `min_bytes` were
+        found, or no partition can give more."""
+        self.responses, self.total_bytes, self.watched = _read_all(
+            self.context,
+            self.request,
+            self.wanted,
+            self.by_id,
+            self.module,
+            self.may_read,
+            self.incremental,
+        )
+        return self.total_bytes >= self.request.min_bytes or not self.watched
+
+    def response(self) -> FetchResponse | SplicedResponse:
+        """The response from the last `read` (which must be in this step)."""
+        context = self.context
+        responses = self.responses
+        response_session_id = INVALID_SESSION_ID
+        fetch_context = self.fetch_context
+        if isinstance(fetch_context, IncrementalFetch):
+            session = fetch_context.session
+            if session.epoch != fetch_context.response_epoch:
+                # A later request of the session came first: this one's answer would be stale.
+                return _error_response(
+                    self.entity, ErrorCode.invalid_fetch_session_epoch, session.id
+                )
+            responses = _incremental_answers(session, responses)
+            response_session_id = session.id
+        elif isinstance(fetch_context, FullFetch):
+            response_session_id = _open_session(
+                context.services.fetch_sessions, self.request, self.by_id, context, responses
+            )
+        splices = Splices()
+        response = build(
+            self.entity,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            session_id=response_session_id,
+            responses=_build_topics(context, self.module, responses, splices),
+        )
+        return SplicedResponse(response, splices) if splices.ranges else response
+
+
 async def handle_fetch(
     context: RequestContext, request: FetchRequest
 ) -> FetchResponse | SplicedResponse:
-    entity: type[FetchResponse] = response_entity(context)
-    module = response_module(context)
-    session_id = getattr(request, "session_id", INVALID_SESSION_ID)
-    by_id = context.api_version >= TOPIC_ID_FETCH_MIN_VERSION
-    fetch_context: FetchContext = Sessionless()
-    if request.replica_id >= 0 or context.api_version < SESSION_FETCH_MIN_VERSION:
-        # Followers replicate by Raft, so a replica's Fetch keeps no session.
-        if session_id != INVALID_SESSION_ID:
-            fetch_context = SessionError(ErrorCode.fetch_session_id_not_found)
-    else:
-        fetch_context = context.services.fetch_sessions.new_context(
-            session_id,
-            getattr(request, "session_epoch", 0),
-            by_id,
-            _cached(request, by_id, context),
-            _forgotten(request, by_id),
+    fetch = _Fetch(context, request)
+    if fetch.error is not None:
+        return fetch.error
+    if not fetch.read() and fetch.max_wait_s > 0:
+        with trio.move_on_after(fetch.max_wait_s) as wait:
+            while True:
+                await wait_for_appends(fetch.watched)
+                if fetch.read():
+                    break
+        if wait.cancelled_caught:
+            fetch.read()
+    return fetch.response()
+
+
+def start_fetch(
+    context: RequestContext, request: FetchRequest
+) -> FetchResponse | SplicedResponse | Subscribed[FetchResponse | SplicedResponse]:
+    """`handle_fetch` without a task: the response at once, or, while it long-polls,
+    `Subscribed` to the broker's `LongPolls`, which calls back after an append to one of
+    its partitions (it reads again, and answers if it has enough) or at its deadline."""
+    fetch = _Fetch(context, request)
+    if fetch.error is not None:
+        return fetch.error
+    if fetch.read() or fetch.max_wait_s <= 0:
+        return fetch.response()
+    return Subscribed(
+        functools.partial(_long_poll, fetch, trio.current_time() + fetch.max_wait_s),
+        fetch.response,
+    )
+
+
+class _LongPoll:
+    """A fetch waiting in the broker's long polls until `deadline`, reading after each append
+    to its partitions, then calling `done` (after a read in the same step). No reference
+    cycle outlives the wait (a closure that re-watched itself was one, and the broker's
+    collector, tuned for few full collections, kept every finished fetch it held)."""
+
+    __slots__ = ("fetch", "deadline", "done", "poll")
+
+    def __init__(self, fetch: _Fetch, deadline: float, done: Callable[[], None]) -> None:
+        self.fetch = fetch
+        self.deadline = deadline
+        self.done = done
+        self.poll: Poll | None = fetch.context.services.long_polls.watch(
+            fetch.watched, deadline, self.on_wake
         )
-    if isinstance(fetch_context, SessionError):
-        return _error_response(entity, fetch_context.error_code)
-    wanted = (
-        _session_topics(fetch_context.session)
-        if isinstance(fetch_context, IncrementalFetch)
-        else _request_topics(request)
-    )
-    # READ on each topic, asked once for the request however often the long poll reads.
-    may_read = TopicAccess(context, AclOperation.READ)
-    incremental = isinstance(fetch_context, IncrementalFetch)
-    responses, total_bytes, watched = _read_all(
-        context, request, wanted, by_id, module, may_read, incremental
-    )
-    max_wait_s = max(request.max_wait.total_seconds(), 0)
-    if total_bytes < request.min_bytes and max_wait_s > 0 and watched:
-        with trio.move_on_after(max_wait_s):
-            while total_bytes < request.min_bytes:
-                await wait_for_appends(watched)
-                responses, total_bytes, watched = _read_all(
-                    context, request, wanted, by_id, module, may_read, incremental
-                )
-    response_session_id = INVALID_SESSION_ID
-    if isinstance(fetch_context, IncrementalFetch):
-        session = fetch_context.session
-        if session.epoch != fetch_context.response_epoch:
-            # A later request of the session came first: this one's answer would be stale.
-            return _error_response(entity, ErrorCode.invalid_fetch_session_epoch, session.id)
-        responses = _incremental_answers(session, responses)
-        response_session_id = session.id
-    elif isinstance(fetch_context, FullFetch):
-        response_session_id = _open_session(
-            context.services.fetch_sessions, request, by_id, context, responses
-        )
-    splices = Splices()
-    response = build(
-        entity,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        session_id=response_session_id,
-        responses=_build_topics(context, module, responses, splices),
-    )
-    return SplicedResponse(response, splices) if splices.ranges else response
+
+    def on_wake(self, timed_out: bool) -> None:
+        fetch = self.fetch
+        enough = fetch.read()  # also at the deadline: the response needs a read of this step
+        if enough or timed_out:
+            self.poll = None
+            self.done()
+        else:
+            self.poll = fetch.context.services.long_polls.watch(
+                fetch.watched, self.deadline, self.on_wake
+            )
+
+    def cancel(self) -> None:
+        poll, self.poll = self.poll, None
+        if poll is not None:
+            poll.cancel()
+
+
+def _long_poll(fetch: _Fetch, deadline: float, done: Callable[[], None]) -> Callable[[], None]:
+    """Wait for records as `_LongPoll` does; the returned function cancels the wait."""
+    return _LongPoll(fetch, deadline, done).cancel
 
 
 def _error_response(

@@ -578,7 +578,7 @@ class ReplicaManager:
         `max_bytes` is 0 without it. OFFSET_OUT_OF_RANGE outside the log."""
         log = partition.hosted_log
         high_watermark = partition.high_watermark
-        stable = partition.last_stable_offset
+        stable = log.last_stable_offset(high_watermark)  # Partition.last_stable_offset, once
         limit = high_watermark if isolation_level != READ_COMMITTED else stable
         error = ErrorCode.none
         found: LogSlice | None = None

@@ -24,6 +24,10 @@ answer), requests/s achieved and errors over the steady part. --idle-connections
 connections that only asked ApiVersions, beside any load or alone, and reports the broker's
 RSS and CPU meanwhile.
 
+Waiting fetches (--long-polls N): N raw connections each keep one Fetch of an empty partition
+waiting up to --fetch-wait-ms and send the next as each is answered, as idle consumers do;
+the fetches answered per second and the broker's CPU per fetch, share of a core and RSS.
+
 --compare BOOTSTRAP runs the same load against another Kafka-compatible broker, alternating
 with raftka for --repeat rounds, and prints medians and raftka/other ratios.
 
@@ -45,6 +49,7 @@ from pathlib import Path
 
 from raftka.broker.tools.bench_browse import browse_report
 from raftka.broker.tools.bench_conn_runs import IdleConnections, run_connections, run_idle
+from raftka.broker.tools.bench_long_polls import run_long_polls
 from raftka.broker.tools.bench_report import Result, medians, plot, print_summary
 from raftka.broker.tools.bench_requests import metrics_url
 from raftka.broker.tools.bench_runs import run_latency, run_throughput
@@ -184,6 +189,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "neither --rate nor --connections), and report the broker's RSS and CPU meanwhile",
     )
     parser.add_argument(
+        "--long-polls",
+        type=positive_int,
+        metavar="N",
+        help="N connections each keeping one Fetch of an empty partition waiting (a new topic), "
+        "the next sent as each is answered: the broker's CPU per empty fetch and its RSS",
+    )
+    parser.add_argument(
+        "--fetch-wait-ms",
+        type=positive_int,
+        default=500,
+        metavar="MS",
+        help="--long-polls: each Fetch's max_wait_ms (librdkafka's fetch.wait.max.ms default)",
+    )
+    parser.add_argument(
         "--duration",
         type=float,
         default=30,
@@ -239,6 +258,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error("--duration must be > 0 and --warmup >= 0")
         if args.mode != "both":
             parser.error("--rate produces and consumes at once; leave out --mode")
+    if args.long_polls is not None and (args.rate or args.connections or args.mode != "both"):
+        parser.error("--long-polls is a load of its own: leave out --rate, --connections, --mode")
     if args.idle_connections is not None and args.rate is None and args.mode != "both":
         parser.error("--idle-connections alone runs no load; leave out --mode")
     if args.topic is None and args.mode == "consume":
@@ -273,6 +294,8 @@ def pick_run(args: argparse.Namespace) -> Callable[..., Result]:
     """The run of the options: many connections, latency, idle connections or throughput."""
     if args.connections:
         return run_connections
+    if args.long_polls:
+        return run_long_polls
     if args.rate:
         return run_latency
     if args.idle_connections:
@@ -317,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif args.rate:
             load = f"latency at {args.rate} rec/s for {args.warmup:g}+{args.duration:g} s"
+        elif args.long_polls:
+            load = (
+                f"{args.long_polls} waiting fetches ({args.fetch_wait_ms} ms) for "
+                f"{args.warmup:g}+{args.duration:g} s"
+            )
         elif args.idle_connections:
             load = (
                 f"{args.idle_connections} idle connections for {args.warmup:g}+{args.duration:g} s"
@@ -324,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             load = f"{args.mode} {args.num_records} records"
         partitions = "" if args.mode == "consume" else f"{args.partitions} partition(s), "
-        if args.idle_connections and not args.rate:
+        if (args.idle_connections and not args.rate) or args.long_polls:
             print(f"bench: {load}, {args.repeat} run(s) on {len(targets)} broker(s)")
         elif args.connections:
             # raw connections: no librdkafka client, so none of its settings apply

@@ -25,6 +25,7 @@ from raftka.broker.tools.bench_requests import (
     process_lines,
     request_figures,
     request_lines,
+    steady_broker_lines,
 )
 from raftka.broker.tools.bench_runs import ensure_topic, split
 from raftka.broker.tools.bench_workers import WorkerGroup
@@ -162,15 +163,8 @@ def run_connections(
     if requests is not None:
         for line in request_lines(requests):
             print(line)
-    if broker.get("complete") and broker["cpu_s"] is not None:
-        print(
-            f"broker: {broker['cpu_percent']:.0f}% of a core, RSS {broker['rss_mb']:.1f} MB "
-            f"(peak {broker['peak_rss_mb']:.1f} MB in the steady part)"
-        )
-        for line in process_lines(broker):
-            print(line)
-    if broker.get("error"):
-        print(f"broker: {broker['error']}")
+    for line in steady_broker_lines(broker):
+        print(line)
     # A generator near a full core, or sending late, measures itself as well as the broker.
     print(
         f"generator: busiest process {100 * generator_busy:.0f}% of a core, "

@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from raftka.broker.tools.processes import BrokerProcess, free_port
+from raftka.broker.tools.processes import BrokerProcess, free_port, run_as_child
 from raftka.broker.tools.procfs import cpu_seconds_total, status_kb
 
 Result = dict[str, Any]
@@ -128,7 +128,7 @@ def run_share(args: argparse.Namespace) -> list[Result]:
             started = time.monotonic()
             workers = [
                 multiprocessing.Process(
-                    target=_drain, args=(broker.bootstrap, topic, group, done, stop)
+                    target=run_as_child, args=(_drain, broker.bootstrap, topic, group, done, stop)
                 )
                 for _ in range(args.consumers)
             ]

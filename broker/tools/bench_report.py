@@ -36,6 +36,9 @@ METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("connections p99.9 ms", ("connections", "request_latency_ms", "p99_9")),
     ("connections CPU µs/request", ("connections", "requests", "cpu_us_per_request")),
     ("connections broker RSS MB", ("connections", "steady_broker", "rss_mb")),
+    ("long polls fetches/s", ("long_polls", "answered_per_s")),
+    ("long polls CPU µs/fetch", ("long_polls", "requests", "cpu_us_per_request")),
+    ("long polls broker RSS MB", ("long_polls", "steady_broker", "rss_mb")),
     ("idle broker CPU %", ("idle", "cpu_percent")),
     ("idle broker RSS MB", ("idle", "rss_mb")),
 )

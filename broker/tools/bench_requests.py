@@ -350,6 +350,22 @@ def process_lines(figures: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def steady_broker_lines(steady: Mapping[str, Any]) -> list[str]:
+    """The broker's lines of a steady part (`SteadyWindow.figures`): its share of a core and
+    RSS, a line per process when there are several, and what went wrong if anything."""
+    lines = []
+    if steady.get("complete") and steady["cpu_s"] is not None:
+        share = steady["cpu_percent"]
+        lines.append(
+            f"broker: {share:.{1 if share < 10 else 0}f}% of a core, RSS "
+            f"{steady['rss_mb']:.1f} MB (peak {steady['peak_rss_mb']:.1f} MB in the steady part)"
+        )
+        lines.extend(process_lines(steady))
+    if steady.get("error"):
+        lines.append(f"broker: {steady['error']}")
+    return lines
+
+
 def steady_requests(
     window: Mapping[str, Any],
     client_samples: Sequence[Sequence[ClientSample]],

@@ -14,12 +14,18 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from raftka.broker.tools.bench_report import Result, latency_summary, percentile
 from raftka.broker.tools.bench_requests import (
     SteadyWindow,
-    process_lines,
     request_lines,
+    steady_broker_lines,
     steady_requests,
 )
 from raftka.broker.tools.bench_workers import MB, WorkerGroup, WorkerSpec
-from raftka.broker.tools.procfs import Pids, cpu_seconds, status_kb_by_pid, sum_kb
+from raftka.broker.tools.procfs import (
+    Pids,
+    cpu_seconds,
+    run_queue_wait_s,
+    status_kb_by_pid,
+    sum_kb,
+)
 
 GB = 1_000_000_000  # CPU per GB: bytes = records x record size, GB = 10^9 bytes
 
@@ -34,6 +40,7 @@ class BrokerMeter:
     def __init__(self, pids: Pids) -> None:
         self.pids = pids
         self.start = {pid: cpu_seconds(pid) for pid in pids}
+        self.start_wait = {pid: run_queue_wait_s(pid) for pid in pids}
 
     def report(self, label: str, data_bytes: int) -> dict[str, Any] | None:
         """Print and return CPU seconds (and per GB of `data_bytes`) summed over the processes,
@@ -42,6 +49,7 @@ class BrokerMeter:
             return None
         try:
             now = {pid: cpu_seconds(pid) for pid in self.pids}
+            waited = {pid: run_queue_wait_s(pid) - self.start_wait[pid] for pid in self.pids}
             peak_by_pid = status_kb_by_pid(self.pids, "VmHWM")
         except (FileNotFoundError, ProcessLookupError):
             print(f"broker ({label}): process {' or '.join(map(str, self.pids))} is gone")
@@ -57,15 +65,18 @@ class BrokerMeter:
         per_gb = total / (data_bytes / GB) if data_bytes else 0.0
         peak = f"{peak_kb / 1024:.1f} MB" if peak_kb is not None else "unknown"
         several = len(self.pids) > 1
+        wait = sum(waited.values())
         print(
             f"broker ({label}): {total:.2f} s CPU ({user:.2f} user, {system:.2f} sys), "
-            f"{per_gb:.2f} s/GB, peak RSS {peak}"
+            f"{per_gb:.2f} s/GB, peak RSS {peak}; main thread waited {wait:.2f} s for a core"
             + (f" (sums of {len(self.pids)} processes)" if several else "")
         )
         figures: dict[str, Any] = {
             "cpu_s": total,
             "user_s": user,
             "system_s": system,
+            # Ready to run but not running (a raftka broker's event loop held back by load).
+            "run_queue_wait_s": wait,
             "cpu_s_per_gb": per_gb,
             "peak_rss_mb": peak_kb / 1024 if peak_kb is not None else -1.0,
         }
@@ -74,6 +85,7 @@ class BrokerMeter:
                 {
                     "pid": pid,
                     "cpu_s": sum(used[pid]),
+                    "run_queue_wait_s": waited[pid],
                     "peak_rss_mb": kb / 1024 if (kb := peak_by_pid[pid]) is not None else -1.0,
                 }
                 for pid in self.pids
@@ -81,7 +93,8 @@ class BrokerMeter:
             for process in figures["processes"]:
                 print(
                     f"  process {process['pid']}: {process['cpu_s']:.2f} s CPU, "
-                    f"peak RSS {process['peak_rss_mb']:.1f} MB"
+                    f"peak RSS {process['peak_rss_mb']:.1f} MB, main thread waited "
+                    f"{process['run_queue_wait_s']:.2f} s for a core"
                 )
         return figures
 
@@ -407,12 +420,5 @@ def print_steady_block(
             print(line)
     else:
         print("requests/s: not counted (no broker metrics endpoint and no client statistics)")
-    if steady.get("complete") and steady["cpu_s"] is not None:
-        print(
-            f"broker: {steady['cpu_percent']:.0f}% of a core, RSS {steady['rss_mb']:.1f} MB "
-            f"(peak {steady['peak_rss_mb']:.1f} MB in the steady part)"
-        )
-        for line in process_lines(steady):
-            print(line)
-    if steady.get("error"):
-        print(f"broker: {steady['error']}")
+    for line in steady_broker_lines(steady):
+        print(line)

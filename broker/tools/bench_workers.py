@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from raftka.broker.tools.bench_report import Result
 from raftka.broker.tools.bench_requests import ClientRequestStats
+from raftka.broker.tools.processes import run_as_child
 
 POLL_EVERY = 1024  # records between poll(0) calls and counter updates
 MB = 1024 * 1024
@@ -342,7 +343,9 @@ class WorkerGroup:
                 producer_worker if role == "produce" else consumer_worker
             )
             worker = self.ctx.Process(
-                target=target_fn, args=(spec, index, counters, start, out), daemon=True
+                target=run_as_child,
+                args=(target_fn, spec, index, counters, start, out),
+                daemon=True,
             )
             worker.start()
             processes.append(worker)

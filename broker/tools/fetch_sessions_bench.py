@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event
 
-from raftka.broker.tools.processes import BrokerProcess, free_port
+from raftka.broker.tools.processes import BrokerProcess, free_port, run_as_child
 from raftka.broker.tools.procfs import cpu_seconds_total
 
 _FETCHES = re.compile(
@@ -128,7 +128,7 @@ def run(slots: int, args: argparse.Namespace) -> None:
         _create_topic(broker.bootstrap, topic, args.partitions)
         stop = multiprocessing.get_context("spawn").Event()
         consumer = multiprocessing.get_context("spawn").Process(
-            target=_consume, args=(broker.bootstrap, topic, args.partitions, stop)
+            target=run_as_child, args=(_consume, broker.bootstrap, topic, args.partitions, stop)
         )
         consumer.start()
         assert consumer.pid is not None

@@ -11,6 +11,7 @@ child's working directory), `stop_error` (what an unclean stop raises) and, for 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -103,6 +105,18 @@ def set_parent_death_signal() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def run_as_child(target: Callable[..., object], *args: object) -> None:
+    """A tool's worker process (multiprocessing): it dies with the tool, then runs
+    `target(*args)`. Without that, a worker whose tool was killed runs on, and one that waits
+    to be told to stop (a consumer reading until the producers' count is known) never
+    stops."""
+    set_parent_death_signal()
+    parent = multiprocessing.parent_process()
+    if parent is not None and not parent.is_alive():
+        return  # the tool died before the signal was asked for
+    target(*args)
 
 
 class BrokerProcess:

@@ -15,6 +15,13 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
+def run_queue_wait_s(pid: int) -> float:
+    """Seconds the process's main thread (a raftka broker's event loop) has been ready to run
+    but waited for a core, from /proc/PID/schedstat (its second figure, in ns). On a shared
+    machine this is how long the broker was held back by others' load."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
 def cpu_seconds_total(pid: int) -> float:
     """User+system CPU seconds of a process."""
     user, system = cpu_seconds(pid)

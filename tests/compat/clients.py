@@ -493,16 +493,23 @@ def run_raftka(*args: object, timeout: float = CLI_TIMEOUT_S) -> subprocess.Comp
 
 
 def fetch_v12(
-    topic: str, offset: int, *, max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20
+    topic: str,
+    offset: int,
+    *,
+    max_bytes: int = 1 << 20,
+    partition_max_bytes: int = 1 << 20,
+    max_wait_s: float = 0,
+    min_bytes: int = 1,
 ) -> Any:
-    """A Fetch v12 request for partition 0 of `topic` from `offset`, answered at once."""
+    """A sessionless Fetch v12 request for partition 0 of `topic` from `offset`, answered
+    at once unless `max_wait_s` lets it wait for `min_bytes`."""
     from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
     from kio.static.primitive import i8, i32, i64
 
     return FetchRequest(
         replica_id=i32(-1),
-        max_wait=datetime.timedelta(0),
-        min_bytes=i32(1),
+        max_wait=datetime.timedelta(seconds=max_wait_s),
+        min_bytes=i32(min_bytes),
         max_bytes=i32(max_bytes),
         isolation_level=i8(0),
         session_id=i32(0),

@@ -95,3 +95,25 @@ def test_a_started_broker_counts_the_requests_itself(
     assert requests["requests_per_s"]["Produce"] > 0
     assert requests["cpu_us_per_request"] is not None and requests["cpu_us_per_request"] > 0
     assert run["connections"]["steady_broker"]["rss_mb"] > 0
+
+
+def test_waiting_fetches_are_held_for_their_wait_and_answered(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """`--long-polls`: each connection's Fetch of the new, empty topic is answered at its
+    `max_wait_ms` (the broker holds it that long, so 20 connections waiting 100 ms each get
+    at most about 200 answers a second), and every connection stays open."""
+    document = bench(
+        tmp_path,
+        "--bootstrap", bootstrap,
+        "--long-polls", 20,
+        "--fetch-wait-ms", 100,
+        "--warmup", 0.5,
+        "--duration", 2,
+    )  # fmt: skip
+    (run,) = document["runs"]
+    polls = run["long_polls"]
+    assert run["ok"] and polls["closed_by_broker"] == 0
+    assert polls["answered"] > 0
+    # At most floor(2 s / 100 ms) + 1 answers per connection fall in the 2 s window.
+    assert polls["answered_per_s"] <= 20 * 21 / 2

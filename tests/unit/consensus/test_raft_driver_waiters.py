@@ -101,6 +101,16 @@ class Pump:
         return leaders[0]
 
 
+def _cut_off_leader(data: bytes) -> tuple[Pump, RaftGroup, Any]:
+    """Node 1 elected, then cut off right after it proposes `data`, which nobody receives."""
+    pump = Pump()
+    pump.groups[1].campaign()
+    pump.deliver()
+    old = pump.leader()
+    pump.cut.add(1)
+    return pump, old, old.propose(1, data)
+
+
 def test_replaced_leader_fails_its_waiter_instead_of_acknowledging() -> None:
     async def scenario() -> None:
         pump = Pump()
@@ -170,12 +180,7 @@ def test_high_watermark_over_a_replaced_entry_is_not_its_commit(epoch_shift: int
     """Without waiting (the high watermark already passed): the epoch check alone decides."""
 
     async def scenario() -> None:
-        pump = Pump()
-        pump.groups[1].campaign()
-        pump.deliver()
-        old = pump.leader()
-        pump.cut.add(1)
-        lost = old.propose(1, b"lost")
+        pump, old, lost = _cut_off_leader(b"lost")
         pump.tick(40)
         new = pump.leader()
         for i in range(3):
@@ -195,12 +200,7 @@ def test_high_watermark_over_a_replaced_entry_is_not_its_commit(epoch_shift: int
 
 
 def test_callback_of_a_replaced_leader_gets_the_error_not_an_acknowledgement() -> None:
-    pump = Pump()
-    pump.groups[1].campaign()
-    pump.deliver()
-    old = pump.leader()
-    pump.cut.add(1)
-    lost = old.propose(1, b"never replicated")
+    pump, old, lost = _cut_off_leader(b"never replicated")
     outcomes: list[MarkOutcome] = []
     old.on_committed(lost.end_offset, 30, lost.epoch, outcomes.append)
     pump.tick(40)
@@ -318,3 +318,43 @@ def test_entries_proposed_together_leave_in_one_append_per_follower() -> None:
         assert [e.base_offset for e in m.entries] == [e.base_offset for e in entries]
     pump.deliver()
     assert leader.high_watermark >= entries[-1].end_offset
+
+
+def _deposed_leader_with_an_unreplicated_entry() -> tuple[Pump, RaftGroup, Any]:
+    """A leader that proposed an entry nobody else received, then heard from the leader
+    elected meanwhile, which appends nothing more: the entry is not in the new leader's
+    log and no high watermark will pass its offset until the new leader gets more."""
+    pump, old, lost = _cut_off_leader(b"never replicated")
+    pump.tick(40)
+    assert pump.leader() is not old
+    pump.cut.clear()
+    pump.tick(3)
+    assert old.role is not Role.LEADER
+    assert old.high_watermark < lost.end_offset
+    return pump, old, lost
+
+
+def test_a_callback_begun_after_its_proposer_lost_leadership_gets_the_error_at_once() -> None:
+    """A Produce whose batch was proposed while this broker led and whose wait for acks
+    begins after it stopped leading (a group commit writes the batch later in the same turn
+    of the event loop): nothing would end that wait but its timeout, since a follower's
+    high watermark passes the offset only once the new leader has more records, and its
+    client waits for this answer before it sends them. Kafka answers NOT_LEADER_OR_FOLLOWER
+    at once; so does the wait."""
+    pump, old, lost = _deposed_leader_with_an_unreplicated_entry()
+    outcomes: list[MarkOutcome] = []
+    old.on_committed(lost.end_offset, 30, lost.epoch, outcomes.append)
+    assert len(outcomes) == 1 and isinstance(outcomes[0], NotLeaderError), outcomes
+    pump.expire()
+    assert len(outcomes) == 1
+
+
+def test_a_wait_begun_after_its_proposer_lost_leadership_fails_at_once() -> None:
+    async def scenario() -> None:
+        _pump, old, lost = _deposed_leader_with_an_unreplicated_entry()
+        started = trio.current_time()
+        with pytest.raises(NotLeaderError):
+            await old.wait_committed(lost.end_offset, 30, lost.epoch)
+        assert trio.current_time() == started  # no wait on the mock clock
+
+    trio.run(scenario, clock=MockClock(autojump_threshold=0))

@@ -63,6 +63,26 @@ def test_a_read_at_the_end_of_the_log_walks_no_header_from_the_file(
     log.close()
 
 
+def test_a_follower_appending_many_batches_at_once_keeps_the_last_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leader = PartitionLog.open(tmp_path / "l-0", CONFIG, NOW)
+    for _ in range(20):
+        append(leader)
+    data = leader.read(0, 1 << 20, 20, True)
+    follower = PartitionLog.open(tmp_path / "f-0", CONFIG, NOW)
+    follower.append_replicated(data, validate_produce_records(data, 1 << 20))  # one call
+    preads = count_preads(follower.segments[-1], monkeypatch)
+    assert follower.fetch_slice(19, 1 << 20, 20, True) is not None
+    assert follower.fetch_slice(20 - RECENT_BATCHES, 1 << 20, 20, True) is not None
+    assert preads == []
+    found = follower.fetch_slice(20 - RECENT_BATCHES - 1, 1 << 20, 20, True)
+    assert found is not None and preads  # the one before them comes from the file
+    assert_slices_match_reads(follower)
+    leader.close()
+    follower.close()
+
+
 def test_batches_rewritten_after_a_truncation_are_read_as_they_now_are(tmp_path: Path) -> None:
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, NOW)
     for _ in range(5):

@@ -19,21 +19,23 @@ def test_a_field_of_another_version_is_dropped() -> None:
         "allow_auto_topic_creation": False,
         "include_topic_authorized_operations": False,
     }
-    v0 = build(MetadataRequestV0, **both)
-    v12 = build(MetadataRequestV12, **both)
-    assert v0 == MetadataRequestV0(topics=())
-    assert v12.allow_auto_topic_creation is False
+    for _ in range(2):  # worked out on the first call, taken from the cache on the second
+        v0 = build(MetadataRequestV0, **both)
+        v12 = build(MetadataRequestV12, **both)
+        assert v0 == MetadataRequestV0(topics=())
+        assert v12.allow_auto_topic_creation is False
 
 
-def test_a_field_no_version_has_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"DescribeAclsResponse has no field eror_code"):
-        build(
-            DescribeAclsResponseV1,
-            throttle_time=datetime.timedelta(0),
-            eror_code=ErrorCode.none,
-            error_message=None,
-            resources=(),
-        )
+def test_a_field_no_version_has_is_refused_every_time() -> None:
+    for _ in range(2):
+        with pytest.raises(TypeError, match=r"DescribeAclsResponse has no field eror_code"):
+            build(
+                DescribeAclsResponseV1,
+                throttle_time=datetime.timedelta(0),
+                eror_code=ErrorCode.none,
+                error_message=None,
+                resources=(),
+            )
 
 
 def test_a_nested_entity_is_checked_against_its_own_versions() -> None:

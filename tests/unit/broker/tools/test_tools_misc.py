@@ -9,6 +9,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from raftka.broker.tools.procfs import (
     cpu_seconds_by_pid,
     cpu_seconds_sum,
     cpu_seconds_total,
+    run_queue_wait_s,
     status_kb,
     status_kb_by_pid,
     sum_kb,
@@ -86,6 +88,40 @@ def test_procfs_reads_this_process() -> None:
     assert rss_kb is not None and rss_kb > 0
     assert status_kb(os.getpid(), "NoSuchField") is None
     assert startup_time.rss_mb(os.getpid()) > 0
+
+
+def _spin(cpu_s: float) -> None:
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+def test_run_queue_wait_is_the_time_a_process_was_ready_but_its_core_was_busy() -> None:
+    """Two busy threads on one core: each runs about half the time and waits the rest."""
+    core = {min(os.sched_getaffinity(0))}
+    mine = os.sched_getaffinity(0)
+    spin = "end = time.thread_time() + 0.4\nwhile time.thread_time() < end: pass"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os, time\nos.sched_setaffinity(0, {core})\n{spin}\ntime.sleep(60)",
+        ]
+    )
+    try:
+        os.sched_setaffinity(0, core)  # this thread, beside the child's on the one core
+        try:
+            _spin(0.4)
+        finally:
+            os.sched_setaffinity(0, mine)
+        deadline = time.monotonic() + 30
+        while cpu_seconds_total(child.pid) < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the child's spin, finished alone if it started late
+        waited = run_queue_wait_s(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert waited > 0.05
 
 
 def test_procfs_sums_over_processes() -> None:
