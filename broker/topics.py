@@ -631,6 +631,8 @@ class TopicManager:
             frozenset(partition.raft_voters or partition.replicas),
             storage,
             on_update,
+            # A partition's followers act on nothing committed (clients read at the leader).
+            commit_notice_at_once=False,
         )
         if partition.raft.term > 0:
             # Elected before this start (its term is kept): its leader is not a first one.

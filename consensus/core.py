@@ -127,6 +127,13 @@ class RaftConfig:
     # to commit, and a Kafka partition then keeps offsets without gaps (a new topic starts at
     # offset 0). The broker sets this; the classic behaviour (always a no-op) is the default.
     skip_noop_when_committed: bool = False
+    # When the leader's high watermark moves, followers with nothing new to receive are
+    # told at once by an empty APPEND (classic Raft). False: they learn it with their next
+    # APPEND or heartbeat (within a tick), as Kafka's followers learn it with their next
+    # fetch: under a stream of one-record requests that saves two messages per follower per
+    # request. The broker's partitions set it; the metadata log, whose followers apply what
+    # is committed, keeps the default.
+    commit_notice_at_once: bool = True
 
 
 @quick_init
@@ -782,7 +789,7 @@ class RaftCore:
                 else:
                     pr.inflights.free_to(m.match_end)
             if self._maybe_commit():
-                self._broadcast_append()
+                self._broadcast_append(send_if_empty=self.config.commit_notice_at_once)
             elif was_paused:
                 self._send_append(m.from_id)
             if self.role is not Role.LEADER:

@@ -1025,9 +1025,12 @@ class RaftNode:
         voters: frozenset[NodeId],
         storage: RaftGroupStorage,
         on_update: Callable[[RaftGroupUpdate], None] | None = None,
+        *,
+        commit_notice_at_once: bool = True,
     ) -> RaftGroup:
         """Start hosting Raft group `group` (its id) from its durable state. `voters` is the
-        replica set used until the log holds a membership (CONFIG) batch."""
+        replica set used until the log holds a membership (CONFIG) batch.
+        `commit_notice_at_once`: see `RaftConfig`."""
         if group in self._raft_groups:
             raise ValueError(f"group {group!r} is already hosted on node {self.node_id}")
         config = RaftConfig(
@@ -1038,6 +1041,7 @@ class RaftNode:
             heartbeat_interval_ticks=self.heartbeat_interval_ticks,
             seed=self.seed,  # the core mixes group and node id into its random stream
             skip_noop_when_committed=True,
+            commit_notice_at_once=commit_notice_at_once,
         )
         core = RaftCore(
             config,

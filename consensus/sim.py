@@ -235,6 +235,8 @@ class Simulation:
             seed=self.seed,
             # Odd seeds run the broker's setting: no no-op when the log is known committed.
             skip_noop_when_committed=self.seed % 2 == 1,
+            # Seeds 2 and 3 modulo 4 run the broker partitions' setting.
+            commit_notice_at_once=self.seed % 4 < 2,
         )
         node.core = RaftCore(config, node.log, node.hard_state)
         node.high_watermark = node.core.high_watermark

@@ -32,6 +32,7 @@ class Net:
         max_append_bytes: int = 1 << 20,
         max_inflight_appends: int = 16,
         skip_noop_when_committed: bool = False,
+        commit_notice_at_once: bool = True,
         logs: dict[NodeId, list[Entry]] | None = None,
         terms: dict[NodeId, int] | None = None,
     ) -> None:
@@ -44,6 +45,7 @@ class Net:
             max_append_bytes=max_append_bytes,
             max_inflight_appends=max_inflight_appends,
             skip_noop_when_committed=skip_noop_when_committed,
+            commit_notice_at_once=commit_notice_at_once,
         )
         self.logs: dict[NodeId, MemoryRaftLog] = {}
         self.hard_states: dict[NodeId, HardState] = {}

@@ -261,6 +261,25 @@ def test_5_3_heartbeat_high_watermark_is_capped_at_follower_match() -> None:
     assert net[3].high_watermark == 1
 
 
+@pytest.mark.parametrize("at_once", [True, False])
+def test_followers_learn_a_new_high_watermark_at_once_or_with_their_next_append_or_heartbeat(
+    at_once: bool,
+) -> None:
+    net = Net([1, 2, 3], commit_notice_at_once=at_once)
+    net.elect(1)
+    net.delivered.clear()
+    net.propose(1, 1, b"a")
+    assert net[1].high_watermark == 2
+    # Only the APPENDs that carry the batch, and their answers, unless told at once.
+    notices = [m for m in net.delivered if m.type is MessageType.APPEND and not m.entries]
+    assert len(notices) == (2 if at_once else 0)
+    assert [net[i].high_watermark for i in (2, 3)] == ([2, 2] if at_once else [1, 1])
+    net.propose(1, 1, b"b")  # the next APPEND carries the last high watermark
+    assert [net[i].high_watermark for i in (2, 3)] == ([3, 3] if at_once else [2, 2])
+    net.tick(1)  # as does the next heartbeat
+    assert [net[i].high_watermark for i in (2, 3)] == [3, 3]
+
+
 # ---------------------------------------------------------------------- §5.4.1 election restriction
 def test_5_4_1_candidate_with_stale_log_cannot_win() -> None:
     logs = {1: [E(0, 0, 1)], 2: [E(0, 0, 1), E(1, 1, 1)], 3: [E(0, 0, 1), E(1, 1, 1)]}
