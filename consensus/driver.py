@@ -188,6 +188,10 @@ MarkOutcome: TypeAlias = NotLeaderError | None | Literal["timed out"]
 TIMED_OUT: Literal["timed out"] = "timed out"
 
 
+def _finished(outcome: MarkOutcome) -> None:
+    """The callback of a subscription that has had its answer."""
+
+
 class _Subscription:
     """A callback waiting for a mark (`RaftGroup.on_committed`, `on_durable`): what a
     waiting task does, without a task. Called once, from the code that moved the mark (or
@@ -238,8 +242,12 @@ class _Subscription:
 
     def _finish(self, outcome: MarkOutcome) -> None:
         self.finished = True
+        # A finished subscription may stay in the node's deadline heap for a while (until
+        # the heap is compacted, or its deadline): it must not keep its callback, which
+        # holds the request it answers, records and all, that long.
+        callback, self.callback = self.callback, _finished
         try:
-            self.callback(outcome)
+            callback(outcome)
         except Exception:
             # The mark moved and the group goes on; only this waiter's answer is lost.
             log.exception(
