@@ -273,9 +273,8 @@ def _serve_syncs(node: RaftNode) -> None:
         ticket.group._synced(ticket)
 
 
-def test_answered_callbacks_do_not_pile_up_until_their_deadline() -> None:
-    """Every callback answered long before its deadline: the node's deadline heap is
-    compacted, so its size stays bounded however many requests pass (not 30 s of them)."""
+def _lone_leader() -> tuple[RaftNode, RaftGroup]:
+    """A node leading one group of which it is the only voter, its syncs served by hand."""
     transport = PeerTransport(1, ("127.0.0.1", 0), {})
     node = RaftNode(1, transport, election_timeout_ticks=2)
     group = node.add_raft_group("alone-0", frozenset({1}), MemoryRaftGroupStorage())
@@ -283,6 +282,13 @@ def test_answered_callbacks_do_not_pile_up_until_their_deadline() -> None:
         node.tick()
         _serve_syncs(node)
     assert group.role is Role.LEADER
+    return node, group
+
+
+def test_answered_callbacks_do_not_pile_up_until_their_deadline() -> None:
+    """Every callback answered long before its deadline: the node's deadline heap is
+    compacted, so its size stays bounded however many requests pass (not 30 s of them)."""
+    node, group = _lone_leader()
     outcomes: list[MarkOutcome] = []
     largest = 0
     for i in range(5000):
@@ -308,13 +314,7 @@ def test_an_answered_callback_left_in_the_deadline_heap_keeps_nothing_of_its_req
     (after about a thousand answers) or its deadline passes: it must not keep what its
     callback refers to (the request, records and all) that long. With 1 KB records on three
     brokers that was seconds of produced data in the leader's memory."""
-    transport = PeerTransport(1, ("127.0.0.1", 0), {})
-    node = RaftNode(1, transport, election_timeout_ticks=2)
-    group = node.add_raft_group("alone-0", frozenset({1}), MemoryRaftGroupStorage())
-    for _ in range(4):
-        node.tick()
-        _serve_syncs(node)
-    assert group.role is Role.LEADER
+    node, group = _lone_leader()
 
     class Request:  # stands for a Produce request and its records
         pass
