@@ -631,7 +631,8 @@ class TopicManager:
             frozenset(partition.raft_voters or partition.replicas),
             storage,
             on_update,
-            # A partition's followers act on nothing committed (clients read at the leader).
+            # A partition's followers need its high watermark only lazily (clients read at the
+            # leader; the log start they follow waits for it at most a tick).
             commit_notice_at_once=False,
         )
         if partition.raft.term > 0:

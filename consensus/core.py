@@ -130,8 +130,8 @@ class RaftConfig:
     # When the leader's high watermark moves, followers with nothing new to receive are
     # told at once by an empty APPEND (classic Raft). False: they learn it with their next
     # APPEND or heartbeat (within a tick), as Kafka's followers learn it with their next
-    # fetch: under a stream of one-record requests that saves two messages per follower per
-    # request. The broker's partitions set it; the metadata log, whose followers apply what
+    # fetch: under a stream of one-record requests that saves up to two messages per follower
+    # per request. The broker's partitions set it; the metadata log, whose followers apply what
     # is committed, keeps the default.
     commit_notice_at_once: bool = True
 
