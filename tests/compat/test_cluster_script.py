@@ -24,11 +24,12 @@ def cluster_script(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_two_node_cluster_on_chosen_ports_and_folder(tmp_path: Path) -> None:
-    base = free_port_pair()
+    # Both pairs from this worker's block: the default Raft ports (base + 10000) may lie in
+    # the kernel's ephemeral range, where any outgoing connection can hold them.
+    base, raft_base = free_port_pair(), free_port_pair()
     data = tmp_path / "second-cluster"
-    started = cluster_script(
-        "--nodes", "2", "--base-port", str(base), "--data-dir", str(data), "start"
-    )
+    ports = ["--base-port", str(base), "--raft-base-port", str(raft_base)]
+    started = cluster_script("--nodes", "2", *ports, "--data-dir", str(data), "start")
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         bootstrap = f"127.0.0.1:{base},127.0.0.1:{base + 1}"
@@ -54,7 +55,7 @@ def test_a_two_node_cluster_on_chosen_ports_and_folder(tmp_path: Path) -> None:
         status = cluster_script("--data-dir", str(data), "status")
         assert status.returncode == 0, status.stdout + status.stderr
         assert f"127.0.0.1:{base + 1}" in status.stdout
-        assert f"127.0.0.1:{base + 10001}" in status.stdout, status.stdout
+        assert f"127.0.0.1:{raft_base + 1}" in status.stdout, status.stdout
         assert "ids=1,2 " in status.stdout, status.stdout
     finally:
         stopped = cluster_script("--data-dir", str(data), "stop")
@@ -67,5 +68,7 @@ def test_bad_options_are_named() -> None:
     assert refused.returncode == 2 and "--nodes must be a positive number" in refused.stderr
     refused = cluster_script("--base-port", "60000", "status")
     assert refused.returncode == 2 and "--base-port" in refused.stderr
+    refused = cluster_script("--raft-base-port", "65535", "status")
+    assert refused.returncode == 2 and "--raft-base-port" in refused.stderr
     refused = cluster_script("restart")
     assert refused.returncode == 2 and "usage: scripts/cluster" in refused.stderr
