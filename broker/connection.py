@@ -40,11 +40,13 @@ reader serves every complete request it has buffered, then sends the responses t
 ready with one write before it waits for more bytes. Answers that wait for their batches
 to be written are handed to the broker's group commit (broker/group_commit.py), which
 writes the batches of every connection served in the same turn of the event loop together,
-then sends each connection's answers. Responses decided in handlers' tasks or callbacks are
-sent by them the same way. A writer task sends the rest: what the kernel did not take at
-once, spliced Fetch responses (sendfile), throttled and last responses, and everything on a
-TLS connection. Plaintext sockets are read and written with os.read/os.write on the
-non-blocking descriptor; trio is asked only to wait until it is ready.
+then sends each connection's answers. Responses decided in handlers' tasks or callbacks (a
+commit that releases several Produce requests of a connection at once) are handed to it too,
+so that those decided in one turn leave in one send. A writer task sends the rest: what the
+kernel did not take at once, spliced Fetch responses (sendfile), throttled and last
+responses, and everything on a TLS connection. Plaintext sockets are read and written with
+os.read/os.write on the non-blocking descriptor; trio is asked only to wait until it is
+ready.
 
 A connection holds at most `queued.max.requests` requests and a bounded number of request
 bytes in flight; past that the broker stops reading from it. Each request a handler serves
@@ -787,15 +789,17 @@ class Connection:
         self, slot: _Slot, context: HandlerContext | None = None, *, in_task: bool = False
     ) -> None:
         """The slot's response is decided and may be sent: by the reader before it next
-        waits for bytes, or (`in_task`: decided in a handler's task or a callback) at once,
-        with the writer's help only for what cannot go without a wait."""
+        waits for bytes, or (`in_task`: decided in a handler's task or a callback) at the
+        end of this turn of the event loop, by the group commit's task, with every other
+        response of this connection decided in the turn (one send), and with the writer's
+        help only for what cannot go without a wait."""
         session = None if context is None else context.session
         if session is not None and session.close_after_response:
             slot.close_after = True
         slot.done = True
         if in_task:
             self._notify()
-            self._send_decided()
+            self._group_commit.wait_for_write(self)
 
     async def _run_with_quota(
         self,
@@ -913,6 +917,7 @@ class Connection:
             return False
         if frames:
             data = frames[0] if len(frames) == 1 else b"".join(frames)
+            self.metrics.response_sends += 1
             try:
                 sent = os.write(self._fd, data)
             except BlockingIOError:
@@ -983,6 +988,7 @@ class Connection:
             return
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         frames.clear()
+        self.metrics.response_sends += 1
         if self._fd < 0:
             await self.stream.send_all(data)
         else:
@@ -999,6 +1005,7 @@ class Connection:
     async def _send_pieces(self, pieces: Pieces) -> None:
         """Write a spliced frame: bytes pieces with send, file ranges with sendfile (over
         TLS, where sendfile cannot encrypt, the ranges are read and sent as bytes)."""
+        self.metrics.response_sends += 1
         if self.tls:
             try:
                 for piece in pieces:

@@ -10,7 +10,9 @@ connection's request was even looked at. Instead such a connection hands its ans
 this task and waits for bytes at once. trio runs the task after every task that was ready
 in the same turn (each connection that had bytes), so it writes all of their batches
 together and sends each connection's answers, in their order, without waking the
-connections again.
+connections again. Answers decided outside the reader (a commit that acknowledges several of
+a connection's Produce requests, a long-polling Fetch that found records) are handed here
+too, so that a connection's answers decided in one turn leave in one send.
 """
 
 from __future__ import annotations

@@ -94,6 +94,12 @@ _MESSAGES_IN = "kafka_server_brokertopicmetrics_messagesin"
 _MESSAGES_IN_HELP = "Records appended by Produce, per topic (MessagesInPerSec)."
 _BYTES_OUT = "kafka_server_brokertopicmetrics_bytesout"
 _BYTES_OUT_HELP = "Bytes of record batches returned by Fetch, per topic (BytesOutPerSec)."
+_RESPONSE_SENDS = "raftka_response_sends"
+_RESPONSE_SENDS_HELP = (
+    "Sends of responses to clients: the responses of a connection decided together leave "
+    "in one send (a spliced Fetch response, sendfile ranges and all, counts as one); "
+    "requests answered over this is responses per send."
+)
 
 
 class BrokerMetrics(Collector):
@@ -124,6 +130,9 @@ class BrokerMetrics(Collector):
         self._topics_in_created: dict[str, float] = {}
         self._topics_out: dict[str, int] = {}
         self._topics_out_created: dict[str, float] = {}
+        #: Counted by the connections as they send (`_RESPONSE_SENDS`).
+        self.response_sends = 0
+        self._created = time.time()
         registry = self.registry
         registry.register(self)
         self._connections = Gauge(
@@ -257,6 +266,12 @@ class BrokerMetrics(Collector):
             since_out = self._topics_out_created[topic] if created else None
             bytes_out.add_metric([topic], out_bytes, since_out)
         yield bytes_out
+        yield CounterMetricFamily(
+            _RESPONSE_SENDS,
+            _RESPONSE_SENDS_HELP,
+            value=self.response_sends,
+            created=self._created if created else None,
+        )
 
     def _forget_deleted_topics(self) -> None:
         live = self._live_topics()

@@ -37,13 +37,18 @@ def _series(metrics: BrokerMetrics) -> dict[str, str]:
 
 
 def test_a_scrape_shows_each_series_with_its_value() -> None:
+    started = time.time()
     metrics = BrokerMetrics({PRODUCE: "Produce", FETCH: "Fetch"}, live_topics=lambda: {"orders"})
     gauges = {
         'kafka_server_socketservermetrics_connection_count{listener="PLAINTEXT"}': "0.0",
         "raftka_event_loop_lag_seconds": "0.0",
     }
-    assert _series(metrics) == gauges  # nothing counted yet: no per-API or per-topic series
-    started = time.time()
+    before = _series(metrics)
+    # nothing counted yet: no per-API or per-topic series, and no response sent
+    assert {name: value for name, value in before.items() if "_created" not in name} == {
+        **gauges,
+        "raftka_response_sends_total": "0.0",
+    }
     for seconds in (0.0005, 0.001, 0.003):  # 1 ms is on a bound: counted in le="1.0"
         metrics.request_done(PRODUCE, seconds, None)
     metrics.request_done(FETCH, 40.0, HANDLER_FAILED)  # past the last bound: only in +Inf
@@ -51,6 +56,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
     metrics.produced("orders", 100, 1)
     metrics.produced("orders", 250, 4)
     metrics.fetched("orders", 350)
+    metrics.response_sends += 2
     series = _series(metrics)
     created = {name: value for name, value in series.items() if "_created" in name}
     assert sorted(created) == [
@@ -64,6 +70,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
         'kafka_server_brokertopicmetrics_bytesin_created{topic="orders"}',
         'kafka_server_brokertopicmetrics_bytesout_created{topic="orders"}',
         'kafka_server_brokertopicmetrics_messagesin_created{topic="orders"}',
+        "raftka_response_sends_created",
     ]
     assert all(started <= float(value) <= time.time() for value in created.values())
     time_ms = "kafka_network_requestmetrics_totaltimems"
@@ -89,6 +96,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
         'kafka_server_brokertopicmetrics_bytesin_total{topic="orders"}': "350.0",
         'kafka_server_brokertopicmetrics_messagesin_total{topic="orders"}': "5.0",
         'kafka_server_brokertopicmetrics_bytesout_total{topic="orders"}': "350.0",
+        "raftka_response_sends_total": "2.0",
     }
     assert {name: value for name, value in series.items() if name not in created} == expected
     metrics.request_done(PRODUCE, 0.0001, None)  # counting goes on after a scrape
