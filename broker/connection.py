@@ -194,6 +194,11 @@ class Connection:
         self.client_port: int = port
         self.peer = f"{host}:{port}"
         self._buffer = bytearray()
+        # Whether to try a read before waiting for the socket: worth it while the client
+        # sends faster than it is answered (a read held several requests, or a try found
+        # bytes); a client that sends one request and waits for its answer would make every
+        # try a failed system call.
+        self._read_ahead = True
         self._in_flight_bytes = 0
         # A handler task was started whose request has not taken effect yet.
         self._handler_to_start = False
@@ -331,6 +336,8 @@ class Connection:
                     if not await self._serve_request(size, nursery):
                         return
                     continue
+            if served_in_a_row > 1:
+                self._read_ahead = True
             served_in_a_row = 0
             if buffer:
                 if not frame_deadline:
@@ -397,18 +404,25 @@ class Connection:
             self._group_commit.wait_for_write(self)
         else:
             self._send_ready()
-        try:
-            data = os.read(self._fd, max_bytes)
-        except BlockingIOError:
-            pass
-        else:
-            # Data at once (a client sending fast): still let other tasks run.
-            await trio.lowlevel.checkpoint()
-            return data
+        if self._read_ahead:
+            try:
+                data = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                self._read_ahead = False
+            else:
+                # Data at once (a client sending fast): still let other tasks run.
+                await trio.lowlevel.checkpoint()
+                return data
         if self._unsent is not None or (self._slots and self._slots[0].done):
             self._wake_writer()  # what `_send_ready` left needs a wait or the writer's care
+        idle = self._idle
         while True:
-            await self._wait_for(deadline, trio.lowlevel.wait_readable(self._fd))
+            # `_wait_for`, inline: this wait is on every request's path.
+            idle.waiting(self, deadline)
+            try:
+                await trio.lowlevel.wait_readable(self._fd)
+            finally:
+                idle.done(self)
             try:
                 return os.read(self._fd, max_bytes)
             except BlockingIOError:
@@ -453,7 +467,8 @@ class Connection:
         serial = prefix.api_key not in CONCURRENT_APIS
         if serial:
             await self._wait_for_handlers()
-        await self._wait_for_room(size)
+        if len(self._slots) >= self.max_in_flight or self._in_flight_bytes:
+            await self._wait_for_room(size)
         slot = _Slot(request_bytes=size, received_s=received_s, serial=serial)
         self._in_flight_bytes += size
         self._slots.append(slot)
