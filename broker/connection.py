@@ -398,12 +398,10 @@ class Connection:
             if self._slots and self._slots[0].done:
                 self._wake_writer()  # over TLS the writer sends every response
             return await self._wait_for(deadline, self.stream.receive_some(max_bytes))
-        if self._deferred:
-            # Answers waiting for their batches to be written: the broker's group commit
-            # writes them with those of every connection served in this turn, then sends.
-            self._group_commit.wait_for_write(self)
-        else:
+        if not self._deferred or self._group_commit.write_now(self):
             self._send_ready()
+        # else: answers waiting for their batches to be written: the broker's group commit
+        # writes them with those of every connection served in this turn, then sends.
         if self._read_ahead:
             try:
                 data = os.read(self._fd, max_bytes)

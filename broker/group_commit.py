@@ -13,6 +13,16 @@ together and sends each connection's answers, in their order, without waking the
 connections again. Answers decided outside the reader (a commit that acknowledges several of
 a connection's Produce requests, a long-polling Fetch that found records) are handed here
 too, so that a connection's answers decided in one turn leave in one send.
+
+The task costs a turn of the event loop of its own, which pays only when several
+connections share its write. A connection served alone, turn after turn (a client that sends
+one request and waits, or one producer pipelining on its own connection), writes its own
+batches at once instead (`write_now`): a tenth or more of such a request's CPU. Which of the
+two a broker does follows what its writes see: a write for the batches of several
+connections turns grouping on; a run of `SOLO_WRITES_BEFORE_INLINE` writes for one
+connection's batches (or none: answers decided in other tasks only) turns it off; and while
+it is off, one connection's ask in `PROBE_EVERY` goes through the task anyway, so that
+connections served together are noticed (those of the same turn join the probe's write).
 """
 
 from __future__ import annotations
@@ -24,6 +34,12 @@ from typing import Protocol
 import trio
 
 logger = logging.getLogger("raftka.connection")
+
+#: Writes in a row that each answered one connection, after which connections write their
+#: own batches again (`GroupCommit.write_now`).
+SOLO_WRITES_BEFORE_INLINE = 32
+#: While connections write their own batches, one ask in this many goes through the task.
+PROBE_EVERY = 16
 
 
 class Flushable(Protocol):
@@ -44,6 +60,27 @@ class GroupCommit:
         #: Writes made, and the connections answered after them.
         self.writes = 0
         self.connections_answered = 0
+        #: Whether connections that ask are answered after the turn's write (else they
+        #: write their own batches at once), and the solo writes in a row meanwhile.
+        self.grouping = True
+        self._solo_writes = 0
+        self._asks = 0
+        #: Connections waiting for this turn's write that proposed batches (the others
+        #: only send answers decided outside their reader, such as a long-polling Fetch's).
+        self._writers: set[Flushable] = set()
+
+    def write_now(self, connection: Flushable) -> bool:
+        """Whether `connection`, whose answers wait for the batches it proposed, writes them
+        itself now (True) or is answered after this turn's write (False, as
+        `wait_for_write`): now only while no write is due this turn and connections have
+        been served alone (the module's docstring says how that is told)."""
+        if not self.grouping and not self._waiting:
+            self._asks += 1
+            if self._asks % PROBE_EVERY:
+                return True
+        self._writers.add(connection)
+        self.wait_for_write(connection)
+        return False
 
     def wait_for_write(self, connection: Flushable) -> None:
         """`connection.written()` is called after the next write, at this turn's end."""
@@ -54,6 +91,7 @@ class GroupCommit:
     def forget(self, connection: Flushable) -> None:
         """A connection that ends settles its own answers."""
         self._waiting.pop(connection, None)
+        self._writers.discard(connection)
 
     def write(self) -> None:
         """Write the proposed batches, then let each waiting connection answer. A failure
@@ -61,6 +99,15 @@ class GroupCommit:
         waiting, self._waiting = self._waiting, {}
         self.writes += 1
         self.connections_answered += len(waiting)
+        writers, self._writers = self._writers, set()
+        if len(writers) > 1:
+            self.grouping = True
+            self._solo_writes = 0
+        elif self.grouping:
+            self._solo_writes += 1
+            if self._solo_writes >= SOLO_WRITES_BEFORE_INLINE:
+                self.grouping = False
+                self._solo_writes = 0
         try:
             # Errors of a partition's write become its answers (`write_proposed`); anything
             # else is a bug, logged here and met again by each connection's own settle.

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from raftka.broker.group_commit import GroupCommit
+from raftka.broker.group_commit import PROBE_EVERY, SOLO_WRITES_BEFORE_INLINE, GroupCommit
 
 
 class _Connection:
@@ -124,3 +124,87 @@ def test_a_failed_write_is_logged_and_the_connections_still_answer(
     # Each connection's own settle meets the error again and answers from it.
     assert log == ["answer c"]
     assert "writing the proposed batches failed" in caplog.text
+
+
+def _ask_alone_until_inline(group: GroupCommit, connection: _Connection) -> list[bool]:
+    """What `write_now` answered a connection asking alone, one turn after another, until
+    (and including) the first time it was told to write itself."""
+
+    answers: list[bool] = []
+
+    async def body() -> None:
+        while (not answers or not answers[-1]) and len(answers) <= SOLO_WRITES_BEFORE_INLINE:
+            answers.append(group.write_now(connection))
+            await trio.testing.wait_all_tasks_blocked()
+
+    _run_turns(group, body)
+    return answers
+
+
+def test_a_connection_served_alone_writes_its_own_batches_after_a_run_of_solo_writes() -> None:
+    log: list[str] = []
+    group = GroupCommit(lambda: log.append("write"))
+    alone = _Connection(log, "a")
+    answers = _ask_alone_until_inline(group, alone)
+    assert answers == [False] * SOLO_WRITES_BEFORE_INLINE + [True]
+    assert group.writes == SOLO_WRITES_BEFORE_INLINE and not group.grouping
+
+    # From now on it writes itself, but one ask in PROBE_EVERY still goes through the
+    # task, which writes and answers it.
+    later: list[bool] = []
+
+    async def body() -> None:
+        for _ in range(2 * PROBE_EVERY):
+            later.append(group.write_now(alone))
+            await trio.testing.wait_all_tasks_blocked()
+
+    _run_turns(group, body)
+    assert later.count(False) == 2 and not group.grouping
+    assert group.writes == SOLO_WRITES_BEFORE_INLINE + 2
+    assert log[-2:] == ["write", "answer a"]
+
+
+def test_connections_met_in_a_probes_turn_are_grouped_again() -> None:
+    log: list[str] = []
+    group = GroupCommit(lambda: log.append("write"))
+    first, second = _Connection(log, "a"), _Connection(log, "b")
+    _ask_alone_until_inline(group, first)
+    log.clear()
+    asked: list[tuple[bool, bool]] = []
+
+    async def body() -> None:
+        # Both ask in each turn; the first ask of a turn writes itself, unless it is the
+        # probe (the asks are counted: here the probe is a turn's first ask): then the
+        # second joins its write, and that write turns grouping on.
+        while group.writes == SOLO_WRITES_BEFORE_INLINE and len(asked) <= PROBE_EVERY:
+            asked.append((group.write_now(first), group.write_now(second)))
+            await trio.testing.wait_all_tasks_blocked()
+        asked.append((group.write_now(first), group.write_now(second)))
+        await trio.testing.wait_all_tasks_blocked()
+
+    _run_turns(group, body)
+    # Before the probe each turn's first ask wrote itself and the second was told to too
+    # (no write was due); the probe's turn and every turn after it wait for the task.
+    assert asked[:-2] == [(True, True)] * (len(asked) - 2)
+    assert asked[-2:] == [(False, False), (False, False)]
+    assert group.grouping
+    assert log == ["write", "answer a", "answer b"] * 2
+
+
+def test_only_connections_that_proposed_batches_count_as_sharing_a_write() -> None:
+    log: list[str] = []
+    group = GroupCommit(lambda: log.append("write"))
+    writer, sender = _Connection(log, "w"), _Connection(log, "s")
+    answers: list[bool] = []
+
+    async def body() -> None:
+        while (not answers or not answers[-1]) and len(answers) <= SOLO_WRITES_BEFORE_INLINE:
+            # The same writer asking twice in a turn, and a connection that only sends
+            # answers decided in another task: still a write for one connection.
+            answers.append(group.write_now(writer))
+            group.write_now(writer)
+            group.wait_for_write(sender)
+            await trio.testing.wait_all_tasks_blocked()
+
+    _run_turns(group, body)
+    assert answers == [False] * SOLO_WRITES_BEFORE_INLINE + [True]
