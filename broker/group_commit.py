@@ -35,8 +35,8 @@ import trio
 
 logger = logging.getLogger("raftka.connection")
 
-#: Writes in a row that each answered one connection, after which connections write their
-#: own batches again (`GroupCommit.write_now`).
+#: Writes in a row for one connection's batches (or none), after which connections write
+#: their own batches at once (`GroupCommit.write_now`).
 SOLO_WRITES_BEFORE_INLINE = 32
 #: While connections write their own batches, one ask in this many goes through the task.
 PROBE_EVERY = 16
