@@ -158,7 +158,8 @@ class ControllerClient(Protocol):
 
     @property
     def advertised_controller_id(self) -> int:
-        """The controller id clients are told: the leader, or this broker during an election."""
+        """The controller id clients are told: the leader while this broker is in touch with it,
+        else this broker."""
         ...
 
     @property

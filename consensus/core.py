@@ -613,6 +613,16 @@ class RaftCore:
         if self.lead_transferee is not None and self.lead_transferee not in self.voters - {self.id}:
             self.lead_transferee = None
 
+    def leader_heard_recently(self) -> bool:
+        """Whether this node leads, or heard from its leader within the last election timeout.
+        A voter cut off from its leader campaigns and forgets it after about that long; a
+        learner never campaigns, so it keeps a dead leader's id until a new leader writes."""
+        if self.role is Role.LEADER:
+            return True
+        return self.leader_id is not None and (
+            self.election_elapsed < self.config.election_timeout_ticks
+        )
+
     # ---------------------------------------------------------------- ticks and elections
     def _tick_election(self) -> None:
         self.election_elapsed += 1

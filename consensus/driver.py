@@ -397,6 +397,9 @@ class RaftGroup:
     def term(self) -> int:
         return self._core.term
 
+    def leader_heard_recently(self) -> bool:
+        return self._core.leader_heard_recently()
+
     @property
     def role(self) -> Role:
         return self._core.role

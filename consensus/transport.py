@@ -364,6 +364,12 @@ class PeerTransport:
         """The peers whose last dial failed (until a dial succeeds again)."""
         return frozenset(node for node, peer in self._peers.items() if peer.unreachable)
 
+    def connected_to(self, peer: NodeId) -> bool:
+        """Whether this node's connection to `peer` is open (it drops at once when the peer's
+        process dies: the peer's kernel closes it)."""
+        found = self._peers.get(peer)
+        return found is not None and found.connected
+
     def peer_address(self, peer: NodeId) -> Address | None:
         found = self._peers.get(peer)
         return None if found is None else found.address
@@ -686,6 +692,7 @@ class PeerTransport:
                 if start < len(messages):
                     await self._write_messages(stream, peer, messages[start:])
         except _CONNECTION_ERRORS as exc:
+            peer.connected = False
             log.info(
                 "node %s: connection to node %s lost: %s",
                 self.node_id,
@@ -725,6 +732,7 @@ class PeerTransport:
                 if pending is not None and pending.peer == peer.node_id:
                     pending.settle(frame)
         except _CONNECTION_ERRORS as exc:
+            peer.connected = False  # at once: `connected_to` answers before the teardown
             log.info(
                 "node %s: connection to node %s closed: %s",
                 self.node_id,

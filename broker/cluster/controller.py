@@ -493,12 +493,20 @@ class Controller:
     @property
     def advertised_controller_id(self) -> int:
         """The controller a client is told of (Metadata, DescribeCluster): the quorum's
-        leader, or this broker while there is none. Any broker takes an admin request and
-        forwards it to the controller once one is elected (KIP-590), and a client told -1
-        may hold its request without asking again (librdkafka waits for a broker's state to
-        change); Kafka's brokers in KRaft mode never answer -1 either."""
+        leader while this broker is in touch with it, else this broker. Any broker takes an
+        admin request and forwards it to the controller once one is elected (KIP-590), and
+        librdkafka holds an admin request for the controller it was told of until a later
+        Metadata names another: told -1 (Kafka's brokers in KRaft mode never answer -1
+        either), or told of a leader that has just died, it waited out the request's whole
+        timeout. So a leader is named only while its connection from this broker is open
+        (it closes as the leader's process dies) and its last message is within an election
+        timeout."""
         leader = self.raft.leader_id
-        return self.node_id if leader is None else leader
+        if leader is None or leader == self.node_id:
+            return self.node_id
+        if not self.raft.leader_heard_recently() or not self.node.transport.connected_to(leader):
+            return self.node_id
+        return leader
 
     @property
     def is_controller(self) -> bool:

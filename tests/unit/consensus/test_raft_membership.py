@@ -55,6 +55,20 @@ def test_learner_never_campaigns_and_its_vote_does_not_count() -> None:
     assert net[leaders[0]].learners == frozenset({4})
 
 
+def test_a_learner_whose_leader_went_silent_keeps_its_id_but_not_as_heard() -> None:
+    net = _leader_with_learner()
+    assert [net[i].leader_heard_recently() for i in (1, 2, 4)] == [True, True, True]
+    net.crash(1)
+    timeout = net[4].config.election_timeout_ticks
+    net.tick(timeout - 1, only=[4])
+    assert (net[4].leader_id, net[4].leader_heard_recently()) == (1, True)
+    net.tick(1, only=[4])
+    assert (net[4].leader_id, net[4].leader_heard_recently()) == (1, False)
+    net.tick(40, only=[2, 3, 4])  # a new leader's first message makes it heard again
+    leader = next(i for i in (2, 3) if net[i].role is Role.LEADER)
+    assert (net[4].leader_id, net[4].leader_heard_recently()) == (leader, True)
+
+
 def test_a_learner_alone_cannot_keep_a_leader_in_office() -> None:
     net = _leader_with_learner()
     net.partition([1, 4], [2, 3])
