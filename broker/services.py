@@ -184,6 +184,10 @@ class ControllerClient(Protocol):
 
     def quorum(self) -> QuorumView: ...
 
+    async def controller_quorum(self) -> QuorumView:
+        """The quorum as the controller sees it (asked of it when this broker is not it)."""
+        ...
+
     async def elect_preferred_leaders(
         self, partitions: Sequence[tuple[str, int]], timeout_s: float
     ) -> Mapping[tuple[str, int], tuple[ErrorCode, str | None]]:

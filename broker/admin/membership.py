@@ -40,8 +40,8 @@ def _error_name(code: object) -> str:
 
 def _controller_connection(cluster: WireCluster) -> WireConnection:
     """The connection to the broker Metadata names as the controller: the quorum's leader
-    (it knows every replica's log end; a follower does not), or during an election the
-    broker that answered; any broker's if that one does not answer."""
+    while the answering broker is in touch with it, else that broker (which asks the
+    controller); any broker's if that one does not answer."""
     cluster.metadata(())
     if cluster.controller_id is not None:
         try:

@@ -90,6 +90,8 @@ logger = logging.getLogger("raftka.controller")
 
 METADATA_GROUP = f"{METADATA_TOPIC}-0"  # the metadata Raft group and its log folder
 CONTROLLER_RPC = "__controller"
+QUORUM_RPC = "__quorum"  # the controller's view of the metadata quorum (DescribeQuorum)
+QUORUM_TIMEOUT_S = 5.0
 COMMIT_TIMEOUT_S = 10.0
 FORWARD_TIMEOUT_S = 15.0
 REPLAY_READ_BYTES = 4 * 1024 * 1024
@@ -218,6 +220,7 @@ class Controller:
         # Membership steps of the reassignments of partitions this broker leads.
         self.reassignments = ReassignmentMover(self)
         self.publisher.apply_broker_configs()
+        self.register_rpc(QUORUM_RPC, self._serve_quorum)
 
     def register_rpc(self, rpc: str, handler: RpcHandler) -> None:
         """Serve the peer RPC named `rpc` (sent with `transport.forward`) with `handler`."""
@@ -527,6 +530,40 @@ class Controller:
             status.learners,
             ends,
         )
+
+    async def controller_quorum(self) -> QuorumView:
+        """The metadata quorum as the controller sees it (every replica's log end offset), as
+        Kafka's brokers forward DescribeQuorum to the controller: asked of the controller when
+        this broker is not it, this broker's own view (the others' log ends unknown) when
+        there is no controller or it does not answer within QUORUM_TIMEOUT_S."""
+        leader = self.raft.leader_id
+        if leader is None or leader == self.node_id:
+            return self.quorum()
+        try:
+            raw = await self.node.transport.forward(leader, QUORUM_RPC, b"", QUORUM_TIMEOUT_S)
+            return QuorumView.from_wire(raw)
+        except ForwardError as exc:
+            logger.info(
+                "DescribeQuorum: controller %s did not answer (%s); answered with this "
+                "broker's own view of the quorum",
+                leader,
+                exc,
+                extra={"peer": leader},
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.warning(
+                "DescribeQuorum: controller %s answered what is not a quorum view (%s); "
+                "answered with this broker's own view of the quorum",
+                leader,
+                exc,
+                extra={"peer": leader},
+            )
+        return self.quorum()
+
+    async def _serve_quorum(self, payload: bytes) -> tuple[int, bytes]:
+        if not self.is_controller:
+            return int(ErrorCode.not_controller), b"not the controller"
+        return 0, self.quorum().to_wire()
 
     async def elect_preferred_leaders(
         self, partitions: Sequence[tuple[str, int]], timeout_s: float

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,3 +18,29 @@ class QuorumView:
     voters: frozenset[int]
     observers: frozenset[int]
     log_end_offsets: Mapping[int, int]
+
+    def to_wire(self) -> bytes:
+        """The view as the controller sends it to a broker that forwarded a DescribeQuorum."""
+        return json.dumps(
+            {
+                "leader_id": self.leader_id,
+                "epoch": self.epoch,
+                "high_watermark": self.high_watermark,
+                "voters": sorted(self.voters),
+                "observers": sorted(self.observers),
+                "log_end_offsets": sorted(self.log_end_offsets.items()),
+            }
+        ).encode()
+
+    @classmethod
+    def from_wire(cls, raw: bytes) -> QuorumView:
+        """The view `to_wire` encoded; ValueError (or KeyError, TypeError) if it is not one."""
+        doc = json.loads(raw)
+        return cls(
+            int(doc["leader_id"]),
+            int(doc["epoch"]),
+            int(doc["high_watermark"]),
+            frozenset(int(n) for n in doc["voters"]),
+            frozenset(int(n) for n in doc["observers"]),
+            {int(n): int(end) for n, end in doc["log_end_offsets"]},
+        )

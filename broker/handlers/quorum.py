@@ -7,6 +7,8 @@ voting). Voter changes are single-server changes made by the controller (forward
 an added voter must be a registered broker, and it is caught up with the metadata log before
 it votes. UnregisterBroker is refused while the broker hosts replicas or votes. Describe needs
 DESCRIBE on the cluster, the changes ALTER (CLUSTER_AUTHORIZATION_FAILED otherwise).
+DescribeQuorum answers the controller's view (every replica's log end), asked of it by a
+broker that is not the controller, as Kafka's brokers forward it.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ async def handle_describe_quorum(
             nodes=(),
         )
     controller = context.services.controller
-    quorum = controller.quorum()
+    quorum = await controller.controller_quorum()
     image = controller.image
 
     def replica(node: int) -> object:

@@ -111,6 +111,34 @@ def raw_create_topic(bootstrap: str, name: str, partitions: int, rf: int) -> tup
     return int(result.error_code), str(result.error_message)
 
 
+def raw_describe_quorum(bootstrap: str) -> Any:
+    """DescribeQuorum v2 of the metadata log sent to exactly this broker: its partition."""
+    from kio.schema.describe_quorum.v2.request import (
+        DescribeQuorumRequest,
+        PartitionData,
+        TopicData,
+    )
+    from kio.schema.describe_quorum.v2.response import DescribeQuorumResponse
+    from kio.static.primitive import i32
+
+    with RawConnection(bootstrap, timeout=30) as conn:
+        conn.send_request(
+            DescribeQuorumRequest(
+                topics=(
+                    TopicData(
+                        topic_name="__cluster_metadata",
+                        partitions=(PartitionData(partition_index=i32(0)),),
+                    ),
+                )
+            )
+        )
+        resp = conn.recv_response(DescribeQuorumResponse)
+    assert resp.error_code == 0, resp
+    (partition,) = resp.topics[0].partitions
+    assert partition.error_code == 0, partition
+    return partition
+
+
 # -- disk and data helpers -----------------------------------------------------------------
 
 
@@ -392,6 +420,14 @@ def test_create_topics_on_non_controller_broker(cluster_factory) -> None:
 
     res = produce(cluster.bootstrap, topic, [{"value": b"x", "partition": p} for p in range(3)])
     assert not res.errors, res.errors
+
+    # DescribeQuorum asked of a broker that is not the controller answers what the controller
+    # knows, as Kafka's brokers forward it: every voter's log end, not only this broker's.
+    quorum = raw_describe_quorum(other.bootstrap)
+    leader = int(quorum.leader_id)
+    ends = {int(r.replica_id): int(r.log_end_offset) for r in quorum.current_voters}
+    assert sorted(ends) == [1, 2, 3] and all(end > 0 for end in ends.values()), quorum
+    assert leader in ends and ends[leader] >= int(quorum.high_watermark) > 0, quorum
 
 
 def test_a_create_topics_sent_while_no_controller_is_elected_completes_once_one_is(
