@@ -768,6 +768,7 @@ class RaftCore:
             return
         if m.type is MessageType.APPEND_RESPONSE:
             pr.recent_active = True
+            previous_tick = pr.last_response_tick
             pr.last_response_tick = self.leader_ticks
             if m.reject:
                 probe = self.log.find_conflict_by_epoch(m.hint_offset, m.hint_epoch)
@@ -798,6 +799,7 @@ class RaftCore:
                     pr.become_replicate()
                 else:
                     pr.inflights.free_to(m.match_end)
+            pr.answered(self.leader_ticks, previous_tick, self.log.log_end_offset())
             if self._maybe_commit():
                 self._broadcast_append(send_if_empty=self.config.commit_notice_at_once)
             elif was_paused:
@@ -810,6 +812,7 @@ class RaftCore:
                 self._send(MessageType.TIMEOUT_NOW, m.from_id)
         elif m.type is MessageType.HEARTBEAT_RESPONSE:
             pr.recent_active = True
+            pr.answered(self.leader_ticks, pr.last_response_tick, self.log.log_end_offset())
             pr.last_response_tick = self.leader_ticks
             pr.probe_sent = False
             if pr.state is ProgressState.REPLICATE and pr.inflights.full:

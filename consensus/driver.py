@@ -430,6 +430,23 @@ class RaftGroup:
             return {}
         return {node: pr.match_end for node, pr in self._core.progress.items()}
 
+    def replica_contact_ms(self, now_ms: int) -> dict[NodeId, tuple[int, int]]:
+        """As leader: each follower's last answer and the last time it held this leader's
+        whole log, in wall-clock ms to within a tick (-1: never), as Kafka's DescribeQuorum
+        reports them; empty on other roles."""
+        core = self._core
+        if core.role is not Role.LEADER:
+            return {}
+        tick_ms, now_tick = self._node.tick_ms, core.leader_ticks
+
+        def at(tick: int | None) -> int:
+            return -1 if tick is None else now_ms - (now_tick - tick) * tick_ms
+
+        return {
+            node: (at(pr.last_response_tick), at(pr.caught_up_tick))
+            for node, pr in core.progress.items()
+        }
+
     def deletable_end(self) -> int:
         """Offset below which the log may be deleted (retention, DeleteRecords): the high
         watermark, as in Kafka. A follower that still needs deleted offsets is sent a

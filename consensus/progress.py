@@ -67,6 +67,9 @@ class Progress:
     probe_sent: bool = False
     recent_active: bool = False
     last_response_tick: int | None = None  # leader tick of the last answer (for the ISR)
+    # Leader tick when it last held the leader's whole log (Kafka's last caught-up time).
+    caught_up_tick: int | None = None
+    end_at_last_answer: int = 0  # the leader's log end offset at its previous answer
     pending_snapshot: int = 0  # SNAPSHOT state: end offset of the snapshot sent
     snapshot_sent_tick: int = 0  # SNAPSHOT state: leader tick it was sent at
     inflights: Inflights = field(init=False)
@@ -81,6 +84,21 @@ class Progress:
         if self.state is ProgressState.SNAPSHOT:
             return True
         return self.inflights.full
+
+    def answered(self, tick: int, previous_tick: int | None, leader_end: int) -> None:
+        """An answer at leader tick `tick` (the one before it at `previous_tick`), with the
+        leader's log ending at `leader_end`: caught up now if it holds all of it, else as of
+        its previous answer if it holds what the leader had then (as Kafka's leader keeps
+        a follower's last caught-up time, KIP-836)."""
+        if self.match_end >= leader_end:
+            self.caught_up_tick = tick
+        elif (
+            previous_tick is not None
+            and 0 < self.end_at_last_answer <= self.match_end
+            and (self.caught_up_tick is None or self.caught_up_tick < previous_tick)
+        ):
+            self.caught_up_tick = previous_tick
+        self.end_at_last_answer = leader_end
 
     def become_snapshot(self, end_offset: int, tick: int) -> None:
         self.state = ProgressState.SNAPSHOT

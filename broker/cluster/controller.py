@@ -522,6 +522,11 @@ class Controller:
         status = self.raft.status()
         ends = dict(self.raft.follower_match_ends()) if self.is_controller else {}
         ends[self.node_id] = status.log_end_offset
+        contact: dict[int, tuple[int, int]] = {}
+        if self.is_controller:
+            now_ms = self.clock.wall_ms()
+            contact = self.raft.replica_contact_ms(now_ms)
+            contact[self.node_id] = (now_ms, now_ms)  # as Kafka's leader reports itself
         return QuorumView(
             -1 if status.leader_id is None else status.leader_id,
             status.term,
@@ -529,6 +534,7 @@ class Controller:
             status.voters,
             status.learners,
             ends,
+            contact,
         )
 
     async def controller_quorum(self) -> QuorumView:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,9 @@ class QuorumView:
     voters: frozenset[int]
     observers: frozenset[int]
     log_end_offsets: Mapping[int, int]
+    # Replica -> (last answer, last time it held the leader's whole log), wall-clock ms;
+    # known on the controller only (Kafka's last fetch and last caught-up timestamps).
+    contact_ms: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
     def to_wire(self) -> bytes:
         """The view as the controller sends it to a broker that forwarded a DescribeQuorum."""
@@ -29,6 +32,7 @@ class QuorumView:
                 "voters": sorted(self.voters),
                 "observers": sorted(self.observers),
                 "log_end_offsets": sorted(self.log_end_offsets.items()),
+                "contact_ms": sorted((n, *times) for n, times in self.contact_ms.items()),
             }
         ).encode()
 
@@ -43,4 +47,5 @@ class QuorumView:
             frozenset(int(n) for n in doc["voters"]),
             frozenset(int(n) for n in doc["observers"]),
             {int(n): int(end) for n, end in doc["log_end_offsets"]},
+            {int(n): (int(fetch), int(caught_up)) for n, fetch, caught_up in doc["contact_ms"]},
         )

@@ -75,11 +75,14 @@ async def handle_describe_quorum(
 
     def replica(node: int) -> object:
         end = quorum.log_end_offsets.get(node, -1)
+        last_fetch_ms, last_caught_up_ms = quorum.contact_ms.get(node, (-1, -1))
         return build(
             module.ReplicaState,
             replica_id=node,
             replica_directory_id=NO_DIRECTORY,
             log_end_offset=end,
+            last_fetch_timestamp=last_fetch_ms,
+            last_caught_up_timestamp=last_caught_up_ms,
         )
 
     topics = []

@@ -428,6 +428,13 @@ def test_create_topics_on_non_controller_broker(cluster_factory) -> None:
     ends = {int(r.replica_id): int(r.log_end_offset) for r in quorum.current_voters}
     assert sorted(ends) == [1, 2, 3] and all(end > 0 for end in ends.values()), quorum
     assert leader in ends and ends[leader] >= int(quorum.high_watermark) > 0, quorum
+    # With the leader's wall-clock times of each voter's last answer and last caught-up
+    # moment (Kafka's LastFetchTimestamp and LastCaughtUpTimestamp): the followers answer
+    # every tick, so both are recent.
+    now_ms = time.time() * 1000
+    for replica in quorum.current_voters:
+        for stamp in (replica.last_fetch_timestamp, replica.last_caught_up_timestamp):
+            assert now_ms - 60_000 < int(stamp) <= now_ms + 1_000, quorum
 
 
 def test_a_create_topics_sent_while_no_controller_is_elected_completes_once_one_is(

@@ -149,6 +149,30 @@ def test_single_voter_elects_itself_and_commits_alone() -> None:
     assert net[1].high_watermark == entry.end_offset
 
 
+def test_the_leader_knows_when_each_follower_last_answered_and_was_caught_up() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect(1)
+    net.propose(1, 1, b"a")
+    net.tick(2)
+    now = leader.leader_ticks
+    assert [
+        (leader.progress[i].last_response_tick, leader.progress[i].caught_up_tick) for i in (2, 3)
+    ] == [(now, now), (now, now)]
+    net.crash(3)
+    for _ in range(3):
+        net.propose(1, 1, b"b")
+        net.tick(1)
+    later = leader.leader_ticks
+    assert (leader.progress[2].last_response_tick, leader.progress[2].caught_up_tick) == (
+        later,
+        later,
+    )
+    assert (leader.progress[3].last_response_tick, leader.progress[3].caught_up_tick) == (
+        now,
+        now,
+    )
+
+
 # ---------------------------------------------------------------------- Kafka mapping
 def test_kafka_proposal_gets_contiguous_offsets_and_epoch_and_hw_is_exclusive() -> None:
     net = Net([1, 2, 3])

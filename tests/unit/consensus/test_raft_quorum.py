@@ -124,3 +124,29 @@ def test_find_conflict_by_epoch_matches_a_backward_walk(
         base += count
     view = LogView(_log(*entries))
     assert view.find_conflict_by_epoch(offset, epoch) == _linear_conflict(entries, offset, epoch)
+
+
+def test_a_follower_is_caught_up_when_it_holds_the_leaders_log_now_or_as_of_its_last_answer() -> (
+    None
+):
+    pr = Progress(next_offset=0, max_inflight=4)
+    pr.match_end = 10
+    pr.answered(tick=5, previous_tick=None, leader_end=10)
+    assert pr.caught_up_tick == 5
+    # The leader's log grew to 20 before the next answer, which holds 15: behind now, and
+    # also behind what the leader had at the answer before (10 <= 15 holds: caught up then).
+    pr.match_end = 15
+    pr.answered(tick=8, previous_tick=5, leader_end=20)
+    assert pr.caught_up_tick == 5
+    pr.match_end = 20
+    pr.answered(tick=9, previous_tick=8, leader_end=30)
+    assert pr.caught_up_tick == 8, "it holds the 20 the leader had at its answer of tick 8"
+    # Falling behind: the caught-up time stays where it was.
+    pr.match_end = 25
+    pr.answered(tick=12, previous_tick=9, leader_end=60)
+    assert pr.caught_up_tick == 8
+    pr.answered(tick=13, previous_tick=12, leader_end=60)
+    assert pr.caught_up_tick == 8
+    fresh = Progress(next_offset=0, max_inflight=4)
+    fresh.answered(tick=3, previous_tick=None, leader_end=7)
+    assert fresh.caught_up_tick is None

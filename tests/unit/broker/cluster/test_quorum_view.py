@@ -11,7 +11,9 @@ from raftka.broker.cluster.quorum import QuorumView
 
 
 def test_a_view_comes_back_as_it_was_sent() -> None:
-    view = QuorumView(3, 7, 1200, frozenset({1, 3, 5}), frozenset({2}), {1: 1200, 3: 1250, 5: 0})
+    ends = {1: 1200, 3: 1250, 5: 0}
+    contact = {1: (1_700_000_000_100, 1_700_000_000_000), 3: (1_700_000_000_200,) * 2, 5: (-1, -1)}
+    view = QuorumView(3, 7, 1200, frozenset({1, 3, 5}), frozenset({2}), ends, contact)
     assert QuorumView.from_wire(view.to_wire()) == view
 
 
