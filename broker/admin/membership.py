@@ -84,6 +84,16 @@ def describe_quorum(target: Target) -> Document:
             str(int(r.replica_id)): int(r.log_end_offset)
             for r in (*partition.current_voters, *partition.observers)
         },
+        # The leader's wall-clock ms of each replica's last answer and of the last time it
+        # held the leader's whole log (-1 unknown; DescribeQuorum v1+).
+        "last_fetch_ms": {
+            str(int(r.replica_id)): int(getattr(r, "last_fetch_timestamp", -1))
+            for r in (*partition.current_voters, *partition.observers)
+        },
+        "last_caught_up_ms": {
+            str(int(r.replica_id)): int(getattr(r, "last_caught_up_timestamp", -1))
+            for r in (*partition.current_voters, *partition.observers)
+        },
     }
 
 
@@ -94,9 +104,21 @@ def print_quorum(document: Document, out: TextIO) -> None:
         file=out,
     )
     ends = document["log_end_offsets"]
-    rows = [[n, "voter", ends.get(str(n), -1)] for n in document["voters"]]
-    rows += [[n, "observer", ends.get(str(n), -1)] for n in document["observers"]]
-    print_table(["BROKER", "ROLE", "LOG END"], rows, out)
+    fetched = document.get("last_fetch_ms", {})
+    caught_up = document.get("last_caught_up_ms", {})
+    # The leader stamps its own entry with its clock's now: the ages need no local clock.
+    now_ms = fetched.get(str(document["leader"]), -1)
+
+    def ago(stamps: dict[str, int], node: int) -> str:
+        stamp = stamps.get(str(node), -1)
+        return "-" if stamp < 0 or now_ms < 0 else f"{max(now_ms - stamp, 0)} ms ago"
+
+    rows = [
+        [n, role, ends.get(str(n), -1), ago(fetched, n), ago(caught_up, n)]
+        for role, nodes in (("voter", document["voters"]), ("observer", document["observers"]))
+        for n in nodes
+    ]
+    print_table(["BROKER", "ROLE", "LOG END", "LAST ANSWER", "CAUGHT UP"], rows, out)
 
 
 def _simple_call(target: Target, api_key: int, values: Fields) -> None:

@@ -90,6 +90,13 @@ def test_cluster_quorum_through_another_broker_knows_every_log_end(
     ends = answer["log_end_offsets"]
     assert sorted(ends) == ["1", "2", "3"], answer
     assert all(end >= 0 for end in ends.values()), answer
+    # And when each last answered the leader and held its whole log, by the leader's clock
+    # (its own entry is its now): the followers answer every tick.
+    fetched, caught_up = answer["last_fetch_ms"], answer["last_caught_up_ms"]
+    assert sorted(fetched) == sorted(caught_up) == ["1", "2", "3"], answer
+    now_ms = fetched[str(leader)]
+    stamps = [*fetched.values(), *caught_up.values()]
+    assert all(0 <= now_ms - stamp < 10_000 for stamp in stamps), answer
 
 
 def test_a_partition_electing_its_first_leader_is_creating(cluster: ClusterProcess) -> None:

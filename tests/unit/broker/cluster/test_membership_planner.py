@@ -100,9 +100,15 @@ def test_the_cli_tables() -> None:
         "voters": [2, 3],
         "observers": [4],
         "log_end_offsets": {"2": 40, "3": 40},
+        "last_fetch_ms": {"2": 5_000, "3": 4_900, "4": -1},
+        "last_caught_up_ms": {"2": 5_000, "3": 3_800, "4": -1},
     }
     out = io.StringIO()
     print_quorum(quorum, out)
+    rows = {line.split()[0]: line.split()[1:] for line in out.getvalue().splitlines()[2:]}
+    assert rows["2"] == ["voter", "40", "0", "ms", "ago", "0", "ms", "ago"]
+    assert rows["3"] == ["voter", "40", "100", "ms", "ago", "1200", "ms", "ago"]
+    assert rows["4"] == ["observer", "-1", "-", "-"]
     print_voter_change({"broker": 4, "voter": True, "quorum": quorum}, out)
     print_decommissioned(
         {"broker": 1, "moved": [{"topic": "t", "partition": 0}], "left_voters": True}, out
