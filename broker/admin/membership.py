@@ -74,26 +74,22 @@ def describe_quorum(target: Target) -> Document:
     (partition,) = response.topics[0].partitions
     if partition.error_code:
         raise AdminError(f"{_error_name(partition.error_code)}: {partition.error_message}")
+    replicas = (*partition.current_voters, *partition.observers)
+
+    def per_replica(field: str) -> dict[str, int]:
+        return {str(int(r.replica_id)): int(getattr(r, field, -1)) for r in replicas}
+
     return {
         "leader": int(partition.leader_id),
         "epoch": int(partition.leader_epoch),
         "high_watermark": int(partition.high_watermark),
         "voters": [int(r.replica_id) for r in partition.current_voters],
         "observers": [int(r.replica_id) for r in partition.observers],
-        "log_end_offsets": {
-            str(int(r.replica_id)): int(r.log_end_offset)
-            for r in (*partition.current_voters, *partition.observers)
-        },
+        "log_end_offsets": per_replica("log_end_offset"),
         # The leader's wall-clock ms of each replica's last answer and of the last time it
         # held the leader's whole log (-1 unknown; DescribeQuorum v1+).
-        "last_fetch_ms": {
-            str(int(r.replica_id)): int(getattr(r, "last_fetch_timestamp", -1))
-            for r in (*partition.current_voters, *partition.observers)
-        },
-        "last_caught_up_ms": {
-            str(int(r.replica_id)): int(getattr(r, "last_caught_up_timestamp", -1))
-            for r in (*partition.current_voters, *partition.observers)
-        },
+        "last_fetch_ms": per_replica("last_fetch_timestamp"),
+        "last_caught_up_ms": per_replica("last_caught_up_timestamp"),
     }
 
 
