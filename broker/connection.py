@@ -104,11 +104,14 @@ from raftka.protocol.produce_codec import decode_produce_request
 from raftka.protocol.splice import FileRange, Pieces, SplicedResponse
 
 if TYPE_CHECKING:
+    from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+    from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
     from kio.static.protocol import ResponsePayload
 
     from raftka.broker.handlers.context import ApiEndpoint, BrokerServices
     from raftka.broker.handlers.context import RequestContext as HandlerContext
     from raftka.broker.services import RequestPayload
+    from raftka.protocol.frame_reading import DecodedHeader
     from raftka.protocol.messages.requests import FetchRequest
 
 logger = logging.getLogger("raftka.connection")
@@ -580,6 +583,9 @@ class Connection:
             slot.close_after = True
             self._finish(slot)
             return True
+        # Declared as the union of every decoder's header: the first assignment would
+        # otherwise fix it as the hand-written decoders' (checked at run time when compiled).
+        header: RequestHeaderV1 | RequestHeaderV2 | DecodedHeader
         request: RequestPayload
         try:
             if prefix.api_key == ApiKey.PRODUCE:

@@ -5,6 +5,9 @@ development environment has it (a test dependency): a broker or a command-line r
 them, yet importing hypothesis (and the pytest parts it loads) adds most of a second of CPU to
 every start. So a process started here declines it before anything imports kio. A process
 that has already imported hypothesis (pytest's) keeps it.
+
+It also loads the request path's modules compiled with mypyc when they are built and
+current (broker/compiled.py).
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ import sys
 
 def main() -> int:
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+    # Before anything imports the modules it may replace.
+    from raftka.broker import compiled
+
+    compiled.install()
     from raftka.broker.cli import main as cli_main
 
     return cli_main()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from raftka.broker import compiled
 from raftka.broker.clock import SYSTEM_CLOCK, Clock
 from raftka.broker.cluster.controller import METADATA_GROUP, Controller
 from raftka.broker.compaction import LogCleaner
@@ -784,7 +785,7 @@ class Broker:
                             self.config.get_int("leader.imbalance.per.broker.percentage"),
                         )
                 logger.info(
-                    "raftka: serving on %s (node %d, cluster %s, data %s)",
+                    "raftka: serving on %s (node %d, cluster %s, data %s; %s)",
                     ", ".join(
                         f"{s.name}://{s.host}:{self.bound_ports[s.name]}"
                         + ("" if s.name == s.protocol else f" ({s.protocol})")
@@ -793,6 +794,7 @@ class Broker:
                     self.node_id,
                     self.cluster_id,
                     ",".join(str(d) for d in (self.data_dir, *self.more_log_dirs)),
+                    compiled.status,
                 )
                 nursery.start_soon(self.idle.run)
                 nursery.start_soon(self.group_commit.run)

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeAlias, TypeVar
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from raftka.protocol.produce_codec import ProduceData
 
     #: A decoded request: kio's entity, or a hand-written decoder's (Produce, Fetch).
-    RequestPayload = KioRequestPayload | ProduceData | FetchData
+    RequestPayload: TypeAlias = KioRequestPayload | ProduceData | FetchData
     from raftka.broker.security.acl import (
         AclOperation,
         AclSet,

@@ -47,7 +47,7 @@ INTERNAL_TOPICS = frozenset(
 COORDINATOR_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC})
 
 
-class PartitionNotHostedError(RuntimeError):
+class PartitionNotHostedError(Exception):
     """A partition's local state (its log and Raft group) was used on a broker that does not
     host it; callers check `Partition.is_local` first."""
 

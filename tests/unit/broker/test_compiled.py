@@ -1,0 +1,88 @@
+"""The compiled request path's manifest: a build is used only while every compiled module's
+source is as it was at the build, all of it or none, and `RAFTKA_COMPILED=0` turns it off.
+(The brokers the compat suite starts run the real build: tests/compat/test_compiled.py.)"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+from pathlib import Path
+
+import pytest
+
+from raftka.broker import compiled
+
+
+def fake_build(tmp_path: Path, hashes: dict[str, str]) -> Path:
+    """A build folder as `compiled.adopt` leaves it, from empty stand-ins for mypyc's files."""
+    lib = tmp_path / "lib"
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name in [*hashes, compiled.GROUP_MODULE]:
+        file = lib / (name.replace(".", "/") + suffix)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(b"")
+    build = tmp_path / "build"
+    compiled.adopt(lib, hashes, build)
+    return build
+
+
+def test_every_compiled_module_is_a_source_of_the_package() -> None:
+    for path in compiled.MODULES:
+        assert (compiled.ROOT / path).is_file(), path
+    assert compiled.module_name("consensus/core.py") == "raftka.consensus.core"
+    assert set(compiled.source_hashes()) == {compiled.module_name(p) for p in compiled.MODULES}
+
+
+def test_a_build_is_used_only_while_every_source_is_as_built(tmp_path: Path) -> None:
+    assert compiled.compiled_extensions(tmp_path / "none") == (
+        None,
+        "not built (scripts/compile-hot builds them)",
+    )
+    hashes = compiled.source_hashes()
+    build = fake_build(tmp_path, hashes)
+    extensions, reason = compiled.compiled_extensions(build)
+    assert reason == f"compiled with mypyc ({len(compiled.MODULES)} modules of the request path)"
+    assert extensions is not None
+    assert set(extensions) == {*hashes, compiled.GROUP_MODULE}
+    assert all(Path(file).is_relative_to(build) for file in extensions.values())
+
+    edited = dict(hashes, **{"raftka.consensus.core": "0" * 64})
+    assert compiled.compiled_extensions(fake_build(tmp_path, edited)) == (
+        None,
+        "raftka.consensus.core changed since the build (run scripts/setup)",
+    )
+    fewer = dict(hashes)
+    del fewer["raftka.consensus.core"]
+    assert compiled.compiled_extensions(fake_build(tmp_path, fewer))[1] == (
+        "built from another list of modules (run scripts/setup)"
+    )
+    build = fake_build(tmp_path, hashes)
+    (build / "consensus" / ("core" + importlib.machinery.EXTENSION_SUFFIXES[0])).unlink()
+    assert compiled.compiled_extensions(build)[1].endswith("is missing (run scripts/setup)")
+
+
+def test_install_keeps_the_pure_python_modules_when_it_must(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build = fake_build(tmp_path, compiled.source_hashes())
+    finders = list(sys.meta_path)
+    monkeypatch.setattr(compiled, "status", compiled.status)
+
+    monkeypatch.setenv(compiled.SWITCH, "0")
+    compiled.install(build)
+    assert compiled.status == "pure Python (RAFTKA_COMPILED=0)"
+
+    # This process imported the sources already: a build loaded beside them would be a
+    # second copy of each module.
+    import raftka.consensus.core  # noqa: F401
+
+    monkeypatch.delenv(compiled.SWITCH)
+    compiled.install(build)
+    assert compiled.status.startswith("pure Python (raftka.")
+    assert compiled.status.endswith("was imported before the compiled modules)")
+
+    compiled.install(tmp_path / "none")
+    assert compiled.status == (
+        "pure Python (compiled modules not built (scripts/compile-hot builds them))"
+    )
+    assert sys.meta_path == finders
