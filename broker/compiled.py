@@ -65,7 +65,6 @@ MODULES = (
     "broker/idle.py",
     "protocol/frame_reading.py",
     "protocol/fetch_codec.py",
-    "protocol/splice.py",
     "broker/handlers/common.py",
     "broker/handlers/fetch.py",
     "broker/topics.py",

@@ -608,8 +608,10 @@ class PeerTransport:
                 f"node {peer.node_id} at {host}:{port}",
                 self.handshake_timeout_s,
             )
-        except PeerAuthError as exc:
-            self._refused(("out", peer.node_id, exc.reason), f"refused outbound connection: {exc}")
+        except PeerAuthError as refused:
+            self._refused(
+                ("out", peer.node_id, refused.reason), f"refused outbound connection: {refused}"
+            )
             return False
         except _CONNECTION_ERRORS as exc:
             self._refused(

@@ -175,8 +175,8 @@ def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> tuple[An
     try:
         # Before kio: its native reader aborts the process on an absurd array length.
         check_request(frame, req_type)
-    except BoundsError as exc:
-        raise FrameError(f"malformed {req_type.__name__} v{prefix.api_version}: {exc}") from None
+    except BoundsError as bounds:
+        raise FrameError(f"malformed {req_type.__name__} v{prefix.api_version}: {bounds}") from None
     try:
         header, header_size = entity_reader(header_type)(frame, 0)
         body, _ = entity_reader(req_type)(frame, header_size)

@@ -430,19 +430,19 @@ class ClientAppends:
                 # checked against what was proposed before it.
                 try:
                     raft.write_proposed()
-                except NotLeaderError as exc:
-                    self.queues.write_failures[partition] = exc
-                    fail_unwritten(partition, result, exc)
+                except NotLeaderError as not_leader:
+                    self.queues.write_failures[partition] = not_leader
+                    fail_unwritten(partition, result, not_leader)
                     return result
         try:
             duplicate = None if chained else check_producer_state(log, headers, verified)
-        except ProducerStateError as exc:
-            result.fail(ErrorCode(exc.error_code), exc.message)
+        except ProducerStateError as state_error:
+            result.fail(ErrorCode(state_error.error_code), state_error.message)
             logger.info(
                 "rejected produce to %s from %s: %s",
                 partition.name,
                 self.client,
-                exc.message,
+                state_error.message,
                 extra={"partition": partition.name, "topic": topic.name},
             )
             return result
@@ -483,8 +483,8 @@ class ClientAppends:
                     )
             else:
                 entry = partition.propose(records, record_count)
-        except NotLeaderError as exc:
-            fail_unwritten(partition, result, exc)
+        except NotLeaderError as not_leader:
+            fail_unwritten(partition, result, not_leader)
             return result
         result.base_offset = entry.base_offset
         result.appended_bytes = len(records)

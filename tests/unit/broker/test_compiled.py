@@ -1,9 +1,10 @@
 """The compiled request path's manifest: a build is used only while every compiled module's
 source is as it was at the build, all of it or none, and `RAFTKA_COMPILED=0` turns it off.
-(The brokers the compat suite starts run the real build: tests/compat/test_compiled.py.)"""
+(The brokers the compat suite starts run the real build: tests/compat/test_compiled_brokers.py.)"""
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import sys
 from pathlib import Path
@@ -86,3 +87,26 @@ def test_install_keeps_the_pure_python_modules_when_it_must(
         "pure Python (compiled modules not built (scripts/compile-hot builds them))"
     )
     assert sys.meta_path == finders
+
+
+def test_no_compiled_function_reuses_an_exception_name_for_another_type() -> None:
+    """mypyc gives a name bound by `except A as name` the type of the function's first such
+    clause, so a later `except B as name` raises TypeError where Python would bind a B (a
+    ProducerStateError answering a Produce became a TypeError that way)."""
+    reused = []
+    for path in compiled.MODULES:
+        tree = ast.parse((compiled.ROOT / path).read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            caught: dict[str, set[str]] = {}
+            for node in ast.walk(function):
+                if isinstance(node, ast.ExceptHandler) and node.name:
+                    kind = ast.unparse(node.type) if node.type else "BaseException"
+                    caught.setdefault(node.name, set()).add(kind)
+            reused += [
+                f"{path}:{function.lineno} {function.name}: {name} for {sorted(kinds)}"
+                for name, kinds in caught.items()
+                if len(kinds) > 1
+            ]
+    assert not reused
