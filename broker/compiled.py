@@ -39,8 +39,10 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
-#: The modules compiled, as paths from the repository's root: every synchronous and
-#: asynchronous step of a Produce request from the socket to the response.
+#: The modules compiled, as paths from the repository's root: those a Produce or Fetch
+#: request passes through from the socket to the response, replication and the log included,
+#: less the few mypyc cannot compile (`broker/services.py`, `broker/handlers/__init__.py`,
+#: and `protocol/splice.py`, whose `__del__` a compiled class cannot keep).
 MODULES = (
     "protocol/produce_codec.py",
     "protocol/records.py",
