@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from pyspark.errors import AnalysisException
@@ -197,6 +198,37 @@ class PageCountsJob:
                 f"({progress.get('processedRowsPerSecond', 0):,.0f}/s), watermark {watermark}"
             )
 
+    def _source_offsets(self, batch_id: int) -> int | None:
+        """The sum of every partition's end offset in batch `batch_id`'s entry of the
+        checkpoint's offset log (its last line: `{"topic": {"partition": offset}}`, the same for
+        this package's source and Spark's), or None without a readable entry."""
+        try:
+            lines = (Path(self.checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+            ends = json.loads(lines[-1])
+            return sum(int(offset) for topic in ends.values() for offset in topic.values())
+        except (OSError, ValueError, IndexError, AttributeError, TypeError):
+            return None
+
+    def _count_committed_unreported(self, printed: set[int]) -> None:
+        """Count the batches Spark committed whose progress the stop cut off.
+
+        Spark writes a batch's entry in the checkpoint's commit log at the end of the batch and
+        only then reports its progress, so a stop between the two leaves a batch that a later
+        run will not repeat but that `recentProgress` never showed: its windows were written.
+        Its events are the difference of its offsets and the previous batch's (not known for a
+        first batch, whose start is not in the log)."""
+        for batch_id, windows in sorted(self.result.windows_by_batch.items()):
+            if batch_id in printed:
+                continue
+            if not (Path(self.checkpoint) / "commits" / str(batch_id)).exists():
+                continue
+            printed.add(batch_id)
+            self.result.batches += 1
+            self.result.windows += windows
+            end, start = self._source_offsets(batch_id), self._source_offsets(batch_id - 1)
+            if end is not None and start is not None:
+                self.result.events += max(0, end - start)
+
     def run(
         self,
         *,
@@ -250,6 +282,7 @@ class PageCountsJob:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
             self._report(query, printed)
+            self._count_committed_unreported(printed)
         self._say(
             f"run: stopped ({reason}) after {self.result.batches} batch(es), "
             f"{self.result.events} events read, {self.result.windows} window(s) written; run "

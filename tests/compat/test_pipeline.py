@@ -210,7 +210,8 @@ def test_command_line_run_and_a_missing_spark_connector(broker_factory, spark, t
         assert found, shown(result)
         windows += int(found.group(1))
         # A batch the stop cut short may have written its windows already; it is not
-        # counted until a later run repeats it to the end.
+        # counted until a later run repeats it to the end (one Spark committed before the
+        # stop counts in the run that wrote it).
         if windows >= len(want):
             break
     assert written_counts(bootstrap)[1] == want
