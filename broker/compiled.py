@@ -11,9 +11,12 @@ not at all, and an edited source is never shadowed by a build of its old text. O
 the pure-Python modules run, the same code. `status` says which and why; the broker logs it
 as it starts.
 
-`RAFTKA_COMPILED=0` in the environment keeps a process on the pure-Python modules. A
-process that does not start through `launch.main` (a test run, a tool imported as a
-library) runs them too.
+The compiled path is off unless `RAFTKA_COMPILED=1` is in the environment (of
+`scripts/setup`, which then builds it, and of the `raftka` process): a consumer of 1,000
+partitions read responses out of frame from a compiled broker (docs/benchmarks.md, "The
+goals' loads, compiled and not"), which the pure-Python modules never did. A process that
+does not start through `launch.main` (a test run, a tool imported as a library) runs the
+pure-Python modules too.
 
     python -m raftka.broker.compiled current      exit 0 if the build is current, else 1
     python -m raftka.broker.compiled adopt LIB HASHES
@@ -155,8 +158,8 @@ def compiled_extensions(build_dir: Path = BUILD_DIR) -> tuple[dict[str, str] | N
 def install(build_dir: Path = BUILD_DIR) -> None:
     """Load the compiled modules from now on, if they are built and current (`status`)."""
     global status
-    if os.environ.get(SWITCH, "1") == "0":
-        status = f"pure Python ({SWITCH}=0)"
+    if os.environ.get(SWITCH, "0") != "1":
+        status = f"pure Python ({SWITCH}=1 turns the compiled request path on)"
         return
     extensions, reason = compiled_extensions(build_dir)
     if extensions is None:

@@ -1,6 +1,6 @@
-"""A broker runs the request path compiled with mypyc when `scripts/setup` built it (as it
-does wherever a C compiler is), says so as it starts, and serves producers and consumers
-from it. `RAFTKA_COMPILED=0` keeps a broker on the pure-Python modules."""
+"""With `RAFTKA_COMPILED=1` (scripts/setup then builds it where a C compiler is) a broker
+runs the request path compiled with mypyc, says so as it starts, and serves producers and
+consumers from it; without, a broker runs the pure-Python modules and says so."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from raftka.broker import compiled
 
 
 def test_a_broker_serves_from_the_compiled_request_path(broker_factory, new_topic):
-    pure = os.environ.get(compiled.SWITCH) == "0"
+    pure = os.environ.get(compiled.SWITCH) != "1"
     extensions, reason = compiled.compiled_extensions()
     if extensions is None and not pure:
         missing_client(f"the compiled request path: {reason}")
@@ -35,7 +35,9 @@ def test_a_broker_serves_from_the_compiled_request_path(broker_factory, new_topi
     serving = [line for line in broker.log_path.read_text().splitlines() if "serving on" in line]
     assert serving, broker.log_tail()
     if pure:
-        assert serving[-1].endswith("; pure Python (RAFTKA_COMPILED=0))"), serving[-1]
+        assert serving[-1].endswith(
+            "; pure Python (RAFTKA_COMPILED=1 turns the compiled request path on))"
+        ), serving[-1]
         assert "request_path__mypyc" not in mapped
     else:
         assert extensions is not None
