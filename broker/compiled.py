@@ -14,7 +14,7 @@ as it starts.
 The compiled path is off unless `RAFTKA_COMPILED=1` is in the environment (of
 `scripts/setup`, which then builds it, and of the `raftka` process): a consumer of 1,000
 partitions read responses out of frame from a compiled broker (docs/benchmarks.md, "The
-goals' loads, compiled and not"), which the pure-Python modules never did. A process that
+goals' loads, compiled and not"), which the pure-Python modules did not. A process that
 does not start through `launch.main` (a test run, a tool imported as a library) runs the
 pure-Python modules too.
 
