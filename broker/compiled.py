@@ -1,15 +1,15 @@
 """The request path's modules compiled with mypyc, used when they are built and current.
 
-`scripts/compile-hot` (which `scripts/setup` runs) compiles the modules of `MODULES` into C
-extensions with mypyc and keeps them apart from the sources, in this interpreter's
-environment (`BUILD_DIR`), with a manifest of each module's extension and the SHA-256 of
-the source it was built from. A `raftka` process (`launch.main`, before anything else is
-imported) calls `install`, which puts a finder in front of the import system that loads
-those extensions instead of the sources, but only if every source still hashes as it did
-at the build: compiled modules call each other directly, so they are used all together or
-not at all, and an edited source is never shadowed by a build of its old text. Otherwise
-the pure-Python modules run, the same code. `status` says which and why; the broker logs it
-as it starts.
+`scripts/compile-hot` (which `scripts/setup` runs with `RAFTKA_COMPILED=1`) compiles the
+modules of `MODULES` into C extensions with mypyc and keeps them apart from the sources, in
+this interpreter's environment (`BUILD_DIR`), with a manifest of each module's extension
+and the SHA-256 of the source it was built from. A `raftka` process (`launch.main`, before
+anything else is imported) calls `install`, which puts a finder in front of the import
+system that loads those extensions instead of the sources, but only if every source still
+hashes as it did at the build: compiled modules call each other directly, so they are used
+all together or not at all, and an edited source is never shadowed by a build of its old
+text. Otherwise the pure-Python modules run, the same code. `status` says which and why;
+the broker logs it as it starts.
 
 The compiled path is off unless `RAFTKA_COMPILED=1` is in the environment (of
 `scripts/setup`, which then builds it, and of the `raftka` process): a consumer of 1,000
