@@ -954,9 +954,13 @@ class Connection:
         while unsent:
             await trio.lowlevel.wait_writable(self._fd)
             try:
-                unsent = unsent[os.write(self._fd, unsent) :]
+                # Not `unsent[os.write(...):]`: mypyc evaluates a slice's bounds twice when
+                # the sequence is not a list, tuple, str or bytes, which wrote every piece
+                # twice (tests/unit/broker/test_compiled.py).
+                sent = os.write(self._fd, unsent)
             except BlockingIOError:
                 continue
+            unsent = unsent[sent:]
         self._unsent = None
 
     async def _send_head(self) -> bool:

@@ -114,3 +114,31 @@ def test_no_compiled_function_reuses_an_exception_name_for_another_type() -> Non
                 if len(kinds) > 1
             ]
     assert not reused
+
+
+#: Calls a slice bound may make in a compiled module: none with an effect.
+_PURE_IN_SLICES = {"len"}
+
+
+def test_no_compiled_slice_bound_has_an_effect() -> None:
+    """mypyc (2.4.1) evaluates a slice's bounds, then, for a sequence other than a list,
+    tuple, str or bytes (a memoryview, a bytearray), evaluates the whole subscript again:
+    `unsent[os.write(fd, unsent):]` wrote every piece of a large response twice, and a
+    consumer read the copy as the next frame ("Invalid response size")."""
+    effects = []
+    for path in compiled.MODULES:
+        tree = ast.parse((compiled.ROOT / path).read_text())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice)):
+                continue
+            bounds = [node.slice.lower, node.slice.upper, node.slice.step]
+            for part in (n for bound in bounds if bound is not None for n in ast.walk(bound)):
+                pure = (
+                    isinstance(part, ast.Call)
+                    and isinstance(part.func, ast.Name)
+                    and part.func.id in _PURE_IN_SLICES
+                )
+                if isinstance(part, ast.Call | ast.Await | ast.NamedExpr) and not pure:
+                    effects.append(f"{path}:{node.lineno} {ast.unparse(node)}")
+                    break
+    assert not effects
