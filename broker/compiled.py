@@ -1,6 +1,6 @@
 """The request path's modules compiled with mypyc, used when they are built and current.
 
-`scripts/compile-hot` (which `scripts/setup` runs with `RAFTKA_COMPILED=1`) compiles the
+`scripts/compile-hot` (which `scripts/setup` runs) compiles the
 modules of `MODULES` into C extensions with mypyc and keeps them apart from the sources, in
 this interpreter's environment (`BUILD_DIR`), with a manifest of each module's extension
 and the SHA-256 of the source it was built from. A `raftka` process (`launch.main`, before
@@ -11,12 +11,9 @@ all together or not at all, and an edited source is never shadowed by a build of
 text. Otherwise the pure-Python modules run, the same code. `status` says which and why;
 the broker logs it as it starts.
 
-The compiled path is off unless `RAFTKA_COMPILED=1` is in the environment (of
-`scripts/setup`, which then builds it, and of the `raftka` process): a consumer of 1,000
-partitions read responses out of frame from a compiled broker (docs/benchmarks.md, "The
-goals' loads, compiled and not"), which the pure-Python modules did not. A process that
-does not start through `launch.main` (a test run, a tool imported as a library) runs the
-pure-Python modules too.
+`RAFTKA_COMPILED=0` in the environment of `scripts/setup` skips the build, and in a
+`raftka` process's keeps the pure-Python modules. A process that does not start through
+`launch.main` (a test run, a tool imported as a library) runs the pure-Python modules too.
 
     python -m raftka.broker.compiled current      exit 0 if the build is current, else 1
     python -m raftka.broker.compiled adopt LIB HASHES
@@ -158,8 +155,8 @@ def compiled_extensions(build_dir: Path = BUILD_DIR) -> tuple[dict[str, str] | N
 def install(build_dir: Path = BUILD_DIR) -> None:
     """Load the compiled modules from now on, if they are built and current (`status`)."""
     global status
-    if os.environ.get(SWITCH, "0") != "1":
-        status = f"pure Python ({SWITCH}=1 turns the compiled request path on)"
+    if os.environ.get(SWITCH) == "0":
+        status = f"pure Python ({SWITCH}=0)"
         return
     extensions, reason = compiled_extensions(build_dir)
     if extensions is None:
