@@ -1,18 +1,18 @@
 """The request path's modules compiled with mypyc, used when they are built and current.
 
-`scripts/compile-hot` (which `scripts/setup` runs) compiles the
-modules of `MODULES` into C extensions with mypyc and keeps them apart from the sources, in
-this interpreter's environment (`BUILD_DIR`), with a manifest of each module's extension
-and the SHA-256 of the source it was built from. A `raftka` process (`launch.main`, before
-anything else is imported) calls `install`, which puts a finder in front of the import
-system that loads those extensions instead of the sources, but only if every source still
-hashes as it did at the build: compiled modules call each other directly, so they are used
-all together or not at all, and an edited source is never shadowed by a build of its old
-text. Otherwise the pure-Python modules run, the same code. `status` says which and why;
-the broker logs it as it starts.
+`scripts/compile-hot` (which `scripts/setup` runs) compiles the modules of `MODULES` into C
+extensions with mypyc and keeps them apart from the sources, in this interpreter's
+environment (`BUILD_DIR`), with a manifest of each module's extension and the SHA-256 of the
+source it was built from. A `raftka` process (`launch.main`, before anything else is
+imported) calls `install`, which puts a finder in front of the import system that loads
+those extensions instead of the sources, but only if every source still hashes as it did at
+the build: compiled modules call each other directly, so they are used all together or not
+at all, and an edited source is never shadowed by a build of its old text. Otherwise the
+pure-Python modules run, the same code. `status` says which and why; the broker logs it as
+it starts.
 
-`RAFTKA_COMPILED=0` in the environment of `scripts/setup` skips the build, and in a
-`raftka` process's keeps the pure-Python modules. A process that does not start through
+`RAFTKA_COMPILED=0` in the environment of `scripts/setup` skips the build; in a `raftka`
+process's environment it keeps the pure-Python modules. A process that does not start through
 `launch.main` (a test run, a tool imported as a library) runs the pure-Python modules too.
 
     python -m raftka.broker.compiled current      exit 0 if the build is current, else 1
