@@ -134,7 +134,7 @@ CONCURRENT_APIS = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiK
 _SERVED_IN_A_ROW_MAX = 16
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class _Slot:
     """A response position in the connection's order; filled when its handler finishes."""
 
@@ -151,6 +151,28 @@ class _Slot:
     #: Run alone: started after every earlier request was handled, and the next request
     #: is read only after this one is (an order-sensitive API, or a client under a quota).
     serial: bool = False
+
+    def __init__(
+        self,
+        done: bool = False,
+        frame: bytes | Pieces | None = None,
+        close_after: bool = False,
+        request_bytes: int = 0,
+        api_key: int | None = None,
+        received_s: float = 0.0,
+        error: str | None = None,
+        throttle_ms: int = 0,
+        serial: bool = False,
+    ) -> None:
+        self.done = done
+        self.frame = frame
+        self.close_after = close_after
+        self.request_bytes = request_bytes
+        self.api_key = api_key
+        self.received_s = received_s
+        self.error = error
+        self.throttle_ms = throttle_ms
+        self.serial = serial
 
 
 class Connection:

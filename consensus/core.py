@@ -49,6 +49,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from raftka.consensus.errors import RaftInvariantError
 from raftka.consensus.progress import Progress, ProgressState
@@ -66,7 +67,6 @@ from raftka.consensus.types import (
     Snapshot,
     decode_config,
     encode_config,
-    quick_init,
 )
 
 #: Messages that carry their sender's log start (a follower follows the leader's, the
@@ -136,15 +136,19 @@ class RaftConfig:
     commit_notice_at_once: bool = True
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class SoftState:
-    role: Role
-    leader_id: NodeId | None
-    term: int
+    role: Final[Role]
+    leader_id: Final[NodeId | None]
+    term: Final[int]
+
+    def __init__(self, role: Role, leader_id: NodeId | None, term: int) -> None:
+        self.role = role
+        self.leader_id = leader_id
+        self.term = term
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Ready:
     """Work for the driver; fields are None / empty when there is nothing of that kind.
     The driver only reads it (not frozen: one or two are made for every write, and a
@@ -160,6 +164,26 @@ class Ready:
     # A follower's log may now start here (the leader's log start, bounded by this
     # replica's high watermark): raise it to that, never lower it.
     log_start_offset: int | None = None
+
+    def __init__(
+        self,
+        hard_state: HardState | None,
+        truncate_to: int | None,
+        entries: tuple[Entry, ...],
+        messages: tuple[Message, ...],
+        high_watermark: int | None,
+        soft_state: SoftState | None,
+        snapshot: Snapshot | None = None,
+        log_start_offset: int | None = None,
+    ) -> None:
+        self.hard_state = hard_state
+        self.truncate_to = truncate_to
+        self.entries = entries
+        self.messages = messages
+        self.high_watermark = high_watermark
+        self.soft_state = soft_state
+        self.snapshot = snapshot
+        self.log_start_offset = log_start_offset
 
 
 @dataclass(frozen=True, slots=True)

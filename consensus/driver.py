@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias
 
 import trio
 
@@ -57,7 +57,6 @@ from raftka.consensus.types import (
     NodeId,
     Role,
     Snapshot,
-    quick_init,
 )
 
 log = logging.getLogger(__name__)
@@ -133,7 +132,7 @@ class HardStateCommitter(Protocol):
         ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _SyncTicket:
     group: RaftGroup
     held: list[Message]
@@ -142,15 +141,40 @@ class _SyncTicket:
     fsync_log: bool
     fsync_hard_state: bool
 
+    def __init__(
+        self,
+        group: RaftGroup,
+        held: list[Message],
+        end_offset: int,
+        generation: int,
+        fsync_log: bool,
+        fsync_hard_state: bool,
+    ) -> None:
+        self.group = group
+        self.held = held
+        self.end_offset = end_offset
+        self.generation = generation
+        self.fsync_log = fsync_log
+        self.fsync_hard_state = fsync_hard_state
 
-@quick_init
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class RaftGroupUpdate:
     """What changed in one Ready: a new high watermark and/or new soft state (None = same)."""
 
-    group: str  # the Raft group id
-    high_watermark: int | None
-    soft_state: SoftState | None
+    group: Final[str]  # the Raft group id
+    high_watermark: Final[int | None]
+    soft_state: Final[SoftState | None]
+
+    def __init__(
+        self,
+        group: str,
+        high_watermark: int | None,
+        soft_state: SoftState | None,
+    ) -> None:
+        self.group = group
+        self.high_watermark = high_watermark
+        self.soft_state = soft_state
 
 
 @dataclass(slots=True)

@@ -157,11 +157,16 @@ class _PendingForward:
             self.done.set()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _QueuedForward:
     request_id: int
     parts: list[bytes | bytearray]
     size_bytes: int
+
+    def __init__(self, request_id: int, parts: list[bytes | bytearray], size_bytes: int) -> None:
+        self.request_id = request_id
+        self.parts = parts
+        self.size_bytes = size_bytes
 
 
 @dataclass(slots=True)

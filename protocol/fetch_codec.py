@@ -187,7 +187,7 @@ def _has_tagged_fields(partition: Any) -> bool:
 # -- requests ---------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class FetchPartitionData:
     """kio's FetchPartition: -1 for the leader epochs and log start a version lacks."""
 
@@ -198,24 +198,48 @@ class FetchPartitionData:
     log_start_offset: int
     partition_max_bytes: int
 
+    def __init__(
+        self,
+        partition: int,
+        current_leader_epoch: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        log_start_offset: int,
+        partition_max_bytes: int,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.fetch_offset = fetch_offset
+        self.last_fetched_epoch = last_fetched_epoch
+        self.log_start_offset = log_start_offset
+        self.partition_max_bytes = partition_max_bytes
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class FetchTopicData:
     """kio's FetchTopic."""
 
     topic: str
     partitions: tuple[FetchPartitionData, ...]
 
+    def __init__(self, topic: str, partitions: tuple[FetchPartitionData, ...]) -> None:
+        self.topic = topic
+        self.partitions = partitions
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ForgottenTopicData:
     """kio's ForgottenTopic (v7+)."""
 
     topic: str
     partitions: tuple[int, ...]
 
+    def __init__(self, topic: str, partitions: tuple[int, ...]) -> None:
+        self.topic = topic
+        self.partitions = partitions
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class FetchData:
     """A Fetch request v4-v12 with kio's field names; before v7 no session (id 0, epoch -1,
     nothing forgotten), before v11 no rack (""), before v12 no cluster id (None)."""
@@ -231,6 +255,32 @@ class FetchData:
     topics: tuple[FetchTopicData, ...]
     forgotten_topics_data: tuple[ForgottenTopicData, ...]
     rack_id: str
+
+    def __init__(
+        self,
+        cluster_id: str | None,
+        replica_id: int,
+        max_wait: datetime.timedelta,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int,
+        session_id: int,
+        session_epoch: int,
+        topics: tuple[FetchTopicData, ...],
+        forgotten_topics_data: tuple[ForgottenTopicData, ...],
+        rack_id: str,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.max_wait = max_wait
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.isolation_level = isolation_level
+        self.session_id = session_id
+        self.session_epoch = session_epoch
+        self.topics = topics
+        self.forgotten_topics_data = forgotten_topics_data
+        self.rack_id = rack_id
 
 
 _ONE_MS = datetime.timedelta(milliseconds=1)  # a product of it is exact, unlike a float

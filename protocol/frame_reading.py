@@ -15,7 +15,7 @@ from raftka.protocol.api import FrameError
 _HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DecodedHeader:
     """A request header v1/v2 as decoded here, with kio's field names (tagged fields are
     skipped: Kafka defines none for requests)."""
@@ -24,6 +24,18 @@ class DecodedHeader:
     request_api_version: int
     correlation_id: int
     client_id: str | None
+
+    def __init__(
+        self,
+        request_api_key: int,
+        request_api_version: int,
+        correlation_id: int,
+        client_id: str | None,
+    ) -> None:
+        self.request_api_key = request_api_key
+        self.request_api_version = request_api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
 
 
 def uvarint(frame: bytes, pos: int, end: int, field: str) -> tuple[int, int]:

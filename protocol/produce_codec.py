@@ -47,19 +47,27 @@ LAST_VERSION = 12
 FIRST_FLEXIBLE_VERSION = 9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ProducePartitionData:
     index: int
     records: bytes | None
 
+    def __init__(self, index: int, records: bytes | None) -> None:
+        self.index = index
+        self.records = records
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ProduceTopicData:
     name: str
     partition_data: tuple[ProducePartitionData, ...]
 
+    def __init__(self, name: str, partition_data: tuple[ProducePartitionData, ...]) -> None:
+        self.name = name
+        self.partition_data = partition_data
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ProduceData:
     """A Produce request v3-v12 with kio's field names (`transactional_id` None when
     null; `timeout` as kio gives it, a timedelta)."""
@@ -68,6 +76,18 @@ class ProduceData:
     acks: int
     timeout: datetime.timedelta
     topic_data: tuple[ProduceTopicData, ...]
+
+    def __init__(
+        self,
+        transactional_id: str | None,
+        acks: int,
+        timeout: datetime.timedelta,
+        topic_data: tuple[ProduceTopicData, ...],
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.acks = acks
+        self.timeout = timeout
+        self.topic_data = topic_data
 
 
 _INT16 = struct.Struct(">h")

@@ -248,7 +248,7 @@ def _recompression_limits(partition: Partition, codec: int) -> tuple[int | None,
 _PRODUCER_ID = struct.Struct(">q")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _QueuedWrite:
     """One partition's write that waits for the writes queued before it on the partition
     (`previous`) and maybe for a worker thread; `done` is set once it was appended or
@@ -262,6 +262,24 @@ class _QueuedWrite:
     done: trio.Event
     result: AppendResult
     pending: NeedsVerification | None = None
+
+    def __init__(
+        self,
+        partition: Partition,
+        records: bytes,
+        codec: int | None,
+        previous: trio.Event | None,
+        done: trio.Event,
+        result: AppendResult,
+        pending: NeedsVerification | None = None,
+    ) -> None:
+        self.partition = partition
+        self.records = records
+        self.codec = codec
+        self.previous = previous
+        self.done = done
+        self.result = result
+        self.pending = pending
 
 
 class ClientAppends:
