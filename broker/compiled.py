@@ -75,6 +75,9 @@ MODULES = (
     "broker/fetch_sessions.py",
     "consensus/transport.py",
     "consensus/codec.py",
+    "protocol/batch_builder.py",
+    "log/epochs.py",
+    "log/txn_index.py",
 )
 #: mypyc's shared library of the compiled modules (each module's extension is a shim of it).
 GROUP = "raftka.broker.request_path"

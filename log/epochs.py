@@ -174,7 +174,8 @@ def write_file_atomically(path: Path, data: bytes, durable: bool = True) -> None
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view) :]
+            written = os.write(fd, view)
+            view = view[written:]
         if durable:
             checked_fsync(fd)
     finally:

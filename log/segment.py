@@ -149,7 +149,7 @@ class LogSegment:
         for header in headers[-RECENT_BATCHES:]:
             # As written (the offsets and epoch assigned), as a pread would find it.
             at = position + header.position
-            recent[at] = read_batch_header(view, header.position)._replace(position=at)
+            recent[at] = read_batch_header(view, header.position, at)
         while len(recent) > RECENT_BATCHES:
             del recent[next(iter(recent))]
 
@@ -258,7 +258,7 @@ class LogSegment:
             if rel + RECORD_BATCH_OVERHEAD > len(window):
                 window = self.pread(min(end - position, HEADER_WINDOW_BYTES), position)
                 window_start, rel = position, 0
-            header = read_batch_header(window, rel)._replace(position=position)
+            header = read_batch_header(window, rel, position)
             if header.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
                 return
             yield header

@@ -99,7 +99,8 @@ class TransactionIndex:
         try:
             try:
                 while view:
-                    view = view[os.write(fd, view) :]
+                    written = os.write(fd, view)
+                    view = view[written:]
             except OSError:
                 os.ftruncate(fd, len(self.entries) * ENTRY_BYTES)  # no partial entry stays
                 raise

@@ -156,12 +156,15 @@ class InvalidRecords(Exception):
         self.message = message
 
 
-def read_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:
-    """Decode the header at `pos`. Raises struct.error if fewer than 61 bytes remain.
+def read_batch_header(buf: Buffer, pos: int = 0, position: int = -1) -> BatchHeader:
+    """Decode the header at `pos`. Raises struct.error if fewer than 61 bytes remain. Its
+    `position` is `pos`, or `position` when given (where the batch lies in another buffer,
+    such as its segment file).
 
     Does not check magic, length or CRC; see `validate_produce_records` and `scan_batches`.
     """
-    return _new_header(BatchHeader, (pos, *_HEADER.unpack_from(buf, pos)))
+    at = pos if position < 0 else position
+    return _new_header(BatchHeader, (at, *_HEADER.unpack_from(buf, pos)))
 
 
 def batch_crc(buf: Buffer, pos: int, size_bytes: int) -> int:
