@@ -78,6 +78,14 @@ MODULES = (
     "protocol/batch_builder.py",
     "log/epochs.py",
     "log/txn_index.py",
+    "log/partition_core.py",
+    "log/partition_retention.py",
+    "log/partition_flush.py",
+    "log/partition_append.py",
+    "log/partition_cleaning.py",
+    "log/partition_recovery.py",
+    "log/partition_truncation.py",
+    "log/partition.py",
 )
 #: mypyc's shared library of the compiled modules (each module's extension is a shim of it).
 GROUP = "raftka.broker.request_path"

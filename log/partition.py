@@ -16,7 +16,6 @@ from raftka.protocol.records import BatchHeader, UnsupportedBatch, record_timest
 from .config import LogConfig
 from .epochs import write_file_atomically
 from .errors import OffsetOutOfRange
-from .partition_cleaning import PartitionCleaning
 from .partition_core import (
     CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_CHECKPOINT,
@@ -25,8 +24,6 @@ from .partition_core import (
     AppendInfo,
     LogSlice,
 )
-from .partition_flush import PartitionFlush
-from .partition_retention import PartitionRetention
 from .partition_truncation import PartitionTruncation
 from .producer_state import write_snapshot
 from .segment import LogSegment
@@ -44,12 +41,13 @@ __all__ = [
 ]
 
 
-class PartitionLog(PartitionTruncation, PartitionCleaning, PartitionFlush, PartitionRetention):
+class PartitionLog(PartitionTruncation):
     """One partition's segments. Offsets in [log_start_offset, log_end_offset) are readable.
 
-    Assembled from its parts (recovery, appending, flushing, retention, truncation,
-    cleaning, each in its own module on the shared `PartitionCore`); reading, leader epochs,
-    transactions and the lifecycle are here.
+    Assembled from its parts, each in its own module and each the base of the next: the
+    shared `PartitionCore`, retention, flushing, appending, cleaning, recovery and
+    truncation (one line of classes, not a diamond of mixins, so that mypyc compiles them
+    as native classes); reading, leader epochs, transactions and the lifecycle are here.
     """
 
     @classmethod
@@ -87,7 +85,7 @@ class PartitionLog(PartitionTruncation, PartitionCleaning, PartitionFlush, Parti
         found: list[AbortedTxn] = []
         if upper_bound_offset <= fetch_offset:
             return found
-        for segment in self.segments[self._segment_index(fetch_offset) :]:
+        for segment in self._segments_from(fetch_offset):
             search = segment.txn_index.collect(fetch_offset, upper_bound_offset)
             found += search.aborted
             if search.complete:
@@ -108,7 +106,7 @@ class PartitionLog(PartitionTruncation, PartitionCleaning, PartitionFlush, Parti
             raise OffsetOutOfRange(fetch_offset, self.log_start_offset, self.log_end_offset)
         if fetch_offset == self.log_end_offset or fetch_offset >= max_offset:
             return b""
-        for segment in self.segments[self._segment_index(fetch_offset) :]:
+        for segment in self._segments_from(fetch_offset):
             data = segment.read(fetch_offset, max_bytes, max_offset, min_one_batch)
             if data is not None:
                 return data
@@ -128,7 +126,7 @@ class PartitionLog(PartitionTruncation, PartitionCleaning, PartitionFlush, Parti
             raise OffsetOutOfRange(fetch_offset, self.log_start_offset, self.log_end_offset)
         if fetch_offset == self.log_end_offset or fetch_offset >= max_offset:
             return None
-        for segment in self.segments[self._segment_index(fetch_offset) :]:
+        for segment in self._segments_from(fetch_offset):
             found = segment.locate(fetch_offset, max_bytes, max_offset, min_one_batch)
             if found is not None:
                 start, stop, next_offset = found

@@ -17,12 +17,13 @@ from raftka.protocol.records import (
 
 from .cleaner import decode_clean_request
 from .errors import NonContiguousAppend
-from .partition_core import AppendInfo, PartitionCore
+from .partition_core import AppendInfo
+from .partition_flush import PartitionFlush
 from .producer_state import write_snapshot
 from .segment import LogSegment
 
 
-class PartitionAppend(PartitionCore):
+class PartitionAppend(PartitionFlush):
     """Appending batches, as the leader or as a follower copying its leader, and rolling
     segments."""
 

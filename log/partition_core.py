@@ -135,6 +135,11 @@ class PartitionCore:
     def _segment_index(self, offset: int) -> int:
         return max(0, bisect_right(self._bases, offset) - 1)
 
+    def _segments_from(self, offset: int) -> list[LogSegment]:
+        """The segments from the one holding `offset` (or the first) on."""
+        first = self._segment_index(offset)
+        return self.segments[first:]
+
     def _index_aborted(self, segment: LogSegment, completed: CompletedTxn) -> None:
         segment.txn_index.append(
             AbortedTxn(

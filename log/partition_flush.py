@@ -13,9 +13,9 @@ from .partition_core import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
-    PartitionCore,
     fsync_file,
 )
+from .partition_retention import PartitionRetention
 
 
 class FlushJob:
@@ -38,7 +38,7 @@ class FlushJob:
             os.close(self._descriptors.pop())
 
 
-class PartitionFlush(PartitionCore):
+class PartitionFlush(PartitionRetention):
     """Making appended data durable: flush policy, flush jobs for worker threads, and a
     synchronous flush."""
 

@@ -18,12 +18,12 @@ from .cleaner import (
     read_checkpoint,
 )
 from .epochs import LeaderEpochCache, write_file_atomically
+from .partition_cleaning import PartitionCleaning
 from .partition_core import (
     CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
-    PartitionCore,
 )
 from .producer_state import ProducerStateManager, load_latest_snapshot
 
@@ -41,7 +41,7 @@ def _read_offset_file(path: Path) -> int | None:
         return None
 
 
-class PartitionRecovery(PartitionCore):
+class PartitionRecovery(PartitionCleaning):
     """Opening a partition folder: segments checked or recovered, leader epochs, producer
     state and pending clean requests loaded."""
 
@@ -194,7 +194,7 @@ class PartitionRecovery(PartitionCore):
             return
         start = max(self.cleaner_checkpoint.request_offset + 1, self.segments[0].base_offset)
         self.clean_requests = []
-        for segment in self.segments[self._segment_index(start) :]:
+        for segment in self._segments_from(start):
             _, position = segment.offset_index.lookup(start)
             for header in segment.batches_from(position):
                 if header.base_offset < start or not header.is_control or header.producer_id >= 0:
@@ -224,7 +224,7 @@ class PartitionRecovery(PartitionCore):
         else:
             start, state = loaded
         self.producer_state = state
-        for segment in self.segments[self._segment_index(start) :]:
+        for segment in self._segments_from(start):
             _, position = segment.offset_index.lookup(start)
             for header in segment.batches_from(position):
                 if header.base_offset < start or header.producer_id < 0:

@@ -65,8 +65,11 @@ class EncodedResponse:
 def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
     if len(frame) < _PREFIX.size:
         raise FrameError(f"frame of {len(frame)} bytes is shorter than a request header")
-    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame, 0)
-    return RequestPrefix(api_key, api_version, correlation_id)
+    return _new_prefix(RequestPrefix, _PREFIX.unpack_from(frame, 0))
+
+
+#: A prefix from its fields without the NamedTuple's Python-level `__new__` (one per request).
+_new_prefix = tuple.__new__
 
 
 @cache
