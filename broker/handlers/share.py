@@ -291,6 +291,22 @@ class AcknowledgementBatch(Protocol):
     def acknowledge_types(self) -> Sequence[int]: ...
 
 
+def _refused(
+    answer: _PartitionAnswer,
+    partition: Partition,
+    batch: AcknowledgementBatch,
+    member_id: str,
+    error: ErrorCode,
+) -> None:
+    answer.ack_error = error
+    answer.ack_message = (
+        f"offsets {batch.first_offset}..{batch.last_offset} of {partition.name} are "
+        f"not acquired by member {member_id} (lock expired or never acquired)"
+        if error == ErrorCode.invalid_record_state
+        else f"acknowledgement batch {batch.first_offset}..{batch.last_offset} is not valid"
+    )
+
+
 async def _acknowledge(
     context: RequestContext,
     group_id: str,
@@ -301,7 +317,9 @@ async def _acknowledge(
     answer: _PartitionAnswer,
 ) -> None:
     """Apply the partition's acknowledgement batches and persist them; errors go into
-    `answer.ack_error`."""
+    `answer.ack_error`. As in Kafka, a partition's batches apply all together or not at
+    all: one that cannot (an offset not acquired by the member) fails them all, and a
+    client told so can count on none of them having changed a record."""
     try:
         led = await share_partition(context, group_id, partition, config)
     except OSError as exc:
@@ -309,8 +327,17 @@ async def _acknowledge(
         return
     # RELEASEd records go back to the group only once the acknowledgement is persisted:
     # one whose write fails must have handed nothing to another member.
+    batches = list(batches)
+    for batch in batches:
+        error = led.state.acknowledgement_error(
+            member_id, batch.first_offset, batch.last_offset, list(batch.acknowledge_types)
+        )
+        if error != ErrorCode.none:
+            _refused(answer, partition, batch, member_id, error)
+            return
     releases: list[tuple[int, int, int]] = []
     for batch in batches:
+        # Refused only when batches overlap (the first took what the next acknowledges).
         error = led.state.acknowledge(
             member_id,
             batch.first_offset,
@@ -320,13 +347,7 @@ async def _acknowledge(
             releases,
         )
         if error != ErrorCode.none:
-            answer.ack_error = error
-            answer.ack_message = (
-                f"offsets {batch.first_offset}..{batch.last_offset} of {partition.name} are "
-                f"not acquired by member {member_id} (lock expired or never acquired)"
-                if error == ErrorCode.invalid_record_state
-                else f"acknowledgement batch {batch.first_offset}..{batch.last_offset} is not valid"
-            )
+            _refused(answer, partition, batch, member_id, error)
     try:
         await _manager(context).persist(led)
     except OSError as exc:

@@ -382,6 +382,23 @@ class SharePartition:
             self.version += 1
         return _merged(acquired)
 
+    def acknowledgement_error(
+        self, member_id: str, first: int, last: int, ack_types: list[int]
+    ) -> ErrorCode:
+        """Why `acknowledge` would refuse this batch (ErrorCode.none: it would apply it):
+        INVALID_REQUEST for a malformed batch, INVALID_RECORD_STATE when an offset is not
+        ACQUIRED by `member_id`."""
+        if last < first or not ack_types:
+            return ErrorCode.invalid_request
+        if len(ack_types) != 1 and len(ack_types) != last - first + 1:
+            return ErrorCode.invalid_request
+        if any(t not in AckType.__members__.values() for t in ack_types):
+            return ErrorCode.invalid_request
+        for run_first, run_last, _ack in _runs(first, last, ack_types):
+            if not self._held_by(member_id, run_first, run_last):
+                return ErrorCode.invalid_record_state
+        return ErrorCode.none
+
     def acknowledge(
         self,
         member_id: str,
@@ -399,17 +416,10 @@ class SharePartition:
         `release_held` once the acknowledgement is persisted, so an acknowledgement whose
         write fails has handed nothing to another member. (What is persisted is the same
         either way: an acquired record is written as available.)"""
-        if last < first or not ack_types:
-            return ErrorCode.invalid_request
-        if len(ack_types) != 1 and len(ack_types) != last - first + 1:
-            return ErrorCode.invalid_request
-        if any(t not in AckType.__members__.values() for t in ack_types):
-            return ErrorCode.invalid_request
-        runs = list(_runs(first, last, ack_types))
-        for run_first, run_last, _ack in runs:
-            if not self._held_by(member_id, run_first, run_last):
-                return ErrorCode.invalid_record_state
-        for run_first, run_last, ack in runs:
+        error = self.acknowledgement_error(member_id, first, last, ack_types)
+        if error != ErrorCode.none:
+            return error
+        for run_first, run_last, ack in _runs(first, last, ack_types):
             if ack == AckType.GAP:
                 # Offsets with no record (compacted away, control batches): nothing to deliver.
                 self._set(run_first, run_last, member_id, RecordState.ARCHIVED, delivery_limit)

@@ -24,6 +24,7 @@ from raftka.broker.admin.wire import WireConnection
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS, DELETE_GROUPS = 90, 91, 92, 42
 SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
 NONE, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 0, 68, 69
+INVALID_RECORD_STATE = 121
 GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 30, 29
 # Locks and share sessions outlive the test: a record comes back within it only if
 # something released it.
@@ -310,16 +311,26 @@ def acquired(conn: WireConnection, group: str, member: str, tid: uuid.UUID, inde
 
 
 def share_acknowledge(
-    conn: WireConnection, group: str, member: str, tid: uuid.UUID, last: int, epoch: int
+    conn: WireConnection,
+    group: str,
+    member: str,
+    tid: uuid.UUID,
+    last: int,
+    epoch: int,
+    more: tuple[tuple[int, int], ...] = (),
 ) -> Any:
-    """ShareAcknowledge: ACCEPT offsets 0 to `last` of partition 0 in share session `epoch`."""
+    """ShareAcknowledge: ACCEPT offsets 0 to `last` of partition 0 in share session `epoch`,
+    and the (first, last) ranges of `more` as batches of their own."""
     from kio.schema.share_acknowledge.v1.request import (
         AcknowledgementBatch,
         AcknowledgePartition,
         AcknowledgeTopic,
     )
 
-    batch = AcknowledgementBatch(first_offset=0, last_offset=last, acknowledge_types=(1,))
+    batches = tuple(
+        AcknowledgementBatch(first_offset=first, last_offset=end, acknowledge_types=(1,))
+        for first, end in ((0, last), *more)
+    )
     return conn.request(
         SHARE_ACKNOWLEDGE,
         {
@@ -330,7 +341,7 @@ def share_acknowledge(
                 AcknowledgeTopic(
                     topic_id=tid,
                     partitions=(
-                        AcknowledgePartition(partition_index=0, acknowledgement_batches=(batch,)),
+                        AcknowledgePartition(partition_index=0, acknowledgement_batches=batches),
                     ),
                 ),
             ),
@@ -584,3 +595,32 @@ def test_share_offsets_apis_check_group_and_topic_acls(secured: SecuredBroker) -
         assert altered() == (NONE, [NONE])
         grant(secured, "User:alice", AclOperation.DELETE, ResourceType.GROUP, group)
         assert deleted() == (NONE, [NONE])
+
+
+def test_an_acknowledgement_with_a_batch_not_acquired_changes_no_record(
+    broker: BrokerProcess,
+) -> None:
+    """A partition's acknowledgement batches apply together or not at all, as in Kafka: one
+    batch of offsets the member does not hold fails the partition's acknowledgement with
+    INVALID_RECORD_STATE and leaves every record as it was, so the same ACCEPT sent again
+    alone succeeds (had the valid batch been applied, it would be refused now)."""
+    topic, group = unique("share-ack-whole"), unique("share-ack-whole-g")
+    tid = create_topic(broker.bootstrap, topic)
+    member, half = uuid.uuid4().hex, RECORDS // 2
+    with WireConnection(broker.bootstrap, 10) as conn:
+        joined = share_heartbeat(conn, group, member, topic, 0)
+        assert joined.error_code == NONE, joined
+        wait_until(
+            lambda: acquired(conn, group, member, tid, 0) == RECORDS,
+            WAIT_S,
+            "the member to acquire every record",
+        )
+        # Offsets past the last record were never acquired by anyone.
+        refused = share_acknowledge(
+            conn, group, member, tid, half - 1, epoch=1, more=((RECORDS + 5, RECORDS + 5),)
+        )
+        assert [p.error_code for t in refused.responses for p in t.partitions] == [
+            INVALID_RECORD_STATE
+        ], refused
+        again = share_acknowledge(conn, group, member, tid, half - 1, epoch=2)
+        assert [p.error_code for t in again.responses for p in t.partitions] == [NONE], again
