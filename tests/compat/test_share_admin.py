@@ -310,6 +310,19 @@ def acquired(conn: WireConnection, group: str, member: str, tid: uuid.UUID, inde
     )
 
 
+def join_and_acquire_all(
+    conn: WireConnection, group: str, member: str, topic: str, tid: uuid.UUID
+) -> None:
+    """`member` joins `group` and acquires every record of `topic`'s partition 0."""
+    joined = share_heartbeat(conn, group, member, topic, 0)
+    assert joined.error_code == NONE, joined
+    wait_until(
+        lambda: acquired(conn, group, member, tid, 0) == RECORDS,
+        WAIT_S,
+        "the member to acquire every record",
+    )
+
+
 def share_acknowledge(
     conn: WireConnection,
     group: str,
@@ -397,13 +410,7 @@ def test_a_closed_connection_releases_the_records_its_share_session_held(
     tid = create_topic(broker.bootstrap, topic)
     member = uuid.uuid4().hex
     with WireConnection(broker.bootstrap, 10) as conn:
-        joined = share_heartbeat(conn, group, member, topic, 0)
-        assert joined.error_code == NONE, joined
-        wait_until(
-            lambda: acquired(conn, group, member, tid, 0) == RECORDS,
-            WAIT_S,
-            "the member to acquire every record",
-        )
+        join_and_acquire_all(conn, group, member, topic, tid)
     consumer = share_consumer(broker.bootstrap, group, topic)
     try:
         assert sorted(read_offsets(consumer, RECORDS)) == list(range(RECORDS))
@@ -608,13 +615,7 @@ def test_an_acknowledgement_with_a_batch_not_acquired_changes_no_record(
     tid = create_topic(broker.bootstrap, topic)
     member, half = uuid.uuid4().hex, RECORDS // 2
     with WireConnection(broker.bootstrap, 10) as conn:
-        joined = share_heartbeat(conn, group, member, topic, 0)
-        assert joined.error_code == NONE, joined
-        wait_until(
-            lambda: acquired(conn, group, member, tid, 0) == RECORDS,
-            WAIT_S,
-            "the member to acquire every record",
-        )
+        join_and_acquire_all(conn, group, member, topic, tid)
         # Offsets past the last record were never acquired by anyone.
         refused = share_acknowledge(
             conn, group, member, tid, half - 1, epoch=1, more=((RECORDS + 5, RECORDS + 5),)
