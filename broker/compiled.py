@@ -65,6 +65,7 @@ MODULES = (
     "broker/replica/manager.py",
     "broker/replication.py",
     "broker/idle.py",
+    "broker/readiness.py",
     "protocol/frame_reading.py",
     "protocol/fetch_codec.py",
     "broker/handlers/common.py",

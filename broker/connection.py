@@ -45,8 +45,11 @@ commit that releases several Produce requests of a connection at once) are hande
 so that those decided in one turn leave in one send. A writer task sends the rest: what the
 kernel did not take at once, spliced Fetch responses (sendfile), throttled and last
 responses, and everything on a TLS connection. Plaintext sockets are read and written with
-os.read/os.write on the non-blocking descriptor; trio is asked only to wait until it is
-ready.
+os.read/os.write on the non-blocking descriptor. The broker's poller (broker/readiness.py)
+watches them: a reader with nothing to do but wait for bytes parks, and the poller reads
+the bytes that come and serves the requests that need no wait itself (`serve_readable`), as
+the reader would have, waking the reader only for the rest; so a connection that sends a
+request at a time costs no step of its own task per request.
 
 A connection holds at most `queued.max.requests` requests and a bounded number of request
 bytes in flight; past that the broker stops reading from it. Each request a handler serves
@@ -110,6 +113,7 @@ if TYPE_CHECKING:
 
     from raftka.broker.handlers.context import ApiEndpoint, BrokerServices
     from raftka.broker.handlers.context import RequestContext as HandlerContext
+    from raftka.broker.readiness import ReadinessPoller
     from raftka.broker.services import RequestPayload
     from raftka.protocol.frame_reading import DecodedHeader
     from raftka.protocol.messages.requests import FetchRequest
@@ -132,6 +136,8 @@ _PLAINTEXT_LISTENER = ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "", 
 CONCURRENT_APIS = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS})
 #: Requests a connection's reader serves from its buffer before it lets other tasks run.
 _SERVED_IN_A_ROW_MAX = 16
+#: What the poller wakes a reader with when it served bytes it read itself (`serve_readable`).
+_SERVED = bytearray()
 
 
 @dataclass(eq=False, slots=True, init=False)
@@ -188,6 +194,7 @@ class Connection:
         *,
         idle: IdleConnections,
         group_commit: GroupCommit,
+        poller: ReadinessPoller | None = None,
     ) -> None:
         self.services = services
         self.quotas = quotas
@@ -219,11 +226,6 @@ class Connection:
         self.client_port: int = port
         self.peer = f"{host}:{port}"
         self._buffer = bytearray()
-        # Whether to try a read before waiting for the socket: worth it while the client
-        # sends faster than it is answered (a read held several requests, or a try found
-        # bytes); a client that sends one request and waits for its answer would make every
-        # try a failed system call.
-        self._read_ahead = True
         self._in_flight_bytes = 0
         # A handler task was started whose request has not taken effect yet.
         self._handler_to_start = False
@@ -255,7 +257,21 @@ class Connection:
         self._writer_wakeup: trio.Event | None = None
         # Plaintext connections are read and written with os.read/os.write on the socket's
         # descriptor (non-blocking; trio only waits for readiness): no layers per request.
-        self._fd = -1 if self.tls else self.socket_stream.socket.fileno()
+        self.fd = -1 if self.tls else self.socket_stream.socket.fileno()
+        # The broker's poller, which watches a plaintext socket for bytes and serves what
+        # arrives while the reader is parked (`parked`, its task) without waking it; and
+        # whether bytes may have arrived since the reader last read (its edge came while
+        # the reader was busy, or a read took all it asked for).
+        self._poller = poller if self.fd >= 0 else None
+        self.parked: trio.lowlevel.Task | None = None
+        self.readable = True
+        # Seconds the connection may wait for bytes (`connections.max.idle.ms`).
+        idle_ms: int = self.config.get_int("connections.max.idle.ms")
+        self._idle_s = float("inf") if idle_ms < 0 else idle_ms / 1000
+        # The poller served a request that ends the connection; it served a request while
+        # the reader was parked (so a frame the reader waited for is no longer the first).
+        self._stop_reading = False
+        self._served_while_parked = False
         # Bytes of responses the kernel did not take yet: they go before anything else.
         self._unsent: memoryview | None = None
         # The writer is in the middle of a frame (sendfile, TLS): nobody else may send.
@@ -271,6 +287,9 @@ class Connection:
                 self.stream
             ):
                 return
+            poller = self._poller
+            if poller is not None and not poller.register(self):
+                self._poller = None
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._write_responses, nursery.cancel_scope)
@@ -297,6 +316,8 @@ class Connection:
             if rest is not None:
                 raise rest from None
         finally:
+            if self._poller is not None:
+                self._poller.unregister(self)
             self.metrics.connection_closed()
             for listener in self.services.connection_closed:
                 listener(self.session)
@@ -334,8 +355,7 @@ class Connection:
 
     async def _read_requests(self, nursery: trio.Nursery) -> None:
         """Serve every complete request in the buffer, in order, then read more bytes."""
-        idle_ms: int = self.config.get_int("connections.max.idle.ms")
-        idle_s = float("inf") if idle_ms < 0 else idle_ms / 1000
+        idle_s = self._idle_s
         buffer = self._buffer
         # When the request begun in the buffer must be complete: the whole request must
         # arrive within the idle timeout, so a client that stalls or trickles in the
@@ -361,8 +381,6 @@ class Connection:
                     if not await self._serve_request(size, nursery):
                         return
                     continue
-            if served_in_a_row > 1:
-                self._read_ahead = True
             served_in_a_row = 0
             if buffer:
                 if not frame_deadline:
@@ -371,6 +389,14 @@ class Connection:
             else:
                 deadline = trio.current_time() + idle_s
             data = await self._receive(deadline, max(RECEIVE_CHUNK_BYTES, size + 4 - len(buffer)))
+            if data is _SERVED:
+                # The poller served requests while the reader waited, and left it the rest.
+                if self._stop_reading:
+                    return
+                if self._served_while_parked:
+                    self._served_while_parked = False
+                    frame_deadline = 0.0  # the frame the reader waited for was served
+                continue
             if not data:
                 if buffer:
                     logger.info(
@@ -418,38 +444,130 @@ class Connection:
         """The next bytes from the client (b"" once it closed); the connection expires if
         none came by `deadline`. The responses ready so far are sent first: the client
         waits for them."""
-        if self._fd < 0:
+        if self.fd < 0:
             self._settle()
             if self._slots and self._slots[0].done:
                 self._wake_writer()  # over TLS the writer sends every response
             return await self._wait_for(deadline, self.stream.receive_some(max_bytes))
+        self._send_before_waiting()
+        poller = self._poller
+        idle = self._idle
+        while True:
+            if self.readable:
+                self.readable = False
+                try:
+                    data = os.read(self.fd, max_bytes)
+                except BlockingIOError:
+                    pass
+                else:
+                    if len(data) == max_bytes:
+                        self.readable = True  # more may wait, and no edge will say so
+                    # Data at once (a client sending fast): still let other tasks run.
+                    await trio.lowlevel.checkpoint()
+                    return data
+            if self._unsent is not None or (self._slots and self._slots[0].done):
+                self._wake_writer()  # what `_send_ready` left needs a wait or the writer's care
+            # `_wait_for`, inline: this wait is on every request's path.
+            idle.waiting(self, deadline)
+            try:
+                if poller is not None:
+                    self._served_while_parked = False
+                    return await poller.wait(self)
+                # The broker is closing (its poller stopped): trio watches the socket.
+                await trio.lowlevel.wait_readable(self.fd)
+            finally:
+                idle.done(self)
+            self.readable = True
+
+    def _send_before_waiting(self) -> None:
+        """Send the answers that are ready, as the reader does before it waits for bytes."""
         if not self._deferred or self._group_commit.write_now(self):
             self._send_ready()
         # else: answers waiting for their batches to be written: the broker's group commit
         # writes them with those of every connection served in this turn, then sends.
-        if self._read_ahead:
-            try:
-                data = os.read(self._fd, max_bytes)
-            except BlockingIOError:
-                self._read_ahead = False
-            else:
-                # Data at once (a client sending fast): still let other tasks run.
-                await trio.lowlevel.checkpoint()
-                return data
+
+    def serve_readable(self) -> bytes | bytearray | None:
+        """The poller saw bytes arrive while the reader is parked (waiting for bytes, every
+        complete request in its buffer served): read them and serve the requests they
+        complete as the reader would, without waking it. None: all served, the reader waits
+        on; else what to wake it with: bytes it has not seen (b"" if the client closed), or
+        `_SERVED` when the buffer holds what needs the reader (a request that must wait,
+        a frame not yet complete) or the connection must stop (`_stop_reading`)."""
+        try:
+            data = os.read(self.fd, RECEIVE_CHUNK_BYTES)
+        except BlockingIOError:
+            return None
+        if len(data) == RECEIVE_CHUNK_BYTES:
+            self.readable = True
+        if not data:
+            return data
+        buffer = self._buffer
+        buffer += data
+        served = 0
+        while len(buffer) >= 4:
+            (size,) = _SIZE.unpack_from(buffer, 0)
+            if len(buffer) < 4 + size or served >= _SERVED_IN_A_ROW_MAX:
+                return _SERVED
+            if size < 2 or not self._serves_at_once((buffer[4] << 8) | buffer[5], size):
+                return _SERVED
+            served += 1
+            self._served_while_parked = True
+            if not self._serve_at_once(size) or self._stop_reading:
+                self._stop_reading = True
+                return _SERVED
+            if self._handler_to_start:
+                # Its handler runs up to its first wait before the next request is read.
+                self._handler_to_start = False
+                self._settle()
+                return _SERVED
+        self._send_before_waiting()
         if self._unsent is not None or (self._slots and self._slots[0].done):
-            self._wake_writer()  # what `_send_ready` left needs a wait or the writer's care
-        idle = self._idle
-        while True:
-            # `_wait_for`, inline: this wait is on every request's path.
-            idle.waiting(self, deadline)
-            try:
-                await trio.lowlevel.wait_readable(self._fd)
-            finally:
-                idle.done(self)
-            try:
-                return os.read(self._fd, max_bytes)
-            except BlockingIOError:
-                continue
+            self._wake_writer()
+        if buffer:
+            return _SERVED
+        self._idle.waiting(self, trio.current_time() + self._idle_s)
+        return None
+
+    def _serves_at_once(self, api_key: int, size: int) -> bool:
+        """Whether a request of `api_key` and `size` bytes needs no wait before it starts:
+        it may run with the requests around it, the connection has room for it, and no
+        throttle or authentication holds it back (`_serve_request`'s waits)."""
+        quotas = self.quotas
+        return (
+            api_key in CONCURRENT_APIS
+            and self.session.authenticated
+            and not self._throttles_pending
+            and not self._muted_until
+            and (quotas is None or not quotas.active)
+            and size <= self.max_frame_bytes
+            and len(self._slots) < self.max_in_flight
+            and not (self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX)
+        )
+
+    def _serve_at_once(self, size: int) -> bool:
+        """Take the buffered request of `size` bytes, which needs no wait to start, and
+        start (or serve) it; False if the connection must stop."""
+        assert self._nursery is not None, "requests are read inside the nursery"
+        received_s = time.perf_counter()
+        frame = self._take_frame(size)
+        try:
+            prefix = read_prefix(frame)
+        except FrameError as exc:
+            logger.warning("closing connection from %s: %s", self.peer, exc)
+            return False
+        slot = _Slot(request_bytes=size, received_s=received_s)
+        self._in_flight_bytes += size
+        self._slots.append(slot)
+        return not self._dispatch(frame, prefix, slot, self._nursery)
+
+    def _take_frame(self, size: int) -> bytes:
+        """The buffered request of `size` bytes, out of the buffer."""
+        buffer = self._buffer
+        # One copy out of the buffer (slicing the bytearray first would make two).
+        with memoryview(buffer) as view:
+            frame = bytes(view[4 : 4 + size])
+        del buffer[: 4 + size]
+        return frame
 
     def _size_allowed(self, size: int) -> bool:
         """Whether a request of `size` bytes may be read; logs why not. Before SASL
@@ -474,11 +592,7 @@ class Connection:
         """Take the buffered request of `size` bytes and start (or serve) it; False if the
         connection must stop."""
         received_s = time.perf_counter()
-        buffer = self._buffer
-        # One copy out of the buffer (slicing the bytearray first would make two).
-        with memoryview(buffer) as view:
-            frame = bytes(view[4 : 4 + size])
-        del buffer[: 4 + size]
+        frame = self._take_frame(size)
         try:
             prefix = read_prefix(frame)
         except FrameError as exc:
@@ -936,7 +1050,7 @@ class Connection:
         any response was sent (or handed to the writer as `_unsent`)."""
         self._settle()
         slots = self._slots
-        if self._fd < 0 or self._writer_busy or self._unsent is not None:
+        if self.fd < 0 or self._writer_busy or self._unsent is not None:
             return False
         frames: list[bytes] = []
         written: list[_Slot] = []
@@ -960,7 +1074,7 @@ class Connection:
             data = frames[0] if len(frames) == 1 else b"".join(frames)
             self.metrics.response_sends += 1
             try:
-                sent = os.write(self._fd, data)
+                sent = os.write(self.fd, data)
             except BlockingIOError:
                 sent = 0
             if sent < len(data):
@@ -974,12 +1088,12 @@ class Connection:
         unsent = self._unsent
         assert unsent is not None, "called only with bytes to send"
         while unsent:
-            await trio.lowlevel.wait_writable(self._fd)
+            await trio.lowlevel.wait_writable(self.fd)
             try:
                 # Not `unsent[os.write(...):]`: mypyc evaluates a slice's bounds twice when
                 # the sequence is not a list, tuple, str or bytes, which wrote every piece
                 # twice (tests/unit/broker/test_compiled.py).
-                sent = os.write(self._fd, unsent)
+                sent = os.write(self.fd, unsent)
             except BlockingIOError:
                 continue
             unsent = unsent[sent:]
@@ -1010,7 +1124,7 @@ class Connection:
                 if slot.close_after:
                     closing = True
                     break
-                if self._fd >= 0:
+                if self.fd >= 0:
                     break  # plain bytes after it: `_send_ready`'s
             await self._send_frames(frames)
         finally:
@@ -1034,7 +1148,7 @@ class Connection:
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         frames.clear()
         self.metrics.response_sends += 1
-        if self._fd < 0:
+        if self.fd < 0:
             await self.stream.send_all(data)
         else:
             await _send_bytes(self.socket_stream.socket, data)

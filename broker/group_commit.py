@@ -68,6 +68,9 @@ class GroupCommit:
         #: Connections waiting for this turn's write that proposed batches (the others
         #: only send answers decided outside their reader, such as a long-polling Fetch's).
         self._writers: set[Flushable] = set()
+        #: While the readiness poller serves the connections of its step, those that wait
+        #: for a write are written for at its end (`write_held`), not by the task.
+        self.held = False
 
     def write_now(self, connection: Flushable) -> bool:
         """Whether `connection`, whose answers wait for the batches it proposed, writes them
@@ -84,9 +87,15 @@ class GroupCommit:
 
     def wait_for_write(self, connection: Flushable) -> None:
         """`connection.written()` is called after the next write, at this turn's end."""
-        if not self._waiting:
+        if not self._waiting and not self.held:
             self._wakeup.set()
         self._waiting[connection] = None
+
+    def write_held(self) -> None:
+        """The poller's step is over: write for the connections that asked during it
+        (with any that asked before it in this turn)."""
+        if self._waiting:
+            self.write()
 
     def forget(self, connection: Flushable) -> None:
         """A connection that ends settles its own answers."""
@@ -125,4 +134,5 @@ class GroupCommit:
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
-            self.write()
+            if self._waiting:  # else the poller's step wrote for them (`write_held`)
+                self.write()

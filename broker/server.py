@@ -57,6 +57,7 @@ from raftka.broker.queues.changes import LEADER_OPS
 from raftka.broker.queues.member import ShareMember
 from raftka.broker.queues.remote import QUEUE_RPC, QueueOps
 from raftka.broker.quotas import ClientQuotaManager
+from raftka.broker.readiness import ReadinessPoller
 from raftka.broker.replica import ReplicaManager
 from raftka.broker.replication import HardStateStore
 from raftka.broker.security.acl import Authorizer
@@ -665,6 +666,7 @@ class Broker:
                 )
             )
             self.group_commit = GroupCommit(self.replica_manager.write_proposed)
+            self.poller = ReadinessPoller(self.group_commit)
             # Any broker may be asked for a page of a partition it hosts by another's console.
             self.page_reads = register_page_reads(
                 PageReads(self.services, self.node.transport.forward), self.controller.register_rpc
@@ -798,6 +800,7 @@ class Broker:
                 )
                 nursery.start_soon(self.idle.run)
                 nursery.start_soon(self.group_commit.run)
+                nursery.start_soon(self.poller.run)
                 nursery.start_soon(self.services.long_polls.run)
                 for spec in self.listeners:
                     serve = functools.partial(self._serve_connection, spec)
@@ -888,6 +891,7 @@ class Broker:
                     self.quotas,
                     idle=self.idle,
                     group_commit=self.group_commit,
+                    poller=self.poller,
                 ).serve()
                 return
             tls = trio.SSLStream(stream, context, server_side=True)

@@ -1,0 +1,138 @@
+"""The sockets of plaintext connections watched by one epoll of the broker's own, and the
+requests that arrive on them served by one task.
+
+Waiting for a socket with trio (`trio.lowlevel.wait_readable`) arms a one-shot registration
+in trio's epoll for every wait, a system call per request, and its wakeup is a step of the
+connection's task. With many connections each sending a request at a time (a thousand
+producers at ten records a second), the requests arrive one per turn of the loop, and each
+paid for a task's step, the re-arming, and a second step for the group commit's task.
+
+Instead every plaintext socket is registered here once, edge-triggered, and the poller's
+task waits on this epoll alone. A connection whose reader has nothing left to do but wait
+for bytes parks (`wait`); when its socket becomes readable the poller reads for it and
+serves the requests that arrive as the reader would (`Connection.serve_readable`: the
+common requests that need no wait), in the poller's own step and without waking the reader.
+The reader is woken only for what needs it: a request that must wait (run alone, for room,
+for a throttle), a frame still incomplete, the end of the connection, an error. Answers that
+wait for the group commit are written once for every connection served in the step, at its
+end (`GroupCommit.held`).
+
+An edge reports bytes that arrived since the events were last taken. A socket whose reader
+is not parked when its edge comes is marked (`Connection.readable`); its reader reads before
+it next parks, and only parks once a read found nothing, so no bytes are left unseen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+from typing import TYPE_CHECKING, Protocol
+
+import outcome
+import trio
+
+if TYPE_CHECKING:
+    from raftka.broker.group_commit import GroupCommit
+
+#: What a socket is watched for: bytes, the peer's close (both edge-triggered). Errors and
+#: hang-ups are always reported.
+_EVENTS = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
+
+
+class Connection(Protocol):
+    """What the poller uses of a connection (broker/connection.py)."""
+
+    #: The socket's descriptor.
+    fd: int
+    #: The reader's task while it is parked (`ReadinessPoller.wait`).
+    parked: trio.lowlevel.Task | None
+    #: Bytes may have arrived since the reader last read.
+    readable: bool
+
+    def serve_readable(self) -> bytes | bytearray | None:
+        """Read and serve what arrived while the reader is parked: None if the reader may
+        wait on, else what to wake it with."""
+
+
+class ReadinessPoller:
+    """The plaintext connections of one broker, by socket descriptor."""
+
+    def __init__(self, group_commit: GroupCommit) -> None:
+        self._epoll = select.epoll()
+        self._group_commit = group_commit
+        self._connections: dict[int, Connection] = {}
+
+    def register(self, connection: Connection) -> bool:
+        """Watch `connection`'s socket until `unregister`; False once the poller stopped
+        (the broker is closing: the connection waits with trio)."""
+        if self._epoll.closed:
+            return False
+        fd = connection.fd
+        self._epoll.register(fd, _EVENTS)
+        self._connections[fd] = connection
+        return True
+
+    def unregister(self, connection: Connection) -> None:
+        """Stop watching `connection`'s socket; before it is closed."""
+        fd = connection.fd
+        if self._connections.get(fd) is connection:
+            del self._connections[fd]
+            if not self._epoll.closed:
+                # OSError: already closed, and dropped by the kernel with the socket.
+                with contextlib.suppress(OSError):
+                    self._epoll.unregister(fd)
+
+    async def wait(self, connection: Connection) -> bytes | bytearray:
+        """Park `connection`'s reader until the poller wakes it, with what it woke it for
+        (`Connection.serve_readable`); cancellable."""
+        connection.parked = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            connection.parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        woken: bytes | bytearray = await trio.lowlevel.wait_task_rescheduled(abort)
+        return woken
+
+    def serve_events(self, events: list[tuple[int, int]]) -> None:
+        """Serve the connections whose sockets had events, then write the batches their
+        answers wait for, once."""
+        connections = self._connections
+        group_commit = self._group_commit
+        group_commit.held = True
+        try:
+            for fd, _ in events:
+                connection = connections.get(fd)
+                if connection is None:
+                    continue
+                task = connection.parked
+                if task is None:
+                    connection.readable = True
+                    continue
+                wake: outcome.Outcome[bytes | bytearray]
+                try:
+                    woken = connection.serve_readable()
+                    if woken is None:
+                        continue
+                    wake = outcome.Value(woken)
+                except Exception as exc:  # the reader's to meet: it would have raised it
+                    wake = outcome.Error(exc)
+                # Unless serving it cancelled the reader (a failed send ends the connection).
+                if connection.parked is task:
+                    connection.parked = None
+                    trio.lowlevel.reschedule(task, wake)
+        finally:
+            group_commit.held = False
+            group_commit.write_held()
+
+    async def run(self) -> None:
+        """Serve the sockets' events as they come, until cancelled."""
+        epoll = self._epoll
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(epoll.fileno())
+                events = epoll.poll(0)
+                if events:
+                    self.serve_events(events)
+        finally:
+            epoll.close()

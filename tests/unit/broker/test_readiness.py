@@ -1,0 +1,164 @@
+"""The broker's readiness poller: parked readers served without being woken, woken with what
+needs them, and the group commit written once per step for every connection served in it."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+
+import trio
+import trio.testing
+
+from raftka.broker.group_commit import GroupCommit
+from raftka.broker.readiness import ReadinessPoller
+
+
+class _Connection:
+    """What the poller uses of a connection: its socket, its parked reader, `readable`, and
+    `serve_readable`, which here reads the bytes and answers as `decide` says."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        group_commit: GroupCommit,
+        decide: Callable[[bytes], bytes | None],
+    ) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.parked: trio.lowlevel.Task | None = None
+        self.readable = False
+        self.group_commit = group_commit
+        self.decide = decide
+        self.served: list[bytes] = []
+        self.log: list[str] = []
+
+    def serve_readable(self) -> bytes | bytearray | None:
+        data = os.read(self.fd, 1024)
+        if data == b"fail":
+            raise ConnectionResetError("the client reset the connection")
+        self.served.append(data)
+        self.group_commit.wait_for_write(self)
+        return self.decide(data)
+
+    def written(self) -> None:
+        self.log.append("written")
+
+    def abort(self) -> None:
+        raise AssertionError("not expected")
+
+
+def _stay_parked(_: bytes) -> bytes | None:
+    return None
+
+
+def test_a_parked_reader_is_served_without_waking_and_woken_with_what_needs_it() -> None:
+    writes: list[str] = []
+    group = GroupCommit(lambda: writes.append("write"))
+    poller = ReadinessPoller(group)
+    client, server = socket.socketpair()
+    connection = _Connection(server, group, lambda data: data if data == b"wake" else None)
+    woken: list[bytes | bytearray] = []
+
+    async def reader() -> None:
+        woken.append(await poller.wait(connection))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            assert poller.register(connection)
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.parked is not None
+            client.send(b"one")
+            await trio.testing.wait_all_tasks_blocked()
+            # served in the poller's step: the reader still waits, one write answered it
+            assert (connection.served, woken, writes) == ([b"one"], [], ["write"])
+            assert connection.log == ["written"]
+            client.send(b"wake")
+            await trio.testing.wait_all_tasks_blocked()
+            assert woken == [b"wake"]
+            assert connection.parked is None
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    client.close()
+    server.close()
+
+
+def test_bytes_for_a_reader_not_parked_are_marked_for_it_to_read() -> None:
+    group = GroupCommit(lambda: None)
+    poller = ReadinessPoller(group)
+    client, server = socket.socketpair()
+    connection = _Connection(server, group, _stay_parked)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            poller.register(connection)
+            await trio.testing.wait_all_tasks_blocked()
+            connection.readable = False
+            client.send(b"later")
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.readable
+            assert connection.served == []  # its own reader reads them
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    client.close()
+    server.close()
+
+
+def test_an_error_while_serving_is_raised_in_the_reader() -> None:
+    poller = ReadinessPoller(GroupCommit(lambda: None))
+    client, server = socket.socketpair()
+    connection = _Connection(server, GroupCommit(lambda: None), _stay_parked)
+    raised: list[BaseException] = []
+
+    async def reader() -> None:
+        try:
+            await poller.wait(connection)
+        except ConnectionResetError as exc:
+            raised.append(exc)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            poller.register(connection)
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            client.send(b"fail")
+            await trio.testing.wait_all_tasks_blocked()
+            assert [str(exc) for exc in raised] == ["the client reset the connection"]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    client.close()
+    server.close()
+
+
+def test_a_parked_reader_can_be_cancelled_and_an_unregistered_socket_is_not_watched() -> None:
+    poller = ReadinessPoller(GroupCommit(lambda: None))
+    client, server = socket.socketpair()
+    connection = _Connection(server, GroupCommit(lambda: None), _stay_parked)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            poller.register(connection)
+            with trio.move_on_after(0.05) as waited:
+                await poller.wait(connection)
+            assert waited.cancelled_caught
+            assert connection.parked is None
+            poller.unregister(connection)
+            client.send(b"unseen")
+            await trio.testing.wait_all_tasks_blocked()
+            assert (connection.served, connection.readable) == ([], False)
+            nursery.cancel_scope.cancel()
+        # stopped: connections that start now wait with trio
+        assert not poller.register(connection)
+
+    trio.run(main)
+    client.close()
+    server.close()
