@@ -502,29 +502,41 @@ class Connection:
         if not data:
             return data
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            return _SERVED  # the rest of the frame the reader waits for
+        # The requests are taken straight out of the bytes read (one copy each); what is
+        # left goes to the buffer, for the reader.
+        position = 0
+        end = len(data)
         served = 0
-        while len(buffer) >= 4:
-            (size,) = _SIZE.unpack_from(buffer, 0)
-            if len(buffer) < 4 + size or served >= _SERVED_IN_A_ROW_MAX:
-                return _SERVED
-            if size < 2 or not self._serves_at_once((buffer[4] << 8) | buffer[5], size):
-                return _SERVED
+        while end - position >= 4:
+            (size,) = _SIZE.unpack_from(data, position)
+            if (
+                end - position - 4 < size
+                or served >= _SERVED_IN_A_ROW_MAX
+                or size < 2
+                or not self._serves_at_once((data[position + 4] << 8) | data[position + 5], size)
+            ):
+                break
+            start = position + 4
+            position = start + size
             served += 1
             self._served_while_parked = True
-            if not self._serve_at_once(size) or self._stop_reading:
+            if not self._serve_at_once(data[start:position]) or self._stop_reading:
                 self._stop_reading = True
                 return _SERVED
             if self._handler_to_start:
                 # Its handler runs up to its first wait before the next request is read.
                 self._handler_to_start = False
                 self._settle()
-                return _SERVED
+                break
+        if position < end:
+            buffer += memoryview(data)[position:]
+            return _SERVED
         self._send_before_waiting()
         if self._unsent is not None or (self._slots and self._slots[0].done):
             self._wake_writer()
-        if buffer:
-            return _SERVED
         self._idle.waiting(self, trio.current_time() + self._idle_s)
         return None
 
@@ -544,12 +556,12 @@ class Connection:
             and not (self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX)
         )
 
-    def _serve_at_once(self, size: int) -> bool:
-        """Take the buffered request of `size` bytes, which needs no wait to start, and
-        start (or serve) it; False if the connection must stop."""
+    def _serve_at_once(self, frame: bytes) -> bool:
+        """Start (or serve) a request that needs no wait to start; False if the connection
+        must stop."""
         assert self._nursery is not None, "requests are read inside the nursery"
         received_s = time.perf_counter()
-        frame = self._take_frame(size)
+        size = len(frame)
         try:
             prefix = read_prefix(frame)
         except FrameError as exc:

@@ -1,7 +1,8 @@
 """What an unauthenticated or stalling client can make the broker hold, over a real
 SASL_PLAINTEXT listener: a frame larger than `sasl.server.max.receive.size` before
 authentication closes the connection as soon as its size is read; a frame that stalls or
-trickles is dropped once `connections.max.idle.ms` has passed since its size arrived; and
+trickles (on either listener) is dropped once `connections.max.idle.ms` has passed since its
+size arrived; and
 authenticated clients (and the PLAINTEXT listener) keep `socket.request.max.bytes`.
 """
 
@@ -145,24 +146,36 @@ def test_stalled_or_trickling_frame_is_dropped_after_the_idle_timeout(
         sasl_broker.raw() as stalled,
         sasl_broker.raw() as trickling,
         sasl_broker.raw(sasl_broker.broker.port) as plaintext_stalled,
+        sasl_broker.raw(sasl_broker.broker.port) as plaintext_trickling,
     ):
         stalled.sendall(struct.pack(">i", body_bytes) + b"\0" * 10)  # then nothing
         plaintext_stalled.sendall(struct.pack(">i", body_bytes) + b"\0" * 10)
         trickling.sendall(struct.pack(">i", body_bytes))
+        plaintext_trickling.sendall(struct.pack(">i", body_bytes))
         sent: list[int] = []
-        trickler = threading.Thread(target=_trickle, args=(trickling, sent))
-        trickler.start()
+        plaintext_sent: list[int] = []
+        tricklers = [
+            threading.Thread(target=_trickle, args=(trickling, sent)),
+            threading.Thread(target=_trickle, args=(plaintext_trickling, plaintext_sent)),
+        ]
+        for trickler in tricklers:
+            trickler.start()
         try:
             # An authenticated client is served meanwhile.
             assert roundtrip(sasl_broker.sasl_client()) == b"v"
         finally:
-            trickler.join(90)
+            for trickler in tricklers:
+                trickler.join(90)
         assert _closed(stalled), "a connection stalled in the middle of a frame was kept"
         assert _closed(plaintext_stalled), "the PLAINTEXT listener kept a stalled frame"
         assert sent and sent[0] < body_bytes, "the trickling connection was never closed"
+        assert plaintext_sent and plaintext_sent[0] < body_bytes, (
+            "the PLAINTEXT listener kept a trickling frame"
+        )
         stalled_lines = sasl_broker.log_lines_about(stalled)
         stalled_lines += sasl_broker.log_lines_about(plaintext_stalled)
         trickling_lines = sasl_broker.log_lines_about(trickling)
+        plaintext_trickling_lines = sasl_broker.log_lines_about(plaintext_trickling)
     stalled_reason = (
         f"request incomplete after connections.max.idle.ms={IDLE_MS} "
         f"(10 of {body_bytes} bytes received)"
@@ -174,5 +187,8 @@ def test_stalled_or_trickling_frame_is_dropped_after_the_idle_timeout(
         rf"\(\d+ of {body_bytes} bytes received\)"
     )
     assert any(pattern.search(line) for line in trickling_lines), trickling_lines
+    assert any(pattern.search(line) for line in plaintext_trickling_lines), (
+        plaintext_trickling_lines
+    )
     assert sasl_broker.broker.is_running()
     assert "Traceback" not in sasl_broker.broker.log_tail(400)
