@@ -259,12 +259,15 @@ class Connection:
         # descriptor (non-blocking; trio only waits for readiness): no layers per request.
         self.fd = -1 if self.tls else self.socket_stream.socket.fileno()
         # The broker's poller, which watches a plaintext socket for bytes and serves what
-        # arrives while the reader is parked (`parked`, its task) without waking it; and
+        # arrives while the reader is parked (`parked`, its task) without waking it;
         # whether bytes may have arrived since the reader last read (its edge came while
-        # the reader was busy, or a read took all it asked for).
+        # the reader was busy, a read took all it asked for, or the last read held several
+        # requests); and whether the poller hears of them (disarmed while the reader is
+        # busy, re-armed when it parks).
         self._poller = poller if self.fd >= 0 else None
         self.parked: trio.lowlevel.Task | None = None
         self.readable = True
+        self.armed = True
         # Seconds the connection may wait for bytes (`connections.max.idle.ms`).
         idle_ms: int = self.config.get_int("connections.max.idle.ms")
         self._idle_s = float("inf") if idle_ms < 0 else idle_ms / 1000
@@ -381,6 +384,10 @@ class Connection:
                     if not await self._serve_request(size, nursery):
                         return
                     continue
+            if served_in_a_row > 1:
+                # A client sending faster than it is answered: a read before parking will
+                # likely find more.
+                self.readable = True
             served_in_a_row = 0
             if buffer:
                 if not frame_deadline:

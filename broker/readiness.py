@@ -18,8 +18,9 @@ wait for the group commit are written once for every connection served in the st
 end (`GroupCommit.held`).
 
 An edge reports bytes that arrived since the events were last taken. A socket whose reader
-is not parked when its edge comes is marked (`Connection.readable`); its reader reads before
-it next parks, and only parks once a read found nothing, so no bytes are left unseen.
+is not parked when its edge comes is marked (`Connection.readable`) and disarmed; its reader
+reads before it next parks, and parking re-arms the socket, which then reports at once any
+bytes that came meanwhile, so no bytes are left unseen.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class Connection(Protocol):
     parked: trio.lowlevel.Task | None
     #: Bytes may have arrived since the reader last read.
     readable: bool
+    #: Whether the poller hears of bytes for it (else they are the busy reader's to read).
+    armed: bool
 
     def serve_readable(self) -> bytes | bytearray | None:
         """Read and serve what arrived while the reader is parked: None if the reader may
@@ -84,7 +87,12 @@ class ReadinessPoller:
 
     async def wait(self, connection: Connection) -> bytes | bytearray:
         """Park `connection`'s reader until the poller wakes it, with what it woke it for
-        (`Connection.serve_readable`); cancellable."""
+        (`Connection.serve_readable`); cancellable. The reader read all there was since
+        its socket was disarmed (`serve_events`)."""
+        if not connection.armed and not self._epoll.closed:
+            # Re-armed, the socket reports bytes that came meanwhile at once.
+            self._epoll.modify(connection.fd, _EVENTS)
+            connection.armed = True
         connection.parked = trio.lowlevel.current_task()
 
         def abort(_: object) -> trio.lowlevel.Abort:
@@ -107,7 +115,13 @@ class ReadinessPoller:
                     continue
                 task = connection.parked
                 if task is None:
+                    # The reader is busy: it reads before it parks again. Until then the
+                    # socket is disarmed, so that a client sending while it is served (a
+                    # large request comes in many pieces) does not wake the poller for each.
                     connection.readable = True
+                    if connection.armed:
+                        self._epoll.modify(fd, 0)
+                        connection.armed = False
                     continue
                 wake: outcome.Outcome[bytes | bytearray]
                 try:

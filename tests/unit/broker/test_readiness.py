@@ -29,6 +29,7 @@ class _Connection:
         self.fd = sock.fileno()
         self.parked: trio.lowlevel.Task | None = None
         self.readable = False
+        self.armed = True
         self.group_commit = group_commit
         self.decide = decide
         self.served: list[bytes] = []
@@ -87,7 +88,7 @@ def test_a_parked_reader_is_served_without_waking_and_woken_with_what_needs_it()
     server.close()
 
 
-def test_bytes_for_a_reader_not_parked_are_marked_for_it_to_read() -> None:
+def test_bytes_for_a_reader_not_parked_are_marked_for_it_and_reported_when_it_parks() -> None:
     group = GroupCommit(lambda: None)
     poller = ReadinessPoller(group)
     client, server = socket.socketpair()
@@ -98,11 +99,19 @@ def test_bytes_for_a_reader_not_parked_are_marked_for_it_to_read() -> None:
             nursery.start_soon(poller.run)
             poller.register(connection)
             await trio.testing.wait_all_tasks_blocked()
-            connection.readable = False
-            client.send(b"later")
+            client.send(b"one")
             await trio.testing.wait_all_tasks_blocked()
-            assert connection.readable
-            assert connection.served == []  # its own reader reads them
+            # its own reader reads them; until it parks, no more events for the socket
+            assert (connection.readable, connection.armed, connection.served) == (True, False, [])
+            assert os.read(connection.fd, 1024) == b"one"
+            client.send(b"two")  # while the busy reader serves "one"
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.served == []
+            # parking re-arms the socket, which reports the bytes that came meanwhile
+            nursery.start_soon(poller.wait, connection)
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.armed
+            assert connection.served == [b"two"]
             nursery.cancel_scope.cancel()
 
     trio.run(main)
