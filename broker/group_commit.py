@@ -12,7 +12,10 @@ in the same turn (each connection that had bytes), so it writes all of their bat
 together and sends each connection's answers, in their order, without waking the
 connections again. Answers decided outside the reader (a commit that acknowledges several of
 a connection's Produce requests, a long-polling Fetch that found records) are handed here
-too, so that a connection's answers decided in one turn leave in one send.
+too, so that a connection's answers decided in one turn leave in one send. The requests
+the readiness poller serves for parked connections (broker/readiness.py) are all served in
+one step of its task: their write is made at the end of that step (`held`, `write_held`),
+without a step of this task.
 
 The task costs a turn of the event loop of its own, which pays only when several
 connections share its write. A connection served alone, turn after turn (a client that sends
