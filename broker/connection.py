@@ -541,6 +541,9 @@ class Connection:
         if position < end:
             buffer += memoryview(data)[position:]
             return _SERVED
+        if self.readable:
+            # The read took all it asked for: more bytes wait, and no edge will say so.
+            return _SERVED
         self._send_before_waiting()
         if self._unsent is not None or (self._slots and self._slots[0].done):
             self._wake_writer()
@@ -579,15 +582,6 @@ class Connection:
         self._slots.append(slot)
         return not self._dispatch(frame, prefix, slot, self._nursery)
 
-    def _take_frame(self, size: int) -> bytes:
-        """The buffered request of `size` bytes, out of the buffer."""
-        buffer = self._buffer
-        # One copy out of the buffer (slicing the bytearray first would make two).
-        with memoryview(buffer) as view:
-            frame = bytes(view[4 : 4 + size])
-        del buffer[: 4 + size]
-        return frame
-
     def _size_allowed(self, size: int) -> bool:
         """Whether a request of `size` bytes may be read; logs why not. Before SASL
         authentication a client may not make the broker buffer much: the limit is checked
@@ -611,7 +605,11 @@ class Connection:
         """Take the buffered request of `size` bytes and start (or serve) it; False if the
         connection must stop."""
         received_s = time.perf_counter()
-        frame = self._take_frame(size)
+        buffer = self._buffer
+        # One copy out of the buffer (slicing the bytearray first would make two).
+        with memoryview(buffer) as view:
+            frame = bytes(view[4 : 4 + size])
+        del buffer[: 4 + size]
         try:
             prefix = read_prefix(frame)
         except FrameError as exc:
