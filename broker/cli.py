@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from raftka.broker import startup_signals
 from raftka.broker.admin.cli import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 from raftka.broker.config import BrokerConfig, ConfigError, load_config_file, parse_assignments
 from raftka.broker.config.kraft_configs import COMBINED_ROLES
@@ -125,10 +126,21 @@ async def _run_broker(broker: Broker) -> None:
         settle_after_start()
 
 
+def _stopped_while_starting(broker: Broker) -> bool:
+    """Close `broker` without serving if a SIGTERM came while it was starting."""
+    if not startup_signals.requested():
+        return False
+    logger.info("raftka: SIGTERM received while starting, shutting down")
+    broker.close()
+    return True
+
+
 async def _serve(broker: Broker) -> None:
     import trio
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        if _stopped_while_starting(broker):
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_run_broker, broker)
 
@@ -305,6 +317,8 @@ def _run_shards(commands: list[tuple[int, list[str]]]) -> int:
     stop_signal: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
+    if startup_signals.requested():
+        return 0  # no shard started yet
     shards: list[tuple[int, subprocess.Popen[bytes]]] = []
     for node_id, argv in commands:
         process = subprocess.Popen(argv, process_group=0, preexec_fn=_die_with_parent)
@@ -553,6 +567,8 @@ def _serve_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"raftka: {exc}", file=sys.stderr)
         return 2
+    if _stopped_while_starting(broker):
+        return 0
     try:
         trio.run(_serve, broker)
     except OSError as exc:

@@ -7,7 +7,8 @@ every start. So a process started here declines it before anything imports kio. 
 that has already imported hypothesis (pytest's) keeps it.
 
 It also loads the request path's modules compiled with mypyc when they are built and
-current (broker/compiled.py).
+current (broker/compiled.py), and, for `serve`, first of all defers a SIGTERM that comes
+while the broker starts (broker/startup_signals.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ import sys
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["serve"]:
+        from raftka.broker import startup_signals
+
+        startup_signals.defer()
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     # Before anything imports the modules it may replace.
     from raftka.broker import compiled
