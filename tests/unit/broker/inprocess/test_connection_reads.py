@@ -3,11 +3,12 @@ on loopback: bytes that arrive while the reader waits are read and served as the
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,28 @@ def _answered(client: socket.socket) -> list[int]:
     return ids
 
 
+@contextlib.asynccontextmanager
+async def _served(
+    broker: Broker, server: socket.socket
+) -> AsyncIterator[tuple[trio.Nursery, Connection]]:
+    """A connection of `broker` on the `server` socket, served with the broker's poller and
+    group commit, its reader parked waiting for bytes."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(broker.poller.run)
+        nursery.start_soon(broker.group_commit.run)
+        connection = Connection(
+            broker.services,
+            trio.SocketStream(trio.socket.from_stdlib_socket(server)),
+            idle=broker.idle,
+            group_commit=broker.group_commit,
+            poller=broker.poller,
+        )
+        nursery.start_soon(connection.serve)
+        await trio.testing.wait_all_tasks_blocked()
+        assert connection.parked is not None, "the reader waits for bytes"
+        yield nursery, connection
+
+
 def test_a_read_that_takes_all_it_asked_for_at_a_frame_boundary_leaves_nothing_unread(
     broker: Broker, sockets: tuple[socket.socket, socket.socket]
 ) -> None:
@@ -110,19 +133,7 @@ def test_a_read_that_takes_all_it_asked_for_at_a_frame_boundary_leaves_nothing_u
     burst += _fetch_v4(16, 128)
 
     async def main() -> list[int]:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.poller.run)
-            nursery.start_soon(broker.group_commit.run)
-            connection = Connection(
-                broker.services,
-                trio.SocketStream(trio.socket.from_stdlib_socket(server)),
-                idle=broker.idle,
-                group_commit=broker.group_commit,
-                poller=broker.poller,
-            )
-            nursery.start_soon(connection.serve)
-            await trio.testing.wait_all_tasks_blocked()
-            assert connection.parked is not None, "the reader waits for bytes"
+        async with _served(broker, server) as (nursery, connection):
             client.sendall(burst)  # all of it in the socket before the broker runs again
             await trio.testing.wait_all_tasks_blocked()
             answered = _answered(client)
@@ -151,20 +162,8 @@ def test_requests_that_need_no_wait_are_answered_without_a_step_of_the_reader(
     reader_steps = _TaskSteps()
 
     async def main() -> tuple[list[int], int]:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.poller.run)
-            nursery.start_soon(broker.group_commit.run)
-            connection = Connection(
-                broker.services,
-                trio.SocketStream(trio.socket.from_stdlib_socket(server)),
-                idle=broker.idle,
-                group_commit=broker.group_commit,
-                poller=broker.poller,
-            )
-            nursery.start_soon(connection.serve)
-            await trio.testing.wait_all_tasks_blocked()
+        async with _served(broker, server) as (nursery, connection):
             reader_steps.task = connection.parked
-            assert reader_steps.task is not None, "the reader waits for bytes"
             answered = []
             for n in range(3):
                 client.sendall(_fetch_v4(n, 200))
