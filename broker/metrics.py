@@ -100,6 +100,12 @@ _RESPONSE_SENDS_HELP = (
     "in one send (a spliced Fetch response, sendfile ranges and all, counts as one); "
     "requests answered over this is responses per send."
 )
+_POLLER_WAKEUPS = "raftka_poller_wakeups"
+_POLLER_WAKEUPS_HELP = (
+    "Wake-ups of the task that reads every plaintext client socket, each a turn of the event "
+    "loop whose fixed cost the requests that arrived together share; plaintext requests "
+    "answered over this is requests per wake-up."
+)
 
 
 class BrokerMetrics(Collector):
@@ -132,6 +138,8 @@ class BrokerMetrics(Collector):
         self._topics_out_created: dict[str, float] = {}
         #: Counted by the connections as they send (`_RESPONSE_SENDS`).
         self.response_sends = 0
+        #: Counted by the readiness poller as it wakes (`_POLLER_WAKEUPS`).
+        self.poller_wakeups = 0
         self._created = time.time()
         registry = self.registry
         registry.register(self)
@@ -270,6 +278,12 @@ class BrokerMetrics(Collector):
             _RESPONSE_SENDS,
             _RESPONSE_SENDS_HELP,
             value=self.response_sends,
+            created=self._created if created else None,
+        )
+        yield CounterMetricFamily(
+            _POLLER_WAKEUPS,
+            _POLLER_WAKEUPS_HELP,
+            value=self.poller_wakeups,
             created=self._created if created else None,
         )
 

@@ -34,6 +34,7 @@ import trio
 
 if TYPE_CHECKING:
     from raftka.broker.group_commit import GroupCommit
+    from raftka.broker.metrics import BrokerMetrics
 
 #: What a socket is watched for: bytes, the peer's close (both edge-triggered). Errors and
 #: hang-ups are always reported.
@@ -60,10 +61,12 @@ class Connection(Protocol):
 class ReadinessPoller:
     """The plaintext connections of one broker, by socket descriptor."""
 
-    def __init__(self, group_commit: GroupCommit) -> None:
+    def __init__(self, group_commit: GroupCommit, metrics: BrokerMetrics | None = None) -> None:
         self._epoll = select.epoll()
         self._group_commit = group_commit
         self._connections: dict[int, Connection] = {}
+        #: Counts the wake-ups (`BrokerMetrics.poller_wakeups`).
+        self._metrics = metrics
 
     def register(self, connection: Connection) -> bool:
         """Watch `connection`'s socket until `unregister`; False once the poller stopped
@@ -142,9 +145,12 @@ class ReadinessPoller:
     async def run(self) -> None:
         """Serve the sockets' events as they come, until cancelled."""
         epoll = self._epoll
+        metrics = self._metrics
         try:
             while True:
                 await trio.lowlevel.wait_readable(epoll.fileno())
+                if metrics is not None:
+                    metrics.poller_wakeups += 1
                 events = epoll.poll(0)
                 if events:
                     self.serve_events(events)

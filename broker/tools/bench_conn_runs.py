@@ -128,7 +128,9 @@ def run_connections(
     broker = window.figures()
     if broker.get("complete") and broker["requests"] is not None and not args.compare:
         rates = {api: n / broker["seconds"] for api, n in broker["requests"].items()}
-        requests = request_figures(rates, broker["seconds"], broker["cpu_s"], "broker")
+        requests = request_figures(
+            rates, broker["seconds"], broker["cpu_s"], "broker", broker.get("poller_wakeups")
+        )
     elif broker.get("complete"):
         answered_per_s = steady["answered_per_s"] if acks_wanted else sent_per_s
         rates = {"Produce": answered_per_s} if answered_per_s else {}

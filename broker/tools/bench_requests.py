@@ -23,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftka.broker.tools.procfs import Pids, cpu_seconds_total, status_kb_by_pid, sum_kb
 
 REQUESTS_METRIC = "kafka_network_requestmetrics_requests"
+# Turns of raftka's event loop that read client sockets (see broker/readiness.py).
+WAKEUPS_METRIC = "raftka_poller_wakeups"
 STATISTICS_INTERVAL_MS = 500
 # A busy broker's event loop answers its metrics endpoint late; past this it is reported.
 SCRAPE_TIMEOUT_S = 30.0
@@ -59,10 +61,23 @@ def parse_request_counts(text: str) -> RequestCounts:
     return counts
 
 
-def scrape_request_counts(url: str, timeout_s: float = 5.0) -> RequestCounts:
-    """The broker's request counters now; OSError if the endpoint does not answer."""
+def parse_poller_wakeups(text: str) -> float | None:
+    """The poller's wake-ups from a Prometheus text page; None if it has none (a broker
+    other than raftka)."""
+    for family in text_string_to_metric_families(text):
+        if family.name == WAKEUPS_METRIC:
+            for sample in family.samples:
+                if sample.name == f"{WAKEUPS_METRIC}_total":
+                    return float(sample.value)
+    return None
+
+
+def scrape_broker_counts(url: str, timeout_s: float = 5.0) -> tuple[RequestCounts, float | None]:
+    """The broker's request counters and poller wake-ups now; OSError if the endpoint does
+    not answer."""
     with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return parse_request_counts(response.read().decode())
+        text = response.read().decode()
+    return parse_request_counts(text), parse_poller_wakeups(text)
 
 
 def count_delta(before: Mapping[str, float], after: Mapping[str, float]) -> RequestCounts:
@@ -123,15 +138,22 @@ class ClientRequestStats:
 
 
 def request_figures(
-    requests_per_s: Mapping[str, float], seconds: float, cpu_s: float | None, source: str
+    requests_per_s: Mapping[str, float],
+    seconds: float,
+    cpu_s: float | None,
+    source: str,
+    wakeups: float | None = None,
 ) -> dict[str, Any]:
     """Requests/s by API and in total, and broker CPU µs per request (and per Produce
-    request) for a part of `seconds` in which the broker used `cpu_s` (None: unknown)."""
+    request) for a part of `seconds` in which the broker used `cpu_s` (None: unknown), and
+    its poller woke `wakeups` times (None: unknown)."""
     total_per_s = sum(requests_per_s.values())
     requests = total_per_s * seconds
     produce = requests_per_s.get("Produce", 0.0) * seconds
     cpu_us = cpu_s * 1e6 if cpu_s is not None else None
     return {
+        "wakeups_per_s": wakeups / seconds if wakeups is not None and seconds else None,
+        "requests_per_wakeup": requests / wakeups if wakeups and requests else None,
         "source": source,
         "seconds": seconds,
         "requests_per_s": dict(requests_per_s),
@@ -164,6 +186,13 @@ def request_lines(figures: Mapping[str, Any]) -> list[str]:
                 f"{figures['produce_share']:.0%} of requests)"
             )
         lines.append(line + f", {figures['broker_cpu_s']:.2f} CPU s in {figures['seconds']:.1f} s")
+    per_wakeup = figures.get("requests_per_wakeup")
+    if per_wakeup is not None:
+        # Each wake-up is a turn of the event loop: a fixed cost its requests share.
+        lines.append(
+            f"broker event loop: {figures['wakeups_per_s']:,.0f} poller wake-ups/s, "
+            f"{per_wakeup:.2f} requests per wake-up"
+        )
     return lines
 
 
@@ -182,6 +211,7 @@ class BrokerSnapshot:
         self.cpu_by_pid: dict[int, float] | None = None
         self.rss_by_pid: dict[int, int | None] | None = None
         self.requests: RequestCounts | None = None
+        self.wakeups: float | None = None
         self.error: str | None = None
         self.cpu_by_pid = self._cpu(pids)
         if pids and self.cpu_by_pid is not None:
@@ -192,11 +222,17 @@ class BrokerSnapshot:
         started = time.monotonic()
         try:
             self.requests = {}
+            wakeups: list[float | None] = []
             for url in urls:
-                for api, n in scrape_request_counts(url, SCRAPE_TIMEOUT_S).items():
+                counts, woke = scrape_broker_counts(url, SCRAPE_TIMEOUT_S)
+                for api, n in counts.items():
                     self.requests[api] = self.requests.get(api, 0.0) + n
+                wakeups.append(woke)
+            if None not in wakeups:
+                self.wakeups = sum(w for w in wakeups if w is not None)
         except (OSError, ValueError) as exc:
             self.requests = None
+            self.wakeups = None
             self.error = f"metrics endpoint {url}: {exc}"
         took_s = time.monotonic() - started
         self.time_ns = (self.time_ns + time.time_ns()) // 2
@@ -313,6 +349,11 @@ class SteadyWindow:
             "rss_mb": last.rss_kb / 1024 if last.rss_kb is not None else None,
             "peak_rss_mb": self.peak_rss_kb / 1024 if self.peak_rss_kb is not None else None,
             "requests": requests,
+            "poller_wakeups": (
+                last.wakeups - first.wakeups
+                if first.wakeups is not None and last.wakeups is not None
+                else None
+            ),
             "error": last.error or first.error,
             **self._processes(first, last),
         }
@@ -378,7 +419,9 @@ def steady_requests(
     seconds = window["seconds"]
     if window["requests"] is not None and not prefer_client and seconds > 0:
         rates = {api: n / seconds for api, n in window["requests"].items()}
-        return request_figures(rates, seconds, window["cpu_s"], "broker")
+        return request_figures(
+            rates, seconds, window["cpu_s"], "broker", window.get("poller_wakeups")
+        )
     client = client_window_rates(client_samples, window["start_ns"], window["end_ns"])
     if client is None:
         return None

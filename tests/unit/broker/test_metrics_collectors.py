@@ -48,6 +48,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
     assert {name: value for name, value in before.items() if "_created" not in name} == {
         **gauges,
         "raftka_response_sends_total": "0.0",
+        "raftka_poller_wakeups_total": "0.0",
     }
     for seconds in (0.0005, 0.001, 0.003):  # 1 ms is on a bound: counted in le="1.0"
         metrics.request_done(PRODUCE, seconds, None)
@@ -57,6 +58,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
     metrics.produced("orders", 250, 4)
     metrics.fetched("orders", 350)
     metrics.response_sends += 2
+    metrics.poller_wakeups += 3
     series = _series(metrics)
     created = {name: value for name, value in series.items() if "_created" in name}
     assert sorted(created) == [
@@ -70,6 +72,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
         'kafka_server_brokertopicmetrics_bytesin_created{topic="orders"}',
         'kafka_server_brokertopicmetrics_bytesout_created{topic="orders"}',
         'kafka_server_brokertopicmetrics_messagesin_created{topic="orders"}',
+        "raftka_poller_wakeups_created",
         "raftka_response_sends_created",
     ]
     assert all(started <= float(value) <= time.time() for value in created.values())
@@ -97,6 +100,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
         'kafka_server_brokertopicmetrics_messagesin_total{topic="orders"}': "5.0",
         'kafka_server_brokertopicmetrics_bytesout_total{topic="orders"}': "350.0",
         "raftka_response_sends_total": "2.0",
+        "raftka_poller_wakeups_total": "3.0",
     }
     assert {name: value for name, value in series.items() if name not in created} == expected
     metrics.request_done(PRODUCE, 0.0001, None)  # counting goes on after a scrape

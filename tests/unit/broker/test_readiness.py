@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from raftka.broker.group_commit import GroupCommit
+from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.readiness import ReadinessPoller
 
 
@@ -57,7 +58,8 @@ def _stay_parked(_: bytes) -> bytes | None:
 def test_a_parked_reader_is_served_without_waking_and_woken_with_what_needs_it() -> None:
     writes: list[str] = []
     group = GroupCommit(lambda: writes.append("write"))
-    poller = ReadinessPoller(group)
+    metrics = BrokerMetrics({})
+    poller = ReadinessPoller(group, metrics)
     client, server = socket.socketpair()
     connection = _Connection(server, group, lambda data: data if data == b"wake" else None)
     woken: list[bytes | bytearray] = []
@@ -81,6 +83,7 @@ def test_a_parked_reader_is_served_without_waking_and_woken_with_what_needs_it()
             await trio.testing.wait_all_tasks_blocked()
             assert woken == [b"wake"]
             assert connection.parked is None
+            assert metrics.poller_wakeups == 2  # a wake-up for each send
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -14,6 +14,7 @@ from array import array
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
+from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.tools.bench_requests import (
     BrokerSnapshot,
     ClientRequestStats,
@@ -22,6 +23,7 @@ from raftka.broker.tools.bench_requests import (
     client_window_rates,
     count_delta,
     metrics_url,
+    parse_poller_wakeups,
     parse_request_counts,
     process_lines,
     request_figures,
@@ -51,6 +53,23 @@ def test_parse_request_counts_reads_the_totals_by_api_only() -> None:
     assert "kafka_network_requestmetrics_requests_created" in page  # left out below
     assert parse_request_counts(page) == {"Produce": 1200.0, "Fetch": 30.0, "Metadata": 2.0}
     assert parse_request_counts("# nothing here\n") == {}
+
+
+def test_the_poller_wakeups_of_a_raftka_page_give_requests_per_wakeup() -> None:
+    metrics = BrokerMetrics({0: "Produce"})
+    for _ in range(300):
+        metrics.request_done(0, 0.001, None)
+    metrics.poller_wakeups += 120
+    page = metrics.exposition().decode()
+    assert parse_request_counts(page) == {"Produce": 300.0}
+    assert parse_poller_wakeups(page) == 120.0
+    assert parse_poller_wakeups(requests_page({"Produce": 300})) is None  # not raftka
+    figures = request_figures({"Produce": 30.0}, 10, 0.02, "broker", wakeups=120.0)
+    assert figures["wakeups_per_s"] == 12.0 and figures["requests_per_wakeup"] == 2.5
+    assert request_lines(figures)[-1] == (
+        "broker event loop: 12 poller wake-ups/s, 2.50 requests per wake-up"
+    )
+    assert len(request_lines(request_figures({"Produce": 30.0}, 10, 0.02, "broker"))) == 2
 
 
 def test_count_delta_drops_apis_without_requests_in_between() -> None:
@@ -175,17 +194,18 @@ def test_snapshot_reads_every_process_and_sums_every_endpoint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pages = {
-        "http://a/metrics": {"Produce": 3.0},
-        "http://b/metrics": {"Produce": 4.0, "Fetch": 1.0},
+        "http://a/metrics": ({"Produce": 3.0}, 2.0),
+        "http://b/metrics": ({"Produce": 4.0, "Fetch": 1.0}, 5.0),
     }
     monkeypatch.setattr(
-        "raftka.broker.tools.bench_requests.scrape_request_counts",
+        "raftka.broker.tools.bench_requests.scrape_broker_counts",
         lambda url, timeout_s: pages[url],
     )
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         snap = BrokerSnapshot((os.getpid(), child.pid), list(pages))
         assert snap.requests == {"Produce": 7.0, "Fetch": 1.0}
+        assert snap.wakeups == 7.0
         assert snap.cpu_by_pid is not None and set(snap.cpu_by_pid) == {os.getpid(), child.pid}
         assert snap.cpu_s == sum(snap.cpu_by_pid.values())
         assert snap.rss_by_pid is not None and all(snap.rss_by_pid.values())
