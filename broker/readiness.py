@@ -13,7 +13,8 @@ for bytes parks (`wait`); when its socket becomes readable the poller reads for 
 serves the requests that arrive as the reader would (`Connection.serve_readable`: the
 common requests that need no wait), in the poller's own step and without waking the reader.
 The reader is woken only for what needs it: a request that must wait (run alone, for room,
-for a throttle), a frame still incomplete, the end of the connection, an error. Answers that
+for a throttle), a frame still incomplete, a read that took all it asked for (more bytes
+may wait, and no edge will say so), the end of the connection, an error. Answers that
 wait for the group commit are written once for every connection served in the step, at its
 end (`GroupCommit.held`).
 
