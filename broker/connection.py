@@ -493,13 +493,14 @@ class Connection:
         # else: answers waiting for their batches to be written: the broker's group commit
         # writes them with those of every connection served in this turn, then sends.
 
-    def serve_readable(self) -> bytes | bytearray | None:
+    def serve_readable(self, now: float) -> bytes | bytearray | None:
         """The poller saw bytes arrive while the reader is parked (waiting for bytes, every
-        complete request in its buffer served): read them and serve the requests they
-        complete as the reader would, without waking it. None: all served, the reader waits
-        on; else what to wake it with: bytes it has not seen (b"" if the client closed), or
-        `_SERVED` when the buffer holds what needs the reader (a request that must wait,
-        a frame not yet complete) or the connection must stop (`_stop_reading`)."""
+        complete request in its buffer served) at `now` (trio's clock): read them and serve
+        the requests they complete as the reader would, without waking it. None: all
+        served, the reader waits on; else what to wake it with: bytes it has not seen (b""
+        if the client closed), or `_SERVED` when the buffer holds what needs the reader (a
+        request that must wait, a frame not yet complete) or the connection must stop
+        (`_stop_reading`)."""
         try:
             data = os.read(self.fd, RECEIVE_CHUNK_BYTES)
         except BlockingIOError:
@@ -547,7 +548,7 @@ class Connection:
         self._send_before_waiting()
         if self._unsent is not None or (self._slots and self._slots[0].done):
             self._wake_writer()
-        self._idle.waiting(self, trio.current_time() + self._idle_s)
+        self._idle.waiting(self, now + self._idle_s)
         return None
 
     def _serves_at_once(self, api_key: int, size: int) -> bool:
@@ -580,7 +581,8 @@ class Connection:
         slot = _Slot(request_bytes=size, received_s=received_s)
         self._in_flight_bytes += size
         self._slots.append(slot)
-        return not self._dispatch(frame, prefix, slot, self._nursery)
+        # `_serves_at_once` found no quota set, in this step.
+        return not self._dispatch(frame, prefix, slot, self._nursery, quotas_off=True)
 
     def _size_allowed(self, size: int) -> bool:
         """Whether a request of `size` bytes may be read; logs why not. Before SASL
@@ -702,9 +704,15 @@ class Connection:
             wakeup.set()
 
     def _dispatch(
-        self, frame: bytes, prefix: RequestPrefix, slot: _Slot, nursery: trio.Nursery
+        self,
+        frame: bytes,
+        prefix: RequestPrefix,
+        slot: _Slot,
+        nursery: trio.Nursery,
+        quotas_off: bool = False,
     ) -> bool:
-        """Start the request's handler; True if the connection must stop after it."""
+        """Start the request's handler; True if the connection must stop after it.
+        `quotas_off`: the caller saw that no quota is set."""
         if not self.session.authenticated and prefix.api_key not in _BEFORE_AUTHENTICATION:
             logger.warning(
                 "closing connection from %s: api key %d before SASL authentication on listener %s",
@@ -766,7 +774,7 @@ class Connection:
             session=self.session,
         )
         quotas = self.quotas
-        if quotas is not None and quotas.active:
+        if quotas is not None and not quotas_off and quotas.active:
             client = quotas.for_client(self.session.principal.name, header.client_id or "")
             if client is not None:
                 # One request at a time, as Kafka reads them, so that a throttle stops the

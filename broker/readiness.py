@@ -54,9 +54,9 @@ class Connection(Protocol):
     #: Whether the poller hears of bytes for it (else they are the busy reader's to read).
     armed: bool
 
-    def serve_readable(self) -> bytes | bytearray | None:
-        """Read and serve what arrived while the reader is parked: None if the reader may
-        wait on, else what to wake it with."""
+    def serve_readable(self, now: float) -> bytes | bytearray | None:
+        """Read and serve what arrived while the reader is parked (`now`: trio's clock):
+        None if the reader may wait on, else what to wake it with."""
 
 
 class ReadinessPoller:
@@ -111,6 +111,7 @@ class ReadinessPoller:
         answers wait for, once."""
         connections = self._connections
         group_commit = self._group_commit
+        now = trio.current_time()  # once for every connection served in the step
         group_commit.held = True
         try:
             for fd, _ in events:
@@ -129,7 +130,7 @@ class ReadinessPoller:
                     continue
                 wake: outcome.Outcome[bytes | bytearray]
                 try:
-                    woken = connection.serve_readable()
+                    woken = connection.serve_readable(now)
                     if woken is None:
                         continue
                     wake = outcome.Value(woken)

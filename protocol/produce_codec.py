@@ -290,6 +290,15 @@ _NO_THROTTLE = _THROTTLE_TIME.pack(0)
 _NO_RECORD_ERRORS_V8 = b"\x00\x00\x00\x00\xff\xff"
 # v9+: an empty compact array, a null compact string, no tagged fields.
 _NO_RECORD_ERRORS_COMPACT = b"\x01\x00\x00"
+# v9+, after the one partition of a one-partition response: no record errors, no error
+# message and the partition's tagged fields, the topic's, throttle_time_ms 0, the body's.
+_ONE_PARTITION_END = _NO_RECORD_ERRORS_COMPACT + b"\x00" + _NO_THROTTLE + b"\x00"
+# The size of a one-partition response without its topic's name: correlation id, header
+# tags, topic count, partition count, the partition and what follows it.
+_ONE_PARTITION_FIXED_BYTES = 4 + 1 + 1 + 1 + _PARTITION_V5.size + len(_ONE_PARTITION_END)
+#: topic name -> its compact string, as responses write it; cleared past TOPIC_HEADS_MAX.
+_TOPIC_HEADS: dict[str, bytes] = {}
+TOPIC_HEADS_MAX = 4096
 
 
 def encode_produce_response(correlation_id: int, version: int, answers: TopicAnswers) -> bytes:
@@ -348,6 +357,12 @@ def encode_produce_response(correlation_id: int, version: int, answers: TopicAns
 def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
     """Produce response v9+: compact lengths, a tagged field set after every structure,
     all of them empty."""
+    if len(answers) == 1:
+        name, partitions = answers[0]
+        if len(partitions) == 1:
+            index, answer = partitions[0]
+            if not answer.record_errors and answer.error_message is None:
+                return _one_partition_response(correlation_id, name, index, answer)
     out = bytearray(_SIZE_CORRELATION.size)
     out += b"\x00"  # the response header's tagged fields
     out += encode_uvarint(len(answers) + 1)
@@ -384,6 +399,39 @@ def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
     out += b"\x00"  # the body's tagged fields (no node endpoints)
     _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)
     return bytes(out)
+
+
+def _one_partition_response(
+    correlation_id: int, name: str, index: int, answer: PartitionAnswer
+) -> bytes:
+    """`_compact_response` of one topic's one partition with no record errors and no
+    message, as most Produce requests (one record batch of one partition) are answered."""
+    head = _TOPIC_HEADS.get(name)
+    if head is None:
+        encoded = name.encode()
+        head = encode_uvarint(len(encoded) + 1) + encoded
+        if len(_TOPIC_HEADS) >= TOPIC_HEADS_MAX:
+            _TOPIC_HEADS.clear()
+        _TOPIC_HEADS[name] = head
+    append_time_ms = answer.log_append_time_ms
+    if append_time_ms is None or append_time_ms < 0:
+        append_time_ms = -1
+    return b"".join(
+        (
+            _SIZE_CORRELATION.pack(_ONE_PARTITION_FIXED_BYTES + len(head), correlation_id),
+            b"\x00\x02",  # the response header's tagged fields; one topic
+            head,
+            b"\x02",  # one partition
+            _PARTITION_V5.pack(
+                index,
+                answer.error_code,
+                answer.base_offset,
+                append_time_ms,
+                answer.log_start_offset,
+            ),
+            _ONE_PARTITION_END,
+        )
+    )
 
 
 def _legacy_nullable_string(out: bytearray, value: str | None) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import cached_property
 
 from raftka.broker.config.broker_config import BrokerConfig
 from raftka.broker.config.tables import TOPIC_CONFIGS
-from raftka.broker.config.topic_configs import TOPIC_SYNONYMS
+from raftka.broker.config.topic_configs import RESTORE_IN_PROGRESS, TOPIC_SYNONYMS
 from raftka.broker.config.typed import _TypedConfigs
 from raftka.broker.config.types import ConfigDef, ConfigSource, ConfigValue
 
@@ -47,6 +48,26 @@ class TopicConfig(_TypedConfigs):
         except KeyError:
             value = self._bools[name] = super().get_bool(name)
             return value
+
+    # Read by every Produce request: attributes once read, which the compiled request path
+    # reads without a call.
+
+    @cached_property
+    def max_message_bytes(self) -> int:
+        return self.get_int("max.message.bytes")
+
+    @cached_property
+    def min_insync_replicas(self) -> int:
+        return self.get_int("min.insync.replicas")
+
+    @cached_property
+    def compression_type(self) -> str:
+        return self.get_str("compression.type")
+
+    @cached_property
+    def restore_in_progress(self) -> bool:
+        """`raftka.restore.in.progress=true`: the topic takes batches as stored."""
+        return self.get_str(RESTORE_IN_PROGRESS) == "true"
 
     def get(self, name: str) -> ConfigValue:
         """The config's value; the typed getters check its type as well."""

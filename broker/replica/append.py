@@ -154,7 +154,7 @@ def check_producer_state(
 
 def too_few_in_sync(partition: Partition, result: AppendResult) -> bool:
     """Whether an acks=all write must be refused for min.insync.replicas (error in `result`)."""
-    required = partition.topic.config.get_int("min.insync.replicas")
+    required = partition.topic.config.min_insync_replicas
     if required <= 1:
         return False  # the leader itself is in sync
     in_sync = len(partition.in_sync_replicas())
@@ -230,7 +230,7 @@ def _refuse_keyless(
 
 def _target_codec(partition: Partition) -> int | None:
     """The codec the partition's topic stores batches in; None for `producer` (as sent)."""
-    return TOPIC_CODECS.get(partition.topic.config.get_str("compression.type"))
+    return TOPIC_CODECS.get(partition.topic.config.compression_type)
 
 
 def _is_compacted(partition: Partition) -> bool:
@@ -407,7 +407,7 @@ class ClientAppends:
         result = AppendResult()
         try:
             headers = validate_produce_records(
-                records, topic.config.get_int("max.message.bytes"), produce_version=self.version
+                records, topic.config.max_message_bytes, produce_version=self.version
             )
         except InvalidRecords as exc:
             refuse(self.client, partition, result, exc)

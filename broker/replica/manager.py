@@ -33,7 +33,7 @@ from raftka.broker.replica.append import (
     acked_already,
     fail_unwritten,
 )
-from raftka.broker.replica.restore import append_restore, in_restore_mode
+from raftka.broker.replica.restore import append_restore
 from raftka.broker.replica.types import (
     AppendOrigin,
     AppendResult,
@@ -339,7 +339,7 @@ class ReplicaManager:
         for partition, records in entries:
             if origin is AppendOrigin.COORDINATOR:
                 result = self._append_coordinator(partition, records, leader_epoch, pending.commits)
-            elif origin is AppendOrigin.RESTORE or in_restore_mode(partition.topic):
+            elif origin is AppendOrigin.RESTORE or partition.topic.config.restore_in_progress:
                 restore_waits: list[AckWait] = []
                 result, floor = append_restore(
                     partition, records, required_acks, client, restore_waits

@@ -16,7 +16,6 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.config import RESTORE_IN_PROGRESS
 from raftka.broker.replica.append import AckWait, too_few_in_sync, wait_for
 from raftka.broker.replica.types import AppendResult
 from raftka.broker.replication import CONTROL_KRAFT_VOTERS, entry_kind_of
@@ -34,7 +33,7 @@ RESTORABLE_CONTROL_TYPES = frozenset({0, 1, 2})
 
 def in_restore_mode(topic: Topic) -> bool:
     """Whether the topic takes batches as stored (`raftka.restore.in.progress=true`)."""
-    return topic.config.get_str(RESTORE_IN_PROGRESS) == "true"
+    return topic.config.restore_in_progress
 
 
 class _Rejected(Exception):

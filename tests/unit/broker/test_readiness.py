@@ -36,7 +36,7 @@ class _Connection:
         self.served: list[bytes] = []
         self.log: list[str] = []
 
-    def serve_readable(self) -> bytes | bytearray | None:
+    def serve_readable(self, now: float) -> bytes | bytearray | None:
         data = os.read(self.fd, 1024)
         if data == b"fail":
             raise ConnectionResetError("the client reset the connection")

@@ -32,6 +32,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 
 from raftka.broker.replica import AppendResult
+from raftka.protocol import produce_codec
 from raftka.protocol.api import (
     FrameError,
     build,
@@ -44,6 +45,7 @@ from raftka.protocol.produce_codec import (
     FIRST_FLEXIBLE_VERSION,
     FIRST_VERSION,
     LAST_VERSION,
+    TOPIC_HEADS_MAX,
     PartitionAnswer,
     decode_produce_request,
     encode_produce_response,
@@ -369,6 +371,29 @@ def test_the_brokers_append_results_are_answers() -> None:
         assert encode_produce_response(5, version, answers) == _reference_response(
             5, version, answers
         )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(VERSIONS), INT32, NAMES, INT32, ANSWERS)
+def test_a_response_of_one_partition_is_what_kio_writes(
+    version: int, correlation_id: int, name: str, index: int, answer: Answer
+) -> None:
+    """Most responses answer one batch of one partition (written from a template)."""
+    answers = [(name, [(index, answer)])]
+    assert encode_produce_response(correlation_id, version, answers) == _reference_response(
+        correlation_id, version, answers
+    )
+
+
+def test_the_topic_names_remembered_for_responses_are_bounded() -> None:
+    appended = AppendResult(base_offset=7, log_start_offset=0)
+    names = [f"topic-{n}" for n in range(TOPIC_HEADS_MAX + 10)]
+    for name in names + names[:3]:
+        answers = [(name, [(0, appended)])]
+        assert encode_produce_response(1, LAST_VERSION, answers) == _reference_response(
+            1, LAST_VERSION, answers
+        )
+    assert len(produce_codec._TOPIC_HEADS) <= TOPIC_HEADS_MAX
 
 
 def test_a_version_not_served_is_refused() -> None:
