@@ -210,6 +210,7 @@ class Connection:
         self.config = services.config
         self.clock = services.clock
         self.handlers = services.handlers
+        self._handler_table = _handler_table(services.handlers)
         self.metrics = services.metrics
         self.stream = stream
         self.listener = listener
@@ -723,7 +724,7 @@ class Connection:
             slot.close_after = True
             self._finish(slot)
             return True
-        handler = _handler_of(self.handlers, prefix.api_key)
+        handler = _handler_of(self._handler_table, prefix.api_key)
         if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
             if prefix.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer a too-new ApiVersions in the v0 format so the client can
@@ -1225,10 +1226,28 @@ class Connection:
                     piece.close()
 
 
-def _handler_of(handlers: Mapping[ApiKey, ApiEndpoint], api_key: int) -> ApiEndpoint | None:
-    """The handler of an API key, or None for a key this broker does not serve (ApiKey is
-    an IntEnum: the wire's int finds its member's entry without building the member)."""
-    return handlers.get(cast(ApiKey, api_key))
+def _handler_of(table: list[ApiEndpoint | None], api_key: int) -> ApiEndpoint | None:
+    """The handler of an API key, or None for a key this broker does not serve."""
+    return table[api_key] if 0 <= api_key < len(table) else None
+
+
+#: id of a broker's handlers -> (the handlers, `_handler_table` of them), for its connections.
+_HANDLER_TABLES: dict[int, tuple[Mapping[ApiKey, ApiEndpoint], list[ApiEndpoint | None]]] = {}
+
+
+def _handler_table(handlers: Mapping[ApiKey, ApiEndpoint]) -> list[ApiEndpoint | None]:
+    """The handlers by API key as a list (None for a key not served): what every request
+    looks up, made once per broker."""
+    known = _HANDLER_TABLES.get(id(handlers))
+    if known is not None and known[0] is handlers:
+        return known[1]
+    table: list[ApiEndpoint | None] = [None] * (max(handlers, default=-1) + 1)
+    for api_key, handler in handlers.items():
+        table[api_key] = handler
+    if len(_HANDLER_TABLES) >= 64:  # brokers come and go in one process only in tests
+        _HANDLER_TABLES.clear()
+    _HANDLER_TABLES[id(handlers)] = (handlers, table)
+    return table
 
 
 def _frame_bytes(frame: bytes | Pieces) -> int:
