@@ -15,8 +15,10 @@ common requests that need no wait), in the poller's own step and without waking 
 The reader is woken only for what needs it: a request that must wait (run alone, for room,
 for a throttle), a frame still incomplete, a read that took all it asked for (more bytes
 may wait, and no edge will say so), the end of the connection, an error. Answers that
-wait for the group commit are written once for every connection served in the step, at its
-end (`GroupCommit.held`).
+wait for the group commit are written once for every connection served in a round, at its
+end (`GroupCommit.held`). Before its step ends the poller takes the events again, and serves
+the requests that came meanwhile in a further round (up to `ROUNDS_PER_STEP`), rather than
+letting trio's loop report its epoll at once and step it again for them.
 
 An edge reports bytes that arrived since the events were last taken. A socket whose reader
 is not parked when its edge comes is marked (`Connection.readable`) and disarmed; its reader
@@ -40,6 +42,10 @@ if TYPE_CHECKING:
 #: What a socket is watched for: bytes, the peer's close (both edge-triggered). Errors and
 #: hang-ups are always reported.
 _EVENTS = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
+
+#: How many times one step of the poller takes and serves the sockets' events before it
+#: lets the other tasks run.
+ROUNDS_PER_STEP = 2
 
 
 class Connection(Protocol):
@@ -154,7 +160,14 @@ class ReadinessPoller:
                 if metrics is not None:
                     metrics.poller_wakeups += 1
                 events = epoll.poll(0)
-                if events:
+                rounds = 0
+                while events:
                     self.serve_events(events)
+                    rounds += 1
+                    if rounds == ROUNDS_PER_STEP:
+                        break
+                    # Requests that came while these were served, without a turn of trio's
+                    # loop (its epoll would report this one at once) for each.
+                    events = epoll.poll(0)
         finally:
             epoll.close()

@@ -12,7 +12,7 @@ import trio.testing
 
 from raftka.broker.group_commit import GroupCommit
 from raftka.broker.metrics import BrokerMetrics
-from raftka.broker.readiness import ReadinessPoller
+from raftka.broker.readiness import ROUNDS_PER_STEP, ReadinessPoller
 
 
 class _Connection:
@@ -170,6 +170,70 @@ def test_a_parked_reader_can_be_cancelled_and_an_unregistered_socket_is_not_watc
             nursery.cancel_scope.cancel()
         # stopped: connections that start now wait with trio
         assert not poller.register(connection)
+
+    trio.run(main)
+    client.close()
+    server.close()
+
+
+def test_requests_that_come_while_others_are_served_are_served_in_the_same_step() -> None:
+    writes: list[str] = []
+    group = GroupCommit(lambda: writes.append("write"))
+    metrics = BrokerMetrics({})
+    poller = ReadinessPoller(group, metrics)
+    first_client, first_server = socket.socketpair()
+    second_client, second_server = socket.socketpair()
+
+    def send_to_second(_: bytes) -> None:
+        second_client.send(b"two")  # a request that comes while "one" is served
+
+    first = _Connection(first_server, group, send_to_second)
+    second = _Connection(second_server, group, _stay_parked)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            for connection in (first, second):
+                poller.register(connection)
+                nursery.start_soon(poller.wait, connection)
+            await trio.testing.wait_all_tasks_blocked()
+            first_client.send(b"one")
+            await trio.testing.wait_all_tasks_blocked()
+            assert (first.served, second.served) == ([b"one"], [b"two"])
+            # one wake-up of the poller, the group commit written at the end of each round
+            assert (metrics.poller_wakeups, writes) == (1, ["write", "write"])
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    for sock in (first_client, first_server, second_client, second_server):
+        sock.close()
+
+
+def test_a_step_serves_a_bounded_number_of_rounds_before_other_tasks_run() -> None:
+    group = GroupCommit(lambda: None)
+    metrics = BrokerMetrics({})
+    poller = ReadinessPoller(group, metrics)
+    client, server = socket.socketpair()
+    requests = ROUNDS_PER_STEP * 2 + 1
+
+    def send_again(_: bytes) -> None:
+        if len(connection.served) < requests:
+            client.send(b"again")  # each answer brings another request at once
+
+    connection = _Connection(server, group, send_again)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            poller.register(connection)
+            nursery.start_soon(poller.wait, connection)
+            await trio.testing.wait_all_tasks_blocked()
+            client.send(b"again")
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(connection.served) == requests
+            # the poller let trio's loop run between its steps: three wake-ups, not one
+            assert metrics.poller_wakeups == 3
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
     client.close()
