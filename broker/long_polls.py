@@ -11,6 +11,10 @@ deadline passed first. Appends only mark polls woken: `on_wake` runs in this tas
 appending code has finished its step), for every poll woken in the same turn of the event
 loop at once, so a fetch that reads in `on_wake` sees the log as a task would.
 
+While the readiness poller serves a round of requests (`held`), the polls its appends wake
+are served at the round's end by the poller itself (`release`), after its group commit wrote
+the round's batches, rather than in a step of this task.
+
 `on_wake` must not block. It may `watch` again (a fetch short of its `min_bytes`). A poll
 that is cancelled (its connection ended) is never woken.
 """
@@ -100,6 +104,8 @@ class LongPolls:
         # deadline follows the heap's earliest).
         self._sleeper: trio.lowlevel.Task | None = None
         self._sleep_scope: trio.CancelScope | None = None
+        #: Woken polls wait for `release`, not for this task (the poller serves a round).
+        self.held = False
         #: Polls made, and woken by an append or by their deadline (for tests and metrics).
         self.watched = 0
         self.woken = 0
@@ -128,9 +134,15 @@ class LongPolls:
         self._woken.append(poll)
         self._ended_early()
         sleeper = self._sleeper
-        if sleeper is not None:
+        if sleeper is not None and not self.held:
             self._sleeper = None
             trio.lowlevel.reschedule(sleeper)
+
+    def release(self) -> None:
+        """End `held`: serve the polls woken meanwhile, now."""
+        self.held = False
+        if self._woken:
+            self._serve_woken()
 
     def _ended_early(self) -> None:
         """A poll in the deadline heap ended before its deadline: once most of the heap is
@@ -143,12 +155,7 @@ class LongPolls:
 
     def serve_due(self, now: float) -> None:
         """Call `on_wake` of the polls woken so far and of those past their deadline."""
-        woken, self._woken = self._woken, []
-        for poll in woken:
-            if poll.cancelled:
-                continue
-            self.woken += 1
-            self._call(poll, False)
+        self._serve_woken()
         # `on_wake` may watch again, and so replace the heap: read it each time.
         while self._deadlines and self._deadlines[0][0] <= now:
             poll = heapq.heappop(self._deadlines)[2]
@@ -158,6 +165,14 @@ class LongPolls:
             poll._finish()
             self.timed_out += 1
             self._call(poll, True)
+
+    def _serve_woken(self) -> None:
+        woken, self._woken = self._woken, []
+        for poll in woken:
+            if poll.cancelled:
+                continue
+            self.woken += 1
+            self._call(poll, False)
 
     @staticmethod
     def _call(poll: Poll, timed_out: bool) -> None:

@@ -16,7 +16,8 @@ The reader is woken only for what needs it: a request that must wait (run alone,
 for a throttle), a frame still incomplete, a read that took all it asked for (more bytes
 may wait, and no edge will say so), the end of the connection, an error. Answers that
 wait for the group commit are written once for every connection served in a round, at its
-end (`GroupCommit.held`). Before its step ends the poller takes the events again, and serves
+end (`GroupCommit.held`), and the waiting fetches those batches wake are answered after it
+(`LongPolls.held`). Before its step ends the poller takes the events again, and serves
 the requests that came meanwhile in a further round (up to `ROUNDS_PER_STEP`), rather than
 letting trio's loop report its epoll at once and step it again for them.
 
@@ -37,6 +38,7 @@ import trio
 
 if TYPE_CHECKING:
     from raftka.broker.group_commit import GroupCommit
+    from raftka.broker.long_polls import LongPolls
     from raftka.broker.metrics import BrokerMetrics
 
 #: What a socket is watched for: bytes, the peer's close (both edge-triggered). Errors and
@@ -68,9 +70,16 @@ class Connection(Protocol):
 class ReadinessPoller:
     """The plaintext connections of one broker, by socket descriptor."""
 
-    def __init__(self, group_commit: GroupCommit, metrics: BrokerMetrics | None = None) -> None:
+    def __init__(
+        self,
+        group_commit: GroupCommit,
+        metrics: BrokerMetrics | None = None,
+        long_polls: LongPolls | None = None,
+    ) -> None:
         self._epoll = select.epoll()
         self._group_commit = group_commit
+        #: Fetches the round's appends wake are answered at its end (`LongPolls.held`).
+        self._long_polls = long_polls
         self._connections: dict[int, Connection] = {}
         #: Counts the wake-ups (`BrokerMetrics.poller_wakeups`).
         self._metrics = metrics
@@ -118,7 +127,10 @@ class ReadinessPoller:
         connections = self._connections
         group_commit = self._group_commit
         now = trio.current_time()  # once for every connection served in the step
+        long_polls = self._long_polls
         group_commit.held = True
+        if long_polls is not None:
+            long_polls.held = True
         try:
             for fd, _ in events:
                 connection = connections.get(fd)
@@ -148,7 +160,11 @@ class ReadinessPoller:
                     trio.lowlevel.reschedule(task, wake)
         finally:
             group_commit.held = False
-            group_commit.write_held()
+            try:
+                group_commit.write_held()
+            finally:
+                if long_polls is not None:
+                    long_polls.release()
 
     async def run(self) -> None:
         """Serve the sockets' events as they come, until cancelled."""

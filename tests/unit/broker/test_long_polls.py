@@ -59,6 +59,37 @@ def test_an_append_wakes_the_poll_once_from_the_task_and_it_leaves_every_partiti
     assert (polls.woken, polls.timed_out, len(polls)) == (1, 0, 0)
 
 
+def test_polls_woken_while_held_are_served_by_release_and_not_by_the_task() -> None:
+    polls = LongPolls()
+    a = _Partition()
+    calls: list[tuple[str, bool]] = []
+    steps: list[str] = []
+
+    class _Steps(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            if task.name.endswith("LongPolls.run"):
+                steps.append("task")
+
+    async def body() -> None:
+        trio.lowlevel.add_instrument(_Steps())
+        polls.watch([a], trio.current_time() + 30, lambda t: calls.append(("fetch", t)))
+        await trio.testing.wait_all_tasks_blocked()
+        steps.clear()
+        polls.held = True  # the poller serves a round; its appends wake the poll
+        a.append()
+        assert calls == []
+        polls.release()  # the round's end: served there, not inside the appending code
+        assert calls == [("fetch", False)]
+        assert not polls.held
+        await trio.testing.wait_all_tasks_blocked()
+        assert (calls, steps) == ([("fetch", False)], [])  # the task was never woken
+        polls.release()  # nothing woken: nothing to do
+        assert calls == [("fetch", False)]
+
+    _run(polls, body)
+    assert (polls.woken, polls.timed_out, len(polls)) == (1, 0, 0)
+
+
 def test_the_deadline_wakes_a_poll_no_append_reached_at_that_time() -> None:
     polls = LongPolls()
     partition = _Partition()

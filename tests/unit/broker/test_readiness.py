@@ -6,13 +6,16 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import trio
 import trio.testing
 
 from raftka.broker.group_commit import GroupCommit
+from raftka.broker.long_polls import LongPolls, Wakeable
 from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.readiness import ROUNDS_PER_STEP, ReadinessPoller
+from raftka.broker.topics import Partition
 
 
 class _Connection:
@@ -233,6 +236,41 @@ def test_a_step_serves_a_bounded_number_of_rounds_before_other_tasks_run() -> No
             assert len(connection.served) == requests
             # the poller let trio's loop run between its steps: three wake-ups, not one
             assert metrics.poller_wakeups == 3
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    client.close()
+    server.close()
+
+
+def test_fetches_woken_by_a_rounds_appends_are_answered_after_its_batches_are_written() -> None:
+    log: list[str] = []
+    group = GroupCommit(lambda: log.append("write"))
+    polls = LongPolls()
+    metrics = BrokerMetrics({})
+    poller = ReadinessPoller(group, metrics, polls)
+    client, server = socket.socketpair()
+    waiters: set[Wakeable] = set()
+    partition = SimpleNamespace(waiters=waiters)
+
+    def append(_: bytes) -> None:
+        log.append("append")
+        Partition.notify_appended(partition)  # type: ignore[arg-type]
+
+    connection = _Connection(server, group, append)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(polls.run)
+            nursery.start_soon(poller.run)
+            poller.register(connection)
+            nursery.start_soon(poller.wait, connection)
+            polls.watch([partition], trio.current_time() + 30, lambda t: log.append("fetch"))
+            await trio.testing.wait_all_tasks_blocked()
+            client.send(b"produce")
+            await trio.testing.wait_all_tasks_blocked()
+            assert log == ["append", "write", "fetch"]
+            assert not polls.held
             nursery.cancel_scope.cancel()
 
     trio.run(main)
