@@ -66,6 +66,7 @@ MODULES = (
     "broker/replication.py",
     "broker/idle.py",
     "broker/readiness.py",
+    "broker/idle_wait.py",
     "protocol/frame_reading.py",
     "protocol/fetch_codec.py",
     "broker/handlers/common.py",

@@ -19,7 +19,10 @@ wait for the group commit are written once for every connection served in a roun
 end (`GroupCommit.held`), and the waiting fetches those batches wake are answered after it
 (`LongPolls.held`). Before its step ends the poller takes the events again, and serves
 the requests that came meanwhile in a further round (up to `ROUNDS_PER_STEP`), rather than
-letting trio's loop report its epoll at once and step it again for them.
+letting trio's loop report its epoll at once and step it again for them. And while trio's
+loop has nothing else to do, the step does not end: it waits for the sockets itself
+(broker/idle_wait.py), so that a request reaching an idle broker alone costs no turn of the
+loop.
 
 An edge reports bytes that arrived since the events were last taken. A socket whose reader
 is not parked when its edge comes is marked (`Connection.readable`) and disarmed; its reader
@@ -36,6 +39,8 @@ from typing import TYPE_CHECKING, Protocol
 import outcome
 import trio
 
+from raftka.broker.idle_wait import IdleWait
+
 if TYPE_CHECKING:
     from raftka.broker.group_commit import GroupCommit
     from raftka.broker.long_polls import LongPolls
@@ -46,7 +51,7 @@ if TYPE_CHECKING:
 _EVENTS = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 
 #: How many times one step of the poller takes and serves the sockets' events before it
-#: lets the other tasks run.
+#: lets the other tasks run (if none has anything to do, it waits on in its step).
 ROUNDS_PER_STEP = 2
 
 
@@ -170,20 +175,27 @@ class ReadinessPoller:
         """Serve the sockets' events as they come, until cancelled."""
         epoll = self._epoll
         metrics = self._metrics
+        idle = IdleWait.of_current_run(epoll)
         try:
             while True:
                 await trio.lowlevel.wait_readable(epoll.fileno())
-                if metrics is not None:
-                    metrics.poller_wakeups += 1
-                events = epoll.poll(0)
-                rounds = 0
-                while events:
-                    self.serve_events(events)
-                    rounds += 1
-                    if rounds == ROUNDS_PER_STEP:
-                        break
-                    # Requests that came while these were served, without a turn of trio's
-                    # loop (its epoll would report this one at once) for each.
+                # Read as the step starts: only a step trio ran alone may wait in itself.
+                alone = idle is not None and idle.stepped_alone()
+                while True:
+                    if metrics is not None:
+                        metrics.poller_wakeups += 1
                     events = epoll.poll(0)
+                    rounds = 0
+                    while events:
+                        self.serve_events(events)
+                        rounds += 1
+                        if rounds == ROUNDS_PER_STEP:
+                            break
+                        # Requests that came while these were served, without a turn of
+                        # trio's loop (its epoll would report this one at once) for each.
+                        events = epoll.poll(0)
+                    # While trio has nothing else to do, wait here rather than in its loop.
+                    if idle is None or not alone or not idle.wait():
+                        break
         finally:
             epoll.close()

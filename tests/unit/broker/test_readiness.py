@@ -3,18 +3,24 @@ needs them, and the group commit written once per step for every connection serv
 
 from __future__ import annotations
 
+import functools
 import os
+import select
 import socket
+import threading
 from collections.abc import Callable
 from types import SimpleNamespace
 
+import pytest
 import trio
 import trio.testing
 
 from raftka.broker.group_commit import GroupCommit
+from raftka.broker.idle_wait import IdleWait
 from raftka.broker.long_polls import LongPolls, Wakeable
 from raftka.broker.metrics import BrokerMetrics
 from raftka.broker.readiness import ROUNDS_PER_STEP, ReadinessPoller
+from raftka.broker.run_queue import batches_run
 from raftka.broker.topics import Partition
 
 
@@ -276,3 +282,171 @@ def test_fetches_woken_by_a_rounds_appends_are_answered_after_its_batches_are_wr
     trio.run(main)
     client.close()
     server.close()
+
+
+def _in_turn(*actions: Callable[[], object]) -> tuple[threading.Thread, Callable[[], None]]:
+    """A thread outside trio that does `actions` in order, each when let (`go`, returned)."""
+    let = threading.Semaphore(0)
+
+    def run() -> None:
+        for action in actions:
+            let.acquire()
+            action()
+
+    return threading.Thread(target=run, daemon=True), let.release
+
+
+def test_lone_requests_are_served_in_the_pollers_own_step_while_trio_has_nothing_to_do() -> None:
+    group = GroupCommit(lambda: None)
+    poller = ReadinessPoller(group)
+    client, server = socket.socketpair()
+    requests = [b"one", b"two", b"three", b"four", b"five"]
+    sender, go = _in_turn(*(functools.partial(client.send, request) for request in requests))
+    done = trio.Event()
+
+    def answer(_: bytes) -> None:
+        if len(connection.served) == len(requests):
+            done.set()
+        go()  # the next request, sent once this one is served
+
+    connection = _Connection(server, group, answer)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            poller.register(connection)
+            nursery.start_soon(poller.wait, connection)
+            await trio.testing.wait_all_tasks_blocked()
+            before = batches_run()
+            sender.start()
+            go()
+            with trio.fail_after(30):
+                await done.wait()
+            # each request came alone; trio's loop stepped the poller once (it served all
+            # five in that step, waiting for each in it) and then this task
+            assert connection.served == requests
+            assert batches_run() - before == 2
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    sender.join()
+    client.close()
+    server.close()
+
+
+def test_a_task_trio_runs_beside_the_poller_is_not_kept_waiting_by_its_wait() -> None:
+    group = GroupCommit(lambda: None)
+    poller = ReadinessPoller(group)
+    client, server = socket.socketpair()
+    other_client, other_server = socket.socketpair()
+    other_server.setblocking(False)
+    connection = _Connection(server, group, _stay_parked)
+
+    async def other(ran: trio.Event) -> None:
+        await trio.lowlevel.wait_readable(other_server)
+        other_server.recv(16)
+        ran.set()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            poller.register(connection)
+            nursery.start_soon(poller.wait, connection)
+            # trio takes both sockets' readiness in one turn and runs the poller and the
+            # other task in one batch, in either order: the poller must not wait in its step
+            # while the other has still to run (it would, until the next deadline)
+            for _ in range(20):
+                ran = trio.Event()
+                nursery.start_soon(other, ran)
+                await trio.testing.wait_all_tasks_blocked()
+                client.send(b"request")
+                other_client.send(b"ready")
+                with trio.fail_after(30):
+                    await ran.wait()
+            assert len(connection.served) == 20
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    for sock in (client, server, other_client, other_server):
+        sock.close()
+
+
+def test_the_pollers_wait_ends_for_a_descriptor_of_trios_a_woken_task_and_a_deadline() -> None:
+    group = GroupCommit(lambda: None)
+    poller = ReadinessPoller(group)
+    client, server = socket.socketpair()
+    other_client, other_server = socket.socketpair()
+    other_server.setblocking(False)
+    sender, go = _in_turn(
+        functools.partial(client.send, b"park"),
+        functools.partial(other_client.send, b"ready"),
+        functools.partial(client.send, b"wake"),
+        functools.partial(client.send, b"park"),
+    )
+    seen: list[str] = []
+    step = trio.Event()
+
+    def answer(request: bytes) -> bytes | None:
+        if request == b"park":
+            go()  # while the poller waits in its step, bytes for another task's socket
+            return None
+        return request  # the reader's to serve: the poller wakes it
+
+    connection = _Connection(server, group, answer)
+
+    async def other() -> None:
+        await trio.lowlevel.wait_readable(other_server)
+        seen.append("descriptor")
+        step.set()
+
+    async def reader() -> None:
+        await poller.wait(connection)
+        seen.append("woken")
+        step.set()
+
+    async def sleeper() -> None:
+        go()  # a request that the poller serves alone, and then waits in its step
+        await trio.sleep(0.05)
+        seen.append("deadline")
+        step.set()
+
+    async def main() -> None:
+        nonlocal step
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poller.run)
+            poller.register(connection)
+            nursery.start_soon(reader)
+            nursery.start_soon(other)
+            await trio.testing.wait_all_tasks_blocked()
+            sender.start()
+            go()
+            # no deadline but the guard's: a poller that waited on would hit it
+            for expected in ("descriptor", "woken"):
+                with trio.fail_after(30):
+                    await step.wait()
+                assert seen[-1] == expected
+                step = trio.Event()
+                if expected == "descriptor":
+                    go()  # "wake"
+            nursery.start_soon(poller.wait, connection)
+            nursery.start_soon(sleeper)
+            with trio.fail_after(30):
+                await step.wait()
+            assert seen == ["descriptor", "woken", "deadline"]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    sender.join()
+    for sock in (client, server, other_client, other_server):
+        sock.close()
+
+
+def test_the_poller_waits_with_trio_where_it_cannot_read_trios_state() -> None:
+    async def under_a_mock_clock() -> IdleWait | None:
+        return IdleWait.of_current_run(select.epoll())
+
+    assert trio.run(under_a_mock_clock, clock=trio.testing.MockClock()) is None
+    assert trio.run(under_a_mock_clock) is not None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAFTKA_IDLE_WAIT", "0")
+        assert trio.run(under_a_mock_clock) is None

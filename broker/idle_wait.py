@@ -1,0 +1,110 @@
+"""The readiness poller waiting for its sockets inside its own step while trio's loop has
+nothing else to do.
+
+When each request reaches an idle broker alone (a thousand clients sending now and then, one
+producer with `linger.ms=0`), every one costs a turn of trio's loop: trio's epoll reports the
+poller's, trio steps the poller's task, the task re-arms its one-shot registration as it
+waits again, and trio works out its next timeout before it sleeps: a tenth or more of
+what such a request costs. Yet while no other task is runnable and no deadline is due, that
+turn decides nothing: the poller would be the next to run whatever came.
+
+So in that state the poller's step waits itself, in a `poll` of two descriptors: the
+poller's epoll (its sockets) and trio's (every descriptor trio watches: other sockets, the
+wake-up socket that signals and other threads write to, the poller's own epoll not among
+them while its task runs). It waits no longer than trio would have slept, until the next
+deadline. When only its sockets are ready it serves them in the same step and waits again;
+it ends the step, and trio's loop turns, as soon as trio has work: one of trio's descriptors
+is ready, a deadline is due, serving made a task runnable, or a task waits for the loop to
+go idle (`trio.testing.wait_all_tasks_blocked`).
+
+One condition is not visible in trio's state: trio runs its runnable tasks in batches, and a
+task of the poller's batch that has not run yet is in no queue. A step may therefore wait
+only when trio ran it in a batch of its own. trio's run queue is swapped for one that counts
+each batch as trio takes it (broker/run_queue.py), and the count is read once per step.
+
+These are trio's internals (`trio._core._run`'s runner: its run queue, deadlines, clock,
+epoll, idle waiters and instruments). `IdleWait.of_current_run` checks each is what this
+module expects and gives None otherwise, and then the poller waits with trio as before (it
+also gives None under a guest run, a clock other than trio's own, or with
+`RAFTKA_IDLE_WAIT=0` in the environment). While an instrument of trio's loop's waits for I/O
+is installed (`before_io_wait`, `after_io_wait`) a step does not wait: it expects to see each.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import select
+from typing import Any
+
+from raftka.broker.run_queue import CountingRunQueue
+
+#: trio's longest sleep (`trio._core._run._MAX_TIMEOUT`), in seconds.
+_LONGEST_WAIT = 86_400.0
+
+
+class IdleWait:
+    """The poller's waits in its own step, for the trio run it is in."""
+
+    def __init__(self, runner: Any, ours: int, trios: int) -> None:
+        self._runner = runner
+        self._trios = trios
+        self._poll = select.poll()
+        self._poll.register(ours, select.POLLIN)
+        self._poll.register(trios, select.POLLIN)
+        instruments = runner.instruments  # by hook; a UserDict in recent trio
+        self._hooks: dict[str, object] = getattr(instruments, "data", instruments)
+        runq = runner.runq
+        if type(runq) is not CountingRunQueue:
+            runner.runq = CountingRunQueue(runq)
+
+    @staticmethod
+    def of_current_run(epoll: select.epoll) -> IdleWait | None:
+        """The waits for the poller of `epoll` in the current trio run, or None if the run
+        is not one whose state this module can read."""
+        if os.environ.get("RAFTKA_IDLE_WAIT") == "0":
+            return None
+        try:
+            from trio._core import _run
+
+            runner = _run.GLOBAL_RUN_CONTEXT.runner
+            trios = runner.io_manager._epoll
+            usable = (
+                type(runner.clock) is _run.SystemClock
+                and not runner.is_guest
+                and isinstance(trios, select.epoll)
+                and type(runner.runq) in (collections.deque, CountingRunQueue)
+                and callable(runner.deadlines.next_deadline)
+                and hasattr(runner, "waiting_for_idle")
+                and isinstance(getattr(runner.instruments, "data", runner.instruments), dict)
+            )
+        except (ImportError, AttributeError):
+            return None
+        return IdleWait(runner, epoll.fileno(), trios.fileno()) if usable else None
+
+    def stepped_alone(self) -> bool:
+        """Whether the task that calls this was run in a batch of its own: to call once,
+        as its step starts."""
+        runq = self._runner.runq
+        if type(runq) is not CountingRunQueue:
+            return False  # trio replaced its queue: the count is gone
+        alone: bool = runq.batch == 1
+        runq.batch = 0  # read: a later step reads the count of its own batch
+        return alone
+
+    def wait(self) -> bool:
+        """Wait in the calling step until the poller's sockets are ready (True), or end
+        it (False) at once if trio has anything to do, or when something of trio's is ready
+        or its next deadline comes. For a step that `stepped_alone`."""
+        runner = self._runner
+        if runner.runq or runner.waiting_for_idle:
+            return False
+        hooks = self._hooks
+        if "before_io_wait" in hooks or "after_io_wait" in hooks:
+            return False
+        timeout = runner.deadlines.next_deadline() - runner.clock.current_time()
+        if timeout <= 0:
+            return False
+        ready = self._poll.poll(math.ceil(min(timeout, _LONGEST_WAIT) * 1000))
+        return bool(ready) and all(fd != self._trios for fd, _ in ready)
