@@ -73,7 +73,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 import trio
 
@@ -121,23 +121,25 @@ if TYPE_CHECKING:
 logger = logging.getLogger("raftka.connection")
 _T = TypeVar("_T")
 
-_SIZE = struct.Struct(">i")
-IN_FLIGHT_BYTES_MAX = 128 * 1024 * 1024
-RECEIVE_CHUNK_BYTES = 256 * 1024
+_SIZE: Final = struct.Struct(">i")
+IN_FLIGHT_BYTES_MAX: Final = 128 * 1024 * 1024
+RECEIVE_CHUNK_BYTES: Final = 256 * 1024
 _SENDFILE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 #: What a SASL listener serves before authentication (Kafka's rule).
-_BEFORE_AUTHENTICATION = frozenset(
+_BEFORE_AUTHENTICATION: Final = frozenset(
     {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 )
 _PLAINTEXT_LISTENER = ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "", 0)
 #: The APIs whose requests run concurrently with the requests around them on a connection
 #: (the module docstring says why each is safe); every other request runs alone.
-CONCURRENT_APIS = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS})
+CONCURRENT_APIS: Final = frozenset(
+    {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS}
+)
 #: Requests a connection's reader serves from its buffer before it lets other tasks run.
-_SERVED_IN_A_ROW_MAX = 16
+_SERVED_IN_A_ROW_MAX: Final = 16
 #: What the poller wakes a reader with when it served bytes it read itself (`serve_readable`).
-_SERVED = bytearray()
+_SERVED: Final = bytearray()
 
 
 @dataclass(eq=False, slots=True, init=False)
@@ -232,14 +234,19 @@ class Connection:
         self._handler_to_start = False
         # Answers to settle once the batches proposed so far are written (group commit),
         # before this connection lets another task run; `_nursery` runs what then waits.
-        self._deferred: list[
-            tuple[
-                Deferred[ResponsePayload | SplicedResponse | EncodedResponse | None],
-                HandlerContext,
-                RequestPrefix,
-                _Slot,
+        # None while there are none: a list kept between requests would be one more object
+        # of the connection's to bring back into the CPU's cache for each request.
+        self._deferred: (
+            list[
+                tuple[
+                    Deferred[ResponsePayload | SplicedResponse | EncodedResponse | None],
+                    HandlerContext,
+                    RequestPrefix,
+                    _Slot,
+                ]
             ]
-        ] = []
+            | None
+        ) = None
         self._nursery: trio.Nursery | None = None
         # How to cancel the waits of answers decided by a callback (`Subscribed`), by slot,
         # while they wait: when the connection ends, nobody is left to answer.
@@ -272,6 +279,8 @@ class Connection:
         # Seconds the connection may wait for bytes (`connections.max.idle.ms`).
         idle_ms: int = self.config.get_int("connections.max.idle.ms")
         self._idle_s = float("inf") if idle_ms < 0 else idle_ms / 1000
+        # When the reader gives up waiting for bytes (`IdleConnections`).
+        self.idle_deadline = float("inf")
         # The poller served a request that ends the connection; it served a request while
         # the reader was parked (so a frame the reader waited for is no longer the first).
         self._stop_reading = False
@@ -549,7 +558,8 @@ class Connection:
         self._send_before_waiting()
         if self._unsent is not None or (self._slots and self._slots[0].done):
             self._wake_writer()
-        self._idle.waiting(self, now + self._idle_s)
+        # Still registered at `_idle` (the reader waits): only the time moves on.
+        self.idle_deadline = now + self._idle_s
         return None
 
     def _serves_at_once(self, api_key: int, size: int) -> bool:
@@ -765,14 +775,15 @@ class Connection:
             self._finish(slot)
             return True
         slot.api_key = prefix.api_key
+        # By position: from compiled code, keyword arguments to a Python class cost a dict.
         context = RequestContext(
-            services=self.services,
-            header=header,
-            api_key=prefix.api_key,
-            api_version=prefix.api_version,
-            client_host=self.client_host,
-            client_port=self.client_port,
-            session=self.session,
+            self.services,
+            header,
+            prefix.api_key,
+            prefix.api_version,
+            self.client_host,
+            self.client_port,
+            self.session,
         )
         quotas = self.quotas
         if quotas is not None and not quotas_off and quotas.active:
@@ -790,7 +801,12 @@ class Connection:
             answer = handler.serve_now(context, request)
             if isinstance(answer, Deferred):
                 self._handlers_running += 1
-                self._deferred.append((answer, context, prefix, slot))
+                entry = (answer, context, prefix, slot)
+                deferred = self._deferred
+                if deferred is None:
+                    self._deferred = [entry]
+                else:
+                    deferred.append(entry)
                 return False
             if isinstance(answer, Later):
                 self._handlers_running += 1
@@ -841,9 +857,9 @@ class Connection:
         answer was settled."""
         self._write_proposed()
         deferred = self._deferred
-        if not deferred:
+        if deferred is None:
             return False
-        self._deferred = []
+        self._deferred = None
         for answer, context, prefix, slot in deferred:
             try:
                 settled = answer.settle()

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 import trio
 
@@ -40,9 +40,9 @@ logger = logging.getLogger("raftka.connection")
 
 #: Writes in a row for one connection's batches (or none), after which connections write
 #: their own batches at once (`GroupCommit.write_now`).
-SOLO_WRITES_BEFORE_INLINE = 32
+SOLO_WRITES_BEFORE_INLINE: Final = 32
 #: While connections write their own batches, one ask in this many goes through the task.
-PROBE_EVERY = 16
+PROBE_EVERY: Final = 16
 
 
 class Flushable(Protocol):

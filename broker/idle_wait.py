@@ -36,12 +36,12 @@ import collections
 import math
 import os
 import select
-from typing import Any
+from typing import Any, Final
 
 from raftka.broker.run_queue import CountingRunQueue
 
 #: trio's longest sleep (`trio._core._run._MAX_TIMEOUT`), in seconds.
-_LONGEST_WAIT = 86_400.0
+_LONGEST_WAIT: Final = 86_400.0
 
 
 class IdleWait:

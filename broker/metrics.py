@@ -21,7 +21,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 # Kafka's RequestMetrics report TotalTimeMs in milliseconds; the histogram keeps that unit.
 REQUEST_TIME_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 # Upper bounds of the buckets as floats, +Inf last, and their `le` labels.
-_BOUNDS_MS = (*(float(bound) for bound in REQUEST_TIME_BUCKETS_MS), math.inf)
+_BOUNDS_MS: Final = (*(float(bound) for bound in REQUEST_TIME_BUCKETS_MS), math.inf)
 # prometheus_client's rendering of a bound (Go's), which its Histogram uses for `le`.
 _go_float: Callable[[float], str] = floatToGoString
 _LE = tuple(_go_float(bound) for bound in _BOUNDS_MS)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import select
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import outcome
 import trio
@@ -48,11 +48,11 @@ if TYPE_CHECKING:
 
 #: What a socket is watched for: bytes, the peer's close (both edge-triggered). Errors and
 #: hang-ups are always reported.
-_EVENTS = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
+_EVENTS: Final = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 
 #: How many times one step of the poller takes and serves the sockets' events before it
 #: lets the other tasks run (if none has anything to do, it waits on in its step).
-ROUNDS_PER_STEP = 2
+ROUNDS_PER_STEP: Final = 2
 
 
 class Connection(Protocol):

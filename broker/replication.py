@@ -30,6 +30,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Final
 
 import lmdb
 
@@ -60,8 +61,8 @@ from raftka.protocol.records import (
 logger = logging.getLogger("raftka.replication")
 
 #: A batch's base offset and partition leader epoch, which an entry's stamp sets.
-_INT64 = struct.Struct(">q")
-_INT32 = struct.Struct(">i")
+_INT64: Final = struct.Struct(">q")
+_INT32: Final = struct.Struct(">i")
 
 CONTROL_LEADER_CHANGE = 2
 CONTROL_KRAFT_VOTERS = 6
@@ -75,7 +76,7 @@ RAFT_CONFIG_CHECKPOINT = "raft-config-checkpoint"
 
 #: How many of the last appended batches `PartitionRaftStorage.entry_at` answers from
 #: memory (between this and twice this many are kept).
-RECENT_ENTRIES = 256
+RECENT_ENTRIES: Final = 256
 
 
 def _base_offset(entry: Entry) -> int:

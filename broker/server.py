@@ -9,6 +9,7 @@ import functools
 import hashlib
 import ipaddress
 import logging
+import operator
 import os
 import resource
 import socket
@@ -621,8 +622,11 @@ class Broker:
                 if spec.protocol.uses_sasl:
                     self.authenticator.validate(spec.name)
             self.authorizer = Authorizer.from_config(config, lambda: self.controller.image.acls)
+            # Asked before every request: a partial of an attrgetter runs no Python frame.
             self.quotas = ClientQuotaManager.from_config(
-                config, lambda: self.controller.image.client_quotas, clock
+                config,
+                functools.partial(operator.attrgetter("controller.image.client_quotas"), self),
+                clock,
             )
             self.connection_limits = ConnectionLimits.from_config(config)
             self.controller.publisher.config_listeners.append(

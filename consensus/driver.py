@@ -362,7 +362,9 @@ class AppendThrottle:
         return True
 
 
-_LOG_START_RESPONSES = frozenset({MessageType.APPEND_RESPONSE, MessageType.HEARTBEAT_RESPONSE})
+_LOG_START_RESPONSES: Final = frozenset(
+    {MessageType.APPEND_RESPONSE, MessageType.HEARTBEAT_RESPONSE}
+)
 
 
 def _append_bytes(m: Message) -> int:

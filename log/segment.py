@@ -11,6 +11,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from raftka.protocol.records import (
     LOG_OVERHEAD,
@@ -27,12 +28,12 @@ from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 OFFSET_INDEX_ENTRY_BYTES = 8
 TIME_INDEX_ENTRY_BYTES = 12
 #: Largest offset distance from a segment's base that its int32 relative offsets can hold.
-MAX_RELATIVE_OFFSET = 2**31 - 1
+MAX_RELATIVE_OFFSET: Final = 2**31 - 1
 #: Bytes read per system call when walking batch headers or recovering a segment.
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 HEADER_WINDOW_BYTES = 64 * 1024
 #: Batch headers a segment keeps of its last appends (`LogSegment.locate` reads them).
-RECENT_BATCHES = 8
+RECENT_BATCHES: Final = 8
 
 
 def segment_file_stem(base_offset: int) -> str:

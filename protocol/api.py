@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
 from types import ModuleType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -34,7 +34,7 @@ FETCH_KEY = 1
 
 E = TypeVar("E")
 
-_PREFIX = struct.Struct(">hhi")
+_PREFIX: Final = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 
 
@@ -69,7 +69,7 @@ def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
 
 
 #: A prefix from its fields without the NamedTuple's Python-level `__new__` (one per request).
-_new_prefix = tuple.__new__
+_new_prefix: Final = tuple.__new__
 
 
 @cache

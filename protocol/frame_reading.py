@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from raftka.protocol.api import FrameError
 
-_HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_HEADER: Final = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 
 
 @dataclass(slots=True, init=False)

@@ -22,7 +22,7 @@ import datetime
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 from raftka.protocol.api import FrameError
 from raftka.protocol.api_keys import ApiKey
@@ -41,10 +41,10 @@ from raftka.protocol.frame_reading import (
 
 #: The Produce versions served here: v3 (the first with a transactional id) to v12 (v13
 #: names topics by id, a different shape).
-FIRST_VERSION = 3
-LAST_VERSION = 12
+FIRST_VERSION: Final = 3
+LAST_VERSION: Final = 12
 #: Produce v9 and later use compact lengths and tagged fields (KIP-482).
-FIRST_FLEXIBLE_VERSION = 9
+FIRST_FLEXIBLE_VERSION: Final = 9
 
 
 @dataclass(slots=True, init=False)
@@ -90,22 +90,22 @@ class ProduceData:
         self.topic_data = topic_data
 
 
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_ACKS_TIMEOUT = struct.Struct(">hi")
-_ACKS_TIMEOUT_COUNT = struct.Struct(">hii")  # v3-v8: and the topic count
-_INDEX_SIZE = struct.Struct(">ii")  # v3-v8: partition index, records length
-_INDEX_BYTE = struct.Struct(">iB")  # v9+: partition index, first byte of the records length
-_ONE_MS = datetime.timedelta(milliseconds=1)  # a product of it is exact, unlike a float
+_INT16: Final = struct.Struct(">h")
+_INT32: Final = struct.Struct(">i")
+_ACKS_TIMEOUT: Final = struct.Struct(">hi")
+_ACKS_TIMEOUT_COUNT: Final = struct.Struct(">hii")  # v3-v8: and the topic count
+_INDEX_SIZE: Final = struct.Struct(">ii")  # v3-v8: partition index, records length
+_INDEX_BYTE: Final = struct.Struct(">iB")  # v9+: partition index, first byte of the records length
+_ONE_MS: Final = datetime.timedelta(milliseconds=1)  # a product of it is exact, unlike a float
 
 # The fewest bytes an array element can take, so a count is refused before any loop:
 # v3-v8 topic: name length, partition count; partition: index, records length.
-_LEGACY_TOPIC_BYTES = 6
-_LEGACY_PARTITION_BYTES = 8
+_LEGACY_TOPIC_BYTES: Final = 6
+_LEGACY_PARTITION_BYTES: Final = 8
 # v9+ topic: name length, partition count, tagged fields; partition: index, records
 # length, tagged fields.
-_COMPACT_TOPIC_BYTES = 3
-_COMPACT_PARTITION_BYTES = 6
+_COMPACT_TOPIC_BYTES: Final = 3
+_COMPACT_PARTITION_BYTES: Final = 6
 
 
 def decode_produce_request(frame: bytes, version: int) -> tuple[DecodedHeader, ProduceData]:
@@ -276,29 +276,29 @@ class PartitionAnswer(Protocol):
 #: Per topic, in the request's order: its name and (partition index, answer) pairs.
 TopicAnswers: TypeAlias = Sequence[tuple[str, Sequence[tuple[int, PartitionAnswer]]]]
 
-_SIZE_CORRELATION = struct.Struct(">ii")
-_INT16_LENGTH = struct.Struct(">h")
-_INT32_COUNT = struct.Struct(">i")
-_NULL_INT16_STRING = b"\xff\xff"
+_SIZE_CORRELATION: Final = struct.Struct(">ii")
+_INT16_LENGTH: Final = struct.Struct(">h")
+_INT32_COUNT: Final = struct.Struct(">i")
+_NULL_INT16_STRING: Final = b"\xff\xff"
 # index, error_code, base_offset, log_append_time_ms (v2+), log_start_offset (v5+)
-_PARTITION_V3 = struct.Struct(">ihqq")
-_PARTITION_V5 = struct.Struct(">ihqqq")
-_BATCH_INDEX = struct.Struct(">i")
-_THROTTLE_TIME = struct.Struct(">i")
-_NO_THROTTLE = _THROTTLE_TIME.pack(0)
+_PARTITION_V3: Final = struct.Struct(">ihqq")
+_PARTITION_V5: Final = struct.Struct(">ihqqq")
+_BATCH_INDEX: Final = struct.Struct(">i")
+_THROTTLE_TIME: Final = struct.Struct(">i")
+_NO_THROTTLE: Final = _THROTTLE_TIME.pack(0)
 # v8: no record errors (empty array), no error message (null string).
-_NO_RECORD_ERRORS_V8 = b"\x00\x00\x00\x00\xff\xff"
+_NO_RECORD_ERRORS_V8: Final = b"\x00\x00\x00\x00\xff\xff"
 # v9+: an empty compact array, a null compact string, no tagged fields.
-_NO_RECORD_ERRORS_COMPACT = b"\x01\x00\x00"
+_NO_RECORD_ERRORS_COMPACT: Final = b"\x01\x00\x00"
 # v9+, after the one partition of a one-partition response: no record errors, no error
 # message and the partition's tagged fields, the topic's, throttle_time_ms 0, the body's.
-_ONE_PARTITION_END = _NO_RECORD_ERRORS_COMPACT + b"\x00" + _NO_THROTTLE + b"\x00"
+_ONE_PARTITION_END: Final = _NO_RECORD_ERRORS_COMPACT + b"\x00" + _NO_THROTTLE + b"\x00"
 # The size of a one-partition response without its topic's name: correlation id, header
 # tags, topic count, partition count, the partition and what follows it.
-_ONE_PARTITION_FIXED_BYTES = 4 + 1 + 1 + 1 + _PARTITION_V5.size + len(_ONE_PARTITION_END)
+_ONE_PARTITION_FIXED_BYTES: Final = 4 + 1 + 1 + 1 + _PARTITION_V5.size + len(_ONE_PARTITION_END)
 #: topic name -> its compact string, as responses write it; cleared past TOPIC_HEADS_MAX.
-_TOPIC_HEADS: dict[str, bytes] = {}
-TOPIC_HEADS_MAX = 4096
+_TOPIC_HEADS: Final[dict[str, bytes]] = {}
+TOPIC_HEADS_MAX: Final = 4096
 
 
 def encode_produce_response(correlation_id: int, version: int, answers: TopicAnswers) -> bytes:

@@ -20,71 +20,71 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import crc32c
 
 # Field offsets inside a batch.
-BASE_OFFSET_OFFSET = 0
-BATCH_LENGTH_OFFSET = 8
-PARTITION_LEADER_EPOCH_OFFSET = 12
-MAGIC_OFFSET = 16
-CRC_OFFSET = 17
-ATTRIBUTES_OFFSET = 21
-LAST_OFFSET_DELTA_OFFSET = 23
-BASE_TIMESTAMP_OFFSET = 27
-MAX_TIMESTAMP_OFFSET = 35
-PRODUCER_ID_OFFSET = 43
-PRODUCER_EPOCH_OFFSET = 51
-BASE_SEQUENCE_OFFSET = 53
-RECORDS_COUNT_OFFSET = 57
-RECORDS_OFFSET = 61
+BASE_OFFSET_OFFSET: Final = 0
+BATCH_LENGTH_OFFSET: Final = 8
+PARTITION_LEADER_EPOCH_OFFSET: Final = 12
+MAGIC_OFFSET: Final = 16
+CRC_OFFSET: Final = 17
+ATTRIBUTES_OFFSET: Final = 21
+LAST_OFFSET_DELTA_OFFSET: Final = 23
+BASE_TIMESTAMP_OFFSET: Final = 27
+MAX_TIMESTAMP_OFFSET: Final = 35
+PRODUCER_ID_OFFSET: Final = 43
+PRODUCER_EPOCH_OFFSET: Final = 51
+BASE_SEQUENCE_OFFSET: Final = 53
+RECORDS_COUNT_OFFSET: Final = 57
+RECORDS_OFFSET: Final = 61
 
 #: Bytes before `batchLength`'s payload starts: baseOffset + batchLength (Kafka's LOG_OVERHEAD).
-LOG_OVERHEAD = 12
+LOG_OVERHEAD: Final = 12
 #: Size of the whole v2 header, i.e. of a batch with no records.
-RECORD_BATCH_OVERHEAD = 61
+RECORD_BATCH_OVERHEAD: Final = 61
 #: Smallest `batchLength` a v2 batch can declare.
-MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+MIN_BATCH_LENGTH: Final = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 #: Smallest `batchLength` of any message format (Kafka's LegacyRecord.RECORD_OVERHEAD_V0);
 #: anything below is garbage regardless of magic.
-MIN_LEGACY_BATCH_LENGTH = 14
+MIN_LEGACY_BATCH_LENGTH: Final = 14
 
-MAGIC_V2 = 2
+MAGIC_V2: Final = 2
 
 # Compression codecs (attributes bits 0-2).
-COMPRESSION_MASK = 0x07
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-COMPRESSION_SNAPPY = 2
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
+COMPRESSION_MASK: Final = 0x07
+COMPRESSION_NONE: Final = 0
+COMPRESSION_GZIP: Final = 1
+COMPRESSION_SNAPPY: Final = 2
+COMPRESSION_LZ4: Final = 3
+COMPRESSION_ZSTD: Final = 4
 
 # Attribute flags.
-TIMESTAMP_TYPE_MASK = 0x08  # set: LogAppendTime, clear: CreateTime
-TRANSACTIONAL_FLAG_MASK = 0x10
-CONTROL_FLAG_MASK = 0x20
-DELETE_HORIZON_FLAG_MASK = 0x40
+TIMESTAMP_TYPE_MASK: Final = 0x08  # set: LogAppendTime, clear: CreateTime
+TRANSACTIONAL_FLAG_MASK: Final = 0x10
+CONTROL_FLAG_MASK: Final = 0x20
+DELETE_HORIZON_FLAG_MASK: Final = 0x40
 
-NO_TIMESTAMP = -1
-NO_PRODUCER_ID = -1
-NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP: Final = -1
+NO_PRODUCER_ID: Final = -1
+NO_PARTITION_LEADER_EPOCH: Final = -1
 
 # Kafka error codes raised by validation.
-CORRUPT_MESSAGE = 2
-MESSAGE_TOO_LARGE = 10
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
+CORRUPT_MESSAGE: Final = 2
+MESSAGE_TOO_LARGE: Final = 10
+UNSUPPORTED_FOR_MESSAGE_FORMAT: Final = 43
+UNSUPPORTED_COMPRESSION_TYPE: Final = 76
+INVALID_RECORD: Final = 87
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
 if _HEADER.size != RECORD_BATCH_OVERHEAD:
     raise ImportError(f"batch header layout of {_HEADER.size} bytes, not {RECORD_BATCH_OVERHEAD}")
-_INT64 = struct.Struct(">q")
-_INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
-_INT16 = struct.Struct(">h")
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_INT64: Final = struct.Struct(">q")
+_INT32: Final = struct.Struct(">i")
+_UINT32: Final = struct.Struct(">I")
+_INT16: Final = struct.Struct(">h")
+_OFFSET_AND_LENGTH: Final = struct.Struct(">qi")
 
 Buffer = bytes | bytearray | memoryview
 
@@ -144,7 +144,7 @@ class BatchHeader(NamedTuple):
 
 #: A header from its fields without the NamedTuple's Python-level `__new__` (a header is
 #: read for every batch a client sends, and again when it is written).
-_new_header = tuple.__new__
+_new_header: Final = tuple.__new__
 
 
 class InvalidRecords(Exception):

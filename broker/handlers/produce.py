@@ -228,29 +228,50 @@ def start_produce(
         group_commit=group_commit,
     )
     if group_commit and pending.waits:
-        return Deferred(lambda: _settled(context, request, results, pending, may_write))
+        return Deferred(_Settlement(context, request, results, pending, may_write))
     if pending.complete:
         return _answer(context, request, results, pending.results, may_write)
     return Later(_answer_later(context, request, results, pending, may_write))
 
 
-def _settled(
-    context: RequestContext,
-    request: ProduceRequest,
-    results: _Answers,
-    pending: PendingAppends,
-    may_write: TopicAccess,
-) -> ProduceAnswers | None | Later[ProduceAnswers | None] | Subscribed[ProduceAnswers | None]:
-    """The answer once the proposed batches were written: at once if no wait is left,
-    else when the partitions' acks come (by callback: no task per request)."""
-    if pending.settle():
-        return _answer(context, request, results, pending.results, may_write)
-    if pending.acks_only:
-        return Subscribed(
-            pending.subscribe,
-            lambda: _answer(context, request, results, pending.results, may_write),
+class _Settlement:
+    """A group-committed request's answer once its batches were written (`Deferred.settle`
+    calls it): at once if no wait is left, else when the partitions' acks come (by
+    callback: no task per request). An object rather than a closure: a closure would make
+    every local of `start_produce` a field of its environment when compiled."""
+
+    __slots__ = ("context", "request", "results", "pending", "may_write")
+
+    def __init__(
+        self,
+        context: RequestContext,
+        request: ProduceRequest,
+        results: _Answers,
+        pending: PendingAppends,
+        may_write: TopicAccess,
+    ) -> None:
+        self.context = context
+        self.request = request
+        self.results = results
+        self.pending = pending
+        self.may_write = may_write
+
+    def __call__(
+        self,
+    ) -> ProduceAnswers | None | Later[ProduceAnswers | None] | Subscribed[ProduceAnswers | None]:
+        pending = self.pending
+        if pending.settle():
+            return self.answer()
+        if pending.acks_only:
+            return Subscribed(pending.subscribe, self.answer)
+        return Later(
+            _answer_later(self.context, self.request, self.results, pending, self.may_write)
         )
-    return Later(_answer_later(context, request, results, pending, may_write))
+
+    def answer(self) -> ProduceAnswers | None:
+        return _answer(
+            self.context, self.request, self.results, self.pending.results, self.may_write
+        )
 
 
 async def _answer_later(

@@ -50,7 +50,7 @@ class Principal:
 ANONYMOUS = Principal("User", "ANONYMOUS")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ClientSession:
     """The security state of one connection. Handlers of SaslHandshake/SaslAuthenticate
     change it; the connection reads it before dispatching each request."""

@@ -11,6 +11,7 @@ from raftka.broker.idle import IdleConnections
 class Waiter:
     def __init__(self) -> None:
         self.expired = 0
+        self.idle_deadline = 0.0
 
     def expire(self) -> None:
         self.expired += 1
