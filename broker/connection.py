@@ -285,6 +285,8 @@ class Connection:
         # the reader was parked (so a frame the reader waited for is no longer the first).
         self._stop_reading = False
         self._served_while_parked = False
+        # Whether the buffer was empty as the reader parked (`serve_readable`).
+        self._parked_empty = True
         # Bytes of responses the kernel did not take yet: they go before anything else.
         self._unsent: memoryview | None = None
         # The writer is in the middle of a frame (sendfile, TLS): nobody else may send.
@@ -489,6 +491,10 @@ class Connection:
             try:
                 if poller is not None:
                     self._served_while_parked = False
+                    # Read here, where the buffer was just used, so that the poller need not
+                    # bring it back into the CPU's cache to learn it: it is empty at most
+                    # parks, and changes while parked only as the poller hands it over.
+                    self._parked_empty = not self._buffer
                     return await poller.wait(self)
                 # The broker is closing (its poller stopped): trio watches the socket.
                 await trio.lowlevel.wait_readable(self.fd)
@@ -519,9 +525,8 @@ class Connection:
             self.readable = True
         if not data:
             return data
-        buffer = self._buffer
-        if buffer:
-            buffer += data
+        if not self._parked_empty:
+            self._buffer += data
             return _SERVED  # the rest of the frame the reader waits for
         # The requests are taken straight out of the bytes read (one copy each); what is
         # left goes to the buffer, for the reader.
@@ -550,7 +555,7 @@ class Connection:
                 self._settle()
                 break
         if position < end:
-            buffer += memoryview(data)[position:]
+            self._buffer += memoryview(data)[position:]
             return _SERVED
         if self.readable:
             # The read took all it asked for: more bytes wait, and no edge will say so.
@@ -572,7 +577,7 @@ class Connection:
             and self.session.authenticated
             and not self._throttles_pending
             and not self._muted_until
-            and (quotas is None or not quotas.active)
+            and (quotas is None or not quotas.quotas_now())
             and size <= self.max_frame_bytes
             and len(self._slots) < self.max_in_flight
             and not (self._in_flight_bytes and self._in_flight_bytes + size > IN_FLIGHT_BYTES_MAX)
@@ -786,7 +791,7 @@ class Connection:
             self.session,
         )
         quotas = self.quotas
-        if quotas is not None and not quotas_off and quotas.active:
+        if quotas is not None and not quotas_off and quotas.quotas_now():
             client = quotas.for_client(self.session.principal.name, header.client_id or "")
             if client is not None:
                 # One request at a time, as Kafka reads them, so that a throttle stops the

@@ -28,6 +28,9 @@ module expects and gives None otherwise, and then the poller waits with trio as 
 also gives None under a guest run, a clock other than trio's own, or with
 `RAFTKA_IDLE_WAIT=0` in the environment). While an instrument of trio's loop's waits for I/O
 is installed (`before_io_wait`, `after_io_wait`) a step does not wait: it expects to see each.
+
+trio's clock is read here as trio's `SystemClock` reads it (its offset plus `perf_counter`),
+without the three Python calls of `trio.current_time()`: the poller reads it at each step.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import collections
 import math
 import os
 import select
+import time
 from typing import Any, Final
 
 from raftka.broker.run_queue import CountingRunQueue
@@ -50,6 +54,7 @@ class IdleWait:
     def __init__(self, runner: Any, ours: int, trios: int) -> None:
         self._runner = runner
         self._trios = trios
+        self._clock_offset: float = runner.clock.offset
         self._poll = select.poll()
         self._poll.register(ours, select.POLLIN)
         self._poll.register(trios, select.POLLIN)
@@ -72,6 +77,7 @@ class IdleWait:
             trios = runner.io_manager._epoll
             usable = (
                 type(runner.clock) is _run.SystemClock
+                and isinstance(runner.clock.offset, float)
                 and not runner.is_guest
                 and isinstance(trios, select.epoll)
                 and type(runner.runq) in (collections.deque, CountingRunQueue)
@@ -82,6 +88,10 @@ class IdleWait:
         except (ImportError, AttributeError):
             return None
         return IdleWait(runner, epoll.fileno(), trios.fileno()) if usable else None
+
+    def now(self) -> float:
+        """trio's time (`trio.current_time()`), as its `SystemClock` tells it."""
+        return self._clock_offset + time.perf_counter()
 
     def stepped_alone(self) -> bool:
         """Whether the task that calls this was run in a batch of its own: to call once,
@@ -103,7 +113,7 @@ class IdleWait:
         hooks = self._hooks
         if "before_io_wait" in hooks or "after_io_wait" in hooks:
             return False
-        timeout = runner.deadlines.next_deadline() - runner.clock.current_time()
+        timeout = runner.deadlines.next_deadline() - self.now()
         if timeout <= 0:
             return False
         ready = self._poll.poll(math.ceil(min(timeout, _LONGEST_WAIT) * 1000))

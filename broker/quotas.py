@@ -364,7 +364,9 @@ class ClientQuotaManager:
             from raftka.broker.clock import SYSTEM_CLOCK
 
             clock = SYSTEM_CLOCK
-        self._quotas = quotas
+        #: The image's quotas as they are now (empty while none is set): asked before
+        #: every request, so the broker's runs no Python frame.
+        self.quotas_now = quotas
         self.clock = clock
         self.samples = samples
         self.window_s = window_s
@@ -391,11 +393,11 @@ class ClientQuotaManager:
     @property
     def active(self) -> bool:
         """Whether any quota is set in the cluster."""
-        return bool(self._quotas())
+        return bool(self.quotas_now())
 
     def for_client(self, user: str, client_id: str) -> ClientQuota | None:
         """The sensors for (user, client id), or None when no quota applies to it."""
-        quotas = self._quotas()
+        quotas = self.quotas_now()
         if quotas is not self._seen:
             self._refresh(quotas)
         try:

@@ -126,12 +126,11 @@ class ReadinessPoller:
         woken: bytes | bytearray = await trio.lowlevel.wait_task_rescheduled(abort)
         return woken
 
-    def serve_events(self, events: list[tuple[int, int]]) -> None:
-        """Serve the connections whose sockets had events, then write the batches their
-        answers wait for, once."""
+    def serve_events(self, events: list[tuple[int, int]], now: float) -> None:
+        """Serve the connections whose sockets had events at `now` (trio's time), then
+        write the batches their answers wait for, once."""
         connections = self._connections
         group_commit = self._group_commit
-        now = trio.current_time()  # once for every connection served in the step
         long_polls = self._long_polls
         group_commit.held = True
         if long_polls is not None:
@@ -187,7 +186,9 @@ class ReadinessPoller:
                     events = epoll.poll(0)
                     rounds = 0
                     while events:
-                        self.serve_events(events)
+                        # Once for every connection served in the round.
+                        now = trio.current_time() if idle is None else idle.now()
+                        self.serve_events(events, now)
                         rounds += 1
                         if rounds == ROUNDS_PER_STEP:
                             break

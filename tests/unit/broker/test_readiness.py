@@ -450,3 +450,17 @@ def test_the_poller_waits_with_trio_where_it_cannot_read_trios_state() -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAFTKA_IDLE_WAIT", "0")
         assert trio.run(under_a_mock_clock) is None
+
+
+def test_the_idle_wait_tells_trios_time() -> None:
+    async def both() -> list[tuple[float, float, float]]:
+        idle = IdleWait.of_current_run(select.epoll())
+        assert idle is not None
+        readings = []
+        for _ in range(3):
+            readings.append((trio.current_time(), idle.now(), trio.current_time()))
+            await trio.sleep(0.01)
+        return readings
+
+    for before, read, after in trio.run(both):
+        assert before <= read <= after

@@ -174,3 +174,35 @@ def test_requests_that_need_no_wait_are_answered_without_a_step_of_the_reader(
         return answered, steps
 
     assert trio.run(main, instruments=[reader_steps]) == ([0, 1, 2], 0)
+
+
+def test_a_frame_that_arrives_in_pieces_while_the_reader_waits_is_put_together(
+    broker: Broker, sockets: tuple[socket.socket, socket.socket]
+) -> None:
+    client, server = sockets
+    # Each piece leaves at once (Nagle would hold one back until the last was acknowledged).
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # A frame whose rest, after its first 8 bytes, would itself read as a whole request
+    # (size = the correlation id 10, then api key 18 = the client id's length): only
+    # appended to the begun frame is it read right.
+    correlation_id = 10
+    sample = _fetch_v4(correlation_id, 100)
+    body_bytes = 100 - 14 - struct.unpack_from(">h", sample, 12)[0]
+    frame = _fetch_v4(correlation_id, 14 + body_bytes + 18)
+    assert struct.unpack_from(">ih", frame, 8) == (correlation_id, 18)
+
+    async def main() -> list[int]:
+        async with _served(broker, server) as (nursery, connection):
+            answered = []
+            for _ in range(3):
+                # In two pieces (the reader waits between, with the frame begun in its
+                # buffer), then whole (to an empty buffer).
+                for piece in (frame[:8], frame[8:], frame):
+                    client.sendall(piece)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert connection.parked is not None, "the reader waits for bytes"
+                answered += _answered(client)
+            nursery.cancel_scope.cancel()
+        return answered
+
+    assert trio.run(main) == [correlation_id] * 6
