@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, Self
 
 from kio.schema.errors import ErrorCode
@@ -60,6 +60,16 @@ class _WireFields:
         if self.data.get(name) is None:
             return None
         return self.string(name)
+
+    def optional_uuid(self, name: str) -> uuid.UUID | None:
+        """A UUID in its string form; absent and null both read as None."""
+        value = self.optional_string(name)
+        if value is None:
+            return None
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            raise self._bad(name, "a UUID") from None
 
     def flag(self, name: str) -> bool:
         """Absent and null both read as False."""
@@ -139,12 +149,23 @@ class Command:
     OP: ClassVar[str]
 
     def to_wire(self) -> bytes:
-        """JSON: {"op": OP, field: value, ...}; tuples become lists."""
+        """JSON: {"op": OP, field: value, ...}; tuples become lists, UUIDs strings."""
         body: dict[str, object] = {"op": self.OP}
         for f in fields(self):
             value = getattr(self, f.name)
-            body[f.name] = dict(value) if isinstance(value, Mapping) else value
+            if isinstance(value, Mapping):
+                value = dict(value)
+            elif isinstance(value, uuid.UUID):
+                value = str(value)
+            body[f.name] = value
         return json.dumps(body, separators=(",", ":")).encode()
+
+    def identified(self) -> Self:
+        """The command as the broker sends it to the controller, as many times as it takes:
+        a command run again after its controller lost the role, whose first run may have
+        committed, carries what lets the next controller recognise that run's effect. Most
+        commands decide from the image alone and are themselves."""
+        return self
 
     @classmethod
     def _from_wire_fields(cls, wire: _WireFields) -> Self:
@@ -174,8 +195,17 @@ class CreateTopicCommand(Command):
     assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()
     configs: Mapping[str, str | None] = field(default_factory=dict)
     validate_only: bool = False
+    #: The id to create the topic with, chosen once per request (`identified`): a controller
+    #: that finds the topic existing with this id answers as its creation did, not
+    #: TOPIC_ALREADY_EXISTS. None: the controller chooses.
+    topic_id: uuid.UUID | None = None
 
     __hash__ = None  # type: ignore[assignment]
+
+    def identified(self) -> Self:
+        if self.topic_id is not None or self.validate_only:
+            return self
+        return replace(self, topic_id=uuid.uuid4())
 
     @classmethod
     def _from_wire_fields(cls, wire: _WireFields) -> Self:
@@ -186,6 +216,7 @@ class CreateTopicCommand(Command):
             assignments=wire.partition_assignments("assignments"),
             configs=wire.configs("configs", required=False),
             validate_only=wire.flag("validate_only"),
+            topic_id=wire.optional_uuid("topic_id"),
         )
 
 

@@ -586,7 +586,9 @@ class Controller:
         loses its role while running the command answers NOT_CONTROLLER: the command is run
         again by the next controller (until FORWARD_TIMEOUT_S), as Kafka's brokers re-send a
         forwarded request answered NOT_CONTROLLER. Commands decide from the metadata image,
-        so one that committed before the role was lost is decided again from what it did."""
+        so one that committed before the role was lost is decided again from what it did
+        (`Command.identified`: a created topic is recognised by the id chosen here)."""
+        command = command.identified()
         deadline = self.clock.now_s() + FORWARD_TIMEOUT_S
         refused_by: set[int] = set()
         waited_for_election = False
@@ -706,6 +708,7 @@ class Controller:
                 ErrorCode.invalid_request, f"unknown controller operation {command!r}"
             )
         try:
+            await self._caught_up()
             return await handler(command)
         except TopicError as exc:
             return CommandResult.error(exc.error_code, exc.message)
@@ -713,6 +716,26 @@ class Controller:
             return CommandResult.error(
                 ErrorCode.not_controller, "this broker lost the controller role"
             )
+
+    async def _caught_up(self) -> None:
+        """Wait until this controller has applied every entry of earlier leaders (its
+        epoch's start offset committed and applied), as Kafka's controller becomes active
+        only then: a new leader's log may hold entries a former controller appended but
+        never saw commit, which commit with the new epoch's first entry, and a command
+        decided before they are applied would be decided from an image without them."""
+        start = self.raft.leader_epoch_start_offset
+        if start is None:
+            raise NotLeaderError(self.raft.leader_id)
+        if self.applied_end >= start:
+            return
+        if not await self.raft.wait_committed(start, COMMIT_TIMEOUT_S):
+            raise TopicError(
+                ErrorCode.request_timed_out,
+                "The new controller's log did not commit in time; a majority of brokers may "
+                "be down",
+            )
+        while self.applied_end < start:
+            await self.applied.wait()
 
     async def _commit(self, records: list[MetadataRecord]) -> None:
         """Propose records as one batch and wait until they are applied here."""
@@ -748,7 +771,7 @@ class Controller:
         decision = create_topic(
             self.image,
             command,
-            uuid.uuid4(),
+            command.topic_id or uuid.uuid4(),
             default_num_partitions=self.broker_config.get_int("num.partitions"),
             default_replication_factor=self.broker_config.get_int("default.replication.factor"),
         )

@@ -495,6 +495,76 @@ def test_a_create_topics_sent_while_no_controller_is_elected_completes_once_one_
     assert all(len(x["replicas"]) == 2 for x in states), states
 
 
+def test_a_create_topics_its_controller_appended_but_could_not_commit_is_created(
+    cluster_factory,
+) -> None:
+    """The controller appends a CreateTopics to the metadata log and loses its quorum
+    before the entry commits: it steps down and the broker runs the command again at the
+    next controller, which (the longest log) commits the former's entry with its own. The
+    client is told the topic was created, not that it already exists: the id chosen for
+    the request names the topic it finds. Another client's CreateTopics of the same name,
+    waiting meanwhile, is told it exists: the new controller decides nothing before it has
+    applied the entries of earlier leaders."""
+    cluster = cluster_factory()
+    controller_id = int(raw_metadata(cluster.nodes[0].bootstrap).controller_id)
+    controller = next(n for n in cluster.nodes if n.node_id == controller_id)
+    others = [n for n in cluster.nodes if n is not controller]
+    admin = AdminClient({"bootstrap.servers": controller.bootstrap})
+    assert admin.describe_cluster(request_timeout=10).result(timeout=15).controller.id == (
+        controller_id
+    )
+    for node in others:
+        node.pause()
+    topic = f"uncommitted-{uuid.uuid4().hex[:8]}"
+    (future,) = admin.create_topics(
+        [NewTopic(topic, num_partitions=2, replication_factor=2)],
+        request_timeout=60,
+        operation_timeout=60,
+    ).values()
+    wait_until(
+        lambda: (
+            "answered NOT_CONTROLLER (this broker lost the controller role)"
+            in controller.log_tail(40)
+        ),
+        30,
+        f"node {controller_id} to lose its quorum while the CreateTopics waits to commit",
+    )
+    assert not future.done(), future.exception()
+    second = AdminClient({"bootstrap.servers": controller.bootstrap})
+    (late,) = second.create_topics(
+        [NewTopic(topic, num_partitions=3, replication_factor=1)],
+        request_timeout=60,
+        operation_timeout=60,
+    ).values()
+    wait_until(  # the first command's wait logged it once, the second's makes two
+        lambda: (
+            controller.log_tail(40).count(
+                "CreateTopicCommand waits for the metadata quorum to elect"
+            )
+            == 2
+        ),
+        30,
+        f"node {controller_id} to hold the second CreateTopics for a controller",
+    )
+    others[0].resume()
+    future.result(timeout=45)
+    with pytest.raises(KafkaException) as refused:
+        late.result(timeout=45)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, refused.value
+    others[1].resume()
+    states = wait_until(
+        lambda: (
+            (s := [partition_state(controller.bootstrap, topic, p) for p in range(2)])
+            and all(x["leader"] >= 0 for x in s)
+            and s
+        ),
+        30,
+        "leaders for the topic whose creation committed under the next controller",
+    )
+    assert len(raw_metadata(controller.bootstrap, [topic]).topics[0].partitions) == 2
+    assert all(len(x["replicas"]) == 2 for x in states), states
+
+
 # -- leader failover -----------------------------------------------------------------------
 
 

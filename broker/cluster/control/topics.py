@@ -48,7 +48,19 @@ def create_topic(
 ) -> ControllerResult:
     """CreateTopics for one topic, to be created with id `topic_id`; -1 partitions or
     replication factor take the defaults. A validate-only command appends nothing but
-    answers as the creation would."""
+    answers as the creation would. A topic of that name that already has that id was
+    created by this same command (run again after its controller lost the role once its
+    records were appended): answered as that creation was, with nothing appended."""
+    existing = image.topics.get(command.name)
+    if existing is not None and existing.topic_id == topic_id and not command.validate_only:
+        return ControllerResult(
+            (),
+            CommandResult(
+                topic_id=existing.topic_id,
+                num_partitions=existing.num_partitions,
+                replication_factor=existing.replication_factor,
+            ),
+        )
     record = plan_create_topic(
         image,
         command.name,

@@ -94,6 +94,30 @@ def test_create_topic_errors_are_kafkas() -> None:
     )
 
 
+def test_a_topic_created_by_the_same_command_is_answered_as_its_creation() -> None:
+    """A command run again after its controller lost the role, its first run's records
+    committed: the topic is there with the command's id, so it is this request's creation
+    (nothing appended, its shape answered); another id is another request's topic."""
+    image = _image(1, 2)
+    image.apply(CreateTopic("t", NEW, [[1, 2], [2, 1], [1, 2]], {}), 10)
+    again = _create(image, CreateTopicCommand("t", 3, 2, topic_id=NEW))
+    assert again == ControllerResult(
+        (), CommandResult(topic_id=NEW, num_partitions=3, replication_factor=2)
+    )
+    other = create_topic(
+        image,
+        CreateTopicCommand("t", 3, 2, topic_id=TID),
+        TID,
+        default_num_partitions=2,
+        default_replication_factor=1,
+    )
+    assert other == ControllerResult.error(
+        ErrorCode.topic_already_exists, "Topic 't' already exists."
+    )
+    validate = _create(image, CreateTopicCommand("t", 3, 2, validate_only=True, topic_id=NEW))
+    assert validate.result.error_code == ErrorCode.topic_already_exists
+
+
 def test_delete_topic() -> None:
     image = _image(1)
     image.apply(CreateTopic("t", TID, [[1]], {}), 10)

@@ -39,6 +39,7 @@ TID = uuid.UUID("00000000-0000-0000-0000-000000000001")
 
 COMMANDS: list[Command] = [
     CreateTopicCommand("t", 3, 2),
+    CreateTopicCommand("t", 3, 2, topic_id=TID),
     CreateTopicCommand(
         "t",
         -1,
@@ -147,6 +148,20 @@ def test_wire_form_keeps_every_earlier_field(wire: dict[str, object], command: C
             assert sent[name] == value, name
 
 
+def test_a_created_topic_is_identified_once_per_request() -> None:
+    """The id is chosen when the broker first sends the command, and kept by every resend
+    (a validate-only request creates nothing, so it is not given one)."""
+    command = CreateTopicCommand("t", 1, 1)
+    sent = command.identified()
+    assert sent.topic_id is not None and sent.identified() is sent
+    assert Command.from_wire(sent.to_wire()) == sent
+    assert CreateTopicCommand("t", 1, 1).identified().topic_id != sent.topic_id
+    validate = CreateTopicCommand("t", 1, 1, validate_only=True)
+    assert validate.identified() is validate
+    delete = DeleteTopicCommand("t")
+    assert delete.identified() is delete
+
+
 def test_unknown_op_and_bad_fields_are_refused() -> None:
     with pytest.raises(CommandDecodeError, match="unknown controller operation .*'frobnicate'"):
         Command.from_wire(b'{"op": "frobnicate"}')
@@ -164,6 +179,11 @@ def test_unknown_op_and_bad_fields_are_refused() -> None:
         Command.from_wire(
             b'{"op": "create_topic", "name": "t", "num_partitions": -1, '
             b'"replication_factor": -1, "assignments": [[0, ["x"]]]}'
+        )
+    with pytest.raises(CommandDecodeError, match="field 'topic_id' must be a UUID"):
+        Command.from_wire(
+            b'{"op": "create_topic", "name": "t", "num_partitions": -1, '
+            b'"replication_factor": -1, "topic_id": "x"}'
         )
     with pytest.raises(CommandDecodeError, match="not JSON"):
         Command.from_wire(b"\xff")

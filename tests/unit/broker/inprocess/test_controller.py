@@ -112,6 +112,48 @@ def test_a_command_whose_controller_lost_its_role_is_run_again(tmp_path: Path) -
         _close(broker)
 
 
+def test_a_topic_whose_creation_committed_before_the_role_was_lost_is_created(
+    tmp_path: Path,
+) -> None:
+    """The controller appends a CreateTopics' records, they commit, and it loses the role
+    before it answers: the command run again finds the topic it created and answers as its
+    creation, not TOPIC_ALREADY_EXISTS. (A CreateTopics sent to a controller that had lost
+    its quorum was answered "Topic ... already exists." once a new controller committed the
+    former's entry.)"""
+    broker = _broker(tmp_path)
+    controller = broker.controller
+    handlers = controller._command_handlers
+    create = handlers[CreateTopicCommand]
+    calls = 0
+
+    async def loses_the_role_after_committing(command: Any) -> CommandResult:
+        nonlocal calls
+        calls += 1
+        result = await create(command)
+        if calls == 1:
+            raise NotLeaderError(None)
+        return result
+
+    handlers[CreateTopicCommand] = loses_the_role_after_committing
+
+    async def scenario() -> tuple[CommandResult, CommandResult]:
+        created = await controller.execute(CreateTopicCommand("t", 2, 1))
+        return created, await controller.execute(CreateTopicCommand("t", 2, 1))
+
+    try:
+        created, another = _run(broker, scenario)
+        assert calls == 3
+        topic = controller.image.topics["t"]
+        assert created == CommandResult(
+            topic_id=topic.topic_id, num_partitions=2, replication_factor=1
+        )
+        assert another == CommandResult.error(
+            ErrorCode.topic_already_exists, "Topic 't' already exists."
+        )
+    finally:
+        _close(broker)
+
+
 def test_forwarded_commands_decode_and_answer_in_the_wire_form(tmp_path: Path) -> None:
     """What the controller answers a broker that forwards a command to it."""
     broker = _broker(tmp_path)
