@@ -4,10 +4,12 @@ the response written straight into one.
 A consumer at the end of its partitions sends a Fetch for about every batch produced, so the
 fixed cost of writing a Fetch response counts as much as a Produce's. kio's writer looks up a
 writer per field, checks every value against its phantom type and, on flexible versions, opens
-a buffer per structure for its tagged fields. This writes the same bytes from the same kio
-entity (the Fetch handler, quotas and sendfile placeholders keep building and editing those)
-with one precompiled `struct` format per partition; `encode_response` takes it for the
-versions served here. The unit tests check it against kio's writer on every version.
+a buffer per structure for its tagged fields. This writes the same bytes with one precompiled
+`struct` format per partition, from a kio entity (`encode_response` takes it for the versions
+served here) or from the plain objects the Fetch handler answers with (`FetchAnswer`: kio's
+frozen entities cost more to build than the frame to write; quotas and sendfile placeholders
+edit kio's, which `FetchAnswer.entity` gives). The unit tests check both against kio's writer
+on every version.
 
 Record bytes are copied once into the frame, as kio's writer copies them; the large ones are
 placeholders that `raftka.protocol.splice` swaps for file ranges.
@@ -23,10 +25,14 @@ from __future__ import annotations
 
 import datetime
 import struct
+import uuid
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import Any, Final
 
-from raftka.protocol.api import FrameError
+from kio.schema.errors import ErrorCode
+
+from raftka.protocol.api import EncodedResponse, FrameError, build
 from raftka.protocol.api_keys import ApiKey
 from raftka.protocol.batch_builder import encode_uvarint
 from raftka.protocol.frame_reading import (
@@ -70,18 +76,38 @@ def encode_fetch_response(correlation_id: int, response: Any) -> bytes | None:
     response header (v0, or v1 on v12) and body, byte for byte what kio writes. None when
     a v12 partition carries a tagged field (a diverging epoch, current leader or snapshot
     id), which the broker never sets: kio writes those."""
-    version = response.__version__
+    return _write(
+        correlation_id,
+        response.__version__,
+        _milliseconds(response.throttle_time),
+        response.error_code if response.__version__ >= 7 else 0,
+        response.session_id if response.__version__ >= 7 else 0,
+        response.responses,
+        True,
+    )
+
+
+def _write(
+    correlation_id: int,
+    version: int,
+    throttle_ms: int,
+    error_code: int,
+    session_id: int,
+    topics: Any,
+    kio_partitions: bool,
+) -> bytes | None:
+    """The frame of a response of `version` from its fields, its topics and partitions
+    kio's or `FetchedTopic` and `FetchedPartition` (with kio's field names).
+    `kio_partitions`: v12 partitions may carry tagged fields (then None)."""
     if version >= FIRST_FLEXIBLE_VERSION:
-        return _compact(correlation_id, response)
+        return _compact(correlation_id, throttle_ms, error_code, session_id, topics, kio_partitions)
     out = bytearray(_SIZE_CORRELATION.size)
-    throttle_ms = _milliseconds(response.throttle_time)
     if version >= 7:
-        out += _SESSION.pack(throttle_ms, response.error_code, response.session_id)
+        out += _SESSION.pack(throttle_ms, error_code, session_id)
     else:
         out += _INT32.pack(throttle_ms)
     with_log_start = version >= 5
     with_preferred_replica = version >= 11
-    topics = response.responses
     out += _INT32.pack(len(topics))
     for topic in topics:
         name = topic.topic.encode()
@@ -121,14 +147,18 @@ def encode_fetch_response(correlation_id: int, response: Any) -> bytes | None:
     return bytes(out)
 
 
-def _compact(correlation_id: int, response: Any) -> bytes | None:
+def _compact(
+    correlation_id: int,
+    throttle_ms: int,
+    error_code: int,
+    session_id: int,
+    topics: Any,
+    kio_partitions: bool,
+) -> bytes | None:
     """Fetch v12: compact lengths, and an empty tagged-field set after every structure."""
     out = bytearray(_SIZE_CORRELATION.size)
     out += b"\x00"  # the response header's tagged fields
-    out += _SESSION.pack(
-        _milliseconds(response.throttle_time), response.error_code, response.session_id
-    )
-    topics = response.responses
+    out += _SESSION.pack(throttle_ms, error_code, session_id)
     out += encode_uvarint(len(topics) + 1)
     for topic in topics:
         name = topic.topic.encode()
@@ -137,7 +167,7 @@ def _compact(correlation_id: int, response: Any) -> bytes | None:
         partitions = topic.partitions
         out += encode_uvarint(len(partitions) + 1)
         for p in partitions:
-            if _has_tagged_fields(p):
+            if kio_partitions and _has_tagged_fields(p):
                 return None
             out += _PARTITION_V5.pack(
                 p.partition_index,
@@ -166,6 +196,110 @@ def _compact(correlation_id: int, response: Any) -> bytes | None:
     out += b"\x00"  # the body's tagged fields
     _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)
     return bytes(out)
+
+
+class FetchedPartition:
+    """One partition of a Fetch response as the handler answers it, with kio's field names
+    (PartitionData): set field by field as the partition is read, no tagged field."""
+
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "aborted_transactions",
+        "preferred_read_replica",
+        "records",
+    )
+
+    def __init__(self, partition_index: int) -> None:
+        self.partition_index = partition_index
+        self.error_code: ErrorCode = ErrorCode.none
+        self.high_watermark = -1
+        self.last_stable_offset = -1
+        self.log_start_offset = -1
+        #: kio's AbortedTransaction entities of the response's version, or None.
+        self.aborted_transactions: tuple[Any, ...] | None = None
+        self.preferred_read_replica = -1
+        self.records = b""
+
+
+class FetchedTopic:
+    """One topic of a Fetch response (kio's FetchableTopicResponse)."""
+
+    __slots__ = ("topic", "topic_id", "partitions")
+
+    def __init__(
+        self, topic: str, topic_id: uuid.UUID | None, partitions: list[FetchedPartition]
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = partitions
+
+
+class FetchAnswer(EncodedResponse):
+    """A Fetch response (FIRST_VERSION to LAST_VERSION, no throttle) as plain objects,
+    written by this module's encoder: building kio's entities of a response costs more
+    than writing it. `entity` gives the kio response for whatever needs one."""
+
+    __slots__ = ("version", "error_code", "session_id", "responses")
+
+    def __init__(
+        self, version: int, error_code: int, session_id: int, responses: list[FetchedTopic]
+    ) -> None:
+        self.version = version
+        self.error_code = error_code
+        self.session_id = session_id
+        self.responses = responses
+
+    def encode(self, correlation_id: int) -> bytes:
+        frame = _write(
+            correlation_id,
+            self.version,
+            0,
+            self.error_code,
+            self.session_id,
+            self.responses,
+            False,
+        )
+        assert frame is not None, "a plain partition carries no tagged field"
+        return frame
+
+    def entity(self, module: ModuleType) -> Any:
+        """The same response as kio's entity, from the response `module` of its version."""
+        topics = tuple(
+            build(
+                module.FetchableTopicResponse,
+                topic=topic.topic,
+                topic_id=topic.topic_id,
+                partitions=tuple(
+                    build(
+                        module.PartitionData,
+                        partition_index=p.partition_index,
+                        error_code=p.error_code,
+                        high_watermark=p.high_watermark,
+                        last_stable_offset=p.last_stable_offset,
+                        log_start_offset=p.log_start_offset,
+                        aborted_transactions=p.aborted_transactions,
+                        preferred_read_replica=p.preferred_read_replica,
+                        records=p.records,
+                    )
+                    for p in topic.partitions
+                ),
+            )
+            for topic in self.responses
+        )
+        return build(
+            module.FetchResponse,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode(self.error_code),
+            session_id=self.session_id,
+            responses=topics,
+        )
+
+
+_NO_THROTTLE: Final = datetime.timedelta(0)
 
 
 def _has_tagged_fields(partition: Any) -> bool:

@@ -62,6 +62,7 @@ from raftka.broker.replica.manager import READ_COMMITTED
 from raftka.broker.security.acl import AclOperation
 from raftka.broker.services import Subscribed
 from raftka.protocol.api import build
+from raftka.protocol.fetch_codec import FetchAnswer, FetchedPartition, FetchedTopic
 from raftka.protocol.splice import FileRange, SplicedResponse, Splices
 
 if TYPE_CHECKING:
@@ -76,11 +77,11 @@ if TYPE_CHECKING:
     FetchRequest = FetchData | KioFetchRequest
     from raftka.protocol.messages.responses import FetchResponse
 
-#: A partition's answer before it is built: its fields (all but "records"), the segment
-#: slice (segment, position, length) to send as its records or None for none, and what
-#: was asked of it.
+#: A partition's answer before its records are placed: its fields, the segment slice
+#: (segment, position, length) to send as its records or None for none, and what was asked
+#: of it.
 _PartitionAnswer: TypeAlias = (
-    "tuple[dict[str, object], tuple[LogSegment, int, int] | None, _Position]"
+    "tuple[FetchedPartition, tuple[LogSegment, int, int] | None, _Position]"
 )
 #: (topic name, topic id, its partitions' answers).
 _TopicAnswer: TypeAlias = "tuple[str, uuid.UUID | None, list[_PartitionAnswer]]"
@@ -155,39 +156,27 @@ def _read_all(
                 watched.append(led)
                 continue
             found_slice: tuple[LogSegment, int, int] | None = None
-            fields: dict[str, object] = {
-                "partition_index": p.partition,
-                "error_code": ErrorCode.none,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "aborted_transactions": None,
-                "preferred_read_replica": -1,
-            }
+            fields = FetchedPartition(p.partition)
             if name is not None and not may_read(name):
                 # An unknown topic id is answered as such first, as Kafka does; a name is
                 # refused before its existence is told.
-                fields["error_code"] = ErrorCode.topic_authorization_failed
+                fields.error_code = ErrorCode.topic_authorization_failed
             elif isinstance(led, ErrorCode):
-                fields["error_code"] = (
-                    ErrorCode.unknown_topic_id if by_id and topic is None else led
-                )
+                fields.error_code = ErrorCode.unknown_topic_id if by_id and topic is None else led
             elif context.api_version < ZSTD_FETCH_MIN_VERSION and _stores_zstd(led):
                 # Kafka's rule: a client too old for zstd (Fetch below v10) is told so for a
                 # topic stored in zstd, rather than sent batches it cannot read.
-                fields["error_code"] = ErrorCode.unsupported_compression_type
+                fields.error_code = ErrorCode.unsupported_compression_type
             else:
                 watched.append(led)
                 max_bytes = min(p.partition_max_bytes, remaining)
                 read = replicas.read(
                     led, p.fetch_offset, max_bytes, request.isolation_level, min_one_batch
                 )
-                fields.update(
-                    error_code=read.error_code,
-                    high_watermark=read.high_watermark,
-                    last_stable_offset=read.last_stable_offset,
-                    log_start_offset=read.log_start_offset,
-                )
+                fields.error_code = read.error_code
+                fields.high_watermark = read.high_watermark
+                fields.last_stable_offset = read.last_stable_offset
+                fields.log_start_offset = read.log_start_offset
                 found = read.found
                 if found is not None:
                     length = found.length
@@ -196,7 +185,7 @@ def _read_all(
                     total_bytes += length
                     found_slice = (found.segment, found.position, length)
                 if read.aborted is not None:
-                    fields["aborted_transactions"] = tuple(
+                    fields.aborted_transactions = tuple(
                         build(
                             module.AbortedTransaction,
                             producer_id=txn.producer_id,
@@ -242,11 +231,8 @@ def _stores_zstd(partition: Partition) -> bool:
 
 
 def _build_topics(
-    context: RequestContext,
-    module: ModuleType,
-    responses: list[_TopicAnswer],
-    splices: Splices,
-) -> tuple[object, ...]:
+    context: RequestContext, responses: list[_TopicAnswer], splices: Splices
+) -> list[FetchedTopic]:
     """The response's topics, each slice made a placeholder for its file range (or read when
     small); counts bytes out and partition errors of the response sent. Must run in the same
     step as the `_read_all` that found the slices: no segment may have gone since."""
@@ -256,24 +242,16 @@ def _build_topics(
         built = []
         for fields, found, _ in partitions:
             # Empty, never null: librdkafka rejects a null MessageSet.
-            records = b""
             if found is not None:
                 segment, position, length = found
-                records = _records(segment, position, length, splices)
+                fields.records = _records(segment, position, length, splices)
                 metrics.fetched(name, length)
-            error_code = cast(ErrorCode, fields["error_code"])
+            error_code = fields.error_code
             if error_code:
                 metrics.request_error(context.api_key, error_code)
-            built.append(build(module.PartitionData, records=records, **fields))
-        topics.append(
-            build(
-                module.FetchableTopicResponse,
-                topic=name,
-                topic_id=topic_id,
-                partitions=tuple(built),
-            )
-        )
-    return tuple(topics)
+            built.append(fields)
+        topics.append(FetchedTopic(name, topic_id, built))
+    return topics
 
 
 def _records(segment: LogSegment, position: int, length: int, splices: Splices) -> bytes:
@@ -346,12 +324,12 @@ def _recorded(answer: _PartitionAnswer, cached: CachedPartition) -> bool:
     """Whether an incremental response carries this answer; the session remembers it."""
     fields, found, _ = answer
     return cached.must_respond(
-        cast(int, fields["error_code"]),
-        cast(int, fields["high_watermark"]),
-        cast(int, fields["log_start_offset"]),
-        cast(int, fields["last_stable_offset"]),
+        fields.error_code,
+        fields.high_watermark,
+        fields.log_start_offset,
+        fields.last_stable_offset,
         found is not None and found[2] > 0,
-        cast(int, fields["preferred_read_replica"]),
+        fields.preferred_read_replica,
     )
 
 
@@ -470,7 +448,16 @@ class _Fetch:
         return self.total_bytes >= self.request.min_bytes or not self.watched
 
     def response(self) -> FetchResponse | SplicedResponse:
-        """The response from the last `read` (which must be in this step)."""
+        """The response from the last `read` (which must be in this step), kio's entity."""
+        answer = self.answer()
+        if isinstance(answer, FetchAnswer):
+            return cast("FetchResponse", answer.entity(self.module))
+        return answer
+
+    def answer(self) -> FetchAnswer | FetchResponse | SplicedResponse:
+        """`response`, written by the hand-written encoder where no kio entity is needed:
+        kio's only with file ranges to splice in (`SplicedResponse` edits kio's) or for a
+        session error."""
         context = self.context
         responses = self.responses
         response_session_id = INVALID_SESSION_ID
@@ -489,14 +476,15 @@ class _Fetch:
                 context.services.fetch_sessions, self.request, self.by_id, context, responses
             )
         splices = Splices()
-        response = build(
-            self.entity,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.none,
-            session_id=response_session_id,
-            responses=_build_topics(context, self.module, responses, splices),
+        answer = FetchAnswer(
+            context.api_version,
+            ErrorCode.none,
+            response_session_id,
+            _build_topics(context, responses, splices),
         )
-        return SplicedResponse(response, splices) if splices.ranges else response
+        if splices.ranges:
+            return SplicedResponse(answer.entity(self.module), splices)
+        return answer
 
 
 async def handle_fetch(
@@ -518,7 +506,12 @@ async def handle_fetch(
 
 def start_fetch(
     context: RequestContext, request: FetchRequest
-) -> FetchResponse | SplicedResponse | Subscribed[FetchResponse | SplicedResponse]:
+) -> (
+    FetchAnswer
+    | FetchResponse
+    | SplicedResponse
+    | Subscribed[FetchAnswer | FetchResponse | SplicedResponse]
+):
     """`handle_fetch` without a task: the response at once, or, while it long-polls,
     `Subscribed` to the broker's `LongPolls`, which calls back after an append to one of
     its partitions (it reads again, and answers if it has enough) or at its deadline."""
@@ -526,10 +519,10 @@ def start_fetch(
     if fetch.error is not None:
         return fetch.error
     if fetch.read() or fetch.max_wait_s <= 0:
-        return fetch.response()
+        return fetch.answer()
     return Subscribed(
         functools.partial(_long_poll, fetch, trio.current_time() + fetch.max_wait_s),
-        fetch.response,
+        fetch.answer,
     )
 
 

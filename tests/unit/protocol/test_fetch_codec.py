@@ -41,6 +41,9 @@ from raftka.protocol.fetch_codec import (
     FIRST_FLEXIBLE_VERSION,
     FIRST_VERSION,
     LAST_VERSION,
+    FetchAnswer,
+    FetchedPartition,
+    FetchedTopic,
     decode_fetch_request,
     encode_fetch_response,
 )
@@ -135,6 +138,77 @@ def test_a_partition_with_a_tagged_field_is_left_to_kio(response: Any, correlati
     fast = encode_fetch_response(correlation_id, response)
     assert (fast is None) == tagged
     assert encode_response(correlation_id, response) == kio_frame(correlation_id, response)
+
+
+@st.composite
+def fetch_answers(draw: st.DrawFn, version: int) -> FetchAnswer:
+    """What the Fetch handler answers: plain objects, records never null, no throttle."""
+    module = schema_module(response_type(1, version))
+
+    def partition() -> FetchedPartition:
+        p = FetchedPartition(draw(INT32))
+        p.error_code = draw(ERRORS)
+        p.high_watermark = draw(INT64)
+        p.last_stable_offset = draw(INT64)
+        if version >= 5:
+            p.log_start_offset = draw(INT64)
+        p.aborted_transactions = draw(
+            st.none()
+            | st.lists(
+                st.builds(module.AbortedTransaction, producer_id=INT64, first_offset=INT64),
+                max_size=3,
+            ).map(tuple)
+        )
+        if version >= 11:
+            p.preferred_read_replica = draw(INT32)
+        p.records = draw(st.binary(max_size=300))
+        return p
+
+    topics = [
+        FetchedTopic(
+            draw(NAMES),
+            None,
+            [partition() for _ in range(draw(st.integers(0, 4)))],
+        )
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+    if version >= 7:
+        return FetchAnswer(version, draw(ERRORS), draw(INT32), topics)
+    return FetchAnswer(version, 0, 0, topics)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), INT32)
+def test_the_handlers_answer_is_written_as_kio_writes_its_entity(
+    data: st.DataObject, correlation_id: int
+):
+    """The plain answer, its kio entity (for what needs one) and the frames of both agree."""
+    for version in VERSIONS:
+        answer = data.draw(fetch_answers(version))
+        entity = answer.entity(schema_module(response_type(1, version)))
+        assert type(entity) is response_type(1, version)
+        assert entity.throttle_time == datetime.timedelta(0)
+        partitions = [p for t in answer.responses for p in t.partitions]
+        assert [p for t in entity.responses for p in t.partitions] == [
+            schema_module(type(entity)).PartitionData(
+                **{
+                    name: getattr(p, name)
+                    for name in (
+                        "partition_index",
+                        "error_code",
+                        "high_watermark",
+                        "last_stable_offset",
+                        "aborted_transactions",
+                        "records",
+                    )
+                },
+                **({"log_start_offset": p.log_start_offset} if version >= 5 else {}),
+                **({"preferred_read_replica": p.preferred_read_replica} if version >= 11 else {}),
+            )
+            for p in partitions
+        ], version
+        assert [t.topic for t in entity.responses] == [t.topic for t in answer.responses]
+        assert answer.encode(correlation_id) == kio_frame(correlation_id, entity), version
 
 
 # -- requests ---------------------------------------------------------------------------------
