@@ -62,6 +62,7 @@ MODULES = (
     "broker/group_commit.py",
     "broker/handlers/produce.py",
     "broker/replica/append.py",
+    "broker/replica/types.py",
     "broker/replica/manager.py",
     "broker/replication.py",
     "broker/idle.py",

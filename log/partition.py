@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Final
 
 from raftka.protocol.records import BatchHeader, UnsupportedBatch, record_timestamps
 
@@ -28,6 +29,9 @@ from .partition_truncation import PartitionTruncation
 from .producer_state import write_snapshot
 from .segment import LogSegment
 from .txn_index import AbortedTxn
+
+#: A slice from its fields without the NamedTuple's Python-level `__new__` (one per fetch).
+_new_slice: Final = tuple.__new__
 
 # Importable from here, as before the parts moved to their own modules.
 __all__ = [
@@ -130,7 +134,9 @@ class PartitionLog(PartitionTruncation):
             found = segment.locate(fetch_offset, max_bytes, max_offset, min_one_batch)
             if found is not None:
                 start, stop, next_offset = found
-                return LogSlice(segment, start, stop - start, next_offset) if stop > start else None
+                if stop <= start:
+                    return None
+                return _new_slice(LogSlice, (segment, start, stop - start, next_offset))
         return None
 
     def batch_header_at(self, offset: int) -> BatchHeader | None:

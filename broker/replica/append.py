@@ -544,8 +544,7 @@ class ClientAppends:
     def _settle(self, queued: _QueuedWrite, appended: AppendResult) -> None:
         """Copy an append's answer into the queued write's (which the caller holds)."""
         result = queued.result
-        for name in AppendResult.__slots__:
-            setattr(result, name, getattr(appended, name))
+        result.copy_from(appended)
         for index, (partition, waiting, answer) in enumerate(self.waits):
             if answer is appended:
                 self.waits[index] = (partition, waiting, result)

@@ -28,33 +28,66 @@ class AppendOrigin(enum.Enum):
     RESTORE = "restore"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AppendResult:
     """One partition's answer to an append (Produce's PartitionProduceResponse fields).
     `appended_bytes` and `appended_records` count what this append wrote (0 for a refused
-    batch or a retried duplicate), for the caller's metrics."""
+    batch or a retried duplicate), for the caller's metrics. (Its constructor is written
+    out: compiled, the dataclass's generated one would run as Python, once per append.)"""
 
-    error_code: ErrorCode = ErrorCode.none
-    error_message: str | None = None
-    base_offset: int = -1
+    error_code: ErrorCode
+    error_message: str | None
+    base_offset: int
     #: The time the leader stamped on a LogAppendTime topic's batch; None otherwise.
-    log_append_time_ms: int | None = None
-    log_start_offset: int = -1
+    log_append_time_ms: int | None
+    log_start_offset: int
     #: (index of the record in its batch, message) of each record refused.
-    record_errors: tuple[tuple[int, str], ...] = ()
-    appended_bytes: int = 0
-    appended_records: int = 0
+    record_errors: tuple[tuple[int, str], ...]
+    appended_bytes: int
+    appended_records: int
+
+    def __init__(
+        self,
+        error_code: ErrorCode = ErrorCode.none,
+        error_message: str | None = None,
+        base_offset: int = -1,
+        log_append_time_ms: int | None = None,
+        log_start_offset: int = -1,
+        record_errors: tuple[tuple[int, str], ...] = (),
+        appended_bytes: int = 0,
+        appended_records: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.log_start_offset = log_start_offset
+        self.record_errors = record_errors
+        self.appended_bytes = appended_bytes
+        self.appended_records = appended_records
 
     def fail(self, error_code: ErrorCode, error_message: str | None = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
 
+    def copy_from(self, other: AppendResult) -> None:
+        """Take every field of `other`."""
+        self.error_code = other.error_code
+        self.error_message = other.error_message
+        self.base_offset = other.base_offset
+        self.log_append_time_ms = other.log_append_time_ms
+        self.log_start_offset = other.log_start_offset
+        self.record_errors = other.record_errors
+        self.appended_bytes = other.appended_bytes
+        self.appended_records = other.appended_records
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)
 class PartitionRead:
     """What a fetch found in one partition the broker leads: its offsets, the slice of a
     segment to send (None: nothing, or `error_code` says why) and, for read_committed, the
-    aborted transactions overlapping the slice."""
+    aborted transactions overlapping the slice. Read only (not frozen, and its constructor
+    written out: one is made per partition a fetch reads)."""
 
     error_code: ErrorCode
     high_watermark: int
@@ -62,6 +95,22 @@ class PartitionRead:
     log_start_offset: int
     found: LogSlice | None
     aborted: tuple[AbortedTxn, ...] | None
+
+    def __init__(
+        self,
+        error_code: ErrorCode,
+        high_watermark: int,
+        last_stable_offset: int,
+        log_start_offset: int,
+        found: LogSlice | None,
+        aborted: tuple[AbortedTxn, ...] | None,
+    ) -> None:
+        self.error_code = error_code
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.found = found
+        self.aborted = aborted
 
 
 class PartitionSource(Protocol):
