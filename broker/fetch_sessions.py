@@ -27,7 +27,7 @@ import random
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -170,6 +170,12 @@ class FullFetch:
     """Read the request's partitions, then `open_session` with them once answered."""
 
 
+#: The one of each: they hold nothing (and a dataclass's constructor, compiled, runs as
+#: Python: one per fetch).
+SESSIONLESS: Final = Sessionless()
+FULL_FETCH: Final = FullFetch()
+
+
 @dataclass(frozen=True, slots=True)
 class IncrementalFetch:
     """Read the session's partitions; answer with those `must_respond` picks, if the
@@ -237,8 +243,8 @@ class FetchSessionCache:
             if session_id != INVALID_SESSION_ID:
                 self.remove(session_id)  # a full request closes the session it names
             if epoch == FINAL_EPOCH or self.max_sessions <= 0:
-                return Sessionless()
-            return FullFetch()
+                return SESSIONLESS
+            return FULL_FETCH
         session = self._sessions.get(session_id)
         if session is None:
             return SessionError(ErrorCode.fetch_session_id_not_found)
@@ -251,7 +257,7 @@ class FetchSessionCache:
         self._partitions_cached += len(session.partitions) - before
         if not session.partitions:
             self.remove(session.id)
-            return Sessionless()
+            return SESSIONLESS
         self._touch(session)
         session.epoch = next_epoch(session.epoch)
         self.incremental_fetches += 1

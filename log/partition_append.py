@@ -6,6 +6,7 @@ aborted-transaction index kept up to date.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from raftka.protocol.batch_builder import end_txn_marker
 from raftka.protocol.records import (
@@ -21,6 +22,10 @@ from .partition_core import AppendInfo
 from .partition_flush import PartitionFlush
 from .producer_state import write_snapshot
 from .segment import LogSegment
+
+#: An AppendInfo from its fields without the NamedTuple's Python-level `__new__` (one per
+#: append).
+_new_info: Final = tuple.__new__
 
 
 class PartitionAppend(PartitionFlush):
@@ -105,8 +110,9 @@ class PartitionAppend(PartitionFlush):
         self._unflushed_messages += count
         if leader_epoch >= 0 and self.epochs.assign(leader_epoch, first_offset):
             self._epochs_dirty = True
-        return AppendInfo(
-            first_offset, last_offset, log_append_time_ms, max_timestamp, offset_of_max, size
+        return _new_info(
+            AppendInfo,
+            (first_offset, last_offset, log_append_time_ms, max_timestamp, offset_of_max, size),
         )
 
     def _update_producer_state(
@@ -187,4 +193,6 @@ class PartitionAppend(PartitionFlush):
                 )
                 if request is not None:
                     self.clean_requests.append(request)
-        return AppendInfo(first_offset, expected - 1, -1, max_timestamp, offset_of_max, size)
+        return _new_info(
+            AppendInfo, (first_offset, expected - 1, -1, max_timestamp, offset_of_max, size)
+        )

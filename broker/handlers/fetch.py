@@ -40,6 +40,7 @@ from kio.schema.errors import ErrorCode
 
 from raftka.broker.fetch_sessions import (
     INVALID_SESSION_ID,
+    SESSIONLESS,
     CachedPartition,
     FetchContext,
     FetchSession,
@@ -48,7 +49,6 @@ from raftka.broker.fetch_sessions import (
     IncrementalFetch,
     PartitionKey,
     SessionError,
-    Sessionless,
 )
 from raftka.broker.handlers.common import (
     NO_THROTTLE,
@@ -400,7 +400,7 @@ class _Fetch:
         self.module = response_module(context)
         session_id = getattr(request, "session_id", INVALID_SESSION_ID)
         self.by_id = by_id = context.api_version >= TOPIC_ID_FETCH_MIN_VERSION
-        fetch_context: FetchContext = Sessionless()
+        fetch_context: FetchContext = SESSIONLESS
         if request.replica_id >= 0 or context.api_version < SESSION_FETCH_MIN_VERSION:
             # Followers replicate by Raft, so a replica's Fetch keeps no session.
             if session_id != INVALID_SESSION_ID:
