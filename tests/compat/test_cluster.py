@@ -483,16 +483,22 @@ def test_a_create_topics_sent_while_no_controller_is_elected_completes_once_one_
     stopped[0].start()
     future.result(timeout=45)
     stopped[1].start()  # its replicas too
-    states = wait_until(
+    states = _led_partitions(survivor, topic, 2, "created while no controller was elected")
+    assert all(len(x["replicas"]) == 2 for x in states), states
+
+
+def _led_partitions(node: ClusterNode, topic: str, count: int, how: str) -> list[dict[str, Any]]:
+    """The states of the topic's `count` partitions as `node` reports them, once each has a
+    leader."""
+    return wait_until(
         lambda: (
-            (s := [partition_state(survivor.bootstrap, topic, p) for p in range(2)])
+            (s := [partition_state(node.bootstrap, topic, p) for p in range(count)])
             and all(x["leader"] >= 0 for x in s)
             and s
         ),
         30,
-        "leaders for the topic created while no controller was elected",
+        f"leaders for the topic {how}",
     )
-    assert all(len(x["replicas"]) == 2 for x in states), states
 
 
 def test_a_create_topics_its_controller_appended_but_could_not_commit_is_created(
@@ -552,14 +558,8 @@ def test_a_create_topics_its_controller_appended_but_could_not_commit_is_created
         late.result(timeout=45)
     assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, refused.value
     others[1].resume()
-    states = wait_until(
-        lambda: (
-            (s := [partition_state(controller.bootstrap, topic, p) for p in range(2)])
-            and all(x["leader"] >= 0 for x in s)
-            and s
-        ),
-        30,
-        "leaders for the topic whose creation committed under the next controller",
+    states = _led_partitions(
+        controller, topic, 2, "whose creation committed under the next controller"
     )
     assert len(raw_metadata(controller.bootstrap, [topic]).topics[0].partitions) == 2
     assert all(len(x["replicas"]) == 2 for x in states), states
