@@ -494,10 +494,18 @@ class RaftGroup:
                 low = min(low, self._peer_log_starts.get(node, 0))
         return low
 
-    def _up_to_date_follower(self) -> NodeId | None:
-        """The follower known to hold the most of our log, preferring recently active ones."""
+    def _handover_target(self) -> NodeId | None:
+        """The voter to hand leadership to at shutdown: of those this node's transport is
+        connected to, the one known to hold the most of our log, preferring recently active
+        ones; None if none is connected. A voter whose process stopped may still count as
+        recently active for an election timeout, and a handover to it could never complete,
+        so the connection decides (it drops at once when the peer's process exits)."""
+        core = self._core
+        connected_to = self._transport.connected_to
         best: tuple[bool, int, int] | None = None
-        for node, pr in self._core.progress.items():
+        for node, pr in core.progress.items():
+            if node not in core.voters or not connected_to(node):
+                continue
             key = (pr.recent_active, pr.match_end, -node)
             if best is None or key > best:
                 best = key
@@ -1287,16 +1295,17 @@ class RaftNode:
             del self._ticked_groups[raft_group.name]
 
     async def shutdown(self, timeout_s: float) -> None:
-        """Hand every group this node leads to its most up-to-date follower and wait up to
-        `timeout_s` for the handovers. The transport must still be running; cancel run()
-        afterwards."""
+        """Hand every group this node leads to its most up-to-date follower among those
+        still connected (`RaftGroup._handover_target`) and wait up to `timeout_s` for the
+        handovers; a group with no such follower stays as it is. The transport must still
+        be running; cancel run() afterwards."""
         with trio.move_on_after(timeout_s):
             for raft_group in list(self._raft_groups.values()):
                 if raft_group.role is not Role.LEADER:
                     continue
-                target = raft_group._up_to_date_follower()
+                target = raft_group._handover_target()
                 if target is None:
-                    continue  # a single-voter group has nobody to hand over to
+                    continue  # a single voter, or no other voter reachable
                 try:
                     raft_group.transfer_leadership(target)
                 except (NotLeaderError, ValueError) as exc:
@@ -1315,7 +1324,7 @@ class RaftNode:
         return [
             g
             for g in self._raft_groups.values()
-            if g.role is Role.LEADER and g._up_to_date_follower() is not None
+            if g.role is Role.LEADER and g._handover_target() is not None
         ]
 
     # ------------------------------------------------------------------ inbound

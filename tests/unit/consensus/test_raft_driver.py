@@ -309,6 +309,28 @@ def test_shutdown_transfers_leadership() -> None:
     run_cluster(groups, scenario)
 
 
+def test_shutdown_hands_over_to_a_follower_that_is_still_running() -> None:
+    """Brokers stopped one after another: the follower stopped just before still counts as
+    recently active (and, with the lower id, came first), but a handover to it could never
+    complete; the leader hands over to the follower that runs."""
+    g = "h-0"
+
+    async def scenario(cluster: Cluster) -> None:
+        await cluster.propose_committed(g, b"x")
+        leader = await cluster.leader(g)
+        stopped, running = sorted(n for n in NODES if n != leader)
+        await cluster.crash(stopped)
+        transport = cluster.nodes[leader].transport
+        with trio.fail_after(2):
+            while transport.connected_to(stopped):
+                await trio.sleep(0.01)
+        await cluster.nodes[leader].shutdown(timeout_s=3)
+        assert cluster.raft_group(leader, g).role is not Role.LEADER
+        assert await cluster.leader(g) == running
+
+    run_cluster([g], scenario)
+
+
 def test_messages_for_unknown_groups_are_dropped_and_removed_groups_fail_waiters() -> None:
     async def scenario(cluster: Cluster) -> None:
         g = "r-0"
