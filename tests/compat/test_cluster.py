@@ -174,7 +174,8 @@ def read_partition(bootstrap: str, topic: str, partition: int = 0) -> dict[int, 
 
 class ContinuousProducer(threading.Thread):
     """acks=all producing `count` records to one partition at about `rate` records/s,
-    recording every delivery report (index -> offset, or the error)."""
+    recording every delivery report (index -> offset, or the error). `finish(stop=True)`
+    ends it early: the records sent by then (`sent`) are the ones it checks."""
 
     def __init__(
         self,
@@ -198,6 +199,9 @@ class ContinuousProducer(threading.Thread):
         self.failed: dict[int, KafkaError] = {}
         self.undelivered = -1
         self.exc: BaseException | None = None
+        #: Records handed to the producer so far.
+        self.sent = 0
+        self._stop_sending = threading.Event()
 
     @staticmethod
     def value(i: int) -> bytes:
@@ -219,6 +223,8 @@ class ContinuousProducer(threading.Thread):
 
             start = time.monotonic()
             for i in range(self.count):
+                if self._stop_sending.is_set():
+                    break
                 while True:
                     try:
                         producer.produce(
@@ -232,6 +238,7 @@ class ContinuousProducer(threading.Thread):
                     except BufferError:
                         producer.poll(0.05)
                 self.send_time[i] = time.monotonic()
+                self.sent = i + 1
                 producer.poll(0)
                 pause = start + (i + 1) / self.rate - time.monotonic()
                 if pause > 0:
@@ -240,7 +247,10 @@ class ContinuousProducer(threading.Thread):
         except BaseException as exc:  # noqa: BLE001 - re-raised by finish()
             self.exc = exc
 
-    def finish(self, timeout: float = 120) -> None:
+    def finish(self, timeout: float = 120, stop: bool = False) -> None:
+        """Wait for every record sent to be delivered (with `stop`, send no more first)."""
+        if stop:
+            self._stop_sending.set()
         self.join(timeout)
         assert not self.is_alive(), "producer thread did not finish"
         if self.exc is not None:
@@ -249,7 +259,8 @@ class ContinuousProducer(threading.Thread):
         assert not self.failed, f"{len(self.failed)} failed deliveries, e.g. " + str(
             sorted(self.failed.items())[:5]
         )
-        assert len(self.acked) == self.count, (len(self.acked), self.count)
+        assert len(self.acked) == self.sent, (len(self.acked), self.sent)
+        assert stop or self.sent == self.count, (self.sent, self.count)
 
 
 def check_acked_records(

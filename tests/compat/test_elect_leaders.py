@@ -146,7 +146,8 @@ def test_preferred_election_moves_leadership_back_and_loses_nothing(
     [row] = java_tool.json("elect-leaders", cluster.bootstrap, "unclean", f"{topic}:0")
     assert row["error"] == "ELECTION_NOT_NEEDED" and "unclean" in row["message"], row
 
-    producer.finish()
+    # Its records spanned the restart and both elections: enough.
+    producer.finish(stop=True)
     records = read_partition(cluster.bootstrap, topic, watched)
     duplicates = check_acked_records(producer, records, expect_no_duplicates=False)
     print(f"{len(producer.acked)} acked records all read back ({duplicates} duplicates)")
