@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 #: The modules compiled, as paths from the repository's root: those a Produce or Fetch
 #: request passes through from the socket to the response, replication and the log included,
-#: less the few mypyc cannot compile (`broker/services.py`, `broker/handlers/__init__.py`,
-#: and `protocol/splice.py`, whose `__del__` a compiled class cannot keep).
+#: less the few mypyc cannot compile (`broker/handlers/__init__.py`, and `protocol/splice.py`,
+#: whose `__del__` a compiled class cannot keep).
 MODULES = (
     "protocol/produce_codec.py",
     "protocol/records.py",
@@ -71,6 +71,7 @@ MODULES = (
     "protocol/frame_reading.py",
     "protocol/fetch_codec.py",
     "broker/handlers/common.py",
+    "broker/services.py",
     "broker/handlers/fetch.py",
     "broker/topics.py",
     "broker/metrics.py",

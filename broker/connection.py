@@ -136,6 +136,11 @@ _PLAINTEXT_LISTENER = ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "", 
 CONCURRENT_APIS: Final = frozenset(
     {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS}
 )
+#: The API keys `_dispatch` tells apart, as native ints (comparing with an `ApiKey` member
+#: from compiled code looks the member up on its class, then compares two objects).
+_PRODUCE: Final[int] = ApiKey.PRODUCE.value
+_FETCH: Final[int] = ApiKey.FETCH.value
+_API_VERSIONS: Final[int] = ApiKey.API_VERSIONS.value
 #: Requests a connection's reader serves from its buffer before it lets other tasks run.
 _SERVED_IN_A_ROW_MAX: Final = 16
 #: What the poller wakes a reader with when it served bytes it read itself (`serve_readable`).
@@ -741,7 +746,7 @@ class Connection:
             return True
         handler = _handler_of(self._handler_table, prefix.api_key)
         if handler is None or not handler.min_version <= prefix.api_version <= handler.max_version:
-            if prefix.api_key == ApiKey.API_VERSIONS:
+            if prefix.api_key == _API_VERSIONS:
                 # KIP-511: answer a too-new ApiVersions in the v0 format so the client can
                 # learn our range and retry.
                 slot.frame = encode_response(
@@ -765,10 +770,10 @@ class Connection:
         header: RequestHeaderV1 | RequestHeaderV2 | DecodedHeader
         request: RequestPayload
         try:
-            if prefix.api_key == ApiKey.PRODUCE:
+            if prefix.api_key == _PRODUCE:
                 header, request = decode_produce_request(frame, prefix.api_version)
             elif (
-                prefix.api_key == ApiKey.FETCH
+                prefix.api_key == _FETCH
                 and fetch_codec.FIRST_VERSION <= prefix.api_version <= fetch_codec.LAST_VERSION
             ):
                 header, request = decode_fetch_request(frame, prefix.api_version)

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeAlias, TypeVar
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -259,18 +258,24 @@ class BrokerIdentity:
 _Answer = TypeVar("_Answer", covariant=True)
 
 
-@dataclass(slots=True, eq=False)
+# The answer shapes, the request context and the services are plain classes, not dataclasses:
+# this module is compiled (broker/compiled.py), and mypyc cannot make a generic dataclass a
+# native class; as native classes, each is made and read without a Python-level call.
+
+
 class Later(Generic[_Answer]):
     """A handler's answer that is not ready when the handler returns: awaiting `answer`
     gives it (the connection runs that in a task of its own). `begun`: the request already
     took effect as far as it does before its first wait (`serve_now` did that part); if
     not, the task must start before the next request of the connection does."""
 
-    answer: Awaitable[_Answer]
-    begun: bool = True
+    __slots__ = ("answer", "begun")
+
+    def __init__(self, answer: Awaitable[_Answer], begun: bool = True) -> None:
+        self.answer = answer
+        self.begun = begun
 
 
-@dataclass(slots=True, eq=False)
 class Subscribed(Generic[_Answer]):
     """A handler's answer decided by a callback instead of a task: `subscribe(done)`
     arranges for `done()` to be called once, perhaps at once, from whatever code decides
@@ -279,18 +284,29 @@ class Subscribed(Generic[_Answer]):
     `subscribe` may return a function that cancels the wait (its connection ended): `done`
     is then not called; without one the wait ends by itself (a deadline of its own)."""
 
-    subscribe: Callable[[Callable[[], None]], Callable[[], None] | None]
-    answer: Callable[[], _Answer]
+    __slots__ = ("subscribe", "answer")
+
+    def __init__(
+        self,
+        subscribe: Callable[[Callable[[], None]], Callable[[], None] | None],
+        answer: Callable[[], _Answer],
+    ) -> None:
+        self.subscribe = subscribe
+        self.answer = answer
 
 
-@dataclass(slots=True, eq=False)
 class Deferred(Generic[_Answer]):
     """A handler's answer decided once the batches it proposed are written: requests read
     together are written together (group commit). The caller runs the replica manager's
     `write_proposed` before it lets any other task run, then `settle`, which gives the
     answer or `Later`."""
 
-    settle: Callable[[], _Answer | Later[_Answer] | Subscribed[_Answer]]
+    __slots__ = ("settle",)
+
+    def __init__(
+        self, settle: Callable[[], _Answer | Later[_Answer] | Subscribed[_Answer]]
+    ) -> None:
+        self.settle = settle
 
 
 class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
@@ -329,54 +345,143 @@ class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
         ...
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class BrokerServices(Generic[GroupsT, TransactionsT]):
-    """Everything of its broker a handler may use."""
+    """Everything of its broker a handler may use (made once per broker; read-only)."""
 
-    config: BrokerConfig
-    identity: BrokerIdentity
-    topics: TopicsView
-    controller: ControllerClient
-    groups: GroupsT
-    producer_ids: ProducerIdSource
-    # api key -> handler: what ApiVersions advertises and the connection dispatches to.
-    handlers: Mapping[ApiKey, ApiEndpoint[GroupsT, TransactionsT]]
-    # Counted per request, per produced batch and per fetched partition.
-    metrics: BrokerMetrics
-    # SASL: enabled mechanisms, PLAIN users, SCRAM credentials, failure delays.
-    authenticator: Authenticator
-    # The transaction coordinator (transactional ids, their transactions and markers).
-    transactions: TransactionsT
-    # ACL checks (allows everything unless `authorizer.class.name` is set).
-    authorizer: Authorizer
-    # The one source of time for connections and handlers.
-    clock: Clock
-    # The data path: appends, fetches, DeleteRecords and markers of the hosted partitions.
-    replica_manager: ReplicaManager
-    # Consumers' incremental fetch sessions (KIP-227).
-    fetch_sessions: FetchSessionCache
-    # Fetches long-polling for data, woken by one task (`LongPolls.run`, which the broker
-    # runs).
-    long_polls: LongPolls
-    # Told each client connection's `ClientSession` when the connection closes (what was
-    # bound to the connection, such as share sessions, ends with it).
-    connection_closed: list[Callable[[ClientSession], None]] = field(default_factory=list)
+    __slots__ = (
+        "config",
+        "identity",
+        "topics",
+        "controller",
+        "groups",
+        "producer_ids",
+        "handlers",
+        "metrics",
+        "authenticator",
+        "transactions",
+        "authorizer",
+        "clock",
+        "replica_manager",
+        "fetch_sessions",
+        "long_polls",
+        "connection_closed",
+    )
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        identity: BrokerIdentity,
+        topics: TopicsView,
+        controller: ControllerClient,
+        groups: GroupsT,
+        producer_ids: ProducerIdSource,
+        handlers: Mapping[ApiKey, ApiEndpoint[GroupsT, TransactionsT]],
+        metrics: BrokerMetrics,
+        authenticator: Authenticator,
+        transactions: TransactionsT,
+        authorizer: Authorizer,
+        clock: Clock,
+        replica_manager: ReplicaManager,
+        fetch_sessions: FetchSessionCache,
+        long_polls: LongPolls,
+        connection_closed: list[Callable[[ClientSession], None]] | None = None,
+    ) -> None:
+        self.config: Final = config
+        self.identity: Final = identity
+        self.topics: Final = topics
+        self.controller: Final = controller
+        self.groups: Final = groups
+        self.producer_ids: Final = producer_ids
+        # api key -> handler: what ApiVersions advertises and the connection dispatches to.
+        self.handlers: Final = handlers
+        # Counted per request, per produced batch and per fetched partition.
+        self.metrics: Final = metrics
+        # SASL: enabled mechanisms, PLAIN users, SCRAM credentials, failure delays.
+        self.authenticator: Final = authenticator
+        # The transaction coordinator (transactional ids, their transactions and markers).
+        self.transactions: Final = transactions
+        # ACL checks (allows everything unless `authorizer.class.name` is set).
+        self.authorizer: Final = authorizer
+        # The one source of time for connections and handlers.
+        self.clock: Final = clock
+        # The data path: appends, fetches, DeleteRecords and markers of the hosted partitions.
+        self.replica_manager: Final = replica_manager
+        # Consumers' incremental fetch sessions (KIP-227).
+        self.fetch_sessions: Final = fetch_sessions
+        # Fetches long-polling for data, woken by one task (`LongPolls.run`, which the
+        # broker runs).
+        self.long_polls: Final = long_polls
+        # Told each client connection's `ClientSession` when the connection closes (what
+        # was bound to the connection, such as share sessions, ends with it).
+        self.connection_closed: Final[list[Callable[[ClientSession], None]]] = (
+            [] if connection_closed is None else connection_closed
+        )
+
+    def replace(self, **changes: Any) -> BrokerServices[GroupsT, TransactionsT]:
+        """A copy with the services named in `changes` swapped (a test substitutes one)."""
+        unknown = changes.keys() - _SERVICE_NAMES
+        if unknown:
+            raise TypeError(f"BrokerServices has no {', '.join(sorted(unknown))}")
+        current = {name: getattr(self, name) for name in _SERVICE_NAMES}
+        return BrokerServices(**(current | changes))
 
 
-@dataclass(slots=True, eq=False)
+#: `BrokerServices`' fields (as its `__init__` names them).
+_SERVICE_NAMES: Final = frozenset(
+    {
+        "config",
+        "identity",
+        "topics",
+        "controller",
+        "groups",
+        "producer_ids",
+        "handlers",
+        "metrics",
+        "authenticator",
+        "transactions",
+        "authorizer",
+        "clock",
+        "replica_manager",
+        "fetch_sessions",
+        "long_polls",
+        "connection_closed",
+    }
+)
+
+
 class RequestContext(Generic[GroupsT, TransactionsT]):
-    """What a handler may know about the request it serves. Handlers only read it (not
-    frozen: one is made per request, and a frozen dataclass's constructor costs several
-    times a plain one's)."""
+    """What a handler may know about the request it serves. Handlers only read it (one is
+    made per request)."""
 
-    services: BrokerServices[GroupsT, TransactionsT]
-    header: RequestHeaderV1 | RequestHeaderV2 | DecodedHeader
-    api_key: int
-    api_version: int
-    client_host: str
-    client_port: int
-    # The connection's security state (None only for requests made outside a connection).
-    session: ClientSession | None = None
+    __slots__ = (
+        "services",
+        "header",
+        "api_key",
+        "api_version",
+        "client_host",
+        "client_port",
+        "session",
+    )
+
+    def __init__(
+        self,
+        services: BrokerServices[GroupsT, TransactionsT],
+        header: RequestHeaderV1 | RequestHeaderV2 | DecodedHeader,
+        api_key: int,
+        api_version: int,
+        client_host: str,
+        client_port: int,
+        # The connection's security state (None only for requests made outside a connection).
+        session: ClientSession | None = None,
+    ) -> None:
+        self.services = services
+        self.header = header
+        self.api_key = api_key
+        self.api_version = api_version
+        self.client_host = client_host
+        self.client_port = client_port
+        self.session = session
 
     @property
     def principal(self) -> Principal:

@@ -35,6 +35,7 @@ FETCH_KEY = 1
 E = TypeVar("E")
 
 _PREFIX: Final = struct.Struct(">hhi")
+_PREFIX_BYTES: Final[int] = _PREFIX.size
 _SIZE = struct.Struct(">i")
 
 
@@ -63,7 +64,7 @@ class EncodedResponse:
 
 
 def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
-    if len(frame) < _PREFIX.size:
+    if len(frame) < _PREFIX_BYTES:
         raise FrameError(f"frame of {len(frame)} bytes is shorter than a request header")
     return _new_prefix(RequestPrefix, _PREFIX.unpack_from(frame, 0))
 

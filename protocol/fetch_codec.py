@@ -50,8 +50,8 @@ from raftka.protocol.frame_reading import (
 
 #: Fetch v4 (the first with the last stable offset and aborted transactions) to v12 (the last
 #: that names topics; v13 names them by id).
-FIRST_VERSION = 4
-LAST_VERSION = 12
+FIRST_VERSION: Final = 4
+LAST_VERSION: Final = 12
 #: Fetch v12 uses compact lengths and tagged fields (KIP-482).
 FIRST_FLEXIBLE_VERSION = 12
 

@@ -14,6 +14,7 @@ from typing import Final
 from raftka.protocol.api import FrameError
 
 _HEADER: Final = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_HEADER_BYTES: Final[int] = _HEADER.size
 
 
 @dataclass(slots=True, init=False)
@@ -113,12 +114,12 @@ def read_header(
     """The request header (v1, or v2 when `flexible`) of a frame that must be `api_name`
     (`api_key`) of `version`, and the position of the body after it."""
     end = len(frame)
-    if end < _HEADER.size:
+    if end < _HEADER_BYTES:
         raise FrameError(f"frame of {end} bytes is shorter than a request header")
     key, api_version, correlation_id, length = _HEADER.unpack_from(frame, 0)
     if key != api_key or api_version != version:
         raise FrameError(f"api key {key} v{api_version} is not {api_name} v{version}")
-    pos = _HEADER.size
+    pos = _HEADER_BYTES
     if length == -1:
         client_id = None
     elif 0 <= length <= end - pos:

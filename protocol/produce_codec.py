@@ -96,6 +96,11 @@ _ACKS_TIMEOUT: Final = struct.Struct(">hi")
 _ACKS_TIMEOUT_COUNT: Final = struct.Struct(">hii")  # v3-v8: and the topic count
 _INDEX_SIZE: Final = struct.Struct(">ii")  # v3-v8: partition index, records length
 _INDEX_BYTE: Final = struct.Struct(">iB")  # v9+: partition index, first byte of the records length
+# Their sizes as native ints: a Struct's `.size` is an attribute lookup each time.
+_ACKS_TIMEOUT_BYTES: Final[int] = _ACKS_TIMEOUT.size
+_ACKS_TIMEOUT_COUNT_BYTES: Final[int] = _ACKS_TIMEOUT_COUNT.size
+_INDEX_SIZE_BYTES: Final[int] = _INDEX_SIZE.size
+_INDEX_BYTE_BYTES: Final[int] = _INDEX_BYTE.size
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)  # a product of it is exact, unlike a float
 
 # The fewest bytes an array element can take, so a count is refused before any loop:
@@ -139,10 +144,10 @@ def _legacy_body(frame: bytes, pos: int, end: int) -> ProduceData:
         pos += length
     else:
         raise bad_length("transactional_id", length, pos, end)
-    if pos + _ACKS_TIMEOUT_COUNT.size > end:
+    if pos + _ACKS_TIMEOUT_COUNT_BYTES > end:
         raise truncated("acks, timeout_ms and topic_data", pos, end)
     acks, timeout_ms, topic_count = _ACKS_TIMEOUT_COUNT.unpack_from(frame, pos)
-    pos += _ACKS_TIMEOUT_COUNT.size
+    pos += _ACKS_TIMEOUT_COUNT_BYTES
     if not 0 <= topic_count <= (end - pos) // _LEGACY_TOPIC_BYTES:
         raise bad_count("topic_data", topic_count, pos, end)
     topics: list[ProduceTopicData] = []
@@ -163,10 +168,10 @@ def _legacy_body(frame: bytes, pos: int, end: int) -> ProduceData:
             raise bad_count("partition_data", partition_count, pos, end)
         partitions: list[ProducePartitionData] = []
         for _ in range(partition_count):
-            if pos + _INDEX_SIZE.size > end:
+            if pos + _INDEX_SIZE_BYTES > end:
                 raise truncated("partition", pos, end)
             index, size = _INDEX_SIZE.unpack_from(frame, pos)
-            pos += _INDEX_SIZE.size
+            pos += _INDEX_SIZE_BYTES
             if size == -1:
                 records = None
             elif 0 <= size <= end - pos:
@@ -195,10 +200,10 @@ def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
         pos += length
     else:
         raise bad_length("transactional_id", length, pos, end)
-    if pos + _ACKS_TIMEOUT.size > end:
+    if pos + _ACKS_TIMEOUT_BYTES > end:
         raise truncated("acks and timeout_ms", pos, end)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
-    pos += _ACKS_TIMEOUT.size
+    pos += _ACKS_TIMEOUT_BYTES
     topic_count, pos = compact_count(frame, pos, end, "topic_data", _COMPACT_TOPIC_BYTES)
     topics: list[ProduceTopicData] = []
     for _ in range(topic_count):
@@ -217,10 +222,10 @@ def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
         )
         partitions: list[ProducePartitionData] = []
         for _ in range(partition_count):
-            if pos + _INDEX_BYTE.size > end:
+            if pos + _INDEX_BYTE_BYTES > end:
                 raise truncated("partition", pos, end)
             index, size = _INDEX_BYTE.unpack_from(frame, pos)
-            pos += _INDEX_BYTE.size
+            pos += _INDEX_BYTE_BYTES
             if size < 0x80:
                 size -= 1
             elif pos < end and frame[pos] < 0x80:  # a batch of 127 B to 16 KiB, the usual
@@ -277,6 +282,7 @@ class PartitionAnswer(Protocol):
 TopicAnswers: TypeAlias = Sequence[tuple[str, Sequence[tuple[int, PartitionAnswer]]]]
 
 _SIZE_CORRELATION: Final = struct.Struct(">ii")
+_SIZE_CORRELATION_BYTES: Final[int] = _SIZE_CORRELATION.size
 _INT16_LENGTH: Final = struct.Struct(">h")
 _INT32_COUNT: Final = struct.Struct(">i")
 _NULL_INT16_STRING: Final = b"\xff\xff"
@@ -312,7 +318,7 @@ def encode_produce_response(correlation_id: int, version: int, answers: TopicAns
         raise ValueError(f"Produce v{version} is not encoded here")
     if version >= FIRST_FLEXIBLE_VERSION:
         return _compact_response(correlation_id, answers)
-    out = bytearray(_SIZE_CORRELATION.size)
+    out = bytearray(_SIZE_CORRELATION_BYTES)
     out += _INT32_COUNT.pack(len(answers))
     with_start_offset = version >= 5
     with_record_errors = version >= 8
@@ -363,7 +369,7 @@ def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
             index, answer = partitions[0]
             if not answer.record_errors and answer.error_message is None:
                 return _one_partition_response(correlation_id, name, index, answer)
-    out = bytearray(_SIZE_CORRELATION.size)
+    out = bytearray(_SIZE_CORRELATION_BYTES)
     out += b"\x00"  # the response header's tagged fields
     out += encode_uvarint(len(answers) + 1)
     for name, partitions in answers:

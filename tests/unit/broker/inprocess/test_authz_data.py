@@ -247,7 +247,7 @@ def test_produce_does_not_tell_a_refused_client_whether_a_topic_exists(broker: B
 
 def test_produce_asks_once_per_topic_however_many_partitions(broker: Broker) -> None:
     counting = CountingAuthorizer(broker.authorizer)
-    services = dataclasses.replace(broker.services, authorizer=counting)
+    services = broker.services.replace(authorizer=counting)
     allow(broker, Op.WRITE, Res.TOPIC, TOPIC)
     request = produce_request({TOPIC: [0, 1, 2], OTHER: [0, 1, 2]}, plain_batch())
     call(broker, 0, 9, request, services=services)
@@ -311,7 +311,7 @@ def test_fetch_needs_read_and_returns_nothing_of_a_refused_topic(broker: Broker)
     call(broker, 0, 9, produce_request({TOPIC: [0], OTHER: [0]}, plain_batch()), user="admin")
     allow(broker, Op.READ, Res.TOPIC, TOPIC)
     counting = CountingAuthorizer(broker.authorizer)
-    services = dataclasses.replace(broker.services, authorizer=counting)
+    services = broker.services.replace(authorizer=counting)
     response = call(broker, 1, 12, fetch_request(TOPIC, OTHER, "unknown"), services=services)
     by_topic = {t.topic: t.partitions for t in response.responses}
     assert {p.error_code for p in by_topic[TOPIC]} == {ErrorCode.none}
@@ -474,7 +474,7 @@ def test_offset_fetch_hides_the_offsets_of_topics_the_principal_may_not_describe
         (OTHER, 0): OffsetValue(9, -1, "", 0),
     }
     groups = Offsets(stored)
-    services = dataclasses.replace(broker.services, groups=groups)  # type: ignore[arg-type]
+    services = broker.services.replace(groups=groups)  # type: ignore[arg-type]
     allow(broker, Op.DESCRIBE, Res.GROUP, "g")
     allow(broker, Op.DESCRIBE, Res.TOPIC, TOPIC)
 
@@ -530,7 +530,7 @@ class Described:
 
 def test_describe_groups_per_group_and_its_authorized_operations(broker: Broker) -> None:
     groups = Described()
-    services = dataclasses.replace(broker.services, groups=groups)  # type: ignore[arg-type]
+    services = broker.services.replace(groups=groups)  # type: ignore[arg-type]
     allow(broker, Op.READ, Res.GROUP, "g")
     response = call(
         broker,
@@ -592,7 +592,7 @@ def test_list_groups_shows_only_describable_groups_and_delete_needs_delete(
     broker: Broker,
 ) -> None:
     groups = Listed("alice-1", "alice-2", "bob-1")
-    services = dataclasses.replace(broker.services, groups=groups)  # type: ignore[arg-type]
+    services = broker.services.replace(groups=groups)  # type: ignore[arg-type]
     allow(broker, Op.READ, Res.GROUP, "alice-", pattern=PatternType.PREFIXED)
     listed = call(broker, 16, 4, ListGroupsRequest(), services=services)
     assert [g.group_id for g in listed.groups] == ["alice-1", "alice-2"]
@@ -613,7 +613,7 @@ def test_list_groups_shows_only_describable_groups_and_delete_needs_delete(
 
 def test_offset_delete_needs_delete_on_the_group_and_read_on_topics(broker: Broker) -> None:
     groups = Listed()
-    services = dataclasses.replace(broker.services, groups=groups)  # type: ignore[arg-type]
+    services = broker.services.replace(groups=groups)  # type: ignore[arg-type]
     request = offset_delete_v0.OffsetDeleteRequest(
         group_id="g",
         topics=tuple(
@@ -785,7 +785,7 @@ class Transactions:
 
 
 def test_transactions_are_described_and_listed_only_where_allowed(broker: Broker) -> None:
-    services = dataclasses.replace(broker.services, transactions=Transactions())  # type: ignore[arg-type]
+    services = broker.services.replace(transactions=Transactions())  # type: ignore[arg-type]
     request = DescribeTransactionsRequest(transactional_ids=("tx-a", "tx-b"))
     allow(broker, Op.DESCRIBE, Res.TRANSACTIONAL_ID, "tx-a")
     allow(broker, Op.READ, Res.TOPIC, TOPIC)

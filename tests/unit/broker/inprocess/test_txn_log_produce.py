@@ -4,7 +4,6 @@ and that the producer checks run again after the await."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import threading
 from collections.abc import Awaitable, Callable
@@ -77,7 +76,7 @@ def broker(tmp_path: Path) -> Broker:
 
 
 def services_with(broker: Broker, coordinator: Coordinator) -> BrokerServices:
-    return dataclasses.replace(broker.services, transactions=coordinator)
+    return broker.services.replace(transactions=coordinator)
 
 
 def _header() -> RequestHeader:
@@ -251,7 +250,7 @@ class _NoTopicLookups:
 
 
 def test_non_transactional_request_skips_the_transactional_checks(broker: Broker) -> None:
-    services = dataclasses.replace(broker.services, topics=_NoTopicLookups())
+    services = broker.services.replace(topics=_NoTopicLookups())
     context = RequestContext(services, _header(), 0, 9, "127.0.0.1", 1)
     plain = build_batch([(None, b"v")], 0, producer_id=PID, producer_epoch=0, base_sequence=0)
     request = ProduceRequest(
