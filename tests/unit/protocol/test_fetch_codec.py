@@ -9,6 +9,7 @@ truncation and any mutation is refused with FrameError or decoded as kio decodes
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import struct
@@ -450,5 +451,57 @@ def test_a_mutated_frame_is_refused_or_decoded_as_kio_decodes_it(
 ) -> None:
     version, frame = version_frame
     assert_refused_or_decoded_as_kio(
-        mutate(frame, data), lambda mutated: _decode_as_kio(mutated, version)
+        mutate(frame, data),
+        lambda mutated: _decode_as_kio(mutated, version),
+        _kafka_accepts_a_null_cluster_id,
+    )
+
+
+def _kafka_accepts_a_null_cluster_id(kio_refusal: str, decoded: tuple[Any, Any]) -> bool:
+    """kio refuses a null ClusterId (the tagged field 0 of Fetch v12+), which Kafka's schema
+    makes nullable (`nullableVersions: 12+`): `test_a_null_cluster_id_is_accepted`."""
+    return "Unexpectedly read null" in kio_refusal and decoded[1].cluster_id is None
+
+
+def test_a_null_cluster_id_is_accepted() -> None:
+    """FetchRequest's ClusterId is nullable from v12 (`"nullableVersions": "12+"` in Kafka's
+    FetchRequest.json), written null as a compact string of length -1 (a 0 byte)."""
+    module = schema_module(request_type(1, LAST_VERSION))
+    request = module.FetchRequest(
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        max_bytes=1024,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            module.FetchTopic(
+                topic="t",
+                partitions=(
+                    module.FetchPartition(
+                        partition=0,
+                        fetch_offset=5,
+                        partition_max_bytes=1024,
+                        log_start_offset=-1,
+                        current_leader_epoch=-1,
+                        last_fetched_epoch=-1,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+        cluster_id="c",
+    )
+    frame = _header(LAST_VERSION, 7, None) + _flexible_body(request, lambda _: [])
+    # The body ends with its tagged fields: one (tag 0, 2 bytes: the compact string "c").
+    assert frame.endswith(b"\x01\x00\x02\x02c")
+    null_frame = frame[: -len(b"\x01\x00\x02\x02c")] + b"\x01\x00\x01\x00"
+    with pytest.raises(FrameError, match="Unexpectedly read null"):
+        kio_decode(null_frame)  # kio's own refusal, not Kafka's
+    _, decoded = decode_fetch_request(null_frame, LAST_VERSION)
+    assert decoded.cluster_id is None
+    assert _decode_as_kio(null_frame, LAST_VERSION)[1] == dataclasses.replace(
+        request, cluster_id=None
     )
