@@ -70,24 +70,29 @@ class ProduceTopicData:
 @dataclass(slots=True, init=False)
 class ProduceData:
     """A Produce request v3-v12 with kio's field names (`transactional_id` None when
-    null; `timeout` as kio gives it, a timedelta)."""
+    null; `timeout` as kio gives it, a timedelta, made when asked for: the handler reads
+    `timeout_ms`)."""
 
     transactional_id: str | None
     acks: int
-    timeout: datetime.timedelta
+    timeout_ms: int
     topic_data: tuple[ProduceTopicData, ...]
 
     def __init__(
         self,
         transactional_id: str | None,
         acks: int,
-        timeout: datetime.timedelta,
+        timeout_ms: int,
         topic_data: tuple[ProduceTopicData, ...],
     ) -> None:
         self.transactional_id = transactional_id
         self.acks = acks
-        self.timeout = timeout
+        self.timeout_ms = timeout_ms
         self.topic_data = topic_data
+
+    @property
+    def timeout(self) -> datetime.timedelta:
+        return _ONE_MS * self.timeout_ms
 
 
 _INT16: Final = struct.Struct(">h")
@@ -181,7 +186,7 @@ def _legacy_body(frame: bytes, pos: int, end: int) -> ProduceData:
                 raise bad_length("records", size, pos, end)
             partitions.append(ProducePartitionData(index, records))
         topics.append(ProduceTopicData(name, tuple(partitions)))
-    return ProduceData(transactional_id, acks, _ONE_MS * timeout_ms, tuple(topics))
+    return ProduceData(transactional_id, acks, timeout_ms, tuple(topics))
 
 
 def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
@@ -202,7 +207,13 @@ def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
         raise bad_length("transactional_id", length, pos, end)
     if pos + _ACKS_TIMEOUT_BYTES > end:
         raise truncated("acks and timeout_ms", pos, end)
-    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
+    # Read byte by byte: natively, where `_ACKS_TIMEOUT.unpack_from` is a method call.
+    acks = frame[pos] << 8 | frame[pos + 1]
+    if acks >= 0x8000:
+        acks -= 0x10000
+    timeout_ms = frame[pos + 2] << 24 | frame[pos + 3] << 16 | frame[pos + 4] << 8 | frame[pos + 5]
+    if timeout_ms >= 0x80000000:
+        timeout_ms -= 0x100000000
     pos += _ACKS_TIMEOUT_BYTES
     topic_count, pos = compact_count(frame, pos, end, "topic_data", _COMPACT_TOPIC_BYTES)
     topics: list[ProduceTopicData] = []
@@ -255,7 +266,7 @@ def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
         pos += 1
     else:
         pos = skip_tagged_fields(frame, pos, end, "ProduceRequest")
-    return ProduceData(transactional_id, acks, _ONE_MS * timeout_ms, tuple(topics))
+    return ProduceData(transactional_id, acks, timeout_ms, tuple(topics))
 
 
 class PartitionAnswer(Protocol):

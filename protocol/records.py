@@ -164,7 +164,8 @@ def read_batch_header(buf: Buffer, pos: int = 0, position: int = -1) -> BatchHea
     Does not check magic, length or CRC; see `validate_produce_records` and `scan_batches`.
     """
     at = pos if position < 0 else position
-    return _new_header(BatchHeader, (at, *_HEADER.unpack_from(buf, pos)))
+    # One concatenation: `(at, *fields)` builds a list and converts it.
+    return _new_header(BatchHeader, (at,) + _HEADER.unpack_from(buf, pos))
 
 
 def batch_crc(buf: Buffer, pos: int, size_bytes: int) -> int:
@@ -224,7 +225,7 @@ def validate_produce_records(
             )
         if batch_length < MIN_BATCH_LENGTH:
             raise InvalidRecords(CORRUPT_MESSAGE, f"batch length {batch_length} at byte {pos}")
-        header = _new_header(BatchHeader, (pos, *_HEADER.unpack_from(view, pos)))
+        header = _new_header(BatchHeader, (pos,) + _HEADER.unpack_from(view, pos))
         if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
             raise InvalidRecords(CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {pos}")
         _check_batch_fields(header, produce_version, restore)

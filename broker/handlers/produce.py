@@ -40,7 +40,7 @@ from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.services import Deferred, Later, Subscribed
 from raftka.log.validation import ATTRIBUTES_LOW_BYTE
 from raftka.protocol.api import EncodedResponse, build
-from raftka.protocol.produce_codec import encode_produce_response
+from raftka.protocol.produce_codec import ProduceData, encode_produce_response
 from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
     MAGIC_OFFSET,
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from raftka.broker.handlers.context import RequestContext
     from raftka.broker.topics import Partition
     from raftka.protocol.messages.requests import ProduceRequest as KioProduceRequest
-    from raftka.protocol.produce_codec import ProduceData
 
     #: As the connection decodes it (`ProduceData`), or as kio does (in-process callers).
     ProduceRequest = ProduceData | KioProduceRequest
@@ -219,7 +218,9 @@ def start_produce(
     pending = services.replica_manager.start_append(
         AppendOrigin.CLIENT,
         request.acks,
-        request.timeout.total_seconds(),
+        request.timeout_ms / 1000
+        if isinstance(request, ProduceData)
+        else request.timeout.total_seconds(),
         appends,
         produce_version=context.api_version,
         client=context.client_host,
