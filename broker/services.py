@@ -348,25 +348,6 @@ class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
 class BrokerServices(Generic[GroupsT, TransactionsT]):
     """Everything of its broker a handler may use (made once per broker; read-only)."""
 
-    __slots__ = (
-        "config",
-        "identity",
-        "topics",
-        "controller",
-        "groups",
-        "producer_ids",
-        "handlers",
-        "metrics",
-        "authenticator",
-        "transactions",
-        "authorizer",
-        "clock",
-        "replica_manager",
-        "fetch_sessions",
-        "long_polls",
-        "connection_closed",
-    )
-
     def __init__(
         self,
         *,
