@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeAlias, TypeVar, cast
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -343,6 +343,67 @@ class ApiEndpoint(Protocol[_GroupsIn, _TransactionsIn]):
         served one after the other take effect in that order. The answer may be a response
         that encodes itself (`EncodedResponse`), which `serve` gives as the kio entity."""
         ...
+
+
+#: The coordinators an `ApiHandler`'s functions take in their context (handlers/context.py).
+_Groups = TypeVar("_Groups")
+_Transactions = TypeVar("_Transactions")
+#: The request entities one handler serves: a union of kio's versions of one API's request.
+_Req = TypeVar("_Req")
+#: What the handler answers: kio's response entities (or a spliced Fetch response, or None
+#: for no response at all).
+_Resp = TypeVar("_Resp", bound="ResponsePayload | SplicedResponse | None")
+#: What the handler's `start` answers: as `_Resp`, or a response that encodes itself.
+_Now = TypeVar("_Now", bound="ResponsePayload | SplicedResponse | EncodedResponse | None")
+
+#: Whatever `ApiEndpoint.serve_now` answers.
+_ServedNow: TypeAlias = (
+    "ResponsePayload | SplicedResponse | EncodedResponse | None"
+    " | Later[ResponsePayload | SplicedResponse | EncodedResponse | None]"
+    " | Deferred[ResponsePayload | SplicedResponse | EncodedResponse | None]"
+    " | Subscribed[ResponsePayload | SplicedResponse | EncodedResponse | None]"
+)
+
+
+class ApiHandler(Generic[_Groups, _Transactions, _Req, _Resp, _Now]):
+    """One API's handler and the versions of it this broker serves: the `ApiEndpoint` of
+    the broker's handler table (broker/handlers/__init__.py). A native class of this
+    compiled module, so the connection's call of `serve_now` for every request runs no
+    interpreted frame. `start`: `handle` split where it first waits (see
+    `ApiEndpoint.serve_now`); None: `handle` is all."""
+
+    __slots__ = ("min_version", "max_version", "handle", "start")
+
+    def __init__(
+        self,
+        min_version: int,
+        max_version: int,
+        handle: Callable[[RequestContext[_Groups, _Transactions], _Req], Awaitable[_Resp]],
+        start: Callable[
+            [RequestContext[_Groups, _Transactions], _Req],
+            _Now | Later[_Now] | Deferred[_Now] | Subscribed[_Now],
+        ]
+        | None = None,
+    ) -> None:
+        self.min_version: Final = min_version
+        self.max_version: Final = max_version
+        self.handle: Final = handle
+        self.start: Final = start
+
+    def serve_now(
+        self, context: RequestContext[_Groups, _Transactions], request: RequestPayload
+    ) -> _ServedNow:
+        # The connection decodes `request` by this handler's API key and a version in its
+        # range, so it is one of the versions `handle` takes.
+        start = self.start
+        if start is not None:
+            return start(context, cast("_Req", request))
+        return Later(self.handle(context, cast("_Req", request)), begun=False)
+
+    def serve(
+        self, context: RequestContext[_Groups, _Transactions], request: RequestPayload
+    ) -> Awaitable[ResponsePayload | SplicedResponse | None]:
+        return self.handle(context, cast("_Req", request))
 
 
 class BrokerServices(Generic[GroupsT, TransactionsT]):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from typing import TYPE_CHECKING
 
 from raftka.broker.handlers import (
     acls,
@@ -32,60 +31,11 @@ from raftka.broker.handlers import (
     txn,
     txn_markers,
 )
-from raftka.broker.services import Deferred, Later, Subscribed
+from raftka.broker.services import ApiHandler
 from raftka.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
-    from kio.static.protocol import ResponsePayload
-
-    from raftka.broker.handlers.context import ApiEndpoint, RequestContext
-    from raftka.broker.services import RequestPayload
-    from raftka.protocol.api import EncodedResponse
-    from raftka.protocol.splice import SplicedResponse
-
-#: The request entities one handler serves: a union of kio's versions of one API's request.
-Req = TypeVar("Req")
-#: What the handler answers: kio's response entities (or a spliced Fetch response, or None
-#: for no response at all).
-Resp = TypeVar("Resp", bound="ResponsePayload | SplicedResponse | None")
-#: What the handler's `start` answers: as `Resp`, or a response that encodes itself.
-Now = TypeVar("Now", bound="ResponsePayload | SplicedResponse | EncodedResponse | None")
-
-
-@dataclass(frozen=True, slots=True)
-class ApiHandler(Generic[Req, Resp, Now]):
-    """One API's handler and the versions of it this broker serves."""
-
-    min_version: int
-    max_version: int
-    handle: Callable[[RequestContext, Req], Awaitable[Resp]]
-    #: `handle` split where it first waits (see `ApiEndpoint.serve_now`); None: `handle`.
-    start: (
-        Callable[[RequestContext, Req], Now | Later[Now] | Deferred[Now] | Subscribed[Now]] | None
-    ) = None
-
-    def serve_now(
-        self, context: RequestContext, request: RequestPayload
-    ) -> (
-        ResponsePayload
-        | SplicedResponse
-        | EncodedResponse
-        | None
-        | Later[ResponsePayload | SplicedResponse | EncodedResponse | None]
-        | Deferred[ResponsePayload | SplicedResponse | EncodedResponse | None]
-        | Subscribed[ResponsePayload | SplicedResponse | EncodedResponse | None]
-    ):
-        if self.start is not None:
-            return self.start(context, cast(Req, request))
-        return Later(self.handle(context, cast(Req, request)), begun=False)
-
-    def serve(
-        self, context: RequestContext, request: RequestPayload
-    ) -> Awaitable[ResponsePayload | SplicedResponse | None]:
-        # The connection decodes `request` by this handler's API key and a version in its
-        # range, so it is one of the versions `handle` takes.
-        return self.handle(context, cast(Req, request))
-
+    from raftka.broker.handlers.context import ApiEndpoint
 
 # api key → handler; ApiVersions advertises exactly these ranges.
 HANDLERS: Mapping[ApiKey, ApiEndpoint] = MappingProxyType(
