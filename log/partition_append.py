@@ -155,8 +155,9 @@ class PartitionAppend(PartitionFlush):
         now_ms: int | None = None,
     ) -> AppendInfo:
         """Append batches that already carry offsets and epochs (a follower copying its
-        leader). They must start at `log_end_offset` and be contiguous, else
-        NonContiguousAppend and nothing is written. `now_ms` drives segment.ms rolling.
+        leader), `headers` as read from `records`. They must start at `log_end_offset` and
+        be contiguous, else NonContiguousAppend and nothing is written. `now_ms` drives
+        segment.ms rolling.
         """
         if not headers:
             raise ValueError("append needs at least one batch")
@@ -178,7 +179,7 @@ class PartitionAppend(PartitionFlush):
             self._clock_ms = now_ms
         now = self._clock_ms
         self._roll_if_due(size, expected - 1, max_timestamp, now)
-        self.segments[-1].append(records, headers, first_offset)
+        self.segments[-1].append(records, headers, first_offset, as_stored=True)
         self.log_end_offset = expected
         self._update_producer_state(records, headers, first_offset, -1)
         self._unflushed_messages += expected - first_offset

@@ -25,6 +25,9 @@ from .errors import LogInvariantError
 from .index import OffsetIndex, TimeIndex
 from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
+#: A header from its fields without the NamedTuple's Python-level `__new__`.
+_new_header: Final = tuple.__new__
+
 OFFSET_INDEX_ENTRY_BYTES = 8
 TIME_INDEX_ENTRY_BYTES = 12
 #: Largest offset distance from a segment's base that its int32 relative offsets can hold.
@@ -104,11 +107,15 @@ class LogSegment:
         headers: Sequence[BatchHeader],
         first_offset: int,
         log_append_time_ms: int = -1,
+        *,
+        as_stored: bool = False,
     ) -> None:
         """Write `data` (exactly the batches `headers` describe) with one system call.
 
         Batches take consecutive offsets from `first_offset`, which must be `next_offset`;
-        `log_append_time_ms` >= 0 overrides their max timestamps. Raises LogInvariantError
+        `log_append_time_ms` >= 0 overrides their max timestamps. `as_stored`: `headers`
+        were read from `data` itself (offsets and epochs as written), so the segment keeps
+        them for its readers instead of reading them again. Raises LogInvariantError
         (nothing written) when the offsets do not continue the segment or do not fit its
         int32 relative offsets. On a failed write, or an index entry refused after it, the
         file is cut back, so the segment stays as it was.
@@ -150,7 +157,10 @@ class LogSegment:
         for header in headers[-RECENT_BATCHES:]:
             # As written (the offsets and epoch assigned), as a pread would find it.
             at = position + header.position
-            recent[at] = read_batch_header(view, header.position, at)
+            if as_stored:
+                recent[at] = _new_header(BatchHeader, (at,) + header[1:])
+            else:
+                recent[at] = read_batch_header(view, header.position, at)
         while len(recent) > RECENT_BATCHES:
             del recent[next(iter(recent))]
 

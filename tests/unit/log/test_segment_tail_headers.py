@@ -10,7 +10,7 @@ from batches import encode_batch
 
 from raftka.log import LogConfig, PartitionLog
 from raftka.log.segment import RECENT_BATCHES, LogSegment
-from raftka.protocol.records import validate_produce_records
+from raftka.protocol.records import read_batch_header, validate_produce_records
 
 NOW = 1_700_000_000_000
 # No offset-index entry before 1 MB: every read walks the headers from the segment's start.
@@ -111,3 +111,29 @@ def test_a_rolled_segment_and_a_reopened_log_read_as_before(tmp_path: Path) -> N
     append(log, count=2)
     assert_slices_match_reads(log)
     log.close()
+
+
+def test_the_headers_kept_are_those_the_file_holds(tmp_path: Path) -> None:
+    # The leader's append reads them back from the stamped bytes; a follower's are the
+    # headers it was handed (read from the bytes it copies): both must be the stored ones,
+    # at their positions in the segment.
+    leader = PartitionLog.open(tmp_path / "l-0", CONFIG, NOW)
+    for count in (1, 3, 2):
+        append(leader, count=count)
+    follower = PartitionLog.open(tmp_path / "f-0", CONFIG, NOW)
+    data = leader.read(0, 1 << 20, 6, True)
+    follower.append_replicated(data, validate_produce_records(data, 1 << 20))
+    for log in (leader, follower):
+        segment = log.segments[-1]
+        kept = segment._recent
+        headers = [kept[position] for position in sorted(kept)]
+        assert [(h.position, h.base_offset) for h in headers] == [
+            (0, 0),
+            (headers[0].size_bytes, 1),
+            (headers[0].size_bytes + headers[1].size_bytes, 4),
+        ]
+        for header in headers:
+            stored = segment.pread(61, header.position)
+            assert header == read_batch_header(stored, 0, header.position)
+    leader.close()
+    follower.close()
