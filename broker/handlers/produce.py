@@ -24,7 +24,7 @@ Produce check with KIP-679).
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from kio.schema.errors import ErrorCode
 
@@ -65,6 +65,10 @@ def _append_time(ms: int | None) -> datetime.datetime | None:
         return None
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
+
+#: Read once: every access to a member of an enum this compiled module does not define
+#: (AclOperation's) goes through the metaclass's `__getattr__` hook (Python 3.11).
+_WRITE: Final = AclOperation.WRITE
 
 _AUTHORIZATION_ERRORS = frozenset(
     {ErrorCode.topic_authorization_failed, ErrorCode.transactional_id_authorization_failed}
@@ -199,7 +203,7 @@ def start_produce(
     services = context.services
     topics = services.topics
     refused = _transactional_error(context, request)
-    may_write = TopicAccess(context, AclOperation.WRITE)
+    may_write = TopicAccess(context, _WRITE)
     results: _Answers = []
     appends: list[tuple[Partition, bytes]] = []
     for topic_data in request.topic_data or ():
