@@ -502,7 +502,11 @@ class PartitionRaftStorage:
                 self._configs = [e for e in self._configs if e.base_offset < entries[0].base_offset]
             recent.clear()
             raise
-        for entry, header in zip(entries, headers, strict=True):
+        # By index: `headers` holds one header per entry (a list the compiled code indexes
+        # natively; zip would make an iterator of each).
+        for i in range(len(headers)):
+            entry = entries[i]
+            header = headers[i]
             if entry.kind is not data:
                 recent.append(entry)  # NOOP and CONFIG read back with the payload they carry
             elif not header.attributes & CONTROL_FLAG_MASK:

@@ -5,7 +5,6 @@ aborted-transaction index kept up to date.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Final
 
 from raftka.protocol.batch_builder import end_txn_marker
@@ -63,7 +62,7 @@ class PartitionAppend(PartitionFlush):
     def append(
         self,
         records: bytes | bytearray | memoryview,
-        headers: Sequence[BatchHeader],
+        headers: list[BatchHeader],
         leader_epoch: int,
         now_ms: int,
     ) -> AppendInfo:
@@ -118,7 +117,7 @@ class PartitionAppend(PartitionFlush):
     def _update_producer_state(
         self,
         records: bytes | bytearray | memoryview,
-        headers: Sequence[BatchHeader],
+        headers: list[BatchHeader],
         first_offset: int,
         log_append_time_ms: int,
     ) -> None:
@@ -139,7 +138,7 @@ class PartitionAppend(PartitionFlush):
             offset += header.last_offset_delta + 1
 
     @staticmethod
-    def _max_timestamp_of(headers: Sequence[BatchHeader], first_offset: int) -> tuple[int, int]:
+    def _max_timestamp_of(headers: list[BatchHeader], first_offset: int) -> tuple[int, int]:
         max_timestamp, offset_of_max = -1, -1
         offset = first_offset
         for header in headers:
@@ -151,7 +150,7 @@ class PartitionAppend(PartitionFlush):
     def append_replicated(
         self,
         records: bytes | bytearray | memoryview,
-        headers: Sequence[BatchHeader],
+        headers: list[BatchHeader],
         now_ms: int | None = None,
     ) -> AppendInfo:
         """Append batches that already carry offsets and epochs (a follower copying its

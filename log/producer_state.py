@@ -30,7 +30,6 @@ import os
 import re
 import struct
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -226,7 +225,7 @@ class ProducerStateManager:
             )
 
     # -- checking a client's batches ------------------------------------------------------
-    def check(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
+    def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
         """Check client batches before they are appended; nothing is changed.
 
         Returns the metadata of the original batch when `headers` is one batch that is a

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 from raftka.protocol.records import (
     LOG_OVERHEAD,
@@ -35,7 +35,9 @@ MAX_RELATIVE_OFFSET: Final = 2**31 - 1
 #: Bytes read per system call when walking batch headers or recovering a segment.
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 HEADER_WINDOW_BYTES = 64 * 1024
-#: Batch headers a segment keeps of its last appends (`LogSegment.locate` reads them).
+#: Batch headers a segment keeps of its last appends (`LogSegment.locate` reads them): at
+#: least these many, at most twice as many (the oldest are let go in one go, not one per
+#: append).
 RECENT_BATCHES: Final = 8
 
 
@@ -104,7 +106,7 @@ class LogSegment:
     def append(
         self,
         data: bytes | bytearray | memoryview,
-        headers: Sequence[BatchHeader],
+        headers: list[BatchHeader],
         first_offset: int,
         log_append_time_ms: int = -1,
         *,
@@ -153,16 +155,19 @@ class LogSegment:
         self.next_offset = end_offset
         self.dirty = True
         recent = self._recent
-        # Only the last RECENT_BATCHES are kept: a follower catching up appends many at once.
+        # Only the last RECENT_BATCHES of an append: a follower catching up appends many at once.
         for header in headers[-RECENT_BATCHES:]:
             # As written (the offsets and epoch assigned), as a pread would find it.
             at = position + header.position
             if as_stored:
-                recent[at] = _new_header(BatchHeader, (at,) + header[1:])
+                # As a tuple of any length: compiled, a slice of the NamedTuple itself would
+                # unbox its fourteen fields and box them again.
+                fields = cast("tuple[int, ...]", header)
+                recent[at] = _new_header(BatchHeader, (at,) + fields[1:])
             else:
                 recent[at] = read_batch_header(view, header.position, at)
-        while len(recent) > RECENT_BATCHES:
-            del recent[next(iter(recent))]
+        if len(recent) > 2 * RECENT_BATCHES:
+            self._recent = dict(list(recent.items())[-RECENT_BATCHES:])
 
     def _accounting(self) -> tuple[int, int, int, int, int, int]:
         return (

@@ -19,7 +19,7 @@ Layout (all big-endian, Kafka's `DefaultRecordBatch`)::
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
 import crc32c
@@ -279,7 +279,7 @@ def _check_batch_fields(header: BatchHeader, produce_version: int | None, restor
 
 def stamp_batches(
     buf: bytearray | memoryview,
-    headers: Sequence[BatchHeader],
+    headers: list[BatchHeader],
     first_offset: int,
     leader_epoch: int,
 ) -> int:

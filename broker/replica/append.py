@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -111,7 +110,7 @@ class NeedsVerification:
 
 
 def check_producer_state(
-    log: PartitionLog, headers: Sequence[BatchHeader], verified: NeedsVerification | None
+    log: PartitionLog, headers: list[BatchHeader], verified: NeedsVerification | None
 ) -> BatchMetadata | NeedsVerification | None:
     """The retained batch `headers` duplicates, if any, or what to verify for a
     transactional batch that starts a transaction here (unless it was `verified`); raises
@@ -516,7 +515,7 @@ class ClientAppends:
             self._wait(partition, entry.end_offset, entry.epoch, result)
         return result
 
-    def _next_in_sequence(self, partition: Partition, headers: Sequence[BatchHeader]) -> bool:
+    def _next_in_sequence(self, partition: Partition, headers: list[BatchHeader]) -> bool:
         """Whether `headers` is one idempotent, non-transactional batch that continues the
         batch its producer proposed last in this round of unwritten batches (same epoch,
         the next sequence): that batch passed the producer state's check, and nothing
