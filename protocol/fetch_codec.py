@@ -299,6 +299,10 @@ class FetchAnswer(EncodedResponse):
         )
 
 
+#: As a native int: a member of ApiKey (a module that is not compiled) is looked up through
+#: EnumType's `__getattr__` hook on every access (Python 3.11).
+_API_KEY: Final[int] = int(ApiKey.FETCH)
+
 _NO_THROTTLE: Final = datetime.timedelta(0)
 
 
@@ -446,7 +450,7 @@ def decode_fetch_request(frame: bytes, version: int) -> tuple[DecodedHeader, Fet
     if not FIRST_VERSION <= version <= LAST_VERSION:
         raise FrameError(f"Fetch v{version} is not decoded here")
     flexible = version >= FIRST_FLEXIBLE_VERSION
-    header, pos = read_header(frame, ApiKey.FETCH, "Fetch", version, flexible)
+    header, pos = read_header(frame, _API_KEY, "Fetch", version, flexible)
     end = len(frame)
     if pos + _LIMITS.size > end:
         raise truncated("replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level", pos, end)

@@ -97,6 +97,10 @@ class ProduceData:
 
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
+#: As a native int: a member of ApiKey (a module that is not compiled) is looked up through
+#: EnumType's `__getattr__` hook on every access (Python 3.11).
+_API_KEY: Final[int] = int(ApiKey.PRODUCE)
+
 _ACKS_TIMEOUT: Final = struct.Struct(">hi")
 _ACKS_TIMEOUT_COUNT: Final = struct.Struct(">hii")  # v3-v8: and the topic count
 _INDEX_SIZE: Final = struct.Struct(">ii")  # v3-v8: partition index, records length
@@ -129,7 +133,7 @@ def decode_produce_request(frame: bytes, version: int) -> tuple[DecodedHeader, P
     if not FIRST_VERSION <= version <= LAST_VERSION:
         raise FrameError(f"Produce v{version} is not decoded here")
     flexible = version >= FIRST_FLEXIBLE_VERSION
-    header, pos = read_header(frame, ApiKey.PRODUCE, "Produce", version, flexible)
+    header, pos = read_header(frame, _API_KEY, "Produce", version, flexible)
     end = len(frame)
     if not flexible:
         return header, _legacy_body(frame, pos, end)
