@@ -99,6 +99,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(DEFAULT_TEST_TIMEOUT_S))
 
 
+def _group_dropped(item: pytest.Item) -> bool:
+    """Under `--dist loadgroup` pytest-xdist groups a test by an `@group` suffix it gives its
+    node id; a pytest that ignores the suffix (pyproject.toml says which) would silently run
+    a group's tests on several workers at once: two fault tests, or two Spark JVMs."""
+    return (
+        getattr(item.config.option, "loadgroup", False)  # on an xdist worker of loadgroup
+        and item.get_closest_marker("xdist_group") is not None
+        and "@" not in item.nodeid
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _group_dropped(item):
+        pytest.fail(
+            f"pytest {pytest.__version__} dropped this test's xdist_group: the tests of its "
+            "group would not share one worker (see pyproject.toml)",
+            pytrace=False,
+        )
+
+
 def _external_bootstrap(config: pytest.Config) -> str | None:
     return config.getoption("--bootstrap-servers")
 
