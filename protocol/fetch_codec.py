@@ -215,7 +215,7 @@ class FetchedPartition:
 
     def __init__(self, partition_index: int) -> None:
         self.partition_index = partition_index
-        self.error_code: ErrorCode = ErrorCode.none
+        self.error_code: ErrorCode = _NONE
         self.high_watermark = -1
         self.last_stable_offset = -1
         self.log_start_offset = -1
@@ -302,6 +302,8 @@ class FetchAnswer(EncodedResponse):
 #: As a native int: a member of ApiKey (a module that is not compiled) is looked up through
 #: EnumType's `__getattr__` hook on every access (Python 3.11).
 _API_KEY: Final[int] = int(ApiKey.FETCH)
+#: Read once, for the same reason: every partition of a response starts without an error.
+_NONE: Final = ErrorCode.none
 
 _NO_THROTTLE: Final = datetime.timedelta(0)
 
@@ -384,7 +386,7 @@ class FetchData:
 
     cluster_id: str | None
     replica_id: int
-    max_wait: datetime.timedelta
+    max_wait_ms: int
     min_bytes: int
     max_bytes: int
     isolation_level: int
@@ -398,7 +400,7 @@ class FetchData:
         self,
         cluster_id: str | None,
         replica_id: int,
-        max_wait: datetime.timedelta,
+        max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
         isolation_level: int,
@@ -410,7 +412,7 @@ class FetchData:
     ) -> None:
         self.cluster_id = cluster_id
         self.replica_id = replica_id
-        self.max_wait = max_wait
+        self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
         self.isolation_level = isolation_level
@@ -420,11 +422,18 @@ class FetchData:
         self.forgotten_topics_data = forgotten_topics_data
         self.rack_id = rack_id
 
+    @property
+    def max_wait(self) -> datetime.timedelta:
+        """kio's field: made when asked for (the handler divides the milliseconds)."""
+        return _ONE_MS * self.max_wait_ms
+
 
 _ONE_MS = datetime.timedelta(milliseconds=1)  # a product of it is exact, unlike a float
 # replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level
 _LIMITS = struct.Struct(">iiiib")
 _SESSION_REQUEST = struct.Struct(">ii")  # session_id, session_epoch (v7+)
+_LIMITS_BYTES: Final[int] = _LIMITS.size
+_SESSION_REQUEST_BYTES: Final[int] = _SESSION_REQUEST.size
 # partition, [current_leader_epoch (v9+)], fetch_offset, [last_fetched_epoch (v12)],
 # [log_start_offset (v5+)], partition_max_bytes
 _FETCH_PARTITION_V4 = struct.Struct(">iqi")
@@ -452,16 +461,16 @@ def decode_fetch_request(frame: bytes, version: int) -> tuple[DecodedHeader, Fet
     flexible = version >= FIRST_FLEXIBLE_VERSION
     header, pos = read_header(frame, _API_KEY, "Fetch", version, flexible)
     end = len(frame)
-    if pos + _LIMITS.size > end:
+    if pos + _LIMITS_BYTES > end:
         raise truncated("replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level", pos, end)
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level = _LIMITS.unpack_from(frame, pos)
-    pos += _LIMITS.size
+    pos += _LIMITS_BYTES
     session_id, session_epoch = 0, -1
     if version >= 7:
-        if pos + _SESSION_REQUEST.size > end:
+        if pos + _SESSION_REQUEST_BYTES > end:
             raise truncated("session_id and session_epoch", pos, end)
         session_id, session_epoch = _SESSION_REQUEST.unpack_from(frame, pos)
-        pos += _SESSION_REQUEST.size
+        pos += _SESSION_REQUEST_BYTES
     if flexible:
         topics, pos = _compact_topics(frame, pos, end)
     else:
@@ -478,7 +487,7 @@ def decode_fetch_request(frame: bytes, version: int) -> tuple[DecodedHeader, Fet
     request = FetchData(
         cluster_id,
         replica_id,
-        _ONE_MS * max_wait_ms,
+        max_wait_ms,
         min_bytes,
         max_bytes,
         isolation_level,

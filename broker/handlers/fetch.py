@@ -33,7 +33,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, cast
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -62,7 +62,7 @@ from raftka.broker.replica.manager import READ_COMMITTED
 from raftka.broker.security.acl import AclOperation
 from raftka.broker.services import Subscribed
 from raftka.protocol.api import build
-from raftka.protocol.fetch_codec import FetchAnswer, FetchedPartition, FetchedTopic
+from raftka.protocol.fetch_codec import FetchAnswer, FetchData, FetchedPartition, FetchedTopic
 from raftka.protocol.splice import FileRange, SplicedResponse, Splices
 
 if TYPE_CHECKING:
@@ -70,12 +70,16 @@ if TYPE_CHECKING:
     from raftka.broker.long_polls import Poll
     from raftka.broker.topics import Partition, Topic
     from raftka.log.segment import LogSegment
-    from raftka.protocol.fetch_codec import FetchData
     from raftka.protocol.messages.requests import FetchRequest as KioFetchRequest
 
     #: As the connection decodes it (`FetchData`), or as kio does (in-process callers).
     FetchRequest = FetchData | KioFetchRequest
     from raftka.protocol.messages.responses import FetchResponse
+
+#: Read once: a member of an enum of a module that is not compiled is looked up through
+#: EnumType's `__getattr__` hook on every access (Python 3.11).
+_READ: Final = AclOperation.READ
+_NO_ERROR: Final = ErrorCode.none
 
 #: A partition's answer before its records are placed: its fields, the segment slice
 #: (segment, position, length) to send as its records or None for none, and what was asked
@@ -427,8 +431,13 @@ class _Fetch:
             else _request_topics(request)
         )
         # READ on each topic, asked once for the request however often the long poll reads.
-        self.may_read = TopicAccess(context, AclOperation.READ)
-        self.max_wait_s = max(request.max_wait.total_seconds(), 0)
+        self.may_read = TopicAccess(context, _READ)
+        self.max_wait_s = max(
+            request.max_wait_ms / 1000
+            if isinstance(request, FetchData)
+            else request.max_wait.total_seconds(),
+            0,
+        )
         self.responses: list[_TopicAnswer] = []
         self.total_bytes = 0
         self.watched: list[Partition] = []
@@ -478,7 +487,7 @@ class _Fetch:
         splices = Splices()
         answer = FetchAnswer(
             context.api_version,
-            ErrorCode.none,
+            _NO_ERROR,
             response_session_id,
             _build_topics(context, responses, splices),
         )
