@@ -30,7 +30,6 @@ from raftka.broker.cluster.controller import METADATA_GROUP, Controller
 from raftka.broker.compaction import LogCleaner
 from raftka.broker.config import BrokerConfig, ConfigError
 from raftka.broker.connection import Connection
-from raftka.broker.console.app import Console
 from raftka.broker.console.page_reads import PageReads
 from raftka.broker.console.page_reads import register as register_page_reads
 from raftka.broker.console.remote_calls import RemoteCalls
@@ -53,9 +52,7 @@ from raftka.broker.metrics import (
     LongPollCollector,
 )
 from raftka.broker.producer_ids import ProducerIdAllocator
-from raftka.broker.queues.api import QueueApi, error_answer
 from raftka.broker.queues.changes import LEADER_OPS
-from raftka.broker.queues.member import ShareMember
 from raftka.broker.queues.remote import QUEUE_RPC, QueueOps
 from raftka.broker.quotas import ClientQuotaManager
 from raftka.broker.readiness import ReadinessPoller
@@ -79,10 +76,11 @@ from raftka.consensus.driver import RaftNode
 from raftka.consensus.errors import OUT_OF_SPACE
 from raftka.consensus.peer_auth import PeerAuth, load_secrets
 from raftka.consensus.transport import PeerTransport
-from raftka.protocol.api import api_name
 
 if TYPE_CHECKING:
+    from raftka.broker.console.app import Console
     from raftka.broker.handlers.context import BrokerServices as HandlerServices
+    from raftka.broker.queues.member import ShareMember
 
 logger = logging.getLogger("raftka.server")
 
@@ -580,7 +578,7 @@ class Broker:
             self.bound_ports: dict[str, int] = {}
             self.registered = False
             self.metrics = BrokerMetrics(
-                {key: api_name(key, handler.max_version) for key, handler in HANDLERS.items()},
+                {key: key.kafka_name for key in HANDLERS},
                 live_topics=lambda: self.topics.topics,
             )
             self.metrics.registry.register(
@@ -694,12 +692,18 @@ class Broker:
         ops = QueueOps(self.services, self.remote_calls)
         ops.ops.update(LEADER_OPS)
         self.controller.register_rpc(QUEUE_RPC, ops.serve)
-        for endpoint in (self.http, self.console_http):
-            if endpoint is not None:
-                endpoint.app = QueueApi(
-                    self.services, sasl[0] if sasl else None, endpoint.app, members, ops
-                )
-                endpoint.error_answer = error_answer
+        endpoints = [e for e in (self.http, self.console_http) if e is not None]
+        if not endpoints:
+            return
+        # Imported only for an endpoint: the queue API calls the handlers as the console does,
+        # through the console's calls, which load kio's request entities of every API they use.
+        from raftka.broker.queues.api import QueueApi, error_answer
+
+        for endpoint in endpoints:
+            endpoint.app = QueueApi(
+                self.services, sasl[0] if sasl else None, endpoint.app, members, ops
+            )
+            endpoint.error_answer = error_answer
 
     def _console_endpoint(self, listen: str) -> HttpEndpoint | None:
         """The console's own endpoint for `console.listen`; None when it is off or served
@@ -710,6 +714,10 @@ class Broker:
             address = Listener.parse(listen)
         except ValueError as exc:
             raise ValueError(f"console.listen: {exc}") from None
+        # Imported here: the console's pages and the kio request entities of every API they
+        # call take a fifth of a broker's start, and most brokers serve no console.
+        from raftka.broker.console.app import Console
+
         sasl = [spec for spec in self.listeners if spec.protocol.uses_sasl]
         console = self.console = Console(
             self.services,

@@ -83,12 +83,6 @@ def request_type(api_key: int, api_version: int) -> type[Any] | None:
 
 
 @cache
-def api_name(api_key: int, api_version: int) -> str:
-    """Kafka's name of an API ("Produce", "OffsetCommit"), as its request metrics label it."""
-    entity = request_type(api_key, api_version)
-    return f"ApiKey{api_key}" if entity is None else entity.__name__.removesuffix("Request")
-
-
 @cache
 def response_type(api_key: int, api_version: int) -> type[Any]:
     return load_response_schema(api_key, api_version)

@@ -69,3 +69,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
+
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's name of the API ("OffsetForLeaderEpoch"), as its request metrics label it."""
+        return "".join(word.capitalize() for word in self.name.split("_"))

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from raftka.broker.console.calls import Caller
 from raftka.broker.console.remote_calls import CALL_TIMEOUT_S
 from raftka.broker.handlers.metadata import partition_leader
 from raftka.broker.queues.problems import Problem
 from raftka.consensus.transport import ForwardError
 
 if TYPE_CHECKING:
+    from raftka.broker.console.calls import Caller
     from raftka.broker.console.remote_calls import RemoteCalls
     from raftka.broker.handlers.context import BrokerServices
 
@@ -51,7 +51,7 @@ MOVED = frozenset(
 )
 
 Json = dict[str, Any]  # Any: a JSON object's values
-Op = Callable[[Caller, Json], Awaitable[Any]]
+Op = Callable[["Caller", Json], Awaitable[Any]]
 
 
 def leaders(caller: Caller, topic: str, indexes: Iterable[int]) -> dict[int, list[int]]:
@@ -111,6 +111,9 @@ class QueueOps:
             session = self.remote.session_of(asked["principal"], asked["listener"])
         except (ValueError, KeyError, TypeError) as exc:
             return int(ErrorCode.invalid_request), f"bad queue call: {exc}".encode()
+        # Imported when first asked: it loads kio's request entities of every API it calls.
+        from raftka.broker.console.calls import Caller
+
         caller = Caller(self.services, str(asked.get("host", "")), session, self.remote)
         try:
             result = await op(caller, args)

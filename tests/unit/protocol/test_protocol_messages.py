@@ -10,6 +10,7 @@ from kio.schema.index import api_key_map
 
 import raftka.protocol.messages
 from raftka.broker.handlers import HANDLERS
+from raftka.protocol.api import request_type
 
 _MEMBER = re.compile(r"kio\.schema\.(\w+)\.v(\d+)\.(request|response)\.\w+")
 
@@ -32,3 +33,12 @@ def test_unions_name_the_versions_the_handlers_serve(kind: str) -> None:
         for key, h in HANDLERS.items()
     }
     assert _versions(kind) == served
+
+
+def test_each_served_api_has_kafkas_name() -> None:
+    """The names the request metrics label each API with are those of Kafka's schemas (as
+    kio's request entities carry them), for every API a handler serves."""
+    schemas = {key: request_type(key, h.max_version) for key, h in HANDLERS.items()}
+    assert {key: key.kafka_name for key in HANDLERS} == {
+        key: entity.__name__.removesuffix("Request") for key, entity in schemas.items() if entity
+    }
