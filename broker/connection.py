@@ -539,7 +539,7 @@ class Connection:
         end = len(data)
         served = 0
         while end - position >= 4:
-            (size,) = _SIZE.unpack_from(data, position)
+            (size,) = cast("tuple[int]", _SIZE.unpack_from(data, position))
             if (
                 end - position - 4 < size
                 or served >= _SERVED_IN_A_ROW_MAX

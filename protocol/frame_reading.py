@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from raftka.protocol.api import FrameError
 
@@ -116,7 +116,10 @@ def read_header(
     end = len(frame)
     if end < _HEADER_BYTES:
         raise FrameError(f"frame of {end} bytes is shorter than a request header")
-    key, api_version, correlation_id, length = _HEADER.unpack_from(frame, 0)
+    # Typed, so that compiled code compares native ints instead of boxed ones.
+    key, api_version, correlation_id, length = cast(
+        "tuple[int, int, int, int]", _HEADER.unpack_from(frame, 0)
+    )
     if key != api_key or api_version != version:
         raise FrameError(f"api key {key} v{api_version} is not {api_name} v{version}")
     pos = _HEADER_BYTES

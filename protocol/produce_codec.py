@@ -22,7 +22,7 @@ import datetime
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeAlias
+from typing import Final, Protocol, TypeAlias, cast
 
 from raftka.protocol.api import FrameError
 from raftka.protocol.api_keys import ApiKey
@@ -239,7 +239,7 @@ def _compact_body(frame: bytes, pos: int, end: int) -> ProduceData:
         for _ in range(partition_count):
             if pos + _INDEX_BYTE_BYTES > end:
                 raise truncated("partition", pos, end)
-            index, size = _INDEX_BYTE.unpack_from(frame, pos)
+            index, size = cast("tuple[int, int]", _INDEX_BYTE.unpack_from(frame, pos))
             pos += _INDEX_BYTE_BYTES
             if size < 0x80:
                 size -= 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 import crc32c
 
@@ -205,31 +205,24 @@ def validate_produce_records(
     strict = produce_version is not None and produce_version >= 3 and not restore
     while pos < end:
         remaining = end - pos
-        if remaining < LOG_OVERHEAD:
+        if remaining < RECORD_BATCH_OVERHEAD:
+            # Too short for a v2 batch: the first check that fails names what is wrong.
+            if remaining < LOG_OVERHEAD:
+                raise InvalidRecords(CORRUPT_MESSAGE, f"truncated batch at byte {pos}")
+            length = int(_OFFSET_AND_LENGTH.unpack_from(view, pos)[1])
+            magic = view[pos + MAGIC_OFFSET] if remaining > MAGIC_OFFSET else -1
+            _check_frame(pos, length, magic, remaining, max_batch_bytes, strict)
             raise InvalidRecords(CORRUPT_MESSAGE, f"truncated batch at byte {pos}")
-        base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(view, pos)
-        if batch_length < MIN_LEGACY_BATCH_LENGTH:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"batch length {batch_length} at byte {pos}")
-        size = batch_length + LOG_OVERHEAD
-        if size > max_batch_bytes:
-            raise InvalidRecords(
-                MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds the limit {max_batch_bytes}"
-            )
-        if size > remaining:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"truncated batch at byte {pos}")
-        magic = view[pos + MAGIC_OFFSET]
-        if magic != MAGIC_V2:
-            raise InvalidRecords(
-                INVALID_RECORD if strict else UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                f"magic {magic} is not supported; only record batches with magic 2 are",
-            )
-        if batch_length < MIN_BATCH_LENGTH:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"batch length {batch_length} at byte {pos}")
-        header = _new_header(BatchHeader, (pos,) + _HEADER.unpack_from(view, pos))
-        if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
+        # The whole header in one read; the checks take its fields (a variable-length tuple
+        # type, so that compiled code unboxes only the fields it reads).
+        fields = cast("tuple[int, ...]", _HEADER.unpack_from(view, pos))
+        size = _check_frame(pos, fields[1], fields[3], remaining, max_batch_bytes, strict)
+        if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != fields[4]:
             raise InvalidRecords(CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {pos}")
-        _check_batch_fields(header, produce_version, restore)
-        headers.append(header)
+        _check_batch_fields(
+            fields[5], fields[6], fields[7], fields[8], fields[12], produce_version, restore
+        )
+        headers.append(_new_header(BatchHeader, (pos,) + fields))
         pos += size
         if strict and pos < end:
             raise InvalidRecords(
@@ -243,8 +236,39 @@ def validate_produce_records(
     return headers
 
 
-def _check_batch_fields(header: BatchHeader, produce_version: int | None, restore: bool) -> None:
-    compression = header.attributes & COMPRESSION_MASK
+def _check_frame(
+    pos: int, batch_length: int, magic: int, remaining: int, max_batch_bytes: int, strict: bool
+) -> int:
+    """The checks of a batch's length and magic, in Kafka's order; its size in bytes."""
+    if batch_length < MIN_LEGACY_BATCH_LENGTH:
+        raise InvalidRecords(CORRUPT_MESSAGE, f"batch length {batch_length} at byte {pos}")
+    size = batch_length + LOG_OVERHEAD
+    if size > max_batch_bytes:
+        raise InvalidRecords(
+            MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds the limit {max_batch_bytes}"
+        )
+    if size > remaining:
+        raise InvalidRecords(CORRUPT_MESSAGE, f"truncated batch at byte {pos}")
+    if magic != MAGIC_V2:
+        raise InvalidRecords(
+            INVALID_RECORD if strict else UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            f"magic {magic} is not supported; only record batches with magic 2 are",
+        )
+    if batch_length < MIN_BATCH_LENGTH:
+        raise InvalidRecords(CORRUPT_MESSAGE, f"batch length {batch_length} at byte {pos}")
+    return size
+
+
+def _check_batch_fields(
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    records_count: int,
+    produce_version: int | None,
+    restore: bool,
+) -> None:
+    compression = attributes & COMPRESSION_MASK
     if compression > COMPRESSION_ZSTD:
         raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"unknown codec {compression}")
     if produce_version is not None:
@@ -252,28 +276,25 @@ def _check_batch_fields(header: BatchHeader, produce_version: int | None, restor
             raise InvalidRecords(
                 UNSUPPORTED_COMPRESSION_TYPE, f"zstd needs produce v7, got v{produce_version}"
             )
-        if header.attributes & CONTROL_FLAG_MASK and not restore:
+        if attributes & CONTROL_FLAG_MASK and not restore:
             raise InvalidRecords(INVALID_RECORD, "clients may not write control batches")
     if restore:
         # A compacted log keeps batches whose records no longer fill their offset range.
-        if header.records_count < 0 or header.last_offset_delta < max(0, header.records_count - 1):
+        if records_count < 0 or last_offset_delta < max(0, records_count - 1):
             raise InvalidRecords(
                 INVALID_RECORD,
-                f"lastOffsetDelta {header.last_offset_delta} cannot hold "
-                f"recordsCount {header.records_count}",
+                f"lastOffsetDelta {last_offset_delta} cannot hold recordsCount {records_count}",
             )
-    elif header.records_count < 1:
-        raise InvalidRecords(INVALID_RECORD, f"invalid record count {header.records_count}")
-    elif header.last_offset_delta != header.records_count - 1:
+    elif records_count < 1:
+        raise InvalidRecords(INVALID_RECORD, f"invalid record count {records_count}")
+    elif last_offset_delta != records_count - 1:
         raise InvalidRecords(
             INVALID_RECORD,
-            f"lastOffsetDelta {header.last_offset_delta} does not match "
-            f"recordsCount {header.records_count}",
+            f"lastOffsetDelta {last_offset_delta} does not match recordsCount {records_count}",
         )
-    if header.max_timestamp != NO_TIMESTAMP and header.max_timestamp < header.base_timestamp:
+    if max_timestamp != NO_TIMESTAMP and max_timestamp < base_timestamp:
         raise InvalidRecords(
-            INVALID_RECORD,
-            f"maxTimestamp {header.max_timestamp} < baseTimestamp {header.base_timestamp}",
+            INVALID_RECORD, f"maxTimestamp {max_timestamp} < baseTimestamp {base_timestamp}"
         )
 
 
