@@ -83,7 +83,6 @@ def request_type(api_key: int, api_version: int) -> type[Any] | None:
 
 
 @cache
-@cache
 def response_type(api_key: int, api_version: int) -> type[Any]:
     return load_response_schema(api_key, api_version)
 
