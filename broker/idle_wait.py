@@ -113,8 +113,12 @@ class IdleWait:
         hooks = self._hooks
         if "before_io_wait" in hooks or "after_io_wait" in hooks:
             return False
-        timeout = runner.deadlines.next_deadline() - self.now()
-        if timeout <= 0:
+        # A float local: compiled, the arithmetic and the comparisons are native.
+        deadline: float = runner.deadlines.next_deadline()
+        timeout = deadline - self.now()
+        if timeout <= 0.0:
             return False
-        ready = self._poll.poll(math.ceil(min(timeout, _LONGEST_WAIT) * 1000))
+        if timeout > _LONGEST_WAIT:
+            timeout = _LONGEST_WAIT
+        ready = self._poll.poll(math.ceil(timeout * 1000.0))
         return bool(ready) and all(fd != self._trios for fd, _ in ready)

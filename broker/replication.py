@@ -56,6 +56,7 @@ from raftka.protocol.records import (
     BatchHeader,
     read_batch_header,
     scan_batches,
+    stamped_header,
 )
 
 logger = logging.getLogger("raftka.replication")
@@ -63,6 +64,9 @@ logger = logging.getLogger("raftka.replication")
 #: A batch's base offset and partition leader epoch, which an entry's stamp sets.
 _INT64: Final = struct.Struct(">q")
 _INT32: Final = struct.Struct(">i")
+#: A batch's first 16 bytes, its base offset, length and partition leader epoch: the stamp
+#: of a batch whose header is known, in one call.
+_STAMP: Final = struct.Struct(">qii")
 
 CONTROL_LEADER_CHANGE = 2
 CONTROL_KRAFT_VOTERS = 6
@@ -196,6 +200,14 @@ class HardStateStore:
         self._env.close()
 
 
+def _stamp_and_read(buffer: bytearray, start: int, base_offset: int, epoch: int) -> BatchHeader:
+    """Stamp the batch at `start` with its offset and epoch (both outside the CRC) and read
+    its header as stored."""
+    _INT64.pack_into(buffer, start, base_offset)
+    _INT32.pack_into(buffer, start + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+    return read_batch_header(buffer, start)
+
+
 class PartitionRaftStorage:
     """`PartitionLog` as a Raft group's storage: the core's read view and its writes."""
 
@@ -225,6 +237,9 @@ class PartitionRaftStorage:
         # trails the log end while appends are pipelined. Answering from here spares a seek
         # and a read of the segment per message. Emptied by anything but an append.
         self._recent: list[Entry] = []
+        # Headers of client batches proposed and not yet written, by base offset, with the
+        # payload each describes (`expect`).
+        self._expected: dict[int, tuple[bytes, BatchHeader]] = {}
         self._raft_start: tuple[int, int] | None = None  # (log start, its batch's base)
         self._configs: list[Entry] = self._load_configs()
 
@@ -463,23 +478,31 @@ class PartitionRaftStorage:
         buffer = bytearray()
         headers: list[BatchHeader] = []
         configs: list[Entry] = []
-        pack_offset = _INT64.pack_into
-        pack_epoch = _INT32.pack_into
         data = EntryKind.DATA
+        expected = self._expected
         for entry in entries:
             start = len(buffer)
+            base_offset = entry.base_offset
+            known = None
+            if expected:
+                known = expected.get(base_offset)
+                if known is not None:
+                    del expected[base_offset]
             if entry.kind is data:
-                buffer += entry.payload
+                payload = entry.payload
+                buffer += payload
+                if known is not None and known[0] is payload:
+                    # The header checked when the batch was proposed, as stamped now
+                    # (offset and epoch lie outside the CRC) with where it lies here.
+                    header = stamped_header(known[1], start, base_offset, entry.epoch)
+                    _STAMP.pack_into(buffer, start, base_offset, header.batch_length, entry.epoch)
+                else:
+                    header = _stamp_and_read(buffer, start, base_offset, entry.epoch)
             else:
                 if entry.kind is EntryKind.CONFIG:
                     configs.append(entry)
                 buffer += control_batch(entry.kind, entry.payload)
-            # Stamped in place first (offset and epoch lie outside the CRC), so the header
-            # read back is the stored one.
-            base_offset = entry.base_offset
-            pack_offset(buffer, start, base_offset)
-            pack_epoch(buffer, start + PARTITION_LEADER_EPOCH_OFFSET, entry.epoch)
-            header = read_batch_header(buffer, start)
+                header = _stamp_and_read(buffer, start, base_offset, entry.epoch)
             if (
                 header.last_offset_delta != entry.last_offset - base_offset
                 or header.size_bytes != len(buffer) - start
@@ -489,6 +512,8 @@ class PartitionRaftStorage:
                     "hold exactly one batch of its record count"
                 )
             headers.append(header)
+        if expected:
+            expected.clear()  # proposals that never came to be written
         if configs:
             self._save_configs(self._configs + configs)
             self._configs = self._configs + configs
@@ -515,6 +540,13 @@ class PartitionRaftStorage:
             # the log, as `entry_kind_of` tells its kind.
         if len(recent) > 2 * RECENT_ENTRIES:
             del recent[:-RECENT_ENTRIES]
+
+    def expect(self, entry: Entry, header: BatchHeader) -> None:
+        """`header`, as `validate_produce_records` read it from `entry`'s payload (one
+        batch, offsets and epoch as the client sent them), for the write of `entry`, which
+        `propose_unwritten` left to the next `append`: it stamps the batch without
+        decoding its header again."""
+        self._expected[entry.base_offset] = (entry.payload, header)
 
     def high_watermark_checkpoint(self) -> int | None:
         """A lower bound of the committed offset, so a restarted replica need not append a

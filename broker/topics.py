@@ -28,6 +28,7 @@ from raftka.consensus.core import NotLeaderError
 from raftka.consensus.driver import RaftGroup, RaftGroupUpdate, RaftNode
 from raftka.consensus.types import Entry, EntryKind, Role
 from raftka.log import LogConfig, PartitionLog
+from raftka.protocol.records import BatchHeader
 
 logger = logging.getLogger("raftka.topics")
 
@@ -168,12 +169,19 @@ class Partition:
             raise NotLeaderError(None, f"{self.name} is not hosted on this broker")
         return self.raft.propose(record_count, records, kind)
 
-    def propose_unwritten(self, records: bytes, record_count: int) -> Entry:
+    def propose_unwritten(
+        self, records: bytes, record_count: int, header: BatchHeader | None = None
+    ) -> Entry:
         """`propose` of a client's batch, written by the next `write_proposed` with the
-        others proposed meanwhile (`RaftGroup.propose_unwritten`)."""
+        others proposed meanwhile (`RaftGroup.propose_unwritten`). `header`: the batch's
+        header as validated from `records` (one batch, not stamped since), so that its
+        write need not read it again."""
         if self.raft is None:
             raise NotLeaderError(None, f"{self.name} is not hosted on this broker")
-        return self.raft.propose_unwritten(record_count, records)
+        entry = self.raft.propose_unwritten(record_count, records)
+        if header is not None and self.storage is not None:
+            self.storage.expect(entry, header)
+        return entry
 
     def write_proposed(self) -> None:
         """Write what `propose_unwritten` left (StorageError as `propose`)."""

@@ -11,12 +11,13 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, cast
+from typing import Final
 
 from raftka.protocol.records import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
+    moved_header,
     read_batch_header,
     scan_batches,
 )
@@ -24,9 +25,6 @@ from raftka.protocol.records import (
 from .errors import LogInvariantError
 from .index import OffsetIndex, TimeIndex
 from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex
-
-#: A header from its fields without the NamedTuple's Python-level `__new__`.
-_new_header: Final = tuple.__new__
 
 OFFSET_INDEX_ENTRY_BYTES = 8
 TIME_INDEX_ENTRY_BYTES = 12
@@ -160,10 +158,7 @@ class LogSegment:
             # As written (the offsets and epoch assigned), as a pread would find it.
             at = position + header.position
             if as_stored:
-                # As a tuple of any length: compiled, a slice of the NamedTuple itself would
-                # unbox its fourteen fields and box them again.
-                fields = cast("tuple[int, ...]", header)
-                recent[at] = _new_header(BatchHeader, (at,) + fields[1:])
+                recent[at] = moved_header(header, at)
             else:
                 recent[at] = read_batch_header(view, header.position, at)
         if len(recent) > 2 * RECENT_BATCHES:

@@ -168,6 +168,31 @@ def read_batch_header(buf: Buffer, pos: int = 0, position: int = -1) -> BatchHea
     return _new_header(BatchHeader, (at,) + _HEADER.unpack_from(buf, pos))
 
 
+def stamped_header(
+    header: BatchHeader, position: int, base_offset: int, leader_epoch: int
+) -> BatchHeader:
+    """`header` as it reads once its batch lies at `position`, stamped with `base_offset`
+    and `leader_epoch` (both outside the CRC): the header without decoding it again."""
+    # The fields as objects and the tuple built at once: compiled, none is unboxed and
+    # boxed again, and no slice is made.
+    f = cast("tuple[object, ...]", header)
+    fields = (
+        position, base_offset, f[2], leader_epoch, f[4], f[5], f[6], f[7], f[8], f[9], f[10],
+        f[11], f[12], f[13],
+    )  # fmt: skip
+    return _new_header(BatchHeader, fields)
+
+
+def moved_header(header: BatchHeader, position: int) -> BatchHeader:
+    """`header` as it reads where its batch lies at `position` (of another buffer)."""
+    f = cast("tuple[object, ...]", header)
+    fields = (
+        position, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12],
+        f[13],
+    )  # fmt: skip
+    return _new_header(BatchHeader, fields)
+
+
 def batch_crc(buf: Buffer, pos: int, size_bytes: int) -> int:
     """CRC-32C of the batch at `pos` as Kafka computes it (attributes..end of batch)."""
     with memoryview(buf) as view:

@@ -473,12 +473,15 @@ class ClientAppends:
             # watermark passes it (producer state forgets batches a truncation removed).
             self._wait(partition, duplicate.last_offset + 1, None, result)
             return result
+        # The header as checked, while it still describes `records` exactly.
+        checked: BatchHeader | None = headers[0] if len(headers) == 1 else None
         if log.config.message_timestamp_type_log_append:
             # The leader stamps the time before replication so every replica stores the same.
             stamped = bytearray(records)
             set_log_append_time(stamped, headers[0], now)
             records = bytes(stamped)
             result.log_append_time_ms = now
+            checked = None
         record_count = headers[0].last_offset_delta + 1
         unwritten = False
         try:
@@ -491,7 +494,7 @@ class ClientAppends:
                         queues.write_failures.clear()
                         queues.unwritten_sequences.clear()
                     queues.unwritten.append(partition)
-                entry = partition.propose_unwritten(records, record_count)
+                entry = partition.propose_unwritten(records, record_count, checked)
                 header = headers[0]
                 if len(headers) == 1 and header.producer_id >= 0 and not header.is_transactional:
                     queues.unwritten_sequences[partition, header.producer_id] = (

@@ -109,6 +109,56 @@ def test_replicated_batches_are_identical_on_every_replica(cluster: dict[int, Re
     assert scan_batches(contents[leader.node_id], verify_crc=True).error is None
 
 
+def test_a_batch_written_with_its_checked_header_is_stored_as_one_read_back(
+    cluster: dict[int, Replica],
+) -> None:
+    """A client's batch proposed with the header checked when it came (`expect`) is stamped
+    from that header instead of one decoded again: the leader's log holds the bytes the
+    followers (which decode every header) hold, and the headers it keeps for its readers
+    are the ones its file gives. A header offered for other bytes at the entry's offset,
+    even of the same length, is not taken."""
+    run(cluster, 40)
+    leader = leader_of(cluster)
+    for i in range(6):
+        records = [(b"k%d" % i, b"v" * i)] * (i % 3 + 1)
+        batch = encode_batch(records, producer_id=7, producer_epoch=0, base_sequence=i * 3)
+        (header,) = validate_produce_records(batch, 1 << 20)
+        entry = leader.core.propose(i % 3 + 1, batch)
+        if i == 4:
+            # Its producer and time are the log's to record if its header were taken.
+            other = encode_batch(
+                records,
+                producer_id=9,
+                producer_epoch=0,
+                base_sequence=0,
+                base_timestamp=1_900_000_000_000,
+            )
+            assert len(other) == len(batch) and other != batch
+            (other_header,) = validate_produce_records(other, 1 << 20)
+            stale = Entry(entry.base_offset, entry.last_offset, entry.epoch, other)
+            leader.storage.expect(stale, other_header)
+        else:
+            leader.storage.expect(entry, header)
+        leader.drain([])
+        run(cluster, 1)
+    run(cluster, 5)
+    end = leader.log.log_end_offset
+    contents = {
+        node_id: replica.log.read(0, 1 << 30, end, True) for node_id, replica in cluster.items()
+    }
+    assert len(set(contents.values())) == 1, "replicas hold different bytes"
+    scan = scan_batches(contents[leader.node_id], verify_crc=True)
+    assert scan.error is None, scan
+    assert len(scan.headers) == 7  # the new leader's no-op and the six
+    for stored in scan.headers:
+        assert leader.log.batch_header_at(stored.base_offset) == stored
+    for replica in cluster.values():
+        assert replica.log.producer_state.get(9) is None
+        seven = replica.log.producer_state.get(7)
+        assert seven is not None and seven.last_sequence == 5 * 3 + 5 % 3
+        assert replica.log.segments[-1].max_timestamp == 1_700_000_000_000
+
+
 def test_new_leader_after_crash_and_rejoin_truncates_nothing_committed(
     cluster: dict[int, Replica],
 ) -> None:

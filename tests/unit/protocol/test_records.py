@@ -144,3 +144,19 @@ def test_record_timestamps_refuses_compression_bombs() -> None:
     assert len(list(r.record_timestamps(batch))) == 50
     with pytest.raises(r.UnsupportedBatch):
         list(r.record_timestamps(batch, max_decompressed_bytes=100_000))
+
+
+def test_a_header_stamped_or_moved_without_decoding_reads_as_the_bytes_do() -> None:
+    """`stamped_header` and `moved_header` give what `read_batch_header` reads from the
+    batch once it is stamped (offset and epoch) and placed after other bytes."""
+    batch = encode_batch(
+        [(b"k", b"v"), (None, b"w")], producer_id=12, producer_epoch=3, base_sequence=40
+    )
+    (checked,) = r.validate_produce_records(batch, 1 << 20)
+    placed = bytearray(b"x" * 17) + batch
+    r.stamp_batches(placed, [checked._replace(position=17)], 5_000_000_000, 9)
+    stored = r.read_batch_header(placed, 17)
+    assert r.stamped_header(checked, 17, 5_000_000_000, 9) == stored
+    assert type(r.stamped_header(checked, 17, 5_000_000_000, 9)) is r.BatchHeader
+    assert r.moved_header(stored, 4096) == r.read_batch_header(placed, 17, 4096)
+    assert r.moved_header(stored, 4096).producer_id == 12
