@@ -241,6 +241,20 @@ class SharePartitionManager:
                 )
                 state_epoch = persisted.state_epoch + 1
             state.move_start(log_start)
+            if persisted is not None:
+                # Acquisitions are not persisted: what was held at the last write is
+                # available again, its delivery count as of that write (KIP-932).
+                logger.info(
+                    "share-partition %s-%d of %s loaded at leader epoch %d: state epoch %d, "
+                    "start %d, %d state batches",
+                    key[1],
+                    key[2],
+                    key[0],
+                    leader_epoch,
+                    state_epoch,
+                    state.start_offset,
+                    len(persisted.batches),
+                )
             led = LedSharePartition(key, leader_epoch, state, state_epoch)
             if order is not None:
                 state.left_acquired = []
@@ -309,10 +323,18 @@ class SharePartitionManager:
                     await self._write_snapshot(led)
                 else:
                     await self._write_update(led)
-            except OSError:
+            except OSError as exc:
                 led.write_failed = True
                 if self.partitions.get(led.key) is led:
                     del self.partitions[led.key]
+                logger.info(
+                    "share-partition %s-%d of %s: its state could not be written (%s); "
+                    "its next use reloads what was persisted",
+                    led.key[1],
+                    led.key[2],
+                    led.key[0],
+                    exc,
+                )
                 raise
             led.persisted_version = version
 

@@ -30,7 +30,12 @@ Anomaly kinds, besides the run's own (`checker.RUN_ANOMALY_KINDS`):
 - `redelivered-after-ack`: a record delivered again, with a higher delivery count, after an
   acknowledgement of it succeeded: to another consumer at any time (the acknowledging one held
   the only acquisition, or its acknowledgement should have failed), or to the same consumer
-  by a poll begun after the success was reported.
+  by a poll begun after the success was reported. Not counted: a delivery whose poll had
+  ended before the poll that gave the acknowledging consumer the acquisition it acknowledged
+  began. Acquisitions are not persisted (KIP-932: an acquired record is written as
+  available, its delivery count as of its last write), so a share-partition reloaded from its
+  state after a failed write hands a record out again with a lower count than an earlier
+  delivery's; that earlier delivery came before the acknowledged one, not after it.
 - `over-limit`: a delivery count above `group.share.delivery.count.limit`.
 - `lost`: a record the producer had acknowledged that no acknowledgement (ok, or unknown) of
   it settled and that was never delivered at the limit; the example says whether the log's
@@ -260,8 +265,8 @@ def check_share(events: Iterable[Event]) -> CheckResult:
     acked_sends: dict[str, Event] = {}
     values_at: dict[tuple[int, int], set[str]] = defaultdict(set)
     log_values: set[str] = set()
-    # (partition, offset) -> [(delivery count, process, poll t0)]
-    deliveries: dict[tuple[int, int], list[tuple[int, str, float]]] = defaultdict(list)
+    # (partition, offset) -> [(delivery count, process, poll t0, poll t)]
+    deliveries: dict[tuple[int, int], list[tuple[int, str, float, float]]] = defaultdict(list)
     max_count: dict[str, int] = {}
     # (partition, offset) -> [(delivery count, process, t)] of acknowledgements that succeeded
     applied: dict[tuple[int, int], list[tuple[int | None, str, float]]] = defaultdict(list)
@@ -294,7 +299,9 @@ def check_share(events: Iterable[Event]) -> CheckResult:
             for partition, offset, value, count, _ack in event["records"]:
                 delivered += 1
                 values_at[(partition, offset)].add(value)
-                deliveries[(partition, offset)].append((count, event["process"], event["t0"]))
+                deliveries[(partition, offset)].append(
+                    (count, event["process"], event["t0"], event["t"])
+                )
                 max_count[value] = max(max_count.get(value, 0), count or 0)
                 if count is not None and count > limit:
                     result.add(
@@ -349,9 +356,18 @@ def check_share(events: Iterable[Event]) -> CheckResult:
         count, process, t = min(wins, key=lambda w: w[2])
         if count is None:
             continue
-        for later_count, later_process, poll_t0 in deliveries.get((partition, offset), []):
+        delivered_to = deliveries.get((partition, offset), [])
+        # When the poll that gave `process` the acquisition it acknowledged began: its
+        # latest delivery with that count answered before the acknowledgement's success.
+        acquired_t0 = max(
+            (d[2] for d in delivered_to if d[0] == count and d[1] == process and d[3] <= t),
+            default=None,
+        )
+        for later_count, later_process, poll_t0, poll_t in delivered_to:
             if later_count is None or later_count <= count:
                 continue
+            if acquired_t0 is not None and poll_t < acquired_t0:
+                continue  # delivered before the acknowledged acquisition (a reload between)
             if later_process != process or poll_t0 > t:
                 result.add(
                     "redelivered-after-ack",
