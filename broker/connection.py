@@ -122,6 +122,12 @@ logger = logging.getLogger("raftka.connection")
 _T = TypeVar("_T")
 
 _SIZE: Final = struct.Struct(">i")
+# Bound once: compiled, a module's function (and a builtin) is looked up by name on every
+# call, where a Final is read as a static.
+_read: Final = os.read
+_write: Final = os.write
+_perf_counter: Final = time.perf_counter
+_memoryview: Final = memoryview
 IN_FLIGHT_BYTES_MAX: Final = 128 * 1024 * 1024
 RECEIVE_CHUNK_BYTES: Final = 256 * 1024
 _SENDFILE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
@@ -480,7 +486,7 @@ class Connection:
             if self.readable:
                 self.readable = False
                 try:
-                    data = os.read(self.fd, max_bytes)
+                    data = _read(self.fd, max_bytes)
                 except BlockingIOError:
                     pass
                 else:
@@ -523,7 +529,7 @@ class Connection:
         request that must wait, a frame not yet complete) or the connection must stop
         (`_stop_reading`)."""
         try:
-            data = os.read(self.fd, RECEIVE_CHUNK_BYTES)
+            data = _read(self.fd, RECEIVE_CHUNK_BYTES)
         except BlockingIOError:
             return None
         if len(data) == RECEIVE_CHUNK_BYTES:
@@ -560,7 +566,7 @@ class Connection:
                 self._settle()
                 break
         if position < end:
-            self._buffer += memoryview(data)[position:]
+            self._buffer += _memoryview(data)[position:]
             return _SERVED
         if self.readable:
             # The read took all it asked for: more bytes wait, and no edge will say so.
@@ -592,7 +598,7 @@ class Connection:
         """Start (or serve) a request that needs no wait to start; False if the connection
         must stop."""
         assert self._nursery is not None, "requests are read inside the nursery"
-        received_s = time.perf_counter()
+        received_s = _perf_counter()
         size = len(frame)
         try:
             prefix = read_prefix(frame)
@@ -627,10 +633,10 @@ class Connection:
     async def _serve_request(self, size: int, nursery: trio.Nursery) -> bool:
         """Take the buffered request of `size` bytes and start (or serve) it; False if the
         connection must stop."""
-        received_s = time.perf_counter()
+        received_s = _perf_counter()
         buffer = self._buffer
         # One copy out of the buffer (slicing the bytearray first would make two).
-        with memoryview(buffer) as view:
+        with _memoryview(buffer) as view:
             frame = bytes(view[4 : 4 + size])
         del buffer[: 4 + size]
         try:
@@ -1126,11 +1132,11 @@ class Connection:
             data = frames[0] if len(frames) == 1 else b"".join(frames)
             self.metrics.response_sends += 1
             try:
-                sent = os.write(self.fd, data)
+                sent = _write(self.fd, data)
             except BlockingIOError:
                 sent = 0
             if sent < len(data):
-                self._unsent = memoryview(data)[sent:]
+                self._unsent = _memoryview(data)[sent:]
                 self._wake_writer()
         self._count(written)
         self._notify()  # room for more requests
@@ -1145,7 +1151,7 @@ class Connection:
                 # Not `unsent[os.write(...):]`: mypyc evaluates a slice's bounds twice when
                 # the sequence is not a list, tuple, str or bytes, which wrote every piece
                 # twice (tests/unit/broker/test_compiled.py).
-                sent = os.write(self.fd, unsent)
+                sent = _write(self.fd, unsent)
             except BlockingIOError:
                 continue
             unsent = unsent[sent:]
@@ -1187,7 +1193,7 @@ class Connection:
 
     def _count(self, written: list[_Slot]) -> None:
         """Each request served once in the metrics, when its response was written."""
-        now = time.perf_counter()
+        now = _perf_counter()
         metrics = self.metrics  # its method called through it: compiled, a direct call
         for slot in written:
             if slot.api_key is not None:
@@ -1284,7 +1290,7 @@ def _frame_bytes(frame: bytes | Pieces) -> int:
 
 
 async def _send_bytes(sock: trio.socket.SocketType, data: bytes) -> None:
-    view = memoryview(data)
+    view = _memoryview(data)
     while view:
         sent = await sock.send(view)
         view = view[sent:]

@@ -46,6 +46,9 @@ from raftka.broker.run_queue import CountingRunQueue
 
 #: trio's longest sleep (`trio._core._run._MAX_TIMEOUT`), in seconds.
 _LONGEST_WAIT: Final = 86_400.0
+# Bound once: compiled, a module's function (and a builtin) is looked up by name on every
+# call, where a Final is read as a static.
+_perf_counter: Final = time.perf_counter
 
 
 class IdleWait:
@@ -91,7 +94,7 @@ class IdleWait:
 
     def now(self) -> float:
         """trio's time (`trio.current_time()`), as its `SystemClock` tells it."""
-        return self._clock_offset + time.perf_counter()
+        return self._clock_offset + _perf_counter()
 
     def stepped_alone(self) -> bool:
         """Whether the task that calls this was run in a batch of its own: to call once,

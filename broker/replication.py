@@ -52,6 +52,7 @@ from raftka.protocol.batch_builder import (
 )
 from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
+    LOG_OVERHEAD,
     PARTITION_LEADER_EPOCH_OFFSET,
     BatchHeader,
     read_batch_header,
@@ -67,6 +68,9 @@ _INT32: Final = struct.Struct(">i")
 #: A batch's first 16 bytes, its base offset, length and partition leader epoch: the stamp
 #: of a batch whose header is known, in one call.
 _STAMP: Final = struct.Struct(">qii")
+# Bound once: compiled, a module's function (and a builtin) is looked up by name on every
+# call, where a Final is read as a static.
+_time_ns: Final = time.time_ns
 
 CONTROL_LEADER_CHANGE = 2
 CONTROL_KRAFT_VOTERS = 6
@@ -418,7 +422,7 @@ class PartitionRaftStorage:
             extra={"partition": self.raft_group_id, "raft_group": self.raft_group_id},
         )
         self.log.truncate_fully_and_start_at(
-            snapshot.end_offset, time.time_ns() // 1_000_000, epoch=snapshot.epoch
+            snapshot.end_offset, _time_ns() // 1_000_000, epoch=snapshot.epoch
         )
 
     def _install_config(self, snapshot: Snapshot) -> None:
@@ -474,7 +478,7 @@ class PartitionRaftStorage:
         (`entries_need_sync`) whether they must be fsynced before they are acknowledged."""
         if not entries:
             return
-        now = time.time_ns() // 1_000_000
+        now = _time_ns() // 1_000_000
         buffer = bytearray()
         headers: list[BatchHeader] = []
         configs: list[Entry] = []
@@ -505,7 +509,7 @@ class PartitionRaftStorage:
                 header = _stamp_and_read(buffer, start, base_offset, entry.epoch)
             if (
                 header.last_offset_delta != entry.last_offset - base_offset
-                or header.size_bytes != len(buffer) - start
+                or header.batch_length + LOG_OVERHEAD != len(buffer) - start  # size_bytes
             ):
                 raise ValueError(
                     f"{self.raft_group_id}: entry {base_offset}-{entry.last_offset} does not "

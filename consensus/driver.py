@@ -884,6 +884,12 @@ class RaftGroup:
                 )
             else:
                 self._durable_waiters.release_through(core.durable_end)
+                # A single voter's write commits at once: its commit is applied here rather
+                # than from one more Ready that holds nothing else.
+                committed = core.take_commit()
+                if committed is not None:
+                    self._commit_waiters.release_through(committed)
+                    self._update(RaftGroupUpdate(self.name, committed, None))
         self._refresh_ticked()
 
     def _refresh_ticked(self) -> None:
@@ -1006,16 +1012,19 @@ class RaftGroup:
             self._node._note_soft_state()
         if rd.high_watermark is not None:
             self._commit_waiters.release_through(rd.high_watermark)
-        if self._on_update is not None and (
-            rd.high_watermark is not None or rd.soft_state is not None
-        ):
-            try:
-                self._on_update(RaftGroupUpdate(self.name, rd.high_watermark, rd.soft_state))
-            except Exception:
-                # The Ready is written and sent: the core must still be advanced.
-                log.exception(
-                    "%s: applying an update failed", self.name, extra={"raft_group": self.name}
-                )
+        if rd.high_watermark is not None or rd.soft_state is not None:
+            self._update(RaftGroupUpdate(self.name, rd.high_watermark, rd.soft_state))
+
+    def _update(self, update: RaftGroupUpdate) -> None:
+        if self._on_update is None:
+            return
+        try:
+            self._on_update(update)
+        except Exception:
+            # The Ready is written and sent: the core must still be advanced.
+            log.exception(
+                "%s: applying an update failed", self.name, extra={"raft_group": self.name}
+            )
 
     def _remove(self, error: NotLeaderError | None = None) -> None:
         self.removed = True

@@ -37,6 +37,9 @@ HEADER_WINDOW_BYTES = 64 * 1024
 #: least these many, at most twice as many (the oldest are let go in one go, not one per
 #: append).
 RECENT_BATCHES: Final = 8
+# Bound once: compiled, a module's function (and a builtin) is looked up by name on every
+# call, where a Final is read as a static.
+_memoryview: Final = memoryview
 
 
 def segment_file_stem(base_offset: int) -> str:
@@ -134,7 +137,7 @@ class LogSegment:
                 f" offsets of a segment based at {self.base_offset}"
             )
         position = self.size_bytes
-        view = memoryview(data)
+        view = _memoryview(data)
         before = self._accounting()
         try:
             written = 0
@@ -143,7 +146,9 @@ class LogSegment:
             offset = first_offset
             for header in headers:
                 timestamp = header.max_timestamp if log_append_time_ms < 0 else log_append_time_ms
-                self._account(offset, position + header.position, header.size_bytes, timestamp)
+                # The size as fields: `size_bytes`, a property, is a call of its own when compiled.
+                size = header.batch_length + LOG_OVERHEAD
+                self._account(offset, position + header.position, size, timestamp)
                 offset += header.last_offset_delta + 1
         except BaseException:
             os.ftruncate(self.fd, position)

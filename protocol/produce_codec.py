@@ -314,12 +314,10 @@ _NO_RECORD_ERRORS_COMPACT: Final = b"\x01\x00\x00"
 # v9+, after the one partition of a one-partition response: no record errors, no error
 # message and the partition's tagged fields, the topic's, throttle_time_ms 0, the body's.
 _ONE_PARTITION_END: Final = _NO_RECORD_ERRORS_COMPACT + b"\x00" + _NO_THROTTLE + b"\x00"
-# The size of a one-partition response without its topic's name: correlation id, header
-# tags, topic count, partition count, the partition and what follows it.
-_ONE_PARTITION_FIXED_BYTES: Final = 4 + 1 + 1 + 1 + _PARTITION_V5.size + len(_ONE_PARTITION_END)
-#: topic name -> its compact string, as responses write it; cleared past TOPIC_HEADS_MAX.
-_TOPIC_HEADS: Final[dict[str, bytes]] = {}
-TOPIC_HEADS_MAX: Final = 4096
+#: topic name -> how a one-partition response for it is packed (`_one_partition_layout`);
+#: cleared past TOPIC_LAYOUTS_MAX.
+_ONE_PARTITION_LAYOUTS: Final[dict[str, tuple[struct.Struct, bytes, int]]] = {}
+TOPIC_LAYOUTS_MAX: Final = 4096
 
 
 def encode_produce_response(correlation_id: int, version: int, answers: TopicAnswers) -> bytes:
@@ -426,33 +424,39 @@ def _one_partition_response(
     correlation_id: int, name: str, index: int, answer: PartitionAnswer
 ) -> bytes:
     """`_compact_response` of one topic's one partition with no record errors and no
-    message, as most Produce requests (one record batch of one partition) are answered."""
-    head = _TOPIC_HEADS.get(name)
-    if head is None:
-        encoded = name.encode()
-        head = encode_uvarint(len(encoded) + 1) + encoded
-        if len(_TOPIC_HEADS) >= TOPIC_HEADS_MAX:
-            _TOPIC_HEADS.clear()
-        _TOPIC_HEADS[name] = head
+    message, as most Produce requests (one record batch of one partition) are answered:
+    packed whole, in one call, by its topic's layout."""
+    layout = _ONE_PARTITION_LAYOUTS.get(name)
+    if layout is None:
+        layout = _one_partition_layout(name)
+        if len(_ONE_PARTITION_LAYOUTS) >= TOPIC_LAYOUTS_MAX:
+            _ONE_PARTITION_LAYOUTS.clear()
+        _ONE_PARTITION_LAYOUTS[name] = layout
+    packer, topic_part, size = layout
     append_time_ms = answer.log_append_time_ms
     if append_time_ms is None or append_time_ms < 0:
         append_time_ms = -1
-    return b"".join(
-        (
-            _SIZE_CORRELATION.pack(_ONE_PARTITION_FIXED_BYTES + len(head), correlation_id),
-            b"\x00\x02",  # the response header's tagged fields; one topic
-            head,
-            b"\x02",  # one partition
-            _PARTITION_V5.pack(
-                index,
-                answer.error_code,
-                answer.base_offset,
-                append_time_ms,
-                answer.log_start_offset,
-            ),
-            _ONE_PARTITION_END,
-        )
+    return packer.pack(
+        size,
+        correlation_id,
+        topic_part,
+        index,
+        answer.error_code,
+        answer.base_offset,
+        append_time_ms,
+        answer.log_start_offset,
+        _ONE_PARTITION_END,
     )
+
+
+def _one_partition_layout(name: str) -> tuple[struct.Struct, bytes, int]:
+    """A one-partition response for topic `name`: its Struct (size and correlation id, the
+    bytes up to the partition's fields, the partition's fields, the rest), those bytes (the
+    header's tagged fields, one topic, its name, one partition) and its size field."""
+    encoded = name.encode()
+    topic_part = b"\x00\x02" + encode_uvarint(len(encoded) + 1) + encoded + b"\x02"
+    packer = struct.Struct(f">ii{len(topic_part)}sihqqq{len(_ONE_PARTITION_END)}s")
+    return packer, topic_part, packer.size - 4
 
 
 def _legacy_nullable_string(out: bytearray, value: str | None) -> None:

@@ -78,6 +78,10 @@ UNSUPPORTED_COMPRESSION_TYPE: Final = 76
 INVALID_RECORD: Final = 87
 
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")
+# Bound once: compiled, a module's function (and a builtin) is looked up by name on every
+# call, where a Final is read as a static.
+_crc32c: Final = crc32c.crc32c
+_memoryview: Final = memoryview
 if _HEADER.size != RECORD_BATCH_OVERHEAD:
     raise ImportError(f"batch header layout of {_HEADER.size} bytes, not {RECORD_BATCH_OVERHEAD}")
 _INT64: Final = struct.Struct(">q")
@@ -195,8 +199,8 @@ def moved_header(header: BatchHeader, position: int) -> BatchHeader:
 
 def batch_crc(buf: Buffer, pos: int, size_bytes: int) -> int:
     """CRC-32C of the batch at `pos` as Kafka computes it (attributes..end of batch)."""
-    with memoryview(buf) as view:
-        return crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size_bytes])
+    with _memoryview(buf) as view:
+        return _crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size_bytes])
 
 
 def validate_produce_records(
@@ -223,7 +227,7 @@ def validate_produce_records(
     log) several batches and control batches are allowed, and a batch may span more offsets
     than it holds records (lastOffsetDelta >= recordsCount - 1, as after log compaction).
     """
-    view = memoryview(buf)
+    view = _memoryview(buf)
     end = len(view)
     headers: list[BatchHeader] = []
     pos = 0
@@ -242,7 +246,7 @@ def validate_produce_records(
         # type, so that compiled code unboxes only the fields it reads).
         fields = cast("tuple[int, ...]", _HEADER.unpack_from(view, pos))
         size = _check_frame(pos, fields[1], fields[3], remaining, max_batch_bytes, strict)
-        if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != fields[4]:
+        if _crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != fields[4]:
             raise InvalidRecords(CORRUPT_MESSAGE, f"CRC mismatch in batch at byte {pos}")
         _check_batch_fields(
             fields[5], fields[6], fields[7], fields[8], fields[12], produce_version, restore
@@ -384,7 +388,7 @@ def scan_batches(
     `incomplete` is True when the stop is at a batch that merely runs past the end of `buf`:
     a reader of a larger file should fetch more bytes before calling it torn.
     """
-    view = memoryview(buf)
+    view = _memoryview(buf)
     end = len(view)
     headers: list[BatchHeader] = []
     unpack = _HEADER.unpack_from
@@ -403,7 +407,7 @@ def scan_batches(
             return BatchScan(headers, pos, f"offset {header.base_offset} at {pos} goes back", False)
         if pos + size > end:
             return BatchScan(headers, pos, f"batch at {pos} runs past the end", True)
-        if verify_crc and crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
+        if verify_crc and _crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
             return BatchScan(headers, pos, f"CRC mismatch in batch at {pos}", False)
         headers.append(header)
         next_offset = header.base_offset + header.last_offset_delta + 1
@@ -417,7 +421,7 @@ def iter_batch_headers(buf: Buffer, pos: int = 0) -> Iterator[BatchHeader]:
     Stops silently at the end or at the first batch that does not fit; use `scan_batches`
     to learn where and why.
     """
-    view = memoryview(buf)
+    view = _memoryview(buf)
     end = len(view)
     unpack = _HEADER.unpack_from
     while end - pos >= RECORD_BATCH_OVERHEAD:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 import trio
+from raft_net import Net
 
 from raftka.consensus import HardState, MemoryRaftLog, Message, MessageType, NotLeaderError, Role
 from raftka.consensus.core import StorageError
@@ -390,6 +391,49 @@ def test_single_voter_leaders_are_not_ticked() -> None:
     assert node.ticked_group_count == 1
     node.remove_raft_group("shared")
     assert node.ticked_group_count == 0
+
+
+def test_a_single_voter_commits_each_write_as_it_is_written() -> None:
+    """The only voter's write commits it: the commit is applied in the same drive (the
+    waiters released and the update told once per write, without a Ready of its own). A
+    leader with followers commits only when they answer, so its write alone commits
+    nothing."""
+    transport = PeerTransport(1, ("127.0.0.1", 0), {2: ("127.0.0.1", 1)})
+    node = RaftNode(1, transport, tick_ms=TICK_MS, election_timeout_ticks=3)
+    updates: list[RaftGroupUpdate] = []
+    alone = node.add_raft_group("alone", frozenset({1}), MemoryRaftGroupStorage(), updates.append)
+
+    async def scenario() -> None:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(node.run)
+                while alone.role is not Role.LEADER:
+                    await trio.sleep(TICK_MS / 1000)
+                # The first waits for the election's term to be synced.
+                first = alone.propose(1, b"first")
+                assert await alone.wait_committed(first.end_offset, timeout_s=10)
+                updates.clear()
+                core = alone._core
+                take_ready = core.ready
+                readies: list[int] = []
+                core.ready = lambda: readies.append(1) or take_ready()  # type: ignore[method-assign]
+                for i in range(3):
+                    entry = alone.propose(2, b"batch-%d" % i)
+                    assert len(readies) == i + 1  # one Ready a write, its commit without one
+                    assert alone.high_watermark == entry.end_offset == alone.durable_end
+                    assert updates[-1].high_watermark == entry.end_offset
+                assert [u.soft_state for u in updates] == [None] * 3
+                nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+
+    net = Net([1, 2, 3])
+    leader = net.elect(1)
+    entry = leader.propose(1, b"x")
+    net.drain(1)  # written and sent
+    assert leader.take_commit() is None
+    net.deliver()
+    assert leader.high_watermark == entry.end_offset
 
 
 def test_a_single_voter_leader_with_a_learner_is_ticked() -> None:

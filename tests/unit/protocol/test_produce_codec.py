@@ -45,7 +45,7 @@ from raftka.protocol.produce_codec import (
     FIRST_FLEXIBLE_VERSION,
     FIRST_VERSION,
     LAST_VERSION,
-    TOPIC_HEADS_MAX,
+    TOPIC_LAYOUTS_MAX,
     PartitionAnswer,
     decode_produce_request,
     encode_produce_response,
@@ -387,13 +387,13 @@ def test_a_response_of_one_partition_is_what_kio_writes(
 
 def test_the_topic_names_remembered_for_responses_are_bounded() -> None:
     appended = AppendResult(base_offset=7, log_start_offset=0)
-    names = [f"topic-{n}" for n in range(TOPIC_HEADS_MAX + 10)]
+    names = [f"topic-{n}" for n in range(TOPIC_LAYOUTS_MAX + 10)]
     for name in names + names[:3]:
         answers = [(name, [(0, appended)])]
         assert encode_produce_response(1, LAST_VERSION, answers) == _reference_response(
             1, LAST_VERSION, answers
         )
-    assert len(produce_codec._TOPIC_HEADS) <= TOPIC_HEADS_MAX
+    assert len(produce_codec._ONE_PARTITION_LAYOUTS) <= TOPIC_LAYOUTS_MAX
 
 
 def test_a_version_not_served_is_refused() -> None:
