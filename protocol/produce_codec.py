@@ -381,7 +381,15 @@ def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
         if len(partitions) == 1:
             index, answer = partitions[0]
             if not answer.record_errors and answer.error_message is None:
-                return _one_partition_response(correlation_id, name, index, answer)
+                return encode_one_partition_response(
+                    correlation_id,
+                    name,
+                    index,
+                    answer.error_code,
+                    answer.base_offset,
+                    answer.log_append_time_ms,
+                    answer.log_start_offset,
+                )
     out = bytearray(_SIZE_CORRELATION_BYTES)
     out += b"\x00"  # the response header's tagged fields
     out += encode_uvarint(len(answers) + 1)
@@ -420,12 +428,18 @@ def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
     return bytes(out)
 
 
-def _one_partition_response(
-    correlation_id: int, name: str, index: int, answer: PartitionAnswer
+def encode_one_partition_response(
+    correlation_id: int,
+    name: str,
+    index: int,
+    error_code: int,
+    base_offset: int,
+    log_append_time_ms: int | None,
+    log_start_offset: int,
 ) -> bytes:
-    """`_compact_response` of one topic's one partition with no record errors and no
-    message, as most Produce requests (one record batch of one partition) are answered:
-    packed whole, in one call, by its topic's layout."""
+    """A Produce response v9+ (`encode_produce_response`) of one topic's one partition with
+    no record errors and no message, as most Produce requests (one record batch of one
+    partition) are answered: packed whole, in one call, by its topic's layout."""
     layout = _ONE_PARTITION_LAYOUTS.get(name)
     if layout is None:
         layout = _one_partition_layout(name)
@@ -433,18 +447,17 @@ def _one_partition_response(
             _ONE_PARTITION_LAYOUTS.clear()
         _ONE_PARTITION_LAYOUTS[name] = layout
     packer, topic_part, size = layout
-    append_time_ms = answer.log_append_time_ms
-    if append_time_ms is None or append_time_ms < 0:
-        append_time_ms = -1
+    if log_append_time_ms is None or log_append_time_ms < 0:
+        log_append_time_ms = -1
     return packer.pack(
         size,
         correlation_id,
         topic_part,
         index,
-        answer.error_code,
-        answer.base_offset,
-        append_time_ms,
-        answer.log_start_offset,
+        error_code,
+        base_offset,
+        log_append_time_ms,
+        log_start_offset,
         _ONE_PARTITION_END,
     )
 

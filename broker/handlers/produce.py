@@ -40,7 +40,13 @@ from raftka.broker.security.acl import AclOperation, ResourceType
 from raftka.broker.services import Deferred, Later, Subscribed
 from raftka.log.validation import ATTRIBUTES_LOW_BYTE
 from raftka.protocol.api import EncodedResponse, build
-from raftka.protocol.produce_codec import ProduceData, encode_produce_response
+from raftka.protocol.produce_codec import (
+    FIRST_FLEXIBLE_VERSION,
+    LAST_VERSION,
+    ProduceData,
+    encode_one_partition_response,
+    encode_produce_response,
+)
 from raftka.protocol.records import (
     CONTROL_FLAG_MASK,
     MAGIC_OFFSET,
@@ -177,7 +183,24 @@ class ProduceAnswers(EncodedResponse):
         self.answers = answers
 
     def encode(self, correlation_id: int) -> bytes:
-        return encode_produce_response(correlation_id, self.version, self.answers)
+        answers = self.answers
+        if FIRST_FLEXIBLE_VERSION <= self.version <= LAST_VERSION and len(answers) == 1:
+            name, partitions = answers[0]
+            if len(partitions) == 1:
+                # The common answer, its fields read here where their class is known (the
+                # encoder reads them by name).
+                index, answer = partitions[0]
+                if not answer.record_errors and answer.error_message is None:
+                    return encode_one_partition_response(
+                        correlation_id,
+                        name,
+                        index,
+                        answer.error_code,
+                        answer.base_offset,
+                        answer.log_append_time_ms,
+                        answer.log_start_offset,
+                    )
+        return encode_produce_response(correlation_id, self.version, answers)
 
 
 #: Each topic's partitions' answers in request order: (topic, [(partition index, answer)]),

@@ -31,6 +31,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 
+from raftka.broker.handlers.produce import ProduceAnswers
 from raftka.broker.replica import AppendResult
 from raftka.protocol import produce_codec
 from raftka.protocol.api import (
@@ -382,6 +383,28 @@ def test_a_response_of_one_partition_is_what_kio_writes(
     answers = [(name, [(index, answer)])]
     assert encode_produce_response(correlation_id, version, answers) == _reference_response(
         correlation_id, version, answers
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(VERSIONS), INT32, NAMES, INT32, ANSWERS)
+def test_the_produce_handlers_answer_of_one_partition_is_what_kio_writes(
+    version: int, correlation_id: int, name: str, index: int, answer: Answer
+) -> None:
+    """The Produce handler's answer (`ProduceAnswers`) writes a one-partition response
+    itself, from the broker's own append result."""
+    result = AppendResult(
+        ErrorCode(answer.error_code),
+        answer.error_message,
+        answer.base_offset,
+        answer.log_append_time_ms,
+        answer.log_start_offset,
+        tuple((i, m) for i, m in answer.record_errors if m is not None),
+    )
+    answers = [(name, [(index, result)])]
+    typed: list[tuple[str, list[tuple[int, PartitionAnswer]]]] = [(name, [(index, result)])]
+    assert ProduceAnswers(version, answers).encode(correlation_id) == _reference_response(
+        correlation_id, version, typed
     )
 
 
