@@ -151,8 +151,8 @@ class SoftState:
 @dataclass(slots=True, init=False)
 class Ready:
     """Work for the driver; fields are None / empty when there is nothing of that kind.
-    The driver only reads it (not frozen: one or two are made for every write, and a
-    frozen dataclass's constructor costs about three times a plain one's)."""
+    The driver only reads it (not frozen: one is made for every write, and a frozen
+    dataclass's constructor costs about three times a plain one's)."""
 
     hard_state: HardState | None
     truncate_to: int | None

@@ -1021,7 +1021,7 @@ class RaftGroup:
         try:
             self._on_update(update)
         except Exception:
-            # The Ready is written and sent: the core must still be advanced.
+            # What the update follows is written and sent: the core must go on.
             log.exception(
                 "%s: applying an update failed", self.name, extra={"raft_group": self.name}
             )

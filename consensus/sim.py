@@ -619,6 +619,12 @@ class Simulation:
                     self._send(m)
             self._apply(node, rd)
             core.advance(rd, durable=not must_sync)
+            if not must_sync:
+                # As the broker's driver does: a commit that is all the advance changed (a
+                # single voter's write) is applied without a Ready of its own.
+                committed = core.take_commit()
+                if committed is not None:
+                    self._apply(node, Ready(None, None, (), (), committed, None))
             if must_sync:
                 delay = self.rng.randrange(self.params.max_sync_delay_ticks + 1)
                 node.syncs.append(
