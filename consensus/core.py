@@ -344,27 +344,13 @@ class RaftCore:
         single voter's entries just counted durable by `advance`): taken as a Ready holding
         only it would be, with nothing to write, send or advance. None when the high
         watermark did not move or anything else changed too (then take a whole Ready)."""
-        if (
-            self.high_watermark == self._prev_high_watermark
-            or self._awaiting_advance
-            or self._messages
-            or self._append_unsent
-            or self.log.unstable
-            or self.log.pending_truncate is not None
-            or self.log.pending_snapshot is not None
-            or self._follow_log_start != self._prev_follow_log_start
-        ):
-            return None
-        hs, ss = self._prev_hard_state, self._prev_soft_state
-        if (
-            hs.term != self.term
-            or hs.voted_for != self.voted_for
-            or ss.role is not self.role
-            or ss.leader_id != self.leader_id
-            or ss.term != self.term
-        ):
+        taken = self._prev_high_watermark
+        if self.high_watermark == taken or self._awaiting_advance:
             return None
         self._prev_high_watermark = self.high_watermark
+        if self.has_ready():  # more than the commit: it goes with the rest
+            self._prev_high_watermark = taken
+            return None
         return self.high_watermark
 
     def ready(self) -> Ready:

@@ -376,20 +376,6 @@ def encode_produce_response(correlation_id: int, version: int, answers: TopicAns
 def _compact_response(correlation_id: int, answers: TopicAnswers) -> bytes:
     """Produce response v9+: compact lengths, a tagged field set after every structure,
     all of them empty."""
-    if len(answers) == 1:
-        name, partitions = answers[0]
-        if len(partitions) == 1:
-            index, answer = partitions[0]
-            if not answer.record_errors and answer.error_message is None:
-                return encode_one_partition_response(
-                    correlation_id,
-                    name,
-                    index,
-                    answer.error_code,
-                    answer.base_offset,
-                    answer.log_append_time_ms,
-                    answer.log_start_offset,
-                )
     out = bytearray(_SIZE_CORRELATION_BYTES)
     out += b"\x00"  # the response header's tagged fields
     out += encode_uvarint(len(answers) + 1)

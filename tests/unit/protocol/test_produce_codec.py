@@ -13,7 +13,7 @@ import datetime
 import importlib
 import io
 import struct
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import pytest
 from codec_checks import (
@@ -379,7 +379,7 @@ def test_the_brokers_append_results_are_answers() -> None:
 def test_a_response_of_one_partition_is_what_kio_writes(
     version: int, correlation_id: int, name: str, index: int, answer: Answer
 ) -> None:
-    """Most responses answer one batch of one partition (written from a template)."""
+    """Most responses answer one batch of one partition."""
     answers = [(name, [(index, answer)])]
     assert encode_produce_response(correlation_id, version, answers) == _reference_response(
         correlation_id, version, answers
@@ -413,8 +413,8 @@ def test_the_topic_names_remembered_for_responses_are_bounded() -> None:
     names = [f"topic-{n}" for n in range(TOPIC_LAYOUTS_MAX + 10)]
     for name in names + names[:3]:
         answers = [(name, [(0, appended)])]
-        assert encode_produce_response(1, LAST_VERSION, answers) == _reference_response(
-            1, LAST_VERSION, answers
+        assert ProduceAnswers(LAST_VERSION, answers).encode(1) == _reference_response(
+            1, LAST_VERSION, [(name, [(0, cast(PartitionAnswer, appended))])]
         )
     assert len(produce_codec._ONE_PARTITION_LAYOUTS) <= TOPIC_LAYOUTS_MAX
 
