@@ -80,8 +80,12 @@ class ReadinessPoller:
         group_commit: GroupCommit,
         metrics: BrokerMetrics | None = None,
         long_polls: LongPolls | None = None,
+        linger_us: int = 0,
     ) -> None:
         self._epoll = select.epoll()
+        #: `request.linger.us` (broker/idle_wait.py): how long a wait lingers while requests
+        #: come close together.
+        self.linger_us = linger_us
         self._group_commit = group_commit
         #: Fetches the round's appends wake are answered at its end (`LongPolls.held`).
         self._long_polls = long_polls
@@ -174,7 +178,7 @@ class ReadinessPoller:
         """Serve the sockets' events as they come, until cancelled."""
         epoll = self._epoll
         metrics = self._metrics
-        idle = IdleWait.of_current_run(epoll)
+        idle = IdleWait.of_current_run(epoll, self.linger_us / 1_000_000)
         try:
             while True:
                 await trio.lowlevel.wait_readable(epoll.fileno())
@@ -185,7 +189,12 @@ class ReadinessPoller:
                         metrics.poller_wakeups += 1
                     events = epoll.poll(0)
                     rounds = 0
+                    # The most sockets a round served, for the wait's linger (a socket
+                    # served in two rounds is one client's).
+                    served = 0
                     while events:
+                        if len(events) > served:
+                            served = len(events)
                         # Once for every connection served in the round.
                         now = trio.current_time() if idle is None else idle.now()
                         self.serve_events(events, now)
@@ -196,7 +205,7 @@ class ReadinessPoller:
                         # trio's loop (its epoll would report this one at once) for each.
                         events = epoll.poll(0)
                     # While trio has nothing else to do, wait here rather than in its loop.
-                    if idle is None or not alone or not idle.wait():
+                    if idle is None or not alone or not idle.wait(served):
                         break
         finally:
             epoll.close()

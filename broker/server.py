@@ -668,7 +668,12 @@ class Broker:
                 )
             )
             self.group_commit = GroupCommit(self.replica_manager.write_proposed)
-            self.poller = ReadinessPoller(self.group_commit, self.metrics, self.services.long_polls)
+            self.poller = ReadinessPoller(
+                self.group_commit,
+                self.metrics,
+                self.services.long_polls,
+                config.get_int("request.linger.us"),
+            )
             # Any broker may be asked for a page of a partition it hosts by another's console.
             self.page_reads = register_page_reads(
                 PageReads(self.services, self.node.transport.forward), self.controller.register_rpc

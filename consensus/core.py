@@ -955,7 +955,10 @@ class RaftCore:
         return self.config.voters, frozenset()
 
     def _broadcast_append(self, send_if_empty: bool = True) -> None:
-        for node in list(self.progress):
+        progress = self.progress
+        if not progress:
+            return  # a single voter: called for every proposal, and a list of none is a call
+        for node in list(progress):
             self._send_append(node, send_if_empty)
 
     def _maybe_commit(self) -> bool:

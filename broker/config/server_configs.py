@@ -290,6 +290,18 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         read_only=True,
     ),
     ConfigDef(
+        "request.linger.us",
+        INT,
+        100,
+        "While requests from several connections come less than this many microseconds "
+        "apart, the broker waits this long before it looks for the next ones, so that one "
+        "wake-up serves all that came meanwhile (less CPU per request, each request "
+        "answered at most this much later); 0: every request is served as it comes.",
+        minimum=0,
+        maximum=10_000,
+        read_only=True,
+    ),
+    ConfigDef(
         "quota.window.num",
         INT,
         11,

@@ -35,6 +35,8 @@ RAFTKA_ONLY: dict[tuple[str, str], str] = {
     ("broker", "raft.auth.secret.file"): "securing raftka's own Raft connections between brokers",
     ("broker", "raft.security.protocol"): "securing raftka's own Raft connections between brokers",
     ("broker", "metrics.listen"): "raftka's HTTP endpoint (metrics, health, the queue API)",
+    ("broker", "request.linger.us"): "fewer wake-ups of raftka's one event loop under many "
+    "small requests (Kafka's threads have no such wait)",
     ("broker", "http.security.protocol"): "raftka's HTTP endpoint (metrics, health, the queue API)",
     ("broker", "console.listen"): "raftka's web console",
     ("broker", "group.share.max.share.sessions"): _KAFKA_4,

@@ -8,6 +8,7 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from raftka.broker import idle_wait
 from raftka.broker.group_commit import GroupCommit
 from raftka.broker.idle_wait import IdleWait
 from raftka.broker.long_polls import LongPolls, Wakeable
@@ -464,3 +466,65 @@ def test_the_idle_wait_tells_trios_time() -> None:
 
     for before, read, after in trio.run(both):
         assert before <= read <= after
+
+
+def test_a_wait_lingers_only_while_requests_from_several_sockets_come_close_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    linger = 0.25  # long beside a wait that finds bytes ready, short beside LATER
+    later = 0.6
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    monkeypatch.setattr(idle_wait, "_sleep", sleep)
+    ours = select.epoll()
+    client, server = socket.socketpair()
+    ours.register(server.fileno(), select.EPOLLIN)  # level-triggered: ready until read
+
+    async def main() -> None:
+        idle = IdleWait.of_current_run(ours, linger)
+        assert idle is not None
+        client.send(b"request")
+        # each wait ends at once; the first two count the waits that ended within the linger
+        assert idle.wait(served=2)
+        assert idle.wait(served=2)
+        assert slept == []
+        assert idle.wait(served=1)  # one client's requests: never kept waiting
+        assert slept == []
+        assert idle.wait(served=2)  # it lingers, then takes what came meanwhile
+        assert slept == [linger]
+        server.recv(100)
+        sender = threading.Timer(later, client.send, (b"request",))
+        sender.start()
+        assert idle.wait(served=2)  # a linger that finds nothing waits on for the bytes
+        assert slept == [linger, linger]
+        sender.join()
+        assert idle.wait(served=2)  # that wait was long: no linger until two short ones
+        assert slept == [linger, linger]
+
+    trio.run(main)
+    for closing in (client, server, ours):
+        closing.close()
+
+
+def test_a_wait_never_lingers_with_no_linger(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(idle_wait, "_sleep", slept.append)
+    ours = select.epoll()
+    client, server = socket.socketpair()
+    ours.register(server.fileno(), select.EPOLLIN)
+
+    async def main() -> None:
+        idle = IdleWait.of_current_run(ours)
+        assert idle is not None
+        client.send(b"request")
+        for _ in range(5):
+            assert idle.wait(served=10)
+        assert slept == []
+
+    trio.run(main)
+    for closing in (client, server, ours):
+        closing.close()
