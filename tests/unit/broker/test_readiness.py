@@ -471,8 +471,10 @@ def test_the_idle_wait_tells_trios_time() -> None:
 def test_a_wait_lingers_only_while_requests_from_several_sockets_come_close_together(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    linger = 0.25  # long beside a wait that finds bytes ready, short beside LATER
-    later = 0.6
+    # Long beside a wait that finds bytes ready, short beside `later`: a stall of the machine
+    # as long would be needed to blur the two.
+    linger = 0.5
+    later = 2.0
     slept: list[float] = []
 
     def sleep(seconds: float) -> None:
