@@ -53,9 +53,12 @@ import math
 import os
 import select
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from raftka.broker.run_queue import CountingRunQueue
+
+if TYPE_CHECKING:
+    from raftka.broker.metrics import BrokerMetrics
 
 #: trio's longest sleep (`trio._core._run._MAX_TIMEOUT`), in seconds.
 _LONGEST_WAIT: Final = 86_400.0
@@ -71,7 +74,14 @@ LINGER_AFTER_SHORT_WAITS: Final = 2
 class IdleWait:
     """The poller's waits in its own step, for the trio run it is in."""
 
-    def __init__(self, runner: Any, ours: int, trios: int, linger_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        runner: Any,
+        ours: int,
+        trios: int,
+        linger_s: float = 0.0,
+        metrics: BrokerMetrics | None = None,
+    ) -> None:
         self._runner = runner
         self._trios = trios
         #: How long a wait lingers while requests come close together (0: never).
@@ -79,6 +89,8 @@ class IdleWait:
         #: The waits in a row that ended within the linger (a linger that found requests
         #: keeps the count).
         self._short_waits = 0
+        #: Counts the lingers (`BrokerMetrics.poller_lingers`).
+        self._metrics = metrics
         self._clock_offset: float = runner.clock.offset
         self._poll = select.poll()
         self._poll.register(ours, select.POLLIN)
@@ -90,10 +102,12 @@ class IdleWait:
             runner.runq = CountingRunQueue(runq)
 
     @staticmethod
-    def of_current_run(epoll: select.epoll, linger_s: float = 0.0) -> IdleWait | None:
+    def of_current_run(
+        epoll: select.epoll, linger_s: float = 0.0, metrics: BrokerMetrics | None = None
+    ) -> IdleWait | None:
         """The waits for the poller of `epoll` in the current trio run, lingering for
-        `linger_s` while requests come close together, or None if the run is not one whose
-        state this module can read."""
+        `linger_s` while requests come close together (counted in `metrics`), or None if
+        the run is not one whose state this module can read."""
         if os.environ.get("RAFTKA_IDLE_WAIT") == "0":
             return None
         try:
@@ -113,7 +127,9 @@ class IdleWait:
             )
         except (ImportError, AttributeError):
             return None
-        return IdleWait(runner, epoll.fileno(), trios.fileno(), linger_s) if usable else None
+        if not usable:
+            return None
+        return IdleWait(runner, epoll.fileno(), trios.fileno(), linger_s, metrics)
 
     def now(self) -> float:
         """trio's time (`trio.current_time()`), as its `SystemClock` tells it."""
@@ -151,6 +167,8 @@ class IdleWait:
         linger = self.linger_s
         if served > 1 and self._short_waits >= LINGER_AFTER_SHORT_WAITS and timeout > linger:
             _sleep(linger)
+            if self._metrics is not None:
+                self._metrics.poller_lingers += 1
             ready = self._poll.poll(0)
             if ready:
                 return all(fd != self._trios for fd, _ in ready)

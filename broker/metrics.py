@@ -107,6 +107,12 @@ _POLLER_WAKEUPS_HELP = (
     "answered over this is requests per wake-up."
 )
 
+_POLLER_LINGERS = "raftka_poller_lingers"
+_POLLER_LINGERS_HELP = (
+    "Waits of the readiness poller that lingered (request.linger.us) before taking the next "
+    "requests, while requests of several connections came close together."
+)
+
 
 class BrokerMetrics(Collector):
     """The metrics counted as they happen, and the registry every broker metric is in.
@@ -140,6 +146,8 @@ class BrokerMetrics(Collector):
         self.response_sends = 0
         #: Counted by the readiness poller as it wakes (`_POLLER_WAKEUPS`).
         self.poller_wakeups = 0
+        #: Counted by the poller's wait as it lingers (`_POLLER_LINGERS`).
+        self.poller_lingers = 0
         self._created = time.time()
         registry = self.registry
         registry.register(self)
@@ -284,6 +292,12 @@ class BrokerMetrics(Collector):
             _POLLER_WAKEUPS,
             _POLLER_WAKEUPS_HELP,
             value=self.poller_wakeups,
+            created=self._created if created else None,
+        )
+        yield CounterMetricFamily(
+            _POLLER_LINGERS,
+            _POLLER_LINGERS_HELP,
+            value=self.poller_lingers,
             created=self._created if created else None,
         )
 

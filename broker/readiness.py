@@ -178,7 +178,7 @@ class ReadinessPoller:
         """Serve the sockets' events as they come, until cancelled."""
         epoll = self._epoll
         metrics = self._metrics
-        idle = IdleWait.of_current_run(epoll, self.linger_us / 1_000_000)
+        idle = IdleWait.of_current_run(epoll, self.linger_us / 1_000_000, metrics)
         try:
             while True:
                 await trio.lowlevel.wait_readable(epoll.fileno())

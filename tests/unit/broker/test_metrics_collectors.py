@@ -49,6 +49,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
         **gauges,
         "raftka_response_sends_total": "0.0",
         "raftka_poller_wakeups_total": "0.0",
+        "raftka_poller_lingers_total": "0.0",
     }
     for seconds in (0.0005, 0.001, 0.003):  # 1 ms is on a bound: counted in le="1.0"
         metrics.request_done(PRODUCE, seconds, None)
@@ -59,6 +60,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
     metrics.fetched("orders", 350)
     metrics.response_sends += 2
     metrics.poller_wakeups += 3
+    metrics.poller_lingers += 2
     series = _series(metrics)
     created = {name: value for name, value in series.items() if "_created" in name}
     assert sorted(created) == [
@@ -72,6 +74,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
         'kafka_server_brokertopicmetrics_bytesin_created{topic="orders"}',
         'kafka_server_brokertopicmetrics_bytesout_created{topic="orders"}',
         'kafka_server_brokertopicmetrics_messagesin_created{topic="orders"}',
+        "raftka_poller_lingers_created",
         "raftka_poller_wakeups_created",
         "raftka_response_sends_created",
     ]
@@ -101,6 +104,7 @@ def test_a_scrape_shows_each_series_with_its_value() -> None:
         'kafka_server_brokertopicmetrics_bytesout_total{topic="orders"}': "350.0",
         "raftka_response_sends_total": "2.0",
         "raftka_poller_wakeups_total": "3.0",
+        "raftka_poller_lingers_total": "2.0",
     }
     assert {name: value for name, value in series.items() if name not in created} == expected
     metrics.request_done(PRODUCE, 0.0001, None)  # counting goes on after a scrape

@@ -486,8 +486,10 @@ def test_a_wait_lingers_only_while_requests_from_several_sockets_come_close_toge
     client, server = socket.socketpair()
     ours.register(server.fileno(), select.EPOLLIN)  # level-triggered: ready until read
 
+    metrics = BrokerMetrics({})
+
     async def main() -> None:
-        idle = IdleWait.of_current_run(ours, linger)
+        idle = IdleWait.of_current_run(ours, linger, metrics)
         assert idle is not None
         client.send(b"request")
         # each wait ends at once; the first two count the waits that ended within the linger
@@ -506,6 +508,7 @@ def test_a_wait_lingers_only_while_requests_from_several_sockets_come_close_toge
         sender.join()
         assert idle.wait(served=2)  # that wait was long: no linger until two short ones
         assert slept == [linger, linger]
+        assert metrics.poller_lingers == 2
 
     trio.run(main)
     for closing in (client, server, ours):
