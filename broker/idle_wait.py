@@ -42,8 +42,9 @@ the last two waits ended within the linger (one is also what the end of a burst 
 after which a linger would find nothing) and that a round since then served more than one
 socket: a single client waiting for each answer before it sends again (or pipelining on one
 connection) would only be slowed down, since no other request would come while it waits. A
-request then waits at most the linger, only while requests come that often; at a lower rate
-the wait takes each as it comes.
+request then waits about the linger at most (the kernel's timer may wake the sleep some tens
+of microseconds late), only while requests come that often; at a lower rate the wait takes
+each as it comes.
 """
 
 from __future__ import annotations

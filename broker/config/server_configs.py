@@ -296,7 +296,7 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
         "While requests from several connections come less than this many microseconds "
         "apart, the broker waits this long before it looks for the next ones, so that one "
         "wake-up serves all that came meanwhile (less CPU per request, each request "
-        "answered at most this much later); 0: every request is served as it comes.",
+        "answered up to about this much later); 0: every request is served as it comes.",
         minimum=0,
         maximum=10_000,
         read_only=True,
