@@ -934,22 +934,24 @@ class Broker:
                 log = partition.log
                 if log is not None and log.should_flush(now):
                     async with self.node.sync_lock:
-                        job = log.flush_job()
-                        if job is not None:
-                            try:
+                        try:
+                            # The job's making writes the indexes' pending entries: a disk
+                            # failing under them is met here, before any fsync.
+                            job = log.flush_job()
+                            if job is not None:
                                 await trio.to_thread.run_sync(job)
-                            except OSError as exc:
-                                if exc.errno not in OUT_OF_SPACE:
-                                    # Never retried: the directory goes offline.
-                                    self.log_dir_failures(partition.name, exc)
-                                    continue
-                                # A full disk: the segments stay dirty; the next round retries.
-                                logger.error(
-                                    "fsync of %s failed: %s",
-                                    partition.name,
-                                    exc,
-                                    extra={"partition": partition.name},
-                                )
+                        except OSError as exc:
+                            if exc.errno not in OUT_OF_SPACE:
+                                # Never retried: the directory goes offline.
+                                self.log_dir_failures(partition.name, exc)
+                                continue
+                            # A full disk: the segments stay dirty; the next round retries.
+                            logger.error(
+                                "fsync of %s failed: %s",
+                                partition.name,
+                                exc,
+                                extra={"partition": partition.name},
+                            )
 
     def _partitions_flushed_on_schedule(self) -> list[Partition]:
         """Local partitions of the topics whose flush.messages or flush.ms is finite; under
