@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import run_raftka, wait_until
+from clients import produce, run_raftka, wait_until
 from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import ClusterNode, ClusterProcess, JavaTool, free_port
@@ -271,3 +271,48 @@ def test_a_failed_disk_takes_only_its_log_directory_offline(tmp_path, java_tool)
         assert {(topic, p) for p in in_failing} <= back[failing]["partitions"], back
     finally:
         cluster.kill()
+
+
+def test_a_disk_failing_under_a_scheduled_flush_takes_only_its_directory_offline(
+    tmp_path,
+) -> None:
+    """A disk that fails while nothing is produced is met by the flush that flush.ms
+    schedules (its index writes or its fsync), and that takes the directory offline as a
+    failed write does, the broker serving on."""
+    reason = fault_shim_unavailable_reason()
+    if reason is not None:
+        missing_client(reason)
+    shim = build_fault_shim(tmp_path / "shim")
+    control_file = tmp_path / "failing-dir"
+    _write_control_file(control_file, "")
+    metrics = f"127.0.0.1:{free_port()}"
+    cluster = JbodCluster(1, {"metrics.listen": metrics}, base_dir=tmp_path / "c")
+    jbod = cluster.node(JBOD_NODE)
+    assert isinstance(jbod, JbodNode)
+    disks = [jbod.base_dir / "disk-a", jbod.base_dir / "disk-b"]
+    jbod.use_log_dirs(disks, shim, control_file)
+    cluster.start()
+    try:
+        topic = "flushed"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        # The first scheduled flush comes flush.ms after the partitions open: after the
+        # records below are appended (an index entry pending for each) and the disk fails.
+        config = {"flush.ms": "15000", "index.interval.bytes": "1"}
+        new = NewTopic(topic, 2, 1, config=config)
+        admin.create_topics([new])[topic].result(timeout=30)
+        records = [{"value": b"x" * 100, "partition": p} for p in (0, 1) for _ in range(20)]
+        assert not produce(cluster.bootstrap, topic, records, acks="1").errors
+        # The second directory: the first also holds the Raft state, whose failure halts.
+        failing = str(disks[1].absolute())
+        assert any((disks[1] / f"{topic}-{p}").is_dir() for p in (0, 1))
+        _write_control_file(control_file, failing + os.sep)
+        wait_until(
+            lambda: scrape(metrics)["kafka_log_logmanager_offlinelogdirectorycount", ()] == 1,
+            60,
+            "the failing log directory offline",
+        )
+        assert jbod.is_running(), jbod.log_tail()
+        assert f"log directory {failing} is offline" in jbod.log_path.read_text()
+    finally:
+        _write_control_file(control_file, "")
+        cluster.stop()
