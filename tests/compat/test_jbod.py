@@ -88,6 +88,28 @@ def _write_control_file(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def _fault_shim(tmp_path: Path) -> tuple[Path, Path]:
+    """The fault shim built, and its control file naming no failing directory yet."""
+    reason = fault_shim_unavailable_reason()
+    if reason is not None:
+        missing_client(reason)
+    shim = build_fault_shim(tmp_path / "shim")
+    control_file = tmp_path / "failing-dir"
+    _write_control_file(control_file, "")
+    return shim, control_file
+
+
+def _two_disks(
+    cluster: ClusterProcess, shim: Path, control_file: Path
+) -> tuple[JbodNode, list[Path]]:
+    """Broker 1 with two log directories under the fault shim."""
+    jbod = cluster.node(JBOD_NODE)
+    assert isinstance(jbod, JbodNode)
+    disks = [jbod.base_dir / "disk-a", jbod.base_dir / "disk-b"]
+    jbod.use_log_dirs(disks, shim, control_file)
+    return jbod, disks
+
+
 def _cluster_status(bootstrap: str) -> dict[str, Any]:
     result = run_raftka(
         "cluster", "status", "--bootstrap-servers", bootstrap, "--output", "json", "--timeout", 10
@@ -108,21 +130,13 @@ def _elect_preferred(bootstrap: str, topic: str, partitions: list[int]) -> None:
 
 
 def test_a_failed_disk_takes_only_its_log_directory_offline(tmp_path, java_tool) -> None:
-    reason = fault_shim_unavailable_reason()
-    if reason is not None:
-        missing_client(reason)
-    shim = build_fault_shim(tmp_path / "shim")
-    control_file = tmp_path / "failing-dir"
-    _write_control_file(control_file, "")
+    shim, control_file = _fault_shim(tmp_path)
     cluster = JbodCluster(3, {"auto.leader.rebalance.enable": "false"}, base_dir=tmp_path / "c")
     metrics = {}
     for node in cluster.nodes:
         metrics[node.node_id] = f"127.0.0.1:{free_port()}"
         node.config["metrics.listen"] = metrics[node.node_id]
-    jbod = cluster.node(JBOD_NODE)
-    assert isinstance(jbod, JbodNode)
-    disks = [jbod.base_dir / "disk-a", jbod.base_dir / "disk-b"]
-    jbod.use_log_dirs(disks, shim, control_file)
+    jbod, disks = _two_disks(cluster, shim, control_file)
     cluster.start()
     try:
         topic = "jbod"
@@ -279,18 +293,10 @@ def test_a_disk_failing_under_a_scheduled_flush_takes_only_its_directory_offline
     """A disk that fails while nothing is produced is met by the flush that flush.ms
     schedules (its index writes or its fsync), and that takes the directory offline as a
     failed write does, the broker serving on."""
-    reason = fault_shim_unavailable_reason()
-    if reason is not None:
-        missing_client(reason)
-    shim = build_fault_shim(tmp_path / "shim")
-    control_file = tmp_path / "failing-dir"
-    _write_control_file(control_file, "")
+    shim, control_file = _fault_shim(tmp_path)
     metrics = f"127.0.0.1:{free_port()}"
     cluster = JbodCluster(1, {"metrics.listen": metrics}, base_dir=tmp_path / "c")
-    jbod = cluster.node(JBOD_NODE)
-    assert isinstance(jbod, JbodNode)
-    disks = [jbod.base_dir / "disk-a", jbod.base_dir / "disk-b"]
-    jbod.use_log_dirs(disks, shim, control_file)
+    jbod, disks = _two_disks(cluster, shim, control_file)
     cluster.start()
     try:
         topic = "flushed"
