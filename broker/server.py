@@ -947,7 +947,7 @@ class Broker:
                                 continue
                             # A full disk: the segments stay dirty; the next round retries.
                             logger.error(
-                                "fsync of %s failed: %s",
+                                "flush of %s failed: %s",
                                 partition.name,
                                 exc,
                                 extra={"partition": partition.name},
