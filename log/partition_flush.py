@@ -78,12 +78,22 @@ class PartitionFlush(PartitionRetention):
             and target <= self.recovery_point
         ):
             return None
-        files = self._files_to_sync
-        self._files_to_sync = set()
-        descriptors: list[int] = []
+        # What can fail comes first, before anything is taken from the log's state: a full
+        # disk refusing a segment's buffered index entries, or no descriptor to be had, leaves
+        # every segment and file still owed (and no descriptor open) for the next job.
         for segment in dirty:
             segment.write_indexes()
-            descriptors += segment.fsync_targets()
+        descriptors: list[int] = []
+        try:
+            for segment in dirty:
+                descriptors += segment.fsync_targets()
+        except BaseException:
+            for fd in descriptors:
+                os.close(fd)
+            raise
+        files = self._files_to_sync
+        self._files_to_sync = set()
+        for segment in dirty:
             segment.dirty = False
         # The leader epochs and the log start go together, as of one moment: a job finishing
         # before an older one must not leave epochs that begin at a log start whose file the
