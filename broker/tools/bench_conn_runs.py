@@ -22,6 +22,7 @@ from raftka.broker.tools.bench_connections import (
 from raftka.broker.tools.bench_report import Result, latency_summary
 from raftka.broker.tools.bench_requests import (
     SteadyWindow,
+    broker_request_figures,
     process_lines,
     request_figures,
     request_lines,
@@ -128,13 +129,17 @@ def run_connections(
     broker = window.figures()
     if broker.get("complete") and broker["requests"] is not None and not args.compare:
         rates = {api: n / broker["seconds"] for api, n in broker["requests"].items()}
-        requests = request_figures(
-            rates, broker["seconds"], broker["cpu_s"], "broker", broker.get("poller_wakeups")
-        )
+        requests = broker_request_figures(broker, rates)
     elif broker.get("complete"):
         answered_per_s = steady["answered_per_s"] if acks_wanted else sent_per_s
         rates = {"Produce": answered_per_s} if answered_per_s else {}
-        requests = request_figures(rates, broker["seconds"], broker["cpu_s"], "generator")
+        requests = request_figures(
+            rates,
+            broker["seconds"],
+            broker["cpu_s"],
+            "generator",
+            system_s=broker.get("system_s"),
+        )
     else:
         requests = None
     lat = steady["latency_ms"]

@@ -153,7 +153,13 @@ def run_long_polls(
     broker = window.figures()
     answered_per_s = answered_steady / args.duration
     requests = (
-        request_figures({"Fetch": answered_per_s}, broker["seconds"], broker["cpu_s"], "generator")
+        request_figures(
+            {"Fetch": answered_per_s},
+            broker["seconds"],
+            broker["cpu_s"],
+            "generator",
+            system_s=broker.get("system_s"),
+        )
         if broker.get("complete")
         else None
     )

@@ -20,11 +20,13 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from raftka.broker.tools.procfs import Pids, cpu_seconds_total, status_kb_by_pid, sum_kb
+from raftka.broker.tools.procfs import Pids, cpu_seconds, status_kb_by_pid, sum_kb
 
 REQUESTS_METRIC = "kafka_network_requestmetrics_requests"
 # Turns of raftka's event loop that read client sockets (see broker/readiness.py).
 WAKEUPS_METRIC = "raftka_poller_wakeups"
+# Of those, the ones that lingered first (`request.linger.us`).
+LINGERS_METRIC = "raftka_poller_lingers"
 STATISTICS_INTERVAL_MS = 500
 # A busy broker's event loop answers its metrics endpoint late; past this it is reported.
 SCRAPE_TIMEOUT_S = 30.0
@@ -61,23 +63,26 @@ def parse_request_counts(text: str) -> RequestCounts:
     return counts
 
 
-def parse_poller_wakeups(text: str) -> float | None:
-    """The poller's wake-ups from a Prometheus text page; None if it has none (a broker
-    other than raftka)."""
+def parse_poller_counts(text: str) -> tuple[float | None, float | None]:
+    """The poller's wake-ups and lingers from a Prometheus text page; None for a counter the
+    page does not have (a broker other than raftka, or one from before lingers)."""
+    found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name == WAKEUPS_METRIC:
+        if family.name in (WAKEUPS_METRIC, LINGERS_METRIC):
             for sample in family.samples:
-                if sample.name == f"{WAKEUPS_METRIC}_total":
-                    return float(sample.value)
-    return None
+                if sample.name == f"{family.name}_total":
+                    found[family.name] = float(sample.value)
+    return found.get(WAKEUPS_METRIC), found.get(LINGERS_METRIC)
 
 
-def scrape_broker_counts(url: str, timeout_s: float = 5.0) -> tuple[RequestCounts, float | None]:
-    """The broker's request counters and poller wake-ups now; OSError if the endpoint does
-    not answer."""
+def scrape_broker_counts(
+    url: str, timeout_s: float = 5.0
+) -> tuple[RequestCounts, float | None, float | None]:
+    """The broker's request counters, poller wake-ups and lingers now; OSError if the
+    endpoint does not answer."""
     with urllib.request.urlopen(url, timeout=timeout_s) as response:
         text = response.read().decode()
-    return parse_request_counts(text), parse_poller_wakeups(text)
+    return parse_request_counts(text), *parse_poller_counts(text)
 
 
 def count_delta(before: Mapping[str, float], after: Mapping[str, float]) -> RequestCounts:
@@ -143,10 +148,13 @@ def request_figures(
     cpu_s: float | None,
     source: str,
     wakeups: float | None = None,
+    lingers: float | None = None,
+    system_s: float | None = None,
 ) -> dict[str, Any]:
     """Requests/s by API and in total, and broker CPU µs per request (and per Produce
-    request) for a part of `seconds` in which the broker used `cpu_s` (None: unknown), and
-    its poller woke `wakeups` times (None: unknown)."""
+    request) for a part of `seconds` in which the broker used `cpu_s` (`system_s` of it in
+    the kernel), and its poller woke `wakeups` times, `lingers` of them after a linger (each
+    None: unknown)."""
     total_per_s = sum(requests_per_s.values())
     requests = total_per_s * seconds
     produce = requests_per_s.get("Produce", 0.0) * seconds
@@ -154,6 +162,8 @@ def request_figures(
     return {
         "wakeups_per_s": wakeups / seconds if wakeups is not None and seconds else None,
         "requests_per_wakeup": requests / wakeups if wakeups and requests else None,
+        "lingered_share": lingers / wakeups if wakeups and lingers is not None else None,
+        "kernel_share": system_s / cpu_s if cpu_s and system_s is not None else None,
         "source": source,
         "seconds": seconds,
         "requests_per_s": dict(requests_per_s),
@@ -185,18 +195,52 @@ def request_lines(figures: Mapping[str, Any]) -> list[str]:
                 f" ({figures['cpu_us_per_produce']:,.0f} µs per Produce request, "
                 f"{figures['produce_share']:.0%} of requests)"
             )
-        lines.append(line + f", {figures['broker_cpu_s']:.2f} CPU s in {figures['seconds']:.1f} s")
+        line += f", {figures['broker_cpu_s']:.2f} CPU s in {figures['seconds']:.1f} s"
+        kernel = figures.get("kernel_share")
+        if kernel is not None:
+            # The kernel's part: socket calls, and the sleeps and wake-ups between rounds.
+            line += f", {kernel:.0%} of it in the kernel"
+        lines.append(line)
     per_wakeup = figures.get("requests_per_wakeup")
     if per_wakeup is not None:
         # Each wake-up is a turn of the event loop: a fixed cost its requests share.
-        lines.append(
+        line = (
             f"broker event loop: {figures['wakeups_per_s']:,.0f} poller wake-ups/s, "
             f"{per_wakeup:.2f} requests per wake-up"
         )
+        lingered = figures.get("lingered_share")
+        if lingered is not None:
+            line += f", {lingered:.0%} of them after a linger (request.linger.us)"
+        lines.append(line)
     return lines
 
 
 # -- the steady part, seen from the broker's side ------------------------------------------
+
+
+def total_of_all(values: Sequence[float | None]) -> float | None:
+    """The sum of a counter read from every endpoint; None if one of them lacks it."""
+    if not values or None in values:
+        return None
+    return sum(v for v in values if v is not None)
+
+
+def difference(first: float | None, last: float | None) -> float | None:
+    """A counter's growth between two readings; None if either is unknown."""
+    return last - first if first is not None and last is not None else None
+
+
+def broker_request_figures(window: Mapping[str, Any], rates: RequestCounts) -> dict[str, Any]:
+    """`request_figures` of a steady window read from the broker's own counters."""
+    return request_figures(
+        rates,
+        window["seconds"],
+        window["cpu_s"],
+        "broker",
+        window.get("poller_wakeups"),
+        window.get("poller_lingers"),
+        window.get("system_s"),
+    )
 
 
 class BrokerSnapshot:
@@ -212,6 +256,9 @@ class BrokerSnapshot:
         self.rss_by_pid: dict[int, int | None] | None = None
         self.requests: RequestCounts | None = None
         self.wakeups: float | None = None
+        self.lingers: float | None = None
+        #: System (kernel) CPU seconds of all the processes; None if unknown.
+        self.system_s: float | None = None
         self.error: str | None = None
         self.cpu_by_pid = self._cpu(pids)
         if pids and self.cpu_by_pid is not None:
@@ -223,24 +270,29 @@ class BrokerSnapshot:
         try:
             self.requests = {}
             wakeups: list[float | None] = []
+            lingers: list[float | None] = []
             for url in urls:
-                counts, woke = scrape_broker_counts(url, SCRAPE_TIMEOUT_S)
+                counts, woke, lingered = scrape_broker_counts(url, SCRAPE_TIMEOUT_S)
                 for api, n in counts.items():
                     self.requests[api] = self.requests.get(api, 0.0) + n
                 wakeups.append(woke)
-            if None not in wakeups:
-                self.wakeups = sum(w for w in wakeups if w is not None)
+                lingers.append(lingered)
+            self.wakeups = total_of_all(wakeups)
+            self.lingers = total_of_all(lingers)
         except (OSError, ValueError) as exc:
             self.requests = None
-            self.wakeups = None
+            self.wakeups = self.lingers = None
             self.error = f"metrics endpoint {url}: {exc}"
         took_s = time.monotonic() - started
         self.time_ns = (self.time_ns + time.time_ns()) // 2
+        system_before = self.system_s
         cpu_after = self._cpu(pids)
         if self.cpu_by_pid is not None and cpu_after is not None:
             self.cpu_by_pid = {
                 pid: (cpu + cpu_after[pid]) / 2 for pid, cpu in self.cpu_by_pid.items()
             }
+            if system_before is not None and self.system_s is not None:
+                self.system_s = (system_before + self.system_s) / 2
         if took_s > SCRAPE_SLOW_S and self.error is None:
             self.error = (
                 f"metrics endpoint took {took_s:.1f} s to answer: request counts are approximate"
@@ -260,12 +312,17 @@ class BrokerSnapshot:
         if not pids:
             return None
         by_pid = {}
+        system_s = 0.0
         for pid in pids:
             try:
-                by_pid[pid] = cpu_seconds_total(pid)
+                user, system = cpu_seconds(pid)
             except (FileNotFoundError, ProcessLookupError):
                 self.error = f"broker process {pid} is gone"
+                self.system_s = None
                 return None
+            by_pid[pid] = user + system
+            system_s += system
+        self.system_s = system_s
         return by_pid
 
 
@@ -349,11 +406,9 @@ class SteadyWindow:
             "rss_mb": last.rss_kb / 1024 if last.rss_kb is not None else None,
             "peak_rss_mb": self.peak_rss_kb / 1024 if self.peak_rss_kb is not None else None,
             "requests": requests,
-            "poller_wakeups": (
-                last.wakeups - first.wakeups
-                if first.wakeups is not None and last.wakeups is not None
-                else None
-            ),
+            "poller_wakeups": difference(first.wakeups, last.wakeups),
+            "poller_lingers": difference(first.lingers, last.lingers),
+            "system_s": difference(first.system_s, last.system_s),
             "error": last.error or first.error,
             **self._processes(first, last),
         }
@@ -419,10 +474,10 @@ def steady_requests(
     seconds = window["seconds"]
     if window["requests"] is not None and not prefer_client and seconds > 0:
         rates = {api: n / seconds for api, n in window["requests"].items()}
-        return request_figures(
-            rates, seconds, window["cpu_s"], "broker", window.get("poller_wakeups")
-        )
+        return broker_request_figures(window, rates)
     client = client_window_rates(client_samples, window["start_ns"], window["end_ns"])
     if client is None:
         return None
-    return request_figures(client, seconds, window["cpu_s"], "client")
+    return request_figures(
+        client, seconds, window["cpu_s"], "client", system_s=window.get("system_s")
+    )

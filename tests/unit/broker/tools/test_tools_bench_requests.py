@@ -23,7 +23,7 @@ from raftka.broker.tools.bench_requests import (
     client_window_rates,
     count_delta,
     metrics_url,
-    parse_poller_wakeups,
+    parse_poller_counts,
     parse_request_counts,
     process_lines,
     request_figures,
@@ -60,16 +60,26 @@ def test_the_poller_wakeups_of_a_raftka_page_give_requests_per_wakeup() -> None:
     for _ in range(300):
         metrics.request_done(0, 0.001, None)
     metrics.poller_wakeups += 120
+    metrics.poller_lingers += 90
     page = metrics.exposition().decode()
     assert parse_request_counts(page) == {"Produce": 300.0}
-    assert parse_poller_wakeups(page) == 120.0
-    assert parse_poller_wakeups(requests_page({"Produce": 300})) is None  # not raftka
+    assert parse_poller_counts(page) == (120.0, 90.0)
+    assert parse_poller_counts(requests_page({"Produce": 300})) == (None, None)  # not raftka
     figures = request_figures({"Produce": 30.0}, 10, 0.02, "broker", wakeups=120.0)
     assert figures["wakeups_per_s"] == 12.0 and figures["requests_per_wakeup"] == 2.5
     assert request_lines(figures)[-1] == (
         "broker event loop: 12 poller wake-ups/s, 2.50 requests per wake-up"
     )
     assert len(request_lines(request_figures({"Produce": 30.0}, 10, 0.02, "broker"))) == 2
+    figures = request_figures(
+        {"Produce": 30.0}, 10, 0.02, "broker", wakeups=120.0, lingers=90.0, system_s=0.005
+    )
+    assert request_lines(figures)[-2:] == [
+        "broker CPU per request: 67 µs (67 µs per Produce request, 100% of requests),"
+        " 0.02 CPU s in 10.0 s, 25% of it in the kernel",
+        "broker event loop: 12 poller wake-ups/s, 2.50 requests per wake-up,"
+        " 75% of them after a linger (request.linger.us)",
+    ]
 
 
 def test_count_delta_drops_apis_without_requests_in_between() -> None:
@@ -194,8 +204,8 @@ def test_snapshot_reads_every_process_and_sums_every_endpoint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pages = {
-        "http://a/metrics": ({"Produce": 3.0}, 2.0),
-        "http://b/metrics": ({"Produce": 4.0, "Fetch": 1.0}, 5.0),
+        "http://a/metrics": ({"Produce": 3.0}, 2.0, 1.0),
+        "http://b/metrics": ({"Produce": 4.0, "Fetch": 1.0}, 5.0, 3.0),
     }
     monkeypatch.setattr(
         "raftka.broker.tools.bench_requests.scrape_broker_counts",
@@ -205,7 +215,8 @@ def test_snapshot_reads_every_process_and_sums_every_endpoint(
     try:
         snap = BrokerSnapshot((os.getpid(), child.pid), list(pages))
         assert snap.requests == {"Produce": 7.0, "Fetch": 1.0}
-        assert snap.wakeups == 7.0
+        assert snap.wakeups == 7.0 and snap.lingers == 4.0
+        assert snap.system_s is not None and 0 <= snap.system_s <= snap.cpu_s
         assert snap.cpu_by_pid is not None and set(snap.cpu_by_pid) == {os.getpid(), child.pid}
         assert snap.cpu_s == sum(snap.cpu_by_pid.values())
         assert snap.rss_by_pid is not None and all(snap.rss_by_pid.values())
